@@ -1,0 +1,5 @@
+import sys
+
+from sparkwatch_agent.cli import main
+
+sys.exit(main())

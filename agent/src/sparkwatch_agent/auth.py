@@ -1,0 +1,48 @@
+"""Bearer-token protection for /v1/* and the rules for binding off loopback."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import stat
+from pathlib import Path
+
+
+class TokenFileError(Exception):
+    """A token file that is missing, empty or readable by others."""
+
+
+def load_token(path: Path) -> str:
+    """Read a token file, refusing group/other-readable files (mode must be 0600 or stricter)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise TokenFileError(f"cannot read token file {path}: {exc.strerror}") from exc
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise TokenFileError(
+            f"token file {path} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):04o});"
+            f" run: chmod 600 {path}"
+        )
+    try:
+        token = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenFileError(f"cannot read token file {path}: {exc}") from exc
+    if len(token) < 16:
+        raise TokenFileError(f"token file {path} must hold a token of at least 16 characters")
+    return token
+
+
+def bearer_ok(header: str | None, token: str) -> bool:
+    if not header or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode())
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

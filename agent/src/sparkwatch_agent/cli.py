@@ -1,0 +1,99 @@
+"""`sparkwatch-agent` command line: serve | stream --stdio | probe. Errors are one line, exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from sparkwatch_agent import __version__
+from sparkwatch_agent.auth import TokenFileError
+from sparkwatch_agent.config import BACKENDS, ConfigError, build_config, load_toml
+from sparkwatch_agent.probe import probe
+from sparkwatch_agent.serve import ServeError, serve
+from sparkwatch_agent.stdio_stream import run_stdio
+
+PROG = "sparkwatch-agent"
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node", help="node name in every sample and label (default: host name)")
+    p.add_argument("--interval", type=float, metavar="SECONDS", help="sampling interval (default 1)")
+    p.add_argument("--backend", choices=BACKENDS, help="nvml (default) or sim (a simulated GB10)")
+    p.add_argument(
+        "--config", type=Path, metavar="FILE", help="TOML file with the same settings ([agent] table)"
+    )
+    p.add_argument("--meminfo-path", type=Path, metavar="FILE", help="meminfo file (default /proc/meminfo)")
+    p.add_argument(
+        "--hwmon-root", type=Path, metavar="DIR", help="hwmon class dir (default /sys/class/hwmon)"
+    )
+    p.add_argument("--ring-size", type=int, metavar="N", help="samples kept for replay (default 36000)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="sparkwatch per-node telemetry agent")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve_p = sub.add_parser("serve", help="sample continuously; serve /metrics, /healthz and /v1/*")
+    _add_common(serve_p)
+    serve_p.add_argument("--listen", metavar="HOST:PORT", help="bind address (default 127.0.0.1:9464)")
+    serve_p.add_argument("--token-file", type=Path, metavar="FILE", help="bearer token for /v1/* (mode 0600)")
+    serve_p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        default=None,
+        help="allow binding off loopback without a token",
+    )
+    stream_p = sub.add_parser("stream", help="write the sample stream as JSON lines (for SSH)")
+    stream_p.add_argument(
+        "--stdio", action="store_true", required=True, help="frames on stdout, commands on stdin"
+    )
+    _add_common(stream_p)
+    probe_p = sub.add_parser("probe", help="print capabilities, hardware and one sample as JSON")
+    _add_common(probe_p)
+    return parser
+
+
+def _config_from(args: argparse.Namespace) -> Any:
+    file_values = load_toml(args.config) if args.config else {}
+    flags = {
+        "node": args.node,
+        "interval": args.interval,
+        "backend": args.backend,
+        "listen": getattr(args, "listen", None),
+        "token_file": str(args.token_file) if getattr(args, "token_file", None) else None,
+        "insecure_no_auth": getattr(args, "insecure_no_auth", None),
+        "ring_size": args.ring_size,
+        "meminfo_path": str(args.meminfo_path) if args.meminfo_path else None,
+        "hwmon_root": str(args.hwmon_root) if args.hwmon_root else None,
+    }
+    return build_config(flags, file_values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = _config_from(args)
+        if args.command == "serve":
+            return asyncio.run(serve(config))
+        if args.command == "stream":
+            return run_stdio(config)
+        print(json.dumps(probe(config), indent=2))
+        return 0
+    except (ConfigError, TokenFileError, ServeError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Agent configuration: command-line flags over an optional TOML file, validated into a frozen object."""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkwatch_agent.interval_lease import validate_interval
+
+DEFAULT_LISTEN = "127.0.0.1:9464"
+DEFAULT_INTERVAL_S = 1.0
+DEFAULT_RING_SIZE = 36_000  # one hour at 10 Hz
+BACKENDS = ("nvml", "sim")
+
+
+class ConfigError(Exception):
+    """A user mistake in flags or the config file; printed as one line, never a traceback."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    node: str
+    host: str
+    port: int
+    interval_s: float
+    backend: str
+    token_file: Path | None
+    insecure_no_auth: bool
+    ring_size: int
+    meminfo_path: Path
+    hwmon_root: Path
+
+
+#: TOML key → (type, flag name) for everything a config file may set.
+_KEYS: dict[str, type] = {
+    "node": str,
+    "listen": str,
+    "interval": float,
+    "backend": str,
+    "token_file": str,
+    "insecure_no_auth": bool,
+    "ring_size": int,
+    "meminfo_path": str,
+    "hwmon_root": str,
+}
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[v6]:PORT`` → (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"--listen must be HOST:PORT, got {text!r}")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"--listen port must be a number, got {port_text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--listen port must be within 0..65535, got {port}")
+    return host, port
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    section = data.get("agent", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [agent] must be a table")
+    unknown = sorted(set(section) - set(_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"config file {path}: unknown keys {', '.join(unknown)} (known: {', '.join(_KEYS)})"
+        )
+    for key, value in section.items():
+        want = _KEYS[key]
+        ok = (
+            isinstance(value, int | float) and not isinstance(value, bool)
+            if want is float
+            else (isinstance(value, want) and not (want is int and isinstance(value, bool)))
+        )
+        if not ok:
+            raise ConfigError(f"config file {path}: {key} must be of type {want.__name__}")
+    return dict(section)
+
+
+def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentConfig:
+    """Flags (``None`` = not given) win over the file, the file over defaults."""
+
+    def pick(key: str, default: Any) -> Any:
+        value = flags.get(key)
+        if value is not None:
+            return value
+        return file_values.get(key, default)
+
+    host, port = parse_listen(pick("listen", DEFAULT_LISTEN))
+    try:
+        interval_s = validate_interval(float(pick("interval", DEFAULT_INTERVAL_S)))
+    except ValueError as exc:
+        raise ConfigError(f"--interval: {exc}") from None
+    backend = pick("backend", "nvml")
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    ring_size = int(pick("ring_size", DEFAULT_RING_SIZE))
+    if ring_size < 10:
+        raise ConfigError(f"ring_size must be at least 10, got {ring_size}")
+    node = pick("node", None) or socket.gethostname()
+    if not node or len(node) > 128 or any(c.isspace() for c in node):
+        raise ConfigError(f"--node must be a non-empty name without spaces, got {node!r}")
+    token_file = pick("token_file", None)
+    return AgentConfig(
+        node=node,
+        host=host,
+        port=port,
+        interval_s=interval_s,
+        backend=backend,
+        token_file=Path(token_file) if token_file else None,
+        insecure_no_auth=bool(pick("insecure_no_auth", False)),
+        ring_size=ring_size,
+        meminfo_path=Path(pick("meminfo_path", "/proc/meminfo")),
+        hwmon_root=Path(pick("hwmon_root", "/sys/class/hwmon")),
+    )

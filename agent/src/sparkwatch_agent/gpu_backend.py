@@ -1,0 +1,43 @@
+"""The seam between the sampler and whatever answers GPU questions (NVML, the simulator, a test fake)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sparkwatch_agent.readings import GpuInventory, GpuReading, MemoryModel
+
+
+class GpuBackend(Protocol):
+    """Open once (probe), read many times, close; device-level trouble raises ``DeviceError``."""
+
+    name: str
+
+    def open(self, host_mem_total_bytes: int | None) -> tuple[GpuInventory, MemoryModel]:
+        """Initialise and probe every field once; ``host_mem_total_bytes`` decides the memory model."""
+        ...
+
+    def read(self) -> tuple[GpuReading, ...]:
+        """Read every supported field of every GPU; a single field failure is a gap, not an exception."""
+        ...
+
+    def close(self) -> None:
+        """Release the library; must be safe to call after a failure."""
+        ...
+
+
+def detect_memory_model(
+    memory_info_reason: str | None, gpu_total_bytes: int | None, host_total_bytes: int | None
+) -> MemoryModel:
+    """Unified when NVML cannot report GPU memory, or reports none or (nearly) the whole host's memory.
+
+    ``memory_info_reason`` is the NVML reason when the memory-info probe failed, else ``None``.
+    """
+    if memory_info_reason == "NOT_SUPPORTED":
+        return "unified"
+    if memory_info_reason is not None:
+        return "discrete"  # e.g. NO_PERMISSION: nothing says unified, and the GPU has its own memory API
+    if gpu_total_bytes is None or gpu_total_bytes == 0:
+        return "unified"
+    if host_total_bytes and gpu_total_bytes >= 0.9 * host_total_bytes:
+        return "unified"
+    return "discrete"

@@ -1,0 +1,313 @@
+"""The agent's HTTP face (aiohttp): /metrics, /healthz, /v1/time, /v1/capabilities, /v1/interval,
+/v1/stream (WebSocket) and, for the simulator, /v1/sim/load.
+
+Handlers read the sampler's snapshot and ring; the only writes are interval leases and the simulated load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import WSMsgType, web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from sparkwatch_agent.auth import bearer_ok
+from sparkwatch_agent.hello import hello_frame
+from sparkwatch_agent.host_facts import HostFacts
+from sparkwatch_agent.interval_lease import DEFAULT_TTL_S
+from sparkwatch_agent.sample import capabilities_json, encode_frame, frames_after
+from sparkwatch_agent.sampler import Sampler
+from sparkwatch_agent.sim import SimGb10
+
+log = logging.getLogger(__name__)
+
+STREAM_BATCH = 500
+
+
+class SampleHub:
+    """Wakes stream handlers when the sampler thread appends a frame (one event per new sample)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def publish_threadsafe(self) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    def current(self) -> asyncio.Event:
+        """Take the event *before* looking at the ring, then wait on it: no wake-up can be missed."""
+        return self._event
+
+
+@dataclass(frozen=True, slots=True)
+class AgentContext:
+    sampler: Sampler
+    registry: CollectorRegistry
+    hub: SampleHub
+    host: HostFacts
+    token: str | None
+    sim: SimGb10 | None
+    wall_ns: Callable[[], int]
+    mono_ns: Callable[[], int]
+
+
+CONTEXT = web.AppKey("context", AgentContext)
+WEBSOCKETS: web.AppKey[weakref.WeakSet[web.WebSocketResponse]] = web.AppKey("websockets")
+
+
+def json_error(status: int, error: str, reason: str) -> web.Response:
+    return web.json_response({"error": error, "reason": reason}, status=status)
+
+
+@web.middleware
+async def auth_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    token = request.app[CONTEXT].token
+    protected = token is not None and request.path.startswith("/v1/")
+    if protected and not bearer_ok(request.headers.get("Authorization"), token or ""):
+        return json_error(401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)")
+    return await handler(request)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[CONTEXT].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    snap = ctx.sampler.snapshot
+    reasons = []
+    age_s = None
+    if snap.sample is None:
+        reasons.append("no sample yet")
+    else:
+        age_s = (ctx.mono_ns() - snap.sample.t_mono_ns) / 1e9
+        if age_s > max(5.0, 3 * snap.interval_s):
+            reasons.append(f"last sample is {age_s:.1f} s old")
+    if snap.backend != "none" and not snap.gpu_ok:
+        reasons.append(f"GPU backend {snap.backend}: {snap.gpu_reason}")
+    if not snap.host_memory_ok:
+        reasons.append("host memory unreadable")
+    body: dict[str, Any] = {
+        "node": snap.node,
+        "boot_id": snap.boot_id,
+        "backend": snap.backend,
+        "gpu_ok": snap.gpu_ok,
+        "last_seq": snap.sample.seq if snap.sample else 0,
+        "last_sample_age_s": age_s,
+        "interval_s": snap.interval_s,
+    }
+    if reasons:
+        return web.json_response({"status": "degraded", "reason": "; ".join(reasons), **body}, status=503)
+    return web.json_response({"status": "ok", **body})
+
+
+async def time_probe(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    return web.json_response(
+        {"t_wall_ns": ctx.wall_ns(), "t_mono_ns": ctx.mono_ns(), "boot_id": ctx.sampler.boot_id}
+    )
+
+
+async def capabilities(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    snap = ctx.sampler.snapshot
+    return web.json_response(
+        capabilities_json(snap.inventory, snap.memory_model, _sensor_names(ctx), snap.host_memory_ok)
+    )
+
+
+def _sensor_names(ctx: AgentContext) -> tuple[str, ...]:
+    sample = ctx.sampler.snapshot.sample
+    return tuple(s.sensor for s in sample.sensors) if sample else ()
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "bad_request", "reason": f"body is not JSON: {exc}"}),
+            content_type="application/json",
+        ) from exc
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "bad_request", "reason": "body must be a JSON object"}),
+            content_type="application/json",
+        )
+    return body
+
+
+def _number(body: dict[str, Any], key: str, default: float | None = None) -> float | None:
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be a number")
+    return float(value)
+
+
+def _interval_state(ctx: AgentContext) -> dict[str, Any]:
+    now = ctx.mono_ns()
+    leases = ctx.sampler.leases
+    return {
+        "interval_s": leases.current_s(now),
+        "configured_s": leases.configured_s,
+        "leases": [
+            {
+                "holder": lease.holder,
+                "interval_s": lease.interval_s,
+                "expires_in_s": round((lease.expires_mono_ns - now) / 1e9, 3),
+            }
+            for lease in leases.active(now)
+        ],
+    }
+
+
+async def interval_get(request: web.Request) -> web.Response:
+    return web.json_response(_interval_state(request.app[CONTEXT]))
+
+
+async def interval_put(request: web.Request) -> web.Response:
+    """Take or renew a lease: ``{"holder": str, "interval_s": float, "ttl_s": float?}``."""
+    ctx = request.app[CONTEXT]
+    body = await _json_body(request)
+    try:
+        holder = body.get("holder")
+        if not isinstance(holder, str):
+            raise ValueError("holder must be a string naming the requester")
+        interval_s = _number(body, "interval_s")
+        if interval_s is None:
+            raise ValueError("interval_s is required")
+        ttl_s = _number(body, "ttl_s", DEFAULT_TTL_S)
+        assert ttl_s is not None
+        unknown = set(body) - {"holder", "interval_s", "ttl_s"}
+        if unknown:
+            raise ValueError(f"unknown keys: {', '.join(sorted(unknown))}")
+        ctx.sampler.leases.grant(holder, interval_s, ttl_s, ctx.mono_ns())
+    except ValueError as exc:
+        return json_error(400, "bad_request", str(exc))
+    ctx.sampler.wake()
+    return web.json_response(_interval_state(ctx))
+
+
+async def interval_delete(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    holder = request.query.get("holder", "")
+    if not holder:
+        return json_error(400, "bad_request", "query parameter holder is required")
+    released = ctx.sampler.leases.release(holder)
+    ctx.sampler.wake()
+    return web.json_response({"released": released, **_interval_state(ctx)})
+
+
+async def sim_load(request: web.Request) -> web.Response:
+    """Drive the simulated GPU: ``{"util_ratio": 0..1?, "model_bytes": int?}``."""
+    ctx = request.app[CONTEXT]
+    if ctx.sim is None:
+        return json_error(404, "not_found", "this agent is not running the sim backend")
+    body = await _json_body(request)
+    try:
+        unknown = set(body) - {"util_ratio", "model_bytes"}
+        if unknown:
+            raise ValueError(f"unknown keys: {', '.join(sorted(unknown))}")
+        util = _number(body, "util_ratio")
+        model = body.get("model_bytes")
+        if model is not None and (isinstance(model, bool) or not isinstance(model, int)):
+            raise ValueError("model_bytes must be an integer")
+        ctx.sim.set_load(util_ratio=util, model_bytes=model)
+    except ValueError as exc:
+        return json_error(400, "bad_request", str(exc))
+    return web.json_response(ctx.sim.state())
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    """Hello, then every frame after ``?after=SEQ`` from the ring, then live; gaps are announced."""
+    ctx = request.app[CONTEXT]
+    ring = ctx.sampler.ring
+    raw_after = request.query.get("after")
+    try:
+        after = int(raw_after) if raw_after is not None else ring.last_seq
+        if after < 0:
+            raise ValueError
+    except ValueError:
+        return json_error(400, "bad_request", "after must be a non-negative integer seq")
+    ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=1 << 20)
+    await ws.prepare(request)
+    request.app[WEBSOCKETS].add(ws)
+    reader = asyncio.create_task(_drain(ws))
+    try:
+        await _send_frames(ws, ctx, after, reader)
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        reader.cancel()
+        await ws.close()
+    return ws
+
+
+async def _drain(ws: web.WebSocketResponse) -> None:
+    """Read (and ignore) client messages so pings and close frames are processed."""
+    async for msg in ws:
+        if msg.type == WSMsgType.ERROR:
+            break
+
+
+async def _send_frames(
+    ws: web.WebSocketResponse, ctx: AgentContext, after: int, reader: asyncio.Task[None]
+) -> None:
+    sampler = ctx.sampler
+    snap = sampler.snapshot
+    rev = snap.inventory_rev
+    await ws.send_str(encode_frame(hello_frame(snap, ctx.host, _sensor_names(ctx))).decode())
+    last = after
+    while not ws.closed and not reader.done():
+        event = ctx.hub.current()
+        lines, last = frames_after(sampler.ring, last, STREAM_BATCH)
+        if lines:
+            await ws.send_str(b"\n".join(lines).decode())
+            continue
+        snap = sampler.snapshot
+        if snap.inventory_rev != rev:
+            rev = snap.inventory_rev
+            await ws.send_str(encode_frame(hello_frame(snap, ctx.host, _sensor_names(ctx))).decode())
+        waiter = asyncio.ensure_future(event.wait())
+        await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+
+
+async def _close_websockets(app: web.Application) -> None:
+    sockets = app[WEBSOCKETS]
+    for ws in tuple(sockets):
+        await ws.close(code=1001, message=b"agent shutting down")
+
+
+def make_app(ctx: AgentContext) -> web.Application:
+    app = web.Application(middlewares=[auth_middleware], client_max_size=64 * 1024)
+    app[CONTEXT] = ctx
+    app[WEBSOCKETS] = weakref.WeakSet()
+    app.on_shutdown.append(_close_websockets)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/v1/time", time_probe)
+    app.router.add_get("/v1/capabilities", capabilities)
+    app.router.add_get("/v1/interval", interval_get)
+    app.router.add_put("/v1/interval", interval_put)
+    app.router.add_delete("/v1/interval", interval_delete)
+    app.router.add_post("/v1/sim/load", sim_load)
+    app.router.add_get("/v1/stream", stream)
+    return app

@@ -1,0 +1,146 @@
+"""Optional hwmon power sensors (GB10 ``spbm``, ACPI ``power_meter``, Grace module/CPU sockets, …).
+
+Channels are discovered once by label and classified by what they measure, so a GPU rail is never shown
+as system power. Energy accumulators (µJ) are turned into a monotonic joule count since agent start,
+surviving wrap-around (spbm's 32-bit accumulators wrap after ≈12 h at 100 W).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkwatch_agent.readings import SensorKind, SensorReading
+
+_CHANNEL = re.compile(r"^(power|energy)(\d+)_(input|average|label)$")
+_SYSTEM_LABELS = frozenset({"sys_total", "dc_input", "sys", "system", "total", "psu", "input"})
+#: Moduli tried, smallest first, when an accumulator goes backwards: 32-bit counts of µJ or of mJ, 64-bit.
+_WRAP_MODULI = (2**32, 2**32 * 1000, 2**64)
+
+
+def classify(label: str, chip: str) -> SensorKind:
+    """Decide what a channel measures from its label and its hwmon chip name."""
+    low = label.lower()
+    if chip == "power_meter" or low in _SYSTEM_LABELS:
+        return "system"
+    if low.startswith("module power"):
+        return "module"
+    if "gpu" in low or chip in {"amdgpu", "nouveau"}:
+        return "gpu"
+    if "cpu" in low or low.startswith("grace"):
+        return "cpu"
+    return "other"
+
+
+def sensor_name(label: str) -> str:
+    """A label as a Prometheus-friendly value: ``Module Power Socket 0`` → ``module_power_socket_0``."""
+    return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_") or "unnamed"
+
+
+class EnergyAccumulator:
+    """Monotonic joules from a raw µJ counter that may wrap or reset."""
+
+    def __init__(self) -> None:
+        self._last_raw: int | None = None
+        self.total_j = 0.0
+
+    def update(self, raw_uj: int) -> float:
+        last = self._last_raw
+        self._last_raw = raw_uj
+        if last is None:
+            return self.total_j
+        delta = raw_uj - last
+        if delta < 0:
+            modulus = next((m for m in _WRAP_MODULI if m > last), None)
+            # Close to the top of a modulus it wrapped; otherwise the driver restarted counting from zero.
+            delta = raw_uj + modulus - last if modulus is not None and last > modulus // 2 else raw_uj
+        self.total_j += delta / 1e6
+        return self.total_j
+
+
+@dataclass(slots=True)
+class _Channel:
+    sensor: str
+    kind: SensorKind
+    power_path: Path | None
+    energy_path: Path | None
+    energy: EnergyAccumulator
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_bytes().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+class HwmonSensors:
+    """Power/energy channels under a hwmon class directory (``/sys/class/hwmon``, injectable)."""
+
+    def __init__(self, root: Path = Path("/sys/class/hwmon")) -> None:
+        self._channels = self._discover(root)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.sensor for c in self._channels)
+
+    @staticmethod
+    def _discover(root: Path) -> tuple[_Channel, ...]:
+        if not root.is_dir():
+            return ()
+        channels: dict[str, _Channel] = {}
+        for chip_dir in sorted(root.iterdir(), key=lambda p: p.name):
+            chip = _read_text(chip_dir / "name") or chip_dir.name
+            found: dict[tuple[str, str], dict[str, Path]] = {}
+            try:
+                entries = sorted(chip_dir.iterdir(), key=lambda p: p.name)
+            except OSError:
+                continue
+            for entry in entries:
+                m = _CHANNEL.match(entry.name)
+                if m:
+                    found.setdefault((m.group(1), m.group(2)), {})[m.group(3)] = entry
+            by_label: dict[str, tuple[Path | None, Path | None]] = {}
+            for (kind, number), files in sorted(found.items()):
+                label_path = files.get("label")
+                label = (_read_text(label_path) if label_path else None) or f"{chip}_{kind}{number}"
+                if kind == "energy":
+                    label = label.removesuffix("_energy")
+                power, energy = by_label.get(label, (None, None))
+                if kind == "power":
+                    power = files.get("input") or files.get("average") or power
+                else:
+                    energy = files.get("input") or energy
+                by_label[label] = (power, energy)
+            for label, (power, energy) in by_label.items():
+                if power is None and energy is None:
+                    continue
+                name = sensor_name(label)
+                if name in channels:
+                    name = f"{name}_{sensor_name(chip_dir.name)}"
+                channels[name] = _Channel(name, classify(label, chip), power, energy, EnergyAccumulator())
+        return tuple(channels.values())
+
+    def read(self) -> tuple[SensorReading, ...]:
+        out = []
+        for ch in self._channels:
+            power_uw = _read_int(ch.power_path) if ch.power_path else None
+            raw_uj = _read_int(ch.energy_path) if ch.energy_path else None
+            energy_j = ch.energy.update(raw_uj) if raw_uj is not None else None
+            out.append(
+                SensorReading(
+                    sensor=ch.sensor,
+                    kind=ch.kind,
+                    power_w=power_uw / 1e6 if power_uw is not None else None,
+                    energy_j=energy_j,
+                )
+            )
+        return tuple(out)

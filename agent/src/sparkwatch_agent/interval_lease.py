@@ -1,0 +1,67 @@
+"""Runtime sampling-interval changes as renewable leases.
+
+A coordinator raises the rate for a run by taking a lease and renewing it; if it dies, the lease lapses
+and the configured interval returns — fast sampling neither stops at once nor stays on forever.
+With several holders the fastest active request wins.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+MIN_INTERVAL_S = 0.01
+MAX_INTERVAL_S = 3600.0
+MAX_TTL_S = 86400.0
+DEFAULT_TTL_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    holder: str
+    interval_s: float
+    expires_mono_ns: int
+
+
+def validate_interval(interval_s: float) -> float:
+    if not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
+        raise ValueError(f"interval must be within [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] s, got {interval_s}")
+    return float(interval_s)
+
+
+class IntervalLeases:
+    """The configured interval plus active leases; all times are monotonic ns passed in by the caller."""
+
+    def __init__(self, configured_s: float) -> None:
+        self.configured_s = validate_interval(configured_s)
+        self._leases: dict[str, Lease] = {}
+        self._lock = threading.Lock()
+
+    def grant(self, holder: str, interval_s: float, ttl_s: float, now_mono_ns: int) -> Lease:
+        validate_interval(interval_s)
+        if not 0 < ttl_s <= MAX_TTL_S:
+            raise ValueError(f"ttl must be within (0, {MAX_TTL_S:g}] s, got {ttl_s}")
+        if not holder or len(holder) > 200:
+            raise ValueError("holder must be a non-empty string of at most 200 characters")
+        lease = Lease(holder, float(interval_s), now_mono_ns + int(ttl_s * 1e9))
+        with self._lock:
+            self._leases[holder] = lease
+        return lease
+
+    def release(self, holder: str) -> bool:
+        with self._lock:
+            return self._leases.pop(holder, None) is not None
+
+    def active(self, now_mono_ns: int) -> tuple[Lease, ...]:
+        with self._lock:
+            for holder in [h for h, lease in self._leases.items() if lease.expires_mono_ns <= now_mono_ns]:
+                del self._leases[holder]
+            return tuple(self._leases.values())
+
+    def current_s(self, now_mono_ns: int) -> float:
+        leases = self.active(now_mono_ns)
+        return min((lease.interval_s for lease in leases), default=self.configured_s)
+
+    def next_expiry_ns(self, now_mono_ns: int) -> int | None:
+        leases = self.active(now_mono_ns)
+        return min((lease.expires_mono_ns for lease in leases), default=None)

@@ -1,0 +1,237 @@
+"""/metrics: a custom Collector on a private registry that renders the latest snapshot.
+
+A scrape never touches hardware. Unknown values are absent series (never 0, never NaN); GPU series vanish
+while the GPU is lost rather than repeating a stale value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from sparkwatch_agent import __version__
+from sparkwatch_agent.readings import GPU_FIELDS, GpuReading
+from sparkwatch_agent.sampler import Snapshot
+
+GPU_LABELS = ["node", "gpu", "uuid"]
+
+#: (metric name, help, GpuReading attribute, is counter)
+_GPU_VALUES: tuple[tuple[str, str, str, bool], ...] = (
+    (
+        "sparkwatch_gpu_power_watts",
+        "GPU power draw as NVML reports it (GPU rail on GB10; ~1 s average).",
+        "power_w",
+        False,
+    ),
+    (
+        "sparkwatch_gpu_power_instant_watts",
+        "Instantaneous GPU power (NVML_FI_DEV_POWER_INSTANT).",
+        "power_instant_w",
+        False,
+    ),
+    ("sparkwatch_gpu_energy_joules", "GPU energy counter since driver load.", "energy_j", True),
+    (
+        "sparkwatch_gpu_utilization_ratio",
+        "Fraction of time a kernel was running (NVML utilization.gpu).",
+        "util_ratio",
+        False,
+    ),
+    (
+        "sparkwatch_gpu_memory_utilization_ratio",
+        "Fraction of time device memory was read or written.",
+        "mem_util_ratio",
+        False,
+    ),
+    (
+        "sparkwatch_gpu_memory_used_bytes",
+        "Device memory used (discrete GPUs; absent on unified memory).",
+        "mem_used_bytes",
+        False,
+    ),
+    (
+        "sparkwatch_gpu_memory_total_bytes",
+        "Device memory total (discrete GPUs; absent on unified memory).",
+        "mem_total_bytes",
+        False,
+    ),
+    ("sparkwatch_gpu_power_limit_watts", "Enforced power limit.", "power_limit_w", False),
+    ("sparkwatch_gpu_temperature_celsius", "GPU temperature.", "temperature_c", False),
+    ("sparkwatch_gpu_sm_clock_hertz", "SM clock.", "sm_clock_hz", False),
+    (
+        "sparkwatch_gpu_process_memory_bytes",
+        "Sum of usedGpuMemory over running compute processes.",
+        "process_mem_bytes",
+        False,
+    ),
+)
+
+_HOST_VALUES: tuple[tuple[str, str, str], ...] = (
+    ("sparkwatch_memory_total_bytes", "MemTotal from /proc/meminfo.", "total_bytes"),
+    ("sparkwatch_memory_available_bytes", "MemAvailable from /proc/meminfo.", "available_bytes"),
+    (
+        "sparkwatch_memory_used_bytes",
+        "MemTotal - MemAvailable (on unified memory this includes the GPU's).",
+        "used_bytes",
+    ),
+    ("sparkwatch_memory_free_bytes", "MemFree from /proc/meminfo.", "free_bytes"),
+    ("sparkwatch_memory_page_cache_bytes", "Cached + SReclaimable from /proc/meminfo.", "page_cache_bytes"),
+    ("sparkwatch_memory_swap_used_bytes", "SwapTotal - SwapFree from /proc/meminfo.", "swap_used_bytes"),
+)
+
+
+class SnapshotCollector(Collector):
+    """Yields metric families from whatever snapshot ``get_snapshot`` returns at scrape time."""
+
+    def __init__(self, get_snapshot: Callable[[], Snapshot]) -> None:
+        self._get = get_snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._get()
+        node = snap.node
+        yield from self._gpu_metrics(snap)
+        yield from self._host_metrics(snap)
+        yield from self._sensor_metrics(snap)
+        yield from self._agent_metrics(snap, node)
+
+    @staticmethod
+    def _gpu_metrics(snap: Snapshot) -> Iterator[Metric]:
+        sample = snap.sample
+        inventory = snap.inventory if snap.gpu_ok else None
+        readings: tuple[GpuReading, ...] = sample.gpus if sample is not None and snap.gpu_ok else ()
+        for name, doc, attr, counter in _GPU_VALUES:
+            family: GaugeMetricFamily | CounterMetricFamily
+            if counter:
+                family = CounterMetricFamily(name.removesuffix("_total"), doc, labels=GPU_LABELS)
+            else:
+                family = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
+            for r in readings:
+                value = getattr(r, attr)
+                if value is not None:
+                    family.add_metric([snap.node, str(r.index), r.uuid], float(value))
+            yield family
+        info = GaugeMetricFamily(
+            "sparkwatch_gpu_info",
+            "GPU identity (always 1).",
+            labels=[*GPU_LABELS, "name", "driver_version", "cuda_driver_version", "memory_model"],
+        )
+        supported = GaugeMetricFamily(
+            "sparkwatch_field_supported",
+            "1 when the field is polled; 0 when NVML refused it at probe time or its value is known bogus.",
+            labels=["node", "gpu", "field"],
+        )
+        if inventory is not None:
+            for gpu in inventory.gpus:
+                info.add_metric(
+                    [
+                        snap.node,
+                        str(gpu.index),
+                        gpu.uuid,
+                        gpu.name,
+                        inventory.driver_version or "",
+                        inventory.cuda_driver_version or "",
+                        snap.memory_model,
+                    ],
+                    1.0,
+                )
+                for field in GPU_FIELDS:
+                    status = gpu.capabilities[field]
+                    supported.add_metric([snap.node, str(gpu.index), field], 1.0 if status.polled else 0.0)
+        yield info
+        yield supported
+
+    @staticmethod
+    def _host_metrics(snap: Snapshot) -> Iterator[Metric]:
+        memory = snap.sample.memory if snap.sample is not None else None
+        for name, doc, attr in _HOST_VALUES:
+            family = GaugeMetricFamily(name, doc, labels=["node"])
+            value = getattr(memory, attr) if memory is not None else None
+            if value is not None:
+                family.add_metric([snap.node], float(value))
+            yield family
+
+    @staticmethod
+    def _sensor_metrics(snap: Snapshot) -> Iterator[Metric]:
+        power = GaugeMetricFamily(
+            "sparkwatch_sensor_power_watts",
+            "hwmon power channel; kind says what it measures (system, module, gpu, cpu, other).",
+            labels=["node", "sensor", "kind"],
+        )
+        energy = CounterMetricFamily(
+            "sparkwatch_sensor_energy_joules",
+            "hwmon energy accumulated since agent start, wrap-around handled.",
+            labels=["node", "sensor", "kind"],
+        )
+        for s in snap.sample.sensors if snap.sample is not None else ():
+            if s.power_w is not None:
+                power.add_metric([snap.node, s.sensor, s.kind], s.power_w)
+            if s.energy_j is not None:
+                energy.add_metric([snap.node, s.sensor, s.kind], s.energy_j)
+        yield power
+        yield energy
+
+    @staticmethod
+    def _agent_metrics(snap: Snapshot, node: str) -> Iterator[Metric]:
+        c = snap.counters
+        info = GaugeMetricFamily(
+            "sparkwatch_agent_info",
+            "Agent identity (always 1).",
+            labels=["node", "version", "boot_id", "backend"],
+        )
+        info.add_metric([node, __version__, snap.boot_id, snap.backend], 1.0)
+        yield info
+        up = GaugeMetricFamily("sparkwatch_agent_gpu_up", "1 while the GPU backend answers.", labels=["node"])
+        up.add_metric([node], 1.0 if snap.gpu_ok else 0.0)
+        yield up
+        samples = CounterMetricFamily("sparkwatch_agent_samples", "Samples taken.", labels=["node"])
+        samples.add_metric([node], float(c.samples_total))
+        yield samples
+        errors = CounterMetricFamily(
+            "sparkwatch_agent_read_errors",
+            "Reads of probed-supported fields that failed, by field and NVML reason.",
+            labels=["node", "field", "reason"],
+        )
+        for (field, reason), count in sorted(c.read_errors.items()):
+            errors.add_metric([node, field, reason], float(count))
+        yield errors
+        dropped = CounterMetricFamily(
+            "sparkwatch_agent_dropped_samples",
+            "Samples overwritten in the ring before any reader.",
+            labels=["node"],
+        )
+        dropped.add_metric([node], float(snap.dropped_total))
+        yield dropped
+        late = CounterMetricFamily(
+            "sparkwatch_agent_late_ticks", "Deadlines skipped because a tick overran.", labels=["node"]
+        )
+        late.add_metric([node], float(c.late_ticks_total))
+        yield late
+        reinit = CounterMetricFamily(
+            "sparkwatch_agent_gpu_reinit", "Attempts to re-initialise the GPU backend.", labels=["node"]
+        )
+        reinit.add_metric([node], float(c.gpu_reinit_total))
+        yield reinit
+        interval = GaugeMetricFamily(
+            "sparkwatch_agent_interval_seconds", "Current sampling interval.", labels=["node"]
+        )
+        interval.add_metric([node], snap.interval_s)
+        yield interval
+        duration = GaugeMetricFamily(
+            "sparkwatch_agent_sample_duration_seconds", "Time the last sample took to read.", labels=["node"]
+        )
+        last = GaugeMetricFamily(
+            "sparkwatch_agent_last_sample_timestamp_seconds", "Wall time of the last sample.", labels=["node"]
+        )
+        if snap.sample is not None:
+            duration.add_metric([node], snap.sample.read_duration_s)
+            last.add_metric([node], snap.sample.t_wall_ns / 1e9)
+        yield duration
+        yield last
+
+
+def make_registry(get_snapshot: Callable[[], Snapshot]) -> CollectorRegistry:
+    """A private registry holding only our collector (no default process/platform collectors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(get_snapshot))
+    return registry

@@ -1,0 +1,372 @@
+"""NVML through nvidia-ml-py — one of the two modules allowed to import ``pynvml``.
+
+Every field is probed once at open: a field NVML refuses (NOT_SUPPORTED, FUNCTION_NOT_FOUND,
+NO_PERMISSION, …) is never polled again. After a successful probe, a failing read is a gap for that
+sample (reported with its reason); device-level codes (GPU lost, driver gone) raise ``DeviceError`` so the
+sampler can re-initialise with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+from sparkwatch_agent.gpu_backend import detect_memory_model
+from sparkwatch_agent.readings import (
+    GPU_FIELDS,
+    DeviceError,
+    FieldStatus,
+    GpuFacts,
+    GpuInventory,
+    GpuReading,
+    MemoryModel,
+)
+
+log = logging.getLogger(__name__)
+
+#: NVML return codes (nvml.h), stable across drivers; kept here so a fake binding needs only NVMLError.
+NVML_ERROR_NAMES: dict[int, str] = {
+    1: "UNINITIALIZED",
+    2: "INVALID_ARGUMENT",
+    3: "NOT_SUPPORTED",
+    4: "NO_PERMISSION",
+    5: "ALREADY_INITIALIZED",
+    6: "NOT_FOUND",
+    7: "INSUFFICIENT_SIZE",
+    8: "INSUFFICIENT_POWER",
+    9: "DRIVER_NOT_LOADED",
+    10: "TIMEOUT",
+    11: "IRQ_ISSUE",
+    12: "LIBRARY_NOT_FOUND",
+    13: "FUNCTION_NOT_FOUND",
+    14: "CORRUPTED_INFOROM",
+    15: "GPU_IS_LOST",
+    16: "RESET_REQUIRED",
+    17: "OPERATING_SYSTEM",
+    18: "LIB_RM_VERSION_MISMATCH",
+    19: "IN_USE",
+    20: "MEMORY",
+    21: "NO_DATA",
+    22: "VGPU_ECC_NOT_SUPPORTED",
+    23: "INSUFFICIENT_RESOURCES",
+    24: "FREQ_NOT_SUPPORTED",
+    25: "ARGUMENT_VERSION_MISMATCH",
+    26: "DEPRECATED",
+    27: "NOT_READY",
+    28: "GPU_NOT_FOUND",
+    29: "INVALID_STATE",
+    999: "UNKNOWN",
+}
+
+#: Codes that mean the device or library is gone, not that one field is missing.
+DEVICE_LEVEL_ERRORS = frozenset(
+    {
+        "UNINITIALIZED",
+        "DRIVER_NOT_LOADED",
+        "LIBRARY_NOT_FOUND",
+        "GPU_IS_LOST",
+        "RESET_REQUIRED",
+        "LIB_RM_VERSION_MISMATCH",
+        "GPU_NOT_FOUND",
+    }
+)
+
+FI_DEV_POWER_INSTANT = 186
+POWER_SCOPES = (("gpu", 0), ("module", 1))
+CLOCK_SM = 1
+TEMPERATURE_GPU = 0
+#: ctypes union member per NVML value type (nvmlValueType_t).
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+Out = dict[str, Any]
+Reader = Callable[[Any, Out], None]
+
+
+def nvml_reason(exc: BaseException) -> str:
+    """NVML error name (e.g. ``NOT_SUPPORTED``) for an NVMLError, or the exception type for anything else."""
+    code = getattr(exc, "value", None)
+    if isinstance(code, int):
+        return NVML_ERROR_NAMES.get(code, f"NVML_{code}")
+    return type(exc).__name__
+
+
+class FieldValueError(Exception):
+    """A per-entry failure inside nvmlDeviceGetFieldValues (the call itself succeeded)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.value = code
+
+
+@dataclass(slots=True)
+class _Device:
+    index: int
+    handle: Any
+    uuid: str
+    readers: tuple[Reader, ...]
+    reader_fields: tuple[str, ...]
+
+
+class NvmlBackend:
+    """GPU backend over an nvidia-ml-py-shaped module (the real ``pynvml`` unless a test injects one)."""
+
+    def __init__(self, lib: Any = pynvml, name: str = "nvml", simulated: bool = False) -> None:
+        self.name = name
+        self._simulated = simulated
+        self._lib = lib
+        self._devices: tuple[_Device, ...] = ()
+        self._open = False
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def open(self, host_mem_total_bytes: int | None) -> tuple[GpuInventory, MemoryModel]:
+        lib = self._lib
+        try:
+            lib.nvmlInit()
+        except Exception as exc:
+            raise DeviceError(nvml_reason(exc), "nvmlInit failed") from exc
+        self._open = True
+        try:
+            return self._probe(host_mem_total_bytes)
+        except DeviceError:
+            self.close()
+            raise
+        except lib.NVMLError as exc:
+            self.close()
+            raise DeviceError(nvml_reason(exc), "probe failed") from exc
+
+    def close(self) -> None:
+        self._devices = ()
+        if self._open:
+            self._open = False
+            try:
+                self._lib.nvmlShutdown()
+            except Exception as exc:  # shutting down a lost device may fail; nothing to do about it
+                log.debug("nvmlShutdown failed: %s", nvml_reason(exc))
+
+    # ---- probe -----------------------------------------------------------------------------------
+    def _probe(self, host_mem_total_bytes: int | None) -> tuple[GpuInventory, MemoryModel]:
+        lib = self._lib
+        driver = self._optional(lib.nvmlSystemGetDriverVersion)
+        cuda = self._optional(getattr(lib, "nvmlSystemGetCudaDriverVersion_v2", None))
+        if cuda is None:
+            cuda = self._optional(lib.nvmlSystemGetCudaDriverVersion)
+        count = int(lib.nvmlDeviceGetCount())
+        probed: list[tuple[Any, int, str, str, dict[str, FieldStatus], int | None, Out]] = []
+        model: MemoryModel = "none"
+        for index in range(count):
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            name = str(self._optional(lib.nvmlDeviceGetName, handle) or "unknown")
+            uuid = str(self._optional(lib.nvmlDeviceGetUUID, handle) or f"index-{index}")
+            caps, first = self._probe_fields(handle)
+            gpu_total = first.get("mem_total_bytes")
+            model = detect_memory_model(caps["memory_info"].reason, gpu_total, host_mem_total_bytes)
+            probed.append((handle, index, name, uuid, caps, gpu_total, first))
+        gpus: list[GpuFacts] = []
+        devices: list[_Device] = []
+        for handle, index, name, uuid, probed_caps, gpu_total, _first in probed:
+            caps = self._distrust_on_unified(probed_caps, gpu_total) if model == "unified" else probed_caps
+            gen = self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkGeneration", None), handle)
+            width = self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkWidth", None), handle)
+            gpus.append(
+                GpuFacts(
+                    index=index,
+                    name=name,
+                    uuid=uuid,
+                    memory_total_bytes=gpu_total if caps["memory_info"].polled else None,
+                    pcie_link_gen=gen,
+                    pcie_link_width=width,
+                    pcie_link_trusted=model != "unified",
+                    capabilities=caps,
+                )
+            )
+            readers = [(f, r) for f, r in self._readers(caps).items()]
+            devices.append(
+                _Device(index, handle, uuid, tuple(r for _, r in readers), tuple(f for f, _ in readers))
+            )
+        self._devices = tuple(devices)
+        inventory = GpuInventory(
+            backend=self.name,
+            driver_version=str(driver) if driver is not None else None,
+            cuda_driver_version=_cuda_version_text(cuda),
+            gpus=tuple(gpus),
+            simulated=self._simulated,
+        )
+        return inventory, model
+
+    def _optional(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
+        """Call for a static fact; ``None`` when NVML does not answer (device-level codes still raise)."""
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self._lib.NVMLError as exc:
+            reason = nvml_reason(exc)
+            if reason in DEVICE_LEVEL_ERRORS:
+                raise DeviceError(reason, "probe failed") from exc
+            return None
+
+    def _probe_fields(self, handle: Any) -> tuple[dict[str, FieldStatus], Out]:
+        caps: dict[str, FieldStatus] = {}
+        first: Out = {}
+        candidates = self._candidate_readers()
+        for field in GPU_FIELDS:
+            status = FieldStatus("unsupported", "NOT_PROBED")
+            for detail, reader in candidates[field]:
+                out: Out = {}
+                try:
+                    reader(handle, out)
+                except (self._lib.NVMLError, FieldValueError) as exc:
+                    reason = nvml_reason(exc)
+                    if reason in DEVICE_LEVEL_ERRORS:
+                        raise DeviceError(reason, f"probing {field}") from exc
+                    status = FieldStatus("unsupported", reason, status.detail)
+                    continue
+                status = FieldStatus("supported", None, detail)
+                first.update(out)
+                break
+            caps[field] = status
+        return caps, first
+
+    @staticmethod
+    def _distrust_on_unified(caps: dict[str, FieldStatus], gpu_total: int | None) -> dict[str, FieldStatus]:
+        caps = dict(caps)
+        if caps["memory_utilization"].polled:
+            caps["memory_utilization"] = FieldStatus(
+                "untrusted", "BOGUS_ON_UNIFIED_MEMORY", "memory utilisation reads 0 on unified memory"
+            )
+        if caps["memory_info"].polled and not gpu_total:
+            caps["memory_info"] = FieldStatus(
+                "untrusted", "BOGUS_ON_UNIFIED_MEMORY", "reports no GPU memory; host memory is the GPU's"
+            )
+        return caps
+
+    # ---- readers ---------------------------------------------------------------------------------
+    def _candidate_readers(self) -> dict[str, list[tuple[str | None, Reader]]]:
+        """Per field, the ways to read it in order of preference, each with a detail recorded on success."""
+        lib = self._lib
+
+        def power(h: Any, out: Out) -> None:
+            out["power_w"] = lib.nvmlDeviceGetPowerUsage(h) / 1000.0
+
+        def instant(scope: int) -> Reader:
+            def read(h: Any, out: Out) -> None:
+                value = lib.nvmlDeviceGetFieldValues(h, [(FI_DEV_POWER_INSTANT, scope)])[0]
+                if value.nvmlReturn != 0:
+                    raise FieldValueError(int(value.nvmlReturn))
+                member = _VALUE_MEMBERS[value.valueType] if value.valueType < len(_VALUE_MEMBERS) else "uiVal"
+                out["power_instant_w"] = float(getattr(value.value, member)) / 1000.0
+
+            return read
+
+        def energy(h: Any, out: Out) -> None:
+            out["energy_j"] = lib.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0
+
+        def utilization(h: Any, out: Out) -> None:
+            rates = lib.nvmlDeviceGetUtilizationRates(h)
+            out["util_ratio"] = _percent_ratio(rates.gpu)
+            out["mem_util_ratio"] = _percent_ratio(rates.memory)
+
+        def memory_utilization(h: Any, out: Out) -> None:
+            out["mem_util_ratio"] = _percent_ratio(lib.nvmlDeviceGetUtilizationRates(h).memory)
+
+        def memory_info(h: Any, out: Out) -> None:
+            mem = lib.nvmlDeviceGetMemoryInfo(h)
+            out["mem_used_bytes"] = int(mem.used)
+            out["mem_total_bytes"] = int(mem.total)
+
+        def power_limit(fn: Callable[[Any], int]) -> Reader:
+            def read(h: Any, out: Out) -> None:
+                out["power_limit_w"] = fn(h) / 1000.0
+
+            return read
+
+        def temperature(h: Any, out: Out) -> None:
+            out["temperature_c"] = float(lib.nvmlDeviceGetTemperature(h, TEMPERATURE_GPU))
+
+        def sm_clock(h: Any, out: Out) -> None:
+            out["sm_clock_hz"] = float(lib.nvmlDeviceGetClockInfo(h, CLOCK_SM)) * 1e6
+
+        def process_memory(h: Any, out: Out) -> None:
+            procs = lib.nvmlDeviceGetComputeRunningProcesses(h)
+            used = [p.usedGpuMemory for p in procs if p.usedGpuMemory is not None]
+            out["process_mem_bytes"] = int(sum(used)) if used or not procs else None
+
+        return {
+            "power": [(None, power)],
+            "power_instant": [(f"scope={name}", instant(scope)) for name, scope in POWER_SCOPES],
+            "energy": [(None, energy)],
+            "utilization": [(None, utilization)],
+            "memory_utilization": [(None, memory_utilization)],
+            "memory_info": [(None, memory_info)],
+            "power_limit": [
+                ("enforced", power_limit(lib.nvmlDeviceGetEnforcedPowerLimit)),
+                ("management", power_limit(lib.nvmlDeviceGetPowerManagementLimit)),
+            ],
+            "temperature": [(None, temperature)],
+            "sm_clock": [(None, sm_clock)],
+            "process_memory": [(None, process_memory)],
+        }
+
+    def _readers(self, caps: dict[str, FieldStatus]) -> dict[str, Reader]:
+        """The one reader per polled field; utilisation rates are read once for both ratios."""
+        candidates = self._candidate_readers()
+        chosen: dict[str, Reader] = {}
+        for field in GPU_FIELDS:
+            status = caps[field]
+            if not status.polled:
+                continue
+            if field == "memory_utilization" and caps["utilization"].polled:
+                continue  # filled by the utilisation reader from the same call
+            for detail, reader in candidates[field]:
+                if detail == status.detail:
+                    chosen[field] = reader
+                    break
+        if "utilization" in chosen and not caps["memory_utilization"].polled:
+            chosen["utilization"] = _drop_key(chosen["utilization"], "mem_util_ratio")
+        return chosen
+
+    # ---- sampling --------------------------------------------------------------------------------
+    def read(self) -> tuple[GpuReading, ...]:
+        if not self._open:
+            raise DeviceError("UNINITIALIZED", "backend is not open")
+        nvml_error = self._lib.NVMLError
+        readings = []
+        for dev in self._devices:
+            out: Out = {}
+            errors: list[tuple[str, str]] = []
+            for field, reader in zip(dev.reader_fields, dev.readers, strict=True):
+                try:
+                    reader(dev.handle, out)
+                except (nvml_error, FieldValueError, ValueError) as exc:
+                    reason = nvml_reason(exc) if not isinstance(exc, ValueError) else "OUT_OF_RANGE"
+                    if reason in DEVICE_LEVEL_ERRORS:
+                        raise DeviceError(reason, f"reading {field} on GPU {dev.index}") from exc
+                    errors.append((field, reason))
+            readings.append(GpuReading(index=dev.index, uuid=dev.uuid, read_errors=tuple(errors), **out))
+        return tuple(readings)
+
+
+def _percent_ratio(percent: int) -> float:
+    if not 0 <= percent <= 100:
+        raise ValueError(f"utilisation {percent} % out of range")
+    return percent / 100.0
+
+
+def _drop_key(reader: Reader, key: str) -> Reader:
+    def read(h: Any, out: Out) -> None:
+        reader(h, out)
+        out.pop(key, None)
+
+    return read
+
+
+def _cuda_version_text(raw: Any) -> str | None:
+    """NVML encodes the CUDA driver version as 1000*major + 10*minor (13000 → "13.0")."""
+    if raw is None:
+        return None
+    value = int(raw)
+    return f"{value // 1000}.{(value % 1000) // 10}"

@@ -1,0 +1,175 @@
+"""Typed values that cross the hardware boundary.
+
+Every field read is either a value or ``None``; *why* a field is missing lives in the capability map
+(probed once) or in the per-sample read errors — never in the value itself (no 0, no NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+#: The probed GPU fields, in the order they appear in capability maps and /metrics.
+GPU_FIELDS: tuple[str, ...] = (
+    "power",
+    "power_instant",
+    "energy",
+    "utilization",
+    "memory_utilization",
+    "memory_info",
+    "power_limit",
+    "temperature",
+    "sm_clock",
+    "process_memory",
+)
+
+FieldState = Literal["supported", "unsupported", "untrusted"]
+MemoryModel = Literal["unified", "discrete", "none", "unknown"]
+#: What a power sensor measures; only ``system`` may ever be presented as system power.
+SensorKind = Literal["system", "module", "gpu", "cpu", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldStatus:
+    """Outcome of probing one field once at start.
+
+    ``untrusted`` means the call answers but its value is known to be bogus on this hardware (GB10 memory
+    utilisation reads 0 forever); such a field is not polled, exactly like an unsupported one.
+    """
+
+    state: FieldState
+    reason: str | None = None
+    detail: str | None = None
+
+    @property
+    def polled(self) -> bool:
+        return self.state == "supported"
+
+    def to_json(self) -> dict[str, str | bool]:
+        out: dict[str, str | bool] = {"supported": self.state == "supported", "state": self.state}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFacts:
+    """Static facts about one GPU, read at probe time."""
+
+    index: int
+    name: str
+    uuid: str
+    memory_total_bytes: int | None
+    pcie_link_gen: int | None
+    pcie_link_width: int | None
+    pcie_link_trusted: bool
+    capabilities: dict[str, FieldStatus]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "memory_total_bytes": self.memory_total_bytes,
+            "pcie_link": {
+                "gen": self.pcie_link_gen,
+                "width": self.pcie_link_width,
+                "trusted": self.pcie_link_trusted,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInventory:
+    """What an opened GPU backend found: driver facts, GPUs and their probed capabilities."""
+
+    backend: str
+    driver_version: str | None
+    cuda_driver_version: str | None
+    gpus: tuple[GpuFacts, ...]
+    simulated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU's values in one sample; ``None`` = not known for this sample."""
+
+    index: int
+    uuid: str
+    power_w: float | None = None
+    power_instant_w: float | None = None
+    energy_j: float | None = None
+    util_ratio: float | None = None
+    mem_util_ratio: float | None = None
+    temperature_c: float | None = None
+    sm_clock_hz: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_limit_w: float | None = None
+    process_mem_bytes: int | None = None
+    #: (field, reason) for fields that were supported at probe time but failed in this read.
+    read_errors: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "power_w": self.power_w,
+            "power_instant_w": self.power_instant_w,
+            "energy_j": self.energy_j,
+            "util_ratio": self.util_ratio,
+            "mem_util_ratio": self.mem_util_ratio,
+            "temperature_c": self.temperature_c,
+            "sm_clock_hz": self.sm_clock_hz,
+            "mem_used_bytes": self.mem_used_bytes,
+            "mem_total_bytes": self.mem_total_bytes,
+            "power_limit_w": self.power_limit_w,
+            "process_mem_bytes": self.process_mem_bytes,
+            "read_errors": [list(e) for e in self.read_errors],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HostMemory:
+    """Host memory from /proc/meminfo; on unified-memory machines this *is* the GPU's memory."""
+
+    total_bytes: int | None
+    available_bytes: int | None
+    used_bytes: int | None
+    free_bytes: int | None
+    page_cache_bytes: int | None
+    swap_used_bytes: int | None
+
+    def to_json(self) -> dict[str, int | None]:
+        return {
+            "total_bytes": self.total_bytes,
+            "available_bytes": self.available_bytes,
+            "used_bytes": self.used_bytes,
+            "free_bytes": self.free_bytes,
+            "page_cache_bytes": self.page_cache_bytes,
+            "swap_used_bytes": self.swap_used_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SensorReading:
+    """One hwmon power channel. ``kind`` keeps GPU-rail power apart from system power."""
+
+    sensor: str
+    kind: SensorKind
+    power_w: float | None
+    energy_j: float | None
+
+    def to_json(self) -> dict[str, object]:
+        return {"sensor": self.sensor, "kind": self.kind, "power_w": self.power_w, "energy_j": self.energy_j}
+
+
+class DeviceError(Exception):
+    """A device-level NVML failure (library missing, driver not loaded, GPU lost): not a field gap."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail

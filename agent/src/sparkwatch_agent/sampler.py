@@ -1,0 +1,303 @@
+"""The sampling loop: absolute deadlines on the monotonic clock, run in its own thread.
+
+Each tick reads GPUs, host memory and sensors, stamps the sample, encodes it once, appends it to the ring
+and publishes an immutable snapshot. HTTP handlers only ever read the snapshot and the ring, so a scrape
+never touches hardware and a slow NVML call never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sparkwatch_agent.backoff import ExponentialBackoff
+from sparkwatch_agent.gpu_backend import GpuBackend
+from sparkwatch_agent.interval_lease import IntervalLeases
+from sparkwatch_agent.readings import (
+    DeviceError,
+    GpuInventory,
+    GpuReading,
+    HostMemory,
+    MemoryModel,
+    SensorReading,
+)
+from sparkwatch_agent.ring import SampleRing
+from sparkwatch_agent.sample import Sample, encode_frame
+
+log = logging.getLogger(__name__)
+
+
+class MemoryReader(Protocol):
+    def read(self) -> HostMemory: ...
+
+
+class SensorReader(Protocol):
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+    def read(self) -> tuple[SensorReading, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Clocks:
+    """Injected time sources; ``sleep_until`` waits on an event so stop and interval changes wake it."""
+
+    wall_ns: Callable[[], int] = time.time_ns
+    mono_ns: Callable[[], int] = time.monotonic_ns
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    samples_total: int = 0
+    read_errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    late_ticks_total: int = 0
+    gpu_reinit_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything /metrics, /healthz and the stream need, replaced whole after every tick."""
+
+    node: str
+    boot_id: str
+    backend: str
+    sample: Sample | None
+    inventory: GpuInventory | None
+    memory_model: MemoryModel
+    gpu_ok: bool
+    gpu_reason: str | None
+    inventory_rev: int
+    counters: Counters
+    dropped_total: int
+    interval_s: float
+    host_memory_ok: bool
+
+
+class Sampler:
+    """Owns the hardware readers and the GPU session state (open, failed, retry time)."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        boot_id: str,
+        gpu: GpuBackend | None,
+        memory: MemoryReader,
+        sensors: SensorReader | None,
+        leases: IntervalLeases,
+        ring: SampleRing,
+        clocks: Clocks | None = None,
+        backoff: ExponentialBackoff | None = None,
+        on_sample: Callable[[Sample], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
+        self.node = node
+        self.boot_id = boot_id
+        self.leases = leases
+        self.ring = ring
+        self._gpu = gpu
+        self._memory = memory
+        self._sensors = sensors
+        self._clocks = clocks or Clocks()
+        self._backoff = backoff or ExponentialBackoff()
+        self._on_sample = on_sample
+        self._on_tick = on_tick
+        self._gpu_open = False
+        self._gpu_retry_ns = 0
+        self._gpu_reason: str | None = "not opened yet" if gpu is not None else "no GPU backend"
+        self._inventory: GpuInventory | None = None
+        self._memory_model: MemoryModel = "unknown" if gpu is not None else "none"
+        self._inventory_rev = 0
+        self._seq = 0
+        self._samples_total = 0
+        self._read_errors: dict[tuple[str, str], int] = {}
+        self._late_ticks = 0
+        self._open_attempts = 0
+        self._host_memory_ok = True
+        self._host_total: int | None = None
+        self._lock = threading.Lock()  # serialises ticks (loop thread vs. a direct tick() call)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lateness_ns: list[int] = []  # filled only when record_lateness is on (benchmarks)
+        self.record_lateness = False
+        self._snapshot = self._make_snapshot(None)
+
+    # ---- state -------------------------------------------------------------------------------------
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def _make_snapshot(self, sample: Sample | None) -> Snapshot:
+        return Snapshot(
+            node=self.node,
+            boot_id=self.boot_id,
+            backend=self._gpu.name if self._gpu is not None else "none",
+            sample=sample,
+            inventory=self._inventory if self._gpu_open else None,
+            memory_model=self._memory_model,
+            gpu_ok=self._gpu_open,
+            gpu_reason=None if self._gpu_open else self._gpu_reason,
+            inventory_rev=self._inventory_rev,
+            counters=Counters(
+                samples_total=self._samples_total,
+                read_errors=dict(self._read_errors),
+                late_ticks_total=self._late_ticks,
+                gpu_reinit_total=max(0, self._open_attempts - 1),
+            ),
+            dropped_total=self.ring.dropped,
+            interval_s=self.leases.current_s(self._clocks.mono_ns()),
+            host_memory_ok=self._host_memory_ok,
+        )
+
+    def _count_error(self, field_name: str, reason: str) -> None:
+        key = (field_name, reason)
+        self._read_errors[key] = self._read_errors.get(key, 0) + 1
+
+    # ---- GPU session -------------------------------------------------------------------------------
+    def _open_gpu(self, now_ns: int) -> None:
+        assert self._gpu is not None
+        if now_ns < self._gpu_retry_ns:
+            return
+        self._open_attempts += 1
+        try:
+            inventory, model = self._gpu.open(self._host_total)
+        except DeviceError as exc:
+            self._gpu_failed(exc, now_ns, "open")
+            return
+        self._inventory, self._memory_model = inventory, model
+        self._gpu_open = True
+        self._gpu_reason = None
+        self._inventory_rev += 1
+        self._backoff.reset()
+        log.info(
+            "GPU backend %s open: %d GPU(s), memory model %s", self._gpu.name, len(inventory.gpus), model
+        )
+
+    def _gpu_failed(self, exc: DeviceError, now_ns: int, stage: str) -> None:
+        assert self._gpu is not None
+        first_failure = self._gpu_open or self._open_attempts <= 1
+        self._gpu_open = False
+        self._gpu.close()
+        self._gpu_reason = str(exc)
+        delay_s = self._backoff.next_delay_s()
+        self._gpu_retry_ns = now_ns + int(delay_s * 1e9)
+        level = logging.WARNING if first_failure else logging.DEBUG
+        log.log(level, "GPU %s failed (%s); retrying in %.1f s", stage, exc, delay_s)
+
+    def _read_gpus(self, now_ns: int) -> tuple[GpuReading, ...]:
+        if self._gpu is None:
+            return ()
+        if not self._gpu_open:
+            self._open_gpu(now_ns)
+            if not self._gpu_open:
+                return ()
+        try:
+            readings = self._gpu.read()
+        except DeviceError as exc:
+            self._gpu_failed(exc, now_ns, "read")
+            return ()
+        for reading in readings:
+            for field_name, reason in reading.read_errors:
+                self._count_error(field_name, reason)
+        return readings
+
+    # ---- one tick ----------------------------------------------------------------------------------
+    def tick(self) -> Sample:
+        """Take one sample now (the loop calls this on its deadlines; tests may call it directly)."""
+        with self._lock:
+            return self._tick_locked()
+
+    def _tick_locked(self) -> Sample:
+        clocks = self._clocks
+        t_mono = clocks.mono_ns()
+        t_wall = clocks.wall_ns()
+        t0 = time.perf_counter()
+        try:
+            memory: HostMemory | None = self._memory.read()
+            memory_error = None
+            self._host_total = memory.total_bytes if memory is not None else None
+            self._host_memory_ok = True
+        except OSError as exc:
+            memory, memory_error = None, f"{type(exc).__name__}: {exc.strerror or exc}"
+            self._count_error("host_memory", type(exc).__name__)
+            self._host_memory_ok = False
+        gpus = self._read_gpus(t_mono)
+        sensors = self._sensors.read() if self._sensors is not None else ()
+        duration = time.perf_counter() - t0
+        self._seq += 1
+        sample = Sample(
+            seq=self._seq,
+            boot_id=self.boot_id,
+            node=self.node,
+            t_wall_ns=t_wall,
+            t_mono_ns=t_mono,
+            read_duration_s=duration,
+            interval_s=self.leases.current_s(t_mono),
+            gpus=gpus,
+            gpu_error=None if self._gpu_open or self._gpu is None else self._gpu_reason,
+            memory=memory,
+            memory_error=memory_error,
+            sensors=sensors,
+        )
+        self.ring.append(sample.seq, encode_frame(sample.to_json()))
+        self._samples_total += 1
+        self._snapshot = self._make_snapshot(sample)
+        if self._on_sample is not None:
+            self._on_sample(sample)
+        return sample
+
+    # ---- the loop ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("sampler already started")
+        self._thread = threading.Thread(target=self._run, name="sparkwatch-sampler", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Re-read the interval now (after a lease change) instead of at the next deadline."""
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        if self._gpu is not None and self._gpu_open:
+            self._gpu.close()
+            self._gpu_open = False
+
+    def _run(self) -> None:
+        mono = self._clocks.mono_ns
+        deadline = mono()
+        interval_ns = int(self.leases.current_s(deadline) * 1e9)
+        while not self._stop.is_set():
+            now = mono()
+            if now < deadline:
+                self._wake.wait((deadline - now) / 1e9)
+                if self._wake.is_set():
+                    self._wake.clear()
+                    new_ns = int(self.leases.current_s(mono()) * 1e9)
+                    if new_ns != interval_ns:
+                        deadline = deadline - interval_ns + new_ns  # rebase on the last tick's deadline
+                        interval_ns = new_ns
+                continue
+            if self.record_lateness:
+                self.lateness_ns.append(now - deadline)
+            try:
+                self.tick()
+            except Exception:  # a bug in a reader must not end sampling; it is logged loudly instead
+                log.exception("sample failed")
+            if self._on_tick is not None:
+                self._on_tick()
+            interval_ns = int(self.leases.current_s(mono()) * 1e9)
+            deadline += interval_ns
+            now = mono()
+            if deadline <= now:  # overran one or more deadlines: skip them, stay on the grid
+                missed = (now - deadline) // interval_ns + 1
+                self._late_ticks += missed
+                deadline += missed * interval_ns
