@@ -30,6 +30,8 @@ def detect_memory_model(
 ) -> MemoryModel:
     """Unified when NVML cannot report GPU memory, or reports none or (nearly) the whole host's memory.
 
+    "Nearly" is 90–110 % of MemTotal: a discrete card with more memory than a small host is not unified.
+
     ``memory_info_reason`` is the NVML reason when the memory-info probe failed, else ``None``.
     """
     if memory_info_reason == "NOT_SUPPORTED":
@@ -38,6 +40,6 @@ def detect_memory_model(
         return "discrete"  # e.g. NO_PERMISSION: nothing says unified, and the GPU has its own memory API
     if gpu_total_bytes is None or gpu_total_bytes == 0:
         return "unified"
-    if host_total_bytes and gpu_total_bytes >= 0.9 * host_total_bytes:
+    if host_total_bytes and 0.9 * host_total_bytes <= gpu_total_bytes <= 1.1 * host_total_bytes:
         return "unified"
     return "discrete"

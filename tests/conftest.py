@@ -1,0 +1,115 @@
+"""Shared fixtures: the fake NVML library (compiled once per session) and helpers to run real agents."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fake_nvml import build_fake_nvml
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Directory holding the fake libnvidia-ml.so.1, compiled by gcc for this session."""
+    out = tmp_path_factory.mktemp("fake_nvml")
+    build_fake_nvml(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_loaded(fake_nvml_dir: pathlib.Path) -> pathlib.Path:
+    """Load the fake into this process by soname, so the real pynvml's CDLL("libnvidia-ml.so.1") finds it."""
+    so = fake_nvml_dir / "libnvidia-ml.so.1"
+    ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL)
+    return so
+
+
+@pytest.fixture
+def nvml_profile(
+    fake_nvml_loaded: pathlib.Path, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> Iterator[Any]:
+    """Select a fake profile in-process; yields a setter ``(profile, control_path|None)``."""
+
+    def select(profile: str, control: pathlib.Path | None = None) -> None:
+        monkeypatch.setenv("FAKE_NVML_PROFILE", profile)
+        if control is not None:
+            monkeypatch.setenv("FAKE_NVML_CONTROL", str(control))
+        else:
+            monkeypatch.delenv("FAKE_NVML_CONTROL", raising=False)
+
+    yield select
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AgentProcess:
+    """A real `sparkwatch-agent serve` subprocess on a loopback port."""
+
+    def __init__(self, args: list[str], env: dict[str, str], port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkwatch_agent", "serve", "--listen", f"127.0.0.1:{port}", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def wait_ready(self, timeout_s: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"agent exited early: {self.proc.stderr.read() if self.proc.stderr else ''}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/metrics", timeout=1) as r:
+                    if b"sparkwatch_agent_samples_total" in r.read():
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("agent did not become ready")
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.stderr.read() if self.proc.stderr else ""
+
+
+@pytest.fixture
+def agent_factory() -> Iterator[Any]:
+    """Start real agent processes; all are stopped at teardown."""
+    started: list[AgentProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, ready: bool = True) -> AgentProcess:
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_NVML", "NOTIFY_SOCKET"))}
+        full_env.update(env or {})
+        agent = AgentProcess(list(args), full_env, free_port())
+        started.append(agent)
+        if ready:
+            agent.wait_ready()
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()

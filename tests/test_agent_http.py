@@ -1,0 +1,183 @@
+"""The agent's HTTP API on a real in-process aiohttp server (port 0): health, time, auth, leases, stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from sparkwatch_agent.config import build_config
+from sparkwatch_agent.host_facts import read_host_facts
+from sparkwatch_agent.http_app import CONTEXT, AgentContext, SampleHub, make_app
+from sparkwatch_agent.metrics import make_registry
+from sparkwatch_agent.node import build_node
+
+TOKEN = "s3cret-token-0123456789"
+
+
+async def start_agent(interval: float = 0.02, ring: int = 1000, token: str | None = None) -> TestClient:
+    loop = asyncio.get_running_loop()
+    hub = SampleHub(loop)
+    config = build_config({"node": "spark-t", "backend": "sim", "interval": interval, "ring_size": ring}, {})
+    node = build_node(config, on_sample=lambda _s: hub.publish_threadsafe())
+    ctx = AgentContext(
+        sampler=node.sampler,
+        registry=make_registry(lambda: node.sampler.snapshot),
+        hub=hub,
+        host=read_host_facts(),
+        token=token,
+        sim=node.sim,
+        wall_ns=time.time_ns,
+        mono_ns=time.monotonic_ns,
+    )
+    client = TestClient(TestServer(make_app(ctx)))
+    await client.start_server()
+    node.sampler.start()
+    while node.sampler.snapshot.sample is None:
+        await asyncio.sleep(0.005)
+    return client
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[TestClient]:
+    client = await start_agent()
+    yield client
+    client.app[CONTEXT].sampler.stop()
+    await client.close()
+
+
+@pytest.fixture
+async def secured() -> AsyncIterator[TestClient]:
+    client = await start_agent(token=TOKEN)
+    yield client
+    client.app[CONTEXT].sampler.stop()
+    await client.close()
+
+
+async def test_healthz_ok_and_time_probe(agent: TestClient) -> None:
+    r = await agent.get("/healthz")
+    body = await r.json()
+    assert r.status == 200 and body["status"] == "ok" and body["backend"] == "sim"
+    before = time.time_ns()
+    t = await (await agent.get("/v1/time")).json()
+    assert before <= t["t_wall_ns"] <= time.time_ns() and t["t_mono_ns"] > 0
+
+
+async def test_capabilities_map(agent: TestClient) -> None:
+    caps = await (await agent.get("/v1/capabilities")).json()
+    fields = caps["gpus"][0]["fields"]
+    assert caps["memory_model"] == "unified"
+    assert fields["memory_info"] == {"supported": False, "state": "unsupported", "reason": "NOT_SUPPORTED"}
+    assert fields["energy"]["supported"] is True
+
+
+async def test_auth_refusals(secured: TestClient) -> None:
+    for path in ("/v1/time", "/v1/capabilities", "/v1/interval", "/v1/stream"):
+        r = await secured.get(path)
+        assert r.status == 401, path
+        assert (await r.json())["error"] == "unauthorized"
+    r = await secured.get("/v1/time", headers={"Authorization": "Bearer wrong-token-xxxxxxxx"})
+    assert r.status == 401
+    r = await secured.get("/v1/time", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status == 200
+    assert (await secured.get("/metrics")).status == 200  # scrapes need no token
+    assert (await secured.get("/healthz")).status == 200
+
+
+async def test_runtime_interval_lease(agent: TestClient) -> None:
+    r = await agent.put("/v1/interval", json={"holder": "coord-1", "interval_s": 0.01, "ttl_s": 0.3})
+    state = await r.json()
+    assert r.status == 200 and state["interval_s"] == 0.01 and state["configured_s"] == 0.02
+    await asyncio.sleep(0.15)
+    snap_interval = agent.app[CONTEXT].sampler.snapshot.interval_s
+    assert snap_interval == 0.01
+    await asyncio.sleep(0.3)
+    state = await (await agent.get("/v1/interval")).json()
+    assert state["interval_s"] == 0.02 and state["leases"] == []  # lapsed without renewal
+    await agent.put("/v1/interval", json={"holder": "coord-1", "interval_s": 0.01})
+    r = await agent.delete("/v1/interval", params={"holder": "coord-1"})
+    assert (await r.json())["released"] is True
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"holder": "x", "interval_s": 0.0001},
+        {"holder": "x"},
+        {"interval_s": 0.1},
+        {"holder": "x", "interval_s": "fast"},
+        {"holder": "x", "interval_s": 0.1, "bogus": 1},
+        [1, 2],
+    ],
+)
+async def test_bad_interval_bodies_are_400_and_change_nothing(agent: TestClient, body: Any) -> None:
+    r = await agent.put("/v1/interval", json=body)
+    assert r.status == 400 and "reason" in await r.json()
+    state = await (await agent.get("/v1/interval")).json()
+    assert state["leases"] == [] and state["interval_s"] == 0.02
+
+
+async def test_non_json_body_is_400(agent: TestClient) -> None:
+    r = await agent.put("/v1/interval", data=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status == 400 and (await r.json())["error"] == "bad_request"
+
+
+async def read_frames(ws: Any, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+    frames: list[dict[str, Any]] = []
+    end = time.monotonic() + timeout
+    while len(frames) < count:
+        msg = await ws.receive(timeout=max(0.01, end - time.monotonic()))
+        frames.extend(json.loads(line) for line in msg.data.split("\n"))
+    return frames
+
+
+async def test_stream_replays_after_seq_then_goes_live(agent: TestClient) -> None:
+    sampler = agent.app[CONTEXT].sampler
+    while sampler.snapshot.sample.seq < 10:
+        await asyncio.sleep(0.01)
+    ws = await agent.ws_connect("/v1/stream", params={"after": "3"})
+    frames = await read_frames(ws, 20)
+    assert frames[0]["type"] == "hello" and frames[0]["memory_model"] == "unified"
+    assert frames[0]["capabilities"]["gpus"][0]["fields"]["power_limit"]["reason"] == "NOT_SUPPORTED"
+    seqs = [f["seq"] for f in frames[1:]]
+    assert seqs[0] == 4 and seqs == list(range(4, 4 + len(seqs)))  # replay then live, no gap, no repeat
+    assert all(f["boot_id"] == frames[0]["boot_id"] for f in frames[1:])
+    await ws.close()
+
+
+async def test_stream_announces_ring_overflow_as_gap() -> None:
+    client = await start_agent(interval=0.01, ring=10)
+    sampler = client.app[CONTEXT].sampler
+    try:
+        while sampler.snapshot.sample.seq < 30:
+            await asyncio.sleep(0.01)
+        ws = await client.ws_connect("/v1/stream", params={"after": "0"})
+        frames = await read_frames(ws, 3)
+        gap = frames[1]
+        assert gap["type"] == "gap" and gap["after"] == 0 and gap["missing"] >= 20
+        assert frames[2]["seq"] == gap["next_seq"] == gap["missing"] + 1
+        await ws.close()
+        assert sampler.snapshot.dropped_total >= 20
+    finally:
+        sampler.stop()
+        await client.close()
+
+
+async def test_stream_bad_after_is_400(agent: TestClient) -> None:
+    r = await agent.get("/v1/stream", params={"after": "-1"})
+    assert r.status == 400
+
+
+async def test_sim_load_drives_power(agent: TestClient) -> None:
+    r = await agent.post("/v1/sim/load", json={"util_ratio": 1.0, "model_bytes": 50 * 2**30})
+    assert r.status == 200 and (await r.json())["power_w"] == 61.0
+    r = await agent.post("/v1/sim/load", json={"util_ratio": 2})
+    assert r.status == 400
+    await asyncio.sleep(0.06)
+    text = await (await agent.get("/metrics")).text()
+    assert 'sparkwatch_gpu_power_watts{gpu="0",node="spark-t"' in text and "} 61.0" in text

@@ -1,0 +1,114 @@
+"""/proc/meminfo parsing, hwmon discovery and energy wrap-around, host facts from an injected root."""
+
+from __future__ import annotations
+
+import pathlib
+
+from sparkwatch_agent.host_facts import cpu_model, os_name
+from sparkwatch_agent.hwmon import EnergyAccumulator, HwmonSensors
+from sparkwatch_agent.meminfo import MeminfoReader, parse_meminfo
+
+# Shape of a DGX Spark's /proc/meminfo under load (values in kB).
+GB10_MEMINFO = b"""MemTotal:       124546968 kB
+MemFree:         5230144 kB
+MemAvailable:   13876420 kB
+Buffers:           11204 kB
+Cached:          8102332 kB
+SwapCached:            0 kB
+SReclaimable:     712236 kB
+SwapTotal:      16777212 kB
+SwapFree:       16514044 kB
+"""
+
+
+def test_used_is_total_minus_available() -> None:
+    mem = parse_meminfo(GB10_MEMINFO)
+    assert mem.total_bytes == 124546968 * 1024
+    assert mem.available_bytes == 13876420 * 1024
+    assert mem.used_bytes == (124546968 - 13876420) * 1024
+    assert mem.free_bytes == 5230144 * 1024
+    assert mem.page_cache_bytes == (8102332 + 712236) * 1024
+    assert mem.swap_used_bytes == (16777212 - 16514044) * 1024
+
+
+def test_missing_keys_are_unknown_not_zero(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "meminfo"
+    path.write_bytes(b"MemTotal: 1000 kB\nMemFree: garbage kB\n")
+    mem = MeminfoReader(path).read()
+    assert mem.total_bytes == 1024000
+    assert mem.available_bytes is None and mem.used_bytes is None and mem.free_bytes is None
+    assert mem.page_cache_bytes is None
+
+
+def _chip(root: pathlib.Path, name: str, files: dict[str, str]) -> None:
+    d = root / name
+    d.mkdir(parents=True)
+    for fname, content in files.items():
+        (d / fname).write_text(content + "\n")
+
+
+def test_hwmon_discovery_by_label_and_kind(tmp_path: pathlib.Path) -> None:
+    _chip(
+        tmp_path,
+        "hwmon0",
+        {
+            "name": "spbm",
+            "power1_label": "sys_total",
+            "power1_input": "25000000",
+            "power2_label": "gpu",
+            "power2_input": "5500000",
+            "power3_label": "cpu_p",
+            "power3_input": "9000000",
+            "energy1_label": "sys_total",
+            "energy1_input": "1000000",
+        },
+    )
+    _chip(tmp_path, "hwmon1", {"name": "power_meter", "power1_average": "310000000"})
+    _chip(
+        tmp_path,
+        "hwmon2",
+        {"name": "grace", "power1_label": "Module Power Socket 0", "power1_input": "400000000"},
+    )
+    _chip(tmp_path, "hwmon3", {"name": "coretemp", "temp1_input": "40000"})
+    sensors = HwmonSensors(tmp_path)
+    readings = {r.sensor: r for r in sensors.read()}
+    assert readings["sys_total"].kind == "system" and readings["sys_total"].power_w == 25.0
+    assert readings["gpu"].kind == "gpu" and readings["gpu"].power_w == 5.5  # never system power
+    assert readings["cpu_p"].kind == "cpu"
+    assert readings["power_meter_power1"].kind == "system" and readings["power_meter_power1"].power_w == 310.0
+    assert readings["module_power_socket_0"].kind == "module"
+    assert readings["sys_total"].energy_j == 0.0  # first read is the origin
+    (tmp_path / "hwmon0" / "energy1_input").write_text("3500000\n")
+    assert {r.sensor: r for r in sensors.read()}["sys_total"].energy_j == 2.5
+    assert "coretemp" not in " ".join(sensors.names)
+
+
+def test_absent_hwmon_is_simply_absent(tmp_path: pathlib.Path) -> None:
+    assert HwmonSensors(tmp_path / "missing").read() == ()
+
+
+def test_energy_accumulator_handles_32bit_wrap_and_reset() -> None:
+    acc = EnergyAccumulator()
+    acc.update(2**32 - 1_000_000)  # µJ, near the top of a 32-bit counter
+    assert acc.update(500_000) == 1.5  # wrapped: 1.0 J to the top + 0.5 J after
+    assert acc.update(2_500_000) == 3.5
+    acc.update(2**32 * 1000 - 2_000_000)  # the spbm shape: 32-bit mJ counter exposed in µJ
+    total = acc.total_j
+    assert acc.update(1_000_000) - total == 3.0
+
+
+def test_energy_accumulator_reset_low_counter_counts_from_zero() -> None:
+    acc = EnergyAccumulator()
+    acc.update(5_000_000)
+    assert acc.update(1_000_000) == 1.0  # driver restarted counting: only the new 1 J is added
+
+
+def test_host_facts_from_injected_root(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("processor\t: 0\nBogoMIPS\t: 2000\n")
+    (tmp_path / "sys/firmware/devicetree/base").mkdir(parents=True)
+    (tmp_path / "sys/firmware/devicetree/base/model").write_text("NVIDIA DGX Spark\x00")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text('NAME="Ubuntu"\nPRETTY_NAME="Ubuntu 24.04.3 LTS"\n')
+    assert cpu_model(tmp_path) == "NVIDIA DGX Spark"
+    assert os_name(tmp_path) == "Ubuntu 24.04.3 LTS"

@@ -1,0 +1,146 @@
+"""NvmlBackend against an injected pynvml-shaped fake: probing, gaps, device-level failures, bogus values."""
+
+from __future__ import annotations
+
+import pytest
+
+from nvml_fake import (
+    DRIVER_NOT_LOADED,
+    FUNCTION_NOT_FOUND,
+    GPU_IS_LOST,
+    NO_PERMISSION,
+    NOT_SUPPORTED,
+    UNKNOWN,
+    FakeGpu,
+    FakeNvml,
+    gb10_fake,
+)
+from sparkwatch_agent.nvml_backend import NvmlBackend
+from sparkwatch_agent.readings import DeviceError
+
+HOST_128G = 128 * 10**9
+
+
+def test_gb10_probe_marks_unsupported_and_untrusted_fields() -> None:
+    backend = NvmlBackend(lib=gb10_fake())
+    inventory, model = backend.open(HOST_128G)
+    assert model == "unified"
+    caps = inventory.gpus[0].capabilities
+    assert caps["memory_info"].state == "unsupported" and caps["memory_info"].reason == "NOT_SUPPORTED"
+    assert caps["power_limit"].reason == "NOT_SUPPORTED"
+    assert caps["memory_utilization"].state == "untrusted"
+    assert caps["power_instant"].state == "supported" and caps["power_instant"].detail == "scope=gpu"
+    assert inventory.gpus[0].pcie_link_trusted is False
+    assert inventory.cuda_driver_version == "13.0"
+    (reading,) = backend.read()
+    assert reading.power_w == 7.0
+    assert reading.power_instant_w == 7.1
+    assert reading.energy_j == 5000.0
+    assert reading.util_ratio == 0.4
+    assert reading.mem_util_ratio is None  # bogus 0 is not reported
+    assert reading.mem_used_bytes is None and reading.power_limit_w is None
+    assert reading.sm_clock_hz == 1.5e9
+    assert reading.process_mem_bytes == 1 << 30
+    assert reading.read_errors == ()
+
+
+def test_unsupported_fields_are_never_polled_again() -> None:
+    lib = gb10_fake()
+    backend = NvmlBackend(lib=lib)
+    backend.open(HOST_128G)
+    lib.calls.clear()
+    backend.read()
+    backend.read()
+    assert "nvmlDeviceGetMemoryInfo" not in lib.calls
+    assert "nvmlDeviceGetEnforcedPowerLimit" not in lib.calls
+    assert lib.calls.count("nvmlDeviceGetUtilizationRates") == 2  # one call serves both ratios
+
+
+def test_probe_reasons_function_not_found_and_no_permission() -> None:
+    lib = FakeNvml([FakeGpu(mem_total=80 * 2**30, mem_used=2**30, limit_mw=700_000)])
+    lib.errors["nvmlDeviceGetTotalEnergyConsumption"] = FUNCTION_NOT_FOUND
+    lib.errors["nvmlDeviceGetComputeRunningProcesses"] = NO_PERMISSION
+    inventory, model = NvmlBackend(lib=lib).open(HOST_128G)
+    caps = inventory.gpus[0].capabilities
+    assert model == "discrete"
+    assert caps["energy"].reason == "FUNCTION_NOT_FOUND"
+    assert caps["process_memory"].reason == "NO_PERMISSION"
+    assert caps["memory_utilization"].state == "supported"
+    assert caps["power_limit"].detail == "enforced"
+
+
+def test_module_scope_used_when_gpu_scope_fails() -> None:
+    lib = gb10_fake()
+    lib.field_errors = {0: NOT_SUPPORTED}  # GPU scope refused, module scope answers
+    inventory, _ = NvmlBackend(lib=lib).open(HOST_128G)
+    assert inventory.gpus[0].capabilities["power_instant"].detail == "scope=module"
+
+
+def test_failure_after_probe_is_a_gap_with_reason_not_zero_or_stale() -> None:
+    lib = gb10_fake()
+    backend = NvmlBackend(lib=lib)
+    backend.open(HOST_128G)
+    lib.errors["nvmlDeviceGetPowerUsage"] = UNKNOWN
+    lib.errors["nvmlDeviceGetTotalEnergyConsumption"] = NOT_SUPPORTED  # sporadic, after a good probe
+    (reading,) = backend.read()
+    assert reading.power_w is None and reading.energy_j is None
+    assert set(reading.read_errors) == {("power", "UNKNOWN"), ("energy", "NOT_SUPPORTED")}
+    assert reading.util_ratio == 0.4  # the other fields are unaffected
+    del lib.errors["nvmlDeviceGetPowerUsage"]
+    (reading,) = backend.read()
+    assert reading.power_w == 7.0  # not demoted: polled again
+    assert reading.read_errors == (("energy", "NOT_SUPPORTED"),)
+
+
+def test_out_of_range_utilisation_is_a_read_error() -> None:
+    lib = gb10_fake()
+    backend = NvmlBackend(lib=lib)
+    backend.open(HOST_128G)
+    lib.gpus[0].util = 255
+    (reading,) = backend.read()
+    assert reading.util_ratio is None
+    assert ("utilization", "OUT_OF_RANGE") in reading.read_errors
+
+
+def test_gpu_lost_during_read_is_a_device_error() -> None:
+    lib = gb10_fake()
+    backend = NvmlBackend(lib=lib)
+    backend.open(HOST_128G)
+    lib.errors["nvmlDeviceGetPowerUsage"] = GPU_IS_LOST
+    with pytest.raises(DeviceError) as err:
+        backend.read()
+    assert err.value.reason == "GPU_IS_LOST"
+
+
+def test_driver_not_loaded_at_init_is_a_device_error() -> None:
+    lib = gb10_fake()
+    lib.errors["nvmlInit"] = DRIVER_NOT_LOADED
+    with pytest.raises(DeviceError) as err:
+        NvmlBackend(lib=lib).open(HOST_128G)
+    assert err.value.reason == "DRIVER_NOT_LOADED"
+
+
+@pytest.mark.parametrize(
+    ("gpu_total", "host_total", "expected"),
+    [
+        (0, HOST_128G, "unified"),
+        (125 * 10**9, HOST_128G, "unified"),  # "succeeds with total = system RAM"
+        (80 * 2**30, HOST_128G, "discrete"),
+        (80 * 2**30, 24 * 2**30, "discrete"),  # a big card in a small host is still discrete
+    ],
+)
+def test_memory_model_detection(gpu_total: int, host_total: int, expected: str) -> None:
+    lib = FakeNvml([FakeGpu(mem_total=gpu_total)])
+    inventory, model = NvmlBackend(lib=lib).open(host_total)
+    assert model == expected
+    if gpu_total == 0:
+        assert inventory.gpus[0].capabilities["memory_info"].state == "untrusted"
+
+
+def test_process_memory_none_when_driver_hides_it() -> None:
+    lib = FakeNvml([FakeGpu(mem_total=80 * 2**30, procs=[None, None])])
+    backend = NvmlBackend(lib=lib)
+    backend.open(HOST_128G)
+    assert backend.read()[0].process_mem_bytes is None
+    lib.gpus[0].procs = []
+    assert backend.read()[0].process_mem_bytes == 0  # no process at all is a true zero

@@ -1,0 +1,167 @@
+"""The real nvidia-ml-py against the fake libnvidia-ml.so.1: in-process backend and real agent processes."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from fake_nvml import write_control
+from sparkwatch_agent.nvml_backend import NvmlBackend
+from sparkwatch_agent.readings import DeviceError
+
+HOST_TOTAL = 24 * 2**30
+
+
+def get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            body = r.read()
+            status = r.status
+    except urllib.error.HTTPError as err:
+        body, status = err.read(), err.code
+    return status, (json.loads(body) if body[:1] in (b"{", b"[") else body.decode())
+
+
+def wait_for(predicate: Any, timeout_s: float = 10.0) -> Any:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+# ---- in-process: real pynvml ctypes path ------------------------------------------------------------
+def test_gb10_profile_through_real_pynvml(nvml_profile: Any) -> None:
+    nvml_profile("gb10")
+    backend = NvmlBackend()
+    inventory, model = backend.open(128 * 10**9)
+    try:
+        assert model == "unified"
+        gpu = inventory.gpus[0]
+        assert gpu.name == "NVIDIA GB10" and inventory.driver_version == "580.95.05"
+        caps = {f: (c.state, c.reason) for f, c in gpu.capabilities.items()}
+        assert caps["memory_info"] == ("unsupported", "NOT_SUPPORTED")
+        assert caps["power_limit"] == ("unsupported", "NOT_SUPPORTED")
+        assert caps["memory_utilization"] == ("untrusted", "BOGUS_ON_UNIFIED_MEMORY")
+        assert gpu.capabilities["power_instant"].detail == "scope=gpu"  # module scope is NOT_SUPPORTED
+        assert gpu.pcie_link_gen == 1 and gpu.pcie_link_trusted is False
+        (r1,) = backend.read()
+        time.sleep(0.2)
+        (r2,) = backend.read()
+        assert r1.power_w == 5.0 and r1.power_instant_w == 5.0 and r1.util_ratio == 0.0
+        assert r1.process_mem_bytes == 9663676416
+        assert r1.mem_used_bytes is None and r1.power_limit_w is None and r1.mem_util_ratio is None
+        assert r1.energy_j is not None and r2.energy_j is not None
+        assert 0.9 < (r2.energy_j - r1.energy_j) / 0.2 / 5.0 < 1.3  # ≈ 5 W over 0.2 s
+    finally:
+        backend.close()
+
+
+def test_gb10_without_energy_counter(nvml_profile: Any) -> None:
+    nvml_profile("gb10-noenergy")
+    backend = NvmlBackend()
+    inventory, _ = backend.open(128 * 10**9)
+    try:
+        assert inventory.gpus[0].capabilities["energy"].reason == "NOT_SUPPORTED"
+        assert backend.read()[0].energy_j is None
+    finally:
+        backend.close()
+
+
+def test_discrete_profile_through_real_pynvml(nvml_profile: Any) -> None:
+    nvml_profile("discrete")
+    backend = NvmlBackend()
+    inventory, model = backend.open(HOST_TOTAL)
+    try:
+        assert model == "discrete" and len(inventory.gpus) == 2
+        assert all(c.polled for c in inventory.gpus[0].capabilities.values())
+        r = backend.read()[1]
+        assert r.mem_total_bytes == 85520809984 and r.mem_used_bytes == 21 * 2**30
+        assert r.power_limit_w == 700.0 and r.power_w == 70.0 and r.mem_util_ratio == 0.0
+    finally:
+        backend.close()
+
+
+def test_injected_gpu_lost_and_field_failure(nvml_profile: Any, tmp_path: pathlib.Path) -> None:
+    control = tmp_path / "control"
+    nvml_profile("gb10", control)
+    backend = NvmlBackend()
+    backend.open(128 * 10**9)
+    try:
+        write_control(control, fail="nvmlDeviceGetTemperature:999")
+        (r,) = backend.read()
+        assert r.temperature_c is None and ("temperature", "UNKNOWN") in r.read_errors
+        write_control(control, lost=1)
+        with pytest.raises(DeviceError) as err:
+            backend.read()
+        assert err.value.reason == "GPU_IS_LOST"
+    finally:
+        backend.close()
+
+
+# ---- real agent processes ---------------------------------------------------------------------------
+def _env(fake_nvml_dir: pathlib.Path, profile: str, control: pathlib.Path | None = None) -> dict[str, str]:
+    env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_PROFILE": profile}
+    if control is not None:
+        env["FAKE_NVML_CONTROL"] = str(control)
+    return env
+
+
+def test_agent_process_gb10_metrics_health_capabilities(
+    agent_factory: Any, fake_nvml_dir: pathlib.Path
+) -> None:
+    agent = agent_factory("--node", "spark-1", "--interval", "0.05", env=_env(fake_nvml_dir, "gb10"))
+    status, health = get(f"{agent.url}/healthz")
+    assert status == 200 and health["status"] == "ok" and health["backend"] == "nvml"
+    _, text = get(f"{agent.url}/metrics")
+    assert 'sparkwatch_gpu_power_watts{gpu="0",node="spark-1",uuid="GPU-' in text
+    assert 'sparkwatch_field_supported{field="memory_info",gpu="0",node="spark-1"} 0.0' in text
+    assert 'sparkwatch_field_supported{field="energy",gpu="0",node="spark-1"} 1.0' in text
+    assert "sparkwatch_gpu_memory_used_bytes{" not in text  # unknown on unified memory: absent, not 0
+    assert "sparkwatch_gpu_power_limit_watts{" not in text
+    assert 'memory_model="unified"' in text and 'sparkwatch_memory_used_bytes{node="spark-1"}' in text
+    _, caps = get(f"{agent.url}/v1/capabilities")
+    assert caps["gpus"][0]["fields"]["power_limit"]["reason"] == "NOT_SUPPORTED"
+
+
+def test_agent_process_discrete_has_device_memory(agent_factory: Any, fake_nvml_dir: pathlib.Path) -> None:
+    agent = agent_factory("--node", "h100", "--interval", "0.05", env=_env(fake_nvml_dir, "discrete"))
+    _, text = get(f"{agent.url}/metrics")
+    assert 'sparkwatch_gpu_memory_used_bytes{gpu="1",node="h100"' in text
+    assert 'sparkwatch_gpu_power_limit_watts{gpu="0",node="h100"' in text
+    assert 'memory_model="discrete"' in text
+
+
+def test_agent_process_gpu_lost_then_back(
+    agent_factory: Any, fake_nvml_dir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    control = tmp_path / "control"
+    write_control(control, util=50)
+    agent = agent_factory("--node", "spark-2", "--interval", "0.05", env=_env(fake_nvml_dir, "gb10", control))
+    write_control(control, lost=1)
+    _, health = wait_for(lambda: (r := get(f"{agent.url}/healthz"))[0] == 503 and r)
+    assert health["status"] == "degraded" and "GPU_IS_LOST" in health["reason"]
+    _, text = get(f"{agent.url}/metrics")
+    assert "sparkwatch_gpu_power_watts{" not in text  # GPU series gone, never a stale value
+    assert 'sparkwatch_agent_gpu_up{node="spark-2"} 0.0' in text
+    assert 'sparkwatch_memory_used_bytes{node="spark-2"}' in text  # host sampling continues
+    write_control(control, util=50)
+    wait_for(lambda: get(f"{agent.url}/healthz")[0] == 200, timeout_s=15)
+    _, text = get(f"{agent.url}/metrics")
+    assert 'sparkwatch_gpu_utilization_ratio{gpu="0",node="spark-2"' in text and "} 0.5" in text
+
+
+def test_agent_process_without_nvml_library_keeps_running(agent_factory: Any) -> None:
+    agent = agent_factory("--node", "nogpu", "--interval", "0.05", env={"LD_LIBRARY_PATH": "/nonexistent"})
+    status, health = get(f"{agent.url}/healthz")
+    assert status == 503 and "LIBRARY_NOT_FOUND" in health["reason"]
+    _, text = get(f"{agent.url}/metrics")
+    assert 'sparkwatch_memory_total_bytes{node="nogpu"}' in text and "sparkwatch_gpu_power_watts{" not in text

@@ -1,0 +1,75 @@
+"""The replay ring (overflow accounting, gaps) and the interval lease rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkwatch_agent.interval_lease import IntervalLeases
+from sparkwatch_agent.ring import SampleRing
+from sparkwatch_agent.sample import frames_after
+
+
+def filled(capacity: int, count: int) -> SampleRing:
+    ring = SampleRing(capacity)
+    for seq in range(1, count + 1):
+        ring.append(seq, f"f{seq}".encode())
+    return ring
+
+
+def test_ring_replays_after_seq_in_order() -> None:
+    ring = filled(10, 7)
+    piece = ring.after(4, 100)
+    assert piece.frames == (b"f5", b"f6", b"f7")
+    assert (piece.first_seq, piece.last_seq, piece.missing) == (5, 7, 0)
+    assert ring.after(7, 100).frames == ()
+
+
+def test_ring_overflow_drops_oldest_and_counts() -> None:
+    ring = filled(5, 12)
+    assert ring.dropped == 7
+    assert len(ring) == 5
+    piece = ring.after(2, 100)
+    assert piece.missing == 5  # seqs 3..7 were overwritten
+    assert piece.frames == (b"f8", b"f9", b"f10", b"f11", b"f12")
+    assert piece.first_seq == 8 and piece.last_seq == 12
+
+
+def test_ring_limit_and_seq_order_enforced() -> None:
+    ring = filled(100, 50)
+    assert len(ring.after(0, 10).frames) == 10
+    with pytest.raises(ValueError):
+        ring.append(52, b"x")
+
+
+def test_frames_after_announces_gap_then_frames() -> None:
+    ring = filled(3, 6)
+    lines, last = frames_after(ring, 1, 100)
+    assert lines[0].startswith(b'{"type":"gap"') and b'"missing":2' in lines[0]  # seqs 2 and 3
+    assert lines[1:] == [b"f4", b"f5", b"f6"]
+    assert last == 6
+    assert frames_after(ring, 6, 100) == ([], 6)
+
+
+def test_lease_lapses_back_to_configured_interval() -> None:
+    leases = IntervalLeases(1.0)
+    leases.grant("coord", 0.1, ttl_s=600, now_mono_ns=0)
+    assert leases.current_s(599 * 10**9) == 0.1
+    assert leases.current_s(600 * 10**9) == 1.0  # lapsed: the coordinator did not renew
+
+
+def test_lease_renewal_and_fastest_holder_wins() -> None:
+    leases = IntervalLeases(1.0)
+    leases.grant("a", 0.5, ttl_s=10, now_mono_ns=0)
+    leases.grant("b", 0.1, ttl_s=5, now_mono_ns=0)
+    assert leases.current_s(1) == 0.1
+    assert leases.current_s(6 * 10**9) == 0.5  # b lapsed, a still holds
+    leases.grant("a", 0.5, ttl_s=10, now_mono_ns=9 * 10**9)  # renewal extends
+    assert leases.current_s(15 * 10**9) == 0.5
+    assert leases.release("a") is True
+    assert leases.current_s(15 * 10**9) == 1.0
+
+
+@pytest.mark.parametrize(("interval", "ttl", "holder"), [(0.001, 10, "x"), (0.1, 0, "x"), (0.1, 10, "")])
+def test_lease_validation(interval: float, ttl: float, holder: str) -> None:
+    with pytest.raises(ValueError):
+        IntervalLeases(1.0).grant(holder, interval, ttl, 0)

@@ -1,0 +1,191 @@
+"""The sampler: sample shape, GPU loss and recovery with backoff, read errors, the loop's deadlines."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from nvml_fake import GPU_IS_LOST, UNKNOWN, gb10_fake
+from sparkwatch_agent.backoff import ExponentialBackoff
+from sparkwatch_agent.interval_lease import IntervalLeases
+from sparkwatch_agent.meminfo import parse_meminfo
+from sparkwatch_agent.nvml_backend import NvmlBackend
+from sparkwatch_agent.readings import HostMemory
+from sparkwatch_agent.ring import SampleRing
+from sparkwatch_agent.sampler import Clocks, Sampler
+from sparkwatch_agent.sim import SimGb10, SimMeminfoReader, SimNvml
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.mono = 1_000_000_000
+        self.wall = 1_800_000_000_000_000_000
+
+    def advance(self, seconds: float) -> None:
+        self.mono += int(seconds * 1e9)
+        self.wall += int(seconds * 1e9)
+
+    def clocks(self) -> Clocks:
+        return Clocks(wall_ns=lambda: self.wall, mono_ns=lambda: self.mono)
+
+
+class StaticMemory:
+    def read(self) -> HostMemory:
+        return parse_meminfo(b"MemTotal: 125000000 kB\nMemFree: 100 kB\nMemAvailable: 100000000 kB\n")
+
+
+def make_sampler(lib: object, clock: FakeClock, ring: int = 100) -> Sampler:
+    return Sampler(
+        node="n1",
+        boot_id="b00t",
+        gpu=NvmlBackend(lib=lib),
+        memory=StaticMemory(),
+        sensors=None,
+        leases=IntervalLeases(1.0),
+        ring=SampleRing(ring),
+        clocks=clock.clocks(),
+        backoff=ExponentialBackoff(initial_s=2.0, factor=2.0, maximum_s=8.0),
+    )
+
+
+def test_sample_carries_identity_times_and_values() -> None:
+    clock = FakeClock()
+    sampler = make_sampler(gb10_fake(), clock)
+    s1 = sampler.tick()
+    clock.advance(1)
+    s2 = sampler.tick()
+    assert (s1.seq, s2.seq) == (1, 2)
+    assert s2.t_mono_ns - s1.t_mono_ns == 10**9 and s2.t_wall_ns == clock.wall
+    assert s1.boot_id == "b00t" and s1.node == "n1"
+    assert s1.gpus[0].power_w == 7.0 and s1.memory is not None
+    assert s1.memory.used_bytes == 25_000_000 * 1024
+    frame = json.loads(sampler.ring.after(0, 10).frames[0])
+    assert frame["type"] == "sample" and frame["gpus"][0]["mem_used_bytes"] is None  # null, not 0
+    assert sampler.snapshot.memory_model == "unified"
+
+
+def test_gpu_lost_keeps_host_sampling_and_recovers_with_backoff() -> None:
+    clock = FakeClock()
+    lib = gb10_fake()
+    sampler = make_sampler(lib, clock)
+    sampler.tick()
+    lib.errors["nvmlDeviceGetPowerUsage"] = GPU_IS_LOST
+    lib.errors["nvmlDeviceGetHandleByIndex"] = GPU_IS_LOST
+    lost = sampler.tick()
+    assert lost.gpus == () and lost.gpu_error is not None and "GPU_IS_LOST" in lost.gpu_error
+    assert lost.memory is not None  # host sampling continues
+    snap = sampler.snapshot
+    assert not snap.gpu_ok and snap.inventory is None  # GPU series vanish, nothing stale
+    opens = lib.calls.count("nvmlInit")
+    clock.advance(1)
+    sampler.tick()  # inside the 2 s backoff: no re-init attempt
+    assert lib.calls.count("nvmlInit") == opens
+    clock.advance(1.5)
+    sampler.tick()  # attempt 1 fails (handle still lost), next wait 4 s
+    assert lib.calls.count("nvmlInit") == opens + 1
+    del lib.errors["nvmlDeviceGetPowerUsage"], lib.errors["nvmlDeviceGetHandleByIndex"]
+    clock.advance(2)
+    assert sampler.tick().gpus == ()  # still backing off
+    clock.advance(2.5)
+    back = sampler.tick()
+    assert back.gpus and back.gpus[0].power_w == 7.0 and back.gpu_error is None
+    assert sampler.snapshot.gpu_ok and sampler.snapshot.inventory_rev == 2
+    assert sampler.snapshot.counters.gpu_reinit_total == 2
+
+
+def test_field_failures_are_counted_by_field_and_reason() -> None:
+    clock = FakeClock()
+    lib = gb10_fake()
+    sampler = make_sampler(lib, clock)
+    sampler.tick()
+    lib.errors["nvmlDeviceGetTemperature"] = UNKNOWN
+    sampler.tick()
+    sampler.tick()
+    assert sampler.snapshot.counters.read_errors == {("temperature", "UNKNOWN"): 2}
+    assert sampler.snapshot.sample is not None and sampler.snapshot.sample.gpus[0].temperature_c is None
+
+
+def test_ring_overflow_is_counted_in_snapshot() -> None:
+    clock = FakeClock()
+    sampler = make_sampler(gb10_fake(), clock, ring=10)
+    for _ in range(25):
+        sampler.tick()
+    assert sampler.snapshot.dropped_total == 15
+
+
+def test_sim_energy_is_the_exact_integral_of_power() -> None:
+    clock = FakeClock()
+    sim = SimGb10("spark-1", lambda: clock.mono)
+    e0 = sim.state()["energy_j"]
+    clock.advance(10)
+    sim.set_load(util_ratio=1.0, model_bytes=100 * 2**30)
+    clock.advance(4)
+    state = sim.state()
+    assert state["power_w"] == 61.0  # resident idle 11 W + 50 W at full utilisation
+    assert abs(state["energy_j"] - (e0 + 10 * 5.0 + 4 * 61.0)) < 1e-9
+    mem = SimMeminfoReader(sim).read()
+    assert mem.used_bytes == 6 * 2**30 + 100 * 2**30
+
+
+def test_sim_runs_through_the_nvml_backend_like_a_gb10() -> None:
+    clock = FakeClock()
+    sim = SimGb10("spark-1", lambda: clock.mono)
+    sampler = Sampler(
+        node="spark-1",
+        boot_id="b",
+        gpu=NvmlBackend(lib=SimNvml(sim), name="sim", simulated=True),
+        memory=SimMeminfoReader(sim),
+        sensors=None,
+        leases=IntervalLeases(1.0),
+        ring=SampleRing(10),
+        clocks=clock.clocks(),
+    )
+    sim.set_load(util_ratio=0.5)
+    sample = sampler.tick()
+    caps = sampler.snapshot.inventory.gpus[0].capabilities  # type: ignore[union-attr]
+    assert {f for f, c in caps.items() if not c.polled} == {
+        "memory_info",
+        "power_limit",
+        "memory_utilization",
+    }
+    assert sample.gpus[0].util_ratio == 0.5 and sample.gpus[0].power_w == 30.0
+    assert sampler.snapshot.memory_model == "unified"
+
+
+def test_loop_keeps_absolute_deadlines_and_follows_interval_changes() -> None:
+    ticks: list[int] = []
+    done = threading.Event()
+
+    def on_sample(sample: object) -> None:
+        ticks.append(time.monotonic_ns())
+        if len(ticks) == 30:
+            done.set()
+
+    sampler = Sampler(
+        node="n",
+        boot_id="b",
+        gpu=None,
+        memory=StaticMemory(),
+        sensors=None,
+        leases=IntervalLeases(0.02),
+        ring=SampleRing(100),
+        on_sample=on_sample,
+    )
+    sampler.start()
+    try:
+        assert done.wait(5)
+        sampler.leases.grant("t", 0.01, 60, time.monotonic_ns())
+        sampler.wake()
+        n = len(ticks)
+        deadline = time.monotonic() + 5
+        while len(ticks) < n + 30 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        sampler.stop()
+    slow = ticks[1:30]
+    span = (slow[-1] - slow[0]) / 1e9
+    assert abs(span - 0.02 * (len(slow) - 1)) < 0.02  # no cumulative drift over the run
+    fast = ticks[n + 5 : n + 30]
+    assert abs((fast[-1] - fast[0]) / 1e9 - 0.01 * (len(fast) - 1)) < 0.02
+    assert sampler.snapshot.memory_model == "none"
