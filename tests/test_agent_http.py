@@ -24,7 +24,7 @@ async def start_agent(interval: float = 0.02, ring: int = 1000, token: str | Non
     loop = asyncio.get_running_loop()
     hub = SampleHub(loop)
     config = build_config({"node": "spark-t", "backend": "sim", "interval": interval, "ring_size": ring}, {})
-    node = build_node(config, on_sample=lambda _s: hub.publish_threadsafe())
+    node = build_node(config, on_sample=lambda s: hub.publish_threadsafe(s.t_mono_ns))
     ctx = AgentContext(
         sampler=node.sampler,
         registry=make_registry(lambda: node.sampler.snapshot),

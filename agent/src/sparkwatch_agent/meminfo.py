@@ -6,38 +6,44 @@ MemTotal − MemAvailable, so we compute exactly that from the kernel's own numb
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sparkwatch_agent.readings import HostMemory
 
-_KEYS = {
-    b"MemTotal": "total",
-    b"MemFree": "free",
-    b"MemAvailable": "available",
-    b"Cached": "cached",
-    b"SReclaimable": "sreclaimable",
-    b"SwapTotal": "swap_total",
-    b"SwapFree": "swap_free",
-}
+#: Line prefixes we need (newline-anchored, so "Cached:" never matches "SwapCached:").
+_KEYS = (
+    (b"\nMemTotal:", "total"),
+    (b"\nMemFree:", "free"),
+    (b"\nMemAvailable:", "available"),
+    (b"\nCached:", "cached"),
+    (b"\nSReclaimable:", "sreclaimable"),
+    (b"\nSwapTotal:", "swap_total"),
+    (b"\nSwapFree:", "swap_free"),
+)
+
+
+def _values(text: bytes) -> dict[str, int]:
+    """Find each wanted key directly (seven C-level searches beat splitting ~55 lines every tick)."""
+    text = b"\n" + text
+    found: dict[str, int] = {}
+    for key, name in _KEYS:
+        start = text.find(key)
+        if start < 0:
+            continue
+        start += len(key)
+        end = text.find(b"\n", start)
+        parts = text[start : end if end >= 0 else len(text)].split()
+        if not parts or not parts[0].isdigit():
+            continue
+        value = int(parts[0])
+        found[name] = value * 1024 if len(parts) < 2 or parts[1] == b"kB" else value
+    return found
 
 
 def parse_meminfo(text: bytes) -> HostMemory:
     """Parse /proc/meminfo content (values in kB) into byte counts; missing keys stay ``None``."""
-    found: dict[str, int] = {}
-    for line in text.splitlines():
-        key, sep, rest = line.partition(b":")
-        name = _KEYS.get(key)
-        if name is None or not sep:
-            continue
-        parts = rest.split()
-        if not parts:
-            continue
-        try:
-            value = int(parts[0])
-        except ValueError:
-            continue
-        unit = parts[1] if len(parts) > 1 else b"kB"
-        found[name] = value * 1024 if unit == b"kB" else value
+    found = _values(text)
     total = found.get("total")
     available = found.get("available")
     cached = found.get("cached")
@@ -55,11 +61,23 @@ def parse_meminfo(text: bytes) -> HostMemory:
 
 
 class MeminfoReader:
-    """Reads a meminfo file each call; the path is injectable so tests can hand it a fixture."""
+    """Re-reads one open meminfo file with ``pread`` each call (procfs regenerates it at offset 0), which
+    saves an open and a close per tick; the path is injectable so tests can hand it a fixture."""
 
     def __init__(self, path: Path = Path("/proc/meminfo")) -> None:
         self._path = path
+        self._fd: int | None = None
 
     def read(self) -> HostMemory:
-        with open(self._path, "rb") as f:
-            return parse_meminfo(f.read())
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return parse_meminfo(os.pread(self._fd, 16384, 0))
+        except OSError:
+            self.close()  # reopen next time: the file may have been replaced
+            raise
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

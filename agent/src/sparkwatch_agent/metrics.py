@@ -109,7 +109,7 @@ class SnapshotCollector(Collector):
             for r in readings:
                 value = getattr(r, attr)
                 if value is not None:
-                    family.add_metric([snap.node, str(r.index), r.uuid], float(value))
+                    family.add_metric([snap.node, str(r.gpu_index), r.uuid], float(value))
             yield family
         info = GaugeMetricFamily(
             "sparkwatch_gpu_info",

@@ -107,8 +107,7 @@ class _Device:
     index: int
     handle: Any
     uuid: str
-    readers: tuple[Reader, ...]
-    reader_fields: tuple[str, ...]
+    pairs: tuple[tuple[str, Reader], ...]
 
 
 class NvmlBackend:
@@ -183,10 +182,7 @@ class NvmlBackend:
                     capabilities=caps,
                 )
             )
-            readers = [(f, r) for f, r in self._readers(caps).items()]
-            devices.append(
-                _Device(index, handle, uuid, tuple(r for _, r in readers), tuple(f for f, _ in readers))
-            )
+            devices.append(_Device(index, handle, uuid, tuple(self._readers(caps).items())))
         self._devices = tuple(devices)
         inventory = GpuInventory(
             backend=self.name,
@@ -253,12 +249,15 @@ class NvmlBackend:
             out["power_w"] = lib.nvmlDeviceGetPowerUsage(h) / 1000.0
 
         def instant(scope: int) -> Reader:
+            request = [(FI_DEV_POWER_INSTANT, scope)]
+
             def read(h: Any, out: Out) -> None:
-                value = lib.nvmlDeviceGetFieldValues(h, [(FI_DEV_POWER_INSTANT, scope)])[0]
+                value = lib.nvmlDeviceGetFieldValues(h, request)[0]
                 if value.nvmlReturn != 0:
                     raise FieldValueError(int(value.nvmlReturn))
-                member = _VALUE_MEMBERS[value.valueType] if value.valueType < len(_VALUE_MEMBERS) else "uiVal"
-                out["power_instant_w"] = float(getattr(value.value, member)) / 1000.0
+                kind = value.valueType
+                raw = value.value.uiVal if kind == 1 else getattr(value.value, _VALUE_MEMBERS[kind])
+                out["power_instant_w"] = raw / 1000.0
 
             return read
 
@@ -267,8 +266,11 @@ class NvmlBackend:
 
         def utilization(h: Any, out: Out) -> None:
             rates = lib.nvmlDeviceGetUtilizationRates(h)
-            out["util_ratio"] = _percent_ratio(rates.gpu)
-            out["mem_util_ratio"] = _percent_ratio(rates.memory)
+            gpu, memory = rates.gpu, rates.memory
+            if not (0 <= gpu <= 100 and 0 <= memory <= 100):
+                raise ValueError(f"utilisation {gpu} % / {memory} % out of range")
+            out["util_ratio"] = gpu / 100.0
+            out["mem_util_ratio"] = memory / 100.0
 
         def memory_utilization(h: Any, out: Out) -> None:
             out["mem_util_ratio"] = _percent_ratio(lib.nvmlDeviceGetUtilizationRates(h).memory)
@@ -338,7 +340,7 @@ class NvmlBackend:
         for dev in self._devices:
             out: Out = {}
             errors: list[tuple[str, str]] = []
-            for field, reader in zip(dev.reader_fields, dev.readers, strict=True):
+            for field, reader in dev.pairs:
                 try:
                     reader(dev.handle, out)
                 except (nvml_error, FieldValueError, ValueError) as exc:
@@ -346,7 +348,7 @@ class NvmlBackend:
                     if reason in DEVICE_LEVEL_ERRORS:
                         raise DeviceError(reason, f"reading {field} on GPU {dev.index}") from exc
                     errors.append((field, reason))
-            readings.append(GpuReading(index=dev.index, uuid=dev.uuid, read_errors=tuple(errors), **out))
+            readings.append(GpuReading(gpu_index=dev.index, uuid=dev.uuid, read_errors=tuple(errors), **out))
         return tuple(readings)
 
 

@@ -48,9 +48,13 @@ class Sample:
         }
 
 
+#: Built once: ``json.dumps`` with non-default options constructs a new encoder on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def encode_frame(obj: dict[str, object]) -> bytes:
     """Compact JSON, one line, UTF-8 — the unit of every stream (WebSocket message lines, stdout lines)."""
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 def capabilities_json(

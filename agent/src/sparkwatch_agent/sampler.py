@@ -115,6 +115,7 @@ class Sampler:
         self._seq = 0
         self._samples_total = 0
         self._read_errors: dict[tuple[str, str], int] = {}
+        self._errors_copy: dict[tuple[str, str], int] | None = None
         self._late_ticks = 0
         self._open_attempts = 0
         self._host_memory_ok = True
@@ -133,6 +134,9 @@ class Sampler:
         return self._snapshot
 
     def _make_snapshot(self, sample: Sample | None) -> Snapshot:
+        interval_s = (
+            sample.interval_s if sample is not None else self.leases.current_s(self._clocks.mono_ns())
+        )
         return Snapshot(
             node=self.node,
             boot_id=self.boot_id,
@@ -145,18 +149,25 @@ class Sampler:
             inventory_rev=self._inventory_rev,
             counters=Counters(
                 samples_total=self._samples_total,
-                read_errors=dict(self._read_errors),
+                read_errors=self._read_errors_view(),
                 late_ticks_total=self._late_ticks,
                 gpu_reinit_total=max(0, self._open_attempts - 1),
             ),
             dropped_total=self.ring.dropped,
-            interval_s=self.leases.current_s(self._clocks.mono_ns()),
+            interval_s=interval_s,
             host_memory_ok=self._host_memory_ok,
         )
+
+    def _read_errors_view(self) -> dict[tuple[str, str], int]:
+        """A copy for snapshots, made only after the counts changed (not on every tick)."""
+        if self._errors_copy is None:
+            self._errors_copy = dict(self._read_errors)
+        return self._errors_copy
 
     def _count_error(self, field_name: str, reason: str) -> None:
         key = (field_name, reason)
         self._read_errors[key] = self._read_errors.get(key, 0) + 1
+        self._errors_copy = None
 
     # ---- GPU session -------------------------------------------------------------------------------
     def _open_gpu(self, now_ns: int) -> None:
@@ -294,7 +305,7 @@ class Sampler:
                 log.exception("sample failed")
             if self._on_tick is not None:
                 self._on_tick()
-            interval_ns = int(self.leases.current_s(mono()) * 1e9)
+            interval_ns = int(self._snapshot.interval_s * 1e9)  # what this tick found the leases to say
             deadline += interval_ns
             now = mono()
             if deadline <= now:  # overran one or more deadlines: skip them, stay on the grid

@@ -45,7 +45,9 @@ async def serve(config: AgentConfig) -> int:
     loop = asyncio.get_running_loop()
     notifier = SystemdNotifier()
     hub = SampleHub(loop)
-    node = build_node(config, on_sample=lambda _s: hub.publish_threadsafe(), on_tick=notifier.watchdog)
+    node = build_node(
+        config, on_sample=lambda s: hub.publish_threadsafe(s.t_mono_ns), on_tick=notifier.watchdog
+    )
     ctx = AgentContext(
         sampler=node.sampler,
         registry=make_registry(lambda: node.sampler.snapshot),

@@ -1,0 +1,32 @@
+"""Helpers shared by the benchmarks: build the fake NVML library, summarise timings."""
+
+from __future__ import annotations
+
+import pathlib
+import statistics
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def fake_nvml_dir() -> pathlib.Path:
+    """Compile tests/fake_nvml into a temp dir (the same library the tests use) and return the dir."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fake_nvml import build_fake_nvml
+
+    out = pathlib.Path(tempfile.mkdtemp(prefix="sparkwatch-bench-nvml-"))
+    build_fake_nvml(out)
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)

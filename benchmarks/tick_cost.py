@@ -1,0 +1,112 @@
+"""CPU time per sample: the agent's read path vs. bare nvidia-ml-py calls for the same fields.
+
+Both run in this process against the same fake libnvidia-ml.so.1 (GB10 profile, no control file), so the
+ctypes cost is identical and the ratio is our overhead. Repeated in interleaved rounds; medians reported.
+
+    python benchmarks/tick_cost.py [--samples 2000] [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import time
+from collections.abc import Callable
+
+from _common import fake_nvml_dir, median
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+
+    lib_dir = fake_nvml_dir()
+    ctypes.CDLL(str(lib_dir / "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
+    os.environ["FAKE_NVML_PROFILE"] = "gb10"
+    os.environ.pop("FAKE_NVML_CONTROL", None)
+    import pynvml
+
+    from sparkwatch_agent.interval_lease import IntervalLeases
+    from sparkwatch_agent.meminfo import MeminfoReader
+    from sparkwatch_agent.nvml_backend import NvmlBackend
+    from sparkwatch_agent.ring import SampleRing
+    from sparkwatch_agent.sampler import Sampler
+
+    backend = NvmlBackend()
+    backend.open(None)
+    meminfo = MeminfoReader()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    wanted = (
+        b"\nMemTotal:",
+        b"\nMemFree:",
+        b"\nMemAvailable:",
+        b"\nCached:",
+        b"\nSReclaimable:",
+        b"\nSwapTotal:",
+        b"\nSwapFree:",
+    )
+
+    def bare() -> None:
+        # The floor: the GB10's polled fields read directly and their values taken out (power, instant
+        # power, energy, utilisation, temperature, SM clock, process memory), plus one /proc/meminfo read
+        # picking the same keys the cheapest way we know (a find per key).
+        pynvml.nvmlDeviceGetPowerUsage(handle)
+        fv = pynvml.nvmlDeviceGetFieldValues(handle, [(186, 0)])[0]
+        _ = fv.nvmlReturn, fv.value.uiVal
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+        _ = rates.gpu
+        pynvml.nvmlDeviceGetTemperature(handle, 0)
+        pynvml.nvmlDeviceGetClockInfo(handle, 1)
+        sum(p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        with open("/proc/meminfo", "rb") as f:
+            text = b"\n" + f.read()
+        for key in wanted:
+            i = text.find(key) + len(key)
+            int(text[i : text.find(b"\n", i)].split()[0])
+
+    def read_path() -> None:
+        backend.read()
+        meminfo.read()
+
+    sampler = Sampler(
+        node="bench",
+        boot_id="b",
+        gpu=NvmlBackend(),
+        memory=meminfo,
+        sensors=None,
+        leases=IntervalLeases(1.0),
+        ring=SampleRing(args.samples * args.rounds * 2 + 10),
+    )
+    sampler.tick()
+
+    def full_tick() -> None:
+        sampler.tick()
+
+    def per_sample_us(fn: Callable[[], None]) -> float:
+        t0 = time.process_time()
+        for _ in range(args.samples):
+            fn()
+        return (time.process_time() - t0) / args.samples * 1e6
+
+    results: dict[str, list[float]] = {"bare": [], "read": [], "tick": []}
+    for _ in range(args.rounds):  # interleaved so machine noise hits all three alike
+        results["bare"].append(per_sample_us(bare))
+        results["read"].append(per_sample_us(read_path))
+        results["tick"].append(per_sample_us(full_tick))
+    b, r, t = (median(results[k]) for k in ("bare", "read", "tick"))
+    ratios_read = [x / y for x, y in zip(results["read"], results["bare"], strict=True)]
+    ratios_tick = [x / y for x, y in zip(results["tick"], results["bare"], strict=True)]
+    print(f"samples/round={args.samples} rounds={args.rounds} (CPU time per sample, medians)")
+    print(f"baseline  bare pynvml calls + /proc/meminfo : {b:8.1f} us")
+    print(f"agent     read path (backend.read + meminfo): {r:8.1f} us   ratio {median(ratios_read):.2f}x")
+    print(f"agent     full tick (+ sample, JSON, ring)  : {t:8.1f} us   ratio {median(ratios_tick):.2f}x")
+    backend.close()
+    sampler.stop()
+
+
+if __name__ == "__main__":
+    main()
