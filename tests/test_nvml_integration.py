@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 import time
@@ -9,6 +10,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import aiohttp
 import pytest
 
 from fake_nvml import write_control
@@ -115,29 +117,84 @@ def _env(fake_nvml_dir: pathlib.Path, profile: str, control: pathlib.Path | None
     return env
 
 
-def test_agent_process_gb10_metrics_health_capabilities(
-    agent_factory: Any, fake_nvml_dir: pathlib.Path
-) -> None:
-    agent = agent_factory("--node", "spark-1", "--interval", "0.05", env=_env(fake_nvml_dir, "gb10"))
+PROFILES = {
+    # profile: (memory model, unsupported fields with reasons, series that must be absent, series present)
+    "gb10": (
+        "unified",
+        {
+            "memory_info": "NOT_SUPPORTED",
+            "power_limit": "NOT_SUPPORTED",
+            "memory_utilization": "BOGUS_ON_UNIFIED_MEMORY",
+        },
+        [
+            "sparkwatch_gpu_memory_used_bytes{",
+            "sparkwatch_gpu_power_limit_watts{",
+            "sparkwatch_gpu_memory_utilization_ratio{",
+        ],
+        ["sparkwatch_gpu_energy_joules_total{", "sparkwatch_gpu_power_instant_watts{"],
+    ),
+    "gb10-noenergy": (
+        "unified",
+        {
+            "memory_info": "NOT_SUPPORTED",
+            "power_limit": "NOT_SUPPORTED",
+            "energy": "NOT_SUPPORTED",
+            "memory_utilization": "BOGUS_ON_UNIFIED_MEMORY",
+        },
+        ["sparkwatch_gpu_energy_joules_total{", "sparkwatch_gpu_memory_used_bytes{"],
+        ["sparkwatch_gpu_power_watts{"],
+    ),
+    "discrete": (
+        "discrete",
+        {},
+        [],
+        [
+            'sparkwatch_gpu_memory_used_bytes{gpu="1"',
+            'sparkwatch_gpu_power_limit_watts{gpu="0"',
+            "sparkwatch_gpu_memory_utilization_ratio{",
+        ],
+    ),
+}
+
+
+async def first_sample(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    async with aiohttp.ClientSession() as session, session.ws_connect(f"{url}/v1/stream?after=0") as ws:
+        frames: list[dict[str, Any]] = []
+        while len(frames) < 2:
+            msg = await ws.receive(timeout=5)
+            frames.extend(json.loads(line) for line in msg.data.split("\n"))
+        return frames[0], frames[1]
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_agent_process_per_profile(agent_factory: Any, fake_nvml_dir: pathlib.Path, profile: str) -> None:
+    model, unsupported, absent, present = PROFILES[profile]
+    agent = agent_factory("--node", "n1", "--interval", "0.05", env=_env(fake_nvml_dir, profile))
     status, health = get(f"{agent.url}/healthz")
     assert status == 200 and health["status"] == "ok" and health["backend"] == "nvml"
     _, text = get(f"{agent.url}/metrics")
-    assert 'sparkwatch_gpu_power_watts{gpu="0",node="spark-1",uuid="GPU-' in text
-    assert 'sparkwatch_field_supported{field="memory_info",gpu="0",node="spark-1"} 0.0' in text
-    assert 'sparkwatch_field_supported{field="energy",gpu="0",node="spark-1"} 1.0' in text
-    assert "sparkwatch_gpu_memory_used_bytes{" not in text  # unknown on unified memory: absent, not 0
-    assert "sparkwatch_gpu_power_limit_watts{" not in text
-    assert 'memory_model="unified"' in text and 'sparkwatch_memory_used_bytes{node="spark-1"}' in text
+    assert f'memory_model="{model}"' in text
+    for series in absent:
+        assert series not in text, series  # unknown: absent, not 0
+    for series in present:
+        assert series in text, series
     _, caps = get(f"{agent.url}/v1/capabilities")
-    assert caps["gpus"][0]["fields"]["power_limit"]["reason"] == "NOT_SUPPORTED"
-
-
-def test_agent_process_discrete_has_device_memory(agent_factory: Any, fake_nvml_dir: pathlib.Path) -> None:
-    agent = agent_factory("--node", "h100", "--interval", "0.05", env=_env(fake_nvml_dir, "discrete"))
-    _, text = get(f"{agent.url}/metrics")
-    assert 'sparkwatch_gpu_memory_used_bytes{gpu="1",node="h100"' in text
-    assert 'sparkwatch_gpu_power_limit_watts{gpu="0",node="h100"' in text
-    assert 'memory_model="discrete"' in text
+    for gpu in caps["gpus"]:
+        got = {f: c.get("reason") for f, c in gpu["fields"].items() if not c["supported"]}
+        assert got == unsupported
+        for field in unsupported:
+            assert f'sparkwatch_field_supported{{field="{field}",gpu="{gpu["index"]}",node="n1"}} 0.0' in text
+    hello, sample = asyncio.run(first_sample(agent.url))
+    assert hello["type"] == "hello" and hello["memory_model"] == model
+    assert sample["type"] == "sample" and sample["seq"] == 1 and sample["gpu_error"] is None
+    gpu0 = sample["gpus"][0]
+    assert gpu0["power_w"] == (5.0 if model == "unified" else 70.0)
+    assert (gpu0["energy_j"] is None) == ("energy" in unsupported)
+    assert (gpu0["mem_used_bytes"] is None) == (model == "unified")
+    assert (
+        sample["memory"]["used_bytes"]
+        == sample["memory"]["total_bytes"] - sample["memory"]["available_bytes"]
+    )
 
 
 def test_agent_process_gpu_lost_then_back(

@@ -116,22 +116,13 @@ class GpuReading(NamedTuple):
     read_errors: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "index": self.gpu_index,
-            "uuid": self.uuid,
-            "power_w": self.power_w,
-            "power_instant_w": self.power_instant_w,
-            "energy_j": self.energy_j,
-            "util_ratio": self.util_ratio,
-            "mem_util_ratio": self.mem_util_ratio,
-            "temperature_c": self.temperature_c,
-            "sm_clock_hz": self.sm_clock_hz,
-            "mem_used_bytes": self.mem_used_bytes,
-            "mem_total_bytes": self.mem_total_bytes,
-            "power_limit_w": self.power_limit_w,
-            "process_mem_bytes": self.process_mem_bytes,
-            "read_errors": [list(e) for e in self.read_errors],
-        }
+        out: dict[str, object] = dict(zip(_GPU_JSON_KEYS, self, strict=True))
+        out["read_errors"] = [list(e) for e in self.read_errors]
+        return out
+
+
+#: JSON keys of GpuReading, in field order ("index" for ``gpu_index``); zip beats a dict literal per tick.
+_GPU_JSON_KEYS = ("index", *GpuReading._fields[1:])
 
 
 class HostMemory(NamedTuple):
@@ -145,14 +136,7 @@ class HostMemory(NamedTuple):
     swap_used_bytes: int | None
 
     def to_json(self) -> dict[str, int | None]:
-        return {
-            "total_bytes": self.total_bytes,
-            "available_bytes": self.available_bytes,
-            "used_bytes": self.used_bytes,
-            "free_bytes": self.free_bytes,
-            "page_cache_bytes": self.page_cache_bytes,
-            "swap_used_bytes": self.swap_used_bytes,
-        }
+        return dict(zip(self._fields, self, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sparkwatch_agent.readings import GpuInventory, GpuReading, HostMemory, MemoryModel, SensorReading
 from sparkwatch_agent.ring import SampleRing
@@ -13,9 +13,11 @@ FRAME_HELLO = "hello"
 FRAME_GAP = "gap"
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One tick of one node. ``gpu_error`` is set when a device-level failure left ``gpus`` empty."""
+class Sample(NamedTuple):
+    """One tick of one node. ``gpu_error`` is set when a device-level failure left ``gpus`` empty.
+
+    A NamedTuple, like the readings it holds: one is built on every tick.
+    """
 
     seq: int
     boot_id: str

@@ -134,7 +134,7 @@ class SimNvml:
     def __init__(self, sim: SimGb10) -> None:
         self._sim = sim
         digest = zlib.crc32(sim.node.encode())
-        self._uuid = f"GPU-5157{digest:08x}-0000-4000-8000-{digest:012x}"
+        self._uuid = f"GPU-{digest:08x}-5157-4000-8000-{digest:012x}"  # stable per node name
         self._handle = object()
 
     def _check(self, handle: Any) -> None:
