@@ -12,10 +12,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from sparkwatch_agent.config import build_config
-from sparkwatch_agent.host_facts import read_host_facts
-from sparkwatch_agent.http_app import CONTEXT, AgentContext, SampleHub, make_app
-from sparkwatch_agent.metrics import make_registry
+from sparkwatch_agent.http_app import CONTEXT, SampleHub, make_app
 from sparkwatch_agent.node import build_node
+from sparkwatch_agent.serve import agent_context
 
 TOKEN = "s3cret-token-0123456789"
 
@@ -25,16 +24,7 @@ async def start_agent(interval: float = 0.02, ring: int = 1000, token: str | Non
     hub = SampleHub(loop)
     config = build_config({"node": "spark-t", "backend": "sim", "interval": interval, "ring_size": ring}, {})
     node = build_node(config, on_sample=lambda s: hub.publish_threadsafe(s.t_mono_ns))
-    ctx = AgentContext(
-        sampler=node.sampler,
-        registry=make_registry(lambda: node.sampler.snapshot),
-        hub=hub,
-        host=read_host_facts(),
-        token=token,
-        sim=node.sim,
-        wall_ns=time.time_ns,
-        mono_ns=time.monotonic_ns,
-    )
+    ctx = agent_context(node, hub, token)
     client = TestClient(TestServer(make_app(ctx)))
     await client.start_server()
     node.sampler.start()

@@ -19,7 +19,7 @@ from sparkwatch_agent.config import AgentConfig, ConfigError
 from sparkwatch_agent.host_facts import read_host_facts
 from sparkwatch_agent.http_app import AgentContext, SampleHub, make_app
 from sparkwatch_agent.metrics import make_registry
-from sparkwatch_agent.node import build_node
+from sparkwatch_agent.node import Node, build_node
 from sparkwatch_agent.systemd_notify import SystemdNotifier
 
 log = logging.getLogger(__name__)
@@ -40,15 +40,9 @@ def check_auth(config: AgentConfig) -> str | None:
     return token
 
 
-async def serve(config: AgentConfig) -> int:
-    token = check_auth(config)
-    loop = asyncio.get_running_loop()
-    notifier = SystemdNotifier()
-    hub = SampleHub(loop)
-    node = build_node(
-        config, on_sample=lambda s: hub.publish_threadsafe(s.t_mono_ns), on_tick=notifier.watchdog
-    )
-    ctx = AgentContext(
+def agent_context(node: Node, hub: SampleHub, token: str | None) -> AgentContext:
+    """What the HTTP handlers share: the node's sampler, its metrics registry, host facts, auth."""
+    return AgentContext(
         sampler=node.sampler,
         registry=make_registry(lambda: node.sampler.snapshot),
         hub=hub,
@@ -58,7 +52,17 @@ async def serve(config: AgentConfig) -> int:
         wall_ns=time.time_ns,
         mono_ns=time.monotonic_ns,
     )
-    app = make_app(ctx)
+
+
+async def serve(config: AgentConfig) -> int:
+    token = check_auth(config)
+    loop = asyncio.get_running_loop()
+    notifier = SystemdNotifier()
+    hub = SampleHub(loop)
+    node = build_node(
+        config, on_sample=lambda s: hub.publish_threadsafe(s.t_mono_ns), on_tick=notifier.watchdog
+    )
+    app = make_app(agent_context(node, hub, token))
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
