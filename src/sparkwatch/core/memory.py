@@ -1,0 +1,65 @@
+"""Memory in use per node (host MemTotal − MemAvailable, which on unified memory includes the GPU's) and
+across nodes: baseline before the run, peak and mean within the scope, the sum of peaks and the peak of
+the summed series."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sparkwatch.core.tracks import MemTrack
+from sparkwatch.core.windows import Scope
+
+BASELINE_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    baseline_bytes: int | None
+    peak_bytes: int | None
+    mean_bytes: int | None
+
+
+def node_memory(track: MemTrack, scope: Scope, baseline_before_ns: int | None) -> MemoryStats:
+    """Baseline = median of samples in the 10 s before ``baseline_before_ns``; peak/mean within the scope."""
+    used = track.used_bytes
+    ok = np.isfinite(used)
+    baseline = None
+    if baseline_before_ns is not None:
+        pre = (
+            ok
+            & (track.t_ns >= baseline_before_ns - int(BASELINE_S * 1e9))
+            & (track.t_ns < baseline_before_ns)
+        )
+        if pre.any():
+            baseline = int(np.median(used[pre]))
+    inside = ok & scope.contains(track.t_ns) if not scope.empty else np.zeros(len(used), bool)
+    if not inside.any():
+        return MemoryStats(baseline, None, None)
+    return MemoryStats(baseline, int(np.max(used[inside])), int(np.mean(used[inside])))
+
+
+def peak_of_sum(tracks: Sequence[MemTrack], scope: Scope) -> int | None:
+    """Peak over time of Σ nodes' used memory, at every sample time inside the scope where every node has a
+    reading no older than its gap limit (values are held, never interpolated, and never across a gap)."""
+    if not tracks or scope.empty:
+        return None
+    times = np.unique(np.concatenate([t.t_ns[scope.contains(t.t_ns)] for t in tracks]))
+    if len(times) == 0:
+        return None
+    total = np.zeros(len(times))
+    complete = np.ones(len(times), dtype=bool)
+    for track in tracks:
+        ok = np.isfinite(track.used_bytes)
+        t, used, gap = track.t_ns[ok], track.used_bytes[ok], track.max_gap_ns[ok]
+        i = np.searchsorted(t, times, side="right") - 1
+        has = i >= 0
+        idx = np.clip(i, 0, None)
+        fresh = has & (times - t[idx] <= gap[idx]) if len(t) else np.zeros(len(times), bool)
+        complete &= fresh
+        total += np.where(fresh, used[idx] if len(t) else 0.0, 0.0)
+    if not complete.any():
+        return None
+    return int(np.max(total[complete]))
