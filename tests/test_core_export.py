@@ -1,0 +1,128 @@
+"""The sparkwatch.run/1 export built from synthetic tracks with known power, memory and clocks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.export import SCHEMA, NodeInput, RunSpec, build_export, digest
+from sparkwatch.core.tracks import GpuPoint, GpuTrack, MemPoint, MemTrack
+from sparkwatch.core.windows import Window
+
+S = 1_000_000_000
+T0 = 1_800_000_000 * S
+GIB = 2**30
+
+
+def node(name: str, idle_w: float, busy_w: float, busy: list[tuple[int, int]], mem_gib: float) -> NodeInput:
+    """0.1 s samples over [T0, T0 + 40 s]: busy_w at util 0.9 inside the busy spans, idle_w at 0 outside."""
+    gpu, mem, energy = [], [], 0.0
+    for k in range(401):
+        t = T0 + k * S // 10
+        on = k > 0 and any(a * S <= (k - 1) * S // 10 < b * S for a, b in busy)  # interval [k-1, k]
+        if k:
+            energy += (busy_w if on else idle_w) * 0.1
+        gpu.append(GpuPoint(t, 0, 0.1, busy_w if on else idle_w, energy, 0.9 if on else 0.0))
+        mem.append(MemPoint(t, 0, 0.1, int((mem_gib + (4 if on else 0)) * GIB)))
+    return NodeInput(
+        node=name,
+        gpus=[GpuTrack.from_points(gpu)],
+        gpu_uuids=[f"GPU-{name}"],
+        memory=MemTrack.from_points(mem),
+        clock=ClockOffset(offset_ns=0, uncertainty_ns=600_000, probes_used=5, probes_total=10),
+        memory_model="unified",
+    )
+
+
+WINDOWS = [
+    Window("warm", "warmup", T0 + 12 * S, T0 + 14 * S, completion_tokens=10),
+    Window("r1", "timed", T0 + 20 * S, T0 + 25 * S, t_first_token_ns=T0 + 20 * S + S // 2,
+           t_last_token_ns=T0 + 25 * S, completion_tokens=380),
+    Window("r2", "timed", T0 + 30 * S, T0 + 35 * S, completion_tokens=380),
+    Window("tiny", "timed", T0 + 36 * S, T0 + 36 * S + S // 20, completion_tokens=4),
+]
+RUN = RunSpec(id="run-1", name="demo", t_start_ns=T0, t_end_ns=T0 + 40 * S, interval_s=0.1)
+
+
+def build() -> dict:
+    # busy during the warm-up and both timed requests; idle in between
+    busy = [(12, 14), (20, 25), (30, 35)]
+    nodes = [node("spark-1", 11.0, 61.0, busy, 100), node("spark-2", 11.0, 41.0, busy, 90)]
+    return build_export(RUN, nodes, WINDOWS, "0.1.0")
+
+
+def test_export_numbers_match_the_known_load() -> None:
+    export = build()
+    assert export["schema"] == SCHEMA
+    n1, n2 = export["nodes"]
+    # the scope is r1 ∪ r2 ∪ tiny = 10.05 s; busy (util 0.9) except the tiny window, which is idle
+    assert export["method"]["scope_s"] == pytest.approx(10.05)
+    assert n1["power_w"]["gated_mean"] == pytest.approx(61.0)
+    assert n2["power_w"]["gated_mean"] == pytest.approx(41.0)
+    assert n1["energy_j"] == pytest.approx(61.0 * 10 + 11.0 * 0.05)
+    assert n1["gated_s"] == pytest.approx(10.0) and n1["excluded_s"] == pytest.approx(0.05)
+    assert n1["energy_method"] == "counter"
+    assert n1["samples"]["coverage_ratio"] == pytest.approx(1.0)
+    assert n1["memory_used_bytes"]["baseline"] == 100 * GIB  # the 10 s before r1 are idle... except warm-up
+    assert n1["memory_used_bytes"]["peak"] == 104 * GIB
+    totals = export["totals"]
+    assert totals["power_w_gated_mean_sum"] == pytest.approx(102.0)
+    assert totals["memory_used_bytes_peak_sum"] == 198 * GIB
+    assert totals["memory_used_bytes_peak_of_sum"] == 198 * GIB
+    assert totals["completion_tokens"] == 764  # the warm-up's 10 tokens do not count
+    assert totals["joules_per_token"] == pytest.approx(totals["energy_j"] / 764, rel=1e-3)
+    assert export["lmx"]["gpuPowerWatts"] == [61.0, 41.0]
+    assert export["lmx"]["peakVramGb"] == 198.0
+
+
+def test_warmup_is_excluded_but_reported() -> None:
+    warm = build()["windows"][0]
+    assert warm["id"] == "warm" and warm["in_scope"] is False
+    assert warm["nodes"][0]["power_w_gated_mean"] == pytest.approx(61.0)
+
+
+def test_verdicts() -> None:
+    windows = {w["id"]: w for w in build()["windows"]}
+    assert windows["r1"]["verdict"] == "ok" and windows["r1"]["reasons"] == []
+    tiny = windows["tiny"]
+    assert tiny["verdict"] == "low_confidence"
+    assert any("sampling intervals" in r for r in tiny["reasons"])
+    assert any("clock uncertainty" in r for r in tiny["reasons"])  # 0.6 ms > 1 % of 50 ms
+
+
+def test_incomplete_when_a_node_has_a_gap() -> None:
+    gappy = node("spark-3", 11.0, 61.0, [(20, 25)], 80)
+    track = gappy.gpus[0]
+    keep = (track.t_ns < T0 + 21 * S) | (track.t_ns > T0 + 23 * S)  # 2 s hole inside r1
+    hole = GpuTrack(track.t_ns[keep], track.segment[keep], track.max_gap_ns[keep], track.power_w[keep],
+                    track.energy_j[keep], track.util_ratio[keep])
+    nodes = [
+        node("spark-1", 11.0, 61.0, [(20, 25)], 100),
+        NodeInput(gappy.node, [hole], gappy.gpu_uuids, gappy.memory, gappy.clock),
+    ]
+    export = build_export(RUN, nodes, WINDOWS[:2], "0.1.0")
+    r1 = export["windows"][1]
+    assert r1["verdict"] == "incomplete" and "coverage" in r1["reasons"][0]
+    assert export["nodes"][1]["samples"]["max_gap_s"] == pytest.approx(2.2)  # 20.9 s .. 23.1 s
+
+
+def test_unknowns_are_null_with_reasons() -> None:
+    idle = node("idle", 9.0, 9.0, [], 50)  # never above the gate
+    export = build_export(RUN, [idle], WINDOWS, "0.1.0")
+    n = export["nodes"][0]
+    assert n["power_w"]["gated_mean"] is None and n["power_w"]["mean"] == pytest.approx(9.0)
+    assert "power_w.gated_mean" in n["null_reasons"]
+    assert export["totals"]["power_w_gated_mean_sum"] is None
+    assert export["lmx"]["gpuPowerWatts"] == [None]
+    assert "NaN" not in json.dumps(export)
+
+
+def test_digest_and_notes() -> None:
+    export = build()
+    notes = export["lmx"]["notes"]
+    assert digest(export) in notes and len(notes) <= 2000
+    changed = build()
+    changed["nodes"][0]["energy_j"] += 1
+    assert digest(changed) != digest(export)
