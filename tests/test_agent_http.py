@@ -102,6 +102,7 @@ async def test_runtime_interval_lease(agent: TestClient) -> None:
         {"interval_s": 0.1},
         {"holder": "x", "interval_s": "fast"},
         {"holder": "x", "interval_s": 0.1, "bogus": 1},
+        {"holder": "x", "interval_s": 10**400},
         [1, 2],
     ],
 )

@@ -38,8 +38,15 @@ def node(name: str, idle_w: float, busy_w: float, busy: list[tuple[int, int]], m
 
 WINDOWS = [
     Window("warm", "warmup", T0 + 12 * S, T0 + 14 * S, completion_tokens=10),
-    Window("r1", "timed", T0 + 20 * S, T0 + 25 * S, t_first_token_ns=T0 + 20 * S + S // 2,
-           t_last_token_ns=T0 + 25 * S, completion_tokens=380),
+    Window(
+        "r1",
+        "timed",
+        T0 + 20 * S,
+        T0 + 25 * S,
+        t_first_token_ns=T0 + 20 * S + S // 2,
+        t_last_token_ns=T0 + 25 * S,
+        completion_tokens=380,
+    ),
     Window("r2", "timed", T0 + 30 * S, T0 + 35 * S, completion_tokens=380),
     Window("tiny", "timed", T0 + 36 * S, T0 + 36 * S + S // 20, completion_tokens=4),
 ]
@@ -96,8 +103,14 @@ def test_incomplete_when_a_node_has_a_gap() -> None:
     gappy = node("spark-3", 11.0, 61.0, [(20, 25)], 80)
     track = gappy.gpus[0]
     keep = (track.t_ns < T0 + 21 * S) | (track.t_ns > T0 + 23 * S)  # 2 s hole inside r1
-    hole = GpuTrack(track.t_ns[keep], track.segment[keep], track.max_gap_ns[keep], track.power_w[keep],
-                    track.energy_j[keep], track.util_ratio[keep])
+    hole = GpuTrack(
+        track.t_ns[keep],
+        track.segment[keep],
+        track.max_gap_ns[keep],
+        track.power_w[keep],
+        track.energy_j[keep],
+        track.util_ratio[keep],
+    )
     nodes = [
         node("spark-1", 11.0, 61.0, [(20, 25)], 100),
         NodeInput(gappy.node, [hole], gappy.gpu_uuids, gappy.memory, gappy.clock),

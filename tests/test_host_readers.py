@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 from sparkwatch_agent.host_facts import cpu_model, os_name
 from sparkwatch_agent.hwmon import EnergyAccumulator, HwmonSensors
 from sparkwatch_agent.meminfo import MeminfoReader, parse_meminfo
@@ -112,3 +114,10 @@ def test_host_facts_from_injected_root(tmp_path: pathlib.Path) -> None:
     (tmp_path / "etc/os-release").write_text('NAME="Ubuntu"\nPRETTY_NAME="Ubuntu 24.04.3 LTS"\n')
     assert cpu_model(tmp_path) == "NVIDIA DGX Spark"
     assert os_name(tmp_path) == "Ubuntu 24.04.3 LTS"
+
+
+def test_energy_accumulator_ignores_small_backward_jitter() -> None:
+    acc = EnergyAccumulator()
+    acc.update(10_000_000_000)
+    assert acc.update(9_999_900_000) == 0.0  # 0.1 J back: jitter, not a reset adding 10 kJ
+    assert acc.update(10_001_000_000) == pytest.approx(1.1)

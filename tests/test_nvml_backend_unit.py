@@ -133,8 +133,9 @@ def test_memory_model_detection(gpu_total: int, host_total: int, expected: str) 
     lib = FakeNvml([FakeGpu(mem_total=gpu_total)])
     inventory, model = NvmlBackend(lib=lib).open(host_total)
     assert model == expected
-    if gpu_total == 0:
-        assert inventory.gpus[0].capabilities["memory_info"].state == "untrusted"
+    # on unified memory NVML's memory figures are the host's (or nothing): never exported as GPU memory
+    expected_state = "untrusted" if expected == "unified" else "supported"
+    assert inventory.gpus[0].capabilities["memory_info"].state == expected_state
 
 
 def test_process_memory_none_when_driver_hides_it() -> None:
@@ -144,3 +145,25 @@ def test_process_memory_none_when_driver_hides_it() -> None:
     assert backend.read()[0].process_mem_bytes is None
     lib.gpus[0].procs = []
     assert backend.read()[0].process_mem_bytes == 0  # no process at all is a true zero
+
+
+def test_out_of_range_value_at_probe_marks_field_unsupported() -> None:
+    lib = gb10_fake()
+    lib.gpus[0].util = 101
+    backend = NvmlBackend(lib=lib)
+    inventory, _ = backend.open(HOST_128G)  # must not raise: one bad field is not a device failure
+    caps = inventory.gpus[0].capabilities
+    assert caps["utilization"] == caps["utilization"].__class__("unsupported", "OUT_OF_RANGE")
+    assert backend.read()[0].power_w == 7.0
+
+
+def test_unexpected_probe_exception_is_a_device_error_and_closes() -> None:
+    lib = gb10_fake()
+
+    def broken(_h: object) -> str:
+        raise RuntimeError("binding bug")
+
+    lib.nvmlDeviceGetName = broken  # type: ignore[method-assign]
+    with pytest.raises(DeviceError):
+        NvmlBackend(lib=lib).open(HOST_128G)
+    assert lib.calls[-1] == "nvmlShutdown"

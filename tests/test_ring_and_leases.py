@@ -88,3 +88,16 @@ def test_lease_renewal_and_fastest_holder_wins() -> None:
 def test_lease_validation(interval: float, ttl: float, holder: str) -> None:
     with pytest.raises(ValueError):
         IntervalLeases(1.0).grant(holder, interval, ttl, 0)
+
+
+def test_live_reads_never_decompress(monkeypatch: pytest.MonkeyPatch) -> None:
+    import zlib
+
+    ring = filled(1000, 300, block=128)  # blocks 1-128, 129-256 closed; head 257-300
+    calls: list[int] = []
+    real = zlib.decompress
+    monkeypatch.setattr(zlib, "decompress", lambda data: calls.append(1) or real(data))
+    assert ring.after(280, 10).frames == tuple(f"f{i}".encode() for i in range(281, 291))
+    assert calls == []
+    assert ring.after(250, 10).frames[0] == b"f251"
+    assert calls == [1]

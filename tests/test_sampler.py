@@ -34,6 +34,9 @@ class StaticMemory:
     def read(self) -> HostMemory:
         return parse_meminfo(b"MemTotal: 125000000 kB\nMemFree: 100 kB\nMemAvailable: 100000000 kB\n")
 
+    def close(self) -> None:
+        return None
+
 
 def make_sampler(lib: object, clock: FakeClock, ring: int = 100) -> Sampler:
     return Sampler(
@@ -189,3 +192,69 @@ def test_loop_keeps_absolute_deadlines_and_follows_interval_changes() -> None:
     fast = ticks[n + 5 : n + 30]
     assert abs((fast[-1] - fast[0]) / 1e9 - 0.01 * (len(fast) - 1)) < 0.02
     assert sampler.snapshot.memory_model == "none"
+
+
+def test_speeding_up_counts_no_fake_late_ticks() -> None:
+    sampler = Sampler(
+        node="n",
+        boot_id="b",
+        gpu=None,
+        memory=StaticMemory(),
+        sensors=None,
+        leases=IntervalLeases(2.0),
+        ring=SampleRing(1000),
+    )
+    sampler.start()
+    try:
+        time.sleep(0.3)
+        sampler.leases.grant("c", 0.05, 60, time.monotonic_ns())
+        sampler.wake()
+        time.sleep(0.5)
+    finally:
+        sampler.stop()
+    assert sampler.snapshot.counters.late_ticks_total == 0
+    assert 8 <= sampler.snapshot.counters.samples_total <= 14
+
+
+def test_watchdog_hears_from_the_loop_at_long_intervals() -> None:
+    beats: list[float] = []
+    sampler = Sampler(
+        node="n",
+        boot_id="b",
+        gpu=None,
+        memory=StaticMemory(),
+        sensors=None,
+        leases=IntervalLeases(60.0),
+        ring=SampleRing(10),
+        on_tick=lambda: beats.append(time.monotonic()),
+    )
+    sampler.start()
+    try:
+        time.sleep(2.5)
+    finally:
+        sampler.stop()
+    assert len(beats) >= 2 and sampler.snapshot.counters.samples_total == 1
+
+
+def test_stream_cursor_puts_hello_where_the_inventory_changed() -> None:
+    from sparkwatch_agent.stream_frames import StreamCursor
+
+    clock = FakeClock()
+    lib = gb10_fake()
+    sampler = make_sampler(lib, clock)
+    sampler.tick()
+    sampler.tick()
+    cursor = StreamCursor(0, sampler.snapshot.inventory_rev)
+    lib.errors["nvmlDeviceGetPowerUsage"] = GPU_IS_LOST
+    sampler.tick()  # seq 3: lost
+    del lib.errors["nvmlDeviceGetPowerUsage"]
+    clock.advance(3)
+    sampler.tick()  # seq 4: re-opened, new inventory
+    sampler.tick()  # seq 5
+    lines = []
+    while more := cursor.next_lines(
+        sampler, 500, lambda snap: b'{"type":"hello","rev":%d}' % snap.inventory_rev
+    ):
+        lines.extend(json.loads(x) for x in more)
+    kinds = [(f["type"], f.get("seq", f.get("rev"))) for f in lines]
+    assert kinds == [("sample", 1), ("sample", 2), ("sample", 3), ("hello", 2), ("sample", 4), ("sample", 5)]

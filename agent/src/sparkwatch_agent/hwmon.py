@@ -7,11 +7,14 @@ surviving wrap-around (spbm's 32-bit accumulators wrap after ≈12 h at 100 W).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkwatch_agent.readings import SensorKind, SensorReading
+
+log = logging.getLogger(__name__)
 
 _CHANNEL = re.compile(r"^(power|energy)(\d+)_(input|average|label)$")
 _SYSTEM_LABELS = frozenset({"sys_total", "dc_input", "sys", "system", "total", "psu", "input"})
@@ -51,7 +54,9 @@ class EnergyAccumulator:
         if last is None:
             return self.total_j
         delta = raw_uj - last
-        if delta < 0:
+        if 0 > delta >= -max(1_000_000, last // 1000):
+            delta = 0  # a small step back is read jitter (≤ 1 J or 0.1 %), not a wrap or a reset
+        elif delta < 0:
             modulus = next((m for m in _WRAP_MODULI if m > last), None)
             # Close to the top of a modulus it wrapped; otherwise the driver restarted counting from zero.
             delta = raw_uj + modulus - last if modulus is not None and last > modulus // 2 else raw_uj
@@ -94,10 +99,13 @@ class HwmonSensors:
 
     @staticmethod
     def _discover(root: Path) -> tuple[_Channel, ...]:
-        if not root.is_dir():
+        try:
+            chips = sorted(root.iterdir(), key=lambda p: p.name) if root.is_dir() else []
+        except OSError as exc:
+            log.warning("hwmon sensors unavailable: cannot list %s: %s", root, exc.strerror or exc)
             return ()
         channels: dict[str, _Channel] = {}
-        for chip_dir in sorted(root.iterdir(), key=lambda p: p.name):
+        for chip_dir in chips:
             chip = _read_text(chip_dir / "name") or chip_dir.name
             found: dict[tuple[str, str], dict[str, Path]] = {}
             try:

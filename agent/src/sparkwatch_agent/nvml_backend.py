@@ -133,9 +133,9 @@ class NvmlBackend:
         except DeviceError:
             self.close()
             raise
-        except lib.NVMLError as exc:
+        except Exception as exc:  # NVMLError outside a field, or a binding that misbehaves: retry later
             self.close()
-            raise DeviceError(nvml_reason(exc), "probe failed") from exc
+            raise DeviceError(nvml_reason(exc), f"probe failed: {exc}") from exc
 
     def close(self) -> None:
         self._devices = ()
@@ -167,7 +167,7 @@ class NvmlBackend:
         gpus: list[GpuFacts] = []
         devices: list[_Device] = []
         for handle, index, name, uuid, probed_caps, gpu_total, _first in probed:
-            caps = self._distrust_on_unified(probed_caps, gpu_total) if model == "unified" else probed_caps
+            caps = self._distrust_on_unified(probed_caps) if model == "unified" else probed_caps
             gen = self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkGeneration", None), handle)
             width = self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkWidth", None), handle)
             gpus.append(
@@ -215,8 +215,8 @@ class NvmlBackend:
                 out: Out = {}
                 try:
                     reader(handle, out)
-                except (self._lib.NVMLError, FieldValueError) as exc:
-                    reason = nvml_reason(exc)
+                except (self._lib.NVMLError, FieldValueError, ValueError) as exc:
+                    reason = "OUT_OF_RANGE" if isinstance(exc, ValueError) else nvml_reason(exc)
                     if reason in DEVICE_LEVEL_ERRORS:
                         raise DeviceError(reason, f"probing {field}") from exc
                     status = FieldStatus("unsupported", reason, status.detail)
@@ -228,15 +228,17 @@ class NvmlBackend:
         return caps, first
 
     @staticmethod
-    def _distrust_on_unified(caps: dict[str, FieldStatus], gpu_total: int | None) -> dict[str, FieldStatus]:
+    def _distrust_on_unified(caps: dict[str, FieldStatus]) -> dict[str, FieldStatus]:
         caps = dict(caps)
         if caps["memory_utilization"].polled:
             caps["memory_utilization"] = FieldStatus(
                 "untrusted", "BOGUS_ON_UNIFIED_MEMORY", "memory utilisation reads 0 on unified memory"
             )
-        if caps["memory_info"].polled and not gpu_total:
+        if caps["memory_info"].polled:
             caps["memory_info"] = FieldStatus(
-                "untrusted", "BOGUS_ON_UNIFIED_MEMORY", "reports no GPU memory; host memory is the GPU's"
+                "untrusted",
+                "BOGUS_ON_UNIFIED_MEMORY",
+                "on unified memory use host memory (MemTotal - MemAvailable)",
             )
         return caps
 

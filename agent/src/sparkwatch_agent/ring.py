@@ -91,7 +91,11 @@ class SampleRing:
             if start >= end:
                 return RingSlice((), None, None, missing)
             wanted: list[tuple[int, bytes]] = []  # compressed blocks overlapping [start, end)
-            i = bisect.bisect_right(self._block_starts, start) - 1
+            i = (
+                bisect.bisect_right(self._block_starts, start) - 1
+                if start < self._head_start
+                else len(self._blocks)
+            )
             while 0 <= i < len(self._blocks) and self._block_starts[i] < end:
                 wanted.append((self._block_starts[i], self._blocks[i]))
                 i += 1

@@ -30,9 +30,13 @@ from sparkwatch_agent.sample import Sample, encode_frame
 
 log = logging.getLogger(__name__)
 
+MAX_WAIT_S = 1.0
+
 
 class MemoryReader(Protocol):
     def read(self) -> HostMemory: ...
+
+    def close(self) -> None: ...
 
 
 class SensorReader(Protocol):
@@ -70,6 +74,7 @@ class Snapshot(NamedTuple):
     gpu_ok: bool
     gpu_reason: str | None
     inventory_rev: int
+    inventory_seq: int  # seq of the first sample taken with this inventory
     counters: Counters
     dropped_total: int
     interval_s: float
@@ -111,6 +116,7 @@ class Sampler:
         self._inventory: GpuInventory | None = None
         self._memory_model: MemoryModel = "unknown" if gpu is not None else "none"
         self._inventory_rev = 0
+        self._inventory_seq = 1
         self._seq = 0
         self._samples_total = 0
         self._read_errors: dict[tuple[str, str], int] = {}
@@ -146,6 +152,7 @@ class Sampler:
             gpu_ok=self._gpu_open,
             gpu_reason=None if self._gpu_open else self._gpu_reason,
             inventory_rev=self._inventory_rev,
+            inventory_seq=self._inventory_seq,
             counters=Counters(
                 samples_total=self._samples_total,
                 read_errors=self._read_errors_view(),
@@ -183,6 +190,7 @@ class Sampler:
         self._gpu_open = True
         self._gpu_reason = None
         self._inventory_rev += 1
+        self._inventory_seq = self._seq + 1
         self._backoff.reset()
         log.info(
             "GPU backend %s open: %d GPU(s), memory model %s", self._gpu.name, len(inventory.gpus), model
@@ -277,9 +285,14 @@ class Sampler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        if self._gpu is not None and self._gpu_open:
-            self._gpu.close()
-            self._gpu_open = False
+            if self._thread.is_alive():  # stuck inside a hardware call: never shut NVML down under it
+                log.warning("sampler did not stop within %.1f s; leaving the GPU library as it is", timeout_s)
+                return
+        with self._lock:
+            if self._gpu is not None and self._gpu_open:
+                self._gpu.close()
+                self._gpu_open = False
+            self._memory.close()
 
     def _run(self) -> None:
         mono = self._clocks.mono_ns
@@ -288,12 +301,16 @@ class Sampler:
         while not self._stop.is_set():
             now = mono()
             if now < deadline:
-                self._wake.wait((deadline - now) / 1e9)
+                # Wait at most a second at a time so the watchdog hears from us even at long intervals.
+                self._wake.wait(min((deadline - now) / 1e9, MAX_WAIT_S))
+                if self._on_tick is not None:
+                    self._on_tick()
                 if self._wake.is_set():
                     self._wake.clear()
                     new_ns = int(self.leases.current_s(mono()) * 1e9)
                     if new_ns != interval_ns:
-                        deadline = deadline - interval_ns + new_ns  # rebase on the last tick's deadline
+                        # rebase on the last tick's deadline; if that moment has passed, sample now
+                        deadline = max(deadline - interval_ns + new_ns, mono())
                         interval_ns = new_ns
                 continue
             if self.record_lateness:
@@ -307,7 +324,7 @@ class Sampler:
             interval_ns = int(self._snapshot.interval_s * 1e9)  # what this tick found the leases to say
             deadline += interval_ns
             now = mono()
-            if deadline <= now:  # overran one or more deadlines: skip them, stay on the grid
+            if deadline <= now:  # this tick overran one or more deadlines: skip them, stay on the grid
                 missed = (now - deadline) // interval_ns + 1
                 self._late_ticks += missed
                 deadline += missed * interval_ns

@@ -114,6 +114,9 @@ class SimMeminfoReader:
     def read(self) -> HostMemory:
         return parse_meminfo(self._sim.meminfo_text())
 
+    def close(self) -> None:
+        return None
+
 
 class SimNvmlError(Exception):
     """Shaped like ``pynvml.NVMLError``: the NVML return code is in ``value``."""

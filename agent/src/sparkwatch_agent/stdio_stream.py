@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 import time
-from typing import BinaryIO, TextIO
+from typing import BinaryIO
 
 from sparkwatch_agent.config import AgentConfig
 from sparkwatch_agent.hello import hello_frame
 from sparkwatch_agent.host_facts import read_host_facts
 from sparkwatch_agent.interval_lease import DEFAULT_TTL_S
 from sparkwatch_agent.node import build_node
-from sparkwatch_agent.sample import encode_frame, frames_after
-from sparkwatch_agent.sampler import Sampler
+from sparkwatch_agent.sample import encode_frame
+from sparkwatch_agent.sampler import Sampler, Snapshot
+from sparkwatch_agent.stream_frames import StreamCursor
 
 log = logging.getLogger(__name__)
 
@@ -41,47 +43,64 @@ def _apply_command(sampler: Sampler, line: str) -> None:
             sampler.leases.release(holder)
         else:
             raise ValueError(f"unknown command type {kind!r}")
-    except (ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:  # any bad line is ignored: the reader thread must survive it
         log.warning("ignored stdin command %r: %s", line[:200], exc)
         return
     sampler.wake()
 
 
-def _read_commands(sampler: Sampler, stdin: TextIO) -> None:
-    for line in stdin:
-        if line.strip():
-            _apply_command(sampler, line)
+def _read_commands(sampler: Sampler, stdin_fd: int) -> None:
+    """Read command lines from the raw descriptor: a daemon thread blocked inside a buffered reader would
+    abort the interpreter at exit (it holds the buffer's lock)."""
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(stdin_fd, 65536)
+        except OSError:
+            return  # no usable stdin: the stream still runs, just without commands
+        if not chunk:
+            return
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for raw in lines:
+            line = raw.decode("utf-8", errors="replace").strip()
+            if line:
+                _apply_command(sampler, line)
+        pending = pending[-65536:]  # a line without end is not a command; do not let it grow
 
 
-def run_stdio(config: AgentConfig, stdout: BinaryIO | None = None, stdin: TextIO | None = None) -> int:
+def run_stdio(config: AgentConfig, stdout: BinaryIO | None = None, stdin_fd: int | None = None) -> int:
     out = stdout or sys.stdout.buffer
     new_sample = threading.Event()
     stop = threading.Event()
     node = build_node(config, on_sample=lambda _s: new_sample.set())
     sampler = node.sampler
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            os._exit(130)  # a second SIGINT exits at once
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stop.set())
-    threading.Thread(target=_read_commands, args=(sampler, stdin or sys.stdin), daemon=True).start()
+        signal.signal(sig, on_signal)
+    fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
+    threading.Thread(target=_read_commands, args=(sampler, fd), daemon=True).start()
     host = read_host_facts()
+
+    def hello(snap: Snapshot) -> bytes:
+        sensors = tuple(s.sensor for s in snap.sample.sensors) if snap.sample else ()
+        return encode_frame(hello_frame(snap, host, sensors))
+
     sampler.start()
-    last, rev = 0, -1
+    cursor = StreamCursor(0, -1)  # -1: no hello sent yet
     try:
         while not stop.is_set():
             new_sample.wait(0.5)
             new_sample.clear()
-            snap = sampler.snapshot
-            if snap.sample is None:
+            if sampler.snapshot.sample is None:
                 continue
             lines: list[bytes] = []
-            if snap.inventory_rev != rev:
-                rev = snap.inventory_rev
-                lines.append(
-                    encode_frame(hello_frame(snap, host, tuple(s.sensor for s in snap.sample.sensors)))
-                )
-            while True:
-                more, last = frames_after(sampler.ring, last, 500)
-                if not more:
-                    break
+            while more := cursor.next_lines(sampler, 500, hello):
                 lines.extend(more)
             if lines:
                 out.write(b"\n".join(lines) + b"\n")
