@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import math
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -79,9 +80,11 @@ class SampleHub:
             event.set()
 
     async def _flush_trailing(self) -> None:
+        """Deliver frames whose wake-up was skipped when no regular wake-up followed (sampling slowed down
+        or stopped); while samples keep coming, the next regular wake-up carries them and this stays idle."""
         while self._subscribers:
             await asyncio.sleep(self._min_gap_s)
-            if self._pending:
+            if self._pending and time.monotonic_ns() - self._last_ns >= self._min_gap_ns:
                 self._pending = False
                 self._fire()
 
