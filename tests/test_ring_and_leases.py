@@ -1,12 +1,15 @@
-"""The replay ring (overflow accounting, gaps) and the interval lease rules."""
+"""The replay ring (overflow accounting, gaps), the interval lease rules and the sample frame encoder."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparkwatch_agent.interval_lease import IntervalLeases
+from sparkwatch_agent.readings import GpuReading, HostMemory, SensorReading
 from sparkwatch_agent.ring import SampleRing
-from sparkwatch_agent.sample import frames_after
+from sparkwatch_agent.sample import Sample, encode_frame, encode_sample, frames_after
 
 
 def filled(capacity: int, count: int, block: int = 1) -> SampleRing:
@@ -101,3 +104,48 @@ def test_live_reads_never_decompress(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == []
     assert ring.after(250, 10).frames[0] == b"f251"
     assert calls == [1]
+
+
+# ---- the hand-written sample encoder equals the generic one -------------------------------------------
+
+_maybe_f = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False))
+_maybe_i = st.one_of(st.none(), st.integers(0, 2**62))
+_text = st.text(min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    floats=st.lists(_maybe_f, min_size=9, max_size=9),
+    ints=st.lists(_maybe_i, min_size=9, max_size=9),
+    uuid=_text,
+    node=_text,
+    errors=st.lists(st.tuples(_text, _text), max_size=2),
+    gpu_error=st.one_of(st.none(), _text),
+    with_memory=st.booleans(),
+)
+def test_encode_sample_matches_generic_json(
+    floats: list[float | None],
+    ints: list[int | None],
+    uuid: str,
+    node: str,
+    errors: list[tuple[str, str]],
+    gpu_error: str | None,
+    with_memory: bool,
+) -> None:
+    gpu = GpuReading(0, uuid, *floats[:7], ints[0], ints[1], floats[7], ints[2], tuple(errors))
+    memory = HostMemory(*ints[3:9]) if with_memory else None
+    sample = Sample(
+        seq=7,
+        boot_id="b00t",
+        node=node,
+        t_wall_ns=1,
+        t_mono_ns=2,
+        read_duration_s=floats[8] or 0.0,
+        interval_s=0.1,
+        gpus=(gpu,),
+        gpu_error=gpu_error,
+        memory=memory,
+        memory_error=None if with_memory else "OSError: gone",
+        sensors=(SensorReading("sys_total", "system", floats[0], floats[1]),),
+    )
+    assert encode_sample(sample) == encode_frame(sample.to_json())

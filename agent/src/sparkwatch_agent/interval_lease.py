@@ -36,6 +36,9 @@ class IntervalLeases:
         self.configured_s = validate_interval(configured_s)
         self._leases: dict[str, Lease] = {}
         self._lock = threading.Lock()
+        # current_s runs on every tick: cache the answer until the next lease expiry or change
+        self._cached_s = self.configured_s
+        self._cached_until_ns = -1
 
     def grant(self, holder: str, interval_s: float, ttl_s: float, now_mono_ns: int) -> Lease:
         validate_interval(interval_s)
@@ -46,10 +49,12 @@ class IntervalLeases:
         lease = Lease(holder, float(interval_s), now_mono_ns + int(ttl_s * 1e9))
         with self._lock:
             self._leases[holder] = lease
+            self._cached_until_ns = -1
         return lease
 
     def release(self, holder: str) -> bool:
         with self._lock:
+            self._cached_until_ns = -1
             return self._leases.pop(holder, None) is not None
 
     def active(self, now_mono_ns: int) -> tuple[Lease, ...]:
@@ -59,8 +64,15 @@ class IntervalLeases:
             return tuple(self._leases.values())
 
     def current_s(self, now_mono_ns: int) -> float:
-        leases = self.active(now_mono_ns)
-        return min((lease.interval_s for lease in leases), default=self.configured_s)
+        if now_mono_ns < self._cached_until_ns:
+            return self._cached_s
+        with self._lock:
+            for holder in [h for h, lease in self._leases.items() if lease.expires_mono_ns <= now_mono_ns]:
+                del self._leases[holder]
+            leases = self._leases.values()
+            self._cached_s = min((lease.interval_s for lease in leases), default=self.configured_s)
+            self._cached_until_ns = min((lease.expires_mono_ns for lease in leases), default=2**63 - 1)
+            return self._cached_s
 
     def next_expiry_ns(self, now_mono_ns: int) -> int | None:
         leases = self.active(now_mono_ns)

@@ -26,7 +26,7 @@ from sparkwatch_agent.readings import (
     SensorReading,
 )
 from sparkwatch_agent.ring import SampleRing
-from sparkwatch_agent.sample import Sample, encode_frame
+from sparkwatch_agent.sample import Sample, encode_sample
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ class Sampler:
             memory_error=memory_error,
             sensors=sensors,
         )
-        self.ring.append(sample.seq, encode_frame(sample.to_json()))
+        self.ring.append(sample.seq, encode_sample(sample))
         self._samples_total += 1
         self._snapshot = self._make_snapshot(sample)
         if self._on_sample is not None:
