@@ -1,0 +1,328 @@
+"""The coordinator's SQLite store (WAL; migrations by ``PRAGMA user_version``).
+
+Sample inserts are idempotent, keyed by (node, boot_id, seq): a link that resumes or replays can send a
+frame twice and nothing changes. Each ingested batch is one transaction, so a crash loses at most the
+batch in flight, and everything committed survives a coordinator restart.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.windows import Window
+from sparkwatch.store.schema import MIGRATIONS
+
+
+class StoreError(Exception):
+    """A request the store refuses (unknown run, duplicate window id, …); nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    id: str
+    name: str
+    t_start_ns: int
+    t_end_ns: int | None
+    interval_s: float
+    gate_threshold: float
+    scope: str
+
+    @property
+    def open(self) -> bool:
+        return self.t_end_ns is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "t_start_ns": self.t_start_ns,
+            "t_end_ns": self.t_end_ns,
+            "interval_s": self.interval_s,
+            "gate_threshold": self.gate_threshold,
+            "scope": self.scope,
+            "open": self.open,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One line of an agent stream: its raw bytes (kept as received) and its parsed form."""
+
+    raw: bytes
+    data: dict[str, Any]
+
+
+class Store:
+    def __init__(self, path: Path, now_ns: Callable[[], int] = time.time_ns) -> None:
+        self._now = now_ns
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open database {path}: {exc}") from exc
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _migrate(self) -> None:
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        if version > len(MIGRATIONS):
+            raise StoreError(f"database schema {version} is newer than this sparkwatch ({len(MIGRATIONS)})")
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            self._db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    # ---- nodes, boots, samples -------------------------------------------------------------------
+    def set_nodes(self, names: Sequence[str]) -> None:
+        with _tx(self._db):
+            self._db.execute("DELETE FROM nodes")
+            self._db.executemany(
+                "INSERT INTO nodes (name, position) VALUES (?, ?)", [(n, i) for i, n in enumerate(names)]
+            )
+
+    def record_hello(self, node: str, hello: dict[str, Any]) -> None:
+        with _tx(self._db):
+            self._db.execute(
+                "INSERT OR IGNORE INTO boots (node, boot_id, first_seen_ns, hello) VALUES (?, ?, ?, ?)",
+                (node, str(hello["boot_id"]), self._now(), json.dumps(hello)),
+            )
+
+    def ingest(self, node: str, boot_id: str, frames: Iterable[Frame]) -> int:
+        """Store one node's sample and gap frames in one transaction (gap frames belong to ``boot_id``, the
+        boot of the stream they came on); returns how many samples were new."""
+        samples: list[tuple[Any, ...]] = []
+        gpus: list[tuple[Any, ...]] = []
+        gaps: list[tuple[Any, ...]] = []
+        now = self._now()
+        for frame in frames:
+            d = frame.data
+            kind = d.get("type")
+            if kind == "sample":
+                boot, seq = d["boot_id"], d["seq"]
+                memory = d.get("memory") or {}
+                samples.append(
+                    (
+                        node,
+                        boot,
+                        seq,
+                        d["t_wall_ns"],
+                        d["t_mono_ns"],
+                        d["interval_s"],
+                        memory.get("used_bytes"),
+                        frame.raw,
+                    )
+                )
+                gpus.extend(
+                    (
+                        node,
+                        boot,
+                        seq,
+                        g["index"],
+                        g["uuid"],
+                        g.get("power_w"),
+                        g.get("energy_j"),
+                        g.get("util_ratio"),
+                    )
+                    for g in d.get("gpus", ())
+                )
+            elif kind == "gap":
+                gaps.append((node, boot_id, d["after"], d["missing"], now))
+        with _tx(self._db):
+            before = self._db.total_changes
+            self._db.executemany(
+                "INSERT OR IGNORE INTO samples (node, boot_id, seq, t_wall_ns, t_mono_ns, interval_s,"
+                " mem_used_bytes, frame) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                samples,
+            )
+            inserted = self._db.total_changes - before
+            self._db.executemany("INSERT OR IGNORE INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", gpus)
+            self._db.executemany("INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)", gaps)
+        return inserted
+
+    def last_seq(self, node: str, boot_id: str) -> int:
+        row = self._db.execute(
+            "SELECT MAX(seq) FROM samples WHERE node = ? AND boot_id = ?", (node, boot_id)
+        ).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def latest_boot(self, node: str) -> tuple[str, int] | None:
+        """The node's most recently seen boot and the last seq stored for it (where a link resumes)."""
+        row = self._db.execute(
+            "SELECT boot_id FROM boots WHERE node = ? ORDER BY first_seen_ns DESC LIMIT 1", (node,)
+        ).fetchone()
+        if row is None:
+            return None
+        return str(row[0]), self.last_seq(node, str(row[0]))
+
+    def hello(self, node: str, boot_id: str) -> dict[str, Any] | None:
+        row = self._db.execute(
+            "SELECT hello FROM boots WHERE node = ? AND boot_id = ?", (node, boot_id)
+        ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def count_samples(self, node: str | None = None) -> int:
+        if node is None:
+            return int(self._db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+        return int(self._db.execute("SELECT COUNT(*) FROM samples WHERE node = ?", (node,)).fetchone()[0])
+
+    def gaps(self, node: str) -> list[tuple[str, int, int]]:
+        rows = self._db.execute(
+            "SELECT boot_id, after_seq, missing FROM gaps WHERE node = ? ORDER BY recorded_ns", (node,)
+        ).fetchall()
+        return [(str(b), int(a), int(m)) for b, a, m in rows]
+
+    def gpu_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[Any, ...]]:
+        """(boot_id, seq, t_wall_ns, interval_s, gpu, uuid, power_w, energy_j, util_ratio), agent clock."""
+        return self._db.execute(
+            "SELECT s.boot_id, s.seq, s.t_wall_ns, s.interval_s, g.gpu, g.uuid, g.power_w, g.energy_j,"
+            " g.util_ratio"
+            " FROM samples s JOIN gpu_samples g USING (node, boot_id, seq)"
+            " WHERE s.node = ? AND s.t_wall_ns BETWEEN ? AND ? ORDER BY s.t_wall_ns",
+            (node, t_from_ns, t_to_ns),
+        ).fetchall()
+
+    def mem_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[Any, ...]]:
+        """(boot_id, seq, t_wall_ns, interval_s, mem_used_bytes), agent clock."""
+        return self._db.execute(
+            "SELECT boot_id, seq, t_wall_ns, interval_s, mem_used_bytes FROM samples"
+            " WHERE node = ? AND t_wall_ns BETWEEN ? AND ? ORDER BY t_wall_ns",
+            (node, t_from_ns, t_to_ns),
+        ).fetchall()
+
+    # ---- clock offsets ---------------------------------------------------------------------------
+    def add_offset(self, node: str, boot_id: str, offset: ClockOffset, t_ns: int | None = None) -> None:
+        with _tx(self._db):
+            self._db.execute(
+                "INSERT OR REPLACE INTO clock_offsets VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    node,
+                    boot_id,
+                    self._now() if t_ns is None else t_ns,
+                    offset.offset_ns,
+                    offset.uncertainty_ns,
+                    offset.probes_used,
+                ),
+            )
+
+    def offsets(self, node: str, boot_id: str | None = None) -> list[tuple[int, int, int]]:
+        """(t_ns, offset_ns, uncertainty_ns), oldest first."""
+        sql = "SELECT t_ns, offset_ns, uncertainty_ns FROM clock_offsets WHERE node = ?"
+        args: tuple[Any, ...] = (node,)
+        if boot_id is not None:
+            sql += " AND boot_id = ?"
+            args = (node, boot_id)
+        return [(int(a), int(b), int(c)) for a, b, c in self._db.execute(sql + " ORDER BY t_ns", args)]
+
+    # ---- runs and windows ------------------------------------------------------------------------
+    def create_run(self, run: RunRow) -> RunRow:
+        try:
+            with _tx(self._db):
+                self._db.execute(
+                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run.id,
+                        run.name,
+                        run.t_start_ns,
+                        run.t_end_ns,
+                        run.interval_s,
+                        run.gate_threshold,
+                        run.scope,
+                    ),
+                )
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"run {run.id} already exists") from exc
+        return run
+
+    def end_run(self, run_id: str, t_end_ns: int) -> RunRow:
+        run = self.run(run_id)
+        if not run.open:
+            raise StoreError(f"run {run_id} has already ended")
+        with _tx(self._db):
+            self._db.execute("UPDATE runs SET t_end_ns = ? WHERE id = ?", (t_end_ns, run_id))
+        return self.run(run_id)
+
+    def run(self, run_id: str) -> RunRow:
+        row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no run {run_id}")
+        return RunRow(*row)
+
+    def runs(self) -> list[RunRow]:
+        return [RunRow(*row) for row in self._db.execute("SELECT * FROM runs ORDER BY t_start_ns")]
+
+    def add_windows(self, run_id: str, windows: Sequence[Window]) -> int:
+        """All or nothing: an unknown run or a window id already stored rejects the whole batch."""
+        self.run(run_id)
+        rows = [
+            (
+                run_id,
+                w.id,
+                w.phase,
+                w.t_start_ns,
+                w.t_first_byte_ns,
+                w.t_first_token_ns,
+                w.t_last_token_ns,
+                w.t_end_ns,
+                w.prompt_tokens,
+                w.completion_tokens,
+                w.cached_tokens,
+                json.dumps(w.source),
+            )
+            for w in windows
+        ]
+        try:
+            with _tx(self._db):
+                self._db.executemany("INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"window ids must be unique within a run: {exc}") from exc
+        return len(rows)
+
+    def windows(self, run_id: str) -> list[Window]:
+        rows = self._db.execute(
+            "SELECT id, phase, t_start_ns, t_end_ns, t_first_byte_ns, t_first_token_ns, t_last_token_ns,"
+            " prompt_tokens, completion_tokens, cached_tokens, source FROM windows WHERE run_id = ?"
+            " ORDER BY t_start_ns, id",
+            (run_id,),
+        ).fetchall()
+        return [
+            Window(
+                id=r[0],
+                phase=r[1],
+                t_start_ns=r[2],
+                t_end_ns=r[3],
+                t_first_byte_ns=r[4],
+                t_first_token_ns=r[5],
+                t_last_token_ns=r[6],
+                prompt_tokens=r[7],
+                completion_tokens=r[8],
+                cached_tokens=r[9],
+                source=json.loads(r[10]),
+            )
+            for r in rows
+        ]
+
+
+class _tx:
+    """BEGIN … COMMIT, or ROLLBACK on any exception (the connection runs in autocommit mode otherwise)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")

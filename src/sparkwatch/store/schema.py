@@ -1,0 +1,84 @@
+"""Schema migrations, applied in order and recorded in ``PRAGMA user_version``."""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: samples, boots, gaps, runs, windows, clock offsets
+    """
+    CREATE TABLE nodes (
+        name TEXT PRIMARY KEY,
+        position INTEGER NOT NULL
+    );
+    CREATE TABLE boots (
+        node TEXT NOT NULL,
+        boot_id TEXT NOT NULL,
+        first_seen_ns INTEGER NOT NULL,
+        hello TEXT NOT NULL,
+        PRIMARY KEY (node, boot_id)
+    );
+    CREATE TABLE samples (
+        node TEXT NOT NULL,
+        boot_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        t_wall_ns INTEGER NOT NULL,
+        t_mono_ns INTEGER NOT NULL,
+        interval_s REAL NOT NULL,
+        mem_used_bytes INTEGER,
+        frame BLOB NOT NULL,
+        PRIMARY KEY (node, boot_id, seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX samples_by_time ON samples (node, t_wall_ns);
+    CREATE TABLE gpu_samples (
+        node TEXT NOT NULL,
+        boot_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        gpu INTEGER NOT NULL,
+        uuid TEXT NOT NULL,
+        power_w REAL,
+        energy_j REAL,
+        util_ratio REAL,
+        PRIMARY KEY (node, boot_id, seq, gpu)
+    ) WITHOUT ROWID;
+    CREATE TABLE gaps (
+        node TEXT NOT NULL,
+        boot_id TEXT NOT NULL,
+        after_seq INTEGER NOT NULL,
+        missing INTEGER NOT NULL,
+        recorded_ns INTEGER NOT NULL,
+        PRIMARY KEY (node, boot_id, after_seq)
+    );
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        t_start_ns INTEGER NOT NULL,
+        t_end_ns INTEGER,
+        interval_s REAL NOT NULL,
+        gate_threshold REAL NOT NULL,
+        scope TEXT NOT NULL
+    );
+    CREATE TABLE windows (
+        run_id TEXT NOT NULL REFERENCES runs (id),
+        id TEXT NOT NULL,
+        phase TEXT NOT NULL,
+        t_start_ns INTEGER NOT NULL,
+        t_first_byte_ns INTEGER,
+        t_first_token_ns INTEGER,
+        t_last_token_ns INTEGER,
+        t_end_ns INTEGER NOT NULL,
+        prompt_tokens INTEGER,
+        completion_tokens INTEGER,
+        cached_tokens INTEGER,
+        source TEXT NOT NULL,
+        PRIMARY KEY (run_id, id)
+    );
+    CREATE TABLE clock_offsets (
+        node TEXT NOT NULL,
+        boot_id TEXT NOT NULL,
+        t_ns INTEGER NOT NULL,
+        offset_ns INTEGER NOT NULL,
+        uncertainty_ns INTEGER NOT NULL,
+        probes INTEGER NOT NULL,
+        PRIMARY KEY (node, boot_id, t_ns)
+    );
+    """,
+)

@@ -1,0 +1,111 @@
+"""The SQLite store on real files: migrations, idempotent ingest, restarts, runs, all-or-nothing windows."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sqlite3
+
+import pytest
+
+from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.windows import Window
+from sparkwatch.store import Store, StoreError
+from sparkwatch.store.db import Frame, RunRow
+
+S = 1_000_000_000
+T0 = 1_800_000_000 * S
+
+
+def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> Frame:
+    data = {
+        "type": "sample",
+        "seq": seq,
+        "boot_id": boot,
+        "node": "n1",
+        "t_wall_ns": T0 + seq * S // 10,
+        "t_mono_ns": seq,
+        "interval_s": 0.1,
+        "gpu_error": None,
+        "gpus": [{"index": 0, "uuid": "GPU-x", "power_w": power, "energy_j": 10.0 + seq, "util_ratio": 0.5}],
+        "memory": {"used_bytes": 1000 + seq},
+        "sensors": [],
+    }
+    return Frame(json.dumps(data).encode(), data)
+
+
+def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "sw.db")
+    assert store.schema_version == 1
+    store.close()
+    mode = sqlite3.connect(tmp_path / "sw.db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:
+    db = sqlite3.connect(tmp_path / "sw.db")
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(StoreError, match="newer"):
+        Store(tmp_path / "sw.db")
+
+
+def test_ingest_is_idempotent_and_survives_restart(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "sw.db")
+    store.record_hello("n1", {"type": "hello", "boot_id": "b1"})
+    assert store.ingest("n1", "b1", [sample(i) for i in range(1, 11)]) == 10
+    assert store.ingest("n1", "b1", [sample(i) for i in range(5, 16)]) == 5  # replayed overlap ignored
+    store.close()
+    reopened = Store(tmp_path / "sw.db")
+    assert reopened.count_samples("n1") == 15
+    assert reopened.latest_boot("n1") == ("b1", 15)
+    rows = reopened.gpu_rows("n1", T0, T0 + 10 * S)
+    assert len(rows) == 15 and rows[0][6] == 5.0 and rows[0][7] == 11.0
+    assert reopened.mem_rows("n1", T0, T0 + 10 * S)[0][4] == 1001
+
+
+def test_new_boot_and_gap_are_recorded(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "sw.db")
+    store.record_hello("n1", {"boot_id": "b1"})
+    store.ingest("n1", "b1", [sample(1), sample(2)])
+    store.ingest(
+        "n1", "b1", [Frame(b"", {"type": "gap", "after": 2, "missing": 40, "next_seq": 43}), sample(43)]
+    )
+    store.record_hello("n1", {"boot_id": "b2"})
+    store.ingest("n1", "b2", [sample(1, boot="b2")])
+    assert store.gaps("n1") == [("b1", 2, 40)]
+    assert store.latest_boot("n1") == ("b2", 1)
+    assert store.last_seq("n1", "b1") == 43
+
+
+def test_unknown_power_is_stored_as_null(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "sw.db")
+    store.ingest("n1", "b1", [sample(1, power=None)])
+    assert store.gpu_rows("n1", T0, T0 + S)[0][6] is None
+
+
+def test_runs_windows_all_or_nothing(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "sw.db")
+    store.create_run(RunRow("r1", "demo", T0, None, 0.1, 0.5, "request"))
+    with pytest.raises(StoreError, match="already exists"):
+        store.create_run(RunRow("r1", "again", T0, None, 0.1, 0.5, "request"))
+    good = [Window("a", "timed", T0, T0 + S, completion_tokens=5, source={"kind": "api"})]
+    assert store.add_windows("r1", good) == 1
+    batch = [Window("b", "timed", T0, T0 + S), Window("a", "timed", T0, T0 + S)]  # "a" is a duplicate
+    with pytest.raises(StoreError, match="unique"):
+        store.add_windows("r1", batch)
+    assert [w.id for w in store.windows("r1")] == ["a"]  # "b" was not stored either
+    assert store.windows("r1")[0].source == {"kind": "api"}
+    with pytest.raises(StoreError, match="no run"):
+        store.add_windows("nope", good)
+    ended = store.end_run("r1", T0 + 5 * S)
+    assert not ended.open and ended.t_end_ns == T0 + 5 * S
+    with pytest.raises(StoreError, match="already ended"):
+        store.end_run("r1", T0 + 6 * S)
+
+
+def test_clock_offsets(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "sw.db", now_ns=lambda: T0)
+    store.add_offset("n1", "b1", ClockOffset(5 * S, 1000, 5, 10))
+    store.add_offset("n1", "b1", ClockOffset(5 * S + 10, 900, 5, 10), t_ns=T0 + S)
+    assert store.offsets("n1", "b1") == [(T0, 5 * S, 1000), (T0 + S, 5 * S + 10, 900)]
