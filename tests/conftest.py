@@ -101,10 +101,12 @@ def agent_factory() -> Iterator[Any]:
     """Start real agent processes; all are stopped at teardown."""
     started: list[AgentProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, ready: bool = True) -> AgentProcess:
+    def start(
+        *args: str, env: dict[str, str] | None = None, ready: bool = True, port: int | None = None
+    ) -> AgentProcess:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_NVML", "NOTIFY_SOCKET"))}
         full_env.update(env or {})
-        agent = AgentProcess(list(args), full_env, free_port())
+        agent = AgentProcess(list(args), full_env, port or free_port())
         started.append(agent)
         if ready:
             agent.wait_ready()

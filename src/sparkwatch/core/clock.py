@@ -14,6 +14,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 
 @dataclass(frozen=True, slots=True)
 class TimeProbe:
@@ -64,4 +67,36 @@ def estimate_offset(
         uncertainty_ns=(ranked[0].rtt_ns + 1) // 2,
         probes_used=len(best),
         probes_total=len(probes),
+    )
+
+
+def to_coordinator_ns(
+    t_agent_ns: npt.NDArray[np.int64], measurements: Sequence[tuple[int, int, int]]
+) -> npt.NDArray[np.int64]:
+    """Convert agent wall times to coordinator time with offsets measured through the run.
+
+    ``measurements`` are (coordinator t_ns, offset_ns, uncertainty_ns). Between measurements the offset is
+    interpolated linearly (clocks drift slowly); outside them the nearest one holds.
+    """
+    if not measurements:
+        raise ValueError("no clock offset measured for this node")
+    t = np.array([m[0] for m in measurements], dtype=np.float64)
+    off = np.array([m[1] for m in measurements], dtype=np.float64)
+    approx = t_agent_ns + np.int64(int(np.median(off)))
+    return t_agent_ns + np.round(np.interp(approx.astype(np.float64), t, off)).astype(np.int64)
+
+
+def summarise(
+    measurements: Sequence[tuple[int, int, int]], t_from_ns: int, t_to_ns: int
+) -> ClockOffset | None:
+    """The offset reported for a run: median of the measurements inside it (all, if none fell inside), with
+    the largest uncertainty among them — the join is only as good as its worst alignment."""
+    inside = [m for m in measurements if t_from_ns <= m[0] <= t_to_ns] or list(measurements)
+    if not inside:
+        return None
+    return ClockOffset(
+        offset_ns=int(statistics.median_low([m[1] for m in inside])),
+        uncertainty_ns=max(m[2] for m in inside),
+        probes_used=len(inside),
+        probes_total=len(measurements),
     )

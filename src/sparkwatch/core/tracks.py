@@ -103,3 +103,14 @@ class MemTrack:
             max_gap_ns=np.array([round(GAP_INTERVALS * p.interval_s * 1e9) for p in pts], dtype=np.int64),
             used_bytes=np.array([_nan(p.used_bytes) for p in pts], dtype=np.float64),
         )
+
+    @staticmethod
+    def from_arrays(t_ns: I64, segment: I64, interval_s: F64, used_bytes: F64) -> MemTrack:
+        """Arrays already aligned (NaN = unknown); sorted here by time, stably."""
+        order = np.lexsort((segment, t_ns))
+        return MemTrack(
+            t_ns=t_ns[order],
+            segment=segment[order],
+            max_gap_ns=np.round(GAP_INTERVALS * interval_s[order] * 1e9).astype(np.int64),
+            used_bytes=used_bytes[order],
+        )

@@ -1,0 +1,54 @@
+"""What the coordinator knows about one node's link, for /v1/nodes and its own /metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkwatch.core.clock import ClockOffset
+
+
+@dataclass(slots=True)
+class LinkState:
+    """Mutable, written only by the node's link task, read by API handlers on the same event loop."""
+
+    node: str
+    transport: str
+    connected: bool = False
+    boot_id: str | None = None
+    last_seq: int = 0
+    last_sample_wall_ns: int | None = None
+    last_frame_at_ns: int | None = None
+    offset: ClockOffset | None = None
+    hello: dict[str, Any] | None = None
+    error: str | None = None
+    samples_ingested: int = 0
+    reconnects: int = 0
+    lease_interval_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def lag_s(self, now_ns: int) -> float | None:
+        """How far behind the agent's newest sample our newest stored one is (clock-corrected)."""
+        if self.last_sample_wall_ns is None or self.offset is None:
+            return None
+        return max(0.0, (now_ns - (self.last_sample_wall_ns + self.offset.offset_ns)) / 1e9)
+
+    def to_json(self, now_ns: int) -> dict[str, Any]:
+        hello = self.hello or {}
+        return {
+            "node": self.node,
+            "transport": self.transport,
+            "connected": self.connected,
+            "boot_id": self.boot_id,
+            "last_seq": self.last_seq,
+            "lag_s": self.lag_s(now_ns),
+            "clock": self.offset.to_json() if self.offset else None,
+            "memory_model": hello.get("memory_model"),
+            "capabilities": hello.get("capabilities"),
+            "agent_version": hello.get("agent_version"),
+            "interval_s": hello.get("interval_s"),
+            "lease_interval_s": self.lease_interval_s,
+            "samples_ingested": self.samples_ingested,
+            "reconnects": self.reconnects,
+            "error": self.error,
+        }

@@ -1,0 +1,219 @@
+"""The WebSocket link: dial an agent, resume its stream after the last stored seq, probe its clock, hold
+the run's interval lease — and keep dialling with backoff when anything breaks.
+
+This is a thin shell: it moves frames into the store and probe results into ``core.clock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
+from sparkwatch.links.state import LinkState
+from sparkwatch.nodes_file import NodeSpec
+from sparkwatch.store import Store
+from sparkwatch.store.db import Frame
+from sparkwatch_agent.auth import load_token
+from sparkwatch_agent.backoff import ExponentialBackoff
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 600.0
+LEASE_RENEW_S = 120.0
+
+
+class LinkError(Exception):
+    """The agent answered, but not in a way we can use (bad token, not an agent, …)."""
+
+
+class WsLink:
+    def __init__(
+        self,
+        spec: NodeSpec,
+        store: Store,
+        session: aiohttp.ClientSession,
+        *,
+        holder: str,
+        desired_interval: Callable[[], float | None],
+        now_ns: Callable[[], int] = time.time_ns,
+        backoff: ExponentialBackoff | None = None,
+        probe_every_s: float = 10.0,
+        probes: int = 8,
+        base_url: str | None = None,
+    ) -> None:
+        self.spec = spec
+        self.state = LinkState(node=spec.name, transport="ws")
+        self._store = store
+        self._session = session
+        self._holder = holder
+        self._desired = desired_interval
+        self._now = now_ns
+        self._backoff = backoff or ExponentialBackoff(initial_s=0.5, maximum_s=30.0)
+        self._probe_every_s = probe_every_s
+        self._probes = probes
+        self._base = (base_url or spec.http_base).rstrip("/")
+        self._token = load_token(spec.token_file) if spec.token_file else None
+        self._lease_changed = asyncio.Event()
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    def interval_changed(self) -> None:
+        """The desired run interval changed (a run opened or ended): update the lease now."""
+        self._lease_changed.set()
+
+    # ---- the loop --------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Until cancelled: connect, stream, and on any failure wait and try again."""
+        while True:
+            try:
+                await self._connected_session()
+            except asyncio.CancelledError:
+                raise
+            except (aiohttp.ClientError, OSError, TimeoutError, LinkError, ValueError) as exc:
+                self.state.error = f"{type(exc).__name__}: {exc}"
+            self.state.connected = False
+            self.state.reconnects += 1
+            delay = self._backoff.next_delay_s()
+            log.info("node %s: link down (%s); retrying in %.1f s", self.spec.name, self.state.error, delay)
+            await asyncio.sleep(delay)
+
+    async def _connected_session(self) -> None:
+        _, agent_boot = await self.probe_clock()
+        resume = self._store.latest_boot(self.spec.name)
+        after = resume[1] if resume is not None and resume[0] == agent_boot else 0
+        url = f"{self._base}/v1/stream?after={after}"
+        async with self._session.ws_connect(url, headers=self._headers, heartbeat=30.0, max_msg_size=0) as ws:
+            self.state.connected = True
+            self.state.error = None
+            self._backoff.reset()
+            helpers = [
+                asyncio.create_task(self._probe_loop(), name=f"probe-{self.spec.name}"),
+                asyncio.create_task(self._lease_loop(), name=f"lease-{self.spec.name}"),
+            ]
+            try:
+                await self._consume(ws)
+            finally:
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+
+    async def _consume(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        boot: str | None = None
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                if msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSE):
+                    break
+                continue
+            frames: list[Frame] = []
+            for line in msg.data.split("\n"):
+                if not line:
+                    continue
+                data = json.loads(line)
+                kind = data.get("type")
+                if kind == "hello":
+                    if frames and boot is not None:
+                        self._ingest(boot, frames)
+                        frames = []
+                    boot = str(data["boot_id"])
+                    self._on_hello(data)
+                elif kind in ("sample", "gap"):
+                    frames.append(Frame(line.encode(), data))
+            if frames:
+                if boot is None:
+                    raise LinkError("stream sent samples before its hello")
+                self._ingest(boot, frames)
+        raise LinkError(f"stream closed ({ws.close_code})")
+
+    def _on_hello(self, hello: dict[str, Any]) -> None:
+        self._store.record_hello(self.spec.name, hello)
+        if self.state.boot_id not in (None, hello["boot_id"]):
+            log.warning(
+                "node %s: agent restarted (boot %s -> %s)",
+                self.spec.name,
+                self.state.boot_id,
+                hello["boot_id"],
+            )
+        self.state.boot_id = str(hello["boot_id"])
+        self.state.hello = hello
+
+    def _ingest(self, boot: str, frames: list[Frame]) -> None:
+        new = self._store.ingest(self.spec.name, boot, frames)
+        self.state.samples_ingested += new
+        samples = [f.data for f in frames if f.data.get("type") == "sample"]
+        if samples:
+            self.state.last_seq = int(samples[-1]["seq"])
+            self.state.last_sample_wall_ns = int(samples[-1]["t_wall_ns"])
+        self.state.last_frame_at_ns = self._now()
+
+    # ---- clock -----------------------------------------------------------------------------------
+    async def probe_clock(self) -> tuple[ClockOffset, str]:
+        """Round trips to /v1/time; stores the estimate for the agent's current boot."""
+        probes: list[TimeProbe] = []
+        boot = ""
+        for _ in range(self._probes):
+            t_send = self._now()
+            async with self._session.get(
+                f"{self._base}/v1/time", headers=self._headers, timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
+                if r.status == 401:
+                    raise LinkError("agent refused our token (401); check token_file")
+                if r.status != 200:
+                    raise LinkError(f"/v1/time answered {r.status}")
+                body = await r.json()
+            t_recv = self._now()
+            probes.append(TimeProbe(t_send, int(body["t_wall_ns"]), t_recv))
+            boot = str(body["boot_id"])
+        offset = estimate_offset(probes)
+        self._store.add_offset(self.spec.name, boot, offset)
+        self.state.offset = offset
+        return offset, boot
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._probe_every_s)
+            try:
+                await self.probe_clock()
+            except (aiohttp.ClientError, OSError, TimeoutError, LinkError) as exc:
+                log.info("node %s: clock probe failed: %s", self.spec.name, exc)
+
+    # ---- interval lease --------------------------------------------------------------------------
+    async def _lease_loop(self) -> None:
+        held: float | None = None
+        while True:
+            want = self._desired()
+            try:
+                if want is not None:
+                    await self._put_lease(want)
+                    held = want
+                elif held is not None:
+                    await self._release_lease()
+                    held = None
+            except (aiohttp.ClientError, OSError, TimeoutError, LinkError) as exc:
+                log.info("node %s: interval lease update failed: %s", self.spec.name, exc)
+            self.state.lease_interval_s = held
+            self._lease_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lease_changed.wait(), LEASE_RENEW_S)
+
+    async def _put_lease(self, interval_s: float) -> None:
+        body = {"holder": self._holder, "interval_s": interval_s, "ttl_s": LEASE_TTL_S}
+        async with self._session.put(f"{self._base}/v1/interval", json=body, headers=self._headers) as r:
+            if r.status != 200:
+                raise LinkError(f"/v1/interval answered {r.status}: {await r.text()}")
+
+    async def _release_lease(self) -> None:
+        async with self._session.delete(
+            f"{self._base}/v1/interval", params={"holder": self._holder}, headers=self._headers
+        ) as r:
+            if r.status != 200:
+                raise LinkError(f"/v1/interval DELETE answered {r.status}")
