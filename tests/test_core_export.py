@@ -139,3 +139,17 @@ def test_digest_and_notes() -> None:
     changed = build()
     changed["nodes"][0]["energy_j"] += 1
     assert digest(changed) != digest(export)
+
+
+def test_export_validates_against_the_published_schema() -> None:
+    import jsonschema
+
+    from sparkwatch.export_schema import run_schema
+
+    jsonschema.validate(build(), run_schema())
+    idle = build_export(RUN, [node("idle", 9.0, 9.0, [], 50)], WINDOWS, "0.1.0")  # nulls included
+    jsonschema.validate(idle, run_schema())
+    broken = build()
+    broken["nodes"][0]["power_w"]["gated_mean"] = "61"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, run_schema())

@@ -21,7 +21,11 @@ from sparkwatch.store.schema import MIGRATIONS
 
 
 class StoreError(Exception):
-    """A request the store refuses (unknown run, duplicate window id, …); nothing was written."""
+    """A request the store refuses (duplicate window id, ended run, …); nothing was written."""
+
+
+class NotFound(StoreError):
+    """The run or mark asked for does not exist."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +261,7 @@ class Store:
     def run(self, run_id: str) -> RunRow:
         row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
-            raise StoreError(f"no run {run_id}")
+            raise NotFound(f"no run {run_id}")
         return RunRow(*row)
 
     def runs(self) -> list[RunRow]:
@@ -289,6 +293,35 @@ class Store:
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"window ids must be unique within a run: {exc}") from exc
         return len(rows)
+
+    def begin_mark(self, run_id: str, name: str, phase: str, t_ns: int) -> None:
+        if not self.run(run_id).open:
+            raise StoreError(f"run {run_id} has ended")
+        try:
+            with _tx(self._db):
+                self._db.execute("INSERT INTO marks VALUES (?, ?, ?, ?)", (run_id, name, phase, t_ns))
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"mark {name!r} is already open in run {run_id}") from exc
+
+    def end_mark(self, run_id: str, name: str, t_ns: int, source: dict[str, object]) -> Window:
+        """Close a mark into a window (one transaction: the mark goes, the window comes)."""
+        row = self._db.execute(
+            "SELECT phase, t_begin_ns FROM marks WHERE run_id = ? AND name = ?", (run_id, name)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no open mark {name!r} in run {run_id}")
+        window = Window(id=name, phase=str(row[0]), t_start_ns=int(row[1]), t_end_ns=t_ns, source=source)
+        try:
+            with _tx(self._db):
+                self._db.execute("DELETE FROM marks WHERE run_id = ? AND name = ?", (run_id, name))
+                self._db.execute(
+                    "INSERT INTO windows (run_id, id, phase, t_start_ns, t_end_ns, source)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (run_id, name, window.phase, window.t_start_ns, t_ns, json.dumps(source)),
+                )
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"window id {name!r} already exists in run {run_id}") from exc
+        return window
 
     def windows(self, run_id: str) -> list[Window]:
         rows = self._db.execute(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 MIGRATIONS: tuple[str, ...] = (
-    # 1: samples, boots, gaps, runs, windows, clock offsets
+    # 1: samples, boots, gaps, runs, windows, marks, clock offsets
     """
     CREATE TABLE nodes (
         name TEXT PRIMARY KEY,
@@ -70,6 +70,13 @@ MIGRATIONS: tuple[str, ...] = (
         cached_tokens INTEGER,
         source TEXT NOT NULL,
         PRIMARY KEY (run_id, id)
+    );
+    CREATE TABLE marks (
+        run_id TEXT NOT NULL REFERENCES runs (id),
+        name TEXT NOT NULL,
+        phase TEXT NOT NULL,
+        t_begin_ns INTEGER NOT NULL,
+        PRIMARY KEY (run_id, name)
     );
     CREATE TABLE clock_offsets (
         node TEXT NOT NULL,

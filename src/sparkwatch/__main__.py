@@ -1,0 +1,5 @@
+import sys
+
+from sparkwatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,158 @@
+"""Routes of the coordinator API. Bearer token on everything but /healthz and /metrics; bad input is a 4xx
+with a JSON reason and stores nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
+
+from sparkwatch.api.metrics import coordinator_registry
+from sparkwatch.api.models import MarkIn, RunCreate, WindowBatch
+from sparkwatch.coordinator import Coordinator
+from sparkwatch.store import NotFound, StoreError
+from sparkwatch_agent.auth import bearer_ok
+
+COORDINATOR = web.AppKey("coordinator", Coordinator)
+TOKEN: web.AppKey[str | None] = web.AppKey("token")
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def error(status: int, kind: str, reason: Any) -> web.Response:
+    return web.json_response({"error": kind, "reason": reason}, status=status)
+
+
+@web.middleware
+async def auth(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    token = request.app[TOKEN]
+    protected = token is not None and request.path not in ("/healthz", "/metrics")
+    if protected and not bearer_ok(request.headers.get("Authorization"), token or ""):
+        return error(401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)")
+    return await handler(request)
+
+
+async def parse(request: web.Request, model: type[BaseModel]) -> Any:
+    try:
+        raw = await request.read()
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        details = [
+            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]}
+            for e in exc.errors(include_url=False)
+        ]
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "invalid_body", "reason": details[:20]}),
+            content_type="application/json",
+        ) from None
+
+
+def _store_error(exc: StoreError) -> web.Response:
+    if isinstance(exc, NotFound):
+        return error(404, "not_found", str(exc))
+    return error(409, "conflict", str(exc))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    coord = request.app[COORDINATOR]
+    states = coord.states()
+    down = [s.node for s in states if not s.connected]
+    body = {"status": "ok" if not down else "degraded", "nodes": len(states), "disconnected": down}
+    return web.json_response(body, status=200 if not down else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    registry = coordinator_registry(request.app[COORDINATOR])
+    return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def nodes(request: web.Request) -> web.Response:
+    coord = request.app[COORDINATOR]
+    now = coord.now_ns()
+    return web.json_response({"nodes": [s.to_json(now) for s in coord.states()]})
+
+
+async def create_run(request: web.Request) -> web.Response:
+    body: RunCreate = await parse(request, RunCreate)
+    run = request.app[COORDINATOR].open_run(body)
+    return web.json_response(run.to_json(), status=201)
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    return web.json_response({"runs": [r.to_json() for r in request.app[COORDINATOR].store.runs()]})
+
+
+async def get_run(request: web.Request) -> web.Response:
+    coord = request.app[COORDINATOR]
+    try:
+        run = coord.store.run(request.match_info["run_id"])
+    except StoreError as exc:
+        return _store_error(exc)
+    return web.json_response({**run.to_json(), "windows": len(coord.store.windows(run.id))})
+
+
+async def end_run(request: web.Request) -> web.Response:
+    try:
+        run = request.app[COORDINATOR].end_run(request.match_info["run_id"])
+    except StoreError as exc:
+        return _store_error(exc)
+    return web.json_response(run.to_json())
+
+
+async def add_windows(request: web.Request) -> web.Response:
+    coord = request.app[COORDINATOR]
+    run_id = request.match_info["run_id"]
+    batch: WindowBatch = await parse(request, WindowBatch)
+    try:
+        count = coord.store.add_windows(run_id, [w.to_window() for w in batch.windows])
+    except StoreError as exc:
+        return _store_error(exc)
+    return web.json_response({"stored": count}, status=201)
+
+
+async def marks(request: web.Request) -> web.Response:
+    coord = request.app[COORDINATOR]
+    run_id = request.match_info["run_id"]
+    body: MarkIn = await parse(request, MarkIn)
+    now = coord.now_ns()
+    try:
+        if body.event == "begin":
+            coord.store.begin_mark(run_id, body.name, body.phase, now)
+            return web.json_response({"name": body.name, "t_begin_ns": now}, status=201)
+        window = coord.store.end_mark(run_id, body.name, now, {"kind": "mark", "clock": "coordinator"})
+    except StoreError as exc:
+        return _store_error(exc)
+    return web.json_response(
+        {"name": body.name, "t_start_ns": window.t_start_ns, "t_end_ns": window.t_end_ns}
+    )
+
+
+async def export(request: web.Request) -> web.Response:
+    coord = request.app[COORDINATOR]
+    try:
+        body = coord.export(request.match_info["run_id"])
+    except StoreError as exc:
+        return _store_error(exc)
+    return web.json_response(body)
+
+
+def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
+    app = web.Application(middlewares=[auth], client_max_size=MAX_BODY_BYTES)
+    app[COORDINATOR] = coordinator
+    app[TOKEN] = token
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/nodes", nodes)
+    app.router.add_post("/v1/runs", create_run)
+    app.router.add_get("/v1/runs", list_runs)
+    app.router.add_get("/v1/runs/{run_id}", get_run)
+    app.router.add_post("/v1/runs/{run_id}/end", end_run)
+    app.router.add_post("/v1/runs/{run_id}/windows", add_windows)
+    app.router.add_post("/v1/runs/{run_id}/marks", marks)
+    app.router.add_get("/v1/runs/{run_id}/export", export)
+    return app

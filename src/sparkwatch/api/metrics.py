@@ -1,0 +1,69 @@
+"""The coordinator's own /metrics, rendered from its links' states at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+if TYPE_CHECKING:
+    from sparkwatch.coordinator import Coordinator
+
+
+class CoordinatorCollector(Collector):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coord = coordinator
+
+    def collect(self) -> Iterator[Metric]:
+        now = self._coord.now_ns()
+        states = self._coord.states()
+        connected = GaugeMetricFamily(
+            "sparkwatch_coordinator_node_connected", "1 while the node's link streams.", labels=["node"]
+        )
+        last_seq = GaugeMetricFamily(
+            "sparkwatch_coordinator_node_last_seq",
+            "Last stored seq of the node's boot.",
+            labels=["node", "boot_id"],
+        )
+        lag = GaugeMetricFamily(
+            "sparkwatch_coordinator_node_lag_seconds", "Age of the newest stored sample.", labels=["node"]
+        )
+        ingested = CounterMetricFamily(
+            "sparkwatch_coordinator_samples_ingested", "New samples stored.", labels=["node"]
+        )
+        offset = GaugeMetricFamily(
+            "sparkwatch_coordinator_clock_offset_seconds",
+            "Agent clock + offset = coordinator clock.",
+            labels=["node"],
+        )
+        uncertainty = GaugeMetricFamily(
+            "sparkwatch_coordinator_clock_uncertainty_seconds",
+            "Half the smallest probe round trip.",
+            labels=["node"],
+        )
+        reconnects = CounterMetricFamily(
+            "sparkwatch_coordinator_link_reconnects", "Link re-dials.", labels=["node"]
+        )
+        for s in states:
+            connected.add_metric([s.node], 1.0 if s.connected else 0.0)
+            if s.boot_id is not None:
+                last_seq.add_metric([s.node, s.boot_id], float(s.last_seq))
+            node_lag = s.lag_s(now)
+            if node_lag is not None:
+                lag.add_metric([s.node], node_lag)
+            ingested.add_metric([s.node], float(s.samples_ingested))
+            reconnects.add_metric([s.node], float(s.reconnects))
+            if s.offset is not None:
+                offset.add_metric([s.node], s.offset.offset_ns / 1e9)
+                uncertainty.add_metric([s.node], s.offset.uncertainty_ns / 1e9)
+        open_runs = GaugeMetricFamily("sparkwatch_coordinator_open_runs", "Runs opened and not yet ended.")
+        open_runs.add_metric([], float(sum(1 for r in self._coord.store.runs() if r.open)))
+        yield from (connected, last_seq, lag, ingested, offset, uncertainty, reconnects, open_runs)
+
+
+def coordinator_registry(coordinator: Coordinator) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CoordinatorCollector(coordinator))
+    return registry

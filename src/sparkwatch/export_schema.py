@@ -1,0 +1,191 @@
+"""JSON Schema of the `sparkwatch.run/1` export (printed by `sparkwatch schema`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkwatch.core.export import SCHEMA
+
+
+def _nullable(kind: str, **extra: Any) -> dict[str, Any]:
+    return {"type": [kind, "null"], **extra}
+
+
+_NUM = _nullable("number")
+_INT = _nullable("integer")
+_REASONS = {"type": "object", "additionalProperties": {"type": "string"}}
+
+_NODE = {
+    "type": "object",
+    "required": [
+        "node",
+        "hardware",
+        "memory_model",
+        "clock",
+        "unsupported",
+        "power_w",
+        "energy_j",
+        "energy_method",
+        "gated_s",
+        "excluded_s",
+        "memory_used_bytes",
+        "samples",
+        "gpus",
+        "null_reasons",
+    ],
+    "properties": {
+        "node": {"type": "string"},
+        "hardware": {"type": "object"},
+        "memory_model": {"enum": ["unified", "discrete", "none", "unknown"]},
+        "clock": {
+            "type": "object",
+            "required": ["offset_ns", "uncertainty_ns"],
+            "properties": {"offset_ns": _INT, "uncertainty_ns": _INT},
+        },
+        "unsupported": _REASONS,
+        "power_w": {
+            "type": "object",
+            "required": ["gated_mean", "mean", "max"],
+            "properties": {"gated_mean": _NUM, "mean": _NUM, "max": _NUM},
+            "additionalProperties": False,
+        },
+        "energy_j": _NUM,
+        "energy_method": {"enum": ["counter", "trapezoid", "mixed", "none"]},
+        "gated_s": {"type": "number", "minimum": 0},
+        "excluded_s": {"type": "number", "minimum": 0},
+        "memory_used_bytes": {
+            "type": "object",
+            "required": ["baseline", "peak", "mean"],
+            "properties": {"baseline": _INT, "peak": _INT, "mean": _INT},
+        },
+        "samples": {
+            "type": "object",
+            "required": ["count", "coverage_ratio", "max_gap_s"],
+            "properties": {
+                "count": {"type": "integer", "minimum": 0},
+                "coverage_ratio": _nullable("number", minimum=0, maximum=1.0001),
+                "max_gap_s": _NUM,
+            },
+        },
+        "gpus": {"type": "array", "items": {"type": "object", "required": ["uuid", "power_w_gated_mean"]}},
+        "null_reasons": _REASONS,
+    },
+}
+
+_WINDOW = {
+    "type": "object",
+    "required": [
+        "id",
+        "phase",
+        "t_start_ns",
+        "t_end_ns",
+        "verdict",
+        "reasons",
+        "nodes",
+        "in_scope",
+        "t_first_byte_ns",
+        "t_first_token_ns",
+        "t_last_token_ns",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "source",
+    ],
+    "properties": {
+        "id": {"type": "string"},
+        "phase": {"type": "string"},
+        "t_start_ns": {"type": "integer"},
+        "t_end_ns": {"type": "integer"},
+        "t_first_byte_ns": _INT,
+        "t_first_token_ns": _INT,
+        "t_last_token_ns": _INT,
+        "prompt_tokens": _INT,
+        "completion_tokens": _INT,
+        "cached_tokens": _INT,
+        "source": {"type": "object"},
+        "in_scope": {"type": "boolean"},
+        "verdict": {"enum": ["ok", "low_confidence", "incomplete"]},
+        "reasons": {"type": "array", "items": {"type": "string"}},
+        "nodes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["node", "power_w_gated_mean", "energy_j", "coverage_ratio"],
+                "properties": {
+                    "node": {"type": "string"},
+                    "power_w_gated_mean": _NUM,
+                    "energy_j": _NUM,
+                    "coverage_ratio": _NUM,
+                },
+            },
+        },
+    },
+}
+
+
+def run_schema() -> dict[str, Any]:
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://sparkwatch.invalid/schema/sparkwatch.run-1.json",
+        "title": "sparkwatch run export",
+        "type": "object",
+        "required": ["schema", "run", "method", "nodes", "windows", "totals", "lmx"],
+        "properties": {
+            "schema": {"const": SCHEMA},
+            "run": {
+                "type": "object",
+                "required": ["id", "name", "t_start_ns", "t_end_ns", "sparkwatch_version"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "name": {"type": "string"},
+                    "t_start_ns": {"type": "integer"},
+                    "t_end_ns": {"type": "integer"},
+                    "sparkwatch_version": {"type": "string"},
+                },
+            },
+            "method": {
+                "type": "object",
+                "required": ["scope", "gate", "interval_s"],
+                "properties": {
+                    "scope": {"enum": ["request", "decode", "run"]},
+                    "gate": {
+                        "type": "object",
+                        "required": ["threshold_ratio", "source"],
+                        "properties": {"threshold_ratio": {"type": "number"}, "source": {"type": "string"}},
+                    },
+                    "interval_s": {"type": "number"},
+                },
+            },
+            "nodes": {"type": "array", "items": _NODE},
+            "windows": {"type": "array", "items": _WINDOW},
+            "totals": {
+                "type": "object",
+                "required": [
+                    "power_w_gated_mean_sum",
+                    "energy_j",
+                    "memory_used_bytes_peak_sum",
+                    "memory_used_bytes_peak_of_sum",
+                    "completion_tokens",
+                    "joules_per_token",
+                ],
+                "properties": {
+                    "power_w_gated_mean_sum": _NUM,
+                    "energy_j": _NUM,
+                    "memory_used_bytes_peak_sum": _INT,
+                    "memory_used_bytes_peak_of_sum": _INT,
+                    "completion_tokens": _INT,
+                    "joules_per_token": _NUM,
+                    "null_reasons": _REASONS,
+                },
+            },
+            "lmx": {
+                "type": "object",
+                "required": ["gpuPowerWatts", "peakVramGb", "notes"],
+                "properties": {
+                    "gpuPowerWatts": {"type": "array", "items": _NUM},
+                    "peakVramGb": _NUM,
+                    "notes": {"type": "string", "maxLength": 2000},
+                },
+            },
+        },
+    }

@@ -1,0 +1,262 @@
+"""End to end with real processes: agents (sim and fake-NVML GB10), the coordinator, its HTTP API.
+
+Checks the exported gated power and energy against loads we set, lossless collection across a kill -9 of
+the coordinator, auth refusals and rejected bodies that store nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from conftest import free_port
+from fake_nvml import write_control
+
+TOKEN = "coordinator-token-0123456789"
+
+
+class Coordinator:
+    def __init__(self, tmp: pathlib.Path, nodes_toml: str, port: int | None = None) -> None:
+        self.nodes = tmp / "nodes.toml"
+        self.nodes.write_text(nodes_toml)
+        self.token = tmp / "token"
+        self.token.write_text(TOKEN)
+        self.token.chmod(0o600)
+        self.db = tmp / "coord.db"
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sparkwatch",
+                "coordinator",
+                "--nodes",
+                str(self.nodes),
+                "--db",
+                str(self.db),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--token-file",
+                str(self.token),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if self.call("GET", "/v1/nodes")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("coordinator did not start")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(5)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(5)
+
+    def call(
+        self, method: str, path: str, body: Any = None, token: str | None = TOKEN, raw: bytes | None = None
+    ) -> tuple[int, Any]:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"null")
+
+
+def wait_connected(coord: Coordinator, count: int, timeout_s: float = 15) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _, body = coord.call("GET", "/v1/nodes")
+        if sum(n["connected"] and n["samples_ingested"] > 0 for n in body["nodes"]) == count:
+            return list(body["nodes"])
+        time.sleep(0.1)
+    raise AssertionError(f"nodes did not connect: {body}")
+
+
+def sim_load(agent: Any, util: float) -> None:
+    req = urllib.request.Request(
+        f"{agent.url}/v1/sim/load",
+        data=json.dumps({"util_ratio": util}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(req, timeout=5).read()
+
+
+@pytest.fixture
+def cluster(agent_factory: Any, fake_nvml_dir: pathlib.Path, tmp_path: pathlib.Path) -> Any:
+    control = tmp_path / "nvml.control"
+    write_control(control, util=0)
+    sim = agent_factory("--backend", "sim", "--node", "spark-1", "--interval", "1")
+    gb10 = agent_factory(
+        "--node",
+        "spark-2",
+        "--interval",
+        "1",
+        env={
+            "LD_LIBRARY_PATH": str(fake_nvml_dir),
+            "FAKE_NVML_PROFILE": "gb10",
+            "FAKE_NVML_CONTROL": str(control),
+        },
+    )
+    nodes = (
+        f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{sim.port}"\n'
+        f'[nodes.spark-2]\nurl = "ws://127.0.0.1:{gb10.port}"\n'
+    )
+    coord = Coordinator(tmp_path, nodes)
+    coord.start()
+    yield coord, sim, gb10, control
+    coord.stop()
+
+
+def test_run_export_matches_known_power_and_survives_kill9(cluster: Any) -> None:
+    coord, sim, _gb10, control = cluster
+    wait_connected(coord, 2)
+    status, run = coord.call("POST", "/v1/runs", {"name": "e2e", "interval_s": 0.05})
+    assert status == 201 and run["open"]
+    run_id = run["id"]
+    time.sleep(1.0)  # the lease raises both agents to 20 Hz
+    _, nodes = coord.call("GET", "/v1/nodes")
+    assert all(n["lease_interval_s"] == 0.05 for n in nodes["nodes"])
+    # busy: sim at util 1.0 with no model resident = 5 W + 50 W; fake GB10 at util 100 = 5 W + 45 W
+    sim_load(sim, 1.0)
+    write_control(control, util=100)
+    time.sleep(0.5)
+    a = time.time_ns()
+    time.sleep(1.0)
+    coord.kill9()  # mid-run: the agents keep sampling into their rings
+    time.sleep(1.0)
+    coord.start()
+    time.sleep(1.0)
+    b = time.time_ns()
+    time.sleep(0.3)
+    sim_load(sim, 0.0)
+    write_control(control, util=0)
+    windows = {
+        "windows": [
+            {
+                "id": "req-1",
+                "phase": "timed",
+                "t_start_ns": a,
+                "t_end_ns": b,
+                "completion_tokens": 100,
+                "source": {"kind": "test"},
+            }
+        ]
+    }
+    assert coord.call("POST", f"/v1/runs/{run_id}/windows", windows)[0] == 201
+    time.sleep(1.0)  # let the streams deliver the window's samples
+    assert coord.call("POST", f"/v1/runs/{run_id}/end")[0] == 200
+    status, export = coord.call("GET", f"/v1/runs/{run_id}/export")
+    assert status == 200
+    n1, n2 = export["nodes"]
+    assert [n1["node"], n2["node"]] == ["spark-1", "spark-2"]  # the nodes file's order
+    assert n1["power_w"]["gated_mean"] == pytest.approx(55.0, rel=2e-3)
+    assert n2["power_w"]["gated_mean"] == pytest.approx(50.0, rel=2e-2)  # fake's counter updates per call
+    window_s = (b - a) / 1e9
+    assert n1["energy_j"] == pytest.approx(55.0 * window_s, rel=2e-3)
+    for n in (n1, n2):  # nothing lost across the kill -9: the window is fully covered
+        assert n["samples"]["coverage_ratio"] == pytest.approx(1.0, abs=1e-3)
+        assert n["samples"]["max_gap_s"] < 0.2
+    assert export["windows"][0]["verdict"] == "ok"
+    assert export["lmx"]["gpuPowerWatts"] == [pytest.approx(55.0, rel=2e-3), pytest.approx(50.0, rel=2e-2)]
+    assert export["totals"]["joules_per_token"] == pytest.approx(export["totals"]["energy_j"] / 100, rel=1e-3)
+
+
+def test_auth_and_bad_bodies(cluster: Any) -> None:
+    coord = cluster[0]
+    for method, path in (("GET", "/v1/nodes"), ("POST", "/v1/runs"), ("GET", "/v1/runs")):
+        status, body = coord.call(method, path, {"name": "x"}, token=None)
+        assert status == 401 and body["error"] == "unauthorized"
+    assert coord.call("GET", "/v1/nodes", token="wrong-token-wrong-token")[0] == 401
+    bad_runs = [
+        {"name": ""},
+        {"name": "x", "interval_s": 0.0},
+        {"name": "x", "scope": "all"},
+        {"name": "x", "extra": 1},
+        [1],
+    ]
+    for body in bad_runs:
+        status, reply = coord.call("POST", "/v1/runs", body)
+        assert status == 400 and reply["error"] == "invalid_body", body
+    assert coord.call("POST", "/v1/runs", raw=b"{nope")[0] == 400
+    assert coord.call("GET", "/v1/runs")[1]["runs"] == []  # nothing stored
+    _, run = coord.call("POST", "/v1/runs", {"name": "ok"})
+    good = {"id": "w1", "phase": "timed", "t_start_ns": 10, "t_end_ns": 20}
+    bad_batches = [
+        {"windows": [good, {**good, "id": "w2", "t_end_ns": 5}]},  # end before start
+        {"windows": [good, good]},  # duplicate ids
+        {"windows": [good, {**good, "id": "w3", "phase": "Timed!"}]},
+        {"windows": [good, {**good, "id": "w4", "t_first_token_ns": 30}]},  # outside the window
+        {"windows": []},
+    ]
+    for batch in bad_batches:
+        status, reply = coord.call("POST", f"/v1/runs/{run['id']}/windows", batch)
+        assert status == 400, batch
+    assert coord.call("GET", f"/v1/runs/{run['id']}")[1]["windows"] == 0  # all or nothing
+    assert coord.call("POST", "/v1/runs/nope/windows", {"windows": [good]})[0] == 404
+    assert coord.call("POST", f"/v1/runs/{run['id']}/windows", {"windows": [good]})[0] == 201
+    assert coord.call("POST", f"/v1/runs/{run['id']}/windows", {"windows": [good]})[0] == 409  # id exists
+    assert coord.call("GET", "/healthz", token=None)[0] in (200, 503)
+    with urllib.request.urlopen(coord.url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    assert 'sparkwatch_coordinator_node_connected{node="spark-1"} 1.0' in text
+
+
+def test_marks_make_windows(cluster: Any) -> None:
+    coord = cluster[0]
+    _, run = coord.call("POST", "/v1/runs", {"name": "marks"})
+    path = f"/v1/runs/{run['id']}/marks"
+    assert coord.call("POST", path, {"name": "gen", "event": "begin"})[0] == 201
+    assert coord.call("POST", path, {"name": "gen", "event": "begin"})[0] == 409
+    time.sleep(0.2)
+    status, mark = coord.call("POST", path, {"name": "gen", "event": "end"})
+    assert status == 200 and mark["t_end_ns"] - mark["t_start_ns"] >= 150_000_000
+    assert coord.call("POST", path, {"name": "gen", "event": "end"})[0] == 404  # no open mark of that name
+    assert coord.call("GET", f"/v1/runs/{run['id']}")[1]["windows"] == 1
+
+
+def test_coordinator_user_errors_are_one_line(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "nodes.toml"
+    bad.write_text('[nodes.a]\nurl = "ws://h:1"\nssh = "u@h"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkwatch", "coordinator", "--nodes", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert result.returncode == 2 and "give exactly one of" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    env = {**os.environ}
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkwatch", "schema"], capture_output=True, text=True, timeout=20, env=env
+    )
+    assert json.loads(result.stdout)["properties"]["schema"]["const"] == "sparkwatch.run/1"
