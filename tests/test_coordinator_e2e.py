@@ -260,3 +260,53 @@ def test_coordinator_user_errors_are_one_line(tmp_path: pathlib.Path) -> None:
         [sys.executable, "-m", "sparkwatch", "schema"], capture_output=True, text=True, timeout=20, env=env
     )
     assert json.loads(result.stdout)["properties"]["schema"]["const"] == "sparkwatch.run/1"
+
+
+FAKETIME_LIB = next(pathlib.Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"), pathlib.Path("/missing"))
+
+
+def test_node_with_a_clock_offset_is_joined_on_the_coordinator_clock(
+    agent_factory: Any, tmp_path: pathlib.Path
+) -> None:
+    """An agent whose wall clock runs 7 s ahead (libfaketime; monotonic untouched) gets its samples
+    shifted back by the measured offset, so the window catches exactly the busy period."""
+    if not FAKETIME_LIB.exists():
+        pytest.fail("libfaketime missing: install the Debian package libfaketime (.ci/run does)")
+    skewed = agent_factory(
+        "--backend",
+        "sim",
+        "--node",
+        "skewed",
+        "--interval",
+        "0.05",
+        env={"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": "+7s", "DONT_FAKE_MONOTONIC": "1"},
+    )
+    coord = Coordinator(tmp_path, f'[nodes.skewed]\nurl = "ws://127.0.0.1:{skewed.port}"\n')
+    coord.start()
+    try:
+        wait_connected(coord, 1)
+        _, nodes = coord.call("GET", "/v1/nodes")
+        offset_s = nodes["nodes"][0]["clock"]["offset_ns"] / 1e9
+        assert offset_s == pytest.approx(-7.0, abs=0.05)
+        _, run = coord.call("POST", "/v1/runs", {"name": "skew", "interval_s": 0.05})
+        time.sleep(0.5)
+        sim_load(skewed, 1.0)
+        time.sleep(0.3)
+        a = time.time_ns()
+        time.sleep(1.0)
+        b = time.time_ns()
+        time.sleep(0.3)
+        sim_load(skewed, 0.0)
+        body = {"windows": [{"id": "w", "phase": "timed", "t_start_ns": a, "t_end_ns": b}]}
+        assert coord.call("POST", f"/v1/runs/{run['id']}/windows", body)[0] == 201
+        time.sleep(1.0)
+        coord.call("POST", f"/v1/runs/{run['id']}/end")
+        _, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
+        node = export["nodes"][0]
+        assert node["clock"]["offset_ns"] == pytest.approx(-7e9, abs=5e7)
+        # with the samples taken at face value the window would fall 7 s later, on idle (5 W) samples
+        assert node["power_w"]["gated_mean"] == pytest.approx(55.0, rel=2e-3)
+        assert node["power_w"]["mean"] == pytest.approx(55.0, rel=2e-3)
+        assert node["samples"]["coverage_ratio"] == pytest.approx(1.0, abs=1e-3)
+    finally:
+        coord.stop()

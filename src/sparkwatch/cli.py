@@ -12,6 +12,7 @@ from pathlib import Path
 from sparkwatch import __version__
 from sparkwatch.coordinator_serve import CoordinatorStartError, serve
 from sparkwatch.export_schema import run_schema
+from sparkwatch.links.ws_link import LinkError
 from sparkwatch.nodes_file import NodesFileError
 from sparkwatch.store import StoreError
 from sparkwatch_agent.auth import TokenFileError
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         parser.print_help()
         return 0
-    except (NodesFileError, StoreError, TokenFileError, ConfigError, CoordinatorStartError) as exc:
+    except (NodesFileError, StoreError, TokenFileError, ConfigError, CoordinatorStartError, LinkError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 
 from sparkwatch.api.models import RunCreate
+from sparkwatch.links.ssh_link import make_link
 from sparkwatch.links.state import LinkState
-from sparkwatch.links.ws_link import WsLink
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.run_export import export_run
 from sparkwatch.store import Store
@@ -34,7 +34,7 @@ class Coordinator:
         self.store = store
         self.now_ns = now_ns
         self.holder = f"sparkwatch-coordinator-{secrets.token_hex(4)}"
-        self._link_factory = link_factory or WsLink
+        self._link_factory = link_factory or make_link
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.links: dict[str, Any] = {}

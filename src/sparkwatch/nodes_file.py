@@ -24,17 +24,29 @@ class NodeSpec:
     client_keys: tuple[Path, ...] = ()
     mode: Literal["tunnel", "exec"] = "tunnel"
     agent_port: int = 9464  # the agent's loopback port on the node (ssh tunnel mode)
+    insecure_skip_host_key_check: bool = False
 
     @property
     def http_base(self) -> str:
-        """http:// form of ``url`` for /v1/time and /v1/interval."""
-        assert self.url is not None
+        """http:// form of ``url`` for /v1/time and /v1/interval (SSH links find theirs when connected)."""
+        if self.url is None:
+            return ""
         parsed = urlparse(self.url)
         scheme = {"ws": "http", "wss": "https"}.get(parsed.scheme, parsed.scheme)
         return parsed._replace(scheme=scheme).geturl().rstrip("/")
 
 
-_KEYS = {"url", "token_file", "ssh", "port", "known_hosts", "client_keys", "mode", "agent_port"}
+_KEYS = {
+    "url",
+    "token_file",
+    "ssh",
+    "port",
+    "known_hosts",
+    "client_keys",
+    "mode",
+    "agent_port",
+    "insecure_skip_host_key_check",
+}
 
 
 def parse_nodes(text: str, origin: str = "nodes.toml") -> list[NodeSpec]:
@@ -82,6 +94,7 @@ def _node(origin: str, name: str, table: Any) -> NodeSpec:
             client_keys=tuple(Path(k) for k in keys),
             mode=mode,
             agent_port=int(table.get("agent_port", 9464)),
+            insecure_skip_host_key_check=bool(table.get("insecure_skip_host_key_check", False)),
         )
     except (TypeError, ValueError) as exc:
         raise NodesFileError(f"{where}: {exc}") from None

@@ -1,0 +1,124 @@
+"""The SSH tunnel link through a real OpenSSH server (Debian openssh-server) started on a loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from conftest import free_port
+from sparkwatch.links.ssh_link import SshTunnelLink
+from sparkwatch.links.ws_link import LinkError
+from sparkwatch.nodes_file import NodeSpec
+from sparkwatch.store import Store
+from sparkwatch_agent.backoff import ExponentialBackoff
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def keygen(path: pathlib.Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+
+
+@pytest.fixture
+def sshd(tmp_path: pathlib.Path) -> Iterator[dict[str, Any]]:
+    if not os.path.exists(SSHD):
+        pytest.fail("sshd missing: install the Debian package openssh-server (.ci/run does)")
+    os.makedirs("/run/sshd", exist_ok=True)  # privilege separation directory
+    host_key, client_key = tmp_path / "host_ed25519", tmp_path / "client_ed25519"
+    keygen(host_key)
+    keygen(client_key)
+    authorized = tmp_path / "authorized_keys"
+    authorized.write_text((tmp_path / "client_ed25519.pub").read_text())
+    authorized.chmod(0o600)
+    port = free_port()
+    config = tmp_path / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {authorized}\n"
+        f"PidFile {tmp_path / 'sshd.pid'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowTcpForwarding yes\n"
+    )
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        f"[127.0.0.1]:{port} {(tmp_path / 'host_ed25519.pub').read_text().split(' ', 2)[0]} "
+        f"{(tmp_path / 'host_ed25519.pub').read_text().split(' ', 2)[1]}\n"
+    )
+    other = tmp_path / "other_known_hosts"
+    keygen(tmp_path / "other_ed25519")
+    other.write_text(f"[127.0.0.1]:{port} {(tmp_path / 'other_ed25519.pub').read_text().rsplit(' ', 1)[0]}\n")
+    yield {"port": port, "key": client_key, "known_hosts": known, "wrong_known_hosts": other}
+    proc.terminate()
+    proc.wait(5)
+
+
+def spec(sshd: dict[str, Any], agent_port: int, known_hosts: pathlib.Path) -> NodeSpec:
+    return NodeSpec(
+        name="spark-ssh",
+        ssh=f"{os.environ.get('USER', 'root')}@127.0.0.1",
+        ssh_port=sshd["port"],
+        client_keys=(sshd["key"],),
+        known_hosts=known_hosts,
+        agent_port=agent_port,
+    )
+
+
+async def test_tunnel_streams_samples_with_host_key_checked(
+    sshd: dict[str, Any], agent_factory: Any, tmp_path: pathlib.Path
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "spark-ssh", "--interval", "0.05")
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = SshTunnelLink(
+            spec(sshd, agent.port, sshd["known_hosts"]),
+            store,
+            session,
+            holder="t",
+            desired_interval=lambda: None,
+            probe_every_s=0.5,
+            probes=4,
+            backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
+        )
+        task = asyncio.create_task(link.run())
+        await asyncio.sleep(2.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    _, last = store.latest_boot("spark-ssh") or ("", 0)
+    assert last >= 10 and store.count_samples("spark-ssh") == last
+    assert link.state.transport == "ssh" and link.state.offset is not None
+    store.close()
+
+
+async def test_wrong_host_key_is_refused(
+    sshd: dict[str, Any], agent_factory: Any, tmp_path: pathlib.Path
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "spark-ssh", "--interval", "0.5")
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = SshTunnelLink(
+            spec(sshd, agent.port, sshd["wrong_known_hosts"]),
+            store,
+            session,
+            holder="t",
+            desired_interval=lambda: None,
+        )
+        with pytest.raises(LinkError, match="ssh"):
+            await link._connected_session()
+    assert store.count_samples() == 0
+    store.close()
