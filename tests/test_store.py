@@ -31,7 +31,7 @@ def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> Frame:
         "memory": {"used_bytes": 1000 + seq},
         "sensors": [],
     }
-    return Frame(json.dumps(data).encode(), data)
+    return Frame(json.dumps(data), data)
 
 
 def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
@@ -69,7 +69,7 @@ def test_new_boot_and_gap_are_recorded(tmp_path: pathlib.Path) -> None:
     store.record_hello("n1", {"boot_id": "b1"})
     store.ingest("n1", "b1", [sample(1), sample(2)])
     store.ingest(
-        "n1", "b1", [Frame(b"", {"type": "gap", "after": 2, "missing": 40, "next_seq": 43}), sample(43)]
+        "n1", "b1", [Frame("", {"type": "gap", "after": 2, "missing": 40, "next_seq": 43}), sample(43)]
     )
     store.record_hello("n1", {"boot_id": "b2"})
     store.ingest("n1", "b2", [sample(1, boot="b2")])

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import orjson
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.state import LinkState
@@ -115,10 +115,11 @@ class WsLink:
                     break
                 continue
             frames: list[Frame] = []
-            for line in msg.data.split("\n"):
-                if not line:
-                    continue
-                data = json.loads(line)
+            text: str = msg.data
+            lines = text.split("\n")
+            # one parse per message (the frames are JSON objects, one per line): parsing is most of the cost
+            parsed = orjson.loads("[" + text.replace("\n", ",") + "]") if text else []
+            for line, data in zip(lines, parsed, strict=True):
                 kind = data.get("type")
                 if kind == "hello":
                     if frames and boot is not None:
@@ -127,7 +128,7 @@ class WsLink:
                     boot = str(data["boot_id"])
                     self._on_hello(data)
                 elif kind in ("sample", "gap"):
-                    frames.append(Frame(line.encode(), data))
+                    frames.append(Frame(line, data))
             if frames:
                 if boot is None:
                     raise LinkError("stream sent samples before its hello")
@@ -147,12 +148,12 @@ class WsLink:
         self.state.hello = hello
 
     def _ingest(self, boot: str, frames: list[Frame]) -> None:
-        new = self._store.ingest(self.spec.name, boot, frames)
-        self.state.samples_ingested += new
-        samples = [f.data for f in frames if f.data.get("type") == "sample"]
-        if samples:
-            self.state.last_seq = int(samples[-1]["seq"])
-            self.state.last_sample_wall_ns = int(samples[-1]["t_wall_ns"])
+        self.state.samples_ingested += self._store.ingest(self.spec.name, boot, frames)
+        for frame in reversed(frames):
+            if frame.data.get("type") == "sample":
+                self.state.last_seq = int(frame.data["seq"])
+                self.state.last_sample_wall_ns = int(frame.data["t_wall_ns"])
+                break
         self.state.last_frame_at_ns = self._now()
 
     # ---- clock -----------------------------------------------------------------------------------

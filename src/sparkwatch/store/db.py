@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
@@ -55,11 +55,11 @@ class RunRow:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One line of an agent stream: its raw bytes (kept as received) and its parsed form."""
+class Frame(NamedTuple):
+    """One line of an agent stream: its text (kept as received) and its parsed form (a NamedTuple: one is
+    made per ingested sample)."""
 
-    raw: bytes
+    raw: str
     data: dict[str, Any]
 
 
@@ -72,6 +72,8 @@ class Store:
             raise StoreError(f"cannot open database {path}: {exc}") from exc
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        # checkpoint every ~32 MiB of WAL instead of 4 MiB: hot B-tree pages are copied back once, not often
+        self._db.execute("PRAGMA wal_autocheckpoint=8192")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
 
@@ -110,13 +112,14 @@ class Store:
         samples: list[tuple[Any, ...]] = []
         gpus: list[tuple[Any, ...]] = []
         gaps: list[tuple[Any, ...]] = []
-        now = self._now()
         for frame in frames:
             d = frame.data
             kind = d.get("type")
             if kind == "sample":
                 boot, seq = d["boot_id"], d["seq"]
                 memory = d.get("memory") or {}
+                readings = d.get("gpus") or ()
+                g0 = readings[0] if readings else {}
                 samples.append(
                     (
                         node,
@@ -126,6 +129,10 @@ class Store:
                         d["t_mono_ns"],
                         d["interval_s"],
                         memory.get("used_bytes"),
+                        g0.get("uuid"),
+                        g0.get("power_w"),
+                        g0.get("energy_j"),
+                        g0.get("util_ratio"),
                         frame.raw,
                     )
                 )
@@ -140,20 +147,22 @@ class Store:
                         g.get("energy_j"),
                         g.get("util_ratio"),
                     )
-                    for g in d.get("gpus", ())
+                    for g in readings[1:]
                 )
             elif kind == "gap":
-                gaps.append((node, boot_id, d["after"], d["missing"], now))
+                gaps.append((node, boot_id, d["after"], d["missing"], self._now()))
         with _tx(self._db):
             before = self._db.total_changes
             self._db.executemany(
-                "INSERT OR IGNORE INTO samples (node, boot_id, seq, t_wall_ns, t_mono_ns, interval_s,"
-                " mem_used_bytes, frame) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                samples,
+                "INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", samples
             )
             inserted = self._db.total_changes - before
-            self._db.executemany("INSERT OR IGNORE INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", gpus)
-            self._db.executemany("INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)", gaps)
+            if gpus:
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", gpus
+                )
+            if gaps:
+                self._db.executemany("INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)", gaps)
         return inserted
 
     def last_seq(self, node: str, boot_id: str) -> int:
@@ -191,11 +200,14 @@ class Store:
     def gpu_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[Any, ...]]:
         """(boot_id, seq, t_wall_ns, interval_s, gpu, uuid, power_w, energy_j, util_ratio), agent clock."""
         return self._db.execute(
-            "SELECT s.boot_id, s.seq, s.t_wall_ns, s.interval_s, g.gpu, g.uuid, g.power_w, g.energy_j,"
-            " g.util_ratio"
-            " FROM samples s JOIN gpu_samples g USING (node, boot_id, seq)"
-            " WHERE s.node = ? AND s.t_wall_ns BETWEEN ? AND ? ORDER BY s.t_wall_ns",
-            (node, t_from_ns, t_to_ns),
+            "SELECT boot_id, seq, t_wall_ns, interval_s, 0, gpu0_uuid, gpu0_power_w, gpu0_energy_j,"
+            " gpu0_util_ratio FROM samples"
+            " WHERE node = ? AND t_wall_ns BETWEEN ? AND ? AND gpu0_uuid IS NOT NULL"
+            " UNION ALL"
+            " SELECT s.boot_id, s.seq, s.t_wall_ns, s.interval_s, g.gpu, g.uuid, g.power_w, g.energy_j,"
+            " g.util_ratio FROM samples s JOIN gpu_samples g USING (node, boot_id, seq)"
+            " WHERE s.node = ? AND s.t_wall_ns BETWEEN ? AND ? ORDER BY 3",
+            (node, t_from_ns, t_to_ns, node, t_from_ns, t_to_ns),
         ).fetchall()
 
     def mem_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[Any, ...]]:

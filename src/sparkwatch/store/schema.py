@@ -24,7 +24,13 @@ MIGRATIONS: tuple[str, ...] = (
         t_mono_ns INTEGER NOT NULL,
         interval_s REAL NOT NULL,
         mem_used_bytes INTEGER,
-        frame BLOB NOT NULL,
+        -- the first GPU's values live in the sample row (one B-tree insert fewer per GB10 sample);
+        -- further GPUs go to gpu_samples
+        gpu0_uuid TEXT,
+        gpu0_power_w REAL,
+        gpu0_energy_j REAL,
+        gpu0_util_ratio REAL,
+        frame TEXT NOT NULL,
         PRIMARY KEY (node, boot_id, seq)
     ) WITHOUT ROWID;
     CREATE INDEX samples_by_time ON samples (node, t_wall_ns);
