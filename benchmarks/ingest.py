@@ -176,9 +176,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rate = asyncio.run(ingest(port, args.agents, args.frames, pathlib.Path(tmp) / "ingest.db"))
     server.terminate()
-    print(
-        f"{args.agents} agents x {args.frames} GB10 frames = {total:,} samples; coordinator pinned to one core"
-    )
+    print(f"{args.agents} agents x {args.frames} GB10 frames = {total:,} samples; coordinator on one core")
     print(f"baseline raw SQLite executemany (same schema, batches of 500): {raw:10,.0f} rows/s")
     print(f"coordinator: WebSocket links -> JSON -> Store.ingest       : {rate:10,.0f} samples/s", end="")
     print(f"   ratio {rate / raw:.2f}x")
