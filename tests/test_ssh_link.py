@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +17,7 @@ import aiohttp
 import pytest
 
 from conftest import free_port
-from sparkwatch.links.ssh_link import SshTunnelLink
+from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink, make_link
 from sparkwatch.links.ws_link import LinkError
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store import Store
@@ -121,4 +122,44 @@ async def test_wrong_host_key_is_refused(
         with pytest.raises(LinkError, match="ssh"):
             await link._connected_session()
     assert store.count_samples() == 0
+    store.close()
+
+
+async def test_exec_mode_runs_the_agent_over_ssh(sshd: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    """`mode = "exec"`: the coordinator starts `sparkwatch-agent stream --stdio` through sshd, probes the
+    clock over stdin/stdout and raises the interval with a lease command."""
+    command = (
+        f"{sys.executable} -m sparkwatch_agent stream --stdio --backend sim --node spark-exec --interval 1"
+    )
+    node = NodeSpec(
+        name="spark-exec",
+        ssh=f"{os.environ.get('USER', 'root')}@127.0.0.1",
+        ssh_port=sshd["port"],
+        client_keys=(sshd["key"],),
+        known_hosts=sshd["known_hosts"],
+        mode="exec",
+        exec_command=command,
+    )
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = make_link(
+            node,
+            store,
+            session,
+            holder="t",
+            desired_interval=lambda: 0.05,
+            probe_every_s=0.5,
+            probes=4,
+            backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
+        )
+        assert isinstance(link, SshExecLink)
+        task = asyncio.create_task(link.run())
+        await asyncio.sleep(3.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    _, last = store.latest_boot("spark-exec") or ("", 0)
+    assert last >= 20  # 1 s configured; the lease over stdin made it 20 Hz
+    assert store.count_samples("spark-exec") == last
+    assert link.state.offset is not None and abs(link.state.offset.offset_ns) < 100_000_000
+    assert link.state.transport == "ssh-exec" and link.state.error is None
     store.close()

@@ -25,6 +25,7 @@ class NodeSpec:
     mode: Literal["tunnel", "exec"] = "tunnel"
     agent_port: int = 9464  # the agent's loopback port on the node (ssh tunnel mode)
     insecure_skip_host_key_check: bool = False
+    exec_command: str = "sparkwatch-agent stream --stdio"  # ssh exec mode: what runs on the node
 
     @property
     def http_base(self) -> str:
@@ -46,6 +47,7 @@ _KEYS = {
     "mode",
     "agent_port",
     "insecure_skip_host_key_check",
+    "exec_command",
 }
 
 
@@ -95,6 +97,7 @@ def _node(origin: str, name: str, table: Any) -> NodeSpec:
             mode=mode,
             agent_port=int(table.get("agent_port", 9464)),
             insecure_skip_host_key_check=bool(table.get("insecure_skip_host_key_check", False)),
+            exec_command=str(table.get("exec_command", "sparkwatch-agent stream --stdio")),
         )
     except (TypeError, ValueError) as exc:
         raise NodesFileError(f"{where}: {exc}") from None

@@ -1,8 +1,9 @@
 """`sparkwatch-agent stream --stdio`: the stream's frames as JSON lines on stdout, for SSH exec mode.
 
 The sampler runs in this process; a writer drains the ring, so a slow pipe delays writing, never
-sampling. Interval leases arrive as JSON lines on stdin: ``{"type":"interval","holder":…,
-"interval_s":…,"ttl_s":…}`` or ``{"type":"release","holder":…}``.
+sampling. Commands arrive as JSON lines on stdin: interval leases ``{"type":"interval","holder":…,
+"interval_s":…,"ttl_s":…}`` / ``{"type":"release","holder":…}``, and clock probes ``{"type":"time","id":…}``,
+answered with a ``time`` frame (agent wall and monotonic ns) ahead of any samples.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import signal
 import sys
 import threading
@@ -28,7 +30,9 @@ from sparkwatch_agent.stream_frames import StreamCursor
 log = logging.getLogger(__name__)
 
 
-def _apply_command(sampler: Sampler, line: str) -> None:
+def _apply_command(
+    sampler: Sampler, line: str, replies: queue.SimpleQueue[bytes], wake: threading.Event
+) -> None:
     try:
         cmd = json.loads(line)
         if not isinstance(cmd, dict):
@@ -41,6 +45,17 @@ def _apply_command(sampler: Sampler, line: str) -> None:
             )
         elif kind == "release":
             sampler.leases.release(holder)
+        elif kind == "time":  # a clock probe: stamped on arrival, answered ahead of any samples
+            reply = {
+                "type": "time",
+                "id": cmd.get("id"),
+                "t_wall_ns": time.time_ns(),
+                "t_mono_ns": time.monotonic_ns(),
+                "boot_id": sampler.boot_id,
+            }
+            replies.put(encode_frame(reply))
+            wake.set()
+            return
         else:
             raise ValueError(f"unknown command type {kind!r}")
     except Exception as exc:  # any bad line is ignored: the reader thread must survive it
@@ -49,7 +64,9 @@ def _apply_command(sampler: Sampler, line: str) -> None:
     sampler.wake()
 
 
-def _read_commands(sampler: Sampler, stdin_fd: int) -> None:
+def _read_commands(
+    sampler: Sampler, stdin_fd: int, replies: queue.SimpleQueue[bytes], wake: threading.Event
+) -> None:
     """Read command lines from the raw descriptor: a daemon thread blocked inside a buffered reader would
     abort the interpreter at exit (it holds the buffer's lock)."""
     pending = b""
@@ -65,7 +82,7 @@ def _read_commands(sampler: Sampler, stdin_fd: int) -> None:
         for raw in lines:
             line = raw.decode("utf-8", errors="replace").strip()
             if line:
-                _apply_command(sampler, line)
+                _apply_command(sampler, line, replies, wake)
         pending = pending[-65536:]  # a line without end is not a command; do not let it grow
 
 
@@ -84,7 +101,8 @@ def run_stdio(config: AgentConfig, stdout: BinaryIO | None = None, stdin_fd: int
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
-    threading.Thread(target=_read_commands, args=(sampler, fd), daemon=True).start()
+    replies: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    threading.Thread(target=_read_commands, args=(sampler, fd, replies, new_sample), daemon=True).start()
     host = read_host_facts()
 
     def hello(snap: Snapshot) -> bytes:
@@ -97,9 +115,14 @@ def run_stdio(config: AgentConfig, stdout: BinaryIO | None = None, stdin_fd: int
         while not stop.is_set():
             new_sample.wait(0.5)
             new_sample.clear()
-            if sampler.snapshot.sample is None:
-                continue
             lines: list[bytes] = []
+            while not replies.empty():
+                lines.append(replies.get())
+            if sampler.snapshot.sample is None:
+                if lines:
+                    out.write(b"\n".join(lines) + b"\n")
+                    out.flush()
+                continue
             while more := cursor.next_lines(sampler, 500, hello):
                 lines.extend(more)
             if lines:

@@ -96,16 +96,20 @@ class WsLink:
             self.state.connected = True
             self.state.error = None
             self._backoff.reset()
-            helpers = [
-                asyncio.create_task(self._probe_loop(), name=f"probe-{self.spec.name}"),
-                asyncio.create_task(self._lease_loop(), name=f"lease-{self.spec.name}"),
-            ]
-            try:
-                await self._consume(ws)
-            finally:
-                for task in helpers:
-                    task.cancel()
-                await asyncio.gather(*helpers, return_exceptions=True)
+            await self._run_helpers(asyncio.ensure_future(self._consume(ws)))
+
+    async def _run_helpers(self, consumer: asyncio.Future[None]) -> None:
+        """Run the clock-probe and lease loops for as long as ``consumer`` (the frame reader) runs."""
+        helpers = [
+            asyncio.create_task(self._probe_loop(), name=f"probe-{self.spec.name}"),
+            asyncio.create_task(self._lease_loop(), name=f"lease-{self.spec.name}"),
+        ]
+        try:
+            await consumer
+        finally:
+            for task in (*helpers, consumer):
+                task.cancel()
+            await asyncio.gather(*helpers, consumer, return_exceptions=True)
 
     async def _consume(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         boot: str | None = None
