@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from sparkwatch_agent.config import build_config
-from sparkwatch_agent.http_app import CONTEXT, SampleHub, make_app
+from sparkwatch_agent.http_app import CONTEXT, make_app
 from sparkwatch_agent.node import build_node
 from sparkwatch_agent.serve import agent_context
 
@@ -20,11 +20,9 @@ TOKEN = "s3cret-token-0123456789"
 
 
 async def start_agent(interval: float = 0.02, ring: int = 1000, token: str | None = None) -> TestClient:
-    loop = asyncio.get_running_loop()
-    hub = SampleHub(loop)
     config = build_config({"node": "spark-t", "backend": "sim", "interval": interval, "ring_size": ring}, {})
-    node = build_node(config, on_sample=lambda s: hub.publish_threadsafe(s.t_mono_ns))
-    ctx = agent_context(node, hub, token)
+    node = build_node(config)
+    ctx = agent_context(node, token)
     client = TestClient(TestServer(make_app(ctx)))
     await client.start_server()
     node.sampler.start()

@@ -17,7 +17,7 @@ from aiohttp import web
 from sparkwatch_agent.auth import is_loopback, load_token
 from sparkwatch_agent.config import AgentConfig, ConfigError
 from sparkwatch_agent.host_facts import read_host_facts
-from sparkwatch_agent.http_app import AgentContext, SampleHub, make_app
+from sparkwatch_agent.http_app import AgentContext, make_app
 from sparkwatch_agent.metrics import make_registry
 from sparkwatch_agent.node import Node, build_node
 from sparkwatch_agent.systemd_notify import SystemdNotifier
@@ -40,12 +40,11 @@ def check_auth(config: AgentConfig) -> str | None:
     return token
 
 
-def agent_context(node: Node, hub: SampleHub, token: str | None) -> AgentContext:
+def agent_context(node: Node, token: str | None) -> AgentContext:
     """What the HTTP handlers share: the node's sampler, its metrics registry, host facts, auth."""
     return AgentContext(
         sampler=node.sampler,
         registry=make_registry(lambda: node.sampler.snapshot),
-        hub=hub,
         host=read_host_facts(),
         token=token,
         sim=node.sim,
@@ -58,11 +57,8 @@ async def serve(config: AgentConfig) -> int:
     token = check_auth(config)
     loop = asyncio.get_running_loop()
     notifier = SystemdNotifier()
-    hub = SampleHub(loop)
-    node = build_node(
-        config, on_sample=lambda s: hub.publish_threadsafe(s.t_mono_ns), on_tick=notifier.watchdog
-    )
-    app = make_app(agent_context(node, hub, token))
+    node = build_node(config, on_tick=notifier.watchdog)
+    app = make_app(agent_context(node, token))
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
