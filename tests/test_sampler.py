@@ -52,6 +52,20 @@ def make_sampler(lib: object, clock: FakeClock, ring: int = 100) -> Sampler:
     )
 
 
+def bare_sampler(interval_s: float, **kwargs: object) -> Sampler:
+    """A sampler with no GPU backend on the real clock (for loop timing tests)."""
+    return Sampler(
+        node="n",
+        boot_id="b",
+        gpu=None,
+        memory=StaticMemory(),
+        sensors=None,
+        leases=IntervalLeases(interval_s),
+        ring=SampleRing(1000),
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
 def test_sample_carries_identity_times_and_values() -> None:
     clock = FakeClock()
     sampler = make_sampler(gb10_fake(), clock)
@@ -165,16 +179,7 @@ def test_loop_keeps_absolute_deadlines_and_follows_interval_changes() -> None:
         if len(ticks) == 30:
             done.set()
 
-    sampler = Sampler(
-        node="n",
-        boot_id="b",
-        gpu=None,
-        memory=StaticMemory(),
-        sensors=None,
-        leases=IntervalLeases(0.02),
-        ring=SampleRing(100),
-        on_sample=on_sample,
-    )
+    sampler = bare_sampler(0.02, on_sample=on_sample)
     sampler.start()
     try:
         assert done.wait(5)
@@ -195,15 +200,7 @@ def test_loop_keeps_absolute_deadlines_and_follows_interval_changes() -> None:
 
 
 def test_speeding_up_counts_no_fake_late_ticks() -> None:
-    sampler = Sampler(
-        node="n",
-        boot_id="b",
-        gpu=None,
-        memory=StaticMemory(),
-        sensors=None,
-        leases=IntervalLeases(2.0),
-        ring=SampleRing(1000),
-    )
+    sampler = bare_sampler(2.0)
     sampler.start()
     try:
         time.sleep(0.3)
@@ -218,16 +215,7 @@ def test_speeding_up_counts_no_fake_late_ticks() -> None:
 
 def test_watchdog_hears_from_the_loop_at_long_intervals() -> None:
     beats: list[float] = []
-    sampler = Sampler(
-        node="n",
-        boot_id="b",
-        gpu=None,
-        memory=StaticMemory(),
-        sensors=None,
-        leases=IntervalLeases(60.0),
-        ring=SampleRing(10),
-        on_tick=lambda: beats.append(time.monotonic()),
-    )
+    sampler = bare_sampler(60.0, on_tick=lambda: beats.append(time.monotonic()))
     sampler.start()
     try:
         time.sleep(2.5)

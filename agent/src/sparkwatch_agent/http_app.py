@@ -54,19 +54,30 @@ CONTEXT = web.AppKey("context", AgentContext)
 WEBSOCKETS: web.AppKey[weakref.WeakSet[web.WebSocketResponse]] = web.AppKey("websockets")
 
 
-def json_error(status: int, error: str, reason: str) -> web.Response:
+def json_error(status: int, error: str, reason: Any) -> web.Response:
     return web.json_response({"error": error, "reason": reason}, status=status)
 
 
-@web.middleware
-async def auth_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    token = request.app[CONTEXT].token
-    protected = token is not None and request.path.startswith("/v1/")
-    if protected and not bearer_ok(request.headers.get("Authorization"), token or ""):
-        return json_error(401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)")
-    return await handler(request)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def bearer_middleware(
+    token: str | None, protected: Callable[[str], bool]
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """401 with a JSON reason for a protected path without the right bearer token (none configured: open).
+    Shared with the coordinator's API."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if (
+            token is not None
+            and protected(request.path)
+            and not bearer_ok(request.headers.get("Authorization"), token)
+        ):
+            return json_error(401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)")
+        return await handler(request)
+
+    return check
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -289,7 +300,8 @@ async def _close_websockets(app: web.Application) -> None:
 
 
 def make_app(ctx: AgentContext) -> web.Application:
-    app = web.Application(middlewares=[auth_middleware], client_max_size=64 * 1024)
+    middleware = bearer_middleware(ctx.token, lambda path: path.startswith("/v1/"))
+    app = web.Application(middlewares=[middleware], client_max_size=64 * 1024)
     app[CONTEXT] = ctx
     app[WEBSOCKETS] = weakref.WeakSet()
     app.on_shutdown.append(_close_websockets)

@@ -4,7 +4,6 @@ with a JSON reason and stores nothing."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -15,26 +14,13 @@ from sparkwatch.api.metrics import coordinator_registry
 from sparkwatch.api.models import MarkIn, RunCreate, WindowBatch
 from sparkwatch.coordinator import Coordinator
 from sparkwatch.store import NotFound, StoreError
-from sparkwatch_agent.auth import bearer_ok
+from sparkwatch_agent.http_app import bearer_middleware, json_error
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
-TOKEN: web.AppKey[str | None] = web.AppKey("token")
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-def error(status: int, kind: str, reason: Any) -> web.Response:
-    return web.json_response({"error": kind, "reason": reason}, status=status)
-
-
-@web.middleware
-async def auth(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    token = request.app[TOKEN]
-    protected = token is not None and request.path not in ("/healthz", "/metrics")
-    if protected and not bearer_ok(request.headers.get("Authorization"), token or ""):
-        return error(401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)")
-    return await handler(request)
+error = json_error
 
 
 async def parse(request: web.Request, model: type[BaseModel]) -> Any:
@@ -142,9 +128,9 @@ async def export(request: web.Request) -> web.Response:
 
 
 def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
-    app = web.Application(middlewares=[auth], client_max_size=MAX_BODY_BYTES)
+    middleware = bearer_middleware(token, lambda path: path not in ("/healthz", "/metrics"))
+    app = web.Application(middlewares=[middleware], client_max_size=MAX_BODY_BYTES)
     app[COORDINATOR] = coordinator
-    app[TOKEN] = token
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/nodes", nodes)
