@@ -173,7 +173,7 @@ def test_run_export_matches_known_power_and_survives_kill9(cluster: Any) -> None
         ]
     }
     assert coord.call("POST", f"/v1/runs/{run_id}/windows", windows)[0] == 201
-    time.sleep(1.0)  # let the streams deliver the window's samples
+    time.sleep(2.0)  # let the streams deliver the window's samples (they flush once a second)
     assert coord.call("POST", f"/v1/runs/{run_id}/end")[0] == 200
     status, export = coord.call("GET", f"/v1/runs/{run_id}/export")
     assert status == 200
@@ -303,7 +303,7 @@ def test_node_with_a_clock_offset_is_joined_on_the_coordinator_clock(
         sim_load(skewed, 0.0)
         body = {"windows": [{"id": "w", "phase": "timed", "t_start_ns": a, "t_end_ns": b}]}
         assert coord.call("POST", f"/v1/runs/{run['id']}/windows", body)[0] == 201
-        time.sleep(1.0)
+        time.sleep(2.0)  # the stream flushes once a second
         coord.call("POST", f"/v1/runs/{run['id']}/end")
         _, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
         node = export["nodes"][0]

@@ -97,7 +97,7 @@ async def test_tunnel_streams_samples_with_host_key_checked(
             backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
         )
         task = asyncio.create_task(link.run())
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(3.0)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     _, last = store.latest_boot("spark-ssh") or ("", 0)

@@ -55,12 +55,12 @@ async def test_ingest_resume_and_restart(agent_factory: Any, tmp_path: pathlib.P
     want: list[float | None] = [None]
     async with aiohttp.ClientSession() as session:
         link = make_link(agent, store, session, want)
-        await run_link(link, 1.0)
+        await run_link(link, 2.5)
         boot, last = store.latest_boot("spark-1") or ("", 0)
         assert last >= 10 and store.count_samples("spark-1") == last  # seqs 1..last, none missing
         assert link.state.offset is not None and abs(link.state.offset.offset_ns) < 50_000_000
         await asyncio.sleep(0.5)  # link down: the agent keeps sampling into its ring
-        await run_link(make_link(agent, store, session, want), 1.0)
+        await run_link(make_link(agent, store, session, want), 2.5)
         boot2, last2 = store.latest_boot("spark-1") or ("", 0)
         assert boot2 == boot and last2 > last + 10
         assert store.count_samples("spark-1") == last2  # resumed after the last stored seq: no loss
@@ -68,7 +68,7 @@ async def test_ingest_resume_and_restart(agent_factory: Any, tmp_path: pathlib.P
         # restart the agent on the same port: a new boot, seqs from 1 again, the gap is not filled
         agent.stop()
         agent2 = agent_factory("--backend", "sim", "--node", "spark-1", "--interval", "0.05", port=agent.port)
-        await run_link(make_link(agent2, store, session, want), 1.0)
+        await run_link(make_link(agent2, store, session, want), 2.5)
         boot3, last3 = store.latest_boot("spark-1") or ("", 0)
         assert boot3 != boot and last3 >= 5
         assert store.count_samples("spark-1") == last2 + last3
@@ -113,7 +113,7 @@ async def test_export_from_stored_samples_matches_the_simulated_power(
         await asyncio.sleep(1.5)
         b = time.time_ns()
         post(f"{agent.url}/v1/sim/load", {"util_ratio": 0.0})
-        await asyncio.sleep(1.0)  # let the stream deliver the window's samples
+        await asyncio.sleep(2.0)  # let the stream deliver the window's samples (flushed once a second)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     # the window starts 0.2 s after the load change and ends 0.2 s before it stopped: pure 61 W inside
