@@ -66,12 +66,20 @@ async def test_ingest_resume_and_restart(agent_factory: Any, tmp_path: pathlib.P
         assert store.count_samples("spark-1") == last2  # resumed after the last stored seq: no loss
         assert store.gaps("spark-1") == []
         # restart the agent on the same port: a new boot, seqs from 1 again, the gap is not filled
+        t_down = time.time_ns()
         agent.stop()
+        await asyncio.sleep(1.0)
         agent2 = agent_factory("--backend", "sim", "--node", "spark-1", "--interval", "0.05", port=agent.port)
         await run_link(make_link(agent2, store, session, want), 2.5)
         boot3, last3 = store.latest_boot("spark-1") or ("", 0)
         assert boot3 != boot and last3 >= 5
         assert store.count_samples("spark-1") == last2 + last3
+    # in an export across the restart the downtime is a gap: not covered, not interpolated
+    store.create_run(RunRow("r", "restart", t_down - 2 * 10**9, None, 0.05, 0.5, "run"))
+    store.end_run("r", time.time_ns() - 10**9)
+    node = export_run(store, "r", ["spark-1"], time.time_ns)["nodes"][0]
+    assert node["samples"]["max_gap_s"] >= 1.0
+    assert node["samples"]["coverage_ratio"] < 0.9
     store.close()
 
 
