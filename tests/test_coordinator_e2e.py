@@ -219,10 +219,16 @@ def test_auth_and_bad_bodies(cluster: Any) -> None:
         {"windows": [good, {**good, "id": "w3", "phase": "Timed!"}]},
         {"windows": [good, {**good, "id": "w4", "t_first_token_ns": 30}]},  # outside the window
         {"windows": []},
+        {"windows": [good, {**good, "id": "w5", "t_end_ns": 2**63}]},  # beyond a 64-bit integer
+        {"windows": [good, {**good, "id": "w6", "completion_tokens": 10**30}]},
     ]
     for batch in bad_batches:
         status, reply = coord.call("POST", f"/v1/runs/{run['id']}/windows", batch)
         assert status == 400, batch
+    nan_body = (
+        b'{"windows": [{"id": "w7", "phase": "timed", "t_start_ns": 10, "t_end_ns": 20, "source": {"x": NaN}}]}'
+    )
+    assert coord.call("POST", f"/v1/runs/{run['id']}/windows", raw=nan_body)[0] == 400
     assert coord.call("GET", f"/v1/runs/{run['id']}")[1]["windows"] == 0  # all or nothing
     assert coord.call("POST", "/v1/runs/nope/windows", {"windows": [good]})[0] == 404
     assert coord.call("POST", f"/v1/runs/{run['id']}/windows", {"windows": [good]})[0] == 201

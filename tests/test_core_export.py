@@ -153,3 +153,19 @@ def test_export_validates_against_the_published_schema() -> None:
     broken["nodes"][0]["power_w"]["gated_mean"] = "61"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, run_schema())
+
+
+def test_decode_scope_counts_only_windows_with_token_stamps() -> None:
+    run = RunSpec(id="d", name="decode", t_start_ns=T0, t_end_ns=T0 + 40 * S, interval_s=0.1, scope="decode")
+    export = build_export(run, [node("spark-1", 11.0, 61.0, [(20, 25), (30, 35)], 100)], WINDOWS, "0.1.0")
+    windows = {w["id"]: w for w in export["windows"]}
+    assert windows["r1"]["in_scope"] is True and windows["r2"]["in_scope"] is False  # r2 has no stamps
+    assert windows["r2"]["verdict"] == "incomplete" and "token stamps" in windows["r2"]["reasons"][0]
+    assert export["totals"]["completion_tokens"] == 380  # r1 only: energy and tokens from the same windows
+    assert export["method"]["scope_s"] == pytest.approx(4.5)
+
+
+def test_totals_say_why_they_are_null() -> None:
+    export = build_export(RUN, [node("idle", 9.0, 9.0, [], 50)], WINDOWS, "0.1.0")
+    reasons = export["totals"]["null_reasons"]
+    assert export["totals"]["power_w_gated_mean_sum"] is None and "power_w_gated_mean_sum" in reasons

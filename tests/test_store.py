@@ -109,3 +109,28 @@ def test_clock_offsets(tmp_path: pathlib.Path) -> None:
     store.add_offset("n1", "b1", ClockOffset(5 * S, 1000, 5, 10))
     store.add_offset("n1", "b1", ClockOffset(5 * S + 10, 900, 5, 10), t_ns=T0 + S)
     assert store.offsets("n1", "b1") == [(T0, 5 * S, 1000), (T0 + S, 5 * S + 10, 900)]
+
+
+def test_export_reads_windows_past_the_run_end_and_keeps_one_entry_per_gpu(tmp_path: pathlib.Path) -> None:
+    from sparkwatch.run_export import export_run
+
+    store = Store(tmp_path / "sw.db")
+    gpu = {"uuid": "GPU-x", "fields": {}}
+    store.record_hello("n1", {"boot_id": "b1", "capabilities": {"gpus": [gpu]}, "memory_model": "unified"})
+    store.record_hello("n2", {"boot_id": "b9", "capabilities": {"gpus": [{**gpu, "uuid": "GPU-y"}]}})
+    store.ingest("n1", "b1", [sample(i) for i in range(1, 301)])  # 0.1 s .. 30 s, 5 W, util 0.5
+    store.create_run(RunRow("r1", "demo", T0, None, 0.1, 0.5, "request"))
+    store.end_run("r1", T0 + 10 * S)
+    store.add_windows("r1", [Window("w", "timed", T0 + 5 * S, T0 + 20 * S)])  # ends after the run
+    export = export_run(store, "r1", ["n1", "n2"], lambda: T0 + 40 * S)
+    n1 = export["nodes"][0]
+    assert n1["samples"]["coverage_ratio"] == pytest.approx(1.0)
+    assert n1["energy_method"] == "counter" and n1["energy_j"] == pytest.approx(15.0 * 10.0)  # 10 J/s counter
+    assert export["lmx"]["gpuPowerWatts"] == [pytest.approx(10.0), None]  # n2 announced a GPU, sent nothing
+
+
+def test_a_file_that_is_not_a_database_is_a_store_error(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "not.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot use database"):
+        Store(bad)

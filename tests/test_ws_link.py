@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from sparkwatch.core.windows import Window
-from sparkwatch.links.ws_link import WsLink
+from sparkwatch.links.ws_link import WsLink, parse_lines, well_formed
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.run_export import export_run
 from sparkwatch.store import Store
@@ -136,3 +136,11 @@ async def test_export_from_stored_samples_matches_the_simulated_power(
     assert node["unsupported"]["memory_info"] == "NOT_SUPPORTED"
     assert export["windows"][0]["verdict"] == "ok"
     store.close()
+
+
+def test_malformed_frames_are_skipped_not_fatal() -> None:
+    good = '{"type":"sample","seq":1,"boot_id":"b","t_wall_ns":1,"t_mono_ns":1,"interval_s":0.1,"gpus":[]}'
+    pairs = parse_lines(good + "\n{not json\n[1,2]\n" + good.replace('"seq":1', '"seq":2') + "\n", "n1")
+    assert [d["seq"] for _, d in pairs] == [1, 2]
+    assert parse_lines("", "n1") == []
+    assert not well_formed({"type": "sample", "seq": 3})  # no boot or times: skipped

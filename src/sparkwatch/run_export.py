@@ -43,9 +43,14 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         arr = np.array(agent_ns, dtype=np.int64)
         return to_coordinator_ns(arr, offsets) if offsets and len(arr) else arr
 
+    # one track per GPU, keyed by UUID (an index can change when the GPU backend re-opens); GPUs the
+    # agent announced but that have no samples in range still get a track, so lmx.gpuPowerWatts keeps one
+    # entry per GPU in node order (null for those)
+    by_uuid: dict[str, list[tuple[Any, ...]]] = {uuid: [] for uuid in _announced_gpus(hello)}
+    for row in sorted(gpu_rows, key=lambda r: (r[4], r[2])):
+        by_uuid.setdefault(str(row[5]), []).append(row)
     tracks, uuids = [], []
-    for gpu in sorted({r[4] for r in gpu_rows}):
-        rows = [r for r in gpu_rows if r[4] == gpu]
+    for uuid, rows in by_uuid.items():
         tracks.append(
             GpuTrack.from_arrays(
                 times([r[2] for r in rows]),
@@ -56,7 +61,7 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
                 util_ratio=_floats([r[8] for r in rows]),
             )
         )
-        uuids.append(str(rows[-1][5]))
+        uuids.append(uuid)
     memory = MemTrack.from_arrays(
         times([r[2] for r in mem_rows]),
         np.array([boots[r[0]] for r in mem_rows], dtype=np.int64),
@@ -73,6 +78,10 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         hardware=dict((hello or {}).get("hardware", {})),
         unsupported=_unsupported(hello),
     )
+
+
+def _announced_gpus(hello: dict[str, Any] | None) -> list[str]:
+    return [str(g["uuid"]) for g in (hello or {}).get("capabilities", {}).get("gpus", []) if "uuid" in g]
 
 
 def _floats(values: Sequence[float | None]) -> np.ndarray:
@@ -94,5 +103,9 @@ def export_run(store: Store, run_id: str, nodes: Sequence[str], now_ns: Callable
         gate_threshold=run.gate_threshold,
         scope=scope,
     )
-    inputs = [node_input(store, n, run.t_start_ns, t_end) for n in nodes]
-    return build_export(spec, inputs, store.windows(run_id), __version__)
+    windows = store.windows(run_id)
+    # read what the run and every window span: a window may start before the run or end after it
+    t_from = min([run.t_start_ns, *(w.t_start_ns for w in windows)])
+    t_to = max([t_end, *(w.t_end_ns for w in windows)])
+    inputs = [node_input(store, n, t_from, t_to) for n in nodes]
+    return build_export(spec, inputs, windows, __version__)

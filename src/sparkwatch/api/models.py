@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sparkwatch.core.windows import Window
 
 PHASE_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+NS_MAX = 2**63 - 1  # SQLite integers are 64-bit signed
 
 
 class Strict(BaseModel):
@@ -25,18 +27,22 @@ class RunCreate(Strict):
 class WindowIn(Strict):
     id: str = Field(min_length=1, max_length=200)
     phase: str = Field(pattern=PHASE_PATTERN)
-    t_start_ns: int = Field(gt=0)
-    t_first_byte_ns: int | None = Field(default=None, gt=0)
-    t_first_token_ns: int | None = Field(default=None, gt=0)
-    t_last_token_ns: int | None = Field(default=None, gt=0)
-    t_end_ns: int = Field(gt=0)
-    prompt_tokens: int | None = Field(default=None, ge=0)
-    completion_tokens: int | None = Field(default=None, ge=0)
-    cached_tokens: int | None = Field(default=None, ge=0)
+    t_start_ns: int = Field(gt=0, le=NS_MAX)
+    t_first_byte_ns: int | None = Field(default=None, gt=0, le=NS_MAX)
+    t_first_token_ns: int | None = Field(default=None, gt=0, le=NS_MAX)
+    t_last_token_ns: int | None = Field(default=None, gt=0, le=NS_MAX)
+    t_end_ns: int = Field(gt=0, le=NS_MAX)
+    prompt_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
+    completion_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
+    cached_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
     source: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _ordered(self) -> WindowIn:
+        try:
+            json.dumps(self.source, allow_nan=False)
+        except ValueError:
+            raise ValueError("source must not contain NaN or infinite numbers") from None
         if self.t_end_ns < self.t_start_ns:
             raise ValueError("t_end_ns must not be before t_start_ns")
         for name in ("t_first_byte_ns", "t_first_token_ns", "t_last_token_ns"):

@@ -13,7 +13,7 @@ import numpy as np
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.join import PowerStats, scope_stats, window_stats
-from sparkwatch.core.memory import node_memory, peak_of_sum
+from sparkwatch.core.memory import MemoryStats, node_memory, peak_of_sum
 from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind, Window, scope_for
 
@@ -94,6 +94,15 @@ def _null_reasons(stats: Sequence[PowerStats], threshold: float) -> dict[str, st
     return reasons
 
 
+def _memory_reasons(memory: MemoryStats) -> dict[str, str]:
+    reasons: dict[str, str] = {}
+    if memory.peak_bytes is None:
+        reasons["memory_used_bytes"] = "no memory sample inside the scope"
+    if memory.baseline_bytes is None:
+        reasons["memory_used_bytes.baseline"] = "no memory sample in the 10 s before the first window"
+    return reasons
+
+
 def verdict(
     length_s: float, coverages: Sequence[float | None], interval_s: float, uncertainty_s: float
 ) -> tuple[str, list[str]]:
@@ -137,9 +146,11 @@ def build_export(
     run: RunSpec, nodes: Sequence[NodeInput], windows: Sequence[Window], sparkwatch_version: str
 ) -> dict[str, Any]:
     scope = scope_for(windows, run.scope, (run.t_start_ns, run.t_end_ns), run.phases)
-    in_scope = [w for w in windows if w.phase in run.phases]
-    first_window = min((w.t_start_ns for w in in_scope), default=None)
     span_kind: ScopeKind = "decode" if run.scope == "decode" else "request"
+    # a window counts when its phase is measured and it has the stamps its scope needs (decode: tokens)
+    measured = [w.phase in run.phases and w.span(span_kind) is not None for w in windows]
+    in_scope = [w for w, m in zip(windows, measured, strict=True) if m]
+    first_window = min((w.t_start_ns for w in in_scope), default=None)
     spans = [w.span(span_kind) or (w.t_start_ns, w.t_start_ns) for w in windows]
     starts = np.array([s[0] for s in spans], dtype=np.int64)
     ends = np.array([s[1] for s in spans], dtype=np.int64)
@@ -185,7 +196,7 @@ def build_export(
                     }
                     for uuid, s in zip(node.gpu_uuids, stats, strict=True)
                 ],
-                "null_reasons": _null_reasons(stats, run.gate_threshold),
+                "null_reasons": {**_null_reasons(stats, run.gate_threshold), **_memory_reasons(memory)},
             }
         )
         per_gpu_windows = [window_stats(i, starts, ends) for i in integrals]
@@ -204,13 +215,19 @@ def build_export(
     window_json = []
     for k, w in enumerate(windows):
         length_s = float(ends[k] - starts[k]) / 1e9
-        v, reasons = verdict(
-            length_s, [p["coverage_ratio"] for p in per_window[k]], run.interval_s, uncertainty_s
-        )
+        if w.span(span_kind) is None:
+            v, reasons = (
+                "incomplete",
+                ["no first/last token stamps, so nothing to measure in the decode scope"],
+            )
+        else:
+            v, reasons = verdict(
+                length_s, [p["coverage_ratio"] for p in per_window[k]], run.interval_s, uncertainty_s
+            )
         window_json.append(
             {
                 **_window_json(w),
-                "in_scope": w.phase in run.phases,
+                "in_scope": measured[k],
                 "verdict": v,
                 "reasons": reasons,
                 "nodes": per_window[k],
@@ -222,10 +239,24 @@ def build_export(
     completion = (
         sum(t for t in tokens if t is not None) if tokens and all(t is not None for t in tokens) else None
     )
+    peak_sum = None if not mem_peaks or any(p is None for p in mem_peaks) else sum(p for p in mem_peaks if p)
+    power_sum = _sum([n["power_w"]["gated_mean"] for n in node_json])
+    peak_of = peak_of_sum([n.memory for n in nodes], scope)
     totals_reasons: dict[str, str] = {}
     if completion is None:
-        totals_reasons["completion_tokens"] = "a timed window has no completion token count"
-    peak_sum = None if not mem_peaks or any(p is None for p in mem_peaks) else sum(p for p in mem_peaks if p)
+        totals_reasons["completion_tokens"] = "a measured window has no completion token count"
+    if energy_total is None:
+        totals_reasons["energy_j"] = "a node's energy is unknown (see its null_reasons)"
+    if power_sum is None:
+        totals_reasons["power_w_gated_mean_sum"] = "a node's gated power is unknown (see its null_reasons)"
+    if peak_sum is None:
+        totals_reasons["memory_used_bytes_peak_sum"] = "a node has no memory sample inside the scope"
+    if peak_of is None:
+        totals_reasons["memory_used_bytes_peak_of_sum"] = (
+            "no time inside the scope when every node had a reading"
+        )
+    if energy_total is None or not completion:
+        totals_reasons["joules_per_token"] = "needs the energy and a non-zero completion token count"
     export: dict[str, Any] = {
         "schema": SCHEMA,
         "run": {
@@ -246,10 +277,10 @@ def build_export(
         "nodes": node_json,
         "windows": window_json,
         "totals": {
-            "power_w_gated_mean_sum": _round(_sum([n["power_w"]["gated_mean"] for n in node_json])),
+            "power_w_gated_mean_sum": _round(power_sum),
             "energy_j": _round(energy_total),
             "memory_used_bytes_peak_sum": peak_sum,
-            "memory_used_bytes_peak_of_sum": peak_of_sum([n.memory for n in nodes], scope),
+            "memory_used_bytes_peak_of_sum": peak_of,
             "completion_tokens": completion,
             "joules_per_token": _round(energy_total / completion, 4)
             if energy_total is not None and completion

@@ -17,7 +17,7 @@ import asyncssh
 import orjson
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
-from sparkwatch.links.ws_link import LinkError, WsLink
+from sparkwatch.links.ws_link import LinkError, WsLink, parse_lines, well_formed
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store.db import Frame
 
@@ -101,36 +101,43 @@ class SshExecLink(WsLink):
         boot: str | None = None
         frames: list[Frame] = []
         flush_at = 0.0
-        while True:
-            try:
-                line = await asyncio.wait_for(process.stdout.readline(), timeout=EXEC_FLUSH_S)
-            except TimeoutError:
-                line = None
-            if line == "":
-                raise LinkError(f"agent process ended: {process.exit_status}")
-            if line:
-                data = orjson.loads(line)
-                kind = data.get("type")
-                if kind == "time":
-                    future = self._pending.pop(int(data.get("id") or 0), None)
-                    if future is not None and not future.done():
-                        future.set_result(data)
-                elif kind == "hello":
-                    if frames and boot is not None:
-                        self._ingest(boot, frames)
-                        frames = []
-                    boot = str(data["boot_id"])
-                    self._on_hello(data)
-                    self.state.connected = True
-                    self.state.error = None
-                    self._backoff.reset()
-                elif kind in ("sample", "gap"):
-                    if not frames:
-                        flush_at = time.monotonic() + EXEC_FLUSH_S
-                    frames.append(Frame(line.rstrip("\n"), data))
-            if frames and boot is not None and (len(frames) >= EXEC_BATCH or time.monotonic() >= flush_at):
+        try:
+            while True:
+                try:
+                    line = await asyncio.wait_for(process.stdout.readline(), timeout=EXEC_FLUSH_S)
+                except TimeoutError:
+                    line = None
+                if line == "":
+                    raise LinkError(f"agent process ended: {process.exit_status}")
+                for raw, data in parse_lines(line or "", self.spec.name):
+                    kind = data.get("type")
+                    if kind == "time":
+                        future = self._pending.pop(int(data.get("id") or 0), None)
+                        if future is not None and not future.done():
+                            future.set_result(data)
+                    elif kind == "hello":
+                        if frames and boot is not None:
+                            self._ingest(boot, frames)
+                            frames = []
+                        boot = str(data["boot_id"])
+                        self._on_hello(data)
+                        self.state.connected = True
+                        self.state.error = None
+                        self._backoff.reset()
+                    elif kind in ("sample", "gap") and well_formed(data):
+                        if not frames:
+                            flush_at = time.monotonic() + EXEC_FLUSH_S
+                        frames.append(Frame(raw, data))
+                if (
+                    frames
+                    and boot is not None
+                    and (len(frames) >= EXEC_BATCH or time.monotonic() >= flush_at)
+                ):
+                    self._ingest(boot, frames)
+                    frames = []
+        finally:
+            if frames and boot is not None:  # each exec session is a new boot: what we hold is not replayable
                 self._ingest(boot, frames)
-                frames = []
 
     async def probe_clock(self) -> tuple[ClockOffset, str]:
         probes: list[TimeProbe] = []
@@ -141,12 +148,13 @@ class SshExecLink(WsLink):
             future: asyncio.Future[dict[str, Any]] = loop.create_future()
             self._pending[probe_id] = future
             t_send = self._now()
-            await self._send({"type": "time", "id": probe_id})
             try:
+                await self._send({"type": "time", "id": probe_id})
                 reply = await asyncio.wait_for(future, PROBE_TIMEOUT_S)
             except TimeoutError:
-                self._pending.pop(probe_id, None)
                 raise LinkError("clock probe over stdio timed out") from None
+            finally:
+                self._pending.pop(probe_id, None)
             probes.append(TimeProbe(t_send, int(reply["t_wall_ns"]), self._now()))
             boot = str(reply["boot_id"])
         offset = estimate_offset(probes)

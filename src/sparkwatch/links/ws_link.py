@@ -78,8 +78,12 @@ class WsLink:
             try:
                 await self._connected_session()
             except asyncio.CancelledError:
+                self.state.connected = False
                 raise
             except (aiohttp.ClientError, OSError, TimeoutError, LinkError, ValueError) as exc:
+                self.state.error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # a bug or a store failure must not end collection for good
+                log.exception("node %s: link failed", self.spec.name)
                 self.state.error = f"{type(exc).__name__}: {exc}"
             self.state.connected = False
             self.state.reconnects += 1
@@ -96,7 +100,7 @@ class WsLink:
             self.state.connected = True
             self.state.error = None
             self._backoff.reset()
-            await self._run_helpers(asyncio.ensure_future(self._consume(ws)))
+            await self._run_helpers(asyncio.ensure_future(self._consume(ws, agent_boot)))
 
     async def _run_helpers(self, consumer: asyncio.Future[None]) -> None:
         """Run the clock-probe and lease loops for as long as ``consumer`` (the frame reader) runs."""
@@ -111,7 +115,9 @@ class WsLink:
                 task.cancel()
             await asyncio.gather(*helpers, consumer, return_exceptions=True)
 
-    async def _consume(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    async def _consume(self, ws: aiohttp.ClientWebSocketResponse, expected_boot: str) -> None:
+        """Store every frame of the stream. ``expected_boot`` is the boot our ``after`` was chosen for: if
+        the agent restarted in between, that seq means nothing to the new boot, so we redial from 0."""
         boot: str | None = None
         async for msg in ws:
             if msg.type != aiohttp.WSMsgType.TEXT:
@@ -119,11 +125,7 @@ class WsLink:
                     break
                 continue
             frames: list[Frame] = []
-            text: str = msg.data
-            lines = text.split("\n")
-            # one parse per message (the frames are JSON objects, one per line): parsing is most of the cost
-            parsed = orjson.loads("[" + text.replace("\n", ",") + "]") if text else []
-            for line, data in zip(lines, parsed, strict=True):
+            for line, data in parse_lines(msg.data, self.spec.name):
                 kind = data.get("type")
                 if kind == "hello":
                     if frames and boot is not None:
@@ -131,7 +133,9 @@ class WsLink:
                         frames = []
                     boot = str(data["boot_id"])
                     self._on_hello(data)
-                elif kind in ("sample", "gap"):
+                    if boot != expected_boot:
+                        raise LinkError("agent restarted between clock probe and stream; resuming from seq 0")
+                elif kind in ("sample", "gap") and well_formed(data):
                     frames.append(Frame(line, data))
             if frames:
                 if boot is None:
@@ -188,13 +192,14 @@ class WsLink:
             await asyncio.sleep(self._probe_every_s)
             try:
                 await self.probe_clock()
-            except (aiohttp.ClientError, OSError, TimeoutError, LinkError) as exc:
+            except Exception as exc:  # a failed probe only means no new estimate this time
                 log.info("node %s: clock probe failed: %s", self.spec.name, exc)
 
     # ---- interval lease --------------------------------------------------------------------------
     async def _lease_loop(self) -> None:
         held: float | None = None
         while True:
+            self._lease_changed.clear()  # before reading the wish: a change during the update is not lost
             want = self._desired()
             try:
                 if want is not None:
@@ -206,7 +211,6 @@ class WsLink:
             except (aiohttp.ClientError, OSError, TimeoutError, LinkError) as exc:
                 log.info("node %s: interval lease update failed: %s", self.spec.name, exc)
             self.state.lease_interval_s = held
-            self._lease_changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._lease_changed.wait(), LEASE_RENEW_S)
 
@@ -222,3 +226,39 @@ class WsLink:
         ) as r:
             if r.status != 200:
                 raise LinkError(f"/v1/interval DELETE answered {r.status}")
+
+
+_SAMPLE_KEYS = ("seq", "boot_id", "t_wall_ns", "t_mono_ns", "interval_s")
+
+
+def well_formed(data: dict[str, Any]) -> bool:
+    """A sample needs its identity and times; a gap its counts. Anything else is skipped, not fatal."""
+    if data.get("type") == "gap":
+        return isinstance(data.get("after"), int) and isinstance(data.get("missing"), int)
+    return all(k in data for k in _SAMPLE_KEYS) and isinstance(data.get("gpus", []), list)
+
+
+def parse_lines(text: str, node: str) -> list[tuple[str, dict[str, Any]]]:
+    """(line, frame) pairs of one message: one parse for the whole message (parsing is most of the ingest
+    cost); if that fails, line by line, skipping (and logging) the lines that are not JSON objects."""
+    text = text.strip("\n")
+    if not text:
+        return []
+    lines = text.split("\n")
+    try:
+        parsed = orjson.loads("[" + ",".join(lines) + "]")
+        if all(isinstance(d, dict) for d in parsed):
+            return list(zip(lines, parsed, strict=True))
+    except orjson.JSONDecodeError:
+        pass
+    out = []
+    for line in lines:
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            data = None
+        if isinstance(data, dict):
+            out.append((line, data))
+        elif line.strip():
+            log.warning("node %s: skipped a malformed frame: %.120s", node, line)
+    return out

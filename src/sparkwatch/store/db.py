@@ -66,16 +66,17 @@ class Frame(NamedTuple):
 class Store:
     def __init__(self, path: Path, now_ns: Callable[[], int] = time.time_ns) -> None:
         self._now = now_ns
+        self.path = path
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            # checkpoint every ~32 MiB of WAL instead of 4 MiB: hot B-tree pages are copied back once
+            self._db.execute("PRAGMA wal_autocheckpoint=8192")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open database {path}: {exc}") from exc
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        # checkpoint every ~32 MiB of WAL instead of 4 MiB: hot B-tree pages are copied back once, not often
-        self._db.execute("PRAGMA wal_autocheckpoint=8192")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+            raise StoreError(f"cannot use database {path}: {exc}") from exc
 
     def close(self) -> None:
         self._db.close()
