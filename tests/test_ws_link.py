@@ -11,13 +11,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from sparkwatch.core.windows import Window
-from sparkwatch.links.ws_link import WsLink, parse_lines, well_formed
+from sparkwatch.links.ws_link import LinkError, WsLink, parse_lines, well_formed
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.run_export import export_run
 from sparkwatch.store import Store
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.db import Frame, RunRow
 from sparkwatch_agent.backoff import ExponentialBackoff
 
 
@@ -144,3 +146,60 @@ def test_malformed_frames_are_skipped_not_fatal() -> None:
     assert [d["seq"] for _, d in pairs] == [1, 2]
     assert parse_lines("", "n1") == []
     assert not well_formed({"type": "sample", "seq": 3})  # no boot or times: skipped
+
+
+async def test_restart_between_probe_and_stream_redials_from_zero(tmp_path: pathlib.Path) -> None:
+    """/v1/time says boot A (whose last stored seq is 50), the stream's hello says boot B: the link must not
+    trust ?after=50 for B; it records B and redials, asking for B from seq 0."""
+    asked: list[str] = []
+
+    async def time_probe(_r: web.Request) -> web.Response:
+        return web.json_response({"t_wall_ns": time.time_ns(), "t_mono_ns": 1, "boot_id": "A"})
+
+    async def stream(request: web.Request) -> web.WebSocketResponse:
+        asked.append(request.query["after"])
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str('{"type":"hello","boot_id":"B"}')
+        await ws.close()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/time", time_probe)
+    app.router.add_get("/v1/stream", stream)
+    server = TestServer(app)
+    await server.start_server()
+    store = Store(tmp_path / "c.db")
+    store.record_hello("n", {"boot_id": "A"})
+    store.ingest(
+        "n",
+        "A",
+        [
+            Frame(json.dumps(d), d)
+            for d in (
+                {
+                    "type": "sample",
+                    "seq": 50,
+                    "boot_id": "A",
+                    "t_wall_ns": 1,
+                    "t_mono_ns": 1,
+                    "interval_s": 0.1,
+                },
+            )
+        ],
+    )
+    async with aiohttp.ClientSession() as session:
+        link = WsLink(
+            NodeSpec(name="n", url="ws://x"),
+            store,
+            session,
+            holder="t",
+            desired_interval=lambda: None,
+            base_url=str(server.make_url("")),
+            probes=3,
+        )
+        with pytest.raises(LinkError, match="restarted"):
+            await link._connected_session()
+    assert asked == ["50"] and store.latest_boot("n") == ("B", 0)  # the next dial asks for after=0
+    await server.close()
+    store.close()

@@ -62,10 +62,11 @@ class Coordinator:
             self.links[spec.name] = link
             self._tasks.append(asyncio.create_task(link.run(), name=f"link-{spec.name}"))
 
-    async def stop(self) -> None:
+    async def stop(self, timeout_s: float = 5.0) -> None:
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=timeout_s)
         if self._session is not None:
             await self._session.close()
 
@@ -100,3 +101,16 @@ class Coordinator:
 
     def export(self, run_id: str) -> dict[str, Any]:
         return export_run(self.store, run_id, self.node_names, self.now_ns)
+
+    async def export_async(self, run_id: str) -> dict[str, Any]:
+        """The export computed in a worker thread on its own read connection (WAL readers do not block the
+        writer), so a long run's numpy and SQLite work never stalls ingest or the agents' heartbeats."""
+
+        def work() -> dict[str, Any]:
+            reader = Store(self.store.path)
+            try:
+                return export_run(reader, run_id, self.node_names, self.now_ns)
+            finally:
+                reader.close()
+
+        return await asyncio.get_running_loop().run_in_executor(None, work)

@@ -121,7 +121,7 @@ async def marks(request: web.Request) -> web.Response:
 async def export(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
     try:
-        body = coord.export(request.match_info["run_id"])
+        body = await coord.export_async(request.match_info["run_id"])
     except StoreError as exc:
         return _store_error(exc)
     return web.json_response(body)

@@ -75,10 +75,10 @@ class SshExecLink(WsLink):
 
     async def _connected_session(self) -> None:
         try:
-            async with (
-                asyncssh.connect(**connect_options(self.spec)) as conn,
-                conn.create_process(self.spec.exec_command) as process,
-            ):
+            async with asyncssh.connect(**connect_options(self.spec)) as conn:
+                # not `async with` for the process: its exit waits for the remote end to close the channel,
+                # which an agent busy writing samples never does; closing the connection ends the session
+                process = await conn.create_process(self.spec.exec_command)
                 self._process = process
                 reader = asyncio.create_task(self._read_frames(process))
                 try:
@@ -88,6 +88,8 @@ class SshExecLink(WsLink):
                     reader.cancel()
                     await asyncio.gather(reader, return_exceptions=True)
                     self._process = None
+                    process.close()
+                    conn.abort()
         except (asyncssh.Error, OSError) as exc:
             raise LinkError(f"ssh {self.spec.ssh}: {exc}") from exc
 
