@@ -99,9 +99,6 @@ class Coordinator:
         log.info("run %s ended", run_id)
         return run
 
-    def export(self, run_id: str) -> dict[str, Any]:
-        return export_run(self.store, run_id, self.node_names, self.now_ns)
-
     async def export_async(self, run_id: str) -> dict[str, Any]:
         """The export computed in a worker thread on its own read connection (WAL readers do not block the
         writer), so a long run's numpy and SQLite work never stalls ingest or the agents' heartbeats."""

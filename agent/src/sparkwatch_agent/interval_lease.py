@@ -73,7 +73,3 @@ class IntervalLeases:
             self._cached_s = min((lease.interval_s for lease in leases), default=self.configured_s)
             self._cached_until_ns = min((lease.expires_mono_ns for lease in leases), default=2**63 - 1)
             return self._cached_s
-
-    def next_expiry_ns(self, now_mono_ns: int) -> int | None:
-        leases = self.active(now_mono_ns)
-        return min((lease.expires_mono_ns for lease in leases), default=None)

@@ -154,7 +154,7 @@ class NvmlBackend:
         if cuda is None:
             cuda = self._optional(lib.nvmlSystemGetCudaDriverVersion)
         count = int(lib.nvmlDeviceGetCount())
-        probed: list[tuple[Any, int, str, str, dict[str, FieldStatus], int | None, Out]] = []
+        probed: list[tuple[Any, int, str, str, dict[str, FieldStatus], int | None]] = []
         model: MemoryModel = "none"
         for index in range(count):
             handle = lib.nvmlDeviceGetHandleByIndex(index)
@@ -163,10 +163,10 @@ class NvmlBackend:
             caps, first = self._probe_fields(handle)
             gpu_total = first.get("mem_total_bytes")
             model = detect_memory_model(caps["memory_info"].reason, gpu_total, host_mem_total_bytes)
-            probed.append((handle, index, name, uuid, caps, gpu_total, first))
+            probed.append((handle, index, name, uuid, caps, gpu_total))
         gpus: list[GpuFacts] = []
         devices: list[_Device] = []
-        for handle, index, name, uuid, probed_caps, gpu_total, _first in probed:
+        for handle, index, name, uuid, probed_caps, gpu_total in probed:
             caps = self._distrust_on_unified(probed_caps) if model == "unified" else probed_caps
             gen = self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkGeneration", None), handle)
             width = self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkWidth", None), handle)

@@ -48,7 +48,7 @@ class SensorReader(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Clocks:
-    """Injected time sources; ``sleep_until`` waits on an event so stop and interval changes wake it."""
+    """Injected time sources (the loop's waits are on an event, so stop and lease changes wake it)."""
 
     wall_ns: Callable[[], int] = time.time_ns
     mono_ns: Callable[[], int] = time.monotonic_ns

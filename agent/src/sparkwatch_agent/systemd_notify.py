@@ -32,10 +32,6 @@ class SystemdNotifier:
         self._last_watchdog = float("-inf")
         self._sock: socket.socket | None = None
 
-    @property
-    def enabled(self) -> bool:
-        return self._address is not None
-
     def send(self, message: str) -> None:
         if self._address is None:
             return

@@ -10,7 +10,6 @@ import numpy as np
 import numpy.typing as npt
 
 ScopeKind = Literal["request", "decode", "run"]
-SCOPES: tuple[ScopeKind, ...] = ("request", "decode", "run")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +51,6 @@ class Scope:
     @property
     def empty(self) -> bool:
         return len(self.starts) == 0
-
-    @property
-    def t_first_ns(self) -> int | None:
-        return int(self.starts[0]) if len(self.starts) else None
 
     def contains(self, t_ns: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which timestamps fall inside the scope."""

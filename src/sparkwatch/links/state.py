@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sparkwatch.core.clock import ClockOffset
@@ -18,14 +18,12 @@ class LinkState:
     boot_id: str | None = None
     last_seq: int = 0
     last_sample_wall_ns: int | None = None
-    last_frame_at_ns: int | None = None
     offset: ClockOffset | None = None
     hello: dict[str, Any] | None = None
     error: str | None = None
     samples_ingested: int = 0
     reconnects: int = 0
     lease_interval_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def lag_s(self, now_ns: int) -> float | None:
         """How far behind the agent's newest sample our newest stored one is (clock-corrected)."""

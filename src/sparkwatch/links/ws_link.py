@@ -162,7 +162,6 @@ class WsLink:
                 self.state.last_seq = int(frame.data["seq"])
                 self.state.last_sample_wall_ns = int(frame.data["t_wall_ns"])
                 break
-        self.state.last_frame_at_ns = self._now()
 
     # ---- clock -----------------------------------------------------------------------------------
     async def probe_clock(self) -> tuple[ClockOffset, str]:
