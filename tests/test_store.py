@@ -36,10 +36,36 @@ def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> Frame:
 
 def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == 1
+    assert store.schema_version == 2
     store.close()
     mode = sqlite3.connect(tmp_path / "sw.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
+
+
+def test_a_version_1_database_is_migrated_keeping_its_windows(tmp_path: pathlib.Path) -> None:
+    from sparkwatch.store.schema import MIGRATIONS
+
+    db = sqlite3.connect(tmp_path / "sw.db")
+    db.executescript(MIGRATIONS[0] + "; PRAGMA user_version = 1;")
+    db.execute("INSERT INTO runs VALUES ('r1', 'old', ?, NULL, 0.1, 0.5, 'request')", (T0,))
+    db.execute(
+        "INSERT INTO windows VALUES ('r1', 'w1', 'timed', ?, NULL, NULL, NULL, ?, 3, 7, NULL, '{}')",
+        (T0, T0 + S),
+    )
+    db.commit()
+    db.close()
+    store = Store(tmp_path / "sw.db")
+    assert store.schema_version == 2
+    (old,) = store.windows("r1")
+    assert (old.prompt_tokens, old.completion_tokens, old.reasoning_tokens, old.http_status) == (
+        3,
+        7,
+        None,
+        None,
+    )
+    new = Window("w2", "timed", T0, T0 + S, reasoning_tokens=4, http_status=200, finish_reason="stop")
+    store.add_windows("r1", [new])
+    assert store.windows("r1")[1] == new
 
 
 def test_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:

@@ -35,6 +35,9 @@ class WindowIn(Strict):
     prompt_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
     completion_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
     cached_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
+    reasoning_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
+    http_status: int | None = Field(default=None, ge=100, le=599)
+    finish_reason: str | None = Field(default=None, min_length=1, max_length=64)
     source: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -132,6 +132,9 @@ def _window_json(w: Window) -> dict[str, Any]:
         "prompt_tokens": w.prompt_tokens,
         "completion_tokens": w.completion_tokens,
         "cached_tokens": w.cached_tokens,
+        "reasoning_tokens": w.reasoning_tokens,
+        "http_status": w.http_status,
+        "finish_reason": w.finish_reason,
         "source": w.source,
     }
 

@@ -26,6 +26,9 @@ class Window:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    http_status: int | None = None
+    finish_reason: str | None = None
     source: dict[str, object] = field(default_factory=dict)
 
     def span(self, kind: ScopeKind) -> tuple[int, int] | None:

@@ -297,12 +297,17 @@ class Store:
                 w.completion_tokens,
                 w.cached_tokens,
                 json.dumps(w.source),
+                w.reasoning_tokens,
+                w.http_status,
+                w.finish_reason,
             )
             for w in windows
         ]
         try:
             with _tx(self._db):
-                self._db.executemany("INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                self._db.executemany(
+                    f"INSERT INTO windows ({_WINDOW_COLUMNS}) VALUES ({_WINDOW_SLOTS})", rows
+                )
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"window ids must be unique within a run: {exc}") from exc
         return len(rows)
@@ -338,27 +343,36 @@ class Store:
 
     def windows(self, run_id: str) -> list[Window]:
         rows = self._db.execute(
-            "SELECT id, phase, t_start_ns, t_end_ns, t_first_byte_ns, t_first_token_ns, t_last_token_ns,"
-            " prompt_tokens, completion_tokens, cached_tokens, source FROM windows WHERE run_id = ?"
-            " ORDER BY t_start_ns, id",
+            f"SELECT {_WINDOW_COLUMNS} FROM windows WHERE run_id = ? ORDER BY t_start_ns, id",
             (run_id,),
         ).fetchall()
         return [
             Window(
-                id=r[0],
-                phase=r[1],
-                t_start_ns=r[2],
-                t_end_ns=r[3],
+                id=r[1],
+                phase=r[2],
+                t_start_ns=r[3],
                 t_first_byte_ns=r[4],
                 t_first_token_ns=r[5],
                 t_last_token_ns=r[6],
-                prompt_tokens=r[7],
-                completion_tokens=r[8],
-                cached_tokens=r[9],
-                source=json.loads(r[10]),
+                t_end_ns=r[7],
+                prompt_tokens=r[8],
+                completion_tokens=r[9],
+                cached_tokens=r[10],
+                source=json.loads(r[11]),
+                reasoning_tokens=r[12],
+                http_status=r[13],
+                finish_reason=r[14],
             )
             for r in rows
         ]
+
+
+#: windows columns in table order (migration 1, then 2); the SELECT returns run_id first as well.
+_WINDOW_COLUMNS = (
+    "run_id, id, phase, t_start_ns, t_first_byte_ns, t_first_token_ns, t_last_token_ns, t_end_ns,"
+    " prompt_tokens, completion_tokens, cached_tokens, source, reasoning_tokens, http_status, finish_reason"
+)
+_WINDOW_SLOTS = ", ".join("?" * 15)
 
 
 class _tx:
