@@ -59,8 +59,23 @@ class CoordinatorCollector(Collector):
                 offset.add_metric([s.node], s.offset.offset_ns / 1e9)
                 uncertainty.add_metric([s.node], s.offset.uncertainty_ns / 1e9)
         open_runs = GaugeMetricFamily("sparkwatch_coordinator_open_runs", "Runs opened and not yet ended.")
-        open_runs.add_metric([], float(sum(1 for r in self._coord.store.runs() if r.open)))
+        run_active = GaugeMetricFamily(
+            "sparkwatch_coordinator_run_active",
+            "1 while the run is open (for dashboard annotations); absent once it ended.",
+            labels=["run_id", "name"],
+        )
+        run_start = GaugeMetricFamily(
+            "sparkwatch_coordinator_run_start_timestamp_seconds",
+            "Start of an open run, Unix time on the coordinator's clock.",
+            labels=["run_id", "name"],
+        )
+        active = [r for r in self._coord.store.runs() if r.open]
+        open_runs.add_metric([], float(len(active)))
+        for r in active:
+            run_active.add_metric([r.id, r.name], 1.0)
+            run_start.add_metric([r.id, r.name], r.t_start_ns / 1e9)
         yield from (connected, last_seq, lag, ingested, offset, uncertainty, reconnects, open_runs)
+        yield from (run_active, run_start)
 
 
 def coordinator_registry(coordinator: Coordinator) -> CollectorRegistry:
