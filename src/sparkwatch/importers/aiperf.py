@@ -1,0 +1,201 @@
+"""AIPerf ``profile_export.jsonl`` → windows.
+
+One JSON record per request: ``metadata`` carries wall-clock ``time.time_ns()`` stamps (``request_start_ns``,
+``request_ack_ns``, ``request_end_ns``) and the ``benchmark_phase``; ``metrics`` carries per-request values
+with their display unit (TTFT in ms, inter-chunk latencies in ms, token counts). Older AIPerf wrote
+``timestamp_ns``/``credit_phase`` and the end as the ``max_response_timestamp`` metric; both are read.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from sparkwatch.core.windows import Window
+from sparkwatch.importers.common import (
+    ClockAnchor,
+    Problem,
+    as_count,
+    as_int,
+    as_list,
+    as_number,
+    as_object,
+    as_str,
+    base_source,
+    epoch_ns,
+    looks_like,
+    make_window,
+    opt,
+    read_jsonl,
+)
+
+FORMAT = "aiperf"
+PHASES = {"profiling": "timed", "warmup": "warmup"}  # other AIPerf phases keep their own (unmeasured) name
+UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000}
+# TTFT and inter-chunk latencies are perf_counter durations printed as ms floats; the end is a wall stamp.
+# A derived token stamp that lands this little past the end is the float print, not the request.
+CLAMP_SLACK_NS = 1_000
+MAPPING: dict[str, object] = {
+    "kind": "identity",
+    "rule": "time.time_ns() stamps as written; token stamps = request_start_ns + TTFT (+ inter-chunk gaps)",
+}
+
+
+def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
+    windows: list[Window] = []
+    for number, record in read_jsonl(path):
+        where = f"line {number}"
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get("metadata"), dict)
+            or "metrics" not in record
+        ):
+            raise Problem(
+                f"{where}: not an AIPerf profile_export.jsonl record (needs 'metadata' and 'metrics')"
+                + looks_like(record)
+            )
+        window = _window(path, record, where, number)
+        if window is not None:
+            windows.append(window)
+    return windows
+
+
+def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Window | None:
+    meta: dict[str, Any] = record["metadata"]
+    metrics_value = record["metrics"]
+    metrics = as_object({} if metrics_value is None else metrics_value, f"{where}.metrics")
+    error_value = opt(record, "error")
+    error = None if error_value is None else as_object(error_value, f"{where}.error")
+    current = "request_start_ns" in meta
+    phase_key = "benchmark_phase" if current else "credit_phase"
+    raw_phase = as_str(opt(meta, phase_key), f"{where}.metadata.{phase_key}")
+    start_key = "request_start_ns" if current else "timestamp_ns"
+    t_start_ns = _stamp(meta, start_key, f"{where}.metadata")
+    if t_start_ns is None:
+        raise Problem(f"{where}.metadata: missing field '{start_key}'")
+    if current:
+        t_end_ns = _stamp(meta, "request_end_ns", f"{where}.metadata")
+    else:
+        t_end_ns = _duration_ns(metrics, "max_response_timestamp", where)
+    if t_end_ns is None:
+        if error is not None:
+            return None  # an older AIPerf error record: no end stamp, nothing to measure
+        raise Problem(f"{where}: no end stamp (metadata.request_end_ns or metrics.max_response_timestamp)")
+    epoch_ns(t_end_ns, f"{where}: request end")
+
+    source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
+    source.update(aiperf_phase=raw_phase, aiperf_schema="request_start_ns" if current else "timestamp_ns")
+    for key in (
+        "x_request_id",
+        "session_num",
+        "request_num",
+        "conversation_id",
+        "turn_index",
+        "was_cancelled",
+    ):
+        if opt(meta, key) is not None:
+            source[key] = (
+                meta[key] if isinstance(meta[key], str | bool) else as_int(meta[key], f"{where}.{key}")
+            )
+    if "x_request_id" in source:
+        source["request_id"] = source["x_request_id"]
+
+    first_token_ns = last_token_ns = None
+    ttft_ns = _duration_ns(metrics, "time_to_first_token", where)
+    if ttft_ns is None:
+        ttft_ns = _duration_ns(metrics, "ttft", where)  # older AIPerf tag
+    if ttft_ns is not None:
+        first_token_ns = _clamped(t_start_ns + ttft_ns, t_end_ns, source, "t_first_token_ns")
+        gaps_ns = _durations_ns(metrics, "inter_chunk_latency", where)
+        if gaps_ns is not None:
+            last_token_ns = _clamped(t_start_ns + ttft_ns + sum(gaps_ns), t_end_ns, source, "t_last_token_ns")
+    first_byte_ns = _stamp(meta, "request_ack_ns", f"{where}.metadata")
+    if first_byte_ns is not None:
+        source["first_byte"] = "request_ack_ns: HTTP response start, which may precede the first SSE chunk"
+
+    http_status = None
+    if error is not None:
+        code = opt(error, "code")
+        if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599:
+            http_status = code
+        if isinstance(opt(error, "type"), str):
+            source["error_type"] = error["type"]
+    prompt_tokens = _count(metrics, "input_sequence_length", where)
+    if prompt_tokens is None:
+        prompt_tokens = _count(metrics, "error_isl", where)
+    request_id = source.get("x_request_id")
+    return make_window(
+        where,
+        id=f"aiperf-{request_id}" if isinstance(request_id, str) and request_id else f"aiperf-line{number}",
+        phase=PHASES.get(raw_phase, raw_phase),
+        t_start_ns=t_start_ns,
+        t_end_ns=t_end_ns,
+        t_first_byte_ns=first_byte_ns,
+        t_first_token_ns=first_token_ns,
+        t_last_token_ns=last_token_ns,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=_count(metrics, "output_sequence_length", where),  # output + reasoning, like usage
+        reasoning_tokens=_count(metrics, "reasoning_token_count", where),
+        http_status=http_status,
+        source=source,
+    )
+
+
+def _stamp(meta: dict[str, Any], key: str, where: str) -> int | None:
+    value = opt(meta, key)
+    return None if value is None else epoch_ns(as_int(value, f"{where}.{key}"), f"{where}.{key}")
+
+
+def _metric(metrics: dict[str, Any], tag: str, where: str) -> tuple[Any, str] | None:
+    value = opt(metrics, tag)
+    if value is None:
+        return None
+    metric = as_object(value, f"{where}.metrics.{tag}")
+    unit = as_str(opt(metric, "unit"), f"{where}.metrics.{tag}.unit")
+    return opt(metric, "value"), unit
+
+
+def _scale(tag: str, unit: str, where: str) -> int:
+    if unit not in UNIT_NS:
+        raise Problem(f"{where}.metrics.{tag}: unit {unit!r} is not a time unit ({', '.join(UNIT_NS)})")
+    return UNIT_NS[unit]
+
+
+def _duration_ns(metrics: dict[str, Any], tag: str, where: str) -> int | None:
+    found = _metric(metrics, tag, where)
+    if found is None:
+        return None
+    value = as_number(found[0], f"{where}.metrics.{tag}.value")
+    ns = round(Fraction(value) * _scale(tag, found[1], where))
+    if ns < 0:
+        raise Problem(f"{where}.metrics.{tag} is negative: {value}")
+    return ns
+
+
+def _durations_ns(metrics: dict[str, Any], tag: str, where: str) -> list[int] | None:
+    found = _metric(metrics, tag, where)
+    if found is None:
+        return None
+    scale = _scale(tag, found[1], where)
+    values = as_list(found[0], f"{where}.metrics.{tag}.value")
+    out = [
+        round(Fraction(as_number(v, f"{where}.metrics.{tag}.value[{i}]")) * scale)
+        for i, v in enumerate(values)
+    ]
+    if any(ns < 0 for ns in out):
+        raise Problem(f"{where}.metrics.{tag} has a negative gap")
+    return out
+
+
+def _count(metrics: dict[str, Any], tag: str, where: str) -> int | None:
+    found = _metric(metrics, tag, where)
+    return None if found is None else as_count(found[0], f"{where}.metrics.{tag}.value")
+
+
+def _clamped(t_ns: int, t_end_ns: int, source: dict[str, object], name: str) -> int:
+    """Derived stamps a hair past the end (float print rounding) are put back on the end and noted."""
+    if t_end_ns < t_ns <= t_end_ns + CLAMP_SLACK_NS:
+        source[f"{name}_clamped_by_ns"] = t_ns - t_end_ns
+        return t_end_ns
+    return t_ns

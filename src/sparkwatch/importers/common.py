@@ -1,0 +1,345 @@
+"""What every importer shares: the error type, the clock anchor, strict field readers and window checks.
+
+Parsers raise :class:`Problem` (a message without the file name); :func:`sparkwatch.importers.load_windows`
+turns it into one :class:`ImportFormatError` line naming the file. Every check a window must pass on the
+coordinator's API is made here too, so a file either imports whole or fails before anything is posted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from sparkwatch.core.windows import Window
+
+EPOCH_NS_MIN = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z: anything earlier is not a Unix epoch ns stamp
+NS_MAX = 2**63 - 1  # the store keeps 64-bit signed integers
+NS_PER_S = 1_000_000_000
+PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+ID_MAX_CHARS = 200
+_DIGITS = re.compile(r"[0-9]+")
+FINISH_REASON_MAX_CHARS = 64
+
+
+class ImportFormatError(ValueError):
+    """A harness file that cannot be imported; ``str()`` is one line: ``"<file name>: <problem>"``."""
+
+    def __init__(self, file: str, problem: str) -> None:
+        self.file = file
+        self.problem = " ".join(problem.split())  # one line, whatever the harness put in its strings
+        super().__init__(f"{file}: {self.problem}")
+
+
+class Problem(ValueError):
+    """What is wrong inside a file, before the file name is attached."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClockAnchor:
+    """One (wall, monotonic) pair read together on the host where the harness ran.
+
+    ``uncertainty_ns`` is the gap between the two reads: the pair is only known to that precision.
+    """
+
+    wall_ns: int
+    mono_ns: int
+    uncertainty_ns: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> ClockAnchor:
+        """``"WALL_NS:MONO_NS[:UNCERTAINTY_NS]"``, non-negative integers; else a one-line ValueError."""
+        shown = text.strip()
+        parts = shown.split(":")
+        if len(parts) not in (2, 3) or not all(_DIGITS.fullmatch(p) for p in parts):
+            raise ValueError(
+                f"clock anchor {shown!r}: expected WALL_NS:MONO_NS[:UNCERTAINTY_NS] (non-negative integers)"
+            )
+        wall_ns, mono_ns = int(parts[0]), int(parts[1])
+        uncertainty_ns = int(parts[2]) if len(parts) == 3 else 0
+        if not EPOCH_NS_MIN <= wall_ns <= NS_MAX:
+            raise ValueError(f"clock anchor {shown!r}: WALL_NS {wall_ns} is not Unix epoch nanoseconds")
+        if mono_ns > NS_MAX or uncertainty_ns > NS_MAX:
+            raise ValueError(f"clock anchor {shown!r}: value out of the 64-bit range")
+        return cls(wall_ns=wall_ns, mono_ns=mono_ns, uncertainty_ns=uncertainty_ns)
+
+    def to_wall_ns(self, mono_ns: int) -> int:
+        return self.wall_ns + (mono_ns - self.mono_ns)
+
+    def to_json(self) -> dict[str, int]:
+        return {"wall_ns": self.wall_ns, "mono_ns": self.mono_ns, "uncertainty_ns": self.uncertainty_ns}
+
+
+# ---- reading files ----
+
+
+class _NonFinite(Exception):
+    """NaN or ±Infinity met while parsing."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise Problem("no such file") from None
+    except IsADirectoryError:
+        raise Problem("is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise Problem(f"not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise Problem(f"cannot read: {exc.strerror or exc}") from None
+
+
+def parse_json(text: str, where: str = "file") -> Any:
+    """Standard JSON; NaN and Infinity are refused (they cannot be stored or exported)."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise Problem(f"{where} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except _NonFinite as exc:
+        raise Problem(f"{where} contains {exc}, which is not a number sparkwatch can store") from None
+
+
+def read_json(path: Path) -> Any:
+    text = read_text(path)
+    if not text.strip():
+        raise Problem("file is empty")
+    return parse_json(text)
+
+
+def read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """(line number, value) for every non-blank line."""
+    text = read_text(path)
+    rows: list[tuple[int, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((number, parse_json(line, f"line {number}")))
+        except Problem:
+            whole = None if rows else _whole_document(text)
+            if whole is not None:
+                raise Problem("not JSON Lines: the file is one JSON document" + looks_like(whole)) from None
+            raise
+    if not rows:
+        raise Problem("file is empty")
+    return rows
+
+
+def _whole_document(text: str) -> Any:
+    """The file as one (pretty-printed) JSON document, when that is what it is; else None."""
+    if len(text.strip().splitlines()) < 2:
+        return None
+    try:
+        return parse_json(text)
+    except Problem:
+        return None
+
+
+def looks_like(value: Any) -> str:
+    """A hint naming the harness a foreign file seems to come from, for the error line."""
+    if isinstance(value, dict):
+        if "experiments" in value:
+            return " (this looks like a genai-perf profile_export.json)"
+        if "benchmarks" in value:
+            return " (this looks like a guidellm benchmarks report)"
+        if "start_times" in value or "ttfts" in value:
+            return " (this looks like a vllm bench serve result)"
+        if "windows" in value:
+            return " (this looks like a sparkwatch plain windows file)"
+        if "metadata" in value and "metrics" in value:
+            return " (this looks like an AIPerf profile_export.jsonl record)"
+        if "t_arrival_ns" in value and "status" in value:
+            return " (this looks like a sparkwatch lmx-status capture)"
+        if "records" in value and "input_config" in value:
+            return (
+                " (this looks like AIPerf's aggregate profile_export_aiperf.json, not the per-request .jsonl)"
+            )
+    return ""
+
+
+# ---- strict field readers ----
+
+
+def as_object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Problem(f"{where} must be a JSON object, found {type_name(value)}")
+    return value
+
+
+def as_list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise Problem(f"{where} must be a list, found {type_name(value)}")
+    return value
+
+
+def type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def field(obj: Mapping[str, Any], key: str, where: str) -> Any:
+    """A required key."""
+    if key not in obj:
+        raise Problem(f"{where}: missing field '{key}'")
+    return obj[key]
+
+
+def as_int(value: Any, where: str, *, minimum: int = 0) -> int:
+    """A JSON integer (not a boolean, not a float) no smaller than ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Problem(f"{where} must be an integer, found {type_name(value)}")
+    if value < minimum:
+        raise Problem(f"{where} must be >= {minimum}, found {value}")
+    if value > NS_MAX:
+        raise Problem(f"{where} is beyond the 64-bit range: {value}")
+    return value
+
+
+def as_count(value: Any, where: str) -> int:
+    """A token count: a non-negative integer, also written as an integral float (3.0) by some harnesses."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    return as_int(value, where)
+
+
+def as_number(value: Any, where: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Problem(f"{where} must be a number, found {type_name(value)}")
+    if not math.isfinite(value):
+        raise Problem(f"{where} must be finite, found {value!r}")
+    return value
+
+
+def as_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise Problem(f"{where} must be a string, found {type_name(value)}")
+    return value
+
+
+def opt(obj: Mapping[str, Any], key: str) -> Any:
+    """An optional key; absent and null are the same."""
+    return obj.get(key)
+
+
+# ---- units ----
+
+
+def seconds_to_ns(seconds: int | float | Fraction) -> int:
+    """Exactly the value a float (or sum of floats) holds, in integer ns: no second rounding in ×1e9."""
+    return round(Fraction(seconds) * NS_PER_S)
+
+
+def float_resolution_s(seconds: float) -> float:
+    """The finest step a float-seconds value of this size can carry (never finer than the 1 ns clocks)."""
+    return max(1e-9, math.ulp(seconds))
+
+
+def epoch_ns(value: int, where: str) -> int:
+    """An integer that must be a Unix epoch ns stamp (catches seconds, ms and monotonic values)."""
+    if not EPOCH_NS_MIN <= value <= NS_MAX:
+        raise Problem(f"{where} = {value} is not Unix epoch nanoseconds (before 2000 or beyond 64 bits)")
+    return value
+
+
+# ---- the window itself ----
+
+
+def make_window(
+    where: str,
+    *,
+    id: str,
+    phase: str,
+    t_start_ns: int,
+    t_end_ns: int,
+    source: dict[str, object],
+    t_first_byte_ns: int | None = None,
+    t_first_token_ns: int | None = None,
+    t_last_token_ns: int | None = None,
+    prompt_tokens: int | None = None,
+    completion_tokens: int | None = None,
+    cached_tokens: int | None = None,
+    reasoning_tokens: int | None = None,
+    http_status: int | None = None,
+    finish_reason: str | None = None,
+) -> Window:
+    """A Window that the coordinator's API would accept, or a Problem naming ``where`` and what is wrong."""
+    if not 1 <= len(id) <= ID_MAX_CHARS:
+        raise Problem(f"{where}: window id must be 1..{ID_MAX_CHARS} characters, found {len(id)}")
+    if not PHASE_RE.match(phase):
+        raise Problem(f"{where}: phase {phase!r} must match {PHASE_RE.pattern}")
+    epoch_ns(t_start_ns, f"{where}: t_start_ns")
+    epoch_ns(t_end_ns, f"{where}: t_end_ns")
+    if t_end_ns < t_start_ns:
+        raise Problem(f"{where}: ends before it starts (t_end_ns {t_end_ns} < t_start_ns {t_start_ns})")
+    stamps = {"t_first_byte_ns": t_first_byte_ns, "t_first_token_ns": t_first_token_ns}
+    stamps["t_last_token_ns"] = t_last_token_ns
+    for name, value in stamps.items():
+        if value is not None and not t_start_ns <= value <= t_end_ns:
+            raise Problem(
+                f"{where}: {name} {value} lies outside [t_start_ns {t_start_ns}, t_end_ns {t_end_ns}]"
+            )
+    if t_first_token_ns is not None and t_last_token_ns is not None and t_last_token_ns < t_first_token_ns:
+        raise Problem(f"{where}: last token ({t_last_token_ns}) before first token ({t_first_token_ns})")
+    counts = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    counts |= {"cached_tokens": cached_tokens, "reasoning_tokens": reasoning_tokens}
+    for name, count in counts.items():
+        if count is not None and not 0 <= count <= NS_MAX:
+            raise Problem(f"{where}: {name} must be a non-negative integer, found {count}")
+    if http_status is not None and not 100 <= http_status <= 599:
+        raise Problem(f"{where}: http_status {http_status} is not an HTTP status code")
+    if finish_reason is not None and not 1 <= len(finish_reason) <= FINISH_REASON_MAX_CHARS:
+        raise Problem(f"{where}: finish_reason must be 1..{FINISH_REASON_MAX_CHARS} characters")
+    try:
+        json.dumps(source, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # a bug of ours, not the file's: say so in the same one line
+        raise Problem(f"{where}: source is not JSON-safe ({exc})") from None
+    return Window(
+        id=id,
+        phase=phase,
+        t_start_ns=t_start_ns,
+        t_end_ns=t_end_ns,
+        t_first_byte_ns=t_first_byte_ns,
+        t_first_token_ns=t_first_token_ns,
+        t_last_token_ns=t_last_token_ns,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cached_tokens=cached_tokens,
+        reasoning_tokens=reasoning_tokens,
+        http_status=http_status,
+        finish_reason=finish_reason,
+        source=source,
+    )
+
+
+def base_source(
+    fmt: str, path: Path, clock_domain: str, mapping: dict[str, object], resolution_s: float
+) -> dict[str, object]:
+    """The keys every window's ``source`` carries."""
+    return {
+        "format": fmt,
+        "file": path.name,
+        "clock_domain": clock_domain,
+        "mapping": mapping,
+        "resolution_s": resolution_s,
+    }

@@ -1,0 +1,128 @@
+"""sparkwatch's own plain window file, for any harness without an importer: CSV or JSON, epoch ns integers.
+
+The two spellings carry the same keys (docs/importers.md). Unknown keys are refused rather than ignored:
+a misspelt ``t_frist_token_ns`` must not silently import as "no first token".
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+from sparkwatch.core.windows import Window
+from sparkwatch.importers.common import (
+    ClockAnchor,
+    Problem,
+    as_int,
+    as_list,
+    as_object,
+    as_str,
+    base_source,
+    looks_like,
+    make_window,
+    read_json,
+    read_text,
+)
+
+FORMAT = "plain"
+REQUIRED = ("id", "phase", "t_start_ns", "t_end_ns")
+OPTIONAL_INTS = (
+    "t_first_byte_ns",
+    "t_first_token_ns",
+    "t_last_token_ns",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "http_status",
+)
+OPTIONAL_STRS = ("finish_reason",)
+KEYS = (*REQUIRED, *OPTIONAL_INTS, *OPTIONAL_STRS)
+INTS = ("t_start_ns", "t_end_ns", *OPTIONAL_INTS)
+MAPPING: dict[str, object] = {"kind": "identity", "rule": "Unix epoch ns integers as written"}
+_UNSIGNED = re.compile(r"[0-9]+")
+
+
+def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        rows = _csv_rows(read_text(path))
+    elif suffix == ".json":
+        rows = _json_rows(read_json(path))
+    else:
+        raise Problem(f"plain windows must be a .csv or .json file, not {path.suffix or 'no extension'!r}")
+    return [_window(path, suffix[1:], where, row) for where, row in rows]
+
+
+def _csv_rows(text: str) -> list[tuple[str, dict[str, Any]]]:
+    table = list(csv.reader(io.StringIO(text)))
+    if not table or not any(cell.strip() for cell in table[0]):
+        raise Problem("CSV has no header row")
+    header = [cell.strip() for cell in table[0]]
+    _check_keys(header, "header")
+    if len(set(header)) != len(header):
+        raise Problem(f"header names a column twice: {', '.join(header)}")
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for number, cells in enumerate(table[1:], start=2):
+        if not any(cell.strip() for cell in cells):
+            continue
+        where = f"row {number}"
+        if len(cells) != len(header):
+            raise Problem(f"{where}: {len(cells)} cells for {len(header)} columns")
+        row: dict[str, Any] = {}
+        for key, cell in zip(header, cells, strict=True):
+            value = cell.strip()
+            if not value:
+                continue  # an empty optional cell is "unknown"; a required one is reported as missing below
+            if key in INTS:
+                if not _UNSIGNED.fullmatch(value):
+                    raise Problem(f"{where}: {key} must be a non-negative integer, found {value!r}")
+                row[key] = int(value)
+            else:
+                row[key] = value
+        rows.append((where, row))
+    return rows
+
+
+def _json_rows(data: Any) -> list[tuple[str, dict[str, Any]]]:
+    if not isinstance(data, dict) or "windows" not in data:
+        raise Problem("plain JSON must be an object with a 'windows' list" + looks_like(data))
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for index, item in enumerate(as_list(data["windows"], "windows")):
+        where = f"windows[{index}]"
+        entry = as_object(item, where)
+        _check_keys(list(entry), where)
+        row: dict[str, Any] = {}
+        for key, value in entry.items():
+            if value is None:
+                continue
+            row[key] = as_int(value, f"{where}.{key}") if key in INTS else as_str(value, f"{where}.{key}")
+        rows.append((where, row))
+    return rows
+
+
+def _check_keys(keys: list[str], where: str) -> None:
+    unknown = [key for key in keys if key not in KEYS]
+    if unknown:
+        raise Problem(f"{where}: unknown column(s) {', '.join(map(repr, unknown))}; known: {', '.join(KEYS)}")
+
+
+def _window(path: Path, kind: str, where: str, row: dict[str, Any]) -> Window:
+    for key in REQUIRED:
+        if key not in row:
+            raise Problem(f"{where}: missing {key}")
+    source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
+    source.update(plain_kind=kind, request_id=row["id"])
+    optional = {key: row.get(key) for key in (*OPTIONAL_INTS, *OPTIONAL_STRS)}
+    return make_window(
+        where,
+        id=row["id"],
+        phase=row["phase"],
+        t_start_ns=row["t_start_ns"],
+        t_end_ns=row["t_end_ns"],
+        source=source,
+        **optional,
+    )

@@ -1,0 +1,160 @@
+"""``vllm bench serve --save-result --save-detailed`` JSON → windows, placed on the wall clock by an anchor.
+
+vLLM stamps each request's start with ``time.perf_counter()`` (seconds, monotonic, meaningless across hosts
+or boots), and measures ``ttfts`` and ``latencies`` from it. A :class:`ClockAnchor` — one wall/monotonic pair
+read together on the benchmark host, in the same boot — places them: wall = anchor.wall_ns + (perf_ns −
+anchor.mono_ns). On Linux ``perf_counter`` is CLOCK_MONOTONIC, the clock ``time.monotonic_ns()`` reads.
+
+vLLM's ``ttft`` is the arrival of the first streamed chunk with ``choices``, which for chat completions is the
+role-only chunk: it is recorded as the first byte, and the first token is left unknown. ``latency`` ends at
+the last chunk with ``choices`` (the trailing usage chunk and ``[DONE]`` are not timed): that is both the last
+token and the end of the window.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from sparkwatch.core.windows import Window
+from sparkwatch.importers.common import (
+    NS_PER_S,
+    ClockAnchor,
+    Problem,
+    as_count,
+    as_list,
+    as_number,
+    base_source,
+    float_resolution_s,
+    looks_like,
+    make_window,
+    read_json,
+    seconds_to_ns,
+)
+
+FORMAT = "vllm"
+NEEDS_ANCHOR_HINT = (
+    "vllm start_times are time.perf_counter() seconds; pass a clock anchor WALL_NS:MONO_NS[:UNCERTAINTY_NS] "
+    "read on the benchmark host in the same boot"
+)
+NOTES = {
+    "first_token": "unknown: vLLM's ttft is its first chunk (a role-only one counts), kept as first byte",
+    "end": "latency ends at the last chunk with choices (= t_last_token_ns); usage chunk, [DONE] untimed",
+}
+
+
+def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
+    if clock_anchor is None:
+        raise Problem(NEEDS_ANCHOR_HINT)
+    data = read_json(path)
+    if not isinstance(data, dict) or "start_times" not in data:
+        if isinstance(data, dict) and "ttfts" in data:
+            raise Problem(
+                "vllm result has no per-request 'start_times': rerun with --save-result --save-detailed "
+                "on a vLLM that records start_times"
+            )
+        raise Problem("not a vllm bench serve result: no 'start_times' list" + looks_like(data))
+    starts = as_list(data["start_times"], "start_times")
+    count = len(starts)
+    ttfts = _aligned(data, "ttfts", count)
+    input_lens = _aligned(data, "input_lens", count)
+    output_lens = _aligned(data, "output_lens", count)
+    latencies = _aligned_optional(data, "latencies", count)
+    itls = _aligned_optional(data, "itls", count)
+    errors = _aligned_optional(data, "errors", count)
+    if latencies is None and itls is None:
+        raise Problem("needs 'latencies' (or 'itls') to know when each request ended")
+    windows: list[Window] = []
+    for i in range(count):
+        if errors is not None and isinstance(errors[i], str) and errors[i]:
+            continue  # failed: vLLM records no latency for it, so there is no window to measure
+        start_s = as_number(starts[i], f"start_times[{i}]")
+        ttft_s = _non_negative(ttfts[i], f"ttfts[{i}]")
+        if latencies is not None:
+            latency_s = _non_negative(latencies[i], f"latencies[{i}]")
+        else:
+            assert itls is not None
+            gaps = as_list(itls[i], f"itls[{i}]")
+            latency_s = ttft_s + sum(_non_negative(g, f"itls[{i}][{j}]") for j, g in enumerate(gaps))
+        if latency_s < ttft_s:
+            raise Problem(
+                f"request {i}: latency {float(latency_s)} s is shorter than its ttft {float(ttft_s)} s"
+            )
+        windows.append(
+            _window(
+                path,
+                clock_anchor,
+                index=i,
+                start_s=Fraction(start_s),
+                ttft_s=ttft_s,
+                latency_s=latency_s,
+                input_len=input_lens[i],
+                output_len=output_lens[i],
+            )
+        )
+    return windows
+
+
+def _window(
+    path: Path,
+    anchor: ClockAnchor,
+    *,
+    index: int,
+    start_s: Fraction,
+    ttft_s: Fraction,
+    latency_s: Fraction,
+    input_len: Any,
+    output_len: Any,
+) -> Window:
+    mono_start_ns = seconds_to_ns(start_s)
+    # each float carries up to half an ulp; start, the measured stamp and their difference each add one
+    rounding_ns = math.ceil(1.5 * math.ulp(float(abs(start_s) + latency_s)) * NS_PER_S) + 1
+    source = base_source(
+        FORMAT,
+        path,
+        "perf_counter_s",
+        {"kind": "anchor", "rule": "wall = wall_ns + (perf_counter_ns - mono_ns)", **anchor.to_json()},
+        float_resolution_s(float(start_s)),
+    )
+    source.update(
+        uncertainty_ns=anchor.uncertainty_ns + rounding_ns,
+        float_rounding_ns=rounding_ns,
+        anchor_distance_s=(mono_start_ns - anchor.mono_ns) / NS_PER_S,
+        request_index=index,
+        **NOTES,
+    )
+    t_end_ns = anchor.to_wall_ns(seconds_to_ns(start_s + latency_s))
+    return make_window(
+        f"request {index}",
+        id=f"vllm-{index}",
+        phase="timed",  # --num-warmups requests are not saved in the result
+        t_start_ns=anchor.to_wall_ns(mono_start_ns),
+        t_end_ns=t_end_ns,
+        t_first_byte_ns=anchor.to_wall_ns(seconds_to_ns(start_s + ttft_s)),
+        t_last_token_ns=t_end_ns,
+        prompt_tokens=as_count(input_len, f"input_lens[{index}]"),
+        completion_tokens=as_count(output_len, f"output_lens[{index}]"),
+        source=source,
+    )
+
+
+def _aligned(data: dict[str, Any], key: str, count: int) -> list[Any]:
+    if key not in data:
+        raise Problem(f"missing per-request list '{key}' (saved with --save-detailed)")
+    values = as_list(data[key], key)
+    if len(values) != count:
+        raise Problem(f"'{key}' has {len(values)} entries but 'start_times' has {count}")
+    return values
+
+
+def _aligned_optional(data: dict[str, Any], key: str, count: int) -> list[Any] | None:
+    return _aligned(data, key, count) if key in data and data[key] is not None else None
+
+
+def _non_negative(value: Any, where: str) -> Fraction:
+    seconds = Fraction(as_number(value, where))
+    if seconds < 0:
+        raise Problem(f"{where} is negative: {float(seconds)}")
+    return seconds

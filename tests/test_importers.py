@@ -1,0 +1,749 @@
+"""Harness result files → request windows: exact windows from realistic fixtures, and one-line refusals.
+
+Fixture provenance: tests/fixtures/harness/README.md. Times in the fixtures are chosen so the expected
+nanoseconds can be checked by hand (dyadic fractions of a second are exact in a float).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkwatch.api.models import WindowIn
+from sparkwatch.core.windows import Window, scope_for
+from sparkwatch.importers import (
+    FORMATS,
+    ClockAnchor,
+    ImportFormatError,
+    genai_perf,
+    guidellm,
+    load_windows,
+    vllm,
+)
+
+HARNESS = Path(__file__).parent / "fixtures" / "harness"
+MS = 1_000_000
+S = 1_000_000_000
+ANCHOR = ClockAnchor(wall_ns=1_759_522_400 * S, mono_ns=8_100 * S, uncertainty_ns=2_000)
+
+GOOD = [
+    ("guidellm", "guidellm/benchmarks.json"),
+    ("guidellm", "guidellm/benchmarks_v0.2.json"),
+    ("genai-perf", "genai-perf/profile_export.json"),
+    ("aiperf", "aiperf/profile_export.jsonl"),
+    ("aiperf", "aiperf/profile_export_v0.1.jsonl"),
+    ("vllm", "vllm/bench_serve_detailed.json"),
+    ("lmx-status", "lmx-status/status.jsonl"),
+    ("plain", "plain/windows.csv"),
+    ("plain", "plain/windows.json"),
+]
+
+Row = tuple[Any, ...]
+
+
+def row(w: Window) -> Row:
+    """Everything but the source, in a form a failing assert prints readably."""
+    return (
+        w.id,
+        w.phase,
+        w.t_start_ns,
+        w.t_end_ns,
+        w.t_first_byte_ns,
+        w.t_first_token_ns,
+        w.t_last_token_ns,
+        w.prompt_tokens,
+        w.completion_tokens,
+        w.cached_tokens,
+        w.reasoning_tokens,
+        w.http_status,
+        w.finish_reason,
+    )
+
+
+def load(fmt: str, rel: str, anchor: ClockAnchor | None = None) -> list[Window]:
+    return load_windows(fmt, HARNESS / rel, clock_anchor=anchor)
+
+
+def refused(fmt: str, path: Path, anchor: ClockAnchor | None = None) -> str:
+    """The one line an import of ``path`` fails with; it must name the file."""
+    with pytest.raises(ImportFormatError) as info:
+        load_windows(fmt, path, clock_anchor=anchor)
+    message = str(info.value)
+    assert message.startswith(f"{path.name}: "), message
+    assert "\n" not in message
+    assert info.value.file == path.name
+    return message
+
+
+def rewrite(tmp_path: Path, rel: str, change: Callable[[Any], Any], name: str | None = None) -> Path:
+    """A copy of a JSON fixture with one thing changed."""
+    data = copy.deepcopy(json.loads((HARNESS / rel).read_text()))
+    changed = change(data)
+    out = tmp_path / (name or Path(rel).name)
+    out.write_text(json.dumps(data if changed is None else changed))
+    return out
+
+
+def rewrite_lines(tmp_path: Path, rel: str, change: Callable[[list[Any]], None]) -> Path:
+    """A copy of a JSON-lines fixture with its records changed in place."""
+    records = [json.loads(line) for line in (HARNESS / rel).read_text().splitlines() if line.strip()]
+    change(records)
+    out = tmp_path / Path(rel).name
+    out.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return out
+
+
+# ---- registry and anchor ----
+
+
+def test_registry_lists_every_format_and_only_vllm_needs_an_anchor() -> None:
+    assert set(FORMATS) == {"guidellm", "genai-perf", "aiperf", "vllm", "lmx-status", "plain"}
+    assert [name for name, imp in FORMATS.items() if imp.needs_clock_anchor] == ["vllm"]
+    with pytest.raises(TypeError):
+        FORMATS["extra"] = FORMATS["plain"]  # type: ignore[index]
+
+
+def test_clock_anchor_parses_two_or_three_integers() -> None:
+    assert ClockAnchor.parse("1759522400000000000:8100000000000") == ClockAnchor(
+        1759522400000000000, 8100000000000, 0
+    )
+    assert ClockAnchor.parse(" 1759522400000000000:8100000000000:2000\n") == ANCHOR
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("1759522400000000000", "expected WALL_NS:MONO_NS"),
+        ("1759522400000000000:-5", "expected WALL_NS:MONO_NS"),
+        ("1759522400.5:8100", "expected WALL_NS:MONO_NS"),
+        ("1:2:3:4", "expected WALL_NS:MONO_NS"),
+        ("1759522400:8100000000000", "not Unix epoch nanoseconds"),  # seconds, not ns
+    ],
+)
+def test_clock_anchor_refuses_bad_text_in_one_line(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says) as info:
+        ClockAnchor.parse(text)
+    assert "\n" not in str(info.value)
+
+
+# ---- guidellm ----
+
+
+def test_guidellm_report_gives_exact_windows_with_warmup_and_cooldown() -> None:
+    windows = load("guidellm", "guidellm/benchmarks.json")
+    t = 1_759_522_400 * S
+    assert [row(w) for w in windows] == [
+        ("guidellm-0-5b0e6a5e-7f3c-4b8e-9a41-0c2d8e4f1a01", "warmup", t, t + 1500 * MS, t + 125 * MS,
+         t + 250 * MS, t + 1375 * MS, 128, 64, None, None, None, None),
+        ("guidellm-0-9d2a41c7-3e55-4f0a-8b6e-2a7c9e0d5b02", "timed", t + 1250 * MS, t + 2562_500_000,
+         t + 1312_500_000, t + 1375 * MS, t + 2500 * MS, 128, 96, None, None, None, None),
+        ("guidellm-0-c4e7b0a2-61d9-4c3b-a5f8-7e1b2d9c0f03", "timed", t + 2625 * MS, t + 3875 * MS,
+         t + 2687_500_000, t + 2750 * MS, t + 3750 * MS, 130, 80, None, None, None, None),
+        ("guidellm-0-e1f3a9d4-0b6c-47e2-9d15-8c4a7b3e2f04", "cooldown", t + 3500 * MS, t + 5500 * MS,
+         t + 3562_500_000, t + 3625 * MS, t + 5250 * MS, 128, 128, None, None, None, None),
+        ("guidellm-0-7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c05", "timed", t + 1500 * MS, t + 1625 * MS,
+         None, None, None, 128, None, None, None, None, None),
+    ]  # fmt: skip
+    assert windows[1].source == {
+        "format": "guidellm",
+        "file": "benchmarks.json",
+        "clock_domain": "unix_s",
+        "mapping": guidellm.MAPPING,
+        "resolution_s": math.ulp(1759522401.25),
+        "guidellm_schema": ">=0.4",
+        "measure_start_ns": t + 1 * S,
+        "measure_end_ns": t + 4 * S,
+        "benchmark_index": 0,
+        "status": "successful",
+        "request_id": "9d2a41c7-3e55-4f0a-8b6e-2a7c9e0d5b02",
+    }
+    assert windows[4].source["status"] == "errored"
+    assert str(windows[4].source["error"]).startswith("HTTPStatusError: Server error '500")
+
+
+def test_guidellm_warmup_and_cooldown_stay_out_of_the_measured_scope() -> None:
+    windows = load("guidellm", "guidellm/benchmarks.json")
+    t = 1_759_522_400 * S
+    # the three timed requests; the errored one lies inside the first and merges into it
+    assert scope_for(windows, "request", (0, 0)).to_json() == [
+        [t + 1250 * MS, t + 2562_500_000],
+        [t + 2625 * MS, t + 3875 * MS],
+    ]
+    assert scope_for(windows, "request", (0, 0), phases=frozenset({"warmup"})).to_json() == [
+        [t, t + 1500 * MS]
+    ]
+
+
+def test_guidellm_02_report_is_all_measured_and_keeps_the_float_exactly() -> None:
+    windows = load("guidellm", "guidellm/benchmarks_v0.2.json")
+    first_start = round(Fraction(1745526100.365982) * S)  # the float's own value, not the decimal's
+    assert abs(first_start - 1_745_526_100_365_982_000) <= math.ulp(1745526100.365982) / 2 * S
+    assert [row(w) for w in windows] == [
+        ("guidellm-0-a1b2c3d4-0000-4000-8000-000000000001", "timed", first_start, 1_745_526_101_312_500_000,
+         None, 1_745_526_100_500_000_000, 1_745_526_101_250_000_000, 256, 32, None, None, None, None),
+        ("guidellm-0-a1b2c3d4-0000-4000-8000-000000000002", "timed", 1_745_526_102_500_000_000,
+         1_745_526_103_750_000_000, None, 1_745_526_102_625_000_000, 1_745_526_103_500_000_000, 256, 32,
+         None, None, None, None),
+        ("guidellm-0-a1b2c3d4-0000-4000-8000-000000000003", "timed", 1_745_526_101_500_000_000,
+         1_745_526_101_625_000_000, None, None, None, 256, 0, None, None, None, None),
+    ]  # fmt: skip
+    assert windows[0].source["guidellm_schema"] == "0.2-0.3"
+    assert windows[2].source["status"] == "errored"
+    assert windows[2].source["error"] == "ReadTimeout"
+
+
+# ---- genai-perf ----
+
+
+def test_genai_perf_export_gives_exact_windows_and_skips_unanswered_requests() -> None:
+    windows = load("genai-perf", "genai-perf/profile_export.json")
+    t = 1_759_522_410 * S
+    t1, t3 = t + 5 * MS, t + 2000 * MS
+    assert [row(w) for w in windows] == [
+        # role-only chunk = first byte; "Hello" = first token; " world" = last token; [DONE] = end
+        ("genai-perf-0-0", "timed", t, t + 212 * MS, t + 120 * MS, t + 150 * MS, t + 180 * MS,
+         17, 2, 16, None, None, "stop"),
+        # reasoning text counts as a token; two SSE events arrived as one response
+        ("genai-perf-0-1", "timed", t1, t1 + 421 * MS, t1 + 130 * MS, t1 + 400 * MS, t1 + 420 * MS,
+         21, 3, None, 2, None, "length"),
+        # experiments[0].requests[2] never got a response: no window
+        ("genai-perf-1-0", "timed", t3, t3 + 96 * MS, t3 + 90 * MS, t3 + 90 * MS, t3 + 90 * MS,
+         None, None, None, None, None, "stop"),
+    ]  # fmt: skip
+    assert windows[0].source == {
+        "format": "genai-perf",
+        "file": "profile_export.json",
+        "clock_domain": "unix_ns",
+        "mapping": genai_perf.MAPPING,
+        "resolution_s": 1e-9,
+        "service_kind": "openai",
+        "responses": 6,
+        "experiment_index": 0,
+        "request_index": 0,
+        "experiment_mode": "concurrency",
+        "experiment_value": 2,
+        "first_token": "first response with content or reasoning text",
+    }
+    assert windows[2].source["experiment_mode"] == "request_rate"
+
+
+def test_genai_perf_without_readable_bodies_takes_the_first_response_as_first_token(tmp_path: Path) -> None:
+    def drop_kind(data: dict[str, Any]) -> None:
+        del data["service_kind"]
+
+    windows = load_windows("genai-perf", rewrite(tmp_path, "genai-perf/profile_export.json", drop_kind))
+    t = 1_759_522_410 * S
+    assert row(windows[0])[2:7] == (t, t + 212 * MS, t + 120 * MS, t + 120 * MS, t + 212 * MS)
+    assert windows[0].prompt_tokens is None  # usage is read only from bodies known to be OpenAI
+    assert "not determinable" in str(windows[0].source["first_token"])
+
+
+# ---- AIPerf ----
+
+
+def test_aiperf_records_give_exact_windows_with_phases_and_errors() -> None:
+    windows = load("aiperf", "aiperf/profile_export.jsonl")
+    a = 1_759_813_200 * S
+    b = a + 1000 * MS
+    assert [row(w) for w in windows] == [
+        ("aiperf-0d7c6e1a-55b2-4b8e-a1f0-3c9d2e7b6a01", "warmup", a, a + 900 * MS, a + 100 * MS,
+         a + 250 * MS, a + 400 * MS, 550, 4, None, None, None, None),
+        # TTFT 255.886568 ms and inter-chunk gaps 4.898437 + 5.316006 ms, back to integer ns
+        ("aiperf-7609a2e7-aa53-4ab1-98f4-f35ecafefd25", "timed", b, a + 1500 * MS, a + 1080 * MS,
+         b + 255_886_568, b + 255_886_568 + 4_898_437 + 5_316_006, 550, 12, None, 3, None, None),
+        ("aiperf-c35e4b1b-6775-4750-b875-94cd68e5ec15", "timed", a + 1200 * MS, a + 1200 * MS + 624_928,
+         None, None, None, 550, None, None, None, 499, None),
+    ]  # fmt: skip
+    source = windows[1].source
+    assert source["clock_domain"] == "unix_ns" and source["resolution_s"] == 1e-9
+    assert source["request_id"] == source["x_request_id"] == "7609a2e7-aa53-4ab1-98f4-f35ecafefd25"
+    assert source["aiperf_phase"] == "profiling" and source["session_num"] == 45
+    assert windows[2].source["error_type"] == "RequestCancellationError"
+    assert windows[2].source["was_cancelled"] is True
+
+
+def test_older_aiperf_records_are_read_and_their_endless_error_records_skipped() -> None:
+    windows = load("aiperf", "aiperf/profile_export_v0.1.jsonl")
+    start = 1_759_522_419_159_192_408
+    first = start + 1_680_543_782
+    assert [row(w) for w in windows] == [
+        ("aiperf-1ed40a0d-e708-434d-bb8e-fb1b44cb8717", "timed", start, 1_759_522_427_096_160_677, None,
+         first, first + 134_440_792 + 141_307_763 + 22_443_198, 550, 193, None, 132, None, None),
+    ]  # fmt: skip
+    assert windows[0].source["aiperf_schema"] == "timestamp_ns"
+
+
+def test_aiperf_other_phases_keep_their_name_and_are_not_measured(tmp_path: Path) -> None:
+    def ramp(records: list[Any]) -> None:
+        records[1]["metadata"]["benchmark_phase"] = "ramp_up"
+
+    windows = load_windows("aiperf", rewrite_lines(tmp_path, "aiperf/profile_export.jsonl", ramp))
+    assert [w.phase for w in windows] == ["warmup", "ramp_up", "timed"]
+
+
+# ---- vLLM ----
+
+
+def test_vllm_result_is_placed_on_the_wall_clock_by_the_anchor() -> None:
+    windows = load("vllm", "vllm/bench_serve_detailed.json", ANCHOR)
+    # wall = 1759522400 s + (perf_counter − 8100 s): 8123.5 s → 1759522423.5 s, 8124.0 s → 1759522424.0 s
+    s0, s2 = 1_759_522_423_500_000_000, 1_759_522_424_000_000_000
+    assert [row(w) for w in windows] == [
+        ("vllm-0", "timed", s0, s0 + 343_750_000, s0 + 250 * MS, None, s0 + 343_750_000, 512, 4,
+         None, None, None, None),
+        # request 1 failed (errors[1] is set): vLLM has no latency for it, so no window
+        ("vllm-2", "timed", s2, s2 + 500 * MS, s2 + 375 * MS, None, s2 + 500 * MS, 512, 5,
+         None, None, None, None),
+    ]  # fmt: skip
+    assert windows[0].source == {
+        "format": "vllm",
+        "file": "bench_serve_detailed.json",
+        "clock_domain": "perf_counter_s",
+        "mapping": {
+            "kind": "anchor",
+            "rule": "wall = wall_ns + (perf_counter_ns - mono_ns)",
+            "wall_ns": 1_759_522_400 * S,
+            "mono_ns": 8_100 * S,
+            "uncertainty_ns": 2_000,
+        },
+        "resolution_s": 1e-9,
+        "uncertainty_ns": 2_002,  # the anchor's 2 µs plus the float seconds' rounding at ~8124 s (2 ns)
+        "float_rounding_ns": 2,
+        "anchor_distance_s": 23.5,
+        "request_index": 0,
+        **vllm.NOTES,
+    }
+
+
+def test_vllm_windows_move_with_the_anchor_and_nothing_else() -> None:
+    base = load("vllm", "vllm/bench_serve_detailed.json", ANCHOR)
+    later = ClockAnchor(wall_ns=ANCHOR.wall_ns + 7 * S + 3, mono_ns=ANCHOR.mono_ns, uncertainty_ns=2_000)
+    moved = load("vllm", "vllm/bench_serve_detailed.json", later)
+    for a, b in zip(base, moved, strict=True):
+        assert b.t_start_ns - a.t_start_ns == b.t_end_ns - a.t_end_ns == 7 * S + 3
+        assert b.t_first_byte_ns is not None and a.t_first_byte_ns is not None
+        assert b.t_first_byte_ns - a.t_first_byte_ns == 7 * S + 3
+
+
+def test_vllm_without_an_anchor_is_refused_with_the_way_to_get_one() -> None:
+    message = refused("vllm", HARNESS / "vllm/bench_serve_detailed.json")
+    assert "perf_counter" in message and "WALL_NS:MONO_NS" in message
+
+
+def test_vllm_without_latencies_ends_each_request_at_ttft_plus_its_itls(tmp_path: Path) -> None:
+    def no_latencies(data: dict[str, Any]) -> None:
+        del data["latencies"]
+
+    path = rewrite(tmp_path, "vllm/bench_serve_detailed.json", no_latencies)
+    with_latencies = load("vllm", "vllm/bench_serve_detailed.json", ANCHOR)
+    assert [row(w) for w in load_windows("vllm", path, clock_anchor=ANCHOR)] == [
+        row(w) for w in with_latencies
+    ]
+
+
+# ---- lmx status capture ----
+
+
+def test_lmx_status_capture_gives_low_resolution_windows_per_request() -> None:
+    windows = load("lmx-status", "lmx-status/status.jsonl")
+    t = 1_759_522_430_123_456_789
+    assert [row(w) for w in windows] == [
+        ("lmx-warmup-0", "warmup", t + 3 * MS, t + 2503 * MS, None, t + 412 * MS, None, 305, 256,
+         None, None, None, None),
+        ("lmx-timed-0", "timed", t + 2510 * MS, t + 4950 * MS, None, t + 2790 * MS, None, 305, 251,
+         None, None, None, None),
+        ("lmx-timed-1", "timed", t + 2511 * MS, t + 4900 * MS, None, t + 2801 * MS, None, 305, 256,
+         None, None, None, None),
+    ]  # fmt: skip
+    source = windows[1].source
+    assert source["clock_domain"] == "arrival_ns" and source["mapping"]["kind"] == "arrival"  # type: ignore[index]
+    assert source["low_resolution"] is True and source["resolution_s"] == 1
+    assert source["lmx_time"] == {
+        "start": "2025-10-03T20:13:52Z",
+        "first_token": "2025-10-03T20:13:52Z",
+        "end": "2025-10-03T20:13:55Z",
+    }
+
+
+# ---- plain ----
+
+
+def test_plain_csv_gives_exact_windows_with_empty_cells_unknown() -> None:
+    windows = load("plain", "plain/windows.csv")
+    p = 1_759_522_500 * S
+    assert [row(w) for w in windows] == [
+        ("w-0", "warmup", p, p + 2 * S, None, None, None, None, None, None, None, None, None),
+        ("r-1", "timed", p + 3 * S, p + 6500 * MS, p + 3100 * MS, p + 3250 * MS, p + 6400 * MS,
+         512, 300, 256, 40, None, None),
+        ("r-2", "timed", p + 3500 * MS, p + 7 * S, None, p + 3900 * MS, p + 6900 * MS, 512, None,
+         None, None, None, None),
+    ]  # fmt: skip
+    assert windows[1].source == {
+        "format": "plain",
+        "file": "windows.csv",
+        "clock_domain": "unix_ns",
+        "mapping": {"kind": "identity", "rule": "Unix epoch ns integers as written"},
+        "resolution_s": 1e-9,
+        "plain_kind": "csv",
+        "request_id": "r-1",
+    }
+
+
+def test_plain_json_gives_exact_windows() -> None:
+    windows = load("plain", "plain/windows.json")
+    p = 1_759_522_500 * S
+    assert [row(w) for w in windows] == [
+        (
+            "req-a",
+            "timed",
+            p,
+            p + 1500 * MS,
+            None,
+            p + 200 * MS,
+            p + 1450 * MS,
+            128,
+            64,
+            None,
+            None,
+            200,
+            "stop",
+        ),
+        ("req-b", "timed", p + 100 * MS, p + 150 * MS, None, None, None, None, None, None, None, 503, None),
+    ]
+    assert windows[0].source["plain_kind"] == "json"
+
+
+# ---- what every good import promises ----
+
+
+@pytest.mark.parametrize(("fmt", "rel"), GOOD)
+def test_every_window_is_one_the_coordinator_api_accepts(fmt: str, rel: str) -> None:
+    windows = load(fmt, rel, ANCHOR)
+    assert len({w.id for w in windows}) == len(windows)
+    for window in windows:
+        json.dumps(window.source, allow_nan=False)
+        for key in ("format", "file", "clock_domain", "mapping", "resolution_s"):
+            assert key in window.source, key
+        assert window.source["format"] == fmt and window.source["file"] == Path(rel).name
+        assert WindowIn.model_validate(asdict(window)).to_window() == window
+
+
+# ---- refusals: malformed files ----
+
+
+def _guidellm_end_before_start(d: Any) -> None:
+    d["benchmarks"][0]["requests"]["successful"][2]["info"]["timings"]["request_end"] = 1759522402.5
+
+
+def _guidellm_no_start(d: Any) -> None:
+    timings = d["benchmarks"][0]["requests"]["successful"][0]["info"]["timings"]
+    timings["request_start"] = timings["resolve_start"] = None
+
+
+def _guidellm_string_time(d: Any) -> None:
+    d["benchmarks"][0]["requests"]["successful"][1]["info"]["timings"]["first_token_iteration"] = "soon"
+
+
+def _guidellm_no_period(d: Any) -> None:
+    del d["benchmarks"][0]["scheduler_metrics"]
+
+
+def _genai_float_timestamp(d: Any) -> None:
+    d["experiments"][0]["requests"][0]["timestamp"] = 1759522410.0
+
+
+def _genai_out_of_order(d: Any) -> None:
+    d["experiments"][0]["requests"][1]["response_timestamps"].reverse()
+
+
+def _genai_negative(d: Any) -> None:
+    d["experiments"][1]["requests"][0]["response_timestamps"][0] = -1
+
+
+def _vllm_short_list(d: Any) -> None:
+    d["ttfts"].pop()
+
+
+def _vllm_negative_latency(d: Any) -> None:
+    d["latencies"][2] = -0.5
+
+
+def _vllm_latency_before_ttft(d: Any) -> None:
+    d["latencies"][0] = 0.125
+
+
+def _vllm_no_input_lens(d: Any) -> None:
+    del d["input_lens"]
+
+
+def _plain_json_float(d: Any) -> None:
+    d["windows"][0]["t_end_ns"] = 1.5e18
+
+
+def _plain_json_token_after_end(d: Any) -> None:
+    d["windows"][0]["t_last_token_ns"] = d["windows"][0]["t_end_ns"] + 1
+
+
+def _plain_json_bad_phase(d: Any) -> None:
+    d["windows"][1]["phase"] = "Timed!"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rel", "change", "says"),
+    [
+        (
+            "guidellm",
+            "guidellm/benchmarks.json",
+            _guidellm_end_before_start,
+            "requests.successful[2]: ends before",
+        ),
+        ("guidellm", "guidellm/benchmarks.json", _guidellm_no_start, "needs request_start/request_end"),
+        (
+            "guidellm",
+            "guidellm/benchmarks.json",
+            _guidellm_string_time,
+            "first_token_iteration must be a number",
+        ),
+        ("guidellm", "guidellm/benchmarks.json", _guidellm_no_period, "missing field 'scheduler_metrics'"),
+        (
+            "genai-perf",
+            "genai-perf/profile_export.json",
+            _genai_float_timestamp,
+            "timestamp must be an integer",
+        ),
+        ("genai-perf", "genai-perf/profile_export.json", _genai_out_of_order, "not in arrival order"),
+        (
+            "genai-perf",
+            "genai-perf/profile_export.json",
+            _genai_negative,
+            "response_timestamps[0] must be >= 0",
+        ),
+        (
+            "vllm",
+            "vllm/bench_serve_detailed.json",
+            _vllm_short_list,
+            "'ttfts' has 2 entries but 'start_times' has 3",
+        ),
+        ("vllm", "vllm/bench_serve_detailed.json", _vllm_negative_latency, "latencies[2] is negative"),
+        ("vllm", "vllm/bench_serve_detailed.json", _vllm_latency_before_ttft, "shorter than its ttft"),
+        (
+            "vllm",
+            "vllm/bench_serve_detailed.json",
+            _vllm_no_input_lens,
+            "missing per-request list 'input_lens'",
+        ),
+        ("plain", "plain/windows.json", _plain_json_float, "t_end_ns must be an integer"),
+        ("plain", "plain/windows.json", _plain_json_token_after_end, "t_last_token_ns"),
+        ("plain", "plain/windows.json", _plain_json_bad_phase, "phase 'Timed!' must match"),
+    ],
+)
+def test_malformed_json_files_are_refused_whole(
+    tmp_path: Path, fmt: str, rel: str, change: Callable[[Any], None], says: str
+) -> None:
+    assert refused(fmt, rewrite(tmp_path, rel, change), ANCHOR).count(says) == 1
+
+
+def _aiperf_negative_start(records: list[Any]) -> None:
+    records[1]["metadata"]["request_start_ns"] = -5
+
+
+def _aiperf_no_phase(records: list[Any]) -> None:
+    del records[0]["metadata"]["benchmark_phase"]
+
+
+def _aiperf_bad_unit(records: list[Any]) -> None:
+    records[1]["metrics"]["time_to_first_token"]["unit"] = "tokens"
+
+
+def _aiperf_duplicate_id(records: list[Any]) -> None:
+    records[2]["metadata"]["x_request_id"] = records[1]["metadata"]["x_request_id"]
+
+
+def _lmx_end_without_start(records: list[Any]) -> None:
+    del records[2]  # the warm-up request's request_start
+
+
+def _lmx_start_without_end(records: list[Any]) -> None:
+    del records[11]  # timed request 0's request_end
+
+
+def _lmx_no_phase(records: list[Any]) -> None:
+    del records[7]["status"]["phase"]
+
+
+def _lmx_second_start(records: list[Any]) -> None:
+    records[7]["status"]["request"] = 0
+
+
+def _lmx_monotonic_arrival(records: list[Any]) -> None:
+    records[6]["t_arrival_ns"] = 8_123_500_000_000
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rel", "change", "says"),
+    [
+        ("aiperf", "aiperf/profile_export.jsonl", _aiperf_negative_start, "request_start_ns must be >= 0"),
+        ("aiperf", "aiperf/profile_export.jsonl", _aiperf_no_phase, "benchmark_phase must be a string"),
+        ("aiperf", "aiperf/profile_export.jsonl", _aiperf_bad_unit, "unit 'tokens' is not a time unit"),
+        ("aiperf", "aiperf/profile_export.jsonl", _aiperf_duplicate_id, "two requests share the window id"),
+        (
+            "lmx-status",
+            "lmx-status/status.jsonl",
+            _lmx_end_without_start,
+            "warmup request 0 has no request_start",
+        ),
+        (
+            "lmx-status",
+            "lmx-status/status.jsonl",
+            _lmx_start_without_end,
+            "timed request 0 (from line 7): no request_end",
+        ),
+        (
+            "lmx-status",
+            "lmx-status/status.jsonl",
+            _lmx_no_phase,
+            "line 8 (request_start): phase must be a string",
+        ),
+        (
+            "lmx-status",
+            "lmx-status/status.jsonl",
+            _lmx_second_start,
+            "timed request 0 has a second request_start",
+        ),
+        ("lmx-status", "lmx-status/status.jsonl", _lmx_monotonic_arrival, "is not Unix epoch nanoseconds"),
+    ],
+)
+def test_malformed_json_lines_files_are_refused_whole(
+    tmp_path: Path, fmt: str, rel: str, change: Callable[[list[Any]], None], says: str
+) -> None:
+    assert says in refused(fmt, rewrite_lines(tmp_path, rel, change))
+
+
+PLAIN_HEADER = "id,phase,t_start_ns,t_end_ns"
+P0, P1, P2 = "1759522500000000000", "1759522501000000000", "1759522499000000000"
+
+
+@pytest.mark.parametrize(
+    ("header", "rows", "says"),
+    [
+        ("id,phase,t_start_ns", [f"r,timed,{P0}"], "row 2: missing t_end_ns"),
+        (PLAIN_HEADER + ",t_frist_token_ns", [], "unknown column(s) 't_frist_token_ns'"),
+        (PLAIN_HEADER, [f"r,timed,{P0},1759522500.5e9"], "row 2: t_end_ns must be a non-negative integer"),
+        (PLAIN_HEADER, [f"r,timed,{P0},-1"], "row 2: t_end_ns must be a non-negative integer"),
+        (PLAIN_HEADER, [f"r,timed,{P0},{P2}"], "row 2: ends before it starts"),
+        (PLAIN_HEADER, ["r,timed,1759522500,1759522501"], "not Unix epoch nanoseconds"),
+        (PLAIN_HEADER, [f"r,timed,{P0},{P1},9"], "row 2: 5 cells for 4 columns"),
+        (PLAIN_HEADER, [f"r,timed,{P0},{P1}", f"r,timed,{P0},{P1}"], "two requests share the window id 'r'"),
+        (PLAIN_HEADER, [f"r,Timed,{P0},{P1}"], "phase 'Timed' must match"),
+    ],
+)
+def test_malformed_plain_csv_is_refused_whole(
+    tmp_path: Path, header: str, rows: list[str], says: str
+) -> None:
+    path = tmp_path / "windows.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    assert says in refused("plain", path)
+
+
+def test_a_bad_last_line_imports_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text((HARNESS / "aiperf/profile_export.jsonl").read_text() + "{not json\n")
+    assert "line 4 is not JSON" in refused("aiperf", path)
+
+
+def test_nan_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    text = (HARNESS / "vllm/bench_serve_detailed.json").read_text()
+    path.write_text(text.replace('"ttfts": [\n    0.25', '"ttfts": [\n    NaN'))
+    assert "NaN" in path.read_text()
+    assert "NaN" in refused("vllm", path, ANCHOR)
+
+
+# ---- refusals: another harness's file, or no file at all ----
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rel", "says"),
+    [
+        ("guidellm", "genai-perf/profile_export.json", "not a guidellm benchmarks report"),
+        ("guidellm", "vllm/bench_serve_detailed.json", "looks like a vllm bench serve result"),
+        ("genai-perf", "guidellm/benchmarks.json", "looks like a guidellm benchmarks report"),
+        ("genai-perf", "plain/windows.json", "not a genai-perf profile_export.json"),
+        ("aiperf", "genai-perf/profile_export.json", "one JSON document (this looks like a genai-perf"),
+        ("aiperf", "lmx-status/status.jsonl", "looks like a sparkwatch lmx-status capture"),
+        ("vllm", "guidellm/benchmarks_v0.2.json", "not a vllm bench serve result"),
+        ("vllm", "aiperf/profile_export.jsonl", "is not JSON"),
+        ("lmx-status", "aiperf/profile_export.jsonl", "looks like an AIPerf profile_export.jsonl record"),
+        ("lmx-status", "vllm/bench_serve_detailed.json", "one JSON document (this looks like a vllm"),
+        ("plain", "genai-perf/profile_export.json", "plain JSON must be an object with a 'windows' list"),
+        ("plain", "aiperf/profile_export.jsonl", "must be a .csv or .json file"),
+    ],
+)
+def test_another_harness_file_is_refused_and_named(fmt: str, rel: str, says: str) -> None:
+    assert says in refused(fmt, HARNESS / rel, ANCHOR)
+
+
+def test_a_vllm_result_saved_without_detail_says_how_to_save_it(tmp_path: Path) -> None:
+    def summary_only(data: dict[str, Any]) -> None:
+        del data["start_times"]
+
+    message = refused("vllm", rewrite(tmp_path, "vllm/bench_serve_detailed.json", summary_only), ANCHOR)
+    assert "--save-detailed" in message
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_missing_empty_and_directory_paths_are_one_line(tmp_path: Path, fmt: str) -> None:
+    suffix = ".csv" if fmt == "plain" else ".json"
+    assert "no such file" in refused(fmt, tmp_path / f"absent{suffix}", ANCHOR)
+    empty = tmp_path / f"empty{suffix}"
+    empty.write_text("")
+    refused(fmt, empty, ANCHOR)
+    folder = tmp_path / f"folder{suffix}"
+    folder.mkdir()
+    assert "is a directory" in refused(fmt, folder, ANCHOR)
+
+
+def test_a_file_without_any_request_is_refused(tmp_path: Path) -> None:
+    def no_requests(data: dict[str, Any]) -> None:
+        for status in ("successful", "incomplete", "errored"):
+            data["benchmarks"][0]["requests"][status] = []
+
+    assert "no requests found" in refused(
+        "guidellm", rewrite(tmp_path, "guidellm/benchmarks.json", no_requests)
+    )
+
+
+def test_an_unknown_format_is_refused_naming_the_known_ones() -> None:
+    message = refused("llmperf", HARNESS / "plain/windows.csv")
+    assert "unknown format 'llmperf'" in message and "genai-perf" in message
+
+
+def test_unexpected_structure_is_still_one_line(tmp_path: Path) -> None:
+    path = rewrite(tmp_path, "genai-perf/profile_export.json", lambda d: {**d, "experiments": [[1, 2]]})
+    assert "experiments[0] must be a JSON object" in refused("genai-perf", path)
+
+
+def test_nan_in_a_json_lines_file_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "profile_export.jsonl"
+    lines = (HARNESS / "aiperf/profile_export.jsonl").read_text().splitlines()
+    lines[1] = lines[1].replace('"value":255.886568', '"value":NaN')
+    path.write_text("\n".join(lines) + "\n")
+    assert "line 2 contains NaN" in refused("aiperf", path)
+
+
+def test_lmx_capture_ignores_other_json_the_command_printed(tmp_path: Path) -> None:
+    def noise(records: list[Any]) -> None:
+        records.insert(3, {"t_arrival_ns": records[3]["t_arrival_ns"], "status": {"tokSOut": 121.4}})
+
+    path = rewrite_lines(tmp_path, "lmx-status/status.jsonl", noise)
+    assert [row(w) for w in load_windows("lmx-status", path)] == [
+        row(w) for w in load("lmx-status", "lmx-status/status.jsonl")
+    ]
