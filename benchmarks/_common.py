@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import socket
 import statistics
 import sys
 import tempfile
@@ -18,6 +19,12 @@ def fake_nvml_dir() -> pathlib.Path:
     out = pathlib.Path(tempfile.mkdtemp(prefix="sparkwatch-bench-nvml-"))
     build_fake_nvml(out)
     return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import urllib.request
 
 import aiohttp
 
-from _common import fake_nvml_dir
+from _common import fake_nvml_dir, free_port
 
 
 def cpu_s(pid: int) -> float:
@@ -44,12 +43,6 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def consume(url: str, seconds: float) -> int:

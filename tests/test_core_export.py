@@ -169,3 +169,16 @@ def test_totals_say_why_they_are_null() -> None:
     export = build_export(RUN, [node("idle", 9.0, 9.0, [], 50)], WINDOWS, "0.1.0")
     reasons = export["totals"]["null_reasons"]
     assert export["totals"]["power_w_gated_mean_sum"] is None and "power_w_gated_mean_sum" in reasons
+
+
+def test_a_failed_request_is_reported_but_not_measured() -> None:
+    busy = [(12, 14), (20, 25), (30, 35)]
+    nodes = [node("spark-1", 11.0, 61.0, busy, 100)]
+    # a 500 answered during an idle stretch: measuring it would pull the gated figures toward idle
+    failed = Window("err", "timed", T0 + 16 * S, T0 + 19 * S, completion_tokens=0, http_status=500)
+    export = build_export(RUN, nodes, [*WINDOWS, failed], "0.1.0")
+    err = next(w for w in export["windows"] if w["id"] == "err")
+    assert err["in_scope"] is False and err["verdict"] == "incomplete"
+    assert err["reasons"] == ["HTTP status 500: a failed request is not measured"]
+    assert export["method"]["scope_s"] == pytest.approx(10.05)  # the same scope as without it
+    assert export["nodes"][0]["energy_j"] == pytest.approx(61.0 * 10 + 11.0 * 0.05)

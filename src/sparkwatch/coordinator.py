@@ -93,8 +93,8 @@ class Coordinator:
         log.info("run %s (%s) opened at %g s", run.id, run.name, run.interval_s)
         return run
 
-    def end_run(self, run_id: str) -> RunRow:
-        run = self.store.end_run(run_id, self.now_ns())
+    def end_run(self, run_id: str, command: dict[str, Any] | None = None) -> RunRow:
+        run = self.store.end_run(run_id, self.now_ns(), command)
         self._interval_changed()
         log.info("run %s ended", run_id)
         return run

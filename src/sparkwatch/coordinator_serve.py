@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
-import signal
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
 from sparkwatch.api.app import make_app
 from sparkwatch.coordinator import Coordinator
-from sparkwatch.nodes_file import load_nodes
+from sparkwatch.lifecycle import stop_on_signals
+from sparkwatch.nodes_file import NodeSpec, load_nodes
 from sparkwatch.store import Store
 from sparkwatch_agent.auth import is_loopback, load_token
 from sparkwatch_agent.config import parse_listen
@@ -25,16 +27,18 @@ class CoordinatorStartError(Exception):
     """Start-up failure the user can fix; printed as one line."""
 
 
-async def serve(
-    nodes_path: Path, db_path: Path, listen: str, token_file: Path | None, insecure_no_auth: bool = False
-) -> int:
-    nodes = load_nodes(nodes_path)
-    host, port = parse_listen(listen)
-    token = load_token(token_file) if token_file else None
-    if token is None and not is_loopback(host) and not insecure_no_auth:
-        raise CoordinatorStartError(
-            f"refusing to listen on {host} without a token: pass --token-file FILE (or --insecure-no-auth)"
-        )
+@dataclass(frozen=True, slots=True)
+class RunningCoordinator:
+    coordinator: Coordinator
+    url: str  # http://host:port of its API
+
+
+@contextlib.asynccontextmanager
+async def running_coordinator(
+    nodes: Sequence[NodeSpec], db_path: Path, host: str, port: int, token: str | None
+) -> AsyncIterator[RunningCoordinator]:
+    """Store, links and API up on host:port (0: any free port) until the block ends, then down in order.
+    `sparkwatch coordinator` serves with it; `sparkwatch run`, `hardware` and the demo embed it."""
     store = Store(db_path)
     coordinator = Coordinator(nodes, store)
     runner = web.AppRunner(
@@ -48,37 +52,41 @@ async def serve(
         await runner.cleanup()
         store.close()
         raise CoordinatorStartError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def on_signal(name: str) -> None:
-        if stop.is_set():
-            os._exit(130)
-        log.info("%s: stopping", name)
-        stop.set()
-
-    loop.add_signal_handler(signal.SIGTERM, on_signal, "SIGTERM")
-    loop.add_signal_handler(signal.SIGINT, on_signal, "SIGINT")
-    notifier = SystemdNotifier()
-    await coordinator.start()
-    for address in runner.addresses:
-        log.info(
-            "coordinator listening on http://%s:%d (%d nodes, db %s)",
-            address[0],
-            address[1],
-            len(nodes),
-            db_path,
-        )
-    notifier.ready(f"{len(nodes)} nodes")
-    watchdog = asyncio.create_task(_watchdog(notifier))
     try:
-        await stop.wait()
+        await coordinator.start()
+        bound_host, bound_port = runner.addresses[0][:2]
+        yield RunningCoordinator(coordinator, f"http://{_url_host(bound_host)}:{bound_port}")
     finally:
-        notifier.stopping()
-        watchdog.cancel()
         await coordinator.stop()
         await runner.cleanup()
         store.close()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def serve(
+    nodes_path: Path, db_path: Path, listen: str, token_file: Path | None, insecure_no_auth: bool = False
+) -> int:
+    nodes = load_nodes(nodes_path)
+    host, port = parse_listen(listen)
+    token = load_token(token_file) if token_file else None
+    if token is None and not is_loopback(host) and not insecure_no_auth:
+        raise CoordinatorStartError(
+            f"refusing to listen on {host} without a token: pass --token-file FILE (or --insecure-no-auth)"
+        )
+    stop = stop_on_signals()
+    notifier = SystemdNotifier()
+    async with running_coordinator(nodes, db_path, host, port, token) as running:
+        log.info("coordinator listening on %s (%d nodes, db %s)", running.url, len(nodes), db_path)
+        notifier.ready(f"{len(nodes)} nodes")
+        watchdog = asyncio.create_task(_watchdog(notifier))
+        try:
+            await stop.wait()
+        finally:
+            notifier.stopping()
+            watchdog.cancel()
     return 0
 
 

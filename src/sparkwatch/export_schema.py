@@ -144,6 +144,14 @@ def run_schema() -> dict[str, Any]:
                 "properties": {
                     "id": {"type": "string"},
                     "name": {"type": "string"},
+                    "command": {
+                        "type": ["object", "null"],
+                        "required": ["argv", "exit_code"],
+                        "properties": {
+                            "argv": {"type": "array", "items": {"type": "string"}},
+                            "exit_code": {"type": "integer"},
+                        },
+                    },
                     "t_start_ns": {"type": "integer"},
                     "t_end_ns": {"type": "integer"},
                     "sparkwatch_version": {"type": "string"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,6 +103,7 @@ def export_run(store: Store, run_id: str, nodes: Sequence[str], now_ns: Callable
         interval_s=run.interval_s,
         gate_threshold=run.gate_threshold,
         scope=scope,
+        command=json.loads(run.command) if run.command else None,
     )
     windows = store.windows(run_id)
     # read what the run and every window span: a window may start before the run or end after it

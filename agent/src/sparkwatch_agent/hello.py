@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sparkwatch_agent import __version__
 from sparkwatch_agent.host_facts import HostFacts
+from sparkwatch_agent.lmx_hardware import lmx_hardware
 from sparkwatch_agent.sample import FRAME_HELLO, capabilities_json
 from sparkwatch_agent.sampler import Snapshot
 
@@ -18,6 +19,7 @@ def hardware_json(snap: Snapshot, host: HostFacts) -> dict[str, object]:
         "gpus": [g.to_json() for g in inv.gpus] if inv else [],
         "host": host.to_json(),
         "memory_total_bytes": snap.sample.memory.total_bytes if snap.sample and snap.sample.memory else None,
+        "lmx": lmx_hardware(snap, host),
     }
 
 

@@ -6,9 +6,11 @@ shows up in the next probe instead of lingering in a hand-written record.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,7 @@ class HostFacts:
     arch: str
     os: str
     kernel: str
+    time_sync: dict[str, object] | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -32,6 +35,7 @@ class HostFacts:
             "arch": self.arch,
             "os": self.os,
             "kernel": self.kernel,
+            "time_sync": self.time_sync,
         }
 
 
@@ -62,6 +66,66 @@ def os_name(root: Path = Path("/")) -> str:
     return name.strip().strip('"')
 
 
+class _Timex(ctypes.Structure):
+    """Linux ``struct timex`` (adjtimex(2)); ctypes lays out the padding the C compiler would."""
+
+    _fields_ = [
+        ("modes", ctypes.c_uint),
+        ("offset", ctypes.c_long),
+        ("freq", ctypes.c_long),
+        ("maxerror", ctypes.c_long),
+        ("esterror", ctypes.c_long),
+        ("status", ctypes.c_int),
+        ("constant", ctypes.c_long),
+        ("precision", ctypes.c_long),
+        ("tolerance", ctypes.c_long),
+        ("time_sec", ctypes.c_long),
+        ("time_usec", ctypes.c_long),
+        ("tick", ctypes.c_long),
+        ("ppsfreq", ctypes.c_long),
+        ("jitter", ctypes.c_long),
+        ("shift", ctypes.c_int),
+        ("stabil", ctypes.c_long),
+        ("jitcnt", ctypes.c_long),
+        ("calcnt", ctypes.c_long),
+        ("errcnt", ctypes.c_long),
+        ("stbcnt", ctypes.c_long),
+        ("tai", ctypes.c_int),
+        ("_reserved", ctypes.c_int * 11),
+    ]
+
+
+STA_UNSYNC = 0x0040
+TIME_ERROR = 5
+
+
+def _libc_adjtimex(timex: _Timex) -> int:
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).adjtimex(ctypes.byref(timex)))
+    except (OSError, AttributeError):
+        return -1
+
+
+def read_time_sync(
+    root: Path = Path("/"), adjtimex: Callable[[_Timex], int] = _libc_adjtimex
+) -> dict[str, object]:
+    """Whether the kernel clock is disciplined by NTP (chrony, ntpd, timesyncd all tell the kernel), read
+    with a read-only adjtimex(2); under a sandbox that forbids it (systemd ProtectClock=), timesyncd's flag
+    file is the fallback, else it is unknown."""
+    timex = _Timex()
+    state = adjtimex(timex)
+    if state >= 0:
+        return {
+            "source": "adjtimex",
+            "synchronized": state != TIME_ERROR and not timex.status & STA_UNSYNC,
+            "max_error_s": timex.maxerror / 1e6,
+            "est_error_s": timex.esterror / 1e6,
+        }
+    if (root / "run/systemd/timesync/synchronized").exists():
+        return {"source": "timesyncd", "synchronized": True, "max_error_s": None, "est_error_s": None}
+    return {"source": None, "synchronized": None, "max_error_s": None, "est_error_s": None}
+
+
 def read_host_facts(root: Path = Path("/")) -> HostFacts:
     return HostFacts(
         hostname=socket.gethostname(),
@@ -70,4 +134,5 @@ def read_host_facts(root: Path = Path("/")) -> HostFacts:
         arch=platform.machine(),
         os=os_name(root),
         kernel=os.uname().release,
+        time_sync=read_time_sync(root),
     )

@@ -21,7 +21,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from sparkwatch_agent.auth import bearer_ok
 from sparkwatch_agent.hello import hello_frame
-from sparkwatch_agent.host_facts import HostFacts
+from sparkwatch_agent.host_facts import HostFacts, read_host_facts
 from sparkwatch_agent.interval_lease import DEFAULT_TTL_S
 from sparkwatch_agent.sample import capabilities_json, encode_frame
 from sparkwatch_agent.sampler import Sampler, Snapshot
@@ -281,7 +281,8 @@ async def _send_frames(
     sensors = _sensor_names(ctx)
 
     def hello(s: Snapshot) -> bytes:
-        return encode_frame(hello_frame(s, ctx.host, sensors))
+        # host facts re-read for every hello: the OS and kernel it reports are those of now
+        return encode_frame(hello_frame(s, read_host_facts(), sensors))
 
     await ws.send_str(hello(snap).decode())
     cursor = StreamCursor(after, snap.inventory_rev)

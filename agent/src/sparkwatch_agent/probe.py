@@ -5,59 +5,13 @@ Its output is also the capture format replayed by tests (tests/fixtures/captures
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from sparkwatch_agent import __version__
 from sparkwatch_agent.config import AgentConfig
 from sparkwatch_agent.hello import hardware_json
-from sparkwatch_agent.host_facts import HostFacts, read_host_facts
+from sparkwatch_agent.host_facts import read_host_facts
+from sparkwatch_agent.lmx_hardware import lmx_hardware
 from sparkwatch_agent.node import build_node
 from sparkwatch_agent.sample import capabilities_json
-from sparkwatch_agent.sampler import Snapshot
-
-GIB = 1024**3
-
-
-def _dmi_product(root: Path) -> str | None:
-    try:
-        text = (root / "sys/class/dmi/id/product_name").read_text().strip()
-    except OSError:
-        return None
-    return text or None
-
-
-def lmx_hardware(snap: Snapshot, host: HostFacts, root: Path = Path("/")) -> dict[str, object]:
-    """The lmx ``hardware.json`` object, from what this node reports right now (OS and kernel included)."""
-    memory = snap.sample.memory if snap.sample else None
-    ram_gb = round(memory.total_bytes / GIB, 1) if memory and memory.total_bytes else None
-    inv = snap.inventory
-    gpus = inv.gpus if inv else ()
-    out: dict[str, object] = {
-        "cpu": host.cpu,
-        "ramGb": ram_gb,
-        "os": f"{host.os} (kernel {host.kernel})",
-        "driverVersion": inv.driver_version if inv else None,
-    }
-    if not gpus:
-        return {"hwClass": "CPU_ONLY", **out}
-    name = gpus[0].name
-    if snap.memory_model == "unified":
-        return {
-            "hwClass": "UNIFIED",
-            "chipVendor": "NVIDIA" if name.upper().startswith("NVIDIA") else name.split()[0],
-            "chipFamily": name.removeprefix("NVIDIA").strip() or name,
-            "chipVariant": _dmi_product(root) or name,
-            "unifiedMemoryGb": ram_gb,
-            **out,
-        }
-    return {
-        "hwClass": "DISCRETE_GPU",
-        "gpus": [
-            {"name": g.name, "vramGb": round(g.memory_total_bytes / GIB, 1) if g.memory_total_bytes else None}
-            for g in gpus
-        ],
-        **out,
-    }
 
 
 def probe(config: AgentConfig) -> dict[str, object]:

@@ -103,11 +103,10 @@ def run_stdio(config: AgentConfig, stdout: BinaryIO | None = None, stdin_fd: int
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     replies: queue.SimpleQueue[bytes] = queue.SimpleQueue()
     threading.Thread(target=_read_commands, args=(sampler, fd, replies, new_sample), daemon=True).start()
-    host = read_host_facts()
 
     def hello(snap: Snapshot) -> bytes:
         sensors = tuple(s.sensor for s in snap.sample.sensors) if snap.sample else ()
-        return encode_frame(hello_frame(snap, host, sensors))
+        return encode_frame(hello_frame(snap, read_host_facts(), sensors))
 
     sampler.start()
     cursor = StreamCursor(0, -1)  # -1: no hello sent yet

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from sparkwatch.api.metrics import coordinator_registry
-from sparkwatch.api.models import MarkIn, RunCreate, WindowBatch
+from sparkwatch.api.models import MarkIn, RunCreate, RunEnd, WindowBatch
 from sparkwatch.coordinator import Coordinator
 from sparkwatch.store import NotFound, StoreError
 from sparkwatch_agent.http_app import bearer_middleware, json_error
@@ -83,8 +83,10 @@ async def get_run(request: web.Request) -> web.Response:
 
 
 async def end_run(request: web.Request) -> web.Response:
+    body = await parse(request, RunEnd) if request.can_read_body else RunEnd()
+    command = body.command.model_dump() if body.command is not None else None
     try:
-        run = request.app[COORDINATOR].end_run(request.match_info["run_id"])
+        run = request.app[COORDINATOR].end_run(request.match_info["run_id"], command)
     except StoreError as exc:
         return _store_error(exc)
     return web.json_response(run.to_json())

@@ -24,6 +24,17 @@ class RunCreate(Strict):
     scope: Literal["request", "decode", "run"] = "request"
 
 
+class CommandOutcome(Strict):
+    """What `sparkwatch run` wrapped, so an export says whether the benchmark command succeeded."""
+
+    argv: list[str] = Field(min_length=1, max_length=1000)
+    exit_code: int = Field(ge=-255, le=255)
+
+
+class RunEnd(Strict):
+    command: CommandOutcome | None = None
+
+
 class WindowIn(Strict):
     id: str = Field(min_length=1, max_length=200)
     phase: str = Field(pattern=PHASE_PATTERN)

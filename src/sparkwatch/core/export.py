@@ -36,6 +36,7 @@ class RunSpec:
     gate_threshold: float = 0.5
     scope: ScopeKind = "request"
     phases: frozenset[str] = frozenset({"timed"})
+    command: dict[str, Any] | None = None  # the wrapped benchmark command and its exit code, when known
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +152,7 @@ def build_export(
     scope = scope_for(windows, run.scope, (run.t_start_ns, run.t_end_ns), run.phases)
     span_kind: ScopeKind = "decode" if run.scope == "decode" else "request"
     # a window counts when its phase is measured and it has the stamps its scope needs (decode: tokens)
-    measured = [w.phase in run.phases and w.span(span_kind) is not None for w in windows]
+    measured = [w.phase in run.phases and not w.failed and w.span(span_kind) is not None for w in windows]
     in_scope = [w for w, m in zip(windows, measured, strict=True) if m]
     first_window = min((w.t_start_ns for w in in_scope), default=None)
     spans = [w.span(span_kind) or (w.t_start_ns, w.t_start_ns) for w in windows]
@@ -218,7 +219,9 @@ def build_export(
     window_json = []
     for k, w in enumerate(windows):
         length_s = float(ends[k] - starts[k]) / 1e9
-        if w.span(span_kind) is None:
+        if w.failed:
+            v, reasons = "incomplete", [f"HTTP status {w.http_status}: a failed request is not measured"]
+        elif w.span(span_kind) is None:
             v, reasons = (
                 "incomplete",
                 ["no first/last token stamps, so nothing to measure in the decode scope"],
@@ -265,6 +268,7 @@ def build_export(
         "run": {
             "id": run.id,
             "name": run.name,
+            "command": run.command,
             "t_start_ns": run.t_start_ns,
             "t_end_ns": run.t_end_ns,
             "sparkwatch_version": sparkwatch_version,

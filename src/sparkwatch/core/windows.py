@@ -31,6 +31,11 @@ class Window:
     finish_reason: str | None = None
     source: dict[str, object] = field(default_factory=dict)
 
+    @property
+    def failed(self) -> bool:
+        """An HTTP error answer: its time is not serving the benchmark, so no scope measures it."""
+        return self.http_status is not None and self.http_status >= 400
+
     def span(self, kind: ScopeKind) -> tuple[int, int] | None:
         """The part of this request a scope measures; ``None`` when the window lacks the needed stamps."""
         if kind == "decode":
@@ -91,5 +96,5 @@ def scope_for(
     """The measured time: the run itself, or the union of the selected phases' request/decode spans."""
     if kind == "run":
         return union([run_span])
-    spans = [s for w in windows if w.phase in phases and (s := w.span(kind)) is not None]
+    spans = [s for w in windows if w.phase in phases and not w.failed and (s := w.span(kind)) is not None]
     return union(spans)

@@ -24,6 +24,7 @@ class LinkState:
     samples_ingested: int = 0
     reconnects: int = 0
     lease_interval_s: float | None = None
+    latest: dict[str, Any] | None = None  # the newest sample in brief, for live displays
 
     def lag_s(self, now_ns: int) -> float | None:
         """How far behind the agent's newest sample our newest stored one is (clock-corrected)."""
@@ -44,9 +45,26 @@ class LinkState:
             "memory_model": hello.get("memory_model"),
             "capabilities": hello.get("capabilities"),
             "agent_version": hello.get("agent_version"),
+            "hardware": hello.get("hardware"),
             "interval_s": hello.get("interval_s"),
             "lease_interval_s": self.lease_interval_s,
             "samples_ingested": self.samples_ingested,
             "reconnects": self.reconnects,
             "error": self.error,
+            "latest": self.latest,
         }
+
+
+def latest_summary(sample: dict[str, Any]) -> dict[str, Any]:
+    """Power summed over the node's GPUs (None if any is unknown), the highest utilisation, memory used."""
+    gpus = [g for g in sample.get("gpus") or () if isinstance(g, dict)]
+    powers = [g.get("power_w") for g in gpus]
+    utils = [u for u in (g.get("util_ratio") for g in gpus) if isinstance(u, int | float)]
+    memory = sample.get("memory") or {}
+    return {
+        "t_wall_ns": sample.get("t_wall_ns"),
+        "interval_s": sample.get("interval_s"),
+        "power_w": sum(powers) if powers and all(isinstance(p, int | float) for p in powers) else None,
+        "util_ratio": max(utils) if utils else None,
+        "memory_used_bytes": memory.get("used_bytes") if isinstance(memory, dict) else None,
+    }

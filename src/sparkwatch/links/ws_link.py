@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
-from sparkwatch.links.state import LinkState
+from sparkwatch.links.state import LinkState, latest_summary
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store import Store
 from sparkwatch.store.db import Frame
@@ -161,6 +161,7 @@ class WsLink:
             if frame.data.get("type") == "sample":
                 self.state.last_seq = int(frame.data["seq"])
                 self.state.last_sample_wall_ns = int(frame.data["t_wall_ns"])
+                self.state.latest = latest_summary(frame.data)
                 break
 
     # ---- clock -----------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ class RunRow:
     interval_s: float
     gate_threshold: float
     scope: str
+    command: str | None = None  # JSON: what `sparkwatch run` wrapped (argv, exit code), None otherwise
 
     @property
     def open(self) -> bool:
@@ -52,6 +53,7 @@ class RunRow:
             "gate_threshold": self.gate_threshold,
             "scope": self.scope,
             "open": self.open,
+            "command": json.loads(self.command) if self.command else None,
         }
 
 
@@ -248,7 +250,8 @@ class Store:
         try:
             with _tx(self._db):
                 self._db.execute(
-                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO runs (id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
                         run.id,
                         run.name,
@@ -263,12 +266,15 @@ class Store:
             raise StoreError(f"run {run.id} already exists") from exc
         return run
 
-    def end_run(self, run_id: str, t_end_ns: int) -> RunRow:
+    def end_run(self, run_id: str, t_end_ns: int, command: dict[str, Any] | None = None) -> RunRow:
         run = self.run(run_id)
         if not run.open:
             raise StoreError(f"run {run_id} has already ended")
+        encoded = json.dumps(command) if command is not None else None
         with _tx(self._db):
-            self._db.execute("UPDATE runs SET t_end_ns = ? WHERE id = ?", (t_end_ns, run_id))
+            self._db.execute(
+                "UPDATE runs SET t_end_ns = ?, command = ? WHERE id = ?", (t_end_ns, encoded, run_id)
+            )
         return self.run(run_id)
 
     def run(self, run_id: str) -> RunRow:

@@ -94,10 +94,12 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (node, boot_id, t_ns)
     );
     """,
-    # 2: what the proxy and importers know about each request besides its times and token counts
+    # 2: what the proxy and importers know about each request besides its times and token counts, and
+    # the command a run wrapped (`sparkwatch run`: argv and exit code)
     """
     ALTER TABLE windows ADD COLUMN reasoning_tokens INTEGER;
     ALTER TABLE windows ADD COLUMN http_status INTEGER;
     ALTER TABLE windows ADD COLUMN finish_reason TEXT;
+    ALTER TABLE runs ADD COLUMN command TEXT;
     """,
 )

@@ -1,0 +1,56 @@
+"""`sparkwatch hardware`: one lmx ``hardware.json`` for the whole cluster, from the nodes' own hellos.
+
+Each agent reports its lmx hardware object (OS and kernel read when it said hello); this sums the memory
+over nodes and refuses to guess when nodes disagree on what they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class HardwareError(Exception):
+    """The nodes did not all report, or report hardware that cannot be one lmx record."""
+
+
+def _same(values: Sequence[Any], field: str) -> Any:
+    distinct = sorted({str(v) for v in values if v is not None})
+    if not distinct:
+        return None
+    if len(distinct) > 1 and field in ("hwClass", "chipVendor", "chipFamily"):
+        raise HardwareError(f"nodes differ in {field}: {', '.join(distinct)}")
+    return distinct[0] if len(distinct) == 1 else " / ".join(distinct)
+
+
+def _sum(values: Sequence[Any]) -> float | None:
+    if not values or any(not isinstance(v, int | float) for v in values):
+        return None
+    return round(float(sum(values)), 1)
+
+
+def cluster_hardware(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``nodes`` as /v1/nodes lists them; every node must have said hello with an lmx object."""
+    if not nodes:
+        raise HardwareError("no nodes")
+    records = []
+    for node in nodes:
+        lmx = (node.get("hardware") or {}).get("lmx")
+        if not isinstance(lmx, dict):
+            reason = node.get("error") or "it has not said hello (agent down or too old)"
+            raise HardwareError(f"node {node['node']}: no hardware report: {reason}")
+        records.append(lmx)
+    hw_class = _same([r.get("hwClass") for r in records], "hwClass")
+    out: dict[str, Any] = {"hwClass": hw_class}
+    if hw_class == "UNIFIED":
+        out["chipVendor"] = _same([r.get("chipVendor") for r in records], "chipVendor")
+        out["chipFamily"] = _same([r.get("chipFamily") for r in records], "chipFamily")
+        out["chipVariant"] = _same([r.get("chipVariant") for r in records], "chipVariant")
+        out["unifiedMemoryGb"] = _sum([r.get("unifiedMemoryGb") for r in records])
+    elif hw_class == "DISCRETE_GPU":
+        out["gpus"] = [g for r in records for g in r.get("gpus", [])]
+    out["cpu"] = _same([r.get("cpu") for r in records], "cpu")
+    out["ramGb"] = _sum([r.get("ramGb") for r in records])
+    out["os"] = _same([r.get("os") for r in records], "os")
+    out["driverVersion"] = _same([r.get("driverVersion") for r in records], "driverVersion")
+    return out

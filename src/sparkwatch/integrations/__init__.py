@@ -1,0 +1,1 @@
+"""Ways benchmark requests become windows: the OpenAI-compatible proxy, `sparkwatch run`, the demo."""

@@ -1,0 +1,226 @@
+"""`sparkwatch proxy`: a transparent reverse proxy in front of an OpenAI-compatible endpoint that turns
+every generation request into a window — start, first byte, first token, last token, end, usage.
+
+Bytes pass unchanged and unbuffered: each upstream chunk is written to the client as soon as it arrives
+and only then shown to the watcher (decompression is off, so the watcher sees what the client sees). The
+one header the proxy consumes is ``X-Sparkwatch-Phase``; everything else goes through both ways except
+hop-by-hop headers, which belong to each connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+from aiohttp import web
+
+from sparkwatch.core.windows import Window
+from sparkwatch.integrations.sse_watch import ResponseWatcher
+from sparkwatch_agent.http_app import json_error
+
+log = logging.getLogger(__name__)
+
+PHASE_HEADER = "X-Sparkwatch-Phase"
+PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+GENERATION_SUFFIXES = ("/chat/completions", "/completions")
+#: RFC 9110 §7.6.1 hop-by-hop headers, plus the ones aiohttp sets for each side itself.
+HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Host",
+        "Content-Length",
+    )
+)
+
+
+class WindowSink(Protocol):
+    def submit(self, window: Window) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    upstream: str
+    warmup: int = 0
+    upstream_timeout_s: float = 3600.0
+
+
+class Proxy:
+    """Forwards requests and stamps windows; one instance per listening proxy."""
+
+    def __init__(
+        self, config: ProxyConfig, sink: WindowSink, now_ns: Callable[[], int] = time.time_ns
+    ) -> None:
+        self.config = config
+        self.upstream = config.upstream.rstrip("/")
+        self._sink = sink
+        self._now_ns = now_ns
+        self._instance = secrets.token_hex(3)  # window ids stay unique if the proxy restarts in a run
+        self._generation_requests = 0  # those without a phase header, for --warmup
+        self._windows_made = 0
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s, sock_connect=10),
+            connector=aiohttp.TCPConnector(limit=0),
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _phase(self, request: web.Request) -> str | None:
+        """The request's phase; None when its header is malformed (the request is then refused)."""
+        header = request.headers.get(PHASE_HEADER)
+        if header is not None:
+            return header if PHASE_RE.match(header) else None
+        self._generation_requests += 1
+        return "warmup" if self._generation_requests <= self.config.warmup else "timed"
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        t_start = self._now_ns()
+        assert self._session is not None, "Proxy.start() was not awaited"
+        generation = request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
+        phase = self._phase(request) if generation else None
+        if generation and phase is None:
+            return json_error(400, "invalid_phase", f"{PHASE_HEADER} must match {PHASE_RE.pattern}")
+        body = await request.read()
+        headers = [
+            (k, v)
+            for k, v in request.headers.items()
+            if k.lower() not in HOP_BY_HOP and k.lower() != PHASE_HEADER.lower()
+        ]
+        url = self.upstream + request.rel_url.path_qs
+        try:
+            upstream = await self._session.request(
+                request.method, url, headers=headers, data=body or None, allow_redirects=False
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("upstream %s: %s", url, exc)
+            return json_error(502, "bad_gateway", f"upstream {self.upstream} did not answer: {exc}")
+        streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+        encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
+        watcher = ResponseWatcher(streaming=streaming)
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for k, v in upstream.headers.items():
+            if k.lower() not in HOP_BY_HOP:
+                response.headers.add(k, v)
+        if upstream.content_length is not None:
+            response.content_length = upstream.content_length
+        disconnected = upstream_failed = False
+        try:
+            await response.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    t_chunk = self._now_ns()
+                    await response.write(chunk)
+                    if generation and not encoded:
+                        watcher.feed(chunk, t_chunk)
+                    elif watcher.stamps.t_first_byte_ns is None:
+                        watcher.stamps.t_first_byte_ns = t_chunk
+            except aiohttp.ClientPayloadError as exc:
+                # the upstream broke off mid-body: the client must see a truncated response, not a clean end
+                log.warning("upstream %s broke off the response: %s", url, exc)
+                upstream_failed = True
+                response.force_close()
+            else:
+                await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            disconnected = True
+            raise
+        finally:
+            upstream.release()
+            t_end = self._now_ns()
+            if generation and phase is not None:
+                self._submit(
+                    request,
+                    phase,
+                    (t_start, t_end),
+                    upstream.status,
+                    watcher,
+                    notes={
+                        "encoded": encoded,
+                        "client_disconnected": disconnected,
+                        "upstream_broke_off": upstream_failed,
+                    },
+                )
+        return response
+
+    def _submit(
+        self,
+        request: web.Request,
+        phase: str,
+        span: tuple[int, int],
+        status: int,
+        watcher: ResponseWatcher,
+        *,
+        notes: dict[str, bool],
+    ) -> None:
+        t_start, t_end = span
+        stamps = watcher.finish(t_end)
+        self._windows_made += 1
+        source: dict[str, object] = {
+            "kind": "proxy",
+            "clock": "proxy_wall",
+            "path": request.path,
+            "stream": watcher.streaming,
+            "events": stamps.events,
+        }
+        if stamps.unparsed_events:
+            source["unparsed_events"] = stamps.unparsed_events
+        if notes["encoded"]:
+            source["note"] = "compressed response: only first byte and end were stamped"
+        source.update({k: True for k in ("client_disconnected", "upstream_broke_off") if notes[k]})
+        self._sink.submit(
+            Window(
+                id=f"proxy-{self._instance}-{self._windows_made:06d}",
+                phase=phase,
+                t_start_ns=t_start,
+                t_end_ns=max(t_end, t_start),
+                t_first_byte_ns=stamps.t_first_byte_ns,
+                t_first_token_ns=stamps.t_first_token_ns,
+                t_last_token_ns=stamps.t_last_token_ns,
+                prompt_tokens=stamps.prompt_tokens,
+                completion_tokens=stamps.completion_tokens,
+                cached_tokens=stamps.cached_tokens,
+                reasoning_tokens=stamps.reasoning_tokens,
+                http_status=status,
+                finish_reason=stamps.finish_reason,
+                source=source,
+            )
+        )
+
+
+PROXY = web.AppKey("proxy", Proxy)
+
+
+def make_proxy_app(proxy: Proxy) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[PROXY] = proxy
+    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+
+    async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
+        await proxy.start()
+        yield
+        await proxy.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app

@@ -1,0 +1,72 @@
+"""`sparkwatch proxy`: the proxy as a process, posting its windows to a run or printing them."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
+from sparkwatch.integrations.proxy import Proxy, ProxyConfig, WindowSink, make_proxy_app
+from sparkwatch.integrations.window_sinks import PrintSink, RunPoster
+from sparkwatch.lifecycle import StartError, stop_on_signals
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningProxy:
+    url: str
+    proxy: Proxy
+
+
+@contextlib.asynccontextmanager
+async def running_proxy(
+    host: str, port: int, config: ProxyConfig, sink: WindowSink
+) -> AsyncIterator[RunningProxy]:
+    if not config.upstream.startswith(("http://", "https://")):
+        raise StartError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
+    proxy = Proxy(config, sink)
+    runner = web.AppRunner(make_proxy_app(proxy), handle_signals=False, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise StartError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        bound_host, bound_port = runner.addresses[0][:2]
+        yield RunningProxy(f"http://{bound_host}:{bound_port}", proxy)
+    finally:
+        await runner.cleanup()
+
+
+async def serve_proxy(
+    host: str, port: int, config: ProxyConfig, target: CoordinatorTarget | None, run_id: str | None
+) -> int:
+    stop = stop_on_signals()
+    if run_id is None:
+        async with running_proxy(host, port, config, PrintSink()) as running:
+            log.info(
+                "proxy on %s -> %s; no --run: windows are printed as JSON lines", running.url, config.upstream
+            )
+            await stop.wait()
+        return 0
+    assert target is not None
+    async with CoordinatorClient(target) as client:
+        run = await client.run(run_id)
+        if not run.get("open"):
+            raise CoordinatorError(f"run {run_id} has already ended")
+        poster = RunPoster(client, run_id)
+        poster.start()
+        try:
+            async with running_proxy(host, port, config, poster) as running:
+                log.info("proxy on %s -> %s; windows go to run %s", running.url, config.upstream, run_id)
+                await stop.wait()
+        finally:
+            lost = await poster.close()
+        log.info("%d window(s) stored in run %s", poster.stored, run_id)
+    return 1 if lost else 0

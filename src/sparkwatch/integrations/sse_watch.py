@@ -1,0 +1,150 @@
+"""Watches an OpenAI-compatible response as it streams past, without changing or holding a byte.
+
+Fed the body chunk by chunk with the time each chunk arrived, it notes the first byte, the first and last
+event that carried generated text (``content``, ``reasoning_content``/``reasoning`` or a completion's
+``text``: a role-only first chunk is not a token), the ``usage`` of the stream and the finish reason.
+Pure and synchronous, so the proxy's per-chunk cost is this parser's and it is tested without a server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+#: A non-streamed JSON answer is parsed at its end; past this size it is forwarded but not parsed.
+MAX_JSON_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class ResponseStamps:
+    """What one response told us, times in Unix epoch ns of the proxy's clock."""
+
+    t_first_byte_ns: int | None = None
+    t_first_token_ns: int | None = None
+    t_last_token_ns: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    finish_reason: str | None = None
+    events: int = 0
+    unparsed_events: int = 0
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _has_text(choice: dict[str, Any]) -> bool:
+    if isinstance(choice.get("text"), str) and choice["text"]:
+        return True
+    delta = choice.get("delta") or choice.get("message")
+    if not isinstance(delta, dict):
+        return False
+    return any(isinstance(delta.get(k), str) and delta[k] for k in TEXT_KEYS)
+
+
+class ResponseWatcher:
+    """Feed every body chunk to :meth:`feed`; read :attr:`stamps` at the end."""
+
+    def __init__(self, streaming: bool) -> None:
+        self.streaming = streaming
+        self.stamps = ResponseStamps()
+        self._partial = b""  # an SSE line not yet ended
+        self._data: list[bytes] = []  # data lines of the event being read
+        self._body: list[bytes] | None = [] if not streaming else None
+        self._body_bytes = 0
+
+    def feed(self, chunk: bytes, t_ns: int) -> None:
+        if not chunk:
+            return
+        if self.stamps.t_first_byte_ns is None:
+            self.stamps.t_first_byte_ns = t_ns
+        if not self.streaming:
+            self._keep_body(chunk)
+            return
+        text = self._partial + chunk if self._partial else chunk
+        cut = text.rfind(b"\n")
+        if cut < 0:
+            self._partial = text
+            return
+        self._partial = text[cut + 1 :]
+        for raw in text[:cut].split(b"\n"):
+            line = raw[:-1] if raw.endswith(b"\r") else raw
+            if not line:
+                self._dispatch(t_ns)
+            elif line.startswith(b"data:"):
+                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+
+    def finish(self, t_ns: int) -> ResponseStamps:
+        """Call once after the last chunk: flushes an event the server did not end with a blank line."""
+        if self.streaming:
+            if self._partial.startswith(b"data:"):
+                self._data.append(self._partial[5:].lstrip(b" "))
+            self._partial = b""
+            self._dispatch(t_ns)
+        elif self._body is not None and self._body:
+            self._event(b"".join(self._body), t_ns, final_json=True)
+            self._body = None
+        return self.stamps
+
+    def _keep_body(self, chunk: bytes) -> None:
+        if self._body is None:
+            return
+        self._body_bytes += len(chunk)
+        if self._body_bytes > MAX_JSON_BODY_BYTES:
+            self._body = None  # too large to parse; still forwarded
+            return
+        self._body.append(chunk)
+
+    def _dispatch(self, t_ns: int) -> None:
+        if not self._data:
+            return
+        payload = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
+        self._data = []
+        if payload.strip() == b"[DONE]":
+            return
+        self._event(payload, t_ns, final_json=False)
+
+    def _event(self, payload: bytes, t_ns: int, final_json: bool) -> None:
+        stamps = self.stamps
+        stamps.events += 1
+        try:
+            event = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            stamps.unparsed_events += 1
+            return
+        if not isinstance(event, dict):
+            stamps.unparsed_events += 1
+            return
+        choices = event.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if not isinstance(choice, dict):
+                    continue
+                if not final_json and _has_text(choice):
+                    if stamps.t_first_token_ns is None:
+                        stamps.t_first_token_ns = t_ns
+                    stamps.t_last_token_ns = t_ns
+                reason = choice.get("finish_reason")
+                if isinstance(reason, str) and reason:
+                    stamps.finish_reason = reason
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            self._usage(usage)
+
+    def _usage(self, usage: dict[str, Any]) -> None:
+        stamps = self.stamps
+        stamps.prompt_tokens = _int(usage.get("prompt_tokens"))
+        stamps.completion_tokens = _int(usage.get("completion_tokens"))
+        prompt_details = usage.get("prompt_tokens_details")
+        cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
+        stamps.cached_tokens = _int(cached if cached is not None else usage.get("cached_tokens"))
+        completion_details = usage.get("completion_tokens_details")
+        reasoning = (
+            completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None
+        )
+        stamps.reasoning_tokens = _int(reasoning if reasoning is not None else usage.get("reasoning_tokens"))

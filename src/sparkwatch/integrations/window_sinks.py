@@ -1,0 +1,97 @@
+"""Where the proxy's windows go: posted to a run on a coordinator, or printed as JSON lines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from typing import TextIO
+
+import orjson
+
+from sparkwatch.client import CoordinatorClient, CoordinatorError, window_json
+from sparkwatch.core.windows import Window
+
+log = logging.getLogger(__name__)
+
+
+class PrintSink:
+    """One JSON object per window (the API's window body) on a text stream, for a proxy with no run."""
+
+    def __init__(self, out: TextIO = sys.stdout) -> None:
+        self._out = out
+
+    def submit(self, window: Window) -> None:
+        self._out.write(orjson.dumps(window_json(window)).decode() + "\n")
+        self._out.flush()
+
+
+class RunPoster:
+    """Posts windows to a run in small batches from a background task, so a request never waits on the
+    coordinator; a failed post keeps its windows and is retried, and :meth:`close` makes a last attempt."""
+
+    def __init__(self, client: CoordinatorClient, run_id: str, batch_delay_s: float = 0.2) -> None:
+        self.run_id = run_id
+        self.stored = 0
+        self._client = client
+        self._delay_s = batch_delay_s
+        self._pending: list[Window] = []
+        self._wake = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, window: Window) -> None:
+        self._pending.append(window)
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="sparkwatch-window-poster")
+
+    async def _post_pending(self) -> None:
+        batch, self._pending = self._pending, []
+        try:
+            self.stored += await self._client.add_windows(self.run_id, batch)
+        except CoordinatorError:
+            self._pending = batch + self._pending
+            raise
+
+    async def _loop(self) -> None:
+        retry_s = 0.5
+        while True:
+            await self._wake.wait()
+            if not self._closing.is_set():
+                await asyncio.sleep(self._delay_s)  # gather the windows of requests ending together
+            self._wake.clear()
+            if self._pending:
+                try:
+                    await self._post_pending()
+                    retry_s = 0.5
+                except CoordinatorError as exc:
+                    if self._closing.is_set():
+                        log.error(
+                            "%d window(s) not stored in run %s: %s", len(self._pending), self.run_id, exc
+                        )
+                        return
+                    log.warning(
+                        "%d window(s) not posted yet (%s); retry in %.1f s", len(self._pending), exc, retry_s
+                    )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closing.wait(), retry_s)
+                    retry_s = min(retry_s * 2, 10.0)
+                    self._wake.set()
+                    continue
+            if self._closing.is_set():
+                return
+
+    async def close(self) -> list[Window]:
+        """Post what is left (never cancelling a post in flight, which might have been stored); returns
+        the windows that could not be stored."""
+        self._closing.set()
+        self._wake.set()
+        if self._task is None and self._pending:
+            self.start()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        return list(self._pending)

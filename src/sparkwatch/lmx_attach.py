@@ -1,0 +1,137 @@
+"""`sparkwatch attach run.json --lmx payload.json`: put the measured figures into an lmx run payload.
+
+Only ``gpuPowerWatts``, ``peakVramGb`` and ``notes`` change; every other byte of the payload stays as it
+was (the top-level object is edited as text, value by value, never re-serialised), so a reviewer's diff
+shows exactly what sparkwatch contributed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+LMX_FIELDS = ("gpuPowerWatts", "peakVramGb", "notes")
+MAX_GPU_WATTS = 10_000
+
+
+class AttachError(Exception):
+    """The export or the payload cannot be attached; one line saying which file and why."""
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def top_level_spans(text: str, name: str) -> dict[str, tuple[int, int]]:
+    """Where each top-level member's value lies in the JSON text: key → (start, end) character offsets."""
+    decoder = json.JSONDecoder()
+    i = _skip_ws(text, 0)
+    if i >= len(text) or text[i] != "{":
+        raise AttachError(f"{name}: not a JSON object")
+    spans: dict[str, tuple[int, int]] = {}
+    i = _skip_ws(text, i + 1)
+    if i < len(text) and text[i] == "}":
+        return spans
+    try:
+        while True:
+            key, i = decoder.raw_decode(text, i)
+            i = _skip_ws(text, i)
+            if not isinstance(key, str) or text[i] != ":":
+                raise ValueError("expected a member name and ':'")
+            start = _skip_ws(text, i + 1)
+            _value, end = decoder.raw_decode(text, start)
+            spans[key] = (start, end)
+            i = _skip_ws(text, end)
+            if text[i] == "}":
+                break
+            if text[i] != ",":
+                raise ValueError("expected ',' or '}'")
+            i = _skip_ws(text, i + 1)
+    except (ValueError, IndexError) as exc:
+        raise AttachError(f"{name}: not valid JSON ({exc})") from None
+    if _skip_ws(text, i + 1) != len(text):
+        raise AttachError(f"{name}: text after the JSON object")
+    return spans
+
+
+def lmx_values(export: dict[str, Any], name: str, force: bool) -> dict[str, Any]:
+    """The three lmx fields from an export, refusing windows that are not ``ok`` unless forced."""
+    if not isinstance(export, dict) or not str(export.get("schema", "")).startswith("sparkwatch.run/"):
+        raise AttachError(f"{name}: not a sparkwatch run export")
+    lmx = export.get("lmx")
+    if not isinstance(lmx, dict) or any(k not in lmx for k in LMX_FIELDS):
+        raise AttachError(f"{name}: the export has no lmx section")
+    bad = [w for w in export.get("windows", []) if w.get("in_scope") and w.get("verdict") != "ok"]
+    if bad and not force:
+        first = bad[0]
+        raise AttachError(
+            f"{name}: {len(bad)} measured window(s) are not ok (e.g. {first['id']}: {first['verdict']},"
+            f" {'; '.join(first.get('reasons', []))}); pass --force to attach anyway"
+        )
+    watts = lmx["gpuPowerWatts"]
+    if not watts or any(w is None or not 0 < w <= MAX_GPU_WATTS for w in watts):
+        raise AttachError(
+            f"{name}: gpuPowerWatts {watts} is not a list of values in (0, {MAX_GPU_WATTS}] W"
+            " (a node's gated power is unknown: see the export's null_reasons)"
+        )
+    values = {k: lmx[k] for k in LMX_FIELDS}
+    if values["peakVramGb"] is None:
+        del values["peakVramGb"]
+    return values
+
+
+def attach_text(payload_text: str, values: dict[str, Any], name: str) -> str:
+    """The payload with ``values`` replacing (or appended after) the matching top-level members."""
+    spans = top_level_spans(payload_text, name)
+    pieces: list[tuple[int, int, str]] = []
+    missing = []
+    for key, value in values.items():
+        encoded = json.dumps(value, ensure_ascii=False)
+        if key in spans:
+            pieces.append((*spans[key], encoded))
+        else:
+            missing.append(f"{json.dumps(key)}: {encoded}")
+    out = payload_text
+    for start, end, encoded in sorted(pieces, reverse=True):
+        out = out[:start] + encoded + out[end:]
+    if missing:
+        close = out.rstrip().rfind("}")
+        body_end = len(out[:close].rstrip())
+        separator = "" if out[:body_end].rstrip().endswith("{") else ","
+        indent = _member_indent(payload_text)
+        joined = f",{indent}".join(missing)
+        out = out[:body_end] + f"{separator}{indent}{joined}" + out[body_end:]
+    return out
+
+
+def _member_indent(text: str) -> str:
+    """The whitespace before the first member, so appended members look like their neighbours."""
+    i = text.find("{") + 1
+    j = _skip_ws(text, i)
+    ws = text[i:j]
+    return ws if "\n" in ws else " "
+
+
+def attach(export_path: Path, payload_path: Path, force: bool, output: Path | None = None) -> dict[str, Any]:
+    """Edit the payload in place (or write ``output``), atomically; returns the values written."""
+    try:
+        export = json.loads(export_path.read_text())
+    except OSError as exc:
+        raise AttachError(f"{export_path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise AttachError(f"{export_path}: not JSON ({exc})") from None
+    values = lmx_values(export, str(export_path), force)
+    try:
+        payload_text = payload_path.read_text()
+    except OSError as exc:
+        raise AttachError(f"{payload_path}: {exc.strerror}") from None
+    new_text = attach_text(payload_text, values, str(payload_path))
+    target = output or payload_path
+    tmp = target.with_name(f".{target.name}.sparkwatch-tmp")
+    tmp.write_text(new_text)
+    os.replace(tmp, target)
+    return values

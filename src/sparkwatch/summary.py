@@ -1,0 +1,81 @@
+"""Text for people: the end-of-run table (shaped like a published result) and the live per-node line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+GIB = 1024**3
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def _gib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / GIB:.1f}"
+
+
+def summary_table(export: dict[str, Any]) -> str:
+    """Per node gated watts, energy and peak memory, their sums, tokens, J/token and every window whose
+    verdict is not ``ok`` — what a run report quotes, with unknowns shown as n/a, never as 0."""
+    run, method, totals = export["run"], export["method"], export["totals"]
+    measured = [w for w in export["windows"] if w["in_scope"]]
+    lines = [
+        f"run {run['id']} ({run['name']}): {len(measured)} measured window(s) of {len(export['windows'])},"
+        f" scope {method['scope']} {method['scope_s']} s, gate {method['gate']['source']}"
+        f" >= {method['gate']['threshold_ratio']:g}, sampled every {method['interval_s']:g} s",
+    ]
+    command = run.get("command")
+    if command is not None:
+        outcome = (
+            "succeeded" if command["exit_code"] == 0 else f"FAILED with exit code {command['exit_code']}"
+        )
+        lines.append(f"command {outcome}: {' '.join(command['argv'])}")
+    header = f"{'node':<16} {'gated W':>8} {'energy J':>10} {'peak mem GiB':>13} {'coverage':>9}"
+    lines += ["", header, "-" * len(header)]
+    for node in export["nodes"]:
+        lines.append(
+            f"{node['node']:<16} {_num(node['power_w']['gated_mean'], '.1f'):>8}"
+            f" {_num(node['energy_j'], '.1f'):>10} {_gib(node['memory_used_bytes']['peak']):>13}"
+            f" {_num(node['samples']['coverage_ratio'], '.3f'):>9}"
+        )
+    lines.append("-" * len(header))
+    lines.append(
+        f"{'sum':<16} {_num(totals['power_w_gated_mean_sum'], '.1f'):>8}"
+        f" {_num(totals['energy_j'], '.1f'):>10} {_gib(totals['memory_used_bytes_peak_sum']):>13}"
+    )
+    lines.append("")
+    tokens = totals["completion_tokens"]
+    lines.append(
+        f"completion tokens {tokens if tokens is not None else 'n/a'},"
+        f" J/token {_num(totals['joules_per_token'], '.3f')},"
+        f" peak of summed memory {_gib(totals['memory_used_bytes_peak_of_sum'])} GiB"
+    )
+    for name, reason in totals["null_reasons"].items():
+        lines.append(f"  n/a {name}: {reason}")
+    not_ok = [w for w in export["windows"] if w["verdict"] != "ok"]
+    for w in not_ok[:20]:
+        lines.append(f"window {w['id']} ({w['phase']}): {w['verdict']}: {'; '.join(w['reasons'])}")
+    if len(not_ok) > 20:
+        lines.append(f"... and {len(not_ok) - 20} more window(s) not ok")
+    return "\n".join(lines)
+
+
+def live_line(nodes: Sequence[dict[str, Any]]) -> str:
+    """One line for all nodes: power, utilisation, memory used, samples stored, lag."""
+    parts = []
+    for n in nodes:
+        latest = n.get("latest") or {}
+        if not n.get("connected"):
+            parts.append(f"{n['node']}: down")
+            continue
+        util = latest.get("util_ratio")
+        lag = n.get("lag_s")
+        parts.append(
+            f"{n['node']}: {_num(latest.get('power_w'), '.1f')} W"
+            f" {'n/a' if util is None else f'{util * 100:.0f}'}%"
+            f" {_gib(latest.get('memory_used_bytes'))} GiB"
+            f" {n.get('samples_ingested', 0)} smp lag {_num(lag, '.1f')} s"
+        )
+    return " | ".join(parts)

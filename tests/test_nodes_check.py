@@ -1,0 +1,105 @@
+"""`sparkwatch nodes check`: the verdict rules on their own, then the command against real agents."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+from conftest import free_port
+from sparkwatch.nodes_check import check_cluster, check_node
+from sparkwatch_agent.host_facts import STA_UNSYNC, TIME_ERROR, read_time_sync
+
+
+def field(supported: bool) -> dict[str, Any]:
+    return {"supported": supported, "state": "supported" if supported else "unsupported"}
+
+
+def node(**over: Any) -> dict[str, Any]:
+    fields = {"power": True, "energy": True, "utilization": True, "memory_info": False}
+    base: dict[str, Any] = {
+        "node": "spark-1",
+        "connected": True,
+        "agent_version": "0.1.0",
+        "memory_model": "unified",
+        "interval_s": 1.0,
+        "clock": {"offset_ns": 2_000_000, "uncertainty_ns": 300_000},
+        "capabilities": {
+            "gpus": [{"index": 0, "fields": {k: field(v) for k, v in fields.items()}}],
+            "host_memory": {"supported": True},
+        },
+        "hardware": {"backend": "nvml", "host": {"time_sync": {"source": "adjtimex", "synchronized": True}}},
+        "error": None,
+    }
+    base.update(over)
+    return base
+
+
+def test_a_sound_node_passes_with_its_figures() -> None:
+    check = check_node(node())
+    assert check.problems == [] and check.warnings == []
+    assert (check.offset_s, check.uncertainty_s) == (0.002, 0.0003)
+    assert check.unsupported == ["memory_info"]
+    assert check.time_sync.startswith("synchronized")
+
+
+def test_what_spoils_a_measurement_is_a_problem() -> None:
+    no_util = node()
+    no_util["capabilities"]["gpus"][0]["fields"]["utilization"] = field(False)
+    assert check_node(no_util).problems == ["GPU utilisation cannot be read, so power cannot be gated on it"]
+    fuzzy = check_node(node(clock={"offset_ns": 0, "uncertainty_ns": 25_000_000}))
+    assert fuzzy.problems == ["clock uncertainty 25.0 ms > 10 ms"]
+    down = check_node(node(connected=False, hardware=None, error="ClientConnectorError: refused"))
+    assert not down.reachable and down.problems == ["not reachable: ClientConnectorError: refused"]
+
+
+def test_what_weakens_it_is_a_warning() -> None:
+    no_energy = node(hardware={"host": {"time_sync": {"source": "adjtimex", "synchronized": False}}})
+    no_energy["capabilities"]["gpus"][0]["fields"]["energy"] = field(False)
+    check = check_node(no_energy)
+    assert check.problems == []
+    assert check.warnings == [
+        "no energy counter: energy is integrated from power samples (trapezoid)",
+        "kernel clock not synchronized by NTP",
+    ]
+    mixed = check_cluster([node(), node(node="spark-2", agent_version="0.2.0")])
+    assert "agent versions differ across nodes: 0.1.0, 0.2.0" in mixed[0].warnings
+
+
+def test_time_sync_reads_the_kernel_and_falls_back(tmp_path: pathlib.Path) -> None:
+    real = read_time_sync()
+    assert real["source"] == "adjtimex" and isinstance(real["synchronized"], bool)
+
+    def unsynced(timex: Any) -> int:
+        timex.status = STA_UNSYNC
+        return TIME_ERROR
+
+    assert read_time_sync(adjtimex=unsynced)["synchronized"] is False
+    (tmp_path / "run/systemd/timesync").mkdir(parents=True)
+    (tmp_path / "run/systemd/timesync/synchronized").touch()
+    forbidden = read_time_sync(tmp_path, adjtimex=lambda _t: -1)  # as under ProtectClock=yes
+    assert forbidden == {
+        "source": "timesyncd",
+        "synchronized": True,
+        "max_error_s": None,
+        "est_error_s": None,
+    }
+
+
+def test_the_command_against_real_agents(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "sim-1")
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(f'[nodes.sim-1]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    cli = [sys.executable, "-m", "sparkwatch", "nodes", "check", "--nodes", str(nodes), "--wait", "10"]
+    result = subprocess.run([*cli, "--json"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (report,) = json.loads(result.stdout)["nodes"]
+    assert report["reachable"] and report["memory_model"] == "unified" and report["ok"]
+    assert abs(report["clock_offset_s"]) < 0.005 and report["clock_uncertainty_s"] < 0.005
+    assert "memory_info" in report["unsupported"] and "power_limit" in report["unsupported"]
+    nodes.write_text(nodes.read_text() + f'[nodes.gone]\nurl = "ws://127.0.0.1:{free_port()}"\n')
+    result = subprocess.run([*cli, "--wait", "2"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "PROBLEM gone: not reachable" in result.stdout and "1 of 2 node(s) ready" in result.stdout

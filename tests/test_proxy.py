@@ -1,0 +1,276 @@
+"""The OpenAI-compatible proxy: the SSE watcher on its own, then real aiohttp servers on loopback —
+bytes unchanged both ways, nothing buffered, stamps in order, phases, usage, errors, posting to a run."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import pathlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkwatch.api.app import make_app
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.coordinator import Coordinator
+from sparkwatch.core.windows import Window
+from sparkwatch.integrations.proxy import Proxy, ProxyConfig, make_proxy_app
+from sparkwatch.integrations.sim_model import SimModel, SimModelSpec, make_sim_model_app
+from sparkwatch.integrations.sse_watch import ResponseWatcher
+from sparkwatch.integrations.window_sinks import RunPoster
+from sparkwatch.store import Store
+
+
+def sse(*events: dict[str, Any] | str) -> bytes:
+    out = b""
+    for e in events:
+        out += b"data: " + (e.encode() if isinstance(e, str) else json.dumps(e).encode()) + b"\n\n"
+    return out
+
+
+ROLE = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+THINK = {"choices": [{"index": 0, "delta": {"reasoning_content": "hmm"}}]}
+TOKEN = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
+LAST = {"choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": "stop"}]}
+USAGE = {
+    "choices": [],
+    "usage": {
+        "prompt_tokens": 12,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 8},
+        "completion_tokens_details": {"reasoning_tokens": 1},
+    },
+}
+STREAM = sse(ROLE, THINK, TOKEN, LAST, USAGE, "[DONE]")
+
+
+def watch(chunks: list[bytes]) -> ResponseWatcher:
+    watcher = ResponseWatcher(streaming=True)
+    for t, chunk in enumerate(chunks, start=1):
+        watcher.feed(chunk, t)
+    watcher.finish(len(chunks) + 1)
+    return watcher
+
+
+def test_watcher_stamps_text_events_not_the_role_chunk() -> None:
+    events = STREAM.split(b"\n\n")[:-1]
+    stamps = watch([e + b"\n\n" for e in events]).stamps
+    assert stamps.t_first_byte_ns == 1  # the role-only chunk is a byte, not a token
+    assert stamps.t_first_token_ns == 2  # reasoning text counts as generated text
+    assert stamps.t_last_token_ns == 4
+    assert (stamps.prompt_tokens, stamps.completion_tokens) == (12, 3)
+    assert (stamps.cached_tokens, stamps.reasoning_tokens) == (8, 1)
+    assert stamps.finish_reason == "stop"
+    assert (stamps.events, stamps.unparsed_events) == (5, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=len(STREAM) - 1), unique=True, max_size=30))
+def test_watcher_reads_the_same_however_the_bytes_are_split(cuts: list[int]) -> None:
+    bounds = [0, *sorted(cuts), len(STREAM)]
+    chunks = [STREAM[a:b] for a, b in itertools.pairwise(bounds)]
+    stamps = watch(chunks).stamps
+    assert (stamps.prompt_tokens, stamps.completion_tokens, stamps.cached_tokens) == (12, 3, 8)
+    assert stamps.finish_reason == "stop" and stamps.events == 5
+    assert stamps.t_first_token_ns is not None and stamps.t_last_token_ns is not None
+    assert stamps.t_first_byte_ns == 1 <= stamps.t_first_token_ns <= stamps.t_last_token_ns
+
+
+def test_watcher_handles_crlf_completions_and_a_missing_final_blank_line() -> None:
+    body = (
+        b'data: {"choices": [{"index": 0, "text": "a"}]}\r\n\r\n'
+        b'data: {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]}\r\n\r\n'
+        b"data: not json\r\n\r\n"
+        b'data: {"usage": {"prompt_tokens": 2, "completion_tokens": 2}}'
+    )
+    cut = body.index(b"\r\n\r\n") + 4  # after the first event
+    stamps = watch([body[:cut], body[cut:]]).stamps
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (1, 2)
+    assert stamps.completion_tokens == 2 and stamps.finish_reason == "length"
+    assert stamps.unparsed_events == 1
+
+
+def test_non_streamed_json_gives_usage_but_no_token_times() -> None:
+    watcher = ResponseWatcher(streaming=False)
+    body = json.dumps(
+        {"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}], "usage": USAGE["usage"]}
+    ).encode()
+    watcher.feed(body[:10], 5)
+    watcher.feed(body[10:], 6)
+    stamps = watcher.finish(7)
+    assert stamps.t_first_byte_ns == 5 and stamps.t_first_token_ns is None
+    assert (stamps.completion_tokens, stamps.finish_reason) == (3, "stop")
+
+
+# ---- real servers --------------------------------------------------------------------------------
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.windows: list[Window] = []
+
+    def submit(self, window: Window) -> None:
+        self.windows.append(window)
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
+
+
+class Upstream:
+    """An upstream that records what it received and streams STREAM in pieces, each piece only after the
+    client saw the previous one — a buffering proxy would deadlock it."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, bytes, dict[str, str]]] = []
+        self.client_saw = asyncio.Event()
+        self.pieces = [STREAM[:30], STREAM[30:200], STREAM[200:]]
+        self.handshake = True
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.received.append((request.path_qs, await request.read(), dict(request.headers)))
+        if request.path == "/v1/models":
+            return web.json_response({"data": []}, headers={"X-Upstream": "yes"})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": "yes"})
+        await resp.prepare(request)
+        for piece in self.pieces:
+            self.client_saw.clear()
+            await resp.write(piece)
+            if self.handshake:
+                await asyncio.wait_for(self.client_saw.wait(), 5)
+        await resp.write_eof()
+        return resp
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
+    up = Upstream()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", up.handle)
+    runner, url = await serve(app)
+    yield up, url
+    await runner.cleanup()
+
+
+async def proxied(upstream_url: str, warmup: int = 0) -> tuple[web.AppRunner, str, ListSink]:
+    sink = ListSink()
+    runner, url = await serve(make_proxy_app(Proxy(ProxyConfig(upstream_url, warmup=warmup), sink)))
+    return runner, url, sink
+
+
+async def test_stream_passes_unchanged_and_unbuffered(upstream: tuple[Upstream, str]) -> None:
+    up, up_url = upstream
+    runner, url, sink = await proxied(up_url)
+    body = b'{"model": "m", "stream": true,  "messages": [{"role": "user", "content": "hi"}]}'
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{url}/v1/chat/completions?x=1",
+                data=body,
+                headers={"Authorization": "Bearer upstream-key", "X-Sparkwatch-Phase": "timed"},
+            ) as resp,
+        ):
+            got = b""
+            async for chunk in resp.content.iter_any():
+                got += chunk
+                up.client_saw.set()
+            assert resp.headers["X-Upstream"] == "yes"
+    finally:
+        await runner.cleanup()
+    assert got == STREAM
+    path, received, headers = up.received[0]
+    assert (path, received) == ("/v1/chat/completions?x=1", body)
+    assert headers["Authorization"] == "Bearer upstream-key"
+    assert "X-Sparkwatch-Phase" not in headers  # our header is ours
+    (w,) = sink.windows
+    assert w.phase == "timed" and w.http_status == 200 and w.finish_reason == "stop"
+    assert (w.prompt_tokens, w.completion_tokens, w.cached_tokens, w.reasoning_tokens) == (12, 3, 8, 1)
+    assert w.t_first_byte_ns and w.t_first_token_ns and w.t_last_token_ns
+    assert w.t_start_ns <= w.t_first_byte_ns <= w.t_first_token_ns <= w.t_last_token_ns <= w.t_end_ns
+    assert w.source["kind"] == "proxy" and w.source["stream"] is True
+
+
+async def test_warmup_count_header_and_passthrough(upstream: tuple[Upstream, str]) -> None:
+    up, up_url = upstream
+    up.handshake = False
+    runner, url, sink = await proxied(up_url, warmup=1)
+    try:
+        async with aiohttp.ClientSession() as session:
+            for headers in ({}, {}, {"X-Sparkwatch-Phase": "warmup"}, {}):
+                async with session.post(f"{url}/v1/completions", data=b"{}", headers=headers) as resp:
+                    assert resp.status == 200
+                    await resp.read()
+            async with session.get(f"{url}/v1/models") as resp:
+                assert resp.status == 200 and (await resp.json()) == {"data": []}
+            async with session.post(
+                f"{url}/v1/completions", data=b"{}", headers={"X-Sparkwatch-Phase": "Bad Phase"}
+            ) as resp:
+                assert resp.status == 400
+                assert (await resp.json())["error"] == "invalid_phase"
+    finally:
+        await runner.cleanup()
+    assert [w.phase for w in sink.windows] == ["warmup", "timed", "warmup", "timed"]
+    assert len({w.id for w in sink.windows}) == 4
+    assert len(up.received) == 5  # the refused request never went upstream; /v1/models made no window
+
+
+async def test_upstream_down_is_a_502_with_a_reason() -> None:
+    runner, url, sink = await proxied("http://127.0.0.1:9")  # discard port: nothing listens
+    try:
+        async with aiohttp.ClientSession() as session, session.post(f"{url}/v1/completions", data=b"{}") as r:
+            assert r.status == 502
+            assert (await r.json())["error"] == "bad_gateway"
+    finally:
+        await runner.cleanup()
+    assert sink.windows == []
+
+
+async def test_sim_model_through_the_proxy_into_a_coordinator_run(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "sw.db")
+    coordinator = Coordinator([], store)
+    coord_runner, coord_url = await serve(make_app(coordinator, None))
+    model_runner, model_url = await serve(make_sim_model_app(SimModel(SimModelSpec(tokens_per_s=500.0))))
+    client = CoordinatorClient(CoordinatorTarget(coord_url, None))
+    run = await client.create_run("proxy-test")
+    poster = RunPoster(client, run["id"], batch_delay_s=0.01)
+    poster.start()
+    proxy_runner, proxy_url = await serve(make_proxy_app(Proxy(ProxyConfig(model_url, warmup=1), poster)))
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(3):
+                body = {"messages": [{"role": "user", "content": "a b c"}], "max_tokens": 20, "stream": True,
+                        "stream_options": {"include_usage": True}}  # fmt: skip
+                async with session.post(f"{proxy_url}/v1/chat/completions", json=body) as resp:
+                    text = await resp.text()
+                    assert text.endswith("data: [DONE]\n\n")
+        assert await poster.close() == []
+        windows = store.windows(run["id"])
+    finally:
+        await proxy_runner.cleanup()
+        await client.close()
+        await model_runner.cleanup()
+        await coord_runner.cleanup()
+        store.close()
+    assert [w.phase for w in windows] == ["warmup", "timed", "timed"]
+    for w in windows:
+        assert (w.prompt_tokens, w.completion_tokens, w.finish_reason, w.http_status) == (
+            3,
+            20,
+            "length",
+            200,
+        )
+        assert w.t_first_token_ns is not None and w.t_last_token_ns is not None
+        # 20 tokens at 500 tok/s: the first-to-last token span is 19 periods = 38 ms (loopback, loose)
+        assert 0.030 < (w.t_last_token_ns - w.t_first_token_ns) / 1e9 < 0.2
