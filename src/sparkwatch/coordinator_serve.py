@@ -91,6 +91,9 @@ async def serve(
 
 
 async def _watchdog(notifier: SystemdNotifier) -> None:
+    """WATCHDOG=1 from the event loop that does the work: a stuck loop stops it and systemd restarts us.
+    Wakes at half the notify period, so even WatchdogSec=1s hears from a healthy coordinator in time."""
+    period_s = min(1.0, notifier.watchdog_every_s / 2)
     while True:
         notifier.watchdog()
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(period_s)

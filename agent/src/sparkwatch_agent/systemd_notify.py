@@ -32,6 +32,11 @@ class SystemdNotifier:
         self._last_watchdog = float("-inf")
         self._sock: socket.socket | None = None
 
+    @property
+    def watchdog_every_s(self) -> float:
+        """How often WATCHDOG=1 should go out: half of systemd's WatchdogSec (1 s without one)."""
+        return self._watchdog_every_s
+
     def send(self, message: str) -> None:
         if self._address is None:
             return
