@@ -69,7 +69,7 @@ def test_attach_into_an_empty_and_a_compact_payload() -> None:
 @pytest.mark.parametrize(
     ("exp", "message"),
     [
-        (export(["ok", "incomplete"]), "1 measured window(s) are not ok (e.g. w1: incomplete, coverage 0.5)"),
+        (export(["ok", "incomplete"]), "1 window(s) are not ok (e.g. w1: incomplete, coverage 0.5)"),
         (export(watts=[55.0, None]), "gpuPowerWatts [55.0, None] is not a list of values in (0, 10000]"),
         ({"schema": "other/1"}, "not a sparkwatch run export"),
     ],
@@ -81,6 +81,31 @@ def test_refusals_leave_the_payload_untouched(
     with pytest.raises(AttachError, match=re.escape(message)):
         attach(e, p, force=False)
     assert p.read_text() == PAYLOAD
+
+
+def test_crlf_mode_and_the_authors_notes_survive_and_a_reattach_replaces_only_ours(
+    tmp_path: pathlib.Path,
+) -> None:
+    e, p = write(tmp_path, export())
+    p.write_bytes(b'{\r\n  "model": "m",\r\n  "notes": "TP4, driver 580"\r\n}\r\n')
+    p.chmod(0o600)
+    attach(e, p, force=False)
+    attach(e, p, force=False)  # twice: the second replaces our part, it does not append again
+    assert p.read_bytes() == (
+        b'{\r\n  "model": "m",\r\n  "notes": "TP4, driver 580\\n\\nMeasured by sparkwatch",\r\n'
+        b'  "gpuPowerWatts": [55.8, 53.8],\r\n  "peakVramGb": 68.0\r\n}\r\n'
+    )
+    assert p.stat().st_mode & 0o777 == 0o600
+
+
+def test_unknown_peak_memory_needs_force(tmp_path: pathlib.Path) -> None:
+    exp = export()
+    exp["lmx"]["peakVramGb"] = None
+    e, p = write(tmp_path, exp)
+    with pytest.raises(AttachError, match="peak memory is unknown"):
+        attach(e, p, force=False)
+    attach(e, p, force=True)
+    assert json.loads(p.read_text())["peakVramGb"] is None  # the payload's own value, untouched
 
 
 def test_force_attaches_despite_windows_not_ok_and_the_cli_says_one_line(tmp_path: pathlib.Path) -> None:

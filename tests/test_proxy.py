@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yarl
 from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +21,7 @@ from sparkwatch.api.app import make_app
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.coordinator import Coordinator
 from sparkwatch.core.windows import Window
-from sparkwatch.integrations.proxy import Proxy, ProxyConfig, make_proxy_app
+from sparkwatch.integrations.proxy import Proxy, ProxyConfig, make_proxy_app, make_proxy_runner
 from sparkwatch.integrations.sim_model import SimModel, SimModelSpec, make_sim_model_app
 from sparkwatch.integrations.sse_watch import ResponseWatcher
 from sparkwatch.integrations.window_sinks import RunPoster
@@ -119,8 +120,8 @@ class ListSink:
         self.windows.append(window)
 
 
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app, access_log=None)
+async def serve(app: web.Application, **runner_kwargs: Any) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None, **runner_kwargs)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -144,12 +145,15 @@ class Upstream:
             return web.json_response({"data": []}, headers={"X-Upstream": "yes"})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": "yes"})
         await resp.prepare(request)
-        for piece in self.pieces:
-            self.client_saw.clear()
-            await resp.write(piece)
-            if self.handshake:
-                await asyncio.wait_for(self.client_saw.wait(), 5)
-        await resp.write_eof()
+        try:
+            for piece in self.pieces:
+                self.client_saw.clear()
+                await resp.write(piece)
+                if self.handshake:
+                    await asyncio.wait_for(self.client_saw.wait(), 5)
+            await resp.write_eof()
+        except ConnectionResetError:
+            pass  # the proxy dropped us because its client hung up
         return resp
 
 
@@ -158,7 +162,7 @@ async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
     up = Upstream()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", up.handle)
-    runner, url = await serve(app)
+    runner, url = await serve(app, auto_decompress=False)  # records bodies exactly as they arrive
     yield up, url
     await runner.cleanup()
 
@@ -226,15 +230,81 @@ async def test_warmup_count_header_and_passthrough(upstream: tuple[Upstream, str
     assert len(up.received) == 5  # the refused request never went upstream; /v1/models made no window
 
 
-async def test_upstream_down_is_a_502_with_a_reason() -> None:
-    runner, url, sink = await proxied("http://127.0.0.1:9")  # discard port: nothing listens
+async def test_upstream_down_is_a_502_with_a_reason_and_uses_no_warmup_slot() -> None:
+    runner, url, sink = await proxied("http://127.0.0.1:9", warmup=1)  # discard port: nothing listens
     try:
         async with aiohttp.ClientSession() as session, session.post(f"{url}/v1/completions", data=b"{}") as r:
             assert r.status == 502
             assert (await r.json())["error"] == "bad_gateway"
     finally:
         await runner.cleanup()
-    assert sink.windows == []
+    (w,) = sink.windows  # reported (and, being a failure, never measured)
+    assert (w.http_status, w.phase, w.source["upstream_unreachable"]) == (502, "warmup", True)
+    assert w.failed
+
+
+async def test_encoded_paths_and_compressed_bodies_pass_as_they_are(upstream: tuple[Upstream, str]) -> None:
+    import gzip
+
+    up, up_url = upstream
+    sink = ListSink()
+    runner = make_proxy_runner(Proxy(ProxyConfig(up_url), sink))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = "http://{}:{}".format(*runner.addresses[0][:2])
+    body = gzip.compress(b'{"model": "m"}')
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(yarl.URL(f"{url}/v1/models/org%2Fmodel?q=a%20b", encoded=True)) as r:
+                assert r.status == 200
+            headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+            async with session.get(f"{url}/v1/models", data=body, headers=headers) as r:
+                assert r.status == 200
+    finally:
+        await runner.cleanup()
+    assert up.received[0][0] == "/v1/models/org%2Fmodel?q=a%20b"
+    assert up.received[1][1] == body and up.received[1][2]["Content-Encoding"] == "gzip"
+
+
+class FlakyCoordinator:
+    """Answers window posts like the API does: 409 for an id it has, 422 for a window marked bad."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, dict[str, Any]] = {}
+        self.posts = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.posts += 1
+        windows = (await request.json())["windows"]
+        ids = [w["id"] for w in windows]
+        if any(w["phase"] == "bad" for w in windows):
+            return web.json_response({"error": "invalid_body", "reason": "bad phase"}, status=422)
+        if any(i in self.stored for i in ids):
+            return web.json_response({"error": "conflict", "reason": "duplicate"}, status=409)
+        self.stored.update({w["id"]: w for w in windows})
+        return web.json_response({"stored": len(windows)}, status=201)
+
+
+async def test_run_poster_keeps_going_past_refused_windows() -> None:
+    fake = FlakyCoordinator()
+    app = web.Application()
+    app.router.add_post("/v1/runs/r1/windows", fake.handle)
+    runner, url = await serve(app)
+    client = CoordinatorClient(CoordinatorTarget(url, None))
+    poster = RunPoster(client, "r1", batch_delay_s=0.05)
+    fake.stored["dup"] = {}  # as if an earlier post had been stored but its answer lost
+    poster.start()
+    try:
+        for wid, phase in (("dup", "timed"), ("a", "timed"), ("x", "bad"), ("b", "timed")):
+            poster.submit(Window(wid, phase, 10, 20))
+        await asyncio.sleep(0.3)
+        poster.submit(Window("late", "timed", 10, 20))  # arrives just before close
+        lost = await poster.close()
+    finally:
+        await client.close()
+        await runner.cleanup()
+    assert sorted(fake.stored) == ["a", "b", "dup", "late"]
+    assert [w.id for w in lost] == ["x"] and poster.stored == 4  # dup counts: it is stored
 
 
 async def test_sim_model_through_the_proxy_into_a_coordinator_run(tmp_path: pathlib.Path) -> None:
@@ -274,3 +344,28 @@ async def test_sim_model_through_the_proxy_into_a_coordinator_run(tmp_path: path
         assert w.t_first_token_ns is not None and w.t_last_token_ns is not None
         # 20 tokens at 500 tok/s: the first-to-last token span is 19 periods = 38 ms (loopback, loose)
         assert 0.030 < (w.t_last_token_ns - w.t_first_token_ns) / 1e9 < 0.2
+
+
+async def test_a_client_hanging_up_keeps_the_window_and_logs_no_error(
+    upstream: tuple[Upstream, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    up, up_url = upstream
+    up.pieces = [STREAM[:30]] + [b": keep-alive\n\n" * 2000] * 20  # enough bytes to hit a closed socket
+    runner, url, sink = await proxied(up_url)
+    try:
+        async with aiohttp.ClientSession() as session:
+            resp = await session.post(f"{url}/v1/chat/completions", data=b"{}")
+            await resp.content.readany()
+            resp.close()  # hang up mid-stream
+            for _ in range(25):
+                up.client_saw.set()
+                await asyncio.sleep(0.02)
+        for _ in range(100):
+            if sink.windows:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await runner.cleanup()
+    (w,) = sink.windows
+    assert w.source.get("client_disconnected") is True
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

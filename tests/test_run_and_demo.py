@@ -261,3 +261,75 @@ def test_run_captures_lmx_json_status_from_the_command_stderr(
     for w in windows:
         assert w["source"]["low_resolution"] is True and w["completion_tokens"] == 25
         assert 0.25 < (w["t_end_ns"] - w["t_start_ns"]) / 1e9 < 1.0  # arrival stamps, not whole seconds
+
+
+def test_a_refused_import_still_ends_the_run_and_writes_the_export(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    csv = tmp_path / "w.csv"
+    csv.write_text(f"id,phase,t_start_ns,t_end_ns\nw1,timed,{time.time_ns()},{time.time_ns() + 10**8}\n")
+    out = tmp_path / "run.json"
+    nodes = str(nodes_toml(tmp_path, [agent]))
+    imports = ["--import", f"plain:{csv}", "--import", f"plain:{csv}"]  # the second repeats window ids
+    secret = ["--api-key", "sk-secret", "--token=abc"]
+    result = sparkwatch("run", "--nodes", nodes, *imports, "-o", str(out), "--", "true", *secret)
+    assert result.returncode == 0, result.stderr
+    assert "skipped" in result.stderr and "HTTP 409" in result.stderr
+    export = json.loads(out.read_text())
+    assert [w["id"] for w in export["windows"]] == ["w1"]
+    assert export["run"]["name"] == "true"  # never the option values
+    assert export["run"]["command"]["argv"] == ["true", "--api-key", "***", "--token=***"]
+    assert "sk-secret" not in out.read_text()
+
+
+def test_an_unwritable_export_path_is_refused_before_anything_starts(tmp_path: pathlib.Path) -> None:
+    missing = tmp_path / "no-such-folder" / "run.json"
+    result = sparkwatch("run", "--nodes", "absent.toml", "-o", str(missing), "--", "true")
+    assert result.returncode == 2
+    assert (
+        result.stderr
+        == f"sparkwatch: error: cannot write {missing}: folder {missing.parent} does not exist\n"
+    )
+    result = sparkwatch("demo", "-o", str(missing))
+    assert result.returncode == 2 and "does not exist" in result.stderr
+
+
+PROGRESS = textwrap.dedent(
+    """
+    import json, sys, time
+    sys.stderr.write("\\r".join(f"progress {i}%" for i in range(20000)))  # 250 kB without a newline
+    sys.stderr.write("\\n" + json.dumps({"event": "request_start", "time": "2026-01-01T00:00:00Z",
+                                          "request": 0, "phase": "timed"}) + "\\n")
+    time.sleep(0.2)
+    sys.stderr.write(json.dumps({"event": "request_end", "time": "2026-01-01T00:00:00Z",
+                                 "request": 0, "phase": "timed"}) + "\\n")
+    """
+)
+
+
+def test_a_progress_bar_on_stderr_neither_breaks_the_capture_nor_is_held_back(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    script = tmp_path / "progress.py"
+    script.write_text(PROGRESS)
+    out = tmp_path / "run.json"
+    nodes = str(nodes_toml(tmp_path, [agent]))
+    result = sparkwatch(
+        "run", "--nodes", nodes, "--import", "lmx-status:-", "-o", str(out), "--", sys.executable, str(script)
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "progress 19999%" in result.stderr
+    assert [w["id"] for w in json.loads(out.read_text())["windows"]] == ["lmx-timed-0"]
+
+
+def test_nodes_check_uses_the_coordinator_from_the_environment(tmp_path: pathlib.Path) -> None:
+    port = free_port()
+    env = {**os.environ, "SPARKWATCH_COORDINATOR": f"http://127.0.0.1:{port}"}
+    cli = [sys.executable, "-m", "sparkwatch", "nodes", "check"]
+    result = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        f"sparkwatch: error: cannot reach the coordinator at http://127.0.0.1:{port}"
+    )

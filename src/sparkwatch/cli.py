@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from sparkwatch.client import (
 )
 from sparkwatch.cluster_hardware import HardwareError, cluster_hardware
 from sparkwatch.coordinator_serve import CoordinatorStartError, running_coordinator, serve
-from sparkwatch.demo import DemoOptions, run_demo
+from sparkwatch.demo import MAX_DEMO_NODES, DemoError, DemoOptions, run_demo
 from sparkwatch.export_schema import run_schema
 from sparkwatch.importers import ClockAnchor, ImportFormatError, load_windows
 from sparkwatch.integrations.proxy import ProxyConfig
@@ -37,6 +38,7 @@ from sparkwatch.nodes_file import NodesFileError, load_nodes
 from sparkwatch.run_command import (
     RunCommandError,
     RunOptions,
+    check_output,
     parse_import,
     run_command,
     wait_for_clocks,
@@ -61,6 +63,7 @@ USER_ERRORS = (
     ImportFormatError,
     AttachError,
     HardwareError,
+    DemoError,
 )
 
 
@@ -86,10 +89,10 @@ def make_parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the JSON Schema of the sparkwatch.run/1 export")
 
     demo = sub.add_parser("demo", help="the whole measurement on a simulated GB10 cluster (no GPU needed)")
-    demo.add_argument("--nodes", type=_positive_int, default=4, metavar="N")
+    demo.add_argument("--nodes", type=_node_count, default=4, metavar="N", help=f"1..{MAX_DEMO_NODES}")
     demo.add_argument("--max-tokens", type=_positive_int, default=256, metavar="N")
     demo.add_argument("--tokens-per-s", type=_positive_float, default=76.0, metavar="RATE")
-    demo.add_argument("-o", "--output", type=Path, default=Path("sparkwatch-demo.json"), metavar="FILE")
+    demo.add_argument("-o", "--output", type=Path, default=Path("run.json"), metavar="FILE")
 
     proxy = sub.add_parser("proxy", help="OpenAI-compatible proxy that stamps every request as a window")
     proxy.add_argument("--listen", default="127.0.0.1:8899", metavar="HOST:PORT")
@@ -151,7 +154,10 @@ def make_parser() -> argparse.ArgumentParser:
     check = nodes_sub.add_parser("check", help="preflight: would a run measured now be sound?")
     check_where = check.add_mutually_exclusive_group()
     check_where.add_argument(
-        "--nodes", type=Path, metavar="FILE", help="dial these nodes (default nodes.toml)"
+        "--nodes",
+        type=Path,
+        metavar="FILE",
+        help="dial these nodes (default: the coordinator, else nodes.toml)",
     )
     _coordinator_args(check, group=check_where)
     check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -178,6 +184,13 @@ def _positive_int(text: str) -> int:
     value = _count(text)
     if value == 0:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _node_count(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_DEMO_NODES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_DEMO_NODES} simulated nodes")
     return value
 
 
@@ -222,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # an output file or folder the user named cannot be written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{PROG}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
@@ -231,6 +248,7 @@ def _target(args: argparse.Namespace) -> CoordinatorTarget:
 
 
 def cmd_demo(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    check_output(args.output)
     opts = DemoOptions(
         nodes=args.nodes, max_tokens=args.max_tokens, tokens_per_s=args.tokens_per_s, output=args.output
     )
@@ -322,7 +340,7 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
 
 def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
     async def fetch() -> list[dict[str, Any]]:
-        if args.coordinator is not None:
+        if args.nodes is None and (args.coordinator or os.environ.get(ENV_COORDINATOR)):
             async with CoordinatorClient(_target(args)) as client:
                 return await client.nodes()
         with tempfile.TemporaryDirectory(prefix="sparkwatch-check-") as tmp:

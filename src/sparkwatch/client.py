@@ -25,7 +25,16 @@ WINDOWS_PER_POST = 10_000
 
 
 class CoordinatorError(Exception):
-    """The coordinator could not be reached or refused a request."""
+    """The coordinator could not be reached or refused a request (``status``: its HTTP status, if any)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def refused(self) -> bool:
+        """A 4xx: sending the same request again cannot succeed."""
+        return self.status is not None and 400 <= self.status < 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +99,8 @@ class CoordinatorClient:
             async with self._session.request(method, url, json=body) as resp:
                 text = await resp.text()
                 if resp.status >= 400:
-                    raise CoordinatorError(f"{method} {url}: HTTP {resp.status}: {_reason(text)}")
+                    message = f"{method} {url}: HTTP {resp.status}: {_reason(text)}"
+                    raise CoordinatorError(message, resp.status)
                 return json.loads(text) if text else None
         except aiohttp.ClientError as exc:
             raise CoordinatorError(f"cannot reach the coordinator at {self.target.url}: {exc}") from None

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 LMX_FIELDS = ("gpuPowerWatts", "peakVramGb", "notes")
 MAX_GPU_WATTS = 10_000
+NOTES_MAX_CHARS = 2000
+NOTES_MARK = "Measured by sparkwatch"
 
 
 class AttachError(Exception):
@@ -65,11 +68,11 @@ def lmx_values(export: dict[str, Any], name: str, force: bool) -> dict[str, Any]
     lmx = export.get("lmx")
     if not isinstance(lmx, dict) or any(k not in lmx for k in LMX_FIELDS):
         raise AttachError(f"{name}: the export has no lmx section")
-    bad = [w for w in export.get("windows", []) if w.get("in_scope") and w.get("verdict") != "ok"]
+    bad = [w for w in export.get("windows", []) if w.get("verdict") != "ok"]
     if bad and not force:
         first = bad[0]
         raise AttachError(
-            f"{name}: {len(bad)} measured window(s) are not ok (e.g. {first['id']}: {first['verdict']},"
+            f"{name}: {len(bad)} window(s) are not ok (e.g. {first['id']}: {first['verdict']},"
             f" {'; '.join(first.get('reasons', []))}); pass --force to attach anyway"
         )
     watts = lmx["gpuPowerWatts"]
@@ -78,10 +81,30 @@ def lmx_values(export: dict[str, Any], name: str, force: bool) -> dict[str, Any]
             f"{name}: gpuPowerWatts {watts} is not a list of values in (0, {MAX_GPU_WATTS}] W"
             " (a node's gated power is unknown: see the export's null_reasons)"
         )
+    if lmx["peakVramGb"] is None and not force:
+        raise AttachError(
+            f"{name}: peak memory is unknown (see totals.null_reasons); pass --force to attach the power"
+            " alone and keep the payload's own peakVramGb"
+        )
     values = {k: lmx[k] for k in LMX_FIELDS}
     if values["peakVramGb"] is None:
         del values["peakVramGb"]
     return values
+
+
+def merged_notes(existing: Any, ours: str, name: str) -> str:
+    """Our note after the author's own (a re-attach replaces only our part); refused when lmx's limit
+    would cut either."""
+    if not isinstance(existing, str) or not existing.strip():
+        return ours
+    theirs = existing.split(NOTES_MARK, 1)[0].rstrip()
+    combined = f"{theirs}\n\n{ours}" if theirs else ours
+    if len(combined) > NOTES_MAX_CHARS:
+        raise AttachError(
+            f"{name}: its notes ({len(theirs)} characters) and sparkwatch's ({len(ours)}) exceed lmx's"
+            f" {NOTES_MAX_CHARS}; shorten the payload's notes"
+        )
+    return combined
 
 
 def attach_text(payload_text: str, values: dict[str, Any], name: str) -> str:
@@ -117,21 +140,35 @@ def _member_indent(text: str) -> str:
 
 
 def attach(export_path: Path, payload_path: Path, force: bool, output: Path | None = None) -> dict[str, Any]:
-    """Edit the payload in place (or write ``output``), atomically; returns the values written."""
+    """Edit the payload in place (or write ``output``) atomically, keeping its bytes, line endings and
+    file mode; returns the values written."""
     try:
-        export = json.loads(export_path.read_text())
+        export = json.loads(export_path.read_bytes())
     except OSError as exc:
         raise AttachError(f"{export_path}: {exc.strerror}") from None
     except ValueError as exc:
         raise AttachError(f"{export_path}: not JSON ({exc})") from None
     values = lmx_values(export, str(export_path), force)
     try:
-        payload_text = payload_path.read_text()
+        raw = payload_path.read_bytes()
+        mode = payload_path.stat().st_mode
     except OSError as exc:
         raise AttachError(f"{payload_path}: {exc.strerror}") from None
+    try:
+        payload_text = raw.decode("utf-8")  # bytes, not read_text(): CRLF stays CRLF
+        current = json.loads(payload_text)
+    except ValueError as exc:
+        raise AttachError(f"{payload_path}: not valid JSON ({exc})") from None
+    if isinstance(current, dict):
+        values["notes"] = merged_notes(current.get("notes"), values["notes"], str(payload_path))
     new_text = attach_text(payload_text, values, str(payload_path))
     target = output or payload_path
     tmp = target.with_name(f".{target.name}.sparkwatch-tmp")
-    tmp.write_text(new_text)
-    os.replace(tmp, target)
+    try:
+        tmp.write_bytes(new_text.encode("utf-8"))
+        os.chmod(tmp, stat.S_IMODE(mode))
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise AttachError(f"{target}: cannot write ({exc.strerror})") from None
     return values

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -57,6 +58,7 @@ class RunOptions:
     db: Path | None = None
     wait_nodes_s: float = 15.0
     status_every_s: float | None = None  # None: 1 s on a TTY, 5 s otherwise
+    capture_dir: Path | None = None  # set by run_command: a temporary folder for the lmx-status capture
     stderr: TextIO = field(default=sys.stderr)
 
 
@@ -93,17 +95,31 @@ async def _live(client: CoordinatorClient, out: TextIO, every_s: float, tty: boo
 
 
 async def _tee_status(stream: asyncio.StreamReader, capture: TextIO) -> None:
-    """Pass CMD's stderr through; stamp every JSON-object line on arrival into the lmx-status capture."""
-    while line := await stream.readline():
+    """Pass CMD's stderr through as it comes (progress bars without newlines included) and stamp every
+    JSON-object line on arrival into the lmx-status capture."""
+    pending = b""
+    t_arrival = time.time_ns()
+    while chunk := await stream.read(65536):
         t_arrival = time.time_ns()
-        sys.stderr.buffer.write(line)
+        sys.stderr.buffer.write(chunk)
         sys.stderr.flush()
-        try:
-            status = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(status, dict):
-            capture.write(json.dumps({"t_arrival_ns": t_arrival, "status": status}) + "\n")
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            _capture_line(line, t_arrival, capture)
+        if len(pending) > MAX_STATUS_LINE_BYTES:
+            pending = b""  # a progress bar redrawn with \r, not a status line
+    _capture_line(pending, t_arrival, capture)
+
+
+def _capture_line(line: bytes, t_arrival_ns: int, capture: TextIO) -> None:
+    if not line.lstrip().startswith(b"{"):
+        return
+    try:
+        status = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return
+    if isinstance(status, dict):
+        capture.write(json.dumps({"t_arrival_ns": t_arrival_ns, "status": status}) + "\n")
 
 
 async def _run_cmd(opts: RunOptions, capture: TextIO | None) -> int:
@@ -115,37 +131,59 @@ async def _run_cmd(opts: RunOptions, capture: TextIO | None) -> int:
         opts.stderr.write(f"sparkwatch: cannot start {opts.command[0]}: {exc.strerror or exc}\n")
         return 127
     loop = asyncio.get_running_loop()
-    interrupted = 0
+    interrupts = 0
 
-    def forward(sig: signal.Signals) -> None:  # CMD decides how to stop; a second Ctrl-C exits us too
-        nonlocal interrupted
-        interrupted += 1
-        if interrupted > 1:
+    def on_sigint() -> None:
+        # the terminal already sent Ctrl-C to CMD (same foreground group): passing it on would make it a
+        # second Ctrl-C, which harnesses read as "quit now, skip the results"
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:
             os._exit(130)
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
+        opts.stderr.write("sparkwatch: waiting for the command to stop (Ctrl-C again to quit at once)\n")
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, forward, sig)
+    def on_sigterm() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
         if capture is not None:
             assert proc.stderr is not None
             await _tee_status(proc.stderr, capture)
         code = await proc.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+        if proc.returncode is None:  # we are failing: never leave the benchmark running behind us
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 5)
     return code if code >= 0 else 128 - code
 
 
 async def _import(client: CoordinatorClient, run_id: str, opts: RunOptions, fmt: str, path: Path) -> None:
+    """One import; a bad file or a refusal is reported and the run goes on (its export still comes)."""
     try:
         windows = load_windows(fmt, path, clock_anchor=opts.clock_anchor)
-    except ImportFormatError as exc:
-        opts.stderr.write(f"sparkwatch: import skipped: {exc}\n")
+        stored = await client.add_windows(run_id, windows)
+    except (ImportFormatError, CoordinatorError) as exc:
+        opts.stderr.write(f"sparkwatch: import of {path} ({fmt}) skipped: {exc}\n")
         return
-    stored = await client.add_windows(run_id, windows)
     log.info("imported %d window(s) from %s (%s)", stored, path, fmt)
+
+
+def check_output(path: Path) -> None:
+    """Refuse before anything starts when the export could not be written at the end."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise RunCommandError(f"cannot write {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise RunCommandError(f"cannot write {path}: folder {folder} is not writable")
+    if path.is_dir():
+        raise RunCommandError(f"cannot write {path}: it is a folder")
 
 
 async def run_command(opts: RunOptions) -> int:
@@ -155,56 +193,94 @@ async def run_command(opts: RunOptions) -> int:
             raise RunCommandError(f"unknown import format {fmt!r} (one of: {', '.join(sorted(FORMATS))})")
         if path == LMX_STATUS_STREAM and fmt != "lmx-status":
             raise RunCommandError(f"only lmx-status can read CMD's stderr ({fmt}:- given)")
+    check_output(opts.output or Path("sparkwatch-run.json"))
     if opts.clock_anchor is None:
         opts = replace(opts, clock_anchor=_anchor_now())
-    async with _coordinator(opts) as target, CoordinatorClient(target) as client:
-        run = await client.create_run(opts.name or _default_name(opts.command), interval_s=opts.interval_s)
+    async with (
+        _coordinator(opts) as target,
+        CoordinatorClient(target) as client,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        opts = replace(opts, capture_dir=Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        poster = RunPoster(client)
+        if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
+            host, port = opts.proxy_listen
+            config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
+            running = await stack.enter_async_context(running_proxy(host, port, config, poster))
+            opts.stderr.write(f"sparkwatch: proxy {running.url} -> {opts.proxy_upstream}\n")
+        run = await client.create_run(opts.name or default_name(opts.command), interval_s=opts.interval_s)
         run_id = run["id"]
-        opts.stderr.write(f"sparkwatch: run {run_id} open on {target.url}\n")
-        await wait_caught_up(client, time.time_ns(), opts.wait_nodes_s, interval_s=opts.interval_s)
-        tty = opts.stderr.isatty()
-        every_s = opts.status_every_s or (1.0 if tty else 5.0)
-        live = asyncio.create_task(_live(client, opts.stderr, every_s, tty))
-        poster = RunPoster(client, run_id)
+        poster.run_id = run_id
         poster.start()
-        with tempfile.TemporaryDirectory(prefix="sparkwatch-status-") as tmp:
-            capture_path = Path(tmp) / "lmx-status.jsonl"
-            wants_capture = any(p == LMX_STATUS_STREAM for _f, p in opts.imports)
-            try:
-                with capture_path.open("w") if wants_capture else contextlib.nullcontext() as capture:
-                    code = await _with_proxy(opts, poster, capture)
-            finally:
-                live.cancel()
-                await asyncio.gather(live, return_exceptions=True)
-                if tty:
-                    opts.stderr.write("\r\x1b[K")
-                lost = await poster.close()
-            if lost:
-                opts.stderr.write(f"sparkwatch: {len(lost)} proxy window(s) could not be stored\n")
-            for fmt, path in opts.imports:
-                await _import(
-                    client, run_id, opts, fmt, capture_path if path == LMX_STATUS_STREAM else Path(path)
-                )
-        await wait_caught_up(client, time.time_ns(), timeout_s=5.0)
-        await client.end_run(run_id, {"argv": list(opts.command), "exit_code": code})
-        export = await client.export(run_id)
+        opts.stderr.write(f"sparkwatch: run {run_id} open on {target.url}\n")
+        code: int | None = None
+        try:
+            code = await _measure(opts, client, poster)
+        finally:
+            export = await _finish(opts, client, poster, run_id, code)
     output = opts.output or Path(f"sparkwatch-{run_id}.json")
-    write_export(output, export)
+    if export is None:
+        return code if code is not None else 1
+    try:
+        write_export(output, export)
+    except OSError as exc:
+        fallback = Path(tempfile.gettempdir()) / f"sparkwatch-{run_id}.json"
+        write_export(fallback, export)
+        opts.stderr.write(
+            f"sparkwatch: cannot write {output} ({exc.strerror}); the export is in {fallback}\n"
+        )
+        output = fallback
     print(summary_table(export))
     opts.stderr.write(f"sparkwatch: export written to {output}\n")
+    assert code is not None
     if code != 0:
         opts.stderr.write(f"sparkwatch: the command exited with {code}; the export says so\n")
     return code
 
 
-async def _with_proxy(opts: RunOptions, poster: RunPoster, capture: TextIO | None) -> int:
-    if opts.proxy_upstream is None:
-        return await _run_cmd(opts, capture)
-    host, port = opts.proxy_listen
-    config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
-    async with running_proxy(host, port, config, poster) as running:
-        opts.stderr.write(f"sparkwatch: proxy {running.url} -> {opts.proxy_upstream}\n")
-        return await _run_cmd(opts, capture)
+async def _measure(opts: RunOptions, client: CoordinatorClient, poster: RunPoster) -> int:
+    """Wait for the nodes, then run CMD with the live line going; returns CMD's exit code."""
+    await wait_caught_up(client, time.time_ns(), opts.wait_nodes_s, interval_s=opts.interval_s)
+    tty = opts.stderr.isatty()
+    every_s = opts.status_every_s or (1.0 if tty else 5.0)
+    live = asyncio.create_task(_live(client, opts.stderr, every_s, tty))
+    try:
+        if any(p == LMX_STATUS_STREAM for _f, p in opts.imports):
+            with _capture_path(opts).open("w") as capture:
+                return await _run_cmd(opts, capture)
+        return await _run_cmd(opts, None)
+    finally:
+        live.cancel()
+        await asyncio.gather(live, return_exceptions=True)
+        if tty:
+            opts.stderr.write("\r\x1b[K")
+
+
+def _capture_path(opts: RunOptions) -> Path:
+    """Where `--import lmx-status:-` collects CMD's status lines."""
+    assert opts.capture_dir is not None
+    return opts.capture_dir / "lmx-status.jsonl"
+
+
+async def _finish(
+    opts: RunOptions, client: CoordinatorClient, poster: RunPoster, run_id: str, code: int | None
+) -> dict[str, Any] | None:
+    """Store what the run made, end it and fetch its export — each step even if an earlier one failed."""
+    lost = await poster.close()
+    if lost:
+        opts.stderr.write(f"sparkwatch: {len(lost)} proxy window(s) could not be stored\n")
+    if code is not None:
+        for fmt, path in opts.imports:
+            source = _capture_path(opts) if path == LMX_STATUS_STREAM else Path(path)
+            await _import(client, run_id, opts, fmt, source)
+    command = None if code is None else {"argv": redact_argv(opts.command), "exit_code": code}
+    try:
+        await wait_caught_up(client, time.time_ns(), timeout_s=5.0)
+        await client.end_run(run_id, command)
+        return await client.export(run_id)
+    except CoordinatorError as exc:
+        opts.stderr.write(f"sparkwatch: run {run_id} could not be ended and exported: {exc}\n")
+        return None
 
 
 def _anchor_now() -> ClockAnchor:
@@ -221,8 +297,40 @@ def _anchor_now() -> ClockAnchor:
     return ClockAnchor(wall_ns=best[0], mono_ns=best[1], uncertainty_ns=max(1, best[2] // 2))
 
 
-def _default_name(command: Sequence[str]) -> str:
-    return " ".join(Path(command[0]).name if i == 0 else a for i, a in enumerate(command))[:200]
+SECRET_FLAG = re.compile(r"key|token|secret|passw|auth|cred", re.IGNORECASE)
+MAX_STATUS_LINE_BYTES = 1 << 20
+
+
+def default_name(command: Sequence[str]) -> str:
+    """The program and its leading words (``lmx speed-test run sglang``): never its option values,
+    which may hold an API key."""
+    words = [Path(command[0]).name]
+    for arg in command[1:5]:
+        if arg.startswith("-"):
+            break
+        words.append(arg)
+    return " ".join(words)[:200]
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """argv with the values of key/token/secret/password options replaced, for an export people publish."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        flag, eq, _value = arg.partition("=")
+        if arg.startswith("-") and SECRET_FLAG.search(flag):
+            if eq:
+                out.append(f"{flag}=***")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
 
 
 async def wait_caught_up(
@@ -235,7 +343,9 @@ async def wait_caught_up(
         behind = []
         for n in await client.nodes():
             latest = n.get("latest") or {}
+            offset = (n.get("clock") or {}).get("offset_ns") or 0
             stamp = latest.get("t_wall_ns")
+            stamp = None if stamp is None else stamp + offset  # the node's clock, corrected to ours
             fast = interval_s is None or (latest.get("interval_s") or 1e9) <= interval_s
             if not n["connected"] or stamp is None or stamp < t_wall_ns or not fast:
                 behind.append(n["node"])

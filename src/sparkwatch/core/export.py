@@ -305,7 +305,7 @@ def build_export(
 
 def _lmx_notes(run: RunSpec, version: str, sha: str) -> str:
     text = (
-        f"Measured by sparkwatch {version} (run {run.name}, export sha256 {sha}). GPU power: NVML GPU-rail"
+        f"Measured by sparkwatch {version} (run {run.id}, export sha256 {sha}). GPU power: NVML GPU-rail"
         f" power per node, energy-counter dE/dt between samples (trapezoid where no counter), averaged over"
         f" intervals with {UTIL_SOURCE} >= {run.gate_threshold:g} inside the {run.scope} scope of"
         f" {', '.join(sorted(run.phases))} requests; sampled every {run.interval_s:g} s, clocks aligned by"

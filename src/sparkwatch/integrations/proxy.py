@@ -14,12 +14,13 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from sparkwatch.core.windows import Window
 from sparkwatch.integrations.sse_watch import ResponseWatcher
@@ -87,11 +88,13 @@ class Proxy:
             await self._session.close()
             self._session = None
 
-    def _phase(self, request: web.Request) -> str | None:
-        """The request's phase; None when its header is malformed (the request is then refused)."""
-        header = request.headers.get(PHASE_HEADER)
+    def _phase(self, header: str | None, status: int) -> str:
+        """A valid phase header decides; otherwise the first ``warmup`` successful requests are warm-up
+        (a refused or failed request warms nothing up, so it does not use up a slot)."""
         if header is not None:
-            return header if PHASE_RE.match(header) else None
+            return header
+        if status >= 400:
+            return "warmup" if self._generation_requests < self.config.warmup else "timed"
         self._generation_requests += 1
         return "warmup" if self._generation_requests <= self.config.warmup else "timed"
 
@@ -99,8 +102,8 @@ class Proxy:
         t_start = self._now_ns()
         assert self._session is not None, "Proxy.start() was not awaited"
         generation = request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
-        phase = self._phase(request) if generation else None
-        if generation and phase is None:
+        header = request.headers.get(PHASE_HEADER)
+        if generation and header is not None and not PHASE_RE.match(header):
             return json_error(400, "invalid_phase", f"{PHASE_HEADER} must match {PHASE_RE.pattern}")
         body = await request.read()
         headers = [
@@ -108,13 +111,18 @@ class Proxy:
             for k, v in request.headers.items()
             if k.lower() not in HOP_BY_HOP and k.lower() != PHASE_HEADER.lower()
         ]
-        url = self.upstream + request.rel_url.path_qs
+        # the path exactly as the client encoded it (%2F stays %2F)
+        url = URL(self.upstream + request.raw_path, encoded=True)
+        watcher = ResponseWatcher(streaming=False)
         try:
             upstream = await self._session.request(
                 request.method, url, headers=headers, data=body or None, allow_redirects=False
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("upstream %s: %s", url, exc)
+            if generation:
+                notes = {"upstream_unreachable": True}
+                self._submit(request, header, (t_start, self._now_ns()), 502, watcher, notes=notes)
             return json_error(502, "bad_gateway", f"upstream {self.upstream} did not answer: {exc}")
         streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
@@ -143,39 +151,39 @@ class Proxy:
                 response.force_close()
             else:
                 await response.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:
+            disconnected = True  # the client hung up: nothing to answer, but the window is still kept
+            log.info("client hung up during %s", request.path)
+        except asyncio.CancelledError:
             disconnected = True
             raise
         finally:
             upstream.release()
-            t_end = self._now_ns()
-            if generation and phase is not None:
+            if generation:
+                notes = {
+                    "compressed": encoded,
+                    "client_disconnected": disconnected,
+                    "upstream_broke_off": upstream_failed,
+                }
                 self._submit(
-                    request,
-                    phase,
-                    (t_start, t_end),
-                    upstream.status,
-                    watcher,
-                    notes={
-                        "encoded": encoded,
-                        "client_disconnected": disconnected,
-                        "upstream_broke_off": upstream_failed,
-                    },
+                    request, header, (t_start, self._now_ns()), upstream.status, watcher, notes=notes
                 )
         return response
 
     def _submit(
         self,
         request: web.Request,
-        phase: str,
+        header: str | None,
         span: tuple[int, int],
         status: int,
         watcher: ResponseWatcher,
         *,
-        notes: dict[str, bool],
+        notes: Mapping[str, bool],
     ) -> None:
-        t_start, t_end = span
+        t_start = span[0]
+        t_end = max(span)  # a wall clock stepped back mid-request must not make an invalid window
         stamps = watcher.finish(t_end)
+        phase = self._phase(header, status)
         self._windows_made += 1
         source: dict[str, object] = {
             "kind": "proxy",
@@ -186,18 +194,18 @@ class Proxy:
         }
         if stamps.unparsed_events:
             source["unparsed_events"] = stamps.unparsed_events
-        if notes["encoded"]:
+        if notes.get("compressed"):
             source["note"] = "compressed response: only first byte and end were stamped"
-        source.update({k: True for k in ("client_disconnected", "upstream_broke_off") if notes[k]})
+        source.update({k: True for k, v in notes.items() if v and k != "compressed"})
         self._sink.submit(
             Window(
                 id=f"proxy-{self._instance}-{self._windows_made:06d}",
                 phase=phase,
                 t_start_ns=t_start,
-                t_end_ns=max(t_end, t_start),
-                t_first_byte_ns=stamps.t_first_byte_ns,
-                t_first_token_ns=stamps.t_first_token_ns,
-                t_last_token_ns=stamps.t_last_token_ns,
+                t_end_ns=t_end,
+                t_first_byte_ns=_within(stamps.t_first_byte_ns, t_start, t_end),
+                t_first_token_ns=_within(stamps.t_first_token_ns, t_start, t_end),
+                t_last_token_ns=_within(stamps.t_last_token_ns, t_start, t_end),
                 prompt_tokens=stamps.prompt_tokens,
                 completion_tokens=stamps.completion_tokens,
                 cached_tokens=stamps.cached_tokens,
@@ -207,6 +215,10 @@ class Proxy:
                 source=source,
             )
         )
+
+
+def _within(t_ns: int | None, lo: int, hi: int) -> int | None:
+    return None if t_ns is None else min(max(t_ns, lo), hi)
 
 
 PROXY = web.AppKey("proxy", Proxy)
@@ -224,3 +236,14 @@ def make_proxy_app(proxy: Proxy) -> web.Application:
 
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+def make_proxy_runner(proxy: Proxy) -> web.AppRunner:
+    """Request bodies are not decompressed either: a gzip body goes upstream as gzip, labelled so."""
+    return web.AppRunner(
+        make_proxy_app(proxy),
+        handle_signals=False,
+        access_log=None,
+        shutdown_timeout=1.0,
+        auto_decompress=False,
+    )

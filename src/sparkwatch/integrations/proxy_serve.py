@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
-from sparkwatch.integrations.proxy import Proxy, ProxyConfig, WindowSink, make_proxy_app
+from sparkwatch.integrations.proxy import Proxy, ProxyConfig, WindowSink, make_proxy_runner
 from sparkwatch.integrations.window_sinks import PrintSink, RunPoster
 from sparkwatch.lifecycle import StartError, stop_on_signals
 
@@ -30,7 +30,7 @@ async def running_proxy(
     if not config.upstream.startswith(("http://", "https://")):
         raise StartError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
     proxy = Proxy(config, sink)
-    runner = web.AppRunner(make_proxy_app(proxy), handle_signals=False, access_log=None, shutdown_timeout=1.0)
+    runner = make_proxy_runner(proxy)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()

@@ -15,6 +15,8 @@ from sparkwatch.core.windows import Window
 
 log = logging.getLogger(__name__)
 
+HTTP_CONFLICT = 409
+
 
 class PrintSink:
     """One JSON object per window (the API's window body) on a text stream, for a proxy with no run."""
@@ -29,11 +31,16 @@ class PrintSink:
 
 class RunPoster:
     """Posts windows to a run in small batches from a background task, so a request never waits on the
-    coordinator; a failed post keeps its windows and is retried, and :meth:`close` makes a last attempt."""
+    coordinator. A post that fails in transit keeps its windows and is retried; a batch the coordinator
+    refuses (4xx) is retried window by window, so one bad window cannot hold back the others — a window
+    refused as a duplicate was stored by an earlier try whose answer was lost. :meth:`close` drains."""
 
-    def __init__(self, client: CoordinatorClient, run_id: str, batch_delay_s: float = 0.2) -> None:
-        self.run_id = run_id
+    def __init__(
+        self, client: CoordinatorClient, run_id: str | None = None, batch_delay_s: float = 0.2
+    ) -> None:
+        self.run_id = run_id  # may be set after construction, before start()
         self.stored = 0
+        self.refused: list[tuple[Window, str]] = []
         self._client = client
         self._delay_s = batch_delay_s
         self._pending: list[Window] = []
@@ -46,12 +53,32 @@ class RunPoster:
         self._wake.set()
 
     def start(self) -> None:
+        if self.run_id is None:
+            raise RuntimeError("RunPoster.start() before its run id was set")
         self._task = asyncio.create_task(self._loop(), name="sparkwatch-window-poster")
+
+    async def _post(self, batch: list[Window]) -> None:
+        assert self.run_id is not None
+        try:
+            self.stored += await self._client.add_windows(self.run_id, batch)
+            return
+        except CoordinatorError as exc:
+            if not exc.refused:
+                raise
+            if len(batch) == 1:
+                if exc.status == HTTP_CONFLICT:
+                    self.stored += 1  # the id is ours and unique: an earlier try stored it
+                else:
+                    log.error("window %s refused by the coordinator: %s", batch[0].id, exc)
+                    self.refused.append((batch[0], str(exc)))
+                return
+        for window in batch:
+            await self._post([window])
 
     async def _post_pending(self) -> None:
         batch, self._pending = self._pending, []
         try:
-            self.stored += await self._client.add_windows(self.run_id, batch)
+            await self._post(batch)
         except CoordinatorError:
             self._pending = batch + self._pending
             raise
@@ -81,12 +108,14 @@ class RunPoster:
                     retry_s = min(retry_s * 2, 10.0)
                     self._wake.set()
                     continue
-            if self._closing.is_set():
+            if self._closing.is_set() and not self._pending:
                 return
+            if self._pending:
+                self._wake.set()  # submitted while the last post was in flight
 
     async def close(self) -> list[Window]:
         """Post what is left (never cancelling a post in flight, which might have been stored); returns
-        the windows that could not be stored."""
+        the windows that were not stored, refused ones included."""
         self._closing.set()
         self._wake.set()
         if self._task is None and self._pending:
@@ -94,4 +123,4 @@ class RunPoster:
         if self._task is not None:
             await self._task
             self._task = None
-        return list(self._pending)
+        return [*self._pending, *(w for w, _reason in self.refused)]
