@@ -149,3 +149,23 @@ def test_encode_sample_matches_generic_json(
         sensors=(SensorReading("sys_total", "system", floats[0], floats[1]),),
     )
     assert encode_sample(sample) == encode_frame(sample.to_json())
+
+
+def test_items_appended_unencoded_are_encoded_once_when_read_or_sealed() -> None:
+    calls: list[int] = []
+
+    def encode(item: int) -> bytes:
+        calls.append(item)
+        return f'{{"seq":{item}}}'.encode()
+
+    ring = SampleRing(100, block_frames=4, encode=encode)
+    for seq in range(1, 4):
+        ring.append(seq, seq)
+    assert calls == []  # nothing encoded while nobody reads
+    assert ring.after(1, 10).frames == (b'{"seq":2}', b'{"seq":3}')
+    assert ring.after(0, 10).frames[0] == b'{"seq":1}'
+    assert calls == [2, 3, 1]  # each once, however often read
+    for seq in range(4, 10):
+        ring.append(seq, seq)  # seq 4 seals the first block: it is encoded then, with the others
+    assert ring.after(0, 100).frames == tuple(f'{{"seq":{n}}}'.encode() for n in range(1, 10))
+    assert sorted(calls) == list(range(1, 10))

@@ -14,7 +14,7 @@ from sparkwatch_agent.interval_lease import IntervalLeases
 from sparkwatch_agent.meminfo import MeminfoReader
 from sparkwatch_agent.nvml_backend import NvmlBackend
 from sparkwatch_agent.ring import SampleRing
-from sparkwatch_agent.sample import Sample
+from sparkwatch_agent.sample import Sample, encode_sample
 from sparkwatch_agent.sampler import Clocks, MemoryReader, Sampler
 from sparkwatch_agent.sim import SimGb10, SimMeminfoReader, SimNvml
 
@@ -52,7 +52,7 @@ def build_node(
         memory=memory,
         sensors=sensors,
         leases=IntervalLeases(config.interval_s),
-        ring=SampleRing(config.ring_size),
+        ring=SampleRing(config.ring_size, encode=encode_sample),
         clocks=clocks,
         on_sample=on_sample,
         on_tick=on_tick,

@@ -262,7 +262,8 @@ class Sampler:
             memory_error=memory_error,
             sensors=sensors,
         )
-        self.ring.append(sample.seq, encode_sample(sample))
+        # with an encoder the ring encodes later, in batches (see SampleRing); else it is done now
+        self.ring.append(sample.seq, sample if self.ring.encodes_later else encode_sample(sample))
         self._samples_total += 1
         self._snapshot = self._make_snapshot(sample)
         if self._on_sample is not None:
