@@ -333,3 +333,40 @@ def test_nodes_check_uses_the_coordinator_from_the_environment(tmp_path: pathlib
     assert result.stderr.startswith(
         f"sparkwatch: error: cannot reach the coordinator at http://127.0.0.1:{port}"
     )
+
+
+def test_import_command_posts_a_good_file_and_refuses_a_bad_one(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    from test_coordinator_e2e import Coordinator
+
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    coord = Coordinator(tmp_path, f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    coord.start()
+    try:
+        _, run = coord.call("POST", "/v1/runs", {"name": "imports"})
+        env = {**os.environ, "SPARKWATCH_COORDINATOR": coord.url, "SPARKWATCH_TOKEN_FILE": str(coord.token)}
+        good = pathlib.Path(__file__).parent / "fixtures/harness/plain/windows.csv"
+        cli = [sys.executable, "-m", "sparkwatch", "import"]
+        ok = subprocess.run(
+            [*cli, "plain", str(good), "--run", run["id"]], capture_output=True, text=True, env=env
+        )
+        assert ok.returncode == 0, ok.stderr
+        assert ok.stdout.startswith("imported ") and f"into run {run['id']}" in ok.stdout
+        _, stored = coord.call("GET", f"/v1/runs/{run['id']}")
+        bad = tmp_path / "bad.csv"
+        bad.write_text("id,phase,t_start_ns,t_end_ns\nx,timed,10,not-a-number\n")
+        refused = subprocess.run(
+            [*cli, "plain", str(bad), "--run", run["id"]], capture_output=True, text=True, env=env
+        )
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert refused.stderr.startswith("sparkwatch: error: bad.csv")
+        no_token = {k: v for k, v in env.items() if k != "SPARKWATCH_TOKEN_FILE"}
+        denied = subprocess.run(
+            [*cli, "plain", str(good), "--run", run["id"]], capture_output=True, text=True, env=no_token
+        )
+        assert denied.returncode == 2 and "HTTP 401" in denied.stderr
+        _, after = coord.call("GET", f"/v1/runs/{run['id']}")
+        assert stored["windows"] > 0 and after["windows"] == stored["windows"]  # the refusals stored nothing
+    finally:
+        coord.stop()

@@ -648,15 +648,8 @@ def test_coordinator_runs_under_mdwe(
 # ---- tokens delivered with LoadCredential= ---------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="auth.load_token refuses a LoadCredential= copy on tmpfs: systemd grants the service user read"
-    " access with an ACL, whose mask shows as group-read (0440). The units therefore use a static user and"
-    " a token file it owns (docs/operations.md). When load_token accepts files under $CREDENTIALS_DIRECTORY,"
-    " drop this mark and update the docs.",
-)
 def test_load_token_accepts_a_credential_delivered_with_an_acl(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkwatch_agent.auth import load_token
+    from sparkwatch_agent.auth import TokenFileError, load_token
 
     directory = pathlib.Path(tempfile.mkdtemp(prefix="sw-cred-", dir="/dev/shm"))
     try:
@@ -679,6 +672,9 @@ def test_load_token_accepts_a_credential_delivered_with_an_acl(monkeypatch: pyte
         except OSError as exc:
             pytest.skip(f"/dev/shm does not take POSIX ACLs here: {exc}")
         assert stat.S_IMODE(token.stat().st_mode) == 0o440  # what load_token sees
+        monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+        with pytest.raises(TokenFileError, match="accessible by group or others"):
+            load_token(token)  # an ordinary 0440 file stays refused
         monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(directory))  # as systemd sets it
         assert load_token(token) == "0123456789abcdef0123456789abcdef"
     finally:

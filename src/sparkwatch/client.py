@@ -57,23 +57,8 @@ class CoordinatorTarget:
 
 
 def window_json(w: Window) -> dict[str, Any]:
-    """A window as the API's WindowIn body (None fields left out)."""
-    body = {
-        "id": w.id,
-        "phase": w.phase,
-        "t_start_ns": w.t_start_ns,
-        "t_end_ns": w.t_end_ns,
-        "t_first_byte_ns": w.t_first_byte_ns,
-        "t_first_token_ns": w.t_first_token_ns,
-        "t_last_token_ns": w.t_last_token_ns,
-        "prompt_tokens": w.prompt_tokens,
-        "completion_tokens": w.completion_tokens,
-        "cached_tokens": w.cached_tokens,
-        "reasoning_tokens": w.reasoning_tokens,
-        "http_status": w.http_status,
-        "finish_reason": w.finish_reason,
-    }
-    return {**{k: v for k, v in body.items() if v is not None}, "source": w.source}
+    """A window as the API's WindowIn body (unknown fields left out)."""
+    return {k: v for k, v in w.to_json().items() if v is not None or k == "source"}
 
 
 class CoordinatorClient:

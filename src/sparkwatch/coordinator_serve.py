@@ -13,7 +13,7 @@ from aiohttp import web
 
 from sparkwatch.api.app import make_app
 from sparkwatch.coordinator import Coordinator
-from sparkwatch.lifecycle import stop_on_signals
+from sparkwatch.lifecycle import StartError, start_site, stop_on_signals
 from sparkwatch.nodes_file import NodeSpec, load_nodes
 from sparkwatch.store import Store
 from sparkwatch_agent.auth import is_loopback, load_token
@@ -23,7 +23,7 @@ from sparkwatch_agent.systemd_notify import SystemdNotifier
 log = logging.getLogger(__name__)
 
 
-class CoordinatorStartError(Exception):
+class CoordinatorStartError(StartError):
     """Start-up failure the user can fix; printed as one line."""
 
 
@@ -44,26 +44,18 @@ async def running_coordinator(
     runner = web.AppRunner(
         make_app(coordinator, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
     )
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
     try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
+        url = await start_site(runner, host, port)
+    except StartError:
         store.close()
-        raise CoordinatorStartError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise
     try:
         await coordinator.start()
-        bound_host, bound_port = runner.addresses[0][:2]
-        yield RunningCoordinator(coordinator, f"http://{_url_host(bound_host)}:{bound_port}")
+        yield RunningCoordinator(coordinator, url)
     finally:
         await coordinator.stop()
         await runner.cleanup()
         store.close()
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 async def serve(

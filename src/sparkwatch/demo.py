@@ -29,6 +29,7 @@ from sparkwatch.integrations.proxy import ProxyConfig
 from sparkwatch.integrations.proxy_serve import running_proxy
 from sparkwatch.integrations.sim_model import SimModel, SimModelSpec, make_sim_model_app
 from sparkwatch.integrations.window_sinks import RunPoster
+from sparkwatch.lifecycle import start_site
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.run_command import wait_caught_up, write_export
 from sparkwatch.summary import summary_table
@@ -88,13 +89,11 @@ async def sim_agents(count: int) -> AsyncIterator[list[SimAgent]]:
             node = build_node(build_config({"node": name, "backend": "sim", "interval": 1.0}, {}))
             nodes.append(node)
             runner = web.AppRunner(make_agent_app(agent_context(node, None)), access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            url = await start_site(runner, "127.0.0.1", 0)
             runners.append(runner)
             node.sampler.start()
             assert node.sim is not None
-            host, port = runner.addresses[0][:2]
-            agents.append(SimAgent(name, f"ws://{host}:{port}", node.sim))
+            agents.append(SimAgent(name, url.replace("http://", "ws://", 1), node.sim))
         yield agents
     finally:
         for node in nodes:
@@ -143,9 +142,7 @@ async def run_demo(opts: DemoOptions) -> int:
             ):
                 model = SimModel(SimModelSpec(tokens_per_s=opts.tokens_per_s), on_load=_load_driver(agents))
                 model_runner = web.AppRunner(make_sim_model_app(model), access_log=None)
-                await model_runner.setup()
-                await web.TCPSite(model_runner, "127.0.0.1", 0).start()
-                host, port = model_runner.addresses[0][:2]
+                model_url = await start_site(model_runner, "127.0.0.1", 0)
                 try:
                     run = await client.create_run(f"demo: {opts.nodes}x simulated GB10", interval_s=0.1)
                     opts.stderr.write(
@@ -154,7 +151,7 @@ async def run_demo(opts: DemoOptions) -> int:
                     await wait_caught_up(client, time.time_ns(), timeout_s=10.0, interval_s=0.1)
                     poster = RunPoster(client, run["id"], batch_delay_s=0.05)
                     poster.start()
-                    config = ProxyConfig(f"http://{host}:{port}", warmup=opts.warmup)
+                    config = ProxyConfig(model_url, warmup=opts.warmup)
                     async with running_proxy("127.0.0.1", 0, config, poster) as proxy:
                         await _requests(proxy.url, opts, run["id"])
                     lost = await poster.close()

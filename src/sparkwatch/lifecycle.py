@@ -8,6 +8,8 @@ import logging
 import os
 import signal
 
+from aiohttp import web
+
 log = logging.getLogger(__name__)
 
 
@@ -30,3 +32,16 @@ def stop_on_signals() -> asyncio.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig.name)
     return stop
+
+
+async def start_site(runner: web.AppRunner, host: str, port: int) -> str:
+    """Set the runner up and listen on host:port (0: any free port); returns its ``http://`` URL. A port in
+    use or a bad address is a :class:`StartError` with the runner already cleaned up."""
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise StartError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    bound_host, bound_port = runner.addresses[0][:2]
+    return f"http://[{bound_host}]:{bound_port}" if ":" in bound_host else f"http://{bound_host}:{bound_port}"

@@ -13,13 +13,27 @@ class TokenFileError(Exception):
     """A token file that is missing, empty or readable by others."""
 
 
+def _systemd_credential(path: Path) -> bool:
+    """A file systemd delivered with LoadCredential=: it lives in the service's private
+    $CREDENTIALS_DIRECTORY, where on tmpfs systemd grants the service user read access by an ACL whose mask
+    shows as group-read (0440) — the mode check would refuse a copy nobody else can read."""
+    directory = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return False
+    try:
+        return path.resolve().parent == Path(directory).resolve()
+    except OSError:
+        return False
+
+
 def load_token(path: Path) -> str:
-    """Read a token file, refusing group/other-readable files (mode must be 0600 or stricter)."""
+    """Read a token file, refusing group/other-readable files (mode must be 0600 or stricter), except a
+    systemd credential (see :func:`_systemd_credential`)."""
     try:
         st = os.stat(path)
     except OSError as exc:
         raise TokenFileError(f"cannot read token file {path}: {exc.strerror}") from exc
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) and not _systemd_credential(path):
         raise TokenFileError(
             f"token file {path} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):04o});"
             f" run: chmod 600 {path}"

@@ -121,25 +121,6 @@ def verdict(
     return ("low_confidence", reasons) if reasons else ("ok", reasons)
 
 
-def _window_json(w: Window) -> dict[str, Any]:
-    return {
-        "id": w.id,
-        "phase": w.phase,
-        "t_start_ns": w.t_start_ns,
-        "t_first_byte_ns": w.t_first_byte_ns,
-        "t_first_token_ns": w.t_first_token_ns,
-        "t_last_token_ns": w.t_last_token_ns,
-        "t_end_ns": w.t_end_ns,
-        "prompt_tokens": w.prompt_tokens,
-        "completion_tokens": w.completion_tokens,
-        "cached_tokens": w.cached_tokens,
-        "reasoning_tokens": w.reasoning_tokens,
-        "http_status": w.http_status,
-        "finish_reason": w.finish_reason,
-        "source": w.source,
-    }
-
-
 def digest(export: dict[str, Any]) -> str:
     """sha256 of the export's canonical JSON without its ``lmx`` part (which quotes the digest)."""
     body = {k: v for k, v in export.items() if k != "lmx"}
@@ -232,7 +213,7 @@ def build_export(
             )
         window_json.append(
             {
-                **_window_json(w),
+                **w.to_json(),
                 "in_scope": measured[k],
                 "verdict": v,
                 "reasons": reasons,

@@ -31,6 +31,10 @@ class Window:
     finish_reason: str | None = None
     source: dict[str, object] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, object]:
+        """Every field by name, as the API takes a window and the export shows it."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
     @property
     def failed(self) -> bool:
         """An HTTP error answer: its time is not serving the benchmark, so no scope measures it."""

@@ -7,12 +7,10 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from aiohttp import web
-
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.integrations.proxy import Proxy, ProxyConfig, WindowSink, make_proxy_runner
 from sparkwatch.integrations.window_sinks import PrintSink, RunPoster
-from sparkwatch.lifecycle import StartError, stop_on_signals
+from sparkwatch.lifecycle import StartError, start_site, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +29,9 @@ async def running_proxy(
         raise StartError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
     proxy = Proxy(config, sink)
     runner = make_proxy_runner(proxy)
-    await runner.setup()
+    url = await start_site(runner, host, port)
     try:
-        await web.TCPSite(runner, host, port).start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise StartError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    try:
-        bound_host, bound_port = runner.addresses[0][:2]
-        yield RunningProxy(f"http://{bound_host}:{bound_port}", proxy)
+        yield RunningProxy(url, proxy)
     finally:
         await runner.cleanup()
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sparkwatch.lifecycle import StartError, stop_on_signals
+from sparkwatch.lifecycle import start_site, stop_on_signals
 from sparkwatch_agent.http_app import json_error
 
 log = logging.getLogger(__name__)
@@ -178,15 +178,9 @@ def make_sim_model_app(model: SimModel) -> web.Application:
 async def serve_sim_model(host: str, port: int, spec: SimModelSpec) -> int:
     """`sparkwatch sim-model`: the simulated model on its own, until SIGINT/SIGTERM."""
     runner = web.AppRunner(make_sim_model_app(SimModel(spec)), handle_signals=False, access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise StartError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    url = await start_site(runner, host, port)
     stop = stop_on_signals()
-    bound = runner.addresses[0]
-    log.info("simulated model on http://%s:%d/v1 (%g tok/s)", bound[0], bound[1], spec.tokens_per_s)
+    log.info("simulated model on %s/v1 (%g tok/s)", url, spec.tokens_per_s)
     try:
         await stop.wait()
     finally:
