@@ -679,3 +679,24 @@ def test_load_token_accepts_a_credential_delivered_with_an_acl(monkeypatch: pyte
         assert load_token(token) == "0123456789abcdef0123456789abcdef"
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_agent_status_follows_what_it_is_doing(notify_socket: NotifySocket) -> None:
+    """`systemctl status` must not keep saying what was true at start: a new interval shows up."""
+    port = free_port()
+    argv = [console_script("sparkwatch-agent"), "serve", "--backend", "sim", "--interval", "1"]
+    argv += ["--listen", f"127.0.0.1:{port}", "--node", "status-test"]
+    proc = subprocess.Popen(
+        argv, env=service_env(notify_socket), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        notify_socket.wait_for(has("STATUS=sampling every 1 s; gpu ok"), proc, timeout_s=30)
+        lease = json.dumps({"holder": "test", "interval_s": 0.05}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/interval", data=lease, method="PUT")
+        urllib.request.urlopen(req, timeout=5).read()
+        notify_socket.wait_for(has("STATUS=sampling every 0.05 s; gpu ok"), proc, timeout_s=5)
+    finally:
+        proc.terminate()
+        proc.wait(5)
+        if proc.stderr:
+            proc.stderr.close()

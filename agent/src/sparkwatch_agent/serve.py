@@ -7,6 +7,7 @@ gracefully on SIGTERM/SIGINT within ~1 s (a second SIGINT exits at once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from sparkwatch_agent.host_facts import read_host_facts
 from sparkwatch_agent.http_app import AgentContext, make_app
 from sparkwatch_agent.metrics import make_registry
 from sparkwatch_agent.node import Node, build_node
+from sparkwatch_agent.sampler import Snapshot
 from sparkwatch_agent.systemd_notify import SystemdNotifier
 
 log = logging.getLogger(__name__)
@@ -78,11 +80,14 @@ async def serve(config: AgentConfig) -> int:
             log.info(
                 "listening on http://%s:%d (node %s, backend %s)", host, port, config.node, config.backend
             )
-        snap = node.sampler.snapshot
-        notifier.ready(
-            f"sampling every {snap.interval_s:g} s; gpu {'ok' if snap.gpu_ok else snap.gpu_reason}"
-        )
-        await stop.wait()
+        status = status_line(node.sampler.snapshot)
+        notifier.ready(status)
+        while not stop.is_set():  # keep `systemctl status` true: a lost GPU or a new interval shows there
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), STATUS_EVERY_S)
+            if (now := status_line(node.sampler.snapshot)) != status:
+                status = now
+                notifier.send(f"STATUS={status}")
     finally:
         log.info("stopping")
         notifier.stopping()
@@ -90,6 +95,14 @@ async def serve(config: AgentConfig) -> int:
         await runner.cleanup()
         notifier.close()
     return 0
+
+
+STATUS_EVERY_S = 1.0
+
+
+def status_line(snap: Snapshot) -> str:
+    """What systemd shows as the unit's Status: the interval and whether the GPU is being read."""
+    return f"sampling every {snap.interval_s:g} s; gpu {'ok' if snap.gpu_ok else snap.gpu_reason}"
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
