@@ -204,7 +204,10 @@ def test_agent_process_gpu_lost_then_back(
     write_control(control, util=50)
     agent = agent_factory("--node", "spark-2", "--interval", "0.05", env=_env(fake_nvml_dir, "gb10", control))
     write_control(control, lost=1)
-    _, health = wait_for(lambda: (r := get(f"{agent.url}/healthz"))[0] == 503 and r)
+    # (an agent just started may answer 503 "no sample yet" first: wait for the loss itself)
+    _, health = wait_for(
+        lambda: (r := get(f"{agent.url}/healthz"))[0] == 503 and "LOST" in r[1]["reason"] and r
+    )
     assert health["status"] == "degraded" and "GPU_IS_LOST" in health["reason"]
     _, text = get(f"{agent.url}/metrics")
     assert "sparkwatch_gpu_power_watts{" not in text  # GPU series gone, never a stale value

@@ -143,6 +143,10 @@ class Upstream:
         self.received.append((request.path_qs, await request.read(), dict(request.headers)))
         if request.path == "/v1/models":
             return web.json_response({"data": []}, headers={"X-Upstream": "yes"})
+        if "fail" in request.query:
+            return web.json_response({"error": "overloaded"}, status=500)
+        if "slow" in request.query:
+            await asyncio.sleep(float(request.query["slow"]))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": "yes"})
         await resp.prepare(request)
         try:
@@ -369,3 +373,64 @@ async def test_a_client_hanging_up_keeps_the_window_and_logs_no_error(
     (w,) = sink.windows
     assert w.source.get("client_disconnected") is True
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_warmup_slots_go_by_arrival_and_a_failed_warmup_gives_its_slot_back(
+    upstream: tuple[Upstream, str],
+) -> None:
+    up, up_url = upstream
+    up.handshake = False
+    runner, url, sink = await proxied(up_url, warmup=1)
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def post(query: str) -> int:
+                async with session.post(f"{url}/v1/completions?{query}", data=b"{}") as resp:
+                    await resp.read()
+                    return resp.status
+
+            assert await post("fail=1") == 500  # the first to arrive fails: its slot is given back
+            # the next to arrive is long and ends last; the one after is short and ends first
+            long_first = asyncio.create_task(post("slow=0.4&id=cold"))
+            await asyncio.sleep(0.1)
+            assert await post("id=warm") == 200
+            assert await long_first == 200
+    finally:
+        await runner.cleanup()
+    by_end = [(w.http_status, w.phase) for w in sink.windows]
+    assert by_end == [(500, "warmup"), (200, "timed"), (200, "warmup")]
+
+
+class DroppingCoordinator(FlakyCoordinator):
+    """Answers 503 once for the window "b" posted alone: a transit failure in the middle of a retry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = False
+
+    async def handle(self, request: web.Request) -> web.Response:
+        windows = (await request.json())["windows"]
+        if [w["id"] for w in windows] == ["b"] and not self.dropped:
+            self.dropped = True
+            return web.json_response({"error": "unavailable"}, status=503)
+        return await super().handle(request)
+
+
+async def test_a_transit_error_during_a_window_by_window_retry_counts_nothing_twice() -> None:
+    fake = DroppingCoordinator()
+    app = web.Application()
+    app.router.add_post("/v1/runs/r1/windows", fake.handle)
+    runner, url = await serve(app)
+    client = CoordinatorClient(CoordinatorTarget(url, None))
+    poster = RunPoster(client, "r1", batch_delay_s=0.05)
+    poster.start()
+    try:
+        for wid, phase in (("a", "timed"), ("x", "bad"), ("b", "timed"), ("c", "timed")):
+            poster.submit(Window(wid, phase, 10, 20))
+        await asyncio.sleep(1.0)  # the first retry waits 0.5 s
+        lost = await poster.close()
+    finally:
+        await client.close()
+        await runner.cleanup()
+    assert fake.dropped and sorted(fake.stored) == ["a", "b", "c"]
+    assert poster.stored == 3 and [w.id for w in lost] == ["x"]

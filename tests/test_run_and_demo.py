@@ -185,12 +185,30 @@ def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -
     assert result.returncode == 2 and "--clock-anchor" in result.stderr
     agent = agent_factory("--backend", "sim", "--node", "n0")
     out = tmp_path / "run.json"
+    nodes = str(nodes_toml(tmp_path, [agent]))
+    for missing, why in (
+        ("/nonexistent/x", "no such executable file"),
+        ("no-such-benchmark", "not found on PATH"),
+    ):
+        result = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--", missing, "--x")
+        assert result.returncode == 2
+        assert result.stderr == f"sparkwatch: error: cannot run {missing}: {why}\n"
+    assert not out.exists()  # refused before a run was opened
+
+
+def test_a_background_child_holding_stderr_does_not_hold_the_run(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    out = tmp_path / "run.json"
+    nodes = str(nodes_toml(tmp_path, [agent]))
+    t0 = time.monotonic()
+    background = ["sh", "-c", "sleep 30 >/dev/null & exit 0"]  # sleep keeps our stderr pipe open
     result = sparkwatch(
-        "run", "--nodes", str(nodes_toml(tmp_path, [agent])), "-o", str(out), "--", "/nonexistent/x"
+        "run", "--nodes", nodes, "--import", "lmx-status:-", "-o", str(out), "--", *background
     )
-    assert result.returncode == 127
-    assert "cannot start /nonexistent/x" in result.stderr
-    assert json.loads(out.read_text())["run"]["command"] == {"argv": ["/nonexistent/x"], "exit_code": 127}
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - t0 < 20 and out.exists()
 
 
 def test_hardware_for_the_cluster_from_the_nodes(tmp_path: pathlib.Path, agent_factory: Any) -> None:

@@ -677,6 +677,9 @@ def test_load_token_accepts_a_credential_delivered_with_an_acl(monkeypatch: pyte
             load_token(token)  # an ordinary 0440 file stays refused
         monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(directory))  # as systemd sets it
         assert load_token(token) == "0123456789abcdef0123456789abcdef"
+        token.chmod(0o444)  # readable by others: refused even there
+        with pytest.raises(TokenFileError, match="accessible by group or others"):
+            load_token(token)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -122,40 +123,88 @@ def _capture_line(line: bytes, t_arrival_ns: int, capture: TextIO) -> None:
         capture.write(json.dumps({"t_arrival_ns": t_arrival_ns, "status": status}) + "\n")
 
 
-async def _run_cmd(opts: RunOptions, capture: TextIO | None) -> int:
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *opts.command, stderr=asyncio.subprocess.PIPE if capture is not None else None
-        )
-    except OSError as exc:
-        opts.stderr.write(f"sparkwatch: cannot start {opts.command[0]}: {exc.strerror or exc}\n")
-        return 127
-    loop = asyncio.get_running_loop()
-    interrupts = 0
+class Interrupts:
+    """One SIGINT/SIGTERM policy for the whole run, so no signal can cut off the export.
 
-    def on_sigint() -> None:
-        # the terminal already sent Ctrl-C to CMD (same foreground group): passing it on would make it a
-        # second Ctrl-C, which harnesses read as "quit now, skip the results"
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1:
-            os._exit(130)
-        opts.stderr.write("sparkwatch: waiting for the command to stop (Ctrl-C again to quit at once)\n")
+    Ctrl-C: the terminal already sent it to CMD (same foreground group), so it is not passed on — that
+    would make it a second Ctrl-C, which harnesses read as "quit now, skip the results". The first one
+    only stops sparkwatch from starting CMD if it has not yet; the run is then ended and exported. A
+    second one exits at once. SIGTERM is passed on to CMD while it runs, and otherwise counts as Ctrl-C.
+    """
 
-    def on_sigterm() -> None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
+    def __init__(self, out: TextIO) -> None:
+        self.requested = asyncio.Event()
+        self.proc: asyncio.subprocess.Process | None = None
+        self._out = out
+        self._count = 0
 
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    try:
-        if capture is not None:
-            assert proc.stderr is not None
-            await _tee_status(proc.stderr, capture)
-        code = await proc.wait()
-    finally:
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, self._on_signal, False)
+        loop.add_signal_handler(signal.SIGTERM, self._on_signal, True)
+
+    def remove(self) -> None:
+        loop = asyncio.get_running_loop()
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
+
+    def _on_signal(self, term: bool) -> None:
+        running = self.proc is not None and self.proc.returncode is None
+        if term and running:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            return
+        self._count += 1
+        if self._count > 1:
+            os._exit(130)
+        self.requested.set()
+        what = "the command to stop" if running else "the run to be ended and exported"
+        self._out.write(f"sparkwatch: waiting for {what} (Ctrl-C again to quit at once)\n")
+
+
+#: After CMD exits, how long its stderr may still be read (a background child can hold the pipe open).
+TEE_DRAIN_S = 2.0
+
+
+async def _run_cmd(opts: RunOptions, capture: TextIO | None, interrupts: Interrupts) -> int:
+    if interrupts.requested.is_set():
+        opts.stderr.write("sparkwatch: interrupted before the command started\n")
+        return 130
+    # CMD's stderr goes to a pipe of our own, not asyncio's: asyncio's Process.wait() also waits for its
+    # pipes to close, which a background child of CMD holding stderr would put off indefinitely
+    read_fd, write_fd = os.pipe() if capture is not None else (-1, -1)
+    try:
+        proc = await asyncio.create_subprocess_exec(*opts.command, stderr=write_fd if capture else None)
+    except OSError as exc:
+        if capture is not None:
+            os.close(read_fd)
+        opts.stderr.write(f"sparkwatch: cannot start {opts.command[0]}: {exc.strerror or exc}\n")
+        return 127
+    finally:
+        if capture is not None:
+            os.close(write_fd)
+    interrupts.proc = proc
+    tee = pipe = None
+    if capture is not None:
+        reader = asyncio.StreamReader()
+        pipe, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
+        )
+        tee = asyncio.create_task(_tee_status(reader, capture))
+    try:
+        code = await proc.wait()
+        if tee is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(tee), TEE_DRAIN_S)
+            except TimeoutError:
+                log.warning("the command's stderr is still open (a background process?); capture stopped")
+    finally:
+        if tee is not None and not tee.done():
+            tee.cancel()
+            await asyncio.gather(tee, return_exceptions=True)
+        if pipe is not None:
+            pipe.close()
         if proc.returncode is None:  # we are failing: never leave the benchmark running behind us
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
@@ -173,6 +222,16 @@ async def _import(client: CoordinatorClient, run_id: str, opts: RunOptions, fmt:
         opts.stderr.write(f"sparkwatch: import of {path} ({fmt}) skipped: {exc}\n")
         return
     log.info("imported %d window(s) from %s (%s)", stored, path, fmt)
+
+
+def check_command(command: Sequence[str]) -> None:
+    """A command that cannot start is a mistake to report before a run is opened for it."""
+    program = command[0]
+    if "/" in program:
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            raise RunCommandError(f"cannot run {program}: no such executable file")
+    elif shutil.which(program) is None:
+        raise RunCommandError(f"cannot run {program}: not found on PATH")
 
 
 def check_output(path: Path) -> None:
@@ -194,19 +253,22 @@ async def run_command(opts: RunOptions) -> int:
         if path == LMX_STATUS_STREAM and fmt != "lmx-status":
             raise RunCommandError(f"only lmx-status can read CMD's stderr ({fmt}:- given)")
     check_output(opts.output or Path("sparkwatch-run.json"))
+    check_command(opts.command)
     if opts.clock_anchor is None:
         opts = replace(opts, clock_anchor=_anchor_now())
+    interrupts = Interrupts(opts.stderr)
     async with (
         _coordinator(opts) as target,
         CoordinatorClient(target) as client,
         contextlib.AsyncExitStack() as stack,
     ):
         opts = replace(opts, capture_dir=Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        proxy_stack = await stack.enter_async_context(contextlib.AsyncExitStack())
         poster = RunPoster(client)
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
             host, port = opts.proxy_listen
             config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
-            running = await stack.enter_async_context(running_proxy(host, port, config, poster))
+            running = await proxy_stack.enter_async_context(running_proxy(host, port, config, poster))
             opts.stderr.write(f"sparkwatch: proxy {running.url} -> {opts.proxy_upstream}\n")
         run = await client.create_run(opts.name or default_name(opts.command), interval_s=opts.interval_s)
         run_id = run["id"]
@@ -214,10 +276,13 @@ async def run_command(opts: RunOptions) -> int:
         poster.start()
         opts.stderr.write(f"sparkwatch: run {run_id} open on {target.url}\n")
         code: int | None = None
+        interrupts.install()
         try:
-            code = await _measure(opts, client, poster)
+            code = await _measure(opts, client, interrupts)
         finally:
+            await proxy_stack.aclose()  # requests still in flight end (and make their windows) first
             export = await _finish(opts, client, poster, run_id, code)
+            interrupts.remove()
     output = opts.output or Path(f"sparkwatch-{run_id}.json")
     if export is None:
         return code if code is not None else 1
@@ -225,7 +290,11 @@ async def run_command(opts: RunOptions) -> int:
         write_export(output, export)
     except OSError as exc:
         fallback = Path(tempfile.gettempdir()) / f"sparkwatch-{run_id}.json"
-        write_export(fallback, export)
+        try:
+            write_export(fallback, export)
+        except OSError as again:
+            opts.stderr.write(f"sparkwatch: cannot write {output} nor {fallback}: {again.strerror}\n")
+            return code if code is not None else 1
         opts.stderr.write(
             f"sparkwatch: cannot write {output} ({exc.strerror}); the export is in {fallback}\n"
         )
@@ -238,17 +307,27 @@ async def run_command(opts: RunOptions) -> int:
     return code
 
 
-async def _measure(opts: RunOptions, client: CoordinatorClient, poster: RunPoster) -> int:
+async def _measure(opts: RunOptions, client: CoordinatorClient, interrupts: Interrupts) -> int:
     """Wait for the nodes, then run CMD with the live line going; returns CMD's exit code."""
-    await wait_caught_up(client, time.time_ns(), opts.wait_nodes_s, interval_s=opts.interval_s)
+    waiting = asyncio.create_task(
+        wait_caught_up(client, time.time_ns(), opts.wait_nodes_s, interval_s=opts.interval_s)
+    )
+    stopped = asyncio.create_task(interrupts.requested.wait())
+    await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not waiting.done():
+        waiting.cancel()
+    outcome, _ = await asyncio.gather(waiting, stopped, return_exceptions=True)
+    if isinstance(outcome, CoordinatorError):
+        raise outcome
     tty = opts.stderr.isatty()
     every_s = opts.status_every_s or (1.0 if tty else 5.0)
     live = asyncio.create_task(_live(client, opts.stderr, every_s, tty))
     try:
         if any(p == LMX_STATUS_STREAM for _f, p in opts.imports):
             with _capture_path(opts).open("w") as capture:
-                return await _run_cmd(opts, capture)
-        return await _run_cmd(opts, None)
+                return await _run_cmd(opts, capture, interrupts)
+        return await _run_cmd(opts, None, interrupts)
     finally:
         live.cancel()
         await asyncio.gather(live, return_exceptions=True)
@@ -381,8 +460,12 @@ async def _wait_for(
 def write_text_atomically(path: Path, text: str) -> None:
     """Whole or not at all: a reader never sees half a file."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_export(path: Path, export: dict[str, Any]) -> None:

@@ -33,7 +33,9 @@ def load_token(path: Path) -> str:
         st = os.stat(path)
     except OSError as exc:
         raise TokenFileError(f"cannot read token file {path}: {exc.strerror}") from exc
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) and not _systemd_credential(path):
+    # a systemd credential's ACL mask shows as group bits; others' bits are refused everywhere
+    excused = stat.S_IRWXG if _systemd_credential(path) else 0
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) & ~excused:
         raise TokenFileError(
             f"token file {path} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):04o});"
             f" run: chmod 600 {path}"

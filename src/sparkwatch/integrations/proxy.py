@@ -71,7 +71,7 @@ class Proxy:
         self._sink = sink
         self._now_ns = now_ns
         self._instance = secrets.token_hex(3)  # window ids stay unique if the proxy restarts in a run
-        self._generation_requests = 0  # those without a phase header, for --warmup
+        self._warmup_taken = 0  # warm-up slots given to requests without a phase header
         self._windows_made = 0
         self._session: aiohttp.ClientSession | None = None
 
@@ -88,15 +88,19 @@ class Proxy:
             await self._session.close()
             self._session = None
 
-    def _phase(self, header: str | None, status: int) -> str:
-        """A valid phase header decides; otherwise the first ``warmup`` successful requests are warm-up
-        (a refused or failed request warms nothing up, so it does not use up a slot)."""
+    def _arrival_phase(self, header: str | None) -> str:
+        """A valid phase header decides; otherwise the first ``warmup`` requests to arrive are warm-up. The
+        slot is taken on arrival (a long cold first request stays the warm-up, however late it ends)."""
         if header is not None:
             return header
-        if status >= 400:
-            return "warmup" if self._generation_requests < self.config.warmup else "timed"
-        self._generation_requests += 1
-        return "warmup" if self._generation_requests <= self.config.warmup else "timed"
+        if self._warmup_taken < self.config.warmup:
+            self._warmup_taken += 1
+            return "warmup"
+        return "timed"
+
+    def _release_warmup(self) -> None:
+        """A failed warm-up warmed nothing up: the next request to arrive gets its slot."""
+        self._warmup_taken -= 1
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         t_start = self._now_ns()
@@ -105,6 +109,8 @@ class Proxy:
         header = request.headers.get(PHASE_HEADER)
         if generation and header is not None and not PHASE_RE.match(header):
             return json_error(400, "invalid_phase", f"{PHASE_HEADER} must match {PHASE_RE.pattern}")
+        phase = self._arrival_phase(header) if generation else "timed"
+        counted_warmup = generation and header is None and phase == "warmup"
         body = await request.read()
         headers = [
             (k, v)
@@ -122,7 +128,9 @@ class Proxy:
             log.warning("upstream %s: %s", url, exc)
             if generation:
                 notes = {"upstream_unreachable": True}
-                self._submit(request, header, (t_start, self._now_ns()), 502, watcher, notes=notes)
+                if counted_warmup:
+                    self._release_warmup()
+                self._submit(request, phase, (t_start, self._now_ns()), 502, watcher, notes=notes)
             return json_error(502, "bad_gateway", f"upstream {self.upstream} did not answer: {exc}")
         streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
@@ -165,15 +173,16 @@ class Proxy:
                     "client_disconnected": disconnected,
                     "upstream_broke_off": upstream_failed,
                 }
-                self._submit(
-                    request, header, (t_start, self._now_ns()), upstream.status, watcher, notes=notes
-                )
+                if counted_warmup and (upstream.status >= 400 or upstream_failed):
+                    self._release_warmup()
+                span = (t_start, self._now_ns())
+                self._submit(request, phase, span, upstream.status, watcher, notes=notes)
         return response
 
     def _submit(
         self,
         request: web.Request,
-        header: str | None,
+        phase: str,
         span: tuple[int, int],
         status: int,
         watcher: ResponseWatcher,
@@ -183,7 +192,6 @@ class Proxy:
         t_start = span[0]
         t_end = max(span)  # a wall clock stepped back mid-request must not make an invalid window
         stamps = watcher.finish(t_end)
-        phase = self._phase(header, status)
         self._windows_made += 1
         source: dict[str, object] = {
             "kind": "proxy",

@@ -58,12 +58,15 @@ class RunPoster:
         self._task = asyncio.create_task(self._loop(), name="sparkwatch-window-poster")
 
     async def _post(self, batch: list[Window]) -> None:
+        """Store or refuse every window of ``batch``. On a transit error the windows not yet handled go
+        back to the front of the queue (and only those: none is counted or refused twice)."""
         assert self.run_id is not None
         try:
             self.stored += await self._client.add_windows(self.run_id, batch)
             return
         except CoordinatorError as exc:
             if not exc.refused:
+                self._pending = batch + self._pending
                 raise
             if len(batch) == 1:
                 if exc.status == HTTP_CONFLICT:
@@ -72,16 +75,17 @@ class RunPoster:
                     log.error("window %s refused by the coordinator: %s", batch[0].id, exc)
                     self.refused.append((batch[0], str(exc)))
                 return
-        for window in batch:
-            await self._post([window])
+        for i, window in enumerate(batch):
+            try:
+                await self._post([window])
+            except CoordinatorError:
+                # the failed window is back at the front; the rest of the batch follows it
+                self._pending = self._pending[:1] + batch[i + 1 :] + self._pending[1:]
+                raise
 
     async def _post_pending(self) -> None:
         batch, self._pending = self._pending, []
-        try:
-            await self._post(batch)
-        except CoordinatorError:
-            self._pending = batch + self._pending
-            raise
+        await self._post(batch)
 
     async def _loop(self) -> None:
         retry_s = 0.5
