@@ -323,8 +323,8 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
         with tempfile.TemporaryDirectory(prefix="sparkwatch-hardware-") as tmp:
             nodes = load_nodes(args.nodes)
             async with (
-                running_coordinator(nodes, Path(tmp) / "hw.db", "127.0.0.1", 0, None) as running,
-                CoordinatorClient(CoordinatorTarget(running.url, None)) as client,
+                running_coordinator(nodes, Path(tmp) / "hw.db", "127.0.0.1", 0, None) as url,
+                CoordinatorClient(CoordinatorTarget(url, None)) as client,
             ):
                 return await wait_for_hellos(client, timeout_s=args.wait)
 
@@ -346,8 +346,8 @@ def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
         with tempfile.TemporaryDirectory(prefix="sparkwatch-check-") as tmp:
             specs = load_nodes(args.nodes or Path("nodes.toml"))
             async with (
-                running_coordinator(specs, Path(tmp) / "check.db", "127.0.0.1", 0, None) as running,
-                CoordinatorClient(CoordinatorTarget(running.url, None)) as client,
+                running_coordinator(specs, Path(tmp) / "check.db", "127.0.0.1", 0, None) as url,
+                CoordinatorClient(CoordinatorTarget(url, None)) as client,
             ):
                 return await wait_for_clocks(client, timeout_s=args.wait)
 

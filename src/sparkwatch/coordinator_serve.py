@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -27,16 +26,10 @@ class CoordinatorStartError(StartError):
     """Start-up failure the user can fix; printed as one line."""
 
 
-@dataclass(frozen=True, slots=True)
-class RunningCoordinator:
-    coordinator: Coordinator
-    url: str  # http://host:port of its API
-
-
 @contextlib.asynccontextmanager
 async def running_coordinator(
     nodes: Sequence[NodeSpec], db_path: Path, host: str, port: int, token: str | None
-) -> AsyncIterator[RunningCoordinator]:
+) -> AsyncIterator[str]:
     """Store, links and API up on host:port (0: any free port) until the block ends, then down in order.
     `sparkwatch coordinator` serves with it; `sparkwatch run`, `hardware` and the demo embed it."""
     store = Store(db_path)
@@ -51,7 +44,7 @@ async def running_coordinator(
         raise
     try:
         await coordinator.start()
-        yield RunningCoordinator(coordinator, url)
+        yield url  # http://host:port of its API
     finally:
         await coordinator.stop()
         await runner.cleanup()
@@ -70,8 +63,8 @@ async def serve(
         )
     stop = stop_on_signals()
     notifier = SystemdNotifier()
-    async with running_coordinator(nodes, db_path, host, port, token) as running:
-        log.info("coordinator listening on %s (%d nodes, db %s)", running.url, len(nodes), db_path)
+    async with running_coordinator(nodes, db_path, host, port, token) as url:
+        log.info("coordinator listening on %s (%d nodes, db %s)", url, len(nodes), db_path)
         notifier.ready(f"{len(nodes)} nodes")
         watchdog = asyncio.create_task(_watchdog(notifier))
         try:

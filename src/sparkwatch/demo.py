@@ -137,8 +137,8 @@ async def run_demo(opts: DemoOptions) -> int:
                 agent.sim.set_load(util_ratio=0.0, model_bytes=MODEL_BYTES_PER_NODE)
             specs = [NodeSpec(name=a.name, url=a.url) for a in agents]
             async with (
-                running_coordinator(specs, Path(tmp) / "demo.db", "127.0.0.1", 0, None) as coord,
-                CoordinatorClient(CoordinatorTarget(coord.url, None)) as client,
+                running_coordinator(specs, Path(tmp) / "demo.db", "127.0.0.1", 0, None) as coord_url,
+                CoordinatorClient(CoordinatorTarget(coord_url, None)) as client,
             ):
                 model = SimModel(SimModelSpec(tokens_per_s=opts.tokens_per_s), on_load=_load_driver(agents))
                 model_runner = web.AppRunner(make_sim_model_app(model), access_log=None)
@@ -152,8 +152,8 @@ async def run_demo(opts: DemoOptions) -> int:
                     poster = RunPoster(client, run["id"], batch_delay_s=0.05)
                     poster.start()
                     config = ProxyConfig(model_url, warmup=opts.warmup)
-                    async with running_proxy("127.0.0.1", 0, config, poster) as proxy:
-                        await _requests(proxy.url, opts, run["id"])
+                    async with running_proxy("127.0.0.1", 0, config, poster) as proxy_url:
+                        await _requests(proxy_url, opts, run["id"])
                     lost = await poster.close()
                     if lost:
                         raise DemoError(f"{len(lost)} window(s) were not stored: {lost[0].id} first")

@@ -79,9 +79,9 @@ async def _coordinator(opts: RunOptions) -> AsyncIterator[CoordinatorTarget]:
     nodes = load_nodes(opts.nodes_file)
     with tempfile.TemporaryDirectory(prefix="sparkwatch-run-") as tmp:
         db = opts.db or Path(tmp) / "run.db"
-        async with running_coordinator(nodes, db, "127.0.0.1", 0, None) as running:
-            log.info("embedded coordinator on %s (%d nodes, db %s)", running.url, len(nodes), db)
-            yield CoordinatorTarget(running.url, None)
+        async with running_coordinator(nodes, db, "127.0.0.1", 0, None) as url:
+            log.info("embedded coordinator on %s (%d nodes, db %s)", url, len(nodes), db)
+            yield CoordinatorTarget(url, None)
 
 
 async def _live(client: CoordinatorClient, out: TextIO, every_s: float, tty: bool) -> None:
@@ -268,8 +268,8 @@ async def run_command(opts: RunOptions) -> int:
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
             host, port = opts.proxy_listen
             config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
-            running = await proxy_stack.enter_async_context(running_proxy(host, port, config, poster))
-            opts.stderr.write(f"sparkwatch: proxy {running.url} -> {opts.proxy_upstream}\n")
+            proxy_url = await proxy_stack.enter_async_context(running_proxy(host, port, config, poster))
+            opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {opts.proxy_upstream}\n")
         run = await client.create_run(opts.name or default_name(opts.command), interval_s=opts.interval_s)
         run_id = run["id"]
         poster.run_id = run_id

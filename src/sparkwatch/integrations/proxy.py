@@ -229,12 +229,8 @@ def _within(t_ns: int | None, lo: int, hi: int) -> int | None:
     return None if t_ns is None else min(max(t_ns, lo), hi)
 
 
-PROXY = web.AppKey("proxy", Proxy)
-
-
 def make_proxy_app(proxy: Proxy) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app[PROXY] = proxy
     app.router.add_route("*", "/{tail:.*}", proxy.handle)
 
     async def lifecycle(_app: web.Application) -> AsyncIterator[None]:

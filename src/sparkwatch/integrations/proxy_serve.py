@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.integrations.proxy import Proxy, ProxyConfig, WindowSink, make_proxy_runner
@@ -15,23 +14,15 @@ from sparkwatch.lifecycle import StartError, start_site, stop_on_signals
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class RunningProxy:
-    url: str
-    proxy: Proxy
-
-
 @contextlib.asynccontextmanager
-async def running_proxy(
-    host: str, port: int, config: ProxyConfig, sink: WindowSink
-) -> AsyncIterator[RunningProxy]:
+async def running_proxy(host: str, port: int, config: ProxyConfig, sink: WindowSink) -> AsyncIterator[str]:
     if not config.upstream.startswith(("http://", "https://")):
         raise StartError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
     proxy = Proxy(config, sink)
     runner = make_proxy_runner(proxy)
     url = await start_site(runner, host, port)
     try:
-        yield RunningProxy(url, proxy)
+        yield url
     finally:
         await runner.cleanup()
 
@@ -41,10 +32,8 @@ async def serve_proxy(
 ) -> int:
     stop = stop_on_signals()
     if run_id is None:
-        async with running_proxy(host, port, config, PrintSink()) as running:
-            log.info(
-                "proxy on %s -> %s; no --run: windows are printed as JSON lines", running.url, config.upstream
-            )
+        async with running_proxy(host, port, config, PrintSink()) as url:
+            log.info("proxy on %s -> %s; no --run: windows are printed as JSON lines", url, config.upstream)
             await stop.wait()
         return 0
     assert target is not None
@@ -55,8 +44,8 @@ async def serve_proxy(
         poster = RunPoster(client, run_id)
         poster.start()
         try:
-            async with running_proxy(host, port, config, poster) as running:
-                log.info("proxy on %s -> %s; windows go to run %s", running.url, config.upstream, run_id)
+            async with running_proxy(host, port, config, poster) as url:
+                log.info("proxy on %s -> %s; windows go to run %s", url, config.upstream, run_id)
                 await stop.wait()
         finally:
             lost = await poster.close()
