@@ -13,8 +13,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+import pynvml
 from fake_nvml import write_control
+from sparkwatch_agent import nvml_direct
 from sparkwatch_agent.nvml_backend import NvmlBackend
+from sparkwatch_agent.nvml_direct import DirectReaders
 from sparkwatch_agent.readings import DeviceError
 
 HOST_TOTAL = 24 * 2**30
@@ -105,6 +108,68 @@ def test_injected_gpu_lost_and_field_failure(nvml_profile: Any, tmp_path: pathli
         with pytest.raises(DeviceError) as err:
             backend.read()
         assert err.value.reason == "GPU_IS_LOST"
+    finally:
+        backend.close()
+
+
+# ---- direct polling readers (nvml_direct) against the wrappers ---------------------------------------
+def _readings_without_energy(backend: NvmlBackend) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r._asdict().items() if k != "energy_j"} for r in backend.read()]
+
+
+@pytest.mark.parametrize("profile", ["gb10", "gb10-noenergy", "discrete"])
+def test_direct_readers_read_what_the_wrappers_read(nvml_profile: Any, profile: str) -> None:
+    nvml_profile(profile)
+    direct, wrapped = NvmlBackend(), NvmlBackend(direct=False)
+    direct_inventory, _ = direct.open(HOST_TOTAL)
+    wrapped_inventory, _ = wrapped.open(HOST_TOTAL)
+    try:
+        assert direct_inventory == wrapped_inventory
+        assert _readings_without_energy(direct) == _readings_without_energy(wrapped)
+        for d, w in zip(direct.read(), wrapped.read(), strict=True):  # the fake's counter moves per call
+            assert (d.energy_j is None) == (w.energy_j is None)
+            assert d.energy_j is None or w.energy_j is None or abs(d.energy_j - w.energy_j) < 1.0
+        # each polled field really has a direct reader (none fell back to its wrapper)
+        readers = DirectReaders(pynvml)
+        for gpu in direct_inventory.gpus:
+            for field, status in gpu.capabilities.items():
+                if status.polled and field != "memory_utilization":
+                    assert readers.reader(field, status.detail) is not None, field
+    finally:
+        direct.close()
+        wrapped.close()
+
+
+def test_direct_readers_report_nvml_errors_per_field(nvml_profile: Any, tmp_path: pathlib.Path) -> None:
+    control = tmp_path / "control"
+    nvml_profile("discrete", control)
+    backend = NvmlBackend()
+    backend.open(HOST_TOTAL)
+    try:
+        write_control(
+            control,
+            fail=["nvmlDeviceGetPowerUsage:999", "nvmlDeviceGetMemoryInfo:4"],
+            fail_field=["186:0:3"],
+        )
+        reading = backend.read()[0]
+        assert reading.power_w is None and reading.power_instant_w is None and reading.mem_used_bytes is None
+        assert set(reading.read_errors) == {
+            ("power", "UNKNOWN"),
+            ("power_instant", "NOT_SUPPORTED"),
+            ("memory_info", "NO_PERMISSION"),
+        }
+        assert reading.temperature_c is not None and reading.power_limit_w == 700.0
+    finally:
+        backend.close()
+
+
+def test_direct_process_reader_grows_its_buffer(nvml_profile: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml_profile("gb10")
+    monkeypatch.setattr(nvml_direct, "PROCESS_SLOTS", 0)  # NVML answers INSUFFICIENT_SIZE first
+    backend = NvmlBackend()
+    backend.open(HOST_TOTAL)
+    try:
+        assert [backend.read()[0].process_mem_bytes for _ in range(3)] == [9663676416] * 3
     finally:
         backend.close()
 

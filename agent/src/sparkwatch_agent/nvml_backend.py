@@ -16,6 +16,17 @@ from typing import Any
 import pynvml
 
 from sparkwatch_agent.gpu_backend import detect_memory_model
+from sparkwatch_agent.nvml_direct import (
+    CLOCK_SM,
+    FI_DEV_POWER_INSTANT,
+    POWER_SCOPES,
+    TEMPERATURE_GPU,
+    DirectReaders,
+    FieldValueError,
+    Out,
+    Reader,
+    field_value,
+)
 from sparkwatch_agent.readings import (
     GPU_FIELDS,
     DeviceError,
@@ -75,16 +86,6 @@ DEVICE_LEVEL_ERRORS = frozenset(
     }
 )
 
-FI_DEV_POWER_INSTANT = 186
-POWER_SCOPES = (("gpu", 0), ("module", 1))
-CLOCK_SM = 1
-TEMPERATURE_GPU = 0
-#: ctypes union member per NVML value type (nvmlValueType_t).
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-
-Out = dict[str, Any]
-Reader = Callable[[Any, Out], None]
-
 
 def nvml_reason(exc: BaseException) -> str:
     """NVML error name (e.g. ``NOT_SUPPORTED``) for an NVMLError, or the exception type for anything else."""
@@ -92,14 +93,6 @@ def nvml_reason(exc: BaseException) -> str:
     if isinstance(code, int):
         return NVML_ERROR_NAMES.get(code, f"NVML_{code}")
     return type(exc).__name__
-
-
-class FieldValueError(Exception):
-    """A per-entry failure inside nvmlDeviceGetFieldValues (the call itself succeeded)."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.value = code
 
 
 @dataclass(slots=True)
@@ -113,8 +106,12 @@ class _Device:
 class NvmlBackend:
     """GPU backend over an nvidia-ml-py-shaped module (the real ``pynvml`` unless a test injects one)."""
 
-    def __init__(self, lib: Any = pynvml, name: str = "nvml", simulated: bool = False) -> None:
+    def __init__(
+        self, lib: Any = pynvml, name: str = "nvml", simulated: bool = False, *, direct: bool = True
+    ) -> None:
+        """``direct=False`` polls through the wrappers only (tests compare the two paths)."""
         self.name = name
+        self._direct = direct
         self._simulated = simulated
         self._lib = lib
         self._devices: tuple[_Device, ...] = ()
@@ -254,12 +251,7 @@ class NvmlBackend:
             request = [(FI_DEV_POWER_INSTANT, scope)]
 
             def read(h: Any, out: Out) -> None:
-                value = lib.nvmlDeviceGetFieldValues(h, request)[0]
-                if value.nvmlReturn != 0:
-                    raise FieldValueError(int(value.nvmlReturn))
-                kind = value.valueType
-                raw = value.value.uiVal if kind == 1 else getattr(value.value, _VALUE_MEMBERS[kind])
-                out["power_instant_w"] = raw / 1000.0
+                out["power_instant_w"] = field_value(lib.nvmlDeviceGetFieldValues(h, request)[0]) / 1000.0
 
             return read
 
@@ -316,8 +308,11 @@ class NvmlBackend:
         }
 
     def _readers(self, caps: dict[str, FieldStatus]) -> dict[str, Reader]:
-        """The one reader per polled field; utilisation rates are read once for both ratios."""
+        """The one reader per polled field, direct where nvml_direct has one (else the probe's wrapper
+        reader); utilisation rates are read once for both ratios."""
         candidates = self._candidate_readers()
+        direct = DirectReaders(self._lib) if self._direct else None
+        with_memory_util = caps["memory_utilization"].polled
         chosen: dict[str, Reader] = {}
         for field in GPU_FIELDS:
             status = caps[field]
@@ -325,12 +320,16 @@ class NvmlBackend:
                 continue
             if field == "memory_utilization" and caps["utilization"].polled:
                 continue  # filled by the utilisation reader from the same call
+            fast = direct.reader(field, status.detail, with_memory_util=with_memory_util) if direct else None
+            if fast is not None:
+                chosen[field] = fast
+                continue
             for detail, reader in candidates[field]:
                 if detail == status.detail:
                     chosen[field] = reader
+                    if field == "utilization" and not with_memory_util:
+                        chosen[field] = _drop_key(reader, "mem_util_ratio")
                     break
-        if "utilization" in chosen and not caps["memory_utilization"].polled:
-            chosen["utilization"] = _drop_key(chosen["utilization"], "mem_util_ratio")
         return chosen
 
     # ---- sampling --------------------------------------------------------------------------------

@@ -7,11 +7,12 @@ gracefully on SIGTERM/SIGINT within ~1 s (a second SIGINT exits at once).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
+import threading
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -59,7 +60,9 @@ async def serve(config: AgentConfig) -> int:
     token = check_auth(config)
     loop = asyncio.get_running_loop()
     notifier = SystemdNotifier()
-    node = build_node(config, on_tick=notifier.watchdog)
+    reporter = SystemdReporter(notifier)
+    node = build_node(config, on_tick=reporter.on_tick if notifier.enabled else None)
+    reporter.snapshot = lambda: node.sampler.snapshot
     app = make_app(agent_context(node, token))
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
@@ -80,14 +83,8 @@ async def serve(config: AgentConfig) -> int:
             log.info(
                 "listening on http://%s:%d (node %s, backend %s)", host, port, config.node, config.backend
             )
-        status = status_line(node.sampler.snapshot)
-        notifier.ready(status)
-        while not stop.is_set():  # keep `systemctl status` true: a lost GPU or a new interval shows there
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), STATUS_EVERY_S)
-            if (now := status_line(node.sampler.snapshot)) != status:
-                status = now
-                notifier.send(f"STATUS={status}")
+        reporter.ready()
+        await stop.wait()
     finally:
         log.info("stopping")
         notifier.stopping()
@@ -98,6 +95,37 @@ async def serve(config: AgentConfig) -> int:
 
 
 STATUS_EVERY_S = 1.0
+
+
+class SystemdReporter:
+    """Feeds systemd's watchdog and keeps ``STATUS=`` true (a lost GPU or a new interval shows in
+    `systemctl status`), from the sampler thread's tick hook: the event loop never wakes for it. A
+    once-a-second asyncio timer for this cost ~0.4 ms of CPU a second, more than a 10 Hz tick."""
+
+    def __init__(self, notifier: SystemdNotifier, mono_s: Callable[[], float] = time.monotonic) -> None:
+        self._notifier = notifier
+        self._mono = mono_s
+        self._lock = threading.Lock()  # READY=1 comes from the loop thread, the rest from the sampler's
+        self._status: str | None = None  # None until READY=1 went out
+        self._next_check_s = 0.0
+        self.snapshot: Callable[[], Snapshot] | None = None
+
+    def ready(self) -> None:
+        assert self.snapshot is not None
+        with self._lock:
+            self._status = status_line(self.snapshot())
+            self._notifier.ready(self._status)
+
+    def on_tick(self) -> None:
+        self._notifier.watchdog()
+        now = self._mono()
+        if now < self._next_check_s or self.snapshot is None:
+            return
+        self._next_check_s = now + STATUS_EVERY_S
+        with self._lock:
+            if self._status is not None and (line := status_line(self.snapshot())) != self._status:
+                self._status = line
+                self._notifier.send(f"STATUS={line}")
 
 
 def status_line(snap: Snapshot) -> str:

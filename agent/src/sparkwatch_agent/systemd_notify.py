@@ -33,6 +33,11 @@ class SystemdNotifier:
         self._sock: socket.socket | None = None
 
     @property
+    def enabled(self) -> bool:
+        """Whether systemd listens (``$NOTIFY_SOCKET`` set); without it every method is a no-op."""
+        return self._address is not None
+
+    @property
     def watchdog_every_s(self) -> float:
         """How often WATCHDOG=1 should go out: half of systemd's WatchdogSec (1 s without one)."""
         return self._watchdog_every_s
@@ -52,7 +57,7 @@ class SystemdNotifier:
 
     def watchdog(self) -> None:
         now = self._mono()
-        if now - self._last_watchdog >= self._watchdog_every_s:
+        if self._address is not None and now - self._last_watchdog >= self._watchdog_every_s:
             self._last_watchdog = now
             self.send("WATCHDOG=1")
 
