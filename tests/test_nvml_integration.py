@@ -6,14 +6,15 @@ import asyncio
 import json
 import pathlib
 import time
+import types
 import urllib.error
 import urllib.request
 from typing import Any
 
 import aiohttp
+import pynvml
 import pytest
 
-import pynvml
 from fake_nvml import write_control
 from sparkwatch_agent import nvml_direct
 from sparkwatch_agent.nvml_backend import NvmlBackend
@@ -170,6 +171,20 @@ def test_direct_process_reader_grows_its_buffer(nvml_profile: Any, monkeypatch: 
     backend.open(HOST_TOTAL)
     try:
         assert [backend.read()[0].process_mem_bytes for _ in range(3)] == [9663676416] * 3
+    finally:
+        backend.close()
+
+
+def test_a_binding_without_a_borrowed_struct_keeps_that_fields_wrapper(nvml_profile: Any) -> None:
+    nvml_profile("discrete")
+    names = [n for n in dir(pynvml) if not n.startswith("__") and n != "c_nvmlMemory_t"]
+    partial = types.SimpleNamespace(**{n: getattr(pynvml, n) for n in names})
+    assert DirectReaders(partial).reader("memory_info", None) is None
+    assert DirectReaders(partial).reader("power", None) is not None
+    backend = NvmlBackend(lib=partial)
+    backend.open(HOST_TOTAL)
+    try:
+        assert backend.read()[1].mem_used_bytes == 21 * 2**30
     finally:
         backend.close()
 

@@ -74,6 +74,12 @@ class DirectReaders:
         """The reader for ``field`` read the way the probe chose (``detail``), or ``None``."""
         if not self.available:
             return None
+        try:
+            return self._build(field, detail, with_memory_util)
+        except AttributeError:  # a binding without one of the structs we borrow: its wrapper still works
+            return None
+
+    def _build(self, field: str, detail: str | None, with_memory_util: bool) -> Reader | None:
         if field == "power":
             return self._uint("nvmlDeviceGetPowerUsage", "power_w", div=1000.0)
         if field == "power_instant":
