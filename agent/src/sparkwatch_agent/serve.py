@@ -117,12 +117,12 @@ class SystemdReporter:
             self._notifier.ready(self._status)
 
     def on_tick(self) -> None:
-        self._notifier.watchdog()
         now = self._mono()
-        if now < self._next_check_s or self.snapshot is None:
-            return
-        self._next_check_s = now + STATUS_EVERY_S
-        with self._lock:
+        with self._lock:  # one socket, created by whichever thread sends first
+            self._notifier.watchdog()
+            if now < self._next_check_s or self.snapshot is None:
+                return
+            self._next_check_s = now + STATUS_EVERY_S
             if self._status is not None and (line := status_line(self.snapshot())) != self._status:
                 self._status = line
                 self._notifier.send(f"STATUS={line}")
