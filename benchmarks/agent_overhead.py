@@ -65,7 +65,7 @@ async def consume(url: str, seconds: float) -> int:
 
 #: The floor at the same rate: same imports, the same NVML calls and one /proc/meminfo read per tick in a
 #: bare absolute-deadline loop, nothing else (no sample objects, no JSON, no HTTP, no stream). It waits
-#: with time.sleep, the cheapest wake-up measured here (the sampler uses it for short waits too).
+#: with time.sleep, the cheapest wake-up measured here (the sampler's lock wait costs ~20 µs more).
 FLOOR = """
 import time
 import aiohttp, prometheus_client, psutil, sparkwatch_agent.serve

@@ -27,7 +27,7 @@ def floor():
     while deadline < end:
         now = time.monotonic_ns()
         if now < deadline:
-            time.sleep((deadline - now) / 1e9)  # the sampler's own wait at short intervals
+            time.sleep((deadline - now) / 1e9)  # the cheapest wait (the sampler's is a lock)
             continue
         late.append(now - deadline)
         ticks.append(now)

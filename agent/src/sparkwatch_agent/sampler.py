@@ -32,11 +32,6 @@ from sparkwatch_agent.sample import Sample, encode_sample
 log = logging.getLogger(__name__)
 
 MAX_WAIT_S = 1.0
-#: Waits up to this long are plain sleeps, not interruptible: a wake-up from ``time.sleep`` cost ~90 µs of
-#: CPU on a 2-core VM against ~110 µs for a lock with a timeout and ~150 µs for ``Event.wait`` (whose
-#: Condition allocates a lock per wait); at 10 Hz the wake-up is a third of the tick. A stop or a lease
-#: change is then seen within this time.
-SLEEP_MAX_S = 0.25
 
 
 class MemoryReader(Protocol):
@@ -287,8 +282,7 @@ class Sampler:
         self._thread.start()
 
     def wake(self) -> None:
-        """Re-read the interval (after a lease change) now, or within SLEEP_MAX_S, instead of at the next
-        deadline."""
+        """Re-read the interval now (after a lease change) instead of at the next deadline."""
         self._woken = True
         with contextlib.suppress(RuntimeError):  # already released: a wake-up is pending
             self._wake.release()
@@ -314,11 +308,11 @@ class Sampler:
         while not self._stop.is_set():
             now = mono()
             if now < deadline:
-                wait_s = (deadline - now) / 1e9
-                if wait_s <= SLEEP_MAX_S:
-                    time.sleep(wait_s)
-                else:  # interruptible, and at most a second so the watchdog hears from us
-                    self._wake.acquire(True, min(wait_s, MAX_WAIT_S))
+                # A lock with a timeout: a wake-up cost ~110 µs of CPU here against ~150 µs for Event.wait
+                # (whose Condition allocates a lock per wait). time.sleep (~90 µs) was tried and dropped:
+                # under libfaketime (the clock-skew test) it hangs, then fails with EINVAL.
+                # At most a second at a time, so the watchdog hears from us even at long intervals.
+                self._wake.acquire(True, min((deadline - now) / 1e9, MAX_WAIT_S))
                 if self._on_tick is not None:
                     self._on_tick()
                 if self._woken:
