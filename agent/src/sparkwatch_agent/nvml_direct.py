@@ -86,7 +86,8 @@ class DirectReaders:
             scopes = {f"scope={name}": scope for name, scope in POWER_SCOPES}
             return self._instant_power(scopes[detail]) if detail in scopes else None
         if field == "energy":
-            return self._energy()
+            name, c_u64 = "nvmlDeviceGetTotalEnergyConsumption", ctypes.c_uint64
+            return self._uint(name, "energy_j", div=1000.0, ctype=c_u64)
         if field == "utilization":
             return self._utilization(with_memory_util)
         if field == "memory_info":
@@ -105,15 +106,22 @@ class DirectReaders:
 
     # ---- one per call shape ----------------------------------------------------------------------
     def _uint(
-        self, name: str, key: str, *, mul: float = 1.0, div: float = 1.0, selector: int | None = None
+        self,
+        name: str,
+        key: str,
+        *,
+        mul: float = 1.0,
+        div: float = 1.0,
+        selector: int | None = None,
+        ctype: type[ctypes.c_uint] | type[ctypes.c_uint64] = ctypes.c_uint,
     ) -> Reader | None:
-        """``fn(handle, [selector,] unsigned int *)``; the value as a float, ``* mul / div`` (the same
-        operations as the wrapper-based reader, so the floats are identical)."""
+        """``fn(handle, [selector,] ctype *)``; the value as a float, ``* mul / div`` (the same operations
+        as the wrapper-based reader, so the floats are identical; exact for counters below 2**53)."""
         fn = self._fn(name)
         if fn is None:
             return None
         error = self._lib.NVMLError
-        value = ctypes.c_uint()
+        value = ctype()
         ref = ctypes.byref(value)
         if selector is None:
 
@@ -149,22 +157,6 @@ class DirectReaders:
             if ret:
                 raise error(ret)
             out["power_instant_w"] = field_value(entry) / 1000.0
-
-        return read
-
-    def _energy(self) -> Reader | None:
-        fn = self._fn("nvmlDeviceGetTotalEnergyConsumption")
-        if fn is None:
-            return None
-        error = self._lib.NVMLError
-        value = ctypes.c_uint64()
-        ref = ctypes.byref(value)
-
-        def read(h: Any, out: Out) -> None:
-            ret = fn(h, ref)
-            if ret:
-                raise error(ret)
-            out["energy_j"] = value.value / 1000.0
 
         return read
 
