@@ -18,7 +18,6 @@ import pytest
 from fake_nvml import write_control
 from sparkwatch_agent import nvml_direct
 from sparkwatch_agent.nvml_backend import NvmlBackend
-from sparkwatch_agent.nvml_direct import DirectReaders
 from sparkwatch_agent.readings import DeviceError
 
 HOST_TOTAL = 24 * 2**30
@@ -130,12 +129,13 @@ def test_direct_readers_read_what_the_wrappers_read(nvml_profile: Any, profile: 
         for d, w in zip(direct.read(), wrapped.read(), strict=True):  # the fake's counter moves per call
             assert (d.energy_j is None) == (w.energy_j is None)
             assert d.energy_j is None or w.energy_j is None or abs(d.energy_j - w.energy_j) < 1.0
-        # each polled field really has a direct reader (none fell back to its wrapper)
-        readers = DirectReaders(pynvml)
-        for gpu in direct_inventory.gpus:
-            for field, status in gpu.capabilities.items():
-                if status.polled and field != "memory_utilization":
-                    assert readers.reader(field, status.detail) is not None, field
+        # each polled field really is read directly (none fell back to its wrapper), and not by accident
+        assert direct.wrapped_fields == {gpu.index: () for gpu in direct_inventory.gpus}
+        assert wrapped.wrapped_fields[0] == tuple(
+            f
+            for f, s in direct_inventory.gpus[0].capabilities.items()
+            if s.polled and f != "memory_utilization"
+        )
     finally:
         direct.close()
         wrapped.close()
@@ -179,11 +179,10 @@ def test_a_binding_without_a_borrowed_struct_keeps_that_fields_wrapper(nvml_prof
     nvml_profile("discrete")
     names = [n for n in dir(pynvml) if not n.startswith("__") and n != "c_nvmlMemory_t"]
     partial = types.SimpleNamespace(**{n: getattr(pynvml, n) for n in names})
-    assert DirectReaders(partial).reader("memory_info", None) is None
-    assert DirectReaders(partial).reader("power", None) is not None
     backend = NvmlBackend(lib=partial)
     backend.open(HOST_TOTAL)
     try:
+        assert backend.wrapped_fields == {0: ("memory_info",), 1: ("memory_info",)}
         assert backend.read()[1].mem_used_bytes == 21 * 2**30
     finally:
         backend.close()

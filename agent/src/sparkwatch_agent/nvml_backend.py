@@ -16,11 +16,14 @@ from typing import Any
 import pynvml
 
 from sparkwatch_agent.gpu_backend import detect_memory_model
+from sparkwatch_agent.nvml_codes import DEVICE_LEVEL_ERRORS, error_name
 from sparkwatch_agent.nvml_direct import (
     CLOCK_SM,
     FI_DEV_POWER_INSTANT,
     POWER_SCOPES,
     TEMPERATURE_GPU,
+    VALUE_SLOTS,
+    DirectDevice,
     DirectReaders,
     FieldValueError,
     Out,
@@ -39,60 +42,11 @@ from sparkwatch_agent.readings import (
 
 log = logging.getLogger(__name__)
 
-#: NVML return codes (nvml.h), stable across drivers; kept here so a fake binding needs only NVMLError.
-NVML_ERROR_NAMES: dict[int, str] = {
-    1: "UNINITIALIZED",
-    2: "INVALID_ARGUMENT",
-    3: "NOT_SUPPORTED",
-    4: "NO_PERMISSION",
-    5: "ALREADY_INITIALIZED",
-    6: "NOT_FOUND",
-    7: "INSUFFICIENT_SIZE",
-    8: "INSUFFICIENT_POWER",
-    9: "DRIVER_NOT_LOADED",
-    10: "TIMEOUT",
-    11: "IRQ_ISSUE",
-    12: "LIBRARY_NOT_FOUND",
-    13: "FUNCTION_NOT_FOUND",
-    14: "CORRUPTED_INFOROM",
-    15: "GPU_IS_LOST",
-    16: "RESET_REQUIRED",
-    17: "OPERATING_SYSTEM",
-    18: "LIB_RM_VERSION_MISMATCH",
-    19: "IN_USE",
-    20: "MEMORY",
-    21: "NO_DATA",
-    22: "VGPU_ECC_NOT_SUPPORTED",
-    23: "INSUFFICIENT_RESOURCES",
-    24: "FREQ_NOT_SUPPORTED",
-    25: "ARGUMENT_VERSION_MISMATCH",
-    26: "DEPRECATED",
-    27: "NOT_READY",
-    28: "GPU_NOT_FOUND",
-    29: "INVALID_STATE",
-    999: "UNKNOWN",
-}
-
-#: Codes that mean the device or library is gone, not that one field is missing.
-DEVICE_LEVEL_ERRORS = frozenset(
-    {
-        "UNINITIALIZED",
-        "DRIVER_NOT_LOADED",
-        "LIBRARY_NOT_FOUND",
-        "GPU_IS_LOST",
-        "RESET_REQUIRED",
-        "LIB_RM_VERSION_MISMATCH",
-        "GPU_NOT_FOUND",
-    }
-)
-
 
 def nvml_reason(exc: BaseException) -> str:
     """NVML error name (e.g. ``NOT_SUPPORTED``) for an NVMLError, or the exception type for anything else."""
     code = getattr(exc, "value", None)
-    if isinstance(code, int):
-        return NVML_ERROR_NAMES.get(code, f"NVML_{code}")
-    return type(exc).__name__
+    return error_name(code) if isinstance(code, int) else type(exc).__name__
 
 
 @dataclass(slots=True)
@@ -100,7 +54,8 @@ class _Device:
     index: int
     handle: Any
     uuid: str
-    pairs: tuple[tuple[str, Reader], ...]
+    direct: DirectDevice | None  # the polled fields it covers are read through it
+    pairs: tuple[tuple[str, Reader], ...]  # the other polled fields, through their wrappers
 
 
 class NvmlBackend:
@@ -179,7 +134,7 @@ class NvmlBackend:
                     capabilities=caps,
                 )
             )
-            devices.append(_Device(index, handle, uuid, tuple(self._readers(caps).items())))
+            devices.append(self._device(index, handle, uuid, caps))
         self._devices = tuple(devices)
         inventory = GpuInventory(
             backend=self.name,
@@ -307,30 +262,37 @@ class NvmlBackend:
             "process_memory": [(None, process_memory)],
         }
 
-    def _readers(self, caps: dict[str, FieldStatus]) -> dict[str, Reader]:
-        """The one reader per polled field, direct where nvml_direct has one (else the probe's wrapper
-        reader); utilisation rates are read once for both ratios."""
-        candidates = self._candidate_readers()
-        direct = DirectReaders(self._lib) if self._direct else None
+    def _device(self, index: int, handle: Any, uuid: str, caps: dict[str, FieldStatus]) -> _Device:
+        """The device's readers: direct for what nvml_direct covers, else the probe's wrapper reader.
+        Utilisation rates are read once for both ratios."""
         with_memory_util = caps["memory_utilization"].polled
-        chosen: dict[str, Reader] = {}
+        polled = {
+            field: status.detail
+            for field, status in caps.items()
+            if status.polled and not (field == "memory_utilization" and caps["utilization"].polled)
+        }
+        direct = (
+            DirectReaders(self._lib).device(handle, polled, with_memory_util=with_memory_util)
+            if self._direct
+            else None
+        )
+        covered = direct.fields if direct is not None else ()
+        candidates = self._candidate_readers()
+        pairs: list[tuple[str, Reader]] = []
         for field in GPU_FIELDS:
-            status = caps[field]
-            if not status.polled:
-                continue
-            if field == "memory_utilization" and caps["utilization"].polled:
-                continue  # filled by the utilisation reader from the same call
-            fast = direct.reader(field, status.detail, with_memory_util=with_memory_util) if direct else None
-            if fast is not None:
-                chosen[field] = fast
+            if field not in polled or field in covered:
                 continue
             for detail, reader in candidates[field]:
-                if detail == status.detail:
-                    chosen[field] = reader
-                    if field == "utilization" and not with_memory_util:
-                        chosen[field] = _drop_key(reader, "mem_util_ratio")
+                if detail == caps[field].detail:
+                    drop = field == "utilization" and not with_memory_util
+                    pairs.append((field, _drop_key(reader, "mem_util_ratio") if drop else reader))
                     break
-        return chosen
+        return _Device(index, handle, uuid, direct, tuple(pairs))
+
+    @property
+    def wrapped_fields(self) -> dict[int, tuple[str, ...]]:
+        """Per GPU index, the polled fields read through nvidia-ml-py's wrappers rather than directly."""
+        return {dev.index: tuple(field for field, _ in dev.pairs) for dev in self._devices}
 
     # ---- sampling --------------------------------------------------------------------------------
     def read(self) -> tuple[GpuReading, ...]:
@@ -339,17 +301,25 @@ class NvmlBackend:
         nvml_error = self._lib.NVMLError
         readings = []
         for dev in self._devices:
-            out: Out = {}
-            errors: list[tuple[str, str]] = []
+            values, errors = dev.direct.read() if dev.direct is not None else ([None] * len(VALUE_SLOTS), [])
             for field, reader in dev.pairs:
+                out: Out = {}
                 try:
                     reader(dev.handle, out)
                 except (nvml_error, FieldValueError, ValueError) as exc:
-                    reason = nvml_reason(exc) if not isinstance(exc, ValueError) else "OUT_OF_RANGE"
+                    errors.append(
+                        (field, nvml_reason(exc) if not isinstance(exc, ValueError) else "OUT_OF_RANGE")
+                    )
+                    continue
+                for key, value in out.items():
+                    values[VALUE_SLOTS[key]] = value
+            if errors:
+                for field, reason in errors:
                     if reason in DEVICE_LEVEL_ERRORS:
-                        raise DeviceError(reason, f"reading {field} on GPU {dev.index}") from exc
-                    errors.append((field, reason))
-            readings.append(GpuReading(gpu_index=dev.index, uuid=dev.uuid, read_errors=tuple(errors), **out))
+                        raise DeviceError(reason, f"reading {field} on GPU {dev.index}")
+                if len(errors) > 1:
+                    errors.sort(key=lambda e: GPU_FIELDS.index(e[0]))
+            readings.append(GpuReading._make((dev.index, dev.uuid, *values, tuple(errors))))
         return tuple(readings)
 
 

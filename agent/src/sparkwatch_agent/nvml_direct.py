@@ -1,22 +1,29 @@
-"""Polling readers that call the NVML entry points nvidia-ml-py resolved, with their arguments built once.
+"""Polling that calls the NVML entry points nvidia-ml-py resolved, into one buffer per device.
 
 nvidia-ml-py's wrappers allocate a result struct, look the function up under a lock and check the return
-code on every call; for processes they call NVML twice and build a Python object per process. At 10 Hz,
-with caches cold after each sleep, the seven wrapped calls of a GB10 tick took ~240 µs of CPU here against
-~110 µs for the same C calls with preallocated arguments (``benchmarks/tick_cost.py`` has the warm figure).
+code on every call; for processes they call NVML twice and build a Python object per process; their
+structs read every member through a Python ``__getattribute__``. Here each device gets one buffer with a
+place for every polled result, each C call's arguments are built once, and one precompiled ``struct``
+unpack decodes the whole buffer after the calls. After each sleep the caches are cold, and what a tick
+costs then follows how much distinct code it runs: at 10 Hz a GB10 read took ~190 µs of CPU through
+per-field readers and ~120 µs this way (``benchmarks/tick_cost.py`` has the warm figures).
 
-Each reader calls the same C function with the same arguments as the wrapper it replaces, so probing
-(which still goes through the wrappers) and polling read the same values; a test holds them equal on every
-fake-library profile. Readers are built per device (they own their buffers) and only for the sampler
-thread. A binding without nvidia-ml-py's function table (a test double) gets ``None`` here and keeps the
-wrappers.
+Each call is the one the wrapper makes, with the same arguments and the same arithmetic on the result,
+so probing (which still goes through the wrappers) and polling read the same values; a test holds them
+equal on every fake-library profile. Layouts come from nvidia-ml-py's own ctypes structs. A binding
+without the function table (a test double) gets no direct device; one without a struct, or without a
+symbol, keeps that field's wrapper.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from sparkwatch_agent.nvml_codes import NVML_ERROR_INSUFFICIENT_SIZE, error_name
+from sparkwatch_agent.readings import GpuReading
 
 Out = dict[str, Any]
 Reader = Callable[[Any, Out], None]
@@ -26,11 +33,17 @@ FI_DEV_POWER_INSTANT = 186
 POWER_SCOPES = (("gpu", 0), ("module", 1))
 CLOCK_SM = 1
 TEMPERATURE_GPU = 0
-NVML_ERROR_INSUFFICIENT_SIZE = 7
 #: ctypes union member per NVML value type (nvmlValueType_t).
 VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+VALUE_TYPE_UINT = 1
 #: Process slots allocated up front; grown (and kept) when NVML says more are running.
 PROCESS_SLOTS = 32
+#: Bytes of the per-device result buffer (a GB10 needs ~90, a discrete GPU ~120).
+BUFFER_BYTES = 256
+
+#: Index of each GpuReading value (power_w … process_mem_bytes) in the list a read returns.
+VALUE_SLOTS: dict[str, int] = {key: i for i, key in enumerate(GpuReading._fields[2:-1])}
+_UNSIGNED = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
 
 class FieldValueError(Exception):
@@ -46,7 +59,7 @@ def field_value(entry: Any) -> float | int:
     if entry.nvmlReturn != 0:
         raise FieldValueError(int(entry.nvmlReturn))
     kind = entry.valueType
-    if kind == 1:
+    if kind == VALUE_TYPE_UINT:
         return int(entry.value.uiVal)
     if not 0 <= kind < len(VALUE_MEMBERS):
         raise ValueError(f"unknown NVML value type {kind}")
@@ -54,172 +67,312 @@ def field_value(entry: Any) -> float | int:
     return value
 
 
-class DirectReaders:
-    """Builds readers over one nvidia-ml-py module; ``available`` is False for a binding without the
-    function table, and a reader whose symbol the library lacks is ``None`` (the wrapper then reports)."""
+class _Layout:
+    """Places results in the buffer and lists the unsigned integers to decode, in offset order."""
 
-    def __init__(self, lib: Any) -> None:
+    def __init__(self) -> None:
+        self.size = 0
+        self.decoded: list[tuple[int, int]] = []  # (offset, bytes)
+
+    def mark(self) -> tuple[int, int]:
+        return self.size, len(self.decoded)
+
+    def reset(self, mark: tuple[int, int]) -> None:
+        self.size, count = mark
+        del self.decoded[count:]
+
+    def place(self, nbytes: int, align: int = 8) -> int:
+        offset = -(-self.size // align) * align
+        if offset + nbytes > BUFFER_BYTES:
+            raise ValueError("result buffer too small")
+        self.size = offset + nbytes
+        return offset
+
+    def decode(self, offset: int, nbytes: int) -> int:
+        """Index in the unpacked tuple of the integer at ``offset``."""
+        if self.decoded and offset < sum(self.decoded[-1]):
+            raise ValueError("results must be decoded in offset order")
+        self.decoded.append((offset, nbytes))
+        return len(self.decoded) - 1
+
+    def compile(self) -> struct.Struct:
+        fmt, at = ["="], 0
+        for offset, nbytes in self.decoded:
+            fmt.append(f"{offset - at}x{_UNSIGNED[nbytes]}")
+            at = offset + nbytes
+        return struct.Struct("".join(fmt))
+
+
+class DirectDevice:
+    """One device's polled fields: ``read`` makes every C call, then decodes the buffer once.
+
+    ``fields`` lists what it covers; the backend reads any other polled field through its wrapper.
+    """
+
+    def __init__(self, lib: Any, lookup: Callable[[str], Any], handle: Any) -> None:
         self._lib = lib
-        self._lookup: Callable[[str], Any] | None = getattr(lib, "_nvmlGetFunctionPointer", None)
-        self.available = self._lookup is not None and hasattr(lib, "c_nvmlFieldValue_t")
+        self._lookup = lookup
+        self._handle = handle
+        self._buf = (ctypes.c_char * BUFFER_BYTES)()
+        self._layout = _Layout()
+        self._calls: list[tuple[Any, tuple[Any, ...]]] = []
+        self._unpack: Callable[[Any], tuple[int, ...]] = struct.Struct("=").unpack_from
+        self.fields: tuple[str, ...] = ()
+        # (field, call, slot, raw, mul, div): value = raw * mul / div
+        self._scalars: list[tuple[str, int, int, int, float, float]] = []
+        self._utilization: tuple[int, int, int, bool] | None = None  # call, raw gpu, raw memory, +memory
+        self._memory: tuple[int, int, int] | None = None  # call, raw total, raw used
+        self._instant: tuple[int, int, int, int, tuple[Any, ...]] | None = (
+            None  # call, type, ret, uint, views
+        )
+        self._process: int | None = None  # call
+        self._process_count = ctypes.c_uint()
+        self._process_buf: Any = None
+        self._process_slots = 0
+        self._process_size = 0
+        self._process_used: struct.Struct | None = None
+        self._not_available = 0
+
+    # ---- building --------------------------------------------------------------------------------
+    def build(self, polled: Mapping[str, str | None], with_memory_util: bool) -> None:
+        """Cover each polled field (name → the probe's detail) that this binding can read directly."""
+        covered = []
+        for field, detail in polled.items():
+            mark = self._layout.mark()
+            try:
+                ok = self._add(field, detail, with_memory_util)
+            except (AttributeError, ValueError):  # a binding without a struct we borrow, or odd layout
+                ok = False
+            if ok:
+                covered.append(field)
+            else:
+                self._layout.reset(mark)
+        self.fields = tuple(covered)
+        self._unpack = self._layout.compile().unpack_from
 
     def _fn(self, name: str) -> Any:
-        assert self._lookup is not None
         try:
             return self._lookup(name)
         except self._lib.NVMLError:
             return None
 
-    def reader(self, field: str, detail: str | None, *, with_memory_util: bool = False) -> Reader | None:
-        """The reader for ``field`` read the way the probe chose (``detail``), or ``None``."""
-        if not self.available:
-            return None
-        try:
-            return self._build(field, detail, with_memory_util)
-        except AttributeError:  # a binding without one of the structs we borrow: its wrapper still works
-            return None
+    def _call(self, fn: Any, args: tuple[Any, ...]) -> int:
+        self._calls.append((fn, args))
+        return len(self._calls) - 1
 
-    def _build(self, field: str, detail: str | None, with_memory_util: bool) -> Reader | None:
+    def _at(self, offset: int) -> Any:
+        return ctypes.byref(self._buf, offset)
+
+    def _add(self, field: str, detail: str | None, with_memory_util: bool) -> bool:
+        u32, u64 = ctypes.c_uint, ctypes.c_uint64
         if field == "power":
-            return self._uint("nvmlDeviceGetPowerUsage", "power_w", div=1000.0)
+            return self._scalar(field, "nvmlDeviceGetPowerUsage", "power_w", u32, div=1000.0)
+        if field == "energy":
+            return self._scalar(field, "nvmlDeviceGetTotalEnergyConsumption", "energy_j", u64, div=1000.0)
+        if field == "power_limit":
+            kind = {"enforced": "Enforced", "management": "PowerManagement"}.get(detail or "")
+            name = f"nvmlDeviceGet{kind}PowerLimit"
+            return kind is not None and self._scalar(field, name, "power_limit_w", u32, div=1000.0)
+        if field == "temperature":
+            name, key = "nvmlDeviceGetTemperature", "temperature_c"
+            return self._scalar(field, name, key, u32, selector=TEMPERATURE_GPU)
+        if field == "sm_clock":
+            name, key = "nvmlDeviceGetClockInfo", "sm_clock_hz"
+            return self._scalar(field, name, key, u32, mul=1e6, selector=CLOCK_SM)
         if field == "power_instant":
             scopes = {f"scope={name}": scope for name, scope in POWER_SCOPES}
-            return self._instant_power(scopes[detail]) if detail in scopes else None
-        if field == "energy":
-            name, c_u64 = "nvmlDeviceGetTotalEnergyConsumption", ctypes.c_uint64
-            return self._uint(name, "energy_j", div=1000.0, ctype=c_u64)
+            return detail in scopes and self._add_instant(scopes[detail or ""])
         if field == "utilization":
-            return self._utilization(with_memory_util)
+            return self._add_utilization(with_memory_util)
         if field == "memory_info":
-            return self._memory_info()
-        if field == "power_limit":
-            names = {"enforced": "Enforced", "management": "PowerManagement"}
-            kind = names.get(detail or "")
-            return self._uint(f"nvmlDeviceGet{kind}PowerLimit", "power_limit_w", div=1000.0) if kind else None
-        if field == "temperature":
-            return self._uint("nvmlDeviceGetTemperature", "temperature_c", selector=TEMPERATURE_GPU)
-        if field == "sm_clock":
-            return self._uint("nvmlDeviceGetClockInfo", "sm_clock_hz", mul=1e6, selector=CLOCK_SM)
+            return self._add_memory_info()
         if field == "process_memory":
-            return self._process_memory()
-        return None
+            return self._add_process_memory()
+        return False
 
-    # ---- one per call shape ----------------------------------------------------------------------
-    def _uint(
+    def _scalar(
         self,
+        field: str,
         name: str,
         key: str,
+        ctype: type[ctypes.c_uint] | type[ctypes.c_uint64],
         *,
         mul: float = 1.0,
         div: float = 1.0,
         selector: int | None = None,
-        ctype: type[ctypes.c_uint] | type[ctypes.c_uint64] = ctypes.c_uint,
-    ) -> Reader | None:
-        """``fn(handle, [selector,] ctype *)``; the value as a float, ``* mul / div`` (the same operations
-        as the wrapper-based reader, so the floats are identical; exact for counters below 2**53)."""
+    ) -> bool:
+        """``fn(handle, [selector,] ctype *)``, its value as ``raw * mul / div`` (the wrapper-based
+        reader's operations, so the floats are identical; exact for counters below 2**53)."""
         fn = self._fn(name)
         if fn is None:
-            return None
-        error = self._lib.NVMLError
-        value = ctype()
-        ref = ctypes.byref(value)
-        if selector is None:
+            return False
+        size = ctypes.sizeof(ctype)
+        offset = self._layout.place(size)
+        raw = self._layout.decode(offset, size)
+        out = self._at(offset)
+        args = (self._handle, out) if selector is None else (self._handle, ctypes.c_uint(selector), out)
+        self._scalars.append((field, self._call(fn, args), VALUE_SLOTS[key], raw, mul, div))
+        return True
 
-            def read(h: Any, out: Out) -> None:
-                ret = fn(h, ref)
-                if ret:
-                    raise error(ret)
-                out[key] = value.value * mul / div
-
-            return read
-        arg = ctypes.c_uint(selector)
-
-        def read_selected(h: Any, out: Out) -> None:
-            ret = fn(h, arg, ref)
-            if ret:
-                raise error(ret)
-            out[key] = value.value * mul / div
-
-        return read_selected
-
-    def _instant_power(self, scope: int) -> Reader | None:
-        fn = self._fn("nvmlDeviceGetFieldValues")
-        if fn is None:
-            return None
-        error = self._lib.NVMLError
-        values = (self._lib.c_nvmlFieldValue_t * 1)()
-        entry = values[0]
-        entry.fieldId, entry.scopeId = FI_DEV_POWER_INSTANT, scope
-        count, ref = ctypes.c_int32(1), ctypes.byref(values)
-
-        def read(h: Any, out: Out) -> None:
-            ret = fn(h, count, ref)
-            if ret:
-                raise error(ret)
-            out["power_instant_w"] = field_value(entry) / 1000.0
-
-        return read
-
-    def _utilization(self, with_memory_util: bool) -> Reader | None:
+    def _add_utilization(self, with_memory_util: bool) -> bool:
         fn = self._fn("nvmlDeviceGetUtilizationRates")
         if fn is None:
-            return None
-        error = self._lib.NVMLError
-        rates = self._lib.c_nvmlUtilization_t()
-        ref = ctypes.byref(rates)
+            return False
+        rates = self._lib.c_nvmlUtilization_t
+        offset = self._layout.place(ctypes.sizeof(rates), ctypes.alignment(rates))
+        gpu = self._layout.decode(offset + rates.gpu.offset, rates.gpu.size)
+        memory = self._layout.decode(offset + rates.memory.offset, rates.memory.size)
+        self._utilization = (self._call(fn, (self._handle, self._at(offset))), gpu, memory, with_memory_util)
+        return True
 
-        def read(h: Any, out: Out) -> None:
-            ret = fn(h, ref)
-            if ret:
-                raise error(ret)
-            gpu, memory = rates.gpu, rates.memory
-            if not (0 <= gpu <= 100 and 0 <= memory <= 100):
-                raise ValueError(f"utilisation {gpu} % / {memory} % out of range")
-            out["util_ratio"] = gpu / 100.0
-            if with_memory_util:
-                out["mem_util_ratio"] = memory / 100.0
-
-        return read
-
-    def _memory_info(self) -> Reader | None:
+    def _add_memory_info(self) -> bool:
         fn = self._fn("nvmlDeviceGetMemoryInfo")
         if fn is None:
-            return None
-        error = self._lib.NVMLError
-        memory = self._lib.c_nvmlMemory_t()
-        ref = ctypes.byref(memory)
+            return False
+        memory = self._lib.c_nvmlMemory_t
+        offset = self._layout.place(ctypes.sizeof(memory), ctypes.alignment(memory))
+        total = self._layout.decode(offset + memory.total.offset, memory.total.size)
+        used = self._layout.decode(offset + memory.used.offset, memory.used.size)
+        self._memory = (self._call(fn, (self._handle, self._at(offset))), total, used)
+        return True
 
-        def read(h: Any, out: Out) -> None:
-            ret = fn(h, ref)
-            if ret:
-                raise error(ret)
-            out["mem_used_bytes"] = int(memory.used)
-            out["mem_total_bytes"] = int(memory.total)
+    def _add_instant(self, scope: int) -> bool:
+        fn = self._fn("nvmlDeviceGetFieldValues")
+        if fn is None:
+            return False
+        entry, value = self._lib.c_nvmlFieldValue_t, self._lib.c_nvmlValue_t
+        offset = self._layout.place(ctypes.sizeof(entry), ctypes.alignment(entry))
+        request = entry.from_buffer(self._buf, offset)
+        request.fieldId, request.scopeId = FI_DEV_POWER_INSTANT, scope
+        kind = self._layout.decode(offset + entry.valueType.offset, entry.valueType.size)
+        ret = self._layout.decode(offset + entry.nvmlReturn.offset, entry.nvmlReturn.size)
+        # every member of the value union starts at its first byte, so this is uiVal on any byte order
+        uint = self._layout.decode(offset + entry.value.offset, ctypes.sizeof(ctypes.c_uint))
+        members = dict(value._fields_)
+        views = tuple(members[m].from_buffer(self._buf, offset + entry.value.offset) for m in VALUE_MEMBERS)
+        call = self._call(fn, (self._handle, ctypes.c_int32(1), self._at(offset)))
+        self._instant = (call, kind, ret, uint, views)
+        return True
 
-        return read
-
-    def _process_memory(self) -> Reader | None:
+    def _add_process_memory(self) -> bool:
         fn = self._fn("nvmlDeviceGetComputeRunningProcesses_v3")
         if fn is None:
+            return False
+        info = self._lib.c_nvmlProcessInfo_v3_t
+        used = info.usedGpuMemory
+        self._process_size = size = ctypes.sizeof(info)
+        tail = size - used.offset - used.size
+        self._process_used = struct.Struct(f"={used.offset}x{_UNSIGNED[used.size]}{tail}x")
+        self._not_available = int(self._lib.NVML_VALUE_NOT_AVAILABLE_ulonglong.value)
+        self._process = self._call(fn, ())
+        self._grow_processes(PROCESS_SLOTS)
+        return True
+
+    def _grow_processes(self, slots: int) -> None:
+        assert self._process is not None
+        self._process_slots = slots
+        self._process_buf = (ctypes.c_char * (slots * self._process_size))()
+        fn = self._calls[self._process][0]
+        self._calls[self._process] = (
+            fn,
+            (self._handle, ctypes.byref(self._process_count), self._process_buf),
+        )
+
+    # ---- reading ---------------------------------------------------------------------------------
+    def read(self) -> tuple[list[Any], list[tuple[str, str]]]:
+        """GpuReading values in ``VALUE_SLOTS`` order (``None`` where not read) and (field, reason) errors."""
+        if self._process is not None:
+            self._process_count.value = self._process_slots
+        rets = [fn(*args) for fn, args in self._calls]
+        raw = self._unpack(self._buf)
+        values: list[Any] = [None] * len(VALUE_SLOTS)
+        errors: list[tuple[str, str]] = []
+        for field, call, slot, at, mul, div in self._scalars:
+            if rets[call]:
+                errors.append((field, error_name(rets[call])))
+            else:
+                values[slot] = raw[at] * mul / div
+        if self._utilization is not None:
+            call, gpu_at, memory_at, with_memory = self._utilization
+            gpu, memory = raw[gpu_at], raw[memory_at]
+            if rets[call]:
+                errors.append(("utilization", error_name(rets[call])))
+            elif gpu > 100 or memory > 100:
+                errors.append(("utilization", "OUT_OF_RANGE"))
+            else:
+                values[_UTIL] = gpu / 100.0
+                if with_memory:
+                    values[_MEM_UTIL] = memory / 100.0
+        if self._memory is not None:
+            call, total_at, used_at = self._memory
+            if rets[call]:
+                errors.append(("memory_info", error_name(rets[call])))
+            else:
+                values[_MEM_USED], values[_MEM_TOTAL] = raw[used_at], raw[total_at]
+        if self._instant is not None:
+            self._read_instant(rets, raw, values, errors)
+        if self._process is not None:
+            self._read_processes(rets[self._process], values, errors)
+        return values, errors
+
+    def _read_instant(
+        self, rets: list[int], raw: tuple[int, ...], values: list[Any], errors: list[tuple[str, str]]
+    ) -> None:
+        assert self._instant is not None
+        call, kind_at, ret_at, uint_at, views = self._instant
+        ret = rets[call] or raw[ret_at]  # the call, then the entry
+        kind = raw[kind_at]
+        if ret:
+            errors.append(("power_instant", error_name(ret)))
+        elif kind == VALUE_TYPE_UINT:
+            values[_INSTANT] = raw[uint_at] / 1000.0
+        elif kind < len(views):
+            values[_INSTANT] = views[kind].value / 1000.0
+        else:
+            errors.append(("power_instant", "OUT_OF_RANGE"))
+
+    def _read_processes(self, ret: int, values: list[Any], errors: list[tuple[str, str]]) -> None:
+        assert self._process is not None and self._process_used is not None
+        count = self._process_count
+        if ret == NVML_ERROR_INSUFFICIENT_SIZE:  # more processes than slots: grow as the wrapper does
+            self._grow_processes(count.value * 2 + 5)
+            count.value = self._process_slots
+            fn, args = self._calls[self._process]
+            ret = fn(*args)
+        if ret:
+            errors.append(("process_memory", error_name(ret)))
+            return
+        n, na = count.value, self._not_available
+        used = [
+            m
+            for (m,) in self._process_used.iter_unpack(
+                memoryview(self._process_buf)[: n * self._process_size]
+            )
+            if m != na
+        ]
+        values[_PROCESS] = sum(used) if used or not n else None
+
+
+_UTIL, _MEM_UTIL = VALUE_SLOTS["util_ratio"], VALUE_SLOTS["mem_util_ratio"]
+_MEM_USED, _MEM_TOTAL = VALUE_SLOTS["mem_used_bytes"], VALUE_SLOTS["mem_total_bytes"]
+_INSTANT, _PROCESS = VALUE_SLOTS["power_instant_w"], VALUE_SLOTS["process_mem_bytes"]
+
+
+class DirectReaders:
+    """Builds direct devices over one nvidia-ml-py module; ``available`` is False for a binding without
+    the function table."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+        self._lookup: Callable[[str], Any] | None = getattr(lib, "_nvmlGetFunctionPointer", None)
+        self.available = self._lookup is not None
+
+    def device(
+        self, handle: Any, polled: Mapping[str, str | None], *, with_memory_util: bool
+    ) -> DirectDevice | None:
+        """A direct device for the polled fields it can read (``None`` when it can read none)."""
+        if self._lookup is None:
             return None
-        lib = self._lib
-        error = lib.NVMLError
-        not_available = int(lib.NVML_VALUE_NOT_AVAILABLE_ulonglong.value)
-        slots = [(lib.c_nvmlProcessInfo_v3_t * PROCESS_SLOTS)()]  # one cell: grown in place when short
-        count = ctypes.c_uint()
-        count_ref = ctypes.byref(count)
-
-        def read(h: Any, out: Out) -> None:
-            infos = slots[0]
-            count.value = len(infos)
-            ret = fn(h, count_ref, infos)
-            if ret == NVML_ERROR_INSUFFICIENT_SIZE:  # more processes than slots: grow as the wrapper does
-                infos = slots[0] = (lib.c_nvmlProcessInfo_v3_t * (count.value * 2 + 5))()
-                count.value = len(infos)
-                ret = fn(h, count_ref, infos)
-            if ret:
-                raise error(ret)
-            used = [m for i in range(count.value) if (m := infos[i].usedGpuMemory) != not_available]
-            out["process_mem_bytes"] = sum(used) if used or not count.value else None
-
-        return read
+        device = DirectDevice(self._lib, self._lookup, handle)
+        device.build(polled, with_memory_util)
+        return device if device.fields else None
