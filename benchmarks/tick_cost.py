@@ -2,6 +2,8 @@
 
 Both run in this process against the same fake libnvidia-ml.so.1 (GB10 profile, no control file), so the
 ctypes cost is identical and the ratio is our overhead. Repeated in interleaved rounds; medians reported.
+Warm figures (back-to-back calls); what a tick costs cold, after a sleep, is in agent_overhead.py. The
+capture line is the part of a tick that runs on its deadline; the sampler decodes later, in batches.
 
     python benchmarks/tick_cost.py [--samples 2000] [--rounds 15]
 """
@@ -72,6 +74,10 @@ def main() -> None:
         backend.read()
         meminfo.read()
 
+    def capture_path() -> None:
+        backend.capture()
+        meminfo.capture()
+
     sampler = Sampler(
         node="bench",
         boot_id="b",
@@ -92,18 +98,25 @@ def main() -> None:
             fn()
         return (time.process_time() - t0) / args.samples * 1e6
 
-    results: dict[str, list[float]] = {"bare": [], "read": [], "tick": []}
-    for _ in range(args.rounds):  # interleaved so machine noise hits all three alike
-        results["bare"].append(per_sample_us(bare))
-        results["read"].append(per_sample_us(read_path))
-        results["tick"].append(per_sample_us(full_tick))
-    b, r, t = (median(results[k]) for k in ("bare", "read", "tick"))
-    ratios_read = [x / y for x, y in zip(results["read"], results["bare"], strict=True)]
-    ratios_tick = [x / y for x, y in zip(results["tick"], results["bare"], strict=True)]
+    paths = {"bare": bare, "read": read_path, "capture": capture_path, "tick": full_tick}
+    results: dict[str, list[float]] = {k: [] for k in paths}
+    for _ in range(args.rounds):  # interleaved so machine noise hits every path alike
+        for name, fn in paths.items():
+            results[name].append(per_sample_us(fn))
+
+    def ratio(name: str) -> float:
+        return median([x / y for x, y in zip(results[name], results["bare"], strict=True)])
+
+    labels = {
+        "bare": "baseline  bare pynvml calls + /proc/meminfo",
+        "read": "agent     read path (backend.read + meminfo.read)",
+        "capture": "agent     capture only (what runs on a deadline)",
+        "tick": "agent     full tick (+ decode, sample, JSON, ring)",
+    }
     print(f"samples/round={args.samples} rounds={args.rounds} (CPU time per sample, medians)")
-    print(f"baseline  bare pynvml calls + /proc/meminfo : {b:8.1f} us")
-    print(f"agent     read path (backend.read + meminfo): {r:8.1f} us   ratio {median(ratios_read):.2f}x")
-    print(f"agent     full tick (+ sample, JSON, ring)  : {t:8.1f} us   ratio {median(ratios_tick):.2f}x")
+    for name, label in labels.items():
+        tail = f"   ratio {ratio(name):.2f}x" if name != "bare" else ""
+        print(f"{label:52s}: {median(results[name]):8.1f} us{tail}")
     backend.close()
     sampler.stop()
 

@@ -85,6 +85,37 @@ def test_hwmon_discovery_by_label_and_kind(tmp_path: pathlib.Path) -> None:
     assert "coretemp" not in " ".join(sensors.names)
 
 
+def test_hwmon_attributes_are_read_again_in_place_and_retried_when_unreadable(
+    tmp_path: pathlib.Path,
+) -> None:
+    _chip(tmp_path, "hwmon0", {"name": "spbm", "power1_label": "sys_total", "power1_input": "25000000"})
+    power = tmp_path / "hwmon0" / "power1_input"
+    sensors = HwmonSensors(tmp_path)
+    assert sensors.read()[0].power_w == 25.0
+    power.write_text("26500000\n")  # rewritten in place, as sysfs regenerates it: the open file sees it
+    assert sensors.read()[0].power_w == 26.5
+    sensors.close()
+    power.unlink()  # gone (a driver unloaded): unknown, not 0 and not the last value
+    assert sensors.read()[0].power_w is None
+    power.write_text("garbage\n")
+    assert sensors.read()[0].power_w is None
+    power.write_text("27000000\n")  # back: reopened on the next read
+    assert sensors.read()[0].power_w == 27.0
+    sensors.close()
+
+
+def test_hwmon_energy_decodes_captures_in_order(tmp_path: pathlib.Path) -> None:
+    _chip(tmp_path, "hwmon0", {"name": "spbm", "energy1_label": "sys_total", "energy1_input": "1000000"})
+    energy = tmp_path / "hwmon0" / "energy1_input"
+    sensors = HwmonSensors(tmp_path)
+    captures = []
+    for raw_uj in (1_000_000, 3_000_000, 2**32 - 1_000_000, 500_000):
+        energy.write_text(f"{raw_uj}\n")
+        captures.append(sensors.capture())
+    top_j = 2**32 / 1e6  # a 32-bit µJ counter wraps here
+    assert [sensors.decode(c)[0].energy_j for c in captures] == [0.0, 2.0, top_j - 2.0, top_j - 0.5]
+
+
 def test_absent_hwmon_is_simply_absent(tmp_path: pathlib.Path) -> None:
     assert HwmonSensors(tmp_path / "missing").read() == ()
 

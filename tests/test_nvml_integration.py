@@ -164,6 +164,49 @@ def test_direct_readers_report_nvml_errors_per_field(nvml_profile: Any, tmp_path
         backend.close()
 
 
+def test_a_capture_decodes_later_to_what_was_read_then(nvml_profile: Any, tmp_path: pathlib.Path) -> None:
+    """Captures hold the bytes of their own calls: decoding them later (after newer captures, and even
+    after the backend was closed and reopened) gives the values of the moment they were taken."""
+    control = tmp_path / "control"
+    nvml_profile("discrete", control)
+    backend = NvmlBackend()
+    backend.open(HOST_TOTAL)
+    try:
+        write_control(control, util=20)
+        at_20 = backend.capture()
+        write_control(control, util=80, fail=["nvmlDeviceGetTemperature:999"])
+        at_80 = backend.capture()
+        backend.close()
+        backend.open(HOST_TOTAL)
+        write_control(control, util=50)
+        now = backend.read()
+        first, later = backend.decode(at_20), backend.decode(at_80)
+    finally:
+        backend.close()
+    assert [r.util_ratio for r in first] == [0.2, 0.2] and [r.util_ratio for r in later] == [0.8, 0.8]
+    assert [r.power_w for r in first] == [70.0 + 6.3 * 20] * 2 and now[0].util_ratio == 0.5
+    assert first[0].read_errors == () and later[0].read_errors == (("temperature", "UNKNOWN"),)
+    assert first[1].process_mem_bytes == 20 * 2**30 and first[1].mem_used_bytes == 21 * 2**30
+
+
+def test_a_device_level_code_in_a_field_entry_raises_at_capture(
+    nvml_profile: Any, tmp_path: pathlib.Path
+) -> None:
+    control = tmp_path / "control"
+    nvml_profile("gb10", control)
+    backend = NvmlBackend()
+    backend.open(HOST_TOTAL)
+    try:
+        write_control(control, fail_field=["186:0:15"])  # the call succeeds, the entry says GPU_IS_LOST
+        with pytest.raises(DeviceError) as err:
+            backend.capture()
+        assert err.value.reason == "GPU_IS_LOST" and "power_instant" in str(err.value)
+        write_control(control)
+        assert backend.read()[0].power_instant_w == 5.0
+    finally:
+        backend.close()
+
+
 def test_direct_process_reader_grows_its_buffer(nvml_profile: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     nvml_profile("gb10")
     monkeypatch.setattr(nvml_direct, "PROCESS_SLOTS", 0)  # NVML answers INSUFFICIENT_SIZE first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -13,6 +14,7 @@ from sparkwatch_agent.meminfo import parse_meminfo
 from sparkwatch_agent.nvml_backend import NvmlBackend
 from sparkwatch_agent.readings import HostMemory
 from sparkwatch_agent.ring import SampleRing
+from sparkwatch_agent.sample import Sample
 from sparkwatch_agent.sampler import Clocks, Sampler
 from sparkwatch_agent.sim import SimGb10, SimMeminfoReader, SimNvml
 
@@ -31,8 +33,11 @@ class FakeClock:
 
 
 class StaticMemory:
-    def read(self) -> HostMemory:
-        return parse_meminfo(b"MemTotal: 125000000 kB\nMemFree: 100 kB\nMemAvailable: 100000000 kB\n")
+    def capture(self) -> bytes:
+        return b"MemTotal: 125000000 kB\nMemFree: 100 kB\nMemAvailable: 100000000 kB\n"
+
+    def decode(self, raw: bytes) -> HostMemory:
+        return parse_meminfo(raw)
 
     def close(self) -> None:
         return None
@@ -174,8 +179,8 @@ def test_loop_keeps_absolute_deadlines_and_follows_interval_changes() -> None:
     ticks: list[int] = []
     done = threading.Event()
 
-    def on_sample(sample: object) -> None:
-        ticks.append(time.monotonic_ns())
+    def on_sample(sample: Sample) -> None:
+        ticks.append(sample.t_mono_ns)  # when it was captured (settling comes later, in batches)
         if len(ticks) == 30:
             done.set()
 
@@ -246,3 +251,73 @@ def test_stream_cursor_puts_hello_where_the_inventory_changed() -> None:
         lines.extend(json.loads(x) for x in more)
     kinds = [(f["type"], f.get("seq", f.get("rev"))) for f in lines]
     assert kinds == [("sample", 1), ("sample", 2), ("sample", 3), ("hello", 2), ("sample", 4), ("sample", 5)]
+
+
+# ---- capture on the deadline, settle in batches ----------------------------------------------------
+def test_reading_the_snapshot_settles_every_capture_so_far() -> None:
+    sampler = Sampler(
+        node="n",
+        boot_id="b",
+        gpu=NvmlBackend(lib=gb10_fake()),
+        memory=StaticMemory(),
+        sensors=None,
+        leases=IntervalLeases(0.01),
+        ring=SampleRing(1000),
+    )
+    sampler.start()
+    try:
+        time.sleep(0.4)  # the loop settles its first capture at once, the next ones after a second
+        snap = sampler.snapshot
+    finally:
+        sampler.stop()
+    assert snap.sample is not None and snap.counters.samples_total >= 20
+    assert snap.sample.seq == snap.counters.samples_total == sampler.ring.last_seq
+    seqs = [json.loads(f)["seq"] for f in sampler.ring.after(0, 1000).frames]
+    assert seqs == list(range(1, len(seqs) + 1)) and snap.sample.gpus[0].power_w == 7.0
+
+
+def test_the_loop_settles_on_its_own_in_batches_at_least_once_a_second() -> None:
+    settled: list[tuple[int, int]] = []  # (sample's capture time, when on_sample saw it)
+    sampler = bare_sampler(0.01, on_sample=lambda s: settled.append((s.t_mono_ns, time.monotonic_ns())))
+    sampler.start()
+    try:
+        time.sleep(2.6)  # nobody reads the snapshot meanwhile
+    finally:
+        sampler.stop()
+    assert len(settled) >= 150
+    staleness_s = max(seen - taken for taken, seen in settled) / 1e9
+    assert staleness_s < 1.5
+    batches = 1 + sum(1 for a, b in itertools.pairwise(settled) if b[1] - a[1] > 5_000_000)
+    assert batches <= 5  # not one wake-up of the decoding code per tick
+
+
+class DecodeFailsOnce(StaticMemory):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def decode(self, raw: bytes) -> HostMemory:
+        self.calls += 1
+        if self.calls == 2:
+            raise ValueError("bad bytes")
+        return super().decode(raw)
+
+
+def test_a_capture_that_cannot_be_decoded_keeps_its_seq_and_says_why() -> None:
+    clock = FakeClock()
+    sampler = Sampler(
+        node="n",
+        boot_id="b",
+        gpu=NvmlBackend(lib=gb10_fake()),
+        memory=DecodeFailsOnce(),
+        sensors=None,
+        leases=IntervalLeases(1.0),
+        ring=SampleRing(100),
+        clocks=clock.clocks(),
+    )
+    ok = sampler.tick()  # decode 1 is the GPU open's MemTotal; decode 2 is this sample's
+    assert ok.memory is None and ok.gpus == ()
+    assert ok.memory_error == ok.gpu_error == "decode failed: ValueError: bad bytes"
+    later = sampler.tick()
+    assert later.seq == 2 and later.memory is not None and later.gpus[0].power_w == 7.0
+    assert sampler.snapshot.counters.read_errors == {("decode", "ValueError"): 1}
+    assert [json.loads(f)["seq"] for f in sampler.ring.after(0, 10).frames] == [1, 2]

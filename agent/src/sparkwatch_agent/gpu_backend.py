@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from sparkwatch_agent.readings import GpuInventory, GpuReading, MemoryModel
 
 
 class GpuBackend(Protocol):
-    """Open once (probe), read many times, close; device-level trouble raises ``DeviceError``."""
+    """Open once (probe), capture many times, close; device-level trouble raises ``DeviceError``."""
 
     name: str
 
@@ -16,8 +16,14 @@ class GpuBackend(Protocol):
         """Initialise and probe every field once; ``host_mem_total_bytes`` decides the memory model."""
         ...
 
-    def read(self) -> tuple[GpuReading, ...]:
-        """Read every supported field of every GPU; a single field failure is a gap, not an exception."""
+    def capture(self) -> Any:
+        """Read every supported field of every GPU without decoding (an opaque value for ``decode``);
+        device-level trouble raises ``DeviceError`` here, a single field failure waits for ``decode``."""
+        ...
+
+    def decode(self, captured: Any) -> tuple[GpuReading, ...]:
+        """The readings of one capture, with a field failure as a gap (``None`` plus a read error); may
+        run later and on another thread, even after the backend was closed and reopened."""
         ...
 
     def close(self) -> None:

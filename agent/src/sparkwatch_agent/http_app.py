@@ -242,10 +242,9 @@ async def sim_load(request: web.Request) -> web.Response:
 async def stream(request: web.Request) -> web.StreamResponse:
     """Hello, then every frame after ``?after=SEQ`` from the ring, then live; gaps are announced."""
     ctx = request.app[CONTEXT]
-    ring = ctx.sampler.ring
     raw_after = request.query.get("after")
     try:
-        after = int(raw_after) if raw_after is not None else ring.last_seq
+        after = int(raw_after) if raw_after is not None else ctx.sampler.last_seq
         if after < 0:
             raise ValueError
     except ValueError:

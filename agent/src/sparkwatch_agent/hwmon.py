@@ -8,6 +8,7 @@ surviving wrap-around (spbm's 32-bit accumulators wrap after ≈12 h at 100 W).
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,19 +65,46 @@ class EnergyAccumulator:
         return self.total_j
 
 
+class _Attribute:
+    """One sysfs attribute kept open and re-read with ``pread`` (sysfs regenerates it at offset 0)."""
+
+    __slots__ = ("_fd", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def capture(self) -> bytes | None:
+        """The attribute's bytes, or ``None`` when it cannot be read now (reopened next time)."""
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            return os.pread(self._fd, 64, 0)
+        except OSError:
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 @dataclass(slots=True)
 class _Channel:
     sensor: str
     kind: SensorKind
-    power_path: Path | None
-    energy_path: Path | None
-    energy: EnergyAccumulator
+    power: _Attribute | None
+    energy: _Attribute | None
+    accumulator: EnergyAccumulator
 
 
-def _read_int(path: Path) -> int | None:
+def _int(raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
     try:
-        return int(path.read_bytes().strip())
-    except (OSError, ValueError):
+        return int(raw)  # int() skips the trailing newline itself
+    except ValueError:
         return None
 
 
@@ -85,6 +113,10 @@ def _read_text(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
+
+
+#: Per channel, the raw bytes of its power and energy attributes (``None``: absent or unreadable).
+SensorCapture = tuple[tuple[bytes | None, bytes | None], ...]
 
 
 class HwmonSensors:
@@ -134,21 +166,46 @@ class HwmonSensors:
                 name = sensor_name(label)
                 if name in channels:
                     name = f"{name}_{sensor_name(chip_dir.name)}"
-                channels[name] = _Channel(name, classify(label, chip), power, energy, EnergyAccumulator())
+                channels[name] = _Channel(
+                    name,
+                    classify(label, chip),
+                    _Attribute(power) if power is not None else None,
+                    _Attribute(energy) if energy is not None else None,
+                    EnergyAccumulator(),
+                )
         return tuple(channels.values())
 
-    def read(self) -> tuple[SensorReading, ...]:
+    def capture(self) -> SensorCapture:
+        """Every channel's attributes, unparsed (a tick only reads; ``decode`` parses later)."""
+        return tuple(
+            (
+                ch.power.capture() if ch.power is not None else None,
+                ch.energy.capture() if ch.energy is not None else None,
+            )
+            for ch in self._channels
+        )
+
+    def decode(self, captured: SensorCapture) -> tuple[SensorReading, ...]:
+        """Readings of one capture. Energy accumulates across calls, so captures go in in order."""
         out = []
-        for ch in self._channels:
-            power_uw = _read_int(ch.power_path) if ch.power_path else None
-            raw_uj = _read_int(ch.energy_path) if ch.energy_path else None
-            energy_j = ch.energy.update(raw_uj) if raw_uj is not None else None
+        for ch, (power_raw, energy_raw) in zip(self._channels, captured, strict=True):
+            power_uw = _int(power_raw)
+            raw_uj = _int(energy_raw)
             out.append(
                 SensorReading(
                     sensor=ch.sensor,
                     kind=ch.kind,
                     power_w=power_uw / 1e6 if power_uw is not None else None,
-                    energy_j=energy_j,
+                    energy_j=ch.accumulator.update(raw_uj) if raw_uj is not None else None,
                 )
             )
         return tuple(out)
+
+    def read(self) -> tuple[SensorReading, ...]:
+        return self.decode(self.capture())
+
+    def close(self) -> None:
+        for ch in self._channels:
+            for attribute in (ch.power, ch.energy):
+                if attribute is not None:
+                    attribute.close()

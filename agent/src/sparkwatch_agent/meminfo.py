@@ -66,20 +66,29 @@ def parse_meminfo(text: bytes) -> HostMemory:
 
 class MeminfoReader:
     """Re-reads one open meminfo file with ``pread`` each call (procfs regenerates it at offset 0), which
-    saves an open and a close per tick; the path is injectable so tests can hand it a fixture."""
+    saves an open and a close per tick; the path is injectable so tests can hand it a fixture.
+
+    A tick only captures the bytes; they are parsed later, in a batch (see ``Sampler``)."""
 
     def __init__(self, path: Path = Path("/proc/meminfo")) -> None:
         self._path = path
         self._fd: int | None = None
 
-    def read(self) -> HostMemory:
+    def capture(self) -> bytes:
         if self._fd is None:
             self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return parse_meminfo(os.pread(self._fd, 16384, 0))
+            return os.pread(self._fd, 16384, 0)
         except OSError:
             self.close()  # reopen next time: the file may have been replaced
             raise
+
+    @staticmethod
+    def decode(raw: bytes) -> HostMemory:
+        return parse_meminfo(raw)
+
+    def read(self) -> HostMemory:
+        return parse_meminfo(self.capture())
 
     def close(self) -> None:
         if self._fd is not None:

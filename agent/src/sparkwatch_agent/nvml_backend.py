@@ -23,6 +23,7 @@ from sparkwatch_agent.nvml_direct import (
     POWER_SCOPES,
     TEMPERATURE_GPU,
     VALUE_SLOTS,
+    DirectCapture,
     DirectDevice,
     DirectReaders,
     FieldValueError,
@@ -49,13 +50,17 @@ def nvml_reason(exc: BaseException) -> str:
     return error_name(code) if isinstance(code, int) else type(exc).__name__
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Device:
     index: int
     handle: Any
     uuid: str
     direct: DirectDevice | None  # the polled fields it covers are read through it
     pairs: tuple[tuple[str, Reader], ...]  # the other polled fields, through their wrappers
+
+
+#: Per GPU: its device, what its direct calls left (or ``None``), and its wrapper-read values and errors.
+GpuCapture = tuple[tuple[_Device, DirectCapture | None, tuple[Out, list[tuple[str, str]]] | None], ...]
 
 
 class NvmlBackend:
@@ -295,32 +300,64 @@ class NvmlBackend:
         return {dev.index: tuple(field for field, _ in dev.pairs) for dev in self._devices}
 
     # ---- sampling --------------------------------------------------------------------------------
-    def read(self) -> tuple[GpuReading, ...]:
+    def capture(self) -> GpuCapture:
+        """Every polled call on every GPU, undecoded; a device-level code raises ``DeviceError`` now, so
+        the sampler re-initialises at once, while field gaps wait for ``decode``."""
         if not self._open:
             raise DeviceError("UNINITIALIZED", "backend is not open")
-        nvml_error = self._lib.NVMLError
-        readings = []
+        captured = []
         for dev in self._devices:
-            values, errors = dev.direct.read() if dev.direct is not None else ([None] * len(VALUE_SLOTS), [])
-            for field, reader in dev.pairs:
-                out: Out = {}
-                try:
-                    reader(dev.handle, out)
-                except (nvml_error, FieldValueError, ValueError) as exc:
-                    errors.append(
-                        (field, nvml_reason(exc) if not isinstance(exc, ValueError) else "OUT_OF_RANGE")
-                    )
-                    continue
+            direct, raw = dev.direct, None
+            if direct is not None:
+                raw = direct.capture()
+                if not direct.clean(raw):
+                    self._raise_device_level(dev, direct.decode(raw)[1])
+            wrapped = self._read_wrapped(dev) if dev.pairs else None
+            captured.append((dev, raw, wrapped))
+        return tuple(captured)
+
+    def _read_wrapped(self, dev: _Device) -> tuple[Out, list[tuple[str, str]]]:
+        """The fields read through nvidia-ml-py's wrappers, decoded as they are read."""
+        nvml_error = self._lib.NVMLError
+        out: Out = {}
+        errors: list[tuple[str, str]] = []
+        for field, reader in dev.pairs:
+            try:
+                reader(dev.handle, out)
+            except (nvml_error, FieldValueError, ValueError) as exc:
+                reason = nvml_reason(exc) if not isinstance(exc, ValueError) else "OUT_OF_RANGE"
+                errors.append((field, reason))
+        self._raise_device_level(dev, errors)
+        return out, errors
+
+    @staticmethod
+    def _raise_device_level(dev: _Device, errors: list[tuple[str, str]]) -> None:
+        for field, reason in errors:
+            if reason in DEVICE_LEVEL_ERRORS:
+                raise DeviceError(reason, f"reading {field} on GPU {dev.index}")
+
+    @staticmethod
+    def decode(captured: GpuCapture) -> tuple[GpuReading, ...]:
+        """The readings of one capture (any thread, any time later: it holds the devices it used)."""
+        readings = []
+        for dev, raw, wrapped in captured:
+            if raw is not None and dev.direct is not None:
+                values, errors = dev.direct.decode(raw)
+            else:
+                values, errors = [None] * len(VALUE_SLOTS), []
+            if wrapped is not None:
+                out, more = wrapped
                 for key, value in out.items():
                     values[VALUE_SLOTS[key]] = value
-            if errors:
-                for field, reason in errors:
-                    if reason in DEVICE_LEVEL_ERRORS:
-                        raise DeviceError(reason, f"reading {field} on GPU {dev.index}")
-                if len(errors) > 1:
-                    errors.sort(key=lambda e: GPU_FIELDS.index(e[0]))
+                errors.extend(more)
+            if len(errors) > 1:
+                errors.sort(key=lambda e: GPU_FIELDS.index(e[0]))
             readings.append(GpuReading._make((dev.index, dev.uuid, *values, tuple(errors))))
         return tuple(readings)
+
+    def read(self) -> tuple[GpuReading, ...]:
+        """Capture and decode at once (probe, tests)."""
+        return self.decode(self.capture())
 
 
 def _percent_ratio(percent: int) -> float:

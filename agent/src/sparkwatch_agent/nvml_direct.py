@@ -3,10 +3,10 @@
 nvidia-ml-py's wrappers allocate a result struct, look the function up under a lock and check the return
 code on every call; for processes they call NVML twice and build a Python object per process; their
 structs read every member through a Python ``__getattribute__``. Here each device gets one buffer with a
-place for every polled result, each C call's arguments are built once, and one precompiled ``struct``
-unpack decodes the whole buffer after the calls. After each sleep the caches are cold, and what a tick
-costs then follows how much distinct code it runs: at 10 Hz a GB10 read took ~190 µs of CPU through
-per-field readers and ~120 µs this way (``benchmarks/tick_cost.py`` has the warm figures).
+place for every polled result and each C call's arguments are built once. A tick only makes the calls
+and copies the buffer (``capture``); one precompiled ``struct`` unpack decodes it later (``decode``),
+in a batch with other ticks' captures. After each sleep the caches are cold, and what a tick costs then
+follows how much distinct code it runs, so code that can wait runs where it is warm.
 
 Each call is the one the wrapper makes, with the same arguments and the same arithmetic on the result,
 so probing (which still goes through the wrappers) and polling read the same values; a test holds them
@@ -44,6 +44,9 @@ BUFFER_BYTES = 256
 #: Index of each GpuReading value (power_w … process_mem_bytes) in the list a read returns.
 VALUE_SLOTS: dict[str, int] = {key: i for i, key in enumerate(GpuReading._fields[2:-1])}
 _UNSIGNED = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+#: What one device's calls leave behind: their return codes, the result buffer, the process entries.
+DirectCapture = tuple[list[int], bytes, bytes]
 
 
 class FieldValueError(Exception):
@@ -122,9 +125,9 @@ class DirectDevice:
         self._scalars: list[tuple[str, int, int, int, float, float]] = []
         self._utilization: tuple[int, int, int, bool] | None = None  # call, raw gpu, raw memory, +memory
         self._memory: tuple[int, int, int] | None = None  # call, raw total, raw used
-        self._instant: tuple[int, int, int, int, tuple[Any, ...]] | None = (
-            None  # call, type, ret, uint, views
-        )
+        # call, raw type, raw entry return, raw uint, (ctype, offset) per value type
+        self._instant: tuple[int, int, int, int, tuple[tuple[Any, int], ...]] | None = None
+        self._entry_ret: tuple[slice, bytes] | None = None  # the entry's return code: where, and success
         self._process: int | None = None  # call
         self._process_count = ctypes.c_uint()
         self._process_buf: Any = None
@@ -249,9 +252,11 @@ class DirectDevice:
         # every member of the value union starts at its first byte, so this is uiVal on any byte order
         uint = self._layout.decode(offset + entry.value.offset, ctypes.sizeof(ctypes.c_uint))
         members = dict(value._fields_)
-        views = tuple(members[m].from_buffer(self._buf, offset + entry.value.offset) for m in VALUE_MEMBERS)
+        at = offset + entry.value.offset
         call = self._call(fn, (self._handle, ctypes.c_int32(1), self._at(offset)))
-        self._instant = (call, kind, ret, uint, views)
+        self._instant = (call, kind, ret, uint, tuple((members[m], at) for m in VALUE_MEMBERS))
+        ret_at = offset + entry.nvmlReturn.offset
+        self._entry_ret = slice(ret_at, ret_at + entry.nvmlReturn.size), bytes(entry.nvmlReturn.size)
         return True
 
     def _add_process_memory(self) -> bool:
@@ -279,12 +284,35 @@ class DirectDevice:
         )
 
     # ---- reading ---------------------------------------------------------------------------------
-    def read(self) -> tuple[list[Any], list[tuple[str, str]]]:
-        """GpuReading values in ``VALUE_SLOTS`` order (``None`` where not read) and (field, reason) errors."""
+    def capture(self) -> DirectCapture:
+        """Make every C call: the return codes, a copy of the result buffer and the process entries'
+        bytes. Nothing is decoded here (``decode`` does that, later and in batches, where the code is
+        warm); only the process list's sizing protocol is followed, as the wrapper does."""
         if self._process is not None:
             self._process_count.value = self._process_slots
         rets = [fn(*args) for fn, args in self._calls]
-        raw = self._unpack(self._buf)
+        processes = b""
+        if self._process is not None:
+            call = self._process
+            if rets[call] == NVML_ERROR_INSUFFICIENT_SIZE:  # more processes than slots: grow and retry
+                self._grow_processes(self._process_count.value * 2 + 5)
+                self._process_count.value = self._process_slots
+                fn, args = self._calls[call]
+                rets[call] = fn(*args)
+            if not rets[call]:
+                processes = self._process_buf[: self._process_count.value * self._process_size]
+        return rets, self._buf.raw, processes
+
+    def clean(self, capture: DirectCapture) -> bool:
+        """Whether every call and the field-value entry succeeded (the common case, checked per tick)."""
+        rets, raw, _ = capture
+        entry = self._entry_ret
+        return not any(rets) and (entry is None or raw[entry[0]] == entry[1])
+
+    def decode(self, capture: DirectCapture) -> tuple[list[Any], list[tuple[str, str]]]:
+        """GpuReading values in ``VALUE_SLOTS`` order (``None`` where not read) and (field, reason) errors."""
+        rets, buf, processes = capture
+        raw = self._unpack(buf)
         values: list[Any] = [None] * len(VALUE_SLOTS)
         errors: list[tuple[str, str]] = []
         for field, call, slot, at, mul, div in self._scalars:
@@ -310,47 +338,42 @@ class DirectDevice:
             else:
                 values[_MEM_USED], values[_MEM_TOTAL] = raw[used_at], raw[total_at]
         if self._instant is not None:
-            self._read_instant(rets, raw, values, errors)
+            self._decode_instant(rets, raw, buf, values, errors)
         if self._process is not None:
-            self._read_processes(rets[self._process], values, errors)
+            if rets[self._process]:
+                errors.append(("process_memory", error_name(rets[self._process])))
+            else:
+                values[_PROCESS] = self._process_sum(processes)
         return values, errors
 
-    def _read_instant(
-        self, rets: list[int], raw: tuple[int, ...], values: list[Any], errors: list[tuple[str, str]]
+    def _decode_instant(
+        self,
+        rets: list[int],
+        raw: tuple[int, ...],
+        buf: bytes,
+        values: list[Any],
+        errors: list[tuple[str, str]],
     ) -> None:
         assert self._instant is not None
-        call, kind_at, ret_at, uint_at, views = self._instant
+        call, kind_at, ret_at, uint_at, members = self._instant
         ret = rets[call] or raw[ret_at]  # the call, then the entry
         kind = raw[kind_at]
         if ret:
             errors.append(("power_instant", error_name(ret)))
         elif kind == VALUE_TYPE_UINT:
             values[_INSTANT] = raw[uint_at] / 1000.0
-        elif kind < len(views):
-            values[_INSTANT] = views[kind].value / 1000.0
+        elif kind < len(members):
+            ctype, offset = members[kind]
+            values[_INSTANT] = ctype.from_buffer_copy(buf, offset).value / 1000.0
         else:
             errors.append(("power_instant", "OUT_OF_RANGE"))
 
-    def _read_processes(self, ret: int, values: list[Any], errors: list[tuple[str, str]]) -> None:
-        assert self._process is not None and self._process_used is not None
-        count = self._process_count
-        if ret == NVML_ERROR_INSUFFICIENT_SIZE:  # more processes than slots: grow as the wrapper does
-            self._grow_processes(count.value * 2 + 5)
-            count.value = self._process_slots
-            fn, args = self._calls[self._process]
-            ret = fn(*args)
-        if ret:
-            errors.append(("process_memory", error_name(ret)))
-            return
-        n, na = count.value, self._not_available
-        used = [
-            m
-            for (m,) in self._process_used.iter_unpack(
-                memoryview(self._process_buf)[: n * self._process_size]
-            )
-            if m != na
-        ]
-        values[_PROCESS] = sum(used) if used or not n else None
+    def _process_sum(self, processes: bytes) -> int | None:
+        """Sum of ``usedGpuMemory`` over the entries; ``None`` when NVML knew it for none of them."""
+        assert self._process_used is not None
+        na = self._not_available
+        used = [m for (m,) in self._process_used.iter_unpack(processes) if m != na]
+        return sum(used) if used or not processes else None
 
 
 _UTIL, _MEM_UTIL = VALUE_SLOTS["util_ratio"], VALUE_SLOTS["mem_util_ratio"]

@@ -111,8 +111,15 @@ class SimMeminfoReader:
     def __init__(self, sim: SimGb10) -> None:
         self._sim = sim
 
+    def capture(self) -> bytes:
+        return self._sim.meminfo_text()
+
+    @staticmethod
+    def decode(raw: bytes) -> HostMemory:
+        return parse_meminfo(raw)
+
     def read(self) -> HostMemory:
-        return parse_meminfo(self._sim.meminfo_text())
+        return parse_meminfo(self.capture())
 
     def close(self) -> None:
         return None
