@@ -72,6 +72,7 @@ def main() -> None:
     sampler.start()
     time.sleep(args.seconds)
     sampler.stop()
+    sampler.settle()  # the last second's captures reach on_sample too
     out, _ = child.communicate(timeout=60)
     floor = json.loads(out)
 

@@ -6,7 +6,7 @@ from sparkwatch_agent import __version__
 from sparkwatch_agent.host_facts import HostFacts
 from sparkwatch_agent.lmx_hardware import lmx_hardware
 from sparkwatch_agent.sample import FRAME_HELLO, capabilities_json
-from sparkwatch_agent.sampler import Snapshot
+from sparkwatch_agent.snapshot import Snapshot
 
 
 def hardware_json(snap: Snapshot, host: HostFacts) -> dict[str, object]:

@@ -24,8 +24,9 @@ from sparkwatch_agent.hello import hello_frame
 from sparkwatch_agent.host_facts import HostFacts, read_host_facts
 from sparkwatch_agent.interval_lease import DEFAULT_TTL_S
 from sparkwatch_agent.sample import capabilities_json, encode_frame
-from sparkwatch_agent.sampler import Sampler, Snapshot
+from sparkwatch_agent.sampler import Sampler
 from sparkwatch_agent.sim import SimGb10
+from sparkwatch_agent.snapshot import Snapshot
 from sparkwatch_agent.stream_frames import StreamCursor
 
 log = logging.getLogger(__name__)

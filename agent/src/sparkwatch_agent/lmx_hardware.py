@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparkwatch_agent.host_facts import HostFacts
-from sparkwatch_agent.sampler import Snapshot
+from sparkwatch_agent.snapshot import Snapshot
 
 GIB = 1024**3
 

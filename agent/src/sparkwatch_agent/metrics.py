@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from sparkwatch_agent import __version__
 from sparkwatch_agent.readings import GPU_FIELDS, GpuReading
-from sparkwatch_agent.sampler import Snapshot
+from sparkwatch_agent.snapshot import Snapshot
 
 GPU_LABELS = ["node", "gpu", "uuid"]
 

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from sparkwatch_agent.backoff import ExponentialBackoff
 from sparkwatch_agent.gpu_backend import GpuBackend
@@ -38,6 +38,7 @@ from sparkwatch_agent.readings import (
 )
 from sparkwatch_agent.ring import SampleRing
 from sparkwatch_agent.sample import Sample, encode_sample
+from sparkwatch_agent.snapshot import Counters, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -77,33 +78,6 @@ class Clocks:
 
     wall_ns: Callable[[], int] = time.time_ns
     mono_ns: Callable[[], int] = time.monotonic_ns
-
-
-class Counters(NamedTuple):
-    samples_total: int
-    read_errors: dict[tuple[str, str], int]  # a copy; never mutated once in a snapshot
-    late_ticks_total: int
-    gpu_reinit_total: int
-
-
-class Snapshot(NamedTuple):
-    """Everything /metrics, /healthz and the stream need, replaced whole by every settle (a NamedTuple:
-    cheaper to build than a frozen dataclass)."""
-
-    node: str
-    boot_id: str
-    backend: str
-    sample: Sample | None
-    inventory: GpuInventory | None
-    memory_model: MemoryModel
-    gpu_ok: bool
-    gpu_reason: str | None
-    inventory_rev: int
-    inventory_seq: int  # seq of the first sample taken with this inventory
-    counters: Counters
-    dropped_total: int
-    interval_s: float
-    host_memory_ok: bool
 
 
 class Sampler:
@@ -319,7 +293,7 @@ class Sampler:
                 self._snapshot = self._make_snapshot(sample)
 
     def _decode(self, captured: Captured) -> Sample:
-        seq, t_wall, t_mono, duration, interval_s, memory_raw, gpus_raw, gpu_error, sensors_raw = captured
+        memory_raw, gpus_raw, gpu_error, sensors_raw = captured[5:]
         memory: HostMemory | None = None
         memory_error = None
         if isinstance(memory_raw, bytes):
@@ -338,6 +312,32 @@ class Sampler:
         sensors = (
             self._sensors.decode(sensors_raw) if sensors_raw is not None and self._sensors is not None else ()
         )
+        return self._sample(
+            captured,
+            gpus=gpus,
+            gpu_error=gpu_error,
+            memory=memory,
+            memory_error=memory_error,
+            sensors=sensors,
+        )
+
+    def _undecodable(self, captured: Captured, exc: Exception) -> Sample:
+        """The sample of a capture that could not be decoded: its identity and times, no values."""
+        reason = f"decode failed: {type(exc).__name__}: {exc}"
+        self._count_error("decode", type(exc).__name__)
+        return self._sample(captured, gpus=(), gpu_error=reason, memory=None, memory_error=reason, sensors=())
+
+    def _sample(
+        self,
+        captured: Captured,
+        *,
+        gpus: tuple[GpuReading, ...],
+        gpu_error: str | None,
+        memory: HostMemory | None,
+        memory_error: str | None,
+        sensors: tuple[SensorReading, ...],
+    ) -> Sample:
+        seq, t_wall, t_mono, duration, interval_s = captured[:5]
         return Sample(
             seq=seq,
             boot_id=self.boot_id,
@@ -351,26 +351,6 @@ class Sampler:
             memory=memory,
             memory_error=memory_error,
             sensors=sensors,
-        )
-
-    def _undecodable(self, captured: Captured, exc: Exception) -> Sample:
-        """The sample of a capture that could not be decoded: its identity and times, no values."""
-        seq, t_wall, t_mono, duration, interval_s = captured[:5]
-        reason = f"decode failed: {type(exc).__name__}: {exc}"
-        self._count_error("decode", type(exc).__name__)
-        return Sample(
-            seq=seq,
-            boot_id=self.boot_id,
-            node=self.node,
-            t_wall_ns=t_wall,
-            t_mono_ns=t_mono,
-            read_duration_s=duration,
-            interval_s=interval_s,
-            gpus=(),
-            gpu_error=reason,
-            memory=None,
-            memory_error=reason,
-            sensors=(),
         )
 
     # ---- the loop ----------------------------------------------------------------------------------

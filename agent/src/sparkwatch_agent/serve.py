@@ -22,7 +22,7 @@ from sparkwatch_agent.host_facts import read_host_facts
 from sparkwatch_agent.http_app import AgentContext, make_app
 from sparkwatch_agent.metrics import make_registry
 from sparkwatch_agent.node import Node, build_node
-from sparkwatch_agent.sampler import Snapshot
+from sparkwatch_agent.snapshot import Snapshot
 from sparkwatch_agent.systemd_notify import SystemdNotifier
 
 log = logging.getLogger(__name__)

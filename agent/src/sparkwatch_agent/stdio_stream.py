@@ -24,7 +24,8 @@ from sparkwatch_agent.host_facts import read_host_facts
 from sparkwatch_agent.interval_lease import DEFAULT_TTL_S
 from sparkwatch_agent.node import build_node
 from sparkwatch_agent.sample import encode_frame
-from sparkwatch_agent.sampler import Sampler, Snapshot
+from sparkwatch_agent.sampler import Sampler
+from sparkwatch_agent.snapshot import Snapshot
 from sparkwatch_agent.stream_frames import StreamCursor
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sparkwatch_agent.sample import frames_after
-from sparkwatch_agent.sampler import Sampler, Snapshot
+from sparkwatch_agent.sampler import Sampler
+from sparkwatch_agent.snapshot import Snapshot
 
 
 class StreamCursor:

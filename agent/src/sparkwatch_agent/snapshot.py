@@ -1,0 +1,38 @@
+"""The sampler's published state: one immutable value, replaced whole by every settle.
+
+HTTP handlers, the stream and systemd's status read only this (and the ring), so they never touch hardware.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from sparkwatch_agent.readings import GpuInventory, MemoryModel
+from sparkwatch_agent.sample import Sample
+
+
+class Counters(NamedTuple):
+    samples_total: int
+    read_errors: dict[tuple[str, str], int]  # a copy; never mutated once in a snapshot
+    late_ticks_total: int
+    gpu_reinit_total: int
+
+
+class Snapshot(NamedTuple):
+    """Everything /metrics, /healthz and the stream need, replaced whole by every settle (a NamedTuple:
+    cheaper to build than a frozen dataclass)."""
+
+    node: str
+    boot_id: str
+    backend: str
+    sample: Sample | None
+    inventory: GpuInventory | None
+    memory_model: MemoryModel
+    gpu_ok: bool
+    gpu_reason: str | None
+    inventory_rev: int
+    inventory_seq: int  # seq of the first sample taken with this inventory
+    counters: Counters
+    dropped_total: int
+    interval_s: float
+    host_memory_ok: bool
