@@ -135,6 +135,34 @@ def test_stream_stdio_emits_hello_then_samples_and_takes_commands() -> None:
     assert proc.returncode == 0
 
 
+def test_stream_stdio_writes_each_sample_right_after_its_tick() -> None:
+    """Frames are not held back for a batch: each arrives within a fraction of the interval of the
+    moment it was taken (the sample's own monotonic stamp; same host, same clock)."""
+    proc = subprocess.Popen(
+        [*AGENT, "stream", "--stdio", "--backend", "sim", "--interval", "0.2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lags_s: list[float] = []
+    seqs: list[int] = []
+    try:
+        assert json.loads(proc.stdout.readline())["type"] == "hello"
+        while len(lags_s) < 10:
+            frame = json.loads(proc.stdout.readline())
+            lags_s.append((time.monotonic_ns() - frame["t_mono_ns"]) / 1e9)
+            seqs.append(frame["seq"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=5)
+    assert proc.returncode == 0
+    assert sorted(lags_s)[len(lags_s) // 2] < 0.1, lags_s  # batching every 0.5 s would give ~0.25 s
+    seqs += [json.loads(line)["seq"] for line in rest.splitlines()]  # whole lines to the last one
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
 def test_sigterm_stops_serving_agent_within_two_seconds(agent_factory: Any) -> None:
     agent = agent_factory("--backend", "sim", "--interval", "0.1")
     ws_url = f"{agent.url}/v1/stream"  # an open stream must not hold up shutdown

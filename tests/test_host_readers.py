@@ -94,8 +94,10 @@ def test_hwmon_attributes_are_read_again_in_place_and_retried_when_unreadable(
     assert sensors.read()[0].power_w == 25.0
     power.write_text("26500000\n")  # rewritten in place, as sysfs regenerates it: the open file sees it
     assert sensors.read()[0].power_w == 26.5
+    # On sysfs a removed attribute fails its next read (ENODEV) and is closed; a regular file keeps
+    # reading through its open descriptor, so close it here to take the same reopen path.
     sensors.close()
-    power.unlink()  # gone (a driver unloaded): unknown, not 0 and not the last value
+    power.unlink()  # gone: unknown, not 0 and not the last value
     assert sensors.read()[0].power_w is None
     power.write_text("garbage\n")
     assert sensors.read()[0].power_w is None

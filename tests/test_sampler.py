@@ -17,6 +17,7 @@ from sparkwatch_agent.ring import SampleRing
 from sparkwatch_agent.sample import Sample
 from sparkwatch_agent.sampler import Clocks, Sampler
 from sparkwatch_agent.sim import SimGb10, SimMeminfoReader, SimNvml
+from sparkwatch_agent.snapshot import Snapshot
 
 
 class FakeClock:
@@ -291,13 +292,18 @@ def test_the_loop_settles_on_its_own_in_batches_at_least_once_a_second() -> None
     assert batches <= 5  # not one wake-up of the decoding code per tick
 
 
-class DecodeFailsOnce(StaticMemory):
+class DecodeFailsForOneCapture(StaticMemory):
+    """Each capture's bytes carry its number; decoding the second capture's bytes raises."""
+
     def __init__(self) -> None:
-        self.calls = 0
+        self.captures = 0
+
+    def capture(self) -> bytes:
+        self.captures += 1
+        return super().capture() + b"Capture: %d\n" % self.captures
 
     def decode(self, raw: bytes) -> HostMemory:
-        self.calls += 1
-        if self.calls == 2:
+        if raw.endswith(b"Capture: 2\n"):
             raise ValueError("bad bytes")
         return super().decode(raw)
 
@@ -308,16 +314,137 @@ def test_a_capture_that_cannot_be_decoded_keeps_its_seq_and_says_why() -> None:
         node="n",
         boot_id="b",
         gpu=NvmlBackend(lib=gb10_fake()),
-        memory=DecodeFailsOnce(),
+        memory=DecodeFailsForOneCapture(),
         sensors=None,
         leases=IntervalLeases(1.0),
         ring=SampleRing(100),
         clocks=clock.clocks(),
     )
-    ok = sampler.tick()  # decode 1 is the GPU open's MemTotal; decode 2 is this sample's
-    assert ok.memory is None and ok.gpus == ()
-    assert ok.memory_error == ok.gpu_error == "decode failed: ValueError: bad bytes"
+    assert sampler.tick().memory is not None
+    bad = sampler.tick()
+    assert bad.seq == 2 and bad.memory is None and bad.gpus == ()
+    assert bad.memory_error == bad.gpu_error == "decode failed: ValueError: bad bytes"
     later = sampler.tick()
-    assert later.seq == 2 and later.memory is not None and later.gpus[0].power_w == 7.0
+    assert later.seq == 3 and later.memory is not None and later.gpus[0].power_w == 7.0
     assert sampler.snapshot.counters.read_errors == {("decode", "ValueError"): 1}
-    assert [json.loads(f)["seq"] for f in sampler.ring.after(0, 10).frames] == [1, 2]
+    assert [json.loads(f)["seq"] for f in sampler.ring.after(0, 10).frames] == [1, 2, 3]
+
+
+def capture(sampler: Sampler) -> None:
+    """What the loop does on a deadline: capture only, settle later."""
+    with sampler._lock:
+        sampler._capture()
+
+
+def snapshot_from_another_thread(sampler: Sampler) -> Snapshot:
+    got: list[Snapshot] = []
+    reader = threading.Thread(target=lambda: got.append(sampler.snapshot))
+    reader.start()
+    reader.join(5)
+    return got[0]
+
+
+def test_a_snapshot_read_mid_capture_agrees_with_its_sample() -> None:
+    """A reader on another thread settles while the loop is inside a capture that re-opens or loses the
+    GPU: the snapshot it gets describes the GPU as it was for the newest settled sample."""
+    clock = FakeClock()
+    lib = gb10_fake()
+    sampler = make_sampler(lib, clock)
+    sampler.tick()
+    lib.errors["nvmlDeviceGetPowerUsage"] = GPU_IS_LOST
+    capture(sampler)  # seq 2: lost, not settled yet
+    del lib.errors["nvmlDeviceGetPowerUsage"]
+    clock.advance(3)
+    backend = sampler._gpu
+    assert isinstance(backend, NvmlBackend)
+    seen: list[Snapshot] = []
+    real_capture, real_close = backend.capture, backend.close
+
+    def capture_after_reopen() -> object:
+        seen.append(snapshot_from_another_thread(sampler))
+        return real_capture()
+
+    backend.capture = capture_after_reopen  # type: ignore[method-assign]
+    capture(sampler)  # seq 3: re-opens the GPU, then reads it
+    backend.capture = real_capture  # type: ignore[method-assign]
+    mid_reopen = seen.pop()
+    assert mid_reopen.sample is not None and mid_reopen.sample.seq == 2
+    assert mid_reopen.sample.gpu_error is not None and not mid_reopen.gpu_ok
+    assert mid_reopen.gpu_reason == mid_reopen.sample.gpu_error and mid_reopen.inventory_rev == 1
+
+    def close_after_loss() -> None:
+        seen.append(snapshot_from_another_thread(sampler))
+        real_close()
+
+    backend.close = close_after_loss  # type: ignore[method-assign]
+    capture(sampler)  # seq 4: fine
+    lib.errors["nvmlDeviceGetPowerUsage"] = GPU_IS_LOST
+    capture(sampler)  # seq 5: lost; the reader comes in while the backend closes
+    mid_loss = seen.pop()
+    assert mid_loss.sample is not None and mid_loss.sample.seq == 4
+    assert mid_loss.sample.gpus[0].power_w == 7.0
+    assert mid_loss.gpu_ok and mid_loss.gpu_reason is None and mid_loss.inventory_rev == 2
+    final = sampler.snapshot
+    assert final.sample is not None and final.sample.seq == 5
+    assert not final.gpu_ok and final.gpu_reason is not None and "GPU_IS_LOST" in final.gpu_reason
+
+
+def test_stream_cursor_puts_hello_where_the_inventory_changed_within_one_batch() -> None:
+    from sparkwatch_agent.stream_frames import StreamCursor
+
+    clock = FakeClock()
+    lib = gb10_fake()
+    sampler = make_sampler(lib, clock)
+    capture(sampler)
+    capture(sampler)
+    lib.errors["nvmlDeviceGetPowerUsage"] = GPU_IS_LOST
+    capture(sampler)  # seq 3: lost
+    del lib.errors["nvmlDeviceGetPowerUsage"]
+    clock.advance(3)
+    capture(sampler)  # seq 4: re-opened, new inventory
+    capture(sampler)  # seq 5
+    cursor = StreamCursor(0, 1)  # a reader that got the first inventory's hello; all five settle at once
+    lines = []
+    while more := cursor.next_lines(
+        sampler, 500, lambda snap: b'{"type":"hello","rev":%d}' % snap.inventory_rev
+    ):
+        lines.extend(json.loads(x) for x in more)
+    kinds = [(f["type"], f.get("seq", f.get("rev"))) for f in lines]
+    assert kinds == [("sample", 1), ("sample", 2), ("sample", 3), ("hello", 2), ("sample", 4), ("sample", 5)]
+
+
+def test_on_sample_may_read_the_snapshot_without_deadlock() -> None:
+    seen: list[int] = []
+    holder: list[Sampler] = []
+
+    def on_sample(sample: Sample) -> None:
+        seen.append(holder[0].snapshot.counters.samples_total)  # settled so far, not a re-entry
+
+    sampler = bare_sampler(0.01, on_sample=on_sample)
+    holder.append(sampler)
+    sampler.start()
+    try:
+        time.sleep(0.3)
+        snap = snapshot_from_another_thread(sampler)
+    finally:
+        sampler.stop()
+    assert snap.counters.samples_total >= 20 and len(seen) == snap.counters.samples_total
+
+
+def test_watchdog_hook_beats_while_wake_ups_keep_the_loop_from_ticking() -> None:
+    beats: list[float] = []
+    sampler = bare_sampler(60.0, on_tick=lambda: beats.append(time.monotonic()))
+    sampler.start()
+    try:
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3.5:  # a client renewing its lease (same interval) every 0.3 s
+            sampler.leases.grant("c", 60.0, 30, time.monotonic_ns())
+            sampler.wake()
+            time.sleep(0.3)
+        t1 = time.monotonic()
+    finally:
+        sampler.stop()
+    during = [t0, *(b for b in beats if t0 < b <= t1), t1]
+    assert max(b - a for a, b in itertools.pairwise(during)) < 1.5
+    assert sampler.snapshot.counters.samples_total == 1

@@ -30,19 +30,18 @@ from sparkwatch_agent.hwmon import SensorCapture
 from sparkwatch_agent.interval_lease import IntervalLeases
 from sparkwatch_agent.readings import (
     DeviceError,
-    GpuInventory,
     GpuReading,
     HostMemory,
-    MemoryModel,
     SensorReading,
 )
 from sparkwatch_agent.ring import SampleRing
 from sparkwatch_agent.sample import Sample, encode_sample
-from sparkwatch_agent.snapshot import Counters, Snapshot
+from sparkwatch_agent.snapshot import Counters, GpuSession, Snapshot
 
 log = logging.getLogger(__name__)
 
 MAX_WAIT_S = 1.0
+MAX_WAIT_NS = 1_000_000_000
 #: The loop settles (decodes) its captures at least this often when nobody reads the snapshot.
 SETTLE_EVERY_NS = 1_000_000_000
 
@@ -67,9 +66,9 @@ class SensorReader(Protocol):
 
 
 #: One tick as captured: (seq, t_wall_ns, t_mono_ns, read_duration_s, interval_s, meminfo bytes or the
-#: OSError that stopped them, GPU capture or None, gpu_error, sensor capture or None). A plain tuple:
-#: the cheapest thing to build on the deadline.
-Captured = tuple[int, int, int, float, float, "bytes | OSError", Any, "str | None", "SensorCapture | None"]
+#: OSError that stopped them, GPU capture or None, the GpuSession it ran under, sensor capture or None).
+#: A plain tuple: the cheapest thing to build on the deadline.
+Captured = tuple[int, int, int, float, float, "bytes | OSError", Any, GpuSession, "SensorCapture | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +80,12 @@ class Clocks:
 
 
 class Sampler:
-    """Owns the hardware readers and the GPU session state (open, failed, retry time)."""
+    """Owns the hardware readers and the GPU session state (open, failed, retry time).
+
+    ``on_tick`` runs on the sampler thread after every capture and at least once a second (the systemd
+    watchdog, the stdio writer's wake-up). ``on_sample`` gets each sample as it settles, in seq order, on
+    whichever thread settles; reading the snapshot from it returns what is settled so far.
+    """
 
     def __init__(
         self,
@@ -111,11 +115,14 @@ class Sampler:
         self._on_tick = on_tick
         self._gpu_open = False
         self._gpu_retry_ns = 0
-        self._gpu_reason: str | None = "not opened yet" if gpu is not None else "no GPU backend"
-        self._inventory: GpuInventory | None = None
-        self._memory_model: MemoryModel = "unknown" if gpu is not None else "none"
-        self._inventory_rev = 0
-        self._inventory_seq = 1
+        self._session = GpuSession(
+            ok=False,
+            reason="not opened yet" if gpu is not None else "no GPU backend",
+            inventory=None,
+            memory_model="unknown" if gpu is not None else "none",
+            inventory_rev=0,
+            inventory_seq=1,
+        )
         self._seq = 0
         self._samples_total = 0
         self._read_errors: dict[tuple[str, str], int] = {}
@@ -126,7 +133,9 @@ class Sampler:
         self._host_total: int | None = None
         self._lock = threading.Lock()  # serialises captures (loop thread vs. a direct tick() call)
         self._pending: deque[Captured] = deque()  # captured, not yet settled; appended by captures only
-        self._settle_lock = threading.Lock()  # one settler at a time, so samples settle in seq order
+        # one settler at a time, so samples settle in seq order; re-entered (from on_sample), it returns
+        self._settle_lock = threading.RLock()
+        self._settling = False
         self._settled_ns = 0
         self._stop = threading.Event()
         # a binary semaphore the loop waits on (held while nobody woke it); cheaper than an Event
@@ -136,24 +145,23 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self.lateness_ns: list[int] = []  # filled only when record_lateness is on (benchmarks)
         self.record_lateness = False
-        self._snapshot = self._make_snapshot(None)
+        self._snapshot = self._make_snapshot(None, self._session)
 
     # ---- state -------------------------------------------------------------------------------------
     @property
     def snapshot(self) -> Snapshot:
-        """The latest state, with every capture taken so far settled."""
-        if self._pending:
-            self.settle()
+        """The latest state, with every capture taken so far settled (also when another thread is in
+        the middle of settling them: this waits for it)."""
+        self.settle()
         return self._snapshot
 
     @property
     def last_seq(self) -> int:
         """Seq of the newest sample in the ring, every capture so far settled (0 before the first)."""
-        if self._pending:
-            self.settle()
+        self.settle()
         return self.ring.last_seq
 
-    def _make_snapshot(self, sample: Sample | None) -> Snapshot:
+    def _make_snapshot(self, sample: Sample | None, session: GpuSession) -> Snapshot:
         interval_s = (
             sample.interval_s if sample is not None else self.leases.current_s(self._clocks.mono_ns())
         )
@@ -162,12 +170,12 @@ class Sampler:
             boot_id=self.boot_id,
             backend=self._gpu.name if self._gpu is not None else "none",
             sample=sample,
-            inventory=self._inventory if self._gpu_open else None,
-            memory_model=self._memory_model,
-            gpu_ok=self._gpu_open,
-            gpu_reason=None if self._gpu_open else self._gpu_reason,
-            inventory_rev=self._inventory_rev,
-            inventory_seq=self._inventory_seq,
+            inventory=session.inventory if session.ok else None,
+            memory_model=session.memory_model,
+            gpu_ok=session.ok,
+            gpu_reason=None if session.ok else session.reason,
+            inventory_rev=session.inventory_rev,
+            inventory_seq=session.inventory_seq,
             counters=Counters(
                 samples_total=self._samples_total,
                 read_errors=self._read_errors_view(),
@@ -196,18 +204,25 @@ class Sampler:
         if now_ns < self._gpu_retry_ns:
             return
         if isinstance(memory, bytes):  # MemTotal decides the memory model
-            self._host_total = self._memory.decode(memory).total_bytes
+            try:
+                self._host_total = self._memory.decode(memory).total_bytes
+            except Exception:  # a decoder bug: keep the last total; settle reports the bug per sample
+                log.exception("decoding host memory for the GPU's memory model failed")
         self._open_attempts += 1
         try:
             inventory, model = self._gpu.open(self._host_total)
         except DeviceError as exc:
             self._gpu_failed(exc, now_ns, "open")
             return
-        self._inventory, self._memory_model = inventory, model
         self._gpu_open = True
-        self._gpu_reason = None
-        self._inventory_rev += 1
-        self._inventory_seq = self._seq + 1
+        self._session = GpuSession(
+            ok=True,
+            reason=None,
+            inventory=inventory,
+            memory_model=model,
+            inventory_rev=self._session.inventory_rev + 1,
+            inventory_seq=self._seq + 1,  # the capture in progress
+        )
         self._backoff.reset()
         log.info(
             "GPU backend %s open: %d GPU(s), memory model %s", self._gpu.name, len(inventory.gpus), model
@@ -218,7 +233,7 @@ class Sampler:
         first_failure = self._gpu_open or self._open_attempts <= 1
         self._gpu_open = False
         self._gpu.close()
-        self._gpu_reason = str(exc)
+        self._session = self._session._replace(ok=False, reason=str(exc))
         delay_s = self._backoff.next_delay_s()
         self._gpu_retry_ns = now_ns + int(delay_s * 1e9)
         level = logging.WARNING if first_failure else logging.DEBUG
@@ -240,7 +255,7 @@ class Sampler:
     # ---- one tick ----------------------------------------------------------------------------------
     def tick(self) -> Sample:
         """Take one sample now and settle it (the loop captures on its deadlines and settles in
-        batches; tests and the probe call this)."""
+        batches; the probe and tests call this while the loop is not running)."""
         with self._lock:
             self._capture()
         self.settle()
@@ -263,10 +278,9 @@ class Sampler:
         sensors = self._sensors.capture() if self._sensors is not None else None
         duration = time.perf_counter() - t0
         interval_s = self.leases.current_s(t_mono)
-        gpu_error = None if self._gpu_open or self._gpu is None else self._gpu_reason
         self._seq += 1
         self._pending.append(
-            (self._seq, t_wall, t_mono, duration, interval_s, memory, gpus, gpu_error, sensors)
+            (self._seq, t_wall, t_mono, duration, interval_s, memory, gpus, self._session, sensors)
         )
         return interval_s
 
@@ -274,26 +288,36 @@ class Sampler:
         """Decode every pending capture, oldest first: count its read errors, append it to the ring,
         hand it to ``on_sample``; then publish one snapshot. Safe from any thread."""
         with self._settle_lock:
-            self._settled_ns = self._clocks.mono_ns()
-            pending = self._pending
-            sample = None
-            while pending:
-                captured = pending.popleft()
-                try:
-                    sample = self._decode(captured)
-                except Exception as exc:  # a decoder bug must not break the ring's seq chain
-                    log.exception("decoding sample %d failed", captured[0])
-                    sample = self._undecodable(captured, exc)
-                # with an encoder the ring encodes later, in batches (see SampleRing); else it is done now
-                self.ring.append(sample.seq, sample if self.ring.encodes_later else encode_sample(sample))
-                self._samples_total += 1
-                if self._on_sample is not None:
-                    self._on_sample(sample)
-            if sample is not None:
-                self._snapshot = self._make_snapshot(sample)
+            if self._settling:  # on_sample read the snapshot: what is settled so far is the answer
+                return
+            self._settling = True
+            try:
+                self._settle_locked()
+            finally:
+                self._settling = False
+
+    def _settle_locked(self) -> None:
+        self._settled_ns = self._clocks.mono_ns()
+        pending = self._pending
+        sample, session = None, self._session
+        while pending:
+            captured = pending.popleft()
+            session = captured[7]
+            try:
+                sample = self._decode(captured)
+            except Exception as exc:  # a decoder bug must not break the ring's seq chain
+                log.exception("decoding sample %d failed", captured[0])
+                sample = self._undecodable(captured, exc)
+            # with an encoder the ring encodes later, in batches (see SampleRing); else it is done now
+            self.ring.append(sample.seq, sample if self.ring.encodes_later else encode_sample(sample))
+            self._samples_total += 1
+            if self._on_sample is not None:
+                self._on_sample(sample)
+        if sample is not None:
+            self._snapshot = self._make_snapshot(sample, session)
 
     def _decode(self, captured: Captured) -> Sample:
-        memory_raw, gpus_raw, gpu_error, sensors_raw = captured[5:]
+        memory_raw, gpus_raw, session, sensors_raw = captured[5:]
         memory: HostMemory | None = None
         memory_error = None
         if isinstance(memory_raw, bytes):
@@ -315,7 +339,7 @@ class Sampler:
         return self._sample(
             captured,
             gpus=gpus,
-            gpu_error=gpu_error,
+            gpu_error=None if session.ok or self._gpu is None else session.reason,
             memory=memory,
             memory_error=memory_error,
             sensors=sensors,
@@ -386,6 +410,7 @@ class Sampler:
         mono = self._clocks.mono_ns
         deadline = mono()
         interval_ns = int(self.leases.current_s(deadline) * 1e9)
+        hook_ns = deadline  # when on_tick last ran
         while not self._stop.is_set():
             now = mono()
             if now < deadline:
@@ -402,7 +427,8 @@ class Sampler:
                         # rebase on the last tick's deadline; if that moment has passed, sample now
                         deadline = max(deadline - interval_ns + new_ns, mono())
                         interval_ns = new_ns
-                elif wait_s > MAX_WAIT_S and self._on_tick is not None:
+                if self._on_tick is not None and (now := mono()) - hook_ns >= MAX_WAIT_NS:
+                    hook_ns = now  # no tick for a second (a long interval, or wake-ups): still beat
                     self._on_tick()
                 continue
             if self.record_lateness:
@@ -415,6 +441,7 @@ class Sampler:
             except Exception:  # a bug in a reader must not end sampling; it is logged loudly instead
                 log.exception("sample failed")
             if self._on_tick is not None:
+                hook_ns = now
                 self._on_tick()
             deadline += interval_ns
             now = mono()

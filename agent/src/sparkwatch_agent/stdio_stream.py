@@ -89,45 +89,50 @@ def _read_commands(
 
 def run_stdio(config: AgentConfig, stdout: BinaryIO | None = None, stdin_fd: int | None = None) -> int:
     out = stdout or sys.stdout.buffer
-    new_sample = threading.Event()
+    wake = threading.Event()  # set after every capture (the sampler's tick hook) and by stdin commands
     stop = threading.Event()
-    node = build_node(config, on_sample=lambda _s: new_sample.set())
+    # Frames go out right after their tick, as a reader of a live stream expects: this writer wakes per
+    # capture and settles it (the WebSocket stream instead polls once a second).
+    node = build_node(config, on_tick=wake.set)
     sampler = node.sampler
 
     def on_signal(signum: int, _frame: object) -> None:
         if stop.is_set() and signum == signal.SIGINT:
             os._exit(130)  # a second SIGINT exits at once
         stop.set()
+        wake.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     replies: queue.SimpleQueue[bytes] = queue.SimpleQueue()
-    threading.Thread(target=_read_commands, args=(sampler, fd, replies, new_sample), daemon=True).start()
+    threading.Thread(target=_read_commands, args=(sampler, fd, replies, wake), daemon=True).start()
 
     def hello(snap: Snapshot) -> bytes:
         sensors = tuple(s.sensor for s in snap.sample.sensors) if snap.sample else ()
         return encode_frame(hello_frame(snap, read_host_facts(), sensors))
 
-    sampler.start()
     cursor = StreamCursor(0, -1)  # -1: no hello sent yet
-    try:
-        while not stop.is_set():
-            new_sample.wait(0.5)
-            new_sample.clear()
-            lines: list[bytes] = []
-            while not replies.empty():
-                lines.append(replies.get())
-            if sampler.snapshot.sample is None:
-                if lines:
-                    out.write(b"\n".join(lines) + b"\n")
-                    out.flush()
-                continue
+
+    def write_pending() -> None:
+        lines: list[bytes] = []
+        while not replies.empty():
+            lines.append(replies.get())
+        if sampler.snapshot.sample is not None:
             while more := cursor.next_lines(sampler, 500, hello):
                 lines.extend(more)
-            if lines:
-                out.write(b"\n".join(lines) + b"\n")
-                out.flush()
+        if lines:
+            out.write(b"\n".join(lines) + b"\n")
+            out.flush()
+
+    sampler.start()
+    try:
+        while not stop.is_set():
+            wake.wait(0.5)
+            wake.clear()
+            write_pending()
+        sampler.stop(timeout_s=1.0)
+        write_pending()  # what was captured before the stop still goes out
     except BrokenPipeError:
         pass  # the reader went away (SSH channel closed): that is our signal to stop
     finally:
