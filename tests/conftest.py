@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pathlib
+import re
 import socket
 import subprocess
 import sys
@@ -79,8 +80,10 @@ class AgentProcess:
                 )
             try:
                 with urllib.request.urlopen(f"{self.url}/metrics", timeout=1) as r:
-                    if b"sparkwatch_agent_samples_total" in r.read():
+                    # ready = the first sample exists (the server answers, with a count of 0, before it)
+                    if re.search(rb"^sparkwatch_agent_samples_total\{[^}]*\} [1-9]", r.read(), re.M):
                         return
+                time.sleep(0.02)
             except OSError:
                 time.sleep(0.05)
         raise AssertionError("agent did not become ready")
