@@ -7,6 +7,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from nvml_fake import GPU_IS_LOST, UNKNOWN, gb10_fake
 from sparkwatch_agent.backoff import ExponentialBackoff
 from sparkwatch_agent.interval_lease import IntervalLeases
@@ -230,30 +232,6 @@ def test_watchdog_hears_from_the_loop_at_long_intervals() -> None:
     assert len(beats) >= 2 and sampler.snapshot.counters.samples_total == 1
 
 
-def test_stream_cursor_puts_hello_where_the_inventory_changed() -> None:
-    from sparkwatch_agent.stream_frames import StreamCursor
-
-    clock = FakeClock()
-    lib = gb10_fake()
-    sampler = make_sampler(lib, clock)
-    sampler.tick()
-    sampler.tick()
-    cursor = StreamCursor(0, sampler.snapshot.inventory_rev)
-    lib.errors["nvmlDeviceGetPowerUsage"] = GPU_IS_LOST
-    sampler.tick()  # seq 3: lost
-    del lib.errors["nvmlDeviceGetPowerUsage"]
-    clock.advance(3)
-    sampler.tick()  # seq 4: re-opened, new inventory
-    sampler.tick()  # seq 5
-    lines = []
-    while more := cursor.next_lines(
-        sampler, 500, lambda snap: b'{"type":"hello","rev":%d}' % snap.inventory_rev
-    ):
-        lines.extend(json.loads(x) for x in more)
-    kinds = [(f["type"], f.get("seq", f.get("rev"))) for f in lines]
-    assert kinds == [("sample", 1), ("sample", 2), ("sample", 3), ("hello", 2), ("sample", 4), ("sample", 5)]
-
-
 # ---- capture on the deadline, settle in batches ----------------------------------------------------
 def test_reading_the_snapshot_settles_every_capture_so_far() -> None:
     sampler = Sampler(
@@ -389,21 +367,23 @@ def test_a_snapshot_read_mid_capture_agrees_with_its_sample() -> None:
     assert not final.gpu_ok and final.gpu_reason is not None and "GPU_IS_LOST" in final.gpu_reason
 
 
-def test_stream_cursor_puts_hello_where_the_inventory_changed_within_one_batch() -> None:
+@pytest.mark.parametrize("batched", [False, True], ids=["settled-per-tick", "settled-at-once"])
+def test_stream_cursor_puts_hello_where_the_inventory_changed(batched: bool) -> None:
     from sparkwatch_agent.stream_frames import StreamCursor
 
     clock = FakeClock()
     lib = gb10_fake()
     sampler = make_sampler(lib, clock)
-    capture(sampler)
-    capture(sampler)
+    step = capture if batched else Sampler.tick
+    step(sampler)
+    step(sampler)
     lib.errors["nvmlDeviceGetPowerUsage"] = GPU_IS_LOST
-    capture(sampler)  # seq 3: lost
+    step(sampler)  # seq 3: lost
     del lib.errors["nvmlDeviceGetPowerUsage"]
     clock.advance(3)
-    capture(sampler)  # seq 4: re-opened, new inventory
-    capture(sampler)  # seq 5
-    cursor = StreamCursor(0, 1)  # a reader that got the first inventory's hello; all five settle at once
+    step(sampler)  # seq 4: re-opened, new inventory
+    step(sampler)  # seq 5
+    cursor = StreamCursor(0, 1)  # a reader that got the first inventory's hello
     lines = []
     while more := cursor.next_lines(
         sampler, 500, lambda snap: b'{"type":"hello","rev":%d}' % snap.inventory_rev
