@@ -326,9 +326,8 @@ class NvmlBackend:
                 reader(dev.handle, out)
             except (nvml_error, FieldValueError, ValueError) as exc:
                 reason = nvml_reason(exc) if not isinstance(exc, ValueError) else "OUT_OF_RANGE"
-                if reason in DEVICE_LEVEL_ERRORS:  # the device is gone: no point in the other calls
-                    raise DeviceError(reason, f"reading {field} on GPU {dev.index}") from exc
                 errors.append((field, reason))
+                self._raise_device_level(dev, errors[-1:])  # the device is gone: skip the other calls
         return out, errors
 
     @staticmethod

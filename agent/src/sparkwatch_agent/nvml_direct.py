@@ -382,13 +382,12 @@ _INSTANT, _PROCESS = VALUE_SLOTS["power_instant_w"], VALUE_SLOTS["process_mem_by
 
 
 class DirectReaders:
-    """Builds direct devices over one nvidia-ml-py module; ``available`` is False for a binding without
-    the function table."""
+    """Builds direct devices over one nvidia-ml-py module (none for a binding without the function
+    table, such as a test double)."""
 
     def __init__(self, lib: Any) -> None:
         self._lib = lib
         self._lookup: Callable[[str], Any] | None = getattr(lib, "_nvmlGetFunctionPointer", None)
-        self.available = self._lookup is not None
 
     def device(
         self, handle: Any, polled: Mapping[str, str | None], *, with_memory_util: bool
