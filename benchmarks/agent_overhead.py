@@ -68,7 +68,7 @@ async def consume(url: str, seconds: float) -> int:
 #: with time.sleep, the cheapest wake-up measured here (the sampler's lock wait costs ~20 µs more).
 FLOOR = """
 import time
-import aiohttp, prometheus_client, psutil, sparkwatch_agent.serve
+import aiohttp, prometheus_client, psutil, sparkwatch_agent.serving.serve
 import pynvml
 pynvml.nvmlInit()
 h = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -142,12 +142,12 @@ def ring_memory(env: dict[str, str]) -> None:
     code = """
 import ctypes, os, time
 from sparkwatch_agent.config import build_config
-from sparkwatch_agent.node import build_node
+from sparkwatch_agent.assemble import assemble
 def rss():
     for line in open('/proc/self/status'):
         if line.startswith('VmRSS:'):
             return int(line.split()[1]) / 1024
-node = build_node(build_config({'node': 'bench', 'interval': 0.1}, {}))
+node = assemble(build_config({'node': 'bench', 'interval': 0.1}, {}))
 node.sampler.tick()
 before = rss()
 for _ in range(35999):

@@ -26,22 +26,22 @@ from aiohttp import web
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store import Store
+from sparkwatch_agent.assemble import assemble
 from sparkwatch_agent.config import build_config
-from sparkwatch_agent.hello import hello_frame
-from sparkwatch_agent.host_facts import read_host_facts
-from sparkwatch_agent.node import build_node
-from sparkwatch_agent.sample import encode_frame
+from sparkwatch_agent.hardware.host_facts import read_host_facts
+from sparkwatch_agent.sampling.sample import encode_frame
+from sparkwatch_agent.serving.hello import hello_frame
 
 
 def make_frames(count: int) -> tuple[bytes, list[bytes]]:
-    node = build_node(build_config({"node": "bench", "backend": "sim", "ring_size": count + 10}, {}))
+    node = assemble(build_config({"node": "bench", "backend": "sim", "ring_size": count + 10}, {}))
     sampler = node.sampler
     frames = []
     for _ in range(count):
         sampler.tick()
     piece = sampler.ring.after(0, count)
     frames = list(piece.frames)
-    hello = encode_frame(hello_frame(sampler.snapshot, read_host_facts(), ()))
+    hello = encode_frame(hello_frame(sampler.snapshot, read_host_facts()))
     sampler.stop()
     return hello, frames
 

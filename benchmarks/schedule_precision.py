@@ -54,11 +54,11 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.1)
     args = parser.parse_args()
 
+    from sparkwatch_agent.assemble import assemble
     from sparkwatch_agent.config import build_config
-    from sparkwatch_agent.node import build_node
 
     ticks: list[int] = []
-    node = build_node(
+    node = assemble(
         build_config({"node": "bench", "backend": "sim", "interval": args.interval}, {}),
         on_sample=lambda s: ticks.append(s.t_mono_ns),
     )

@@ -31,11 +31,11 @@ def main() -> None:
     os.environ.pop("FAKE_NVML_CONTROL", None)
     import pynvml
 
-    from sparkwatch_agent.interval_lease import IntervalLeases
-    from sparkwatch_agent.meminfo import MeminfoReader
-    from sparkwatch_agent.nvml_backend import NvmlBackend
-    from sparkwatch_agent.ring import SampleRing
-    from sparkwatch_agent.sampler import Sampler
+    from sparkwatch_agent.hardware.meminfo import MeminfoReader
+    from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
+    from sparkwatch_agent.sampling.leases import IntervalLeases
+    from sparkwatch_agent.sampling.ring import SampleRing
+    from sparkwatch_agent.sampling.sampler import Sampler
 
     backend = NvmlBackend()
     backend.open(None)

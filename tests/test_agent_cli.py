@@ -92,7 +92,7 @@ def test_probe_sim_prints_capabilities_hardware_and_lmx_object() -> None:
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["memory_model"] == "unified" and out["hardware"]["simulated"] is True
-    lmx = out["lmx_hardware"]
+    lmx = out["hardware"]["lmx"]
     assert lmx["hwClass"] == "UNIFIED" and lmx["chipVendor"] == "NVIDIA" and lmx["chipFamily"] == "GB10"
     assert lmx["unifiedMemoryGb"] == round(125_000_000 * 1024 / 2**30, 1)
     assert os.uname().release in lmx["os"]  # kernel read at probe time
@@ -104,7 +104,9 @@ def test_probe_sim_prints_capabilities_hardware_and_lmx_object() -> None:
 def test_probe_with_fake_nvml_discrete(fake_nvml_dir: pathlib.Path) -> None:
     env = {**os.environ, "LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_PROFILE": "discrete"}
     out = json.loads(run_agent("probe", env=env).stdout)
-    assert out["lmx_hardware"]["hwClass"] == "DISCRETE_GPU" and len(out["lmx_hardware"]["gpus"]) == 2
+    lmx = out["hardware"]["lmx"]
+    assert lmx["hwClass"] == "DISCRETE_GPU" and len(lmx["gpus"]) == 2
+    assert "lmx_hardware" not in out  # once, inside hardware
 
 
 def test_stream_stdio_emits_hello_then_samples_and_takes_commands() -> None:

@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from sparkwatch_agent.assemble import assemble
 from sparkwatch_agent.config import build_config
-from sparkwatch_agent.http_app import CONTEXT, make_app
-from sparkwatch_agent.node import build_node
-from sparkwatch_agent.serve import agent_context
+from sparkwatch_agent.serving.http_app import CONTEXT, make_app
+from sparkwatch_agent.serving.serve import agent_context
 
 TOKEN = "s3cret-token-0123456789"
 
 
 async def start_agent(interval: float = 0.02, ring: int = 1000, token: str | None = None) -> TestClient:
     config = build_config({"node": "spark-t", "backend": "sim", "interval": interval, "ring_size": ring}, {})
-    node = build_node(config)
-    ctx = agent_context(node, token)
+    node = assemble(config)
+    ctx = agent_context(node.sampler, node.sim, token)
     client = TestClient(TestServer(make_app(ctx)))
     await client.start_server()
     node.sampler.start()

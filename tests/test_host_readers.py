@@ -6,9 +6,9 @@ import pathlib
 
 import pytest
 
-from sparkwatch_agent.host_facts import cpu_model, os_name
-from sparkwatch_agent.hwmon import EnergyAccumulator, HwmonSensors
-from sparkwatch_agent.meminfo import MeminfoReader, parse_meminfo
+from sparkwatch_agent.hardware.host_facts import cpu_model, os_name
+from sparkwatch_agent.hardware.hwmon import EnergyAccumulator, HwmonSensors
+from sparkwatch_agent.hardware.meminfo import MeminfoReader, parse_meminfo
 
 # Shape of a DGX Spark's /proc/meminfo under load (values in kB).
 GB10_MEMINFO = b"""MemTotal:       124546968 kB

@@ -8,7 +8,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 AGENT = ROOT / "agent" / "src" / "sparkwatch_agent"
 COORD = ROOT / "src" / "sparkwatch"
-HARDWARE_BOUNDARY = {"pynvml": {"nvml_backend.py"}, "psutil": {"host_facts.py"}}
+HARDWARE_BOUNDARY = {"pynvml": {"hardware/nvml/backend.py"}, "psutil": {"hardware/host_facts.py"}}
 CORE_FORBIDDEN = {"asyncio", "aiohttp", "asyncssh", "sqlite3", "pynvml", "psutil", "socket", "subprocess"}
 
 
@@ -28,14 +28,15 @@ def all_sources() -> list[pathlib.Path]:
 
 
 def test_sources_exist() -> None:
-    assert (AGENT / "nvml_backend.py").exists() and (COORD / "core" / "__init__.py").exists()
+    assert (AGENT / "hardware" / "nvml" / "backend.py").exists() and (COORD / "core" / "__init__.py").exists()
 
 
 def test_pynvml_and_psutil_only_in_the_hardware_boundary() -> None:
     offenders = []
     for path in all_sources():
         for module, allowed in HARDWARE_BOUNDARY.items():
-            if module in imported_roots(path) and not (path.parent == AGENT and path.name in allowed):
+            inside = path.relative_to(AGENT).as_posix() if path.is_relative_to(AGENT) else None
+            if module in imported_roots(path) and inside not in allowed:
                 offenders.append(f"{path.relative_to(ROOT)} imports {module}")
     assert offenders == []
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from conftest import free_port
 from sparkwatch.nodes_check import check_cluster, check_node
-from sparkwatch_agent.host_facts import STA_UNSYNC, TIME_ERROR, read_time_sync
+from sparkwatch_agent.hardware.host_facts import STA_UNSYNC, TIME_ERROR, read_time_sync
 
 
 def field(supported: bool) -> dict[str, Any]:

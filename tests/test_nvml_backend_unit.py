@@ -15,8 +15,8 @@ from nvml_fake import (
     FakeNvml,
     gb10_fake,
 )
-from sparkwatch_agent.nvml_backend import NvmlBackend
-from sparkwatch_agent.readings import DeviceError
+from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
+from sparkwatch_agent.hardware.readings import DeviceError
 
 HOST_128G = 128 * 10**9
 
@@ -167,3 +167,20 @@ def test_unexpected_probe_exception_is_a_device_error_and_closes() -> None:
     with pytest.raises(DeviceError):
         NvmlBackend(lib=lib).open(HOST_128G)
     assert lib.calls[-1] == "nvmlShutdown"
+
+
+@pytest.mark.parametrize("order", [("unified", "discrete"), ("discrete", "unified")])
+def test_each_gpu_keeps_its_own_memory_model_whatever_the_order(order: tuple[str, str]) -> None:
+    """The probe once let the last GPU's memory model decide for every GPU of the node."""
+    gpus = {
+        "unified": FakeGpu(uuid="GPU-u"),  # memory info answers 0 bytes: unified
+        "discrete": FakeGpu(uuid="GPU-d", mem_total=80 * 2**30, mem_used=2**30, mem_util=12),
+    }
+    inventory, model = NvmlBackend(lib=FakeNvml([gpus[kind] for kind in order])).open(HOST_128G)
+    by_uuid = {gpu.uuid: gpu for gpu in inventory.gpus}
+    assert model == "unified"  # host memory holds one GPU's allocations: the node figure is the host's
+    discrete, unified = by_uuid["GPU-d"], by_uuid["GPU-u"]
+    assert discrete.capabilities["memory_info"].polled and discrete.memory_total_bytes == 80 * 2**30
+    assert discrete.capabilities["memory_utilization"].polled and discrete.pcie_link_trusted
+    assert unified.capabilities["memory_info"].state == "untrusted" and unified.memory_total_bytes is None
+    assert unified.capabilities["memory_utilization"].state == "untrusted" and not unified.pcie_link_trusted

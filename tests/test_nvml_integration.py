@@ -16,9 +16,9 @@ import pynvml
 import pytest
 
 from fake_nvml import write_control
-from sparkwatch_agent import nvml_direct
-from sparkwatch_agent.nvml_backend import NvmlBackend
-from sparkwatch_agent.readings import DeviceError
+from sparkwatch_agent.hardware.nvml import direct as nvml_direct
+from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
+from sparkwatch_agent.hardware.readings import DeviceError
 
 HOST_TOTAL = 24 * 2**30
 

@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkwatch_agent.interval_lease import IntervalLeases
-from sparkwatch_agent.readings import GpuReading, HostMemory, SensorReading
-from sparkwatch_agent.ring import SampleRing
-from sparkwatch_agent.sample import Sample, encode_frame, encode_sample, frames_after
+from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading
+from sparkwatch_agent.sampling.leases import IntervalLeases
+from sparkwatch_agent.sampling.ring import SampleRing
+from sparkwatch_agent.sampling.sample import Sample, encode_frame, encode_sample
+from sparkwatch_agent.serving.stream_cursor import frames_after
 
 
 def filled(capacity: int, count: int, block: int = 1) -> SampleRing:

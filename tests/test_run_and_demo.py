@@ -20,7 +20,7 @@ import pytest
 from conftest import free_port
 from sparkwatch.demo import COLD_UTIL, MODEL_BYTES_PER_NODE, warm_util
 from sparkwatch.export_schema import run_schema
-from sparkwatch_agent.sim import SimSpec
+from sparkwatch_agent.hardware.sim import SimSpec
 
 GIB = 1024**3
 SPEC = SimSpec()

@@ -10,16 +10,16 @@ import time
 import pytest
 
 from nvml_fake import GPU_IS_LOST, UNKNOWN, gb10_fake
-from sparkwatch_agent.backoff import ExponentialBackoff
-from sparkwatch_agent.interval_lease import IntervalLeases
-from sparkwatch_agent.meminfo import parse_meminfo
-from sparkwatch_agent.nvml_backend import NvmlBackend
-from sparkwatch_agent.readings import HostMemory
-from sparkwatch_agent.ring import SampleRing
-from sparkwatch_agent.sample import Sample
-from sparkwatch_agent.sampler import Clocks, Sampler
-from sparkwatch_agent.sim import SimGb10, SimMeminfoReader, SimNvml
-from sparkwatch_agent.snapshot import Snapshot
+from sparkwatch_agent.hardware.meminfo import parse_meminfo
+from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
+from sparkwatch_agent.hardware.readings import HostMemory
+from sparkwatch_agent.hardware.sim import SimGb10, SimMeminfoReader, SimNvml
+from sparkwatch_agent.sampling.leases import IntervalLeases
+from sparkwatch_agent.sampling.ring import SampleRing
+from sparkwatch_agent.sampling.sample import Sample
+from sparkwatch_agent.sampling.sampler import Clocks, Sampler
+from sparkwatch_agent.sampling.snapshot import Snapshot
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 
 class FakeClock:
@@ -333,7 +333,7 @@ def test_a_snapshot_read_mid_capture_agrees_with_its_sample() -> None:
     capture(sampler)  # seq 2: lost, not settled yet
     del lib.errors["nvmlDeviceGetPowerUsage"]
     clock.advance(3)
-    backend = sampler._gpu
+    backend = sampler._gpus._gpu
     assert isinstance(backend, NvmlBackend)
     seen: list[Snapshot] = []
     real_capture, real_close = backend.capture, backend.close
@@ -369,7 +369,7 @@ def test_a_snapshot_read_mid_capture_agrees_with_its_sample() -> None:
 
 @pytest.mark.parametrize("batched", [False, True], ids=["settled-per-tick", "settled-at-once"])
 def test_stream_cursor_puts_hello_where_the_inventory_changed(batched: bool) -> None:
-    from sparkwatch_agent.stream_frames import StreamCursor
+    from sparkwatch_agent.serving.stream_cursor import StreamCursor
 
     clock = FakeClock()
     lib = gb10_fake()

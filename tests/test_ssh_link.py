@@ -21,7 +21,7 @@ from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink, make_link
 from sparkwatch.links.ws_link import LinkError
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store import Store
-from sparkwatch_agent.backoff import ExponentialBackoff
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 

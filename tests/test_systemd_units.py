@@ -649,7 +649,7 @@ def test_coordinator_runs_under_mdwe(
 
 
 def test_load_token_accepts_a_credential_delivered_with_an_acl(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkwatch_agent.auth import TokenFileError, load_token
+    from sparkwatch_agent.shared.auth import TokenFileError, load_token
 
     directory = pathlib.Path(tempfile.mkdtemp(prefix="sw-cred-", dir="/dev/shm"))
     try:

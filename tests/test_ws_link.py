@@ -20,7 +20,7 @@ from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.run_export import export_run
 from sparkwatch.store import Store
 from sparkwatch.store.db import Frame, RunRow
-from sparkwatch_agent.backoff import ExponentialBackoff
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 
 def post(url: str, body: dict[str, Any]) -> None:

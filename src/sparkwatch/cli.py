@@ -46,8 +46,8 @@ from sparkwatch.run_command import (
     write_text_atomically,
 )
 from sparkwatch.store import StoreError
-from sparkwatch_agent.auth import TokenFileError
 from sparkwatch_agent.config import ConfigError, parse_listen
+from sparkwatch_agent.shared.auth import TokenFileError
 
 PROG = "sparkwatch"
 USER_ERRORS = (

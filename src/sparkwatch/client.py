@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from sparkwatch.core.windows import Window
-from sparkwatch_agent.auth import load_token
+from sparkwatch_agent.shared.auth import load_token
 
 ENV_COORDINATOR = "SPARKWATCH_COORDINATOR"
 ENV_TOKEN_FILE = "SPARKWATCH_TOKEN_FILE"

@@ -15,9 +15,9 @@ from sparkwatch.coordinator import Coordinator
 from sparkwatch.lifecycle import StartError, start_site, stop_on_signals
 from sparkwatch.nodes_file import NodeSpec, load_nodes
 from sparkwatch.store import Store
-from sparkwatch_agent.auth import is_loopback, load_token
 from sparkwatch_agent.config import parse_listen
-from sparkwatch_agent.systemd_notify import SystemdNotifier
+from sparkwatch_agent.shared.auth import is_loopback, load_token
+from sparkwatch_agent.shared.systemd_notify import SystemdNotifier
 
 log = logging.getLogger(__name__)
 

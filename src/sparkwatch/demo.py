@@ -33,11 +33,8 @@ from sparkwatch.lifecycle import start_site
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.run_command import wait_caught_up, write_export
 from sparkwatch.summary import summary_table
+from sparkwatch_agent.assemble import SimGb10, assemble, running_agent
 from sparkwatch_agent.config import build_config
-from sparkwatch_agent.http_app import make_app as make_agent_app
-from sparkwatch_agent.node import build_node
-from sparkwatch_agent.serve import agent_context
-from sparkwatch_agent.sim import SimGb10
 
 log = logging.getLogger(__name__)
 
@@ -80,26 +77,15 @@ class SimAgent:
 @contextlib.asynccontextmanager
 async def sim_agents(count: int) -> AsyncIterator[list[SimAgent]]:
     """`count` simulated GB10 agents (the real agent code, sim backend) on loopback ports."""
-    runners: list[web.AppRunner] = []
-    nodes = []
-    agents: list[SimAgent] = []
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        agents: list[SimAgent] = []
         for i in range(count):
             name = f"spark-{i + 1}"
-            node = build_node(build_config({"node": name, "backend": "sim", "interval": 1.0}, {}))
-            nodes.append(node)
-            runner = web.AppRunner(make_agent_app(agent_context(node, None)), access_log=None)
-            url = await start_site(runner, "127.0.0.1", 0)
-            runners.append(runner)
-            node.sampler.start()
-            assert node.sim is not None
-            agents.append(SimAgent(name, url.replace("http://", "ws://", 1), node.sim))
+            parts = assemble(build_config({"node": name, "backend": "sim", "interval": 1.0}, {}))
+            url = await stack.enter_async_context(running_agent(parts))
+            assert parts.sim is not None
+            agents.append(SimAgent(name, url.replace("http://", "ws://", 1), parts.sim))
         yield agents
-    finally:
-        for node in nodes:
-            node.sampler.stop(timeout_s=1.0)
-        for runner in runners:
-            await runner.cleanup()
 
 
 async def _requests(proxy_url: str, opts: DemoOptions, run_id: str) -> None:

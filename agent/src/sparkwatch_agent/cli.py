@@ -8,14 +8,15 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 from sparkwatch_agent import __version__
-from sparkwatch_agent.auth import TokenFileError
-from sparkwatch_agent.config import BACKENDS, ConfigError, build_config, load_toml
-from sparkwatch_agent.probe import probe
-from sparkwatch_agent.serve import ServeError, serve
-from sparkwatch_agent.stdio_stream import run_stdio
+from sparkwatch_agent.assemble import assemble
+from sparkwatch_agent.config import BACKENDS, AgentConfig, ConfigError, build_config, load_toml
+from sparkwatch_agent.serving.probe import probe
+from sparkwatch_agent.serving.serve import serve
+from sparkwatch_agent.serving.stdio import run_stdio
+from sparkwatch_agent.shared.auth import AuthConfigError
+from sparkwatch_agent.shared.http import BindError
 
 PROG = "sparkwatch-agent"
 
@@ -59,7 +60,7 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config_from(args: argparse.Namespace) -> Any:
+def _config_from(args: argparse.Namespace) -> AgentConfig:
     file_values = load_toml(args.config) if args.config else {}
     flags = {
         "node": args.node,
@@ -82,13 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = _config_from(args)
+        parts = assemble(config)
         if args.command == "serve":
-            return asyncio.run(serve(config))
+            return asyncio.run(serve(config, parts.sampler, parts.sim))
         if args.command == "stream":
-            return run_stdio(config)
-        print(json.dumps(probe(config), indent=2))
+            return run_stdio(parts.sampler)
+        print(json.dumps(probe(parts.sampler), indent=2))
         return 0
-    except (ConfigError, TokenFileError, ServeError) as exc:
+    except (ConfigError, AuthConfigError, BindError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkwatch_agent.interval_lease import validate_interval
+from sparkwatch_agent.sampling.leases import validate_interval
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 1.0

@@ -14,7 +14,7 @@ from sparkwatch.api.metrics import coordinator_registry
 from sparkwatch.api.models import MarkIn, RunCreate, RunEnd, WindowBatch
 from sparkwatch.coordinator import Coordinator
 from sparkwatch.store import NotFound, StoreError
-from sparkwatch_agent.http_app import bearer_middleware, json_error
+from sparkwatch_agent.shared.http import bearer_middleware, json_error
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 MAX_BODY_BYTES = 64 * 1024 * 1024

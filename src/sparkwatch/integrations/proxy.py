@@ -24,7 +24,7 @@ from yarl import URL
 
 from sparkwatch.core.windows import Window
 from sparkwatch.integrations.sse_watch import ResponseWatcher
-from sparkwatch_agent.http_app import json_error
+from sparkwatch_agent.shared.http import json_error
 
 log = logging.getLogger(__name__)
 

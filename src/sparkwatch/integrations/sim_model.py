@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from sparkwatch.lifecycle import start_site, stop_on_signals
-from sparkwatch_agent.http_app import json_error
+from sparkwatch_agent.shared.http import json_error
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from sparkwatch.links.state import LinkState, latest_summary
 from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store import Store
 from sparkwatch.store.db import Frame
-from sparkwatch_agent.auth import load_token
-from sparkwatch_agent.backoff import ExponentialBackoff
+from sparkwatch_agent.shared.auth import load_token
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 log = logging.getLogger(__name__)
 

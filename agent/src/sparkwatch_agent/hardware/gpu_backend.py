@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-from sparkwatch_agent.readings import GpuInventory, GpuReading, MemoryModel
+from sparkwatch_agent.hardware.readings import GpuInventory, GpuReading, MemoryModel
 
 
 class GpuBackend(Protocol):
@@ -49,3 +50,12 @@ def detect_memory_model(
     if host_total_bytes and 0.9 * host_total_bytes <= gpu_total_bytes <= 1.1 * host_total_bytes:
         return "unified"
     return "discrete"
+
+
+def node_memory_model(gpu_models: Sequence[MemoryModel]) -> MemoryModel:
+    """The node's model from its GPUs' own, whatever their order: ``unified`` when any GPU shares host
+    memory (then the host's MemTotal − MemAvailable holds GPU allocations and is the figure to publish),
+    ``none`` without GPUs, else ``discrete``."""
+    if not gpu_models:
+        return "none"
+    return "unified" if "unified" in gpu_models else "discrete"

@@ -5,9 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sparkwatch_agent.sample import frames_after
-from sparkwatch_agent.sampler import Sampler
-from sparkwatch_agent.snapshot import Snapshot
+from sparkwatch_agent.sampling.ring import SampleRing
+from sparkwatch_agent.sampling.sample import FRAME_GAP, encode_frame
+from sparkwatch_agent.sampling.sampler import Sampler
+from sparkwatch_agent.sampling.snapshot import Snapshot
+
+
+def frames_after(ring: SampleRing, last_seq: int, limit: int) -> tuple[list[bytes], int]:
+    """The next frames a reader that has seen ``last_seq`` should get, a gap frame first if it fell
+    behind the ring; returns them with the new last seq. An empty list means it is up to date."""
+    piece = ring.after(last_seq, limit)
+    lines: list[bytes] = []
+    if piece.missing:
+        gap = {"type": FRAME_GAP, "after": last_seq, "missing": piece.missing, "next_seq": piece.first_seq}
+        lines.append(encode_frame(gap))
+        last_seq += piece.missing
+    if piece.frames and piece.last_seq is not None:
+        lines.extend(piece.frames)
+        last_seq = piece.last_seq
+    return lines, last_seq
 
 
 class StreamCursor:

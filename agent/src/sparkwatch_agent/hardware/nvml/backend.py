@@ -1,4 +1,4 @@
-"""NVML through nvidia-ml-py — one of the two modules allowed to import ``pynvml``.
+"""NVML through nvidia-ml-py; the only module that imports ``pynvml``.
 
 Every field is probed once at open: a field NVML refuses (NOT_SUPPORTED, FUNCTION_NOT_FOUND,
 NO_PERMISSION, …) is never polled again. After a successful probe, a failing read is a gap for that
@@ -15,13 +15,9 @@ from typing import Any
 
 import pynvml
 
-from sparkwatch_agent.gpu_backend import detect_memory_model
-from sparkwatch_agent.nvml_codes import DEVICE_LEVEL_ERRORS, error_name
-from sparkwatch_agent.nvml_direct import (
-    CLOCK_SM,
-    FI_DEV_POWER_INSTANT,
-    POWER_SCOPES,
-    TEMPERATURE_GPU,
+from sparkwatch_agent.hardware.gpu_backend import detect_memory_model, node_memory_model
+from sparkwatch_agent.hardware.nvml.codes import DEVICE_LEVEL_ERRORS, error_name
+from sparkwatch_agent.hardware.nvml.direct import (
     VALUE_SLOTS,
     DirectCapture,
     DirectDevice,
@@ -29,9 +25,9 @@ from sparkwatch_agent.nvml_direct import (
     FieldValueError,
     Out,
     Reader,
-    field_value,
 )
-from sparkwatch_agent.readings import (
+from sparkwatch_agent.hardware.nvml.readers import Candidates, candidate_readers, without_key
+from sparkwatch_agent.hardware.readings import (
     GPU_FIELDS,
     DeviceError,
     FieldStatus,
@@ -106,49 +102,49 @@ class NvmlBackend:
     # ---- probe -----------------------------------------------------------------------------------
     def _probe(self, host_mem_total_bytes: int | None) -> tuple[GpuInventory, MemoryModel]:
         lib = self._lib
+        readers = candidate_readers(lib)
         driver = self._optional(lib.nvmlSystemGetDriverVersion)
         cuda = self._optional(getattr(lib, "nvmlSystemGetCudaDriverVersion_v2", None))
         if cuda is None:
             cuda = self._optional(lib.nvmlSystemGetCudaDriverVersion)
-        count = int(lib.nvmlDeviceGetCount())
-        probed: list[tuple[Any, int, str, str, dict[str, FieldStatus], int | None]] = []
-        model: MemoryModel = "none"
-        for index in range(count):
-            handle = lib.nvmlDeviceGetHandleByIndex(index)
-            name = str(self._optional(lib.nvmlDeviceGetName, handle) or "unknown")
-            uuid = str(self._optional(lib.nvmlDeviceGetUUID, handle) or f"index-{index}")
-            caps, first = self._probe_fields(handle)
-            gpu_total = first.get("mem_total_bytes")
-            model = detect_memory_model(caps["memory_info"].reason, gpu_total, host_mem_total_bytes)
-            probed.append((handle, index, name, uuid, caps, gpu_total))
-        gpus: list[GpuFacts] = []
-        devices: list[_Device] = []
-        for handle, index, name, uuid, probed_caps, gpu_total in probed:
-            caps = self._distrust_on_unified(probed_caps) if model == "unified" else probed_caps
-            gen = self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkGeneration", None), handle)
-            width = self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkWidth", None), handle)
-            gpus.append(
-                GpuFacts(
-                    index=index,
-                    name=name,
-                    uuid=uuid,
-                    memory_total_bytes=gpu_total if caps["memory_info"].polled else None,
-                    pcie_link_gen=gen,
-                    pcie_link_width=width,
-                    pcie_link_trusted=model != "unified",
-                    capabilities=caps,
-                )
-            )
-            devices.append(self._device(index, handle, uuid, caps))
-        self._devices = tuple(devices)
+        probed = [
+            self._probe_gpu(index, readers, host_mem_total_bytes)
+            for index in range(int(lib.nvmlDeviceGetCount()))
+        ]
+        self._devices = tuple(device for _facts, device, _model in probed)
         inventory = GpuInventory(
             backend=self.name,
             driver_version=str(driver) if driver is not None else None,
             cuda_driver_version=_cuda_version_text(cuda),
-            gpus=tuple(gpus),
+            gpus=tuple(facts for facts, _device, _model in probed),
             simulated=self._simulated,
         )
-        return inventory, model
+        return inventory, node_memory_model([model for _facts, _device, model in probed])
+
+    def _probe_gpu(
+        self, index: int, readers: Candidates, host_mem_total_bytes: int | None
+    ) -> tuple[GpuFacts, _Device, MemoryModel]:
+        """One GPU's facts, polling device and memory model (its own: GPUs of one node may differ)."""
+        lib = self._lib
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        name = str(self._optional(lib.nvmlDeviceGetName, handle) or "unknown")
+        uuid = str(self._optional(lib.nvmlDeviceGetUUID, handle) or f"index-{index}")
+        caps, first = self._probe_fields(handle, readers)
+        gpu_total = first.get("mem_total_bytes")
+        model = detect_memory_model(caps["memory_info"].reason, gpu_total, host_mem_total_bytes)
+        if model == "unified":
+            caps = self._distrust_on_unified(caps)
+        facts = GpuFacts(
+            index=index,
+            name=name,
+            uuid=uuid,
+            memory_total_bytes=gpu_total if caps["memory_info"].polled else None,
+            pcie_link_gen=self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkGeneration", None), handle),
+            pcie_link_width=self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkWidth", None), handle),
+            pcie_link_trusted=model != "unified",
+            capabilities=caps,
+        )
+        return facts, self._device(index, handle, uuid, caps, readers), model
 
     def _optional(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
         """Call for a static fact; ``None`` when NVML does not answer (device-level codes still raise)."""
@@ -162,13 +158,12 @@ class NvmlBackend:
                 raise DeviceError(reason, "probe failed") from exc
             return None
 
-    def _probe_fields(self, handle: Any) -> tuple[dict[str, FieldStatus], Out]:
+    def _probe_fields(self, handle: Any, readers: Candidates) -> tuple[dict[str, FieldStatus], Out]:
         caps: dict[str, FieldStatus] = {}
         first: Out = {}
-        candidates = self._candidate_readers()
         for field in GPU_FIELDS:
             status = FieldStatus("unsupported", "NOT_PROBED")
-            for detail, reader in candidates[field]:
+            for detail, reader in readers[field]:
                 out: Out = {}
                 try:
                     reader(handle, out)
@@ -199,75 +194,9 @@ class NvmlBackend:
             )
         return caps
 
-    # ---- readers ---------------------------------------------------------------------------------
-    def _candidate_readers(self) -> dict[str, list[tuple[str | None, Reader]]]:
-        """Per field, the ways to read it in order of preference, each with a detail recorded on success."""
-        lib = self._lib
-
-        def power(h: Any, out: Out) -> None:
-            out["power_w"] = lib.nvmlDeviceGetPowerUsage(h) / 1000.0
-
-        def instant(scope: int) -> Reader:
-            request = [(FI_DEV_POWER_INSTANT, scope)]
-
-            def read(h: Any, out: Out) -> None:
-                out["power_instant_w"] = field_value(lib.nvmlDeviceGetFieldValues(h, request)[0]) / 1000.0
-
-            return read
-
-        def energy(h: Any, out: Out) -> None:
-            out["energy_j"] = lib.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0
-
-        def utilization(h: Any, out: Out) -> None:
-            rates = lib.nvmlDeviceGetUtilizationRates(h)
-            gpu, memory = rates.gpu, rates.memory
-            if not (0 <= gpu <= 100 and 0 <= memory <= 100):
-                raise ValueError(f"utilisation {gpu} % / {memory} % out of range")
-            out["util_ratio"] = gpu / 100.0
-            out["mem_util_ratio"] = memory / 100.0
-
-        def memory_utilization(h: Any, out: Out) -> None:
-            out["mem_util_ratio"] = _percent_ratio(lib.nvmlDeviceGetUtilizationRates(h).memory)
-
-        def memory_info(h: Any, out: Out) -> None:
-            mem = lib.nvmlDeviceGetMemoryInfo(h)
-            out["mem_used_bytes"] = int(mem.used)
-            out["mem_total_bytes"] = int(mem.total)
-
-        def power_limit(fn: Callable[[Any], int]) -> Reader:
-            def read(h: Any, out: Out) -> None:
-                out["power_limit_w"] = fn(h) / 1000.0
-
-            return read
-
-        def temperature(h: Any, out: Out) -> None:
-            out["temperature_c"] = float(lib.nvmlDeviceGetTemperature(h, TEMPERATURE_GPU))
-
-        def sm_clock(h: Any, out: Out) -> None:
-            out["sm_clock_hz"] = float(lib.nvmlDeviceGetClockInfo(h, CLOCK_SM)) * 1e6
-
-        def process_memory(h: Any, out: Out) -> None:
-            procs = lib.nvmlDeviceGetComputeRunningProcesses(h)
-            used = [p.usedGpuMemory for p in procs if p.usedGpuMemory is not None]
-            out["process_mem_bytes"] = int(sum(used)) if used or not procs else None
-
-        return {
-            "power": [(None, power)],
-            "power_instant": [(f"scope={name}", instant(scope)) for name, scope in POWER_SCOPES],
-            "energy": [(None, energy)],
-            "utilization": [(None, utilization)],
-            "memory_utilization": [(None, memory_utilization)],
-            "memory_info": [(None, memory_info)],
-            "power_limit": [
-                ("enforced", power_limit(lib.nvmlDeviceGetEnforcedPowerLimit)),
-                ("management", power_limit(lib.nvmlDeviceGetPowerManagementLimit)),
-            ],
-            "temperature": [(None, temperature)],
-            "sm_clock": [(None, sm_clock)],
-            "process_memory": [(None, process_memory)],
-        }
-
-    def _device(self, index: int, handle: Any, uuid: str, caps: dict[str, FieldStatus]) -> _Device:
+    def _device(
+        self, index: int, handle: Any, uuid: str, caps: dict[str, FieldStatus], readers: Candidates
+    ) -> _Device:
         """The device's readers: direct for what nvml_direct covers, else the probe's wrapper reader.
         Utilisation rates are read once for both ratios."""
         with_memory_util = caps["memory_utilization"].polled
@@ -282,15 +211,14 @@ class NvmlBackend:
             else None
         )
         covered = direct.fields if direct is not None else ()
-        candidates = self._candidate_readers()
         pairs: list[tuple[str, Reader]] = []
         for field in GPU_FIELDS:
             if field not in polled or field in covered:
                 continue
-            for detail, reader in candidates[field]:
+            for detail, reader in readers[field]:
                 if detail == caps[field].detail:
                     drop = field == "utilization" and not with_memory_util
-                    pairs.append((field, _drop_key(reader, "mem_util_ratio") if drop else reader))
+                    pairs.append((field, without_key(reader, "mem_util_ratio") if drop else reader))
                     break
         return _Device(index, handle, uuid, direct, tuple(pairs))
 
@@ -358,20 +286,6 @@ class NvmlBackend:
     def read(self) -> tuple[GpuReading, ...]:
         """Capture and decode at once (probe, tests)."""
         return self.decode(self.capture())
-
-
-def _percent_ratio(percent: int) -> float:
-    if not 0 <= percent <= 100:
-        raise ValueError(f"utilisation {percent} % out of range")
-    return percent / 100.0
-
-
-def _drop_key(reader: Reader, key: str) -> Reader:
-    def read(h: Any, out: Out) -> None:
-        reader(h, out)
-        out.pop(key, None)
-
-    return read
 
 
 def _cuda_version_text(raw: Any) -> str | None:

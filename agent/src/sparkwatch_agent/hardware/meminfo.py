@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sparkwatch_agent.readings import HostMemory
+from sparkwatch_agent.hardware.readings import HostMemory
 
 #: Line prefixes we need (newline-anchored, so "Cached:" never matches "SwapCached:").
 _KEYS = (

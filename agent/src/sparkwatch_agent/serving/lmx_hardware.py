@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from sparkwatch_agent.host_facts import HostFacts
-from sparkwatch_agent.snapshot import Snapshot
-
-GIB = 1024**3
+from sparkwatch_agent.hardware.host_facts import HostFacts
+from sparkwatch_agent.sampling.snapshot import Snapshot
+from sparkwatch_agent.shared.units import GIB
 
 
-def _dmi_product(root: Path) -> str | None:
-    try:
-        text = (root / "sys/class/dmi/id/product_name").read_text().strip()
-    except OSError:
-        return None
-    return text or None
-
-
-def lmx_hardware(snap: Snapshot, host: HostFacts, root: Path = Path("/")) -> dict[str, object]:
+def lmx_hardware(snap: Snapshot, host: HostFacts) -> dict[str, object]:
     """The lmx ``hardware.json`` object, from what this node reports right now (OS and kernel included)."""
     memory = snap.sample.memory if snap.sample else None
     ram_gb = round(memory.total_bytes / GIB, 1) if memory and memory.total_bytes else None
@@ -38,7 +27,7 @@ def lmx_hardware(snap: Snapshot, host: HostFacts, root: Path = Path("/")) -> dic
             "hwClass": "UNIFIED",
             "chipVendor": "NVIDIA" if name.upper().startswith("NVIDIA") else name.split()[0],
             "chipFamily": name.removeprefix("NVIDIA").strip() or name,
-            "chipVariant": _dmi_product(root) or name,
+            "chipVariant": host.product or name,
             "unifiedMemoryGb": ram_gb,
             **out,
         }

@@ -12,8 +12,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from sparkwatch_agent import __version__
-from sparkwatch_agent.readings import GPU_FIELDS, GpuReading
-from sparkwatch_agent.snapshot import Snapshot
+from sparkwatch_agent.hardware.readings import GPU_FIELDS, GpuReading
+from sparkwatch_agent.sampling.snapshot import Snapshot
 
 GPU_LABELS = ["node", "gpu", "uuid"]
 
@@ -103,7 +103,7 @@ class SnapshotCollector(Collector):
         for name, doc, attr, counter in _GPU_VALUES:
             family: GaugeMetricFamily | CounterMetricFamily
             if counter:
-                family = CounterMetricFamily(name.removesuffix("_total"), doc, labels=GPU_LABELS)
+                family = CounterMetricFamily(name, doc, labels=GPU_LABELS)
             else:
                 family = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
             for r in readings:

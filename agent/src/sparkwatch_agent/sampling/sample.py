@@ -1,4 +1,4 @@
-"""The sample and hello frames, as Python objects and as the JSON lines every stream carries."""
+"""The sample, as a Python object and as the JSON line every stream carries; the frame type names."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import json
 import math
 from typing import NamedTuple
 
-from sparkwatch_agent.readings import GpuInventory, GpuReading, HostMemory, MemoryModel, SensorReading
-from sparkwatch_agent.ring import SampleRing
+from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading
 
 FRAME_SAMPLE = "sample"
 FRAME_HELLO = "hello"
@@ -110,39 +109,3 @@ def encode_sample(s: Sample) -> bytes:
         f'"gpu_error":{gpu_error},"gpus":[{",".join(_gpu_frame(g) for g in s.gpus)}],'
         f'"memory":{memory},"memory_error":{memory_error},"sensors":[{sensors}]}}'
     ).encode()
-
-
-def capabilities_json(
-    inventory: GpuInventory | None, memory_model: MemoryModel, sensors: tuple[str, ...], host_memory_ok: bool
-) -> dict[str, object]:
-    """The capability map: for every GPU field supported / unsupported (reason) / untrusted (reason)."""
-    gpus = []
-    for gpu in inventory.gpus if inventory else ():
-        gpus.append(
-            {
-                "index": gpu.index,
-                "uuid": gpu.uuid,
-                "fields": {name: status.to_json() for name, status in gpu.capabilities.items()},
-            }
-        )
-    return {
-        "memory_model": memory_model,
-        "gpus": gpus,
-        "host_memory": {"supported": host_memory_ok},
-        "sensors": list(sensors),
-    }
-
-
-def frames_after(ring: SampleRing, last_seq: int, limit: int) -> tuple[list[bytes], int]:
-    """The next frames a reader that has seen ``last_seq`` should get, a gap frame first if it fell
-    behind the ring; returns them with the new last seq. An empty list means it is up to date."""
-    piece = ring.after(last_seq, limit)
-    lines: list[bytes] = []
-    if piece.missing:
-        gap = {"type": FRAME_GAP, "after": last_seq, "missing": piece.missing, "next_seq": piece.first_seq}
-        lines.append(encode_frame(gap))
-        last_seq += piece.missing
-    if piece.frames and piece.last_seq is not None:
-        lines.extend(piece.frames)
-        last_seq = piece.last_seq
-    return lines, last_seq

@@ -24,19 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sparkwatch_agent.backoff import ExponentialBackoff
-from sparkwatch_agent.gpu_backend import GpuBackend
-from sparkwatch_agent.hwmon import SensorCapture
-from sparkwatch_agent.interval_lease import IntervalLeases
-from sparkwatch_agent.readings import (
-    DeviceError,
-    GpuReading,
-    HostMemory,
-    SensorReading,
-)
-from sparkwatch_agent.ring import SampleRing
-from sparkwatch_agent.sample import Sample, encode_sample
-from sparkwatch_agent.snapshot import Counters, GpuSession, Snapshot
+from sparkwatch_agent.hardware.gpu_backend import GpuBackend
+from sparkwatch_agent.hardware.hwmon import SensorCapture
+from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading
+from sparkwatch_agent.sampling.gpu_session import GpuKeeper, GpuSession
+from sparkwatch_agent.sampling.leases import IntervalLeases
+from sparkwatch_agent.sampling.ring import SampleRing
+from sparkwatch_agent.sampling.sample import Sample, encode_sample
+from sparkwatch_agent.sampling.snapshot import Counters, Snapshot
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +76,12 @@ class Clocks:
 
 
 class Sampler:
-    """Owns the hardware readers and the GPU session state (open, failed, retry time).
+    """Owns the hardware readers and, through a :class:`GpuKeeper`, the GPU session.
 
     ``on_tick`` runs on the sampler thread after every capture and at least once a second (the systemd
-    watchdog, the stdio writer's wake-up). ``on_sample`` gets each sample as it settles, in seq order, on
-    whichever thread settles; reading the snapshot from it returns what is settled so far.
+    watchdog, the stdio writer's wake-up); it may also be set with :meth:`set_tick_hook` before
+    :meth:`start`. ``on_sample`` gets each sample as it settles, in seq order, on whichever thread settles;
+    reading the snapshot from it returns what is settled so far.
     """
 
     def __init__(
@@ -106,31 +103,19 @@ class Sampler:
         self.boot_id = boot_id
         self.leases = leases
         self.ring = ring
-        self._gpu = gpu
+        self._gpus = GpuKeeper(gpu, backoff or ExponentialBackoff())
         self._memory = memory
         self._sensors = sensors
         self._clocks = clocks or Clocks()
-        self._backoff = backoff or ExponentialBackoff()
         self._on_sample = on_sample
         self._on_tick = on_tick
-        self._gpu_open = False
-        self._gpu_retry_ns = 0
-        self._session = GpuSession(
-            ok=False,
-            reason="not opened yet" if gpu is not None else "no GPU backend",
-            inventory=None,
-            memory_model="unknown" if gpu is not None else "none",
-            inventory_rev=0,
-            inventory_seq=1,
-        )
         self._seq = 0
         self._samples_total = 0
         self._read_errors: dict[tuple[str, str], int] = {}
         self._errors_copy: dict[tuple[str, str], int] | None = None
         self._late_ticks = 0
-        self._open_attempts = 0
         self._host_memory_ok = True
-        self._host_total: int | None = None
+        self._last_host_total: int | None = None
         self._lock = threading.Lock()  # serialises captures (loop thread vs. a direct tick() call)
         self._pending: deque[Captured] = deque()  # captured, not yet settled; appended by captures only
         # one settler at a time, so samples settle in seq order; re-entered (from on_sample), it returns
@@ -145,7 +130,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self.lateness_ns: list[int] = []  # filled only when record_lateness is on (benchmarks)
         self.record_lateness = False
-        self._snapshot = self._make_snapshot(None, self._session)
+        self._snapshot = self._make_snapshot(None, self._gpus.session)
 
     # ---- state -------------------------------------------------------------------------------------
     @property
@@ -168,7 +153,7 @@ class Sampler:
         return Snapshot(
             node=self.node,
             boot_id=self.boot_id,
-            backend=self._gpu.name if self._gpu is not None else "none",
+            backend=self._gpus.backend_name,
             sample=sample,
             inventory=session.inventory if session.ok else None,
             memory_model=session.memory_model,
@@ -180,7 +165,7 @@ class Sampler:
                 samples_total=self._samples_total,
                 read_errors=self._read_errors_view(),
                 late_ticks_total=self._late_ticks,
-                gpu_reinit_total=max(0, self._open_attempts - 1),
+                gpu_reinit_total=self._gpus.reinit_total,
             ),
             dropped_total=self.ring.dropped,
             interval_s=interval_s,
@@ -198,59 +183,14 @@ class Sampler:
         self._read_errors[key] = self._read_errors.get(key, 0) + 1
         self._errors_copy = None
 
-    # ---- GPU session -------------------------------------------------------------------------------
-    def _open_gpu(self, now_ns: int, memory: bytes | OSError) -> None:
-        assert self._gpu is not None
-        if now_ns < self._gpu_retry_ns:
-            return
-        if isinstance(memory, bytes):  # MemTotal decides the memory model
+    def _host_total(self, memory: bytes | OSError) -> int | None:
+        """MemTotal of a meminfo capture, which decides the GPU's memory model when it opens."""
+        if isinstance(memory, bytes):
             try:
-                self._host_total = self._memory.decode(memory).total_bytes
+                self._last_host_total = self._memory.decode(memory).total_bytes
             except Exception:  # a decoder bug: keep the last total; settle reports the bug per sample
                 log.exception("decoding host memory for the GPU's memory model failed")
-        self._open_attempts += 1
-        try:
-            inventory, model = self._gpu.open(self._host_total)
-        except DeviceError as exc:
-            self._gpu_failed(exc, now_ns, "open")
-            return
-        self._gpu_open = True
-        self._session = GpuSession(
-            ok=True,
-            reason=None,
-            inventory=inventory,
-            memory_model=model,
-            inventory_rev=self._session.inventory_rev + 1,
-            inventory_seq=self._seq + 1,  # the capture in progress
-        )
-        self._backoff.reset()
-        log.info(
-            "GPU backend %s open: %d GPU(s), memory model %s", self._gpu.name, len(inventory.gpus), model
-        )
-
-    def _gpu_failed(self, exc: DeviceError, now_ns: int, stage: str) -> None:
-        assert self._gpu is not None
-        first_failure = self._gpu_open or self._open_attempts <= 1
-        self._gpu_open = False
-        self._gpu.close()
-        self._session = self._session._replace(ok=False, reason=str(exc))
-        delay_s = self._backoff.next_delay_s()
-        self._gpu_retry_ns = now_ns + int(delay_s * 1e9)
-        level = logging.WARNING if first_failure else logging.DEBUG
-        log.log(level, "GPU %s failed (%s); retrying in %.1f s", stage, exc, delay_s)
-
-    def _capture_gpus(self, now_ns: int, memory: bytes | OSError) -> Any:
-        if self._gpu is None:
-            return None
-        if not self._gpu_open:
-            self._open_gpu(now_ns, memory)
-            if not self._gpu_open:
-                return None
-        try:
-            return self._gpu.capture()
-        except DeviceError as exc:
-            self._gpu_failed(exc, now_ns, "read")
-            return None
+        return self._last_host_total
 
     # ---- one tick ----------------------------------------------------------------------------------
     def tick(self) -> Sample:
@@ -274,13 +214,13 @@ class Sampler:
             memory = self._memory.capture()
         except OSError as exc:
             memory = exc
-        gpus = self._capture_gpus(t_mono, memory)
+        gpus = self._gpus.capture(t_mono, self._seq + 1, lambda: self._host_total(memory))
         sensors = self._sensors.capture() if self._sensors is not None else None
         duration = time.perf_counter() - t0
         interval_s = self.leases.current_s(t_mono)
         self._seq += 1
         self._pending.append(
-            (self._seq, t_wall, t_mono, duration, interval_s, memory, gpus, self._session, sensors)
+            (self._seq, t_wall, t_mono, duration, interval_s, memory, gpus, self._gpus.session, sensors)
         )
         return interval_s
 
@@ -299,7 +239,7 @@ class Sampler:
     def _settle_locked(self) -> None:
         self._settled_ns = self._clocks.mono_ns()
         pending = self._pending
-        sample, session = None, self._session
+        sample, session = None, self._gpus.session
         while pending:
             captured = pending.popleft()
             session = captured[7]
@@ -327,19 +267,17 @@ class Sampler:
             memory_error = f"{type(memory_raw).__name__}: {memory_raw.strerror or memory_raw}"
             self._count_error("host_memory", type(memory_raw).__name__)
             self._host_memory_ok = False
-        gpus: tuple[GpuReading, ...] = ()
-        if gpus_raw is not None and self._gpu is not None:
-            gpus = self._gpu.decode(gpus_raw)
-            for reading in gpus:
-                for field_name, reason in reading.read_errors:
-                    self._count_error(field_name, reason)
+        gpus = self._gpus.decode(gpus_raw)
+        for reading in gpus:
+            for field_name, reason in reading.read_errors:
+                self._count_error(field_name, reason)
         sensors = (
             self._sensors.decode(sensors_raw) if sensors_raw is not None and self._sensors is not None else ()
         )
         return self._sample(
             captured,
             gpus=gpus,
-            gpu_error=None if session.ok or self._gpu is None else session.reason,
+            gpu_error=None if session.ok or not self._gpus.present else session.reason,
             memory=memory,
             memory_error=memory_error,
             sensors=sensors,
@@ -384,6 +322,12 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name="sparkwatch-sampler", daemon=True)
         self._thread.start()
 
+    def set_tick_hook(self, on_tick: Callable[[], None] | None) -> None:
+        """Set ``on_tick`` (see the class); only before :meth:`start`, whose thread reads it."""
+        if self._thread is not None:
+            raise RuntimeError("the tick hook is set before the sampler starts")
+        self._on_tick = on_tick
+
     def wake(self) -> None:
         """Re-read the interval now (after a lease change) instead of at the next deadline."""
         self._woken = True
@@ -399,9 +343,7 @@ class Sampler:
                 log.warning("sampler did not stop within %.1f s; leaving the GPU library as it is", timeout_s)
                 return
         with self._lock:
-            if self._gpu is not None and self._gpu_open:
-                self._gpu.close()
-                self._gpu_open = False
+            self._gpus.close()
             self._memory.close()
             if self._sensors is not None:
                 self._sensors.close()

@@ -1,4 +1,4 @@
-"""Static host facts (CPU, RAM, OS, kernel) — the second module allowed to import ``psutil``.
+"""Static host facts (CPU, product, OS, kernel, time sync); the only module that imports ``psutil``.
 
 Read when asked (at start, or at probe time), never cached across probes, so an OS or kernel upgrade
 shows up in the next probe instead of lingering in a hand-written record.
@@ -26,6 +26,7 @@ class HostFacts:
     os: str
     kernel: str
     time_sync: dict[str, object] | None = None
+    product: str | None = None  # the DMI product name ("NVIDIA DGX Spark"), where firmware gives one
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -36,6 +37,7 @@ class HostFacts:
             "os": self.os,
             "kernel": self.kernel,
             "time_sync": self.time_sync,
+            "product": self.product,
         }
 
 
@@ -57,6 +59,11 @@ def cpu_model(root: Path = Path("/")) -> str:
     if model and model.strip("\x00\n "):
         return model.strip("\x00\n ")
     return platform.machine() or "unknown"
+
+
+def dmi_product(root: Path = Path("/")) -> str | None:
+    text = (_read(root / "sys/class/dmi/id/product_name") or "").strip()
+    return text or None
 
 
 def os_name(root: Path = Path("/")) -> str:
@@ -135,4 +142,5 @@ def read_host_facts(root: Path = Path("/")) -> HostFacts:
         os=os_name(root),
         kernel=os.uname().release,
         time_sync=read_time_sync(root),
+        product=dmi_product(root),
     )

@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,15 +19,15 @@ from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from sparkwatch_agent.auth import bearer_ok
-from sparkwatch_agent.hello import hello_frame
-from sparkwatch_agent.host_facts import HostFacts, read_host_facts
-from sparkwatch_agent.interval_lease import DEFAULT_TTL_S
-from sparkwatch_agent.sample import capabilities_json, encode_frame
-from sparkwatch_agent.sampler import Sampler
-from sparkwatch_agent.sim import SimGb10
-from sparkwatch_agent.snapshot import Snapshot
-from sparkwatch_agent.stream_frames import StreamCursor
+from sparkwatch_agent.hardware.host_facts import read_host_facts
+from sparkwatch_agent.hardware.sim import SimGb10
+from sparkwatch_agent.sampling.leases import DEFAULT_TTL_S
+from sparkwatch_agent.sampling.sample import encode_frame
+from sparkwatch_agent.sampling.sampler import Sampler
+from sparkwatch_agent.sampling.snapshot import Snapshot
+from sparkwatch_agent.serving.hello import capabilities_json, hello_frame
+from sparkwatch_agent.serving.stream_cursor import StreamCursor
+from sparkwatch_agent.shared.http import bearer_middleware, json_error
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,6 @@ STREAM_POLL_S = 1.0
 class AgentContext:
     sampler: Sampler
     registry: CollectorRegistry
-    host: HostFacts
     token: str | None
     sim: SimGb10 | None
     wall_ns: Callable[[], int]
@@ -53,32 +52,6 @@ class AgentContext:
 
 CONTEXT = web.AppKey("context", AgentContext)
 WEBSOCKETS: web.AppKey[weakref.WeakSet[web.WebSocketResponse]] = web.AppKey("websockets")
-
-
-def json_error(status: int, error: str, reason: Any) -> web.Response:
-    return web.json_response({"error": error, "reason": reason}, status=status)
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def bearer_middleware(
-    token: str | None, protected: Callable[[str], bool]
-) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """401 with a JSON reason for a protected path without the right bearer token (none configured: open).
-    Shared with the coordinator's API."""
-
-    @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if (
-            token is not None
-            and protected(request.path)
-            and not bearer_ok(request.headers.get("Authorization"), token)
-        ):
-            return json_error(401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)")
-        return await handler(request)
-
-    return check
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -125,14 +98,7 @@ async def time_probe(request: web.Request) -> web.Response:
 async def capabilities(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     snap = ctx.sampler.snapshot
-    return web.json_response(
-        capabilities_json(snap.inventory, snap.memory_model, _sensor_names(ctx), snap.host_memory_ok)
-    )
-
-
-def _sensor_names(ctx: AgentContext) -> tuple[str, ...]:
-    sample = ctx.sampler.snapshot.sample
-    return tuple(s.sensor for s in sample.sensors) if sample else ()
+    return web.json_response(capabilities_json(snap))
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -278,11 +244,10 @@ async def _send_frames(
 ) -> None:
     sampler = ctx.sampler
     snap = sampler.snapshot
-    sensors = _sensor_names(ctx)
 
     def hello(s: Snapshot) -> bytes:
         # host facts re-read for every hello: the OS and kernel it reports are those of now
-        return encode_frame(hello_frame(s, read_host_facts(), sensors))
+        return encode_frame(hello_frame(s, read_host_facts()))
 
     await ws.send_str(hello(snap).decode())
     cursor = StreamCursor(after, snap.inventory_rev)

@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from sparkwatch_agent.meminfo import parse_meminfo
-from sparkwatch_agent.readings import HostMemory
-
-GIB = 1024**3
+from sparkwatch_agent.hardware.meminfo import MeminfoReader
+from sparkwatch_agent.shared.units import GIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,24 +103,15 @@ class SimGb10:
         ).encode()
 
 
-class SimMeminfoReader:
+class SimMeminfoReader(MeminfoReader):
     """The simulated node's /proc/meminfo, parsed by the same code as the real file."""
 
     def __init__(self, sim: SimGb10) -> None:
+        super().__init__()
         self._sim = sim
 
     def capture(self) -> bytes:
         return self._sim.meminfo_text()
-
-    @staticmethod
-    def decode(raw: bytes) -> HostMemory:
-        return parse_meminfo(raw)
-
-    def read(self) -> HostMemory:
-        return parse_meminfo(self.capture())
-
-    def close(self) -> None:
-        return None
 
 
 class SimNvmlError(Exception):

@@ -18,15 +18,14 @@ import threading
 import time
 from typing import BinaryIO
 
-from sparkwatch_agent.config import AgentConfig
-from sparkwatch_agent.hello import hello_frame
-from sparkwatch_agent.host_facts import read_host_facts
-from sparkwatch_agent.interval_lease import DEFAULT_TTL_S
-from sparkwatch_agent.node import build_node
-from sparkwatch_agent.sample import encode_frame
-from sparkwatch_agent.sampler import Sampler
-from sparkwatch_agent.snapshot import Snapshot
-from sparkwatch_agent.stream_frames import StreamCursor
+from sparkwatch_agent.hardware.host_facts import read_host_facts
+from sparkwatch_agent.sampling.leases import DEFAULT_TTL_S
+from sparkwatch_agent.sampling.sample import encode_frame
+from sparkwatch_agent.sampling.sampler import Sampler
+from sparkwatch_agent.sampling.snapshot import Snapshot
+from sparkwatch_agent.serving.hello import hello_frame
+from sparkwatch_agent.serving.stream_cursor import StreamCursor
+from sparkwatch_agent.shared.lifecycle import STOP_SIGNALS, StopPolicy
 
 log = logging.getLogger(__name__)
 
@@ -87,30 +86,26 @@ def _read_commands(
         pending = pending[-65536:]  # a line without end is not a command; do not let it grow
 
 
-def run_stdio(config: AgentConfig, stdout: BinaryIO | None = None, stdin_fd: int | None = None) -> int:
+def run_stdio(sampler: Sampler, stdout: BinaryIO | None = None, stdin_fd: int | None = None) -> int:
+    """Run ``sampler`` (not started) and write its stream until stdout closes or a signal stops it."""
     out = stdout or sys.stdout.buffer
     wake = threading.Event()  # set after every capture (the sampler's tick hook) and by stdin commands
     stop = threading.Event()
     # Frames go out right after their tick, as a reader of a live stream expects: this writer wakes per
     # capture and settles it (the WebSocket stream instead polls once a second).
-    node = build_node(config, on_tick=wake.set)
-    sampler = node.sampler
+    sampler.set_tick_hook(wake.set)
 
-    def on_signal(signum: int, _frame: object) -> None:
-        if stop.is_set() and signum == signal.SIGINT:
-            os._exit(130)  # a second SIGINT exits at once
+    def first_stop(_why: str) -> None:
         stop.set()
         wake.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    StopPolicy(first_stop).install_plain((*STOP_SIGNALS, signal.SIGHUP))
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     replies: queue.SimpleQueue[bytes] = queue.SimpleQueue()
     threading.Thread(target=_read_commands, args=(sampler, fd, replies, wake), daemon=True).start()
 
     def hello(snap: Snapshot) -> bytes:
-        sensors = tuple(s.sensor for s in snap.sample.sensors) if snap.sample else ()
-        return encode_frame(hello_frame(snap, read_host_facts(), sensors))
+        return encode_frame(hello_frame(snap, read_host_facts()))
 
     cursor = StreamCursor(0, -1)  # -1: no hello sent yet
 

@@ -9,7 +9,11 @@ import stat
 from pathlib import Path
 
 
-class TokenFileError(Exception):
+class AuthConfigError(Exception):
+    """Authentication set up in a way the server refuses to run with; one line for the user."""
+
+
+class TokenFileError(AuthConfigError):
     """A token file that is missing, empty or readable by others."""
 
 
@@ -62,3 +66,15 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def token_for_bind(host: str, token_file: Path | None, insecure_no_auth: bool) -> str | None:
+    """The token a server listening on ``host`` requires (``None``: none), loaded from ``token_file``; a
+    bind off loopback without one is refused unless ``insecure_no_auth`` says so explicitly."""
+    token = load_token(token_file) if token_file else None
+    if token is None and not is_loopback(host) and not insecure_no_auth:
+        raise AuthConfigError(
+            f"refusing to listen on {host} without a token: pass --token-file FILE"
+            " (or --insecure-no-auth to serve the API to the network unauthenticated)"
+        )
+    return token

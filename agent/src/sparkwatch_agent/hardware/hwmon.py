@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkwatch_agent.readings import SensorKind, SensorReading
+from sparkwatch_agent.hardware.readings import SensorKind, SensorReading
 
 log = logging.getLogger(__name__)
 

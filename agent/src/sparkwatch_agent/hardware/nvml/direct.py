@@ -22,8 +22,8 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sparkwatch_agent.nvml_codes import NVML_ERROR_INSUFFICIENT_SIZE, error_name
-from sparkwatch_agent.readings import GpuReading
+from sparkwatch_agent.hardware.nvml.codes import NVML_ERROR_INSUFFICIENT_SIZE, error_name
+from sparkwatch_agent.hardware.readings import GpuReading
 
 Out = dict[str, Any]
 Reader = Callable[[Any, Out], None]

@@ -7,21 +7,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sparkwatch_agent.readings import GpuInventory, MemoryModel
-from sparkwatch_agent.sample import Sample
-
-
-class GpuSession(NamedTuple):
-    """The GPU session as one value: the sampler thread replaces it whole when the GPU opens or fails,
-    and each capture carries the one it ran under, so a snapshot never mixes a sample with a GPU state
-    from the middle of a later capture."""
-
-    ok: bool
-    reason: str | None  # why not ok
-    inventory: GpuInventory | None
-    memory_model: MemoryModel
-    inventory_rev: int
-    inventory_seq: int  # seq of the first sample taken with this inventory
+from sparkwatch_agent.hardware.readings import GpuInventory, MemoryModel
+from sparkwatch_agent.sampling.sample import Sample
 
 
 class Counters(NamedTuple):

@@ -1,0 +1,1 @@
+"""The only code that touches the machine: NVML, /proc/meminfo, hwmon, host facts, and the simulated GB10."""

@@ -1,0 +1,1 @@
+"""What readers of the agent see: /metrics, the stream (WebSocket or stdout), hello, capabilities, probe."""

@@ -1,0 +1,55 @@
+"""One stop policy for every long-running process: the first SIGINT or SIGTERM asks for a graceful stop,
+a second one exits at once with code 130 (someone who presses Ctrl-C twice means it)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+FORCED_EXIT_CODE = 130
+
+
+class StopPolicy:
+    """``request(why)`` the first time calls ``on_first(why)``; the second time exits the process now."""
+
+    def __init__(self, on_first: Callable[[str], None], exit_now: Callable[[int], object] = os._exit) -> None:
+        self._on_first = on_first
+        self._exit = exit_now
+        self.requested = False
+
+    def request(self, why: str) -> None:
+        if self.requested:
+            log.warning("second %s: exiting now", why)
+            self._exit(FORCED_EXIT_CODE)
+            return
+        self.requested = True
+        self._on_first(why)
+
+    def install(self, signals: Iterable[signal.Signals] = STOP_SIGNALS) -> None:
+        """Route ``signals`` here on the running event loop."""
+        loop = asyncio.get_running_loop()
+        for sig in signals:
+            loop.add_signal_handler(sig, self.request, sig.name)
+
+    def install_plain(self, signals: Iterable[signal.Signals] = STOP_SIGNALS) -> None:
+        """Route ``signals`` here with ``signal.signal`` (a process without an event loop; main thread)."""
+        for sig in signals:
+            signal.signal(sig, lambda signum, _frame: self.request(signal.Signals(signum).name))
+
+
+def stop_on_signals(signals: Iterable[signal.Signals] = STOP_SIGNALS) -> asyncio.Event:
+    """An event set by the first of ``signals`` (a second exits at once); call inside the running loop."""
+    stop = asyncio.Event()
+
+    def first(why: str) -> None:
+        log.info("%s: stopping", why)
+        stop.set()
+
+    StopPolicy(first).install(signals)
+    return stop

@@ -1,0 +1,59 @@
+"""sparkwatch_agent.shared: the stop policy, binding, and the token rule both distributions use."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+
+import pytest
+from aiohttp import web
+
+from sparkwatch_agent.shared.auth import AuthConfigError, token_for_bind
+from sparkwatch_agent.shared.http import BindError, start_site
+from sparkwatch_agent.shared.lifecycle import FORCED_EXIT_CODE, StopPolicy, stop_on_signals
+
+
+def test_stop_policy_first_request_is_graceful_second_exits_now() -> None:
+    first: list[str] = []
+    exits: list[int] = []
+    policy = StopPolicy(first.append, exit_now=exits.append)
+    policy.request("SIGTERM")
+    assert first == ["SIGTERM"] and exits == [] and policy.requested
+    policy.request("SIGINT")
+    assert first == ["SIGTERM"] and exits == [FORCED_EXIT_CODE]
+
+
+async def test_stop_on_signals_sets_the_event_on_the_first_signal() -> None:
+    stop = stop_on_signals((signal.SIGUSR1,))
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await asyncio.wait_for(stop.wait(), 5)
+    finally:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
+
+
+async def test_start_site_binds_or_fails_with_one_line_and_cleans_up() -> None:
+    first = web.AppRunner(web.Application())
+    url = await start_site(first, "127.0.0.1", 0)
+    port = int(url.rsplit(":", 1)[1])
+    second = web.AppRunner(web.Application())
+    try:
+        with pytest.raises(BindError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: "):
+            await start_site(second, "127.0.0.1", port)
+        assert second.server is None  # cleaned up: nothing half-started is left behind
+    finally:
+        await first.cleanup()
+
+
+def test_token_for_bind(tmp_path: pathlib.Path) -> None:
+    assert token_for_bind("127.0.0.1", None, insecure_no_auth=False) is None
+    assert token_for_bind("::1", None, insecure_no_auth=False) is None
+    with pytest.raises(AuthConfigError, match=r"refusing to listen on 0\.0\.0\.0 without a token"):
+        token_for_bind("0.0.0.0", None, insecure_no_auth=False)
+    assert token_for_bind("0.0.0.0", None, insecure_no_auth=True) is None
+    token_file = tmp_path / "token"
+    token_file.write_text("a-token-of-enough-length\n")
+    token_file.chmod(0o600)
+    assert token_for_bind("0.0.0.0", token_file, insecure_no_auth=False) == "a-token-of-enough-length"
