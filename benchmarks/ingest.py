@@ -23,8 +23,8 @@ import time
 import aiohttp
 from aiohttp import web
 
+from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ws_link import WsLink
-from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store import Store
 from sparkwatch_agent.assemble import assemble
 from sparkwatch_agent.config import build_config

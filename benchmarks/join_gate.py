@@ -16,7 +16,7 @@ import numpy as np
 
 from _common import median
 from sparkwatch.core.integrals import Integrals
-from sparkwatch.core.join import scope_stats, window_stats
+from sparkwatch.core.power import scope_stats, window_stats
 from sparkwatch.core.tracks import GpuTrack
 from sparkwatch.core.windows import union
 

@@ -144,7 +144,7 @@ def test_digest_and_notes() -> None:
 def test_export_validates_against_the_published_schema() -> None:
     import jsonschema
 
-    from sparkwatch.export_schema import run_schema
+    from sparkwatch.core.export_schema import run_schema
 
     jsonschema.validate(build(), run_schema())
     idle = build_export(RUN, [node("idle", 9.0, 9.0, [], 50)], WINDOWS, "0.1.0")  # nulls included

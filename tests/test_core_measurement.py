@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sparkwatch.core.clock import TimeProbe, estimate_offset
 from sparkwatch.core.integrals import Integrals
-from sparkwatch.core.join import scope_stats, window_stats
+from sparkwatch.core.power import scope_stats, window_stats
 from sparkwatch.core.tracks import GpuPoint, GpuTrack
 from sparkwatch.core.windows import Window, scope_for, union
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
-from sparkwatch.api.metrics import coordinator_registry
+from sparkwatch.coordinator.api.metrics import coordinator_registry
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"

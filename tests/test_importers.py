@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sparkwatch.api.models import WindowIn
+from sparkwatch.coordinator.api.models import WindowIn
 from sparkwatch.core.windows import Window, scope_for
 from sparkwatch.importers import (
     FORMATS,

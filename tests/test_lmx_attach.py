@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sparkwatch.cluster_hardware import HardwareError, cluster_hardware
-from sparkwatch.lmx_attach import AttachError, attach, attach_text
+from sparkwatch.commands.attach import AttachError, attach, attach_text
+from sparkwatch.commands.hardware import HardwareError, cluster_hardware
 
 PAYLOAD = """{
     "model":   "qwen3-235b",  "gpuPowerWatts": [],

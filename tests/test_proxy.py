@@ -17,14 +17,14 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkwatch.api.app import make_app
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
-from sparkwatch.coordinator import Coordinator
+from sparkwatch.commands.sim_model import SimModel, SimModelSpec, make_sim_model_app
+from sparkwatch.coordinator.api.app import make_app
+from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.windows import Window
-from sparkwatch.integrations.proxy import Proxy, ProxyConfig, make_proxy_app, make_proxy_runner
-from sparkwatch.integrations.sim_model import SimModel, SimModelSpec, make_sim_model_app
-from sparkwatch.integrations.sse_watch import ResponseWatcher
-from sparkwatch.integrations.window_sinks import RunPoster
+from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_app, make_proxy_runner
+from sparkwatch.proxy.sinks import RunPoster
+from sparkwatch.proxy.sse_watch import ResponseWatcher
 from sparkwatch.store import Store
 
 

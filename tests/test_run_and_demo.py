@@ -18,8 +18,8 @@ import jsonschema
 import pytest
 
 from conftest import free_port
-from sparkwatch.demo import COLD_UTIL, MODEL_BYTES_PER_NODE, warm_util
-from sparkwatch.export_schema import run_schema
+from sparkwatch.commands.demo import COLD_UTIL, MODEL_BYTES_PER_NODE, warm_util
+from sparkwatch.core.export_schema import run_schema
 from sparkwatch_agent.hardware.sim import SimSpec
 
 GIB = 1024**3

@@ -17,9 +17,10 @@ import aiohttp
 import pytest
 
 from conftest import free_port
-from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink, make_link
+from sparkwatch.links.factory import make_link
+from sparkwatch.links.nodes_file import NodeSpec
+from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink
 from sparkwatch.links.ws_link import LinkError
-from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store import Store
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 

@@ -307,7 +307,7 @@ def test_agent_toml_example_loads_with_the_real_parser() -> None:
 
 
 def test_nodes_toml_example_loads_with_the_real_parser() -> None:
-    from sparkwatch.nodes_file import load_nodes
+    from sparkwatch.links.nodes_file import load_nodes
 
     nodes = load_nodes(SYSTEMD_DIR / "nodes.toml.example")
     assert [n.name for n in nodes] == ["spark-1", "spark-2", "spark-3", "spark-4"]

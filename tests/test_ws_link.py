@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.core.windows import Window
+from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ws_link import LinkError, WsLink, parse_lines, well_formed
-from sparkwatch.nodes_file import NodeSpec
-from sparkwatch.run_export import export_run
 from sparkwatch.store import Store
 from sparkwatch.store.db import Frame, RunRow
 from sparkwatch_agent.shared.backoff import ExponentialBackoff

@@ -22,20 +22,11 @@ from sparkwatch.client import (
     CoordinatorError,
     CoordinatorTarget,
 )
-from sparkwatch.cluster_hardware import HardwareError, cluster_hardware
-from sparkwatch.coordinator_serve import CoordinatorStartError, running_coordinator, serve
-from sparkwatch.demo import MAX_DEMO_NODES, DemoError, DemoOptions, run_demo
-from sparkwatch.export_schema import run_schema
-from sparkwatch.importers import ClockAnchor, ImportFormatError, load_windows
-from sparkwatch.integrations.proxy import ProxyConfig
-from sparkwatch.integrations.proxy_serve import serve_proxy
-from sparkwatch.integrations.sim_model import SimModelSpec, serve_sim_model
-from sparkwatch.lifecycle import StartError
-from sparkwatch.links.ws_link import LinkError
-from sparkwatch.lmx_attach import AttachError, attach
-from sparkwatch.nodes_check import check_cluster, render
-from sparkwatch.nodes_file import NodesFileError, load_nodes
-from sparkwatch.run_command import (
+from sparkwatch.commands.attach import AttachError, attach
+from sparkwatch.commands.demo import MAX_DEMO_NODES, DemoError, DemoOptions, run_demo
+from sparkwatch.commands.hardware import HardwareError, cluster_hardware
+from sparkwatch.commands.nodes_check import check_cluster, render
+from sparkwatch.commands.run import (
     RunCommandError,
     RunOptions,
     check_output,
@@ -45,20 +36,29 @@ from sparkwatch.run_command import (
     wait_for_hellos,
     write_text_atomically,
 )
+from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
+from sparkwatch.coordinator.serve import running_coordinator, serve
+from sparkwatch.core.export_schema import run_schema
+from sparkwatch.importers import ClockAnchor, ImportFormatError, load_windows
+from sparkwatch.links.nodes_file import NodesFileError, load_nodes
+from sparkwatch.links.ws_link import LinkError
+from sparkwatch.proxy.proxy import ProxyConfig, ProxyConfigError
+from sparkwatch.proxy.serve import serve_proxy
 from sparkwatch.store import StoreError
 from sparkwatch_agent.config import ConfigError, parse_listen
-from sparkwatch_agent.shared.auth import TokenFileError
+from sparkwatch_agent.shared.auth import AuthConfigError
+from sparkwatch_agent.shared.http import BindError
 
 PROG = "sparkwatch"
 USER_ERRORS = (
     NodesFileError,
     StoreError,
-    TokenFileError,
     ConfigError,
-    CoordinatorStartError,
+    AuthConfigError,
     LinkError,
     CoordinatorError,
-    StartError,
+    BindError,
+    ProxyConfigError,
     RunCommandError,
     ImportFormatError,
     AttachError,

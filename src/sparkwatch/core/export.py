@@ -12,8 +12,8 @@ import numpy as np
 
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.integrals import Integrals
-from sparkwatch.core.join import PowerStats, scope_stats, window_stats
 from sparkwatch.core.memory import MemoryStats, node_memory, peak_of_sum
+from sparkwatch.core.power import PowerStats, scope_stats, window_stats
 from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind, Window, scope_for
 

@@ -1,1 +1,2 @@
-"""Links from the coordinator to agents: WebSocket (here) and SSH (tunnel or exec)."""
+"""Links to agents: dial (WebSocket, SSH tunnel or SSH exec), resume from the last stored seq, back off;
+nodes.toml says which."""

@@ -17,8 +17,8 @@ import asyncssh
 import orjson
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
+from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ws_link import LinkError, WsLink, parse_lines, well_formed
-from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store.db import Frame
 
 log = logging.getLogger(__name__)
@@ -169,10 +169,3 @@ class SshExecLink(WsLink):
 
     async def _release_lease(self) -> None:
         await self._send({"type": "release", "holder": self._holder})
-
-
-def make_link(spec: NodeSpec, *args: Any, **kwargs: Any) -> WsLink:
-    """The link nodes.toml asks for: WebSocket (``url``), SSH tunnel (``ssh``) or SSH exec (``mode``)."""
-    if spec.ssh is None:
-        return WsLink(spec, *args, **kwargs)
-    return SshExecLink(spec, *args, **kwargs) if spec.mode == "exec" else SshTunnelLink(spec, *args, **kwargs)

@@ -17,8 +17,8 @@ import aiohttp
 import orjson
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
+from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState, latest_summary
-from sparkwatch.nodes_file import NodeSpec
 from sparkwatch.store import Store
 from sparkwatch.store.db import Frame
 from sparkwatch_agent.shared.auth import load_token

@@ -24,17 +24,17 @@ import aiohttp
 from aiohttp import web
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
-from sparkwatch.coordinator_serve import running_coordinator
-from sparkwatch.integrations.proxy import ProxyConfig
-from sparkwatch.integrations.proxy_serve import running_proxy
-from sparkwatch.integrations.sim_model import SimModel, SimModelSpec, make_sim_model_app
-from sparkwatch.integrations.window_sinks import RunPoster
-from sparkwatch.lifecycle import start_site
-from sparkwatch.nodes_file import NodeSpec
-from sparkwatch.run_command import wait_caught_up, write_export
-from sparkwatch.summary import summary_table
+from sparkwatch.commands.run import wait_caught_up, write_export
+from sparkwatch.commands.sim_model import SimModel, SimModelSpec, make_sim_model_app
+from sparkwatch.commands.summary import summary_table
+from sparkwatch.coordinator.serve import running_coordinator
+from sparkwatch.links.nodes_file import NodeSpec
+from sparkwatch.proxy.proxy import ProxyConfig
+from sparkwatch.proxy.serve import running_proxy
+from sparkwatch.proxy.sinks import RunPoster
 from sparkwatch_agent.assemble import SimGb10, assemble, running_agent
 from sparkwatch_agent.config import build_config
+from sparkwatch_agent.shared.http import start_site
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,10 @@ import logging
 from collections.abc import AsyncIterator
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
-from sparkwatch.integrations.proxy import Proxy, ProxyConfig, WindowSink, make_proxy_runner
-from sparkwatch.integrations.window_sinks import PrintSink, RunPoster
-from sparkwatch.lifecycle import StartError, start_site, stop_on_signals
+from sparkwatch.proxy.proxy import Proxy, ProxyConfig, ProxyConfigError, WindowSink, make_proxy_runner
+from sparkwatch.proxy.sinks import PrintSink, RunPoster
+from sparkwatch_agent.shared.http import start_site
+from sparkwatch_agent.shared.lifecycle import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 @contextlib.asynccontextmanager
 async def running_proxy(host: str, port: int, config: ProxyConfig, sink: WindowSink) -> AsyncIterator[str]:
     if not config.upstream.startswith(("http://", "https://")):
-        raise StartError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
+        raise ProxyConfigError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
     proxy = Proxy(config, sink)
     runner = make_proxy_runner(proxy)
     url = await start_site(runner, host, port)

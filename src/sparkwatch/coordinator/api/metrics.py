@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 if TYPE_CHECKING:
-    from sparkwatch.coordinator import Coordinator
+    from sparkwatch.coordinator.service import Coordinator
 
 
 class CoordinatorCollector(Collector):

@@ -26,13 +26,13 @@ from typing import Any, TextIO
 import orjson
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
-from sparkwatch.coordinator_serve import running_coordinator
+from sparkwatch.commands.summary import live_line, summary_table
+from sparkwatch.coordinator.serve import running_coordinator
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, load_windows
-from sparkwatch.integrations.proxy import ProxyConfig
-from sparkwatch.integrations.proxy_serve import running_proxy
-from sparkwatch.integrations.window_sinks import RunPoster
-from sparkwatch.nodes_file import load_nodes
-from sparkwatch.summary import live_line, summary_table
+from sparkwatch.links.nodes_file import load_nodes
+from sparkwatch.proxy.proxy import ProxyConfig
+from sparkwatch.proxy.serve import running_proxy
+from sparkwatch.proxy.sinks import RunPoster
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import aiohttp
 
-from sparkwatch.api.models import RunCreate
-from sparkwatch.links.ssh_link import make_link
+from sparkwatch.coordinator.api.models import RunCreate
+from sparkwatch.coordinator.export_inputs import export_run
+from sparkwatch.links.factory import make_link
+from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
-from sparkwatch.nodes_file import NodeSpec
-from sparkwatch.run_export import export_run
 from sparkwatch.store import Store
 from sparkwatch.store.db import RunRow
 

@@ -10,9 +10,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from sparkwatch.api.metrics import coordinator_registry
-from sparkwatch.api.models import MarkIn, RunCreate, RunEnd, WindowBatch
-from sparkwatch.coordinator import Coordinator
+from sparkwatch.coordinator.api.metrics import coordinator_registry
+from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd, WindowBatch
+from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.store import NotFound, StoreError
 from sparkwatch_agent.shared.http import bearer_middleware, json_error
 

@@ -23,7 +23,7 @@ from aiohttp import web
 from yarl import URL
 
 from sparkwatch.core.windows import Window
-from sparkwatch.integrations.sse_watch import ResponseWatcher
+from sparkwatch.proxy.sse_watch import ResponseWatcher
 from sparkwatch_agent.shared.http import json_error
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,10 @@ HOP_BY_HOP = frozenset(
         "Content-Length",
     )
 )
+
+
+class ProxyConfigError(Exception):
+    """A proxy set up in a way it cannot run (an upstream that is not an http(s) URL); one line."""
 
 
 class WindowSink(Protocol):

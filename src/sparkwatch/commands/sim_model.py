@@ -18,8 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
-from sparkwatch.lifecycle import start_site, stop_on_signals
-from sparkwatch_agent.shared.http import json_error
+from sparkwatch_agent.shared.http import json_error, start_site
+from sparkwatch_agent.shared.lifecycle import stop_on_signals
 
 log = logging.getLogger(__name__)
 

@@ -10,20 +10,17 @@ from pathlib import Path
 
 from aiohttp import web
 
-from sparkwatch.api.app import make_app
-from sparkwatch.coordinator import Coordinator
-from sparkwatch.lifecycle import StartError, start_site, stop_on_signals
-from sparkwatch.nodes_file import NodeSpec, load_nodes
+from sparkwatch.coordinator.api.app import make_app
+from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.links.nodes_file import NodeSpec, load_nodes
 from sparkwatch.store import Store
 from sparkwatch_agent.config import parse_listen
-from sparkwatch_agent.shared.auth import is_loopback, load_token
+from sparkwatch_agent.shared.auth import token_for_bind
+from sparkwatch_agent.shared.http import BindError, start_site
+from sparkwatch_agent.shared.lifecycle import stop_on_signals
 from sparkwatch_agent.shared.systemd_notify import SystemdNotifier
 
 log = logging.getLogger(__name__)
-
-
-class CoordinatorStartError(StartError):
-    """Start-up failure the user can fix; printed as one line."""
 
 
 @contextlib.asynccontextmanager
@@ -39,7 +36,7 @@ async def running_coordinator(
     )
     try:
         url = await start_site(runner, host, port)
-    except StartError:
+    except BindError:
         store.close()
         raise
     try:
@@ -56,11 +53,7 @@ async def serve(
 ) -> int:
     nodes = load_nodes(nodes_path)
     host, port = parse_listen(listen)
-    token = load_token(token_file) if token_file else None
-    if token is None and not is_loopback(host) and not insecure_no_auth:
-        raise CoordinatorStartError(
-            f"refusing to listen on {host} without a token: pass --token-file FILE (or --insecure-no-auth)"
-        )
+    token = token_for_bind(host, token_file, insecure_no_auth)
     stop = stop_on_signals()
     notifier = SystemdNotifier()
     async with running_coordinator(nodes, db_path, host, port, token) as url:
