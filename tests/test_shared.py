@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from sparkwatch_agent.shared.auth import AuthConfigError, token_for_bind
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
 from sparkwatch_agent.shared.http import BindError, start_site
 from sparkwatch_agent.shared.lifecycle import FORCED_EXIT_CODE, StopPolicy, stop_on_signals
 
@@ -57,3 +58,17 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
     token_file.write_text("a-token-of-enough-length\n")
     token_file.chmod(0o600)
     assert token_for_bind("0.0.0.0", token_file, insecure_no_auth=False) == "a-token-of-enough-length"
+
+
+def test_backoff_jitter_spreads_retries_that_failed_together() -> None:
+    draws = iter([0.0, 0.999, 0.5, 0.25])
+    backoff = ExponentialBackoff(1.0, 2.0, 4.0, jitter=0.5, rand=lambda: next(draws))
+    delays = [backoff.next_delay_s() for _ in range(4)]
+    assert delays == pytest.approx([1.0, 2.0 * (1 - 0.4995), 4.0 * 0.75, 4.0 * 0.875])
+    backoff.reset()
+    assert ExponentialBackoff(jitter=0.0).next_delay_s() == 1.0
+    # two links with their own generators do not redial in step
+    a, b = ExponentialBackoff(jitter=0.5), ExponentialBackoff(jitter=0.5)
+    assert [a.next_delay_s() for _ in range(5)] != [b.next_delay_s() for _ in range(5)]
+    with pytest.raises(ValueError, match="jitter"):
+        ExponentialBackoff(jitter=1.0)

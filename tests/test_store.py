@@ -6,18 +6,20 @@ import json
 import pathlib
 import sqlite3
 
+import numpy as np
 import pytest
 
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
 from sparkwatch.store import Store, StoreError
-from sparkwatch.store.db import Frame, RunRow
+from sparkwatch.store.db import RunRow
+from sparkwatch.wire import GapFrame, SampleFrame, decode_frame
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
 
 
-def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> Frame:
+def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> SampleFrame:
     data = {
         "type": "sample",
         "seq": seq,
@@ -31,7 +33,9 @@ def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> Frame:
         "memory": {"used_bytes": 1000 + seq},
         "sensors": [],
     }
-    return Frame(json.dumps(data), data)
+    frame = decode_frame(json.dumps(data), data)
+    assert isinstance(frame, SampleFrame)
+    return frame
 
 
 def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
@@ -86,17 +90,18 @@ def test_ingest_is_idempotent_and_survives_restart(tmp_path: pathlib.Path) -> No
     assert reopened.count_samples("n1") == 15
     assert reopened.latest_boot("n1") == ("b1", 15)
     rows = reopened.gpu_rows("n1", T0, T0 + 10 * S)
-    assert len(rows) == 15 and rows[0][6] == 5.0 and rows[0][7] == 11.0
-    assert reopened.mem_rows("n1", T0, T0 + 10 * S)[0][4] == 1001
+    first = int(np.argmin(rows.t_wall_ns))
+    assert len(rows.uuid) == 15 and rows.power_w[first] == 5.0 and rows.energy_j[first] == 11.0
+    assert rows.uuid[first] == "GPU-x" and rows.boot_id[first] == "b1" and rows.interval_s[first] == 0.1
+    memory = reopened.mem_rows("n1", T0, T0 + 10 * S)
+    assert memory.used_bytes[int(np.argmin(memory.t_wall_ns))] == 1001
 
 
 def test_new_boot_and_gap_are_recorded(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
     store.record_hello("n1", {"boot_id": "b1"})
     store.ingest("n1", "b1", [sample(1), sample(2)])
-    store.ingest(
-        "n1", "b1", [Frame("", {"type": "gap", "after": 2, "missing": 40, "next_seq": 43}), sample(43)]
-    )
+    store.ingest("n1", "b1", [sample(43)], [GapFrame(after=2, missing=40)])
     store.record_hello("n1", {"boot_id": "b2"})
     store.ingest("n1", "b2", [sample(1, boot="b2")])
     assert store.gaps("n1") == [("b1", 2, 40)]
@@ -107,7 +112,7 @@ def test_new_boot_and_gap_are_recorded(tmp_path: pathlib.Path) -> None:
 def test_unknown_power_is_stored_as_null(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
     store.ingest("n1", "b1", [sample(1, power=None)])
-    assert store.gpu_rows("n1", T0, T0 + S)[0][6] is None
+    assert np.isnan(store.gpu_rows("n1", T0, T0 + S).power_w).all()  # unknown: never a number
 
 
 def test_runs_windows_all_or_nothing(tmp_path: pathlib.Path) -> None:

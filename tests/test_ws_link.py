@@ -17,9 +17,11 @@ from aiohttp.test_utils import TestServer
 from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.core.windows import Window
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.ws_link import LinkError, WsLink, parse_lines, well_formed
+from sparkwatch.links.state import LinkError
+from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Store
-from sparkwatch.store.db import Frame, RunRow
+from sparkwatch.store.db import RunRow
+from sparkwatch.wire import SampleFrame
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 
@@ -140,14 +142,6 @@ async def test_export_from_stored_samples_matches_the_simulated_power(
     store.close()
 
 
-def test_malformed_frames_are_skipped_not_fatal() -> None:
-    good = '{"type":"sample","seq":1,"boot_id":"b","t_wall_ns":1,"t_mono_ns":1,"interval_s":0.1,"gpus":[]}'
-    pairs = parse_lines(good + "\n{not json\n[1,2]\n" + good.replace('"seq":1', '"seq":2') + "\n", "n1")
-    assert [d["seq"] for _, d in pairs] == [1, 2]
-    assert parse_lines("", "n1") == []
-    assert not well_formed({"type": "sample", "seq": 3})  # no boot or times: skipped
-
-
 async def test_restart_between_probe_and_stream_redials_from_zero(tmp_path: pathlib.Path) -> None:
     """/v1/time says boot A (whose last stored seq is 50), the stream's hello says boot B: the link must not
     trust ?after=50 for B; it records B and redials, asking for B from seq 0."""
@@ -171,23 +165,7 @@ async def test_restart_between_probe_and_stream_redials_from_zero(tmp_path: path
     await server.start_server()
     store = Store(tmp_path / "c.db")
     store.record_hello("n", {"boot_id": "A"})
-    store.ingest(
-        "n",
-        "A",
-        [
-            Frame(json.dumps(d), d)
-            for d in (
-                {
-                    "type": "sample",
-                    "seq": 50,
-                    "boot_id": "A",
-                    "t_wall_ns": 1,
-                    "t_mono_ns": 1,
-                    "interval_s": 0.1,
-                },
-            )
-        ],
-    )
+    store.ingest("n", "A", [SampleFrame(50, "A", 1, 1, 0.1, None, (), "{}")])
     async with aiohttp.ClientSession() as session:
         link = WsLink(
             NodeSpec(name="n", url="ws://x"),
@@ -202,4 +180,87 @@ async def test_restart_between_probe_and_stream_redials_from_zero(tmp_path: path
             await link._connected_session()
     assert asked == ["50"] and store.latest_boot("n") == ("B", 0)  # the next dial asks for after=0
     await server.close()
+    store.close()
+
+
+async def serve_app(app: web.Application) -> TestServer:
+    server = TestServer(app)
+    await server.start_server()
+    return server
+
+
+def quick_link(store: Store, session: aiohttp.ClientSession, base: str, **kwargs: Any) -> WsLink:
+    return WsLink(
+        NodeSpec(name="n", url="ws://unused"),
+        store,
+        session,
+        holder="t",
+        desired_interval=lambda: None,
+        base_url=base,
+        backoff=ExponentialBackoff(initial_s=0.01, maximum_s=0.02),
+        probes=1,
+        **kwargs,
+    )
+
+
+async def test_a_refused_token_is_a_configuration_error_retried_slowly(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """401 is not a network blip: logged once as an error naming the token, and not redialled on the
+    (here 10 ms) backoff schedule but after the slow retry period."""
+    asked: list[float] = []
+
+    async def time_probe(_r: web.Request) -> web.Response:
+        asked.append(time.monotonic())
+        return web.json_response({"error": "unauthorized", "reason": "no token"}, status=401)
+
+    app = web.Application()
+    app.router.add_get("/v1/time", time_probe)
+    server = await serve_app(app)
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = quick_link(store, session, str(server.make_url("")), unauthorized_retry_s=0.4)
+        with caplog.at_level("DEBUG", logger="sparkwatch.links.state"):
+            await run_link(link, 1.0)
+    assert 2 <= len(asked) <= 3  # at 0, 0.4, 0.8 s; the backoff alone would have asked ~50 times
+    assert link.state.status.value == "stopped"
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "link unauthorized" in errors[0].getMessage()
+    assert "check token_file" in errors[0].getMessage()
+    await server.close()
+    store.close()
+
+
+async def test_a_link_that_keeps_failing_says_so_once(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = quick_link(store, session, "http://127.0.0.1:9")  # discard port: connection refused
+        with caplog.at_level("DEBUG", logger="sparkwatch.links.state"):
+            await run_link(link, 0.5)
+    assert link.state.reconnects >= 5
+    downs = [r for r in caplog.records if "link down" in r.getMessage()]
+    assert [r.levelname for r in downs][:2] == ["WARNING", "DEBUG"]
+    assert sum(r.levelname == "WARNING" for r in downs) == 1
+    store.close()
+
+
+async def test_a_stream_must_say_hello_and_keep_to_its_boot(tmp_path: pathlib.Path) -> None:
+    """Samples before any hello end the session; a sample of another boot than its stream's hello is
+    skipped, not stored under that foreign boot."""
+    from sparkwatch.links.state import LinkState
+    from sparkwatch.links.stream import StreamIngest
+
+    store = Store(tmp_path / "c.db")
+    sample = '{"type":"sample","seq":%d,"boot_id":"%s","t_wall_ns":1,"t_mono_ns":1,"interval_s":0.1}'
+    ingest = StreamIngest(store, LinkState("n", "ws"))
+    with pytest.raises(LinkError, match="before its hello"):
+        ingest.feed(sample % (1, "B"))
+    state = LinkState("n", "ws")
+    ingest = StreamIngest(store, state)
+    ingest.feed('{"type":"hello","boot_id":"B"}\n' + sample % (1, "B") + "\n" + sample % (2, "X"))
+    ingest.flush()
+    assert store.latest_boot("n") == ("B", 1) and store.last_seq("n", "X") == 0
+    assert state.samples_ingested == 1 and state.last_seq == 1 and state.boot_id == "B"
     store.close()

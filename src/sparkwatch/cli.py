@@ -41,7 +41,7 @@ from sparkwatch.coordinator.serve import running_coordinator, serve
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.importers import ClockAnchor, ImportFormatError, load_windows
 from sparkwatch.links.nodes_file import NodesFileError, load_nodes
-from sparkwatch.links.ws_link import LinkError
+from sparkwatch.links.state import LinkError
 from sparkwatch.proxy.proxy import ProxyConfig, ProxyConfigError
 from sparkwatch.proxy.serve import serve_proxy
 from sparkwatch.store import StoreError

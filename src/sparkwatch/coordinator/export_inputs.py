@@ -11,64 +11,52 @@ import numpy as np
 from sparkwatch import __version__
 from sparkwatch.core.clock import summarise, to_coordinator_ns
 from sparkwatch.core.export import NodeInput, RunSpec, build_export
-from sparkwatch.core.tracks import GpuTrack, MemTrack
+from sparkwatch.core.tracks import I64, GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind
 from sparkwatch.store import Store, StoreError
+from sparkwatch.wire import announced_gpus, unsupported_fields
 
 #: Samples read before the run's start: the memory baseline needs the 10 s before the first window.
 LEAD_NS = 15 * 1_000_000_000
 
 
-def _unsupported(hello: dict[str, Any] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for gpu in (hello or {}).get("capabilities", {}).get("gpus", []):
-        for field, status in gpu.get("fields", {}).items():
-            if not status.get("supported", False):
-                out[field] = str(status.get("reason", status.get("state", "unsupported")))
-    return out
-
-
 def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
+    """One node's tracks on the coordinator's clock, with its clock offset and what its hello said."""
     offsets = store.offsets(node)
     clock = summarise(offsets, t_from_ns, t_to_ns)
     shift = clock.offset_ns if clock else 0
-    gpu_rows = store.gpu_rows(node, t_from_ns - shift - LEAD_NS, t_to_ns - shift)
-    mem_rows = store.mem_rows(node, t_from_ns - shift - LEAD_NS, t_to_ns - shift)
-    boots: dict[str, int] = {}
-    for row in mem_rows:
-        boots.setdefault(row[0], len(boots))
+    gpu = store.gpu_rows(node, t_from_ns - shift - LEAD_NS, t_to_ns - shift)
+    mem = store.mem_rows(node, t_from_ns - shift - LEAD_NS, t_to_ns - shift)
     latest = store.latest_boot(node)
     hello = store.hello(node, latest[0]) if latest else None
+    boots: dict[str, int] = {}  # agent boot -> segment: samples of different boots never form an interval
 
-    def times(agent_ns: list[int]) -> np.ndarray:
-        arr = np.array(agent_ns, dtype=np.int64)
-        return to_coordinator_ns(arr, offsets) if offsets and len(arr) else arr
+    def segments(boot_ids: list[str]) -> I64:
+        return np.array([boots.setdefault(b, len(boots)) for b in boot_ids], dtype=np.int64)
 
-    # one track per GPU, keyed by UUID (an index can change when the GPU backend re-opens); GPUs the
-    # agent announced but that have no samples in range still get a track, so lmx.gpuPowerWatts keeps one
-    # entry per GPU in node order (null for those)
-    by_uuid: dict[str, list[tuple[Any, ...]]] = {uuid: [] for uuid in _announced_gpus(hello)}
-    for row in sorted(gpu_rows, key=lambda r: (r[4], r[2])):
-        by_uuid.setdefault(str(row[5]), []).append(row)
-    tracks, uuids = [], []
-    for uuid, rows in by_uuid.items():
+    def times(agent_ns: I64) -> I64:
+        return to_coordinator_ns(agent_ns, offsets) if offsets and len(agent_ns) else agent_ns
+
+    # one track per GPU, keyed by UUID (an index can change when the GPU backend re-opens); GPUs the agent
+    # announced but that have no samples in range still get a track, so lmx.gpuPowerWatts keeps one entry
+    # per GPU in node order (null for those)
+    uuids = list(dict.fromkeys([*announced_gpus(hello), *gpu.uuid]))
+    gpu_uuid = np.array(gpu.uuid, dtype=object)
+    gpu_t, gpu_seg = times(gpu.t_wall_ns), segments(gpu.boot_id)
+    tracks = []
+    for uuid in uuids:
+        mine = gpu_uuid == uuid
         tracks.append(
             GpuTrack.from_arrays(
-                times([r[2] for r in rows]),
-                np.array([boots.setdefault(r[0], len(boots)) for r in rows], dtype=np.int64),
-                np.array([r[3] for r in rows], dtype=np.float64),
-                power_w=_floats([r[6] for r in rows]),
-                energy_j=_floats([r[7] for r in rows]),
-                util_ratio=_floats([r[8] for r in rows]),
+                gpu_t[mine],
+                gpu_seg[mine],
+                gpu.interval_s[mine],
+                power_w=gpu.power_w[mine],
+                energy_j=gpu.energy_j[mine],
+                util_ratio=gpu.util_ratio[mine],
             )
         )
-        uuids.append(uuid)
-    memory = MemTrack.from_arrays(
-        times([r[2] for r in mem_rows]),
-        np.array([boots[r[0]] for r in mem_rows], dtype=np.int64),
-        np.array([r[3] for r in mem_rows], dtype=np.float64),
-        _floats([r[4] for r in mem_rows]),
-    )
+    memory = MemTrack.from_arrays(times(mem.t_wall_ns), segments(mem.boot_id), mem.interval_s, mem.used_bytes)
     return NodeInput(
         node=node,
         gpus=tracks,
@@ -77,16 +65,8 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         clock=clock,
         memory_model=str((hello or {}).get("memory_model", "unknown")),
         hardware=dict((hello or {}).get("hardware", {})),
-        unsupported=_unsupported(hello),
+        unsupported=unsupported_fields(hello),
     )
-
-
-def _announced_gpus(hello: dict[str, Any] | None) -> list[str]:
-    return [str(g["uuid"]) for g in (hello or {}).get("capabilities", {}).get("gpus", []) if "uuid" in g]
-
-
-def _floats(values: Sequence[float | None]) -> np.ndarray:
-    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
 def export_run(store: Store, run_id: str, nodes: Sequence[str], now_ns: Callable[[], int]) -> dict[str, Any]:

@@ -18,8 +18,11 @@ import orjson
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.ws_link import LinkError, WsLink, parse_lines, well_formed
-from sparkwatch.store.db import Frame
+from sparkwatch.links.state import LinkError
+from sparkwatch.links.stream import StreamIngest
+from sparkwatch.links.ws_link import WsLink
+from sparkwatch.wire import HelloFrame, TimeFrame
+from sparkwatch_agent.shared.protocol import FRAME_TIME, LEASE_TTL_S
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,7 @@ class SshExecLink(WsLink):
         super().__init__(*args, **kwargs)
         self.state.transport = "ssh-exec"
         self._process: asyncssh.SSHClientProcess[str] | None = None
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._pending: dict[int, asyncio.Future[TimeFrame]] = {}
         self._ids = itertools.count(1)
 
     async def _connected_session(self) -> None:
@@ -100,8 +103,10 @@ class SshExecLink(WsLink):
         await self._process.stdin.drain()
 
     async def _read_frames(self, process: asyncssh.SSHClientProcess[str]) -> None:
-        boot: str | None = None
-        frames: list[Frame] = []
+        def on_hello(_hello: HelloFrame) -> None:
+            self._streaming()
+
+        ingest = StreamIngest(self._store, self.state, on_hello)
         flush_at = 0.0
         try:
             while True:
@@ -111,35 +116,17 @@ class SshExecLink(WsLink):
                     line = None
                 if line == "":
                     raise LinkError(f"agent process ended: {process.exit_status}")
-                for raw, data in parse_lines(line or "", self.spec.name):
-                    kind = data.get("type")
-                    if kind == "time":
-                        future = self._pending.pop(int(data.get("id") or 0), None)
-                        if future is not None and not future.done():
-                            future.set_result(data)
-                    elif kind == "hello":
-                        if frames and boot is not None:
-                            self._ingest(boot, frames)
-                            frames = []
-                        boot = str(data["boot_id"])
-                        self._on_hello(data)
-                        self.state.connected = True
-                        self.state.error = None
-                        self._backoff.reset()
-                    elif kind in ("sample", "gap") and well_formed(data):
-                        if not frames:
-                            flush_at = time.monotonic() + EXEC_FLUSH_S
-                        frames.append(Frame(raw, data))
-                if (
-                    frames
-                    and boot is not None
-                    and (len(frames) >= EXEC_BATCH or time.monotonic() >= flush_at)
-                ):
-                    self._ingest(boot, frames)
-                    frames = []
-        finally:
-            if frames and boot is not None:  # each exec session is a new boot: what we hold is not replayable
-                self._ingest(boot, frames)
+                held = ingest.pending
+                for reply in ingest.feed(line or ""):
+                    future = self._pending.pop(reply.id, None)
+                    if future is not None and not future.done():
+                        future.set_result(reply)
+                if not held and ingest.pending:
+                    flush_at = time.monotonic() + EXEC_FLUSH_S
+                if ingest.pending >= EXEC_BATCH or time.monotonic() >= flush_at:
+                    ingest.flush()
+        finally:  # each exec session is a new boot: what we hold is not replayable
+            ingest.flush()
 
     async def probe_clock(self) -> tuple[ClockOffset, str]:
         probes: list[TimeProbe] = []
@@ -147,25 +134,27 @@ class SshExecLink(WsLink):
         loop = asyncio.get_running_loop()
         for _ in range(self._probes):
             probe_id = next(self._ids)
-            future: asyncio.Future[dict[str, Any]] = loop.create_future()
+            future: asyncio.Future[TimeFrame] = loop.create_future()
             self._pending[probe_id] = future
             t_send = self._now()
             try:
-                await self._send({"type": "time", "id": probe_id})
+                await self._send({"type": FRAME_TIME, "id": probe_id})
                 reply = await asyncio.wait_for(future, PROBE_TIMEOUT_S)
             except TimeoutError:
                 raise LinkError("clock probe over stdio timed out") from None
             finally:
                 self._pending.pop(probe_id, None)
-            probes.append(TimeProbe(t_send, int(reply["t_wall_ns"]), self._now()))
-            boot = str(reply["boot_id"])
+            probes.append(TimeProbe(t_send, reply.t_wall_ns, self._now()))
+            boot = reply.boot_id
         offset = estimate_offset(probes)
         self._store.add_offset(self.spec.name, boot, offset)
         self.state.offset = offset
         return offset, boot
 
     async def _put_lease(self, interval_s: float) -> None:
-        await self._send({"type": "interval", "holder": self._holder, "interval_s": interval_s, "ttl_s": 600})
+        await self._send(
+            {"type": "interval", "holder": self._holder, "interval_s": interval_s, "ttl_s": LEASE_TTL_S}
+        )
 
     async def _release_lease(self) -> None:
         await self._send({"type": "release", "holder": self._holder})

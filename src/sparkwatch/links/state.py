@@ -1,11 +1,41 @@
-"""What the coordinator knows about one node's link, for /v1/nodes and its own /metrics."""
+"""What the coordinator knows about one node's link, for /v1/nodes and its own /metrics, and the errors a
+link can meet. A link moves between a few states; each change is logged once, not each retry."""
 
 from __future__ import annotations
 
+import enum
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from sparkwatch.core.clock import ClockOffset
+
+log = logging.getLogger(__name__)
+
+
+class LinkError(Exception):
+    """The agent answered, but not in a way we can use (not an agent, a broken stream, …)."""
+
+
+class Unauthorized(LinkError):
+    """The agent refused our token: a configuration error that retrying soon cannot fix."""
+
+
+class LinkStatus(enum.Enum):
+    CONNECTING = "connecting"  # not streamed yet
+    STREAMING = "streaming"
+    DOWN = "down"  # lost or refused; redialled with backoff
+    UNAUTHORIZED = "unauthorized"  # the agent refused our token; redialled slowly
+    STOPPED = "stopped"  # the coordinator is shutting down
+
+
+_LEVELS = {
+    LinkStatus.CONNECTING: logging.INFO,
+    LinkStatus.STREAMING: logging.INFO,
+    LinkStatus.DOWN: logging.WARNING,
+    LinkStatus.UNAUTHORIZED: logging.ERROR,
+    LinkStatus.STOPPED: logging.INFO,
+}
 
 
 @dataclass(slots=True)
@@ -14,17 +44,33 @@ class LinkState:
 
     node: str
     transport: str
-    connected: bool = False
+    status: LinkStatus = LinkStatus.CONNECTING
+    error: str | None = None
     boot_id: str | None = None
     last_seq: int = 0
     last_sample_wall_ns: int | None = None
     offset: ClockOffset | None = None
     hello: dict[str, Any] | None = None
-    error: str | None = None
     samples_ingested: int = 0
     reconnects: int = 0
     lease_interval_s: float | None = None
     latest: dict[str, Any] | None = None  # the newest sample in brief, for live displays
+
+    @property
+    def connected(self) -> bool:
+        return self.status is LinkStatus.STREAMING
+
+    def enter(self, status: LinkStatus, error: str | None = None, retry_s: float | None = None) -> None:
+        """Move to ``status`` (with why, for the failed ones). A change of status is logged once; the same
+        status again (a redial that failed like the last) only at debug level."""
+        changed = status is not self.status
+        self.status, self.error = status, error
+        text = f"node {self.node}: link {status.value} ({self.transport})"
+        if error is not None:
+            text += f": {error}"
+        if retry_s is not None:
+            text += f"; retrying in {retry_s:.1f} s"
+        log.log(_LEVELS[status] if changed else logging.DEBUG, "%s", text)
 
     def lag_s(self, now_ns: int) -> float | None:
         """How far behind the agent's newest sample our newest stored one is (clock-corrected)."""
@@ -38,6 +84,7 @@ class LinkState:
             "node": self.node,
             "transport": self.transport,
             "connected": self.connected,
+            "status": self.status.value,
             "boot_id": self.boot_id,
             "last_seq": self.last_seq,
             "lag_s": self.lag_s(now_ns),
@@ -53,18 +100,3 @@ class LinkState:
             "error": self.error,
             "latest": self.latest,
         }
-
-
-def latest_summary(sample: dict[str, Any]) -> dict[str, Any]:
-    """Power summed over the node's GPUs (None if any is unknown), the highest utilisation, memory used."""
-    gpus = [g for g in sample.get("gpus") or () if isinstance(g, dict)]
-    powers = [g.get("power_w") for g in gpus]
-    utils = [u for u in (g.get("util_ratio") for g in gpus) if isinstance(u, int | float)]
-    memory = sample.get("memory") or {}
-    return {
-        "t_wall_ns": sample.get("t_wall_ns"),
-        "interval_s": sample.get("interval_s"),
-        "power_w": sum(powers) if powers and all(isinstance(p, int | float) for p in powers) else None,
-        "util_ratio": max(utils) if utils else None,
-        "memory_used_bytes": memory.get("used_bytes") if isinstance(memory, dict) else None,
-    }

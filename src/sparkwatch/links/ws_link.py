@@ -11,27 +11,25 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import aiohttp
-import orjson
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.state import LinkState, latest_summary
+from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Unauthorized
+from sparkwatch.links.stream import StreamIngest
 from sparkwatch.store import Store
-from sparkwatch.store.db import Frame
+from sparkwatch.wire import HelloFrame
 from sparkwatch_agent.shared.auth import load_token
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
+from sparkwatch_agent.shared.protocol import LEASE_TTL_S
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL_S = 600.0
 LEASE_RENEW_S = 120.0
-
-
-class LinkError(Exception):
-    """The agent answered, but not in a way we can use (bad token, not an agent, …)."""
+#: A refused token is a configuration error: ask again this seldom, not on the backoff schedule.
+UNAUTHORIZED_RETRY_S = 60.0
+UNAUTHORIZED_HINT = "the agent refused our token (HTTP 401); check token_file in nodes.toml"
 
 
 class WsLink:
@@ -48,6 +46,7 @@ class WsLink:
         probe_every_s: float = 10.0,
         probes: int = 8,
         base_url: str | None = None,
+        unauthorized_retry_s: float = UNAUTHORIZED_RETRY_S,
     ) -> None:
         self.spec = spec
         self.state = LinkState(node=spec.name, transport="ws")
@@ -56,11 +55,12 @@ class WsLink:
         self._holder = holder
         self._desired = desired_interval
         self._now = now_ns
-        self._backoff = backoff or ExponentialBackoff(initial_s=0.5, maximum_s=30.0)
+        self._backoff = backoff or ExponentialBackoff(initial_s=0.5, maximum_s=30.0, jitter=0.5)
         self._probe_every_s = probe_every_s
         self._probes = probes
         self._base = (base_url or spec.http_base).rstrip("/")
         self._token = load_token(spec.token_file) if spec.token_file else None
+        self._unauthorized_retry_s = unauthorized_retry_s
         self._lease_changed = asyncio.Event()
 
     @property
@@ -74,32 +74,47 @@ class WsLink:
     # ---- the loop --------------------------------------------------------------------------------
     async def run(self) -> None:
         """Until cancelled: connect, stream, and on any failure wait and try again."""
-        while True:
-            try:
-                await self._connected_session()
-            except asyncio.CancelledError:
-                self.state.connected = False
-                raise
-            except (aiohttp.ClientError, OSError, TimeoutError, LinkError, ValueError) as exc:
-                self.state.error = f"{type(exc).__name__}: {exc}"
-            except Exception as exc:  # a bug or a store failure must not end collection for good
-                log.exception("node %s: link failed", self.spec.name)
-                self.state.error = f"{type(exc).__name__}: {exc}"
-            self.state.connected = False
-            self.state.reconnects += 1
-            delay = self._backoff.next_delay_s()
-            log.info("node %s: link down (%s); retrying in %.1f s", self.spec.name, self.state.error, delay)
-            await asyncio.sleep(delay)
+        try:
+            while True:
+                status, error, delay = await self._one_session()
+                self.state.reconnects += 1
+                self.state.enter(status, error, retry_s=delay)
+                await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            self.state.enter(LinkStatus.STOPPED)
+            raise
+
+    async def _one_session(self) -> tuple[LinkStatus, str, float]:
+        """Stream until the session fails; returns what the link is now, why, and when to dial again."""
+        try:
+            await self._connected_session()
+            raise LinkError("session ended")  # sessions end by raising; this keeps the loop honest
+        except Unauthorized as exc:
+            return LinkStatus.UNAUTHORIZED, str(exc), self._unauthorized_retry_s
+        except (aiohttp.ClientError, OSError, TimeoutError, LinkError, ValueError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a bug or a store failure must not end collection for good
+            log.exception("node %s: link failed", self.spec.name)
+            error = f"{type(exc).__name__}: {exc}"
+        return LinkStatus.DOWN, error, self._backoff.next_delay_s()
+
+    def _streaming(self) -> None:
+        self.state.enter(LinkStatus.STREAMING)
+        self._backoff.reset()
 
     async def _connected_session(self) -> None:
         _, agent_boot = await self.probe_clock()
         resume = self._store.latest_boot(self.spec.name)
         after = resume[1] if resume is not None and resume[0] == agent_boot else 0
         url = f"{self._base}/v1/stream?after={after}"
-        async with self._session.ws_connect(url, headers=self._headers, heartbeat=30.0, max_msg_size=0) as ws:
-            self.state.connected = True
-            self.state.error = None
-            self._backoff.reset()
+        try:
+            ws = await self._session.ws_connect(url, headers=self._headers, heartbeat=30.0, max_msg_size=0)
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 401:
+                raise Unauthorized(UNAUTHORIZED_HINT) from None
+            raise
+        async with ws:
+            self._streaming()
             await self._run_helpers(asyncio.ensure_future(self._consume(ws, agent_boot)))
 
     async def _run_helpers(self, consumer: asyncio.Future[None]) -> None:
@@ -118,51 +133,20 @@ class WsLink:
     async def _consume(self, ws: aiohttp.ClientWebSocketResponse, expected_boot: str) -> None:
         """Store every frame of the stream. ``expected_boot`` is the boot our ``after`` was chosen for: if
         the agent restarted in between, that seq means nothing to the new boot, so we redial from 0."""
-        boot: str | None = None
+
+        def on_hello(hello: HelloFrame) -> None:
+            if hello.boot_id != expected_boot:
+                raise LinkError("agent restarted between clock probe and stream; resuming from seq 0")
+
+        ingest = StreamIngest(self._store, self.state, on_hello)
         async for msg in ws:
             if msg.type != aiohttp.WSMsgType.TEXT:
                 if msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSE):
                     break
                 continue
-            frames: list[Frame] = []
-            for line, data in parse_lines(msg.data, self.spec.name):
-                kind = data.get("type")
-                if kind == "hello":
-                    if frames and boot is not None:
-                        self._ingest(boot, frames)
-                        frames = []
-                    boot = str(data["boot_id"])
-                    self._on_hello(data)
-                    if boot != expected_boot:
-                        raise LinkError("agent restarted between clock probe and stream; resuming from seq 0")
-                elif kind in ("sample", "gap") and well_formed(data):
-                    frames.append(Frame(line, data))
-            if frames:
-                if boot is None:
-                    raise LinkError("stream sent samples before its hello")
-                self._ingest(boot, frames)
+            ingest.feed(msg.data)
+            ingest.flush()
         raise LinkError(f"stream closed ({ws.close_code})")
-
-    def _on_hello(self, hello: dict[str, Any]) -> None:
-        self._store.record_hello(self.spec.name, hello)
-        if self.state.boot_id not in (None, hello["boot_id"]):
-            log.warning(
-                "node %s: agent restarted (boot %s -> %s)",
-                self.spec.name,
-                self.state.boot_id,
-                hello["boot_id"],
-            )
-        self.state.boot_id = str(hello["boot_id"])
-        self.state.hello = hello
-
-    def _ingest(self, boot: str, frames: list[Frame]) -> None:
-        self.state.samples_ingested += self._store.ingest(self.spec.name, boot, frames)
-        for frame in reversed(frames):
-            if frame.data.get("type") == "sample":
-                self.state.last_seq = int(frame.data["seq"])
-                self.state.last_sample_wall_ns = int(frame.data["t_wall_ns"])
-                self.state.latest = latest_summary(frame.data)
-                break
 
     # ---- clock -----------------------------------------------------------------------------------
     async def probe_clock(self) -> tuple[ClockOffset, str]:
@@ -175,7 +159,7 @@ class WsLink:
                 f"{self._base}/v1/time", headers=self._headers, timeout=aiohttp.ClientTimeout(total=5)
             ) as r:
                 if r.status == 401:
-                    raise LinkError("agent refused our token (401); check token_file")
+                    raise Unauthorized(UNAUTHORIZED_HINT)
                 if r.status != 200:
                     raise LinkError(f"/v1/time answered {r.status}")
                 body = await r.json()
@@ -226,39 +210,3 @@ class WsLink:
         ) as r:
             if r.status != 200:
                 raise LinkError(f"/v1/interval DELETE answered {r.status}")
-
-
-_SAMPLE_KEYS = ("seq", "boot_id", "t_wall_ns", "t_mono_ns", "interval_s")
-
-
-def well_formed(data: dict[str, Any]) -> bool:
-    """A sample needs its identity and times; a gap its counts. Anything else is skipped, not fatal."""
-    if data.get("type") == "gap":
-        return isinstance(data.get("after"), int) and isinstance(data.get("missing"), int)
-    return all(k in data for k in _SAMPLE_KEYS) and isinstance(data.get("gpus", []), list)
-
-
-def parse_lines(text: str, node: str) -> list[tuple[str, dict[str, Any]]]:
-    """(line, frame) pairs of one message: one parse for the whole message (parsing is most of the ingest
-    cost); if that fails, line by line, skipping (and logging) the lines that are not JSON objects."""
-    text = text.strip("\n")
-    if not text:
-        return []
-    lines = text.split("\n")
-    try:
-        parsed = orjson.loads("[" + ",".join(lines) + "]")
-        if all(isinstance(d, dict) for d in parsed):
-            return list(zip(lines, parsed, strict=True))
-    except orjson.JSONDecodeError:
-        pass
-    out = []
-    for line in lines:
-        try:
-            data = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            data = None
-        if isinstance(data, dict):
-            out.append((line, data))
-        elif line.strip():
-            log.warning("node %s: skipped a malformed frame: %.120s", node, line)
-    return out

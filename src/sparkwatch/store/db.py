@@ -10,14 +10,18 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+
+import numpy as np
 
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
+from sparkwatch.store.rows import GpuRows, MemRows
 from sparkwatch.store.schema import MIGRATIONS
+from sparkwatch.wire import GapFrame, SampleFrame
 
 
 class StoreError(Exception):
@@ -55,14 +59,6 @@ class RunRow:
             "open": self.open,
             "command": json.loads(self.command) if self.command else None,
         }
-
-
-class Frame(NamedTuple):
-    """One line of an agent stream: its text (kept as received) and its parsed form (a NamedTuple: one is
-    made per ingested sample)."""
-
-    raw: str
-    data: dict[str, Any]
 
 
 class Store:
@@ -109,63 +105,42 @@ class Store:
                 (node, str(hello["boot_id"]), self._now(), json.dumps(hello)),
             )
 
-    def ingest(self, node: str, boot_id: str, frames: Iterable[Frame]) -> int:
-        """Store one node's sample and gap frames in one transaction (gap frames belong to ``boot_id``, the
-        boot of the stream they came on); returns how many samples were new."""
-        samples: list[tuple[Any, ...]] = []
-        gpus: list[tuple[Any, ...]] = []
-        gaps: list[tuple[Any, ...]] = []
-        for frame in frames:
-            d = frame.data
-            kind = d.get("type")
-            if kind == "sample":
-                boot, seq = d["boot_id"], d["seq"]
-                memory = d.get("memory") or {}
-                readings = d.get("gpus") or ()
-                g0 = readings[0] if readings else {}
-                samples.append(
-                    (
-                        node,
-                        boot,
-                        seq,
-                        d["t_wall_ns"],
-                        d["t_mono_ns"],
-                        d["interval_s"],
-                        memory.get("used_bytes"),
-                        g0.get("uuid"),
-                        g0.get("power_w"),
-                        g0.get("energy_j"),
-                        g0.get("util_ratio"),
-                        frame.raw,
-                    )
-                )
-                gpus.extend(
-                    (
-                        node,
-                        boot,
-                        seq,
-                        g["index"],
-                        g["uuid"],
-                        g.get("power_w"),
-                        g.get("energy_j"),
-                        g.get("util_ratio"),
-                    )
-                    for g in readings[1:]
-                )
-            elif kind == "gap":
-                gaps.append((node, boot_id, d["after"], d["missing"], self._now()))
+    def ingest(
+        self, node: str, boot_id: str, samples: Sequence[SampleFrame], gaps: Sequence[GapFrame] = ()
+    ) -> int:
+        """Store one node's decoded samples and gaps in one transaction (gaps belong to ``boot_id``, the boot
+        of the stream they came on); returns how many samples were new."""
+        rows = [
+            (
+                node,
+                s.boot_id,
+                s.seq,
+                s.t_wall_ns,
+                s.t_mono_ns,
+                s.interval_s,
+                s.mem_used_bytes,
+                *(s.gpus[0][1:] if s.gpus else _NO_GPU),
+                s.raw,
+            )
+            for s in samples
+        ]
+        more_gpus = [(node, s.boot_id, s.seq, *g) for s in samples for g in s.gpus[1:]]
+        now = self._now()
         with _tx(self._db):
             before = self._db.total_changes
             self._db.executemany(
-                "INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", samples
+                "INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
             )
             inserted = self._db.total_changes - before
-            if gpus:
+            if more_gpus:
                 self._db.executemany(
-                    "INSERT OR IGNORE INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", gpus
+                    "INSERT OR IGNORE INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", more_gpus
                 )
             if gaps:
-                self._db.executemany("INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)", gaps)
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)",
+                    [(node, boot_id, g.after, g.missing, now) for g in gaps],
+                )
         return inserted
 
     def last_seq(self, node: str, boot_id: str) -> int:
@@ -200,26 +175,42 @@ class Store:
         ).fetchall()
         return [(str(b), int(a), int(m)) for b, a, m in rows]
 
-    def gpu_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[Any, ...]]:
-        """(boot_id, seq, t_wall_ns, interval_s, gpu, uuid, power_w, energy_j, util_ratio), agent clock."""
-        return self._db.execute(
-            "SELECT boot_id, seq, t_wall_ns, interval_s, 0, gpu0_uuid, gpu0_power_w, gpu0_energy_j,"
-            " gpu0_util_ratio FROM samples"
-            " WHERE node = ? AND t_wall_ns BETWEEN ? AND ? AND gpu0_uuid IS NOT NULL"
+    def gpu_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> GpuRows:
+        """Every GPU's samples of ``node`` with agent wall time in [t_from_ns, t_to_ns], in no set order."""
+        rows = self._db.execute(
+            "SELECT boot_id, t_wall_ns, interval_s, gpu0_uuid, gpu0_power_w, gpu0_energy_j, gpu0_util_ratio"
+            " FROM samples WHERE node = ? AND t_wall_ns BETWEEN ? AND ? AND gpu0_uuid IS NOT NULL"
             " UNION ALL"
-            " SELECT s.boot_id, s.seq, s.t_wall_ns, s.interval_s, g.gpu, g.uuid, g.power_w, g.energy_j,"
-            " g.util_ratio FROM samples s JOIN gpu_samples g USING (node, boot_id, seq)"
-            " WHERE s.node = ? AND s.t_wall_ns BETWEEN ? AND ? ORDER BY 3",
+            " SELECT s.boot_id, s.t_wall_ns, s.interval_s, g.uuid, g.power_w, g.energy_j, g.util_ratio"
+            " FROM samples s JOIN gpu_samples g USING (node, boot_id, seq)"
+            " WHERE s.node = ? AND s.t_wall_ns BETWEEN ? AND ?",
             (node, t_from_ns, t_to_ns, node, t_from_ns, t_to_ns),
         ).fetchall()
+        boot, t_wall, interval, uuid, power, energy, util = _columns(rows, 7)
+        return GpuRows(
+            boot_id=list(boot),
+            t_wall_ns=np.array(t_wall, dtype=np.int64),
+            interval_s=np.array(interval, dtype=np.float64),
+            uuid=list(uuid),
+            power_w=np.array(power, dtype=np.float64),  # NULL becomes NaN: unknown
+            energy_j=np.array(energy, dtype=np.float64),
+            util_ratio=np.array(util, dtype=np.float64),
+        )
 
-    def mem_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[Any, ...]]:
-        """(boot_id, seq, t_wall_ns, interval_s, mem_used_bytes), agent clock."""
-        return self._db.execute(
-            "SELECT boot_id, seq, t_wall_ns, interval_s, mem_used_bytes FROM samples"
-            " WHERE node = ? AND t_wall_ns BETWEEN ? AND ? ORDER BY t_wall_ns",
+    def mem_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> MemRows:
+        """``node``'s memory samples with agent wall time in [t_from_ns, t_to_ns], in no set order."""
+        rows = self._db.execute(
+            "SELECT boot_id, t_wall_ns, interval_s, mem_used_bytes FROM samples"
+            " WHERE node = ? AND t_wall_ns BETWEEN ? AND ?",
             (node, t_from_ns, t_to_ns),
         ).fetchall()
+        boot, t_wall, interval, used = _columns(rows, 4)
+        return MemRows(
+            boot_id=list(boot),
+            t_wall_ns=np.array(t_wall, dtype=np.int64),
+            interval_s=np.array(interval, dtype=np.float64),
+            used_bytes=np.array(used, dtype=np.float64),
+        )
 
     # ---- clock offsets ---------------------------------------------------------------------------
     def add_offset(self, node: str, boot_id: str, offset: ClockOffset, t_ns: int | None = None) -> None:
@@ -379,6 +370,14 @@ _WINDOW_COLUMNS = (
     " prompt_tokens, completion_tokens, cached_tokens, source, reasoning_tokens, http_status, finish_reason"
 )
 _WINDOW_SLOTS = ", ".join("?" * 15)
+
+
+_NO_GPU = (None, None, None, None)
+
+
+def _columns(rows: list[tuple[Any, ...]], width: int) -> list[tuple[Any, ...]]:
+    """Rows turned into ``width`` columns (empty columns when there are no rows)."""
+    return list(zip(*rows, strict=True)) if rows else [()] * width
 
 
 class _tx:

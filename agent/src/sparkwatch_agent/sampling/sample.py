@@ -7,10 +7,7 @@ import math
 from typing import NamedTuple
 
 from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading
-
-FRAME_SAMPLE = "sample"
-FRAME_HELLO = "hello"
-FRAME_GAP = "gap"
+from sparkwatch_agent.shared.protocol import FRAME_SAMPLE
 
 
 class Sample(NamedTuple):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from sparkwatch_agent import __version__
 from sparkwatch_agent.hardware.host_facts import HostFacts
-from sparkwatch_agent.sampling.sample import FRAME_HELLO
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.lmx_hardware import lmx_hardware
+from sparkwatch_agent.shared.protocol import FRAME_HELLO
 
 
 def capabilities_json(snap: Snapshot) -> dict[str, object]:

@@ -26,6 +26,7 @@ from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.hello import hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor
 from sparkwatch_agent.shared.lifecycle import STOP_SIGNALS, StopPolicy
+from sparkwatch_agent.shared.protocol import FRAME_TIME
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def _apply_command(
             sampler.leases.release(holder)
         elif kind == "time":  # a clock probe: stamped on arrival, answered ahead of any samples
             reply = {
-                "type": "time",
+                "type": FRAME_TIME,
                 "id": cmd.get("id"),
                 "t_wall_ns": time.time_ns(),
                 "t_mono_ns": time.monotonic_ns(),

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sparkwatch_agent.sampling.ring import SampleRing
-from sparkwatch_agent.sampling.sample import FRAME_GAP, encode_frame
+from sparkwatch_agent.sampling.sample import encode_frame
 from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
+from sparkwatch_agent.shared.protocol import FRAME_GAP
 
 
 def frames_after(ring: SampleRing, last_seq: int, limit: int) -> tuple[list[bytes], int]:

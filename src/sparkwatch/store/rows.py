@@ -1,0 +1,36 @@
+"""What the store hands to an export: one node's samples column by column, named, on the agent's clock.
+
+Unknown values are NaN in the float columns (the core's unknown); rows come in no set order (the core
+sorts its tracks once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class MemRows:
+    boot_id: list[str]
+    t_wall_ns: I64
+    interval_s: F64
+    used_bytes: F64
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRows:
+    """One row per GPU per sample."""
+
+    boot_id: list[str]
+    t_wall_ns: I64
+    interval_s: F64
+    uuid: list[str]
+    power_w: F64
+    energy_j: F64
+    util_ratio: F64

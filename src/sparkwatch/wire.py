@@ -1,0 +1,294 @@
+"""The agent's stream as the coordinator reads it: the one decoder of its frames (sample, gap, hello, time
+reply), their validation, and readers of what a hello says.
+
+Every line is JSON; a message may hold many lines. A line that is not a frame we can use is skipped with a
+warning naming the node (and the seq, when it has one) — never stored, never fatal to the link. Frames
+of a type this coordinator does not know are skipped quietly: a newer agent may send them.
+Imports nothing else of sparkwatch (only the frame names it shares with the agent).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple, NoReturn
+
+import orjson
+
+from sparkwatch_agent.shared.protocol import FRAME_GAP, FRAME_HELLO, FRAME_SAMPLE, FRAME_TIME
+
+log = logging.getLogger(__name__)
+
+#: Largest seq and timestamp the store keeps (SQLite integers are 64-bit signed).
+INT64_MAX = 2**63 - 1
+
+
+class GpuValues(NamedTuple):
+    """One GPU's values in a sample: what the core measures with (None = not known for this sample)."""
+
+    gpu_index: int  # not "index": that name is tuple.index
+    uuid: str
+    power_w: float | None
+    energy_j: float | None
+    util_ratio: float | None
+
+
+class SampleFrame(NamedTuple):
+    """One sample, decoded and checked (a NamedTuple: one is made per ingested sample)."""
+
+    seq: int
+    boot_id: str
+    t_wall_ns: int  # the agent's wall clock
+    t_mono_ns: int  # the agent's monotonic clock (per boot)
+    interval_s: float
+    mem_used_bytes: int | None
+    gpus: tuple[GpuValues, ...]
+    raw: str  # the line as received
+
+
+class GapFrame(NamedTuple):
+    """The agent's ring dropped ``missing`` samples after seq ``after`` before we read them."""
+
+    after: int
+    missing: int
+
+
+class HelloFrame(NamedTuple):
+    boot_id: str
+    data: dict[str, Any]  # the whole hello, as the agent sent it (stored, shown in /v1/nodes)
+
+
+class TimeFrame(NamedTuple):
+    """A clock-probe reply on the stdio stream."""
+
+    id: int
+    t_wall_ns: int
+    boot_id: str
+
+
+Frame = SampleFrame | GapFrame | HelloFrame | TimeFrame
+
+
+class FrameError(ValueError):
+    """A frame whose content cannot be used; the message says which field."""
+
+
+def decode_lines(text: str, node: str) -> list[Frame]:
+    """The usable frames of one message (or one stdout line), in order."""
+    frames: list[Frame] = []
+    for line, data in _parsed_lines(text, node):
+        try:
+            frame = decode_frame(line, data)
+        except FrameError as exc:
+            seq = data.get("seq")
+            where = f" seq {seq}" if isinstance(seq, int) and not isinstance(seq, bool) else ""
+            log.warning("node %s: skipped a bad frame%s: %s", node, where, exc)
+            continue
+        if frame is not None:
+            frames.append(frame)
+    return frames
+
+
+def decode_frame(line: str, data: dict[str, Any]) -> Frame | None:
+    """One parsed line as a frame; ``None`` for a type we do not know; FrameError when it is unusable."""
+    kind = data.get("type")
+    if kind == FRAME_SAMPLE:
+        return _sample(line, data)
+    if kind == FRAME_GAP:
+        return GapFrame(_int(data, "after", 0), _int(data, "missing", 1))
+    if kind == FRAME_HELLO:
+        return HelloFrame(_str(data, "boot_id"), data)
+    if kind == FRAME_TIME:
+        return TimeFrame(_int(data, "id", 0), _int(data, "t_wall_ns", 0), _str(data, "boot_id"))
+    return None
+
+
+def _parsed_lines(text: str, node: str) -> list[tuple[str, dict[str, Any]]]:
+    """(line, object) pairs: one parse for the whole message (parsing is most of the ingest cost); if that
+    fails, line by line, skipping (and logging) the lines that are not JSON objects."""
+    text = text.strip("\n")
+    if not text:
+        return []
+    lines = text.split("\n")
+    try:
+        parsed = orjson.loads("[" + ",".join(lines) + "]")
+        if all(isinstance(d, dict) for d in parsed):
+            return list(zip(lines, parsed, strict=True))
+    except orjson.JSONDecodeError:
+        pass
+    out = []
+    for line in lines:
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            data = None
+        if isinstance(data, dict):
+            out.append((line, data))
+        elif line.strip():
+            log.warning("node %s: skipped a line that is not a JSON object: %.120s", node, line)
+    return out
+
+
+def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
+    """Checked the fast way first (this runs for every sample ingested; JSON numbers parsed by orjson are
+    always finite), the slow way only to say what is wrong."""
+    seq: Any = d.get("seq")
+    boot: Any = d.get("boot_id")
+    t_wall: Any = d.get("t_wall_ns")
+    t_mono: Any = d.get("t_mono_ns")
+    interval: Any = d.get("interval_s")
+    memory: Any = d.get("memory")
+    gpus: Any = d.get("gpus", [])
+    used: Any = memory.get("used_bytes") if type(memory) is dict else None
+    if not (
+        type(seq) is int
+        and 0 < seq <= INT64_MAX
+        and type(boot) is str
+        and boot
+        and type(t_wall) is int
+        and 0 <= t_wall <= INT64_MAX
+        and type(t_mono) is int
+        and 0 <= t_mono <= INT64_MAX
+        and (type(interval) is float or type(interval) is int)
+        and interval > 0
+        and (memory is None or type(memory) is dict)
+        and (used is None or (type(used) is int and 0 <= used <= INT64_MAX))
+        and type(gpus) is list
+    ):
+        _explain_sample(d)
+    gpu_values = tuple([_gpu(g) for g in gpus])
+    return SampleFrame(
+        seq, boot, t_wall, t_mono, float(interval), used, gpu_values, line
+    )  # positional: faster
+
+
+def _explain_sample(d: dict[str, Any]) -> NoReturn:
+    """Raise the FrameError that says which of a sample's fields is wrong."""
+    _int(d, "seq", 1)
+    _str(d, "boot_id")
+    _int(d, "t_wall_ns", 0)
+    _int(d, "t_mono_ns", 0)
+    interval_s = _number(d, "interval_s")
+    if interval_s is None or interval_s <= 0:
+        raise FrameError("interval_s must be a positive number")
+    memory = d.get("memory")
+    if memory is not None and not isinstance(memory, dict):
+        raise FrameError("memory must be an object or null")
+    if memory is not None:
+        _optional_int(memory, "used_bytes")
+    if not isinstance(d.get("gpus", []), list):
+        raise FrameError("gpus must be a list")
+    raise FrameError("malformed sample")  # not reached while the checks above mirror the fast path
+
+
+def _value(value: Any) -> bool:
+    """A JSON number or null, as a GPU value may be."""
+    return value is None or type(value) is float or type(value) is int
+
+
+def _gpu(g: Any) -> GpuValues:
+    if type(g) is dict:
+        index, uuid = g.get("index"), g.get("uuid")
+        power, energy, util = g.get("power_w"), g.get("energy_j"), g.get("util_ratio")
+        if (
+            type(index) is int
+            and 0 <= index <= INT64_MAX
+            and type(uuid) is str
+            and uuid
+            and _value(power)
+            and _value(energy)
+            and _value(util)
+        ):
+            return GpuValues(
+                index,
+                uuid,
+                None if power is None else float(power),
+                None if energy is None else float(energy),
+                None if util is None else float(util),
+            )
+    if not isinstance(g, dict):
+        raise FrameError("each of gpus must be an object")
+    return GpuValues(
+        gpu_index=_int(g, "index", 0),
+        uuid=_str(g, "uuid"),
+        power_w=_number(g, "power_w"),
+        energy_j=_number(g, "energy_j"),
+        util_ratio=_number(g, "util_ratio"),
+    )
+
+
+def _int(d: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = d.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FrameError(f"{key} must be an integer")
+    if not minimum <= value <= INT64_MAX:
+        raise FrameError(f"{key} {value} is outside [{minimum}, 2^63)")
+    return value
+
+
+def _optional_int(d: Mapping[str, Any], key: str) -> int | None:
+    return None if d.get(key) is None else _int(d, key, 0)
+
+
+def _number(d: Mapping[str, Any], key: str) -> float | None:
+    """A finite number, or None for null/absent (unknown)."""
+    value = d.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise FrameError(f"{key} must be a finite number or null")
+    return float(value)
+
+
+def _str(d: Mapping[str, Any], key: str) -> str:
+    value = d.get(key)
+    if not isinstance(value, str) or not value:
+        raise FrameError(f"{key} must be a non-empty string")
+    return value
+
+
+# ---- what a hello says ----
+
+
+def announced_gpus(hello: Mapping[str, Any] | None) -> list[str]:
+    """UUIDs of the GPUs the agent probed, in its order."""
+    return [str(g["uuid"]) for g in _capability_gpus((hello or {}).get("capabilities")) if "uuid" in g]
+
+
+def capability_gaps(capabilities: Any) -> dict[str, dict[str, str]]:
+    """field → {GPU index → reason} for every field some GPU does not measure (unsupported or untrusted)."""
+    gaps: dict[str, dict[str, str]] = {}
+    for gpu in _capability_gpus(capabilities):
+        fields = gpu.get("fields")
+        for name, status in fields.items() if isinstance(fields, dict) else ():
+            if isinstance(status, dict) and not status.get("supported", False):
+                reason = str(status.get("reason", status.get("state", "unsupported")))
+                gaps.setdefault(str(name), {})[str(gpu.get("index"))] = reason
+    return gaps
+
+
+def unsupported_fields(hello: Mapping[str, Any] | None) -> dict[str, str]:
+    """field → the reason it is not measured (the first GPU's that lacks it)."""
+    gaps = capability_gaps((hello or {}).get("capabilities"))
+    return {name: next(iter(by_gpu.values())) for name, by_gpu in gaps.items()}
+
+
+def _capability_gpus(capabilities: Any) -> list[dict[str, Any]]:
+    gpus = capabilities.get("gpus") if isinstance(capabilities, dict) else None
+    return [g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
+
+
+def latest_summary(sample: SampleFrame) -> dict[str, Any]:
+    """The newest sample in brief, for live displays: power summed over the node's GPUs (None if any is
+    unknown), the highest utilisation, memory used."""
+    powers = [g.power_w for g in sample.gpus]
+    utils = [g.util_ratio for g in sample.gpus if g.util_ratio is not None]
+    known = [p for p in powers if p is not None]
+    return {
+        "t_wall_ns": sample.t_wall_ns,
+        "interval_s": sample.interval_s,
+        "power_w": sum(known) if powers and len(known) == len(powers) else None,
+        "util_ratio": max(utils) if utils else None,
+        "memory_used_bytes": sample.mem_used_bytes,
+    }

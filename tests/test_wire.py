@@ -1,0 +1,149 @@
+"""The coordinator's one decoder of agent frames: what it keeps, what it skips, what a hello says."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from sparkwatch.wire import (
+    GapFrame,
+    GpuValues,
+    HelloFrame,
+    SampleFrame,
+    TimeFrame,
+    announced_gpus,
+    capability_gaps,
+    decode_lines,
+    latest_summary,
+    unsupported_fields,
+)
+
+GOOD = {
+    "type": "sample",
+    "seq": 7,
+    "boot_id": "b1",
+    "t_wall_ns": 1_800_000_000_000_000_000,
+    "t_mono_ns": 5,
+    "interval_s": 0.1,
+    "gpus": [{"index": 0, "uuid": "GPU-a", "power_w": 50.5, "energy_j": 100, "util_ratio": 0.9}],
+    "memory": {"used_bytes": 42},
+    "sensors": [],
+}
+
+
+def line(**changes: object) -> str:
+    return json.dumps({**GOOD, **changes})
+
+
+def test_a_sample_decodes_to_typed_values_with_its_line() -> None:
+    text = line()
+    (frame,) = decode_lines(text, "n1")
+    assert frame == SampleFrame(
+        seq=7,
+        boot_id="b1",
+        t_wall_ns=GOOD["t_wall_ns"],
+        t_mono_ns=5,
+        interval_s=0.1,
+        mem_used_bytes=42,
+        gpus=(GpuValues(0, "GPU-a", 50.5, 100.0, 0.9),),
+        raw=text,
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"memory": "x"}, "memory must be an object"),
+        ({"gpus": [5]}, "each of gpus must be an object"),
+        ({"gpus": [{"index": 0, "power_w": 1.0}]}, "uuid must be a non-empty string"),
+        ({"seq": 2**63}, "seq 9223372036854775808 is outside"),
+        ({"seq": 2**64}, "seq must be an integer"),  # orjson reads it as a float
+        ({"seq": 0}, "seq 0 is outside"),
+        ({"seq": True}, "seq must be an integer"),
+        ({"boot_id": None}, "boot_id must be a non-empty string"),
+        ({"interval_s": "x"}, "interval_s must be a finite number"),
+        ({"interval_s": 0}, "interval_s must be a positive number"),
+        ({"t_wall_ns": -1}, "t_wall_ns -1 is outside"),
+        ({"gpus": [{"index": 0, "uuid": "GPU-a", "power_w": "hot"}]}, "power_w must be a finite number"),
+        ({"memory": {"used_bytes": 1.5}}, "used_bytes must be an integer"),
+    ],
+)
+def test_a_bad_sample_is_skipped_with_a_warning_naming_node_and_field(
+    changes: dict[str, object], why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = "\n".join([line(seq=1), line(**changes), line(seq=3)])
+    with caplog.at_level(logging.WARNING, logger="sparkwatch.wire"):
+        frames = decode_lines(text, "spark-2")
+    assert [f.seq for f in frames if isinstance(f, SampleFrame)] == [1, 3]
+    (record,) = caplog.records
+    assert "node spark-2: skipped a bad frame" in record.getMessage() and why in record.getMessage()
+
+
+def test_lines_that_are_not_objects_and_unknown_types_are_skipped() -> None:
+    text = "\n".join([line(seq=1), "{not json", "[1,2]", '{"type":"future-kind","x":1}', line(seq=2)])
+    assert [f.seq for f in decode_lines(text, "n") if isinstance(f, SampleFrame)] == [1, 2]
+    assert decode_lines("", "n") == []
+
+
+def test_hello_gap_and_time_frames() -> None:
+    text = "\n".join(
+        [
+            '{"type":"hello","boot_id":"b9","node":"n"}',
+            '{"type":"gap","after":3,"missing":40,"next_seq":44}',
+            '{"type":"time","id":4,"t_wall_ns":12,"t_mono_ns":3,"boot_id":"b9"}',
+            '{"type":"hello","boot_id":""}',  # no boot: unusable
+        ]
+    )
+    hello, gap, reply = decode_lines(text, "n")
+    assert hello == HelloFrame("b9", {"type": "hello", "boot_id": "b9", "node": "n"})
+    assert gap == GapFrame(after=3, missing=40)
+    assert reply == TimeFrame(id=4, t_wall_ns=12, boot_id="b9")
+
+
+HELLO = {
+    "boot_id": "b",
+    "capabilities": {
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-a",
+                "fields": {
+                    "power": {"supported": True},
+                    "memory_info": {"supported": False, "state": "unsupported", "reason": "NOT_SUPPORTED"},
+                    "memory_utilization": {"supported": False, "state": "untrusted"},
+                },
+            },
+            {
+                "index": 1,
+                "uuid": "GPU-b",
+                "fields": {"memory_info": {"supported": False, "reason": "NO_PERMISSION"}},
+            },
+        ]
+    },
+}
+
+
+def test_what_a_hello_says() -> None:
+    assert announced_gpus(HELLO) == ["GPU-a", "GPU-b"]
+    assert capability_gaps(HELLO["capabilities"]) == {
+        "memory_info": {"0": "NOT_SUPPORTED", "1": "NO_PERMISSION"},
+        "memory_utilization": {"0": "untrusted"},
+    }
+    assert unsupported_fields(HELLO) == {"memory_info": "NOT_SUPPORTED", "memory_utilization": "untrusted"}
+    assert announced_gpus(None) == [] and unsupported_fields({"capabilities": "junk"}) == {}
+
+
+def test_latest_summary_never_sums_an_unknown() -> None:
+    two = (GpuValues(0, "a", 10.0, None, 0.2), GpuValues(1, "b", 20.0, None, 0.7))
+    frame = SampleFrame(1, "b", 99, 1, 0.1, 5, two, "")
+    assert latest_summary(frame) == {
+        "t_wall_ns": 99,
+        "interval_s": 0.1,
+        "power_w": 30.0,
+        "util_ratio": 0.7,
+        "memory_used_bytes": 5,
+    }
+    unknown = frame._replace(gpus=(two[0]._replace(power_w=None), two[1]))
+    assert latest_summary(unknown)["power_w"] is None
