@@ -212,20 +212,28 @@ def test_auth_and_bad_bodies(cluster: Any) -> None:
     assert coord.call("POST", "/v1/runs", raw=b"{nope")[0] == 400
     assert coord.call("GET", "/v1/runs")[1]["runs"] == []  # nothing stored
     _, run = coord.call("POST", "/v1/runs", {"name": "ok"})
-    good = {"id": "w1", "phase": "timed", "t_start_ns": 10, "t_end_ns": 20}
+    t0 = 1_800_000_000 * 10**9
+    good = {"id": "w1", "phase": "timed", "t_start_ns": t0 + 10, "t_end_ns": t0 + 20}
     bad_batches = [
-        {"windows": [good, {**good, "id": "w2", "t_end_ns": 5}]},  # end before start
+        {"windows": [good, {**good, "id": "w2", "t_end_ns": t0 + 5}]},  # end before start
         {"windows": [good, good]},  # duplicate ids
         {"windows": [good, {**good, "id": "w3", "phase": "Timed!"}]},
-        {"windows": [good, {**good, "id": "w4", "t_first_token_ns": 30}]},  # outside the window
+        {"windows": [good, {**good, "id": "w4", "t_first_token_ns": t0 + 30}]},  # outside the window
         {"windows": []},
         {"windows": [good, {**good, "id": "w5", "t_end_ns": 2**63}]},  # beyond a 64-bit integer
         {"windows": [good, {**good, "id": "w6", "completion_tokens": 10**30}]},
+        {"windows": [{**good, "t_start_ns": 10, "t_end_ns": 20}]},  # not Unix epoch ns
+        {"windows": [{**good, "t_start_ns": float(t0)}]},  # a float is not an integer stamp
     ]
     for batch in bad_batches:
         status, reply = coord.call("POST", f"/v1/runs/{run['id']}/windows", batch)
         assert status == 400, batch
-    nan_body = b'{"windows": [{"id": "w7", "phase": "timed", "t_start_ns": 10, "t_end_ns": 20,'
+    # a broken window rule names the window and its field, with the importers' wording
+    status, reply = coord.call("POST", f"/v1/runs/{run['id']}/windows", bad_batches[0])
+    assert reply["reason"] == [
+        {"loc": "windows.1.t_end_ns", "msg": f"ends before it starts ({t0 + 5} < t_start_ns {t0 + 10})"}
+    ]
+    nan_body = b'{"windows": [{"id": "w7", "phase": "timed", "t_start_ns": %d, "t_end_ns": %d,' % (t0, t0 + 1)
     nan_body += b' "source": {"x": NaN}}]}'  # json.dumps would refuse to write it; a client might
     assert coord.call("POST", f"/v1/runs/{run['id']}/windows", raw=nan_body)[0] == 400
     assert coord.call("GET", f"/v1/runs/{run['id']}")[1]["windows"] == 0  # all or nothing

@@ -10,14 +10,13 @@ import copy
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sparkwatch.coordinator.api.models import WindowIn
+from sparkwatch.coordinator.api.models import WindowBatch
 from sparkwatch.core.windows import Window, scope_for
 from sparkwatch.importers import (
     FORMATS,
@@ -433,7 +432,8 @@ def test_every_window_is_one_the_coordinator_api_accepts(fmt: str, rel: str) -> 
         for key in ("format", "file", "clock_domain", "mapping", "resolution_s"):
             assert key in window.source, key
         assert window.source["format"] == fmt and window.source["file"] == Path(rel).name
-        assert WindowIn.model_validate(asdict(window)).to_window() == window
+        body = json.dumps({"windows": [window.to_body()]})  # as the client posts it
+        assert WindowBatch.model_validate_json(body).windows == [window]
 
 
 # ---- refusals: malformed files ----
@@ -503,7 +503,7 @@ def _plain_json_bad_phase(d: Any) -> None:
             "guidellm",
             "guidellm/benchmarks.json",
             _guidellm_end_before_start,
-            "requests.successful[2]: ends before",
+            "requests.successful[2]: t_end_ns: ends before",
         ),
         ("guidellm", "guidellm/benchmarks.json", _guidellm_no_start, "needs request_start/request_end"),
         (
@@ -542,7 +542,7 @@ def _plain_json_bad_phase(d: Any) -> None:
         ),
         ("plain", "plain/windows.json", _plain_json_float, "t_end_ns must be an integer"),
         ("plain", "plain/windows.json", _plain_json_token_after_end, "t_last_token_ns"),
-        ("plain", "plain/windows.json", _plain_json_bad_phase, "phase 'Timed!' must match"),
+        ("plain", "plain/windows.json", _plain_json_bad_phase, "phase: 'Timed!' must match"),
     ],
 )
 def test_malformed_json_files_are_refused_whole(
@@ -638,11 +638,11 @@ P0, P1, P2 = "1759522500000000000", "1759522501000000000", "1759522499000000000"
         (PLAIN_HEADER + ",t_frist_token_ns", [], "unknown column(s) 't_frist_token_ns'"),
         (PLAIN_HEADER, [f"r,timed,{P0},1759522500.5e9"], "row 2: t_end_ns must be a non-negative integer"),
         (PLAIN_HEADER, [f"r,timed,{P0},-1"], "row 2: t_end_ns must be a non-negative integer"),
-        (PLAIN_HEADER, [f"r,timed,{P0},{P2}"], "row 2: ends before it starts"),
+        (PLAIN_HEADER, [f"r,timed,{P0},{P2}"], "row 2: t_end_ns: ends before it starts"),
         (PLAIN_HEADER, ["r,timed,1759522500,1759522501"], "not Unix epoch nanoseconds"),
         (PLAIN_HEADER, [f"r,timed,{P0},{P1},9"], "row 2: 5 cells for 4 columns"),
         (PLAIN_HEADER, [f"r,timed,{P0},{P1}", f"r,timed,{P0},{P1}"], "two requests share the window id 'r'"),
-        (PLAIN_HEADER, [f"r,Timed,{P0},{P1}"], "phase 'Timed' must match"),
+        (PLAIN_HEADER, [f"r,Timed,{P0},{P1}"], "phase: 'Timed' must match"),
     ],
 )
 def test_malformed_plain_csv_is_refused_whole(

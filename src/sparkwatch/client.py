@@ -56,11 +56,6 @@ class CoordinatorTarget:
         return cls(chosen, load_token(path) if path else None)
 
 
-def window_json(w: Window) -> dict[str, Any]:
-    """A window as the API's WindowIn body (unknown fields left out)."""
-    return {k: v for k, v in w.to_json().items() if v is not None or k == "source"}
-
-
 class CoordinatorClient:
     """One aiohttp session to one coordinator; use as ``async with CoordinatorClient(target) as c``."""
 
@@ -114,7 +109,7 @@ class CoordinatorClient:
         """Posts in batches; each batch is all-or-nothing on the coordinator."""
         stored = 0
         for i in range(0, len(windows), WINDOWS_PER_POST):
-            batch = [window_json(w) for w in windows[i : i + WINDOWS_PER_POST]]
+            batch = [w.to_body() for w in windows[i : i + WINDOWS_PER_POST]]
             result = await self._call("POST", f"/v1/runs/{run_id}/windows", {"windows": batch})
             stored += int(result["stored"])
         return stored

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkwatch.core.export import SCHEMA
+from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, WINDOW_FIELDS
 
 
 def _nullable(kind: str, **extra: Any) -> dict[str, Any]:
@@ -72,43 +73,22 @@ _NODE = {
     },
 }
 
+#: Each of the window's own fields (core.windows), as the export shows it.
+_WINDOW_FIELDS: dict[str, Any] = {
+    "id": {"type": "string"},
+    "phase": {"type": "string"},
+    "t_start_ns": {"type": "integer"},
+    "t_end_ns": {"type": "integer"},
+    **dict.fromkeys(OPTIONAL_INT_FIELDS, _INT),
+    **dict.fromkeys(OPTIONAL_STR_FIELDS, _nullable("string")),
+    "source": {"type": "object"},
+}
+
 _WINDOW = {
     "type": "object",
-    "required": [
-        "id",
-        "phase",
-        "t_start_ns",
-        "t_end_ns",
-        "verdict",
-        "reasons",
-        "nodes",
-        "in_scope",
-        "t_first_byte_ns",
-        "t_first_token_ns",
-        "t_last_token_ns",
-        "prompt_tokens",
-        "completion_tokens",
-        "cached_tokens",
-        "reasoning_tokens",
-        "http_status",
-        "finish_reason",
-        "source",
-    ],
+    "required": [*WINDOW_FIELDS, "verdict", "reasons", "nodes", "in_scope"],
     "properties": {
-        "id": {"type": "string"},
-        "phase": {"type": "string"},
-        "t_start_ns": {"type": "integer"},
-        "t_end_ns": {"type": "integer"},
-        "t_first_byte_ns": _INT,
-        "t_first_token_ns": _INT,
-        "t_last_token_ns": _INT,
-        "prompt_tokens": _INT,
-        "completion_tokens": _INT,
-        "cached_tokens": _INT,
-        "reasoning_tokens": _INT,
-        "http_status": _INT,
-        "finish_reason": {"type": ["string", "null"]},
-        "source": {"type": "object"},
+        **{name: _WINDOW_FIELDS[name] for name in WINDOW_FIELDS},
         "in_scope": {"type": "boolean"},
         "verdict": {"enum": ["ok", "low_confidence", "incomplete"]},
         "reasons": {"type": "array", "items": {"type": "string"}},

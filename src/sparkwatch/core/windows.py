@@ -1,15 +1,42 @@
-"""Request windows and measurement scopes (sets of disjoint time intervals on the coordinator's clock)."""
+"""Request windows and measurement scopes (sets of disjoint time intervals on the coordinator's clock).
+
+A window has one model here: its fields, the rules every window obeys (:func:`check_window`) and its JSON
+forms. The API, the importers, the proxy and the store all use it.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 ScopeKind = Literal["request", "decode", "run"]
+
+PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+NS_MAX = 2**63 - 1  # the store keeps 64-bit signed integers
+EPOCH_NS_MIN = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z: anything earlier is not a Unix epoch ns stamp
+ID_MAX_CHARS = 200
+FINISH_REASON_MAX_CHARS = 64
+REQUIRED_FIELDS = ("id", "phase", "t_start_ns", "t_end_ns")
+STAMP_FIELDS = ("t_first_byte_ns", "t_first_token_ns", "t_last_token_ns")
+COUNT_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
+#: The optional fields by JSON type (``source`` aside: an object).
+OPTIONAL_INT_FIELDS = (*STAMP_FIELDS, *COUNT_FIELDS, "http_status")
+OPTIONAL_STR_FIELDS = ("finish_reason",)
+
+
+class WindowError(ValueError):
+    """A window that breaks a rule; ``str()`` is ``"<field>: <what is wrong>"``."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"{field_name}: {problem}")
+        self.field = field_name
+        self.problem = problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +56,15 @@ class Window:
     reasoning_tokens: int | None = None
     http_status: int | None = None
     finish_reason: str | None = None
-    source: dict[str, object] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, object]:
-        """Every field by name, as the API takes a window and the export shows it."""
-        return {name: getattr(self, name) for name in self.__slots__}
+    def to_json(self) -> dict[str, Any]:
+        """Every field by name, as the export shows a window."""
+        return {name: getattr(self, name) for name in WINDOW_FIELDS}
+
+    def to_body(self) -> dict[str, Any]:
+        """The API's window body: unknown fields left out."""
+        return {k: v for k, v in self.to_json().items() if v is not None or k == "source"}
 
     @property
     def failed(self) -> bool:
@@ -47,6 +78,59 @@ class Window:
                 return None
             return self.t_first_token_ns, self.t_last_token_ns
         return self.t_start_ns, self.t_end_ns
+
+
+#: Window's fields in declaration order (the store's columns have the same names).
+WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Window))
+
+
+def check_window(w: Window) -> Window:
+    """``w`` if it obeys every rule a stored window obeys, else :class:`WindowError` for the first broken."""
+    if not 1 <= len(w.id) <= ID_MAX_CHARS:
+        raise WindowError("id", f"must be 1..{ID_MAX_CHARS} characters, found {len(w.id)}")
+    if not PHASE_RE.match(w.phase):
+        raise WindowError("phase", f"{w.phase!r} must match {PHASE_RE.pattern}")
+    for name in ("t_start_ns", "t_end_ns"):
+        _epoch_ns(name, getattr(w, name))
+    if w.t_end_ns < w.t_start_ns:
+        raise WindowError("t_end_ns", f"ends before it starts ({w.t_end_ns} < t_start_ns {w.t_start_ns})")
+    for name in STAMP_FIELDS:
+        value = getattr(w, name)
+        if value is not None and not w.t_start_ns <= value <= w.t_end_ns:
+            raise WindowError(
+                name, f"{value} lies outside [t_start_ns {w.t_start_ns}, t_end_ns {w.t_end_ns}]"
+            )
+    first, last = w.t_first_token_ns, w.t_last_token_ns
+    if first is not None and last is not None and last < first:
+        raise WindowError("t_last_token_ns", f"last token ({last}) before first token ({first})")
+    for name in COUNT_FIELDS:
+        count = getattr(w, name)
+        if count is not None and not 0 <= count <= NS_MAX:
+            raise WindowError(name, f"must be a non-negative 64-bit integer, found {count}")
+    if w.http_status is not None and not 100 <= w.http_status <= 599:
+        raise WindowError("http_status", f"{w.http_status} is not an HTTP status code")
+    if w.finish_reason is not None and not 1 <= len(w.finish_reason) <= FINISH_REASON_MAX_CHARS:
+        raise WindowError("finish_reason", f"must be 1..{FINISH_REASON_MAX_CHARS} characters")
+    try:
+        json.dumps(w.source, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise WindowError("source", f"is not JSON without NaN or infinities ({exc})") from None
+    return w
+
+
+def _epoch_ns(name: str, value: int) -> None:
+    if not EPOCH_NS_MIN <= value <= NS_MAX:
+        raise WindowError(name, f"{value} is not Unix epoch nanoseconds (before 2000 or beyond 64 bits)")
+
+
+def duplicate_id(windows: Iterable[Window]) -> str | None:
+    """The first window id that appears twice, if any."""
+    seen: set[str] = set()
+    for w in windows:
+        if w.id in seen:
+            return w.id
+        seen.add(w.id)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import Window, duplicate_id
 from sparkwatch.importers import aiperf, genai_perf, guidellm, lmx_status, plain, vllm
 from sparkwatch.importers.common import ClockAnchor, ImportFormatError, Problem
 
@@ -67,9 +67,7 @@ def load_windows(fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = Non
         ) from exc
     if not windows:
         raise ImportFormatError(name, f"no requests found in this {fmt} file")
-    seen: set[str] = set()
-    for window in windows:
-        if window.id in seen:
-            raise ImportFormatError(name, f"two requests share the window id {window.id!r}")
-        seen.add(window.id)
+    repeated = duplicate_id(windows)
+    if repeated is not None:
+        raise ImportFormatError(name, f"two requests share the window id {repeated!r}")
     return windows

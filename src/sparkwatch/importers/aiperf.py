@@ -23,9 +23,9 @@ from sparkwatch.importers.common import (
     as_object,
     as_str,
     base_source,
+    checked,
     epoch_ns,
     looks_like,
-    make_window,
     opt,
     read_jsonl,
 )
@@ -125,20 +125,26 @@ def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Wind
     if prompt_tokens is None:
         prompt_tokens = _count(metrics, "error_isl", where)
     request_id = source.get("x_request_id")
-    return make_window(
+    return checked(
         where,
-        id=f"aiperf-{request_id}" if isinstance(request_id, str) and request_id else f"aiperf-line{number}",
-        phase=PHASES.get(raw_phase, raw_phase),
-        t_start_ns=t_start_ns,
-        t_end_ns=t_end_ns,
-        t_first_byte_ns=first_byte_ns,
-        t_first_token_ns=first_token_ns,
-        t_last_token_ns=last_token_ns,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=_count(metrics, "output_sequence_length", where),  # output + reasoning, like usage
-        reasoning_tokens=_count(metrics, "reasoning_token_count", where),
-        http_status=http_status,
-        source=source,
+        Window(
+            id=f"aiperf-{request_id}"
+            if isinstance(request_id, str) and request_id
+            else f"aiperf-line{number}",
+            phase=PHASES.get(raw_phase, raw_phase),
+            t_start_ns=t_start_ns,
+            t_end_ns=t_end_ns,
+            t_first_byte_ns=first_byte_ns,
+            t_first_token_ns=first_token_ns,
+            t_last_token_ns=last_token_ns,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=_count(
+                metrics, "output_sequence_length", where
+            ),  # output + reasoning, like usage
+            reasoning_tokens=_count(metrics, "reasoning_token_count", where),
+            http_status=http_status,
+            source=source,
+        ),
     )
 
 

@@ -2,7 +2,8 @@
 
 Parsers raise :class:`Problem` (a message without the file name); :func:`sparkwatch.importers.load_windows`
 turns it into one :class:`ImportFormatError` line naming the file. Every check a window must pass on the
-coordinator's API is made here too, so a file either imports whole or fails before anything is posted.
+coordinator's API is made here too (the core's own ``check_window``), so a file either imports whole or
+fails before anything is posted.
 """
 
 from __future__ import annotations
@@ -16,15 +17,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import EPOCH_NS_MIN, NS_MAX, Window, WindowError, check_window
 
-EPOCH_NS_MIN = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z: anything earlier is not a Unix epoch ns stamp
-NS_MAX = 2**63 - 1  # the store keeps 64-bit signed integers
 NS_PER_S = 1_000_000_000
-PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-ID_MAX_CHARS = 200
 _DIGITS = re.compile(r"[0-9]+")
-FINISH_REASON_MAX_CHARS = 64
 
 
 class ImportFormatError(ValueError):
@@ -265,71 +261,13 @@ def epoch_ns(value: int, where: str) -> int:
 # ---- the window itself ----
 
 
-def make_window(
-    where: str,
-    *,
-    id: str,
-    phase: str,
-    t_start_ns: int,
-    t_end_ns: int,
-    source: dict[str, object],
-    t_first_byte_ns: int | None = None,
-    t_first_token_ns: int | None = None,
-    t_last_token_ns: int | None = None,
-    prompt_tokens: int | None = None,
-    completion_tokens: int | None = None,
-    cached_tokens: int | None = None,
-    reasoning_tokens: int | None = None,
-    http_status: int | None = None,
-    finish_reason: str | None = None,
-) -> Window:
-    """A Window that the coordinator's API would accept, or a Problem naming ``where`` and what is wrong."""
-    if not 1 <= len(id) <= ID_MAX_CHARS:
-        raise Problem(f"{where}: window id must be 1..{ID_MAX_CHARS} characters, found {len(id)}")
-    if not PHASE_RE.match(phase):
-        raise Problem(f"{where}: phase {phase!r} must match {PHASE_RE.pattern}")
-    epoch_ns(t_start_ns, f"{where}: t_start_ns")
-    epoch_ns(t_end_ns, f"{where}: t_end_ns")
-    if t_end_ns < t_start_ns:
-        raise Problem(f"{where}: ends before it starts (t_end_ns {t_end_ns} < t_start_ns {t_start_ns})")
-    stamps = {"t_first_byte_ns": t_first_byte_ns, "t_first_token_ns": t_first_token_ns}
-    stamps["t_last_token_ns"] = t_last_token_ns
-    for name, value in stamps.items():
-        if value is not None and not t_start_ns <= value <= t_end_ns:
-            raise Problem(
-                f"{where}: {name} {value} lies outside [t_start_ns {t_start_ns}, t_end_ns {t_end_ns}]"
-            )
-    if t_first_token_ns is not None and t_last_token_ns is not None and t_last_token_ns < t_first_token_ns:
-        raise Problem(f"{where}: last token ({t_last_token_ns}) before first token ({t_first_token_ns})")
-    counts = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
-    counts |= {"cached_tokens": cached_tokens, "reasoning_tokens": reasoning_tokens}
-    for name, count in counts.items():
-        if count is not None and not 0 <= count <= NS_MAX:
-            raise Problem(f"{where}: {name} must be a non-negative integer, found {count}")
-    if http_status is not None and not 100 <= http_status <= 599:
-        raise Problem(f"{where}: http_status {http_status} is not an HTTP status code")
-    if finish_reason is not None and not 1 <= len(finish_reason) <= FINISH_REASON_MAX_CHARS:
-        raise Problem(f"{where}: finish_reason must be 1..{FINISH_REASON_MAX_CHARS} characters")
+def checked(where: str, window: Window) -> Window:
+    """``window`` if the coordinator would accept it (core.windows.check_window), else a Problem naming
+    ``where``: a file imports whole or fails before anything is posted."""
     try:
-        json.dumps(source, allow_nan=False)
-    except (TypeError, ValueError) as exc:  # a bug of ours, not the file's: say so in the same one line
-        raise Problem(f"{where}: source is not JSON-safe ({exc})") from None
-    return Window(
-        id=id,
-        phase=phase,
-        t_start_ns=t_start_ns,
-        t_end_ns=t_end_ns,
-        t_first_byte_ns=t_first_byte_ns,
-        t_first_token_ns=t_first_token_ns,
-        t_last_token_ns=t_last_token_ns,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        cached_tokens=cached_tokens,
-        reasoning_tokens=reasoning_tokens,
-        http_status=http_status,
-        finish_reason=finish_reason,
-        source=source,
-    )
+        return check_window(window)
+    except WindowError as exc:
+        raise Problem(f"{where}: {exc}") from None
 
 
 def base_source(

@@ -22,10 +22,10 @@ from sparkwatch.importers.common import (
     as_number,
     as_object,
     base_source,
+    checked,
     epoch_ns,
     field,
     looks_like,
-    make_window,
     opt,
     read_json,
 )
@@ -100,21 +100,24 @@ def _window(
     else:
         source["first_token"] = "no response carried content"
     usage, finish_reason = _usage_and_finish(kind, bodies, where)
-    return make_window(
+    return checked(
         where,
-        id=f"genai-perf-{index[0]}-{index[1]}",
-        phase="timed",  # genai-perf exports only profiled requests; its warm-up requests are not in the file
-        t_start_ns=t_start_ns,
-        t_end_ns=stamps[-1],
-        t_first_byte_ns=stamps[0],
-        t_first_token_ns=first_token,
-        t_last_token_ns=last_token,
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
-        cached_tokens=usage.get("cached_tokens"),
-        reasoning_tokens=usage.get("reasoning_tokens"),
-        finish_reason=finish_reason,
-        source=source,
+        Window(
+            id=f"genai-perf-{index[0]}-{index[1]}",
+            # genai-perf exports only profiled requests; its warm-up requests are not in the file
+            phase="timed",
+            t_start_ns=t_start_ns,
+            t_end_ns=stamps[-1],
+            t_first_byte_ns=stamps[0],
+            t_first_token_ns=first_token,
+            t_last_token_ns=last_token,
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            cached_tokens=usage.get("cached_tokens"),
+            reasoning_tokens=usage.get("reasoning_tokens"),
+            finish_reason=finish_reason,
+            source=source,
+        ),
     )
 
 

@@ -21,10 +21,10 @@ from sparkwatch.importers.common import (
     as_object,
     as_str,
     base_source,
+    checked,
     field,
     float_resolution_s,
     looks_like,
-    make_window,
     opt,
     read_json,
     seconds_to_ns,
@@ -125,18 +125,20 @@ def _current(
     error = opt(info, "error")
     if isinstance(error, str) and error:
         source["error"] = error[:ERROR_TEXT_MAX_CHARS]
-    return make_window(
+    return checked(
         where,
-        id=window_id,
-        phase=phase,
-        t_start_ns=t_start_ns,
-        t_end_ns=t_end_ns,
-        t_first_byte_ns=_ns(_seconds(timings, "first_request_iteration", where_t)),
-        t_first_token_ns=_ns(_seconds(timings, "first_token_iteration", where_t)),
-        t_last_token_ns=_ns(_seconds(timings, "last_token_iteration", where_t)),
-        prompt_tokens=_count(stats, "prompt_tokens", where),
-        completion_tokens=_count(stats, "output_tokens", where),
-        source=source,
+        Window(
+            id=window_id,
+            phase=phase,
+            t_start_ns=t_start_ns,
+            t_end_ns=t_end_ns,
+            t_first_byte_ns=_ns(_seconds(timings, "first_request_iteration", where_t)),
+            t_first_token_ns=_ns(_seconds(timings, "first_token_iteration", where_t)),
+            t_last_token_ns=_ns(_seconds(timings, "last_token_iteration", where_t)),
+            prompt_tokens=_count(stats, "prompt_tokens", where),
+            completion_tokens=_count(stats, "output_tokens", where),
+            source=source,
+        ),
     )
 
 
@@ -148,17 +150,19 @@ def _legacy(path: Path, stats: dict[str, Any], where: str, window_id: str) -> Wi
     error = opt(stats, "error")
     if isinstance(error, str) and error:
         source["error"] = error[:ERROR_TEXT_MAX_CHARS]
-    return make_window(
+    return checked(
         where,
-        id=window_id,
-        phase="timed",  # this guidellm wrote only the measured requests
-        t_start_ns=seconds_to_ns(start_s),
-        t_end_ns=seconds_to_ns(end_s),
-        t_first_token_ns=_ns(_seconds(stats, "first_token_time", where)),
-        t_last_token_ns=_ns(_seconds(stats, "last_token_time", where)),
-        prompt_tokens=_count(stats, "prompt_tokens", where),
-        completion_tokens=_count(stats, "output_tokens", where),
-        source=source,
+        Window(
+            id=window_id,
+            phase="timed",  # this guidellm wrote only the measured requests
+            t_start_ns=seconds_to_ns(start_s),
+            t_end_ns=seconds_to_ns(end_s),
+            t_first_token_ns=_ns(_seconds(stats, "first_token_time", where)),
+            t_last_token_ns=_ns(_seconds(stats, "last_token_time", where)),
+            prompt_tokens=_count(stats, "prompt_tokens", where),
+            completion_tokens=_count(stats, "output_tokens", where),
+            source=source,
+        ),
     )
 
 

@@ -26,9 +26,9 @@ from sparkwatch.importers.common import (
     as_object,
     as_str,
     base_source,
+    checked,
     epoch_ns,
     looks_like,
-    make_window,
     opt,
     read_jsonl,
 )
@@ -112,14 +112,16 @@ def _window(path: Path, key: tuple[str, int], request: _Request) -> Window:
         raise Problem(f"{where}: no request_end (was the run cut short?)")
     source = base_source(FORMAT, path, "arrival_ns", MAPPING, 1)
     source.update(low_resolution=True, request_index=index, lmx_time={**request.lmx_times})
-    return make_window(
+    return checked(
         where,
-        id=f"lmx-{phase}-{index}",
-        phase=phase,
-        t_start_ns=request.stamps["start"],
-        t_end_ns=request.stamps["end"],
-        t_first_token_ns=request.stamps.get("first_token"),
-        prompt_tokens=request.prompt_tokens,
-        completion_tokens=request.completion_tokens,
-        source=source,
+        Window(
+            id=f"lmx-{phase}-{index}",
+            phase=phase,
+            t_start_ns=request.stamps["start"],
+            t_end_ns=request.stamps["end"],
+            t_first_token_ns=request.stamps.get("first_token"),
+            prompt_tokens=request.prompt_tokens,
+            completion_tokens=request.completion_tokens,
+            source=source,
+        ),
     )

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, REQUIRED_FIELDS, Window
 from sparkwatch.importers.common import (
     ClockAnchor,
     Problem,
@@ -21,27 +21,16 @@ from sparkwatch.importers.common import (
     as_object,
     as_str,
     base_source,
+    checked,
     looks_like,
-    make_window,
     read_json,
     read_text,
 )
 
 FORMAT = "plain"
-REQUIRED = ("id", "phase", "t_start_ns", "t_end_ns")
-OPTIONAL_INTS = (
-    "t_first_byte_ns",
-    "t_first_token_ns",
-    "t_last_token_ns",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "reasoning_tokens",
-    "http_status",
-)
-OPTIONAL_STRS = ("finish_reason",)
-KEYS = (*REQUIRED, *OPTIONAL_INTS, *OPTIONAL_STRS)
-INTS = ("t_start_ns", "t_end_ns", *OPTIONAL_INTS)
+#: The window's own fields (core.windows), all but ``source``, which the importer writes.
+KEYS = (*REQUIRED_FIELDS, *OPTIONAL_INT_FIELDS, *OPTIONAL_STR_FIELDS)
+INTS = ("t_start_ns", "t_end_ns", *OPTIONAL_INT_FIELDS)
 MAPPING: dict[str, object] = {"kind": "identity", "rule": "Unix epoch ns integers as written"}
 _UNSIGNED = re.compile(r"[0-9]+")
 
@@ -111,18 +100,20 @@ def _check_keys(keys: list[str], where: str) -> None:
 
 
 def _window(path: Path, kind: str, where: str, row: dict[str, Any]) -> Window:
-    for key in REQUIRED:
+    for key in REQUIRED_FIELDS:
         if key not in row:
             raise Problem(f"{where}: missing {key}")
     source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
     source.update(plain_kind=kind, request_id=row["id"])
-    optional = {key: row.get(key) for key in (*OPTIONAL_INTS, *OPTIONAL_STRS)}
-    return make_window(
+    optional = {key: row.get(key) for key in (*OPTIONAL_INT_FIELDS, *OPTIONAL_STR_FIELDS)}
+    return checked(
         where,
-        id=row["id"],
-        phase=row["phase"],
-        t_start_ns=row["t_start_ns"],
-        t_end_ns=row["t_end_ns"],
-        source=source,
-        **optional,
+        Window(
+            id=row["id"],
+            phase=row["phase"],
+            t_start_ns=row["t_start_ns"],
+            t_end_ns=row["t_end_ns"],
+            source=source,
+            **optional,
+        ),
     )

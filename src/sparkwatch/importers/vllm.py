@@ -27,9 +27,9 @@ from sparkwatch.importers.common import (
     as_list,
     as_number,
     base_source,
+    checked,
     float_resolution_s,
     looks_like,
-    make_window,
     read_json,
     seconds_to_ns,
 )
@@ -126,17 +126,19 @@ def _window(
         **NOTES,
     )
     t_end_ns = anchor.to_wall_ns(seconds_to_ns(start_s + latency_s))
-    return make_window(
+    return checked(
         f"request {index}",
-        id=f"vllm-{index}",
-        phase="timed",  # --num-warmups requests are not saved in the result
-        t_start_ns=anchor.to_wall_ns(mono_start_ns),
-        t_end_ns=t_end_ns,
-        t_first_byte_ns=anchor.to_wall_ns(seconds_to_ns(start_s + ttft_s)),
-        t_last_token_ns=t_end_ns,
-        prompt_tokens=as_count(input_len, f"input_lens[{index}]"),
-        completion_tokens=as_count(output_len, f"output_lens[{index}]"),
-        source=source,
+        Window(
+            id=f"vllm-{index}",
+            phase="timed",  # --num-warmups requests are not saved in the result
+            t_start_ns=anchor.to_wall_ns(mono_start_ns),
+            t_end_ns=t_end_ns,
+            t_first_byte_ns=anchor.to_wall_ns(seconds_to_ns(start_s + ttft_s)),
+            t_last_token_ns=t_end_ns,
+            prompt_tokens=as_count(input_len, f"input_lens[{index}]"),
+            completion_tokens=as_count(output_len, f"output_lens[{index}]"),
+            source=source,
+        ),
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -22,14 +21,13 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import PHASE_RE, Window
 from sparkwatch.proxy.sse_watch import ResponseWatcher
 from sparkwatch_agent.shared.http import json_error
 
 log = logging.getLogger(__name__)
 
 PHASE_HEADER = "X-Sparkwatch-Phase"
-PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 GENERATION_SUFFIXES = ("/chat/completions", "/completions")
 #: RFC 9110 §7.6.1 hop-by-hop headers, plus the ones aiohttp sets for each side itself.
 HOP_BY_HOP = frozenset(

@@ -10,7 +10,7 @@ from typing import TextIO
 
 import orjson
 
-from sparkwatch.client import CoordinatorClient, CoordinatorError, window_json
+from sparkwatch.client import CoordinatorClient, CoordinatorError
 from sparkwatch.core.windows import Window
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ class PrintSink:
         self._out = out
 
     def submit(self, window: Window) -> None:
-        self._out.write(orjson.dumps(window_json(window)).decode() + "\n")
+        self._out.write(orjson.dumps(window.to_body()).decode() + "\n")
         self._out.flush()
 
 

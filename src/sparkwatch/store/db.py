@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from sparkwatch.core.clock import ClockOffset
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import WINDOW_FIELDS, Window
 from sparkwatch.store.rows import GpuRows, MemRows
 from sparkwatch.store.schema import MIGRATIONS
 from sparkwatch.wire import GapFrame, SampleFrame
@@ -280,31 +280,10 @@ class Store:
     def add_windows(self, run_id: str, windows: Sequence[Window]) -> int:
         """All or nothing: an unknown run or a window id already stored rejects the whole batch."""
         self.run(run_id)
-        rows = [
-            (
-                run_id,
-                w.id,
-                w.phase,
-                w.t_start_ns,
-                w.t_first_byte_ns,
-                w.t_first_token_ns,
-                w.t_last_token_ns,
-                w.t_end_ns,
-                w.prompt_tokens,
-                w.completion_tokens,
-                w.cached_tokens,
-                json.dumps(w.source),
-                w.reasoning_tokens,
-                w.http_status,
-                w.finish_reason,
-            )
-            for w in windows
-        ]
+        rows = [(run_id, *_window_row(w)) for w in windows]
         try:
             with _tx(self._db):
-                self._db.executemany(
-                    f"INSERT INTO windows ({_WINDOW_COLUMNS}) VALUES ({_WINDOW_SLOTS})", rows
-                )
+                self._db.executemany(_INSERT_WINDOW, rows)
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"window ids must be unique within a run: {exc}") from exc
         return len(rows)
@@ -340,36 +319,29 @@ class Store:
 
     def windows(self, run_id: str) -> list[Window]:
         rows = self._db.execute(
-            f"SELECT {_WINDOW_COLUMNS} FROM windows WHERE run_id = ? ORDER BY t_start_ns, id",
-            (run_id,),
-        ).fetchall()
-        return [
-            Window(
-                id=r[1],
-                phase=r[2],
-                t_start_ns=r[3],
-                t_first_byte_ns=r[4],
-                t_first_token_ns=r[5],
-                t_last_token_ns=r[6],
-                t_end_ns=r[7],
-                prompt_tokens=r[8],
-                completion_tokens=r[9],
-                cached_tokens=r[10],
-                source=json.loads(r[11]),
-                reasoning_tokens=r[12],
-                http_status=r[13],
-                finish_reason=r[14],
-            )
-            for r in rows
-        ]
+            f"SELECT {_WINDOW_COLUMNS} FROM windows WHERE run_id = ? ORDER BY t_start_ns, id", (run_id,)
+        )
+        return [_window(row) for row in rows]
 
 
-#: windows columns in table order (migration 1, then 2); the SELECT returns run_id first as well.
-_WINDOW_COLUMNS = (
-    "run_id, id, phase, t_start_ns, t_first_byte_ns, t_first_token_ns, t_last_token_ns, t_end_ns,"
-    " prompt_tokens, completion_tokens, cached_tokens, source, reasoning_tokens, http_status, finish_reason"
+#: The windows table's columns are the window's fields by name (``source`` as JSON text).
+_WINDOW_COLUMNS = ", ".join(WINDOW_FIELDS)
+_INSERT_WINDOW = (
+    f"INSERT INTO windows (run_id, {_WINDOW_COLUMNS}) VALUES ({', '.join('?' * (len(WINDOW_FIELDS) + 1))})"
 )
-_WINDOW_SLOTS = ", ".join("?" * 15)
+_SOURCE = WINDOW_FIELDS.index("source")
+
+
+def _window_row(w: Window) -> tuple[Any, ...]:
+    values = [getattr(w, name) for name in WINDOW_FIELDS]
+    values[_SOURCE] = json.dumps(w.source)
+    return tuple(values)
+
+
+def _window(row: tuple[Any, ...]) -> Window:
+    values = list(row)
+    values[_SOURCE] = json.loads(values[_SOURCE])
+    return Window(*values)
 
 
 _NO_GPU = (None, None, None, None)

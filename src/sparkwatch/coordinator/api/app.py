@@ -9,10 +9,12 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from sparkwatch.coordinator.api.metrics import coordinator_registry
 from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd, WindowBatch
 from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.core.windows import WindowError
 from sparkwatch.store import NotFound, StoreError
 from sparkwatch_agent.shared.http import bearer_middleware, json_error
 
@@ -28,14 +30,20 @@ async def parse(request: web.Request, model: type[BaseModel]) -> Any:
         raw = await request.read()
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        details = [
-            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]}
-            for e in exc.errors(include_url=False)
-        ]
+        details = [_detail(e) for e in exc.errors(include_url=False)]
         raise web.HTTPBadRequest(
             text=json.dumps({"error": "invalid_body", "reason": details[:20]}),
             content_type="application/json",
         ) from None
+
+
+def _detail(error: ErrorDetails) -> dict[str, str]:
+    """One refusal as ``{"loc", "msg"}``; a broken window rule names its field in ``loc``."""
+    loc = [str(part) for part in error["loc"]]
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, WindowError):
+        return {"loc": ".".join([*loc, cause.field]), "msg": cause.problem}
+    return {"loc": ".".join(loc), "msg": error["msg"]}
 
 
 def _store_error(exc: StoreError) -> web.Response:
@@ -97,7 +105,7 @@ async def add_windows(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     batch: WindowBatch = await parse(request, WindowBatch)
     try:
-        count = coord.store.add_windows(run_id, [w.to_window() for w in batch.windows])
+        count = coord.store.add_windows(run_id, batch.windows)
     except StoreError as exc:
         return _store_error(exc)
     return web.json_response({"stored": count}, status=201)

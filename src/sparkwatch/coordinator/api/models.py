@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from sparkwatch.core.windows import Window
-
-PHASE_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
-NS_MAX = 2**63 - 1  # SQLite integers are 64-bit signed
+from sparkwatch.core.windows import PHASE_RE, Window, check_window, duplicate_id
 
 
 class Strict(BaseModel):
@@ -35,58 +31,23 @@ class RunEnd(Strict):
     command: CommandOutcome | None = None
 
 
-class WindowIn(Strict):
-    id: str = Field(min_length=1, max_length=200)
-    phase: str = Field(pattern=PHASE_PATTERN)
-    t_start_ns: int = Field(gt=0, le=NS_MAX)
-    t_first_byte_ns: int | None = Field(default=None, gt=0, le=NS_MAX)
-    t_first_token_ns: int | None = Field(default=None, gt=0, le=NS_MAX)
-    t_last_token_ns: int | None = Field(default=None, gt=0, le=NS_MAX)
-    t_end_ns: int = Field(gt=0, le=NS_MAX)
-    prompt_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
-    completion_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
-    cached_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
-    reasoning_tokens: int | None = Field(default=None, ge=0, le=NS_MAX)
-    http_status: int | None = Field(default=None, ge=100, le=599)
-    finish_reason: str | None = Field(default=None, min_length=1, max_length=64)
-    source: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> WindowIn:
-        try:
-            json.dumps(self.source, allow_nan=False)
-        except ValueError:
-            raise ValueError("source must not contain NaN or infinite numbers") from None
-        if self.t_end_ns < self.t_start_ns:
-            raise ValueError("t_end_ns must not be before t_start_ns")
-        for name in ("t_first_byte_ns", "t_first_token_ns", "t_last_token_ns"):
-            value = getattr(self, name)
-            if value is not None and not self.t_start_ns <= value <= self.t_end_ns:
-                raise ValueError(f"{name} must lie within [t_start_ns, t_end_ns]")
-        if (
-            self.t_first_token_ns is not None
-            and self.t_last_token_ns is not None
-            and self.t_last_token_ns < self.t_first_token_ns
-        ):
-            raise ValueError("t_last_token_ns must not be before t_first_token_ns")
-        return self
-
-    def to_window(self) -> Window:
-        return Window(**self.model_dump())
+#: A window as the API takes it: the core's model with its types enforced strictly (no "5" for 5, no
+#: 5.0, no unknown keys) and then every window rule (``check_window``); no field list of its own.
+CheckedWindow = Annotated[Window, AfterValidator(check_window)]
 
 
 class WindowBatch(Strict):
-    windows: list[WindowIn] = Field(min_length=1, max_length=100_000)
+    windows: list[CheckedWindow] = Field(min_length=1, max_length=100_000)
 
     @model_validator(mode="after")
     def _unique(self) -> WindowBatch:
-        ids = [w.id for w in self.windows]
-        if len(set(ids)) != len(ids):
-            raise ValueError("window ids must be unique within a batch")
+        repeated = duplicate_id(self.windows)
+        if repeated is not None:
+            raise ValueError(f"window id {repeated!r} appears twice in the batch")
         return self
 
 
 class MarkIn(Strict):
     name: str = Field(min_length=1, max_length=200)
     event: Literal["begin", "end"]
-    phase: str = Field(default="timed", pattern=PHASE_PATTERN)
+    phase: str = Field(default="timed", pattern=PHASE_RE.pattern)
