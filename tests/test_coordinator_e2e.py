@@ -327,3 +327,32 @@ def test_node_with_a_clock_offset_is_joined_on_the_coordinator_clock(
         assert node["samples"]["coverage_ratio"] == pytest.approx(1.0, abs=1e-3)
     finally:
         coord.stop()
+
+
+async def test_the_metrics_registry_is_built_once_and_renders_each_scrape(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from sparkwatch.coordinator.api import app as api
+    from sparkwatch.coordinator.service import Coordinator
+    from sparkwatch.store import Store
+
+    built: list[object] = []
+    real = api.coordinator_registry
+    monkeypatch.setattr(api, "coordinator_registry", lambda c: built.append(c) or real(c))
+    store = Store(tmp_path / "m.db")
+    coordinator = Coordinator([], store)
+    client = TestClient(TestServer(api.make_app(coordinator, None)))
+    await client.start_server()
+    try:
+        first = await (await client.get("/metrics")).text()
+        coordinator.open_run("r", 0.1, 0.5, "request")
+        second = await (await client.get("/metrics")).text()
+    finally:
+        await client.close()
+        store.close()
+    assert len(built) == 1
+    assert (
+        "sparkwatch_coordinator_open_runs 0.0" in first and "sparkwatch_coordinator_open_runs 1.0" in second
+    )

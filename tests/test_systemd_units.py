@@ -258,7 +258,7 @@ def test_coordinator_unit_has_no_devices_and_a_state_directory() -> None:
 
 
 def test_exec_start_lines_parse_with_the_real_command_lines() -> None:
-    from sparkwatch.cli import make_parser as coordinator_parser
+    from sparkwatch.cli_parser import make_parser as coordinator_parser
     from sparkwatch_agent.cli import make_parser as agent_parser
 
     argv = shlex.split(one(unit_settings(AGENT_UNIT), "ExecStart"))

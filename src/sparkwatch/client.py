@@ -6,22 +6,29 @@ reason (or the connection error), so a CLI can print it as it is.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from sparkwatch.core.export import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
 from sparkwatch.core.windows import Window
 from sparkwatch_agent.shared.auth import load_token
+
+log = logging.getLogger(__name__)
 
 ENV_COORDINATOR = "SPARKWATCH_COORDINATOR"
 ENV_TOKEN_FILE = "SPARKWATCH_TOKEN_FILE"
 DEFAULT_COORDINATOR = "http://127.0.0.1:8750"
 WINDOWS_PER_POST = 10_000
+POLL_S = 0.1
 
 
 class CoordinatorError(Exception):
@@ -90,7 +97,11 @@ class CoordinatorClient:
             raise CoordinatorError(f"{method} {url}: the answer is not JSON") from None
 
     async def create_run(
-        self, name: str, interval_s: float = 0.1, scope: str = "request", gate_threshold: float = 0.5
+        self,
+        name: str,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        scope: str = DEFAULT_SCOPE,
+        gate_threshold: float = DEFAULT_GATE_THRESHOLD,
     ) -> dict[str, Any]:
         body = {"name": name, "interval_s": interval_s, "scope": scope, "gate_threshold": gate_threshold}
         result: dict[str, Any] = await self._call("POST", "/v1/runs", body)
@@ -121,6 +132,46 @@ class CoordinatorClient:
     async def nodes(self) -> list[dict[str, Any]]:
         result = await self._call("GET", "/v1/nodes")
         return list(result["nodes"])
+
+    # ---- waiting for the nodes -------------------------------------------------------------------
+    async def wait_for_nodes(
+        self, ready: Callable[[dict[str, Any]], bool], timeout_s: float
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The nodes once ``ready`` holds for every one (True), or as they are when the time is up."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            nodes = await self.nodes()
+            if all(ready(n) for n in nodes):
+                return nodes, True
+            if time.monotonic() > deadline:
+                return nodes, False
+            await asyncio.sleep(POLL_S)
+
+    async def wait_caught_up(self, t_wall_ns: int, timeout_s: float, interval_s: float | None = None) -> bool:
+        """Until every node's newest stored sample is from ``t_wall_ns`` or later (and, given ``interval_s``,
+        was taken at that interval): a run's last window is covered only once its samples have arrived."""
+        nodes, ok = await self.wait_for_nodes(lambda n: _caught_up(n, t_wall_ns, interval_s), timeout_s)
+        if not ok:
+            behind = [n["node"] for n in nodes if not _caught_up(n, t_wall_ns, interval_s)]
+            log.warning("nodes %s have not caught up after %.0f s", behind, timeout_s)
+        return ok
+
+    async def wait_for_hellos(self, timeout_s: float) -> list[dict[str, Any]]:
+        """The nodes once every one has said hello (or as they are when the time is up)."""
+        return (await self.wait_for_nodes(lambda n: bool(n.get("hardware")), timeout_s))[0]
+
+    async def wait_for_clocks(self, timeout_s: float) -> list[dict[str, Any]]:
+        """The nodes once every one has said hello and had its clock probed (or when the time is up)."""
+        return (await self.wait_for_nodes(lambda n: bool(n.get("hardware") and n.get("clock")), timeout_s))[0]
+
+
+def _caught_up(node: dict[str, Any], t_wall_ns: int, interval_s: float | None) -> bool:
+    latest = node.get("latest") or {}
+    offset = (node.get("clock") or {}).get("offset_ns") or 0
+    stamp = latest.get("t_wall_ns")
+    if not node["connected"] or stamp is None or stamp + offset < t_wall_ns:  # corrected to our clock
+        return False
+    return interval_s is None or (latest.get("interval_s") or 1e9) <= interval_s
 
 
 def _reason(text: str) -> str:

@@ -8,10 +8,11 @@ shows exactly what sparkwatch contributed.
 from __future__ import annotations
 
 import json
-import os
 import stat
 from pathlib import Path
 from typing import Any
+
+from sparkwatch.outputs import write_atomically
 
 LMX_FIELDS = ("gpuPowerWatts", "peakVramGb", "notes")
 MAX_GPU_WATTS = 10_000
@@ -163,12 +164,8 @@ def attach(export_path: Path, payload_path: Path, force: bool, output: Path | No
         values["notes"] = merged_notes(current.get("notes"), values["notes"], str(payload_path))
     new_text = attach_text(payload_text, values, str(payload_path))
     target = output or payload_path
-    tmp = target.with_name(f".{target.name}.sparkwatch-tmp")
     try:
-        tmp.write_bytes(new_text.encode("utf-8"))
-        os.chmod(tmp, stat.S_IMODE(mode))
-        os.replace(tmp, target)
+        write_atomically(target, new_text.encode("utf-8"), stat.S_IMODE(mode))
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise AttachError(f"{target}: cannot write ({exc.strerror})") from None
     return values

@@ -13,32 +13,30 @@ import contextlib
 import logging
 import secrets
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import aiohttp
-from aiohttp import web
 
-from sparkwatch.client import CoordinatorClient, CoordinatorTarget
-from sparkwatch.commands.run import wait_caught_up, write_export
-from sparkwatch.commands.sim_model import SimModel, SimModelSpec, make_sim_model_app
+from sparkwatch.client import CoordinatorClient
+from sparkwatch.commands.embedded import embedded_coordinator
+from sparkwatch.commands.sim_model import SimModel, SimModelSpec, running_sim_model
 from sparkwatch.commands.summary import summary_table
-from sparkwatch.coordinator.serve import running_coordinator
+from sparkwatch.core.export import DEFAULT_INTERVAL_S
 from sparkwatch.links.nodes_file import NodeSpec
+from sparkwatch.outputs import write_export
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
 from sparkwatch_agent.assemble import SimGb10, assemble, running_agent
 from sparkwatch_agent.config import build_config
-from sparkwatch_agent.shared.http import start_site
+from sparkwatch_agent.shared.units import GIB
 
 log = logging.getLogger(__name__)
 
-GIB = 1024**3
 COLD_UTIL = 1.0  # the first request also captures graphs: every GPU flat out
 MODEL_BYTES_PER_NODE = 28 * GIB  # a ~110 GB model split four ways
 
@@ -117,37 +115,13 @@ def truth(agents: Sequence[SimAgent]) -> list[float]:
 
 async def run_demo(opts: DemoOptions) -> int:
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="sparkwatch-demo-") as tmp:
-        async with sim_agents(opts.nodes) as agents:
-            for agent in agents:
-                agent.sim.set_load(util_ratio=0.0, model_bytes=MODEL_BYTES_PER_NODE)
-            specs = [NodeSpec(name=a.name, url=a.url) for a in agents]
-            async with (
-                running_coordinator(specs, Path(tmp) / "demo.db", "127.0.0.1", 0, None) as coord_url,
-                CoordinatorClient(CoordinatorTarget(coord_url, None)) as client,
-            ):
-                model = SimModel(SimModelSpec(tokens_per_s=opts.tokens_per_s), on_load=_load_driver(agents))
-                model_runner = web.AppRunner(make_sim_model_app(model), access_log=None)
-                model_url = await start_site(model_runner, "127.0.0.1", 0)
-                try:
-                    run = await client.create_run(f"demo: {opts.nodes}x simulated GB10", interval_s=0.1)
-                    opts.stderr.write(
-                        f"sparkwatch demo: {opts.nodes} simulated GB10 nodes, run {run['id']}\n"
-                    )
-                    await wait_caught_up(client, time.time_ns(), timeout_s=10.0, interval_s=0.1)
-                    poster = RunPoster(client, run["id"], batch_delay_s=0.05)
-                    poster.start()
-                    config = ProxyConfig(model_url, warmup=opts.warmup)
-                    async with running_proxy("127.0.0.1", 0, config, poster) as proxy_url:
-                        await _requests(proxy_url, opts, run["id"])
-                    lost = await poster.close()
-                    if lost:
-                        raise DemoError(f"{len(lost)} window(s) were not stored: {lost[0].id} first")
-                    await wait_caught_up(client, time.time_ns(), timeout_s=10.0)
-                    await client.end_run(run["id"])
-                    export = await client.export(run["id"])
-                finally:
-                    await model_runner.cleanup()
+    async with sim_agents(opts.nodes) as agents:
+        for agent in agents:
+            agent.sim.set_load(util_ratio=0.0, model_bytes=MODEL_BYTES_PER_NODE)
+        specs = [NodeSpec(name=a.name, url=a.url) for a in agents]
+        model = SimModel(SimModelSpec(tokens_per_s=opts.tokens_per_s), on_load=_load_driver(agents))
+        async with embedded_coordinator(specs) as client, running_sim_model(model) as model_url:
+            export = await _measure(client, model_url, opts)
     write_export(opts.output, export)
     print(summary_table(export))
     expected = ", ".join(f"{a.name} {w:.1f} W" for a, w in zip(agents, truth(agents), strict=True))
@@ -155,6 +129,23 @@ async def run_demo(opts: DemoOptions) -> int:
     print(f"the warm-up request ran at utilisation {COLD_UTIL:g} on every node and is excluded")
     opts.stderr.write(f"sparkwatch demo: export written to {opts.output} in {time.monotonic() - t0:.1f} s\n")
     return 0
+
+
+async def _measure(client: CoordinatorClient, model_url: str, opts: DemoOptions) -> dict[str, Any]:
+    """One run: its requests through the proxy, every window stored, the nodes caught up; its export."""
+    run = await client.create_run(f"demo: {opts.nodes}x simulated GB10", interval_s=DEFAULT_INTERVAL_S)
+    opts.stderr.write(f"sparkwatch demo: {opts.nodes} simulated GB10 nodes, run {run['id']}\n")
+    await client.wait_caught_up(time.time_ns(), timeout_s=10.0, interval_s=DEFAULT_INTERVAL_S)
+    poster = RunPoster(client, run["id"], batch_delay_s=0.05)
+    poster.start()
+    async with running_proxy("127.0.0.1", 0, ProxyConfig(model_url, warmup=opts.warmup), poster) as proxy_url:
+        await _requests(proxy_url, opts, run["id"])
+    lost = await poster.close()
+    if lost:
+        raise DemoError(f"{len(lost)} window(s) were not stored: {lost[0].id} first")
+    await client.wait_caught_up(time.time_ns(), timeout_s=10.0)
+    await client.end_run(run["id"])
+    return await client.export(run["id"])
 
 
 def _load_driver(agents: Sequence[SimAgent]) -> Callable[[str], None]:

@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,10 +26,12 @@ from typing import Any, TextIO
 import orjson
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
+from sparkwatch.commands.embedded import embedded_coordinator
 from sparkwatch.commands.summary import live_line, summary_table
-from sparkwatch.coordinator.serve import running_coordinator
+from sparkwatch.core.export import DEFAULT_INTERVAL_S
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, load_windows
 from sparkwatch.links.nodes_file import load_nodes
+from sparkwatch.outputs import check_output, write_export
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
@@ -49,7 +51,7 @@ class RunOptions:
     nodes_file: Path | None = None
     target: CoordinatorTarget | None = None
     name: str | None = None
-    interval_s: float = 0.1
+    interval_s: float = DEFAULT_INTERVAL_S
     proxy_upstream: str | None = None
     proxy_listen: tuple[str, int] = ("127.0.0.1", 8899)
     warmup: int = 0
@@ -71,17 +73,15 @@ def parse_import(text: str) -> tuple[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def _coordinator(opts: RunOptions) -> AsyncIterator[CoordinatorTarget]:
+async def _client(opts: RunOptions) -> AsyncIterator[CoordinatorClient]:
+    """The standing coordinator the options name, or one embedded for ``--nodes``."""
     if opts.nodes_file is None:
         assert opts.target is not None
-        yield opts.target
+        async with CoordinatorClient(opts.target) as client:
+            yield client
         return
-    nodes = load_nodes(opts.nodes_file)
-    with tempfile.TemporaryDirectory(prefix="sparkwatch-run-") as tmp:
-        db = opts.db or Path(tmp) / "run.db"
-        async with running_coordinator(nodes, db, "127.0.0.1", 0, None) as url:
-            log.info("embedded coordinator on %s (%d nodes, db %s)", url, len(nodes), db)
-            yield CoordinatorTarget(url, None)
+    async with embedded_coordinator(load_nodes(opts.nodes_file), opts.db) as client:
+        yield client
 
 
 async def _live(client: CoordinatorClient, out: TextIO, every_s: float, tty: bool) -> None:
@@ -234,17 +234,6 @@ def check_command(command: Sequence[str]) -> None:
         raise RunCommandError(f"cannot run {program}: not found on PATH")
 
 
-def check_output(path: Path) -> None:
-    """Refuse before anything starts when the export could not be written at the end."""
-    folder = path.parent
-    if not folder.is_dir():
-        raise RunCommandError(f"cannot write {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise RunCommandError(f"cannot write {path}: folder {folder} is not writable")
-    if path.is_dir():
-        raise RunCommandError(f"cannot write {path}: it is a folder")
-
-
 async def run_command(opts: RunOptions) -> int:
     """The whole run; returns CMD's exit code (or 127 when it could not start)."""
     for fmt, path in opts.imports:
@@ -258,8 +247,7 @@ async def run_command(opts: RunOptions) -> int:
         opts = replace(opts, clock_anchor=_anchor_now())
     interrupts = Interrupts(opts.stderr)
     async with (
-        _coordinator(opts) as target,
-        CoordinatorClient(target) as client,
+        _client(opts) as client,
         contextlib.AsyncExitStack() as stack,
     ):
         opts = replace(opts, capture_dir=Path(stack.enter_context(tempfile.TemporaryDirectory())))
@@ -274,7 +262,7 @@ async def run_command(opts: RunOptions) -> int:
         run_id = run["id"]
         poster.run_id = run_id
         poster.start()
-        opts.stderr.write(f"sparkwatch: run {run_id} open on {target.url}\n")
+        opts.stderr.write(f"sparkwatch: run {run_id} open on {client.target.url}\n")
         code: int | None = None
         interrupts.install()
         try:
@@ -310,7 +298,7 @@ async def run_command(opts: RunOptions) -> int:
 async def _measure(opts: RunOptions, client: CoordinatorClient, interrupts: Interrupts) -> int:
     """Wait for the nodes, then run CMD with the live line going; returns CMD's exit code."""
     waiting = asyncio.create_task(
-        wait_caught_up(client, time.time_ns(), opts.wait_nodes_s, interval_s=opts.interval_s)
+        client.wait_caught_up(time.time_ns(), opts.wait_nodes_s, interval_s=opts.interval_s)
     )
     stopped = asyncio.create_task(interrupts.requested.wait())
     await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -354,7 +342,7 @@ async def _finish(
             await _import(client, run_id, opts, fmt, source)
     command = None if code is None else {"argv": redact_argv(opts.command), "exit_code": code}
     try:
-        await wait_caught_up(client, time.time_ns(), timeout_s=5.0)
+        await client.wait_caught_up(time.time_ns(), timeout_s=5.0)
         await client.end_run(run_id, command)
         return await client.export(run_id)
     except CoordinatorError as exc:
@@ -410,63 +398,3 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             continue
         out.append(arg)
     return out
-
-
-async def wait_caught_up(
-    client: CoordinatorClient, t_wall_ns: int, timeout_s: float, interval_s: float | None = None
-) -> bool:
-    """Until every node's newest stored sample is from ``t_wall_ns`` or later (and, given ``interval_s``,
-    was taken at that interval): a run's last window is covered only once its samples have arrived."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        behind = []
-        for n in await client.nodes():
-            latest = n.get("latest") or {}
-            offset = (n.get("clock") or {}).get("offset_ns") or 0
-            stamp = latest.get("t_wall_ns")
-            stamp = None if stamp is None else stamp + offset  # the node's clock, corrected to ours
-            fast = interval_s is None or (latest.get("interval_s") or 1e9) <= interval_s
-            if not n["connected"] or stamp is None or stamp < t_wall_ns or not fast:
-                behind.append(n["node"])
-        if not behind:
-            return True
-        if time.monotonic() > deadline:
-            log.warning("nodes %s have not caught up after %.0f s", behind, timeout_s)
-            return False
-        await asyncio.sleep(0.1)
-
-
-async def wait_for_hellos(client: CoordinatorClient, timeout_s: float) -> list[dict[str, Any]]:
-    """The nodes once every one has said hello (or as they are when the time is up)."""
-    return await _wait_for(client, timeout_s, lambda n: bool(n.get("hardware")))
-
-
-async def wait_for_clocks(client: CoordinatorClient, timeout_s: float) -> list[dict[str, Any]]:
-    """The nodes once every one has said hello and had its clock probed (or when the time is up)."""
-    return await _wait_for(client, timeout_s, lambda n: bool(n.get("hardware") and n.get("clock")))
-
-
-async def _wait_for(
-    client: CoordinatorClient, timeout_s: float, ready: Callable[[dict[str, Any]], bool]
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        nodes = await client.nodes()
-        if all(ready(n) for n in nodes) or time.monotonic() > deadline:
-            return nodes
-        await asyncio.sleep(0.1)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Whole or not at all: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_export(path: Path, export: dict[str, Any]) -> None:
-    write_text_atomically(path, json.dumps(export, indent=2) + "\n")

@@ -9,10 +9,11 @@ a server captures CUDA graphs on first use) and reports a higher load than the w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,14 +176,21 @@ def make_sim_model_app(model: SimModel) -> web.Application:
     return app
 
 
-async def serve_sim_model(host: str, port: int, spec: SimModelSpec) -> int:
-    """`sparkwatch sim-model`: the simulated model on its own, until SIGINT/SIGTERM."""
-    runner = web.AppRunner(make_sim_model_app(SimModel(spec)), handle_signals=False, access_log=None)
+@contextlib.asynccontextmanager
+async def running_sim_model(model: SimModel, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """The simulated model on host:port (0: a free port) until the block ends; yields its URL."""
+    runner = web.AppRunner(make_sim_model_app(model), handle_signals=False, access_log=None)
     url = await start_site(runner, host, port)
-    stop = stop_on_signals()
-    log.info("simulated model on %s/v1 (%g tok/s)", url, spec.tokens_per_s)
     try:
-        await stop.wait()
+        yield url
     finally:
         await runner.cleanup()
+
+
+async def serve_sim_model(host: str, port: int, spec: SimModelSpec) -> int:
+    """`sparkwatch sim-model`: the simulated model on its own, until SIGINT/SIGTERM."""
+    stop = stop_on_signals()
+    async with running_sim_model(SimModel(spec), host, port) as url:
+        log.info("simulated model on %s/v1 (%g tok/s)", url, spec.tokens_per_s)
+        await stop.wait()
     return 0

@@ -1,4 +1,8 @@
-"""The coordinator: one link per node, the store, the open runs and the interval they ask of the agents."""
+"""The coordinator: one link per node, the store, the open runs and the interval they ask of the agents.
+
+Every run operation goes through :class:`Coordinator` — the API never touches the store — so what a run
+change sets in motion (the interval leases, the log line) has one place, and so does anything that must
+stay off the event loop."""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ from typing import Any
 
 import aiohttp
 
-from sparkwatch.coordinator.api.models import RunCreate
 from sparkwatch.coordinator.export_inputs import export_run
+from sparkwatch.core.windows import Window
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
@@ -77,16 +81,16 @@ class Coordinator:
         for link in self.links.values():
             link.interval_changed()
 
-    def open_run(self, body: RunCreate) -> RunRow:
+    def open_run(self, name: str, interval_s: float, gate_threshold: float, scope: str) -> RunRow:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.now_ns() / 1e9))
         run = RunRow(
             id=f"run-{stamp}-{secrets.token_hex(3)}",
-            name=body.name,
+            name=name,
             t_start_ns=self.now_ns(),
             t_end_ns=None,
-            interval_s=body.interval_s,
-            gate_threshold=body.gate_threshold,
-            scope=body.scope,
+            interval_s=interval_s,
+            gate_threshold=gate_threshold,
+            scope=scope,
         )
         self.store.create_run(run)
         self._interval_changed()
@@ -98,6 +102,26 @@ class Coordinator:
         self._interval_changed()
         log.info("run %s ended", run_id)
         return run
+
+    def runs(self) -> list[RunRow]:
+        return self.store.runs()
+
+    def run(self, run_id: str) -> tuple[RunRow, int]:
+        """The run and how many windows it has."""
+        return self.store.run(run_id), self.store.count_windows(run_id)
+
+    def add_windows(self, run_id: str, windows: Sequence[Window]) -> int:
+        return self.store.add_windows(run_id, windows)
+
+    def begin_mark(self, run_id: str, name: str, phase: str) -> int:
+        """Open a mark now; returns its start (coordinator clock)."""
+        now = self.now_ns()
+        self.store.begin_mark(run_id, name, phase, now)
+        return now
+
+    def end_mark(self, run_id: str, name: str) -> Window:
+        """Close a mark now into a window."""
+        return self.store.end_mark(run_id, name, self.now_ns(), {"kind": "mark", "clock": "coordinator"})
 
     async def export_async(self, run_id: str) -> dict[str, Any]:
         """The export computed in a worker thread on its own read connection (WAL readers do not block the

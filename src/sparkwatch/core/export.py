@@ -26,6 +26,13 @@ LMX_NOTES_MAX = 2000
 UTIL_SOURCE = "nvml.utilization.gpu"
 
 
+#: What a run measures unless it asks otherwise: the sampling interval it leases from the agents, the
+#: utilisation the gate lets through, the scope.
+DEFAULT_INTERVAL_S = 0.1
+DEFAULT_GATE_THRESHOLD = 0.5
+DEFAULT_SCOPE: ScopeKind = "request"
+
+
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     id: str
@@ -33,8 +40,8 @@ class RunSpec:
     t_start_ns: int
     t_end_ns: int
     interval_s: float
-    gate_threshold: float = 0.5
-    scope: ScopeKind = "request"
+    gate_threshold: float = DEFAULT_GATE_THRESHOLD
+    scope: ScopeKind = DEFAULT_SCOPE
     phases: frozenset[str] = frozenset({"timed"})
     command: dict[str, Any] | None = None  # the wrapped benchmark command and its exit code, when known
 

@@ -288,6 +288,9 @@ class Store:
             raise StoreError(f"window ids must be unique within a run: {exc}") from exc
         return len(rows)
 
+    def count_windows(self, run_id: str) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM windows WHERE run_id = ?", (run_id,)).fetchone()[0])
+
     def begin_mark(self, run_id: str, name: str, phase: str, t_ns: int) -> None:
         if not self.run(run_id).open:
             raise StoreError(f"run {run_id} has ended")

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -19,6 +19,7 @@ from sparkwatch.store import NotFound, StoreError
 from sparkwatch_agent.shared.http import bearer_middleware, json_error
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
@@ -61,8 +62,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    registry = coordinator_registry(request.app[COORDINATOR])
-    return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def nodes(request: web.Request) -> web.Response:
@@ -73,21 +74,21 @@ async def nodes(request: web.Request) -> web.Response:
 
 async def create_run(request: web.Request) -> web.Response:
     body: RunCreate = await parse(request, RunCreate)
-    run = request.app[COORDINATOR].open_run(body)
+    run = request.app[COORDINATOR].open_run(body.name, body.interval_s, body.gate_threshold, body.scope)
     return web.json_response(run.to_json(), status=201)
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    return web.json_response({"runs": [r.to_json() for r in request.app[COORDINATOR].store.runs()]})
+    return web.json_response({"runs": [r.to_json() for r in request.app[COORDINATOR].runs()]})
 
 
 async def get_run(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
     try:
-        run = coord.store.run(request.match_info["run_id"])
+        run, windows = coord.run(request.match_info["run_id"])
     except StoreError as exc:
         return _store_error(exc)
-    return web.json_response({**run.to_json(), "windows": len(coord.store.windows(run.id))})
+    return web.json_response({**run.to_json(), "windows": windows})
 
 
 async def end_run(request: web.Request) -> web.Response:
@@ -105,7 +106,7 @@ async def add_windows(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     batch: WindowBatch = await parse(request, WindowBatch)
     try:
-        count = coord.store.add_windows(run_id, batch.windows)
+        count = coord.add_windows(run_id, batch.windows)
     except StoreError as exc:
         return _store_error(exc)
     return web.json_response({"stored": count}, status=201)
@@ -115,12 +116,11 @@ async def marks(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
     run_id = request.match_info["run_id"]
     body: MarkIn = await parse(request, MarkIn)
-    now = coord.now_ns()
     try:
         if body.event == "begin":
-            coord.store.begin_mark(run_id, body.name, body.phase, now)
-            return web.json_response({"name": body.name, "t_begin_ns": now}, status=201)
-        window = coord.store.end_mark(run_id, body.name, now, {"kind": "mark", "clock": "coordinator"})
+            t_begin = coord.begin_mark(run_id, body.name, body.phase)
+            return web.json_response({"name": body.name, "t_begin_ns": t_begin}, status=201)
+        window = coord.end_mark(run_id, body.name)
     except StoreError as exc:
         return _store_error(exc)
     return web.json_response(
@@ -141,6 +141,7 @@ def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     middleware = bearer_middleware(token, lambda path: path not in ("/healthz", "/metrics"))
     app = web.Application(middlewares=[middleware], client_max_size=MAX_BODY_BYTES)
     app[COORDINATOR] = coordinator
+    app[REGISTRY] = coordinator_registry(coordinator)  # built once, like the agent's
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/nodes", nodes)

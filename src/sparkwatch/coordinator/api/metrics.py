@@ -69,7 +69,7 @@ class CoordinatorCollector(Collector):
             "Start of an open run, Unix time on the coordinator's clock.",
             labels=["run_id", "name"],
         )
-        active = [r for r in self._coord.store.runs() if r.open]
+        active = [r for r in self._coord.runs() if r.open]
         open_runs.add_metric([], float(len(active)))
         for r in active:
             run_active.add_metric([r.id, r.name], 1.0)

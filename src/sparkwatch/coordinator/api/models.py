@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from sparkwatch.core.windows import PHASE_RE, Window, check_window, duplicate_id
+from sparkwatch.core.export import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
+from sparkwatch.core.windows import PHASE_RE, ScopeKind, Window, check_window, duplicate_id
 
 
 class Strict(BaseModel):
@@ -15,9 +16,9 @@ class Strict(BaseModel):
 
 class RunCreate(Strict):
     name: str = Field(min_length=1, max_length=200)
-    interval_s: float = Field(default=0.1, ge=0.01, le=60)
-    gate_threshold: float = Field(default=0.5, ge=0, le=1)
-    scope: Literal["request", "decode", "run"] = "request"
+    interval_s: float = Field(default=DEFAULT_INTERVAL_S, ge=0.01, le=60)
+    gate_threshold: float = Field(default=DEFAULT_GATE_THRESHOLD, ge=0, le=1)
+    scope: ScopeKind = DEFAULT_SCOPE
 
 
 class CommandOutcome(Strict):

@@ -1,0 +1,45 @@
+"""A coordinator of the command's own: `run --nodes`, `demo`, `hardware --nodes` and `nodes check` start one
+for their nodes, on a loopback port and a temporary database, and talk to it through the same client as to
+a standing coordinator."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.coordinator.serve import running_coordinator
+from sparkwatch.links.nodes_file import NodeSpec, load_nodes
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def embedded_coordinator(
+    nodes: Sequence[NodeSpec], db: Path | None = None
+) -> AsyncIterator[CoordinatorClient]:
+    """A client of a coordinator that runs until the block ends; ``db`` keeps its SQLite file."""
+    with tempfile.TemporaryDirectory(prefix="sparkwatch-") as tmp:
+        path = db or Path(tmp) / "sparkwatch.db"
+        async with running_coordinator(nodes, path, "127.0.0.1", 0, None) as url:
+            log.info("embedded coordinator on %s (%d nodes, db %s)", url, len(nodes), path)
+            async with CoordinatorClient(CoordinatorTarget(url, None)) as client:
+                yield client
+
+
+async def nodes_now(
+    target: CoordinatorTarget | None,
+    nodes_file: Path | None,
+    settle: Callable[[CoordinatorClient], Awaitable[list[dict[str, Any]]]],
+) -> list[dict[str, Any]]:
+    """/v1/nodes of the standing coordinator at ``target``, or, without one, of a coordinator embedded for
+    ``nodes_file`` (default ``nodes.toml``) once ``settle`` (a wait on the client) has returned its answer."""
+    if target is not None:
+        async with CoordinatorClient(target) as client:
+            return await client.nodes()
+    async with embedded_coordinator(load_nodes(nodes_file or Path("nodes.toml"))) as client:
+        return await settle(client)
