@@ -7,7 +7,8 @@ import json
 import pytest
 
 from sparkwatch.core.clock import ClockOffset
-from sparkwatch.core.export import SCHEMA, NodeInput, RunSpec, build_export, digest
+from sparkwatch.core.export import SCHEMA, build_export, digest
+from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GpuPoint, GpuTrack, MemPoint, MemTrack
 from sparkwatch.core.windows import Window
 

@@ -10,7 +10,7 @@ from typing import Any
 from sparkwatch import __version__
 from sparkwatch.client import DEFAULT_COORDINATOR, ENV_COORDINATOR, ENV_TOKEN_FILE
 from sparkwatch.commands.demo import MAX_DEMO_NODES
-from sparkwatch.core.export import DEFAULT_INTERVAL_S
+from sparkwatch.core.run_spec import DEFAULT_INTERVAL_S
 
 PROG = "sparkwatch"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from sparkwatch.core.export import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
+from sparkwatch.core.run_spec import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
 from sparkwatch.core.windows import Window
 from sparkwatch_agent.shared.auth import load_token
 

@@ -12,11 +12,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
 from sparkwatch.outputs import write_atomically
 
 LMX_FIELDS = ("gpuPowerWatts", "peakVramGb", "notes")
 MAX_GPU_WATTS = 10_000
-NOTES_MAX_CHARS = 2000
 NOTES_MARK = "Measured by sparkwatch"
 
 
@@ -100,10 +100,10 @@ def merged_notes(existing: Any, ours: str, name: str) -> str:
         return ours
     theirs = existing.split(NOTES_MARK, 1)[0].rstrip()
     combined = f"{theirs}\n\n{ours}" if theirs else ours
-    if len(combined) > NOTES_MAX_CHARS:
+    if len(combined) > LMX_NOTES_MAX_CHARS:
         raise AttachError(
             f"{name}: its notes ({len(theirs)} characters) and sparkwatch's ({len(ours)}) exceed lmx's"
-            f" {NOTES_MAX_CHARS}; shorten the payload's notes"
+            f" {LMX_NOTES_MAX_CHARS}; shorten the payload's notes"
         )
     return combined
 

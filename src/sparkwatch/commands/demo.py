@@ -25,7 +25,7 @@ from sparkwatch.client import CoordinatorClient
 from sparkwatch.commands.embedded import embedded_coordinator
 from sparkwatch.commands.sim_model import SimModel, SimModelSpec, running_sim_model
 from sparkwatch.commands.summary import summary_table
-from sparkwatch.core.export import DEFAULT_INTERVAL_S
+from sparkwatch.core.run_spec import DEFAULT_INTERVAL_S
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.outputs import write_export
 from sparkwatch.proxy.proxy import ProxyConfig

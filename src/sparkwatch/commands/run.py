@@ -28,7 +28,7 @@ import orjson
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.commands.embedded import embedded_coordinator
 from sparkwatch.commands.summary import live_line, summary_table
-from sparkwatch.core.export import DEFAULT_INTERVAL_S
+from sparkwatch.core.run_spec import DEFAULT_INTERVAL_S
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, load_windows
 from sparkwatch.links.nodes_file import load_nodes
 from sparkwatch.outputs import check_output, write_export

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-GIB = 1024**3
+from sparkwatch_agent.shared.units import GIB
 
 
 def _num(value: float | None, fmt: str) -> str:

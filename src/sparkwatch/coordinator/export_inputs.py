@@ -10,14 +10,17 @@ import numpy as np
 
 from sparkwatch import __version__
 from sparkwatch.core.clock import summarise, to_coordinator_ns
-from sparkwatch.core.export import NodeInput, RunSpec, build_export
+from sparkwatch.core.export import build_export
+from sparkwatch.core.memory import BASELINE_S
+from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import I64, GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind
 from sparkwatch.store import Store, StoreError
 from sparkwatch.wire import announced_gpus, unsupported_fields
 
-#: Samples read before the run's start: the memory baseline needs the 10 s before the first window.
-LEAD_NS = 15 * 1_000_000_000
+#: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
+#: (and a few seconds more, for the clock offset and a window that starts before the run).
+LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
 
 
 def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkwatch.core.export import SCHEMA
+from sparkwatch.core.export import LMX_NOTES_MAX_CHARS, SCHEMA
 from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, WINDOW_FIELDS
 
 
@@ -109,6 +109,65 @@ _WINDOW = {
 }
 
 
+_RUN = {
+    "type": "object",
+    "required": ["id", "name", "t_start_ns", "t_end_ns", "sparkwatch_version"],
+    "properties": {
+        "id": {"type": "string"},
+        "name": {"type": "string"},
+        "command": {
+            "type": ["object", "null"],
+            "required": ["argv", "exit_code"],
+            "properties": {
+                "argv": {"type": "array", "items": {"type": "string"}},
+                "exit_code": {"type": "integer"},
+            },
+        },
+        "t_start_ns": {"type": "integer"},
+        "t_end_ns": {"type": "integer"},
+        "sparkwatch_version": {"type": "string"},
+    },
+}
+
+_METHOD = {
+    "type": "object",
+    "required": ["scope", "gate", "interval_s"],
+    "properties": {
+        "scope": {"enum": ["request", "decode", "run"]},
+        "gate": {
+            "type": "object",
+            "required": ["threshold_ratio", "source"],
+            "properties": {"threshold_ratio": {"type": "number"}, "source": {"type": "string"}},
+        },
+        "interval_s": {"type": "number"},
+    },
+}
+
+_TOTALS_FIELDS = {
+    "power_w_gated_mean_sum": _NUM,
+    "energy_j": _NUM,
+    "memory_used_bytes_peak_sum": _INT,
+    "memory_used_bytes_peak_of_sum": _INT,
+    "completion_tokens": _INT,
+    "joules_per_token": _NUM,
+}
+_TOTALS = {
+    "type": "object",
+    "required": list(_TOTALS_FIELDS),
+    "properties": {**_TOTALS_FIELDS, "null_reasons": _REASONS},
+}
+
+_LMX = {
+    "type": "object",
+    "required": ["gpuPowerWatts", "peakVramGb", "notes"],
+    "properties": {
+        "gpuPowerWatts": {"type": "array", "items": _NUM},
+        "peakVramGb": _NUM,
+        "notes": {"type": "string", "maxLength": LMX_NOTES_MAX_CHARS},
+    },
+}
+
+
 def run_schema() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -118,68 +177,11 @@ def run_schema() -> dict[str, Any]:
         "required": ["schema", "run", "method", "nodes", "windows", "totals", "lmx"],
         "properties": {
             "schema": {"const": SCHEMA},
-            "run": {
-                "type": "object",
-                "required": ["id", "name", "t_start_ns", "t_end_ns", "sparkwatch_version"],
-                "properties": {
-                    "id": {"type": "string"},
-                    "name": {"type": "string"},
-                    "command": {
-                        "type": ["object", "null"],
-                        "required": ["argv", "exit_code"],
-                        "properties": {
-                            "argv": {"type": "array", "items": {"type": "string"}},
-                            "exit_code": {"type": "integer"},
-                        },
-                    },
-                    "t_start_ns": {"type": "integer"},
-                    "t_end_ns": {"type": "integer"},
-                    "sparkwatch_version": {"type": "string"},
-                },
-            },
-            "method": {
-                "type": "object",
-                "required": ["scope", "gate", "interval_s"],
-                "properties": {
-                    "scope": {"enum": ["request", "decode", "run"]},
-                    "gate": {
-                        "type": "object",
-                        "required": ["threshold_ratio", "source"],
-                        "properties": {"threshold_ratio": {"type": "number"}, "source": {"type": "string"}},
-                    },
-                    "interval_s": {"type": "number"},
-                },
-            },
+            "run": _RUN,
+            "method": _METHOD,
             "nodes": {"type": "array", "items": _NODE},
             "windows": {"type": "array", "items": _WINDOW},
-            "totals": {
-                "type": "object",
-                "required": [
-                    "power_w_gated_mean_sum",
-                    "energy_j",
-                    "memory_used_bytes_peak_sum",
-                    "memory_used_bytes_peak_of_sum",
-                    "completion_tokens",
-                    "joules_per_token",
-                ],
-                "properties": {
-                    "power_w_gated_mean_sum": _NUM,
-                    "energy_j": _NUM,
-                    "memory_used_bytes_peak_sum": _INT,
-                    "memory_used_bytes_peak_of_sum": _INT,
-                    "completion_tokens": _INT,
-                    "joules_per_token": _NUM,
-                    "null_reasons": _REASONS,
-                },
-            },
-            "lmx": {
-                "type": "object",
-                "required": ["gpuPowerWatts", "peakVramGb", "notes"],
-                "properties": {
-                    "gpuPowerWatts": {"type": "array", "items": _NUM},
-                    "peakVramGb": _NUM,
-                    "notes": {"type": "string", "maxLength": 2000},
-                },
-            },
+            "totals": _TOTALS,
+            "lmx": _LMX,
         },
     }

@@ -23,7 +23,8 @@ class MemoryStats:
 
 
 def node_memory(track: MemTrack, scope: Scope, baseline_before_ns: int | None) -> MemoryStats:
-    """Baseline = median of samples in the 10 s before ``baseline_before_ns``; peak/mean within the scope."""
+    """Baseline = median of samples in the ``BASELINE_S`` before ``baseline_before_ns``; peak/mean within
+    the scope."""
     used = track.used_bytes
     ok = np.isfinite(used)
     baseline = None

@@ -17,7 +17,7 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 #: A gap longer than this many sampling intervals is a gap: nothing is interpolated across it.
-GAP_INTERVALS = 3.0
+GAP_INTERVALS = 3
 
 
 def _nan(value: float | None) -> float:

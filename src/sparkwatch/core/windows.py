@@ -118,9 +118,17 @@ def check_window(w: Window) -> Window:
     return w
 
 
+def epoch_ns_problem(value: int) -> str | None:
+    """Why ``value`` cannot be a Unix epoch ns stamp (seconds, ms and monotonic values are caught), if so."""
+    if EPOCH_NS_MIN <= value <= NS_MAX:
+        return None
+    return f"{value} is not Unix epoch nanoseconds (before 2000 or beyond 64 bits)"
+
+
 def _epoch_ns(name: str, value: int) -> None:
-    if not EPOCH_NS_MIN <= value <= NS_MAX:
-        raise WindowError(name, f"{value} is not Unix epoch nanoseconds (before 2000 or beyond 64 bits)")
+    problem = epoch_ns_problem(value)
+    if problem is not None:
+        raise WindowError(name, problem)
 
 
 def duplicate_id(windows: Iterable[Window]) -> str | None:

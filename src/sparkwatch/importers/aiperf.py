@@ -36,6 +36,8 @@ UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "sec": 1_0
 # TTFT and inter-chunk latencies are perf_counter durations printed as ms floats; the end is a wall stamp.
 # A derived token stamp that lands this little past the end is the float print, not the request.
 CLAMP_SLACK_NS = 1_000
+#: Request metadata copied into each window's source when present.
+SOURCE_KEYS = ("x_request_id", "session_num", "request_num", "conversation_id", "turn_index", "was_cancelled")
 MAPPING: dict[str, object] = {
     "kind": "identity",
     "rule": "time.time_ns() stamps as written; token stamps = request_start_ns + TTFT (+ inter-chunk gaps)",
@@ -67,60 +69,20 @@ def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Wind
     metrics = as_object({} if metrics_value is None else metrics_value, f"{where}.metrics")
     error_value = opt(record, "error")
     error = None if error_value is None else as_object(error_value, f"{where}.error")
-    current = "request_start_ns" in meta
+    current = "request_start_ns" in meta  # else the older schema: timestamp_ns, credit_phase
     phase_key = "benchmark_phase" if current else "credit_phase"
     raw_phase = as_str(opt(meta, phase_key), f"{where}.metadata.{phase_key}")
-    start_key = "request_start_ns" if current else "timestamp_ns"
-    t_start_ns = _stamp(meta, start_key, f"{where}.metadata")
-    if t_start_ns is None:
-        raise Problem(f"{where}.metadata: missing field '{start_key}'")
-    if current:
-        t_end_ns = _stamp(meta, "request_end_ns", f"{where}.metadata")
-    else:
-        t_end_ns = _duration_ns(metrics, "max_response_timestamp", where)
-    if t_end_ns is None:
+    span = _span(meta, metrics, where, current)
+    if span is None:
         if error is not None:
             return None  # an older AIPerf error record: no end stamp, nothing to measure
         raise Problem(f"{where}: no end stamp (metadata.request_end_ns or metrics.max_response_timestamp)")
-    epoch_ns(t_end_ns, f"{where}: request end")
-
-    source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
-    source.update(aiperf_phase=raw_phase, aiperf_schema="request_start_ns" if current else "timestamp_ns")
-    for key in (
-        "x_request_id",
-        "session_num",
-        "request_num",
-        "conversation_id",
-        "turn_index",
-        "was_cancelled",
-    ):
-        if opt(meta, key) is not None:
-            source[key] = (
-                meta[key] if isinstance(meta[key], str | bool) else as_int(meta[key], f"{where}.{key}")
-            )
-    if "x_request_id" in source:
-        source["request_id"] = source["x_request_id"]
-
-    first_token_ns = last_token_ns = None
-    ttft_ns = _duration_ns(metrics, "time_to_first_token", where)
-    if ttft_ns is None:
-        ttft_ns = _duration_ns(metrics, "ttft", where)  # older AIPerf tag
-    if ttft_ns is not None:
-        first_token_ns = _clamped(t_start_ns + ttft_ns, t_end_ns, source, "t_first_token_ns")
-        gaps_ns = _durations_ns(metrics, "inter_chunk_latency", where)
-        if gaps_ns is not None:
-            last_token_ns = _clamped(t_start_ns + ttft_ns + sum(gaps_ns), t_end_ns, source, "t_last_token_ns")
+    t_start_ns, t_end_ns = span
+    source = _source(path, meta, where, raw_phase, current)
+    first_token_ns, last_token_ns = _token_stamps(metrics, where, span, source)
     first_byte_ns = _stamp(meta, "request_ack_ns", f"{where}.metadata")
     if first_byte_ns is not None:
         source["first_byte"] = "request_ack_ns: HTTP response start, which may precede the first SSE chunk"
-
-    http_status = None
-    if error is not None:
-        code = opt(error, "code")
-        if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599:
-            http_status = code
-        if isinstance(opt(error, "type"), str):
-            source["error_type"] = error["type"]
     prompt_tokens = _count(metrics, "input_sequence_length", where)
     if prompt_tokens is None:
         prompt_tokens = _count(metrics, "error_isl", where)
@@ -138,14 +100,67 @@ def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Wind
             t_first_token_ns=first_token_ns,
             t_last_token_ns=last_token_ns,
             prompt_tokens=prompt_tokens,
-            completion_tokens=_count(
-                metrics, "output_sequence_length", where
-            ),  # output + reasoning, like usage
+            # output + reasoning, like usage
+            completion_tokens=_count(metrics, "output_sequence_length", where),
             reasoning_tokens=_count(metrics, "reasoning_token_count", where),
-            http_status=http_status,
+            http_status=_http_status(error, source),
             source=source,
         ),
     )
+
+
+def _span(meta: dict[str, Any], metrics: dict[str, Any], where: str, current: bool) -> tuple[int, int] | None:
+    """Start and end in epoch ns; ``None`` when the record has no end stamp."""
+    start_key = "request_start_ns" if current else "timestamp_ns"
+    t_start_ns = _stamp(meta, start_key, f"{where}.metadata")
+    if t_start_ns is None:
+        raise Problem(f"{where}.metadata: missing field '{start_key}'")
+    if current:
+        t_end_ns = _stamp(meta, "request_end_ns", f"{where}.metadata")
+    else:
+        t_end_ns = _duration_ns(metrics, "max_response_timestamp", where)
+    if t_end_ns is None:
+        return None
+    epoch_ns(t_end_ns, f"{where}: request end")
+    return t_start_ns, t_end_ns
+
+
+def _source(path: Path, meta: dict[str, Any], where: str, raw_phase: str, current: bool) -> dict[str, Any]:
+    source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
+    source.update(aiperf_phase=raw_phase, aiperf_schema="request_start_ns" if current else "timestamp_ns")
+    for key in SOURCE_KEYS:
+        if opt(meta, key) is not None:
+            value = meta[key]
+            source[key] = value if isinstance(value, str | bool) else as_int(value, f"{where}.{key}")
+    if "x_request_id" in source:
+        source["request_id"] = source["x_request_id"]
+    return source
+
+
+def _token_stamps(
+    metrics: dict[str, Any], where: str, span: tuple[int, int], source: dict[str, Any]
+) -> tuple[int | None, int | None]:
+    """First and last token: start + TTFT (+ the inter-chunk gaps), clamped to the end (noted in source)."""
+    t_start_ns, t_end_ns = span
+    ttft_ns = _duration_ns(metrics, "time_to_first_token", where)
+    if ttft_ns is None:
+        ttft_ns = _duration_ns(metrics, "ttft", where)  # older AIPerf tag
+    if ttft_ns is None:
+        return None, None
+    first_token_ns = _clamped(t_start_ns + ttft_ns, t_end_ns, source, "t_first_token_ns")
+    gaps_ns = _durations_ns(metrics, "inter_chunk_latency", where)
+    if gaps_ns is None:
+        return first_token_ns, None
+    return first_token_ns, _clamped(t_start_ns + ttft_ns + sum(gaps_ns), t_end_ns, source, "t_last_token_ns")
+
+
+def _http_status(error: dict[str, Any] | None, source: dict[str, Any]) -> int | None:
+    if error is None:
+        return None
+    if isinstance(opt(error, "type"), str):
+        source["error_type"] = error["type"]
+    code = opt(error, "code")
+    return code if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599 else None
 
 
 def _stamp(meta: dict[str, Any], key: str, where: str) -> int | None:

@@ -17,7 +17,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from sparkwatch.core.windows import EPOCH_NS_MIN, NS_MAX, Window, WindowError, check_window
+from sparkwatch.core.windows import EPOCH_NS_MIN, NS_MAX, Window, WindowError, check_window, epoch_ns_problem
 
 NS_PER_S = 1_000_000_000
 _DIGITS = re.compile(r"[0-9]+")
@@ -253,8 +253,9 @@ def float_resolution_s(seconds: float) -> float:
 
 def epoch_ns(value: int, where: str) -> int:
     """An integer that must be a Unix epoch ns stamp (catches seconds, ms and monotonic values)."""
-    if not EPOCH_NS_MIN <= value <= NS_MAX:
-        raise Problem(f"{where} = {value} is not Unix epoch nanoseconds (before 2000 or beyond 64 bits)")
+    problem = epoch_ns_problem(value)
+    if problem is not None:
+        raise Problem(f"{where}: {problem}")
     return value
 
 

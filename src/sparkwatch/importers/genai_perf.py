@@ -78,7 +78,6 @@ def _window(
         raise Problem(f"{where}.response_timestamps are not in arrival order")
     outputs = opt(request, "response_outputs")
     bodies = outputs if isinstance(outputs, list) and len(outputs) == len(stamps) else None
-    flags = _token_flags(kind, bodies)
     source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
     source.update(service_kind=kind, responses=len(stamps), experiment_index=index[0], request_index=index[1])
     for key in ("mode", "value"):
@@ -89,16 +88,7 @@ def _window(
             )
     if "sequence_id" in request:
         source["sequence_id"] = as_int(request["sequence_id"], f"{where}.sequence_id")
-    first_token = last_token = None
-    if flags is None:
-        first_token, last_token = stamps[0], stamps[-1]
-        source["first_token"] = "first response (which responses carried tokens is not determinable)"
-    elif any(flags):
-        carrying = [stamp for stamp, flag in zip(stamps, flags, strict=True) if flag]
-        first_token, last_token = carrying[0], carrying[-1]
-        source["first_token"] = "first response with content or reasoning text"
-    else:
-        source["first_token"] = "no response carried content"
+    first_token, last_token = _token_stamps(stamps, _token_flags(kind, bodies), source)
     usage, finish_reason = _usage_and_finish(kind, bodies, where)
     return checked(
         where,
@@ -119,6 +109,21 @@ def _window(
             source=source,
         ),
     )
+
+
+def _token_stamps(
+    stamps: list[int], flags: list[bool] | None, source: dict[str, Any]
+) -> tuple[int | None, int | None]:
+    """First and last response that carried a token (how it was decided goes into ``source``)."""
+    if flags is None:
+        source["first_token"] = "first response (which responses carried tokens is not determinable)"
+        return stamps[0], stamps[-1]
+    if not any(flags):
+        source["first_token"] = "no response carried content"
+        return None, None
+    carrying = [stamp for stamp, flag in zip(stamps, flags, strict=True) if flag]
+    source["first_token"] = "first response with content or reasoning text"
+    return carrying[0], carrying[-1]
 
 
 def _token_flags(kind: str | None, bodies: list[Any] | None) -> list[bool] | None:

@@ -114,71 +114,77 @@ class Proxy:
         phase = self._arrival_phase(header) if generation else "timed"
         counted_warmup = generation and header is None and phase == "warmup"
         body = await request.read()
-        headers = [
-            (k, v)
-            for k, v in request.headers.items()
-            if k.lower() not in HOP_BY_HOP and k.lower() != PHASE_HEADER.lower()
-        ]
         # the path exactly as the client encoded it (%2F stays %2F)
         url = URL(self.upstream + request.raw_path, encoded=True)
-        watcher = ResponseWatcher(streaming=False)
         try:
             upstream = await self._session.request(
-                request.method, url, headers=headers, data=body or None, allow_redirects=False
+                request.method, url, headers=_forwarded(request), data=body or None, allow_redirects=False
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("upstream %s: %s", url, exc)
             if generation:
-                notes = {"upstream_unreachable": True}
                 if counted_warmup:
                     self._release_warmup()
-                self._submit(request, phase, (t_start, self._now_ns()), 502, watcher, notes=notes)
+                span = (t_start, self._now_ns())
+                watcher = ResponseWatcher(streaming=False)
+                self._submit(request, phase, span, 502, watcher, notes={"upstream_unreachable": True})
             return json_error(502, "bad_gateway", f"upstream {self.upstream} did not answer: {exc}")
-        streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
-        watcher = ResponseWatcher(streaming=streaming)
+        watcher = ResponseWatcher(
+            streaming=upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+        )
+        notes = {"compressed": encoded, "client_disconnected": False, "upstream_broke_off": False}
+        try:
+            return await self._relay(request, upstream, watcher, notes, parse=generation and not encoded)
+        finally:
+            upstream.release()
+            if generation:
+                if counted_warmup and (upstream.status >= 400 or notes["upstream_broke_off"]):
+                    self._release_warmup()
+                span = (t_start, self._now_ns())
+                self._submit(request, phase, span, upstream.status, watcher, notes=notes)
+
+    async def _relay(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        watcher: ResponseWatcher,
+        notes: dict[str, bool],
+        *,
+        parse: bool,
+    ) -> web.StreamResponse:
+        """Write the upstream's answer to the client chunk by chunk as it arrives, showing each chunk to
+        ``watcher`` after it was written (with ``parse`` off, only its first byte is stamped); ``notes``
+        learns whether the client hung up or the upstream broke off."""
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for k, v in upstream.headers.items():
             if k.lower() not in HOP_BY_HOP:
                 response.headers.add(k, v)
         if upstream.content_length is not None:
             response.content_length = upstream.content_length
-        disconnected = upstream_failed = False
         try:
             await response.prepare(request)
             try:
                 async for chunk in upstream.content.iter_any():
                     t_chunk = self._now_ns()
                     await response.write(chunk)
-                    if generation and not encoded:
+                    if parse:
                         watcher.feed(chunk, t_chunk)
                     elif watcher.stamps.t_first_byte_ns is None:
                         watcher.stamps.t_first_byte_ns = t_chunk
             except aiohttp.ClientPayloadError as exc:
                 # the upstream broke off mid-body: the client must see a truncated response, not a clean end
-                log.warning("upstream %s broke off the response: %s", url, exc)
-                upstream_failed = True
+                log.warning("upstream %s broke off the response: %s", upstream.url, exc)
+                notes["upstream_broke_off"] = True
                 response.force_close()
             else:
                 await response.write_eof()
         except ConnectionResetError:
-            disconnected = True  # the client hung up: nothing to answer, but the window is still kept
+            notes["client_disconnected"] = True  # nothing to answer, but the window is still kept
             log.info("client hung up during %s", request.path)
         except asyncio.CancelledError:
-            disconnected = True
+            notes["client_disconnected"] = True
             raise
-        finally:
-            upstream.release()
-            if generation:
-                notes = {
-                    "compressed": encoded,
-                    "client_disconnected": disconnected,
-                    "upstream_broke_off": upstream_failed,
-                }
-                if counted_warmup and (upstream.status >= 400 or upstream_failed):
-                    self._release_warmup()
-                span = (t_start, self._now_ns())
-                self._submit(request, phase, span, upstream.status, watcher, notes=notes)
         return response
 
     def _submit(
@@ -225,6 +231,12 @@ class Proxy:
                 source=source,
             )
         )
+
+
+def _forwarded(request: web.Request) -> list[tuple[str, str]]:
+    """The client's headers as the upstream gets them: hop-by-hop ones and our phase header dropped."""
+    phase = PHASE_HEADER.lower()
+    return [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != phase]
 
 
 def _within(t_ns: int | None, lo: int, hi: int) -> int | None:

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from sparkwatch.core.export import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
+from sparkwatch.core.run_spec import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
 from sparkwatch.core.windows import PHASE_RE, ScopeKind, Window, check_window, duplicate_id
 
 

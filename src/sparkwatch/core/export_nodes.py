@@ -1,0 +1,156 @@
+"""Each node's part of the export: its figures over the scope and its entry in every window."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sparkwatch.core.integrals import Integrals
+from sparkwatch.core.memory import BASELINE_S, MemoryStats, node_memory
+from sparkwatch.core.power import PowerStats, scope_stats, window_stats
+from sparkwatch.core.run_spec import NodeInput
+from sparkwatch.core.tracks import I64
+from sparkwatch.core.windows import Scope, ScopeKind
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What every node is measured against: the scope, and each window's measured span."""
+
+    scope: Scope
+    gate_threshold: float
+    span_kind: ScopeKind  # the part of each window measured: request or decode
+    measured: list[bool]  # per window: in the scope's phases, not failed, with the stamps its span needs
+    first_window_ns: int | None  # the memory baseline ends here
+    starts: I64
+    ends: I64
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFigures:
+    json: dict[str, Any]  # the node's entry in ``nodes``
+    windows: list[dict[str, Any]]  # its entry in each window's ``nodes``, in window order
+    gpu_power_w: list[float | None]  # gated mean per GPU, for lmx
+    memory_peak_bytes: int | None
+
+
+def sum_known(values: Sequence[float | None]) -> float | None:
+    """The sum, or ``None`` when any value is unknown (or there is none)."""
+    return None if not values or any(v is None for v in values) else float(sum(v for v in values if v))
+
+
+def worst_known(values: Sequence[float | None], pick: Callable[..., Any]) -> float | None:
+    """The worst of the per-GPU values, or ``None`` when any of them is unknown."""
+    if not values or any(v is None for v in values):
+        return None
+    return float(pick(v for v in values if v is not None))
+
+
+def rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
+    integrals = [Integrals.build(track, plan.gate_threshold) for track in node.gpus]
+    stats = [scope_stats(i, plan.scope) for i in integrals]
+    memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
+    return NodeFigures(
+        json=_node_json(node, stats, memory, plan.gate_threshold),
+        windows=_window_entries(node.node, integrals, plan),
+        gpu_power_w=[s.gated_mean_w for s in stats],
+        memory_peak_bytes=memory.peak_bytes,
+    )
+
+
+def _node_json(
+    node: NodeInput, stats: Sequence[PowerStats], memory: MemoryStats, threshold: float
+) -> dict[str, Any]:
+    return {
+        "node": node.node,
+        "hardware": node.hardware,
+        "memory_model": node.memory_model,
+        "clock": node.clock.to_json() if node.clock else {"offset_ns": None, "uncertainty_ns": None},
+        "unsupported": node.unsupported,
+        **_node_power(stats),
+        "memory_used_bytes": {
+            "baseline": memory.baseline_bytes,
+            "peak": memory.peak_bytes,
+            "mean": memory.mean_bytes,
+        },
+        "samples": {
+            "count": min([s.samples for s in stats] or [0]),
+            "coverage_ratio": rounded(worst_known([s.coverage_ratio for s in stats], min), 4),
+            "max_gap_s": rounded(worst_known([s.max_gap_s for s in stats], max), 3),
+        },
+        "gpus": [
+            {
+                "uuid": uuid,
+                "power_w_gated_mean": rounded(s.gated_mean_w),
+                "energy_j": rounded(s.energy_j),
+                "gated_s": rounded(s.gated_s),
+                "excluded_s": rounded(s.excluded_s),
+            }
+            for uuid, s in zip(node.gpu_uuids, stats, strict=True)
+        ],
+        "null_reasons": {**_null_reasons(stats, threshold), **_memory_reasons(memory)},
+    }
+
+
+def _window_entries(name: str, integrals: Sequence[Integrals], plan: Plan) -> list[dict[str, Any]]:
+    per_gpu = [window_stats(i, plan.starts, plan.ends) for i in integrals]
+    return [
+        {
+            "node": name,
+            "power_w_gated_mean": rounded(sum_known([wp.gated_mean_w[k] for wp in per_gpu])),
+            "energy_j": rounded(sum_known([wp.energy_j[k] for wp in per_gpu])),
+            "coverage_ratio": rounded(worst_known([wp.coverage_ratio[k] for wp in per_gpu], min), 4),
+        }
+        for k in range(len(plan.starts))
+    ]
+
+
+def _node_power(stats: Sequence[PowerStats]) -> dict[str, Any]:
+    """A node's figures: per-GPU figures summed (a GB10 has one GPU, so they are its own)."""
+    methods = {s.method for s in stats if s.method != "none"}
+    return {
+        "power_w": {
+            "gated_mean": rounded(sum_known([s.gated_mean_w for s in stats])),
+            "mean": rounded(sum_known([s.mean_w for s in stats])),
+            "max": rounded(sum_known([s.max_w for s in stats])),
+        },
+        "energy_j": rounded(sum_known([s.energy_j for s in stats])),
+        "energy_method": methods.pop() if len(methods) == 1 else ("mixed" if methods else "none"),
+        "gated_s": rounded(sum(s.gated_s for s in stats)),
+        "excluded_s": rounded(sum(s.excluded_s for s in stats)),
+    }
+
+
+def _null_reasons(stats: Sequence[PowerStats], threshold: float) -> dict[str, str]:
+    reasons: dict[str, str] = {}
+    if not stats:
+        reasons["power_w"] = "no GPU samples from this node"
+        return reasons
+    if any(s.covered_s == 0 for s in stats):
+        reasons["power_w.mean"] = "no valid sample interval inside the scope"
+        reasons["energy_j"] = "no valid sample interval inside the scope"
+    if any(s.gated_s == 0 for s in stats):
+        reasons["power_w.gated_mean"] = f"no interval inside the scope with utilisation >= {threshold:g}"
+    return reasons
+
+
+def _memory_reasons(memory: MemoryStats) -> dict[str, str]:
+    reasons: dict[str, str] = {}
+    if memory.peak_bytes is None:
+        reasons["memory_used_bytes"] = "no memory sample inside the scope"
+    if memory.baseline_bytes is None:
+        reasons["memory_used_bytes.baseline"] = (
+            f"no memory sample in the {BASELINE_S:g} s before the first window"
+        )
+    return reasons
+
+
+def spans(starts: list[int], ends: list[int]) -> tuple[I64, I64]:
+    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)

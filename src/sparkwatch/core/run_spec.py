@@ -1,0 +1,42 @@
+"""What an export is computed from: the run's method (with its defaults) and each node's tracks and facts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.tracks import GpuTrack, MemTrack
+from sparkwatch.core.windows import ScopeKind
+
+#: What a run measures unless it asks otherwise: the sampling interval it leases from the agents, the
+#: utilisation the gate lets through, the scope.
+DEFAULT_INTERVAL_S = 0.1
+DEFAULT_GATE_THRESHOLD = 0.5
+DEFAULT_SCOPE: ScopeKind = "request"
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    id: str
+    name: str
+    t_start_ns: int
+    t_end_ns: int
+    interval_s: float
+    gate_threshold: float = DEFAULT_GATE_THRESHOLD
+    scope: ScopeKind = DEFAULT_SCOPE
+    phases: frozenset[str] = frozenset({"timed"})
+    command: dict[str, Any] | None = None  # the wrapped benchmark command and its exit code, when known
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInput:
+    node: str
+    gpus: Sequence[GpuTrack]
+    gpu_uuids: Sequence[str]
+    memory: MemTrack
+    clock: ClockOffset | None
+    memory_model: str = "unknown"
+    hardware: dict[str, Any] = field(default_factory=dict)
+    unsupported: dict[str, str] = field(default_factory=dict)
