@@ -12,9 +12,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def fake_nvml_dir() -> pathlib.Path:
-    """Compile tests/fake_nvml into a temp dir (the same library the tests use) and return the dir."""
+    """Compile tests/doubles/fake_nvml into a temp dir (the same library the tests use) and return the dir."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from fake_nvml import build_fake_nvml
+    from doubles.fake_nvml import build_fake_nvml
 
     out = pathlib.Path(tempfile.mkdtemp(prefix="sparkwatch-bench-nvml-"))
     build_fake_nvml(out)

@@ -5,18 +5,13 @@ from __future__ import annotations
 import ctypes
 import os
 import pathlib
-import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from fake_nvml import build_fake_nvml
+from doubles.fake_nvml import build_fake_nvml
+from helpers.processes import AgentProcess, free_port
 
 
 @pytest.fixture(scope="session")
@@ -49,54 +44,6 @@ def nvml_profile(
             monkeypatch.delenv("FAKE_NVML_CONTROL", raising=False)
 
     yield select
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class AgentProcess:
-    """A real `sparkwatch-agent serve` subprocess on a loopback port."""
-
-    def __init__(self, args: list[str], env: dict[str, str], port: int) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkwatch_agent", "serve", "--listen", f"127.0.0.1:{port}", *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def wait_ready(self, timeout_s: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"agent exited early: {self.proc.stderr.read() if self.proc.stderr else ''}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/metrics", timeout=1) as r:
-                    # ready = the first sample exists (the server answers, with a count of 0, before it)
-                    if re.search(rb"^sparkwatch_agent_samples_total\{[^}]*\} [1-9]", r.read(), re.M):
-                        return
-                time.sleep(0.02)
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("agent did not become ready")
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.stderr.read() if self.proc.stderr else ""
 
 
 @pytest.fixture

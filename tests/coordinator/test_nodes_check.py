@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from conftest import free_port
+from helpers.processes import free_port
 from sparkwatch.commands.nodes_check import check_cluster, check_node
 from sparkwatch_agent.hardware.host_facts import STA_UNSYNC, TIME_ERROR, read_time_sync
 

@@ -1,4 +1,4 @@
-"""Tests of the fake NVML library itself (tests/fake_nvml), through the real pynvml.
+"""Tests of the fake NVML library itself (tests/doubles/fake_nvml), through the real pynvml.
 
 Each check runs a short snippet in a subprocess so that every case gets a fresh
 dlopen() and its own environment; the snippet prints one JSON object.
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from fake_nvml import LIBRARY_NAME, build_fake_nvml, write_control
+from doubles.fake_nvml import LIBRARY_NAME, build_fake_nvml, write_control
 
-TESTS_DIR = pathlib.Path(__file__).resolve().parent
+TESTS_DIR = pathlib.Path(__file__).resolve().parents[1]
 
 # Prepended to every snippet: pynvml, the helpers, and a call wrapper that
 # turns NVMLError into {"error": code, "exc": class name}.
@@ -27,7 +27,7 @@ PRELUDE = textwrap.dedent(
     import ctypes, json, os, pathlib, sys, time
     sys.path.insert(0, {str(TESTS_DIR)!r})
     import pynvml
-    from fake_nvml import write_control
+    from doubles.fake_nvml import write_control
 
     def call(fn, *args):
         try:

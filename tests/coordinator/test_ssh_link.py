@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from conftest import free_port
+from helpers.processes import free_port
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink

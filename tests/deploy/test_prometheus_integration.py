@@ -28,13 +28,12 @@ from typing import Any
 
 import pytest
 import yaml
-
-from conftest import AgentProcess, free_port
-from fake_nvml import write_control
-from test_coordinator_e2e import Coordinator, sim_load
 from test_grafana_dashboards import dashboard_queries, load_dashboards, recording_rules, variable_queries
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from doubles.fake_nvml import write_control
+from helpers.processes import AgentProcess, Coordinator, free_port, sim_load
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "deploy" / "prometheus"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from conftest import free_port
+from helpers.processes import free_port
 from sparkwatch.commands.demo import COLD_UTIL, MODEL_BYTES_PER_NODE, warm_util
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch_agent.hardware.sim import SimSpec
@@ -356,7 +356,7 @@ def test_nodes_check_uses_the_coordinator_from_the_environment(tmp_path: pathlib
 def test_import_command_posts_a_good_file_and_refuses_a_bad_one(
     tmp_path: pathlib.Path, agent_factory: Any
 ) -> None:
-    from test_coordinator_e2e import Coordinator
+    from helpers.processes import Coordinator
 
     agent = agent_factory("--backend", "sim", "--node", "n0")
     coord = Coordinator(tmp_path, f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
@@ -364,7 +364,7 @@ def test_import_command_posts_a_good_file_and_refuses_a_bad_one(
     try:
         _, run = coord.call("POST", "/v1/runs", {"name": "imports"})
         env = {**os.environ, "SPARKWATCH_COORDINATOR": coord.url, "SPARKWATCH_TOKEN_FILE": str(coord.token)}
-        good = pathlib.Path(__file__).parent / "fixtures/harness/plain/windows.csv"
+        good = pathlib.Path(__file__).parents[1] / "fixtures/harness/plain/windows.csv"
         cli = [sys.executable, "-m", "sparkwatch", "import"]
         ok = subprocess.run(
             [*cli, "plain", str(good), "--run", run["id"]], capture_output=True, text=True, env=env

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nvml_fake import GPU_IS_LOST, UNKNOWN, gb10_fake
+from doubles.nvml_fake import GPU_IS_LOST, UNKNOWN, gb10_fake
 from sparkwatch_agent.hardware.meminfo import parse_meminfo
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
 from sparkwatch_agent.hardware.readings import HostMemory

@@ -92,7 +92,7 @@ def write_control(path: pathlib.Path, **values: str | int | list[str]) -> None:
     file.  The new file's mtime is forced past the old one's, so even a
     same-sized rewrite within one filesystem timestamp tick is noticed.
     """
-    lines: list[str] = ["# written by tests/fake_nvml.write_control"]
+    lines: list[str] = ["# written by tests/doubles/fake_nvml.write_control"]
     for key, value in values.items():
         items = value if isinstance(value, list) else [value]
         lines.extend(f"{key}={item}" for item in items)

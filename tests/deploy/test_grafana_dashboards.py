@@ -2,7 +2,7 @@
 
 Dashboards are hand-edited JSON that nothing else validates: a datasource id pasted from one Grafana, a uid
 that changes (and breaks every link), or a misspelled metric only shows up as an empty panel. These checks
-catch that here; tests/test_prometheus_integration.py runs every query against a real Prometheus.
+catch that here; tests/deploy/test_prometheus_integration.py runs every query against a real Prometheus.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from prometheus_client import generate_latest
 
 from sparkwatch.coordinator.api.metrics import coordinator_registry
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
 PROVISIONING = ROOT / "grafana" / "provisioning"
 RULES = ROOT / "deploy" / "prometheus" / "rules" / "sparkwatch.rules.yml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvml_fake import (
+from doubles.nvml_fake import (
     DRIVER_NOT_LOADED,
     FUNCTION_NOT_FOUND,
     GPU_IS_LOST,

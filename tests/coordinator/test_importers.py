@@ -28,7 +28,7 @@ from sparkwatch.importers import (
     vllm,
 )
 
-HARNESS = Path(__file__).parent / "fixtures" / "harness"
+HARNESS = Path(__file__).parents[1] / "fixtures" / "harness"
 MS = 1_000_000
 S = 1_000_000_000
 ANCHOR = ClockAnchor(wall_ns=1_759_522_400 * S, mono_ns=8_100 * S, uncertainty_ns=2_000)

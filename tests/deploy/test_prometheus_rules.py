@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROM = ROOT / "deploy" / "prometheus"
 COMPOSE = ROOT / "deploy" / "compose"
 RULES = PROM / "rules" / "sparkwatch.rules.yml"

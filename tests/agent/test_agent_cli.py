@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from conftest import free_port
+from helpers.processes import free_port
 
 AGENT = [sys.executable, "-m", "sparkwatch_agent"]
 

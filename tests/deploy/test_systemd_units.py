@@ -42,9 +42,9 @@ from typing import Any
 
 import pytest
 
-from conftest import free_port
+from helpers.processes import free_port
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SYSTEMD_DIR = ROOT / "deploy" / "systemd"
 AGENT_UNIT = "sparkwatch-agent.service"
 COORDINATOR_UNIT = "sparkwatch-coordinator.service"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import time
@@ -19,96 +18,8 @@ from typing import Any
 
 import pytest
 
-from conftest import free_port
-from fake_nvml import write_control
-
-TOKEN = "coordinator-token-0123456789"
-
-
-class Coordinator:
-    def __init__(self, tmp: pathlib.Path, nodes_toml: str, port: int | None = None) -> None:
-        self.nodes = tmp / "nodes.toml"
-        self.nodes.write_text(nodes_toml)
-        self.token = tmp / "token"
-        self.token.write_text(TOKEN)
-        self.token.chmod(0o600)
-        self.db = tmp / "coord.db"
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[str] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sparkwatch",
-                "coordinator",
-                "--nodes",
-                str(self.nodes),
-                "--db",
-                str(self.db),
-                "--listen",
-                f"127.0.0.1:{self.port}",
-                "--token-file",
-                str(self.token),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                if self.call("GET", "/v1/nodes")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("coordinator did not start")
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(5)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(5)
-
-    def call(
-        self, method: str, path: str, body: Any = None, token: str | None = TOKEN, raw: bytes | None = None
-    ) -> tuple[int, Any]:
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        headers = {"Content-Type": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read() or b"null")
-
-
-def wait_connected(coord: Coordinator, count: int, timeout_s: float = 15) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        _, body = coord.call("GET", "/v1/nodes")
-        if sum(n["connected"] and n["samples_ingested"] > 0 for n in body["nodes"]) == count:
-            return list(body["nodes"])
-        time.sleep(0.1)
-    raise AssertionError(f"nodes did not connect: {body}")
-
-
-def sim_load(agent: Any, util: float) -> None:
-    req = urllib.request.Request(
-        f"{agent.url}/v1/sim/load",
-        data=json.dumps({"util_ratio": util}).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    urllib.request.urlopen(req, timeout=5).read()
+from doubles.fake_nvml import write_control
+from helpers.processes import Coordinator, sim_load, wait_connected
 
 
 @pytest.fixture

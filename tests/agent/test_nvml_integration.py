@@ -15,7 +15,7 @@ import aiohttp
 import pynvml
 import pytest
 
-from fake_nvml import write_control
+from doubles.fake_nvml import write_control
 from sparkwatch_agent.hardware.nvml import direct as nvml_direct
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
 from sparkwatch_agent.hardware.readings import DeviceError

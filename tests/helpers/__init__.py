@@ -1,0 +1,1 @@
+"""Helpers several test folders share: real processes started on loopback and the calls they answer."""

@@ -1,0 +1,152 @@
+"""Real sparkwatch processes on loopback ports: an agent, a coordinator, and the calls tests make to them."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AgentProcess:
+    """A real `sparkwatch-agent serve` subprocess on a loopback port."""
+
+    def __init__(self, args: list[str], env: dict[str, str], port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkwatch_agent", "serve", "--listen", f"127.0.0.1:{port}", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def wait_ready(self, timeout_s: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"agent exited early: {self.proc.stderr.read() if self.proc.stderr else ''}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/metrics", timeout=1) as r:
+                    # ready = the first sample exists (the server answers, with a count of 0, before it)
+                    if re.search(rb"^sparkwatch_agent_samples_total\{[^}]*\} [1-9]", r.read(), re.M):
+                        return
+                time.sleep(0.02)
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("agent did not become ready")
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.stderr.read() if self.proc.stderr else ""
+
+
+TOKEN = "coordinator-token-0123456789"
+
+
+class Coordinator:
+    def __init__(self, tmp: pathlib.Path, nodes_toml: str, port: int | None = None) -> None:
+        self.nodes = tmp / "nodes.toml"
+        self.nodes.write_text(nodes_toml)
+        self.token = tmp / "token"
+        self.token.write_text(TOKEN)
+        self.token.chmod(0o600)
+        self.db = tmp / "coord.db"
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sparkwatch",
+                "coordinator",
+                "--nodes",
+                str(self.nodes),
+                "--db",
+                str(self.db),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--token-file",
+                str(self.token),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if self.call("GET", "/v1/nodes")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("coordinator did not start")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(5)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(5)
+
+    def call(
+        self, method: str, path: str, body: Any = None, token: str | None = TOKEN, raw: bytes | None = None
+    ) -> tuple[int, Any]:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"null")
+
+
+def wait_connected(coord: Coordinator, count: int, timeout_s: float = 15) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _, body = coord.call("GET", "/v1/nodes")
+        if sum(n["connected"] and n["samples_ingested"] > 0 for n in body["nodes"]) == count:
+            return list(body["nodes"])
+        time.sleep(0.1)
+    raise AssertionError(f"nodes did not connect: {body}")
+
+
+def sim_load(agent: Any, util: float) -> None:
+    req = urllib.request.Request(
+        f"{agent.url}/v1/sim/load",
+        data=json.dumps({"util_ratio": util}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(req, timeout=5).read()

@@ -1,0 +1,36 @@
+"""The tree stays a source tree: build artefacts never show up in git status."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "build/lib/sparkwatch/cli.py",  # what `pip install .` leaves behind
+        "agent/build/lib/sparkwatch_agent/cli.py",
+        "dist/sparkwatch-0.1.0.tar.gz",
+        "src/sparkwatch.egg-info/PKG-INFO",
+        "agent/src/sparkwatch_agent.egg-info/PKG-INFO",
+        "src/sparkwatch/__pycache__/cli.cpython-311.pyc",
+        ".venv/bin/python",
+    ],
+)
+def test_build_artefacts_are_ignored(path: str) -> None:
+    result = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT, capture_output=True, timeout=30
+    )
+    assert result.returncode == 0, f"{path} would show in git status"
+
+
+def test_sources_are_not_ignored() -> None:
+    result = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", "src/sparkwatch/cli.py"], cwd=ROOT, timeout=30
+    )
+    assert result.returncode == 1
