@@ -34,3 +34,27 @@ def test_sources_are_not_ignored() -> None:
         ["git", "check-ignore", "--no-index", "-q", "src/sparkwatch/cli.py"], cwd=ROOT, timeout=30
     )
     assert result.returncode == 1
+
+
+SOURCES = [*(ROOT / "src").rglob("*.py"), *(ROOT / "agent" / "src").rglob("*.py")]
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def test_modules_and_functions_stay_small() -> None:
+    """A module does one thing its name says (about 300-400 lines at most); a long function is split into
+    named helpers."""
+    import ast
+
+    too_long = []
+    for path in SOURCES:
+        text = path.read_text()
+        rel = path.relative_to(ROOT)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{rel}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{rel}:{node.lineno} {node.name}(): {length} lines")
+    assert SOURCES and too_long == []

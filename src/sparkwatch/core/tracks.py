@@ -20,8 +20,26 @@ I64 = npt.NDArray[np.int64]
 GAP_INTERVALS = 3
 
 
-def _nan(value: float | None) -> float:
-    return float("nan") if value is None else float(value)
+def _floats(values: list[float | None] | list[int | None]) -> F64:
+    """Values as a float array, unknown (None) as NaN."""
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def _in_time_order(t_ns: I64, segment: I64, interval_s: F64) -> tuple[I64, I64, I64, I64]:
+    """The one sort of a track (by time, then boot, stably): the order, and time, segment and the per-sample
+    gap limit (``GAP_INTERVALS`` × the nominal interval) in that order."""
+    order = np.lexsort((segment, t_ns))
+    max_gap = np.round(GAP_INTERVALS * interval_s[order] * 1e9).astype(np.int64)
+    return order, t_ns[order], segment[order], max_gap
+
+
+def _times(points: list[GpuPoint] | list[MemPoint]) -> tuple[I64, I64, F64]:
+    """Time, segment and nominal interval columns of points in any order (from_arrays sorts them)."""
+    return (
+        np.array([p.t_ns for p in points], dtype=np.int64),
+        np.array([p.segment for p in points], dtype=np.int64),
+        np.array([p.interval_s for p in points], dtype=np.float64),
+    )
 
 
 def known(value: float) -> float | None:
@@ -61,14 +79,12 @@ class GpuTrack:
 
     @staticmethod
     def from_points(points: Iterable[GpuPoint]) -> GpuTrack:
-        pts = sorted(points, key=lambda p: (p.t_ns, p.segment))
-        return GpuTrack(
-            t_ns=np.array([p.t_ns for p in pts], dtype=np.int64),
-            segment=np.array([p.segment for p in pts], dtype=np.int64),
-            max_gap_ns=np.array([round(GAP_INTERVALS * p.interval_s * 1e9) for p in pts], dtype=np.int64),
-            power_w=np.array([_nan(p.power_w) for p in pts], dtype=np.float64),
-            energy_j=np.array([_nan(p.energy_j) for p in pts], dtype=np.float64),
-            util_ratio=np.array([_nan(p.util_ratio) for p in pts], dtype=np.float64),
+        pts = list(points)
+        return GpuTrack.from_arrays(
+            *_times(pts),
+            power_w=_floats([p.power_w for p in pts]),
+            energy_j=_floats([p.energy_j for p in pts]),
+            util_ratio=_floats([p.util_ratio for p in pts]),
         )
 
     @staticmethod
@@ -76,11 +92,11 @@ class GpuTrack:
         t_ns: I64, segment: I64, interval_s: F64, *, power_w: F64, energy_j: F64, util_ratio: F64
     ) -> GpuTrack:
         """Arrays already aligned (NaN = unknown); sorted here by time, stably."""
-        order = np.lexsort((segment, t_ns))
+        order, t, seg, max_gap = _in_time_order(t_ns, segment, interval_s)
         return GpuTrack(
-            t_ns=t_ns[order],
-            segment=segment[order],
-            max_gap_ns=np.round(GAP_INTERVALS * interval_s[order] * 1e9).astype(np.int64),
+            t_ns=t,
+            segment=seg,
+            max_gap_ns=max_gap,
             power_w=power_w[order],
             energy_j=energy_j[order],
             util_ratio=util_ratio[order],
@@ -96,21 +112,11 @@ class MemTrack:
 
     @staticmethod
     def from_points(points: Iterable[MemPoint]) -> MemTrack:
-        pts = sorted(points, key=lambda p: (p.t_ns, p.segment))
-        return MemTrack(
-            t_ns=np.array([p.t_ns for p in pts], dtype=np.int64),
-            segment=np.array([p.segment for p in pts], dtype=np.int64),
-            max_gap_ns=np.array([round(GAP_INTERVALS * p.interval_s * 1e9) for p in pts], dtype=np.int64),
-            used_bytes=np.array([_nan(p.used_bytes) for p in pts], dtype=np.float64),
-        )
+        pts = list(points)
+        return MemTrack.from_arrays(*_times(pts), _floats([p.used_bytes for p in pts]))
 
     @staticmethod
     def from_arrays(t_ns: I64, segment: I64, interval_s: F64, used_bytes: F64) -> MemTrack:
         """Arrays already aligned (NaN = unknown); sorted here by time, stably."""
-        order = np.lexsort((segment, t_ns))
-        return MemTrack(
-            t_ns=t_ns[order],
-            segment=segment[order],
-            max_gap_ns=np.round(GAP_INTERVALS * interval_s[order] * 1e9).astype(np.int64),
-            used_bytes=used_bytes[order],
-        )
+        order, t, seg, max_gap = _in_time_order(t_ns, segment, interval_s)
+        return MemTrack(t_ns=t, segment=seg, max_gap_ns=max_gap, used_bytes=used_bytes[order])

@@ -122,9 +122,7 @@ def _current(
         phase = "timed"
     source = base_source(FORMAT, path, "unix_s", MAPPING, float_resolution_s(float(start_s)))
     source.update(guidellm_schema=">=0.4", measure_start_ns=measure_start_ns, measure_end_ns=measure_end_ns)
-    error = opt(info, "error")
-    if isinstance(error, str) and error:
-        source["error"] = error[:ERROR_TEXT_MAX_CHARS]
+    _note_error(source, opt(info, "error"))
     return checked(
         where,
         Window(
@@ -147,9 +145,7 @@ def _legacy(path: Path, stats: dict[str, Any], where: str, window_id: str) -> Wi
     end_s = as_number(field(stats, "end_time", where), f"{where}.end_time")
     source = base_source(FORMAT, path, "unix_s", MAPPING, float_resolution_s(float(start_s)))
     source.update(guidellm_schema="0.2-0.3", warmup_cooldown="dropped from the report by guidellm")
-    error = opt(stats, "error")
-    if isinstance(error, str) and error:
-        source["error"] = error[:ERROR_TEXT_MAX_CHARS]
+    _note_error(source, opt(stats, "error"))
     return checked(
         where,
         Window(
@@ -164,6 +160,12 @@ def _legacy(path: Path, stats: dict[str, Any], where: str, window_id: str) -> Wi
             source=source,
         ),
     )
+
+
+def _note_error(source: dict[str, Any], error: Any) -> None:
+    """A failed request's error text, shortened, goes into the window's source."""
+    if isinstance(error, str) and error:
+        source["error"] = error[:ERROR_TEXT_MAX_CHARS]
 
 
 def _count(stats: dict[str, Any], key: str, where: str) -> int | None:
