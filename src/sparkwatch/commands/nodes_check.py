@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkwatch.wire import capability_gaps
+
 #: A clock uncertainty above this is more than 1 % of a one-second window.
 MAX_UNCERTAINTY_S = 0.010
 #: Offsets are corrected, but one this large means the node's clock is not disciplined at all.
@@ -50,16 +52,6 @@ class NodeCheck:
         }
 
 
-def _unsupported(capabilities: dict[str, Any] | None) -> dict[str, set[str]]:
-    """field → the GPUs (by index) on which it is not trusted to measure."""
-    out: dict[str, set[str]] = {}
-    for gpu in (capabilities or {}).get("gpus", []):
-        for name, status in gpu.get("fields", {}).items():
-            if not status.get("supported"):
-                out.setdefault(name, set()).add(str(gpu.get("index")))
-    return out
-
-
 def _time_sync(hardware: dict[str, Any] | None) -> tuple[str, bool | None]:
     sync = ((hardware or {}).get("host") or {}).get("time_sync") or {}
     synced = sync.get("synchronized")
@@ -83,7 +75,7 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
     check.memory_model = node.get("memory_model")
     check.interval_s = node.get("interval_s")
     capabilities = node.get("capabilities") or {}
-    unsupported = _unsupported(capabilities)
+    unsupported = capability_gaps(capabilities)  # field -> the GPUs that do not measure it
     check.unsupported = sorted(unsupported)
     hardware = node.get("hardware") or {}
     if not capabilities.get("gpus"):

@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import sys
@@ -27,6 +26,7 @@ import orjson
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.commands.embedded import embedded_coordinator
+from sparkwatch.commands.redaction import default_name, redact_argv
 from sparkwatch.commands.summary import live_line, summary_table
 from sparkwatch.core.run_spec import DEFAULT_INTERVAL_S
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, load_windows
@@ -35,6 +35,7 @@ from sparkwatch.outputs import check_output, write_export
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
+from sparkwatch_agent.shared.lifecycle import StopPolicy
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class Interrupts:
         self.requested = asyncio.Event()
         self.proc: asyncio.subprocess.Process | None = None
         self._out = out
-        self._count = 0
+        self._policy = StopPolicy(self._first)  # the second request exits at once, as everywhere
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
@@ -148,18 +149,21 @@ class Interrupts:
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
 
+    @property
+    def _running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
     def _on_signal(self, term: bool) -> None:
-        running = self.proc is not None and self.proc.returncode is None
-        if term and running:
+        if term and self._running:
             assert self.proc is not None
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
             return
-        self._count += 1
-        if self._count > 1:
-            os._exit(130)
+        self._policy.request("SIGTERM" if term else "SIGINT")
+
+    def _first(self, _why: str) -> None:
         self.requested.set()
-        what = "the command to stop" if running else "the run to be ended and exported"
+        what = "the command to stop" if self._running else "the run to be ended and exported"
         self._out.write(f"sparkwatch: waiting for {what} (Ctrl-C again to quit at once)\n")
 
 
@@ -364,37 +368,4 @@ def _anchor_now() -> ClockAnchor:
     return ClockAnchor(wall_ns=best[0], mono_ns=best[1], uncertainty_ns=max(1, best[2] // 2))
 
 
-SECRET_FLAG = re.compile(r"key|token|secret|passw|auth|cred", re.IGNORECASE)
 MAX_STATUS_LINE_BYTES = 1 << 20
-
-
-def default_name(command: Sequence[str]) -> str:
-    """The program and its leading words (``lmx speed-test run sglang``): never its option values,
-    which may hold an API key."""
-    words = [Path(command[0]).name]
-    for arg in command[1:5]:
-        if arg.startswith("-"):
-            break
-        words.append(arg)
-    return " ".join(words)[:200]
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """argv with the values of key/token/secret/password options replaced, for an export people publish."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        flag, eq, _value = arg.partition("=")
-        if arg.startswith("-") and SECRET_FLAG.search(flag):
-            if eq:
-                out.append(f"{flag}=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
