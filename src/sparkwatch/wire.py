@@ -269,9 +269,9 @@ def capability_gaps(capabilities: Any) -> dict[str, dict[str, str]]:
 
 
 def unsupported_fields(hello: Mapping[str, Any] | None) -> dict[str, str]:
-    """field → the reason it is not measured (the first GPU's that lacks it)."""
+    """field → the reason it is not measured (the last GPU's that lacks it)."""
     gaps = capability_gaps((hello or {}).get("capabilities"))
-    return {name: next(iter(by_gpu.values())) for name, by_gpu in gaps.items()}
+    return {name: next(reversed(by_gpu.values())) for name, by_gpu in gaps.items()}
 
 
 def _capability_gpus(capabilities: Any) -> list[dict[str, Any]]:

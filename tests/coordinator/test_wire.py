@@ -131,7 +131,7 @@ def test_what_a_hello_says() -> None:
         "memory_info": {"0": "NOT_SUPPORTED", "1": "NO_PERMISSION"},
         "memory_utilization": {"0": "untrusted"},
     }
-    assert unsupported_fields(HELLO) == {"memory_info": "NOT_SUPPORTED", "memory_utilization": "untrusted"}
+    assert unsupported_fields(HELLO) == {"memory_info": "NO_PERMISSION", "memory_utilization": "untrusted"}
     assert announced_gpus(None) == [] and unsupported_fields({"capabilities": "junk"}) == {}
 
 

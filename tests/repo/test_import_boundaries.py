@@ -21,12 +21,14 @@ CORE_FORBIDDEN = {
     "subprocess",
     "pydantic",
 }
+#: What the core may import of the agent's distribution: units, named once for both.
+CORE_MAY_IMPORT = ("sparkwatch_agent.shared.units",)
 #: What the sparkwatch distribution may import of the agent's (the demo runs simulated agents).
 ROOT_MAY_IMPORT = ("sparkwatch_agent.shared", "sparkwatch_agent.config")
 DEMO_MAY_IMPORT = ("sparkwatch_agent.assemble",)
 
 #: The stages of each house, bottom up; a module may import its own stage and those below it.
-AGENT_STAGES = {
+AGENT_STAGES: dict[str, float] = {
     "shared": 0,
     "hardware": 1,
     "sampling": 2,
@@ -37,7 +39,7 @@ AGENT_STAGES = {
     "__main__": 5,
     "__init__": 0,
 }
-ROOT_STAGES = {
+ROOT_STAGES: dict[str, float] = {
     "__init__": 0,
     "wire": 0,
     "core": 0,
@@ -48,6 +50,8 @@ ROOT_STAGES = {
     "links": 2,
     "proxy": 2,
     "coordinator": 3,
+    "coordinator.api": 3.5,  # the API reaches the service, never the other way
+    "coordinator.serve": 3.7,  # the process: service and API together
     "commands": 4,
     "cli_parser": 5,
     "cli": 5,
@@ -72,20 +76,24 @@ def roots(path: pathlib.Path) -> set[str]:
     return {name.split(".")[0] for name in imports(path)}
 
 
-def stage_of(dotted: str, package: str, stages: dict[str, int]) -> int | None:
-    """The stage of a module named ``package.x...`` (None for a name outside the package or unknown)."""
+def stage_of(dotted: str, package: str, stages: dict[str, float]) -> float | None:
+    """The stage of a module named ``package.x.y...``: that of ``x.y`` where it has its own, else ``x``
+    (None for a name outside the package or unknown)."""
     parts = dotted.split(".")
     if parts[0] != package:
         return None
+    if len(parts) > 2 and ".".join(parts[1:3]) in stages:
+        return stages[".".join(parts[1:3])]
     return stages.get(parts[1] if len(parts) > 1 else "__init__")
 
 
-def upward_imports(base: pathlib.Path, package: str, stages: dict[str, int]) -> list[str]:
+def upward_imports(base: pathlib.Path, package: str, stages: dict[str, float]) -> list[str]:
     found = []
     for path in sorted(base.rglob("*.py")):
         rel = path.relative_to(base).with_suffix("")
-        own = stages[rel.parts[0]]
-        for name in imports(path):
+        own = stage_of(".".join((package, *rel.parts)), package, stages)
+        assert own is not None, rel
+        for name in sorted(imports(path)):
             target = stage_of(name, package, stages)
             if target is not None and target > own:
                 found.append(f"{package}/{rel.as_posix()} imports {name}")
@@ -135,7 +143,10 @@ def test_core_is_pure_and_wire_stands_alone() -> None:
     for path in (COORD / "core").rglob("*.py"):
         bad = roots(path) & CORE_FORBIDDEN
         ours = {
-            n for n in imports(path) if n.startswith("sparkwatch.") and not n.startswith("sparkwatch.core")
+            n
+            for n in imports(path)
+            if (n.startswith("sparkwatch.") and not n.startswith("sparkwatch.core"))
+            or (n.startswith("sparkwatch_agent") and not n.startswith(CORE_MAY_IMPORT))
         }
         if bad or ours:
             offenders.append(f"{path.relative_to(ROOT)}: {sorted(bad | ours)}")
@@ -158,4 +169,13 @@ def test_the_checks_catch_a_violation(tmp_path: pathlib.Path) -> None:
     assert upward_imports(house, "sparkwatch_agent", AGENT_STAGES) == [
         "sparkwatch_agent/hardware/gpu imports sparkwatch_agent.serving.metrics",
         "sparkwatch_agent/hardware/gpu imports sparkwatch_agent.serving.metrics.make_registry",
+    ]
+    root = tmp_path / "sparkwatch"
+    (root / "coordinator").mkdir(parents=True)
+    (root / "coordinator" / "service.py").write_text(
+        "from sparkwatch.coordinator.api.models import RunCreate\n"
+    )
+    assert upward_imports(root, "sparkwatch", ROOT_STAGES) == [
+        "sparkwatch/coordinator/service imports sparkwatch.coordinator.api.models",
+        "sparkwatch/coordinator/service imports sparkwatch.coordinator.api.models.RunCreate",
     ]

@@ -35,7 +35,6 @@ def assemble(
     config: AgentConfig,
     clocks: Clocks | None = None,
     on_sample: Callable[[Sample], None] | None = None,
-    on_tick: Callable[[], None] | None = None,
 ) -> AgentParts:
     """The parts, built and not started: nothing is opened until the sampler's first capture."""
     clocks = clocks or Clocks(wall_ns=time.time_ns, mono_ns=time.monotonic_ns)
@@ -62,7 +61,6 @@ def assemble(
         ring=SampleRing(config.ring_size, encode=encode_sample),
         clocks=clocks,
         on_sample=on_sample,
-        on_tick=on_tick,
     )
     return AgentParts(sampler=sampler, sim=sim)
 

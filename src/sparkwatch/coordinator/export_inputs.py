@@ -43,7 +43,8 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
     # one track per GPU, keyed by UUID (an index can change when the GPU backend re-opens); GPUs the agent
     # announced but that have no samples in range still get a track, so lmx.gpuPowerWatts keeps one entry
     # per GPU in node order (null for those)
-    uuids = list(dict.fromkeys([*announced_gpus(hello), *gpu.uuid]))
+    by_index = np.lexsort((gpu.t_wall_ns, gpu.gpu_index))  # GPUs the hello does not name: by index
+    uuids = list(dict.fromkeys([*announced_gpus(hello), *(gpu.uuid[i] for i in by_index)]))
     gpu_uuid = np.array(gpu.uuid, dtype=object)
     gpu_t, gpu_seg = times(gpu.t_wall_ns), segments(gpu.boot_id)
     tracks = []

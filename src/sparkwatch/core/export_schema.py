@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkwatch.core.export import LMX_NOTES_MAX_CHARS, SCHEMA
-from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, WINDOW_FIELDS
+from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, REQUIRED_FIELDS, WINDOW_FIELDS
 
 
 def _nullable(kind: str, **extra: Any) -> dict[str, Any]:
@@ -86,7 +86,7 @@ _WINDOW_FIELDS: dict[str, Any] = {
 
 _WINDOW = {
     "type": "object",
-    "required": [*WINDOW_FIELDS, "verdict", "reasons", "nodes", "in_scope"],
+    "required": [*REQUIRED_FIELDS, "verdict", "reasons", "nodes", "in_scope", *WINDOW_FIELDS[4:]],
     "properties": {
         **{name: _WINDOW_FIELDS[name] for name in WINDOW_FIELDS},
         "in_scope": {"type": "boolean"},

@@ -17,7 +17,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from sparkwatch.core.windows import EPOCH_NS_MIN, NS_MAX, Window, WindowError, check_window, epoch_ns_problem
+from sparkwatch.core.windows import NS_MAX, Window, WindowError, check_window, epoch_ns_problem
 
 NS_PER_S = 1_000_000_000
 _DIGITS = re.compile(r"[0-9]+")
@@ -58,8 +58,9 @@ class ClockAnchor:
             )
         wall_ns, mono_ns = int(parts[0]), int(parts[1])
         uncertainty_ns = int(parts[2]) if len(parts) == 3 else 0
-        if not EPOCH_NS_MIN <= wall_ns <= NS_MAX:
-            raise ValueError(f"clock anchor {shown!r}: WALL_NS {wall_ns} is not Unix epoch nanoseconds")
+        problem = epoch_ns_problem(wall_ns)
+        if problem is not None:
+            raise ValueError(f"clock anchor {shown!r}: WALL_NS {problem}")
         if mono_ns > NS_MAX or uncertainty_ns > NS_MAX:
             raise ValueError(f"clock anchor {shown!r}: value out of the 64-bit range")
         return cls(wall_ns=wall_ns, mono_ns=mono_ns, uncertainty_ns=uncertainty_ns)

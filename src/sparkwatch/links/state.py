@@ -34,7 +34,7 @@ _LEVELS = {
     LinkStatus.STREAMING: logging.INFO,
     LinkStatus.DOWN: logging.WARNING,
     LinkStatus.UNAUTHORIZED: logging.ERROR,
-    LinkStatus.STOPPED: logging.INFO,
+    LinkStatus.STOPPED: logging.DEBUG,  # every link stops with its coordinator: nothing to tell
 }
 
 

@@ -178,19 +178,21 @@ class Store:
     def gpu_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> GpuRows:
         """Every GPU's samples of ``node`` with agent wall time in [t_from_ns, t_to_ns], in no set order."""
         rows = self._db.execute(
-            "SELECT boot_id, t_wall_ns, interval_s, gpu0_uuid, gpu0_power_w, gpu0_energy_j, gpu0_util_ratio"
-            " FROM samples WHERE node = ? AND t_wall_ns BETWEEN ? AND ? AND gpu0_uuid IS NOT NULL"
+            "SELECT boot_id, t_wall_ns, interval_s, 0, gpu0_uuid, gpu0_power_w, gpu0_energy_j,"
+            " gpu0_util_ratio FROM samples"
+            " WHERE node = ? AND t_wall_ns BETWEEN ? AND ? AND gpu0_uuid IS NOT NULL"
             " UNION ALL"
-            " SELECT s.boot_id, s.t_wall_ns, s.interval_s, g.uuid, g.power_w, g.energy_j, g.util_ratio"
+            " SELECT s.boot_id, s.t_wall_ns, s.interval_s, g.gpu, g.uuid, g.power_w, g.energy_j, g.util_ratio"
             " FROM samples s JOIN gpu_samples g USING (node, boot_id, seq)"
             " WHERE s.node = ? AND s.t_wall_ns BETWEEN ? AND ?",
             (node, t_from_ns, t_to_ns, node, t_from_ns, t_to_ns),
         ).fetchall()
-        boot, t_wall, interval, uuid, power, energy, util = _columns(rows, 7)
+        boot, t_wall, interval, index, uuid, power, energy, util = _columns(rows, 8)
         return GpuRows(
             boot_id=list(boot),
             t_wall_ns=np.array(t_wall, dtype=np.int64),
             interval_s=np.array(interval, dtype=np.float64),
+            gpu_index=np.array(index, dtype=np.int64),
             uuid=list(uuid),
             power_w=np.array(power, dtype=np.float64),  # NULL becomes NaN: unknown
             energy_j=np.array(energy, dtype=np.float64),

@@ -30,6 +30,7 @@ class GpuRows:
     boot_id: list[str]
     t_wall_ns: I64
     interval_s: F64
+    gpu_index: I64  # as the agent numbered the GPU in that sample
     uuid: list[str]
     power_w: F64
     energy_j: F64

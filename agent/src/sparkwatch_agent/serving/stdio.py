@@ -46,7 +46,7 @@ def _apply_command(
             )
         elif kind == "release":
             sampler.leases.release(holder)
-        elif kind == "time":  # a clock probe: stamped on arrival, answered ahead of any samples
+        elif kind == FRAME_TIME:  # a clock probe: stamped on arrival, answered ahead of any samples
             reply = {
                 "type": FRAME_TIME,
                 "id": cmd.get("id"),
