@@ -65,6 +65,7 @@ class TimeFrame(NamedTuple):
     id: int
     t_wall_ns: int
     boot_id: str
+    t_mono_ns: int | None = None
 
 
 Frame = SampleFrame | GapFrame | HelloFrame | TimeFrame
@@ -100,8 +101,16 @@ def decode_frame(line: str, data: dict[str, Any]) -> Frame | None:
     if kind == FRAME_HELLO:
         return HelloFrame(_str(data, "boot_id"), data)
     if kind == FRAME_TIME:
-        return TimeFrame(_int(data, "id", 0), _int(data, "t_wall_ns", 0), _str(data, "boot_id"))
+        return time_reply(data, _int(data, "id", 0))
     return None
+
+
+def time_reply(data: Any, probe_id: int = 0) -> TimeFrame:
+    """A clock probe's answer: a ``time`` frame on the stdio stream, or the body of ``GET /v1/time``."""
+    if not isinstance(data, dict):
+        raise FrameError("a time reply must be an object")
+    mono = None if data.get("t_mono_ns") is None else _int(data, "t_mono_ns", 0)
+    return TimeFrame(probe_id, _int(data, "t_wall_ns", 0), _str(data, "boot_id"), mono)
 
 
 def _parsed_lines(text: str, node: str) -> list[tuple[str, dict[str, Any]]]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.clock import ClockOffset, NodeClock
 from sparkwatch.core.export import SCHEMA, build_export, digest
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GpuPoint, GpuTrack, MemPoint, MemTrack
@@ -32,7 +32,11 @@ def node(name: str, idle_w: float, busy_w: float, busy: list[tuple[int, int]], m
         gpus=[GpuTrack.from_points(gpu)],
         gpu_uuids=[f"GPU-{name}"],
         memory=MemTrack.from_points(mem),
-        clock=ClockOffset(offset_ns=0, uncertainty_ns=600_000, probes_used=5, probes_total=10),
+        clock=NodeClock(
+            summary=ClockOffset(offset_ns=0, uncertainty_ns=600_000, probes_used=5, probes_total=10),
+            method="monotonic",
+            rate_ppm=0.0,
+        ),
         memory_model="unified",
     )
 

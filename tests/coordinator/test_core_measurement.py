@@ -200,3 +200,20 @@ def test_window_stats_vectorised() -> None:
 def test_no_gated_interval_is_none_not_zero() -> None:
     stats = scope_stats(Integrals.build(constant_track(8.0, 50, util=0.1), 0.5), union([(T0, T0 + 4 * S)]))
     assert stats.gated_mean_w is None and stats.gated_s == 0 and stats.mean_w == pytest.approx(8.0)
+
+
+def test_implausible_power_is_rejected_never_averaged() -> None:
+    """A counter that jumps 50 kJ in 0.1 s (0.5 MW) is no GPU: the interval is a counted gap."""
+    points = []
+    energy = 1000.0
+    for k in range(41):
+        if k:
+            energy += 50.0 * 0.1 + (50_000.0 if k == 20 else 0.0)
+        points.append(GpuPoint(T0 + k * S // 10, 0, 0.1, 50.0, energy, 1.0))
+    integrals = Integrals.build(GpuTrack.from_points(points), 0.5)
+    stats = scope_stats(integrals, union([(T0, T0 + 4 * S)]))
+    assert stats.implausible == 1 and stats.gated_mean_w == pytest.approx(50.0)
+    assert stats.energy_j == pytest.approx(50.0 * 3.9) and stats.coverage_ratio == pytest.approx(3.9 / 4)
+    starts = np.array([T0 + S, T0 + 19 * S // 10], dtype=np.int64)
+    windows = window_stats(integrals, starts, starts + S // 2)
+    assert windows.implausible == [0, 1] and windows.gated_mean_w == pytest.approx([50.0, 50.0])

@@ -9,7 +9,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
 from sparkwatch.store import Store, StoreError
 from sparkwatch.store.db import RunRow
@@ -26,7 +26,7 @@ def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> SampleFrame
         "boot_id": boot,
         "node": "n1",
         "t_wall_ns": T0 + seq * S // 10,
-        "t_mono_ns": seq,
+        "t_mono_ns": seq * S // 10,
         "interval_s": 0.1,
         "gpu_error": None,
         "gpus": [{"index": 0, "uuid": "GPU-x", "power_w": power, "energy_j": 10.0 + seq, "util_ratio": 0.5}],
@@ -40,7 +40,7 @@ def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> SampleFrame
 
 def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == 2
+    assert store.schema_version == 3
     store.close()
     mode = sqlite3.connect(tmp_path / "sw.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
@@ -59,7 +59,7 @@ def test_a_version_1_database_is_migrated_keeping_its_windows(tmp_path: pathlib.
     db.commit()
     db.close()
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == 2
+    assert store.schema_version == 3
     (old,) = store.windows("r1")
     assert (old.prompt_tokens, old.completion_tokens, old.reasoning_tokens, old.http_status) == (
         3,
@@ -89,12 +89,20 @@ def test_ingest_is_idempotent_and_survives_restart(tmp_path: pathlib.Path) -> No
     reopened = Store(tmp_path / "sw.db")
     assert reopened.count_samples("n1") == 15
     assert reopened.latest_boot("n1") == ("b1", 15)
-    rows = reopened.gpu_rows("n1", T0, T0 + 10 * S)
-    first = int(np.argmin(rows.t_wall_ns))
-    assert len(rows.uuid) == 15 and rows.power_w[first] == 5.0 and rows.energy_j[first] == 11.0
-    assert rows.uuid[first] == "GPU-x" and rows.boot_id[first] == "b1" and rows.interval_s[first] == 0.1
-    memory = reopened.mem_rows("n1", T0, T0 + 10 * S)
-    assert memory.used_bytes[int(np.argmin(memory.t_wall_ns))] == 1001
+    boot = reopened.boot_samples("n1", "b1")
+    seqs = boot.seq_range("t_mono_ns", 0, S)  # seq k was taken at monotonic k/10 s
+    assert seqs == (1, 11) and boot.seq_range("t_wall_ns", T0 + S // 10, T0 + S) == (1, 11)
+    assert boot.seq_range("t_mono_ns", 2 * S, 3 * S) is None
+    rows = boot.gpu_rows(seqs)
+    first = int(np.argmin(rows.t_mono_ns))
+    assert len(rows.uuid) == 10 and rows.power_w[first] == 5.0 and rows.energy_j[first] == 11.0
+    assert (
+        rows.uuid[first] == "GPU-x"
+        and rows.interval_s[first] == 0.1
+        and rows.t_wall_ns[first] == T0 + S // 10
+    )
+    memory = boot.mem_rows(seqs)
+    assert memory.used_bytes.tolist() == [1000 + k for k in range(1, 11)]  # in seq order
 
 
 def test_new_boot_and_gap_are_recorded(tmp_path: pathlib.Path) -> None:
@@ -112,7 +120,8 @@ def test_new_boot_and_gap_are_recorded(tmp_path: pathlib.Path) -> None:
 def test_unknown_power_is_stored_as_null(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
     store.ingest("n1", "b1", [sample(1, power=None)])
-    assert np.isnan(store.gpu_rows("n1", T0, T0 + S).power_w).all()  # unknown: never a number
+    rows = store.boot_samples("n1", "b1").gpu_rows((1, 2))
+    assert len(rows.power_w) == 1 and np.isnan(rows.power_w).all()  # unknown: never a number
 
 
 def test_runs_windows_all_or_nothing(tmp_path: pathlib.Path) -> None:
@@ -138,8 +147,13 @@ def test_runs_windows_all_or_nothing(tmp_path: pathlib.Path) -> None:
 def test_clock_offsets(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db", now_ns=lambda: T0)
     store.add_offset("n1", "b1", ClockOffset(5 * S, 1000, 5, 10))
-    store.add_offset("n1", "b1", ClockOffset(5 * S + 10, 900, 5, 10), t_ns=T0 + S)
-    assert store.offsets("n1", "b1") == [(T0, 5 * S, 1000), (T0 + S, 5 * S + 10, 900)]
+    store.add_offset("n1", "b1", ClockOffset(5 * S + 10, 900, 5, 10, mono_offset_ns=7 * S), t_ns=T0 + S)
+    store.add_offset("n1", "b2", ClockOffset(6 * S, 800, 5, 10), t_ns=T0 + 900 * S)  # far outside: left out
+    store.add_offset("n1", "b3", ClockOffset(4 * S, 700, 5, 10), t_ns=T0 - 10 * S)  # nearest before: kept
+    assert store.offset_rounds("n1", T0, T0 + 2 * S) == {
+        "b3": [OffsetRound(T0 - 10 * S, 4 * S, 700)],
+        "b1": [OffsetRound(T0, 5 * S, 1000), OffsetRound(T0 + S, 5 * S + 10, 900, 7 * S)],
+    }
 
 
 def test_export_reads_windows_past_the_run_end_and_keeps_one_entry_per_gpu(tmp_path: pathlib.Path) -> None:
@@ -150,6 +164,8 @@ def test_export_reads_windows_past_the_run_end_and_keeps_one_entry_per_gpu(tmp_p
     store.record_hello("n1", {"boot_id": "b1", "capabilities": {"gpus": [gpu]}, "memory_model": "unified"})
     store.record_hello("n2", {"boot_id": "b9", "capabilities": {"gpus": [{**gpu, "uuid": "GPU-y"}]}})
     store.ingest("n1", "b1", [sample(i) for i in range(1, 301)])  # 0.1 s .. 30 s, 5 W, util 0.5
+    for t in (T0, T0 + 30 * S):  # probe rounds: the agent's clocks are the coordinator's (mono from T0)
+        store.add_offset("n1", "b1", ClockOffset(0, 1000, 5, 8, mono_offset_ns=T0), t_ns=t)
     store.create_run(RunRow("r1", "demo", T0, None, 0.1, 0.5, "request"))
     store.end_run("r1", T0 + 10 * S)
     store.add_windows("r1", [Window("w", "timed", T0 + 5 * S, T0 + 20 * S)])  # ends after the run

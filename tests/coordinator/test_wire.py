@@ -99,7 +99,7 @@ def test_hello_gap_and_time_frames() -> None:
     hello, gap, reply = decode_lines(text, "n")
     assert hello == HelloFrame("b9", {"type": "hello", "boot_id": "b9", "node": "n"})
     assert gap == GapFrame(after=3, missing=40)
-    assert reply == TimeFrame(id=4, t_wall_ns=12, boot_id="b9")
+    assert reply == TimeFrame(id=4, t_wall_ns=12, boot_id="b9", t_mono_ns=3)
 
 
 HELLO = {

@@ -123,7 +123,7 @@ def test_auth_and_bad_bodies(cluster: Any) -> None:
     assert coord.call("POST", "/v1/runs", raw=b"{nope")[0] == 400
     assert coord.call("GET", "/v1/runs")[1]["runs"] == []  # nothing stored
     _, run = coord.call("POST", "/v1/runs", {"name": "ok"})
-    t0 = 1_800_000_000 * 10**9
+    t0 = time.time_ns()
     good = {"id": "w1", "phase": "timed", "t_start_ns": t0 + 10, "t_end_ns": t0 + 20}
     bad_batches = [
         {"windows": [good, {**good, "id": "w2", "t_end_ns": t0 + 5}]},  # end before start
@@ -135,10 +135,14 @@ def test_auth_and_bad_bodies(cluster: Any) -> None:
         {"windows": [good, {**good, "id": "w6", "completion_tokens": 10**30}]},
         {"windows": [{**good, "t_start_ns": 10, "t_end_ns": 20}]},  # not Unix epoch ns
         {"windows": [{**good, "t_start_ns": float(t0)}]},  # a float is not an integer stamp
+        {"windows": [{**good, "t_end_ns": 2**63 - 1}]},  # once made every export of the run fail
+        {"windows": [{**good, "t_end_ns": t0 + 25 * 3600 * 10**9}]},  # a day past the open run's now
     ]
     for batch in bad_batches:
         status, reply = coord.call("POST", f"/v1/runs/{run['id']}/windows", batch)
         assert status == 400, batch
+    far = coord.call("POST", f"/v1/runs/{run['id']}/windows", bad_batches[-1])[1]
+    assert far["error"] == "invalid_body" and "more than 24 h outside the run" in far["reason"]
     # a broken window rule names the window and its field, with the importers' wording
     status, reply = coord.call("POST", f"/v1/runs/{run['id']}/windows", bad_batches[0])
     assert reply["reason"] == [

@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 
 from sparkwatch import __version__
-from sparkwatch.core.clock import summarise, to_coordinator_ns
+from sparkwatch.coordinator.boot_reads import BootRead, read_boot
+from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
 from sparkwatch.core.export import build_export
 from sparkwatch.core.memory import BASELINE_S
 from sparkwatch.core.run_spec import NodeInput, RunSpec
-from sparkwatch.core.tracks import I64, GpuTrack, MemTrack
+from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind
 from sparkwatch.store import Store, StoreError
 from sparkwatch.wire import announced_gpus, unsupported_fields
@@ -24,29 +25,28 @@ LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
 
 
 def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
-    """One node's tracks on the coordinator's clock, with its clock offset and what its hello said."""
-    offsets = store.offsets(node)
-    clock = summarise(offsets, t_from_ns, t_to_ns)
-    shift = clock.offset_ns if clock else 0
-    gpu = store.gpu_rows(node, t_from_ns - shift - LEAD_NS, t_to_ns - shift)
-    mem = store.mem_rows(node, t_from_ns - shift - LEAD_NS, t_to_ns - shift)
+    """One node's tracks on the coordinator's clock, how they got there, and what its hello said."""
+    rounds = store.offset_rounds(node, t_from_ns - LEAD_NS, t_to_ns)
+    reads = [
+        read_boot(store.boot_samples(node, boot), boot_rounds, t_from_ns - LEAD_NS, t_to_ns)
+        for boot, boot_rounds in rounds.items()
+    ]
     latest = store.latest_boot(node)
     hello = store.hello(node, latest[0]) if latest else None
-    boots: dict[str, int] = {}  # agent boot -> segment: samples of different boots never form an interval
-
-    def segments(boot_ids: list[str]) -> I64:
-        return np.array([boots.setdefault(b, len(boots)) for b in boot_ids], dtype=np.int64)
-
-    def times(agent_ns: I64) -> I64:
-        return to_coordinator_ns(agent_ns, offsets) if offsets and len(agent_ns) else agent_ns
-
+    gpu_t = _joined([r.gpu_t_ns for r in reads], np.int64)
+    gpu_seg = _joined([np.full(len(r.gpu_t_ns), k) for k, r in enumerate(reads)], np.int64)
+    gpu_interval = _joined([r.gpu.interval_s for r in reads], np.float64)
+    gpu_index = _joined([r.gpu.gpu_index for r in reads], np.int64)
+    gpu_uuid = np.array([u for r in reads for u in r.gpu.uuid], dtype=object)
+    power, energy, util = (
+        _joined([getattr(r.gpu, column) for r in reads], np.float64)
+        for column in ("power_w", "energy_j", "util_ratio")
+    )
     # one track per GPU, keyed by UUID (an index can change when the GPU backend re-opens); GPUs the agent
     # announced but that have no samples in range still get a track, so lmx.gpuPowerWatts keeps one entry
-    # per GPU in node order (null for those)
-    by_index = np.lexsort((gpu.t_wall_ns, gpu.gpu_index))  # GPUs the hello does not name: by index
-    uuids = list(dict.fromkeys([*announced_gpus(hello), *(gpu.uuid[i] for i in by_index)]))
-    gpu_uuid = np.array(gpu.uuid, dtype=object)
-    gpu_t, gpu_seg = times(gpu.t_wall_ns), segments(gpu.boot_id)
+    # per GPU in node order (null for those); the others follow by index
+    by_index = np.lexsort((gpu_t, gpu_index))
+    uuids = list(dict.fromkeys([*announced_gpus(hello), *(str(gpu_uuid[i]) for i in by_index)]))
     tracks = []
     for uuid in uuids:
         mine = gpu_uuid == uuid
@@ -54,23 +54,47 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
             GpuTrack.from_arrays(
                 gpu_t[mine],
                 gpu_seg[mine],
-                gpu.interval_s[mine],
-                power_w=gpu.power_w[mine],
-                energy_j=gpu.energy_j[mine],
-                util_ratio=gpu.util_ratio[mine],
+                gpu_interval[mine],
+                power_w=power[mine],
+                energy_j=energy[mine],
+                util_ratio=util[mine],
             )
         )
-    memory = MemTrack.from_arrays(times(mem.t_wall_ns), segments(mem.boot_id), mem.interval_s, mem.used_bytes)
+    memory = MemTrack.from_arrays(
+        _joined([r.memory_t_ns for r in reads], np.int64),
+        _joined([np.full(len(r.memory_t_ns), k) for k, r in enumerate(reads)], np.int64),
+        _joined([r.memory.interval_s for r in reads], np.float64),
+        _joined([r.memory.used_bytes for r in reads], np.float64),
+    )
     return NodeInput(
         node=node,
         gpus=tracks,
         gpu_uuids=uuids,
         memory=memory,
-        clock=clock,
+        clock=_node_clock(rounds, reads, t_from_ns, t_to_ns),
         memory_model=str((hello or {}).get("memory_model", "unknown")),
         hardware=dict((hello or {}).get("hardware", {})),
         unsupported=unsupported_fields(hello),
     )
+
+
+def _node_clock(
+    rounds: dict[str, list[OffsetRound]], reads: Sequence[BootRead], t_from_ns: int, t_to_ns: int
+) -> NodeClock:
+    fits = [r.fit for r in reads if r.fit is not None]
+    method = "monotonic" if len(fits) == len(reads) else ("wall" if not fits else "mixed")
+    every = sorted((r for boot_rounds in rounds.values() for r in boot_rounds), key=lambda r: r.t_ns)
+    return NodeClock(
+        summary=summarise(every, t_from_ns, t_to_ns),
+        method=method if reads else "none",
+        rate_ppm=fits[-1].rate * 1e6 if fits else None,
+        steps=tuple(s for r in reads for s in r.steps),
+        disagreements=tuple(d for f in fits for d in f.disagreements),
+    )
+
+
+def _joined(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
 
 
 def export_run(store: Store, run_id: str, nodes: Sequence[str], now_ns: Callable[[], int]) -> dict[str, Any]:

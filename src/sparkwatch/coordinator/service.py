@@ -16,11 +16,11 @@ from typing import Any
 import aiohttp
 
 from sparkwatch.coordinator.export_inputs import export_run
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
-from sparkwatch.store import Store
+from sparkwatch.store import Invalid, Store
 from sparkwatch.store.db import RunRow
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,11 @@ class Coordinator:
         return self.store.run(run_id), self.store.count_windows(run_id)
 
     def add_windows(self, run_id: str, windows: Sequence[Window]) -> int:
+        """All or nothing; a window a day away from the run is refused (``Invalid``)."""
+        run = self.store.run(run_id)
+        far = outside_run(windows, run.t_start_ns, run.t_end_ns or self.now_ns())
+        if far is not None:
+            raise Invalid(far)
         return self.store.add_windows(run_id, windows)
 
     def begin_mark(self, run_id: str, name: str, phase: str) -> int:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkwatch.core.export_nodes import NodeFigures, Plan, node_figures, rounded, spans, sum_known
+from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
 from sparkwatch.core.memory import peak_of_sum
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GAP_INTERVALS
@@ -24,8 +25,15 @@ NO_DECODE_STAMPS = "no first/last token stamps, so nothing to measure in the dec
 
 
 def verdict(
-    length_s: float, coverages: Sequence[float | None], interval_s: float, uncertainty_s: float
+    length_s: float,
+    coverages: Sequence[float | None],
+    interval_s: float,
+    uncertainty_s: float,
+    suspects: Sequence[str] = (),
 ) -> tuple[str, list[str]]:
+    """``ok``, ``low_confidence`` (too short, clocks too uncertain for it, or ``suspects``: a clock that
+    stepped or whose probes disagree around it, power rejected as implausible) or ``incomplete`` (a node
+    did not cover it), with the reasons."""
     reasons: list[str] = []
     incomplete = [c for c in coverages if c is None or c < INCOMPLETE_COVERAGE]
     if incomplete:
@@ -35,6 +43,7 @@ def verdict(
         reasons.append(f"shorter ({length_s:.3f} s) than {LOW_CONFIDENCE_INTERVALS:g} sampling intervals")
     if length_s > 0 and uncertainty_s > CLOCK_UNCERTAINTY_RATIO * length_s:
         reasons.append(f"clock uncertainty {uncertainty_s * 1e3:.2f} ms > 1 % of the window")
+    reasons.extend(suspects)
     if incomplete:
         return "incomplete", reasons
     return ("low_confidence", reasons) if reasons else ("ok", reasons)
@@ -65,7 +74,6 @@ def build_export(
         ends=ends,
     )
     figures = [node_figures(node, plan) for node in nodes]
-    uncertainty_s = max((n.clock.uncertainty_ns for n in nodes if n.clock), default=0) / 1e9
     export: dict[str, Any] = {
         "schema": SCHEMA,
         "run": {
@@ -85,7 +93,7 @@ def build_export(
             "gap_intervals": GAP_INTERVALS,
         },
         "nodes": [f.json for f in figures],
-        "windows": _windows_json(run, windows, figures, plan, uncertainty_s),
+        "windows": _windows_json(run, windows, figures, plan, nodes),
         "totals": _totals(figures, measured_windows, peak_of_sum([n.memory for n in nodes], plan.scope)),
     }
     peak_sum = export["totals"]["memory_used_bytes_peak_sum"]
@@ -98,8 +106,13 @@ def build_export(
 
 
 def _windows_json(
-    run: RunSpec, windows: Sequence[Window], figures: Sequence[NodeFigures], plan: Plan, uncertainty_s: float
+    run: RunSpec,
+    windows: Sequence[Window],
+    figures: Sequence[NodeFigures],
+    plan: Plan,
+    nodes: Sequence[NodeInput],
 ) -> list[dict[str, Any]]:
+    uncertainty_s = max((n.clock.uncertainty_ns or 0 for n in nodes), default=0) / 1e9
     out = []
     for k, w in enumerate(windows):
         entries = [f.windows[k] for f in figures]
@@ -110,7 +123,15 @@ def _windows_json(
         else:
             length_s = float(plan.ends[k] - plan.starts[k]) / 1e9
             coverages = [e["coverage_ratio"] for e in entries]
-            v, reasons = verdict(length_s, coverages, run.interval_s, uncertainty_s)
+            span = (w.t_start_ns, w.t_end_ns)
+            suspects = [f"{n.node}: {why}" for n in nodes for why in n.clock.suspects(*span)]
+            suspects += [
+                f"{e['node']}: {e['implausible_intervals']} interval(s) above {MAX_PLAUSIBLE_GPU_W:g} W"
+                " per GPU rejected"
+                for e in entries
+                if e["implausible_intervals"]
+            ]
+            v, reasons = verdict(length_s, coverages, run.interval_s, uncertainty_s, suspects)
         judged = {"in_scope": plan.measured[k], "verdict": v, "reasons": reasons, "nodes": entries}
         out.append({**w.to_json(), **judged})
     return out

@@ -72,7 +72,7 @@ def _node_json(
         "node": node.node,
         "hardware": node.hardware,
         "memory_model": node.memory_model,
-        "clock": node.clock.to_json() if node.clock else {"offset_ns": None, "uncertainty_ns": None},
+        "clock": node.clock.to_json(),
         "unsupported": node.unsupported,
         **_node_power(stats),
         "memory_used_bytes": {
@@ -84,6 +84,7 @@ def _node_json(
             "count": min([s.samples for s in stats] or [0]),
             "coverage_ratio": rounded(worst_known([s.coverage_ratio for s in stats], min), 4),
             "max_gap_s": rounded(worst_known([s.max_gap_s for s in stats], max), 3),
+            "implausible_intervals": sum(s.implausible for s in stats),
         },
         "gpus": [
             {
@@ -107,6 +108,7 @@ def _window_entries(name: str, integrals: Sequence[Integrals], plan: Plan) -> li
             "power_w_gated_mean": rounded(sum_known([wp.gated_mean_w[k] for wp in per_gpu])),
             "energy_j": rounded(sum_known([wp.energy_j[k] for wp in per_gpu])),
             "coverage_ratio": rounded(worst_known([wp.coverage_ratio[k] for wp in per_gpu], min), 4),
+            "implausible_intervals": sum(wp.implausible[k] for wp in per_gpu),
         }
         for k in range(len(plan.starts))
     ]

@@ -16,6 +16,17 @@ _NUM = _nullable("number")
 _INT = _nullable("integer")
 _REASONS = {"type": "object", "additionalProperties": {"type": "string"}}
 
+
+def _at_time(*integers: str) -> dict[str, Any]:
+    """An event at coordinator time ``t_ns`` with integer fields (a clock step, a probe disagreement)."""
+    fields = ("t_ns", *integers)
+    return {
+        "type": "object",
+        "required": list(fields),
+        "properties": {f: {"type": "integer"} for f in fields},
+    }
+
+
 _NODE = {
     "type": "object",
     "required": [
@@ -41,7 +52,14 @@ _NODE = {
         "clock": {
             "type": "object",
             "required": ["offset_ns", "uncertainty_ns"],
-            "properties": {"offset_ns": _INT, "uncertainty_ns": _INT},
+            "properties": {
+                "offset_ns": _INT,
+                "uncertainty_ns": _INT,
+                "method": {"enum": ["monotonic", "wall", "mixed", "none"]},
+                "rate_ppm": _NUM,
+                "steps": {"type": "array", "items": _at_time("size_ns")},
+                "disagreements": {"type": "array", "items": _at_time("residual_ns", "allowed_ns")},
+            },
         },
         "unsupported": _REASONS,
         "power_w": {
@@ -66,6 +84,7 @@ _NODE = {
                 "count": {"type": "integer", "minimum": 0},
                 "coverage_ratio": _nullable("number", minimum=0, maximum=1.0001),
                 "max_gap_s": _NUM,
+                "implausible_intervals": {"type": "integer", "minimum": 0},
             },
         },
         "gpus": {"type": "array", "items": {"type": "object", "required": ["uuid", "power_w_gated_mean"]}},
@@ -102,6 +121,7 @@ _WINDOW = {
                     "power_w_gated_mean": _NUM,
                     "energy_j": _NUM,
                     "coverage_ratio": _NUM,
+                    "implausible_intervals": {"type": "integer", "minimum": 0},
                 },
             },
         },

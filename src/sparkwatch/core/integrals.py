@@ -2,8 +2,10 @@
 
 Interval k is [t_k, t_{k+1}] between consecutive samples of one boot, at most ``GAP_INTERVALS`` nominal
 intervals long. Its power is ΔE/Δt from the energy counter when both ends have it (and it did not go
-backwards), else the trapezoid of the two power readings; without either it is a gap. It is *gated in*
-when the utilisation reported at its end is ≥ the threshold.
+backwards), else the trapezoid of the two power readings; without either it is a gap. Power no GPU can
+draw (above ``MAX_PLAUSIBLE_GPU_W``: a counter that jumped, samples squeezed together) is *implausible*:
+the interval is a gap too, counted, never averaged. It is *gated in* when the utilisation reported at
+its end is ≥ the threshold.
 
 Power is constant over each interval, so the energy in [0, x] is a piecewise-linear function; we keep its
 values at the sample times (a cumulative sum) and interpolate inside the interval that holds x. The same
@@ -22,6 +24,8 @@ import numpy.typing as npt
 from sparkwatch.core.tracks import F64, I64, GpuTrack
 
 EnergyMethod = Literal["counter", "trapezoid", "mixed", "none"]
+#: A ceiling no single GPU reaches (the largest accelerators draw about 1.2-1.4 kW at full load).
+MAX_PLAUSIBLE_GPU_W = 3000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,7 @@ class Integrals:
     valid: npt.NDArray[np.bool_]
     gated: npt.NDArray[np.bool_]
     counter: npt.NDArray[np.bool_]  # power from the energy counter (else trapezoid)
+    implausible: npt.NDArray[np.bool_]  # power above MAX_PLAUSIBLE_GPU_W: rejected as a gap
     cum: tuple[F64, F64, F64, F64]  # at each sample time: energy J, covered s, gated J, gated s
 
     @staticmethod
@@ -43,7 +48,7 @@ class Integrals:
         if n < 2:
             none = np.zeros(0, dtype=bool)
             zero = np.zeros(max(n, 1))
-            return Integrals(t, np.zeros(0), np.zeros(0), none, none, none, (zero, zero, zero, zero))
+            return Integrals(t, np.zeros(0), np.zeros(0), none, none, none, none, (zero, zero, zero, zero))
         dt_ns = np.diff(t)
         dt_s = dt_ns * 1e-9
         positive = dt_ns > 0
@@ -58,6 +63,8 @@ class Integrals:
             valid &= positive
             valid &= dt_ns <= np.maximum(track.max_gap_ns[1:], track.max_gap_ns[:-1])
             valid &= np.isfinite(power)
+            implausible = valid & (power > MAX_PLAUSIBLE_GPU_W)
+            valid &= ~implausible
             gated = track.util_ratio[1:] >= gate_threshold
             gated &= valid
         energy = np.where(valid, power, 0.0)
@@ -71,7 +78,7 @@ class Integrals:
         )
         power[~valid] = np.nan
         counter &= valid
-        return Integrals(t, dt_s, power, valid, gated, counter, cum)
+        return Integrals(t, dt_s, power, valid, gated, counter, implausible, cum)
 
     def at(self, x_ns: I64) -> F64:
         """The four cumulative functions at times ``x_ns``: shape (4, len(x))."""

@@ -26,6 +26,7 @@ class PowerStats:
     max_gap_s: float | None
     samples: int
     method: EnergyMethod
+    implausible: int = 0  # intervals inside the scope rejected for power no GPU draws
 
 
 def max_uncovered_s(integrals: Integrals, scope: Scope) -> float | None:
@@ -60,7 +61,8 @@ def scope_stats(integrals: Integrals, scope: Scope) -> PowerStats:
     if scope.empty:
         return PowerStats(None, None, None, None, 0.0, 0.0, 0.0, None, None, 0, "none")
     energy, covered, gated_energy, gated = integrals.between(scope.starts, scope.ends).sum(axis=1)
-    mask = integrals.overlapping(scope.starts, scope.ends) & integrals.valid
+    overlap = integrals.overlapping(scope.starts, scope.ends)
+    mask = overlap & integrals.valid
     max_w = float(np.max(integrals.power_w[mask])) if mask.any() else None
     samples = int(
         np.sum(np.searchsorted(integrals.t_ns, scope.ends) - np.searchsorted(integrals.t_ns, scope.starts))
@@ -77,6 +79,7 @@ def scope_stats(integrals: Integrals, scope: Scope) -> PowerStats:
         max_gap_s=max_uncovered_s(integrals, scope),
         samples=samples,
         method=integrals.method(mask),
+        implausible=int(np.sum(overlap & integrals.implausible)),
     )
 
 
@@ -87,6 +90,7 @@ class WindowPower:
     energy_j: list[float | None]
     gated_mean_w: list[float | None]
     coverage_ratio: list[float | None]
+    implausible: list[int]  # intervals overlapping the window rejected for power no GPU draws
 
 
 def window_stats(integrals: Integrals, starts: I64, ends: I64) -> WindowPower:
@@ -100,4 +104,14 @@ def window_stats(integrals: Integrals, starts: I64, ends: I64) -> WindowPower:
         energy_j=[known(v) for v in energy.tolist()],
         gated_mean_w=[known(v) for v in gated_mean.tolist()],
         coverage_ratio=[known(v) for v in coverage.tolist()],
+        implausible=_implausible_per_window(integrals, starts, ends),
     )
+
+
+def _implausible_per_window(integrals: Integrals, starts: I64, ends: I64) -> list[int]:
+    """How many rejected intervals overlap each [start, end): a difference of cumulative counts."""
+    cum = np.concatenate(([0], np.cumsum(integrals.implausible, dtype=np.int64)))
+    n = len(integrals.implausible)
+    first = np.clip(np.searchsorted(integrals.t_ns, starts, side="right") - 1, 0, n)
+    last = np.clip(np.searchsorted(integrals.t_ns, ends, side="left"), 0, n)
+    return [int(c) for c in np.maximum(cum[last] - cum[first], 0)]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.clock import NodeClock
 from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind
 
@@ -36,7 +36,7 @@ class NodeInput:
     gpus: Sequence[GpuTrack]
     gpu_uuids: Sequence[str]
     memory: MemTrack
-    clock: ClockOffset | None
+    clock: NodeClock
     memory_model: str = "unknown"
     hardware: dict[str, Any] = field(default_factory=dict)
     unsupported: dict[str, str] = field(default_factory=dict)

@@ -20,6 +20,11 @@ ScopeKind = Literal["request", "decode", "run"]
 PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 NS_MAX = 2**63 - 1  # the store keeps 64-bit signed integers
 EPOCH_NS_MIN = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z: anything earlier is not a Unix epoch ns stamp
+EPOCH_NS_MAX = (
+    4_102_444_800 * 10**9
+)  # 2100-01-01T00:00:00Z: far from 2^63, so clock arithmetic never overflows
+#: A run takes windows from this long before its start to this long after its end (or now, while open).
+RUN_REACH_NS = 24 * 3600 * 10**9
 ID_MAX_CHARS = 200
 FINISH_REASON_MAX_CHARS = 64
 REQUIRED_FIELDS = ("id", "phase", "t_start_ns", "t_end_ns")
@@ -120,15 +125,28 @@ def check_window(w: Window) -> Window:
 
 def epoch_ns_problem(value: int) -> str | None:
     """Why ``value`` cannot be a Unix epoch ns stamp (seconds, ms and monotonic values are caught), if so."""
-    if EPOCH_NS_MIN <= value <= NS_MAX:
+    if EPOCH_NS_MIN <= value < EPOCH_NS_MAX:
         return None
-    return f"{value} is not Unix epoch nanoseconds (before 2000 or beyond 64 bits)"
+    return f"{value} is not Unix epoch nanoseconds (before 2000 or after 2100)"
 
 
 def _epoch_ns(name: str, value: int) -> None:
     problem = epoch_ns_problem(value)
     if problem is not None:
         raise WindowError(name, problem)
+
+
+def outside_run(windows: Iterable[Window], run_start_ns: int, run_end_ns: int) -> str | None:
+    """Why a window cannot belong to a run spanning [run_start_ns, run_end_ns], if one cannot: it starts
+    more than ``RUN_REACH_NS`` before the run or ends more than that after it."""
+    lo, hi = run_start_ns - RUN_REACH_NS, run_end_ns + RUN_REACH_NS
+    for w in windows:
+        if w.t_start_ns < lo or w.t_end_ns > hi:
+            return (
+                f"window {w.id!r} ([{w.t_start_ns}, {w.t_end_ns}]) lies more than 24 h outside the run"
+                f" ([{run_start_ns}, {run_end_ns}])"
+            )
+    return None
 
 
 def duplicate_id(windows: Iterable[Window]) -> str | None:

@@ -144,7 +144,7 @@ class SshExecLink(WsLink):
                 raise LinkError("clock probe over stdio timed out") from None
             finally:
                 self._pending.pop(probe_id, None)
-            probes.append(TimeProbe(t_send, reply.t_wall_ns, self._now()))
+            probes.append(TimeProbe(t_send, reply.t_wall_ns, self._now(), reply.t_mono_ns))
             boot = reply.boot_id
         offset = estimate_offset(probes)
         self._store.add_offset(self.spec.name, boot, offset)

@@ -19,7 +19,7 @@ from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Unauthorized
 from sparkwatch.links.stream import StreamIngest
 from sparkwatch.store import Store
-from sparkwatch.wire import HelloFrame
+from sparkwatch.wire import HelloFrame, time_reply
 from sparkwatch_agent.shared.auth import load_token
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 from sparkwatch_agent.shared.protocol import LEASE_TTL_S
@@ -162,10 +162,9 @@ class WsLink:
                     raise Unauthorized(UNAUTHORIZED_HINT)
                 if r.status != 200:
                     raise LinkError(f"/v1/time answered {r.status}")
-                body = await r.json()
-            t_recv = self._now()
-            probes.append(TimeProbe(t_send, int(body["t_wall_ns"]), t_recv))
-            boot = str(body["boot_id"])
+                reply = time_reply(await r.json())
+            probes.append(TimeProbe(t_send, reply.t_wall_ns, self._now(), reply.t_mono_ns))
+            boot = reply.boot_id
         offset = estimate_offset(probes)
         self._store.add_offset(self.spec.name, boot, offset)
         self.state.offset = offset

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import WINDOW_FIELDS, Window
-from sparkwatch.store.rows import GpuRows, MemRows
+from sparkwatch.store import sample_reads
 from sparkwatch.store.schema import MIGRATIONS
 from sparkwatch.wire import GapFrame, SampleFrame
 
@@ -30,6 +28,10 @@ class StoreError(Exception):
 
 class NotFound(StoreError):
     """The run or mark asked for does not exist."""
+
+
+class Invalid(StoreError):
+    """What was asked cannot be right for this run (a window a day away from it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,50 +177,20 @@ class Store:
         ).fetchall()
         return [(str(b), int(a), int(m)) for b, a, m in rows]
 
-    def gpu_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> GpuRows:
-        """Every GPU's samples of ``node`` with agent wall time in [t_from_ns, t_to_ns], in no set order."""
-        rows = self._db.execute(
-            "SELECT boot_id, t_wall_ns, interval_s, 0, gpu0_uuid, gpu0_power_w, gpu0_energy_j,"
-            " gpu0_util_ratio FROM samples"
-            " WHERE node = ? AND t_wall_ns BETWEEN ? AND ? AND gpu0_uuid IS NOT NULL"
-            " UNION ALL"
-            " SELECT s.boot_id, s.t_wall_ns, s.interval_s, g.gpu, g.uuid, g.power_w, g.energy_j, g.util_ratio"
-            " FROM samples s JOIN gpu_samples g USING (node, boot_id, seq)"
-            " WHERE s.node = ? AND s.t_wall_ns BETWEEN ? AND ?",
-            (node, t_from_ns, t_to_ns, node, t_from_ns, t_to_ns),
-        ).fetchall()
-        boot, t_wall, interval, index, uuid, power, energy, util = _columns(rows, 8)
-        return GpuRows(
-            boot_id=list(boot),
-            t_wall_ns=np.array(t_wall, dtype=np.int64),
-            interval_s=np.array(interval, dtype=np.float64),
-            gpu_index=np.array(index, dtype=np.int64),
-            uuid=list(uuid),
-            power_w=np.array(power, dtype=np.float64),  # NULL becomes NaN: unknown
-            energy_j=np.array(energy, dtype=np.float64),
-            util_ratio=np.array(util, dtype=np.float64),
-        )
+    # ---- what an export reads (store/sample_reads.py) ------------------------------------------
+    def boot_samples(self, node: str, boot: str) -> sample_reads.BootSamples:
+        return sample_reads.BootSamples(self._db, node, boot)
 
-    def mem_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> MemRows:
-        """``node``'s memory samples with agent wall time in [t_from_ns, t_to_ns], in no set order."""
-        rows = self._db.execute(
-            "SELECT boot_id, t_wall_ns, interval_s, mem_used_bytes FROM samples"
-            " WHERE node = ? AND t_wall_ns BETWEEN ? AND ?",
-            (node, t_from_ns, t_to_ns),
-        ).fetchall()
-        boot, t_wall, interval, used = _columns(rows, 4)
-        return MemRows(
-            boot_id=list(boot),
-            t_wall_ns=np.array(t_wall, dtype=np.int64),
-            interval_s=np.array(interval, dtype=np.float64),
-            used_bytes=np.array(used, dtype=np.float64),
-        )
+    def offset_rounds(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, list[OffsetRound]]:
+        return sample_reads.offset_rounds(self._db, node, t_from_ns, t_to_ns)
 
     # ---- clock offsets ---------------------------------------------------------------------------
     def add_offset(self, node: str, boot_id: str, offset: ClockOffset, t_ns: int | None = None) -> None:
         with _tx(self._db):
             self._db.execute(
-                "INSERT OR REPLACE INTO clock_offsets VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO clock_offsets"
+                " (node, boot_id, t_ns, offset_ns, uncertainty_ns, probes, mono_offset_ns)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     node,
                     boot_id,
@@ -226,17 +198,9 @@ class Store:
                     offset.offset_ns,
                     offset.uncertainty_ns,
                     offset.probes_used,
+                    offset.mono_offset_ns,
                 ),
             )
-
-    def offsets(self, node: str, boot_id: str | None = None) -> list[tuple[int, int, int]]:
-        """(t_ns, offset_ns, uncertainty_ns), oldest first."""
-        sql = "SELECT t_ns, offset_ns, uncertainty_ns FROM clock_offsets WHERE node = ?"
-        args: tuple[Any, ...] = (node,)
-        if boot_id is not None:
-            sql += " AND boot_id = ?"
-            args = (node, boot_id)
-        return [(int(a), int(b), int(c)) for a, b, c in self._db.execute(sql + " ORDER BY t_ns", args)]
 
     # ---- runs and windows ------------------------------------------------------------------------
     def create_run(self, run: RunRow) -> RunRow:
@@ -350,11 +314,6 @@ def _window(row: tuple[Any, ...]) -> Window:
 
 
 _NO_GPU = (None, None, None, None)
-
-
-def _columns(rows: list[tuple[Any, ...]], width: int) -> list[tuple[Any, ...]]:
-    """Rows turned into ``width`` columns (empty columns when there are no rows)."""
-    return list(zip(*rows, strict=True)) if rows else [()] * width
 
 
 class _tx:

@@ -1,7 +1,6 @@
-"""What the store hands to an export: one node's samples column by column, named, on the agent's clock.
+"""What the store hands to an export: one boot's samples column by column, named, on the agent's clocks.
 
-Unknown values are NaN in the float columns (the core's unknown); rows come in no set order (the core
-sorts its tracks once).
+Unknown values are NaN in the float columns (the core's unknown).
 """
 
 from __future__ import annotations
@@ -17,18 +16,20 @@ F64 = npt.NDArray[np.float64]
 
 @dataclass(frozen=True, slots=True)
 class MemRows:
-    boot_id: list[str]
+    """In seq order."""
+
     t_wall_ns: I64
+    t_mono_ns: I64
     interval_s: F64
     used_bytes: F64
 
 
 @dataclass(frozen=True, slots=True)
 class GpuRows:
-    """One row per GPU per sample."""
+    """One row per GPU per sample, in no set order."""
 
-    boot_id: list[str]
     t_wall_ns: I64
+    t_mono_ns: I64
     interval_s: F64
     gpu_index: I64  # as the agent numbered the GPU in that sample
     uuid: list[str]

@@ -102,4 +102,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE windows ADD COLUMN finish_reason TEXT;
     ALTER TABLE runs ADD COLUMN command TEXT;
     """,
+    # 3: the agent's monotonic offset of each probe round: samples are placed by their monotonic time, which
+    # no wall-clock step moves (NULL in rounds stored before: those boots fall back to wall offsets)
+    """
+    ALTER TABLE clock_offsets ADD COLUMN mono_offset_ns INTEGER;
+    """,
 )

@@ -15,7 +15,7 @@ from sparkwatch.coordinator.api.metrics import coordinator_registry
 from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd, WindowBatch
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.windows import WindowError
-from sparkwatch.store import NotFound, StoreError
+from sparkwatch.store import Invalid, NotFound, StoreError
 from sparkwatch_agent.shared.http import bearer_middleware, json_error
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
@@ -50,6 +50,8 @@ def _detail(error: ErrorDetails) -> dict[str, str]:
 def _store_error(exc: StoreError) -> web.Response:
     if isinstance(exc, NotFound):
         return error(404, "not_found", str(exc))
+    if isinstance(exc, Invalid):
+        return error(400, "invalid_body", str(exc))
     return error(409, "conflict", str(exc))
 
 

@@ -1,0 +1,118 @@
+"""Putting samples on the coordinator's clock: probe rounds, the monotonic fit, steps, disagreements."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkwatch.core.clock import (
+    ClockOffset,
+    NodeClock,
+    OffsetRound,
+    TimeProbe,
+    estimate_offset,
+    fit_monotonic,
+    wall_steps,
+)
+
+S = 1_000_000_000
+T0 = 1_800_000_000 * S
+BOOT_MONO = 5_000 * S  # the agent booted 5000 s before T0 on the coordinator's clock
+
+
+def rounds(
+    drift_ppm: float, every_s: float = 10, count: int = 37, noise_ns: int = 0, seed: int = 0
+) -> list[OffsetRound]:
+    """Rounds of an agent whose monotonic clock runs ``drift_ppm`` slow: coordinator = mono·(1+drift) + c."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        t = T0 + int(k * every_s * S)
+        mono = int((t - T0) / (1 + drift_ppm * 1e-6)) + BOOT_MONO
+        jitter = int(rng.integers(-noise_ns, noise_ns + 1)) if noise_ns else 0
+        out.append(OffsetRound(t, offset_ns=0, uncertainty_ns=200_000, mono_offset_ns=t - mono + jitter))
+    return out
+
+
+def test_probe_round_gives_wall_and_monotonic_offsets() -> None:
+    probes = [
+        TimeProbe(T0 + k, T0 + k + 500 - 3 * S, T0 + k + 1000, t_agent_mono_ns=k + 500) for k in range(6)
+    ]
+    est = estimate_offset(probes)
+    assert est.offset_ns == 3 * S and est.mono_offset_ns == T0 and est.uncertainty_ns == 500
+    legacy = estimate_offset([TimeProbe(T0, T0, T0 + 10)])  # an agent that sends no monotonic time
+    assert legacy.mono_offset_ns is None
+
+
+def test_fit_follows_drift_and_maps_to_the_nanosecond() -> None:
+    fit = fit_monotonic(rounds(drift_ppm=50))  # 50 ppm: 18 ms an hour
+    assert fit is not None and fit.rate == pytest.approx(50e-6, rel=1e-3) and fit.disagreements == ()
+    t = T0 + 6 * 60 * S  # 6 minutes in: 18 ms of drift, mapped back within a microsecond
+    mono = np.array([int((t - T0) / (1 + 50e-6)) + BOOT_MONO], dtype=np.int64)
+    assert abs(int(fit.to_coordinator(mono)[0]) - t) < 50  # int64 all the way: no 256 ns float steps
+    assert abs(fit.to_mono(t) - int(mono[0])) < 50
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    drift_ppm=st.floats(-200, 200),
+    noise_ns=st.integers(0, 150_000),
+    count=st.integers(1, 40),
+    seed=st.integers(0, 1000),
+)
+def test_fit_error_stays_within_the_round_uncertainty(
+    drift_ppm: float, noise_ns: int, count: int, seed: int
+) -> None:
+    probe_rounds = rounds(drift_ppm, count=count, noise_ns=noise_ns, seed=seed)
+    fit = fit_monotonic(probe_rounds)
+    assert fit is not None
+    for r in probe_rounds:  # at every round the line lies within the round's own uncertainty of the truth
+        assert r.mono_offset_ns is not None
+        mono = np.array([r.t_ns - r.mono_offset_ns], dtype=np.int64)
+        truth = T0 + round((int(mono[0]) - BOOT_MONO) * (1 + drift_ppm * 1e-6))
+        assert (
+            abs(int(fit.to_coordinator(mono)[0]) - truth) <= 2 * max(noise_ns, 1_000) + 2 * r.uncertainty_ns
+        )
+
+
+def test_a_round_that_misses_the_line_is_left_out_and_reported() -> None:
+    probe_rounds = rounds(drift_ppm=0)
+    bad = probe_rounds[20]
+    probe_rounds[20] = OffsetRound(bad.t_ns, 0, 200_000, (bad.mono_offset_ns or 0) + 30_000_000)  # 30 ms off
+    fit = fit_monotonic(probe_rounds)
+    assert (
+        fit is not None
+        and fit.rounds_used == len(probe_rounds) - 1
+        and fit.rate == pytest.approx(0, abs=1e-9)
+    )
+    (disagreement,) = fit.disagreements
+    assert disagreement.t_ns == bad.t_ns and disagreement.residual_ns == pytest.approx(30_000_000, abs=10)
+    clock = NodeClock(ClockOffset(0, 200_000, 8, 8), "monotonic", 0.0, disagreements=fit.disagreements)
+    assert clock.suspects(bad.t_ns - 5 * S, bad.t_ns - 4 * S) == [
+        "clock probes disagree by +30.00 ms (allowed 0.40 ms)"
+    ]
+    assert clock.suspects(bad.t_ns + 20 * S, bad.t_ns + 21 * S) == []  # a probe period away: fine
+
+
+def test_no_monotonic_offset_no_fit() -> None:
+    assert fit_monotonic([OffsetRound(T0, 5, 100)]) is None
+    one = fit_monotonic([OffsetRound(T0, 5, 100, mono_offset_ns=T0 - BOOT_MONO)])
+    assert one is not None and one.rate == 0.0 and one.rounds_used == 1
+
+
+@pytest.mark.parametrize("size_s", [-20, -1, 1, 20])
+def test_wall_steps_are_found_and_slewing_is_not(size_s: int) -> None:
+    mono = BOOT_MONO + np.arange(200, dtype=np.int64) * (S // 10)
+    wall = T0 + (mono - BOOT_MONO) + (np.arange(200) * 2_000).astype(np.int64)  # slewing at 20 ppm
+    wall[120:] += size_s * S
+    coord = T0 + (mono - BOOT_MONO)
+    (step,) = wall_steps(wall, mono, coord)
+    assert step.t_ns == int(coord[120]) and step.size_ns == size_s * S + 2_000
+    assert wall_steps(wall[:120], mono[:120], coord[:120]) == []
+    clock = NodeClock(None, "monotonic", 0.0, steps=(step,))
+    assert clock.suspects(int(coord[110]), int(coord[130])) == [
+        f"wall clock stepped {(size_s * S + 2_000) / S:+.3f} s inside the window"
+    ]
+    assert clock.suspects(int(coord[130]), int(coord[140])) == []
