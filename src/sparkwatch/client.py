@@ -20,6 +20,7 @@ import aiohttp
 
 from sparkwatch.core.run_spec import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
 from sparkwatch.core.windows import Window
+from sparkwatch.wire import FrameError, TimeFrame, time_reply
 from sparkwatch_agent.shared.auth import load_token
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,13 @@ class CoordinatorClient:
     async def export(self, run_id: str) -> dict[str, Any]:
         result: dict[str, Any] = await self._call("GET", f"/v1/runs/{run_id}/export")
         return result
+
+    async def time(self) -> TimeFrame:
+        """The coordinator's clocks now (``GET /v1/time``)."""
+        try:
+            return time_reply(await self._call("GET", "/v1/time"))
+        except FrameError as exc:
+            raise CoordinatorError(f"GET {self.target.url}/v1/time: {exc}") from None
 
     async def nodes(self) -> list[dict[str, Any]]:
         result = await self._call("GET", "/v1/nodes")

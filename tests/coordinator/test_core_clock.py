@@ -116,3 +116,10 @@ def test_wall_steps_are_found_and_slewing_is_not(size_s: int) -> None:
         f"wall clock stepped {(size_s * S + 2_000) / S:+.3f} s inside the window"
     ]
     assert clock.suspects(int(coord[130]), int(coord[140])) == []
+
+
+def test_one_time_maps_like_many() -> None:
+    fit = fit_monotonic(rounds(drift_ppm=-80))
+    assert fit is not None
+    monos = BOOT_MONO + np.array([0, 7 * S, 333 * S + 17], dtype=np.int64)
+    assert [fit.at(int(m)) for m in monos] == fit.to_coordinator(monos).tolist()

@@ -4,14 +4,21 @@ loses its ok."""
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
+import signal
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from typing import Any
 
 import pytest
 
 from helpers.clocks import faketime_env
-from helpers.processes import Coordinator, sim_load, wait_connected
+from helpers.processes import Coordinator, free_port, sim_load, wait_connected
 
 S = 1_000_000_000
 BUSY_W = 45.0  # the simulated GB10 at utilisation 0.8 with no model resident: 5 W + 50 W × 0.8
@@ -73,3 +80,85 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
     assert by_id["across"]["reasons"] == [
         f"stepper: wall clock stepped {step['size_ns'] / S:+.3f} s inside the window"
     ]
+
+
+def test_a_proxy_on_a_skewed_stepping_clock_stamps_on_the_coordinators(
+    agent_factory: Any, tmp_path: pathlib.Path
+) -> None:
+    """The proxy's host clock runs 30 s ahead, then steps back 5 s: its windows still land on the busy and
+    the idle period they were made in (before, they were joined as if stamped on the coordinator's clock)."""
+    agent = agent_factory("--backend", "sim", "--node", "n1", "--interval", "0.05")
+    coord = Coordinator(tmp_path, f'[nodes.n1]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    coord.start()
+    model_port, proxy_port = free_port(), free_port()
+    model = subprocess.Popen(
+        [sys.executable, "-m", "sparkwatch", "sim-model", "--listen", f"127.0.0.1:{model_port}"],
+        stderr=subprocess.DEVNULL,
+    )
+    control = tmp_path / "proxy-faketime.rc"
+    control.write_text("+30\n")
+    proxy = None
+    try:
+        wait_connected(coord, 1)
+        _, run = coord.call("POST", "/v1/runs", {"name": "skewed proxy", "interval_s": 0.05})
+        proxy = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "sparkwatch", "proxy", "--listen", f"127.0.0.1:{proxy_port}"),
+                *("--upstream", f"http://127.0.0.1:{model_port}", "--run", run["id"]),
+                *("--coordinator", coord.url, "--token-file", str(coord.token)),
+            ],
+            env={**os.environ, **faketime_env(control)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_listening(proxy_port)
+        wait_listening(model_port)
+        sim_load(agent, 0.8)
+        time.sleep(0.4)
+        generate(proxy_port)  # busy: 45 W
+        time.sleep(0.3)
+        sim_load(agent, 0.0)
+        control.write_text("+25\n")  # the proxy's wall clock steps back 5 s
+        time.sleep(0.5)
+        generate(proxy_port)  # idle: 5 W
+        time.sleep(0.3)
+        proxy.send_signal(signal.SIGTERM)  # drains its windows into the run
+        assert proxy.wait(10) == 0, proxy.stderr.read() if proxy.stderr else ""
+        time.sleep(2.0)
+        coord.call("POST", f"/v1/runs/{run['id']}/end")
+        _, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
+    finally:
+        for process in (proxy, model):
+            if process is not None and process.poll() is None:
+                process.kill()
+        coord.stop()
+    busy, idle = export["windows"]
+    assert busy["source"]["clock"] == idle["source"]["clock"] == "coordinator"
+    for window, watts in ((busy, BUSY_W), (idle, 5.0)):
+        (entry,) = window["nodes"]
+        length_s = (window["t_end_ns"] - window["t_start_ns"]) / S
+        assert entry["coverage_ratio"] == pytest.approx(1.0, abs=1e-3)
+        assert entry["energy_j"] / length_s == pytest.approx(watts, rel=5e-3)
+    assert busy["verdict"] == "ok"
+
+
+def generate(port: int) -> None:
+    """One non-streamed chat completion through the proxy (the sim model: about 0.5 s)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 38}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def wait_listening(port: int, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")

@@ -138,7 +138,8 @@ async def _measure(client: CoordinatorClient, model_url: str, opts: DemoOptions)
     await client.wait_caught_up(time.time_ns(), timeout_s=10.0, interval_s=DEFAULT_INTERVAL_S)
     poster = RunPoster(client, run["id"], batch_delay_s=0.05)
     poster.start()
-    async with running_proxy("127.0.0.1", 0, ProxyConfig(model_url, warmup=opts.warmup), poster) as proxy_url:
+    config = ProxyConfig(model_url, warmup=opts.warmup)
+    async with running_proxy("127.0.0.1", 0, config, poster, client) as proxy_url:
         await _requests(proxy_url, opts, run["id"])
     lost = await poster.close()
     if lost:

@@ -260,7 +260,8 @@ async def run_command(opts: RunOptions) -> int:
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
             host, port = opts.proxy_listen
             config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
-            proxy_url = await proxy_stack.enter_async_context(running_proxy(host, port, config, poster))
+            proxy = running_proxy(host, port, config, poster, client)
+            proxy_url = await proxy_stack.enter_async_context(proxy)
             opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {opts.proxy_upstream}\n")
         run = await client.create_run(opts.name or default_name(opts.command), interval_s=opts.interval_s)
         run_id = run["id"]

@@ -37,7 +37,8 @@ class Coordinator:
         self.nodes = list(nodes)
         self.store = store
         self.now_ns = now_ns
-        self.holder = f"sparkwatch-coordinator-{secrets.token_hex(4)}"
+        self.instance = secrets.token_hex(8)  # this process: what /v1/time calls its boot
+        self.holder = f"sparkwatch-coordinator-{self.instance[:8]}"
         self._link_factory = link_factory or make_link
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -132,6 +132,10 @@ class MonoFit:
         since = (mono_ns - self.anchor_mono_ns).astype(np.float64)
         return mono_ns + np.int64(self.offset_ns) + np.round(self.rate * since).astype(np.int64)
 
+    def at(self, mono_ns: int) -> int:
+        """``to_coordinator`` for one time, without numpy (a proxy stamps every chunk with it)."""
+        return mono_ns + self.offset_ns + round(self.rate * (mono_ns - self.anchor_mono_ns))
+
     def to_mono(self, t_ns: int) -> int:
         """The agent's monotonic time at coordinator time ``t_ns`` (the inverse, to the nanosecond)."""
         since = t_ns - self.offset_ns - self.anchor_mono_ns  # = (mono − anchor) · (1 + rate)

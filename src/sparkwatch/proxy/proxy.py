@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +21,7 @@ from aiohttp import web
 from yarl import URL
 
 from sparkwatch.core.windows import PHASE_RE, Window
+from sparkwatch.proxy.clock import WallClock
 from sparkwatch.proxy.sse_watch import ResponseWatcher
 from sparkwatch_agent.shared.http import json_error
 
@@ -55,6 +55,17 @@ class WindowSink(Protocol):
     def submit(self, window: Window) -> None: ...
 
 
+class WindowClock(Protocol):
+    """What stamps the windows: ``label`` and ``uncertainty_ns`` go into each window's source."""
+
+    label: str
+
+    def now_ns(self) -> int: ...
+
+    @property
+    def uncertainty_ns(self) -> int | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
     upstream: str
@@ -65,13 +76,12 @@ class ProxyConfig:
 class Proxy:
     """Forwards requests and stamps windows; one instance per listening proxy."""
 
-    def __init__(
-        self, config: ProxyConfig, sink: WindowSink, now_ns: Callable[[], int] = time.time_ns
-    ) -> None:
+    def __init__(self, config: ProxyConfig, sink: WindowSink, clock: WindowClock | None = None) -> None:
         self.config = config
         self.upstream = config.upstream.rstrip("/")
         self._sink = sink
-        self._now_ns = now_ns
+        self._clock = clock or WallClock()
+        self._now_ns = self._clock.now_ns
         self._instance = secrets.token_hex(3)  # window ids stay unique if the proxy restarts in a run
         self._warmup_taken = 0  # warm-up slots given to requests without a phase header
         self._windows_made = 0
@@ -203,11 +213,13 @@ class Proxy:
         self._windows_made += 1
         source: dict[str, object] = {
             "kind": "proxy",
-            "clock": "proxy_wall",
+            "clock": self._clock.label,
             "path": request.path,
             "stream": watcher.streaming,
             "events": stamps.events,
         }
+        if self._clock.uncertainty_ns is not None:
+            source["clock_uncertainty_ns"] = self._clock.uncertainty_ns
         if stamps.unparsed_events:
             source["unparsed_events"] = stamps.unparsed_events
         if notes.get("compressed"):

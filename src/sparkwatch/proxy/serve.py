@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
+from sparkwatch.proxy.clock import ProxyClock, WallClock
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, ProxyConfigError, WindowSink, make_proxy_runner
 from sparkwatch.proxy.sinks import PrintSink, RunPoster
 from sparkwatch_agent.shared.http import start_site
@@ -16,16 +17,26 @@ log = logging.getLogger(__name__)
 
 
 @contextlib.asynccontextmanager
-async def running_proxy(host: str, port: int, config: ProxyConfig, sink: WindowSink) -> AsyncIterator[str]:
+async def running_proxy(
+    host: str, port: int, config: ProxyConfig, sink: WindowSink, client: CoordinatorClient | None = None
+) -> AsyncIterator[str]:
+    """The proxy on host:port until the block ends; yields its URL. With ``client`` (windows go to that
+    coordinator) they are stamped on the coordinator's clock, else on this host's wall clock."""
     if not config.upstream.startswith(("http://", "https://")):
         raise ProxyConfigError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
-    proxy = Proxy(config, sink)
-    runner = make_proxy_runner(proxy)
-    url = await start_site(runner, host, port)
+    clock: ProxyClock | WallClock = WallClock() if client is None else ProxyClock(client)
+    if isinstance(clock, ProxyClock):
+        await clock.start()
+    runner = make_proxy_runner(Proxy(config, sink, clock))
     try:
-        yield url
+        url = await start_site(runner, host, port)
+        try:
+            yield url
+        finally:
+            await runner.cleanup()
     finally:
-        await runner.cleanup()
+        if isinstance(clock, ProxyClock):
+            await clock.stop()
 
 
 async def serve_proxy(
@@ -45,7 +56,7 @@ async def serve_proxy(
         poster = RunPoster(client, run_id)
         poster.start()
         try:
-            async with running_proxy(host, port, config, poster) as url:
+            async with running_proxy(host, port, config, poster, client) as url:
                 log.info("proxy on %s -> %s; windows go to run %s", url, config.upstream, run_id)
                 await stop.wait()
         finally:

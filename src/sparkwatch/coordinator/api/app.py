@@ -4,6 +4,7 @@ with a JSON reason and stores nothing."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from aiohttp import web
@@ -66,6 +67,14 @@ async def healthz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     body = generate_latest(request.app[REGISTRY])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def time_probe(request: web.Request) -> web.Response:
+    """The coordinator's clocks, for whoever stamps windows elsewhere (a proxy) and must map to ours."""
+    coord = request.app[COORDINATOR]
+    return web.json_response(
+        {"t_wall_ns": coord.now_ns(), "t_mono_ns": time.monotonic_ns(), "boot_id": coord.instance}
+    )
 
 
 async def nodes(request: web.Request) -> web.Response:
@@ -146,6 +155,7 @@ def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     app[REGISTRY] = coordinator_registry(coordinator)  # built once, like the agent's
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/time", time_probe)
     app.router.add_get("/v1/nodes", nodes)
     app.router.add_post("/v1/runs", create_run)
     app.router.add_get("/v1/runs", list_runs)
