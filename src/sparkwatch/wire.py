@@ -1,15 +1,14 @@
 """The agent's stream as the coordinator reads it: the one decoder of its frames (sample, gap, hello, time
 reply), their validation, and readers of what a hello says.
 
-Every line is JSON; a message may hold many lines. A line that is not a frame we can use is skipped with a
-warning naming the node (and the seq, when it has one) — never stored, never fatal to the link. Frames
-of a type this coordinator does not know are skipped quietly: a newer agent may send them.
+Every line is JSON; a message may hold many lines. A line that is not a frame we can use is handed back as
+``Rejected`` (the link counts and logs it) — never stored, never fatal to the link. Frames of a type this
+coordinator does not know are skipped quietly: a newer agent may send them.
 Imports nothing else of sparkwatch (only the frame names it shares with the agent).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple, NoReturn
@@ -18,10 +17,13 @@ import orjson
 
 from sparkwatch_agent.shared.protocol import FRAME_GAP, FRAME_HELLO, FRAME_SAMPLE, FRAME_TIME
 
-log = logging.getLogger(__name__)
-
 #: Largest seq and timestamp the store keeps (SQLite integers are 64-bit signed).
 INT64_MAX = 2**63 - 1
+#: No agent frame comes near this (a GB10 sample is ~700 characters, eight GPUs ~3000): longer is refused
+#: before it is parsed.
+MAX_LINE_CHARS = 256 * 1024
+#: A WebSocket message holds at most a batch of 500 frames.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 class GpuValues(NamedTuple):
@@ -75,20 +77,28 @@ class FrameError(ValueError):
     """A frame whose content cannot be used; the message says which field."""
 
 
-def decode_lines(text: str, node: str) -> list[Frame]:
-    """The usable frames of one message (or one stdout line), in order."""
+class Rejected(NamedTuple):
+    """A line that is not a frame we can use: why (a short, bounded word) and what was wrong."""
+
+    reason: str  # "too_long", "not_json" or "invalid"
+    detail: str
+    seq: int | None  # when the line said one
+
+
+def decode_lines(text: str) -> tuple[list[Frame], list[Rejected]]:
+    """The usable frames of one message (or stdout chunk), in order, and the lines that were not."""
     frames: list[Frame] = []
-    for line, data in _parsed_lines(text, node):
+    rejected: list[Rejected] = []
+    for line, data in _parsed_lines(text, rejected):
         try:
             frame = decode_frame(line, data)
         except FrameError as exc:
             seq = data.get("seq")
-            where = f" seq {seq}" if isinstance(seq, int) and not isinstance(seq, bool) else ""
-            log.warning("node %s: skipped a bad frame%s: %s", node, where, exc)
+            rejected.append(Rejected("invalid", str(exc), seq if type(seq) is int else None))
             continue
         if frame is not None:
             frames.append(frame)
-    return frames
+    return frames, rejected
 
 
 def decode_frame(line: str, data: dict[str, Any]) -> Frame | None:
@@ -113,21 +123,26 @@ def time_reply(data: Any, probe_id: int = 0) -> TimeFrame:
     return TimeFrame(probe_id, _int(data, "t_wall_ns", 0), _str(data, "boot_id"), mono)
 
 
-def _parsed_lines(text: str, node: str) -> list[tuple[str, dict[str, Any]]]:
+def _parsed_lines(text: str, rejected: list[Rejected]) -> list[tuple[str, dict[str, Any]]]:
     """(line, object) pairs: one parse for the whole message (parsing is most of the ingest cost); if that
-    fails, line by line, skipping (and logging) the lines that are not JSON objects."""
+    fails, line by line. A line longer than ``MAX_LINE_CHARS`` or that is not a JSON object goes to
+    ``rejected`` unparsed."""
     text = text.strip("\n")
     if not text:
         return []
     lines = text.split("\n")
-    try:
-        parsed = orjson.loads("[" + ",".join(lines) + "]")
-        if all(isinstance(d, dict) for d in parsed):
-            return list(zip(lines, parsed, strict=True))
-    except orjson.JSONDecodeError:
-        pass
+    if len(text) <= MAX_LINE_CHARS:  # no line can be too long: try the fast way
+        try:
+            parsed = orjson.loads("[" + ",".join(lines) + "]")
+            if all(isinstance(d, dict) for d in parsed):
+                return list(zip(lines, parsed, strict=True))
+        except orjson.JSONDecodeError:
+            pass
     out = []
     for line in lines:
+        if len(line) > MAX_LINE_CHARS:
+            rejected.append(Rejected("too_long", f"a line of {len(line)} characters", None))
+            continue
         try:
             data = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -135,7 +150,7 @@ def _parsed_lines(text: str, node: str) -> list[tuple[str, dict[str, Any]]]:
         if isinstance(data, dict):
             out.append((line, data))
         elif line.strip():
-            log.warning("node %s: skipped a line that is not a JSON object: %.120s", node, line)
+            rejected.append(Rejected("not_json", f"not a JSON object: {line[:80]!r}", None))
     return out
 
 

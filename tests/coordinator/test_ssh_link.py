@@ -19,9 +19,10 @@ import pytest
 from helpers.processes import free_port
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink
+from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink, _LineCutter
 from sparkwatch.links.ws_link import LinkError
 from sparkwatch.store import Store
+from sparkwatch.wire import MAX_LINE_CHARS
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -164,3 +165,14 @@ async def test_exec_mode_runs_the_agent_over_ssh(sshd: dict[str, Any], tmp_path:
     assert link.state.offset is not None and abs(link.state.offset.offset_ns) < 100_000_000
     assert link.state.transport == "ssh-exec" and link.state.error is None
     store.close()
+
+
+def test_exec_lines_are_cut_from_chunks_and_an_endless_line_is_dropped() -> None:
+    """The exec link reads the agent's stdout in chunks: lines that span chunks come out whole, and a line
+    that never ends is dropped as it arrives rather than held in memory."""
+    cutter = _LineCutter()
+    assert cutter.cut('{"a": 1}\n{"b"') == ('{"a": 1}', False)
+    assert cutter.cut(": 2}\n") == ('{"b": 2}', False)
+    assert cutter.cut("x" * (MAX_LINE_CHARS + 1)) == ("", True)
+    assert cutter.cut("x" * 1000) == ("", False)  # still the same long line: dropped, counted once
+    assert cutter.cut('xx\n{"c": 3}\n') == ('{"c": 3}', False)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
 from sparkwatch.wire import (
+    MAX_LINE_CHARS,
     GapFrame,
     GpuValues,
     HelloFrame,
@@ -39,7 +39,8 @@ def line(**changes: object) -> str:
 
 def test_a_sample_decodes_to_typed_values_with_its_line() -> None:
     text = line()
-    (frame,) = decode_lines(text, "n1")
+    (frame,), rejected = decode_lines(text)
+    assert rejected == []
     assert frame == SampleFrame(
         seq=7,
         boot_id="b1",
@@ -70,21 +71,23 @@ def test_a_sample_decodes_to_typed_values_with_its_line() -> None:
         ({"memory": {"used_bytes": 1.5}}, "used_bytes must be an integer"),
     ],
 )
-def test_a_bad_sample_is_skipped_with_a_warning_naming_node_and_field(
-    changes: dict[str, object], why: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_bad_sample_is_skipped_and_named_by_seq_and_field(changes: dict[str, object], why: str) -> None:
     text = "\n".join([line(seq=1), line(**changes), line(seq=3)])
-    with caplog.at_level(logging.WARNING, logger="sparkwatch.wire"):
-        frames = decode_lines(text, "spark-2")
+    frames, rejected = decode_lines(text)
     assert [f.seq for f in frames if isinstance(f, SampleFrame)] == [1, 3]
-    (record,) = caplog.records
-    assert "node spark-2: skipped a bad frame" in record.getMessage() and why in record.getMessage()
+    (bad,) = rejected
+    assert bad.reason == "invalid" and why in bad.detail
+    seq = changes.get("seq", 7)
+    assert bad.seq == (seq if type(seq) is int and seq < 2**64 else None)  # orjson reads 2^64 as a float
 
 
-def test_lines_that_are_not_objects_and_unknown_types_are_skipped() -> None:
-    text = "\n".join([line(seq=1), "{not json", "[1,2]", '{"type":"future-kind","x":1}', line(seq=2)])
-    assert [f.seq for f in decode_lines(text, "n") if isinstance(f, SampleFrame)] == [1, 2]
-    assert decode_lines("", "n") == []
+def test_lines_that_are_not_objects_too_long_or_of_unknown_type_are_skipped() -> None:
+    huge = line(seq=9, node="x" * (MAX_LINE_CHARS + 1))
+    lines = [line(seq=1), "{not json", "[1,2]", '{"type":"future-kind","x":1}', huge, line(seq=2)]
+    frames, rejected = decode_lines("\n".join(lines))
+    assert [f.seq for f in frames if isinstance(f, SampleFrame)] == [1, 2]
+    assert [r.reason for r in rejected] == ["not_json", "not_json", "too_long"]  # a newer frame type: quiet
+    assert decode_lines("") == ([], [])
 
 
 def test_hello_gap_and_time_frames() -> None:
@@ -96,7 +99,8 @@ def test_hello_gap_and_time_frames() -> None:
             '{"type":"hello","boot_id":""}',  # no boot: unusable
         ]
     )
-    hello, gap, reply = decode_lines(text, "n")
+    (hello, gap, reply), (no_boot,) = decode_lines(text)
+    assert no_boot.reason == "invalid" and "boot_id" in no_boot.detail
     assert hello == HelloFrame("b9", {"type": "hello", "boot_id": "b9", "node": "n"})
     assert gap == GapFrame(after=3, missing=40)
     assert reply == TimeFrame(id=4, t_wall_ns=12, boot_id="b9", t_mono_ns=3)

@@ -246,21 +246,98 @@ async def test_a_link_that_keeps_failing_says_so_once(
     store.close()
 
 
-async def test_a_stream_must_say_hello_and_keep_to_its_boot(tmp_path: pathlib.Path) -> None:
-    """Samples before any hello end the session; a sample of another boot than its stream's hello is
-    skipped, not stored under that foreign boot."""
-    from sparkwatch.links.state import LinkState
-    from sparkwatch.links.stream import StreamIngest
+def sample_line(seq: int, boot: str = "B", **changes: object) -> str:
+    frame: dict[str, object] = {
+        "type": "sample",
+        "seq": seq,
+        "boot_id": boot,
+        "t_wall_ns": time.time_ns(),
+        "t_mono_ns": seq * 100_000_000,
+        "interval_s": 0.1,
+        "gpus": [{"index": 0, "uuid": "GPU-h", "power_w": 10.0, "energy_j": 1.0 * seq, "util_ratio": 0.5}],
+        "memory": {"used_bytes": 1000},
+    }
+    return json.dumps({**frame, **changes})
 
+
+async def test_hostile_frames_are_skipped_and_counted_and_never_end_the_link(tmp_path: pathlib.Path) -> None:
+    """A fake agent streams 40 samples and, between them, frames that once broke collection: a bad memory
+    object, a GPU without uuid, a seq of 2^64, a null boot, a foreign boot, a seq going backwards, a line
+    over the size cap, a sample before its hello. Every good sample is stored on one connection, each bad
+    frame is counted by reason on /metrics, and the link never re-dials."""
+    bad = [
+        sample_line(5, memory="x"),
+        sample_line(6, gpus=[5]),
+        sample_line(7, gpus=[{"index": 0, "power_w": 1.0}]),
+        sample_line(2**64),
+        sample_line(8, boot_id=None),
+        sample_line(9, boot="someone-else"),
+        sample_line(3),  # backwards: 3 after 4
+        "x" * (300 * 1024),
+    ]
+    streams = 0
+
+    async def time_probe(_r: web.Request) -> web.Response:
+        return web.json_response(
+            {"t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns(), "boot_id": "B"}
+        )
+
+    async def stream(request: web.Request) -> web.WebSocketResponse:
+        nonlocal streams
+        streams += 1
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str(sample_line(1))  # before the hello
+        await ws.send_str('{"type":"hello","boot_id":"B"}')
+        await ws.send_str("\n".join(sample_line(k) for k in range(1, 5)))
+        for line in bad:
+            await ws.send_str(line)
+        await ws.send_str("\n".join(sample_line(k) for k in range(10, 46)))
+        await asyncio.sleep(30)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/time", time_probe)
+    app.router.add_get("/v1/stream", stream)
+    server = TestServer(app)
+    await server.start_server()
     store = Store(tmp_path / "c.db")
-    sample = '{"type":"sample","seq":%d,"boot_id":"%s","t_wall_ns":1,"t_mono_ns":1,"interval_s":0.1}'
-    ingest = StreamIngest(store, LinkState("n", "ws"))
-    with pytest.raises(LinkError, match="before its hello"):
-        ingest.feed(sample % (1, "B"))
-    state = LinkState("n", "ws")
-    ingest = StreamIngest(store, state)
-    ingest.feed('{"type":"hello","boot_id":"B"}\n' + sample % (1, "B") + "\n" + sample % (2, "X"))
-    ingest.flush()
-    assert store.latest_boot("n") == ("B", 1) and store.last_seq("n", "X") == 0
-    assert state.samples_ingested == 1 and state.last_seq == 1 and state.boot_id == "B"
+    async with aiohttp.ClientSession() as session:
+        link = WsLink(
+            NodeSpec(name="hostile", url="ws://unused"),
+            store,
+            session,
+            holder="t",
+            desired_interval=lambda: None,
+            base_url=str(server.make_url("")),
+            probes=3,
+        )
+        await run_link(link, 1.5)
+    assert streams == 1 and link.state.reconnects == 0
+    assert store.count_samples("hostile") == 40 and store.latest_boot("hostile") == ("B", 45)
+    assert link.state.frames_rejected == {
+        "before_hello": 1,
+        "invalid": 5,
+        "foreign_boot": 1,
+        "seq_not_forward": 1,
+        "too_long": 1,
+    }
+    from sparkwatch.coordinator.api.metrics import CoordinatorCollector
+
+    class OneLink:
+        def now_ns(self) -> int:
+            return time.time_ns()
+
+        def states(self) -> list[Any]:
+            return [link.state]
+
+        def runs(self) -> list[Any]:
+            return []
+
+    families = {f.name: f for f in CoordinatorCollector(OneLink()).collect()}  # type: ignore[arg-type]
+    counted = {
+        s.labels["reason"]: s.value for s in families["sparkwatch_coordinator_frames_rejected"].samples
+    }
+    assert counted == {k: float(v) for k, v in link.state.frames_rejected.items()}
+    await server.close()
     store.close()

@@ -19,14 +19,14 @@ import orjson
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError
-from sparkwatch.links.stream import StreamIngest
 from sparkwatch.links.ws_link import WsLink
-from sparkwatch.wire import HelloFrame, TimeFrame
+from sparkwatch.wire import MAX_LINE_CHARS, HelloFrame, Rejected, TimeFrame
 from sparkwatch_agent.shared.protocol import FRAME_TIME, LEASE_TTL_S
 
 log = logging.getLogger(__name__)
 
 EXEC_BATCH = 200
+READ_CHARS = 65536
 EXEC_FLUSH_S = 0.2
 PROBE_TIMEOUT_S = 5.0
 
@@ -106,18 +106,22 @@ class SshExecLink(WsLink):
         def on_hello(_hello: HelloFrame) -> None:
             self._streaming()
 
-        ingest = StreamIngest(self._store, self.state, on_hello)
+        ingest = self._ingest(on_hello)
+        lines = _LineCutter()
         flush_at = 0.0
         try:
             while True:
                 try:
-                    line = await asyncio.wait_for(process.stdout.readline(), timeout=EXEC_FLUSH_S)
+                    chunk = await asyncio.wait_for(process.stdout.read(READ_CHARS), timeout=EXEC_FLUSH_S)
                 except TimeoutError:
-                    line = None
-                if line == "":
+                    chunk = None
+                if chunk == "":
                     raise LinkError(f"agent process ended: {process.exit_status}")
                 held = ingest.pending
-                for reply in ingest.feed(line or ""):
+                text, overlong = lines.cut(chunk or "")
+                if overlong:
+                    ingest.reject(Rejected("too_long", f"a line of over {MAX_LINE_CHARS} characters", None))
+                for reply in ingest.feed(text):
                     future = self._pending.pop(reply.id, None)
                     if future is not None and not future.done():
                         future.set_result(reply)
@@ -158,3 +162,27 @@ class SshExecLink(WsLink):
 
     async def _release_lease(self) -> None:
         await self._send({"type": "release", "holder": self._holder})
+
+
+class _LineCutter:
+    """Whole lines out of a stream read in chunks, never holding more than ``MAX_LINE_CHARS`` of a line
+    that does not end: the rest of such a line is dropped as it arrives."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+        self._dropping = False
+
+    def cut(self, chunk: str) -> tuple[str, bool]:
+        """The complete lines the chunk finishes, and whether a line was found too long."""
+        overlong = False
+        if self._dropping:
+            end = chunk.find("\n")
+            if end < 0:
+                return "", False
+            chunk, self._dropping = chunk[end + 1 :], False
+        data = self._pending + chunk
+        cut = data.rfind("\n")
+        text, self._pending = (data[:cut], data[cut + 1 :]) if cut >= 0 else ("", data)
+        if len(self._pending) > MAX_LINE_CHARS:
+            self._pending, self._dropping, overlong = "", True, True
+        return text, overlong

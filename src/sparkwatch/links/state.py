@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sparkwatch.core.clock import ClockOffset
@@ -55,6 +55,7 @@ class LinkState:
     reconnects: int = 0
     lease_interval_s: float | None = None
     latest: dict[str, Any] | None = None  # the newest sample in brief, for live displays
+    frames_rejected: dict[str, int] = field(default_factory=dict)  # by reason (links/stream.py)
 
     @property
     def connected(self) -> bool:
@@ -99,4 +100,5 @@ class LinkState:
             "reconnects": self.reconnects,
             "error": self.error,
             "latest": self.latest,
+            "frames_rejected": dict(self.frames_rejected),
         }

@@ -1,27 +1,53 @@
 """What every link does with its agent's frames, whatever carries them (WebSocket messages or SSH stdout
 lines): a hello sets the boot the frames belong to, samples and gaps are batched and stored under it,
-clock-probe replies are handed back to the link."""
+clock-probe replies are handed back to the link.
+
+A frame's content never ends a link: a line that is not a usable frame, a sample before any hello, of
+another boot than its stream's, or whose seq does not move forward is skipped and counted by reason
+(``LinkState.frames_rejected``, the coordinator's ``sparkwatch_coordinator_frames_rejected_total``),
+with a warning for the first few of each reason and then one every ``LOG_EVERY``.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
-from sparkwatch.links.state import LinkError, LinkState
+from sparkwatch.links.state import LinkState
 from sparkwatch.store import Store
-from sparkwatch.wire import GapFrame, HelloFrame, SampleFrame, TimeFrame, decode_lines, latest_summary
+from sparkwatch.wire import (
+    GapFrame,
+    HelloFrame,
+    Rejected,
+    SampleFrame,
+    TimeFrame,
+    decode_lines,
+    latest_summary,
+)
 
 log = logging.getLogger(__name__)
+
+#: Warnings for the first rejections of a reason on a link, then one every this many.
+LOG_FIRST = 5
+LOG_EVERY = 1000
 
 
 class StreamIngest:
     def __init__(
-        self, store: Store, state: LinkState, on_hello: Callable[[HelloFrame], None] | None = None
+        self,
+        store: Store,
+        state: LinkState,
+        on_hello: Callable[[HelloFrame], None] | None = None,
+        on_stored: Callable[[], None] | None = None,
     ) -> None:
+        """``on_stored`` runs after each batch the store took: the link is doing its work (a link that
+        connects but cannot store, say with the disk full, keeps backing off)."""
         self._store = store
         self._state = state
         self._on_hello = on_hello
+        self._on_stored = on_stored
         self.boot: str | None = None  # of the latest hello on this stream
+        self._last_seq = 0  # of the latest sample of that boot on this stream
         self._samples: list[SampleFrame] = []
         self._gaps: list[GapFrame] = []
 
@@ -33,27 +59,28 @@ class StreamIngest:
     def feed(self, text: str) -> list[TimeFrame]:
         """Take one message's frames; returns the clock-probe replies among them."""
         replies: list[TimeFrame] = []
-        node = self._state.node
-        for frame in decode_lines(text, node):
+        frames, rejected = decode_lines(text)
+        for bad in rejected:
+            self.reject(bad)
+        for frame in frames:
             if isinstance(frame, HelloFrame):
                 self.flush()  # what came before belongs to the previous hello's boot
-                self.boot = frame.boot_id
+                self.boot, self._last_seq = frame.boot_id, 0
                 self._record_hello(frame)
             elif isinstance(frame, TimeFrame):
                 replies.append(frame)
             elif self.boot is None:
-                raise LinkError("stream sent samples before its hello")
+                self.reject(Rejected("before_hello", "a frame before the stream's hello", _seq(frame)))
             elif isinstance(frame, GapFrame):
                 self._gaps.append(frame)
             elif frame.boot_id != self.boot:
-                log.warning(
-                    "node %s: skipped sample %d of boot %s on a stream of boot %s",
-                    node,
-                    frame.seq,
-                    frame.boot_id,
-                    self.boot,
-                )
+                detail = f"a sample of boot {frame.boot_id} on a stream of boot {self.boot}"
+                self.reject(Rejected("foreign_boot", detail, frame.seq))
+            elif frame.seq <= self._last_seq:
+                detail = f"seq {frame.seq} after seq {self._last_seq}"
+                self.reject(Rejected("seq_not_forward", detail, frame.seq))
             else:
+                self._last_seq = frame.seq
                 self._samples.append(frame)
         return replies
 
@@ -65,11 +92,28 @@ class StreamIngest:
         self._samples, self._gaps = [], []
         state = self._state
         state.samples_ingested += self._store.ingest(state.node, self.boot, samples, gaps)
+        if self._on_stored is not None:
+            self._on_stored()
         if samples:
             last = samples[-1]
             state.last_seq = last.seq
             state.last_sample_wall_ns = last.t_wall_ns
             state.latest = latest_summary(last)
+
+    def reject(self, bad: Rejected) -> None:
+        """Count (and, for the first few, log) a frame that cannot be used, found here or by the link."""
+        counts = self._state.frames_rejected
+        count = counts[bad.reason] = counts.get(bad.reason, 0) + 1
+        if count <= LOG_FIRST or count % LOG_EVERY == 0:
+            where = f" seq {bad.seq}" if bad.seq is not None else ""
+            log.warning(
+                "node %s: skipped a frame%s (%s, %d so far): %s",
+                self._state.node,
+                where,
+                bad.reason,
+                count,
+                bad.detail,
+            )
 
     def _record_hello(self, hello: HelloFrame) -> None:
         state = self._state
@@ -80,3 +124,7 @@ class StreamIngest:
         state.hello = hello.data
         if self._on_hello is not None:
             self._on_hello(hello)
+
+
+def _seq(frame: SampleFrame | GapFrame) -> int | None:
+    return frame.seq if isinstance(frame, SampleFrame) else None

@@ -18,8 +18,8 @@ from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Unauthorized
 from sparkwatch.links.stream import StreamIngest
-from sparkwatch.store import Store
-from sparkwatch.wire import HelloFrame, time_reply
+from sparkwatch.store import Store, Unavailable
+from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, time_reply
 from sparkwatch_agent.shared.auth import load_token
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 from sparkwatch_agent.shared.protocol import LEASE_TTL_S
@@ -91,7 +91,7 @@ class WsLink:
             raise LinkError("session ended")  # sessions end by raising; this keeps the loop honest
         except Unauthorized as exc:
             return LinkStatus.UNAUTHORIZED, str(exc), self._unauthorized_retry_s
-        except (aiohttp.ClientError, OSError, TimeoutError, LinkError, ValueError) as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError, LinkError, ValueError, Unavailable) as exc:
             error = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug or a store failure must not end collection for good
             log.exception("node %s: link failed", self.spec.name)
@@ -100,7 +100,10 @@ class WsLink:
 
     def _streaming(self) -> None:
         self.state.enter(LinkStatus.STREAMING)
-        self._backoff.reset()
+
+    def _ingest(self, on_hello: Callable[[HelloFrame], None] | None = None) -> StreamIngest:
+        """The frame core for one session; the backoff restarts only once the store took something."""
+        return StreamIngest(self._store, self.state, on_hello, on_stored=self._backoff.reset)
 
     async def _connected_session(self) -> None:
         _, agent_boot = await self.probe_clock()
@@ -108,7 +111,9 @@ class WsLink:
         after = resume[1] if resume is not None and resume[0] == agent_boot else 0
         url = f"{self._base}/v1/stream?after={after}"
         try:
-            ws = await self._session.ws_connect(url, headers=self._headers, heartbeat=30.0, max_msg_size=0)
+            ws = await self._session.ws_connect(
+                url, headers=self._headers, heartbeat=30.0, max_msg_size=MAX_MESSAGE_BYTES
+            )
         except aiohttp.WSServerHandshakeError as exc:
             if exc.status == 401:
                 raise Unauthorized(UNAUTHORIZED_HINT) from None
@@ -138,7 +143,7 @@ class WsLink:
             if hello.boot_id != expected_boot:
                 raise LinkError("agent restarted between clock probe and stream; resuming from seq 0")
 
-        ingest = StreamIngest(self._store, self.state, on_hello)
+        ingest = self._ingest(on_hello)
         async for msg in ws:
             if msg.type != aiohttp.WSMsgType.TEXT:
                 if msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSE):

@@ -1,5 +1,5 @@
 """SQLite storage for the coordinator: samples keyed by (node, boot_id, seq), runs, windows, clock offsets."""
 
-from sparkwatch.store.db import Invalid, NotFound, Store, StoreError
+from sparkwatch.store.db import Invalid, NotFound, Store, StoreError, Unavailable
 
-__all__ = ["Invalid", "NotFound", "Store", "StoreError"]
+__all__ = ["Invalid", "NotFound", "Store", "StoreError", "Unavailable"]

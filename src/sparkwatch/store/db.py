@@ -34,6 +34,10 @@ class Invalid(StoreError):
     """What was asked cannot be right for this run (a window a day away from it)."""
 
 
+class Unavailable(StoreError):
+    """The database cannot take a write now (disk full, locked): nothing was written; try again later."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunRow:
     id: str
@@ -323,7 +327,21 @@ class _tx:
         self._db = db
 
     def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as err:
+            raise Unavailable(f"the database cannot take a write: {err}") from err
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+        """Commit, or roll back; a write the database could not take (disk full, locked: SQLite's
+        OperationalError, in the block or in COMMIT) becomes ``Unavailable`` with nothing written."""
+        if exc_type is None:
+            try:
+                self._db.execute("COMMIT")
+                return
+            except sqlite3.OperationalError as err:
+                exc = err
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError):
+            raise Unavailable(f"the database cannot take a write: {exc}") from exc

@@ -16,8 +16,8 @@ from sparkwatch.coordinator.api.metrics import coordinator_registry
 from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd, WindowBatch
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.windows import WindowError
-from sparkwatch.store import Invalid, NotFound, StoreError
-from sparkwatch_agent.shared.http import bearer_middleware, json_error
+from sparkwatch.store import Invalid, NotFound, StoreError, Unavailable
+from sparkwatch_agent.shared.http import Handler, bearer_middleware, json_error
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -48,12 +48,19 @@ def _detail(error: ErrorDetails) -> dict[str, str]:
     return {"loc": ".".join(loc), "msg": error["msg"]}
 
 
-def _store_error(exc: StoreError) -> web.Response:
-    if isinstance(exc, NotFound):
+@web.middleware
+async def store_refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """What the store refuses becomes a 4xx (503 while it cannot write) with its reason, for every route."""
+    try:
+        return await handler(request)
+    except NotFound as exc:
         return error(404, "not_found", str(exc))
-    if isinstance(exc, Invalid):
+    except Invalid as exc:
         return error(400, "invalid_body", str(exc))
-    return error(409, "conflict", str(exc))
+    except Unavailable as exc:
+        return error(503, "unavailable", str(exc))
+    except StoreError as exc:
+        return error(409, "conflict", str(exc))
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -95,20 +102,14 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def get_run(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
-    try:
-        run, windows = coord.run(request.match_info["run_id"])
-    except StoreError as exc:
-        return _store_error(exc)
+    run, windows = coord.run(request.match_info["run_id"])
     return web.json_response({**run.to_json(), "windows": windows})
 
 
 async def end_run(request: web.Request) -> web.Response:
     body = await parse(request, RunEnd) if request.can_read_body else RunEnd()
     command = body.command.model_dump() if body.command is not None else None
-    try:
-        run = request.app[COORDINATOR].end_run(request.match_info["run_id"], command)
-    except StoreError as exc:
-        return _store_error(exc)
+    run = request.app[COORDINATOR].end_run(request.match_info["run_id"], command)
     return web.json_response(run.to_json())
 
 
@@ -116,10 +117,7 @@ async def add_windows(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
     run_id = request.match_info["run_id"]
     batch: WindowBatch = await parse(request, WindowBatch)
-    try:
-        count = coord.add_windows(run_id, batch.windows)
-    except StoreError as exc:
-        return _store_error(exc)
+    count = coord.add_windows(run_id, batch.windows)
     return web.json_response({"stored": count}, status=201)
 
 
@@ -127,13 +125,10 @@ async def marks(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
     run_id = request.match_info["run_id"]
     body: MarkIn = await parse(request, MarkIn)
-    try:
-        if body.event == "begin":
-            t_begin = coord.begin_mark(run_id, body.name, body.phase)
-            return web.json_response({"name": body.name, "t_begin_ns": t_begin}, status=201)
-        window = coord.end_mark(run_id, body.name)
-    except StoreError as exc:
-        return _store_error(exc)
+    if body.event == "begin":
+        t_begin = coord.begin_mark(run_id, body.name, body.phase)
+        return web.json_response({"name": body.name, "t_begin_ns": t_begin}, status=201)
+    window = coord.end_mark(run_id, body.name)
     return web.json_response(
         {"name": body.name, "t_start_ns": window.t_start_ns, "t_end_ns": window.t_end_ns}
     )
@@ -141,16 +136,13 @@ async def marks(request: web.Request) -> web.Response:
 
 async def export(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
-    try:
-        body = await coord.export_async(request.match_info["run_id"])
-    except StoreError as exc:
-        return _store_error(exc)
+    body = await coord.export_async(request.match_info["run_id"])
     return web.json_response(body)
 
 
 def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     middleware = bearer_middleware(token, lambda path: path not in ("/healthz", "/metrics"))
-    app = web.Application(middlewares=[middleware], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[middleware, store_refusals], client_max_size=MAX_BODY_BYTES)
     app[COORDINATOR] = coordinator
     app[REGISTRY] = coordinator_registry(coordinator)  # built once, like the agent's
     app.router.add_get("/healthz", healthz)

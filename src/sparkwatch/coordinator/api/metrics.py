@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -10,6 +10,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 if TYPE_CHECKING:
     from sparkwatch.coordinator.service import Coordinator
+    from sparkwatch.links.state import LinkState
+    from sparkwatch.store.db import RunRow
 
 
 class CoordinatorCollector(Collector):
@@ -17,65 +19,78 @@ class CoordinatorCollector(Collector):
         self._coord = coordinator
 
     def collect(self) -> Iterator[Metric]:
-        now = self._coord.now_ns()
-        states = self._coord.states()
-        connected = GaugeMetricFamily(
-            "sparkwatch_coordinator_node_connected", "1 while the node's link streams.", labels=["node"]
-        )
-        last_seq = GaugeMetricFamily(
-            "sparkwatch_coordinator_node_last_seq",
-            "Last stored seq of the node's boot.",
-            labels=["node", "boot_id"],
-        )
-        lag = GaugeMetricFamily(
-            "sparkwatch_coordinator_node_lag_seconds", "Age of the newest stored sample.", labels=["node"]
-        )
-        ingested = CounterMetricFamily(
-            "sparkwatch_coordinator_samples_ingested", "New samples stored.", labels=["node"]
-        )
-        offset = GaugeMetricFamily(
-            "sparkwatch_coordinator_clock_offset_seconds",
-            "Agent clock + offset = coordinator clock.",
-            labels=["node"],
-        )
-        uncertainty = GaugeMetricFamily(
-            "sparkwatch_coordinator_clock_uncertainty_seconds",
-            "Half the smallest probe round trip.",
-            labels=["node"],
-        )
-        reconnects = CounterMetricFamily(
-            "sparkwatch_coordinator_link_reconnects", "Link re-dials.", labels=["node"]
-        )
-        for s in states:
-            connected.add_metric([s.node], 1.0 if s.connected else 0.0)
-            if s.boot_id is not None:
-                last_seq.add_metric([s.node, s.boot_id], float(s.last_seq))
-            node_lag = s.lag_s(now)
-            if node_lag is not None:
-                lag.add_metric([s.node], node_lag)
-            ingested.add_metric([s.node], float(s.samples_ingested))
-            reconnects.add_metric([s.node], float(s.reconnects))
-            if s.offset is not None:
-                offset.add_metric([s.node], s.offset.offset_ns / 1e9)
-                uncertainty.add_metric([s.node], s.offset.uncertainty_ns / 1e9)
-        open_runs = GaugeMetricFamily("sparkwatch_coordinator_open_runs", "Runs opened and not yet ended.")
-        run_active = GaugeMetricFamily(
-            "sparkwatch_coordinator_run_active",
-            "1 while the run is open (for dashboard annotations); absent once it ended.",
-            labels=["run_id", "name"],
-        )
-        run_start = GaugeMetricFamily(
-            "sparkwatch_coordinator_run_start_timestamp_seconds",
-            "Start of an open run, Unix time on the coordinator's clock.",
-            labels=["run_id", "name"],
-        )
-        active = [r for r in self._coord.runs() if r.open]
-        open_runs.add_metric([], float(len(active)))
-        for r in active:
-            run_active.add_metric([r.id, r.name], 1.0)
-            run_start.add_metric([r.id, r.name], r.t_start_ns / 1e9)
-        yield from (connected, last_seq, lag, ingested, offset, uncertainty, reconnects, open_runs)
-        yield from (run_active, run_start)
+        yield from _link_families(self._coord.states(), self._coord.now_ns())
+        yield from _run_families([r for r in self._coord.runs() if r.open])
+
+
+def _link_families(states: Sequence[LinkState], now: int) -> Iterator[Metric]:
+    connected = GaugeMetricFamily(
+        "sparkwatch_coordinator_node_connected", "1 while the node's link streams.", labels=["node"]
+    )
+    last_seq = GaugeMetricFamily(
+        "sparkwatch_coordinator_node_last_seq",
+        "Last stored seq of the node's boot.",
+        labels=["node", "boot_id"],
+    )
+    lag = GaugeMetricFamily(
+        "sparkwatch_coordinator_node_lag_seconds", "Age of the newest stored sample.", labels=["node"]
+    )
+    ingested = CounterMetricFamily(
+        "sparkwatch_coordinator_samples_ingested", "New samples stored.", labels=["node"]
+    )
+    offset = GaugeMetricFamily(
+        "sparkwatch_coordinator_clock_offset_seconds",
+        "Agent clock + offset = coordinator clock.",
+        labels=["node"],
+    )
+    uncertainty = GaugeMetricFamily(
+        "sparkwatch_coordinator_clock_uncertainty_seconds",
+        "Half the smallest probe round trip.",
+        labels=["node"],
+    )
+    reconnects = CounterMetricFamily(
+        "sparkwatch_coordinator_link_reconnects", "Link re-dials.", labels=["node"]
+    )
+    rejected = CounterMetricFamily(
+        "sparkwatch_coordinator_frames_rejected",
+        "Agent frames skipped, by reason (too_long, not_json, invalid, before_hello, foreign_boot,"
+        " seq_not_forward).",
+        labels=["node", "reason"],
+    )
+    for s in states:
+        connected.add_metric([s.node], 1.0 if s.connected else 0.0)
+        if s.boot_id is not None:
+            last_seq.add_metric([s.node, s.boot_id], float(s.last_seq))
+        node_lag = s.lag_s(now)
+        if node_lag is not None:
+            lag.add_metric([s.node], node_lag)
+        ingested.add_metric([s.node], float(s.samples_ingested))
+        reconnects.add_metric([s.node], float(s.reconnects))
+        for reason, count in sorted(s.frames_rejected.items()):
+            rejected.add_metric([s.node, reason], float(count))
+        if s.offset is not None:
+            offset.add_metric([s.node], s.offset.offset_ns / 1e9)
+            uncertainty.add_metric([s.node], s.offset.uncertainty_ns / 1e9)
+    yield from (connected, last_seq, lag, ingested, offset, uncertainty, reconnects, rejected)
+
+
+def _run_families(active: Sequence[RunRow]) -> Iterator[Metric]:
+    open_runs = GaugeMetricFamily("sparkwatch_coordinator_open_runs", "Runs opened and not yet ended.")
+    run_active = GaugeMetricFamily(
+        "sparkwatch_coordinator_run_active",
+        "1 while the run is open (for dashboard annotations); absent once it ended.",
+        labels=["run_id", "name"],
+    )
+    run_start = GaugeMetricFamily(
+        "sparkwatch_coordinator_run_start_timestamp_seconds",
+        "Start of an open run, Unix time on the coordinator's clock.",
+        labels=["run_id", "name"],
+    )
+    open_runs.add_metric([], float(len(active)))
+    for r in active:
+        run_active.add_metric([r.id, r.name], 1.0)
+        run_start.add_metric([r.id, r.name], r.t_start_ns / 1e9)
+    yield from (open_runs, run_active, run_start)
 
 
 def coordinator_registry(coordinator: Coordinator) -> CollectorRegistry:

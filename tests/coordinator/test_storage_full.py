@@ -1,0 +1,99 @@
+"""A coordinator whose database cannot take writes (a real SQLITE_FULL: SQLite's page limit at the file's
+size): the API answers 503 with a reason and stores nothing; links go down with one clear line, back off
+further and further instead of redialling every half second, and resume once there is room."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import pathlib
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from sparkwatch.coordinator.api.app import make_app
+from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.links.nodes_file import NodeSpec
+from sparkwatch.links.ws_link import WsLink
+from sparkwatch.store import Store
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
+
+
+def fill(store: Store, room_pages: int = 0) -> None:
+    """No page more than the file has now (plus ``room_pages``): the next growth fails with SQLITE_FULL."""
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages + room_pages}")
+
+
+async def test_the_api_answers_503_and_stores_nothing(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "full.db")
+    client = TestClient(TestServer(make_app(Coordinator([], store), None)))
+    await client.start_server()
+    try:
+        ok = await client.post("/v1/runs", json={"name": "room"})
+        run_id = (await ok.json())["id"]
+        fill(store)
+        now = time.time_ns()
+        batch = [
+            {"id": f"{i:04d}" + "w" * 150, "phase": "timed", "t_start_ns": now, "t_end_ns": now + 1}
+            for i in range(50)
+        ]  # several pages' worth: the file must grow
+        windows = await client.post(f"/v1/runs/{run_id}/windows", json={"windows": batch})
+        refused = await windows.json()
+        run = await (await client.get(f"/v1/runs/{run_id}")).json()
+    finally:
+        await client.close()
+        store.close()
+    assert windows.status == 503, refused
+    assert refused["error"] == "unavailable" and "database or disk is full" in refused["reason"]
+    assert run["windows"] == 0  # the batch is all or nothing
+
+
+async def test_a_link_backs_off_while_the_store_is_full_and_resumes(
+    agent_factory: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n1", "--interval", "0.05")
+    store = Store(tmp_path / "full.db")
+    fill(store)
+    dials: list[float] = []
+    async with aiohttp.ClientSession() as session:
+        link = WsLink(
+            NodeSpec(name="n1", url="ws://unused"),
+            store,
+            session,
+            holder="t",
+            desired_interval=lambda: None,
+            base_url=agent.url,
+            backoff=ExponentialBackoff(initial_s=0.05, factor=2.0, maximum_s=10.0, jitter=0.0),
+            probes=2,
+        )
+        real = link._connected_session
+
+        async def counted() -> None:
+            dials.append(time.monotonic())
+            await real()
+
+        link._connected_session = counted  # type: ignore[method-assign]
+        with caplog.at_level(logging.DEBUG, logger="sparkwatch.links"):
+            task = asyncio.create_task(link.run())
+            while link.state.reconnects == 0:  # the first session stores what fits in pages the file has
+                await asyncio.sleep(0.01)
+            stored_once_full = store.count_samples("n1")
+            first_failure = len(dials)
+            await asyncio.sleep(1.0)
+            stored_while_full = store.count_samples("n1")
+            store._db.execute("PRAGMA max_page_count = 1073741823")  # room again
+            await asyncio.sleep(3.0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    gaps = [b - a for a, b in itertools.pairwise(dials[first_failure:])][:4]
+    assert stored_while_full == stored_once_full and store.count_samples("n1") > stored_while_full
+    assert len(gaps) >= 3 and all(later > earlier * 1.5 for earlier, later in itertools.pairwise(gaps)), gaps
+    downs = [r for r in caplog.records if "link down" in r.getMessage()]
+    assert downs and "database or disk is full" in downs[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)  # one clear line, never a traceback
+    store.close()
