@@ -9,12 +9,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 
 from sparkwatch_agent.assemble import assemble
 from sparkwatch_agent.config import build_config
+from sparkwatch_agent.sampling.leases import MAX_LEASES
 from sparkwatch_agent.serving.http_app import CONTEXT, make_app
 from sparkwatch_agent.serving.serve import agent_context
+from sparkwatch_agent.shared.protocol import CLOSE_AFTER_BEYOND_NEWEST
 
 TOKEN = "s3cret-token-0123456789"
 
@@ -92,6 +95,34 @@ async def test_runtime_interval_lease(agent: TestClient) -> None:
     assert (await r.json())["released"] is True
 
 
+async def test_a_slower_lease_is_accepted_and_sampling_does_not_slow(agent: TestClient) -> None:
+    sampler = agent.app[CONTEXT].sampler
+    r = await agent.put("/v1/interval", json={"holder": "slow", "interval_s": 3600})
+    state = await r.json()
+    assert r.status == 200 and state["interval_s"] == 0.02 and state["leases"][0]["interval_s"] == 3600
+    seq = sampler.snapshot.sample.seq
+    await asyncio.sleep(0.3)
+    assert sampler.snapshot.sample.seq >= seq + 5 and sampler.snapshot.interval_s == 0.02
+    assert (await agent.get("/healthz")).status == 200
+
+
+async def test_leases_beyond_the_cap_are_429_with_a_reason(agent: TestClient) -> None:
+    for i in range(MAX_LEASES):
+        r = await agent.put("/v1/interval", json={"holder": f"h{i}", "interval_s": 1, "ttl_s": 60})
+        assert r.status == 200
+    r = await agent.put("/v1/interval", json={"holder": "h0", "interval_s": 0.5, "ttl_s": 60})
+    assert r.status == 200  # renewing (or changing) a held lease needs no new slot
+    r = await agent.put("/v1/interval", json={"holder": "extra", "interval_s": 0.01, "ttl_s": 60})
+    body = await r.json()
+    assert r.status == 429 and body["error"] == "too_many_leases" and "64 leases are held" in body["reason"]
+    assert 1 <= int(r.headers["Retry-After"]) <= 60
+    state = await (await agent.get("/v1/interval")).json()
+    assert len(state["leases"]) == MAX_LEASES and state["interval_s"] == 0.02  # nothing changed
+    await agent.delete("/v1/interval", params={"holder": "h5"})
+    r = await agent.put("/v1/interval", json={"holder": "extra", "interval_s": 0.01, "ttl_s": 60})
+    assert r.status == 200 and (await r.json())["interval_s"] == 0.01
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -157,9 +188,29 @@ async def test_stream_announces_ring_overflow_as_gap() -> None:
         await client.close()
 
 
-async def test_stream_bad_after_is_400(agent: TestClient) -> None:
-    r = await agent.get("/v1/stream", params={"after": "-1"})
-    assert r.status == 400
+@pytest.mark.parametrize("after", ["-1", "x", str(2**63)])
+async def test_stream_bad_after_is_400(agent: TestClient, after: str) -> None:
+    r = await agent.get("/v1/stream", params={"after": after})
+    assert r.status == 400 and (await r.json())["error"] == "bad_request"
+
+
+async def test_stream_after_beyond_the_newest_seq_is_refused_with_a_reason(agent: TestClient) -> None:
+    sampler = agent.app[CONTEXT].sampler
+    newest = sampler.last_seq
+    ws = await agent.ws_connect("/v1/stream", params={"after": str(newest + 1_000_000)})
+    hello, error = await read_frames(ws, 2, timeout=2.0)
+    assert hello["type"] == "hello" and hello["boot_id"] == sampler.boot_id
+    assert error["type"] == "error" and error["error"] == "after_beyond_newest"
+    assert error["boot_id"] == sampler.boot_id and newest <= error["last_seq"] < newest + 1_000_000
+    assert f"after={newest + 1_000_000} is beyond the newest seq" in error["reason"]
+    msg = await ws.receive(timeout=2.0)  # closed at once, with the reason, instead of silence
+    assert msg.type == WSMsgType.CLOSE and msg.data == CLOSE_AFTER_BEYOND_NEWEST
+    assert msg.extra.startswith(f"after={newest + 1_000_000} is beyond the newest seq")
+    # the newest seq itself is fine: the stream goes live from there
+    ws = await agent.ws_connect("/v1/stream", params={"after": str(sampler.last_seq)})
+    frames = await read_frames(ws, 3)
+    assert frames[0]["type"] == "hello" and {f["type"] for f in frames[1:]} == {"sample"}
+    await ws.close()
 
 
 async def test_sim_load_drives_power(agent: TestClient) -> None:

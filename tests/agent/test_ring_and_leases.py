@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading
-from sparkwatch_agent.sampling.leases import IntervalLeases
+from sparkwatch_agent.sampling.leases import MAX_LEASES, IntervalLeases, TooManyLeases
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sample import Sample, encode_frame, encode_sample
 from sparkwatch_agent.serving.stream_cursor import frames_after
@@ -92,6 +92,40 @@ def test_lease_renewal_and_fastest_holder_wins() -> None:
 def test_lease_validation(interval: float, ttl: float, holder: str) -> None:
     with pytest.raises(ValueError):
         IntervalLeases(1.0).grant(holder, interval, ttl, 0)
+
+
+def test_a_lease_slower_than_configured_has_no_effect() -> None:
+    leases = IntervalLeases(1.0)
+    leases.grant("slow", 3600.0, ttl_s=600, now_mono_ns=0)
+    assert leases.current_s(1) == 1.0  # held, shown, but sampling never slows down for it
+    assert [lease.holder for lease in leases.active(1)] == ["slow"]
+    leases.grant("fast", 0.1, ttl_s=600, now_mono_ns=0)
+    assert leases.current_s(2) == 0.1
+
+
+def test_leases_are_capped_one_per_holder_and_in_all() -> None:
+    leases = IntervalLeases(1.0)
+    for i in range(MAX_LEASES):
+        leases.grant(f"h{i}", 0.5, ttl_s=10 + i, now_mono_ns=0)
+    leases.grant("h0", 0.2, ttl_s=10, now_mono_ns=0)  # renewing replaces: no new slot needed
+    assert leases.stored == MAX_LEASES and leases.current_s(1) == 0.2
+    with pytest.raises(TooManyLeases, match=rf"{MAX_LEASES} leases are held") as refused:
+        leases.grant("one-too-many", 0.1, ttl_s=10, now_mono_ns=10**9)
+    assert refused.value.retry_after_s == 9.0  # when h0 lapses
+    assert leases.stored == MAX_LEASES and leases.current_s(2) == 0.2  # the refusal changed nothing
+    assert leases.release("h1") is True
+    leases.grant("one-too-many", 0.1, ttl_s=10, now_mono_ns=10**9)
+
+
+def test_lapsed_leases_are_deleted_so_memory_stays_bounded() -> None:
+    leases = IntervalLeases(1.0)
+    for i in range(MAX_LEASES):
+        leases.grant(f"old{i}", 0.5, ttl_s=1, now_mono_ns=0)
+    # no tick in between: the next grant deletes the lapsed ones before counting
+    for i in range(MAX_LEASES):
+        leases.grant(f"new{i}", 0.5, ttl_s=1, now_mono_ns=2 * 10**9)
+    assert leases.stored == MAX_LEASES
+    assert leases.current_s(4 * 10**9) == 1.0 and leases.stored == 0
 
 
 def test_live_reads_never_decompress(monkeypatch: pytest.MonkeyPatch) -> None:

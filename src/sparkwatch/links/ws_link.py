@@ -30,6 +30,9 @@ LEASE_RENEW_S = 120.0
 #: A refused token is a configuration error: ask again this seldom, not on the backoff schedule.
 UNAUTHORIZED_RETRY_S = 60.0
 UNAUTHORIZED_HINT = "the agent refused our token (HTTP 401); check token_file in nodes.toml"
+_STREAM_ENDS = frozenset(
+    {aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR}
+)
 
 
 class WsLink:
@@ -144,14 +147,15 @@ class WsLink:
                 raise LinkError("agent restarted between clock probe and stream; resuming from seq 0")
 
         ingest = self._ingest(on_hello)
-        async for msg in ws:
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                if msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSE):
-                    break
-                continue
-            ingest.feed(msg.data)
-            ingest.flush()
-        raise LinkError(f"stream closed ({ws.close_code})")
+        while True:  # receive(), not `async for`, which hides the close message and the agent's reason
+            msg = await ws.receive()
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                ingest.feed(msg.data)
+                ingest.flush()
+            elif msg.type in _STREAM_ENDS:
+                break
+        reason = f": {msg.extra}" if msg.type == aiohttp.WSMsgType.CLOSE and msg.extra else ""
+        raise LinkError(f"stream closed ({ws.close_code}){reason}")
 
     # ---- clock -----------------------------------------------------------------------------------
     async def probe_clock(self) -> tuple[ClockOffset, str]:

@@ -2,7 +2,10 @@
 
 A coordinator raises the rate for a run by taking a lease and renewing it; if it dies, the lease lapses
 and the configured interval returns — fast sampling neither stops at once nor stays on forever.
-With several holders the fastest active request wins.
+With several holders the fastest active request wins, and a lease can only make sampling faster than
+the configured interval: a slower one is held (and shown) but has no effect. 9195 leases at 3600 s once
+stopped an agent sampling altogether; so there is one lease per holder (renewing replaces it), at most
+``MAX_LEASES`` in all, and a lapsed lease is deleted, not just ignored, before any new one is counted.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ MIN_INTERVAL_S = 0.01
 MAX_INTERVAL_S = 3600.0
 MAX_TTL_S = 86400.0
 DEFAULT_TTL_S = LEASE_TTL_S
+#: Holders at once: a coordinator or two per agent need one each; this leaves room for test rigs and
+#: people with curl while keeping every lookup cheap and the memory bounded.
+MAX_LEASES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +29,17 @@ class Lease:
     holder: str
     interval_s: float
     expires_mono_ns: int
+
+
+class TooManyLeases(Exception):
+    """Every lease slot is held by another holder; ``retry_after_s`` says when the first one lapses."""
+
+    def __init__(self, held: int, retry_after_s: float) -> None:
+        super().__init__(
+            f"{held} leases are held, the most this agent keeps; renew or release one of them, "
+            f"or retry after the next one lapses (in {retry_after_s:.0f} s)"
+        )
+        self.retry_after_s = retry_after_s
 
 
 def validate_interval(interval_s: float) -> float:
@@ -50,6 +67,10 @@ class IntervalLeases:
             raise ValueError("holder must be a non-empty string of at most 200 characters")
         lease = Lease(holder, float(interval_s), now_mono_ns + int(ttl_s * 1e9))
         with self._lock:
+            self._drop_lapsed(now_mono_ns)
+            if holder not in self._leases and len(self._leases) >= MAX_LEASES:
+                first_ns = min(held.expires_mono_ns for held in self._leases.values())
+                raise TooManyLeases(len(self._leases), (first_ns - now_mono_ns) / 1e9)
             self._leases[holder] = lease
             self._cached_until_ns = -1
         return lease
@@ -59,19 +80,28 @@ class IntervalLeases:
             self._cached_until_ns = -1
             return self._leases.pop(holder, None) is not None
 
+    @property
+    def stored(self) -> int:
+        """Leases kept in memory right now, lapsed ones not yet deleted included."""
+        return len(self._leases)
+
     def active(self, now_mono_ns: int) -> tuple[Lease, ...]:
         with self._lock:
-            for holder in [h for h, lease in self._leases.items() if lease.expires_mono_ns <= now_mono_ns]:
-                del self._leases[holder]
+            self._drop_lapsed(now_mono_ns)
             return tuple(self._leases.values())
 
     def current_s(self, now_mono_ns: int) -> float:
+        """The interval in effect: the fastest lease's, but never slower than the configured one."""
         if now_mono_ns < self._cached_until_ns:
             return self._cached_s
         with self._lock:
-            for holder in [h for h, lease in self._leases.items() if lease.expires_mono_ns <= now_mono_ns]:
-                del self._leases[holder]
+            self._drop_lapsed(now_mono_ns)
             leases = self._leases.values()
             self._cached_s = min((lease.interval_s for lease in leases), default=self.configured_s)
+            self._cached_s = min(self._cached_s, self.configured_s)
             self._cached_until_ns = min((lease.expires_mono_ns for lease in leases), default=2**63 - 1)
             return self._cached_s
+
+    def _drop_lapsed(self, now_mono_ns: int) -> None:
+        for holder in [h for h, lease in self._leases.items() if lease.expires_mono_ns <= now_mono_ns]:
+            del self._leases[holder]

@@ -21,17 +21,19 @@ from prometheus_client.registry import CollectorRegistry
 
 from sparkwatch_agent.hardware.host_facts import read_host_facts
 from sparkwatch_agent.hardware.sim import SimGb10
-from sparkwatch_agent.sampling.leases import DEFAULT_TTL_S
+from sparkwatch_agent.sampling.leases import DEFAULT_TTL_S, TooManyLeases
 from sparkwatch_agent.sampling.sample import encode_frame
 from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.hello import capabilities_json, hello_frame
-from sparkwatch_agent.serving.stream_cursor import StreamCursor
+from sparkwatch_agent.serving.stream_cursor import StreamCursor, beyond_newest
 from sparkwatch_agent.shared.http import bearer_middleware, json_error
+from sparkwatch_agent.shared.protocol import CLOSE_AFTER_BEYOND_NEWEST
 
 log = logging.getLogger(__name__)
 
 STREAM_BATCH = 500
+MAX_SEQ = 2**63 - 1
 
 
 #: How often a stream handler looks for new frames. Polling the ring costs one event-loop wake-up per client
@@ -172,6 +174,10 @@ async def interval_put(request: web.Request) -> web.Response:
         ctx.sampler.leases.grant(holder, interval_s, ttl_s, ctx.mono_ns())
     except ValueError as exc:
         return json_error(400, "bad_request", str(exc))
+    except TooManyLeases as exc:
+        refusal = json_error(429, "too_many_leases", str(exc))
+        refusal.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+        return refusal
     ctx.sampler.wake()
     return web.json_response(_interval_state(ctx))
 
@@ -212,7 +218,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     raw_after = request.query.get("after")
     try:
         after = int(raw_after) if raw_after is not None else ctx.sampler.last_seq
-        if after < 0:
+        if not 0 <= after <= MAX_SEQ:
             raise ValueError
     except ValueError:
         return json_error(400, "bad_request", "after must be a non-negative integer seq")
@@ -250,6 +256,12 @@ async def _send_frames(
         return encode_frame(hello_frame(s, read_host_facts()))
 
     await ws.send_str(hello(snap).decode())
+    refusal = beyond_newest(after, sampler.last_seq, sampler.boot_id)
+    if refusal is not None:
+        await ws.send_str(encode_frame(refusal).decode())
+        reason = refusal["reason"].encode()[:123].decode(errors="ignore")
+        await ws.close(code=CLOSE_AFTER_BEYOND_NEWEST, message=reason.encode())
+        return
     cursor = StreamCursor(after, snap.inventory_rev)
     while not ws.closed and not reader.done():
         lines = cursor.next_lines(sampler, STREAM_BATCH, hello)

@@ -4,12 +4,13 @@ exactly where the inventory changed (the samples after a GPU re-open follow the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sample import encode_frame
 from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
-from sparkwatch_agent.shared.protocol import FRAME_GAP
+from sparkwatch_agent.shared.protocol import FRAME_ERROR, FRAME_GAP
 
 
 def frames_after(ring: SampleRing, last_seq: int, limit: int) -> tuple[list[bytes], int]:
@@ -25,6 +26,26 @@ def frames_after(ring: SampleRing, last_seq: int, limit: int) -> tuple[list[byte
         lines.extend(piece.frames)
         last_seq = piece.last_seq
     return lines, last_seq
+
+
+def beyond_newest(after_seq: int, newest_seq: int, boot_id: str) -> dict[str, Any] | None:
+    """The error frame for a reader that claims to have seen a seq this boot has not produced yet, else
+    ``None``. Such a reader is confused (a new boot starts again at seq 1 and its hello says so), and no
+    answer but a refusal keeps its data whole: waiting for the seqs to catch up is silence, then never
+    sends the samples up to ``after_seq`` that it wrongly believes it has; starting at the newest sends
+    seqs it believes it has, which it would drop as duplicates. So nothing is sent or skipped, and the
+    ring keeps every sample for a request with a seq the reader really has."""
+    if after_seq <= newest_seq:
+        return None
+    return {
+        "type": FRAME_ERROR,
+        "error": "after_beyond_newest",
+        "reason": f"after={after_seq} is beyond the newest seq {newest_seq} of boot {boot_id}; "
+        f"ask again with after <= {newest_seq} (0 replays the ring)",
+        "after": after_seq,
+        "last_seq": newest_seq,
+        "boot_id": boot_id,
+    }
 
 
 class StreamCursor:

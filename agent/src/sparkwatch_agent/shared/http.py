@@ -1,19 +1,30 @@
-"""HTTP pieces both distributions use: JSON errors, the bearer-token middleware, and bind-or-fail."""
+"""HTTP pieces both distributions use: JSON errors, the bearer-token middleware, and bind-or-fail with the
+connection limits every server gets."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from sparkwatch_agent.shared.auth import bearer_ok
+from sparkwatch_agent.shared.conn_guard import ConnectionGuard
+from sparkwatch_agent.shared.listener import GuardedSite
+from sparkwatch_agent.shared.log_limit import install_accept_error_log
+from sparkwatch_agent.shared.server_limits import LimitsError, ServerLimits, limits_from_environ, soft_nofile
+
+log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class BindError(Exception):
-    """A server could not listen where it was asked to (port in use, bad address); one line for the user."""
+    """A server could not listen as asked (port in use, bad address, a bad limit); one line for the user."""
 
 
 def json_error(status: int, error: str, reason: Any) -> web.Response:
@@ -39,12 +50,35 @@ def bearer_middleware(
     return check
 
 
-async def start_site(runner: web.AppRunner, host: str, port: int) -> str:
-    """Set the runner up and listen on host:port (0: any free port); returns its ``http://`` URL. A port in
-    use or a bad address is a :class:`BindError`, with the runner already cleaned up."""
+async def start_site(runner: web.AppRunner, host: str, port: int, limits: ServerLimits | None = None) -> str:
+    """Set the runner up and listen on host:port (0: any free port) under ``limits`` (default: the
+    environment's, see ``server_limits``); returns its ``http://`` URL. A port in use, a bad address or a
+    bad limit is a :class:`BindError`, with the runner already cleaned up.
+
+    Every accepted connection passes a :class:`ConnectionGuard` (the cap, the header deadline), aiohttp's
+    keep-alive timeout closes connections idle between requests, and accept errors such as EMFILE are
+    logged once a minute instead of a traceback a second."""
+    nofile = soft_nofile()
+    if limits is None:
+        try:
+            limits = limits_from_environ(os.environ, nofile)
+        except LimitsError as exc:
+            raise BindError(str(exc)) from None
+    if nofile is not None and limits.max_connections > nofile // 2:
+        log.warning(
+            "up to %d connections leave few of the %d open files for anything else; raise LimitNOFILE",
+            limits.max_connections,
+            nofile,
+        )
+    # the handler arguments aiohttp's runner keeps for the server it makes in setup()
+    handler_args = runner._kwargs
+    handler_args["keepalive_timeout"] = min(
+        handler_args.get("keepalive_timeout", math.inf), limits.idle_timeout_s
+    )
+    install_accept_error_log(asyncio.get_running_loop(), log)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await GuardedSite(runner, host, port, ConnectionGuard(limits)).start()
     except OSError as exc:
         await runner.cleanup()
         raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
