@@ -21,7 +21,7 @@ from sparkwatch.commands.run import RunCommandError, RunOptions, parse_import, r
 from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
 from sparkwatch.coordinator.serve import serve
 from sparkwatch.core.export_schema import run_schema
-from sparkwatch.importers import ClockAnchor, ImportFormatError, load_windows
+from sparkwatch.importers import ClockAnchor, ImportFormatError, read_windows
 from sparkwatch.links.nodes_file import NodesFileError
 from sparkwatch.links.state import LinkError
 from sparkwatch.outputs import OutputError, check_output, write_text_atomically
@@ -131,12 +131,12 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    windows = load_windows(args.format, args.file, clock_anchor=_anchor(args, parser))
+    windows = read_windows(args.format, args.file, clock_anchor=_anchor(args, parser))
     target = _target(args)
 
     async def post() -> int:
         async with CoordinatorClient(target) as client:
-            return await client.add_windows(args.run, windows)
+            return await client.import_windows(args.run, windows)
 
     stored = asyncio.run(post())
     print(f"imported {stored} window(s) from {args.file} ({args.format}) into run {args.run}")

@@ -7,11 +7,13 @@ reason (or the connection error), so a CLI can print it as it is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +128,23 @@ class CoordinatorClient:
             stored += int(result["stored"])
         return stored
 
+    async def import_windows(self, run_id: str, windows: Iterable[Window]) -> int:
+        """Every window in one import (``WINDOWS_PER_POST`` per request, read from ``windows`` as they are
+        posted), committed at the end: the run gets all of them or, when anything fails on the way (a bad
+        line late in a file, a refusal, Ctrl-C), none."""
+        begun = await self._call("POST", f"/v1/runs/{run_id}/imports", {})
+        import_id = str(begun["import_id"])
+        try:
+            for batch in _batches(windows, WINDOWS_PER_POST):
+                body = {"windows": [w.to_body() for w in batch], "import_id": import_id}
+                await self._call("POST", f"/v1/runs/{run_id}/windows", body)
+            done = await self._call("POST", f"/v1/runs/{run_id}/imports/{import_id}/commit", {})
+        except BaseException:
+            with contextlib.suppress(CoordinatorError):  # else the coordinator drops it after a while
+                await self._call("DELETE", f"/v1/runs/{run_id}/imports/{import_id}")
+            raise
+        return int(done["committed"])
+
     async def export(self, run_id: str) -> dict[str, Any]:
         result: dict[str, Any] = await self._call("GET", f"/v1/runs/{run_id}/export")
         return result
@@ -194,3 +213,10 @@ def _reason(text: str) -> str:
             return "; ".join(f"{r.get('loc', '')}: {r.get('msg', '')}" for r in reason if isinstance(r, dict))
         return str(reason)
     return json.dumps(body)[:200]
+
+
+def _batches(items: Iterable[Window], size: int) -> Iterator[list[Window]]:
+    """Lists of up to ``size`` items, taken as they come (``itertools.batched`` is Python 3.12)."""
+    source = iter(items)
+    while batch := list(itertools.islice(source, size)):
+        yield batch

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import tracemalloc
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sparkwatch.coordinator.api.models import WindowBatch
+from sparkwatch.coordinator.api.bodies import window_batch
 from sparkwatch.core.windows import Window, scope_for
 from sparkwatch.importers import (
     FORMATS,
@@ -25,6 +26,7 @@ from sparkwatch.importers import (
     genai_perf,
     guidellm,
     load_windows,
+    read_windows,
     vllm,
 )
 
@@ -352,7 +354,7 @@ def test_vllm_without_latencies_ends_each_request_at_ttft_plus_its_itls(tmp_path
 
 
 def test_lmx_status_capture_gives_low_resolution_windows_per_request() -> None:
-    windows = load("lmx-status", "lmx-status/status.jsonl")
+    windows = sorted(load("lmx-status", "lmx-status/status.jsonl"), key=lambda w: w.t_start_ns)  # by end read
     t = 1_759_522_430_123_456_789
     assert [row(w) for w in windows] == [
         ("lmx-warmup-0", "warmup", t + 3 * MS, t + 2503 * MS, None, t + 412 * MS, None, 305, 256,
@@ -433,7 +435,7 @@ def test_every_window_is_one_the_coordinator_api_accepts(fmt: str, rel: str) -> 
             assert key in window.source, key
         assert window.source["format"] == fmt and window.source["file"] == Path(rel).name
         body = json.dumps({"windows": [window.to_body()]})  # as the client posts it
-        assert WindowBatch.model_validate_json(body).windows == [window]
+        assert window_batch(body.encode()).windows == [window]
 
 
 # ---- refusals: malformed files ----
@@ -651,6 +653,38 @@ def test_malformed_plain_csv_is_refused_whole(
     path = tmp_path / "windows.csv"
     path.write_text("\n".join([header, *rows]) + "\n")
     assert says in refused("plain", path)
+
+
+def test_a_csv_cell_over_the_csv_modules_limit_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "windows.csv"
+    path.write_text(
+        f"{PLAIN_HEADER}\nr,timed,{P0},{P1}\n" + '"' + "x" * (129 * 1024) + f'",timed,{P0},{P1}\n'
+    )
+    assert "CSV line 3: field larger than field limit (131072)" in refused("plain", path)
+
+
+def test_line_formats_are_read_as_they_go_not_held_whole(tmp_path: Path) -> None:
+    """A 30 MB capture is read with a few MB at most in memory (a 200 MB one took 2.2 GB when held whole):
+    each request's window is handed on when its request_end is read."""
+    t0 = 1_759_522_430_000_000_000
+    lines = []
+    for i in range(10_000):
+        for k, event in enumerate(("request_start", "first_token", "request_end")):
+            status = {"event": event, "phase": "timed", "request": i, "time": "2025-10-03T20:13:50Z"}
+            if event == "request_end":
+                status |= {"promptTokens": 300, "outputTokens": 250, "pad": "p" * 2500}
+            lines.append(json.dumps({"t_arrival_ns": t0 + i * 10**7 + k * 10**6, "status": status}))
+    path = tmp_path / "status.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in read_windows("lmx-status", path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 10_000 and size > 25_000_000
+    assert peak < size / 2, (peak, size)  # the ids it must keep to refuse a repeated one, not the file
 
 
 def test_a_bad_last_line_imports_nothing(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""A coordinator whose database cannot take writes (a real SQLITE_FULL: SQLite's page limit at the file's
-size): the API answers 503 with a reason and stores nothing; links go down with one clear line, back off
-further and further instead of redialling every half second, and resume once there is room."""
+"""A link whose database cannot take writes (a real SQLITE_FULL: SQLite's page limit at the file's size)
+goes down with one clear line, backs off further and further instead of redialling every half second, and
+resumes once there is room. The whole coordinator out of disk: tests/e2e/test_out_of_disk.py."""
 
 from __future__ import annotations
 
@@ -13,10 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
-from sparkwatch.coordinator.api.app import make_app
-from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Store
@@ -27,30 +24,6 @@ def fill(store: Store, room_pages: int = 0) -> None:
     """No page more than the file has now (plus ``room_pages``): the next growth fails with SQLITE_FULL."""
     pages = store._db.execute("PRAGMA page_count").fetchone()[0]
     store._db.execute(f"PRAGMA max_page_count = {pages + room_pages}")
-
-
-async def test_the_api_answers_503_and_stores_nothing(tmp_path: pathlib.Path) -> None:
-    store = Store(tmp_path / "full.db")
-    client = TestClient(TestServer(make_app(Coordinator([], store), None)))
-    await client.start_server()
-    try:
-        ok = await client.post("/v1/runs", json={"name": "room"})
-        run_id = (await ok.json())["id"]
-        fill(store)
-        now = time.time_ns()
-        batch = [
-            {"id": f"{i:04d}" + "w" * 150, "phase": "timed", "t_start_ns": now, "t_end_ns": now + 1}
-            for i in range(50)
-        ]  # several pages' worth: the file must grow
-        windows = await client.post(f"/v1/runs/{run_id}/windows", json={"windows": batch})
-        refused = await windows.json()
-        run = await (await client.get(f"/v1/runs/{run_id}")).json()
-    finally:
-        await client.close()
-        store.close()
-    assert windows.status == 503, refused
-    assert refused["error"] == "unavailable" and "database or disk is full" in refused["reason"]
-    assert run["windows"] == 0  # the batch is all or nothing
 
 
 async def test_a_link_backs_off_while_the_store_is_full_and_resumes(

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sqlite3
+import stat
 
 import numpy as np
 import pytest
 
 from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
-from sparkwatch.store import Store, StoreError
+from sparkwatch.store import NotFound, Store, StoreError
 from sparkwatch.store.db import RunRow
+from sparkwatch.store.windows import CHUNK_ROWS, STALE_IMPORT_NS
 from sparkwatch.wire import GapFrame, SampleFrame, decode_frame
 
 S = 1_000_000_000
@@ -40,7 +43,7 @@ def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> SampleFrame
 
 def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == 3
+    assert store.schema_version == 4
     store.close()
     mode = sqlite3.connect(tmp_path / "sw.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
@@ -59,7 +62,7 @@ def test_a_version_1_database_is_migrated_keeping_its_windows(tmp_path: pathlib.
     db.commit()
     db.close()
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == 3
+    assert store.schema_version == 4
     (old,) = store.windows("r1")
     assert (old.prompt_tokens, old.completion_tokens, old.reasoning_tokens, old.http_status) == (
         3,
@@ -142,6 +145,68 @@ def test_runs_windows_all_or_nothing(tmp_path: pathlib.Path) -> None:
     assert not ended.open and ended.t_end_ns == T0 + 5 * S
     with pytest.raises(StoreError, match="already ended"):
         store.end_run("r1", T0 + 6 * S)
+
+
+def many(prefix: str, count: int) -> list[Window]:
+    return [Window(f"{prefix}{i}", "timed", T0, T0 + S) for i in range(count)]
+
+
+def test_a_batch_larger_than_a_chunk_is_still_all_or_nothing(tmp_path: pathlib.Path) -> None:
+    """Big batches are written in short transactions (CHUNK_ROWS); a duplicate in the last chunk must still
+    leave nothing of the batch, and a batch that goes in is seen whole."""
+    store = Store(tmp_path / "sw.db")
+    store.create_run(RunRow("r1", "demo", T0, None, 0.1, 0.5, "request"))
+    store.add_windows("r1", [Window("taken", "timed", T0, T0 + S)])
+    batch = [*many("w", 2 * CHUNK_ROWS + 10), Window("taken", "timed", T0, T0 + S)]
+    with pytest.raises(StoreError, match="unique"):
+        store.add_windows("r1", batch)
+    assert store.count_windows("r1") == 1 and store.drop_open_imports() == []
+    assert store.add_windows("r1", batch[:-1]) == 2 * CHUNK_ROWS + 10
+    assert store.count_windows("r1") == 2 * CHUNK_ROWS + 11
+
+
+def test_an_import_is_seen_only_once_committed_and_an_abort_leaves_nothing(tmp_path: pathlib.Path) -> None:
+    clock = [T0]
+    store = Store(tmp_path / "sw.db", now_ns=lambda: clock[0])
+    store.create_run(RunRow("r1", "demo", T0, None, 0.1, 0.5, "request"))
+    first = store.begin_import("r1")
+    store.add_windows("r1", many("a", 3000), first)
+    store.add_windows("r1", many("b", 10), first)
+    assert store.count_windows("r1") == 0 and store.windows("r1") == []  # staged: nobody sees it yet
+    with pytest.raises(StoreError, match="unique"):  # a staged id is taken: a second import cannot use it
+        store.add_windows("r1", many("a", 1), store.begin_import("r1"))
+    assert store.commit_import("r1", first) == 3010
+    assert store.count_windows("r1") == 3010 and len(store.windows("r1")) == 3010
+    with pytest.raises(StoreError, match="already committed"):
+        store.add_windows("r1", many("c", 1), first)
+    second = store.begin_import("r1")
+    store.add_windows("r1", many("d", 2500), second)
+    assert store.abort_import("r1", second) == 2500
+    with pytest.raises(NotFound):
+        store.commit_import("r1", second)
+    abandoned = store.begin_import("r1")  # a client that died half-way
+    store.add_windows("r1", many("e", 5), abandoned)
+    clock[0] += STALE_IMPORT_NS + 1
+    last = store.begin_import("r1")  # the next import into the run drops it (and the one refused above)
+    with pytest.raises(NotFound):
+        store.add_windows("r1", many("f", 1), abandoned)
+    assert store.count_windows("r1") == 3010
+    assert store.drop_open_imports() == [last]  # at start: whatever is still uncommitted
+
+
+def test_database_files_are_private_whatever_the_umask(tmp_path: pathlib.Path) -> None:
+    old = os.umask(0)
+    try:
+        store = Store(tmp_path / "sw.db")
+        store.ingest("n1", "b1", [sample(1)])  # the WAL and its index exist once something is written
+        modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in tmp_path.iterdir()}
+        store.close()
+        (tmp_path / "loose.db").touch(0o644)
+        Store(tmp_path / "loose.db").close()  # an existing file left open to others is tightened
+    finally:
+        os.umask(old)
+    assert modes == {"sw.db": 0o600, "sw.db-wal": 0o600, "sw.db-shm": 0o600}
+    assert stat.S_IMODE((tmp_path / "loose.db").stat().st_mode) == 0o600
 
 
 def test_clock_offsets(tmp_path: pathlib.Path) -> None:

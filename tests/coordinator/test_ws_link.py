@@ -323,8 +323,11 @@ async def test_hostile_frames_are_skipped_and_counted_and_never_end_the_link(tmp
         "too_long": 1,
     }
     from sparkwatch.coordinator.api.metrics import CoordinatorCollector
+    from sparkwatch.coordinator.loop_lag import LoopLag
 
     class OneLink:
+        loop_lag = LoopLag()
+
         def now_ns(self) -> int:
             return time.time_ns()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -161,6 +162,43 @@ def test_auth_and_bad_bodies(cluster: Any) -> None:
     assert b'sparkwatch_coordinator_node_connected{node="spark-1"} 1.0' in raw
     lint = subprocess.run(["promtool", "check", "metrics"], input=raw, capture_output=True, timeout=30)
     assert lint.returncode == 0 and lint.stdout == lint.stderr == b"", lint.stderr
+
+
+def test_imports_and_large_batches(cluster: Any) -> None:
+    coord = cluster[0]
+    _, run = coord.call("POST", "/v1/runs", {"name": "imports"})
+    windows = f"/v1/runs/{run['id']}/windows"
+    t0 = time.time_ns()
+    batch = [{"id": f"w{i}", "phase": "timed", "t_start_ns": t0, "t_end_ns": t0 + 10} for i in range(3000)]
+    batch[2500]["t_end_ns"] = t0 - 1  # validated in slices: the loc still counts from the batch's start
+    status, reply = coord.call("POST", windows, {"windows": batch})
+    assert status == 400 and reply["reason"][0]["loc"] == "windows.2500.t_end_ns", reply
+    batch[2500]["t_end_ns"] = t0 + 10
+    _, begun = coord.call("POST", f"/v1/runs/{run['id']}/imports", {})
+    staged = {"windows": batch, "import_id": begun["import_id"]}
+    assert coord.call("POST", windows, staged) == (201, {"stored": 3000, "import_id": begun["import_id"]})
+    more = {"windows": [{**batch[0], "id": "last"}], "import_id": begun["import_id"]}
+    assert coord.call("POST", windows, more)[0] == 201
+    assert coord.call("GET", f"/v1/runs/{run['id']}")[1]["windows"] == 0  # nothing until it is committed
+    commit = f"/v1/runs/{run['id']}/imports/{begun['import_id']}/commit"
+    assert coord.call("POST", commit, {})[1]["committed"] == 3001
+    assert coord.call("GET", f"/v1/runs/{run['id']}")[1]["windows"] == 3001
+    assert coord.call("POST", commit, {})[0] == 409
+    assert coord.call("POST", windows, more)[0] == 409  # a committed import takes nothing more
+    _, other = coord.call("POST", f"/v1/runs/{run['id']}/imports", {})
+    fresh = [{**w, "id": f"x{i}"} for i, w in enumerate(batch)]
+    coord.call("POST", windows, {"windows": fresh, "import_id": other["import_id"]})
+    dropped = coord.call("DELETE", f"/v1/runs/{run['id']}/imports/{other['import_id']}")
+    assert dropped[1]["dropped"] == 3000 and coord.call("GET", f"/v1/runs/{run['id']}")[1]["windows"] == 3001
+    assert coord.call("POST", windows, {"windows": fresh, "import_id": other["import_id"]})[0] == 404
+    assert coord.call("POST", "/v1/runs/nope/imports", {})[0] == 404
+    assert coord.call("POST", windows, {"windows": fresh})[0] == 201  # an aborted import's ids are free
+    status, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
+    assert status == 200 and len(export["windows"]) == 6001
+    with urllib.request.urlopen(coord.url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    observed = re.search(r"^sparkwatch_coordinator_event_loop_lag_seconds_count (\S+)$", text, re.M)
+    assert observed and float(observed.group(1)) > 0
 
 
 def test_marks_make_windows(cluster: Any) -> None:

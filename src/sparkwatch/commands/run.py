@@ -29,7 +29,7 @@ from sparkwatch.commands.embedded import embedded_coordinator
 from sparkwatch.commands.redaction import default_name, redact_argv
 from sparkwatch.commands.summary import live_line, summary_table
 from sparkwatch.core.run_spec import DEFAULT_INTERVAL_S
-from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, load_windows
+from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
 from sparkwatch.links.nodes_file import load_nodes
 from sparkwatch.outputs import check_output, write_export
 from sparkwatch.proxy.proxy import ProxyConfig
@@ -220,8 +220,8 @@ async def _run_cmd(opts: RunOptions, capture: TextIO | None, interrupts: Interru
 async def _import(client: CoordinatorClient, run_id: str, opts: RunOptions, fmt: str, path: Path) -> None:
     """One import; a bad file or a refusal is reported and the run goes on (its export still comes)."""
     try:
-        windows = load_windows(fmt, path, clock_anchor=opts.clock_anchor)
-        stored = await client.add_windows(run_id, windows)
+        windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor)
+        stored = await client.import_windows(run_id, windows)
     except (ImportFormatError, CoordinatorError) as exc:
         opts.stderr.write(f"sparkwatch: import of {path} ({fmt}) skipped: {exc}\n")
         return

@@ -11,11 +11,14 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import aiohttp
 
 from sparkwatch.coordinator.export_inputs import export_run
+from sparkwatch.coordinator.loop_lag import LoopLag
+from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
@@ -24,6 +27,7 @@ from sparkwatch.store import Invalid, Store
 from sparkwatch.store.db import RunRow
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Coordinator:
@@ -43,6 +47,11 @@ class Coordinator:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.links: dict[str, Any] = {}
+        self.loop_lag = LoopLag()
+        # window batches are written on their own connection in one thread of their own, in short chunks
+        # (store/windows.py): a 100 000-window import never holds the event loop or the write lock long
+        self._window_thread: ThreadPoolExecutor | None = None
+        self._window_store: Store | None = None
         store.set_nodes([n.name for n in self.nodes])
 
     @property
@@ -54,6 +63,10 @@ class Coordinator:
         return min((r.interval_s for r in self.store.runs() if r.open), default=None)
 
     async def start(self) -> None:
+        dropped = self.store.drop_open_imports()
+        if dropped:
+            log.warning("dropped %d import(s) never committed before the last stop", len(dropped))
+        self._tasks.append(asyncio.create_task(self.loop_lag.run(), name="loop-lag"))
         self._session = aiohttp.ClientSession()
         for spec in self.nodes:
             link = self._link_factory(
@@ -74,6 +87,12 @@ class Coordinator:
             await asyncio.wait(self._tasks, timeout=timeout_s)
         if self._session is not None:
             await self._session.close()
+        if self._window_thread is not None and self._window_store is not None:
+            await self._in_window_thread(lambda store: store.close())
+            self._window_store = None
+        if self._window_thread is not None:
+            self._window_thread.shutdown()
+            self._window_thread = None
 
     def states(self) -> list[LinkState]:
         return [self.links[n].state for n in self.node_names if n in self.links]
@@ -111,13 +130,36 @@ class Coordinator:
         """The run and how many windows it has."""
         return self.store.run(run_id), self.store.count_windows(run_id)
 
-    def add_windows(self, run_id: str, windows: Sequence[Window]) -> int:
-        """All or nothing; a window a day away from the run is refused (``Invalid``)."""
+    async def add_windows(self, run_id: str, windows: Sequence[Window], import_id: str | None = None) -> int:
+        """All or nothing (staged in ``import_id`` if given); a window a day away from the run is refused
+        (``Invalid``)."""
         run = self.store.run(run_id)
         far = outside_run(windows, run.t_start_ns, run.t_end_ns or self.now_ns())
         if far is not None:
             raise Invalid(far)
-        return self.store.add_windows(run_id, windows)
+        return await self._in_window_thread(lambda store: store.add_windows(run_id, windows, import_id))
+
+    async def begin_import(self, run_id: str) -> str:
+        return await self._in_window_thread(lambda store: store.begin_import(run_id))
+
+    async def commit_import(self, run_id: str, import_id: str) -> int:
+        count = await self._in_window_thread(lambda store: store.commit_import(run_id, import_id))
+        log.info("run %s: import %s committed (%d windows)", run_id, import_id, count)
+        return count
+
+    async def abort_import(self, run_id: str, import_id: str) -> int:
+        return await self._in_window_thread(lambda store: store.abort_import(run_id, import_id))
+
+    async def _in_window_thread(self, work: Callable[[Store], T]) -> T:
+        if self._window_thread is None:
+            self._window_thread = ThreadPoolExecutor(1, thread_name_prefix="sparkwatch-windows")
+
+        def run() -> T:
+            if self._window_store is None:
+                self._window_store = Store(self.store.path, self.now_ns)
+            return work(self._window_store)
+
+        return await asyncio.get_running_loop().run_in_executor(self._window_thread, run)
 
     def begin_mark(self, run_id: str, name: str, phase: str) -> int:
         """Open a mark now; returns its start (coordinator clock)."""
@@ -129,14 +171,15 @@ class Coordinator:
         """Close a mark now into a window."""
         return self.store.end_mark(run_id, name, self.now_ns(), {"kind": "mark", "clock": "coordinator"})
 
-    async def export_async(self, run_id: str) -> dict[str, Any]:
-        """The export computed in a worker thread on its own read connection (WAL readers do not block the
-        writer), so a long run's numpy and SQLite work never stalls ingest or the agents' heartbeats."""
+    async def export_json(self, run_id: str) -> list[bytes]:
+        """The export as JSON pieces, computed and encoded in a worker thread on its own read connection
+        (WAL readers do not block the writer): a long run's numpy, SQLite and encoding work never stalls
+        ingest or the agents' heartbeats."""
 
-        def work() -> dict[str, Any]:
+        def work() -> list[bytes]:
             reader = Store(self.store.path)
             try:
-                return export_run(reader, run_id, self.node_names, self.now_ns)
+                return list(json_pieces(export_run(reader, run_id, self.node_names, self.now_ns)))
             finally:
                 reader.close()
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from sparkwatch.core.export_nodes import NodeFigures, Plan, node_figures, rounded, spans, sum_known
 from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
+from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.memory import peak_of_sum
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GAP_INTERVALS
@@ -52,7 +52,10 @@ def verdict(
 def digest(export: dict[str, Any]) -> str:
     """sha256 of the export's canonical JSON without its ``lmx`` part (which quotes the digest)."""
     body = {k: v for k, v in export.items() if k != "lmx"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    sha = hashlib.sha256()
+    for piece in json_pieces(body, canonical):  # never the GIL held for the whole export at once
+        sha.update(piece)
+    return sha.hexdigest()
 
 
 def build_export(

@@ -1,24 +1,26 @@
 """Benchmark-harness result files → request windows (pure: a file in, windows out; nothing is posted here).
 
-``load_windows(fmt, path)`` parses the whole file first and returns only when every request in it is
-valid, so a bad file imports nothing. Every failure is one :class:`ImportFormatError` line naming the file.
+``read_windows(fmt, path)`` yields the windows as it reads the file (line-oriented formats are read line
+by line, so a 200 MB capture is never held whole) and raises one :class:`ImportFormatError` line naming the
+file where the file goes wrong; the client stages what it posts in one import that it commits only at the
+end (store/windows.py), so a bad file imports nothing. ``load_windows`` is the same, as one list.
 Formats, clock domains and mappings: docs/importers.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from sparkwatch.core.windows import Window, duplicate_id
+from sparkwatch.core.windows import Window
 from sparkwatch.importers import aiperf, genai_perf, guidellm, lmx_status, plain, vllm
 from sparkwatch.importers.common import ClockAnchor, ImportFormatError, Problem
 
-__all__ = ["FORMATS", "ClockAnchor", "ImportFormatError", "Importer", "load_windows"]
+__all__ = ["FORMATS", "ClockAnchor", "ImportFormatError", "Importer", "load_windows", "read_windows"]
 
-Parser = Callable[[Path, ClockAnchor | None], list[Window]]
+Parser = Callable[[Path, ClockAnchor | None], Iterable[Window]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,24 +52,37 @@ FORMATS: Mapping[str, Importer] = MappingProxyType(
 
 def load_windows(fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = None) -> list[Window]:
     """Every request window in ``path``, read as format ``fmt``; ImportFormatError if any of it is wrong."""
+    return list(read_windows(fmt, path, clock_anchor=clock_anchor))
+
+
+def read_windows(fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = None) -> Iterator[Window]:
+    """The windows of ``path`` as they are read. A wrong format or a missing clock anchor fails here; a
+    problem inside the file fails where the iteration meets it."""
     name = path.name or str(path)
     importer = FORMATS.get(fmt)
     if importer is None:
         raise ImportFormatError(name, f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if importer.needs_clock_anchor and clock_anchor is None:
         raise ImportFormatError(name, vllm.NEEDS_ANCHOR_HINT)
+    return _checked(name, fmt, lambda: importer.parse(path, clock_anchor))
+
+
+def _checked(name: str, fmt: str, parse: Callable[[], Iterable[Window]]) -> Iterator[Window]:
+    seen: set[str] = set()
     try:
-        windows = importer.parse(path, clock_anchor)
+        for window in parse():
+            if window.id in seen:
+                raise ImportFormatError(name, f"two requests share the window id {window.id!r}")
+            seen.add(window.id)
+            yield window
     except Problem as problem:
         raise ImportFormatError(name, str(problem)) from None
     except (KeyError, TypeError, IndexError, AttributeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, ImportFormatError):
+            raise
         # a shape no check above anticipated: still one line naming the file, never a traceback
         raise ImportFormatError(
             name, f"unexpected structure for {fmt} ({type(exc).__name__}: {exc})"
         ) from exc
-    if not windows:
+    if not seen:
         raise ImportFormatError(name, f"no requests found in this {fmt} file")
-    repeated = duplicate_id(windows)
-    if repeated is not None:
-        raise ImportFormatError(name, f"two requests share the window id {repeated!r}")
-    return windows

@@ -8,6 +8,7 @@ with their display unit (TTFT in ms, inter-chunk latencies in ms, token counts).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,7 @@ MAPPING: dict[str, object] = {
 }
 
 
-def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
-    windows: list[Window] = []
+def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> Iterator[Window]:
     for number, record in read_jsonl(path):
         where = f"line {number}"
         if (
@@ -59,8 +59,7 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
             )
         window = _window(path, record, where, number)
         if window is not None:
-            windows.append(window)
-    return windows
+            yield window
 
 
 def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Window | None:

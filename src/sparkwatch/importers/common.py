@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from sparkwatch.core.windows import NS_MAX, Window, WindowError, check_window, epoch_ns_problem
 
@@ -113,27 +114,60 @@ def read_json(path: Path) -> Any:
     return parse_json(text)
 
 
-def read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    """(line number, value) for every non-blank line."""
-    text = read_text(path)
-    rows: list[tuple[int, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+@contextmanager
+def reading(path: Path, newline: str | None = None) -> Iterator[TextIO]:
+    """The file open as UTF-8 text, read as the caller goes; what goes wrong reading it is a Problem."""
+    try:
+        with path.open(encoding="utf-8-sig", newline=newline) as handle:
+            yield handle
+    except FileNotFoundError:
+        raise Problem("no such file") from None
+    except IsADirectoryError:
+        raise Problem("is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise Problem(f"not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise Problem(f"cannot read: {exc.strerror or exc}") from None
+
+
+def text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its end) as the file is read: a large file is never held whole."""
+    with reading(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            yield number, line.rstrip("\n")
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value) for every non-blank line, as the file is read."""
+    rows = 0
+    for number, line in text_lines(path):
         if not line.strip():
             continue
         try:
-            rows.append((number, parse_json(line, f"line {number}")))
+            value = parse_json(line, f"line {number}")
         except Problem:
-            whole = None if rows else _whole_document(text)
+            whole = None if rows else _whole_document(path)
             if whole is not None:
                 raise Problem("not JSON Lines: the file is one JSON document" + looks_like(whole)) from None
             raise
+        rows += 1
+        yield number, value
     if not rows:
         raise Problem("file is empty")
-    return rows
 
 
-def _whole_document(text: str) -> Any:
+#: A file larger than this that is not JSON Lines is not read again to say what it is instead.
+WHOLE_DOCUMENT_HINT_BYTES = 64 * 1024 * 1024
+
+
+def _whole_document(path: Path) -> Any:
     """The file as one (pretty-printed) JSON document, when that is what it is; else None."""
+    try:
+        if path.stat().st_size > WHOLE_DOCUMENT_HINT_BYTES:
+            return None
+        text = read_text(path)
+    except (OSError, Problem):
+        return None
     if len(text.strip().splitlines()) < 2:
         return None
     try:

@@ -12,6 +12,7 @@ lmx stamps its lines to the whole second, so every window says ``low_resolution`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -51,8 +52,10 @@ class _Request:
     completion_tokens: int | None = None
 
 
-def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
+def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> Iterator[Window]:
+    """A window as each request ends; only requests still open are held."""
     requests: dict[tuple[str, int], _Request] = {}
+    ended: set[tuple[str, int]] = set()
     for number, line in read_jsonl(path):
         where = f"line {number}"
         if not isinstance(line, dict) or "t_arrival_ns" not in line or "status" not in line:
@@ -65,19 +68,26 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
         event = opt(status, "event")
         if not isinstance(event, str) or event not in EVENTS:
             continue  # lmx's other progress events (and any other JSON the command printed) carry no timing
-        _record(requests, status, stage=EVENTS[event], event=event, arrival_ns=arrival_ns, number=number)
-    return [_window(path, key, request) for key, request in requests.items()]
+        key = _record(
+            requests, ended, status, stage=EVENTS[event], event=event, arrival_ns=arrival_ns, number=number
+        )
+        if EVENTS[event] == "end":
+            ended.add(key)
+            yield _window(path, key, requests.pop(key))
+    for key, request in requests.items():
+        yield _window(path, key, request)  # not ended: refused with the reason
 
 
 def _record(
     requests: dict[tuple[str, int], _Request],
+    ended: set[tuple[str, int]],
     status: dict[str, Any],
     *,
     stage: str,
     event: str,
     arrival_ns: int,
     number: int,
-) -> None:
+) -> tuple[str, int]:
     where = f"line {number} ({event})"
     index = as_int(opt(status, "request"), f"{where}: request")
     phase = as_str(opt(status, "phase"), f"{where}: phase")
@@ -88,21 +98,25 @@ def _record(
         datetime.fromisoformat(lmx_time)
     except ValueError:
         raise Problem(f"{where}: time {lmx_time!r} is not an RFC 3339 timestamp") from None
-    request = requests.get((phase, index))
+    key = (phase, index)
+    if key in ended:  # its window is gone already; a request that ended had its start and its end
+        if stage in ("start", "end"):
+            raise Problem(f"{where}: {phase} request {index} has a second {event}")
+        raise Problem(f"{where}: {phase} request {index} already ended")
+    request = requests.get(key)
     if request is None:
         if stage != "start":
             raise Problem(f"{where}: {phase} request {index} has no request_start before it")
-        request = requests[(phase, index)] = _Request(first_line=number)
+        request = requests[key] = _Request(first_line=number)
     if stage in request.stamps:
         raise Problem(f"{where}: {phase} request {index} has a second {event}")
-    if "end" in request.stamps:
-        raise Problem(f"{where}: {phase} request {index} already ended")
     request.stamps[stage] = arrival_ns
     request.lmx_times[stage] = lmx_time
     if stage == "end":
-        for key, attr in (("promptTokens", "prompt_tokens"), ("outputTokens", "completion_tokens")):
-            if opt(status, key) is not None:
-                setattr(request, attr, as_count(status[key], f"{where}: {key}"))
+        for name, attr in (("promptTokens", "prompt_tokens"), ("outputTokens", "completion_tokens")):
+            if opt(status, name) is not None:
+                setattr(request, attr, as_count(status[name], f"{where}: {name}"))
+    return key
 
 
 def _window(path: Path, key: tuple[str, int], request: _Request) -> Window:

@@ -7,8 +7,8 @@ a misspelt ``t_frist_token_ns`` must not silently import as "no first token".
 from __future__ import annotations
 
 import csv
-import io
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from sparkwatch.importers.common import (
     checked,
     looks_like,
     read_json,
-    read_text,
+    reading,
 )
 
 FORMAT = "plain"
@@ -35,27 +35,38 @@ MAPPING: dict[str, object] = {"kind": "identity", "rule": "Unix epoch ns integer
 _UNSIGNED = re.compile(r"[0-9]+")
 
 
-def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
+def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> Iterator[Window]:
     suffix = path.suffix.lower()
+    rows: Iterable[tuple[str, dict[str, Any]]]
     if suffix == ".csv":
-        rows = _csv_rows(read_text(path))
+        rows = _csv_rows(path)
     elif suffix == ".json":
         rows = _json_rows(read_json(path))
     else:
         raise Problem(f"plain windows must be a .csv or .json file, not {path.suffix or 'no extension'!r}")
-    return [_window(path, suffix[1:], where, row) for where, row in rows]
+    for where, row in rows:
+        yield _window(path, suffix[1:], where, row)
 
 
-def _csv_rows(text: str) -> list[tuple[str, dict[str, Any]]]:
-    table = list(csv.reader(io.StringIO(text)))
-    if not table or not any(cell.strip() for cell in table[0]):
+def _csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Row by row as the file is read; a cell over the csv module's limit (128 KiB) is a Problem."""
+    with reading(path, newline="") as handle:
+        reader = csv.reader(handle)
+        try:
+            yield from _csv_table(reader)
+        except csv.Error as exc:
+            raise Problem(f"CSV line {reader.line_num}: {exc}") from None
+
+
+def _csv_table(reader: Iterator[list[str]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    first = next(reader, None)
+    if first is None or not any(cell.strip() for cell in first):
         raise Problem("CSV has no header row")
-    header = [cell.strip() for cell in table[0]]
+    header = [cell.strip() for cell in first]
     _check_keys(header, "header")
     if len(set(header)) != len(header):
         raise Problem(f"header names a column twice: {', '.join(header)}")
-    rows: list[tuple[str, dict[str, Any]]] = []
-    for number, cells in enumerate(table[1:], start=2):
+    for number, cells in enumerate(reader, start=2):
         if not any(cell.strip() for cell in cells):
             continue
         where = f"row {number}"
@@ -72,8 +83,7 @@ def _csv_rows(text: str) -> list[tuple[str, dict[str, Any]]]:
                 row[key] = int(value)
             else:
                 row[key] = value
-        rows.append((where, row))
-    return rows
+        yield where, row
 
 
 def _json_rows(data: Any) -> list[tuple[str, dict[str, Any]]]:

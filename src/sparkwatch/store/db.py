@@ -7,7 +7,9 @@ batch in flight, and everything committed survives a coordinator restart.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -16,26 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch.core.clock import ClockOffset, OffsetRound
-from sparkwatch.core.windows import WINDOW_FIELDS, Window
+from sparkwatch.core.windows import Window
 from sparkwatch.store import sample_reads
+from sparkwatch.store import windows as windows_table
 from sparkwatch.store.schema import MIGRATIONS
+from sparkwatch.store.tx import NotFound, StoreError, tx
 from sparkwatch.wire import GapFrame, SampleFrame
-
-
-class StoreError(Exception):
-    """A request the store refuses (duplicate window id, ended run, …); nothing was written."""
-
-
-class NotFound(StoreError):
-    """The run or mark asked for does not exist."""
-
-
-class Invalid(StoreError):
-    """What was asked cannot be right for this run (a window a day away from it)."""
-
-
-class Unavailable(StoreError):
-    """The database cannot take a write now (disk full, locked): nothing was written; try again later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +60,7 @@ class Store:
         self._now = now_ns
         self.path = path
         try:
+            _owner_only(path)
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -79,7 +68,7 @@ class Store:
             self._db.execute("PRAGMA wal_autocheckpoint=8192")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot use database {path}: {exc}") from exc
 
     def close(self) -> None:
@@ -98,14 +87,14 @@ class Store:
 
     # ---- nodes, boots, samples -------------------------------------------------------------------
     def set_nodes(self, names: Sequence[str]) -> None:
-        with _tx(self._db):
+        with tx(self._db):
             self._db.execute("DELETE FROM nodes")
             self._db.executemany(
                 "INSERT INTO nodes (name, position) VALUES (?, ?)", [(n, i) for i, n in enumerate(names)]
             )
 
     def record_hello(self, node: str, hello: dict[str, Any]) -> None:
-        with _tx(self._db):
+        with tx(self._db):
             self._db.execute(
                 "INSERT OR IGNORE INTO boots (node, boot_id, first_seen_ns, hello) VALUES (?, ?, ?, ?)",
                 (node, str(hello["boot_id"]), self._now(), json.dumps(hello)),
@@ -132,7 +121,7 @@ class Store:
         ]
         more_gpus = [(node, s.boot_id, s.seq, *g) for s in samples for g in s.gpus[1:]]
         now = self._now()
-        with _tx(self._db):
+        with tx(self._db):
             before = self._db.total_changes
             self._db.executemany(
                 "INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
@@ -190,7 +179,7 @@ class Store:
 
     # ---- clock offsets ---------------------------------------------------------------------------
     def add_offset(self, node: str, boot_id: str, offset: ClockOffset, t_ns: int | None = None) -> None:
-        with _tx(self._db):
+        with tx(self._db):
             self._db.execute(
                 "INSERT OR REPLACE INTO clock_offsets"
                 " (node, boot_id, t_ns, offset_ns, uncertainty_ns, probes, mono_offset_ns)"
@@ -209,7 +198,7 @@ class Store:
     # ---- runs and windows ------------------------------------------------------------------------
     def create_run(self, run: RunRow) -> RunRow:
         try:
-            with _tx(self._db):
+            with tx(self._db):
                 self._db.execute(
                     "INSERT INTO runs (id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -232,7 +221,7 @@ class Store:
         if not run.open:
             raise StoreError(f"run {run_id} has already ended")
         encoded = json.dumps(command) if command is not None else None
-        with _tx(self._db):
+        with tx(self._db):
             self._db.execute(
                 "UPDATE runs SET t_end_ns = ?, command = ? WHERE id = ?", (t_end_ns, encoded, run_id)
             )
@@ -247,101 +236,57 @@ class Store:
     def runs(self) -> list[RunRow]:
         return [RunRow(*row) for row in self._db.execute("SELECT * FROM runs ORDER BY t_start_ns")]
 
-    def add_windows(self, run_id: str, windows: Sequence[Window]) -> int:
-        """All or nothing: an unknown run or a window id already stored rejects the whole batch."""
+    def add_windows(self, run_id: str, windows: Sequence[Window], import_id: str | None = None) -> int:
+        """All or nothing (an unknown run or a window id already stored rejects the whole batch); with
+        ``import_id`` the windows are staged in that import, seen only once it is committed."""
         self.run(run_id)
-        rows = [(run_id, *_window_row(w)) for w in windows]
-        try:
-            with _tx(self._db):
-                self._db.executemany(_INSERT_WINDOW, rows)
-        except sqlite3.IntegrityError as exc:
-            raise StoreError(f"window ids must be unique within a run: {exc}") from exc
-        return len(rows)
+        return windows_table.add(self._db, run_id, windows, import_id, self._now())
+
+    def begin_import(self, run_id: str) -> str:
+        """A new import into the run (imports of it abandoned long ago are dropped first)."""
+        self.run(run_id)
+        return windows_table.begin_import(self._db, run_id, self._now())
+
+    def commit_import(self, run_id: str, import_id: str) -> int:
+        """Make every window of the import part of the run at once; returns how many there are."""
+        return windows_table.commit_import(self._db, run_id, import_id)
+
+    def abort_import(self, run_id: str, import_id: str) -> int:
+        """Drop the import and its windows; returns how many windows went."""
+        return windows_table.abort_import(self._db, run_id, import_id)
+
+    def drop_open_imports(self) -> list[str]:
+        """Every import not committed (at start, no client can still be sending one)."""
+        return windows_table.drop_open_imports(self._db)
 
     def count_windows(self, run_id: str) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM windows WHERE run_id = ?", (run_id,)).fetchone()[0])
+        return windows_table.count(self._db, run_id)
 
     def begin_mark(self, run_id: str, name: str, phase: str, t_ns: int) -> None:
         if not self.run(run_id).open:
             raise StoreError(f"run {run_id} has ended")
-        try:
-            with _tx(self._db):
-                self._db.execute("INSERT INTO marks VALUES (?, ?, ?, ?)", (run_id, name, phase, t_ns))
-        except sqlite3.IntegrityError as exc:
-            raise StoreError(f"mark {name!r} is already open in run {run_id}") from exc
+        windows_table.begin_mark(self._db, run_id, name, phase, t_ns)
 
     def end_mark(self, run_id: str, name: str, t_ns: int, source: dict[str, object]) -> Window:
         """Close a mark into a window (one transaction: the mark goes, the window comes)."""
-        row = self._db.execute(
-            "SELECT phase, t_begin_ns FROM marks WHERE run_id = ? AND name = ?", (run_id, name)
-        ).fetchone()
-        if row is None:
-            raise NotFound(f"no open mark {name!r} in run {run_id}")
-        window = Window(id=name, phase=str(row[0]), t_start_ns=int(row[1]), t_end_ns=t_ns, source=source)
-        try:
-            with _tx(self._db):
-                self._db.execute("DELETE FROM marks WHERE run_id = ? AND name = ?", (run_id, name))
-                self._db.execute(
-                    "INSERT INTO windows (run_id, id, phase, t_start_ns, t_end_ns, source)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (run_id, name, window.phase, window.t_start_ns, t_ns, json.dumps(source)),
-                )
-        except sqlite3.IntegrityError as exc:
-            raise StoreError(f"window id {name!r} already exists in run {run_id}") from exc
-        return window
+        return windows_table.end_mark(self._db, run_id, name, t_ns, source)
 
     def windows(self, run_id: str) -> list[Window]:
-        rows = self._db.execute(
-            f"SELECT {_WINDOW_COLUMNS} FROM windows WHERE run_id = ? ORDER BY t_start_ns, id", (run_id,)
-        )
-        return [_window(row) for row in rows]
-
-
-#: The windows table's columns are the window's fields by name (``source`` as JSON text).
-_WINDOW_COLUMNS = ", ".join(WINDOW_FIELDS)
-_INSERT_WINDOW = (
-    f"INSERT INTO windows (run_id, {_WINDOW_COLUMNS}) VALUES ({', '.join('?' * (len(WINDOW_FIELDS) + 1))})"
-)
-_SOURCE = WINDOW_FIELDS.index("source")
-
-
-def _window_row(w: Window) -> tuple[Any, ...]:
-    values = [getattr(w, name) for name in WINDOW_FIELDS]
-    values[_SOURCE] = json.dumps(w.source)
-    return tuple(values)
-
-
-def _window(row: tuple[Any, ...]) -> Window:
-    values = list(row)
-    values[_SOURCE] = json.loads(values[_SOURCE])
-    return Window(*values)
+        """The run's windows, committed imports included, by start time."""
+        return windows_table.read(self._db, run_id)
 
 
 _NO_GPU = (None, None, None, None)
 
 
-class _tx:
-    """BEGIN … COMMIT, or ROLLBACK on any exception (the connection runs in autocommit mode otherwise)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as err:
-            raise Unavailable(f"the database cannot take a write: {err}") from err
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        """Commit, or roll back; a write the database could not take (disk full, locked: SQLite's
-        OperationalError, in the block or in COMMIT) becomes ``Unavailable`` with nothing written."""
-        if exc_type is None:
-            try:
-                self._db.execute("COMMIT")
-                return
-            except sqlite3.OperationalError as err:
-                exc = err
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.OperationalError):
-            raise Unavailable(f"the database cannot take a write: {exc}") from exc
+def _owner_only(path: Path) -> None:
+    """The database holds run names, commands and request details: readable by its owner only, whatever
+    the umask. SQLite gives the ``-wal`` and ``-shm`` files the database file's mode when it creates them;
+    files left open to others (by an older sparkwatch) are tightened. Never open and close a database file
+    another connection of this process may hold: closing any descriptor of a file drops every POSIX lock
+    the process has on it, SQLite's included."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if file.exists() and file.stat().st_mode & 0o077:
+            file.chmod(0o600)

@@ -107,4 +107,17 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE clock_offsets ADD COLUMN mono_offset_ns INTEGER;
     """,
+    # 4: imports that appear whole or not at all: a window staged in an import (import_id) counts only once
+    # its import is committed; windows posted directly have none
+    """
+    CREATE TABLE imports (
+        id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs (id),
+        t_created_ns INTEGER NOT NULL,
+        t_touched_ns INTEGER NOT NULL,
+        committed INTEGER NOT NULL
+    );
+    ALTER TABLE windows ADD COLUMN import_id TEXT REFERENCES imports (id);
+    CREATE INDEX windows_by_import ON windows (import_id) WHERE import_id IS NOT NULL;
+    """,
 )

@@ -3,60 +3,47 @@ with a JSON reason and stores nothing."""
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import BaseModel
 
+from sparkwatch.coordinator.api import bodies
 from sparkwatch.coordinator.api.metrics import coordinator_registry
-from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd, WindowBatch
+from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd
 from sparkwatch.coordinator.service import Coordinator
-from sparkwatch.core.windows import WindowError
 from sparkwatch.store import Invalid, NotFound, StoreError, Unavailable
 from sparkwatch_agent.shared.http import Handler, bearer_middleware, json_error
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 MAX_BODY_BYTES = 64 * 1024 * 1024
+M = TypeVar("M", bound=BaseModel)
 
 
 error = json_error
 
 
-async def parse(request: web.Request, model: type[BaseModel]) -> Any:
-    try:
-        raw = await request.read()
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        details = [_detail(e) for e in exc.errors(include_url=False)]
-        raise web.HTTPBadRequest(
-            text=json.dumps({"error": "invalid_body", "reason": details[:20]}),
-            content_type="application/json",
-        ) from None
-
-
-def _detail(error: ErrorDetails) -> dict[str, str]:
-    """One refusal as ``{"loc", "msg"}``; a broken window rule names its field in ``loc``."""
-    loc = [str(part) for part in error["loc"]]
-    cause = (error.get("ctx") or {}).get("error")
-    if isinstance(cause, WindowError):
-        return {"loc": ".".join([*loc, cause.field]), "msg": cause.problem}
-    return {"loc": ".".join(loc), "msg": error["msg"]}
+async def parse(request: web.Request, kind: type[M]) -> M:
+    """A small body, validated on the loop (runs, marks: a few hundred bytes)."""
+    return bodies.model(await request.read(), kind)
 
 
 @web.middleware
 async def store_refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """What the store refuses becomes a 4xx (503 while it cannot write) with its reason, for every route."""
+    """A body that fails validation or a request the store refuses becomes a 4xx (503 while the store cannot
+    write) with its reason, for every route."""
     try:
         return await handler(request)
     except NotFound as exc:
         return error(404, "not_found", str(exc))
     except Invalid as exc:
         return error(400, "invalid_body", str(exc))
+    except bodies.BodyError as exc:
+        return error(400, "invalid_body", exc.details)
     except Unavailable as exc:
         return error(503, "unavailable", str(exc))
     except StoreError as exc:
@@ -114,11 +101,34 @@ async def end_run(request: web.Request) -> web.Response:
 
 
 async def add_windows(request: web.Request) -> web.Response:
+    """A batch is validated in a worker thread and written in the coordinator's window thread: 100 000
+    windows never hold the event loop."""
     coord = request.app[COORDINATOR]
     run_id = request.match_info["run_id"]
-    batch: WindowBatch = await parse(request, WindowBatch)
-    count = coord.add_windows(run_id, batch.windows)
-    return web.json_response({"stored": count}, status=201)
+    batch = await asyncio.to_thread(bodies.window_batch, await request.read())
+    count = await coord.add_windows(run_id, batch.windows, batch.import_id)
+    answer: dict[str, Any] = {"stored": count}
+    if batch.import_id is not None:
+        answer["import_id"] = batch.import_id
+    return web.json_response(answer, status=201)
+
+
+async def begin_import(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    import_id = await request.app[COORDINATOR].begin_import(run_id)
+    return web.json_response({"run_id": run_id, "import_id": import_id}, status=201)
+
+
+async def commit_import(request: web.Request) -> web.Response:
+    run_id, import_id = request.match_info["run_id"], request.match_info["import_id"]
+    count = await request.app[COORDINATOR].commit_import(run_id, import_id)
+    return web.json_response({"run_id": run_id, "import_id": import_id, "committed": count})
+
+
+async def abort_import(request: web.Request) -> web.Response:
+    run_id, import_id = request.match_info["run_id"], request.match_info["import_id"]
+    count = await request.app[COORDINATOR].abort_import(run_id, import_id)
+    return web.json_response({"run_id": run_id, "import_id": import_id, "dropped": count})
 
 
 async def marks(request: web.Request) -> web.Response:
@@ -134,10 +144,16 @@ async def marks(request: web.Request) -> web.Response:
     )
 
 
-async def export(request: web.Request) -> web.Response:
-    coord = request.app[COORDINATOR]
-    body = await coord.export_async(request.match_info["run_id"])
-    return web.json_response(body)
+async def export(request: web.Request) -> web.StreamResponse:
+    """Computed and serialised off the loop, in pieces; written out piece by piece."""
+    pieces = await request.app[COORDINATOR].export_json(request.match_info["run_id"])
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.content_length = sum(len(piece) for piece in pieces)
+    await response.prepare(request)
+    for piece in pieces:
+        await response.write(piece)
+    await response.write_eof()
+    return response
 
 
 def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
@@ -154,6 +170,9 @@ def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     app.router.add_get("/v1/runs/{run_id}", get_run)
     app.router.add_post("/v1/runs/{run_id}/end", end_run)
     app.router.add_post("/v1/runs/{run_id}/windows", add_windows)
+    app.router.add_post("/v1/runs/{run_id}/imports", begin_import)
+    app.router.add_post("/v1/runs/{run_id}/imports/{import_id}/commit", commit_import)
+    app.router.add_delete("/v1/runs/{run_id}/imports/{import_id}", abort_import)
     app.router.add_post("/v1/runs/{run_id}/marks", marks)
     app.router.add_get("/v1/runs/{run_id}/export", export)
     return app

@@ -21,6 +21,7 @@ class CoordinatorCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from _link_families(self._coord.states(), self._coord.now_ns())
         yield from _run_families([r for r in self._coord.runs() if r.open])
+        yield self._coord.loop_lag.family()
 
 
 def _link_families(states: Sequence[LinkState], now: int) -> Iterator[Metric]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from sparkwatch.core.run_spec import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
-from sparkwatch.core.windows import PHASE_RE, ScopeKind, Window, check_window, duplicate_id
+from sparkwatch.core.windows import PHASE_RE, ScopeKind, Window, check_window
 
 
 class Strict(BaseModel):
@@ -33,19 +33,9 @@ class RunEnd(Strict):
 
 
 #: A window as the API takes it: the core's model with its types enforced strictly (no "5" for 5, no
-#: 5.0, no unknown keys) and then every window rule (``check_window``); no field list of its own.
+#: 5.0, no unknown keys) and then every window rule (``check_window``); no field list of its own. A batch
+#: of them is read in slices (api/bodies.py).
 CheckedWindow = Annotated[Window, AfterValidator(check_window)]
-
-
-class WindowBatch(Strict):
-    windows: list[CheckedWindow] = Field(min_length=1, max_length=100_000)
-
-    @model_validator(mode="after")
-    def _unique(self) -> WindowBatch:
-        repeated = duplicate_id(self.windows)
-        if repeated is not None:
-            raise ValueError(f"window id {repeated!r} appears twice in the batch")
-        return self
 
 
 class MarkIn(Strict):

@@ -1,0 +1,97 @@
+"""Request bodies in, validated models out; a refusal is a :class:`BodyError` with pydantic's findings as
+``{"loc", "msg"}`` items (a broken window rule names the window's field in ``loc``).
+
+A windows body can hold 100 000 windows; validating it in one pydantic call would hold the GIL (and so the
+event loop, even from a worker thread) for a second or more. :func:`window_batch` parses the JSON once,
+then validates the windows in slices of ``SLICE_WINDOWS``, each a few milliseconds, so the loop gets its
+turns in between.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
+
+from sparkwatch.coordinator.api.models import CheckedWindow, Strict
+from sparkwatch.core.windows import Window, WindowError, duplicate_id
+
+SLICE_WINDOWS = 1000
+MAX_WINDOWS = 100_000
+#: How many findings a refusal lists at most.
+MAX_DETAILS = 20
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class BodyError(ValueError):
+    """An invalid body: the findings, for a ``400 invalid_body``."""
+
+    def __init__(self, details: list[dict[str, str]]) -> None:
+        super().__init__(details)
+        self.details = details[:MAX_DETAILS]
+
+
+class _Envelope(Strict):
+    """The windows body around its windows, which are validated slice by slice."""
+
+    windows: list[Any] = Field(min_length=1, max_length=MAX_WINDOWS)
+    import_id: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowBatch:
+    windows: list[Window]
+    import_id: str | None
+
+
+_SLICE = TypeAdapter(list[CheckedWindow], config=ConfigDict(extra="forbid", strict=True))
+
+
+def model(raw: bytes, kind: type[M]) -> M:
+    """A small body (a run, a mark): one pydantic call."""
+    try:
+        return kind.model_validate_json(raw)
+    except ValidationError as exc:
+        raise BodyError(_details(exc)) from None
+
+
+def window_batch(raw: bytes) -> WindowBatch:
+    """A windows body; meant for a worker thread (it yields the GIL between slices)."""
+    envelope = model(raw, _Envelope)
+    windows: list[Window] = []
+    details: list[dict[str, str]] = []
+    for start in range(0, len(envelope.windows), SLICE_WINDOWS):
+        piece = json.dumps(envelope.windows[start : start + SLICE_WINDOWS])
+        try:
+            windows.extend(_SLICE.validate_json(piece))
+        except ValidationError as exc:
+            details.extend(_details(exc, prefix=("windows",), offset=start))
+            if len(details) >= MAX_DETAILS:
+                break
+    if details:
+        raise BodyError(details)
+    repeated = duplicate_id(windows)
+    if repeated is not None:
+        raise BodyError([{"loc": "", "msg": f"window id {repeated!r} appears twice in the batch"}])
+    return WindowBatch(windows, envelope.import_id)
+
+
+def _details(exc: ValidationError, prefix: tuple[str, ...] = (), offset: int = 0) -> list[dict[str, str]]:
+    out = []
+    for error in exc.errors(include_url=False):
+        loc = list(error["loc"])
+        if offset and loc and isinstance(loc[0], int):
+            loc[0] += offset
+        out.append(_detail(error, [*prefix, *map(str, loc)]))
+    return out
+
+
+def _detail(error: ErrorDetails, loc: list[str]) -> dict[str, str]:
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, WindowError):
+        return {"loc": ".".join([*loc, cause.field]), "msg": cause.problem}
+    return {"loc": ".".join(loc), "msg": error["msg"]}

@@ -1,0 +1,193 @@
+"""A run's request windows in SQLite: batches, imports that appear whole or not at all, and marks.
+
+A large batch is written in chunks of ``CHUNK_ROWS``, each its own short transaction, so the links' sample
+inserts (on the event loop's connection) never wait long for the write lock; the chunks are staged under an
+import that only a last one-row update makes visible. An import a client sends over many requests (``begin``
+→ batches → ``commit``) works the same way: until it is committed nobody sees any of it, and an import that
+is aborted, or abandoned by a client that died, leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from sparkwatch.core.windows import WINDOW_FIELDS, Window
+from sparkwatch.store.tx import NotFound, StoreError, tx
+
+#: Rows per transaction: a few milliseconds of writing, the longest a sample insert waits for the lock.
+CHUNK_ROWS = 2000
+#: An import nobody has sent to for this long is dropped when the next import into its run begins.
+STALE_IMPORT_NS = 600 * 1_000_000_000
+
+_COLUMNS = ", ".join(WINDOW_FIELDS)
+_INSERT = (
+    f"INSERT INTO windows (run_id, import_id, {_COLUMNS})"
+    f" VALUES ({', '.join('?' * (len(WINDOW_FIELDS) + 2))})"
+)
+_SOURCE = WINDOW_FIELDS.index("source")
+#: A window counts once it was posted directly (no import) or its import was committed.
+_VISIBLE = "(import_id IS NULL OR import_id IN (SELECT id FROM imports WHERE committed = 1))"
+
+
+def add(
+    db: sqlite3.Connection, run_id: str, windows: Sequence[Window], import_id: str | None, now_ns: int
+) -> int:
+    """All or nothing for the batch; in ``import_id`` (an open import of the run) if given."""
+    if import_id is None and len(windows) <= CHUNK_ROWS:
+        _insert(db, run_id, None, windows)
+        return len(windows)
+    own = import_id is None
+    staging = begin_import(db, run_id, now_ns) if import_id is None else import_id
+    try:
+        _stage(db, run_id, staging, windows, now_ns)
+        if own:
+            commit_import(db, run_id, staging)
+    except BaseException:
+        if own:
+            abort_import(db, run_id, staging)
+        raise
+    return len(windows)
+
+
+def _stage(
+    db: sqlite3.Connection, run_id: str, import_id: str, windows: Sequence[Window], now_ns: int
+) -> None:
+    """The batch into an open import, chunk by chunk; a failed chunk takes the batch's earlier ones back."""
+    _open_import(db, run_id, import_id)
+    done = 0
+    try:
+        for start in range(0, len(windows), CHUNK_ROWS):
+            _insert(db, run_id, import_id, windows[start : start + CHUNK_ROWS])
+            done = start + CHUNK_ROWS
+    except BaseException:
+        _delete_ids(db, run_id, import_id, [w.id for w in windows[:done]])
+        raise
+    with tx(db):
+        db.execute("UPDATE imports SET t_touched_ns = ? WHERE id = ?", (now_ns, import_id))
+
+
+def _insert(db: sqlite3.Connection, run_id: str, import_id: str | None, windows: Sequence[Window]) -> None:
+    rows = [(run_id, import_id, *_row(w)) for w in windows]
+    try:
+        with tx(db):
+            db.executemany(_INSERT, rows)
+    except sqlite3.IntegrityError as exc:
+        raise StoreError(f"window ids must be unique within a run: {exc}") from exc
+
+
+def _delete_ids(db: sqlite3.Connection, run_id: str, import_id: str, ids: Sequence[str]) -> None:
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        with tx(db):
+            db.execute(
+                "DELETE FROM windows WHERE run_id = ? AND import_id = ?"
+                f" AND id IN ({', '.join('?' * len(chunk))})",
+                (run_id, import_id, *chunk),
+            )
+
+
+def begin_import(db: sqlite3.Connection, run_id: str, now_ns: int) -> str:
+    stale = db.execute(
+        "SELECT id FROM imports WHERE run_id = ? AND committed = 0 AND t_touched_ns < ?",
+        (run_id, now_ns - STALE_IMPORT_NS),
+    ).fetchall()
+    for (old,) in stale:
+        abort_import(db, run_id, str(old))
+    import_id = f"import-{secrets.token_hex(8)}"
+    with tx(db):
+        db.execute("INSERT INTO imports VALUES (?, ?, ?, ?, 0)", (import_id, run_id, now_ns, now_ns))
+    return import_id
+
+
+def _open_import(db: sqlite3.Connection, run_id: str, import_id: str) -> None:
+    row = db.execute(
+        "SELECT committed FROM imports WHERE id = ? AND run_id = ?", (import_id, run_id)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no import {import_id} in run {run_id} (aborted, or dropped after a long silence?)")
+    if row[0]:
+        raise StoreError(f"import {import_id} is already committed")
+
+
+def commit_import(db: sqlite3.Connection, run_id: str, import_id: str) -> int:
+    _open_import(db, run_id, import_id)
+    with tx(db):
+        db.execute("UPDATE imports SET committed = 1 WHERE id = ?", (import_id,))
+    return int(db.execute("SELECT COUNT(*) FROM windows WHERE import_id = ?", (import_id,)).fetchone()[0])
+
+
+def abort_import(db: sqlite3.Connection, run_id: str, import_id: str) -> int:
+    _open_import(db, run_id, import_id)
+    dropped = 0
+    while True:  # in chunks, like the inserts: the write lock is never held long
+        with tx(db):
+            cursor = db.execute(
+                "DELETE FROM windows WHERE rowid IN (SELECT rowid FROM windows WHERE import_id = ? LIMIT ?)",
+                (import_id, CHUNK_ROWS),
+            )
+        dropped += cursor.rowcount
+        if cursor.rowcount < CHUNK_ROWS:
+            break
+    with tx(db):
+        db.execute("DELETE FROM imports WHERE id = ?", (import_id,))
+    return dropped
+
+
+def drop_open_imports(db: sqlite3.Connection) -> list[str]:
+    rows = db.execute("SELECT id, run_id FROM imports WHERE committed = 0").fetchall()
+    for import_id, run_id in rows:
+        abort_import(db, str(run_id), str(import_id))
+    return [str(row[0]) for row in rows]
+
+
+def count(db: sqlite3.Connection, run_id: str) -> int:
+    return int(
+        db.execute(f"SELECT COUNT(*) FROM windows WHERE run_id = ? AND {_VISIBLE}", (run_id,)).fetchone()[0]
+    )
+
+
+def read(db: sqlite3.Connection, run_id: str) -> list[Window]:
+    rows = db.execute(
+        f"SELECT {_COLUMNS} FROM windows WHERE run_id = ? AND {_VISIBLE} ORDER BY t_start_ns, id", (run_id,)
+    )
+    return [_window(row) for row in rows]
+
+
+def begin_mark(db: sqlite3.Connection, run_id: str, name: str, phase: str, t_ns: int) -> None:
+    try:
+        with tx(db):
+            db.execute("INSERT INTO marks VALUES (?, ?, ?, ?)", (run_id, name, phase, t_ns))
+    except sqlite3.IntegrityError as exc:
+        raise StoreError(f"mark {name!r} is already open in run {run_id}") from exc
+
+
+def end_mark(db: sqlite3.Connection, run_id: str, name: str, t_ns: int, source: dict[str, object]) -> Window:
+    row = db.execute(
+        "SELECT phase, t_begin_ns FROM marks WHERE run_id = ? AND name = ?", (run_id, name)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no open mark {name!r} in run {run_id}")
+    window = Window(id=name, phase=str(row[0]), t_start_ns=int(row[1]), t_end_ns=t_ns, source=source)
+    try:
+        with tx(db):
+            db.execute("DELETE FROM marks WHERE run_id = ? AND name = ?", (run_id, name))
+            db.execute(_INSERT, (run_id, None, *_row(window)))
+    except sqlite3.IntegrityError as exc:
+        raise StoreError(f"window id {name!r} already exists in run {run_id}") from exc
+    return window
+
+
+def _row(w: Window) -> tuple[Any, ...]:
+    values = [getattr(w, name) for name in WINDOW_FIELDS]
+    values[_SOURCE] = json.dumps(w.source)
+    return tuple(values)
+
+
+def _window(row: tuple[Any, ...]) -> Window:
+    values = list(row)
+    values[_SOURCE] = json.loads(values[_SOURCE])
+    return Window(*values)
