@@ -234,14 +234,21 @@ async def test_warmup_count_header_and_passthrough(upstream: tuple[Upstream, str
     assert len(up.received) == 5  # the refused request never went upstream; /v1/models made no window
 
 
-async def test_upstream_down_is_a_502_with_a_reason_and_uses_no_warmup_slot() -> None:
-    runner, url, sink = await proxied("http://127.0.0.1:9", warmup=1)  # discard port: nothing listens
+async def test_upstream_down_is_a_502_with_a_reason_and_uses_no_warmup_slot(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # discard port: nothing listens; the upstream's credentials must show neither in the log nor the answer
+    runner, url, sink = await proxied("http://user:pw-SECRET@127.0.0.1:9", warmup=1)
     try:
-        async with aiohttp.ClientSession() as session, session.post(f"{url}/v1/completions", data=b"{}") as r:
+        query = f"{url}/v1/completions?api_key=q-SECRET"
+        async with aiohttp.ClientSession() as session, session.post(query, data=b"{}") as r:
             assert r.status == 502
-            assert (await r.json())["error"] == "bad_gateway"
+            answer = await r.json()
     finally:
         await runner.cleanup()
+    assert answer["error"] == "bad_gateway" and "127.0.0.1:9" in answer["reason"]
+    assert "upstream http://127.0.0.1:9/v1/completions:" in caplog.text
+    assert "SECRET" not in caplog.text + json.dumps(answer)
     (w,) = sink.windows  # reported (and, being a failure, never measured)
     assert (w.http_status, w.phase, w.source["upstream_unreachable"]) == (502, "warmup", True)
     assert w.failed

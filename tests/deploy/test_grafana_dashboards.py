@@ -165,7 +165,24 @@ def test_benchmark_dashboard_annotates_runs_from_the_coordinator() -> None:
     annotations = load_dashboards()["benchmark-run.json"]["annotations"]["list"]
     runs = [a for a in annotations if "sparkwatch_coordinator_run_active" in a.get("expr", "")]
     assert len(runs) == 1 and runs[0]["enable"]
-    assert "{{name}}" in runs[0]["titleFormat"]
+    assert "{{run_id}}" in runs[0]["titleFormat"]
+
+
+def test_no_dashboard_relies_on_a_run_name_label() -> None:
+    """The coordinator's /metrics label runs by id alone (a name is made from a command line, and /metrics
+    has no token), so a panel, annotation or table that wants ``name`` would show nothing."""
+    uses = []
+    for file, dashboard in load_dashboards().items():
+        text = json.dumps(dashboard)
+        if "{{name}}" in text or re.search(r"\bname\s*(=|!=|=~|!~)\s*\\?\"", text):
+            uses.append(f"{file}: a name label in a query or format")
+        for panel in all_panels(dashboard):
+            if "sparkwatch_coordinator_run_" not in json.dumps(panel.get("targets", [])):
+                continue  # other tables have name columns of their own (the GPU's model name)
+            for transform in panel.get("transformations", []):
+                if "name" in (transform.get("options") or {}).get("indexByName", {}):
+                    uses.append(f"{file}: panel {panel['title']!r} orders a run name column")
+    assert uses == []
 
 
 def test_every_metric_name_exists(agent_factory: Any, fake_nvml_dir: pathlib.Path) -> None:

@@ -357,9 +357,12 @@ def test_recording_rules_evaluate_on_the_real_series(stack: Stack) -> None:
 def test_run_gauges_show_open_runs_only(stack: Stack) -> None:
     prom = stack.prom
     active = prom.query("sparkwatch_coordinator_run_active")
-    assert [(s["metric"]["run_id"], s["metric"]["name"], s["value"][1]) for s in active] == [
-        (stack.run["id"], "bench-1", "1")
-    ]
+    assert [(s["metric"]["run_id"], s["value"][1]) for s in active] == [(stack.run["id"], "1")]
+    # the run id is the only label of its own: a run's name (from a command line) is never one
+    own = {"__name__", "run_id", "job", "instance"}
+    for family in ("run_active", "run_start_timestamp_seconds"):
+        series = prom.query(f"sparkwatch_coordinator_{family}")
+        assert series and all(set(s["metric"]) == own for s in series), series
     starts = prom.values("sparkwatch_coordinator_run_start_timestamp_seconds", label="run_id")
     assert starts == {stack.run["id"]: pytest.approx(stack.run["t_start_ns"] / 1e9, abs=1e-3)}
     assert stack.ended_run_id not in starts

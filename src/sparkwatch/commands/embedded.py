@@ -1,11 +1,17 @@
 """A coordinator of the command's own: `run --nodes`, `demo`, `hardware --nodes` and `nodes check` start one
 for their nodes, on a loopback port and a temporary database, and talk to it through the same client as to
-a standing coordinator."""
+a standing coordinator.
+
+Loopback is not a trust boundary: any local process could read the runs or post windows that land in the
+export. So each embedded coordinator requires a random token made for it, which only this process holds
+(its client, and the proxy `run` starts, which posts through that client); it is never written down,
+logged or handed to CMD. /healthz and /metrics stay open, as on a standing coordinator."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -22,12 +28,14 @@ log = logging.getLogger(__name__)
 async def embedded_coordinator(
     nodes: Sequence[NodeSpec], db: Path | None = None
 ) -> AsyncIterator[CoordinatorClient]:
-    """A client of a coordinator that runs until the block ends; ``db`` keeps its SQLite file."""
+    """A client of a coordinator that runs until the block ends; ``db`` keeps its SQLite file. The client
+    carries the coordinator's token (``client.target.token``), a fresh one per coordinator."""
+    token = secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory(prefix="sparkwatch-") as tmp:
         path = db or Path(tmp) / "sparkwatch.db"
-        async with running_coordinator(nodes, path, "127.0.0.1", 0, None) as url:
+        async with running_coordinator(nodes, path, "127.0.0.1", 0, token) as url:
             log.info("embedded coordinator on %s (%d nodes, db %s)", url, len(nodes), path)
-            async with CoordinatorClient(CoordinatorTarget(url, None)) as client:
+            async with CoordinatorClient(CoordinatorTarget(url, token)) as client:
                 yield client
 
 

@@ -26,7 +26,7 @@ import orjson
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.commands.embedded import embedded_coordinator
-from sparkwatch.commands.redaction import default_name, redact_argv
+from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
 from sparkwatch.commands.summary import live_line, summary_table
 from sparkwatch.core.run_spec import DEFAULT_INTERVAL_S
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
@@ -262,8 +262,8 @@ async def run_command(opts: RunOptions) -> int:
             config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
             proxy = running_proxy(host, port, config, poster, client)
             proxy_url = await proxy_stack.enter_async_context(proxy)
-            opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {opts.proxy_upstream}\n")
-        run = await client.create_run(opts.name or default_name(opts.command), interval_s=opts.interval_s)
+            opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {redact_text(opts.proxy_upstream)}\n")
+        run = await client.create_run(_run_name(opts), interval_s=opts.interval_s)
         run_id = run["id"]
         poster.run_id = run_id
         poster.start()
@@ -326,6 +326,12 @@ async def _measure(opts: RunOptions, client: CoordinatorClient, interrupts: Inte
         await asyncio.gather(live, return_exceptions=True)
         if tty:
             opts.stderr.write("\r\x1b[K")
+
+
+def _run_name(opts: RunOptions) -> str:
+    """What the run is called wherever it shows (log, database, export): built from the redacted argv, and
+    even a ``--name`` goes through the same rules, since nothing unredacted may reach the coordinator."""
+    return redact_text(opts.name) if opts.name else default_name(redact_argv(opts.command))
 
 
 def _capture_path(opts: RunOptions) -> Path:

@@ -79,6 +79,8 @@ class Proxy:
     def __init__(self, config: ProxyConfig, sink: WindowSink, clock: WindowClock | None = None) -> None:
         self.config = config
         self.upstream = config.upstream.rstrip("/")
+        # what logs and error answers show of it: no user:password@, no query (either can hold a key)
+        self._upstream_shown = str(URL(self.upstream).with_user(None).with_query(None))
         self._sink = sink
         self._clock = clock or WallClock()
         self._now_ns = self._clock.now_ns
@@ -131,14 +133,14 @@ class Proxy:
                 request.method, url, headers=_forwarded(request), data=body or None, allow_redirects=False
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("upstream %s: %s", url, exc)
+            log.warning("upstream %s%s: %s", self._upstream_shown, request.path, exc)
             if generation:
                 if counted_warmup:
                     self._release_warmup()
                 span = (t_start, self._now_ns())
                 watcher = ResponseWatcher(streaming=False)
                 self._submit(request, phase, span, 502, watcher, notes={"upstream_unreachable": True})
-            return json_error(502, "bad_gateway", f"upstream {self.upstream} did not answer: {exc}")
+            return json_error(502, "bad_gateway", f"upstream {self._upstream_shown} did not answer: {exc}")
         encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
         watcher = ResponseWatcher(
             streaming=upstream.headers.get("Content-Type", "").startswith("text/event-stream")
@@ -184,7 +186,8 @@ class Proxy:
                         watcher.stamps.t_first_byte_ns = t_chunk
             except aiohttp.ClientPayloadError as exc:
                 # the upstream broke off mid-body: the client must see a truncated response, not a clean end
-                log.warning("upstream %s broke off the response: %s", upstream.url, exc)
+                shown = f"{self._upstream_shown}{request.path}"
+                log.warning("upstream %s broke off the response: %s", shown, exc)
                 notes["upstream_broke_off"] = True
                 response.force_close()
             else:

@@ -76,21 +76,23 @@ def _link_families(states: Sequence[LinkState], now: int) -> Iterator[Metric]:
 
 
 def _run_families(active: Sequence[RunRow]) -> Iterator[Metric]:
+    """Open runs by id alone: /metrics is served without a token, and a run's name is made from a command
+    line, so it never becomes a label (GET /v1/runs/{id}, behind the token, tells the name)."""
     open_runs = GaugeMetricFamily("sparkwatch_coordinator_open_runs", "Runs opened and not yet ended.")
     run_active = GaugeMetricFamily(
         "sparkwatch_coordinator_run_active",
         "1 while the run is open (for dashboard annotations); absent once it ended.",
-        labels=["run_id", "name"],
+        labels=["run_id"],
     )
     run_start = GaugeMetricFamily(
         "sparkwatch_coordinator_run_start_timestamp_seconds",
         "Start of an open run, Unix time on the coordinator's clock.",
-        labels=["run_id", "name"],
+        labels=["run_id"],
     )
     open_runs.add_metric([], float(len(active)))
     for r in active:
-        run_active.add_metric([r.id, r.name], 1.0)
-        run_start.add_metric([r.id, r.name], r.t_start_ns / 1e9)
+        run_active.add_metric([r.id], 1.0)
+        run_start.add_metric([r.id], r.t_start_ns / 1e9)
     yield from (open_runs, run_active, run_start)
 
 
