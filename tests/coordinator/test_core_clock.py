@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from sparkwatch.core.clock import (
     ClockOffset,
+    ClockStep,
     NodeClock,
     OffsetRound,
     TimeProbe,
@@ -116,6 +117,21 @@ def test_wall_steps_are_found_and_slewing_is_not(size_s: int) -> None:
         f"wall clock stepped {(size_s * S + 2_000) / S:+.3f} s inside the window"
     ]
     assert clock.suspects(int(coord[130]), int(coord[140])) == []
+
+
+def test_a_sample_whose_clock_reads_were_split_by_preemption_is_no_step() -> None:
+    """A sampler preempted 15 ms between reading its wall and its monotonic clock makes one sample's
+    wall − mono 15 ms off and the next one right again: not a step (a loaded machine did this in tests);
+    a step at the very last sample still is one."""
+    mono = BOOT_MONO + np.arange(100, dtype=np.int64) * (S // 20)
+    wall = T0 + (mono - BOOT_MONO)
+    coord = wall.copy()
+    wall[40] -= 15_000_000
+    wall[41] += 12_000_000
+    wall[70] += 20_000_000
+    assert wall_steps(wall, mono, coord) == []
+    wall[99] += S
+    assert wall_steps(wall, mono, coord) == [ClockStep(int(coord[99]), S)]
 
 
 def test_one_time_maps_like_many() -> None:

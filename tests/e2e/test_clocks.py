@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from helpers.clocks import faketime_env
-from helpers.processes import Coordinator, free_port, sim_load, wait_connected
+from helpers.clocks import faketime_env, set_fake_time
+from helpers.processes import Coordinator, free_port, sim_load, wait_connected, wait_stored
 
 S = 1_000_000_000
 BUSY_W = 45.0  # the simulated GB10 at utilisation 0.8 with no model resident: 5 W + 50 W × 0.8
@@ -50,12 +50,12 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
         sim_load(agent, 0.8)
         time.sleep(0.4)
         windows = [window("before", 0.8)]
-        windows.append(window("across", 1.2, during=lambda: control.write_text(change + "\n")))
+        windows.append(window("across", 1.2, during=lambda: set_fake_time(control, change)))
         windows.append(window("after", 0.8))
         time.sleep(0.3)  # the busy period outlasts the windows by some sampling intervals
         sim_load(agent, 0.0)
         assert coord.call("POST", f"/v1/runs/{run['id']}/windows", {"windows": windows})[0] == 201
-        time.sleep(2.0)  # the stream flushes once a second
+        wait_stored(coord, agent)
         coord.call("POST", f"/v1/runs/{run['id']}/end")
         status, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
     finally:
@@ -96,7 +96,7 @@ def test_a_proxy_on_a_skewed_stepping_clock_stamps_on_the_coordinators(
         stderr=subprocess.DEVNULL,
     )
     control = tmp_path / "proxy-faketime.rc"
-    control.write_text("+30\n")
+    set_fake_time(control, "+30")
     proxy = None
     try:
         wait_connected(coord, 1)
@@ -118,13 +118,13 @@ def test_a_proxy_on_a_skewed_stepping_clock_stamps_on_the_coordinators(
         generate(proxy_port)  # busy: 45 W
         time.sleep(0.3)
         sim_load(agent, 0.0)
-        control.write_text("+25\n")  # the proxy's wall clock steps back 5 s
+        set_fake_time(control, "+25")  # the proxy's wall clock steps back 5 s
         time.sleep(0.5)
         generate(proxy_port)  # idle: 5 W
         time.sleep(0.3)
         proxy.send_signal(signal.SIGTERM)  # drains its windows into the run
         assert proxy.wait(10) == 0, proxy.stderr.read() if proxy.stderr else ""
-        time.sleep(2.0)
+        wait_stored(coord, agent)
         coord.call("POST", f"/v1/runs/{run['id']}/end")
         _, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
     finally:

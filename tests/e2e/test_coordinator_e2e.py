@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from doubles.fake_nvml import write_control
-from helpers.processes import Coordinator, sim_load, wait_connected
+from helpers.processes import Coordinator, sim_load, wait_connected, wait_stored
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def cluster(agent_factory: Any, fake_nvml_dir: pathlib.Path, tmp_path: pathlib.P
 
 
 def test_run_export_matches_known_power_and_survives_kill9(cluster: Any) -> None:
-    coord, sim, _gb10, control = cluster
+    coord, sim, gb10, control = cluster
     wait_connected(coord, 2)
     status, run = coord.call("POST", "/v1/runs", {"name": "e2e", "interval_s": 0.05})
     assert status == 201 and run["open"]
@@ -85,7 +85,7 @@ def test_run_export_matches_known_power_and_survives_kill9(cluster: Any) -> None
         ]
     }
     assert coord.call("POST", f"/v1/runs/{run_id}/windows", windows)[0] == 201
-    time.sleep(2.0)  # let the streams deliver the window's samples (they flush once a second)
+    wait_stored(coord, sim, gb10)  # the streams deliver the window's samples
     assert coord.call("POST", f"/v1/runs/{run_id}/end")[0] == 200
     status, export = coord.call("GET", f"/v1/runs/{run_id}/export")
     assert status == 200
@@ -269,7 +269,7 @@ def test_node_with_a_clock_offset_is_joined_on_the_coordinator_clock(
         sim_load(skewed, 0.0)
         body = {"windows": [{"id": "w", "phase": "timed", "t_start_ns": a, "t_end_ns": b}]}
         assert coord.call("POST", f"/v1/runs/{run['id']}/windows", body)[0] == 201
-        time.sleep(2.0)  # the stream flushes once a second
+        wait_stored(coord, skewed)
         coord.call("POST", f"/v1/runs/{run['id']}/end")
         _, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
         node = export["nodes"][0]

@@ -16,10 +16,18 @@ def faketime_env(control: pathlib.Path) -> dict[str, str]:
     if not LIBRARY.exists():
         pytest.fail("libfaketime missing: install the Debian package libfaketime (.ci/run does)")
     if not control.exists():
-        control.write_text("+0\n")
+        set_fake_time(control, "+0")
     return {
         "LD_PRELOAD": str(LIBRARY),
         "FAKETIME_TIMESTAMP_FILE": str(control),
         "FAKETIME_NO_CACHE": "1",
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
     }
+
+
+def set_fake_time(control: pathlib.Path, spec: str) -> None:
+    """Change the fake clock in one step: the file is replaced, never seen empty or half written by a
+    process that re-reads it on every clock call (libfaketime would read a garbled time)."""
+    part = control.with_name(control.name + ".part")
+    part.write_text(spec + "\n")
+    part.replace(control)

@@ -142,6 +142,26 @@ def wait_connected(coord: Coordinator, count: int, timeout_s: float = 15) -> lis
     raise AssertionError(f"nodes did not connect: {body}")
 
 
+def wait_stored(coord: Coordinator, *agents: AgentProcess, timeout_s: float = 30.0) -> None:
+    """Until the coordinator has stored every sample the agents had taken when this was called: the stream
+    flushes about once a second, and a loaded machine may take longer (a fixed sleep would make an export
+    that misses the last samples, honestly, and a flaky test)."""
+    targets = {}
+    for agent in agents:
+        with urllib.request.urlopen(f"{agent.url}/metrics", timeout=5) as r:
+            found = re.search(rb'^sparkwatch_agent_samples_total\{node="([^"]+)"\} (\S+)', r.read(), re.M)
+        assert found, "the agent's /metrics has no sample count"
+        targets[found.group(1).decode()] = int(float(found.group(2)))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _, body = coord.call("GET", "/v1/nodes")
+        stored = {n["node"]: n["last_seq"] for n in body["nodes"]}
+        if all(stored.get(node, 0) >= seq for node, seq in targets.items()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the coordinator did not store up to {targets}: {stored}")
+
+
 def sim_load(agent: Any, util: float) -> None:
     req = urllib.request.Request(
         f"{agent.url}/v1/sim/load",

@@ -202,12 +202,25 @@ class ClockStep:
 
 def wall_steps(t_wall_ns: I64, t_mono_ns: I64, t_coord_ns: I64) -> list[ClockStep]:
     """Steps of one boot's wall clock, from its samples in monotonic order: a change of wall − monotonic
-    between consecutive samples beyond ``STEP_MIN_NS`` and beyond what slewing could do (``STEP_RATE``)."""
+    between consecutive samples beyond ``STEP_MIN_NS`` and beyond what slewing could do (``STEP_RATE``)
+    that lasts. A sampler preempted between its two clock reads shows one sample off and the next back
+    (a median of three takes such a sample out); a step stays."""
     if len(t_mono_ns) < 2:
         return []
-    jump = np.diff(t_wall_ns - t_mono_ns)
+    apart = t_wall_ns - t_mono_ns
+    lasting = np.diff(_median3(apart))
     limit = np.maximum(STEP_MIN_NS, (np.diff(t_mono_ns) * STEP_RATE).astype(np.int64))
-    return [ClockStep(int(t_coord_ns[i + 1]), int(jump[i])) for i in np.flatnonzero(np.abs(jump) > limit)]
+    jump = np.diff(apart)  # the size as the samples saw it
+    return [ClockStep(int(t_coord_ns[i + 1]), int(jump[i])) for i in np.flatnonzero(np.abs(lasting) > limit)]
+
+
+def _median3(values: I64) -> I64:
+    """Each value but the first and last replaced by the median of it and its neighbours (exact integers)."""
+    if len(values) < 3:
+        return values
+    out = values.copy()
+    out[1:-1] = np.sort(np.stack([values[:-2], values[1:-1], values[2:]]), axis=0)[1]
+    return out
 
 
 def to_coordinator_ns(t_agent_ns: I64, rounds: Sequence[OffsetRound]) -> I64:
