@@ -221,3 +221,42 @@ async def test_sim_load_drives_power(agent: TestClient) -> None:
     await asyncio.sleep(0.06)
     text = await (await agent.get("/metrics")).text()
     assert 'sparkwatch_gpu_power_watts{gpu="0",node="spark-t"' in text and "} 61.0" in text
+
+
+async def test_routing_refusals_are_json_with_a_reason(agent: TestClient) -> None:
+    """aiohttp's own 404, 405 and 413 answer like every other refusal."""
+    r = await agent.get("/v1/nope")
+    assert r.status == 404 and r.content_type == "application/json"
+    assert await r.json() == {"error": "not_found", "reason": "no route for GET /v1/nope"}
+    r = await agent.post("/v1/time")
+    body = await r.json()
+    assert r.status == 405 and body["error"] == "method_not_allowed" and "GET" in body["reason"]
+    assert "GET" in r.headers["Allow"]
+    r = await agent.put("/v1/interval", data=b"x" * (65 * 1024))
+    body = await r.json()
+    assert r.status == 413 and body["error"] == "request_entity_too_large" and "65536" in body["reason"]
+    r = await agent.get("/v1/stream")  # not a WebSocket handshake
+    assert r.status == 400 and (await r.json())["error"] == "bad_request"
+
+
+async def test_bodies_the_parser_chokes_on_are_400_and_change_nothing(agent: TestClient) -> None:
+    """Found by tests/fuzz/test_fuzz_agent_api.py: each of these was a 500."""
+    before = await (await agent.get("/v1/interval")).json()
+    cases = [
+        (b"[" * 20000 + b"]" * 20000, {}),  # deeper than the parser recurses
+        (b'{"holder": "a", "interval_s": ' + b"1" * 5000 + b"}", {}),  # more digits than int() takes
+        (b'{"holder": "a", "interval_s": NaN}', {}),
+        (b'{"holder": "\\ud800", "interval_s": 0.01}', {}),  # a holder no query could name
+    ]
+    for body, headers in cases:
+        r = await agent.put("/v1/interval", data=body, headers=headers)
+        refusal = await r.json()
+        assert r.status == 400 and refusal["error"] == "bad_request", (body[:40], refusal)
+        assert isinstance(refusal["reason"], str) and not refusal["reason"].startswith("{"), refusal
+    r = await agent.post("/v1/sim/load", data=b'{"model_bytes": ' + b"1" * 5000 + b"}")
+    assert r.status == 400
+    assert await (await agent.get("/v1/interval")).json() == before
+    # JSON is UTF-8 whatever charset a client names (an unknown one was a LookupError)
+    utf99 = {"Content-Type": "application/json; charset=utf-99"}
+    r = await agent.put("/v1/interval", data=b'{"holder": "a", "interval_s": 0.01}', headers=utf99)
+    assert r.status == 200 and (await r.json())["interval_s"] == 0.01

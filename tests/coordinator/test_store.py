@@ -108,6 +108,20 @@ def test_ingest_is_idempotent_and_survives_restart(tmp_path: pathlib.Path) -> No
     assert memory.used_bytes.tolist() == [1000 + k for k in range(1, 11)]  # in seq order
 
 
+def test_the_largest_seq_a_frame_may_carry_is_read_back(tmp_path: pathlib.Path) -> None:
+    """A boot whose last seq is 2^63 − 1 (the decoder's bound): the half-open range [first, last + 1)
+    reaches one past SQLite's largest integer and must still read (the export of such a node answered 500)."""
+    store = Store(tmp_path / "sw.db")
+    top = 2**63 - 1
+    frames = [sample(k)._replace(seq=seq) for k, seq in ((1, top - 1), (2, top))]
+    assert store.ingest("n1", "b1", frames) == 2
+    boot = store.boot_samples("n1", "b1")
+    seqs = boot.seq_range("t_mono_ns", 0, S)
+    assert seqs == (top - 1, top + 1)
+    assert boot.mem_rows(seqs).used_bytes.tolist() == [1001, 1002]
+    assert len(boot.gpu_rows(seqs).uuid) == 2
+
+
 def test_new_boot_and_gap_are_recorded(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
     store.record_hello("n1", {"boot_id": "b1"})

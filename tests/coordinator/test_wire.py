@@ -151,3 +151,15 @@ def test_latest_summary_never_sums_an_unknown() -> None:
     }
     unknown = frame._replace(gpus=(two[0]._replace(power_w=None), two[1]))
     assert latest_summary(unknown)["power_w"] is None
+
+
+def test_a_frame_is_one_line_and_never_borrows_text_from_another() -> None:
+    """Lines that only make objects when a message is read as one array (a sample split over two lines, two
+    objects on one line, a string that swallows a line break) are each rejected on their own; the good
+    lines around them keep their own text."""
+    split = [line(seq=3)[:-1] + ', "pad": [1', "2]}", "{}, {}"]  # joined: as many objects as lines
+    swallowing = ['{"a": "}', '{"}', '{"k": "\ud800"}']
+    for hostile in (split, swallowing):
+        frames, rejected = decode_lines("\n".join([line(seq=1), *hostile, line(seq=2)]))
+        assert [(f.seq, f.raw) for f in frames] == [(1, line(seq=1)), (2, line(seq=2))]  # type: ignore[union-attr]
+        assert [r.reason for r in rejected] == ["not_json"] * 3

@@ -18,6 +18,12 @@ NEAREST_NS = 600 * 1_000_000_000
 CLOCK_COLUMNS = ("t_mono_ns", "t_wall_ns")
 
 
+def _inclusive(seqs: tuple[int, int]) -> tuple[int, int]:
+    """[first, end) as SQL's inclusive BETWEEN bounds: ``end`` itself may be 2^63, one past SQLite's largest
+    integer, when the boot's last seq is the largest a frame may carry."""
+    return seqs[0], seqs[1] - 1
+
+
 class BootSamples:
     """One boot's samples of one node, as an export reads them."""
 
@@ -61,13 +67,13 @@ class BootSamples:
         """Every GPU's values in the samples with seq in [first, end), in no set order."""
         rows = self._db.execute(
             "SELECT t_wall_ns, t_mono_ns, interval_s, 0, gpu0_uuid, gpu0_power_w, gpu0_energy_j,"
-            " gpu0_util_ratio FROM samples WHERE node = ? AND boot_id = ? AND seq >= ? AND seq < ?"
+            " gpu0_util_ratio FROM samples WHERE node = ? AND boot_id = ? AND seq BETWEEN ? AND ?"
             " AND gpu0_uuid IS NOT NULL"
             " UNION ALL"
             " SELECT s.t_wall_ns, s.t_mono_ns, s.interval_s, g.gpu, g.uuid, g.power_w, g.energy_j,"
             " g.util_ratio FROM samples s JOIN gpu_samples g USING (node, boot_id, seq)"
-            " WHERE s.node = ? AND s.boot_id = ? AND s.seq >= ? AND s.seq < ?",
-            (*self._key, *seqs, *self._key, *seqs),
+            " WHERE s.node = ? AND s.boot_id = ? AND s.seq BETWEEN ? AND ?",
+            (*self._key, *_inclusive(seqs), *self._key, *_inclusive(seqs)),
         ).fetchall()
         t_wall, t_mono, interval, index, uuid, power, energy, util = _columns(rows, 8)
         return GpuRows(
@@ -85,8 +91,8 @@ class BootSamples:
         """Memory used in the samples with seq in [first, end), in seq order."""
         rows = self._db.execute(
             "SELECT t_wall_ns, t_mono_ns, interval_s, mem_used_bytes FROM samples"
-            " WHERE node = ? AND boot_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
-            (*self._key, *seqs),
+            " WHERE node = ? AND boot_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+            (*self._key, *_inclusive(seqs)),
         ).fetchall()
         t_wall, t_mono, interval, used = _columns(rows, 4)
         return MemRows(

@@ -63,8 +63,9 @@ class IntervalLeases:
         validate_interval(interval_s)
         if not 0 < ttl_s <= MAX_TTL_S:
             raise ValueError(f"ttl must be within (0, {MAX_TTL_S:g}] s, got {ttl_s}")
-        if not holder or len(holder) > 200:
-            raise ValueError("holder must be a non-empty string of at most 200 characters")
+        if not holder or len(holder) > 200 or not _utf8(holder):
+            # a holder that no UTF-8 query can name could never be released
+            raise ValueError("holder must be a non-empty UTF-8 string of at most 200 characters")
         lease = Lease(holder, float(interval_s), now_mono_ns + int(ttl_s * 1e9))
         with self._lock:
             self._drop_lapsed(now_mono_ns)
@@ -105,3 +106,11 @@ class IntervalLeases:
     def _drop_lapsed(self, now_mono_ns: int) -> None:
         for holder in [h for h, lease in self._leases.items() if lease.expires_mono_ns <= now_mono_ns]:
             del self._leases[holder]
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True

@@ -27,7 +27,7 @@ from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.hello import capabilities_json, hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor, beyond_newest
-from sparkwatch_agent.shared.http import bearer_middleware, json_error
+from sparkwatch_agent.shared.http import bearer_middleware, json_error, json_refusals
 from sparkwatch_agent.shared.protocol import CLOSE_AFTER_BEYOND_NEWEST
 
 log = logging.getLogger(__name__)
@@ -104,19 +104,25 @@ async def capabilities(request: web.Request) -> web.Response:
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object. JSON is UTF-8 whatever charset the request names; a body too deep for
+    the parser, a number of more digits than Python converts or a NaN is a 400 like any other."""
     try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = json.loads((await request.read()).decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        reason = f"body is not JSON: {str(exc)[:200]}"
         raise web.HTTPBadRequest(
-            text=json.dumps({"error": "bad_request", "reason": f"body is not JSON: {exc}"}),
-            content_type="application/json",
-        ) from exc
+            text=json.dumps({"error": "bad_request", "reason": reason}), content_type="application/json"
+        ) from None
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(
             text=json.dumps({"error": "bad_request", "reason": "body must be a JSON object"}),
             content_type="application/json",
         )
     return body
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _number(body: dict[str, Any], key: str, default: float | None = None) -> float | None:
@@ -279,7 +285,7 @@ async def _close_websockets(app: web.Application) -> None:
 
 def make_app(ctx: AgentContext) -> web.Application:
     middleware = bearer_middleware(ctx.token, lambda path: path.startswith("/v1/"))
-    app = web.Application(middlewares=[middleware], client_max_size=64 * 1024)
+    app = web.Application(middlewares=[json_refusals, middleware], client_max_size=64 * 1024)
     app[CONTEXT] = ctx
     app[WEBSOCKETS] = weakref.WeakSet()
     app.on_shutdown.append(_close_websockets)

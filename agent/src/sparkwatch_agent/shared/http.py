@@ -32,6 +32,28 @@ def json_error(status: int, error: str, reason: Any) -> web.Response:
     return web.json_response({"error": error, "reason": reason}, status=status)
 
 
+@web.middleware
+async def json_refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own refusals (no such route, a method the route lacks, a body over the size limit, a plain
+    GET on a WebSocket route) as JSON with a reason, like every other refusal; the outermost middleware."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":  # already one of ours
+            raise
+        if exc.status == 404:
+            reason = f"no route for {request.method} {request.path[:200]}"
+        elif exc.status == 405:
+            reason = f"{request.method} is not allowed here; allowed: {exc.headers.get('Allow', 'none')}"
+        else:
+            reason = (exc.text or exc.reason).removeprefix(f"{exc.status}: ")
+        refusal = json_error(exc.status, exc.reason.lower().replace(" ", "_"), reason)
+        for name in ("Allow", "Retry-After"):
+            if name in exc.headers:
+                refusal.headers[name] = exc.headers[name]
+        return refusal
+
+
 def bearer_middleware(
     token: str | None, protected: Callable[[str], bool]
 ) -> Callable[..., Awaitable[web.StreamResponse]]:

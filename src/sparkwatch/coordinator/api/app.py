@@ -16,7 +16,7 @@ from sparkwatch.coordinator.api.metrics import coordinator_registry
 from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.store import Invalid, NotFound, StoreError, Unavailable
-from sparkwatch_agent.shared.http import Handler, bearer_middleware, json_error
+from sparkwatch_agent.shared.http import Handler, bearer_middleware, json_error, json_refusals
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -158,7 +158,8 @@ async def export(request: web.Request) -> web.StreamResponse:
 
 def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     middleware = bearer_middleware(token, lambda path: path not in ("/healthz", "/metrics"))
-    app = web.Application(middlewares=[middleware, store_refusals], client_max_size=MAX_BODY_BYTES)
+    middlewares = [json_refusals, middleware, store_refusals]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[COORDINATOR] = coordinator
     app[REGISTRY] = coordinator_registry(coordinator)  # built once, like the agent's
     app.router.add_get("/healthz", healthz)
