@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple, NoReturn
 
 import orjson
@@ -109,10 +110,43 @@ def decode_frame(line: str, data: dict[str, Any]) -> Frame | None:
     if kind == FRAME_GAP:
         return GapFrame(_int(data, "after", 0), _int(data, "missing", 1))
     if kind == FRAME_HELLO:
-        return HelloFrame(_str(data, "boot_id"), data)
+        return _hello(data)
     if kind == FRAME_TIME:
         return time_reply(data, _int(data, "id", 0))
     return None
+
+
+#: The parts of a hello the coordinator reads (the export, /v1/nodes, `nodes check`, `hardware`), with the
+#: JSON type each must have when present: a hello that breaks one is refused whole, so no reader meets it.
+HELLO_SHAPE: Mapping[str, tuple[tuple[type, ...], str]] = MappingProxyType(
+    {
+        "memory_model": ((str,), "a string"),
+        "agent_version": ((str,), "a string"),
+        "interval_s": ((int, float), "a number"),
+        "hardware": ((dict,), "an object"),
+        "capabilities": ((dict,), "an object"),
+    }
+)
+HELLO_OBJECTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"hardware": ("lmx", "host"), "capabilities": ("host_memory",)}
+)
+
+
+def _hello(data: dict[str, Any]) -> HelloFrame:
+    boot_id = _str(data, "boot_id")
+    for key, (types, word) in HELLO_SHAPE.items():
+        value = data.get(key)
+        if value is not None and (type(value) is bool or not isinstance(value, types)):
+            raise FrameError(f"hello {key} must be {word}")
+    for key, inner in HELLO_OBJECTS.items():
+        part = data.get(key) or {}
+        for name in inner:
+            if part.get(name) is not None and not isinstance(part[name], dict):
+                raise FrameError(f"hello {key}.{name} must be an object")
+    gpus = (data.get("capabilities") or {}).get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, dict) for g in gpus)):
+        raise FrameError("hello capabilities.gpus must be a list of objects")
+    return HelloFrame(boot_id, data)
 
 
 def time_reply(data: Any, probe_id: int = 0) -> TimeFrame:

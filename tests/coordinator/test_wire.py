@@ -163,3 +163,28 @@ def test_a_frame_is_one_line_and_never_borrows_text_from_another() -> None:
         frames, rejected = decode_lines("\n".join([line(seq=1), *hostile, line(seq=2)]))
         assert [(f.seq, f.raw) for f in frames] == [(1, line(seq=1)), (2, line(seq=2))]  # type: ignore[union-attr]
         assert [r.reason for r in rejected] == ["not_json"] * 3
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"hardware": None}, None),  # absent is fine
+        ({"hardware": [1]}, "hello hardware must be an object"),
+        ({"hardware": {"lmx": 5}}, "hello hardware.lmx must be an object"),
+        ({"capabilities": "x"}, "hello capabilities must be an object"),
+        ({"capabilities": {"gpus": [5]}}, "hello capabilities.gpus must be a list of objects"),
+        ({"capabilities": {"host_memory": []}}, "hello capabilities.host_memory must be an object"),
+        ({"memory_model": 5}, "hello memory_model must be a string"),
+        ({"interval_s": True}, "hello interval_s must be a number"),
+    ],
+)
+def test_a_hello_whose_parts_have_the_wrong_type_is_refused_whole(
+    changes: dict[str, object], why: str | None
+) -> None:
+    """Found by tests/fuzz/test_fuzz_stream.py: a hello with "hardware": null made the node's export a 500."""
+    hello = {"type": "hello", "boot_id": "b1", "memory_model": "unified", "hardware": {}, **changes}
+    frames, rejected = decode_lines(json.dumps(hello))
+    if why is None:
+        assert isinstance(frames[0], HelloFrame) and not rejected
+    else:
+        assert frames == [] and [(r.reason, r.detail) for r in rejected] == [("invalid", why)]

@@ -73,7 +73,7 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         memory=memory,
         clock=_node_clock(rounds, reads, t_from_ns, t_to_ns),
         memory_model=str((hello or {}).get("memory_model", "unknown")),
-        hardware=dict((hello or {}).get("hardware", {})),
+        hardware=dict((hello or {}).get("hardware") or {}),
         unsupported=unsupported_fields(hello),
     )
 
