@@ -14,12 +14,14 @@ from pydantic import BaseModel
 from sparkwatch.coordinator.api import bodies
 from sparkwatch.coordinator.api.metrics import coordinator_registry
 from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd
+from sparkwatch.coordinator.api.openapi import openapi_document
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.store import Invalid, NotFound, StoreError, Unavailable
 from sparkwatch_agent.shared.http import Handler, bearer_middleware, json_error, json_refusals
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
+OPENAPI = web.AppKey("openapi", dict[str, Any])
 MAX_BODY_BYTES = 64 * 1024 * 1024
 M = TypeVar("M", bound=BaseModel)
 
@@ -156,14 +158,20 @@ async def export(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(request.app[OPENAPI])
+
+
 def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     middleware = bearer_middleware(token, lambda path: path not in ("/healthz", "/metrics"))
     middlewares = [json_refusals, middleware, store_refusals]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[COORDINATOR] = coordinator
     app[REGISTRY] = coordinator_registry(coordinator)  # built once, like the agent's
+    app[OPENAPI] = openapi_document()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/openapi.json", openapi)
     app.router.add_get("/v1/time", time_probe)
     app.router.add_get("/v1/nodes", nodes)
     app.router.add_post("/v1/runs", create_run)

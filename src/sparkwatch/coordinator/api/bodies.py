@@ -35,7 +35,7 @@ class BodyError(ValueError):
         self.details = details[:MAX_DETAILS]
 
 
-class _Envelope(Strict):
+class Envelope(Strict):
     """The windows body around its windows, which are validated slice by slice."""
 
     windows: list[Any] = Field(min_length=1, max_length=MAX_WINDOWS)
@@ -61,7 +61,7 @@ def model(raw: bytes, kind: type[M]) -> M:
 
 def window_batch(raw: bytes) -> WindowBatch:
     """A windows body; meant for a worker thread (it yields the GIL between slices)."""
-    envelope = model(raw, _Envelope)
+    envelope = model(raw, Envelope)
     windows: list[Window] = []
     details: list[dict[str, str]] = []
     for start in range(0, len(envelope.windows), SLICE_WINDOWS):

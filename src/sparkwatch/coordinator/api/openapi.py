@@ -1,0 +1,175 @@
+"""The coordinator's HTTP API as an OpenAPI 3.1 document, generated from the pydantic models its handlers
+validate with, so the published description cannot drift from what is enforced. Served at
+``GET /v1/openapi.json`` and kept in ``docs/openapi.json`` (a test holds the two equal); the hostile suite
+draws its request bodies from it (tests/fuzz)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from sparkwatch import __version__
+from sparkwatch.coordinator.api import bodies
+from sparkwatch.coordinator.api.models import CheckedWindow, MarkIn, RunCreate, RunEnd
+from sparkwatch.core.windows import (
+    COUNT_FIELDS,
+    EPOCH_NS_MAX,
+    EPOCH_NS_MIN,
+    FINISH_REASON_MAX_CHARS,
+    ID_MAX_CHARS,
+    NS_MAX,
+    PHASE_RE,
+    STAMP_FIELDS,
+)
+
+REF = "#/components/schemas/{model}"
+#: The routes without a token (a Prometheus scrape, a load balancer's health check).
+OPEN_PATHS = ("/healthz", "/metrics")
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    method: str
+    path: str
+    summary: str
+    body: str | None = None  # a schema under components
+    answer: int = 200  # the status of success
+    #: refusals particular to the route (401, 404, 405, and 413 and 503 for writes, are added)
+    refusals: tuple[int, ...] = ()
+
+
+OPERATIONS = (
+    Operation("get", "/healthz", "200 when every link streams, else 503", refusals=(503,)),
+    Operation("get", "/metrics", "Prometheus text format"),
+    Operation("get", "/v1/openapi.json", "this document"),
+    Operation("get", "/v1/time", "the coordinator's clocks: {t_wall_ns, t_mono_ns, boot_id}"),
+    Operation("get", "/v1/nodes", "every node's link, clock, capabilities and latest sample"),
+    Operation("get", "/v1/runs", "every run"),
+    Operation("post", "/v1/runs", "start a run", "RunCreate", 201, (400,)),
+    Operation("get", "/v1/runs/{run_id}", "one run with its window count", refusals=(404,)),
+    Operation("post", "/v1/runs/{run_id}/end", "end the run (now)", "RunEnd", 200, (400, 404, 409)),
+    Operation("post", "/v1/runs/{run_id}/windows", "add windows", "WindowBatch", 201, (400, 404, 409)),
+    Operation("post", "/v1/runs/{run_id}/imports", "begin an import", None, 201, (404, 409)),
+    Operation(
+        "post",
+        "/v1/runs/{run_id}/imports/{import_id}/commit",
+        "make every window of the import part of the run",
+        refusals=(404, 409),
+    ),
+    Operation("delete", "/v1/runs/{run_id}/imports/{import_id}", "drop the import", refusals=(404,)),
+    Operation("post", "/v1/runs/{run_id}/marks", "begin or end a mark", "MarkIn", 201, (400, 404, 409)),
+    Operation("get", "/v1/runs/{run_id}/export", "the sparkwatch.run/1 export", refusals=(404,)),
+)
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole document (deterministic: the same models give the same bytes)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "sparkwatch coordinator",
+            "version": __version__,
+            "description": "docs/coordinator.md has the prose; every refusal is a JSON Refusal.",
+        },
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _schemas() -> dict[str, Any]:
+    schemas = {"Window": _window_schema()}
+    for name, model in (("RunCreate", RunCreate), ("RunEnd", RunEnd), ("MarkIn", MarkIn)):
+        schema = model.model_json_schema(ref_template=REF)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[name] = schema
+    batch = bodies.Envelope.model_json_schema(ref_template=REF)
+    batch["title"] = "WindowBatch"
+    batch["properties"]["windows"]["items"] = {"$ref": REF.format(model="Window")}
+    schemas["WindowBatch"] = batch
+    schemas["Refusal"] = {
+        "type": "object",
+        "properties": {"error": {"type": "string"}, "reason": {}},
+        "required": ["error", "reason"],
+    }
+    return dict(sorted(schemas.items()))
+
+
+def _window_schema() -> dict[str, Any]:
+    """The window's schema with each field's own bounds (the rules between fields, such as an end not
+    before its start, are ``check_window``'s and listed in docs/coordinator.md)."""
+    schema = TypeAdapter(CheckedWindow).json_schema(ref_template=REF)
+    schema["additionalProperties"] = False
+    props = schema["properties"]
+    epoch = {"type": "integer", "minimum": EPOCH_NS_MIN, "maximum": EPOCH_NS_MAX - 1}
+    bounds: dict[str, dict[str, Any]] = {
+        "id": {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS},
+        "phase": {"type": "string", "pattern": PHASE_RE.pattern},
+        "t_start_ns": dict(epoch),
+        "t_end_ns": dict(epoch),
+        **{name: dict(epoch) for name in STAMP_FIELDS},
+        **{name: {"type": "integer", "minimum": 0, "maximum": NS_MAX} for name in COUNT_FIELDS},
+        "http_status": {"type": "integer", "minimum": 100, "maximum": 599},
+        "finish_reason": {"type": "string", "minLength": 1, "maxLength": FINISH_REASON_MAX_CHARS},
+    }
+    for name, bound in bounds.items():
+        prop = props[name]
+        if "anyOf" in prop:  # optional: the bound or null
+            prop["anyOf"] = [bound, {"type": "null"}]
+        else:
+            prop.update(bound)
+    return schema
+
+
+def _paths() -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for op in OPERATIONS:
+        name = re.sub(r"[^a-z0-9]+", "_", op.path.lower()).strip("_")
+        item: dict[str, Any] = {"summary": op.summary, "operationId": f"{op.method}_{name}"}
+        item["responses"] = _responses(op)
+        params = [part[1:-1] for part in op.path.split("/") if part.startswith("{")]
+        if params:
+            item["parameters"] = [
+                {"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params
+            ]
+        if op.body is not None:
+            item["requestBody"] = {
+                "required": op.body != "RunEnd",  # a run may end without saying what it wrapped
+                "content": {"application/json": {"schema": {"$ref": REF.format(model=op.body)}}},
+            }
+        item["security"] = [] if op.path in OPEN_PATHS else [{"bearer": []}]
+        paths.setdefault(op.path, {})[op.method] = item
+    return paths
+
+
+def _responses(op: Operation) -> dict[str, Any]:
+    refusal = {"content": {"application/json": {"schema": {"$ref": REF.format(model="Refusal")}}}}
+    kind = "text/plain" if op.path == "/metrics" else "application/json"
+    out: dict[str, Any] = {str(op.answer): {"description": op.summary, "content": {kind: {}}}}
+    codes = set(op.refusals) | ({401} if op.path not in OPEN_PATHS else set()) | {404, 405}
+    if op.method != "get":
+        codes |= {413, 503}
+    for code in sorted(codes):
+        out[str(code)] = {"description": _REFUSALS[code], **refusal}
+    return out
+
+
+_REFUSALS = {
+    400: "invalid_body: the reason lists each finding as {loc, msg}",
+    401: "unauthorized: no or a wrong bearer token",
+    404: "not_found: no such run, import, mark or route",
+    405: "method_not_allowed",
+    409: "conflict: an ended run, a duplicate window id, a committed import, an open mark",
+    413: "request_entity_too_large: a body over 64 MiB",
+    503: "unavailable: the database cannot take the write, nothing was stored (/healthz: a link is down)",
+}
+
+
+if __name__ == "__main__":  # python -m sparkwatch.coordinator.api.openapi > docs/openapi.json
+    print(json.dumps(openapi_document(), indent=2, ensure_ascii=False))

@@ -1,0 +1,67 @@
+"""The published description of the coordinator's API: generated from the models, kept in
+docs/openapi.json, served at GET /v1/openapi.json, and covering exactly the routes the app has."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jsonschema
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from sparkwatch.coordinator.api.app import make_app
+from sparkwatch.coordinator.api.openapi import openapi_document
+from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.core.windows import Window, WindowError, check_window
+from sparkwatch.store import Store
+
+PUBLISHED = pathlib.Path(__file__).parents[2] / "docs" / "openapi.json"
+
+
+def test_the_published_document_is_the_generated_one() -> None:
+    assert json.loads(PUBLISHED.read_text()) == openapi_document(), (
+        "docs/openapi.json is stale: python -m sparkwatch.coordinator.api.openapi > docs/openapi.json"
+    )
+
+
+def test_every_schema_is_valid_json_schema_and_every_reference_resolves() -> None:
+    doc = openapi_document()
+    for schema in doc["components"]["schemas"].values():
+        jsonschema.Draft202012Validator.check_schema(schema)
+    text = json.dumps(doc)
+    for ref in {part.split('"')[0] for part in text.split('"$ref": "#/components/schemas/')[1:]}:
+        assert ref in doc["components"]["schemas"], ref
+
+
+async def test_it_is_served_and_lists_exactly_the_routes_of_the_app(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "c.db")
+    app = make_app(Coordinator([], store), "t0ken-0123456789")
+    routes = {
+        (r.method.lower(), r.resource.canonical)
+        for r in app.router.routes()
+        if r.method != "HEAD" and r.resource is not None
+    }
+    async with TestClient(TestServer(app)) as client:
+        answer = await client.get("/v1/openapi.json", headers={"Authorization": "Bearer t0ken-0123456789"})
+        doc = await answer.json()
+    store.close()
+    assert answer.status == 200 and doc == openapi_document()
+    documented = {(method, path) for path, item in doc["paths"].items() for method in item}
+    assert documented == routes
+    for path, item in doc["paths"].items():
+        for operation in item.values():
+            assert operation["security"] == ([] if path in ("/healthz", "/metrics") else [{"bearer": []}])
+
+
+def test_a_window_the_schema_refuses_is_refused_by_the_rules_too() -> None:
+    """The field bounds the document publishes are the ones check_window enforces."""
+    validator = jsonschema.Draft202012Validator(openapi_document()["components"]["schemas"]["Window"])
+    t0 = 1_800_000_000 * 10**9
+    good = {"id": "a", "phase": "timed", "t_start_ns": t0, "t_end_ns": t0 + 10**9}
+    assert validator.is_valid(good) and check_window(Window(**good))
+    for change in ({"id": ""}, {"phase": "Timed"}, {"t_end_ns": 2**63 - 1}, {"http_status": 99}):
+        assert not validator.is_valid({**good, **change}), change
+        with pytest.raises(WindowError):
+            check_window(Window(**{**good, **change}))
+    assert not validator.is_valid({**good, "x": 1})
