@@ -167,15 +167,7 @@ async def test_restart_between_probe_and_stream_redials_from_zero(tmp_path: path
     store.record_hello("n", {"boot_id": "A"})
     store.ingest("n", "A", [SampleFrame(50, "A", 1, 1, 0.1, None, (), "{}")])
     async with aiohttp.ClientSession() as session:
-        link = WsLink(
-            NodeSpec(name="n", url="ws://x"),
-            store,
-            session,
-            holder="t",
-            desired_interval=lambda: None,
-            base_url=str(server.make_url("")),
-            probes=3,
-        )
+        link = quick_link(store, session, str(server.make_url("")), probes=3)
         with pytest.raises(LinkError, match="restarted"):
             await link._connected_session()
     assert asked == ["50"] and store.latest_boot("n") == ("B", 0)  # the next dial asks for after=0
@@ -189,16 +181,18 @@ async def serve_app(app: web.Application) -> TestServer:
     return server
 
 
-def quick_link(store: Store, session: aiohttp.ClientSession, base: str, **kwargs: Any) -> WsLink:
+def quick_link(
+    store: Store, session: aiohttp.ClientSession, base: str, name: str = "n", probes: int = 1, **kwargs: Any
+) -> WsLink:
     return WsLink(
-        NodeSpec(name="n", url="ws://unused"),
+        NodeSpec(name=name, url="ws://unused"),
         store,
         session,
         holder="t",
         desired_interval=lambda: None,
         base_url=base,
         backoff=ExponentialBackoff(initial_s=0.01, maximum_s=0.02),
-        probes=1,
+        probes=probes,
         **kwargs,
     )
 
@@ -303,15 +297,7 @@ async def test_hostile_frames_are_skipped_and_counted_and_never_end_the_link(tmp
     await server.start_server()
     store = Store(tmp_path / "c.db")
     async with aiohttp.ClientSession() as session:
-        link = WsLink(
-            NodeSpec(name="hostile", url="ws://unused"),
-            store,
-            session,
-            holder="t",
-            desired_interval=lambda: None,
-            base_url=str(server.make_url("")),
-            probes=3,
-        )
+        link = quick_link(store, session, str(server.make_url("")), name="hostile", probes=3)
         await run_link(link, 1.5)
     assert streams == 1 and link.state.reconnects == 0
     assert store.count_samples("hostile") == 40 and store.latest_boot("hostile") == ("B", 45)

@@ -85,16 +85,8 @@ def _refuse_constant(name: str) -> Any:
 
 
 def read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise Problem("no such file") from None
-    except IsADirectoryError:
-        raise Problem("is a directory, not a file") from None
-    except UnicodeDecodeError as exc:
-        raise Problem(f"not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise Problem(f"cannot read: {exc.strerror or exc}") from None
+    with reading(path) as handle:
+        return handle.read()
 
 
 def parse_json(text: str, where: str = "file") -> Any:
