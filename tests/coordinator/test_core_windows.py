@@ -76,3 +76,18 @@ def test_the_store_keeps_every_field(tmp_path: pathlib.Path) -> None:
     store.add_windows("r", [full, GOOD])
     assert store.windows("r") == [full, GOOD]
     store.close()
+
+
+def _nested(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("source", [{"n": 10**30}, {"s": "\ud800"}, {"deep": _nested(250)}])
+def test_a_source_the_export_cannot_carry_is_refused(source: dict[str, object]) -> None:
+    """Found by the nightly API fuzz: a source holding 10**30 was stored and made its run's export a 500."""
+    window = Window("w", "timed", 1_800_000_000 * 10**9, 1_800_000_001 * 10**9, source=source)
+    with pytest.raises(WindowError, match="source: is not JSON the export can carry"):
+        check_window(window)

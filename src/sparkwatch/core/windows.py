@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 ScopeKind = Literal["request", "decode", "run"]
 
@@ -26,6 +27,7 @@ EPOCH_NS_MAX = (
 #: A run takes windows from this long before its start to this long after its end (or now, while open).
 RUN_REACH_NS = 24 * 3600 * 10**9
 ID_MAX_CHARS = 200
+
 FINISH_REASON_MAX_CHARS = 64
 REQUIRED_FIELDS = ("id", "phase", "t_start_ns", "t_end_ns")
 STAMP_FIELDS = ("t_first_byte_ns", "t_first_token_ns", "t_last_token_ns")
@@ -116,10 +118,13 @@ def check_window(w: Window) -> Window:
         raise WindowError("http_status", f"{w.http_status} is not an HTTP status code")
     if w.finish_reason is not None and not 1 <= len(w.finish_reason) <= FINISH_REASON_MAX_CHARS:
         raise WindowError("finish_reason", f"must be 1..{FINISH_REASON_MAX_CHARS} characters")
-    try:
+    try:  # what the export's encoder carries: no NaN, 64-bit integers, no lone surrogate, and nesting that
+        # leaves room inside orjson's 254 levels for the export around it (8 levels kept: 246 left)
         json.dumps(w.source, allow_nan=False)
+        orjson.dumps([[[[[[[[w.source]]]]]]]])
     except (TypeError, ValueError) as exc:
-        raise WindowError("source", f"is not JSON without NaN or infinities ({exc})") from None
+        why = "no NaN, infinity, integer beyond 64 bits, lone surrogate or nesting past 246 levels"
+        raise WindowError("source", f"is not JSON the export can carry ({why}): {exc}") from None
     return w
 
 
