@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, NoReturn
 
 import orjson
 
-from sparkwatch_agent.shared.protocol import FRAME_GAP, FRAME_HELLO, FRAME_SAMPLE, FRAME_TIME
+from sparkwatch_agent.shared.protocol import FRAME_GAP, FRAME_HELLO, FRAME_SAMPLE, FRAME_TIME, MAX_INTERVAL_S
 
 #: Largest seq and timestamp the store keeps (SQLite integers are 64-bit signed).
 INT64_MAX = 2**63 - 1
@@ -202,7 +202,7 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
         and type(t_mono) is int
         and 0 <= t_mono <= INT64_MAX
         and (type(interval) is float or type(interval) is int)
-        and interval > 0
+        and 0 < interval <= MAX_INTERVAL_S
         and (memory is None or type(memory) is dict)
         and (used is None or (type(used) is int and 0 <= used <= INT64_MAX))
         and type(gpus) is list
@@ -221,8 +221,8 @@ def _explain_sample(d: dict[str, Any]) -> NoReturn:
     _int(d, "t_wall_ns", 0)
     _int(d, "t_mono_ns", 0)
     interval_s = _number(d, "interval_s")
-    if interval_s is None or interval_s <= 0:
-        raise FrameError("interval_s must be a positive number")
+    if interval_s is None or not 0 < interval_s <= MAX_INTERVAL_S:
+        raise FrameError(f"interval_s must be a number in (0, {MAX_INTERVAL_S:g}] s")
     memory = d.get("memory")
     if memory is not None and not isinstance(memory, dict):
         raise FrameError("memory must be an object or null")

@@ -30,7 +30,7 @@ from fuzz.profiles import CASE_TIMEOUT_S, fuzz_settings
 from sparkwatch_agent.assemble import assemble
 from sparkwatch_agent.config import build_config
 from sparkwatch_agent.hardware.sim import SimSpec
-from sparkwatch_agent.sampling.leases import MAX_LEASES, MIN_INTERVAL_S
+from sparkwatch_agent.sampling.leases import MAX_LEASES
 from sparkwatch_agent.serving.http_app import WEBSOCKETS, AgentContext, make_app
 from sparkwatch_agent.serving.serve import agent_context
 from sparkwatch_agent.shared.protocol import (
@@ -39,6 +39,7 @@ from sparkwatch_agent.shared.protocol import (
     FRAME_GAP,
     FRAME_HELLO,
     FRAME_SAMPLE,
+    MIN_INTERVAL_S,
 )
 
 TOKEN = "fuzz-agent-token-0123456789abcdef"

@@ -117,7 +117,7 @@ def usable_sample(frame: Any) -> bool:
         and _int_in(frame.get("t_mono_ns"), 0)
         and _number_or_null(interval)
         and interval is not None
-        and interval > 0
+        and 0 < interval <= 3600
         and (memory is None or (isinstance(memory, dict) and _used_ok(memory.get("used_bytes"))))
         and isinstance(frame.get("gpus", []), list)
         and all(_usable_gpu(g) for g in frame.get("gpus", []))

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from sparkwatch import __version__
+from sparkwatch.coordinator.big_values import let_go
 from sparkwatch.coordinator.boot_reads import BootRead, read_boot
 from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
 from sparkwatch.core.export import build_export
@@ -118,4 +119,7 @@ def export_run(store: Store, run_id: str, nodes: Sequence[str], now_ns: Callable
     t_from = min([run.t_start_ns, *(w.t_start_ns for w in windows)])
     t_to = max([t_end, *(w.t_end_ns for w in windows)])
     inputs = [node_input(store, n, t_from, t_to) for n in nodes]
-    return build_export(spec, inputs, windows, __version__)
+    try:
+        return build_export(spec, inputs, windows, __version__)
+    finally:
+        let_go(windows)

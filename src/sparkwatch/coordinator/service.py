@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from sparkwatch.coordinator.big_values import CollectorPause, let_go
 from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.coordinator.loop_lag import LoopLag
 from sparkwatch.core.json_pieces import json_pieces
@@ -52,6 +53,7 @@ class Coordinator:
         # (store/windows.py): a 100 000-window import never holds the event loop or the write lock long
         self._window_thread: ThreadPoolExecutor | None = None
         self._window_store: Store | None = None
+        self._collector_pause = CollectorPause()
         store.set_nodes([n.name for n in self.nodes])
 
     @property
@@ -174,12 +176,17 @@ class Coordinator:
     async def export_json(self, run_id: str) -> list[bytes]:
         """The export as JSON pieces, computed and encoded in a worker thread on its own read connection
         (WAL readers do not block the writer): a long run's numpy, SQLite and encoding work never stalls
-        ingest or the agents' heartbeats."""
+        ingest or the agents' heartbeats (big_values.py says why the collector pauses meanwhile)."""
 
         def work() -> list[bytes]:
             reader = Store(self.store.path)
             try:
-                return list(json_pieces(export_run(reader, run_id, self.node_names, self.now_ns)))
+                with self._collector_pause:
+                    export = export_run(reader, run_id, self.node_names, self.now_ns)
+                    try:
+                        return list(json_pieces(export))
+                    finally:
+                        let_go(export)
             finally:
                 reader.close()
 

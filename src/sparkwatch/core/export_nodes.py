@@ -6,8 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from sparkwatch.core.columns import int_column
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.memory import BASELINE_S, MemoryStats, node_memory
 from sparkwatch.core.power import PowerStats, scope_stats, window_stats
@@ -155,4 +154,4 @@ def _memory_reasons(memory: MemoryStats) -> dict[str, str]:
 
 
 def spans(starts: list[int], ends: list[int]) -> tuple[I64, I64]:
-    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+    return int_column(starts, len(starts)), int_column(ends, len(ends))

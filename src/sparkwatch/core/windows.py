@@ -16,6 +16,8 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from sparkwatch.core.columns import int_column
+
 ScopeKind = Literal["request", "decode", "run"]
 
 PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -192,11 +194,13 @@ class Scope:
 
 def union(spans: Iterable[tuple[int, int]]) -> Scope:
     """Merge possibly overlapping [a, b) spans into a Scope; empty and reversed spans are dropped."""
-    pairs = np.array([s for s in spans if s[1] > s[0]], dtype=np.int64).reshape(-1, 2)
-    if len(pairs) == 0:
+    kept = [s for s in spans if s[1] > s[0]]
+    if not kept:
         return Scope(np.empty(0, np.int64), np.empty(0, np.int64))
-    pairs = pairs[np.argsort(pairs[:, 0], kind="stable")]
-    starts, ends = pairs[:, 0], pairs[:, 1]
+    starts = int_column((s[0] for s in kept), len(kept))
+    order = np.argsort(starts, kind="stable")
+    starts = starts[order]
+    ends = int_column((s[1] for s in kept), len(kept))[order]
     running_end = np.maximum.accumulate(ends)
     # a new piece begins where a start lies beyond every earlier end
     new_piece = np.ones(len(starts), dtype=bool)

@@ -13,10 +13,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from sparkwatch_agent.shared.protocol import LEASE_TTL_S
+from sparkwatch_agent.shared.protocol import LEASE_TTL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 
-MIN_INTERVAL_S = 0.01
-MAX_INTERVAL_S = 3600.0
 MAX_TTL_S = 86400.0
 DEFAULT_TTL_S = LEASE_TTL_S
 #: Holders at once: a coordinator or two per agent need one each; this leaves room for test rigs and

@@ -15,3 +15,6 @@ CLOSE_AFTER_BEYOND_NEWEST = 4416
 
 #: How long an interval lease lasts unless renewed; a holder renews well before (the coordinator every 2 min).
 LEASE_TTL_S = 600.0
+#: The sampling intervals an agent takes (configured or leased), and so the ones a sample may carry.
+MIN_INTERVAL_S = 0.01
+MAX_INTERVAL_S = 3600.0

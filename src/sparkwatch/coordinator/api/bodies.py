@@ -1,21 +1,21 @@
 """Request bodies in, validated models out; a refusal is a :class:`BodyError` with pydantic's findings as
 ``{"loc", "msg"}`` items (a broken window rule names the window's field in ``loc``).
 
-A windows body can hold 100 000 windows; validating it in one pydantic call would hold the GIL (and so the
-event loop, even from a worker thread) for a second or more. :func:`window_batch` parses the JSON once,
-then validates the windows in slices of ``SLICE_WINDOWS``, each a few milliseconds, so the loop gets its
-turns in between.
+A windows body can hold 100 000 windows; parsing or validating it in one call would hold the GIL (and so
+the event loop, even from a worker thread) for a second or more. :func:`window_batch` walks the body one
+window at a time (:mod:`envelope_scan`), then validates the windows in slices of ``SLICE_WINDOWS`` cut from
+the body's own text, each a few milliseconds, so the loop gets its turns in between.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
+from sparkwatch.coordinator.api.envelope_scan import ScanError, scan
 from sparkwatch.coordinator.api.models import CheckedWindow, Strict
 from sparkwatch.core.windows import Window, WindowError, duplicate_id
 
@@ -61,11 +61,19 @@ def model(raw: bytes, kind: type[M]) -> M:
 
 def window_batch(raw: bytes) -> WindowBatch:
     """A windows body; meant for a worker thread (it yields the GIL between slices)."""
-    envelope = model(raw, Envelope)
+    try:
+        scanned = scan(raw, MAX_WINDOWS)
+        envelope = Envelope.model_validate(scanned.members)
+    except ScanError as exc:
+        raise BodyError([{"loc": exc.loc, "msg": str(exc)}]) from None
+    except ValidationError as exc:
+        raise BodyError(_details(exc)) from None
+    spans = envelope.windows  # (start, end) in scanned.text of each window, as the scan left them
     windows: list[Window] = []
     details: list[dict[str, str]] = []
-    for start in range(0, len(envelope.windows), SLICE_WINDOWS):
-        piece = json.dumps(envelope.windows[start : start + SLICE_WINDOWS])
+    for start in range(0, len(spans), SLICE_WINDOWS):
+        last = spans[min(start + SLICE_WINDOWS, len(spans)) - 1]
+        piece = "[" + scanned.text[spans[start][0] : last[1]] + "]"
         try:
             windows.extend(_SLICE.validate_json(piece))
         except ValidationError as exc:

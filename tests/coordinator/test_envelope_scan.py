@@ -1,0 +1,88 @@
+"""The windows body is walked one window at a time; what it accepts and refuses must match one whole parse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkwatch.coordinator.api.bodies import BodyError, window_batch
+from sparkwatch.coordinator.api.envelope_scan import ScanError, scan
+
+T0_NS = 1_800_000_000_000_000_000
+WINDOW = {"id": "w1", "phase": "timed", "t_start_ns": T0_NS, "t_end_ns": T0_NS + 1_000_000_000}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"windows": [1, {"a": [2, 3]}, "x,]"], "import_id": "i"}',
+        ' \n{ "windows" : [ ] , "k" : null }\t',
+        '{"windows": 5}',
+        '{"windows": [1], "windows": {"a": 1}}',
+        '{"windows": {"a": 1}, "windows": [7, 8]}',
+        "{}",
+    ],
+)
+def test_members_and_spans_agree_with_one_whole_parse(body: str) -> None:
+    scanned = scan(body.encode(), 10)
+    whole = json.loads(body)
+    assert set(scanned.members) == set(whole)
+    if isinstance(whole.get("windows"), list):
+        assert scanned.spans is not None
+        assert [json.loads(body[a:b]) for a, b in scanned.spans] == whole["windows"]
+    else:
+        assert scanned.spans is None
+        assert scanned.members.get("windows") == whole.get("windows")
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        (b'{"windows": [1,]}', "invalid JSON"),
+        (b'{"windows": [1] 2}', "invalid JSON"),
+        (b'{"windows": [1]} x', "extra data"),
+        (b'{"windows": [NaN]}', "NaN is not JSON"),
+        (b'{"windows": [Infinity]}', "Infinity is not JSON"),
+        (b'{"windows": [1]', "invalid JSON"),
+        (b'[{"windows": []}]', "'{' expected"),
+        (b"{1: 2}", "invalid JSON"),
+        (b'{"windows" [1]}', "':' expected"),
+        (b'{"windows": ["\xff"]}', "not UTF-8"),
+        (b'{"windows": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "invalid JSON"),
+        (b"", "'{' expected"),
+    ],
+)
+def test_what_is_not_one_json_object_is_refused_in_one_line(raw: bytes, words: str) -> None:
+    with pytest.raises(ScanError) as caught:
+        scan(raw, 10)
+    assert words in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_counting_stops_one_past_the_limit() -> None:
+    with pytest.raises(ScanError) as caught:
+        scan(b'{"windows": [1, 2, 3, oops', 2)
+    assert caught.value.loc == "windows"
+
+
+def test_a_batch_is_validated_from_the_body_text() -> None:
+    body = json.dumps({"windows": [WINDOW, {**WINDOW, "id": "w2"}], "import_id": "imp"}, indent=2)
+    batch = window_batch(body.encode())
+    assert [w.id for w in batch.windows] == ["w1", "w2"]
+    assert batch.import_id == "imp"
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"windows": [WINDOW], "extra": 1}, "extra"),
+        ({"windows": []}, "windows"),
+        ({"windows": [WINDOW], "import_id": 5}, "import_id"),
+        ({"windows": [WINDOW, {**WINDOW, "t_end_ns": "late"}]}, "windows.1.t_end_ns"),
+    ],
+)
+def test_envelope_and_window_findings_name_the_field(body: dict[str, object], loc: str) -> None:
+    with pytest.raises(BodyError) as caught:
+        window_batch(json.dumps(body).encode())
+    assert [d["loc"] for d in caught.value.details] == [loc]
