@@ -37,6 +37,25 @@ class GpuValues(NamedTuple):
     util_ratio: float | None
 
 
+class SensorValues(NamedTuple):
+    """One power channel of a node in a sample (hwmon, or the sim's spbm): a domain of its node."""
+
+    sensor: str
+    kind: str  # one of SENSOR_KINDS
+    source: str  # hwmon:<chip>, sim:spbm
+    power_w: float | None
+    energy_j: float | None  # the agent's wrap-aware count since it started, J
+
+
+#: What a sensor may say it measures (docs/agent.md, *hwmon sensors*).
+SENSOR_KINDS = frozenset({"system", "module", "cpu", "gpu", "other"})
+#: A name or source longer than this, or more channels than MAX_SENSORS, is not a real agent's.
+MAX_SENSOR_TEXT = 64
+MAX_SENSORS = 128
+#: The source of a channel from an agent that predates sources (all of them were hwmon's).
+LEGACY_SENSOR_SOURCE = "hwmon"
+
+
 class SampleFrame(NamedTuple):
     """One sample, decoded and checked (a NamedTuple: one is made per ingested sample)."""
 
@@ -191,6 +210,7 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
     interval: Any = d.get("interval_s")
     memory: Any = d.get("memory")
     gpus: Any = d.get("gpus", [])
+    sensors: Any = d.get("sensors", [])
     used: Any = memory.get("used_bytes") if type(memory) is dict else None
     if not (
         type(seq) is int
@@ -206,8 +226,12 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
         and (memory is None or type(memory) is dict)
         and (used is None or (type(used) is int and 0 <= used <= INT64_MAX))
         and type(gpus) is list
+        and type(sensors) is list
+        and len(sensors) <= MAX_SENSORS
     ):
         _explain_sample(d)
+    for entry in sensors:
+        sensor_values(entry)
     gpu_values = tuple([_gpu(g) for g in gpus])
     return SampleFrame(
         seq, boot, t_wall, t_mono, float(interval), used, gpu_values, line
@@ -230,12 +254,38 @@ def _explain_sample(d: dict[str, Any]) -> NoReturn:
         _optional_int(memory, "used_bytes")
     if not isinstance(d.get("gpus", []), list):
         raise FrameError("gpus must be a list")
+    sensors = d.get("sensors", [])
+    if not isinstance(sensors, list) or len(sensors) > MAX_SENSORS:
+        raise FrameError(f"sensors must be a list of at most {MAX_SENSORS}")
     raise FrameError("malformed sample")  # not reached while the checks above mirror the fast path
 
 
 def _value(value: Any) -> bool:
     """A JSON number or null, as a GPU value may be."""
     return value is None or type(value) is float or type(value) is int
+
+
+def sensor_values(entry: Any) -> SensorValues:
+    """One entry of a sample's ``sensors``, checked; a FrameError says what is wrong."""
+    if not isinstance(entry, dict):
+        raise FrameError("each of sensors must be an object")
+    name, kind = entry.get("sensor"), entry.get("kind")
+    source = entry.get("source", LEGACY_SENSOR_SOURCE)
+    for key, text in (("sensor", name), ("source", source)):
+        if type(text) is not str or not 0 < len(text) <= MAX_SENSOR_TEXT:
+            raise FrameError(f"sensor {key} must be a string of 1 to {MAX_SENSOR_TEXT} characters")
+    if type(kind) is not str or kind not in SENSOR_KINDS:
+        raise FrameError(f"sensor kind must be one of {', '.join(sorted(SENSOR_KINDS))}")
+    power, energy = entry.get("power_w"), entry.get("energy_j")
+    if not (_value(power) and _value(energy)):
+        raise FrameError("sensor power_w and energy_j must be numbers or null")
+    return SensorValues(
+        str(name),
+        str(kind),
+        str(source),
+        None if power is None else float(power),
+        None if energy is None else float(energy),
+    )
 
 
 def _gpu(g: Any) -> GpuValues:

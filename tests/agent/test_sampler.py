@@ -13,7 +13,7 @@ from doubles.nvml_fake import GPU_IS_LOST, UNKNOWN, gb10_fake
 from sparkwatch_agent.hardware.meminfo import parse_meminfo
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
 from sparkwatch_agent.hardware.readings import HostMemory
-from sparkwatch_agent.hardware.sim import SimGb10, SimMeminfoReader, SimNvml
+from sparkwatch_agent.hardware.sim import SimGb10, SimMeminfoReader, SimNvml, SimSpbm
 from sparkwatch_agent.sampling.leases import IntervalLeases
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sample import Sample
@@ -151,6 +151,27 @@ def test_sim_energy_is_the_exact_integral_of_power() -> None:
     assert abs(state["energy_j"] - (e0 + 10 * 5.0 + 4 * 61.0)) < 1e-9
     mem = SimMeminfoReader(sim).read()
     assert mem.used_bytes == 6 * 2**30 + 100 * 2**30
+
+
+def test_sim_spbm_reads_like_spbm_and_its_gpu_accumulator_wraps_at_32_bit_mj() -> None:
+    clock = FakeClock()
+    sim = SimGb10("spark-1", lambda: clock.mono)
+    spbm = SimSpbm(sim)
+    assert spbm.names == ("sys_total", "dc_input", "gpu")
+    first = {r.sensor: r for r in spbm.decode(spbm.capture())}
+    assert first["sys_total"].power_w == 25.0 and first["sys_total"].energy_j is None  # power-only, as spbm
+    assert first["dc_input"].power_w == 26.0 and first["dc_input"].kind == "system"
+    assert first["gpu"].kind == "gpu" and first["gpu"].source == "sim:spbm"
+    sim.set_load(util_ratio=1.0, model_bytes=2**30)
+    clock.advance(20)  # 61 W for 20 s: 1220 J, past the 500 J left before the wrap
+    raw_energy = spbm.capture()[2][1]
+    assert raw_energy is not None and int(raw_energy) < 1_000_000_000  # the raw count wrapped
+    later = {r.sensor: r for r in spbm.decode(spbm.capture())}
+    assert later["gpu"].energy_j == pytest.approx(1220.0, abs=0.002)  # decoded across the wrap
+    state = sim.state()
+    assert state["sys_power_w"] == 20.0 + 61.0 + 8.0
+    assert state["sys_energy_j"] == pytest.approx(20 * 89.0)
+    assert later["sys_total"].power_w == pytest.approx(89.0)
 
 
 def test_sim_runs_through_the_nvml_backend_like_a_gb10() -> None:

@@ -45,7 +45,7 @@ from sparkwatch_agent.serving.stream_cursor import StreamCursor
 INT64_MAX = 2**63 - 1
 #: How deep a frame may nest (orjson's limit; an agent's frames nest four deep).
 MAX_DEPTH = 1024
-SAMPLE_KEYS = ("seq", "boot_id", "t_wall_ns", "t_mono_ns", "interval_s", "memory", "gpus")
+SAMPLE_KEYS = ("seq", "boot_id", "t_wall_ns", "t_mono_ns", "interval_s", "memory", "gpus", "sensors")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +104,26 @@ def _usable_gpu(gpu: Any) -> bool:
     )
 
 
+def _text(value: Any) -> bool:
+    return type(value) is str and 0 < len(value) <= 64
+
+
+def _usable_sensor(entry: Any) -> bool:
+    """docs/agent.md's sensor entry: names of at most 64 characters, a documented kind, numbers or null."""
+    return (
+        isinstance(entry, dict)
+        and _text(entry.get("sensor"))
+        and _text(entry.get("source", "hwmon"))
+        and entry.get("kind") in ("system", "module", "cpu", "gpu", "other")
+        and _number_or_null(entry.get("power_w"))
+        and _number_or_null(entry.get("energy_j"))
+    )
+
+
+def _usable_sensors(sensors: Any) -> bool:
+    return isinstance(sensors, list) and len(sensors) <= 128 and all(_usable_sensor(e) for e in sensors)
+
+
 def usable_sample(frame: Any) -> bool:
     """docs/agent.md's sample, as the coordinator must check it."""
     if not isinstance(frame, dict) or frame.get("type") != "sample":
@@ -121,6 +141,7 @@ def usable_sample(frame: Any) -> bool:
         and (memory is None or (isinstance(memory, dict) and _used_ok(memory.get("used_bytes"))))
         and isinstance(frame.get("gpus", []), list)
         and all(_usable_gpu(g) for g in frame.get("gpus", []))
+        and _usable_sensors(frame.get("sensors", []))
     )
 
 
@@ -254,12 +275,36 @@ def _field_value(key: str, frame: dict[str, JSON]) -> st.SearchStrategy[JSON]:
     if key == "memory":
         used = ints() | st.none() | st.just("x") | st.just(1.5)
         return st.none() | st.just("x") | st.just([]) | used.map(lambda u: {"used_bytes": u})
+    if key == "sensors":
+        return _sensors_value(frame)
     gpu = copy.deepcopy(frame["gpus"][0]) if frame["gpus"] else {"index": 0, "uuid": "GPU-x"}
     value = st.sampled_from([None, 0, -1.0, 1e308, -1e308, 5e-324, 2**63 - 1, True, "1"])
     edited = st.tuples(st.sampled_from(["index", "uuid", "power_w", "energy_j", "util_ratio"]), value).map(
         lambda kv: [{**gpu, kv[0]: kv[1]}]
     )
     return st.one_of(edited, st.just([5]), st.just([{**gpu, "uuid": None}]), st.just({}), st.just([gpu, gpu]))
+
+
+def _sensors_value(frame: dict[str, JSON]) -> st.SearchStrategy[JSON]:
+    sensors = frame.get("sensors")
+    entry = (
+        copy.deepcopy(sensors[0])
+        if isinstance(sensors, list) and sensors
+        else {"sensor": "s", "kind": "system"}
+    )
+    value = st.sampled_from(
+        [None, 0, -1.0, 1e308, True, "1", "", "x" * 64, "x" * 65, "system", "wall", [], {}]
+    )
+    keys = st.sampled_from(["sensor", "kind", "source", "power_w", "energy_j"])
+    edited = st.tuples(keys, value).map(lambda kv: [{**entry, kv[0]: kv[1]}])
+    return st.one_of(
+        edited,
+        st.just(None),
+        st.just([5]),
+        st.just({}),
+        st.just([entry] * 129),
+        st.just([{k: v for k, v in entry.items() if k != "source"}]),
+    )
 
 
 @st.composite

@@ -15,11 +15,11 @@ from sparkwatch_agent.hardware.gpu_backend import GpuBackend
 from sparkwatch_agent.hardware.hwmon import HwmonSensors
 from sparkwatch_agent.hardware.meminfo import MeminfoReader
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
-from sparkwatch_agent.hardware.sim import SimGb10, SimMeminfoReader, SimNvml
+from sparkwatch_agent.hardware.sim import SimGb10, SimMeminfoReader, SimNvml, SimSpbm
 from sparkwatch_agent.sampling.leases import IntervalLeases
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sample import Sample, encode_sample
-from sparkwatch_agent.sampling.sampler import Clocks, MemoryReader, Sampler
+from sparkwatch_agent.sampling.sampler import Clocks, MemoryReader, Sampler, SensorReader
 from sparkwatch_agent.serving.serve import serve_http
 
 __all__ = ["AgentParts", "SimGb10", "assemble", "running_agent"]
@@ -40,12 +40,13 @@ def assemble(
     clocks = clocks or Clocks(wall_ns=time.time_ns, mono_ns=time.monotonic_ns)
     sim: SimGb10 | None = None
     memory: MemoryReader
+    sensors: SensorReader | None
     gpu: GpuBackend
     if config.backend == "sim":
         sim = SimGb10(config.node, clocks.mono_ns)
         gpu = NvmlBackend(lib=SimNvml(sim), name="sim", simulated=True)
         memory = SimMeminfoReader(sim)
-        sensors = None
+        sensors = SimSpbm(sim) if config.sim_sensors else None
     else:
         gpu = NvmlBackend()
         memory = MeminfoReader(config.meminfo_path)

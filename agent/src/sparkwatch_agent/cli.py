@@ -32,6 +32,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hwmon-root", type=Path, metavar="DIR", help="hwmon class dir (default /sys/class/hwmon)"
     )
+    p.add_argument(
+        "--sim-sensors",
+        action=argparse.BooleanOptionalAction,
+        help="with --backend sim: simulate spbm's system power channels (default yes)",
+    )
     p.add_argument("--ring-size", type=int, metavar="N", help="samples kept for replay (default 36000)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
@@ -72,6 +77,7 @@ def _config_from(args: argparse.Namespace) -> AgentConfig:
         "ring_size": args.ring_size,
         "meminfo_path": str(args.meminfo_path) if args.meminfo_path else None,
         "hwmon_root": str(args.hwmon_root) if args.hwmon_root else None,
+        "sim_sensors": args.sim_sensors,
     }
     return build_config(flags, file_values)
 

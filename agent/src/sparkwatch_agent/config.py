@@ -32,6 +32,7 @@ class AgentConfig:
     ring_size: int
     meminfo_path: Path
     hwmon_root: Path
+    sim_sensors: bool = True  # the sim backend's spbm-shaped system power channels
 
 
 #: TOML key → (type, flag name) for everything a config file may set.
@@ -45,6 +46,7 @@ _KEYS: dict[str, type] = {
     "ring_size": int,
     "meminfo_path": str,
     "hwmon_root": str,
+    "sim_sensors": bool,
 }
 
 
@@ -125,4 +127,5 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
         ring_size=ring_size,
         meminfo_path=Path(pick("meminfo_path", "/proc/meminfo")),
         hwmon_root=Path(pick("hwmon_root", "/sys/class/hwmon")),
+        sim_sensors=bool(pick("sim_sensors", True)),
     )

@@ -79,7 +79,10 @@ async def sim_agents(count: int) -> AsyncIterator[list[SimAgent]]:
         agents: list[SimAgent] = []
         for i in range(count):
             name = f"spark-{i + 1}"
-            parts = assemble(build_config({"node": name, "backend": "sim", "interval": 1.0}, {}))
+            # the last of several nodes has no system sensor (a Spark without the spbm driver)
+            sensors = count == 1 or i < count - 1
+            config = {"node": name, "backend": "sim", "interval": 1.0, "sim_sensors": sensors}
+            parts = assemble(build_config(config, {}))
             url = await stack.enter_async_context(running_agent(parts))
             assert parts.sim is not None
             agents.append(SimAgent(name, url.replace("http://", "ws://", 1), parts.sim))
@@ -113,6 +116,14 @@ def truth(agents: Sequence[SimAgent]) -> list[float]:
     return [a.sim.spec.resident_idle_w + a.sim.spec.busy_slope_w * warm_util(i) for i, a in enumerate(agents)]
 
 
+def system_truth(agents: Sequence[SimAgent]) -> list[float]:
+    """What each simulated node's dc_input reads while a timed request runs (its headline domain)."""
+    return [
+        (a.sim.spec.sys_base_w + gpu_w + a.sim.spec.sys_cpu_busy_w * warm_util(i)) * a.sim.spec.dc_input_ratio
+        for i, (a, gpu_w) in enumerate(zip(agents, truth(agents), strict=True))
+    ]
+
+
 async def run_demo(opts: DemoOptions) -> int:
     t0 = time.monotonic()
     async with sim_agents(opts.nodes) as agents:
@@ -126,6 +137,11 @@ async def run_demo(opts: DemoOptions) -> int:
     print(summary_table(export))
     expected = ", ".join(f"{a.name} {w:.1f} W" for a, w in zip(agents, truth(agents), strict=True))
     print(f"\nsimulation truth while generating (timed requests): {expected}")
+    system = ", ".join(
+        f"{node['node']} {w:.1f} W" if node.get("system") else f"{node['node']} no sensor"
+        for node, w in zip(export["nodes"], system_truth(agents), strict=True)
+    )
+    print(f"system (dc_input) truth while generating: {system}")
     print(f"the warm-up request ran at utilisation {COLD_UTIL:g} on every node and is excluded")
     opts.stderr.write(f"sparkwatch demo: export written to {opts.output} in {time.monotonic() - t0:.1f} s\n")
     return 0

@@ -32,19 +32,30 @@ def summary_table(export: dict[str, Any]) -> str:
             "succeeded" if command["exit_code"] == 0 else f"FAILED with exit code {command['exit_code']}"
         )
         lines.append(f"command {outcome}: {' '.join(command['argv'])}")
-    header = f"{'node':<16} {'gated W':>8} {'energy J':>10} {'peak mem GiB':>13} {'coverage':>9}"
+    systems = [system_watts(node) for node in export["nodes"]]
+    with_system = any(node.get("system") for node in export["nodes"])
+    column = f" {'system W':>9}" if with_system else ""
+    header = f"{'node':<16} {'gated W':>8}{column} {'energy J':>10} {'peak mem GiB':>13} {'coverage':>9}"
     lines += ["", header, "-" * len(header)]
-    for node in export["nodes"]:
+    for node, system_w in zip(export["nodes"], systems, strict=True):
+        cell = f" {_num(system_w, '.1f'):>9}" if with_system else ""
         lines.append(
-            f"{node['node']:<16} {_num(node['power_w']['gated_mean'], '.1f'):>8}"
+            f"{node['node']:<16} {_num(node['power_w']['gated_mean'], '.1f'):>8}{cell}"
             f" {_num(node['energy_j'], '.1f'):>10} {_gib(node['memory_used_bytes']['peak']):>13}"
             f" {_num(node['samples']['coverage_ratio'], '.3f'):>9}"
         )
     lines.append("-" * len(header))
+    known = [w for w in systems if w is not None]
+    cell = f" {_num(sum(known) if len(known) == len(systems) else None, '.1f'):>9}" if with_system else ""
     lines.append(
-        f"{'sum':<16} {_num(totals['power_w_gated_mean_sum'], '.1f'):>8}"
+        f"{'sum':<16} {_num(totals['power_w_gated_mean_sum'], '.1f'):>8}{cell}"
         f" {_num(totals['energy_j'], '.1f'):>10} {_gib(totals['memory_used_bytes_peak_sum']):>13}"
     )
+    if with_system:
+        lines.append(
+            "system W: each node's whole-node domain (a wall meter, else dc_input, sys_total or power_meter),"
+            " gated like GPU W; it contains the GPU rail and is never added to it"
+        )
     lines.append("")
     tokens = totals["completion_tokens"]
     lines.append(
@@ -52,6 +63,11 @@ def summary_table(export: dict[str, Any]) -> str:
         f" J/token {_num(totals['joules_per_token'], '.3f')},"
         f" peak of summed memory {_gib(totals['memory_used_bytes_peak_of_sum'])} GiB"
     )
+    if with_system:
+        lines.append(
+            f"system energy J {_num(totals.get('system_energy_j'), '.1f')},"
+            f" system J/token {_num(totals.get('system_joules_per_token'), '.3f')}"
+        )
     for name, reason in totals["null_reasons"].items():
         lines.append(f"  n/a {name}: {reason}")
     not_ok = [w for w in export["windows"] if w["verdict"] != "ok"]
@@ -60,6 +76,15 @@ def summary_table(export: dict[str, Any]) -> str:
     if len(not_ok) > 20:
         lines.append(f"... and {len(not_ok) - 20} more window(s) not ok")
     return "\n".join(lines)
+
+
+def system_watts(node: dict[str, Any]) -> float | None:
+    """The gated mean of the node's headline (whole-node) domain; None without one."""
+    system = node.get("system")
+    if not system or system.get("headline_domain") is None:
+        return None
+    entry = next((d for d in system["domains"] if d["domain"] == system["headline_domain"]), None)
+    return None if entry is None else entry["power_w"]["gated_mean"]
 
 
 def live_line(nodes: Sequence[dict[str, Any]]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -12,6 +13,7 @@ from sparkwatch import __version__
 from sparkwatch.coordinator.big_values import let_go
 from sparkwatch.coordinator.boot_reads import BootRead, read_boot
 from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
+from sparkwatch.core.domains import DomainInput, gate_util
 from sparkwatch.core.export import build_export
 from sparkwatch.core.memory import BASELINE_S
 from sparkwatch.core.run_spec import NodeInput, RunSpec
@@ -70,6 +72,7 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
     return NodeInput(
         node=node,
         gpus=tracks,
+        domains=_sensor_domains(reads, tracks),
         gpu_uuids=uuids,
         memory=memory,
         clock=_node_clock(rounds, reads, t_from_ns, t_to_ns),
@@ -77,6 +80,35 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         hardware=dict((hello or {}).get("hardware") or {}),
         unsupported=unsupported_fields(hello),
     )
+
+
+def _sensor_domains(reads: Sequence[BootRead], gpus: Sequence[GpuTrack]) -> list[DomainInput]:
+    """One domain per channel name the node's agent streamed, in the order it first streamed them, gated by
+    the node's GPU utilisation at each sample."""
+    t = _joined([r.sensor_t_ns for r in reads], np.int64)
+    seg = _joined([np.full(len(r.sensor_t_ns), k) for k, r in enumerate(reads)], np.int64)
+    interval = _joined([r.sensors.interval_s for r in reads], np.float64)
+    power = _joined([r.sensors.power_w for r in reads], np.float64)
+    energy = _joined([r.sensors.energy_j for r in reads], np.float64)
+    names = np.array([n for r in reads for n in r.sensors.sensor], dtype=object)
+    described = {}  # name → (kind, source) as last streamed
+    for r in reads:
+        for name, kind, source in zip(r.sensors.sensor, r.sensors.kind, r.sensors.source, strict=True):
+            described[name] = (kind, source)
+    domains = []
+    for name, (kind, source) in described.items():
+        mine = names == name
+        track = GpuTrack.from_arrays(
+            t[mine],
+            seg[mine],
+            interval[mine],
+            power_w=power[mine],
+            energy_j=energy[mine],
+            util_ratio=np.zeros(int(mine.sum())),
+        )
+        track = dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
+        domains.append(DomainInput(name, kind, source, track))
+    return domains
 
 
 def _node_clock(

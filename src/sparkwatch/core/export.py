@@ -162,6 +162,16 @@ def _totals(
         reasons["memory_used_bytes_peak_of_sum"] = "no time inside the scope when every node had a reading"
     if energy is None or not completion:
         reasons["joules_per_token"] = "needs the energy and a non-zero completion token count"
+    system = sum_known([f.system.headline_energy_j for f in figures])
+    lacking = [str(f.json["node"]) for f in figures if f.system.headline_energy_j is None]
+    if system is None:
+        reasons["system_energy_j"] = (
+            f"no whole-node power domain with a known energy on {', '.join(lacking)}"
+            if lacking
+            else "no node"
+        )
+    if system is None or not completion:
+        reasons["system_joules_per_token"] = "needs the system energy and a non-zero completion token count"
     return {
         "power_w_gated_mean_sum": rounded(power),
         "energy_j": rounded(energy),
@@ -169,6 +179,10 @@ def _totals(
         "memory_used_bytes_peak_of_sum": peak_of,
         "completion_tokens": completion,
         "joules_per_token": rounded(energy / completion, 4) if energy is not None and completion else None,
+        "system_energy_j": rounded(system),
+        "system_joules_per_token": rounded(system / completion, 4)
+        if system is not None and completion
+        else None,
         "null_reasons": reasons,
     }
 

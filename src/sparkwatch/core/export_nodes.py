@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkwatch.core.columns import int_column
+from sparkwatch.core.domains import NO_SENSOR, DomainFigures, domain_figures
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.memory import BASELINE_S, MemoryStats, node_memory
 from sparkwatch.core.power import PowerStats, scope_stats, window_stats
@@ -34,6 +35,7 @@ class NodeFigures:
     windows: list[dict[str, Any]]  # its entry in each window's ``nodes``, in window order
     gpu_power_w: list[float | None]  # gated mean per GPU, for lmx
     memory_peak_bytes: int | None
+    system: DomainFigures  # the node's power domains beside the GPU rail
 
 
 def sum_known(values: Sequence[float | None]) -> float | None:
@@ -56,11 +58,20 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     integrals = [Integrals.build(track, plan.gate_threshold) for track in node.gpus]
     stats = [scope_stats(i, plan.scope) for i in integrals]
     memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
+    system = domain_figures(node.domains, plan.scope, plan.gate_threshold, plan.starts, plan.ends)
+    json = _node_json(node, stats, memory, plan.gate_threshold)
+    json["system"] = system.system
+    if system.system is None:
+        json["null_reasons"]["system"] = NO_SENSOR
+    windows = _window_entries(node.node, integrals, plan)
+    for entry, domains in zip(windows, system.windows, strict=True):
+        entry["system"] = domains if system.system is not None else None
     return NodeFigures(
-        json=_node_json(node, stats, memory, plan.gate_threshold),
-        windows=_window_entries(node.node, integrals, plan),
+        json=json,
+        windows=windows,
         gpu_power_w=[s.gated_mean_w for s in stats],
         memory_peak_bytes=memory.peak_bytes,
+        system=system,
     )
 
 

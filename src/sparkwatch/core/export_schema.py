@@ -27,6 +27,63 @@ def _at_time(*integers: str) -> dict[str, Any]:
     }
 
 
+_KINDS = {"enum": ["system", "module", "cpu", "gpu", "other"]}
+_METHODS = {"enum": ["counter", "trapezoid", "mixed", "none"]}
+
+#: A node's power domains beside its GPU rail: optional (an additive change, so the schema id stays).
+_SYSTEM = {
+    "type": ["object", "null"],
+    "required": ["headline_domain", "domains"],
+    "properties": {
+        "headline_domain": _nullable("string"),
+        "domains": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["domain", "kind", "source", "power_w", "energy_j", "energy_method", "samples"],
+                "properties": {
+                    "domain": {"type": "string"},
+                    "kind": _KINDS,
+                    "source": {"type": "string"},
+                    "power_w": {
+                        "type": "object",
+                        "required": ["gated_mean", "mean", "max"],
+                        "properties": {"gated_mean": _NUM, "mean": _NUM, "max": _NUM},
+                        "additionalProperties": False,
+                    },
+                    "energy_j": _NUM,
+                    "energy_method": _METHODS,
+                    "gated_s": {"type": "number", "minimum": 0},
+                    "samples": {
+                        "type": "object",
+                        "required": ["count", "coverage_ratio", "max_gap_s"],
+                        "properties": {
+                            "count": {"type": "integer", "minimum": 0},
+                            "coverage_ratio": _nullable("number", minimum=0, maximum=1.0001),
+                            "max_gap_s": _NUM,
+                            "implausible_intervals": {"type": "integer", "minimum": 0},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+_WINDOW_SYSTEM = {
+    "type": ["array", "null"],
+    "items": {
+        "type": "object",
+        "required": ["domain", "power_w_gated_mean", "energy_j", "coverage_ratio"],
+        "properties": {
+            "domain": {"type": "string"},
+            "power_w_gated_mean": _NUM,
+            "energy_j": _NUM,
+            "coverage_ratio": _NUM,
+        },
+    },
+}
+
 _NODE = {
     "type": "object",
     "required": [
@@ -69,9 +126,10 @@ _NODE = {
             "additionalProperties": False,
         },
         "energy_j": _NUM,
-        "energy_method": {"enum": ["counter", "trapezoid", "mixed", "none"]},
+        "energy_method": _METHODS,
         "gated_s": {"type": "number", "minimum": 0},
         "excluded_s": {"type": "number", "minimum": 0},
+        "system": _SYSTEM,
         "memory_used_bytes": {
             "type": "object",
             "required": ["baseline", "peak", "mean"],
@@ -122,6 +180,7 @@ _WINDOW = {
                     "energy_j": _NUM,
                     "coverage_ratio": _NUM,
                     "implausible_intervals": {"type": "integer", "minimum": 0},
+                    "system": _WINDOW_SYSTEM,
                 },
             },
         },
@@ -174,7 +233,12 @@ _TOTALS_FIELDS = {
 _TOTALS = {
     "type": "object",
     "required": list(_TOTALS_FIELDS),
-    "properties": {**_TOTALS_FIELDS, "null_reasons": _REASONS},
+    "properties": {
+        **_TOTALS_FIELDS,
+        "system_energy_j": _NUM,  # optional: exports before system domains lack them
+        "system_joules_per_token": _NUM,
+        "null_reasons": _REASONS,
+    },
 }
 
 _LMX = {

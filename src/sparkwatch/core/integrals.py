@@ -40,9 +40,12 @@ class Integrals:
     cum: tuple[F64, F64, F64, F64]  # at each sample time: energy J, covered s, gated J, gated s
 
     @staticmethod
-    def build(track: GpuTrack, gate_threshold: float) -> Integrals:
+    def build(
+        track: GpuTrack, gate_threshold: float, max_plausible_w: float = MAX_PLAUSIBLE_GPU_W
+    ) -> Integrals:
         """Vectorised over all samples; written with in-place operations because at 10 M samples the
-        temporaries, not the arithmetic, are what costs."""
+        temporaries, not the arithmetic, are what costs. ``max_plausible_w``: the ceiling for what the track
+        measures (a GPU by default; a whole node's domains have their own)."""
         t = track.t_ns
         n = len(t)
         if n < 2:
@@ -63,7 +66,7 @@ class Integrals:
             valid &= positive
             valid &= dt_ns <= np.maximum(track.max_gap_ns[1:], track.max_gap_ns[:-1])
             valid &= np.isfinite(power)
-            implausible = valid & (power > MAX_PLAUSIBLE_GPU_W)
+            implausible = valid & (power > max_plausible_w)
             valid &= ~implausible
             gated = track.util_ratio[1:] >= gate_threshold
             gated &= valid

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkwatch.core.clock import NodeClock
+from sparkwatch.core.domains import DomainInput
 from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind
 
@@ -40,3 +41,4 @@ class NodeInput:
     memory_model: str = "unknown"
     hardware: dict[str, Any] = field(default_factory=dict)
     unsupported: dict[str, str] = field(default_factory=dict)
+    domains: Sequence[DomainInput] = ()  # power domains beside the GPU rail (hwmon channels, meters)

@@ -36,3 +36,17 @@ class GpuRows:
     power_w: F64
     energy_j: F64
     util_ratio: F64
+
+
+@dataclass(frozen=True, slots=True)
+class SensorRows:
+    """Every power channel's readings in a boot's samples: one row per (sample, channel), in seq order."""
+
+    t_wall_ns: I64
+    t_mono_ns: I64
+    interval_s: F64
+    sensor: list[str]
+    kind: list[str]
+    source: list[str]
+    power_w: F64  # NaN: unknown
+    energy_j: F64

@@ -8,9 +8,11 @@ import sqlite3
 from typing import Any
 
 import numpy as np
+import orjson
 
 from sparkwatch.core.clock import OffsetRound
-from sparkwatch.store.rows import GpuRows, MemRows
+from sparkwatch.store.rows import GpuRows, MemRows, SensorRows
+from sparkwatch.wire import FrameError, sensor_values
 
 #: How far outside the asked span the nearest round of a boot is looked for (links probe every 10 s).
 NEAREST_NS = 600 * 1_000_000_000
@@ -87,6 +89,9 @@ class BootSamples:
             util_ratio=np.array(util, dtype=np.float64),
         )
 
+    def sensor_rows(self, seqs: tuple[int, int]) -> SensorRows:
+        return sensor_rows(self._db, self._key, seqs)
+
     def mem_rows(self, seqs: tuple[int, int]) -> MemRows:
         """Memory used in the samples with seq in [first, end), in seq order."""
         rows = self._db.execute(
@@ -101,6 +106,40 @@ class BootSamples:
             interval_s=np.array(interval, dtype=np.float64),
             used_bytes=np.array(used, dtype=np.float64),
         )
+
+
+def sensor_rows(db: sqlite3.Connection, key: tuple[str, str], seqs: tuple[int, int]) -> SensorRows:
+    """The power channels of the samples with seq in [first, end), read from the stored frames (checked by
+    the wire when they arrived; an entry a frame stored before that check cannot use is skipped)."""
+    t_wall: list[int] = []
+    t_mono: list[int] = []
+    interval: list[float] = []
+    values = []
+    for wall, mono, every, frame in db.execute(
+        "SELECT t_wall_ns, t_mono_ns, interval_s, frame FROM samples"
+        " WHERE node = ? AND boot_id = ? AND seq BETWEEN ? AND ? AND instr(frame, '\"sensors\"') > 0"
+        " AND instr(frame, '\"sensors\":[]') = 0"
+        " ORDER BY seq",
+        (*key, *_inclusive(seqs)),
+    ):
+        for entry in orjson.loads(frame).get("sensors") or ():
+            try:
+                values.append(sensor_values(entry))
+            except FrameError:
+                continue
+            t_wall.append(wall)
+            t_mono.append(mono)
+            interval.append(every)
+    return SensorRows(
+        t_wall_ns=np.array(t_wall, dtype=np.int64),
+        t_mono_ns=np.array(t_mono, dtype=np.int64),
+        interval_s=np.array(interval, dtype=np.float64),
+        sensor=[v.sensor for v in values],
+        kind=[v.kind for v in values],
+        source=[v.source for v in values],
+        power_w=np.array([np.nan if v.power_w is None else v.power_w for v in values], dtype=np.float64),
+        energy_j=np.array([np.nan if v.energy_j is None else v.energy_j for v in values], dtype=np.float64),
+    )
 
 
 def offset_rounds(

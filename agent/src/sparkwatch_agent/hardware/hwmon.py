@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkwatch_agent.hardware.readings import SensorKind, SensorReading
@@ -91,12 +91,15 @@ class _Attribute:
 
 
 @dataclass(slots=True)
-class _Channel:
+class Channel:
+    """One channel: its name, what it measures, where it lives, and its energy count since agent start."""
+
     sensor: str
     kind: SensorKind
-    power: _Attribute | None
-    energy: _Attribute | None
-    accumulator: EnergyAccumulator
+    source: str  # hwmon:<chip name>
+    power: _Attribute | None = None
+    energy: _Attribute | None = None
+    accumulator: EnergyAccumulator = field(default_factory=EnergyAccumulator)
 
 
 def _int(raw: bytes | None) -> int | None:
@@ -130,13 +133,13 @@ class HwmonSensors:
         return tuple(c.sensor for c in self._channels)
 
     @staticmethod
-    def _discover(root: Path) -> tuple[_Channel, ...]:
+    def _discover(root: Path) -> tuple[Channel, ...]:
         try:
             chips = sorted(root.iterdir(), key=lambda p: p.name) if root.is_dir() else []
         except OSError as exc:
             log.warning("hwmon sensors unavailable: cannot list %s: %s", root, exc.strerror or exc)
             return ()
-        channels: dict[str, _Channel] = {}
+        channels: dict[str, Channel] = {}
         for chip_dir in chips:
             chip = _read_text(chip_dir / "name") or chip_dir.name
             found: dict[tuple[str, str], dict[str, Path]] = {}
@@ -166,9 +169,10 @@ class HwmonSensors:
                 name = sensor_name(label)
                 if name in channels:
                     name = f"{name}_{sensor_name(chip_dir.name)}"
-                channels[name] = _Channel(
+                channels[name] = Channel(
                     name,
                     classify(label, chip),
+                    f"hwmon:{chip}",
                     _Attribute(power) if power is not None else None,
                     _Attribute(energy) if energy is not None else None,
                     EnergyAccumulator(),
@@ -186,20 +190,7 @@ class HwmonSensors:
         )
 
     def decode(self, captured: SensorCapture) -> tuple[SensorReading, ...]:
-        """Readings of one capture. Energy accumulates across calls, so captures go in in order."""
-        out = []
-        for ch, (power_raw, energy_raw) in zip(self._channels, captured, strict=True):
-            power_uw = _int(power_raw)
-            raw_uj = _int(energy_raw)
-            out.append(
-                SensorReading(
-                    sensor=ch.sensor,
-                    kind=ch.kind,
-                    power_w=power_uw / 1e6 if power_uw is not None else None,
-                    energy_j=ch.accumulator.update(raw_uj) if raw_uj is not None else None,
-                )
-            )
-        return tuple(out)
+        return decode_channels(self._channels, captured)
 
     def read(self) -> tuple[SensorReading, ...]:
         return self.decode(self.capture())
@@ -209,3 +200,21 @@ class HwmonSensors:
             for attribute in (ch.power, ch.energy):
                 if attribute is not None:
                     attribute.close()
+
+
+def decode_channels(channels: tuple[Channel, ...], captured: SensorCapture) -> tuple[SensorReading, ...]:
+    """Readings of one capture. Energy accumulates across calls, so captures go in in order."""
+    out = []
+    for ch, (power_raw, energy_raw) in zip(channels, captured, strict=True):
+        power_uw = _int(power_raw)
+        raw_uj = _int(energy_raw)
+        out.append(
+            SensorReading(
+                sensor=ch.sensor,
+                kind=ch.kind,
+                power_w=power_uw / 1e6 if power_uw is not None else None,
+                energy_j=ch.accumulator.update(raw_uj) if raw_uj is not None else None,
+                source=ch.source,
+            )
+        )
+    return tuple(out)

@@ -147,9 +147,16 @@ class SensorReading:
     kind: SensorKind
     power_w: float | None
     energy_j: float | None
+    source: str = "hwmon"  # where the channel lives: ``hwmon:<chip name>``, ``sim:spbm``
 
     def to_json(self) -> dict[str, object]:
-        return {"sensor": self.sensor, "kind": self.kind, "power_w": self.power_w, "energy_j": self.energy_j}
+        return {
+            "sensor": self.sensor,
+            "kind": self.kind,
+            "source": self.source,
+            "power_w": self.power_w,
+            "energy_j": self.energy_j,
+        }
 
 
 class DeviceError(Exception):

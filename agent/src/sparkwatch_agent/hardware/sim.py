@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from sparkwatch_agent.hardware.hwmon import Channel, SensorCapture, decode_channels
 from sparkwatch_agent.hardware.meminfo import MeminfoReader
+from sparkwatch_agent.hardware.readings import SensorReading
 from sparkwatch_agent.shared.units import GIB
+
+#: Where the simulated spbm channels say they come from.
+SIM_SPBM_SOURCE = "sim:spbm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,12 @@ class SimSpec:
     energy_start_j: float = 1234.567  # the counter counts since "driver load", not since us
     sm_clock_idle_mhz: int = 208
     sm_clock_busy_mhz: int = 2418
+    # the node around the GPU rail, as spbm's sys_total reports it: ≈ 25 W idle, 60–90 W in inference
+    sys_base_w: float = 20.0  # board, CPU idle, memory, fans
+    sys_cpu_busy_w: float = 8.0  # CPU cores feeding the GPU, at utilisation 1.0
+    dc_input_ratio: float = 1.04  # dc_input (the USB-C input) ≥ sys_total: conversion losses
+    #: The spbm gpu accumulator's starting count, mJ: 500 J before its 32-bit wrap, so a demo crosses it.
+    spbm_gpu_start_mj: int = 2**32 - 500_000
 
 
 class SimGb10:
@@ -47,11 +58,15 @@ class SimGb10:
         self._model_bytes = 0
         self._since_ns = now_mono_ns()
         self._energy_j = self.spec.energy_start_j
+        self._sys_energy_j = 0.0  # since the simulator started: the truth a sys_total integral should give
 
     def _power_locked(self) -> float:
         s = self.spec
         idle = s.resident_idle_w if self._model_bytes > 0 else s.idle_w
         return idle + s.busy_slope_w * self._util
+
+    def _sys_power_locked(self) -> float:
+        return self.spec.sys_base_w + self._power_locked() + self.spec.sys_cpu_busy_w * self._util
 
     def set_load(self, util_ratio: float | None = None, model_bytes: int | None = None) -> None:
         """Change the load from now on; the energy counter integrates the old power up to this instant."""
@@ -62,6 +77,7 @@ class SimGb10:
         with self._lock:
             now = self._now()
             self._energy_j += self._power_locked() * (now - self._since_ns) / 1e9
+            self._sys_energy_j += self._sys_power_locked() * (now - self._since_ns) / 1e9
             self._since_ns = now
             if util_ratio is not None:
                 self._util = util_ratio
@@ -69,16 +85,18 @@ class SimGb10:
                 self._model_bytes = model_bytes
 
     def state(self) -> dict[str, float | int]:
-        """Current load, power and energy (what the GPU would report now)."""
+        """Current load, power and energy: the GPU's as NVML would report them now, and the whole node's
+        (``sys_power_w``, ``sys_energy_j`` since the simulator started) as spbm's sys_total would."""
         with self._lock:
-            now = self._now()
-            power = self._power_locked()
-            energy = self._energy_j + power * (now - self._since_ns) / 1e9
+            elapsed_s = (self._now() - self._since_ns) / 1e9
+            power, sys_power = self._power_locked(), self._sys_power_locked()
             return {
                 "util_ratio": self._util,
                 "model_bytes": self._model_bytes,
                 "power_w": power,
-                "energy_j": energy,
+                "energy_j": self._energy_j + power * elapsed_s,
+                "sys_power_w": sys_power,
+                "sys_energy_j": self._sys_energy_j + sys_power * elapsed_s,
             }
 
     def meminfo_text(self) -> bytes:
@@ -112,6 +130,41 @@ class SimMeminfoReader(MeminfoReader):
 
     def capture(self) -> bytes:
         return self._sim.meminfo_text()
+
+
+class SimSpbm:
+    """The simulated node's spbm hwmon channels, decoded by the same code as a real sysfs tree: power-only
+    ``sys_total`` and ``dc_input`` (µW), and the ``gpu`` rail with its accumulator (µJ, a 32-bit count of
+    mJ that wraps, as spbm's does)."""
+
+    def __init__(self, sim: SimGb10) -> None:
+        self._sim = sim
+        self._channels = (
+            Channel("sys_total", "system", SIM_SPBM_SOURCE),
+            Channel("dc_input", "system", SIM_SPBM_SOURCE),
+            Channel("gpu", "gpu", SIM_SPBM_SOURCE),
+        )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.sensor for c in self._channels)
+
+    def capture(self) -> SensorCapture:
+        state = self._sim.state()
+        spec = self._sim.spec
+        sys_w = float(state["sys_power_w"])
+        gpu_mj = spec.spbm_gpu_start_mj + int((float(state["energy_j"]) - spec.energy_start_j) * 1000)
+        return (
+            (b"%d\n" % round(sys_w * 1e6), None),
+            (b"%d\n" % round(sys_w * spec.dc_input_ratio * 1e6), None),
+            (b"%d\n" % round(float(state["power_w"]) * 1e6), b"%d\n" % (gpu_mj % 2**32 * 1000)),
+        )
+
+    def decode(self, captured: SensorCapture) -> tuple[SensorReading, ...]:
+        return decode_channels(self._channels, captured)
+
+    def close(self) -> None:
+        pass
 
 
 class SimNvmlError(Exception):

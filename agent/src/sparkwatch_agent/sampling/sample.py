@@ -93,7 +93,8 @@ def encode_sample(s: Sample) -> bytes:
         )
     )
     sensors = ",".join(
-        f'{{"sensor":{_str(x.sensor)},"kind":{_str(x.kind)},"power_w":{_num(x.power_w)},'
+        f'{{"sensor":{_str(x.sensor)},"kind":{_str(x.kind)},"source":{_str(x.source)},'
+        f'"power_w":{_num(x.power_w)},'
         f'"energy_j":{_num(x.energy_j)}}}'
         for x in s.sensors
     )

@@ -1,0 +1,132 @@
+"""A node's power domains beside its GPU rail: hwmon channels (``sys_total``, ``dc_input``, a Grace module, an
+ACPI ``power_meter``…) and wall meters, each measured on its own and never summed with the GPU figures or
+with each other (they nest: ``dc_input`` holds ``sys_total`` holds the ``gpu`` rail).
+
+A domain is measured exactly like a GPU (``integrals``: counter ΔE/Δt where the channel has an energy
+accumulator, else the trapezoid; gaps are gaps), and gated by the node's GPU utilisation at each interval's
+end, so its gated mean covers the same time as the GPU's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sparkwatch.core.integrals import Integrals
+from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
+from sparkwatch.core.tracks import F64, I64, GpuTrack
+from sparkwatch.core.windows import Scope
+
+#: Power no single node draws (an 8-GPU server peaks near 10-12 kW): an interval above it is rejected.
+MAX_PLAUSIBLE_NODE_W = 20_000.0
+#: The domain that stands for the whole node, best first: a wall meter, then the board's own input and
+#: total sensors, then an ACPI meter (matched by source).
+HEADLINE_PREFERENCE = ("wall", "dc_input", "sys_total")
+HEADLINE_SOURCE = "hwmon:power_meter"
+#: Why a node has no ``system`` object.
+NO_SENSOR = "no_sensor"
+
+
+@dataclass(frozen=True, slots=True)
+class DomainInput:
+    """One domain's samples on the coordinator's clock; ``track.util_ratio`` holds the node's GPU
+    utilisation at each sample (see :func:`gate_util`)."""
+
+    domain: str
+    kind: str  # system, module, cpu, gpu, other
+    source: str  # hwmon:<chip>, sim:spbm, meter:<kind>
+    track: GpuTrack
+
+
+@dataclass(frozen=True, slots=True)
+class DomainFigures:
+    system: dict[str, Any] | None  # the node's ``system`` object, None when it has no domain
+    windows: list[list[dict[str, Any]]]  # per window, the node's per-domain entries
+    headline: str | None  # the domain that stands for the whole node
+    headline_energy_j: float | None
+
+
+def gate_util(gpus: Sequence[GpuTrack], t_ns: I64) -> F64:
+    """The node's GPU utilisation at each time: per GPU, the value its next sample at or after ``t`` reports
+    (what gates that GPU's interval ending there) unless that sample is more than a gap away; the highest
+    over the node's GPUs (the node is busy when any GPU is). NaN where no GPU says."""
+    out = np.full(len(t_ns), np.nan)
+    for track in gpus:
+        if len(track.t_ns) == 0:
+            continue
+        i = np.searchsorted(track.t_ns, t_ns, side="left")
+        inside = i < len(track.t_ns)
+        j = np.minimum(i, len(track.t_ns) - 1)
+        near = inside & (track.t_ns[j] - t_ns <= track.max_gap_ns[j])
+        util = np.where(near, track.util_ratio[j], np.nan)
+        out = np.fmax(out, util)  # fmax ignores NaN unless both are
+    return out
+
+
+def headline_domain(domains: Sequence[DomainInput]) -> str | None:
+    """The node's whole-node domain by :data:`HEADLINE_PREFERENCE`, else a ``power_meter``; never a rail."""
+    names = {d.domain: d for d in domains if d.kind == "system"}
+    for name in HEADLINE_PREFERENCE:
+        if name in names:
+            return name
+    return next((d.domain for d in domains if d.kind == "system" and d.source == HEADLINE_SOURCE), None)
+
+
+def domain_figures(
+    domains: Sequence[DomainInput], scope: Scope, threshold: float, starts: I64, ends: I64
+) -> DomainFigures:
+    if not domains:
+        return DomainFigures(None, [[] for _ in range(len(starts))], None, None)
+    integrals = [Integrals.build(d.track, threshold, MAX_PLAUSIBLE_NODE_W) for d in domains]
+    stats = [scope_stats(i, scope) for i in integrals]
+    per_window = [window_stats(i, starts, ends) for i in integrals]
+    headline = headline_domain(domains)
+    energy = {d.domain: s.energy_j for d, s in zip(domains, stats, strict=True)}
+    return DomainFigures(
+        system={
+            "headline_domain": headline,
+            "domains": [_domain_json(d, s) for d, s in zip(domains, stats, strict=True)],
+        },
+        windows=[_window_entries(domains, per_window, k) for k in range(len(starts))],
+        headline=headline,
+        headline_energy_j=energy.get(headline) if headline is not None else None,
+    )
+
+
+def _domain_json(domain: DomainInput, s: PowerStats) -> dict[str, Any]:
+    return {
+        "domain": domain.domain,
+        "kind": domain.kind,
+        "source": domain.source,
+        "power_w": {"gated_mean": _round(s.gated_mean_w), "mean": _round(s.mean_w), "max": _round(s.max_w)},
+        "energy_j": _round(s.energy_j),
+        "energy_method": s.method,
+        "gated_s": _round(s.gated_s),
+        "samples": {
+            "count": s.samples,
+            "coverage_ratio": _round(s.coverage_ratio, 4),
+            "max_gap_s": _round(s.max_gap_s),
+            "implausible_intervals": s.implausible,
+        },
+    }
+
+
+def _window_entries(
+    domains: Sequence[DomainInput], per: Sequence[WindowPower], k: int
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "domain": d.domain,
+            "power_w_gated_mean": _round(wp.gated_mean_w[k]),
+            "energy_j": _round(wp.energy_j[k]),
+            "coverage_ratio": _round(wp.coverage_ratio[k], 4),
+        }
+        for d, wp in zip(domains, per, strict=True)
+    ]
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
