@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from helpers.processes import free_port
-from sparkwatch.commands.nodes_check import check_cluster, check_node
+from sparkwatch.commands.nodes_check import check_cluster, check_node, render
 from sparkwatch_agent.hardware.host_facts import STA_UNSYNC, TIME_ERROR, read_time_sync
 
 
@@ -103,3 +103,16 @@ def test_the_command_against_real_agents(tmp_path: pathlib.Path, agent_factory: 
     result = subprocess.run([*cli, "--wait", "2"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "PROBLEM gone: not reachable" in result.stdout and "1 of 2 node(s) ready" in result.stdout
+
+
+def test_a_nodes_meter_is_shown_and_a_silent_one_is_a_problem() -> None:
+    meter = {"kind": "shelly", "domain": "wall", "url": "http://plug", "polls": 12, "last_power_w": 61.5}
+    good = check_cluster([node(meter={**meter, "error": None})])
+    assert good[0].problems == [] and good[0].to_json()["meter"]["last_power_w"] == 61.5
+    assert "meter spark-1: shelly wall 61.5 W" in render(good)
+    silent = check_node(node(meter={**meter, "error": "no answer within the timeout"}))
+    assert silent.problems == [
+        "shelly meter at http://plug does not give a reading: no answer within the timeout"
+    ]
+    unpolled = check_node(node(meter={**meter, "polls": 0, "last_power_w": None, "error": None}))
+    assert unpolled.problems == [] and unpolled.warnings == ["shelly meter at http://plug not polled yet"]

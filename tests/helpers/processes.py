@@ -104,8 +104,11 @@ class Coordinator:
                 if self.call("GET", "/v1/nodes")[0] == 200:
                     return
             except OSError:
+                if self.proc.poll() is not None:
+                    break
                 time.sleep(0.05)
-        raise AssertionError("coordinator did not start")
+        said = self.proc.stderr.read() if self.proc.poll() is not None and self.proc.stderr else ""
+        raise AssertionError(f"coordinator did not start: {said[-2000:]}")
 
     def kill9(self) -> None:
         assert self.proc is not None

@@ -48,6 +48,7 @@ ROOT_STAGES: dict[str, float] = {
     "importers": 1,
     "client": 1,
     "links": 2,
+    "meters": 2,
     "proxy": 2,
     "coordinator": 3,
     "coordinator.api": 3.5,  # the API reaches the service, never the other way

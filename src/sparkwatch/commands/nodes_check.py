@@ -34,6 +34,7 @@ class NodeCheck:
     interval_s: float | None = None
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    meter: dict[str, Any] | None = None  # the node's wall meter as /v1/nodes shows it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +49,7 @@ class NodeCheck:
             "interval_s": self.interval_s,
             "problems": self.problems,
             "warnings": self.warnings,
+            "meter": self.meter,
             "ok": not self.problems,
         }
 
@@ -68,6 +70,7 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
     check = NodeCheck(
         node=node["node"], reachable=bool(node.get("connected")) and node.get("hardware") is not None
     )
+    _check_meter(check, node.get("meter"))
     if not check.reachable:
         check.problems.append(f"not reachable: {node.get('error') or 'no hello yet'}")
         return check
@@ -110,6 +113,18 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
     return check
 
 
+def _check_meter(check: NodeCheck, meter: dict[str, Any] | None) -> None:
+    """A meter that does not answer would leave its node's wall domain a gap: a problem."""
+    check.meter = meter
+    if meter is None:
+        return
+    where = f"{meter['kind']} meter at {meter['url']}"
+    if meter.get("error"):
+        check.problems.append(f"{where} does not give a reading: {meter['error']}")
+    elif not meter.get("polls"):
+        check.warnings.append(f"{where} not polled yet")
+
+
 def check_cluster(nodes: Sequence[dict[str, Any]]) -> list[NodeCheck]:
     checks = [check_node(n) for n in nodes]
     versions = {c.agent_version for c in checks if c.agent_version}
@@ -137,6 +152,11 @@ def render(checks: Sequence[NodeCheck]) -> str:
             f" {c.memory_model or 'n/a':<8} {clock:<19} {interval:>8}  {c.time_sync:<30}"
             f" {', '.join(c.unsupported) or '-'}"
         )
+    for c in checks:
+        if c.meter is not None and c.meter.get("last_power_w") is not None and not c.meter.get("error"):
+            lines.append(
+                f"meter {c.node}: {c.meter['kind']} {c.meter['domain']} {c.meter['last_power_w']:.1f} W"
+            )
     for c in checks:
         lines += [f"PROBLEM {c.node}: {p}" for p in c.problems]
         lines += [f"warning {c.node}: {w}" for w in c.warnings]

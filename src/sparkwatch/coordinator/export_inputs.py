@@ -72,7 +72,10 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
     return NodeInput(
         node=node,
         gpus=tracks,
-        domains=_sensor_domains(reads, tracks),
+        domains=[
+            *_sensor_domains(reads, tracks),
+            *_meter_domains(store, node, t_from_ns - LEAD_NS, t_to_ns, tracks),
+        ],
         gpu_uuids=uuids,
         memory=memory,
         clock=_node_clock(rounds, reads, t_from_ns, t_to_ns),
@@ -108,6 +111,45 @@ def _sensor_domains(reads: Sequence[BootRead], gpus: Sequence[GpuTrack]) -> list
         )
         track = dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
         domains.append(DomainInput(name, kind, source, track))
+    return domains
+
+
+def _meter_domains(
+    store: Store, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
+) -> list[DomainInput]:
+    """The node's meter readings (already on the coordinator's clock), one domain per meter, with the errors
+    that explain their gaps."""
+    rows = store.meter_rows(node, t_from_ns, t_to_ns)
+    errors: dict[str, list[tuple[int, str]]] = {}
+    for domain, t_ns, error in store.meter_errors(node, t_from_ns, t_to_ns):
+        errors.setdefault(domain, []).append((t_ns, error))
+    names = np.array(rows.domain, dtype=object)
+    domains = []
+    for name, source in dict(zip(rows.domain, rows.source, strict=True)).items():
+        mine = names == name
+        track = GpuTrack.from_arrays(
+            rows.t_ns[mine],
+            np.zeros(int(mine.sum()), dtype=np.int64),
+            rows.interval_s[mine],
+            power_w=rows.power_w[mine],
+            # a meter's own counter is stored but not integrated: Shelly does not say how often aenergy
+            # moves, and a BMC's EnergykWh is too coarse for ΔE/Δt over one poll; power is the trapezoid
+            energy_j=np.full(int(mine.sum()), np.nan),
+            util_ratio=np.zeros(int(mine.sum())),
+        )
+        track = dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
+        domains.append(DomainInput(name, "system", source, track, tuple(errors.pop(name, ()))))
+    # a meter that never answered in the span: a domain with no samples and its errors
+    for name, found in errors.items():
+        empty = GpuTrack.from_arrays(
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty(0),
+            power_w=np.empty(0),
+            energy_j=np.empty(0),
+            util_ratio=np.empty(0),
+        )
+        domains.append(DomainInput(name, "system", "meter", empty, tuple(found)))
     return domains
 
 

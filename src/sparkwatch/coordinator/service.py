@@ -24,6 +24,8 @@ from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
+from sparkwatch.meters.factory import make_reader
+from sparkwatch.meters.poller import MeterPoller
 from sparkwatch.store import Invalid, Store
 from sparkwatch.store.db import RunRow
 
@@ -53,6 +55,7 @@ class Coordinator:
         # (store/windows.py): a 100 000-window import never holds the event loop or the write lock long
         self._window_thread: ThreadPoolExecutor | None = None
         self._window_store: Store | None = None
+        self.meters: dict[str, MeterPoller] = {}
         self._collector_pause = CollectorPause()
         store.set_nodes([n.name for n in self.nodes])
 
@@ -81,6 +84,12 @@ class Coordinator:
             )
             self.links[spec.name] = link
             self._tasks.append(asyncio.create_task(link.run(), name=f"link-{spec.name}"))
+            if spec.meter is not None:
+                poller = MeterPoller(
+                    spec.name, spec.meter, make_reader(spec.meter), self.store, now_ns=self.now_ns
+                )
+                self.meters[spec.name] = poller
+                self._tasks.append(asyncio.create_task(poller.run(self._session), name=f"meter-{spec.name}"))
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         for task in self._tasks:
@@ -98,6 +107,17 @@ class Coordinator:
 
     def states(self) -> list[LinkState]:
         return [self.links[n].state for n in self.node_names if n in self.links]
+
+    def node_json(self, now_ns: int) -> list[dict[str, Any]]:
+        """Each node as ``GET /v1/nodes`` shows it: its link, and its meter when it has one."""
+        return [
+            {
+                **self.links[n].state.to_json(now_ns),
+                "meter": self.meters[n].state.to_json() if n in self.meters else None,
+            }
+            for n in self.node_names
+            if n in self.links
+        ]
 
     def _interval_changed(self) -> None:
         for link in self.links.values():

@@ -39,6 +39,7 @@ class DomainInput:
     kind: str  # system, module, cpu, gpu, other
     source: str  # hwmon:<chip>, sim:spbm, meter:<kind>
     track: GpuTrack
+    errors: tuple[tuple[int, str], ...] = ()  # a meter's failed polls (t_ns, why): the reasons of its gaps
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,9 @@ def domain_figures(
 
 
 def _domain_json(domain: DomainInput, s: PowerStats) -> dict[str, Any]:
+    errors = {"errors": [{"t_ns": t, "error": e} for t, e in domain.errors]} if domain.errors else {}
     return {
+        **errors,
         "domain": domain.domain,
         "kind": domain.kind,
         "source": domain.source,

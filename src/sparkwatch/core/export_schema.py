@@ -54,6 +54,7 @@ _SYSTEM = {
                     "energy_j": _NUM,
                     "energy_method": _METHODS,
                     "gated_s": {"type": "number", "minimum": 0},
+                    "errors": {"type": "array", "items": _at_time()},
                     "samples": {
                         "type": "object",
                         "required": ["count", "coverage_ratio", "max_gap_s"],

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
+from sparkwatch.meters.spec import MeterSpec, MeterSpecError, parse_meter
+
 
 class NodesFileError(Exception):
     """A malformed nodes file; the message names the file and the problem."""
@@ -26,6 +28,7 @@ class NodeSpec:
     agent_port: int = 9464  # the agent's loopback port on the node (ssh tunnel mode)
     insecure_skip_host_key_check: bool = False
     exec_command: str = "sparkwatch-agent stream --stdio"  # ssh exec mode: what runs on the node
+    meter: MeterSpec | None = None  # a wall/BMC/PDU meter the coordinator polls for this node
 
     @property
     def http_base(self) -> str:
@@ -48,6 +51,7 @@ _KEYS = {
     "agent_port",
     "insecure_skip_host_key_check",
     "exec_command",
+    "meter",
 }
 
 
@@ -82,6 +86,10 @@ def _node(origin: str, name: str, table: Any) -> NodeSpec:
     mode = table.get("mode", "tunnel")
     if mode not in ("tunnel", "exec"):
         raise NodesFileError(f'{where}: mode must be "tunnel" or "exec", got {mode!r}')
+    try:
+        meter = parse_meter(table["meter"]) if "meter" in table else None
+    except MeterSpecError as exc:
+        raise NodesFileError(f"{where}: {exc}") from None
     keys = table.get("client_keys", [])
     if isinstance(keys, str):
         keys = [keys]
@@ -98,6 +106,7 @@ def _node(origin: str, name: str, table: Any) -> NodeSpec:
             agent_port=int(table.get("agent_port", 9464)),
             insecure_skip_host_key_check=bool(table.get("insecure_skip_host_key_check", False)),
             exec_command=str(table.get("exec_command", "sparkwatch-agent stream --stdio")),
+            meter=meter,
         )
     except (TypeError, ValueError) as exc:
         raise NodesFileError(f"{where}: {exc}") from None

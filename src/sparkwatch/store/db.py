@@ -19,7 +19,7 @@ from typing import Any
 
 from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
-from sparkwatch.store import sample_reads
+from sparkwatch.store import meters, sample_reads
 from sparkwatch.store import windows as windows_table
 from sparkwatch.store.schema import MIGRATIONS
 from sparkwatch.store.tx import NotFound, StoreError, tx
@@ -176,6 +176,19 @@ class Store:
 
     def offset_rounds(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, list[OffsetRound]]:
         return sample_reads.offset_rounds(self._db, node, t_from_ns, t_to_ns)
+
+    # ---- meters ----------------------------------------------------------------------------------
+    def add_meter_reading(self, node: str, reading: meters.MeterReading) -> None:
+        meters.add(self._db, node, reading)
+
+    def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
+        meters.add_error(self._db, node, domain, t_ns, error)
+
+    def meter_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> meters.MeterRows:
+        return meters.rows(self._db, node, t_from_ns, t_to_ns)
+
+    def meter_errors(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[str, int, str]]:
+        return meters.errors(self._db, node, t_from_ns, t_to_ns)
 
     # ---- clock offsets ---------------------------------------------------------------------------
     def add_offset(self, node: str, boot_id: str, offset: ClockOffset, t_ns: int | None = None) -> None:

@@ -120,4 +120,26 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE windows ADD COLUMN import_id TEXT REFERENCES imports (id);
     CREATE INDEX windows_by_import ON windows (import_id) WHERE import_id IS NOT NULL;
     """,
+    # 5: wall meters the coordinator polls itself: readings stamped on its own clock, and what went wrong
+    # when a meter did not answer (a gap's reason)
+    """
+    CREATE TABLE meter_samples (
+        node TEXT NOT NULL,
+        domain TEXT NOT NULL,
+        t_ns INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        interval_s REAL NOT NULL,
+        power_w REAL,
+        energy_j REAL,
+        uncertainty_ns INTEGER NOT NULL,
+        PRIMARY KEY (node, domain, t_ns)
+    ) WITHOUT ROWID;
+    CREATE TABLE meter_errors (
+        node TEXT NOT NULL,
+        domain TEXT NOT NULL,
+        t_ns INTEGER NOT NULL,
+        error TEXT NOT NULL,
+        PRIMARY KEY (node, domain, t_ns)
+    ) WITHOUT ROWID;
+    """,
 )

@@ -76,7 +76,7 @@ async def time_probe(request: web.Request) -> web.Response:
 async def nodes(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
     now = coord.now_ns()
-    return web.json_response({"nodes": [s.to_json(now) for s in coord.states()]})
+    return web.json_response({"nodes": coord.node_json(now)})
 
 
 async def create_run(request: web.Request) -> web.Response:

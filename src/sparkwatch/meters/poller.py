@@ -1,0 +1,143 @@
+"""Poll one node's meter on the coordinator's clock and store what it says, or why it said nothing.
+
+A reading is stamped at the middle of its request; its uncertainty is half the round trip plus the meter's
+own refresh period when known (a BMC that refreshes every 5 s may answer with a value 5 s old). A meter that
+fails or does not answer within its timeout gives no reading, so the export sees a gap there and the stored
+error says why; nothing is carried over from the last good reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+
+from sparkwatch.meters.spec import MeterSpec
+from sparkwatch.store.meters import MeterReading
+
+log = logging.getLogger(__name__)
+
+#: A request slower than this many intervals (at least this many seconds) is a failed poll.
+TIMEOUT_INTERVALS, MIN_TIMEOUT_S = 2.0, 2.0
+
+
+class MeterError(Exception):
+    """The meter answered, but not with a reading (the message says what it answered, in one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    power_w: float | None
+    energy_j: float | None = None  # the meter's own energy counter, J
+
+
+class MeterReader(Protocol):
+    async def read(self, session: aiohttp.ClientSession) -> Reading: ...
+
+
+class MeterSink(Protocol):
+    def add_meter_reading(self, node: str, reading: MeterReading) -> None: ...
+
+    def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None: ...
+
+
+@dataclass(slots=True)
+class MeterState:
+    """What ``GET /v1/nodes`` and ``nodes check`` show of a node's meter."""
+
+    kind: str
+    domain: str
+    url: str
+    interval_s: float
+    polls: int = 0
+    failures: int = 0
+    last_t_ns: int | None = None
+    last_power_w: float | None = None
+    error: str | None = None  # the latest failure, until a poll succeeds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "domain": self.domain,
+            "url": self.url,
+            "interval_s": self.interval_s,
+            "polls": self.polls,
+            "failures": self.failures,
+            "last_t_ns": self.last_t_ns,
+            "last_power_w": self.last_power_w,
+            "error": self.error,
+        }
+
+
+class MeterPoller:
+    def __init__(
+        self,
+        node: str,
+        spec: MeterSpec,
+        reader: MeterReader,
+        sink: MeterSink,
+        *,
+        now_ns: Callable[[], int] = time.time_ns,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.spec = spec
+        self._reader = reader
+        self._sink = sink
+        self._now_ns = now_ns
+        self._monotonic = monotonic
+        self.state = MeterState(spec.kind, spec.domain, spec.url, spec.interval_s)
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        """Poll every ``interval_s`` on an absolute schedule (a slow poll skips, never bunches) until
+        cancelled."""
+        deadline = self._monotonic()
+        while True:
+            await self.poll_once(session)
+            deadline += self.spec.interval_s
+            now = self._monotonic()
+            deadline = max(deadline, now)
+            await asyncio.sleep(deadline - now)
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> None:
+        spec = self.spec
+        t0 = self._now_ns()
+        try:
+            async with asyncio.timeout(max(MIN_TIMEOUT_S, TIMEOUT_INTERVALS * spec.interval_s)):
+                reading = await self._reader.read(session)
+        except TimeoutError:
+            self._failed(t0, "no answer within the timeout")
+            return
+        except (MeterError, aiohttp.ClientError, OSError, ValueError) as exc:
+            self._failed(t0, f"{type(exc).__name__}: {exc}" if not isinstance(exc, MeterError) else str(exc))
+            return
+        t1 = self._now_ns()
+        refresh_ns = int((spec.refresh_s or 0.0) * 1e9)
+        stamp = MeterReading(
+            spec.domain,
+            spec.source,
+            spec.interval_s,
+            (t0 + t1) // 2,
+            reading.power_w,
+            reading.energy_j,
+            (t1 - t0) // 2 + refresh_ns,
+        )
+        self._sink.add_meter_reading(self.node, stamp)
+        if self.state.error is not None:
+            log.info("node %s: %s meter answers again", self.node, spec.kind)
+        self.state.polls += 1
+        self.state.last_t_ns, self.state.last_power_w, self.state.error = stamp.t_ns, reading.power_w, None
+
+    def _failed(self, t_ns: int, error: str) -> None:
+        error = " ".join(error.split())[:300] or "failed"
+        if error != self.state.error:
+            log.warning("node %s: %s meter at %s: %s", self.node, self.spec.kind, self.spec.url, error)
+        self.state.polls += 1
+        self.state.failures += 1
+        self.state.error = error
+        self._sink.add_meter_error(self.node, self.spec.domain, t_ns, error)

@@ -1,0 +1,59 @@
+"""A meter read through any Prometheus HTTP API: ``GET /api/v1/query?query=…`` must return one series whose
+value is watts (an exporter already watching a PDU or a smart plug)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import aiohttp
+
+from sparkwatch.meters.credentials import read_secret
+from sparkwatch.meters.poller import MeterError, Reading
+from sparkwatch.meters.spec import MeterSpec
+
+
+class PrometheusMeter:
+    def __init__(self, spec: MeterSpec) -> None:
+        if spec.query is None:
+            raise ValueError("a prometheus meter needs a query")
+        self._url = f"{spec.url}/api/v1/query"
+        self._query = spec.query
+        self._token_file = spec.bearer_token_file
+        self._ssl = spec.verify_tls  # True: verify (the default); False: skip, as the table asked
+
+    async def read(self, session: aiohttp.ClientSession) -> Reading:
+        headers = {}
+        if self._token_file is not None:
+            headers["Authorization"] = f"Bearer {read_secret(self._token_file)}"
+        async with session.get(
+            self._url, params={"query": self._query}, headers=headers, ssl=self._ssl
+        ) as response:
+            body: Any = await response.json(content_type=None)
+            if response.status != 200 or not isinstance(body, dict) or body.get("status") != "success":
+                error = body.get("error") if isinstance(body, dict) else None
+                raise MeterError(
+                    f"prometheus answered HTTP {response.status}: {error or 'not a query result'}"
+                )
+        return Reading(power_w=_one_value(body.get("data")))
+
+
+def _one_value(data: Any) -> float:
+    if not isinstance(data, dict):
+        raise MeterError("prometheus query result has no data")
+    kind, result = data.get("resultType"), data.get("result")
+    sample: Any
+    if kind == "scalar" and isinstance(result, list) and len(result) == 2:
+        sample = result
+    elif kind == "vector" and isinstance(result, list) and len(result) == 1 and isinstance(result[0], dict):
+        sample = result[0].get("value")
+    else:
+        count = len(result) if isinstance(result, list) else "no"
+        raise MeterError(f"the meter's query must return one series, it returned {count} ({kind})")
+    try:
+        value = float(sample[1])
+    except (TypeError, ValueError, IndexError):
+        raise MeterError(f"prometheus value is not a number: {sample!r:.80}") from None
+    if not math.isfinite(value) or value < 0:
+        raise MeterError(f"the meter's query gave {value} W")
+    return value

@@ -1,0 +1,131 @@
+"""A BMC's chassis power over Redfish (DMTF DSP0266; resources as in DMTF's public-rackmount1 mockup).
+
+From the service root ``/redfish/v1/`` the reader follows ``Chassis`` to the chassis (the one named by
+``chassis``, else the first member), then reads ``EnvironmentMetrics`` → ``PowerWatts.Reading`` (W) and
+``EnergykWh.Reading`` where the chassis has them, else the older ``Power`` → ``PowerControl[0].
+PowerConsumedWatts``. ``PowerSubsystem`` holds capacity and allocation, not a reading, so it is not used.
+With credentials it opens a Redfish session (``POST`` to the service root's ``Links.Sessions`` with
+``UserName``/``Password``, then the ``X-Auth-Token`` header) and falls back to HTTP basic auth when the
+service hands out no token. Nothing of a credential is logged, stored or exported.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any
+
+import aiohttp
+
+from sparkwatch.meters.credentials import read_secret
+from sparkwatch.meters.poller import MeterError, Reading
+from sparkwatch.meters.spec import MeterSpec
+
+ROOT = "/redfish/v1/"
+KWH_J = 3.6e6
+
+
+class RedfishMeter:
+    def __init__(self, spec: MeterSpec) -> None:
+        self._base = spec.url
+        self._spec = spec
+        self._ssl = spec.verify_tls
+        self._headers: dict[str, str] = {}
+        self._logged_in = False
+        self._reading_path: tuple[str, str] | None = None  # ("env" | "power", path)
+
+    async def read(self, session: aiohttp.ClientSession) -> Reading:
+        if self._spec.username is not None and not self._logged_in:
+            await self._login(session)
+        if self._reading_path is None:
+            self._reading_path = await self._discover(session)
+        kind, path = self._reading_path
+        try:
+            body = await self._get(session, path)
+        except MeterError:
+            self._reading_path = None  # the BMC may have renumbered: look again next time
+            raise
+        return _environment(body) if kind == "env" else _power_control(body)
+
+    async def _get(self, session: aiohttp.ClientSession, path: str) -> dict[str, Any]:
+        async with session.get(self._base + path, headers=self._headers, ssl=self._ssl) as r:
+            if r.status == 401:
+                self._logged_in = False
+                raise MeterError(f"redfish refused the credentials for {path} (HTTP 401)")
+            if r.status != 200:
+                raise MeterError(f"redfish answered HTTP {r.status} for {path}")
+            body: Any = await r.json(content_type=None)
+        if not isinstance(body, dict):
+            raise MeterError(f"redfish {path} is not a JSON object")
+        return body
+
+    async def _login(self, session: aiohttp.ClientSession) -> None:
+        """A Redfish session when the service gives one, else basic auth on every request."""
+        assert self._spec.username is not None
+        password = read_secret(self._spec.password_file) if self._spec.password_file else ""
+        self._headers = {}
+        root = await self._get(session, ROOT)
+        sessions = _link(root.get("Links", {}), "Sessions") or "/redfish/v1/SessionService/Sessions"
+        credentials = {"UserName": self._spec.username, "Password": password}
+        async with session.post(self._base + sessions, json=credentials, ssl=self._ssl) as r:
+            token = r.headers.get("X-Auth-Token") if r.status in (200, 201) else None
+        if token:
+            self._headers = {"X-Auth-Token": token}
+        else:
+            pair = base64.b64encode(f"{self._spec.username}:{password}".encode()).decode()
+            self._headers = {"Authorization": f"Basic {pair}"}
+        self._logged_in = True
+
+    async def _discover(self, session: aiohttp.ClientSession) -> tuple[str, str]:
+        root = await self._get(session, ROOT)
+        collection = _link(root, "Chassis")
+        if collection is None:
+            raise MeterError("redfish service root has no Chassis")
+        members = [_link({"m": m}, "m") for m in (await self._get(session, collection)).get("Members", [])]
+        paths = [m for m in members if m]
+        wanted = self._spec.chassis
+        chosen = (
+            next((p for p in paths if p.rstrip("/").rsplit("/", 1)[-1] == wanted), None) if wanted else None
+        )
+        if chosen is None and wanted is not None:
+            raise MeterError(f"redfish has no chassis {wanted!r} (it has {', '.join(paths) or 'none'})")
+        if chosen is None and not paths:
+            raise MeterError("redfish lists no chassis")
+        chassis = await self._get(session, chosen or paths[0])
+        environment, power = _link(chassis, "EnvironmentMetrics"), _link(chassis, "Power")
+        if environment is not None:
+            body = await self._get(session, environment)
+            if _number((body.get("PowerWatts") or {}).get("Reading")) is not None or power is None:
+                return ("env", environment)
+        if power is not None:
+            return ("power", power)
+        raise MeterError(f"redfish chassis {chosen or paths[0]} has neither EnvironmentMetrics nor Power")
+
+
+def _link(body: Any, key: str) -> str | None:
+    value = body.get(key) if isinstance(body, dict) else None
+    target = value.get("@odata.id") if isinstance(value, dict) else None
+    return target if isinstance(target, str) and target.startswith("/redfish/") else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _environment(body: dict[str, Any]) -> Reading:
+    power = _number((body.get("PowerWatts") or {}).get("Reading"))
+    if power is None or power < 0:
+        raise MeterError("redfish EnvironmentMetrics has no PowerWatts.Reading")
+    energy = _number((body.get("EnergykWh") or {}).get("Reading"))
+    return Reading(power_w=power, energy_j=None if energy is None else energy * KWH_J)
+
+
+def _power_control(body: dict[str, Any]) -> Reading:
+    controls = body.get("PowerControl")
+    first = controls[0] if isinstance(controls, list) and controls and isinstance(controls[0], dict) else {}
+    power = _number(first.get("PowerConsumedWatts"))
+    if power is None or power < 0:
+        raise MeterError("redfish Power has no PowerControl[0].PowerConsumedWatts")
+    return Reading(power_w=power)

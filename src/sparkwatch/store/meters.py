@@ -1,0 +1,84 @@
+"""Readings of the meters the coordinator polls (stamped on its own clock, so no offset applies), and the
+errors that explain their gaps."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from sparkwatch.store.rows import F64, I64
+from sparkwatch.store.tx import tx
+
+#: Errors kept per meter in a span: the first ones say why a gap began.
+MAX_ERRORS = 20
+
+
+class MeterReading(NamedTuple):
+    domain: str
+    source: str  # meter:<kind>
+    interval_s: float  # the poll interval
+    t_ns: int  # coordinator clock: the middle of the request
+    power_w: float | None
+    energy_j: float | None  # the meter's own counter, J
+    uncertainty_ns: int  # half the round trip, plus the meter's refresh period when known
+
+
+@dataclass(frozen=True, slots=True)
+class MeterRows:
+    domain: list[str]
+    source: list[str]
+    t_ns: I64
+    interval_s: F64
+    power_w: F64  # NaN: unknown
+    energy_j: F64
+
+
+def add(db: sqlite3.Connection, node: str, reading: MeterReading) -> None:
+    with tx(db):
+        db.execute(
+            "INSERT OR IGNORE INTO meter_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (node, *_row(reading))
+        )
+
+
+def _row(r: MeterReading) -> tuple[object, ...]:
+    return (r.domain, r.t_ns, r.source, r.interval_s, r.power_w, r.energy_j, r.uncertainty_ns)
+
+
+def add_error(db: sqlite3.Connection, node: str, domain: str, t_ns: int, error: str) -> None:
+    with tx(db):
+        db.execute(
+            "INSERT OR IGNORE INTO meter_errors VALUES (?, ?, ?, ?)", (node, domain, t_ns, error[:500])
+        )
+
+
+def rows(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> MeterRows:
+    found = db.execute(
+        "SELECT domain, source, t_ns, interval_s, power_w, energy_j FROM meter_samples"
+        " WHERE node = ? AND t_ns BETWEEN ? AND ? ORDER BY domain, t_ns",
+        (node, t_from_ns, t_to_ns),
+    ).fetchall()
+    columns = list(zip(*found, strict=True)) if found else [()] * 6
+    return MeterRows(
+        domain=[str(d) for d in columns[0]],
+        source=[str(s) for s in columns[1]],
+        t_ns=np.array(columns[2], dtype=np.int64),
+        interval_s=np.array(columns[3], dtype=np.float64),
+        power_w=np.array(columns[4], dtype=np.float64),
+        energy_j=np.array(columns[5], dtype=np.float64),
+    )
+
+
+def errors(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[str, int, str]]:
+    """(domain, t_ns, error) of the first errors of each domain in the span."""
+    return [
+        (str(d), int(t), str(e))
+        for d, t, e in db.execute(
+            "SELECT domain, t_ns, error FROM ("
+            " SELECT domain, t_ns, error, ROW_NUMBER() OVER (PARTITION BY domain ORDER BY t_ns) AS k"
+            " FROM meter_errors WHERE node = ? AND t_ns BETWEEN ? AND ?) WHERE k <= ? ORDER BY domain, t_ns",
+            (node, t_from_ns, t_to_ns, MAX_ERRORS),
+        )
+    ]

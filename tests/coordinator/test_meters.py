@@ -1,0 +1,254 @@
+"""Meters the coordinator polls: each reader against a loopback server answering its real shape, the
+poller's stamps and its honest failures, and the nodes.toml table."""
+
+from __future__ import annotations
+
+import base64
+import pathlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from doubles.shelly import ShellyPlug
+from helpers.meter_sink import Sink
+from sparkwatch.links.nodes_file import NodesFileError, parse_nodes
+from sparkwatch.meters.poller import MeterPoller
+from sparkwatch.meters.prometheus import PrometheusMeter
+from sparkwatch.meters.redfish import RedfishMeter
+from sparkwatch.meters.shelly import ShellyMeter
+from sparkwatch.meters.spec import MeterSpec
+
+
+async def _serve(app: web.Application) -> AsyncIterator[str]:
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
+def _ticking(step_ns: int = 4_000_000) -> Callable[[], int]:
+    now = [1_800_000_000_000_000_000]
+
+    def tick() -> int:
+        now[0] += step_ns
+        return now[0]
+
+    return tick
+
+
+async def test_a_shelly_plug_with_a_password_is_read_with_digest_auth(tmp_path: pathlib.Path) -> None:
+    plug = ShellyPlug(power_w=82.4, password="s3cret-plug")
+    (tmp_path / "pw").write_text("s3cret-plug\n")
+    async for url in _serve(plug.app()):
+        spec = MeterSpec("shelly", url, interval_s=0.5, password_file=tmp_path / "pw", refresh_s=1.0)
+        sink = Sink()
+        poller = MeterPoller("spark-1", spec, ShellyMeter(spec), sink, now_ns=_ticking())
+        async with aiohttp.ClientSession() as session:
+            await poller.poll_once(session)
+            await poller.poll_once(session)
+        assert sink.errors == []
+        first = sink.readings[0]
+        assert first.power_w == 82.4 and first.domain == "wall" and first.source == "meter:shelly"
+        assert first.energy_j == pytest.approx(7258.589 * 3600, rel=1e-6)
+        assert first.uncertainty_ns == 2_000_000 + 1_000_000_000  # half the round trip + the refresh period
+        assert poller.state.to_json()["last_power_w"] == 82.4 and poller.state.error is None
+
+
+@pytest.mark.parametrize(
+    ("plug", "password", "channel", "words"),
+    [
+        (ShellyPlug(password="right"), "wrong", 0, "refused the credentials (HTTP 401"),
+        (ShellyPlug(), None, 3, "Argument 'id', value 3 not found!"),
+        (ShellyPlug(metering=False), None, 0, "has no apower"),
+    ],
+)
+async def test_a_shelly_that_cannot_give_a_reading_is_an_error_never_a_zero(
+    tmp_path: pathlib.Path, plug: ShellyPlug, password: str | None, channel: int, words: str
+) -> None:
+    if password is not None:
+        (tmp_path / "pw").write_text(password)
+    async for url in _serve(plug.app()):
+        spec = MeterSpec("shelly", url, channel=channel, password_file=tmp_path / "pw" if password else None)
+        sink = Sink()
+        poller = MeterPoller("spark-1", spec, ShellyMeter(spec), sink, now_ns=_ticking())
+        async with aiohttp.ClientSession() as session:
+            await poller.poll_once(session)
+        assert sink.readings == []
+        ((domain, _, error),) = sink.errors
+        assert domain == "wall" and words in error and "\n" not in error
+        assert poller.state.failures == 1 and poller.state.error == error
+
+
+def _prometheus(result: Any, status: int = 200) -> web.Application:
+    async def query(request: web.Request) -> web.Response:
+        assert request.query["query"] == 'pdu_outlet_watts{outlet="3"}'
+        if status != 200:
+            body = {"status": "error", "errorType": "bad_data", "error": "1:1: parse error: unexpected"}
+            return web.json_response(body, status=status)
+        return web.json_response({"status": "success", "data": result})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    return app
+
+
+VECTOR = {"resultType": "vector", "result": [{"metric": {"outlet": "3"}, "value": [1733270000.123, "301.5"]}]}
+
+
+@pytest.mark.parametrize(
+    ("result", "status", "expect"),
+    [
+        (VECTOR, 200, 301.5),
+        ({"resultType": "scalar", "result": [1733270000.1, "12"]}, 200, 12.0),
+        ({"resultType": "vector", "result": []}, 200, "returned 0 (vector)"),
+        ({"resultType": "vector", "result": VECTOR["result"] * 2}, 200, "returned 2 (vector)"),
+        ({"resultType": "vector", "result": [{"metric": {}, "value": [1.0, "NaN"]}]}, 200, "gave nan W"),
+        (VECTOR, 400, "HTTP 400: 1:1: parse error"),
+    ],
+)
+async def test_a_prometheus_query_gives_one_series_in_watts_or_says_why_not(
+    result: Any, status: int, expect: float | str
+) -> None:
+    async for url in _serve(_prometheus(result, status)):
+        spec = MeterSpec("prometheus", url, query='pdu_outlet_watts{outlet="3"}')
+        sink = Sink()
+        poller = MeterPoller("n", spec, PrometheusMeter(spec), sink, now_ns=_ticking())
+        async with aiohttp.ClientSession() as session:
+            await poller.poll_once(session)
+        if isinstance(expect, float):
+            assert [r.power_w for r in sink.readings] == [expect] and sink.errors == []
+        else:
+            assert sink.readings == [] and expect in sink.errors[0][2]
+
+
+async def test_a_meter_that_does_not_answer_is_a_failure_with_a_reason() -> None:
+    spec = MeterSpec("shelly", "http://127.0.0.1:9", interval_s=0.5)  # nothing listens on the discard port
+    sink = Sink()
+    poller = MeterPoller("n", spec, ShellyMeter(spec), sink, now_ns=_ticking())
+    async with aiohttp.ClientSession() as session:
+        await poller.poll_once(session)
+    assert sink.readings == [] and "ClientConnectorError" in sink.errors[0][2]
+
+
+@pytest.mark.parametrize(
+    ("table", "words"),
+    [
+        ('kind = "tasmota"\nurl = "http://p"', "meter kind must be one of redfish, shelly, prometheus"),
+        ('kind = "shelly"\nurl = "ftp://p"', "meter url must be http(s)://host"),
+        (
+            'kind = "shelly"\nurl = "http://p"\ninterval_s = 0.01',
+            "meter interval_s must be within [0.2, 60.0]",
+        ),
+        ('kind = "shelly"\nurl = "http://p"\nquery = "x"', "unknown keys for a shelly meter: query"),
+        ('kind = "prometheus"\nurl = "http://p"', "a prometheus meter needs query"),
+        (
+            'kind = "redfish"\nurl = "https://bmc"\nverify_tls = "no"',
+            "meter verify_tls must be true or false",
+        ),
+        ('kind = "shelly"\nurl = "http://p"\nid = -1', "meter id must be a non-negative integer"),
+    ],
+)
+def test_a_wrong_meter_table_is_one_line_naming_the_node(table: str, words: str) -> None:
+    text = f'[nodes.spark-1]\nurl = "ws://127.0.0.1:9464"\n[nodes.spark-1.meter]\n{table}\n'
+    with pytest.raises(NodesFileError) as caught:
+        parse_nodes(text)
+    assert str(caught.value).startswith("nodes.toml: [nodes.spark-1]: ") and words in str(caught.value)
+
+
+def test_a_meter_table_is_read_with_its_defaults() -> None:
+    text = '[nodes.spark-1]\nurl = "ws://h:9464"\n[nodes.spark-1.meter]\nkind = "redfish"\nurl = "https://bmc/"\n'
+    (node,) = parse_nodes(text)
+    assert node.meter == MeterSpec("redfish", "https://bmc", interval_s=1.0, domain="wall")
+
+
+def _redfish(resources: dict[str, Any], token: str | None, basic: str | None) -> web.Application:
+    """A BMC serving ``resources`` by path, wanting either a session token or basic auth (as DSP0266)."""
+
+    async def get(request: web.Request) -> web.Response:
+        path = request.path
+        wanted_token = token is not None and request.headers.get("X-Auth-Token") == token
+        wanted_basic = basic is not None and request.headers.get("Authorization") == basic
+        if path != "/redfish/v1/" and not (wanted_token or wanted_basic):
+            return web.json_response({"error": {"code": "Base.1.8.NoValidSession"}}, status=401)
+        if path not in resources:
+            return web.json_response({"error": {"code": "Base.1.8.ResourceMissingAtURI"}}, status=404)
+        return web.json_response(resources[path])
+
+    async def login(request: web.Request) -> web.Response:
+        body = await request.json()
+        if token is None or body != {"UserName": "root", "Password": "bmc-pass"}:
+            return web.Response(status=204)  # what sushy-static answers: no session
+        headers = {"X-Auth-Token": token, "Location": "/redfish/v1/SessionService/Sessions/1"}
+        return web.json_response({"Id": "1"}, status=201, headers=headers)
+
+    app = web.Application()
+    app.router.add_post("/redfish/v1/SessionService/Sessions", login)
+    app.router.add_get("/{tail:.*}", get)
+    return app
+
+
+def _bmc(environment: bool) -> dict[str, Any]:
+    chassis: dict[str, Any] = {"Id": "1U", "Power": {"@odata.id": "/redfish/v1/Chassis/1U/Power"}}
+    if environment:
+        chassis["EnvironmentMetrics"] = {"@odata.id": "/redfish/v1/Chassis/1U/EnvironmentMetrics"}
+    return {
+        "/redfish/v1/": {
+            "Chassis": {"@odata.id": "/redfish/v1/Chassis"},
+            "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
+        },
+        "/redfish/v1/Chassis": {"Members": [{"@odata.id": "/redfish/v1/Chassis/1U"}]},
+        "/redfish/v1/Chassis/1U": chassis,
+        "/redfish/v1/Chassis/1U/EnvironmentMetrics": {
+            "PowerWatts": {"Reading": 374, "DataSourceUri": "/redfish/v1/Chassis/1U/Sensors/TotalPower"},
+            "EnergykWh": {"Reading": 325.675},
+        },
+        "/redfish/v1/Chassis/1U/Power": {
+            "PowerControl": [{"MemberId": "0", "Name": "System Input Power", "PowerConsumedWatts": 344}]
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("environment", "token", "expect"),
+    [
+        (True, "session-token-1", (374.0, 325.675 * 3.6e6)),  # a session, EnvironmentMetrics
+        (False, None, (344.0, None)),  # no session given out: basic auth; the older Power resource
+    ],
+)
+async def test_redfish_logs_in_follows_the_chassis_and_reads_its_power(
+    tmp_path: pathlib.Path, environment: bool, token: str | None, expect: tuple[float, float | None]
+) -> None:
+    (tmp_path / "pw").write_text("bmc-pass\n")
+    basic = "Basic " + base64.b64encode(b"root:bmc-pass").decode() if token is None else None
+    async for url in _serve(_redfish(_bmc(environment), token, basic)):
+        spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw")
+        sink = Sink()
+        poller = MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking())
+        async with aiohttp.ClientSession() as session:
+            await poller.poll_once(session)
+        assert sink.errors == []
+        assert [(r.power_w, r.energy_j) for r in sink.readings] == [expect]
+
+
+async def test_redfish_wrong_credentials_and_an_unknown_chassis_are_errors(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "pw").write_text("wrong\n")
+    (tmp_path / "good").write_text("bmc-pass\n")
+    said = []
+    async for url in _serve(_redfish(_bmc(True), "t", None)):
+        for spec in (
+            MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw"),
+            MeterSpec("redfish", url, chassis="2U", username="root", password_file=tmp_path / "good"),
+        ):
+            sink = Sink()
+            async with aiohttp.ClientSession() as session:
+                await MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking()).poll_once(session)
+            assert sink.readings == [] and len(sink.errors) == 1
+            said.append(sink.errors[0][2])
+    assert "refused the credentials" in said[0] and "HTTP 401" in said[0] and "wrong" not in said[0]
+    assert "has no chassis '2U'" in said[1]

@@ -1,0 +1,296 @@
+"""Wall meters end to end: a real coordinator polls a Redfish BMC (sushy-static serving a mockup tree the
+test writes and changes, shaped like DMTF's public-rackmount1) for one node and a Shelly plug (digest auth)
+for another; each becomes its node's ``wall`` domain and headline. Killing a meter mid-run leaves a gap
+with its reason, never a carried-over value."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from doubles.shelly import ShellyPlug
+from helpers.meter_sink import Sink
+from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
+from helpers.prometheus import PROMETHEUS, Prometheus
+from sparkwatch.meters.poller import MeterPoller
+from sparkwatch.meters.prometheus import PrometheusMeter
+from sparkwatch.meters.spec import MeterSpec
+
+SUSHY = shutil.which("sushy-static")
+POLL_S = 0.5
+
+
+def _write(path: pathlib.Path, body: dict[str, object]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / ".index.json"
+    tmp.write_text(json.dumps(body))
+    os.replace(tmp, path / "index.json")  # sushy-static opens the file afresh on every request
+
+
+def write_mockup(root: pathlib.Path, watts: float) -> None:
+    """The resources a BMC serves for chassis power (DMTF public-rackmount1, trimmed)."""
+    _write(
+        root,
+        {
+            "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot",
+            "Id": "RootService",
+            "Name": "Root Service",
+            "RedfishVersion": "1.15.0",
+            "Chassis": {"@odata.id": "/redfish/v1/Chassis"},
+            "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
+            "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
+            "@odata.id": "/redfish/v1/",
+        },
+    )
+    _write(
+        root / "Chassis",
+        {
+            "@odata.type": "#ChassisCollection.ChassisCollection",
+            "Name": "Chassis Collection",
+            "Members@odata.count": 1,
+            "Members": [{"@odata.id": "/redfish/v1/Chassis/1U"}],
+            "@odata.id": "/redfish/v1/Chassis",
+        },
+    )
+    _write(
+        root / "Chassis" / "1U",
+        {
+            "@odata.type": "#Chassis.v1_22_0.Chassis",
+            "Id": "1U",
+            "PowerSubsystem": {"@odata.id": "/redfish/v1/Chassis/1U/PowerSubsystem"},
+            "EnvironmentMetrics": {"@odata.id": "/redfish/v1/Chassis/1U/EnvironmentMetrics"},
+            "Power@Redfish.Deprecated": "Please migrate to use /redfish/v1/Chassis/1U/PowerSubsystem",
+            "Power": {"@odata.id": "/redfish/v1/Chassis/1U/Power"},
+            "@odata.id": "/redfish/v1/Chassis/1U",
+        },
+    )
+    set_bmc_watts(root, watts)
+
+
+def set_bmc_watts(root: pathlib.Path, watts: float) -> None:
+    _write(
+        root / "Chassis" / "1U" / "EnvironmentMetrics",
+        {
+            "@odata.type": "#EnvironmentMetrics.v1_3_0.EnvironmentMetrics",
+            "Name": "Chassis Environment Metrics",
+            "TemperatureCelsius": {"Reading": 39, "DataSourceUri": "/redfish/v1/Chassis/1U/Sensors/CPU1Temp"},
+            "PowerWatts": {"Reading": watts, "DataSourceUri": "/redfish/v1/Chassis/1U/Sensors/TotalPower"},
+            "@odata.id": "/redfish/v1/Chassis/1U/EnvironmentMetrics",
+        },
+    )
+
+
+class AppThread(threading.Thread):
+    """An aiohttp app on a loopback port, on its own event loop, until stopped."""
+
+    def __init__(self, app: web.Application, port: int) -> None:
+        super().__init__(daemon=True)
+        self.app, self.port = app, port
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        runner = web.AppRunner(self.app)
+        self.loop.run_until_complete(runner.setup())
+        self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self.ready.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(runner.cleanup())
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.join(5)
+
+
+def _wait_http(url: str, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} did not answer")
+
+
+@dataclass
+class Rig:
+    coord: Coordinator
+    agents: list[AgentProcess]
+    mockup: pathlib.Path
+    bmc: subprocess.Popen[bytes]
+    plug: ShellyPlug
+    shelly: AppThread
+
+
+@pytest.fixture
+def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:
+    if SUSHY is None:
+        pytest.fail("sushy-static missing: install the dev extra (sushy-tools), as .ci/run does")
+    mockup = tmp_path / "mockup"
+    write_mockup(mockup, 374.0)
+    bmc_port, shelly_port = free_port(), free_port()
+    bmc = subprocess.Popen(
+        [SUSHY, "-i", "127.0.0.1", "-p", str(bmc_port), "-m", str(mockup)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    plug = ShellyPlug(power_w=61.0, password="plug-secret-1")
+    (tmp_path / "plug.pw").write_text("plug-secret-1\n")
+    shelly = AppThread(plug.app(), shelly_port)
+    shelly.start()
+    env = dict(os.environ)
+    agents: list[AgentProcess] = []
+    coord = None
+    try:
+        _wait_http(f"http://127.0.0.1:{bmc_port}/redfish/v1/")
+        assert shelly.ready.wait(10)
+        for name in ("spark-1", "spark-2"):
+            args = ["--backend", "sim", "--no-sim-sensors", "--node", name, "--interval", "0.1"]
+            agents.append(AgentProcess(args, env, free_port()))
+        for agent in agents:
+            agent.wait_ready()
+        nodes = (
+            f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agents[0].port}"\n'
+            f'[nodes.spark-1.meter]\nkind = "redfish"\nurl = "http://127.0.0.1:{bmc_port}"\n'
+            f"interval_s = {POLL_S}\n"
+            f'[nodes.spark-2]\nurl = "ws://127.0.0.1:{agents[1].port}"\n'
+            f'[nodes.spark-2.meter]\nkind = "shelly"\nurl = "http://127.0.0.1:{shelly_port}"\n'
+            f'interval_s = {POLL_S}\npassword_file = "{tmp_path / "plug.pw"}"\n'
+        )
+        (tmp_path / "coordinator").mkdir()
+        coord = Coordinator(tmp_path / "coordinator", nodes)
+        coord.start()
+        wait_connected(coord, 2)
+        yield Rig(coord, agents, mockup, bmc, plug, shelly)
+    finally:
+        if coord is not None:
+            coord.stop()
+        for agent in agents:
+            agent.stop()
+        bmc.kill()
+        bmc.wait()
+        shelly.stop()
+
+
+def _meter_state(rig: Rig, node: str) -> dict[str, object]:
+    _, body = rig.coord.call("GET", "/v1/nodes")
+    return next(n["meter"] for n in body["nodes"] if n["node"] == node)
+
+
+def test_redfish_and_shelly_meters_feed_the_wall_domain_and_a_dead_meter_leaves_a_reasoned_gap(
+    rig: Rig,
+) -> None:
+    status, run = rig.coord.call("POST", "/v1/runs", {"name": "meters", "interval_s": 0.1})
+    assert status == 201
+    for agent in rig.agents:
+        sim_load(agent, 0.8)
+    set_bmc_watts(rig.mockup, 512.0)
+    rig.plug.set_power(88.0)
+    time.sleep(1.5)  # both meters have answered at the new level
+    a = time.time_ns()
+    time.sleep(3.0)
+    b = time.time_ns()
+    time.sleep(2 * POLL_S)  # a reading after the window's end, so that its last interval is covered
+    state = _meter_state(rig, "spark-1")
+    assert state["kind"] == "redfish" and state["last_power_w"] == 512.0 and state["error"] is None
+    rig.bmc.kill()  # the BMC and the plug stop answering
+    rig.bmc.wait()
+    rig.shelly.stop()
+    time.sleep(1.5)
+    c = time.time_ns()
+    time.sleep(3.0)
+    d = time.time_ns()
+    windows = [
+        {"id": "alive", "phase": "timed", "t_start_ns": a, "t_end_ns": b, "completion_tokens": 10},
+        {"id": "dead", "phase": "timed", "t_start_ns": c, "t_end_ns": d, "completion_tokens": 10},
+    ]
+    assert rig.coord.call("POST", f"/v1/runs/{run['id']}/windows", {"windows": windows})[0] == 201
+    wait_stored(rig.coord, *rig.agents)
+    assert rig.coord.call("POST", f"/v1/runs/{run['id']}/end")[0] == 200
+    assert _meter_state(rig, "spark-2")["error"] is not None
+    status, export = rig.coord.call("GET", f"/v1/runs/{run['id']}/export")
+    assert status == 200
+
+    nodes = {n["node"]: n for n in export["nodes"]}
+    for name, watts, source in (("spark-1", 512.0, "meter:redfish"), ("spark-2", 88.0, "meter:shelly")):
+        system = nodes[name]["system"]
+        assert system["headline_domain"] == "wall"
+        (wall,) = system["domains"]
+        assert (wall["domain"], wall["kind"], wall["source"]) == ("wall", "system", source)
+        assert wall["energy_method"] == "trapezoid"
+        assert wall["errors"] and "\n" not in wall["errors"][0]["error"]  # why the gap began
+        assert wall["errors"][0]["t_ns"] >= b  # no failure while the meter was alive
+        alive, dead = (
+            next(x for x in w["nodes"] if x["node"] == name)["system"][0] for w in export["windows"]
+        )
+        assert alive["power_w_gated_mean"] == pytest.approx(watts, rel=0.001)
+        assert alive["coverage_ratio"] == pytest.approx(1.0, abs=0.02), (name, alive, wall)
+        assert alive["energy_j"] == pytest.approx(watts * (b - a) / 1e9, rel=0.01)
+        # nothing is carried over the dead meter's silence: no figure, and the gap is there
+        assert dead["energy_j"] is None and dead["power_w_gated_mean"] is None
+        assert dead["coverage_ratio"] in (None, 0.0)
+        assert wall["samples"]["max_gap_s"] >= round((d - c) / 1e9, 3) - 0.001  # the export rounds to ms
+    # the headline energies exist (over the scope, with the gap counted as uncovered): their sum is published
+    headline = [next(d for d in nodes[n]["system"]["domains"])["energy_j"] for n in nodes]
+    assert export["totals"]["system_energy_j"] == pytest.approx(sum(headline), rel=1e-6)
+
+
+def test_a_prometheus_meter_reads_one_series_from_a_real_prometheus(tmp_path: pathlib.Path) -> None:
+    """Prometheus scrapes a PDU exporter's page (the text format); the meter asks it for the outlet's watts
+    the way the coordinator does, and a query that matches two series is refused, not summed."""
+    if not os.access(PROMETHEUS, os.X_OK):
+        pytest.fail("prometheus missing: install the Debian package prometheus (.ci/run does)")
+    page = (
+        '# TYPE pdu_outlet_watts gauge\npdu_outlet_watts{outlet="3"} 301.5\npdu_outlet_watts{outlet="4"} 12\n'
+    )
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=page, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    exporter = AppThread(app, free_port())
+    exporter.start()
+    assert exporter.ready.wait(10)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: pdu\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{exporter.port}']\n"
+    )
+    prom = Prometheus(config, tmp_path / "data", tmp_path / "prometheus.log")
+    try:
+        prom.wait_ready()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(prom.query("pdu_outlet_watts")) < 2:
+            time.sleep(0.3)
+
+        async def poll(query: str) -> Sink:
+            spec = MeterSpec("prometheus", prom.url, query=query)
+            sink = Sink()
+            async with aiohttp.ClientSession() as session:
+                await MeterPoller("pdu-node", spec, PrometheusMeter(spec), sink).poll_once(session)
+            return sink
+
+        one = asyncio.run(poll('pdu_outlet_watts{outlet="3"}'))
+        assert [r.power_w for r in one.readings] == [301.5] and one.errors == []
+        two = asyncio.run(poll("pdu_outlet_watts"))
+        assert two.readings == [] and "must return one series, it returned 2 (vector)" in two.errors[0][2]
+        bad = asyncio.run(poll("pdu_outlet_watts{"))
+        assert bad.readings == [] and "HTTP 400" in bad.errors[0][2]
+    finally:
+        prom.stop()
+        exporter.stop()

@@ -1,0 +1,17 @@
+"""What a meter poller stores, kept in lists (the store's two meter calls)."""
+
+from __future__ import annotations
+
+from sparkwatch.store.meters import MeterReading
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.readings: list[MeterReading] = []
+        self.errors: list[tuple[str, int, str]] = []
+
+    def add_meter_reading(self, node: str, reading: MeterReading) -> None:
+        self.readings.append(reading)
+
+    def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
+        self.errors.append((domain, t_ns, error))

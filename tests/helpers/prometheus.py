@@ -1,0 +1,82 @@
+"""A real Prometheus server (Debian's `prometheus`, installed by .ci/run) on a loopback port."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from helpers.processes import free_port
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+class PrometheusError(Exception):
+    pass
+
+
+class Prometheus:
+    """`/usr/bin/prometheus` on a loopback port with its own TSDB directory."""
+
+    def __init__(self, config: pathlib.Path, data: pathlib.Path, log: pathlib.Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"prometheus exited: {self.log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"prometheus not ready: {self.log.read_text()[-2000:]}")
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as err:  # 400/422 carry the PromQL error
+            body = json.loads(err.read() or b"{}")
+        if body.get("status") != "success":
+            raise PrometheusError(body.get("error", body))
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        return list(self.api("/api/v1/query", **params)["result"])
+
+    def values(self, expr: str, label: str = "node", at: float | None = None) -> dict[str, float]:
+        return {s["metric"].get(label, ""): float(s["value"][1]) for s in self.query(expr, at)}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
