@@ -27,6 +27,22 @@ def _at_time(*integers: str) -> dict[str, Any]:
     }
 
 
+_POWER_W = {
+    "type": "object",
+    "required": ["gated_mean", "mean", "max"],
+    "properties": {"gated_mean": _NUM, "mean": _NUM, "max": _NUM},
+    "additionalProperties": False,
+}
+_SAMPLES = {
+    "type": "object",
+    "required": ["count", "coverage_ratio", "max_gap_s"],
+    "properties": {
+        "count": {"type": "integer", "minimum": 0},
+        "coverage_ratio": _nullable("number", minimum=0, maximum=1.0001),
+        "max_gap_s": _NUM,
+        "implausible_intervals": {"type": "integer", "minimum": 0},
+    },
+}
 _KINDS = {"enum": ["system", "module", "cpu", "gpu", "other"]}
 _METHODS = {"enum": ["counter", "trapezoid", "mixed", "none"]}
 
@@ -45,26 +61,12 @@ _SYSTEM = {
                     "domain": {"type": "string"},
                     "kind": _KINDS,
                     "source": {"type": "string"},
-                    "power_w": {
-                        "type": "object",
-                        "required": ["gated_mean", "mean", "max"],
-                        "properties": {"gated_mean": _NUM, "mean": _NUM, "max": _NUM},
-                        "additionalProperties": False,
-                    },
+                    "power_w": _POWER_W,
                     "energy_j": _NUM,
                     "energy_method": _METHODS,
                     "gated_s": {"type": "number", "minimum": 0},
                     "errors": {"type": "array", "items": _at_time()},
-                    "samples": {
-                        "type": "object",
-                        "required": ["count", "coverage_ratio", "max_gap_s"],
-                        "properties": {
-                            "count": {"type": "integer", "minimum": 0},
-                            "coverage_ratio": _nullable("number", minimum=0, maximum=1.0001),
-                            "max_gap_s": _NUM,
-                            "implausible_intervals": {"type": "integer", "minimum": 0},
-                        },
-                    },
+                    "samples": _SAMPLES,
                 },
             },
         },
@@ -120,12 +122,7 @@ _NODE = {
             },
         },
         "unsupported": _REASONS,
-        "power_w": {
-            "type": "object",
-            "required": ["gated_mean", "mean", "max"],
-            "properties": {"gated_mean": _NUM, "mean": _NUM, "max": _NUM},
-            "additionalProperties": False,
-        },
+        "power_w": _POWER_W,
         "energy_j": _NUM,
         "energy_method": _METHODS,
         "gated_s": {"type": "number", "minimum": 0},
@@ -136,16 +133,7 @@ _NODE = {
             "required": ["baseline", "peak", "mean"],
             "properties": {"baseline": _INT, "peak": _INT, "mean": _INT},
         },
-        "samples": {
-            "type": "object",
-            "required": ["count", "coverage_ratio", "max_gap_s"],
-            "properties": {
-                "count": {"type": "integer", "minimum": 0},
-                "coverage_ratio": _nullable("number", minimum=0, maximum=1.0001),
-                "max_gap_s": _NUM,
-                "implausible_intervals": {"type": "integer", "minimum": 0},
-            },
-        },
+        "samples": _SAMPLES,
         "gpus": {"type": "array", "items": {"type": "object", "required": ["uuid", "power_w_gated_mean"]}},
         "null_reasons": _REASONS,
     },
