@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -221,6 +222,28 @@ async def test_sim_load_drives_power(agent: TestClient) -> None:
     await asyncio.sleep(0.06)
     text = await (await agent.get("/metrics")).text()
     assert 'sparkwatch_gpu_power_watts{gpu="0",node="spark-t"' in text and "} 61.0" in text
+
+
+async def test_sim_throttle_episodes_are_driven_and_bad_ones_refused(agent: TestClient) -> None:
+    for body, words in (
+        ({"throttle": {"reasons": 0}}, "clock_event_reasons must be a bitmask"),
+        ({"throttle": {"reasons": True}}, "throttle reasons must be an integer"),
+        ({"throttle": {"sm_clock_mhz": 700}}, "throttle needs reasons"),
+        ({"throttle": {"reasons": 128, "sm_clock_mhz": 5000}}, "sm_clock_mhz must be within (0, 3003]"),
+        ({"throttle": [128]}, 'throttle must be null or {"reasons"'),
+    ):
+        r = await agent.post("/v1/sim/load", json=body)
+        assert r.status == 400 and words in (await r.json())["reason"], body
+    r = await agent.post(
+        "/v1/sim/load", json={"util_ratio": 0.5, "throttle": {"reasons": 0x20, "sm_clock_mhz": 900}}
+    )
+    assert r.status == 200
+    await asyncio.sleep(0.06)
+    text = await (await agent.get("/metrics")).text()
+    assert re.search(r'^sparkwatch_gpu_clock_event_active\{[^}]*reason="sw_thermal"[^}]*\} 1\.0$', text, re.M)
+    assert re.search(r"^sparkwatch_gpu_sm_clock_hertz\{[^}]*\} 9(\.0)?e\+08$", text, re.M)
+    r = await agent.post("/v1/sim/load", json={"throttle": None})
+    assert r.status == 200
 
 
 async def test_routing_refusals_are_json_with_a_reason(agent: TestClient) -> None:

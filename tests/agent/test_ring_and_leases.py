@@ -151,7 +151,7 @@ _text = st.text(min_size=1, max_size=12)
 @settings(max_examples=150, deadline=None)
 @given(
     floats=st.lists(_maybe_f, min_size=9, max_size=9),
-    ints=st.lists(_maybe_i, min_size=9, max_size=9),
+    ints=st.lists(_maybe_i, min_size=10, max_size=10),
     uuid=_text,
     node=_text,
     errors=st.lists(st.tuples(_text, _text), max_size=2),
@@ -167,7 +167,7 @@ def test_encode_sample_matches_generic_json(
     gpu_error: str | None,
     with_memory: bool,
 ) -> None:
-    gpu = GpuReading(0, uuid, *floats[:7], ints[0], ints[1], floats[7], ints[2], tuple(errors))
+    gpu = GpuReading(0, uuid, *floats[:7], ints[0], ints[1], floats[7], ints[2], ints[9], tuple(errors))
     memory = HostMemory(*ints[3:9]) if with_memory else None
     sample = Sample(
         seq=7,

@@ -248,9 +248,15 @@ def test_contract_metrics_of_both_nodes(stack: Stack) -> None:
     errors = prom.query("sparkwatch_agent_read_errors_total")
     assert {(s["metric"]["node"], s["metric"]["field"]) for s in errors} == {("spark-2", "power_instant")}
     sensors = prom.query("sparkwatch_sensor_power_watts")
-    assert [
+    # spark-2's hwmon tree, and the sim's spbm on spark-1 (busy at 0.8: 20 W + 45 W + 8 W × 0.8)
+    assert {
         (s["metric"]["node"], s["metric"]["sensor"], s["metric"]["kind"], s["value"][1]) for s in sensors
-    ] == [("spark-2", "sys_total", "system", "31")]
+    } == {
+        ("spark-2", "sys_total", "system", "31"),
+        ("spark-1", "sys_total", "system", "71.4"),
+        ("spark-1", "dc_input", "system", "74.256"),
+        ("spark-1", "gpu", "gpu", "45"),
+    }
 
 
 def test_recording_rules_evaluate_on_the_real_series(stack: Stack) -> None:

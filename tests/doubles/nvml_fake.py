@@ -31,6 +31,8 @@ class FakeGpu:
     mem_util: int = 0
     temp_c: int = 45
     sm_mhz: int = 1500
+    max_sm_mhz: int = 3003
+    clock_events: int = 0
     mem_total: int = 0
     mem_used: int = 0
     limit_mw: int = 0
@@ -128,6 +130,18 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, h: FakeGpu, _clock: int) -> int:
         self._enter("nvmlDeviceGetClockInfo")
         return h.sm_mhz
+
+    def nvmlDeviceGetMaxClockInfo(self, h: FakeGpu, _clock: int) -> int:
+        self._enter("nvmlDeviceGetMaxClockInfo")
+        return h.max_sm_mhz
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetCurrentClocksEventReasons")
+        return h.clock_events
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: FakeGpu) -> int:
+        self._enter("nvmlDeviceGetCurrentClocksThrottleReasons")
+        return h.clock_events
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[Any]:
         self._enter("nvmlDeviceGetComputeRunningProcesses")

@@ -165,10 +165,11 @@ def wait_stored(coord: Coordinator, *agents: AgentProcess, timeout_s: float = 30
     raise AssertionError(f"the coordinator did not store up to {targets}: {stored}")
 
 
-def sim_load(agent: Any, util: float) -> None:
+def sim_load(agent: Any, util: float, **more: Any) -> None:
+    """Drive a sim agent's GPU (``throttle={"reasons": …, "sm_clock_mhz": …}`` or ``throttle=None`` too)."""
     req = urllib.request.Request(
         f"{agent.url}/v1/sim/load",
-        data=json.dumps({"util_ratio": util}).encode(),
+        data=json.dumps({"util_ratio": util, **more}).encode(),
         method="POST",
         headers={"Content-Type": "application/json"},
     )

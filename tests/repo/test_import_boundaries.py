@@ -22,7 +22,7 @@ CORE_FORBIDDEN = {
     "pydantic",
 }
 #: What the core may import of the agent's distribution: units, named once for both.
-CORE_MAY_IMPORT = ("sparkwatch_agent.shared.units",)
+CORE_MAY_IMPORT = ("sparkwatch_agent.shared.units", "sparkwatch_agent.shared.protocol")
 #: What the sparkwatch distribution may import of the agent's (the demo runs simulated agents).
 ROOT_MAY_IMPORT = ("sparkwatch_agent.shared", "sparkwatch_agent.config")
 DEMO_MAY_IMPORT = ("sparkwatch_agent.assemble",)

@@ -19,7 +19,7 @@ def _gib(value: int | None) -> str:
 def summary_table(export: dict[str, Any]) -> str:
     """Per node gated watts, energy and peak memory, their sums, tokens, J/token and every window whose
     verdict is not ``ok`` — what a run report quotes, with unknowns shown as n/a, never as 0."""
-    run, method, totals = export["run"], export["method"], export["totals"]
+    run, method = export["run"], export["method"]
     measured = [w for w in export["windows"] if w["in_scope"]]
     lines = [
         f"run {run['id']} ({run['name']}): {len(measured)} measured window(s) of {len(export['windows'])},"
@@ -32,11 +32,29 @@ def summary_table(export: dict[str, Any]) -> str:
             "succeeded" if command["exit_code"] == 0 else f"FAILED with exit code {command['exit_code']}"
         )
         lines.append(f"command {outcome}: {' '.join(command['argv'])}")
-    systems = [system_watts(node) for node in export["nodes"]]
     with_system = any(node.get("system") for node in export["nodes"])
+    lines += ["", *_node_rows(export, with_system), "", *_totals_lines(export["totals"], with_system)]
+    throttled = [w for w in measured if any(e.get("throttle") for e in w["nodes"])]
+    if throttled:
+        lines.append(
+            f"WARNING: {len(throttled)} of {len(measured)} measured window(s) ran throttled"
+            " (heat, a power brake or a low SM clock): their figures are low_confidence, see below"
+        )
+    not_ok = [w for w in export["windows"] if w["verdict"] != "ok"]
+    for w in not_ok[:20]:
+        lines.append(f"window {w['id']} ({w['phase']}): {w['verdict']}: {'; '.join(w['reasons'])}")
+    if len(not_ok) > 20:
+        lines.append(f"... and {len(not_ok) - 20} more window(s) not ok")
+    return "\n".join(lines)
+
+
+def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
+    """The per-node table with its sum row (and the system W column when any node has a domain)."""
+    totals = export["totals"]
+    systems = [system_watts(node) for node in export["nodes"]]
     column = f" {'system W':>9}" if with_system else ""
     header = f"{'node':<16} {'gated W':>8}{column} {'energy J':>10} {'peak mem GiB':>13} {'coverage':>9}"
-    lines += ["", header, "-" * len(header)]
+    lines = [header, "-" * len(header)]
     for node, system_w in zip(export["nodes"], systems, strict=True):
         cell = f" {_num(system_w, '.1f'):>9}" if with_system else ""
         lines.append(
@@ -56,26 +74,23 @@ def summary_table(export: dict[str, Any]) -> str:
             "system W: each node's whole-node domain (a wall meter, else dc_input, sys_total or power_meter),"
             " gated like GPU W; it contains the GPU rail and is never added to it"
         )
-    lines.append("")
+    return lines
+
+
+def _totals_lines(totals: dict[str, Any], with_system: bool) -> list[str]:
     tokens = totals["completion_tokens"]
-    lines.append(
+    lines = [
         f"completion tokens {tokens if tokens is not None else 'n/a'},"
         f" J/token {_num(totals['joules_per_token'], '.3f')},"
         f" peak of summed memory {_gib(totals['memory_used_bytes_peak_of_sum'])} GiB"
-    )
+    ]
     if with_system:
         lines.append(
             f"system energy J {_num(totals.get('system_energy_j'), '.1f')},"
             f" system J/token {_num(totals.get('system_joules_per_token'), '.3f')}"
         )
-    for name, reason in totals["null_reasons"].items():
-        lines.append(f"  n/a {name}: {reason}")
-    not_ok = [w for w in export["windows"] if w["verdict"] != "ok"]
-    for w in not_ok[:20]:
-        lines.append(f"window {w['id']} ({w['phase']}): {w['verdict']}: {'; '.join(w['reasons'])}")
-    if len(not_ok) > 20:
-        lines.append(f"... and {len(not_ok) - 20} more window(s) not ok")
-    return "\n".join(lines)
+    lines += [f"  n/a {name}: {reason}" for name, reason in totals["null_reasons"].items()]
+    return lines
 
 
 def system_watts(node: dict[str, Any]) -> float | None:

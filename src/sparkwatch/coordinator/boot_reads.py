@@ -18,7 +18,7 @@ from sparkwatch.core.clock import (
     wall_steps,
 )
 from sparkwatch.core.tracks import I64
-from sparkwatch.store.rows import GpuRows, MemRows, SensorRows
+from sparkwatch.store.rows import GpuRows, MemRows, SensorRows, SignalRows
 from sparkwatch.store.sample_reads import BootSamples
 
 
@@ -30,6 +30,8 @@ class BootRead:
     memory_t_ns: I64  # coordinator time of each sample
     sensors: SensorRows
     sensor_t_ns: I64  # coordinator time of each sensor row
+    signals: SignalRows
+    signal_t_ns: I64  # coordinator time of each signal row
     fit: MonoFit | None  # None: placed by the wall offsets
     steps: list[ClockStep]
 
@@ -45,9 +47,9 @@ def read_boot(samples: BootSamples, rounds: Sequence[OffsetRound], t_from_ns: in
     empty = (0, 0)
     gpu = samples.gpu_rows(seqs or empty)
     memory = samples.mem_rows(seqs or empty)
-    sensors = samples.sensor_rows(seqs or empty)
+    sensors, signals = samples.frame_rows(seqs or empty)
 
-    def place(rows: GpuRows | MemRows | SensorRows) -> I64:
+    def place(rows: GpuRows | MemRows | SensorRows | SignalRows) -> I64:
         if len(rows.t_mono_ns) == 0:
             return rows.t_mono_ns
         if fit is not None:
@@ -62,6 +64,8 @@ def read_boot(samples: BootSamples, rounds: Sequence[OffsetRound], t_from_ns: in
         memory_t_ns=memory_t,
         sensors=sensors,
         sensor_t_ns=place(sensors),
+        signals=signals,
+        signal_t_ns=place(signals),
         fit=fit,
         steps=wall_steps(memory.t_wall_ns, memory.t_mono_ns, memory_t),
     )

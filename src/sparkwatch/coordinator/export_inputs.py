@@ -17,6 +17,7 @@ from sparkwatch.core.domains import DomainInput, gate_util
 from sparkwatch.core.export import build_export
 from sparkwatch.core.memory import BASELINE_S
 from sparkwatch.core.run_spec import NodeInput, RunSpec
+from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind
 from sparkwatch.store import Store, StoreError
@@ -76,6 +77,7 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
             *_sensor_domains(reads, tracks),
             *_meter_domains(store, node, t_from_ns - LEAD_NS, t_to_ns, tracks),
         ],
+        signals=_signal_tracks(reads, hello),
         gpu_uuids=uuids,
         memory=memory,
         clock=_node_clock(rounds, reads, t_from_ns, t_to_ns),
@@ -112,6 +114,26 @@ def _sensor_domains(reads: Sequence[BootRead], gpus: Sequence[GpuTrack]) -> list
         track = dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
         domains.append(DomainInput(name, kind, source, track))
     return domains
+
+
+def _signal_tracks(reads: Sequence[BootRead], hello: dict[str, Any] | None) -> list[SignalTrack]:
+    """Each GPU's clock signals, by UUID, with the maximum SM clock its hello reported."""
+    t = _joined([r.signal_t_ns for r in reads], np.int64)
+    uuids = np.array([u for r in reads for u in r.signals.uuid], dtype=object)
+    clock = _joined([r.signals.sm_clock_hz for r in reads], np.float64)
+    temp = _joined([r.signals.temperature_c for r in reads], np.float64)
+    reasons = _joined([r.signals.reasons for r in reads], np.int64)
+    gpus = ((hello or {}).get("hardware") or {}).get("gpus") or []
+    maxima = {g.get("uuid"): g.get("max_sm_clock_hz") for g in gpus if isinstance(g, dict)}
+    out = []
+    for uuid in dict.fromkeys(uuids.tolist()):
+        mine = uuids == uuid
+        order = np.argsort(t[mine], kind="stable")
+        top = maxima.get(uuid)
+        top = float(top) if type(top) is int or type(top) is float else None
+        columns = (t[mine][order], clock[mine][order], temp[mine][order], reasons[mine][order])
+        out.append(SignalTrack(*columns, top if top is not None and top > 0 else None))
+    return out
 
 
 def _meter_domains(

@@ -134,6 +134,7 @@ def _windows_json(
                 for e in entries
                 if e["implausible_intervals"]
             ]
+            suspects += [f"{e['node']}: {flag}" for e in entries for flag in e["throttle"]]
             v, reasons = verdict(length_s, coverages, run.interval_s, uncertainty_s, suspects)
         judged = {"in_scope": plan.measured[k], "verdict": v, "reasons": reasons, "nodes": entries}
         out.append({**w.to_json(), **judged})

@@ -12,6 +12,7 @@ from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.memory import BASELINE_S, MemoryStats, node_memory
 from sparkwatch.core.power import PowerStats, scope_stats, window_stats
 from sparkwatch.core.run_spec import NodeInput
+from sparkwatch.core.throttle import window_signals
 from sparkwatch.core.tracks import I64
 from sparkwatch.core.windows import Scope, ScopeKind
 
@@ -64,8 +65,10 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     if system.system is None:
         json["null_reasons"]["system"] = NO_SENSOR
     windows = _window_entries(node.node, integrals, plan)
-    for entry, domains in zip(windows, system.windows, strict=True):
+    signals = window_signals(node.signals, plan.starts, plan.ends)
+    for entry, domains, signal in zip(windows, system.windows, signals, strict=True):
         entry["system"] = domains if system.system is not None else None
+        entry.update(signal)
     return NodeFigures(
         json=json,
         windows=windows,

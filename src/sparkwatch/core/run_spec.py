@@ -8,6 +8,7 @@ from typing import Any
 
 from sparkwatch.core.clock import NodeClock
 from sparkwatch.core.domains import DomainInput
+from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind
 
@@ -42,3 +43,4 @@ class NodeInput:
     hardware: dict[str, Any] = field(default_factory=dict)
     unsupported: dict[str, str] = field(default_factory=dict)
     domains: Sequence[DomainInput] = ()  # power domains beside the GPU rail (hwmon channels, meters)
+    signals: Sequence[SignalTrack] = ()  # per GPU: SM clock, temperature, clock event reasons

@@ -50,3 +50,15 @@ class SensorRows:
     source: list[str]
     power_w: F64  # NaN: unknown
     energy_j: F64
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRows:
+    """Every GPU's clock signals in a boot's samples: one row per (sample, GPU), in seq order."""
+
+    t_wall_ns: I64
+    t_mono_ns: I64
+    uuid: list[str]
+    sm_clock_hz: F64  # NaN: unknown
+    temperature_c: F64
+    reasons: I64  # the clock event reasons bitmask; -1: unknown

@@ -11,11 +11,13 @@ import numpy as np
 import orjson
 
 from sparkwatch.core.clock import OffsetRound
-from sparkwatch.store.rows import GpuRows, MemRows, SensorRows
+from sparkwatch.store.rows import GpuRows, MemRows, SensorRows, SignalRows
 from sparkwatch.wire import FrameError, sensor_values
 
 #: How far outside the asked span the nearest round of a boot is looked for (links probe every 10 s).
 NEAREST_NS = 600 * 1_000_000_000
+#: Clock event reason bits kept (a bitmask beyond 63 bits does not fit SQLite's or numpy's integers).
+INT63_MASK = 2**63 - 1
 #: The clocks a seq range can be bounded by.
 CLOCK_COLUMNS = ("t_mono_ns", "t_wall_ns")
 
@@ -89,8 +91,8 @@ class BootSamples:
             util_ratio=np.array(util, dtype=np.float64),
         )
 
-    def sensor_rows(self, seqs: tuple[int, int]) -> SensorRows:
-        return sensor_rows(self._db, self._key, seqs)
+    def frame_rows(self, seqs: tuple[int, int]) -> tuple[SensorRows, SignalRows]:
+        return frame_rows(self._db, self._key, seqs)
 
     def mem_rows(self, seqs: tuple[int, int]) -> MemRows:
         """Memory used in the samples with seq in [first, end), in seq order."""
@@ -108,38 +110,86 @@ class BootSamples:
         )
 
 
-def sensor_rows(db: sqlite3.Connection, key: tuple[str, str], seqs: tuple[int, int]) -> SensorRows:
-    """The power channels of the samples with seq in [first, end), read from the stored frames (checked by
-    the wire when they arrived; an entry a frame stored before that check cannot use is skipped)."""
-    t_wall: list[int] = []
-    t_mono: list[int] = []
-    interval: list[float] = []
-    values = []
+def frame_rows(
+    db: sqlite3.Connection, key: tuple[str, str], seqs: tuple[int, int]
+) -> tuple[SensorRows, SignalRows]:
+    """The power channels and the GPUs' clock signals of the samples with seq in [first, end), read from the
+    stored frames (checked by the wire when they arrived; an entry a frame stored before a check existed
+    cannot use is skipped, and a signal of the wrong type is unknown)."""
+    sensors = _Columns()
+    signals = _Columns()
     for wall, mono, every, frame in db.execute(
         "SELECT t_wall_ns, t_mono_ns, interval_s, frame FROM samples"
-        " WHERE node = ? AND boot_id = ? AND seq BETWEEN ? AND ? AND instr(frame, '\"sensors\"') > 0"
-        " AND instr(frame, '\"sensors\":[]') = 0"
-        " ORDER BY seq",
+        " WHERE node = ? AND boot_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
         (*key, *_inclusive(seqs)),
     ):
-        for entry in orjson.loads(frame).get("sensors") or ():
+        d = orjson.loads(frame)
+        for entry in d.get("sensors") or ():
             try:
-                values.append(sensor_values(entry))
+                sensors.add(wall, mono, every, sensor_values(entry))
             except FrameError:
                 continue
-            t_wall.append(wall)
-            t_mono.append(mono)
-            interval.append(every)
-    return SensorRows(
-        t_wall_ns=np.array(t_wall, dtype=np.int64),
-        t_mono_ns=np.array(t_mono, dtype=np.int64),
-        interval_s=np.array(interval, dtype=np.float64),
-        sensor=[v.sensor for v in values],
-        kind=[v.kind for v in values],
-        source=[v.source for v in values],
-        power_w=np.array([np.nan if v.power_w is None else v.power_w for v in values], dtype=np.float64),
-        energy_j=np.array([np.nan if v.energy_j is None else v.energy_j for v in values], dtype=np.float64),
+        for gpu in d.get("gpus") or ():
+            if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):
+                signals.add(wall, mono, every, _signals(gpu))
+    return (
+        SensorRows(
+            *sensors.times(),
+            sensor=[v.sensor for v in sensors.values],
+            kind=[v.kind for v in sensors.values],
+            source=[v.source for v in sensors.values],
+            power_w=_floats(v.power_w for v in sensors.values),
+            energy_j=_floats(v.energy_j for v in sensors.values),
+        ),
+        SignalRows(
+            *signals.times()[:2],
+            uuid=[v[0] for v in signals.values],
+            sm_clock_hz=_floats(v[1] for v in signals.values),
+            temperature_c=_floats(v[2] for v in signals.values),
+            reasons=np.array([v[3] for v in signals.values], dtype=np.int64),
+        ),
     )
+
+
+class _Columns:
+    """Rows of one kind gathered while the frames are read once."""
+
+    def __init__(self) -> None:
+        self.t_wall: list[int] = []
+        self.t_mono: list[int] = []
+        self.interval: list[float] = []
+        self.values: list[Any] = []
+
+    def add(self, wall: int, mono: int, every: float, value: Any) -> None:
+        self.t_wall.append(wall)
+        self.t_mono.append(mono)
+        self.interval.append(every)
+        self.values.append(value)
+
+    def times(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (
+            np.array(self.t_wall, dtype=np.int64),
+            np.array(self.t_mono, dtype=np.int64),
+            np.array(self.interval, dtype=np.float64),
+        )
+
+
+def _signals(gpu: dict[str, Any]) -> tuple[str, float | None, float | None, int]:
+    reasons = gpu.get("clock_event_reasons")
+    return (
+        gpu["uuid"],
+        _number(gpu.get("sm_clock_hz")),
+        _number(gpu.get("temperature_c")),
+        reasons & INT63_MASK if type(reasons) is int and reasons >= 0 else -1,
+    )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if type(value) is int or type(value) is float else None
+
+
+def _floats(values: Any) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
 def offset_rounds(

@@ -140,6 +140,7 @@ typedef struct {
     unsigned int power_base_mw, power_per_util_mw;  /* power = base + k*util */
     unsigned int temp_base_c, temp_util_divisor;    /* temp = base + util/d */
     unsigned int sm_clock_base_mhz, sm_clock_per_util_mhz;
+    unsigned int sm_clock_max_mhz;  /* nvmlDeviceGetMaxClockInfo(SM) */
     unsigned int mem_util_divisor;                  /* 0: memory util always 0 */
     unsigned long long memory_total, memory_base_used, memory_reserved;
     unsigned int power_limit_mw;     /* management = enforced = default limit */
@@ -161,6 +162,7 @@ static const profile_t PROFILES[] = {
         .power_base_mw = 5000, .power_per_util_mw = 450,
         .temp_base_c = 40, .temp_util_divisor = 4,
         .sm_clock_base_mhz = 208, .sm_clock_per_util_mhz = 22,
+        .sm_clock_max_mhz = 3003, /* what GB10s report; they run near 2418 under load */
         .mem_util_divisor = 0,
         .process_pid_base = 4242, .process_memory = 9 * GIB,
         .pcie_gen = 1, .pcie_width = 1, /* the bogus Gen1 x1 a GB10 reports */
@@ -176,6 +178,7 @@ static const profile_t PROFILES[] = {
         .power_base_mw = 5000, .power_per_util_mw = 450,
         .temp_base_c = 40, .temp_util_divisor = 4,
         .sm_clock_base_mhz = 208, .sm_clock_per_util_mhz = 22,
+        .sm_clock_max_mhz = 3003,
         .mem_util_divisor = 0,
         .process_pid_base = 4242, .process_memory = 9 * GIB,
         .pcie_gen = 1, .pcie_width = 1,
@@ -192,6 +195,7 @@ static const profile_t PROFILES[] = {
         .power_base_mw = 70000, .power_per_util_mw = 6300,
         .temp_base_c = 35, .temp_util_divisor = 3,
         .sm_clock_base_mhz = 345, .sm_clock_per_util_mhz = 15,
+        .sm_clock_max_mhz = 1980,
         .mem_util_divisor = 2,
         .memory_total = 85520809984ULL, .memory_base_used = 1 * GIB,
         .memory_reserved = 512 * MIB,
@@ -227,6 +231,9 @@ typedef struct {
         char function[FN_NAME_MAX];
         nvmlReturn_t code;
     } fail[MAX_FAIL];
+    bool clock_events_override;  /* clock_events= present */
+    unsigned int clock_events;   /* clock_events=<bitmask>: the current clock event reasons */
+    unsigned int sm_clock_mhz;   /* sm_clock_mhz=: the SM clock while clock_events= is set (0: formula) */
     size_t fail_field_count;     /* fail_field=<fieldId>:<scopeId>:<code> */
     struct {
         unsigned int field_id, scope_id;
@@ -358,6 +365,14 @@ static void apply_control_line(control_t *c, char *line)
             c->power_override = true;
             c->power_mw = v;
         }
+    } else if (strcmp(key, "clock_events") == 0) {
+        if (parse_uint(value, &v)) {
+            c->clock_events_override = true;
+            c->clock_events = v;
+        }
+    } else if (strcmp(key, "sm_clock_mhz") == 0) {
+        if (parse_uint(value, &v))
+            c->sm_clock_mhz = v;
     } else if (strcmp(key, "lost") == 0) {
         if (parse_uint(value, &v))
             c->lost = v != 0;
@@ -874,10 +889,55 @@ NVML_API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int t
             rc = NVML_ERROR_INVALID_ARGUMENT;
         else if (type != NVML_CLOCK_SM)
             rc = NVML_ERROR_NOT_SUPPORTED;
+        else if (g_control.clock_events_override && g_control.sm_clock_mhz > 0)
+            *clock = g_control.sm_clock_mhz;
         else
             *clock = g_profile->sm_clock_base_mhz + g_profile->sm_clock_per_util_mhz * g_control.util;
     }
     return api_end(rc);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type,
+                                                 unsigned int *clock)
+{
+    nvmlReturn_t rc = device_begin(__func__, device);
+    if (rc == NVML_SUCCESS) {
+        if (clock == NULL)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else if (type != NVML_CLOCK_SM)
+            rc = NVML_ERROR_NOT_SUPPORTED;
+        else
+            *clock = g_profile->sm_clock_max_mhz;
+    }
+    return api_end(rc);
+}
+
+/* Why the clocks are below their maximum: the control file's bitmask, else GPU idle (0x1) at 0 % and
+ * nothing under load (what GB10s report: clocks_event_reasons.active 0x0 while busy). */
+static nvmlReturn_t clock_events(const char *function, nvmlDevice_t device, unsigned long long *reasons)
+{
+    nvmlReturn_t rc = device_begin(function, device);
+    if (rc == NVML_SUCCESS) {
+        if (reasons == NULL)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        else if (g_control.clock_events_override)
+            *reasons = g_control.clock_events;
+        else
+            *reasons = g_control.util == 0 ? 0x1ULL : 0x0ULL;
+    }
+    return api_end(rc);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                              unsigned long long *reasons)
+{
+    return clock_events(__func__, device, reasons);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                                 unsigned long long *reasons)
+{
+    return clock_events(__func__, device, reasons);
 }
 
 /* ------------------------------------------------------------------------ */

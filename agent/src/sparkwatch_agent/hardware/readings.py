@@ -20,6 +20,7 @@ GPU_FIELDS: tuple[str, ...] = (
     "power_limit",
     "temperature",
     "sm_clock",
+    "clock_events",
     "process_memory",
 )
 
@@ -66,6 +67,7 @@ class GpuFacts:
     pcie_link_width: int | None
     pcie_link_trusted: bool
     capabilities: dict[str, FieldStatus]
+    max_sm_clock_hz: float | None = None  # nvmlDeviceGetMaxClockInfo(SM): the clock ratio's denominator
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -78,6 +80,7 @@ class GpuFacts:
                 "width": self.pcie_link_width,
                 "trusted": self.pcie_link_trusted,
             },
+            "max_sm_clock_hz": self.max_sm_clock_hz,
         }
 
 
@@ -112,6 +115,8 @@ class GpuReading(NamedTuple):
     mem_total_bytes: int | None = None
     power_limit_w: float | None = None
     process_mem_bytes: int | None = None
+    #: nvmlDeviceGetCurrentClocksEventReasons: why the clocks are below their maximum (a bitmask).
+    clock_event_reasons: int | None = None
     #: (field, reason) for fields that were supported at probe time but failed in this read.
     read_errors: tuple[tuple[str, str], ...] = ()
 

@@ -37,7 +37,8 @@ class SimSpec:
     busy_slope_w: float = 50.0  # added at utilisation 1.0
     energy_start_j: float = 1234.567  # the counter counts since "driver load", not since us
     sm_clock_idle_mhz: int = 208
-    sm_clock_busy_mhz: int = 2418
+    sm_clock_busy_mhz: int = 2418  # what a GB10 runs at under load (its applications clock)
+    sm_clock_max_mhz: int = 3003  # what a GB10's NVML reports as its maximum SM clock
     # the node around the GPU rail, as spbm's sys_total reports it: ≈ 25 W idle, 60–90 W in inference
     sys_base_w: float = 20.0  # board, CPU idle, memory, fans
     sys_cpu_busy_w: float = 8.0  # CPU cores feeding the GPU, at utilisation 1.0
@@ -59,6 +60,7 @@ class SimGb10:
         self._since_ns = now_mono_ns()
         self._energy_j = self.spec.energy_start_j
         self._sys_energy_j = 0.0  # since the simulator started: the truth a sys_total integral should give
+        self._throttle: tuple[int, int] | None = None  # scripted episode: (clock event reasons, SM clock MHz)
 
     def _power_locked(self) -> float:
         s = self.spec
@@ -83,6 +85,28 @@ class SimGb10:
                 self._util = util_ratio
             if model_bytes is not None:
                 self._model_bytes = model_bytes
+
+    def set_throttle(self, reasons: int | None, sm_clock_mhz: int | None = None) -> None:
+        """Start a throttle episode (clock event reasons bitmask, the SM clock it holds the GPU at), or end
+        it with ``None``; power and energy are not changed by it."""
+        if reasons is not None and not 0 < reasons < 2**64:
+            raise ValueError("clock_event_reasons must be a bitmask within (0, 2^64)")
+        if sm_clock_mhz is not None and not 0 < sm_clock_mhz <= self.spec.sm_clock_max_mhz:
+            raise ValueError(f"sm_clock_mhz must be within (0, {self.spec.sm_clock_max_mhz}]")
+        mhz = sm_clock_mhz or self.spec.sm_clock_busy_mhz
+        with self._lock:
+            self._throttle = None if reasons is None else (reasons, mhz)
+
+    def clocks(self) -> tuple[int, int]:
+        """(SM clock MHz, clock event reasons) now: a throttle episode's, else idle (GPU idle reason, 0x1)
+        or busy (no reason)."""
+        with self._lock:
+            if self._throttle is not None:
+                reasons, mhz = self._throttle
+                return mhz, reasons
+            busy = self._util > 0
+        spec = self.spec
+        return (spec.sm_clock_busy_mhz, 0) if busy else (spec.sm_clock_idle_mhz, 0x1)
 
     def state(self) -> dict[str, float | int]:
         """Current load, power and energy: the GPU's as NVML would report them now, and the whole node's
@@ -268,9 +292,17 @@ class SimNvml:
         self._check(handle)
         if clock_type != 1:
             raise SimNvmlError(_NOT_SUPPORTED)
-        busy = float(self._sim.state()["util_ratio"]) > 0
-        spec = self._sim.spec
-        return spec.sm_clock_busy_mhz if busy else spec.sm_clock_idle_mhz
+        return self._sim.clocks()[0]
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
+        self._check(handle)
+        if clock_type != 1:
+            raise SimNvmlError(_NOT_SUPPORTED)
+        return self._sim.spec.sm_clock_max_mhz
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        self._check(handle)
+        return self._sim.clocks()[1]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
         self._check(handle)

@@ -75,7 +75,7 @@ def _gpu_frame(g: GpuReading) -> str:
         f'"temperature_c":{_num(g.temperature_c)},"sm_clock_hz":{_num(g.sm_clock_hz)},'
         f'"mem_used_bytes":{_num(g.mem_used_bytes)},"mem_total_bytes":{_num(g.mem_total_bytes)},'
         f'"power_limit_w":{_num(g.power_limit_w)},"process_mem_bytes":{_num(g.process_mem_bytes)},'
-        f'"read_errors":[{errors}]}}'
+        f'"clock_event_reasons":{_num(g.clock_event_reasons)},"read_errors":[{errors}]}}'
     )
 
 

@@ -199,23 +199,40 @@ async def interval_delete(request: web.Request) -> web.Response:
 
 
 async def sim_load(request: web.Request) -> web.Response:
-    """Drive the simulated GPU: ``{"util_ratio": 0..1?, "model_bytes": int?}``."""
+    """Drive the simulated GPU: ``{"util_ratio": 0..1?, "model_bytes": int?, "throttle": {"reasons": int,
+    "sm_clock_mhz": int?} | null?}`` (``throttle: null`` ends an episode)."""
     ctx = request.app[CONTEXT]
     if ctx.sim is None:
         return json_error(404, "not_found", "this agent is not running the sim backend")
     body = await _json_body(request)
     try:
-        unknown = set(body) - {"util_ratio", "model_bytes"}
+        unknown = set(body) - {"util_ratio", "model_bytes", "throttle"}
         if unknown:
             raise ValueError(f"unknown keys: {', '.join(sorted(unknown))}")
         util = _number(body, "util_ratio")
         model = body.get("model_bytes")
         if model is not None and (isinstance(model, bool) or not isinstance(model, int)):
             raise ValueError("model_bytes must be an integer")
+        if "throttle" in body:
+            ctx.sim.set_throttle(*_throttle(body["throttle"]))
         ctx.sim.set_load(util_ratio=util, model_bytes=model)
     except ValueError as exc:
         return json_error(400, "bad_request", str(exc))
     return web.json_response(ctx.sim.state())
+
+
+def _throttle(value: Any) -> tuple[int | None, int | None]:
+    if value is None:
+        return None, None
+    if not isinstance(value, dict) or set(value) - {"reasons", "sm_clock_mhz"}:
+        raise ValueError('throttle must be null or {"reasons": int, "sm_clock_mhz": int?}')
+    reasons, mhz = value.get("reasons"), value.get("sm_clock_mhz")
+    for key, v in (("reasons", reasons), ("sm_clock_mhz", mhz)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ValueError(f"throttle {key} must be an integer")
+    if reasons is None:
+        raise ValueError("throttle needs reasons (a clock event reasons bitmask)")
+    return reasons, mhz
 
 
 async def stream(request: web.Request) -> web.StreamResponse:

@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from sparkwatch_agent import __version__
 from sparkwatch_agent.hardware.readings import GPU_FIELDS, GpuReading
 from sparkwatch_agent.sampling.snapshot import Snapshot
+from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
 
 GPU_LABELS = ["node", "gpu", "uuid"]
 
@@ -91,9 +92,28 @@ class SnapshotCollector(Collector):
         snap = self._get()
         node = snap.node
         yield from self._gpu_metrics(snap)
+        yield self._clock_event_metrics(snap)
         yield from self._host_metrics(snap)
         yield from self._sensor_metrics(snap)
         yield from self._agent_metrics(snap, node)
+
+    @staticmethod
+    def _clock_event_metrics(snap: Snapshot) -> Metric:
+        """1 per reason NVML gives now for holding the clocks down, 0 per reason it does not; no series
+        while the reasons are not known."""
+        family = GaugeMetricFamily(
+            "sparkwatch_gpu_clock_event_active",
+            "1 while NVML reports this clock event (throttle) reason for the GPU, else 0.",
+            labels=[*GPU_LABELS, "reason"],
+        )
+        sample = snap.sample
+        for r in sample.gpus if sample is not None and snap.gpu_ok else ():
+            if r.clock_event_reasons is None:
+                continue
+            for bit, reason in CLOCK_EVENT_REASONS.items():
+                active = 1.0 if r.clock_event_reasons & bit else 0.0
+                family.add_metric([snap.node, str(r.gpu_index), r.uuid, reason], active)
+        return family
 
     @staticmethod
     def _gpu_metrics(snap: Snapshot) -> Iterator[Metric]:

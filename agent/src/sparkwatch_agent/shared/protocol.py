@@ -18,3 +18,18 @@ LEASE_TTL_S = 600.0
 #: The sampling intervals an agent takes (configured or leased), and so the ones a sample may carry.
 MIN_INTERVAL_S = 0.01
 MAX_INTERVAL_S = 3600.0
+
+#: NVML's clock event (throttle) reason bits (nvml.h), by dcgm-exporter's names and two newer ones.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+    0x200: "board_limit",
+    0x400: "reliability",
+}

@@ -18,6 +18,7 @@ import pynvml
 from sparkwatch_agent.hardware.gpu_backend import detect_memory_model, node_memory_model
 from sparkwatch_agent.hardware.nvml.codes import DEVICE_LEVEL_ERRORS, error_name
 from sparkwatch_agent.hardware.nvml.direct import (
+    CLOCK_SM,
     VALUE_SLOTS,
     DirectCapture,
     DirectDevice,
@@ -143,8 +144,13 @@ class NvmlBackend:
             pcie_link_width=self._optional(getattr(lib, "nvmlDeviceGetCurrPcieLinkWidth", None), handle),
             pcie_link_trusted=model != "unified",
             capabilities=caps,
+            max_sm_clock_hz=self._max_sm_clock_hz(handle),
         )
         return facts, self._device(index, handle, uuid, caps, readers), model
+
+    def _max_sm_clock_hz(self, handle: Any) -> float | None:
+        mhz = self._optional(getattr(self._lib, "nvmlDeviceGetMaxClockInfo", None), handle, CLOCK_SM)
+        return float(mhz) * 1e6 if isinstance(mhz, int) and mhz > 0 else None
 
     def _optional(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
         """Call for a static fact; ``None`` when NVML does not answer (device-level codes still raise)."""

@@ -22,6 +22,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sparkwatch_agent.hardware.nvml.buffer_layout import UNSIGNED, BufferLayout
 from sparkwatch_agent.hardware.nvml.codes import NVML_ERROR_INSUFFICIENT_SIZE, error_name
 from sparkwatch_agent.hardware.readings import GpuReading
 
@@ -32,6 +33,11 @@ FI_DEV_POWER_INSTANT = 186
 #: Where NVML_FI_DEV_POWER_INSTANT is asked for, in order of preference, as (name, scopeId).
 POWER_SCOPES = (("gpu", 0), ("module", 1))
 CLOCK_SM = 1
+#: The clock-event reasons reader by the probe's detail: the current name, and the one before it.
+CLOCK_EVENT_FUNCTIONS = {
+    "events": "nvmlDeviceGetCurrentClocksEventReasons",
+    "throttle": "nvmlDeviceGetCurrentClocksThrottleReasons",
+}
 TEMPERATURE_GPU = 0
 #: ctypes union member per NVML value type (nvmlValueType_t).
 VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
@@ -43,7 +49,6 @@ BUFFER_BYTES = 256
 
 #: Index of each GpuReading value (power_w … process_mem_bytes) in the list a read returns.
 VALUE_SLOTS: dict[str, int] = {key: i for i, key in enumerate(GpuReading._fields[2:-1])}
-_UNSIGNED = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
 #: What one device's calls leave behind: their return codes, the result buffer, the process entries.
 DirectCapture = tuple[list[int], bytes, bytes]
@@ -70,42 +75,6 @@ def field_value(entry: Any) -> float | int:
     return value
 
 
-class _Layout:
-    """Places results in the buffer and lists the unsigned integers to decode, in offset order."""
-
-    def __init__(self) -> None:
-        self.size = 0
-        self.decoded: list[tuple[int, int]] = []  # (offset, bytes)
-
-    def mark(self) -> tuple[int, int]:
-        return self.size, len(self.decoded)
-
-    def reset(self, mark: tuple[int, int]) -> None:
-        self.size, count = mark
-        del self.decoded[count:]
-
-    def place(self, nbytes: int, align: int = 8) -> int:
-        offset = -(-self.size // align) * align
-        if offset + nbytes > BUFFER_BYTES:
-            raise ValueError("result buffer too small")
-        self.size = offset + nbytes
-        return offset
-
-    def decode(self, offset: int, nbytes: int) -> int:
-        """Index in the unpacked tuple of the integer at ``offset``."""
-        if self.decoded and offset < sum(self.decoded[-1]):
-            raise ValueError("results must be decoded in offset order")
-        self.decoded.append((offset, nbytes))
-        return len(self.decoded) - 1
-
-    def compile(self) -> struct.Struct:
-        fmt, at = ["="], 0
-        for offset, nbytes in self.decoded:
-            fmt.append(f"{offset - at}x{_UNSIGNED[nbytes]}")
-            at = offset + nbytes
-        return struct.Struct("".join(fmt))
-
-
 class DirectDevice:
     """One device's polled fields: ``read`` makes every C call, then decodes the buffer once.
 
@@ -117,12 +86,13 @@ class DirectDevice:
         self._lookup = lookup
         self._handle = handle
         self._buf = (ctypes.c_char * BUFFER_BYTES)()
-        self._layout = _Layout()
+        self._layout = BufferLayout(BUFFER_BYTES)
         self._calls: list[tuple[Any, tuple[Any, ...]]] = []
         self._unpack: Callable[[Any], tuple[int, ...]] = struct.Struct("=").unpack_from
         self.fields: tuple[str, ...] = ()
         # (field, call, slot, raw, mul, div): value = raw * mul / div
         self._scalars: list[tuple[str, int, int, int, float, float]] = []
+        self._integers: list[tuple[str, int, int, int]] = []  # (field, call, slot, raw): value = raw
         self._utilization: tuple[int, int, int, bool] | None = None  # call, raw gpu, raw memory, +memory
         self._memory: tuple[int, int, int] | None = None  # call, raw total, raw used
         # call, raw type, raw entry return, raw uint, (ctype, offset) per value type
@@ -182,6 +152,11 @@ class DirectDevice:
         if field == "sm_clock":
             name, key = "nvmlDeviceGetClockInfo", "sm_clock_hz"
             return self._scalar(field, name, key, u32, mul=1e6, selector=CLOCK_SM)
+        if field == "clock_events":
+            fn_name = CLOCK_EVENT_FUNCTIONS.get(detail or "")
+            return fn_name is not None and self._scalar(
+                field, fn_name, "clock_event_reasons", u64, integer=True
+            )
         if field == "power_instant":
             scopes = {f"scope={name}": scope for name, scope in POWER_SCOPES}
             return detail in scopes and self._add_instant(scopes[detail or ""])
@@ -203,9 +178,11 @@ class DirectDevice:
         mul: float = 1.0,
         div: float = 1.0,
         selector: int | None = None,
+        integer: bool = False,
     ) -> bool:
         """``fn(handle, [selector,] ctype *)``, its value as ``raw * mul / div`` (the wrapper-based
-        reader's operations, so the floats are identical; exact for counters below 2**53)."""
+        reader's operations, so the floats are identical; exact for counters below 2**53), or the raw
+        integer itself (a bitmask)."""
         fn = self._fn(name)
         if fn is None:
             return False
@@ -214,7 +191,11 @@ class DirectDevice:
         raw = self._layout.decode(offset, size)
         out = self._at(offset)
         args = (self._handle, out) if selector is None else (self._handle, ctypes.c_uint(selector), out)
-        self._scalars.append((field, self._call(fn, args), VALUE_SLOTS[key], raw, mul, div))
+        call = self._call(fn, args)
+        if integer:
+            self._integers.append((field, call, VALUE_SLOTS[key], raw))
+        else:
+            self._scalars.append((field, call, VALUE_SLOTS[key], raw, mul, div))
         return True
 
     def _add_utilization(self, with_memory_util: bool) -> bool:
@@ -267,7 +248,7 @@ class DirectDevice:
         used = info.usedGpuMemory
         self._process_size = size = ctypes.sizeof(info)
         tail = size - used.offset - used.size
-        self._process_used = struct.Struct(f"={used.offset}x{_UNSIGNED[used.size]}{tail}x")
+        self._process_used = struct.Struct(f"={used.offset}x{UNSIGNED[used.size]}{tail}x")
         self._not_available = int(self._lib.NVML_VALUE_NOT_AVAILABLE_ulonglong.value)
         self._process = self._call(fn, ())
         self._grow_processes(PROCESS_SLOTS)
@@ -320,6 +301,11 @@ class DirectDevice:
                 errors.append((field, error_name(rets[call])))
             else:
                 values[slot] = raw[at] * mul / div
+        for field, call, slot, at in self._integers:
+            if rets[call]:
+                errors.append((field, error_name(rets[call])))
+            else:
+                values[slot] = raw[at]
         if self._utilization is not None:
             call, gpu_at, memory_at, with_memory = self._utilization
             gpu, memory = raw[gpu_at], raw[memory_at]

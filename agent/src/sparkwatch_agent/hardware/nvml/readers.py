@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkwatch_agent.hardware.nvml.direct import (
+    CLOCK_EVENT_FUNCTIONS,
     CLOCK_SM,
     FI_DEV_POWER_INSTANT,
     POWER_SCOPES,
@@ -38,6 +39,8 @@ def candidate_readers(lib: Any) -> Candidates:
         ],
         "temperature": [(None, _temperature(lib))],
         "sm_clock": [(None, _sm_clock(lib))],
+        # the current name, then the one before it (deprecated in 13.0)
+        "clock_events": [(detail, _bitmask(lib, name)) for detail, name in CLOCK_EVENT_FUNCTIONS.items()],
         "process_memory": [(None, _process_memory(lib))],
     }
 
@@ -114,6 +117,18 @@ def _temperature(lib: Any) -> Reader:
 def _sm_clock(lib: Any) -> Reader:
     def read(h: Any, out: Out) -> None:
         out["sm_clock_hz"] = float(lib.nvmlDeviceGetClockInfo(h, CLOCK_SM)) * 1e6
+
+    return read
+
+
+def _bitmask(lib: Any, name: str) -> Reader:
+    """A 64-bit mask as an int; a binding without the function leaves the field unsupported."""
+
+    def read(h: Any, out: Out) -> None:
+        fn = getattr(lib, name, None)
+        if fn is None:
+            raise ValueError(f"this nvidia-ml-py has no {name}")
+        out["clock_event_reasons"] = int(fn(h))
 
     return read
 

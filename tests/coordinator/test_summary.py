@@ -1,0 +1,73 @@
+"""The printed table: a system W column only when a node has a whole-node domain (n/a for one without), and
+a warning when a measured window ran throttled."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkwatch.commands.summary import summary_table
+
+
+def node(name: str, gated_w: float, system_w: float | None) -> dict[str, Any]:
+    system = None
+    if system_w is not None:
+        domains = [
+            {"domain": "gpu", "power_w": {"gated_mean": 41.0}},
+            {"domain": "dc_input", "power_w": {"gated_mean": system_w}},
+        ]
+        system = {"headline_domain": "dc_input", "domains": domains}
+    return {
+        "node": name,
+        "power_w": {"gated_mean": gated_w},
+        "energy_j": 100.0,
+        "memory_used_bytes": {"peak": 2**34},
+        "samples": {"coverage_ratio": 1.0},
+        "system": system,
+    }
+
+
+def export(nodes: list[dict[str, Any]], throttle: list[str]) -> dict[str, Any]:
+    window = {
+        "id": "w1",
+        "phase": "timed",
+        "in_scope": True,
+        "verdict": "low_confidence" if throttle else "ok",
+    }
+    window |= {"reasons": [f"spark-1: {t}" for t in throttle], "nodes": [{"throttle": throttle}]}
+    totals = {
+        "power_w_gated_mean_sum": sum(n["power_w"]["gated_mean"] for n in nodes),
+        "energy_j": 200.0,
+        "memory_used_bytes_peak_sum": 2**35,
+        "memory_used_bytes_peak_of_sum": 2**35,
+        "completion_tokens": 100,
+        "joules_per_token": 2.0,
+        "system_energy_j": None,
+        "system_joules_per_token": None,
+        "null_reasons": {},
+    }
+    method = {"scope": "request", "scope_s": 3.0, "gate": {"source": "util", "threshold_ratio": 0.5}}
+    return {
+        "run": {"id": "run-1", "name": "t", "command": None},
+        "method": {**method, "interval_s": 0.1},
+        "nodes": nodes,
+        "windows": [window],
+        "totals": totals,
+    }
+
+
+def test_the_system_column_shows_the_headline_domain_and_n_a_for_a_node_without_one() -> None:
+    text = summary_table(export([node("spark-1", 55.7, 86.1), node("spark-2", 53.7, None)], []))
+    header = next(line for line in text.splitlines() if line.startswith("node"))
+    assert "gated W  system W" in header
+    assert any(line.startswith("spark-1") and " 86.1 " in line for line in text.splitlines())
+    assert any(line.startswith("spark-2") and " n/a " in line for line in text.splitlines())
+    assert "never added to it" in text and "WARNING" not in text
+
+
+def test_no_system_column_without_a_domain_and_a_warning_for_a_throttled_window() -> None:
+    text = summary_table(
+        export([node("spark-1", 55.7, None)], ["throttled:hw_power_brake (40% of the window's samples)"])
+    )
+    assert "system W" not in text
+    assert "WARNING: 1 of 1 measured window(s) ran throttled" in text
+    assert "window w1 (timed): low_confidence: spark-1: throttled:hw_power_brake" in text
