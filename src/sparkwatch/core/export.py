@@ -103,7 +103,7 @@ def build_export(
     export["lmx"] = {
         "gpuPowerWatts": [rounded(p, 1) for f in figures for p in f.gpu_power_w],
         "peakVramGb": round(peak_sum / GIB, 1) if peak_sum is not None else None,
-        "notes": _lmx_notes(run, sparkwatch_version, digest(export)),
+        "notes": _lmx_notes(run, sparkwatch_version, digest(export), _system_note(export)),
     }
     return export
 
@@ -188,13 +188,38 @@ def _totals(
     }
 
 
-def _lmx_notes(run: RunSpec, version: str, sha: str) -> str:
+def _system_note(export: dict[str, Any]) -> str:
+    """What the notes say of system power: each node's headline domain and the totals, when any node has
+    one (gpuPowerWatts stays GPU-rail power)."""
+    parts = []
+    for node in export["nodes"]:
+        system = node.get("system") or {}
+        headline = system.get("headline_domain")
+        domain = next((d for d in system.get("domains", []) if d["domain"] == headline), None)
+        if domain is not None:
+            watts = domain["power_w"]["gated_mean"]
+            shown = f"{watts:.1f} W" if watts is not None else "n/a"
+            parts.append(f"{node['node']} {shown} ({headline}, {domain['source']})")
+        else:
+            parts.append(f"{node['node']} n/a (no sensor)")
+    if not any(node.get("system") for node in export["nodes"]):
+        return ""
+    totals = export["totals"]
+    energy, per_token = totals.get("system_energy_j"), totals.get("system_joules_per_token")
+    return (
+        f" System power (whole node, GPU rail included, not in gpuPowerWatts), gated like GPU power: "
+        f"{'; '.join(parts)}; system energy {f'{energy:.1f} J' if energy is not None else 'n/a'},"
+        f" {f'{per_token:.3f} J/token' if per_token is not None else 'J/token n/a'}."
+    )
+
+
+def _lmx_notes(run: RunSpec, version: str, sha: str, system: str = "") -> str:
     text = (
         f"Measured by sparkwatch {version} (run {run.id}, export sha256 {sha}). GPU power: NVML GPU-rail"
         f" power per node, energy-counter dE/dt between samples (trapezoid where no counter), averaged over"
         f" intervals with {UTIL_SOURCE} >= {run.gate_threshold:g} inside the {run.scope} scope of"
         f" {', '.join(sorted(run.phases))} requests; sampled every {run.interval_s:g} s, clocks aligned by"
         f" round-trip probes. Memory: MemTotal - MemAvailable per node (unified memory), peak per node,"
-        f" summed."
+        f" summed.{system}"
     )
     return text[:LMX_NOTES_MAX_CHARS]
