@@ -230,8 +230,9 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
         and len(sensors) <= MAX_SENSORS
     ):
         _explain_sample(d)
-    for entry in sensors:
-        sensor_values(entry)
+    if sensors and not _sensors_ok(sensors):
+        for entry in sensors:
+            sensor_values(entry)  # raises the FrameError that names what is wrong
     gpu_values = tuple([_gpu(g) for g in gpus])
     return SampleFrame(
         seq, boot, t_wall, t_mono, float(interval), used, gpu_values, line
@@ -263,6 +264,27 @@ def _explain_sample(d: dict[str, Any]) -> NoReturn:
 def _value(value: Any) -> bool:
     """A JSON number or null, as a GPU value may be."""
     return value is None or type(value) is float or type(value) is int
+
+
+def _sensors_ok(sensors: list[Any]) -> bool:
+    """The fast check of every entry (this runs per ingested sample; nothing is built)."""
+    for e in sensors:
+        if type(e) is not dict:
+            return False
+        name, source, kind = e.get("sensor"), e.get("source", LEGACY_SENSOR_SOURCE), e.get("kind")
+        power, energy = e.get("power_w"), e.get("energy_j")
+        if not (
+            type(name) is str
+            and 0 < len(name) <= MAX_SENSOR_TEXT
+            and type(source) is str
+            and 0 < len(source) <= MAX_SENSOR_TEXT
+            and type(kind) is str
+            and kind in SENSOR_KINDS
+            and (power is None or type(power) is float or type(power) is int)
+            and (energy is None or type(energy) is float or type(energy) is int)
+        ):
+            return False
+    return True
 
 
 def sensor_values(entry: Any) -> SensorValues:

@@ -25,6 +25,10 @@ from sparkwatch.store.schema import MIGRATIONS
 from sparkwatch.store.tx import NotFound, StoreError, tx
 from sparkwatch.wire import GapFrame, SampleFrame
 
+#: Page size of a new database, and the WAL size after which it is checkpointed.
+PAGE_BYTES = 16384
+WAL_CHECKPOINT_BYTES = 32 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class RunRow:
@@ -62,10 +66,15 @@ class Store:
         try:
             _owner_only(path)
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            # a new database gets 16 KiB pages: a sample row holds its frame (1-3 KB with hwmon channels),
+            # and a WITHOUT ROWID row over ~1 KB on a 4 KiB page spills to overflow pages, which cut
+            # ingest 2.6x (docs/performance.md); the page size cannot change once the database is in WAL
+            self._db.execute(f"PRAGMA page_size={PAGE_BYTES}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             # checkpoint every ~32 MiB of WAL instead of 4 MiB: hot B-tree pages are copied back once
-            self._db.execute("PRAGMA wal_autocheckpoint=8192")
+            (page_bytes,) = self._db.execute("PRAGMA page_size").fetchone()
+            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_BYTES // page_bytes}")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except (sqlite3.Error, OSError) as exc:
