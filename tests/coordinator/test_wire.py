@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from sparkwatch.hello_facts import announced_gpus, capability_gaps, unsupported_fields
 from sparkwatch.wire import (
     MAX_LINE_CHARS,
     GapFrame,
@@ -13,11 +14,8 @@ from sparkwatch.wire import (
     HelloFrame,
     SampleFrame,
     TimeFrame,
-    announced_gpus,
-    capability_gaps,
     decode_lines,
     latest_summary,
-    unsupported_fields,
 )
 
 GOOD = {

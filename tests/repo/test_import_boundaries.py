@@ -42,6 +42,7 @@ AGENT_STAGES: dict[str, float] = {
 ROOT_STAGES: dict[str, float] = {
     "__init__": 0,
     "wire": 0,
+    "hello_facts": 0,
     "core": 0,
     "outputs": 0,
     "store": 1,

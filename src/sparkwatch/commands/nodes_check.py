@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkwatch.wire import capability_gaps
+from sparkwatch.hello_facts import capability_gaps
 
 #: A clock uncertainty above this is more than 1 % of a one-second window.
 MAX_UNCERTAINTY_S = 0.010

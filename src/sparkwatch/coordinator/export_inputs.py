@@ -20,8 +20,8 @@ from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind
+from sparkwatch.hello_facts import announced_gpus, unsupported_fields
 from sparkwatch.store import Store, StoreError
-from sparkwatch.wire import announced_gpus, unsupported_fields
 
 #: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
 #: (and a few seconds more, for the clock offset and a window that starts before the run).
