@@ -18,7 +18,7 @@ from sparkwatch.core.export import build_export
 from sparkwatch.core.memory import BASELINE_S
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
-from sparkwatch.core.tracks import GpuTrack, MemTrack
+from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
 from sparkwatch.core.windows import ScopeKind
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
 from sparkwatch.store import Store, StoreError
@@ -103,17 +103,19 @@ def _sensor_domains(reads: Sequence[BootRead], gpus: Sequence[GpuTrack]) -> list
     domains = []
     for name, (kind, source) in described.items():
         mine = names == name
-        track = GpuTrack.from_arrays(
-            t[mine],
-            seg[mine],
-            interval[mine],
-            power_w=power[mine],
-            energy_j=energy[mine],
-            util_ratio=np.zeros(int(mine.sum())),
-        )
-        track = dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
+        track = _gated(t[mine], seg[mine], interval[mine], power[mine], energy[mine], gpus=gpus)
         domains.append(DomainInput(name, kind, source, track))
     return domains
+
+
+def _gated(
+    t_ns: I64, segment: I64, interval_s: F64, power_w: F64, energy_j: F64, *, gpus: Sequence[GpuTrack]
+) -> GpuTrack:
+    """A domain's samples as a track whose utilisation is the node's GPU gate at each sample."""
+    track = GpuTrack.from_arrays(
+        t_ns, segment, interval_s, power_w=power_w, energy_j=energy_j, util_ratio=np.zeros(len(t_ns))
+    )
+    return dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
 
 
 def _signal_tracks(reads: Sequence[BootRead], hello: dict[str, Any] | None) -> list[SignalTrack]:
@@ -149,28 +151,17 @@ def _meter_domains(
     domains = []
     for name, source in dict(zip(rows.domain, rows.source, strict=True)).items():
         mine = names == name
-        track = GpuTrack.from_arrays(
-            rows.t_ns[mine],
-            np.zeros(int(mine.sum()), dtype=np.int64),
-            rows.interval_s[mine],
-            power_w=rows.power_w[mine],
-            # a meter's own counter is stored but not integrated: Shelly does not say how often aenergy
-            # moves, and a BMC's EnergykWh is too coarse for ΔE/Δt over one poll; power is the trapezoid
-            energy_j=np.full(int(mine.sum()), np.nan),
-            util_ratio=np.zeros(int(mine.sum())),
-        )
-        track = dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
+        count = int(mine.sum())
+        # a meter's own counter is stored but not integrated: Shelly does not say how often aenergy moves,
+        # and a BMC's EnergykWh is too coarse for ΔE/Δt over one poll; its power is the trapezoid
+        unused = np.full(count, np.nan)
+        zeros = np.zeros(count, dtype=np.int64)
+        track = _gated(rows.t_ns[mine], zeros, rows.interval_s[mine], rows.power_w[mine], unused, gpus=gpus)
         domains.append(DomainInput(name, "system", source, track, tuple(errors.pop(name, ()))))
     # a meter that never answered in the span: a domain with no samples and its errors
+    nothing = np.empty(0)
     for name, found in errors.items():
-        empty = GpuTrack.from_arrays(
-            np.empty(0, np.int64),
-            np.empty(0, np.int64),
-            np.empty(0),
-            power_w=np.empty(0),
-            energy_j=np.empty(0),
-            util_ratio=np.empty(0),
-        )
+        empty = _gated(np.empty(0, np.int64), np.empty(0, np.int64), nothing, nothing, nothing, gpus=gpus)
         domains.append(DomainInput(name, "system", "meter", empty, tuple(found)))
     return domains
 
