@@ -9,6 +9,7 @@ import pytest
 from sparkwatch_agent.hardware.host_facts import cpu_model, os_name
 from sparkwatch_agent.hardware.hwmon import EnergyAccumulator, HwmonSensors
 from sparkwatch_agent.hardware.meminfo import MeminfoReader, parse_meminfo
+from sparkwatch_agent.hardware.readings import StatusReading
 
 # Shape of a DGX Spark's /proc/meminfo under load (values in kB).
 GB10_MEMINFO = b"""MemTotal:       124546968 kB
@@ -83,6 +84,26 @@ def test_hwmon_discovery_by_label_and_kind(tmp_path: pathlib.Path) -> None:
     (tmp_path / "hwmon0" / "energy1_input").write_text("3500000\n")
     assert {r.sensor: r for r in sensors.read()}["sys_total"].energy_j == 2.5
     assert "coretemp" not in " ".join(sensors.names)
+
+
+def test_spbm_status_attributes_are_read_as_integers_and_unknown_when_unreadable(
+    tmp_path: pathlib.Path,
+) -> None:
+    """spark_hwmon's spbm.c exposes ``prochot`` and ``pl_level`` in its hwmon directory as ``"%u\\n"``."""
+    files = {"name": "spbm", "power1_label": "sys_total", "power1_input": "25000000", "prochot": "0"}
+    _chip(tmp_path, "hwmon0", {**files, "pl_level": "2"})
+    sensors = HwmonSensors(tmp_path)
+    assert sensors.names == ("sys_total", "prochot", "pl_level")
+    captured = sensors.capture()
+    assert sensors.decode_status(captured) == (
+        StatusReading("prochot", "hwmon:spbm", 0),
+        StatusReading("pl_level", "hwmon:spbm", 2),
+    )
+    (tmp_path / "hwmon0" / "prochot").write_text("1\n")
+    (tmp_path / "hwmon0" / "pl_level").write_text("garbage\n")
+    later = sensors.decode_status(sensors.capture())
+    assert [(s.name, s.value) for s in later] == [("prochot", 1), ("pl_level", None)]  # unknown, never 0
+    sensors.close()
 
 
 def test_hwmon_attributes_are_read_again_in_place_and_retried_when_unreadable(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading
+from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading, StatusReading
 from sparkwatch_agent.sampling.leases import MAX_LEASES, IntervalLeases, TooManyLeases
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sample import Sample, encode_frame, encode_sample
@@ -182,6 +182,7 @@ def test_encode_sample_matches_generic_json(
         memory=memory,
         memory_error=None if with_memory else "OSError: gone",
         sensors=(SensorReading("sys_total", "system", floats[0], floats[1]),),
+        status=(StatusReading("prochot", "hwmon:spbm", ints[3]),),
     )
     assert encode_sample(sample) == encode_frame(sample.to_json())
 

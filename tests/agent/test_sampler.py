@@ -164,7 +164,7 @@ def test_sim_spbm_reads_like_spbm_and_its_gpu_accumulator_wraps_at_32_bit_mj() -
     assert first["gpu"].kind == "gpu" and first["gpu"].source == "sim:spbm"
     sim.set_load(util_ratio=1.0, model_bytes=2**30)
     clock.advance(20)  # 61 W for 20 s: 1220 J, past the 500 J left before the wrap
-    raw_energy = spbm.capture()[2][1]
+    raw_energy = spbm.capture().channels[2][1]
     assert raw_energy is not None and int(raw_energy) < 1_000_000_000  # the raw count wrapped
     later = {r.sensor: r for r in spbm.decode(spbm.capture())}
     assert later["gpu"].energy_j == pytest.approx(1220.0, abs=0.002)  # decoded across the wrap

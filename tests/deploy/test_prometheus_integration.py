@@ -143,6 +143,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path)
         "power1_input": "31000000",  # µW
         "energy1_label": "sys_total",
         "energy1_input": "5000000",  # µJ
+        "prochot": "0",  # spbm's status attributes (spark_hwmon spbm.c: "%u\n")
+        "pl_level": "2",
     }.items():
         (chip / name).write_text(content + "\n")
     (tmp / "meminfo").write_text(GB10_MEMINFO)
@@ -256,6 +258,11 @@ def test_contract_metrics_of_both_nodes(stack: Stack) -> None:
         ("spark-1", "sys_total", "system", "71.4"),
         ("spark-1", "dc_input", "system", "74.256"),
         ("spark-1", "gpu", "gpu", "45"),
+    }
+    status = prom.query("sparkwatch_sensor_status")
+    assert {(s["metric"]["node"], s["metric"]["status"], s["value"][1]) for s in status} == {
+        ("spark-2", "prochot", "0"),
+        ("spark-2", "pl_level", "2"),
     }
 
 

@@ -12,8 +12,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
-from sparkwatch_agent.hardware.readings import SensorKind, SensorReading
+from sparkwatch_agent.hardware.readings import SensorKind, SensorReading, StatusReading
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,24 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-#: Per channel, the raw bytes of its power and energy attributes (``None``: absent or unreadable).
-SensorCapture = tuple[tuple[bytes | None, bytes | None], ...]
+#: Status attributes a chip may have beside its channels, read as integers: spbm's PROCHOT flag and its
+#: current power-limit level (``%u``; the spark_hwmon driver puts them in its hwmon directory).
+STATUS_FILES = ("prochot", "pl_level")
+
+
+class SensorCapture(NamedTuple):
+    """One tick's raw bytes (``None``: absent or unreadable): per channel its power and energy attributes,
+    and each status attribute."""
+
+    channels: tuple[tuple[bytes | None, bytes | None], ...]
+    statuses: tuple[bytes | None, ...] = ()
+
+
+@dataclass(slots=True)
+class _Status:
+    name: str
+    source: str
+    attribute: _Attribute
 
 
 class HwmonSensors:
@@ -127,10 +144,27 @@ class HwmonSensors:
 
     def __init__(self, root: Path = Path("/sys/class/hwmon")) -> None:
         self._channels = self._discover(root)
+        self._statuses = self._discover_statuses(root)
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(c.sensor for c in self._channels)
+        """The channels' and the status attributes' names (empty: nothing to read here)."""
+        return (*(c.sensor for c in self._channels), *(s.name for s in self._statuses))
+
+    @staticmethod
+    def _discover_statuses(root: Path) -> tuple[_Status, ...]:
+        statuses: dict[str, _Status] = {}
+        try:
+            chips = sorted(root.iterdir(), key=lambda p: p.name) if root.is_dir() else []
+        except OSError:
+            return ()
+        for chip_dir in chips:
+            chip = _read_text(chip_dir / "name") or chip_dir.name
+            for file in STATUS_FILES:
+                if (chip_dir / file).is_file():
+                    name = file if file not in statuses else f"{file}_{sensor_name(chip_dir.name)}"
+                    statuses[name] = _Status(name, f"hwmon:{chip}", _Attribute(chip_dir / file))
+        return tuple(statuses.values())
 
     @staticmethod
     def _discover(root: Path) -> tuple[Channel, ...]:
@@ -180,17 +214,27 @@ class HwmonSensors:
         return tuple(channels.values())
 
     def capture(self) -> SensorCapture:
-        """Every channel's attributes, unparsed (a tick only reads; ``decode`` parses later)."""
-        return tuple(
-            (
-                ch.power.capture() if ch.power is not None else None,
-                ch.energy.capture() if ch.energy is not None else None,
-            )
-            for ch in self._channels
+        """Every channel's and status's attributes, unparsed (a tick only reads; ``decode`` parses later)."""
+        return SensorCapture(
+            tuple(
+                (
+                    ch.power.capture() if ch.power is not None else None,
+                    ch.energy.capture() if ch.energy is not None else None,
+                )
+                for ch in self._channels
+            ),
+            tuple(status.attribute.capture() for status in self._statuses),
         )
 
     def decode(self, captured: SensorCapture) -> tuple[SensorReading, ...]:
-        return decode_channels(self._channels, captured)
+        return decode_channels(self._channels, captured.channels)
+
+    def decode_status(self, captured: SensorCapture) -> tuple[StatusReading, ...]:
+        """The status attributes' integers; ``None`` where one could not be read or parsed."""
+        return tuple(
+            StatusReading(status.name, status.source, _int(raw))
+            for status, raw in zip(self._statuses, captured.statuses, strict=True)
+        )
 
     def read(self) -> tuple[SensorReading, ...]:
         return self.decode(self.capture())
@@ -200,9 +244,13 @@ class HwmonSensors:
             for attribute in (ch.power, ch.energy):
                 if attribute is not None:
                     attribute.close()
+        for status in self._statuses:
+            status.attribute.close()
 
 
-def decode_channels(channels: tuple[Channel, ...], captured: SensorCapture) -> tuple[SensorReading, ...]:
+def decode_channels(
+    channels: tuple[Channel, ...], captured: tuple[tuple[bytes | None, bytes | None], ...]
+) -> tuple[SensorReading, ...]:
     """Readings of one capture. Energy accumulates across calls, so captures go in in order."""
     out = []
     for ch, (power_raw, energy_raw) in zip(channels, captured, strict=True):

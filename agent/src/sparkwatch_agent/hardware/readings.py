@@ -164,6 +164,18 @@ class SensorReading:
         }
 
 
+class StatusReading(NamedTuple):
+    """A dimensionless status a power controller reports (spbm: ``prochot``, ``pl_level``); ``None`` when it
+    could not be read this tick."""
+
+    name: str
+    source: str  # hwmon:<chip name>
+    value: int | None
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "source": self.source, "value": self.value}
+
+
 class DeviceError(Exception):
     """A device-level NVML failure (library missing, driver not loaded, GPU lost): not a field gap."""
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from sparkwatch_agent.hardware.hwmon import Channel, SensorCapture, decode_channels
 from sparkwatch_agent.hardware.meminfo import MeminfoReader
-from sparkwatch_agent.hardware.readings import SensorReading
+from sparkwatch_agent.hardware.readings import SensorReading, StatusReading
 from sparkwatch_agent.shared.units import GIB
 
 #: Where the simulated spbm channels say they come from.
@@ -178,14 +178,19 @@ class SimSpbm:
         spec = self._sim.spec
         sys_w = float(state["sys_power_w"])
         gpu_mj = spec.spbm_gpu_start_mj + int((float(state["energy_j"]) - spec.energy_start_j) * 1000)
-        return (
-            (b"%d\n" % round(sys_w * 1e6), None),
-            (b"%d\n" % round(sys_w * spec.dc_input_ratio * 1e6), None),
-            (b"%d\n" % round(float(state["power_w"]) * 1e6), b"%d\n" % (gpu_mj % 2**32 * 1000)),
+        return SensorCapture(
+            (
+                (b"%d\n" % round(sys_w * 1e6), None),
+                (b"%d\n" % round(sys_w * spec.dc_input_ratio * 1e6), None),
+                (b"%d\n" % round(float(state["power_w"]) * 1e6), b"%d\n" % (gpu_mj % 2**32 * 1000)),
+            )
         )
 
     def decode(self, captured: SensorCapture) -> tuple[SensorReading, ...]:
-        return decode_channels(self._channels, captured)
+        return decode_channels(self._channels, captured.channels)
+
+    def decode_status(self, captured: SensorCapture) -> tuple[StatusReading, ...]:
+        return ()  # the simulated spbm has no status attributes
 
     def close(self) -> None:
         pass

@@ -6,7 +6,7 @@ import json
 import math
 from typing import NamedTuple
 
-from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading
+from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading, StatusReading
 from sparkwatch_agent.shared.protocol import FRAME_SAMPLE
 
 
@@ -28,6 +28,7 @@ class Sample(NamedTuple):
     memory: HostMemory | None
     memory_error: str | None
     sensors: tuple[SensorReading, ...]
+    status: tuple[StatusReading, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -44,6 +45,7 @@ class Sample(NamedTuple):
             "memory": self.memory.to_json() if self.memory is not None else None,
             "memory_error": self.memory_error,
             "sensors": [s.to_json() for s in self.sensors],
+            "status": [s.to_json() for s in self.status],
         }
 
 
@@ -98,6 +100,9 @@ def encode_sample(s: Sample) -> bytes:
         f'"energy_j":{_num(x.energy_j)}}}'
         for x in s.sensors
     )
+    status = ",".join(
+        f'{{"name":{_str(x.name)},"source":{_str(x.source)},"value":{_num(x.value)}}}' for x in s.status
+    )
     gpu_error = "null" if s.gpu_error is None else _str(s.gpu_error)
     memory_error = "null" if s.memory_error is None else _str(s.memory_error)
     return (
@@ -105,5 +110,5 @@ def encode_sample(s: Sample) -> bytes:
         f'"t_wall_ns":{s.t_wall_ns},"t_mono_ns":{s.t_mono_ns},'
         f'"read_duration_s":{_num(round(s.read_duration_s, 7))},"interval_s":{_num(s.interval_s)},'
         f'"gpu_error":{gpu_error},"gpus":[{",".join(_gpu_frame(g) for g in s.gpus)}],'
-        f'"memory":{memory},"memory_error":{memory_error},"sensors":[{sensors}]}}'
+        f'"memory":{memory},"memory_error":{memory_error},"sensors":[{sensors}],"status":[{status}]}}'
     ).encode()

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from sparkwatch_agent.hardware.gpu_backend import GpuBackend
 from sparkwatch_agent.hardware.hwmon import SensorCapture
-from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading
+from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading, StatusReading
 from sparkwatch_agent.sampling.gpu_session import GpuKeeper, GpuSession
 from sparkwatch_agent.sampling.leases import IntervalLeases
 from sparkwatch_agent.sampling.ring import SampleRing
@@ -57,6 +57,8 @@ class SensorReader(Protocol):
     def capture(self) -> SensorCapture: ...
 
     def decode(self, captured: SensorCapture) -> tuple[SensorReading, ...]: ...
+
+    def decode_status(self, captured: SensorCapture) -> tuple[StatusReading, ...]: ...
 
     def close(self) -> None: ...
 
@@ -271,9 +273,10 @@ class Sampler:
         for reading in gpus:
             for field_name, reason in reading.read_errors:
                 self._count_error(field_name, reason)
-        sensors = (
-            self._sensors.decode(sensors_raw) if sensors_raw is not None and self._sensors is not None else ()
-        )
+        sensors: tuple[SensorReading, ...] = ()
+        status: tuple[StatusReading, ...] = ()
+        if sensors_raw is not None and self._sensors is not None:
+            sensors, status = self._sensors.decode(sensors_raw), self._sensors.decode_status(sensors_raw)
         return self._sample(
             captured,
             gpus=gpus,
@@ -281,6 +284,7 @@ class Sampler:
             memory=memory,
             memory_error=memory_error,
             sensors=sensors,
+            status=status,
         )
 
     def _undecodable(self, captured: Captured, exc: Exception) -> Sample:
@@ -298,6 +302,7 @@ class Sampler:
         memory: HostMemory | None,
         memory_error: str | None,
         sensors: tuple[SensorReading, ...],
+        status: tuple[StatusReading, ...] = (),
     ) -> Sample:
         seq, t_wall, t_mono, duration, interval_s = captured[:5]
         return Sample(
@@ -313,6 +318,7 @@ class Sampler:
             memory=memory,
             memory_error=memory_error,
             sensors=sensors,
+            status=status,
         )
 
     # ---- the loop ----------------------------------------------------------------------------------

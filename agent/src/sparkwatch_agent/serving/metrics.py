@@ -190,6 +190,15 @@ class SnapshotCollector(Collector):
                 energy.add_metric([snap.node, s.sensor, s.kind], s.energy_j)
         yield power
         yield energy
+        status = GaugeMetricFamily(
+            "sparkwatch_sensor_status",
+            "A power controller's status value as its driver gives it (spbm: prochot, pl_level).",
+            labels=["node", "status", "source"],
+        )
+        for x in snap.sample.status if snap.sample is not None else ():
+            if x.value is not None:
+                status.add_metric([snap.node, x.name, x.source], float(x.value))
+        yield status
 
     @staticmethod
     def _agent_metrics(snap: Snapshot, node: str) -> Iterator[Metric]:
