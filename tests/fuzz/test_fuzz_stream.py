@@ -417,3 +417,28 @@ def test_a_hello_with_null_parts_still_exports(store: Store, real_stream: RealSt
     rows = expected_rows([[message]])
     assert stored_rows(store, node) == rows and len(rows) == 12
     _check_export(store, node, rows)
+
+
+@pytest.mark.parametrize(
+    ("case", "gpus"),
+    [
+        ("list-uuid", [{"uuid": [], "max_sm_clock_hz": 3.0e9}]),
+        ("object", {"uuid": "x"}),
+        ("int", 5),
+        ("items", [7, None]),
+    ],
+)
+def test_a_hello_with_odd_gpu_facts_still_exports(
+    store: Store, real_stream: RealStream, case: str, gpus: JSON
+) -> None:
+    """The nightly run's find after the clock signals came in: a hello whose ``hardware.gpus[].uuid`` was a
+    list made the node's export a 500 (the maximum SM clocks are looked up by UUID)."""
+    hello = {**real_stream.hello, "hardware": {**real_stream.hello["hardware"], "gpus": gpus}}
+    message = "\n".join([_dump(hello), *(_dump(s) for s in real_stream.samples)])
+    node = f"n-odd-gpus-{case}"
+    ingest = StreamIngest(store, LinkState(node=node, transport="fuzz"))
+    ingest.feed(message)
+    ingest.flush()
+    rows = expected_rows([[message]])
+    assert stored_rows(store, node) == rows and len(rows) == 12
+    _check_export(store, node, rows)

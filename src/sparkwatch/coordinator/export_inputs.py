@@ -125,8 +125,12 @@ def _signal_tracks(reads: Sequence[BootRead], hello: dict[str, Any] | None) -> l
     clock = _joined([r.signals.sm_clock_hz for r in reads], np.float64)
     temp = _joined([r.signals.temperature_c for r in reads], np.float64)
     reasons = _joined([r.signals.reasons for r in reads], np.int64)
-    gpus = ((hello or {}).get("hardware") or {}).get("gpus") or []
-    maxima = {g.get("uuid"): g.get("max_sm_clock_hz") for g in gpus if isinstance(g, dict)}
+    gpus = ((hello or {}).get("hardware") or {}).get("gpus")
+    maxima = {
+        g["uuid"]: g.get("max_sm_clock_hz")
+        for g in (gpus if isinstance(gpus, list) else ())
+        if isinstance(g, dict) and isinstance(g.get("uuid"), str)
+    }
     out = []
     for uuid in dict.fromkeys(uuids.tolist()):
         mine = uuids == uuid
