@@ -241,6 +241,8 @@ async def test_sim_throttle_episodes_are_driven_and_bad_ones_refused(agent: Test
     await asyncio.sleep(0.06)
     text = await (await agent.get("/metrics")).text()
     assert re.search(r'^sparkwatch_gpu_clock_event_active\{[^}]*reason="sw_thermal"[^}]*\} 1\.0$', text, re.M)
+    assert 'reason="hw_power_brake"' in text  # a reason the GPU can report, inactive: 0
+    assert 'reason="display_clocks"' not in text  # one it says it cannot report: no series
     assert re.search(r"^sparkwatch_gpu_sm_clock_hertz\{[^}]*\} 9(\.0)?e\+08$", text, re.M)
     r = await agent.post("/v1/sim/load", json={"throttle": None})
     assert r.status == 200

@@ -68,6 +68,8 @@ class GpuFacts:
     pcie_link_trusted: bool
     capabilities: dict[str, FieldStatus]
     max_sm_clock_hz: float | None = None  # nvmlDeviceGetMaxClockInfo(SM): the clock ratio's denominator
+    #: nvmlDeviceGetSupportedClocksEventReasons: the reasons this GPU can report (None: it does not say)
+    clock_events_supported: int | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -81,6 +83,7 @@ class GpuFacts:
                 "trusted": self.pcie_link_trusted,
             },
             "max_sm_clock_hz": self.max_sm_clock_hz,
+            "clock_events_supported": self.clock_events_supported,
         }
 
 

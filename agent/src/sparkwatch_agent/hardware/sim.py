@@ -21,6 +21,9 @@ from sparkwatch_agent.hardware.meminfo import MeminfoReader
 from sparkwatch_agent.hardware.readings import SensorReading, StatusReading
 from sparkwatch_agent.shared.units import GIB
 
+#: The clock event reasons the simulated GPU can report: idle, power cap, slowdowns, thermal, power brake
+#: (not applications/display clocks, sync boost, board limit or reliability).
+SIM_SUPPORTED_CLOCK_EVENTS = 0x1 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 #: Where the simulated spbm channels say they come from.
 SIM_SPBM_SOURCE = "sim:spbm"
 
@@ -304,6 +307,10 @@ class SimNvml:
         if clock_type != 1:
             raise SimNvmlError(_NOT_SUPPORTED)
         return self._sim.spec.sm_clock_max_mhz
+
+    def nvmlDeviceGetSupportedClocksEventReasons(self, handle: Any) -> int:
+        self._check(handle)
+        return SIM_SUPPORTED_CLOCK_EVENTS
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         self._check(handle)

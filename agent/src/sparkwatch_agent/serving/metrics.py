@@ -99,20 +99,24 @@ class SnapshotCollector(Collector):
 
     @staticmethod
     def _clock_event_metrics(snap: Snapshot) -> Metric:
-        """1 per reason NVML gives now for holding the clocks down, 0 per reason it does not; no series
-        while the reasons are not known."""
+        """1 per reason NVML gives now for holding the clocks down, 0 per reason it does not, for the reasons
+        the GPU says it can report (all named ones when it does not say); no series while unknown."""
         family = GaugeMetricFamily(
             "sparkwatch_gpu_clock_event_active",
             "1 while NVML reports this clock event (throttle) reason for the GPU, else 0.",
             labels=[*GPU_LABELS, "reason"],
         )
         sample = snap.sample
+        inventory = snap.inventory if snap.gpu_ok else None
+        supported = {g.uuid: g.clock_events_supported for g in (inventory.gpus if inventory else ())}
         for r in sample.gpus if sample is not None and snap.gpu_ok else ():
             if r.clock_event_reasons is None:
                 continue
+            mask = supported.get(r.uuid)
             for bit, reason in CLOCK_EVENT_REASONS.items():
-                active = 1.0 if r.clock_event_reasons & bit else 0.0
-                family.add_metric([snap.node, str(r.gpu_index), r.uuid, reason], active)
+                if mask is None or mask & bit or r.clock_event_reasons & bit:  # what the GPU can report
+                    active = 1.0 if r.clock_event_reasons & bit else 0.0
+                    family.add_metric([snap.node, str(r.gpu_index), r.uuid, reason], active)
         return family
 
     @staticmethod

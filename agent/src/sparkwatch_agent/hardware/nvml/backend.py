@@ -145,8 +145,19 @@ class NvmlBackend:
             pcie_link_trusted=model != "unified",
             capabilities=caps,
             max_sm_clock_hz=self._max_sm_clock_hz(handle),
+            clock_events_supported=self._supported_clock_events(handle),
         )
         return facts, self._device(index, handle, uuid, caps, readers), model
+
+    def _supported_clock_events(self, handle: Any) -> int | None:
+        for name in (
+            "nvmlDeviceGetSupportedClocksEventReasons",
+            "nvmlDeviceGetSupportedClocksThrottleReasons",
+        ):
+            mask = self._optional(getattr(self._lib, name, None), handle)
+            if isinstance(mask, int):
+                return mask
+        return None
 
     def _max_sm_clock_hz(self, handle: Any) -> float | None:
         mhz = self._optional(getattr(self._lib, "nvmlDeviceGetMaxClockInfo", None), handle, CLOCK_SM)
