@@ -409,14 +409,7 @@ def test_the_oracle_and_the_decoder_agree_on_the_real_frames(store: Store, real_
 def test_a_hello_with_null_parts_still_exports(store: Store, real_stream: RealStream) -> None:
     """The nightly run's find: a hello with ``"hardware": null`` made the node's export a 500."""
     hello = {**real_stream.hello, "hardware": None, "capabilities": None, "memory_model": None}
-    message = "\n".join([_dump(hello), *(_dump(s) for s in real_stream.samples)])
-    node = "n-null-hello"
-    ingest = StreamIngest(store, LinkState(node=node, transport="fuzz"))
-    ingest.feed(message)
-    ingest.flush()
-    rows = expected_rows([[message]])
-    assert stored_rows(store, node) == rows and len(rows) == 12
-    _check_export(store, node, rows)
+    _stored_and_exported(store, "n-null-hello", hello, real_stream.samples)
 
 
 @pytest.mark.parametrize(
@@ -434,8 +427,14 @@ def test_a_hello_with_odd_gpu_facts_still_exports(
     """The nightly run's find after the clock signals came in: a hello whose ``hardware.gpus[].uuid`` was a
     list made the node's export a 500 (the maximum SM clocks are looked up by UUID)."""
     hello = {**real_stream.hello, "hardware": {**real_stream.hello["hardware"], "gpus": gpus}}
-    message = "\n".join([_dump(hello), *(_dump(s) for s in real_stream.samples)])
-    node = f"n-odd-gpus-{case}"
+    _stored_and_exported(store, f"n-odd-gpus-{case}", hello, real_stream.samples)
+
+
+def _stored_and_exported(
+    store: Store, node: str, hello: dict[str, JSON], samples: list[dict[str, JSON]]
+) -> None:
+    """The real samples behind this hello are all stored, and the node's export answers."""
+    message = "\n".join([_dump(hello), *(_dump(s) for s in samples)])
     ingest = StreamIngest(store, LinkState(node=node, transport="fuzz"))
     ingest.feed(message)
     ingest.flush()
