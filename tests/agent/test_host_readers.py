@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from sparkwatch_agent.hardware.host_facts import cpu_model, os_name
-from sparkwatch_agent.hardware.hwmon import EnergyAccumulator, HwmonSensors
+from sparkwatch_agent.hardware.hwmon import EnergyAccumulator, HwmonSensors, classify
 from sparkwatch_agent.hardware.meminfo import MeminfoReader, parse_meminfo
 from sparkwatch_agent.hardware.readings import StatusReading
 
@@ -175,3 +175,19 @@ def test_energy_accumulator_ignores_small_backward_jitter() -> None:
     acc.update(10_000_000_000)
     assert acc.update(9_999_900_000) == 0.0  # 0.1 J back: jitter, not a reset adding 10 kJ
     assert acc.update(10_001_000_000) == pytest.approx(1.1)
+
+
+@pytest.mark.parametrize(
+    ("label", "chip", "kind"),
+    [
+        ("gpu", "spbm", "gpu"),  # jaim12005/spark_hwmon: the GPU module's power and accumulator
+        ("gpu_out", "spbm", "gpu"),  # edisonchan/spark_hwmon: its rails and accumulators
+        ("gpm", "spbm", "gpu"),
+        ("gpc_in", "spbm", "gpu"),
+        ("sys_in", "spbm", "other"),  # not one of the documented whole-node labels: never promoted
+        ("dc_input", "spbm", "system"),
+        ("Module Power Socket 0", "grace", "module"),
+    ],
+)
+def test_both_spbm_forks_labels_are_classified(label: str, chip: str, kind: str) -> None:
+    assert classify(label, chip) == kind

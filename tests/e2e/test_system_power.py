@@ -37,7 +37,8 @@ class Spbm:
     """One node's scripted hwmon tree; ``write`` puts the script's state at time ``t`` into the files."""
 
     root: pathlib.Path
-    rail: str  # the gpu rail's label: "gpu" in one fork, "gpu_out" in the other
+    rail: str  # the gpu rail's power label: "gpu" in jaim12005/spark_hwmon, "gpu_out" in edisonchan's
+    accumulator: str  # its energy label: "gpu" in the first (one channel with both), "gpm" in the second
     # 125 J before the wrap: the agents start in a few seconds at 5 W, and the first window (≈ 140 J at 41 W)
     # crosses it; the test checks that it did
     rail_mj: float = WRAP_MJ - 125_000.0
@@ -52,7 +53,7 @@ class Spbm:
             "power1_label": "sys_total",
             "power2_label": "dc_input",
             "power3_label": self.rail,
-            "energy1_label": self.rail,
+            "energy1_label": self.accumulator,
         }
         for name, text in files.items():
             (spbm / name).write_text(text + "\n")
@@ -116,7 +117,7 @@ class Rig:
 
 @pytest.fixture
 def rig(tmp_path: pathlib.Path, fake_nvml_dir: pathlib.Path) -> Iterator[Rig]:
-    trees = [Spbm(tmp_path / "a" / "hwmon", "gpu"), Spbm(tmp_path / "b" / "hwmon", "gpu_out")]
+    trees = [Spbm(tmp_path / "a" / "hwmon", "gpu", "gpu"), Spbm(tmp_path / "b" / "hwmon", "gpu_out", "gpm")]
     trees[0].create(with_meter=False)
     trees[1].create(with_meter=True)
     control = tmp_path / "nvml.control"
@@ -202,28 +203,35 @@ def test_system_domains_match_the_script_and_leave_the_gpu_figures_alone(rig: Ri
         )
     window_s = [(w["t_end_ns"] - w["t_start_ns"]) / 1e9 for w in windows]
     nodes = {n["node"]: n for n in export["nodes"]}
-    for name, rail in (("spark-a", "gpu"), ("spark-b", "gpu_out")):
+    for name, rail, counter in (("spark-a", "gpu", "gpu"), ("spark-b", "gpu_out", "gpm")):
         node = nodes[name]
         domains = {d["domain"]: d for d in node["system"]["domains"]}
         assert node["system"]["headline_domain"] == "dc_input"
-        assert {d: (domains[d]["kind"], domains[d]["source"]) for d in ("sys_total", "dc_input", rail)} == {
+        described = {
+            d: (domains[d]["kind"], domains[d]["source"]) for d in ("sys_total", "dc_input", rail, counter)
+        }
+        assert described == {
             "sys_total": ("system", "hwmon:spbm"),
             "dc_input": ("system", "hwmon:spbm"),
-            rail: ("gpu", "hwmon:spbm"),
+            rail: ("gpu", "hwmon:spbm"),  # a GPU rail is never system power, under either fork's name
+            counter: ("gpu", "hwmon:spbm"),
         }
         assert domains["sys_total"]["energy_method"] == "trapezoid"  # spbm has no accumulator for it
-        assert domains[rail]["energy_method"] == "counter"
+        assert domains[counter]["energy_method"] == "counter"
         assert domains["sys_total"]["power_w"]["gated_mean"] == pytest.approx(BUSY_W, rel=0.005)
         assert domains["dc_input"]["power_w"]["gated_mean"] == pytest.approx(BUSY_W * DC_RATIO, rel=0.005)
         assert domains[rail]["power_w"]["gated_mean"] == pytest.approx(RAIL_BUSY_W, rel=0.005)
         scope_s = export["method"]["scope_s"]
         assert domains["sys_total"]["energy_j"] == pytest.approx(BUSY_W * scope_s, rel=0.01)
-        assert domains[rail]["energy_j"] == pytest.approx(RAIL_BUSY_W * scope_s, rel=0.01)  # across the wrap
+        assert domains[rail]["energy_j"] == pytest.approx(RAIL_BUSY_W * scope_s, rel=0.01)
+        assert domains[counter]["energy_j"] == pytest.approx(
+            RAIL_BUSY_W * scope_s, rel=0.01
+        )  # across the wrap
         for k, window in enumerate(export["windows"]):
             entry = next(e for e in window["nodes"] if e["node"] == name)
             per_domain = {d["domain"]: d for d in entry["system"]}
             assert per_domain["sys_total"]["energy_j"] == pytest.approx(BUSY_W * window_s[k], rel=0.01)
-            assert per_domain[rail]["energy_j"] == pytest.approx(RAIL_BUSY_W * window_s[k], rel=0.01)
+            assert per_domain[counter]["energy_j"] == pytest.approx(RAIL_BUSY_W * window_s[k], rel=0.01)
             assert per_domain["dc_input"]["coverage_ratio"] == pytest.approx(1.0, abs=0.01)
         # the GPU figures are NVML's, as before: the fake library draws 5 + 0.45 W per utilisation point
         assert node["power_w"]["gated_mean"] == pytest.approx(5.0 + 0.45 * 80, rel=0.005)

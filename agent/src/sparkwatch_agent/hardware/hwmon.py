@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 _CHANNEL = re.compile(r"^(power|energy)(\d+)_(input|average|label)$")
 _SYSTEM_LABELS = frozenset({"sys_total", "dc_input", "sys", "system", "total", "psu", "input"})
+#: Label stems of GPU parts: one spbm fork names the GPU module's accumulator ``gpm`` and the graphics
+#: clusters' rails ``gpc_in``/``gpc_out`` (edisonchan/spark_hwmon), the other calls the accumulator ``gpu``.
+_GPU_PARTS = frozenset({"gpm", "gpc"})
 #: Moduli tried, smallest first, when an accumulator goes backwards: 32-bit counts of µJ or of mJ, 64-bit.
 _WRAP_MODULI = (2**32, 2**32 * 1000, 2**64)
 
@@ -31,7 +34,7 @@ def classify(label: str, chip: str) -> SensorKind:
         return "system"
     if low.startswith("module power"):
         return "module"
-    if "gpu" in low or chip in {"amdgpu", "nouveau"}:
+    if "gpu" in low or low.split("_")[0] in _GPU_PARTS or chip in {"amdgpu", "nouveau"}:
         return "gpu"
     if "cpu" in low or low.startswith("grace"):
         return "cpu"
