@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sparkwatch.core.domains import headline_entry
 from sparkwatch_agent.shared.units import GIB
 
 
@@ -95,10 +96,7 @@ def _totals_lines(totals: dict[str, Any], with_system: bool) -> list[str]:
 
 def system_watts(node: dict[str, Any]) -> float | None:
     """The gated mean of the node's headline (whole-node) domain; None without one."""
-    system = node.get("system")
-    if not system or system.get("headline_domain") is None:
-        return None
-    entry = next((d for d in system["domains"] if d["domain"] == system["headline_domain"]), None)
+    entry = headline_entry(node)
     return None if entry is None else entry["power_w"]["gated_mean"]
 
 

@@ -76,6 +76,13 @@ def headline_domain(domains: Sequence[DomainInput]) -> str | None:
     return next((d.domain for d in domains if d.kind == "system" and d.source == HEADLINE_SOURCE), None)
 
 
+def headline_entry(node: dict[str, Any]) -> dict[str, Any] | None:
+    """An exported node's headline domain entry (from ``nodes[].system``); None without one."""
+    system = node.get("system") or {}
+    headline = system.get("headline_domain")
+    return next((d for d in system.get("domains", []) if d["domain"] == headline), None) if headline else None
+
+
 def domain_figures(
     domains: Sequence[DomainInput], scope: Scope, threshold: float, starts: I64, ends: I64
 ) -> DomainFigures:

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.export_nodes import NodeFigures, Plan, node_figures, rounded, spans, sum_known
 from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
 from sparkwatch.core.json_pieces import canonical, json_pieces
@@ -191,19 +192,17 @@ def _totals(
 def _system_note(export: dict[str, Any]) -> str:
     """What the notes say of system power: each node's headline domain and the totals, when any node has
     one (gpuPowerWatts stays GPU-rail power)."""
+    if not any(node.get("system") for node in export["nodes"]):
+        return ""
     parts = []
     for node in export["nodes"]:
-        system = node.get("system") or {}
-        headline = system.get("headline_domain")
-        domain = next((d for d in system.get("domains", []) if d["domain"] == headline), None)
+        domain = headline_entry(node)
         if domain is not None:
             watts = domain["power_w"]["gated_mean"]
             shown = f"{watts:.1f} W" if watts is not None else "n/a"
-            parts.append(f"{node['node']} {shown} ({headline}, {domain['source']})")
+            parts.append(f"{node['node']} {shown} ({domain['domain']}, {domain['source']})")
         else:
             parts.append(f"{node['node']} n/a (no sensor)")
-    if not any(node.get("system") for node in export["nodes"]):
-        return ""
     totals = export["totals"]
     energy, per_token = totals.get("system_energy_j"), totals.get("system_joules_per_token")
     return (
