@@ -240,6 +240,16 @@ def test_unit_settings(unit: str) -> None:
     assert "StandardOutput" not in s and "StandardError" not in s  # stderr goes to the journal
 
 
+@pytest.mark.parametrize("unit", UNITS)
+def test_unit_lets_journald_read_the_log_priority_prefix(unit: str) -> None:
+    """Both CLIs start each log line with `<N>` when stderr is the journal (shared/journal_log.py);
+    journald honours it only while SyslogLevelPrefix= stays on (the default): `journalctl -p warning`."""
+    s = unit_settings(unit)
+    assert s.get("SyslogLevelPrefix", ["yes"]) == ["yes"], (
+        f"{unit}: SyslogLevelPrefix={s['SyslogLevelPrefix']}"
+    )
+
+
 def test_agent_unit_keeps_gpu_and_proc_access() -> None:
     s = unit_settings(AGENT_UNIT)
     assert s.get("PrivateDevices", ["no"]) == ["no"]  # would hide /dev/nvidia*

@@ -1,22 +1,24 @@
-"""`sparkwatch-agent` command line: serve | stream --stdio | probe. Errors are one line, exit code 2."""
+"""`sparkwatch-agent` command line: serve | stream --stdio | probe. Errors are one line, exit code 2; a probe
+that could not read a GPU prints what it read and exits 1."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import logging
 import sys
 from pathlib import Path
 
 from sparkwatch_agent import __version__
 from sparkwatch_agent.assemble import assemble
 from sparkwatch_agent.config import BACKENDS, AgentConfig, ConfigError, build_config, load_toml
-from sparkwatch_agent.serving.probe import probe
+from sparkwatch_agent.sampling.sampler import Sampler
+from sparkwatch_agent.serving.probe import EXIT_GPU_UNREAD, probe
 from sparkwatch_agent.serving.serve import serve
 from sparkwatch_agent.serving.stdio import run_stdio
 from sparkwatch_agent.shared.auth import AuthConfigError
 from sparkwatch_agent.shared.http import BindError
+from sparkwatch_agent.shared.journal_log import configure_logging
 
 PROG = "sparkwatch-agent"
 
@@ -60,7 +62,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--stdio", action="store_true", required=True, help="frames on stdout, commands on stdin"
     )
     _add_common(stream_p)
-    probe_p = sub.add_parser("probe", help="print capabilities, hardware and one sample as JSON")
+    probe_p = sub.add_parser(
+        "probe", help="print capabilities, hardware and one sample as JSON; exit 1 when no GPU was read"
+    )
     _add_common(probe_p)
     return parser
 
@@ -82,11 +86,18 @@ def _config_from(args: argparse.Namespace) -> AgentConfig:
     return build_config(flags, file_values)
 
 
+def _probe(sampler: Sampler) -> int:
+    result = probe(sampler)
+    print(json.dumps(result.report, indent=2), flush=True)
+    if result.gpu_problem is not None:
+        print(f"{PROG}: probe: no GPU read: {result.gpu_problem}", file=sys.stderr)
+        return EXIT_GPU_UNREAD
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     try:
         config = _config_from(args)
         parts = assemble(config)
@@ -94,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(serve(config, parts.sampler, parts.sim))
         if args.command == "stream":
             return run_stdio(parts.sampler)
-        print(json.dumps(probe(parts.sampler), indent=2))
-        return 0
+        return _probe(parts.sampler)
     except (ConfigError, AuthConfigError, BindError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

@@ -92,6 +92,26 @@ def load_toml(path: Path) -> dict[str, Any]:
     return dict(section)
 
 
+#: Settings that name host files the sim backend never reads: its memory and sensors are simulated.
+_HOST_PATHS = (("meminfo_path", "--meminfo-path"), ("hwmon_root", "--hwmon-root"))
+
+
+def _refuse_host_paths_with_sim(flags: dict[str, Any], file_values: dict[str, Any]) -> None:
+    """A host path with the sim backend would be ignored silently, so a user who meant to read it would
+    take simulated numbers for their machine's; refused, naming where each setting came from."""
+
+    def origin(key: str, flag: str) -> str:
+        return flag if flags.get(key) is not None else f"{key} (config file)"
+
+    for key, flag in _HOST_PATHS:
+        if flags.get(key) is not None or file_values.get(key) is not None:
+            backend = "--backend sim" if flags.get("backend") is not None else "backend = 'sim' (config file)"
+            raise ConfigError(
+                f"{origin(key, flag)} cannot be combined with {backend}: the simulated GB10 has its own "
+                f"memory and sensors and reads no host files; drop one of them"
+            )
+
+
 def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentConfig:
     """Flags (``None`` = not given) win over the file, the file over defaults."""
 
@@ -109,6 +129,8 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
     backend = pick("backend", "nvml")
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "sim":
+        _refuse_host_paths_with_sim(flags, file_values)
     ring_size = int(pick("ring_size", DEFAULT_RING_SIZE))
     if ring_size < 10:
         raise ConfigError(f"ring_size must be at least 10, got {ring_size}")

@@ -6,10 +6,14 @@ MemTotal − MemAvailable, so we compute exactly that from the kernel's own numb
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 from pathlib import Path
 
 from sparkwatch_agent.hardware.readings import HostMemory
+
+log = logging.getLogger(__name__)
 
 #: Line prefixes we need (newline-anchored, so "Cached:" never matches "SwapCached:").
 _KEYS = (
@@ -68,20 +72,36 @@ class MeminfoReader:
     """Re-reads one open meminfo file with ``pread`` each call (procfs regenerates it at offset 0), which
     saves an open and a close per tick; the path is injectable so tests can hand it a fixture.
 
-    A tick only captures the bytes; they are parsed later, in a batch (see ``Sampler``)."""
+    A tick only captures the bytes; they are parsed later, in a batch (see ``Sampler``). A file that cannot
+    be read, or is no meminfo file, raises ``OSError`` every tick (each sample says why its memory is null)
+    but is logged once, when it starts, not per sample: a line a second says nothing new."""
 
     def __init__(self, path: Path = Path("/proc/meminfo")) -> None:
         self._path = path
         self._fd: int | None = None
+        self._failing = False
 
     def capture(self) -> bytes:
-        if self._fd is None:
-            self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return os.pread(self._fd, 16384, 0)
-        except OSError:
+            if self._fd is None:
+                self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+            raw = os.pread(self._fd, 16384, 0)
+            if b"MemTotal:" not in raw:  # a fast C search; an empty or wrong file is not "all unknown"
+                raise OSError(errno.EINVAL, "no MemTotal line, not a meminfo file")
+        except OSError as exc:
             self.close()  # reopen next time: the file may have been replaced
+            if not self._failing:
+                self._failing = True
+                log.warning(
+                    "cannot read host memory from %s: %s; memory fields are null until it can be read",
+                    self._path,
+                    exc.strerror or exc,
+                )
             raise
+        if self._failing:
+            self._failing = False
+            log.info("host memory is readable again from %s", self._path)
+        return raw
 
     @staticmethod
     def decode(raw: bytes) -> HostMemory:

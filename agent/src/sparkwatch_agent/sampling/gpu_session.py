@@ -57,19 +57,23 @@ class GpuKeeper:
         """Attempts to open the backend after the first one."""
         return max(0, self._attempts - 1)
 
-    def capture(self, now_ns: int, seq: int, host_total: Callable[[], int | None]) -> Any:
+    def capture(
+        self, now_ns: int, seq: int, host_total: Callable[[], int | None], retries: bool = True
+    ) -> Any:
         """The backend's capture for sample ``seq`` (``None`` without a usable GPU). Opens the backend when
-        it is closed and its retry time has come; ``host_total`` (MemTotal) decides the memory model."""
+        it is closed and its retry time has come; ``host_total`` (MemTotal) decides the memory model.
+        ``retries`` False: a one-shot capture (the probe) whose failure is logged without promising a retry
+        that nothing will make."""
         if self._gpu is None:
             return None
         if not self._open:
-            self._open_now(now_ns, seq, host_total)
+            self._open_now(now_ns, seq, host_total, retries)
             if not self._open:
                 return None
         try:
             return self._gpu.capture()
         except DeviceError as exc:
-            self._failed(exc, now_ns, "read")
+            self._failed(exc, now_ns, "read", retries)
             return None
 
     def decode(self, captured: Any) -> tuple[GpuReading, ...]:
@@ -80,7 +84,7 @@ class GpuKeeper:
             self._gpu.close()
             self._open = False
 
-    def _open_now(self, now_ns: int, seq: int, host_total: Callable[[], int | None]) -> None:
+    def _open_now(self, now_ns: int, seq: int, host_total: Callable[[], int | None], retries: bool) -> None:
         assert self._gpu is not None
         if now_ns < self._retry_ns:
             return
@@ -88,7 +92,7 @@ class GpuKeeper:
         try:
             inventory, model = self._gpu.open(host_total())
         except DeviceError as exc:
-            self._failed(exc, now_ns, "open")
+            self._failed(exc, now_ns, "open", retries)
             return
         self._open = True
         self.session = GpuSession(
@@ -104,7 +108,7 @@ class GpuKeeper:
             "GPU backend %s open: %d GPU(s), memory model %s", self._gpu.name, len(inventory.gpus), model
         )
 
-    def _failed(self, exc: DeviceError, now_ns: int, stage: str) -> None:
+    def _failed(self, exc: DeviceError, now_ns: int, stage: str, retries: bool) -> None:
         assert self._gpu is not None
         first_failure = self._open or self._attempts <= 1
         self._open = False
@@ -113,4 +117,7 @@ class GpuKeeper:
         delay_s = self._backoff.next_delay_s()
         self._retry_ns = now_ns + int(delay_s * 1e9)
         level = logging.WARNING if first_failure else logging.DEBUG
-        log.log(level, "GPU %s failed (%s); retrying in %.1f s", stage, exc, delay_s)
+        if retries:
+            log.log(level, "GPU %s failed (%s); retrying in %.1f s", stage, exc, delay_s)
+        else:
+            log.log(level, "GPU %s failed (%s)", stage, exc)

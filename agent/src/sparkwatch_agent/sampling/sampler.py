@@ -196,16 +196,16 @@ class Sampler:
 
     # ---- one tick ----------------------------------------------------------------------------------
     def tick(self) -> Sample:
-        """Take one sample now and settle it (the loop captures on its deadlines and settles in
-        batches; the probe and tests call this while the loop is not running)."""
+        """Take one sample now and settle it (the loop captures on its deadlines and settles in batches;
+        the probe and tests call this while the loop is not running, so a GPU failure promises no retry)."""
         with self._lock:
-            self._capture()
+            self._capture(retries=False)
         self.settle()
         sample = self._snapshot.sample
         assert sample is not None
         return sample
 
-    def _capture(self) -> float:
+    def _capture(self, retries: bool = True) -> float:
         """Read everything, decode nothing; queue it for ``settle``. Returns the interval in effect."""
         clocks = self._clocks
         t_mono = clocks.mono_ns()
@@ -216,7 +216,7 @@ class Sampler:
             memory = self._memory.capture()
         except OSError as exc:
             memory = exc
-        gpus = self._gpus.capture(t_mono, self._seq + 1, lambda: self._host_total(memory))
+        gpus = self._gpus.capture(t_mono, self._seq + 1, lambda: self._host_total(memory), retries)
         sensors = self._sensors.capture() if self._sensors is not None else None
         duration = time.perf_counter() - t0
         interval_s = self.leases.current_s(t_mono)

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from sparkwatch_agent.shared.conn_guard import ConnectionGuard
 from sparkwatch_agent.shared.log_limit import RateLimitedLog, accept_error_line
+from sparkwatch_agent.shared.parse_errors import json_protocol_errors
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,8 @@ class GuardedListener(asyncio.AbstractServer):
 
 
 class GuardedSite(web.BaseSite):
-    """aiohttp's TCP site, accepting through a :class:`GuardedListener`."""
+    """aiohttp's TCP site, accepting through a :class:`GuardedListener`; its connections answer the
+    requests aiohttp cannot parse in JSON (``shared.parse_errors``)."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: ConnectionGuard) -> None:
         super().__init__(runner)
@@ -163,4 +165,5 @@ class GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         sockets = await bind_listeners(self._host, self._port, self._backlog)
-        self._server = GuardedListener(sockets, self.guard, self.guard.protocol_factory(server))
+        make_handler = self.guard.protocol_factory(lambda: json_protocol_errors(server()))
+        self._server = GuardedListener(sockets, self.guard, make_handler)

@@ -1,0 +1,294 @@
+"""What a user of the agent meets when something is wrong: an unreadable meminfo file (one warning, null
+memory with a reason), host paths given to the sim backend (a one-line usage error), a probe that reads no
+GPU (exit 1, the report still printed), and refusals on the HTTP server (JSON, whatever went wrong)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from doubles.fake_nvml import write_control
+from doubles.nvml_fake import FakeNvml
+from sparkwatch_agent.hardware.meminfo import MeminfoReader
+from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
+from sparkwatch_agent.sampling.leases import IntervalLeases
+from sparkwatch_agent.sampling.ring import SampleRing
+from sparkwatch_agent.sampling.sampler import Sampler
+from sparkwatch_agent.serving.probe import EXIT_GPU_UNREAD, probe
+from sparkwatch_agent.shared.http import json_refusals, start_site
+from sparkwatch_agent.shared.server_limits import ServerLimits
+
+AGENT = [sys.executable, "-m", "sparkwatch_agent"]
+MEMINFO = b"MemTotal: 125000000 kB\nMemFree: 100 kB\nMemAvailable: 100000000 kB\n"
+TOKEN = "user-errors-token-0123456789"
+
+
+def run_agent(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=30, env=env)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_NVML", "NOTIFY_SOCKET"))}
+    return env | extra
+
+
+def sampler_reading(memory: MeminfoReader, gpu: NvmlBackend | None = None) -> Sampler:
+    return Sampler(
+        node="n",
+        boot_id="b",
+        gpu=gpu,
+        memory=memory,
+        sensors=None,
+        leases=IntervalLeases(1.0),
+        ring=SampleRing(100),
+    )
+
+
+# ---- 1. an unreadable meminfo file ---------------------------------------------------------------------
+def _meminfo_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "sparkwatch_agent.hardware.meminfo"]
+
+
+def test_unreadable_meminfo_is_one_warning_and_null_memory_with_a_reason(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "meminfo"
+    sampler = sampler_reading(MeminfoReader(path))
+    caplog.set_level(logging.DEBUG, logger="sparkwatch_agent")
+    samples = [sampler.tick() for _ in range(5)]
+    assert all(s.memory is None for s in samples)
+    assert all(s.memory_error == "FileNotFoundError: No such file or directory" for s in samples)
+    assert sampler.snapshot.host_memory_ok is False
+    assert sampler.snapshot.counters.read_errors[("host_memory", "FileNotFoundError")] == 5
+    (warning,) = _meminfo_records(caplog)
+    assert warning.levelno == logging.WARNING and warning.exc_info is None
+    assert str(path) in warning.getMessage() and "No such file or directory" in warning.getMessage()
+
+    path.write_bytes(MEMINFO)  # readable again: values, one info line
+    back = sampler.tick()
+    assert back.memory is not None and back.memory.total_bytes == 125_000_000 * 1024
+    assert back.memory_error is None and sampler.snapshot.host_memory_ok is True
+    assert [r.levelno for r in _meminfo_records(caplog)] == [logging.WARNING, logging.INFO]
+
+    path.write_bytes(b"")  # an empty file is unreadable too, not a sample of unknowns without a reason
+    gone = [sampler.tick() for _ in range(3)]
+    assert all(s.memory is None and "not a meminfo file" in (s.memory_error or "") for s in gone)
+    levels = [r.levelno for r in _meminfo_records(caplog)]
+    assert levels == [logging.WARNING, logging.INFO, logging.WARNING]
+    sampler.stop()
+
+
+def test_a_file_that_is_not_meminfo_is_unreadable(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "hostname"
+    path.write_text("spark-1\n")
+    sample = sampler_reading(MeminfoReader(path)).tick()
+    assert sample.memory is None
+    assert sample.memory_error == "OSError: no MemTotal line, not a meminfo file"
+
+
+def test_cli_probe_with_a_missing_meminfo_path_warns_once(fake_nvml_dir: pathlib.Path) -> None:
+    env = clean_env(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_PROFILE="gb10")
+    result = run_agent("probe", "--meminfo-path", "/nonexistent/meminfo", env=env)
+    assert result.returncode == 0, result.stderr  # the GPU was read: memory is not what probe checks
+    out = json.loads(result.stdout)
+    assert out["sample"]["memory"] is None
+    assert "FileNotFoundError" in out["sample"]["memory_error"]
+    warnings = [line for line in result.stderr.splitlines() if "/nonexistent/meminfo" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("WARNING ")
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_serve_with_a_missing_meminfo_path_warns_once_not_per_sample(
+    agent_factory: Any, fake_nvml_dir: pathlib.Path
+) -> None:
+    env = {"LD_LIBRARY_PATH": str(fake_nvml_dir), "FAKE_NVML_PROFILE": "gb10"}
+    agent = agent_factory("--interval", "0.05", "--meminfo-path", "/nonexistent/meminfo", env=env)
+    with pytest.raises(urllib.error.HTTPError) as health:
+        urllib.request.urlopen(f"{agent.url}/healthz", timeout=5)
+    assert health.value.code == 503
+    assert "host memory unreadable" in json.loads(health.value.read())["reason"]
+    time.sleep(1.0)  # ~20 more samples
+    with urllib.request.urlopen(f"{agent.url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    assert "sparkwatch_memory_total_bytes{" not in text  # unknown: an absent series, never 0
+    assert 'sparkwatch_agent_read_errors_total{field="host_memory"' in text
+    stderr = agent.stop()
+    lines = [line for line in stderr.splitlines() if "/nonexistent/meminfo" in line]
+    assert len(lines) == 1 and lines[0].startswith("WARNING "), stderr
+    assert "Traceback" not in stderr
+
+
+# ---- 2. host paths with the sim backend ----------------------------------------------------------------
+@pytest.mark.parametrize("command", ["probe", "serve"])
+@pytest.mark.parametrize(("flag", "value"), [("--meminfo-path", "/proc/meminfo"), ("--hwmon-root", "/sys")])
+def test_host_paths_with_the_sim_backend_are_a_usage_error(command: str, flag: str, value: str) -> None:
+    result = run_agent(command, "--backend", "sim", flag, value)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("sparkwatch-agent: error: ")
+    assert f"{flag} cannot be combined with --backend sim" in line
+
+
+def test_host_paths_with_the_sim_backend_from_a_config_file(tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text('[agent]\nbackend = "sim"\nmeminfo_path = "/proc/meminfo"\n')
+    result = run_agent("probe", "--config", str(config))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "meminfo_path (config file) cannot be combined with backend = 'sim' (config file)" in line
+    config.write_text('[agent]\nmeminfo_path = "/proc/meminfo"\n')  # the flag picks sim
+    result = run_agent("probe", "--config", str(config), "--backend", "sim")
+    assert result.returncode == 2 and "meminfo_path (config file) cannot be combined with --backend sim" in (
+        result.stderr
+    )
+    assert run_agent("probe", "--config", str(config), "--backend", "nvml").returncode != 2
+
+
+# ---- 3. the probe's exit code ----------------------------------------------------------------------------
+def test_probe_exits_zero_when_the_gpu_was_read(fake_nvml_dir: pathlib.Path) -> None:
+    result = run_agent("probe", env=clean_env(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_PROFILE="gb10"))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["gpu_ok"] is True
+    assert run_agent("probe", "--backend", "sim").returncode == 0
+
+
+def _assert_unread_probe(result: subprocess.CompletedProcess[str], reason: str) -> None:
+    assert result.returncode == EXIT_GPU_UNREAD == 1
+    out = json.loads(result.stdout)  # still the whole report: what could be read
+    assert out["gpu_ok"] is False and reason in out["gpu_reason"]
+    assert out["sample"]["memory"]["total_bytes"] > 0 and out["hardware"]["host"]["hostname"]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("sparkwatch-agent: probe: no GPU read: ") and reason in last
+    assert "Traceback" not in result.stderr
+
+
+def test_probe_exits_one_when_nvml_init_fails(fake_nvml_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    control = tmp_path / "nvml.control"
+    write_control(control, init_error=9)
+    env = clean_env(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_CONTROL=str(control))
+    _assert_unread_probe(run_agent("probe", env=env), "DRIVER_NOT_LOADED")
+
+
+def test_probe_exits_one_without_the_nvml_library() -> None:
+    env = clean_env(LD_LIBRARY_PATH="/nonexistent")
+    loads = [sys.executable, "-c", "import ctypes; ctypes.CDLL('libnvidia-ml.so.1')"]
+    if subprocess.run(loads, env=env, capture_output=True).returncode == 0:
+        pytest.skip("this machine has an NVIDIA driver: NVML cannot be made absent")
+    _assert_unread_probe(run_agent("probe", env=env), "LIBRARY_NOT_FOUND")
+
+
+def test_probe_of_a_backend_with_no_gpus_reports_a_problem(tmp_path: pathlib.Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_bytes(MEMINFO)
+    result = probe(sampler_reading(MeminfoReader(meminfo), NvmlBackend(lib=FakeNvml(gpus=[]))))
+    assert result.report["gpu_ok"] is True  # NVML answered ...
+    assert result.gpu_problem == "GPU backend nvml found no GPU"  # ... with no device: nothing read
+    one = probe(sampler_reading(MeminfoReader(meminfo), NvmlBackend(lib=FakeNvml())))
+    assert one.gpu_problem is None
+
+
+# ---- 4. refusals on the HTTP server ------------------------------------------------------------------------
+def raw_request(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One request on its own connection (closed after the answer): status, headers, body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+def http(method: str, path: str, token: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return f"{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n".encode()
+
+
+def _refusal(answer: tuple[int, dict[str, str], bytes], status: int, error: str) -> str:
+    got, headers, body = answer
+    assert got == status and headers["content-type"].startswith("application/json"), answer
+    refusal = json.loads(body)
+    assert set(refusal) == {"error", "reason"} and refusal["error"] == error, refusal
+    assert isinstance(refusal["reason"], str) and refusal["reason"]
+    return str(refusal["reason"])
+
+
+@pytest.fixture
+def token_file(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "token"
+    path.write_text(TOKEN)
+    path.chmod(0o600)
+    return path
+
+
+def test_unknown_paths_and_wrong_methods_are_json_on_a_real_agent(
+    agent_factory: Any, token_file: pathlib.Path
+) -> None:
+    agent = agent_factory("--backend", "sim", "--interval", "0.5", "--token-file", str(token_file))
+    for path in ("/nope", "/v1/nope", "/", "/metrics/", "/v1/time/extra", "//nope"):
+        reason = _refusal(raw_request(agent.port, http("GET", path, TOKEN)), 404, "not_found")
+        assert reason == f"no route for GET {path}"
+    status, headers, body = raw_request(agent.port, http("HEAD", "/nope", TOKEN))
+    assert status == 404 and headers["content-type"].startswith("application/json") and body == b""
+    # /v1/ is behind the token: without it, the same JSON shape says so before any route is looked up
+    _refusal(raw_request(agent.port, http("GET", "/v1/nope")), 401, "unauthorized")
+    for method, path in (("POST", "/metrics"), ("DELETE", "/healthz"), ("PATCH", "/v1/interval")):
+        answer = raw_request(agent.port, http(method, path, TOKEN))
+        reason = _refusal(answer, 405, "method_not_allowed")
+        assert reason.startswith(f"{method} is not allowed here; allowed: ") and "Allow" not in reason
+        assert answer[1]["allow"] and answer[1]["allow"] in reason
+    assert "Traceback" not in agent.stop()
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "what"),
+    [
+        (b"FOO /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "Invalid method encountered"),
+        (b"GET /\xc3\xa9 HTTP/1.1\r\nHost: x\r\n\r\n", "Invalid char in url path"),
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", "Got more than 8190 bytes when reading"),
+        (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", "Received HTTPS traffic on an HTTP port"),
+    ],
+    ids=["unknown-method", "raw-utf8-path", "long-line", "tls-hello"],
+)
+def test_requests_aiohttp_cannot_parse_are_json_too(
+    agent_factory: Any, request_bytes: bytes, what: str
+) -> None:
+    agent = agent_factory("--backend", "sim", "--interval", "0.5")
+    reason = _refusal(raw_request(agent.port, request_bytes), 400, "bad_request")
+    assert reason == f"cannot parse the request: {what}"  # what went wrong, not the request's bytes
+    stderr = agent.stop()
+    assert "Traceback" not in stderr and "Error handling request" not in stderr
+
+
+async def boom(_request: web.Request) -> web.Response:
+    raise RuntimeError("a handler bug")
+
+
+async def test_a_handler_bug_is_a_json_500_and_a_logged_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    app = web.Application(middlewares=[json_refusals])
+    app.router.add_get("/boom", boom)
+    runner = web.AppRunner(app, access_log=None)
+    url = await start_site(runner, "127.0.0.1", 0, ServerLimits(max_connections=8))
+    try:
+        answer = await asyncio.to_thread(raw_request, int(url.rsplit(":", 1)[1]), http("GET", "/boom"))
+    finally:
+        await runner.cleanup()
+    reason = _refusal(answer, 500, "internal_server_error")
+    assert "a handler bug" not in reason  # the details go to the log, not to the client
+    (record,) = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert record.levelno == logging.ERROR and record.exc_info is not None
