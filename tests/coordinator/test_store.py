@@ -43,7 +43,7 @@ def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> SampleFrame
 
 def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == 5
+    assert store.schema_version == 7
     store.close()
     mode = sqlite3.connect(tmp_path / "sw.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
@@ -62,7 +62,7 @@ def test_a_version_1_database_is_migrated_keeping_its_windows(tmp_path: pathlib.
     db.commit()
     db.close()
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == 5
+    assert store.schema_version == 7
     (old,) = store.windows("r1")
     assert (old.prompt_tokens, old.completion_tokens, old.reasoning_tokens, old.http_status) == (
         3,
@@ -246,8 +246,8 @@ def test_export_reads_windows_past_the_run_end_and_keeps_one_entry_per_gpu(tmp_p
     for t in (T0, T0 + 30 * S):  # probe rounds: the agent's clocks are the coordinator's (mono from T0)
         store.add_offset("n1", "b1", ClockOffset(0, 1000, 5, 8, mono_offset_ns=T0), t_ns=t)
     store.create_run(RunRow("r1", "demo", T0, None, 0.1, 0.5, "request"))
-    store.end_run("r1", T0 + 10 * S)
     store.add_windows("r1", [Window("w", "timed", T0 + 5 * S, T0 + 20 * S)])  # ends after the run
+    store.end_run("r1", T0 + 10 * S)  # (posted while it was open: an ended run refuses such a window)
     export = export_run(store, "r1", ["n1", "n2"], lambda: T0 + 40 * S)
     n1 = export["nodes"][0]
     assert n1["samples"]["coverage_ratio"] == pytest.approx(1.0)

@@ -128,7 +128,6 @@ def test_auth_and_bad_bodies(cluster: Any) -> None:
     good = {"id": "w1", "phase": "timed", "t_start_ns": t0 + 10, "t_end_ns": t0 + 20}
     bad_batches = [
         {"windows": [good, {**good, "id": "w2", "t_end_ns": t0 + 5}]},  # end before start
-        {"windows": [good, good]},  # duplicate ids
         {"windows": [good, {**good, "id": "w3", "phase": "Timed!"}]},
         {"windows": [good, {**good, "id": "w4", "t_first_token_ns": t0 + 30}]},  # outside the window
         {"windows": []},
@@ -152,6 +151,8 @@ def test_auth_and_bad_bodies(cluster: Any) -> None:
     nan_body = b'{"windows": [{"id": "w7", "phase": "timed", "t_start_ns": %d, "t_end_ns": %d,' % (t0, t0 + 1)
     nan_body += b' "source": {"x": NaN}}]}'  # json.dumps would refuse to write it; a client might
     assert coord.call("POST", f"/v1/runs/{run['id']}/windows", raw=nan_body)[0] == 400
+    twice = coord.call("POST", f"/v1/runs/{run['id']}/windows", {"windows": [good, good]})
+    assert twice[0] == 409 and twice[1]["duplicate_ids"] == ["w1"]  # an id the batch repeats: a conflict
     assert coord.call("GET", f"/v1/runs/{run['id']}")[1]["windows"] == 0  # all or nothing
     assert coord.call("POST", "/v1/runs/nope/windows", {"windows": [good]})[0] == 404
     assert coord.call("POST", f"/v1/runs/{run['id']}/windows", {"windows": [good]})[0] == 201

@@ -23,7 +23,7 @@ from sparkwatch.core.windows import (
 )
 
 S = 1_000_000_000
-#: What the docs say a phase is: a lower-case word (core.windows.PHASE_RE, without its anchors).
+#: What the docs say a phase is: a lower-case word (defaults.PHASE_RE, without its anchors).
 PHASE_WORD = r"[a-z][a-z0-9_-]{0,31}"
 #: The published description of the API (docs/openapi.json, GET /v1/openapi.json), generated from the
 #: models the handlers validate with.

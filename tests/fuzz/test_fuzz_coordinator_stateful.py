@@ -22,20 +22,34 @@ from fuzz.coord_harness import Answer, CoordinatorApi, check_answer, check_expor
 from fuzz.coord_strategies import MARK, PHASE_WORD, RUN_CREATE, route_body, valid_batch
 from fuzz.hostile import JSON
 from fuzz.profiles import fuzz_profile
+from sparkwatch.store.refusals import ENDED_RUN_SLACK_NS
 
 
 @dataclass
 class RunModel:
-    open: bool = True
+    t_start_ns: int
+    t_end_ns: int | None = None
     visible: int = 0
     ids: set[str] = field(default_factory=set)  # every window id in the run, staged ones included
     marks: set[str] = field(default_factory=set)
+
+    @property
+    def open(self) -> bool:
+        return self.t_end_ns is None
+
+    def takes(self, windows: list[tuple[int, int]]) -> bool:
+        """An ended run takes windows only inside its span, give or take ENDED_RUN_SLACK_NS."""
+        if self.t_end_ns is None:
+            return True
+        lo, hi = self.t_start_ns - ENDED_RUN_SLACK_NS, self.t_end_ns + ENDED_RUN_SLACK_NS
+        return all(lo <= start and end <= hi for start, end in windows)
 
 
 @dataclass
 class ImportModel:
     run: str
     ids: set[str] = field(default_factory=set)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # (t_start_ns, t_end_ns) of its windows
     state: str = "open"  # "open", "committed" or "aborted"
 
 
@@ -86,7 +100,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert answer.status == 201, str(answer)
         run = answer.json()["id"]
         assert isinstance(run, str) and run not in self.model
-        self.model[run] = RunModel()
+        self.model[run] = RunModel(answer.json()["t_start_ns"])
         return run
 
     @rule(run=runs, with_command=st.booleans())
@@ -95,7 +109,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         body = {"command": {"argv": ["bench", "--fast"], "exit_code": 0}} if with_command else None
         answer = self.post(f"/v1/runs/{segment(run)}/end", body)
         self.expect(answer, 200 if self.model[run].open else 409, before)
-        self.model[run].open = False
+        if answer.status == 200:
+            self.model[run].t_end_ns = answer.json()["t_end_ns"]
 
     @rule(target=imports, run=runs)
     def begin_import(self, run: str) -> str:
@@ -115,7 +130,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         body: dict[str, JSON] = {"windows": batch}
         if into is not None:
             body["import_id"] = into
-        status = self._windows_status(run, {str(w["id"]) for w in batch}, into)
+        status = self._windows_status(run, batch, into)
         before = self.api.state()
         answer = self.post(f"/v1/runs/{segment(run)}/windows", body)
         self.expect(answer, status, before)
@@ -131,15 +146,18 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self.model[run].visible += len(ids)
         else:
             self.import_model[str(into)].ids |= ids
+            self.import_model[str(into)].spans += _spans(body["windows"])
 
-    def _windows_status(self, run: str, ids: set[str], into: str | None) -> int:
+    def _windows_status(self, run: str, batch: list[dict[str, JSON]], into: str | None) -> int:
         if into is not None:
             imported = self.import_model[into]
             if imported.run != run or imported.state == "aborted":
                 return 404
             if imported.state == "committed":
                 return 409
-        return 409 if ids & self.model[run].ids else 201
+        if not self.model[run].takes(_spans(batch)):
+            return 409
+        return 409 if {str(w["id"]) for w in batch} & self.model[run].ids else 201
 
     @rule(import_id=imports, commit=st.booleans())
     def finish_import(self, import_id: str, commit: bool) -> None:
@@ -149,6 +167,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         before = self.api.state()
         answer = self.post(path + "/commit", {}) if commit else self.post(path, method="DELETE")
         status = {"open": 200, "committed": 409, "aborted": 404}[imported.state]
+        if status == 200 and commit and not run.takes(imported.spans):
+            status = 409  # the run ended after these windows were staged, and they lie outside it
         self.expect(answer, status, before)
         if status == 200 and commit:
             assert answer.json()["committed"] == len(imported.ids), str(answer)
@@ -166,7 +186,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if body["event"] == "begin":
             status = 409 if not model.open or name in model.marks else 201
         else:
-            status = 404 if name not in model.marks else 409 if name in model.ids else 200
+            status = 404 if name not in model.marks else 409 if name in model.ids or not model.open else 200
         before = self.api.state()
         self.expect(self.post(f"/v1/runs/{segment(run)}/marks", body), status, before)
         if status < 300:
@@ -193,7 +213,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             return
         # a hostile body the API took was valid after all: it does what the rule above would have done
         if route == "end":
-            self.model[run].open = False
+            self.model[run].t_end_ns = answer.json()["t_end_ns"]
         elif route == "imports":  # the body is not read at all
             self.import_model[answer.json()["import_id"]] = ImportModel(run)
         elif route == "windows":
@@ -208,6 +228,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert len(body["windows"]) == self.model[run].visible, (
             f"run {run}: the export lost or gained windows"
         )
+
+
+def _spans(windows: JSON) -> list[tuple[int, int]]:
+    assert isinstance(windows, list)
+    return [(int(w["t_start_ns"]), int(w["t_end_ns"])) for w in windows if isinstance(w, dict)]
 
 
 #: A plain hypothesis test (not a TestCase), so that --hypothesis-show-statistics reports it too.

@@ -12,14 +12,14 @@ import numpy as np
 from sparkwatch import __version__
 from sparkwatch.coordinator.big_values import let_go
 from sparkwatch.coordinator.boot_reads import BootRead, read_boot
+from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
 from sparkwatch.core.domains import DomainInput, gate_util
 from sparkwatch.core.export import build_export
-from sparkwatch.core.memory import BASELINE_S
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
-from sparkwatch.core.windows import ScopeKind
+from sparkwatch.defaults import SCOPES, ScopeKind
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
 from sparkwatch.store import Store, StoreError
 
@@ -189,20 +189,34 @@ def _joined(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
 
 
-def export_run(store: Store, run_id: str, nodes: Sequence[str], now_ns: Callable[[], int]) -> dict[str, Any]:
+def export_run(
+    store: Store,
+    run_id: str,
+    nodes: Sequence[str],
+    now_ns: Callable[[], int],
+    *,
+    gate_threshold: float | None = None,
+    scope: ScopeKind | None = None,
+    phases: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The run's export; ``gate_threshold``, ``scope`` and ``phases``, when given, replace the run's own
+    (an offline re-export with another method: `sparkwatch export --db`); the export's ``method`` says
+    which were used."""
     run = store.run(run_id)
     t_end = run.t_end_ns if run.t_end_ns is not None else now_ns()
-    if run.scope not in ("request", "decode", "run"):
-        raise StoreError(f"run {run_id} has an unknown scope {run.scope!r}")
-    scope: ScopeKind = run.scope  # type: ignore[assignment]
+    if scope is None:
+        if run.scope not in SCOPES:
+            raise StoreError(f"run {run_id} has an unknown scope {run.scope!r}")
+        scope = run.scope
     spec = RunSpec(
         id=run.id,
         name=run.name,
         t_start_ns=run.t_start_ns,
         t_end_ns=t_end,
         interval_s=run.interval_s,
-        gate_threshold=run.gate_threshold,
+        gate_threshold=run.gate_threshold if gate_threshold is None else gate_threshold,
         scope=scope,
+        phases=frozenset(run.phases if phases is None else phases),
         command=json.loads(run.command) if run.command else None,
     )
     windows = store.windows(run_id)

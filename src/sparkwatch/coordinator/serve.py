@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from sparkwatch_agent.config import parse_listen
 from sparkwatch_agent.shared.auth import token_for_bind
 from sparkwatch_agent.shared.http import BindError, start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
+from sparkwatch_agent.shared.listener import bind_listeners
 from sparkwatch_agent.shared.systemd_notify import SystemdNotifier
 
 log = logging.getLogger(__name__)
@@ -32,25 +34,66 @@ async def running_coordinator(
     nodes: Sequence[NodeSpec], db_path: Path, host: str, port: int, token: str | None
 ) -> AsyncIterator[str]:
     """Store, links and API up on host:port (0: any free port) until the block ends, then down in order.
-    `sparkwatch coordinator` serves with it; `sparkwatch run`, `hardware` and the demo embed it."""
-    store = Store(db_path)
-    coordinator = Coordinator(nodes, store)
-    runner = web.AppRunner(
-        make_app(coordinator, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
-    )
+    `sparkwatch coordinator` serves with it; `sparkwatch run`, `hardware` and the demo embed it.
+
+    A coordinator that cannot start changes no database: a port in use is found before the file is opened
+    (an existing one stays byte for byte as it was), and a file this start created is removed again when
+    a later step fails."""
+    await check_listen(host, port)
+    created = not os.path.lexists(db_path)
     try:
-        url = await start_site(runner, host, port)
-    except BindError:
-        store.close()
+        store = Store(db_path)
+    except BaseException:
+        if created:
+            remove_database(db_path)
         raise
+    coordinator: Coordinator | None = None
+    runner: web.AppRunner | None = None
     try:
+        coordinator = Coordinator(nodes, store)
+        runner = web.AppRunner(
+            make_app(coordinator, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
+        )
+        url = await start_site(runner, host, port)  # cleans the runner up itself when it fails
         prompt_thread_switches()
         await coordinator.start()
+    except BaseException:
+        await _stop(coordinator, runner if runner is not None and runner.sites else None, store)
+        if created:
+            remove_database(db_path)
+        raise
+    try:
         yield url  # http://host:port of its API
     finally:
+        await _stop(coordinator, runner, store)
+
+
+async def _stop(coordinator: Coordinator | None, runner: web.AppRunner | None, store: Store) -> None:
+    if coordinator is not None:
         await coordinator.stop()
+    if runner is not None:
         await runner.cleanup()
-        store.close()
+    store.close()
+
+
+async def check_listen(host: str, port: int) -> None:
+    """Bind host:port as the API will, and let go at once: a port in use (or an address that is not this
+    host's) is a :class:`BindError` before anything is opened. Port 0 always binds."""
+    if port == 0:
+        return
+    try:
+        sockets = await bind_listeners(host, port, backlog=1)
+    except OSError as exc:
+        raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    for sock in sockets:
+        sock.close()
+
+
+def remove_database(db_path: Path) -> None:
+    """The database file and the files SQLite keeps beside it, where they exist."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            db_path.with_name(db_path.name + suffix).unlink()
 
 
 def prompt_thread_switches() -> None:

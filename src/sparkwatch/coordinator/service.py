@@ -21,12 +21,14 @@ from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.coordinator.loop_lag import LoopLag
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.windows import Window, outside_run
+from sparkwatch.defaults import DEFAULT_PHASES
+from sparkwatch.hello_facts import misnamed, shared_identities
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
 from sparkwatch.meters.factory import make_reader
 from sparkwatch.meters.poller import MeterPoller
-from sparkwatch.store import Invalid, Store
+from sparkwatch.store import Invalid, Store, StoreError
 from sparkwatch.store.db import RunRow
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,9 @@ class Coordinator:
         dropped = self.store.drop_open_imports()
         if dropped:
             log.warning("dropped %d import(s) never committed before the last stop", len(dropped))
+        for run_id in self.store.deleted_runs():  # deleted, but stopped before its rows were all gone
+            log.warning("run %s: finishing its deletion, cut short by the last stop", run_id)
+            self._purge_later(run_id)
         self._tasks.append(asyncio.create_task(self.loop_lag.run(), name="loop-lag"))
         self._session = aiohttp.ClientSession()
         for spec in self.nodes:
@@ -123,7 +128,22 @@ class Coordinator:
         for link in self.links.values():
             link.interval_changed()
 
-    def open_run(self, name: str, interval_s: float, gate_threshold: float, scope: str) -> RunRow:
+    def open_run(
+        self,
+        name: str,
+        interval_s: float,
+        gate_threshold: float,
+        scope: str,
+        phases: Sequence[str] = DEFAULT_PHASES,
+    ) -> RunRow:
+        """Refused (409) while two entries reach one agent: its watts and memory would be summed twice."""
+        hellos = [(s.node, s.hello) for s in self.states()]
+        duplicates = shared_identities(hellos)
+        if duplicates:
+            raise StoreError(f"refusing to open a run: {'; '.join(map(str, duplicates))}")
+        for node, hello in hellos:
+            if (warning := misnamed(node, hello)) is not None:
+                log.warning("%s", warning)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.now_ns() / 1e9))
         run = RunRow(
             id=f"run-{stamp}-{secrets.token_hex(3)}",
@@ -133,6 +153,7 @@ class Coordinator:
             interval_s=interval_s,
             gate_threshold=gate_threshold,
             scope=scope,
+            phases=tuple(phases),
         )
         self.store.create_run(run)
         self._interval_changed()
@@ -171,6 +192,29 @@ class Coordinator:
 
     async def abort_import(self, run_id: str, import_id: str) -> int:
         return await self._in_window_thread(lambda store: store.abort_import(run_id, import_id))
+
+    async def delete_run(self, run_id: str) -> int:
+        """Delete an ended run (store/deletion.py): gone from every read once this returns, its rows removed
+        in the background; returns how many windows it had. In the window thread, the one writer of an
+        ended run's windows, so the count is exact."""
+        windows = await self._in_window_thread(lambda store: store.delete_run(run_id))
+        log.info("run %s deleted (%d windows)", run_id, windows)
+        self._purge_later(run_id)
+        return windows
+
+    def _purge_later(self, run_id: str) -> None:
+        task = asyncio.create_task(self._purge(run_id), name=f"purge-{run_id}")
+        self._tasks.append(task)
+        task.add_done_callback(lambda done: self._tasks.remove(done) if done in self._tasks else None)
+
+    async def _purge(self, run_id: str) -> None:
+        """One short transaction per turn of the window thread: batches and imports queued meanwhile
+        go in between, and a stop or crash part-way leaves a run nobody sees, finished at the next start."""
+        try:
+            while not await self._in_window_thread(lambda store: store.purge_step(run_id)):
+                pass
+        except StoreError as exc:
+            log.warning("run %s: its rows are not all removed yet (%s); the next start goes on", run_id, exc)
 
     async def _in_window_thread(self, work: Callable[[Store], T]) -> T:
         if self._window_thread is None:

@@ -10,11 +10,12 @@ end, so its gated mean covers the same time as the GPU's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from sparkwatch.core.baseline import above_idle_j, idle_power_w
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
 from sparkwatch.core.tracks import F64, I64, GpuTrack
@@ -48,6 +49,8 @@ class DomainFigures:
     windows: list[list[dict[str, Any]]]  # per window, the node's per-domain entries
     headline: str | None  # the domain that stands for the whole node
     headline_energy_j: float | None
+    headline_above_idle_j: float | None = None
+    null_reasons: dict[str, str] = field(default_factory=dict)  # ``system.<domain>.<field>``: why unknown
 
 
 def gate_util(gpus: Sequence[GpuTrack], t_ns: I64) -> F64:
@@ -84,27 +87,60 @@ def headline_entry(node: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def domain_figures(
-    domains: Sequence[DomainInput], scope: Scope, threshold: float, starts: I64, ends: I64
+    domains: Sequence[DomainInput],
+    scope: Scope,
+    threshold: float,
+    starts: I64,
+    ends: I64,
+    *,
+    baseline_before_ns: int | None = None,
 ) -> DomainFigures:
+    """Each domain over the scope and every window, with its idle power over the baseline period before
+    ``baseline_before_ns`` (core.baseline) and its energy above that idle."""
     if not domains:
         return DomainFigures(None, [[] for _ in range(len(starts))], None, None)
     integrals = [Integrals.build(d.track, threshold, MAX_PLAUSIBLE_NODE_W) for d in domains]
     stats = [scope_stats(i, scope) for i in integrals]
+    idle_and_why = [idle_power_w(i, baseline_before_ns) for i in integrals]
+    idle = [w for w, _ in idle_and_why]
+    above = [above_idle_j(s.energy_j, w, s.covered_s) for s, w in zip(stats, idle, strict=True)]
     per_window = [window_stats(i, starts, ends) for i in integrals]
     headline = headline_domain(domains)
-    energy = {d.domain: s.energy_j for d, s in zip(domains, stats, strict=True)}
+    names = [d.domain for d in domains]
+    energy = dict(zip(names, [s.energy_j for s in stats], strict=True))
+    reasons = _idle_reasons(names, [why for _, why in idle_and_why], above)
     return DomainFigures(
         system={
             "headline_domain": headline,
-            "domains": [_domain_json(d, s) for d, s in zip(domains, stats, strict=True)],
+            "domains": [
+                _domain_json(d, s, w, a) for d, s, w, a in zip(domains, stats, idle, above, strict=True)
+            ],
         },
         windows=[_window_entries(domains, per_window, k) for k in range(len(starts))],
         headline=headline,
         headline_energy_j=energy.get(headline) if headline is not None else None,
+        headline_above_idle_j=dict(zip(names, above, strict=True)).get(headline) if headline else None,
+        null_reasons=reasons,
     )
 
 
-def _domain_json(domain: DomainInput, s: PowerStats) -> dict[str, Any]:
+def _idle_reasons(
+    names: Sequence[str],
+    idle_why: Sequence[str | None],
+    above: Sequence[float | None],
+) -> dict[str, str]:
+    reasons = {}
+    for name, why, a in zip(names, idle_why, above, strict=True):
+        if why is not None:
+            reasons[f"system.{name}.idle_power_w"] = why
+        if a is None:
+            reasons[f"system.{name}.energy_above_idle_j"] = "needs the domain's energy and its idle power"
+    return reasons
+
+
+def _domain_json(
+    domain: DomainInput, s: PowerStats, idle_w: float | None, above_j: float | None
+) -> dict[str, Any]:
     errors = {"errors": [{"t_ns": t, "error": e} for t, e in domain.errors]} if domain.errors else {}
     return {
         **errors,
@@ -113,6 +149,8 @@ def _domain_json(domain: DomainInput, s: PowerStats) -> dict[str, Any]:
         "source": domain.source,
         "power_w": {"gated_mean": _round(s.gated_mean_w), "mean": _round(s.mean_w), "max": _round(s.max_w)},
         "energy_j": _round(s.energy_j),
+        "idle_power_w": _round(idle_w),
+        "energy_above_idle_j": _round(above_j),
         "energy_method": s.method,
         "gated_s": _round(s.gated_s),
         "samples": {

@@ -6,14 +6,19 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from sparkwatch.core.domains import headline_entry
-from sparkwatch.core.export_nodes import NodeFigures, Plan, node_figures, rounded, spans, sum_known
+from sparkwatch.core.export_nodes import NodeFigures, Plan, node_figures, rounded, spans
+from sparkwatch.core.export_totals import Measured, totals
 from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
 from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.memory import peak_of_sum
+from sparkwatch.core.phases import as_known, token_spans
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GAP_INTERVALS
-from sparkwatch.core.windows import ScopeKind, Window, scope_for
+from sparkwatch.core.windows import Window, scope_for
+from sparkwatch.defaults import ScopeKind
 from sparkwatch_agent.shared.units import GIB
 
 SCHEMA = "sparkwatch.run/1"
@@ -76,6 +81,7 @@ def build_export(
         first_window_ns=min((w.t_start_ns for w in measured_windows), default=None),
         starts=starts,
         ends=ends,
+        tokens=token_spans(windows, measured, run.phases),
     )
     figures = [node_figures(node, plan) for node in nodes]
     export: dict[str, Any] = {
@@ -98,7 +104,11 @@ def build_export(
         },
         "nodes": [f.json for f in figures],
         "windows": _windows_json(run, windows, figures, plan, nodes),
-        "totals": _totals(figures, measured_windows, peak_of_sum([n.memory for n in nodes], plan.scope)),
+        "totals": totals(
+            figures,
+            Measured(windows, measured_windows, run.phases),
+            peak_of_sum([n.memory for n in nodes], plan.scope),
+        ),
     }
     peak_sum = export["totals"]["memory_used_bytes_peak_sum"]
     export["lmx"] = {
@@ -117,6 +127,7 @@ def _windows_json(
     nodes: Sequence[NodeInput],
 ) -> list[dict[str, Any]]:
     uncertainty_s = max((n.clock.uncertainty_ns or 0 for n in nodes), default=0) / 1e9
+    prefill, decode = _window_splits(figures, len(windows))
     out = []
     for k, w in enumerate(windows):
         entries = [f.windows[k] for f in figures]
@@ -138,55 +149,29 @@ def _windows_json(
             suspects += [f"{e['node']}: {flag}" for e in entries for flag in e["throttle"]]
             v, reasons = verdict(length_s, coverages, run.interval_s, uncertainty_s, suspects)
         judged = {"in_scope": plan.measured[k], "verdict": v, "reasons": reasons, "nodes": entries}
-        out.append({**w.to_json(), **judged})
+        out.append({**w.to_json(), **judged, **_split_json(w, prefill[k], decode[k], len(figures))})
     return out
 
 
-def _totals(
-    figures: Sequence[NodeFigures], measured: Sequence[Window], peak_of: int | None
-) -> dict[str, Any]:
-    energy = sum_known([f.json["energy_j"] for f in figures])
-    power = sum_known([f.json["power_w"]["gated_mean"] for f in figures])
-    tokens = [w.completion_tokens for w in measured]
-    completion = sum(t for t in tokens if t is not None) if tokens and None not in tokens else None
-    peaks = [f.memory_peak_bytes for f in figures]
-    peak_sum = sum(p for p in peaks if p) if peaks and None not in peaks else None
+def _window_splits(figures: Sequence[NodeFigures], n: int) -> tuple[list[float | None], list[float | None]]:
+    """Each window's prefill and decode GPU energy: the nodes' sums, unknown when any node's is."""
+    if not figures:
+        return [None] * n, [None] * n
+    prefill, decode = (np.sum([f.split_j[i] for f in figures], axis=0) for i in (0, 1))
+    return as_known(prefill), as_known(decode)
+
+
+def _split_json(w: Window, prefill: float | None, decode: float | None, nodes: int) -> dict[str, Any]:
+    """A window's split, with why either part is unknown: a stamp it lacks, or a node without coverage."""
     reasons: dict[str, str] = {}
-    if completion is None:
-        reasons["completion_tokens"] = "a measured window has no completion token count"
-    if energy is None:
-        reasons["energy_j"] = "a node's energy is unknown (see its null_reasons)"
-    if power is None:
-        reasons["power_w_gated_mean_sum"] = "a node's gated power is unknown (see its null_reasons)"
-    if peak_sum is None:
-        reasons["memory_used_bytes_peak_sum"] = "a node has no memory sample inside the scope"
-    if peak_of is None:
-        reasons["memory_used_bytes_peak_of_sum"] = "no time inside the scope when every node had a reading"
-    if energy is None or not completion:
-        reasons["joules_per_token"] = "needs the energy and a non-zero completion token count"
-    system = sum_known([f.system.headline_energy_j for f in figures])
-    lacking = [str(f.json["node"]) for f in figures if f.system.headline_energy_j is None]
-    if system is None:
-        reasons["system_energy_j"] = (
-            f"no whole-node power domain with a known energy on {', '.join(lacking)}"
-            if lacking
-            else "no node"
-        )
-    if system is None or not completion:
-        reasons["system_joules_per_token"] = "needs the system energy and a non-zero completion token count"
-    return {
-        "power_w_gated_mean_sum": rounded(power),
-        "energy_j": rounded(energy),
-        "memory_used_bytes_peak_sum": peak_sum,
-        "memory_used_bytes_peak_of_sum": peak_of,
-        "completion_tokens": completion,
-        "joules_per_token": rounded(energy / completion, 4) if energy is not None and completion else None,
-        "system_energy_j": rounded(system),
-        "system_joules_per_token": rounded(system / completion, 4)
-        if system is not None and completion
-        else None,
-        "null_reasons": reasons,
-    }
+    if prefill is None or decode is None:
+        missing = [name for name in ("t_first_token_ns", "t_last_token_ns") if getattr(w, name) is None]
+        why = f"{' and '.join(missing)} unknown" if missing else "a node has no valid sample interval in it"
+        why = why if nodes else "no node"
+        reasons = {
+            k: why for k, v in (("prefill_energy_j", prefill), ("decode_energy_j", decode)) if v is None
+        }
+    return {"prefill_energy_j": rounded(prefill), "decode_energy_j": rounded(decode), "null_reasons": reasons}
 
 
 def _system_note(export: dict[str, Any]) -> str:

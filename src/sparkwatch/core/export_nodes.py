@@ -6,15 +6,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sparkwatch.core.baseline import above_idle_j, idle_power_w, no_baseline
 from sparkwatch.core.columns import int_column
 from sparkwatch.core.domains import NO_SENSOR, DomainFigures, domain_figures
 from sparkwatch.core.integrals import Integrals
-from sparkwatch.core.memory import BASELINE_S, MemoryStats, node_memory
+from sparkwatch.core.memory import MemoryStats, node_memory
+from sparkwatch.core.phases import TokenSpans, as_known, node_split, window_split
 from sparkwatch.core.power import PowerStats, scope_stats, window_stats
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import window_signals
-from sparkwatch.core.tracks import I64
-from sparkwatch.core.windows import Scope, ScopeKind
+from sparkwatch.core.tracks import F64, I64
+from sparkwatch.core.windows import Scope
+from sparkwatch.defaults import ScopeKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +28,10 @@ class Plan:
     gate_threshold: float
     span_kind: ScopeKind  # the part of each window measured: request or decode
     measured: list[bool]  # per window: in the scope's phases, not failed, with the stamps its span needs
-    first_window_ns: int | None  # the memory baseline ends here
+    first_window_ns: int | None  # the baseline period (memory, idle power) ends here
     starts: I64
     ends: I64
+    tokens: TokenSpans  # each window's prefill and decode spans, and the run's unions of them
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,7 @@ class NodeFigures:
     gpu_power_w: list[float | None]  # gated mean per GPU, for lmx
     memory_peak_bytes: int | None
     system: DomainFigures  # the node's power domains beside the GPU rail
+    split_j: tuple[F64, F64]  # per window: prefill and decode energy (NaN = unknown), for the windows' sums
 
 
 def sum_known(values: Sequence[float | None]) -> float | None:
@@ -58,13 +63,27 @@ def rounded(value: float | None, digits: int = 3) -> float | None:
 def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     integrals = [Integrals.build(track, plan.gate_threshold) for track in node.gpus]
     stats = [scope_stats(i, plan.scope) for i in integrals]
+    idle_and_why = [idle_power_w(i, plan.first_window_ns) for i in integrals]
+    idle = [w for w, _ in idle_and_why]
+    idle_why = [why for _, why in idle_and_why if why is not None]
     memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
-    system = domain_figures(node.domains, plan.scope, plan.gate_threshold, plan.starts, plan.ends)
-    json = _node_json(node, stats, memory, plan.gate_threshold)
+    system = domain_figures(
+        node.domains,
+        plan.scope,
+        plan.gate_threshold,
+        plan.starts,
+        plan.ends,
+        baseline_before_ns=plan.first_window_ns,
+    )
+    json = _node_json(node, stats, idle, memory, plan.gate_threshold)
+    json["null_reasons"].update(_memory_reasons(memory, plan.first_window_ns))
+    json.update(_idle_and_split(json, integrals, plan, idle_why))
     json["system"] = system.system
+    json["null_reasons"].update(system.null_reasons)
     if system.system is None:
         json["null_reasons"]["system"] = NO_SENSOR
-    windows = _window_entries(node.node, integrals, plan)
+    split = window_split(integrals, plan.tokens)
+    windows = _window_entries(node.node, integrals, plan, split)
     signals = window_signals(node.signals, plan.starts, plan.ends)
     for entry, domains, signal in zip(windows, system.windows, signals, strict=True):
         entry["system"] = domains if system.system is not None else None
@@ -75,11 +94,16 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
         gpu_power_w=[s.gated_mean_w for s in stats],
         memory_peak_bytes=memory.peak_bytes,
         system=system,
+        split_j=split,
     )
 
 
 def _node_json(
-    node: NodeInput, stats: Sequence[PowerStats], memory: MemoryStats, threshold: float
+    node: NodeInput,
+    stats: Sequence[PowerStats],
+    idle: Sequence[float | None],
+    memory: MemoryStats,
+    threshold: float,
 ) -> dict[str, Any]:
     return {
         "node": node.node,
@@ -106,20 +130,53 @@ def _node_json(
                 "energy_j": rounded(s.energy_j),
                 "gated_s": rounded(s.gated_s),
                 "excluded_s": rounded(s.excluded_s),
+                "idle_power_w": rounded(w),
+                "energy_above_idle_j": rounded(above_idle_j(s.energy_j, w, s.covered_s)),
             }
-            for uuid, s in zip(node.gpu_uuids, stats, strict=True)
+            for uuid, s, w in zip(node.gpu_uuids, stats, idle, strict=True)
         ],
-        "null_reasons": {**_null_reasons(stats, threshold), **_memory_reasons(memory)},
+        "null_reasons": _null_reasons(stats, threshold),
     }
 
 
-def _window_entries(name: str, integrals: Sequence[Integrals], plan: Plan) -> list[dict[str, Any]]:
+def _idle_and_split(
+    json: dict[str, Any], integrals: Sequence[Integrals], plan: Plan, idle_why: Sequence[str]
+) -> dict[str, Any]:
+    """The node's idle power and energy above it (per-GPU sums, from its ``gpus``), and its prefill/decode
+    split over the run's token spans (core.phases), with the reasons of those unknown."""
+    gpus = json["gpus"]
+    idle = sum_known([g["idle_power_w"] for g in gpus])
+    above = sum_known([g["energy_above_idle_j"] for g in gpus])
+    prefill, decode = node_split(integrals, plan.tokens)
+    reasons = json["null_reasons"]
+    if idle is None:
+        reasons["idle_power_w"] = "; ".join(dict.fromkeys(idle_why)) or "no GPU samples from this node"
+    if above is None:
+        needs = "idle power (see idle_power_w)" if idle is None else "energy (see energy_j)"
+        reasons["energy_above_idle_j"] = f"needs the {needs}"
+    for key, value in (("prefill_energy_j", prefill), ("decode_energy_j", decode)):
+        if value is None:
+            reasons[key] = plan.tokens.unknown_why or "a GPU has no valid sample interval in the phase"
+    return {
+        "idle_power_w": rounded(idle),
+        "energy_above_idle_j": rounded(above),
+        "prefill_energy_j": rounded(prefill),
+        "decode_energy_j": rounded(decode),
+    }
+
+
+def _window_entries(
+    name: str, integrals: Sequence[Integrals], plan: Plan, split: tuple[F64, F64]
+) -> list[dict[str, Any]]:
     per_gpu = [window_stats(i, plan.starts, plan.ends) for i in integrals]
+    prefill, decode = (as_known(a) for a in split)
     return [
         {
             "node": name,
             "power_w_gated_mean": rounded(sum_known([wp.gated_mean_w[k] for wp in per_gpu])),
             "energy_j": rounded(sum_known([wp.energy_j[k] for wp in per_gpu])),
+            "prefill_energy_j": rounded(prefill[k]),
+            "decode_energy_j": rounded(decode[k]),
             "coverage_ratio": rounded(worst_known([wp.coverage_ratio[k] for wp in per_gpu], min), 4),
             "implausible_intervals": sum(wp.implausible[k] for wp in per_gpu),
         }
@@ -156,14 +213,12 @@ def _null_reasons(stats: Sequence[PowerStats], threshold: float) -> dict[str, st
     return reasons
 
 
-def _memory_reasons(memory: MemoryStats) -> dict[str, str]:
+def _memory_reasons(memory: MemoryStats, before_ns: int | None) -> dict[str, str]:
     reasons: dict[str, str] = {}
     if memory.peak_bytes is None:
         reasons["memory_used_bytes"] = "no memory sample inside the scope"
     if memory.baseline_bytes is None:
-        reasons["memory_used_bytes.baseline"] = (
-            f"no memory sample in the {BASELINE_S:g} s before the first window"
-        )
+        reasons["memory_used_bytes.baseline"] = no_baseline("memory sample", before_ns)
     return reasons
 
 

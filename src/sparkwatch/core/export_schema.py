@@ -43,6 +43,10 @@ _SAMPLES = {
         "implausible_intervals": {"type": "integer", "minimum": 0},
     },
 }
+#: Idle power over the baseline period before the first window, and energy above it (optional: additive).
+_IDLE = {"idle_power_w": _NUM, "energy_above_idle_j": _NUM}
+#: GPU energy from a window's start to its first token, and from its first to its last token (optional).
+_SPLIT = {"prefill_energy_j": _NUM, "decode_energy_j": _NUM}
 _KINDS = {"enum": ["system", "module", "cpu", "gpu", "other"]}
 _METHODS = {"enum": ["counter", "trapezoid", "mixed", "none"]}
 
@@ -63,6 +67,7 @@ _SYSTEM = {
                     "source": {"type": "string"},
                     "power_w": _POWER_W,
                     "energy_j": _NUM,
+                    **_IDLE,
                     "energy_method": _METHODS,
                     "gated_s": {"type": "number", "minimum": 0},
                     "errors": {"type": "array", "items": _at_time()},
@@ -115,6 +120,8 @@ _NODE = {
             "properties": {
                 "offset_ns": _INT,
                 "uncertainty_ns": _INT,
+                "probes_used": {"type": "integer", "minimum": 0},
+                "probes_total": {"type": "integer", "minimum": 0},
                 "method": {"enum": ["monotonic", "wall", "mixed", "none"]},
                 "rate_ppm": _NUM,
                 "steps": {"type": "array", "items": _at_time("size_ns")},
@@ -124,6 +131,8 @@ _NODE = {
         "unsupported": _REASONS,
         "power_w": _POWER_W,
         "energy_j": _NUM,
+        **_IDLE,
+        **_SPLIT,
         "energy_method": _METHODS,
         "gated_s": {"type": "number", "minimum": 0},
         "excluded_s": {"type": "number", "minimum": 0},
@@ -134,7 +143,21 @@ _NODE = {
             "properties": {"baseline": _INT, "peak": _INT, "mean": _INT},
         },
         "samples": _SAMPLES,
-        "gpus": {"type": "array", "items": {"type": "object", "required": ["uuid", "power_w_gated_mean"]}},
+        "gpus": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["uuid", "power_w_gated_mean"],
+                "properties": {
+                    "uuid": {"type": "string"},
+                    "power_w_gated_mean": _NUM,
+                    "energy_j": _NUM,
+                    "gated_s": {"type": "number", "minimum": 0},
+                    "excluded_s": {"type": "number", "minimum": 0},
+                    **_IDLE,
+                },
+            },
+        },
         "null_reasons": _REASONS,
     },
 }
@@ -158,6 +181,8 @@ _WINDOW = {
         "in_scope": {"type": "boolean"},
         "verdict": {"enum": ["ok", "low_confidence", "incomplete"]},
         "reasons": {"type": "array", "items": {"type": "string"}},
+        **_SPLIT,
+        "null_reasons": _REASONS,
         "nodes": {
             "type": "array",
             "items": {
@@ -167,6 +192,7 @@ _WINDOW = {
                     "node": {"type": "string"},
                     "power_w_gated_mean": _NUM,
                     "energy_j": _NUM,
+                    **_SPLIT,
                     "coverage_ratio": _NUM,
                     "implausible_intervals": {"type": "integer", "minimum": 0},
                     "system": _WINDOW_SYSTEM,
@@ -207,6 +233,9 @@ _METHOD = {
     "required": ["scope", "gate", "interval_s"],
     "properties": {
         "scope": {"enum": ["request", "decode", "run"]},
+        "phases": {"type": "array", "items": {"type": "string"}},
+        "scope_s": {"type": "number", "minimum": 0},
+        "gap_intervals": {"type": "integer", "minimum": 1},
         "gate": {
             "type": "object",
             "required": ["threshold_ratio", "source"],
@@ -231,6 +260,9 @@ _TOTALS = {
         **_TOTALS_FIELDS,
         "system_energy_j": _NUM,  # optional: exports before system domains lack them
         "system_joules_per_token": _NUM,
+        "energy_above_idle_j": _NUM,  # optional: exports before idle baselines lack them
+        "system_energy_above_idle_j": _NUM,
+        **_SPLIT,
         "null_reasons": _REASONS,
     },
 }

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparkwatch.core.baseline import baseline_mask
 from sparkwatch.core.tracks import MemTrack
 from sparkwatch.core.windows import Scope
-
-BASELINE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,19 +22,12 @@ class MemoryStats:
 
 
 def node_memory(track: MemTrack, scope: Scope, baseline_before_ns: int | None) -> MemoryStats:
-    """Baseline = median of samples in the ``BASELINE_S`` before ``baseline_before_ns``; peak/mean within
-    the scope."""
+    """Baseline = median of the samples in the baseline period (core.baseline) before
+    ``baseline_before_ns``; peak/mean within the scope."""
     used = track.used_bytes
     ok = np.isfinite(used)
-    baseline = None
-    if baseline_before_ns is not None:
-        pre = (
-            ok
-            & (track.t_ns >= baseline_before_ns - int(BASELINE_S * 1e9))
-            & (track.t_ns < baseline_before_ns)
-        )
-        if pre.any():
-            baseline = int(np.median(used[pre]))
+    pre = ok & baseline_mask(track.t_ns, baseline_before_ns)
+    baseline = int(np.median(used[pre])) if pre.any() else None
     inside = ok & scope.contains(track.t_ns) if not scope.empty else np.zeros(len(used), bool)
     if not inside.any():
         return MemoryStats(baseline, None, None)

@@ -10,13 +10,7 @@ from sparkwatch.core.clock import NodeClock
 from sparkwatch.core.domains import DomainInput
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import GpuTrack, MemTrack
-from sparkwatch.core.windows import ScopeKind
-
-#: What a run measures unless it asks otherwise: the sampling interval it leases from the agents, the
-#: utilisation the gate lets through, the scope.
-DEFAULT_INTERVAL_S = 0.1
-DEFAULT_GATE_THRESHOLD = 0.5
-DEFAULT_SCOPE: ScopeKind = "request"
+from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE, ScopeKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +22,7 @@ class RunSpec:
     interval_s: float
     gate_threshold: float = DEFAULT_GATE_THRESHOLD
     scope: ScopeKind = DEFAULT_SCOPE
-    phases: frozenset[str] = frozenset({"timed"})
+    phases: frozenset[str] = frozenset(DEFAULT_PHASES)  # the window phases measured
     command: dict[str, Any] | None = None  # the wrapped benchmark command and its exit code, when known
 
 

@@ -7,20 +7,17 @@ forms. The API, the importers, the proxy and the store all use it.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
 from sparkwatch.core.columns import int_column
+from sparkwatch.defaults import PHASE_RE, ScopeKind
 
-ScopeKind = Literal["request", "decode", "run"]
-
-PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 NS_MAX = 2**63 - 1  # the store keeps 64-bit signed integers
 EPOCH_NS_MIN = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z: anything earlier is not a Unix epoch ns stamp
 EPOCH_NS_MAX = (
@@ -97,7 +94,7 @@ def check_window(w: Window) -> Window:
     """``w`` if it obeys every rule a stored window obeys, else :class:`WindowError` for the first broken."""
     if not 1 <= len(w.id) <= ID_MAX_CHARS:
         raise WindowError("id", f"must be 1..{ID_MAX_CHARS} characters, found {len(w.id)}")
-    if not PHASE_RE.match(w.phase):
+    if not PHASE_RE.fullmatch(w.phase):  # not .match: its "$" also takes a trailing newline
         raise WindowError("phase", f"{w.phase!r} must match {PHASE_RE.pattern}")
     for name in ("t_start_ns", "t_end_ns"):
         _epoch_ns(name, getattr(w, name))

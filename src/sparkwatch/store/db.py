@@ -19,10 +19,13 @@ from typing import Any
 
 from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
-from sparkwatch.store import meters, sample_reads
+from sparkwatch.defaults import DEFAULT_PHASES
+from sparkwatch.store import deletion, meters, sample_reads
 from sparkwatch.store import windows as windows_table
+from sparkwatch.store.read_only import connect_read_only
+from sparkwatch.store.refusals import ended_at
 from sparkwatch.store.schema import MIGRATIONS
-from sparkwatch.store.tx import NotFound, StoreError, tx
+from sparkwatch.store.tx import NotFound, RunEnded, StoreError, tx
 from sparkwatch.wire import GapFrame, SampleFrame
 
 #: Page size of a new database, and the WAL size after which it is checkpointed.
@@ -40,6 +43,7 @@ class RunRow:
     gate_threshold: float
     scope: str
     command: str | None = None  # JSON: what `sparkwatch run` wrapped (argv, exit code), None otherwise
+    phases: tuple[str, ...] = DEFAULT_PHASES  # the window phases the run measures
 
     @property
     def open(self) -> bool:
@@ -54,6 +58,7 @@ class RunRow:
             "interval_s": self.interval_s,
             "gate_threshold": self.gate_threshold,
             "scope": self.scope,
+            "phases": list(self.phases),
             "open": self.open,
             "command": json.loads(self.command) if self.command else None,
         }
@@ -80,6 +85,16 @@ class Store:
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot use database {path}: {exc}") from exc
 
+    @classmethod
+    def read_only(cls, path: Path) -> Store:
+        """An existing database of this schema, read without changing it (store/read_only.py): what an
+        offline export reads; any write through it is refused by SQLite."""
+        store = cls.__new__(cls)
+        store._now = time.time_ns
+        store.path = path
+        store._db = connect_read_only(path, len(MIGRATIONS))
+        return store
+
     def close(self) -> None:
         self._db.close()
 
@@ -101,6 +116,10 @@ class Store:
             self._db.executemany(
                 "INSERT INTO nodes (name, position) VALUES (?, ?)", [(n, i) for i, n in enumerate(names)]
             )
+
+    def node_names(self) -> list[str]:
+        """The nodes of the coordinator that last used the file, in its nodes file's order."""
+        return [str(row[0]) for row in self._db.execute("SELECT name FROM nodes ORDER BY position")]
 
     def record_hello(self, node: str, hello: dict[str, Any]) -> None:
         with tx(self._db):
@@ -222,8 +241,9 @@ class Store:
         try:
             with tx(self._db):
                 self._db.execute(
-                    "INSERT INTO runs (id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO runs"
+                    " (id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope, phases)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run.id,
                         run.name,
@@ -232,6 +252,7 @@ class Store:
                         run.interval_s,
                         run.gate_threshold,
                         run.scope,
+                        json.dumps(list(run.phases)),
                     ),
                 )
         except sqlite3.IntegrityError as exc:
@@ -240,8 +261,8 @@ class Store:
 
     def end_run(self, run_id: str, t_end_ns: int, command: dict[str, Any] | None = None) -> RunRow:
         run = self.run(run_id)
-        if not run.open:
-            raise StoreError(f"run {run_id} has already ended")
+        if run.t_end_ns is not None:
+            raise RunEnded(f"run {run_id} has already ended, at {ended_at(run.t_end_ns)}", run.t_end_ns)
         encoded = json.dumps(command) if command is not None else None
         with tx(self._db):
             self._db.execute(
@@ -250,17 +271,40 @@ class Store:
         return self.run(run_id)
 
     def run(self, run_id: str) -> RunRow:
-        row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        row = self._db.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ? AND deleted_at_ns IS NULL", (run_id,)
+        ).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id}")
-        return RunRow(*row)
+        return _run_row(row)
 
     def runs(self) -> list[RunRow]:
-        return [RunRow(*row) for row in self._db.execute("SELECT * FROM runs ORDER BY t_start_ns")]
+        return [
+            _run_row(row)
+            for row in self._db.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE deleted_at_ns IS NULL ORDER BY t_start_ns"
+            )
+        ]
+
+    def delete_run(self, run_id: str) -> int:
+        """Step 1 of a delete (store/deletion.py): the ended run is gone from every read at once, its rows
+        stay until :meth:`purge_step` has removed them; returns how many windows it had."""
+        windows = windows_table.count(self._db, run_id)  # counted before the lock is taken
+        deletion.tombstone(self._db, run_id, self._now())
+        return windows
+
+    def purge_step(self, run_id: str) -> bool:
+        """One short transaction of a deleted run's removal; True once it is gone."""
+        return deletion.purge_step(self._db, run_id)
+
+    def deleted_runs(self) -> list[str]:
+        """Runs deleted but not yet purged (a coordinator stopped in between)."""
+        return deletion.tombstoned(self._db)
 
     def add_windows(self, run_id: str, windows: Sequence[Window], import_id: str | None = None) -> int:
-        """All or nothing (an unknown run or a window id already stored rejects the whole batch); with
-        ``import_id`` the windows are staged in that import, seen only once it is committed."""
+        """All or nothing (an unknown run, a window id repeated or already stored, or a window outside an
+        ended run's span rejects the whole batch); with ``import_id`` the windows are staged in that
+        import, seen only once it is committed."""
         self.run(run_id)
         return windows_table.add(self._db, run_id, windows, import_id, self._now())
 
@@ -270,7 +314,8 @@ class Store:
         return windows_table.begin_import(self._db, run_id, self._now())
 
     def commit_import(self, run_id: str, import_id: str) -> int:
-        """Make every window of the import part of the run at once; returns how many there are."""
+        """Make every window of the import part of the run at once (into an ended run only if each lies
+        inside its span); returns how many there are."""
         return windows_table.commit_import(self._db, run_id, import_id)
 
     def abort_import(self, run_id: str, import_id: str) -> int:
@@ -285,8 +330,7 @@ class Store:
         return windows_table.count(self._db, run_id)
 
     def begin_mark(self, run_id: str, name: str, phase: str, t_ns: int) -> None:
-        if not self.run(run_id).open:
-            raise StoreError(f"run {run_id} has ended")
+        """Refused in an ended run, like the end of a mark (store/refusals.py)."""
         windows_table.begin_mark(self._db, run_id, name, phase, t_ns)
 
     def end_mark(self, run_id: str, name: str, t_ns: int, source: dict[str, object]) -> Window:
@@ -299,6 +343,19 @@ class Store:
 
 
 _NO_GPU = (None, None, None, None)
+_RUN_COLUMNS = "id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope, command, phases"
+
+
+def _run_row(row: tuple[Any, ...]) -> RunRow:
+    """A ``runs`` row (columns as ``_RUN_COLUMNS``); its phases are stored as a JSON array of names."""
+    run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, phases = row
+    try:
+        names = json.loads(phases)
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise StoreError(f"run {run_id} has unreadable phases {phases!r}")
+    return RunRow(run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, tuple(names))
 
 
 def _owner_only(path: Path) -> None:

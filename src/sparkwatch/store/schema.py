@@ -142,4 +142,14 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (node, domain, t_ns)
     ) WITHOUT ROWID;
     """,
+    # 6: the window phases a run measures (a JSON array of phase names); runs stored before measured their
+    # timed windows only, which the default keeps
+    """
+    ALTER TABLE runs ADD COLUMN phases TEXT NOT NULL DEFAULT '["timed"]';
+    """,
+    # 7: a deleted run's tombstone (store/deletion.py): set in one tiny transaction, it hides the run from
+    # every read at once; its windows, marks and imports then go in short transactions, and the run row last
+    """
+    ALTER TABLE runs ADD COLUMN deleted_at_ns INTEGER;
+    """,
 )

@@ -17,6 +17,24 @@ class Invalid(StoreError):
     """What was asked cannot be right for this run (a window a day away from it)."""
 
 
+class DuplicateIds(StoreError):
+    """Window ids a run holds already (or that one batch repeats): ``ids`` are the first few, ``count`` all
+    of them, so a client can act on the refusal without SQLite's wording."""
+
+    def __init__(self, message: str, ids: list[str], count: int) -> None:
+        super().__init__(message)
+        self.ids = ids
+        self.count = count
+
+
+class RunEnded(StoreError):
+    """What an ended run does not take (a mark, a window outside its span); ``t_end_ns``: when it ended."""
+
+    def __init__(self, message: str, t_end_ns: int) -> None:
+        super().__init__(message)
+        self.t_end_ns = t_end_ns
+
+
 class Unavailable(StoreError):
     """The database cannot take a write now (disk full, locked): nothing was written; try again later."""
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sparkwatch.core.windows import WINDOW_FIELDS, Window
-from sparkwatch.store.tx import NotFound, StoreError, tx
+from sparkwatch.store import refusals
+from sparkwatch.store.deletion import LIVE_RUNS
+from sparkwatch.store.tx import DuplicateIds, NotFound, StoreError, tx
 
 #: Rows per transaction: a few milliseconds of writing, the longest a sample insert waits for the lock.
 CHUNK_ROWS = 2000
@@ -29,16 +31,33 @@ _INSERT = (
     f" VALUES ({', '.join('?' * (len(WINDOW_FIELDS) + 2))})"
 )
 _SOURCE = WINDOW_FIELDS.index("source")
-#: A window counts once it was posted directly (no import) or its import was committed.
-_VISIBLE = "(import_id IS NULL OR import_id IN (SELECT id FROM imports WHERE committed = 1))"
+#: A window counts once it was posted directly (no import) or its import was committed, in a run not deleted.
+_VISIBLE = (
+    "(import_id IS NULL OR import_id IN (SELECT id FROM imports WHERE committed = 1))"
+    f" AND run_id IN {LIVE_RUNS}"
+)
 
 
 def add(
     db: sqlite3.Connection, run_id: str, windows: Sequence[Window], import_id: str | None, now_ns: int
 ) -> int:
-    """All or nothing for the batch; in ``import_id`` (an open import of the run) if given."""
+    """All or nothing for the batch; in ``import_id`` (an open import of the run) if given. A refusal names
+    the ids a batch repeats or the run holds already, or says why an ended run does not take it."""
+    if import_id is not None:
+        _open_import(db, run_id, import_id)  # an import that is gone or committed is said first
+    refusals.refuse_repeats(run_id, windows)
+    refusals.check_span(db, run_id, windows)  # before anything is staged; checked again as it goes in
+    try:
+        return _add(db, run_id, windows, import_id, now_ns)
+    except sqlite3.IntegrityError:  # an id the run holds: which ones, now that the batch is taken back
+        raise refusals.stored_duplicates(db, run_id, [w.id for w in windows]) from None
+
+
+def _add(
+    db: sqlite3.Connection, run_id: str, windows: Sequence[Window], import_id: str | None, now_ns: int
+) -> int:
     if import_id is None and len(windows) <= CHUNK_ROWS:
-        _insert(db, run_id, None, windows)
+        _insert(db, run_id, None, windows, guard=lambda: refusals.check_span(db, run_id, windows))
         return len(windows)
     own = import_id is None
     staging = begin_import(db, run_id, now_ns) if import_id is None else import_id
@@ -70,13 +89,19 @@ def _stage(
         db.execute("UPDATE imports SET t_touched_ns = ? WHERE id = ?", (now_ns, import_id))
 
 
-def _insert(db: sqlite3.Connection, run_id: str, import_id: str | None, windows: Sequence[Window]) -> None:
+def _insert(
+    db: sqlite3.Connection,
+    run_id: str,
+    import_id: str | None,
+    windows: Sequence[Window],
+    guard: Callable[[], object] | None = None,
+) -> None:
+    """One transaction; ``guard`` runs inside it first (a run that ended meanwhile refuses the batch)."""
     rows = [(run_id, import_id, *_row(w)) for w in windows]
-    try:
-        with tx(db):
-            db.executemany(_INSERT, rows)
-    except sqlite3.IntegrityError as exc:
-        raise StoreError(f"window ids must be unique within a run: {exc}") from exc
+    with tx(db):
+        if guard is not None:
+            guard()
+        db.executemany(_INSERT, rows)
 
 
 def _delete_ids(db: sqlite3.Connection, run_id: str, import_id: str, ids: Sequence[str]) -> None:
@@ -105,7 +130,8 @@ def begin_import(db: sqlite3.Connection, run_id: str, now_ns: int) -> str:
 
 def _open_import(db: sqlite3.Connection, run_id: str, import_id: str) -> None:
     row = db.execute(
-        "SELECT committed FROM imports WHERE id = ? AND run_id = ?", (import_id, run_id)
+        f"SELECT committed FROM imports WHERE id = ? AND run_id = ? AND run_id IN {LIVE_RUNS}",
+        (import_id, run_id),
     ).fetchone()
     if row is None:
         raise NotFound(f"no import {import_id} in run {run_id} (aborted, or dropped after a long silence?)")
@@ -114,8 +140,13 @@ def _open_import(db: sqlite3.Connection, run_id: str, import_id: str) -> None:
 
 
 def commit_import(db: sqlite3.Connection, run_id: str, import_id: str) -> int:
+    """Every staged window becomes visible; into an ended run only if all lie inside its span. The windows
+    are checked before the write lock is taken, and again under it only if the run ended in between."""
     _open_import(db, run_id, import_id)
+    checked = refusals.check_staged_span(db, run_id, import_id)
     with tx(db):
+        if refusals.run_span(db, run_id)[1] != checked:
+            refusals.check_staged_span(db, run_id, import_id)
         db.execute("UPDATE imports SET committed = 1 WHERE id = ?", (import_id,))
     return int(db.execute("SELECT COUNT(*) FROM windows WHERE import_id = ?", (import_id,)).fetchone()[0])
 
@@ -138,7 +169,10 @@ def abort_import(db: sqlite3.Connection, run_id: str, import_id: str) -> int:
 
 
 def drop_open_imports(db: sqlite3.Connection) -> list[str]:
-    rows = db.execute("SELECT id, run_id FROM imports WHERE committed = 0").fetchall()
+    # a deleted run's imports are its purge's to remove
+    rows = db.execute(
+        f"SELECT id, run_id FROM imports WHERE committed = 0 AND run_id IN {LIVE_RUNS}"
+    ).fetchall()
     for import_id, run_id in rows:
         abort_import(db, str(run_id), str(import_id))
     return [str(row[0]) for row in rows]
@@ -160,6 +194,9 @@ def read(db: sqlite3.Connection, run_id: str) -> list[Window]:
 def begin_mark(db: sqlite3.Connection, run_id: str, name: str, phase: str, t_ns: int) -> None:
     try:
         with tx(db):
+            end = refusals.run_span(db, run_id)[1]
+            if end is not None:
+                raise refusals.ended(run_id, end, "no mark can begin in it")
             db.execute("INSERT INTO marks VALUES (?, ?, ?, ?)", (run_id, name, phase, t_ns))
     except sqlite3.IntegrityError as exc:
         raise StoreError(f"mark {name!r} is already open in run {run_id}") from exc
@@ -174,10 +211,16 @@ def end_mark(db: sqlite3.Connection, run_id: str, name: str, t_ns: int, source: 
     window = Window(id=name, phase=str(row[0]), t_start_ns=int(row[1]), t_end_ns=t_ns, source=source)
     try:
         with tx(db):
+            end = refusals.run_span(db, run_id)[1]
+            if end is not None:
+                raise refusals.ended(
+                    run_id, end, f"mark {name!r} cannot end in it (a mark ends before its run)"
+                )
             db.execute("DELETE FROM marks WHERE run_id = ? AND name = ?", (run_id, name))
             db.execute(_INSERT, (run_id, None, *_row(window)))
-    except sqlite3.IntegrityError as exc:
-        raise StoreError(f"window id {name!r} already exists in run {run_id}") from exc
+    except sqlite3.IntegrityError:
+        message = f"window ids must be unique within run {run_id}: {name!r} is already in it"
+        raise DuplicateIds(message, [name], 1) from None
     return window
 
 

@@ -16,7 +16,7 @@ from sparkwatch.coordinator.api.metrics import coordinator_registry
 from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd
 from sparkwatch.coordinator.api.openapi import openapi_document
 from sparkwatch.coordinator.service import Coordinator
-from sparkwatch.store import Invalid, NotFound, StoreError, Unavailable
+from sparkwatch.store import DuplicateIds, Invalid, NotFound, RunEnded, StoreError, Unavailable
 from sparkwatch_agent.shared.http import Handler, bearer_middleware, json_error, json_refusals
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
@@ -37,7 +37,7 @@ async def parse(request: web.Request, kind: type[M]) -> M:
 @web.middleware
 async def store_refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A body that fails validation or a request the store refuses becomes a 4xx (503 while the store cannot
-    write) with its reason, for every route."""
+    write) with its reason, for every route; a 409 says which kind of conflict in ``error``."""
     try:
         return await handler(request)
     except NotFound as exc:
@@ -48,6 +48,12 @@ async def store_refusals(request: web.Request, handler: Handler) -> web.StreamRe
         return error(400, "invalid_body", exc.details)
     except Unavailable as exc:
         return error(503, "unavailable", str(exc))
+    except DuplicateIds as exc:  # the ids, so a client can tell which of its windows the run has
+        body = {"duplicate_ids": exc.ids, "duplicates": exc.count}
+        return web.json_response({"error": "duplicate_window_ids", "reason": str(exc), **body}, status=409)
+    except RunEnded as exc:
+        body = {"error": "run_ended", "reason": str(exc), "t_end_ns": exc.t_end_ns}
+        return web.json_response(body, status=409)
     except StoreError as exc:
         return error(409, "conflict", str(exc))
 
@@ -81,7 +87,8 @@ async def nodes(request: web.Request) -> web.Response:
 
 async def create_run(request: web.Request) -> web.Response:
     body: RunCreate = await parse(request, RunCreate)
-    run = request.app[COORDINATOR].open_run(body.name, body.interval_s, body.gate_threshold, body.scope)
+    coord = request.app[COORDINATOR]
+    run = coord.open_run(body.name, body.interval_s, body.gate_threshold, body.scope, body.phases)
     return web.json_response(run.to_json(), status=201)
 
 
@@ -100,6 +107,13 @@ async def end_run(request: web.Request) -> web.Response:
     command = body.command.model_dump() if body.command is not None else None
     run = request.app[COORDINATOR].end_run(request.match_info["run_id"], command)
     return web.json_response(run.to_json())
+
+
+async def delete_run(request: web.Request) -> web.Response:
+    """202: the run is gone from every read now; its rows go in the background (store/deletion.py)."""
+    run_id = request.match_info["run_id"]
+    windows = await request.app[COORDINATOR].delete_run(run_id)
+    return web.json_response({"deleted": run_id, "windows": windows}, status=202)
 
 
 async def add_windows(request: web.Request) -> web.Response:
@@ -177,6 +191,7 @@ def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     app.router.add_post("/v1/runs", create_run)
     app.router.add_get("/v1/runs", list_runs)
     app.router.add_get("/v1/runs/{run_id}", get_run)
+    app.router.add_delete("/v1/runs/{run_id}", delete_run)
     app.router.add_post("/v1/runs/{run_id}/end", end_run)
     app.router.add_post("/v1/runs/{run_id}/windows", add_windows)
     app.router.add_post("/v1/runs/{run_id}/imports", begin_import)

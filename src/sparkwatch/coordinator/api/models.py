@@ -4,21 +4,44 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from sparkwatch.core.run_spec import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
-from sparkwatch.core.windows import PHASE_RE, ScopeKind, Window, check_window
+from sparkwatch.core.windows import Window, check_window
+from sparkwatch.defaults import (
+    DEFAULT_GATE_THRESHOLD,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_PHASES,
+    DEFAULT_SCOPE,
+    MAX_INTERVAL_S,
+    MAX_PHASES,
+    MAX_RUN_NAME_CHARS,
+    MIN_INTERVAL_S,
+    PHASE_RE,
+    ScopeKind,
+    check_phases,
+)
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+PhaseName = Annotated[str, StringConstraints(pattern=PHASE_RE.pattern)]
+
+
 class RunCreate(Strict):
-    name: str = Field(min_length=1, max_length=200)
-    interval_s: float = Field(default=DEFAULT_INTERVAL_S, ge=0.01, le=60)
+    name: str = Field(min_length=1, max_length=MAX_RUN_NAME_CHARS)
+    interval_s: float = Field(default=DEFAULT_INTERVAL_S, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S)
     gate_threshold: float = Field(default=DEFAULT_GATE_THRESHOLD, ge=0, le=1)
     scope: ScopeKind = DEFAULT_SCOPE
+    #: distinct: the schema says uniqueItems, ``check_phases`` enforces it
+    phases: Annotated[list[PhaseName], AfterValidator(check_phases)] = Field(
+        default=list(DEFAULT_PHASES),
+        min_length=1,
+        max_length=MAX_PHASES,
+        description="the window phases the run measures; windows of other phases are kept, unmeasured",
+        json_schema_extra={"uniqueItems": True},
+    )
 
 
 class CommandOutcome(Strict):
@@ -39,6 +62,6 @@ CheckedWindow = Annotated[Window, AfterValidator(check_window)]
 
 
 class MarkIn(Strict):
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=MAX_RUN_NAME_CHARS)
     event: Literal["begin", "end"]
     phase: str = Field(default="timed", pattern=PHASE_RE.pattern)

@@ -22,9 +22,9 @@ from sparkwatch.core.windows import (
     FINISH_REASON_MAX_CHARS,
     ID_MAX_CHARS,
     NS_MAX,
-    PHASE_RE,
     STAMP_FIELDS,
 )
+from sparkwatch.defaults import PHASE_RE
 
 REF = "#/components/schemas/{model}"
 #: The routes without a token (a Prometheus scrape, a load balancer's health check).
@@ -51,6 +51,13 @@ OPERATIONS = (
     Operation("get", "/v1/runs", "every run"),
     Operation("post", "/v1/runs", "start a run", "RunCreate", 201, (400,)),
     Operation("get", "/v1/runs/{run_id}", "one run with its window count", refusals=(404,)),
+    Operation(
+        "delete",
+        "/v1/runs/{run_id}",
+        "delete an ended run: {deleted, windows}; gone from every read at once, its rows go afterwards",
+        answer=202,
+        refusals=(404, 409),
+    ),
     Operation("post", "/v1/runs/{run_id}/end", "end the run (now)", "RunEnd", 200, (400, 404, 409)),
     Operation("post", "/v1/runs/{run_id}/windows", "add windows", "WindowBatch", 201, (400, 404, 409)),
     Operation("post", "/v1/runs/{run_id}/imports", "begin an import", None, 201, (404, 409)),
@@ -95,7 +102,17 @@ def _schemas() -> dict[str, Any]:
     schemas["WindowBatch"] = batch
     schemas["Refusal"] = {
         "type": "object",
-        "properties": {"error": {"type": "string"}, "reason": {}},
+        "properties": {
+            "error": {"type": "string"},
+            "reason": {},
+            "duplicate_ids": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "duplicate_window_ids: the first few ids the run holds or the batch repeats",
+            },
+            "duplicates": {"type": "integer", "description": "duplicate_window_ids: how many ids in all"},
+            "t_end_ns": {"type": "integer", "description": "run_ended: when the run ended"},
+        },
         "required": ["error", "reason"],
     }
     return dict(sorted(schemas.items()))
@@ -165,7 +182,11 @@ _REFUSALS = {
     401: "unauthorized: no or a wrong bearer token",
     404: "not_found: no such run, import, mark or route",
     405: "method_not_allowed",
-    409: "conflict: an ended run, a duplicate window id, a committed import, an open mark",
+    409: (
+        "duplicate_window_ids: window ids the run holds already or the batch repeats (duplicate_ids,"
+        " duplicates); run_ended: a mark, or a window outside its span, in an ended run (t_end_ns);"
+        " conflict: a committed import, an open mark, an open run to delete (end it first)"
+    ),
     413: "request_entity_too_large: a body over 64 MiB",
     503: "unavailable: the database cannot take the write, nothing was stored (/healthz: a link is down)",
 }

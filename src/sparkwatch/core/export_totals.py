@@ -1,0 +1,132 @@
+"""The export's ``totals``: sums over nodes and measured windows, each unknown with a reason that says what
+happened (which nodes, which windows).
+
+The rule for a missing value is the same everywhere: a total is a sum over every node (or every measured
+window) or it is ``null`` — never a sum over the ones that happen to be known, which would be a smaller
+figure presented as the whole. The reason names what was missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sparkwatch.core.export_nodes import NodeFigures, rounded, sum_known
+from sparkwatch.core.phases import name_ids, no_measured_window
+from sparkwatch.core.windows import Window
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """The run's windows, which of them are measured, and the phases a measured window comes from."""
+
+    windows: Sequence[Window]
+    measured: Sequence[Window]
+    phases: frozenset[str]
+
+
+def totals(figures: Sequence[NodeFigures], runs: Measured, peak_of: int | None) -> dict[str, Any]:
+    reasons: dict[str, str] = {}
+    energy = _node_sum(figures, "energy_j", reasons)
+    power = sum_known([f.json["power_w"]["gated_mean"] for f in figures])
+    completion, why_tokens = completion_tokens(runs)
+    peaks = [f.memory_peak_bytes for f in figures]
+    peak_sum = sum(p for p in peaks if p) if peaks and None not in peaks else None
+    if why_tokens is not None:
+        reasons["completion_tokens"] = why_tokens
+    if power is None:
+        reasons["power_w_gated_mean_sum"] = "a node's gated power is unknown (see its null_reasons)"
+    if peak_sum is None:
+        reasons["memory_used_bytes_peak_sum"] = "a node has no memory sample inside the scope"
+    if peak_of is None:
+        reasons["memory_used_bytes_peak_of_sum"] = "no time inside the scope when every node had a reading"
+    per_token = _per_token(energy, completion, reasons, "joules_per_token", "energy_j")
+    system = _system_sum(figures, "headline_energy_j", "energy", reasons, "system_energy_j")
+    system_per_token = _per_token(system, completion, reasons, "system_joules_per_token", "system_energy_j")
+    return {
+        "power_w_gated_mean_sum": rounded(power),
+        "energy_j": rounded(energy),
+        "energy_above_idle_j": rounded(_node_sum(figures, "energy_above_idle_j", reasons)),
+        "prefill_energy_j": rounded(_node_sum(figures, "prefill_energy_j", reasons)),
+        "decode_energy_j": rounded(_node_sum(figures, "decode_energy_j", reasons)),
+        "memory_used_bytes_peak_sum": peak_sum,
+        "memory_used_bytes_peak_of_sum": peak_of,
+        "completion_tokens": completion,
+        "joules_per_token": rounded(per_token, 4),
+        "system_energy_j": rounded(system),
+        "system_energy_above_idle_j": rounded(
+            _system_sum(
+                figures, "headline_above_idle_j", "energy above idle", reasons, "system_energy_above_idle_j"
+            )
+        ),
+        "system_joules_per_token": rounded(system_per_token, 4),
+        "null_reasons": reasons,
+    }
+
+
+def completion_tokens(runs: Measured) -> tuple[int | None, str | None]:
+    """The measured windows' completion tokens, or ``None`` with why: no measured window (and whether any
+    of the run's phases was recorded at all), or the windows that lack a count, by id."""
+    if not runs.measured:
+        return None, no_measured_window(runs.windows, runs.phases)
+    lacking = [w for w in runs.measured if w.completion_tokens is None]
+    if not lacking:
+        return sum(w.completion_tokens or 0 for w in runs.measured), None
+    named = name_ids([f"{w.id} ({_ending(w)})" for w in lacking])
+    return None, (
+        f"{len(lacking)} of {len(runs.measured)} measured window(s) have no completion token count: {named};"
+        " the request reported no usage (a client that disconnected before the end, or a server or"
+        " importer that gave none)"
+    )
+
+
+def _ending(w: Window) -> str:
+    """What a window says of how its request ended."""
+    if w.finish_reason is not None:
+        return f"finish_reason {w.finish_reason}"
+    return "no finish_reason" + (", no last token" if w.t_last_token_ns is None else "")
+
+
+def _per_token(
+    energy: float | None, completion: int | None, reasons: dict[str, str], key: str, energy_key: str
+) -> float | None:
+    """Energy per completion token, or ``None`` with the reason of whichever part is missing. Over a
+    subset of windows it is never given: the energy covers every measured window's time."""
+    if energy is not None and completion:
+        return energy / completion
+    if completion is None:
+        reasons[key] = (
+            f"the completion token count is unknown ({reasons['completion_tokens']}); the energy covers"
+            " every measured window, so it is not divided by the other windows' tokens"
+        )
+    elif completion == 0:
+        reasons[key] = "the measured windows report 0 completion tokens"
+    else:
+        reasons[key] = f"needs {energy_key}, which is unknown: {reasons[energy_key]}"
+    return None
+
+
+def _node_sum(figures: Sequence[NodeFigures], key: str, reasons: dict[str, str]) -> float | None:
+    """Σ over nodes of their ``key``; ``None`` with the nodes that lack it (their null_reasons say why)."""
+    value = sum_known([f.json[key] for f in figures])
+    if value is None:
+        lacking = [str(f.json["node"]) for f in figures if f.json[key] is None]
+        shared = {f.json["null_reasons"].get(key) for f in figures if f.json[key] is None}
+        why = f": {shared.pop()}" if len(shared) == 1 and None not in shared else " (see its null_reasons)"
+        reasons[key] = f"unknown on {name_ids(lacking)}{why}" if lacking else "no node"
+    return value
+
+
+def _system_sum(
+    figures: Sequence[NodeFigures], attr: str, what: str, reasons: dict[str, str], key: str
+) -> float | None:
+    """Σ over nodes of their headline domain's ``attr``; ``None`` with the nodes that lack it."""
+    values = [getattr(f.system, attr) for f in figures]
+    value = sum_known(values)
+    if value is None:
+        lacking = [str(f.json["node"]) for f, v in zip(figures, values, strict=True) if v is None]
+        reasons[key] = (
+            f"no whole-node power domain with a known {what} on {name_ids(lacking)}" if lacking else "no node"
+        )
+    return value

@@ -1,0 +1,55 @@
+"""The command line's defaults and bounds, in a module that imports nothing heavy: `sparkwatch --help`
+must not load aiohttp, numpy or pydantic to print them. Their users import them from here."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal, TypeVar
+
+#: What a run's figures cover: every request's span, only decode (first → last token), or the whole run.
+ScopeKind = Literal["request", "decode", "run"]
+SCOPES: tuple[ScopeKind, ...] = ("request", "decode", "run")
+
+#: What a run measures unless it asks otherwise: the sampling interval it leases from the agents, the
+#: utilisation the gate lets through, the scope.
+DEFAULT_INTERVAL_S = 0.1
+DEFAULT_GATE_THRESHOLD = 0.5
+DEFAULT_SCOPE: ScopeKind = "request"
+#: The window phases a run measures unless it names others (warm-up and other phases are kept, unmeasured),
+#: and the most one run may name.
+DEFAULT_PHASES: tuple[str, ...] = ("timed",)
+MAX_PHASES = 16
+#: The longest run or mark name the API takes.
+MAX_RUN_NAME_CHARS = 200
+#: The bounds of a run's sampling interval, enforced by the API and checked by the CLI's flags.
+MIN_INTERVAL_S = 0.01
+MAX_INTERVAL_S = 60.0
+
+#: Where the CLI finds a standing coordinator and its token when no flag says.
+ENV_COORDINATOR = "SPARKWATCH_COORDINATOR"
+ENV_TOKEN_FILE = "SPARKWATCH_TOKEN_FILE"
+DEFAULT_COORDINATOR = "http://127.0.0.1:8750"
+
+#: The most simulated nodes `sparkwatch demo` starts in one process.
+MAX_DEMO_NODES = 64
+
+#: A window phase's name: `timed`, `warmup` or another short lower-case word.
+PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+Phases = TypeVar("Phases", bound=Sequence[str])
+
+
+def check_phases(phases: Phases) -> Phases:
+    """The phases a run measures, unchanged, if they are 1 to MAX_PHASES distinct window phase names; else a
+    ValueError saying what is wrong (a name repeated is a slip in the list, not a weight)."""
+    if not 1 <= len(phases) <= MAX_PHASES:
+        raise ValueError(f"1 to {MAX_PHASES} phases, not {len(phases)}")
+    for phase in phases:
+        if not PHASE_RE.fullmatch(phase):  # not .match: its "$" also takes a trailing newline
+            raise ValueError(f"phase {phase!r} must match {PHASE_RE.pattern}")
+    repeated = sorted({p for p in phases if phases.count(p) > 1})
+    if repeated:
+        raise ValueError(f"phases named more than once: {', '.join(repeated)}")
+    return phases

@@ -1,0 +1,70 @@
+"""Deleting a run without holding the write lock long and without a half-deleted run ever being seen.
+
+Step 1 (:func:`tombstone`) is one tiny transaction: it sets ``runs.deleted_at_ns``, and from then on every
+read of the store leaves the run out (``LIVE_RUNS``). Step 2 (:func:`purge_step`, called until it says the
+run is gone) deletes its windows, marks and imports ``PURGE_ROWS`` at a time, each chunk its own short
+transaction, so the links' sample inserts never wait long for the lock; the run row goes last. A crash
+between the steps leaves a tombstoned run that nobody sees, which :func:`tombstoned` lists for the next
+coordinator start to finish. Samples belong to nodes, not to runs: they stay.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from sparkwatch.store.tx import NotFound, StoreError, tx
+
+#: Rows per purge transaction (like an aborted import's cleanup): a few milliseconds of writing.
+PURGE_ROWS = 500
+#: The ids of the runs every read may see: those not deleted.
+LIVE_RUNS = "(SELECT id FROM runs WHERE deleted_at_ns IS NULL)"
+#: The tables whose rows belong to a run, in the order they go (windows name their imports).
+_RUN_TABLES = ("windows", "marks", "imports")
+
+
+class RunOpen(StoreError):
+    """A run that is still open cannot be deleted: its links are measuring it."""
+
+
+def tombstone(db: sqlite3.Connection, run_id: str, now_ns: int) -> None:
+    """Step 1: hide an ended run from every read. Refused for an unknown or already deleted run
+    (``NotFound``) and for an open one (``RunOpen``)."""
+    row = db.execute(f"SELECT t_end_ns FROM runs WHERE id = ? AND id IN {LIVE_RUNS}", (run_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"no run {run_id}")
+    if row[0] is None:
+        raise RunOpen(f"run {run_id} is open: end it first (sparkwatch runs end {run_id}), then delete it")
+    with tx(db):
+        cursor = db.execute(
+            "UPDATE runs SET deleted_at_ns = ?"
+            " WHERE id = ? AND deleted_at_ns IS NULL AND t_end_ns IS NOT NULL",
+            (now_ns, run_id),
+        )
+    if cursor.rowcount != 1:  # deleted meanwhile through another connection
+        raise NotFound(f"no run {run_id}")
+
+
+def purge_step(db: sqlite3.Connection, run_id: str) -> bool:
+    """Step 2, one short transaction: up to ``PURGE_ROWS`` of the deleted run's rows, or, once none is
+    left, the run row itself. True when the run is gone (also when it was gone already)."""
+    with tx(db):
+        row = db.execute("SELECT deleted_at_ns FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            return True
+        if row[0] is None:
+            raise StoreError(f"run {run_id} is not deleted: refusing to purge it")
+        for table in _RUN_TABLES:
+            cursor = db.execute(
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE run_id = ? LIMIT ?)",
+                (run_id, PURGE_ROWS),
+            )
+            if cursor.rowcount:
+                return False
+        db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+    return True
+
+
+def tombstoned(db: sqlite3.Connection) -> list[str]:
+    """The runs deleted but not yet purged (a coordinator stopped or crashed in between)."""
+    rows = db.execute("SELECT id FROM runs WHERE deleted_at_ns IS NOT NULL ORDER BY deleted_at_ns")
+    return [str(row[0]) for row in rows]

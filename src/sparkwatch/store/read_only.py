@@ -1,0 +1,59 @@
+"""A coordinator's database opened for reading only, for an export made without a coordinator.
+
+SQLite's ``mode=ro`` keeps every write out of the file. A database whose write-ahead log was checkpointed
+away (a coordinator that stopped cleanly) is also opened ``immutable``: SQLite then makes no ``-wal`` or
+``-shm`` file beside it either. A database with a log (a coordinator that runs, or was killed) is read
+through it, so nothing it committed is missed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from sparkwatch.store.tx import StoreError
+
+#: Tables every sparkwatch database has had since its first schema.
+TABLES = frozenset({"nodes", "boots", "samples", "runs", "windows", "marks", "clock_offsets"})
+
+
+def connect_read_only(path: Path, schema_version: int) -> sqlite3.Connection:
+    """A read-only connection to the sparkwatch database at ``path`` of exactly ``schema_version``;
+    anything else (no file, not SQLite, another program's database, another schema) is a one-line
+    :class:`StoreError`."""
+    if not path.exists():
+        raise StoreError(f"no database at {path}")
+    if path.is_dir():
+        raise StoreError(f"{path} is a folder, not a sparkwatch database")
+    wal = path.with_name(path.name + "-wal")
+    uri = f"{path.resolve().as_uri()}?mode=ro" + ("" if wal.exists() else "&immutable=1")
+    try:
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read database {path}: {exc}") from None
+    try:
+        _check(db, path, schema_version)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _check(db: sqlite3.Connection, path: Path, schema_version: int) -> None:
+    try:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is not a sparkwatch database ({exc})") from None
+    if version == 0 or not tables >= TABLES:
+        raise StoreError(f"{path} is not a sparkwatch database (it has no sparkwatch tables)")
+    if version > schema_version:
+        raise StoreError(
+            f"database {path} has schema {version}, newer than this sparkwatch reads ({schema_version}):"
+            " export it with the sparkwatch that wrote it"
+        )
+    if version < schema_version:
+        raise StoreError(
+            f"database {path} has schema {version}, from an older sparkwatch (this one reads"
+            f" {schema_version}): start a coordinator on it once (it upgrades the file), then export"
+        )

@@ -1,0 +1,120 @@
+"""Why the store refuses windows and marks, in words a client can act on: the ids a batch repeats or the run
+holds already (never SQLite's constraint text), and what an ended run no longer takes.
+
+An ended run takes windows only inside its span, widened by ``ENDED_RUN_SLACK_NS``: a harness's result file
+imported after `sparkwatch run` ended the run (`sparkwatch import … --run ID`) describes requests made
+while it ran, but a window from after its end (a proxy still forwarding, a benchmark started later, a
+mistyped run id) does not belong to it. No mark begins or ends in an ended run: a mark is stamped now.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from sparkwatch.core.phases import IDS_NAMED, name_ids
+from sparkwatch.core.windows import Window
+from sparkwatch.store.tx import DuplicateIds, NotFound, RunEnded, StoreError
+
+#: How far outside an ended run's span a window may lie: a harness host's clock may be off ours by what
+#: NTP allows (MLPerf Power accepts 400 ms) and lmx stamps whole seconds; a request served after the run
+#: ended is still refused.
+ENDED_RUN_SLACK_NS = 2 * 10**9
+#: Ids per query when looking up which of a batch's ids a run holds (SQLite's variable limit).
+LOOKUP_IDS = 500
+
+
+def run_span(db: sqlite3.Connection, run_id: str) -> tuple[int, int | None]:
+    """The run's start and end (``None`` while it is open)."""
+    row = db.execute(
+        "SELECT t_start_ns, t_end_ns FROM runs WHERE id = ? AND deleted_at_ns IS NULL", (run_id,)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no run {run_id}")
+    return int(row[0]), None if row[1] is None else int(row[1])
+
+
+def ended_at(t_ns: int) -> str:
+    """A run's end as people read it (UTC, milliseconds), with its ns value."""
+    stamp = datetime.fromtimestamp(t_ns / 1e9, tz=UTC).isoformat(timespec="milliseconds")
+    return f"{stamp.replace('+00:00', 'Z')} (t_end_ns {t_ns})"
+
+
+def ended(run_id: str, t_end_ns: int, what: str) -> RunEnded:
+    return RunEnded(f"run {run_id} ended at {ended_at(t_end_ns)}; {what}", t_end_ns)
+
+
+def refuse_repeats(run_id: str, windows: Sequence[Window]) -> None:
+    """A batch that names one id twice is refused whole, naming the repeated ids."""
+    counts = Counter(w.id for w in windows)
+    repeated = [i for i, n in counts.items() if n > 1]
+    if repeated:
+        verb = "appears" if len(repeated) == 1 else "appear"
+        message = f"{name_ids(repeated, quoted=True)} {verb} more than once in the batch"
+        raise _duplicates(run_id, message, repeated)
+
+
+def stored_duplicates(db: sqlite3.Connection, run_id: str, ids: Sequence[str]) -> StoreError:
+    """The refusal for a batch that collided with windows the run holds (stored, or staged by an import):
+    which of ``ids`` those are, looked up after the batch was taken back."""
+    taken: set[str] = set()
+    for start in range(0, len(ids), LOOKUP_IDS):
+        chunk = ids[start : start + LOOKUP_IDS]
+        rows = db.execute(
+            f"SELECT id FROM windows WHERE run_id = ? AND id IN ({', '.join('?' * len(chunk))})",
+            (run_id, *chunk),
+        )
+        taken.update(str(row[0]) for row in rows)
+    found = [i for i in dict.fromkeys(ids) if i in taken]
+    if not found:  # the windows it collided with went meanwhile (an import aborted)
+        return StoreError(
+            f"window ids must be unique within run {run_id}: the batch collided with windows that are gone"
+            " now; nothing was stored, send it again"
+        )
+    verb = "is" if len(found) == 1 else "are"
+    message = f"{name_ids(found, quoted=True)} {verb} already in it (stored, or staged by an import)"
+    return _duplicates(run_id, message, found)
+
+
+def _duplicates(run_id: str, message: str, ids: Sequence[str]) -> DuplicateIds:
+    text = f"window ids must be unique within run {run_id}: {message}"
+    return DuplicateIds(text, list(ids[:IDS_NAMED]), len(ids))
+
+
+def check_span(db: sqlite3.Connection, run_id: str, windows: Sequence[Window]) -> int | None:
+    """Refuse windows an ended run does not take; returns the end it checked against (``None``: open)."""
+    start, end = run_span(db, run_id)
+    if end is not None:
+        lo, hi = start - ENDED_RUN_SLACK_NS, end + ENDED_RUN_SLACK_NS
+        outside = [w.id for w in windows if w.t_start_ns < lo or w.t_end_ns > hi]
+        if outside:
+            raise _outside(run_id, start, end, outside, len(outside))
+    return end
+
+
+def check_staged_span(db: sqlite3.Connection, run_id: str, import_id: str) -> int | None:
+    """:func:`check_span` for the windows an import has staged (when it is committed)."""
+    start, end = run_span(db, run_id)
+    if end is not None:
+        where = "import_id = ? AND (t_start_ns < ? OR t_end_ns > ?)"
+        args = (import_id, start - ENDED_RUN_SLACK_NS, end + ENDED_RUN_SLACK_NS)
+        (count,) = db.execute(f"SELECT COUNT(*) FROM windows WHERE {where}", args).fetchone()
+        if count:
+            rows = db.execute(
+                f"SELECT id FROM windows WHERE {where} ORDER BY rowid LIMIT ?", (*args, IDS_NAMED)
+            )
+            raise _outside(run_id, start, end, [str(r[0]) for r in rows], int(count))
+    return end
+
+
+def _outside(run_id: str, start: int, end: int, ids: Sequence[str], count: int) -> RunEnded:
+    slack_s = ENDED_RUN_SLACK_NS / 1e9
+    verb = "lies" if count == 1 else "lie"
+    return ended(
+        run_id,
+        end,
+        f"it takes only windows inside its span [{start}, {end}], give or take {slack_s:g} s, and"
+        f" {name_ids(ids, count, quoted=True)} {verb} outside it",
+    )

@@ -1,0 +1,249 @@
+"""The API's 409s, on a real coordinator over HTTP with a SQLite file: a window id the run holds or the
+batch repeats is named in the refusal (never SQLite's wording) and nothing of the batch is kept; an ended
+run takes no marks and only windows inside its span (what `sparkwatch import` sends after a run)."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.coordinator.api.app import make_app
+from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.core.windows import Window
+from sparkwatch.proxy.sinks import RunPoster
+from sparkwatch.store import Store
+from sparkwatch.store.refusals import ENDED_RUN_SLACK_NS
+from sparkwatch.store.windows import CHUNK_ROWS
+
+S = 1_000_000_000
+T0 = 1_800_000_000 * S  # 2027-01-15T08:00:00Z
+RUN_S = 100
+
+
+@dataclass
+class Api:
+    client: TestClient[Any, Any]
+    db: pathlib.Path
+    clock: list[int]
+
+    async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        response = await self.client.request(method, path, json=body)
+        return response.status, await response.json()
+
+    def rows(self) -> int:
+        """Every window row in the file, staged ones included."""
+        with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True) as db:
+            return int(db.execute("SELECT COUNT(*) FROM windows").fetchone()[0])
+
+    async def visible(self, run: str) -> int:
+        status, body = await self.call("GET", f"/v1/runs/{run}")
+        assert status == 200
+        return int(body["windows"])
+
+    async def new_run(self, ended: bool = False) -> str:
+        self.clock[0] = T0
+        status, run = await self.call("POST", "/v1/runs", {"name": "conflicts"})
+        assert status == 201
+        if ended:
+            await self.end(run["id"])
+        return str(run["id"])
+
+    async def end(self, run: str) -> None:
+        self.clock[0] = T0 + RUN_S * S
+        assert (await self.call("POST", f"/v1/runs/{run}/end"))[0] == 200
+        self.clock[0] = T0 + 2 * RUN_S * S  # later: what arrives now arrives after the end
+
+
+@pytest.fixture
+async def api(tmp_path: pathlib.Path) -> AsyncIterator[Api]:
+    clock = [T0]
+    now: Callable[[], int] = lambda: clock[0]  # noqa: E731
+    store = Store(tmp_path / "c.db", now_ns=now)
+    coordinator = Coordinator([], store, now_ns=now)
+    client = TestClient(TestServer(make_app(coordinator, None)))
+    await client.start_server()
+    try:
+        yield Api(client, tmp_path / "c.db", clock)
+    finally:
+        await client.close()
+        await coordinator.stop()
+        store.close()
+
+
+def window(wid: str, start_s: float = 1, length_s: float = 1) -> dict[str, Any]:
+    start = T0 + int(start_s * S)
+    return {"id": wid, "phase": "timed", "t_start_ns": start, "t_end_ns": start + int(length_s * S)}
+
+
+def batch(*ids: str) -> dict[str, Any]:
+    return {"windows": [window(i) for i in ids]}
+
+
+def assert_duplicates(status: int, body: Any, ids: list[str], count: int) -> None:
+    assert status == 409, body
+    assert body["error"] == "duplicate_window_ids"
+    assert body["duplicate_ids"] == ids and body["duplicates"] == count
+    assert all(repr(i) in body["reason"] for i in ids)
+    assert "UNIQUE" not in body["reason"] and "constraint" not in body["reason"]
+
+
+async def test_an_id_the_run_holds_is_named_and_nothing_of_the_batch_is_kept(api: Api) -> None:
+    run = await api.new_run()
+    assert (await api.call("POST", f"/v1/runs/{run}/windows", batch("a", "b")))[0] == 201
+    status, body = await api.call("POST", f"/v1/runs/{run}/windows", batch("c", "b", "d"))
+    assert_duplicates(status, body, ["b"], 1)
+    already = "is already in it (stored, or staged by an import)"
+    assert body["reason"] == f"window ids must be unique within run {run}: 'b' {already}"
+    assert await api.visible(run) == 2 and api.rows() == 2  # "c" and "d" were not kept either
+
+
+async def test_many_duplicates_are_named_a_few_then_counted(api: Api) -> None:
+    run = await api.new_run()
+    taken = [f"w{i:02}" for i in range(12)]
+    assert (await api.call("POST", f"/v1/runs/{run}/windows", batch(*taken)))[0] == 201
+    status, body = await api.call("POST", f"/v1/runs/{run}/windows", batch("new", *reversed(taken)))
+    assert_duplicates(status, body, ["w11", "w10", "w09", "w08", "w07"], 12)
+    assert body["reason"].endswith(
+        "'w11', 'w10', 'w09', 'w08', 'w07' and 7 more are already in it (stored, or staged by an import)"
+    )
+    assert api.rows() == 12
+
+
+async def test_ids_repeated_inside_one_batch_are_a_409_naming_them(api: Api) -> None:
+    run = await api.new_run()
+    status, body = await api.call("POST", f"/v1/runs/{run}/windows", batch("x", "y", "x", "z", "y", "x"))
+    assert_duplicates(status, body, ["x", "y"], 2)
+    assert "'x', 'y' appear more than once in the batch" in body["reason"]
+    assert api.rows() == 0
+
+
+async def test_a_duplicate_in_the_last_chunk_of_a_large_batch_leaves_nothing(api: Api) -> None:
+    run = await api.new_run()
+    assert (await api.call("POST", f"/v1/runs/{run}/windows", batch("taken")))[0] == 201
+    ids = [f"w{i}" for i in range(2 * CHUNK_ROWS + 10)] + ["taken"]
+    status, body = await api.call("POST", f"/v1/runs/{run}/windows", batch(*ids))
+    assert_duplicates(status, body, ["taken"], 1)
+    assert api.rows() == 1 and await api.visible(run) == 1  # no chunk of it is left, staged or not
+
+
+async def test_imports_name_ids_staged_before_in_this_import_or_another(api: Api) -> None:
+    run = await api.new_run()
+    first = (await api.call("POST", f"/v1/runs/{run}/imports", {}))[1]["import_id"]
+    into_first = {**batch("a", "b"), "import_id": first}
+    assert (await api.call("POST", f"/v1/runs/{run}/windows", into_first))[0] == 201
+    again = {**batch("c", "a"), "import_id": first}  # a second batch of the same import repeats "a"
+    assert_duplicates(*await api.call("POST", f"/v1/runs/{run}/windows", again), ["a"], 1)
+    second = (await api.call("POST", f"/v1/runs/{run}/imports", {}))[1]["import_id"]
+    other = {**batch("b", "e"), "import_id": second}
+    assert_duplicates(*await api.call("POST", f"/v1/runs/{run}/windows", other), ["b"], 1)
+    assert api.rows() == 2
+    status, body = await api.call("POST", f"/v1/runs/{run}/imports/{first}/commit", {})
+    assert status == 200 and body["committed"] == 2
+    assert await api.visible(run) == 2
+
+
+async def test_a_mark_named_like_a_window_is_a_duplicate(api: Api) -> None:
+    run = await api.new_run()
+    assert (await api.call("POST", f"/v1/runs/{run}/windows", batch("gen")))[0] == 201
+    path = f"/v1/runs/{run}/marks"
+    assert (await api.call("POST", path, {"name": "gen", "event": "begin"}))[0] == 201
+    assert_duplicates(*await api.call("POST", path, {"name": "gen", "event": "end"}), ["gen"], 1)
+    assert api.rows() == 1
+
+
+def assert_run_ended(status: int, body: Any, run: str, *names: str) -> None:
+    assert status == 409, body
+    assert body["error"] == "run_ended" and body["t_end_ns"] == T0 + RUN_S * S
+    reason = body["reason"]
+    assert reason.startswith(f"run {run} ended at 2027-01-15T08:01:40.000Z (t_end_ns {T0 + RUN_S * S}); ")
+    assert all(repr(name) in reason for name in names), reason
+
+
+async def test_an_ended_run_takes_no_marks(api: Api) -> None:
+    run = await api.new_run()
+    path = f"/v1/runs/{run}/marks"
+    assert (await api.call("POST", path, {"name": "open", "event": "begin"}))[0] == 201
+    await api.end(run)
+    status, body = await api.call("POST", path, {"name": "late", "event": "begin"})
+    assert_run_ended(status, body, run)
+    assert "no mark can begin in it" in body["reason"]
+    status, body = await api.call("POST", path, {"name": "open", "event": "end"})
+    assert_run_ended(status, body, run, "open")
+    assert api.rows() == 0
+    status, body = await api.call("POST", f"/v1/runs/{run}/end")
+    assert (
+        status == 409
+        and body["error"] == "run_ended"
+        and "already ended, at 2027-01-15T08:01:40" in body["reason"]
+    )
+
+
+async def test_an_ended_run_takes_windows_inside_its_span_only(api: Api) -> None:
+    run = await api.new_run(ended=True)
+    slack_s = ENDED_RUN_SLACK_NS / S
+    edges = [window("first", -slack_s, 1), window("last", RUN_S - 1, 1 + slack_s)]  # the edges, give or take
+    assert (await api.call("POST", f"/v1/runs/{run}/windows", {"windows": edges}))[0] == 201
+    late = [window("in", 50), window("after", RUN_S + slack_s + 1), window("before", -slack_s - 2)]
+    status, body = await api.call("POST", f"/v1/runs/{run}/windows", {"windows": late})
+    assert_run_ended(status, body, run, "after", "before")
+    assert f"inside its span [{T0}, {T0 + RUN_S * S}], give or take 2 s" in body["reason"]
+    assert "'in'" not in body["reason"]
+    assert api.rows() == 2 and await api.visible(run) == 2  # "in" went back with the rest of its batch
+
+
+async def test_an_import_after_the_run_is_committed_when_inside_it(api: Api) -> None:
+    run = await api.new_run(ended=True)
+    begun = await api.call("POST", f"/v1/runs/{run}/imports", {})
+    assert begun[0] == 201
+    into = begun[1]["import_id"]
+    posted = await api.call("POST", f"/v1/runs/{run}/windows", {**batch("a", "b"), "import_id": into})
+    assert posted[0] == 201
+    outside = {"windows": [window("z", RUN_S + 10)], "import_id": into}
+    assert_run_ended(*await api.call("POST", f"/v1/runs/{run}/windows", outside), run, "z")
+    assert (await api.call("POST", f"/v1/runs/{run}/imports/{into}/commit", {}))[1]["committed"] == 2
+    assert await api.visible(run) == 2
+
+
+async def test_staged_windows_past_the_end_are_not_committed_after_it(api: Api) -> None:
+    """Staged while the run was open (which takes windows up to a day away), committed after it ended:
+    the commit is when they would join the run, so it is refused, and the import can still be aborted."""
+    run = await api.new_run()
+    api.clock[0] = T0 + 10 * S
+    into = (await api.call("POST", f"/v1/runs/{run}/imports", {}))[1]["import_id"]
+    staged = {"windows": [window("ok", 5), window("future", RUN_S + 50)], "import_id": into}
+    assert (await api.call("POST", f"/v1/runs/{run}/windows", staged))[0] == 201
+    await api.end(run)
+    status, body = await api.call("POST", f"/v1/runs/{run}/imports/{into}/commit", {})
+    assert_run_ended(status, body, run, "future")
+    assert "'ok'" not in body["reason"] and await api.visible(run) == 0
+    status, body = await api.call("DELETE", f"/v1/runs/{run}/imports/{into}")
+    assert status == 200 and body["dropped"] == 2 and api.rows() == 0
+
+
+async def test_the_proxy_counts_a_window_an_ended_run_refused_as_lost_not_stored(api: Api) -> None:
+    """The proxy's poster takes a single window's 409 for "an earlier try stored it"; a run_ended 409 is
+    not that: the window is reported lost."""
+    run = await api.new_run()
+    client = CoordinatorClient(CoordinatorTarget(str(api.client.server.make_url("")).rstrip("/"), None))
+    poster = RunPoster(client, run, batch_delay_s=0.01)
+    poster.start()
+    try:
+        poster.submit(Window("kept", "timed", T0 + S, T0 + 2 * S))
+        await asyncio.sleep(0.2)
+        await api.end(run)
+        poster.submit(Window("kept", "timed", T0 + S, T0 + 2 * S))  # a retry whose first answer was lost
+        poster.submit(Window("after", "timed", T0 + 150 * S, T0 + 151 * S))
+        lost = await poster.close()
+    finally:
+        await client.close()
+    assert [w.id for w in lost] == ["after"] and poster.stored == 2
+    assert f"HTTP 409: run {run} ended at " in poster.refused[0][1]
+    assert await api.visible(run) == 1

@@ -1,0 +1,87 @@
+"""`Store.read_only`: what `sparkwatch export --db` reads a coordinator's file with — it reads everything a
+coordinator stored, writes nothing, and refuses a file of another schema with one line."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import sqlite3
+
+import pytest
+
+from sparkwatch.commands.export_cmd import ExportCommandError, choose_run
+from sparkwatch.store import Store, StoreError, Unavailable
+from sparkwatch.store.db import RunRow
+from sparkwatch.store.schema import MIGRATIONS
+
+T0 = 1_800_000_000 * 10**9
+
+
+def _written(path: pathlib.Path) -> Store:
+    store = Store(path)
+    store.set_nodes(["spark-2", "spark-1"])
+    store.create_run(RunRow("r1", "first", T0, T0 + 10**9, 0.1, 0.5, "request"))
+    store.create_run(RunRow("r2", "second", T0 + 2 * 10**9, None, 0.1, 0.5, "decode"))
+    return store
+
+
+def test_it_reads_what_was_stored_and_refuses_every_write(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.db"
+    _written(path).close()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    store = Store.read_only(path)
+    try:
+        assert store.node_names() == ["spark-2", "spark-1"]  # the nodes file's order, not the names'
+        assert [r.id for r in store.runs()] == ["r1", "r2"]
+        with pytest.raises(Unavailable, match="readonly"):
+            store.end_run("r2", T0 + 3 * 10**9)
+    finally:
+        store.close()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.db"]  # no -wal or -shm left beside it
+
+
+def test_it_reads_a_live_coordinators_log(tmp_path: pathlib.Path) -> None:
+    """A coordinator that still runs (or was killed) has rows only in its write-ahead log: they are read."""
+    writer = _written(tmp_path / "c.db")
+    try:
+        writer.end_run("r2", T0 + 3 * 10**9)
+        store = Store.read_only(tmp_path / "c.db")
+        assert [r.t_end_ns for r in store.runs()] == [T0 + 10**9, T0 + 3 * 10**9]
+        store.close()
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    ("version", "words"),
+    [
+        (len(MIGRATIONS) + 1, f"has schema {len(MIGRATIONS) + 1}, newer than this sparkwatch reads"),
+        (len(MIGRATIONS) - 1, "from an older sparkwatch"),
+        (0, "is not a sparkwatch database"),
+    ],
+)
+def test_another_schema_is_refused(tmp_path: pathlib.Path, version: int, words: str) -> None:
+    path = tmp_path / "c.db"
+    _written(path).close()
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.close()
+    with pytest.raises(StoreError, match=words):
+        Store.read_only(path)
+
+
+def test_the_run_chosen_by_default_is_the_newest() -> None:
+    runs = [
+        RunRow("old", "a", T0, T0 + 1, 0.1, 0.5, "request"),
+        RunRow("new", "b", T0 + 10, None, 0.1, 0.5, "request"),
+    ]
+    path = pathlib.Path("x.db")
+    assert choose_run(runs, None, path) == (runs[1], "the newest of 2 runs")
+    assert choose_run(runs[:1], None, path) == (runs[0], "the only run")
+    assert choose_run(runs, "old", path) == (runs[0], "")
+    known = r"no run nope in x\.db \(its runs, newest first: new, old\)"
+    with pytest.raises(ExportCommandError, match=known):
+        choose_run(runs, "nope", path)
+    with pytest.raises(ExportCommandError, match=r"x\.db holds no runs"):
+        choose_run([], None, path)

@@ -1,0 +1,131 @@
+"""What the coordinator refuses, as users meet it on the command line: a coordinator whose port is taken
+exits with one line and leaves no database behind (and an existing one untouched), and a harness file
+imported after `sparkwatch run` ended the run is taken when its requests lie inside the run, refused with
+the run's end named when they do not."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import socket
+import sys
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from helpers.cli import sparkwatch
+from helpers.processes import Coordinator, free_port
+from sparkwatch.core.windows import Window
+from sparkwatch.store import Store
+from sparkwatch.store.db import RunRow
+from sparkwatch_agent.shared.server_limits import ENV_MAX_CONNECTIONS
+
+S = 1_000_000_000
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A loopback port some other program listens on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def coordinator_on(tmp_path: pathlib.Path, db: pathlib.Path, port: int) -> Any:
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[nodes.n0]\nurl = "ws://127.0.0.1:9"\n')
+    return sparkwatch("coordinator", "--nodes", str(nodes), "--db", str(db), "--listen", f"127.0.0.1:{port}")
+
+
+def test_a_coordinator_whose_port_is_taken_leaves_no_database(
+    tmp_path: pathlib.Path, taken_port: int
+) -> None:
+    db = tmp_path / "data" / "sparkwatch.db"
+    db.parent.mkdir()
+    result = coordinator_on(tmp_path, db, taken_port)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"sparkwatch: error: cannot listen on 127.0.0.1:{taken_port}: Address already in use\n"
+    )
+    assert list(db.parent.iterdir()) == []  # no database, no -wal, no -shm
+
+
+def test_a_start_that_fails_after_the_database_was_made_removes_it(tmp_path: pathlib.Path) -> None:
+    """A bad server limit is found only when the API starts, after the store was opened: the file this
+    start made goes again."""
+    db = tmp_path / "data" / "sparkwatch.db"
+    db.parent.mkdir()
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[nodes.n0]\nurl = "ws://127.0.0.1:9"\n')
+    args = ("coordinator", "--nodes", str(nodes), "--db", str(db), "--listen", f"127.0.0.1:{free_port()}")
+    result = sparkwatch(*args, env={ENV_MAX_CONNECTIONS: "many"})
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"sparkwatch: error: {ENV_MAX_CONNECTIONS} must be an integer")
+    assert list(db.parent.iterdir()) == []
+
+
+def test_a_coordinator_whose_port_is_taken_leaves_an_existing_database_as_it_was(
+    tmp_path: pathlib.Path, taken_port: int
+) -> None:
+    db = tmp_path / "data" / "sparkwatch.db"
+    db.parent.mkdir()
+    store = Store(db)
+    store.create_run(RunRow("r1", "kept", 1_800_000_000 * S, None, 0.1, 0.5, "request"))
+    store.add_windows("r1", [Window("w1", "timed", 1_800_000_000 * S, 1_800_000_001 * S)])
+    store.close()
+    before = {path.name: path.read_bytes() for path in db.parent.iterdir()}
+    assert list(before) == ["sparkwatch.db"]
+    result = coordinator_on(tmp_path, db, taken_port)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert {path.name: path.read_bytes() for path in db.parent.iterdir()} == before  # byte for byte
+
+
+REQUESTS = textwrap.dedent(
+    """
+    import sys, time
+    rows = ["id,phase,t_start_ns,t_end_ns,completion_tokens"]
+    for i in range(3):
+        start = time.time_ns()
+        time.sleep(0.05)
+        rows.append(f"req-{i},timed,{start},{time.time_ns()},16")
+    open(sys.argv[1], "w").write("\\n".join(rows) + "\\n")
+    """
+)
+
+
+def test_a_harness_file_imported_after_the_run_lands_in_it_and_a_later_one_is_refused(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    coord = Coordinator(tmp_path, f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    coord.start()
+    env = {"SPARKWATCH_COORDINATOR": coord.url, "SPARKWATCH_TOKEN_FILE": str(coord.token)}
+    script, results, out = tmp_path / "bench.py", tmp_path / "results.csv", tmp_path / "run.json"
+    script.write_text(REQUESTS)
+    try:
+        ran = sparkwatch("run", "-o", str(out), "--", sys.executable, str(script), str(results), env=env)
+        assert ran.returncode == 0, ran.stderr
+        run = json.loads(out.read_text())["run"]
+        assert run["t_end_ns"] is not None  # the run has ended: the import below comes later
+        imported = sparkwatch("import", "plain", str(results), "--run", run["id"], env=env)
+        _, after_import = coord.call("GET", f"/v1/runs/{run['id']}")
+
+        late = tmp_path / "late.csv"
+        start = run["t_end_ns"] + 60 * S  # a request served a minute after the run ended
+        late.write_text(f"id,phase,t_start_ns,t_end_ns\nlate-1,timed,{start},{start + S}\n")
+        refused = sparkwatch("import", "plain", str(late), "--run", run["id"], env=env)
+        _, after_refusal = coord.call("GET", f"/v1/runs/{run['id']}")
+        mark = coord.call("POST", f"/v1/runs/{run['id']}/marks", {"name": "m", "event": "begin"})
+    finally:
+        coord.stop()
+    assert imported.returncode == 0, imported.stderr
+    assert after_import["windows"] == 3
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"HTTP 409: run {run['id']} ended at " in refused.stderr
+    assert f"(t_end_ns {run['t_end_ns']})" in refused.stderr and "'late-1'" in refused.stderr
+    assert after_refusal["windows"] == 3  # nothing of the refused file
+    assert mark[0] == 409 and mark[1]["error"] == "run_ended"
+    assert "Traceback" not in refused.stderr
