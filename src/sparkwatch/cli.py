@@ -1,64 +1,28 @@
-"""`sparkwatch` command line. Errors a user can cause end in one line and exit code 2."""
+"""`sparkwatch` command line. Errors a user can cause end in one line and exit code 2.
+
+Parsing imports nothing heavy; the subcommands' code (cli_commands.py) is imported once one is given, so
+`--help` and `--version` answer at about the interpreter's own start-up time (benchmarks/cli_startup.py)."""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import logging
-import os
 import sys
-from collections.abc import Callable
 
 from sparkwatch.cli_parser import PROG, make_parser
-from sparkwatch.client import ENV_COORDINATOR, CoordinatorClient, CoordinatorError, CoordinatorTarget
-from sparkwatch.commands.attach import AttachError, attach
-from sparkwatch.commands.demo import DemoError, DemoOptions, run_demo
-from sparkwatch.commands.embedded import nodes_now
-from sparkwatch.commands.hardware import HardwareError, cluster_hardware
-from sparkwatch.commands.nodes_check import check_cluster, render
-from sparkwatch.commands.run import RunCommandError, RunOptions, parse_import, run_command
-from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
-from sparkwatch.coordinator.serve import serve
-from sparkwatch.core.export_schema import run_schema
-from sparkwatch.importers import ClockAnchor, ImportFormatError, read_windows
-from sparkwatch.links.nodes_file import NodesFileError
-from sparkwatch.links.state import LinkError
-from sparkwatch.outputs import OutputError, check_output, write_text_atomically
-from sparkwatch.proxy.proxy import ProxyConfig, ProxyConfigError
-from sparkwatch.proxy.serve import serve_proxy
-from sparkwatch.store import StoreError
-from sparkwatch_agent.config import ConfigError, parse_listen
-from sparkwatch_agent.shared.auth import AuthConfigError
-from sparkwatch_agent.shared.http import BindError
-
-USER_ERRORS = (
-    NodesFileError,
-    StoreError,
-    ConfigError,
-    AuthConfigError,
-    LinkError,
-    CoordinatorError,
-    BindError,
-    ProxyConfigError,
-    RunCommandError,
-    OutputError,
-    ImportFormatError,
-    AttachError,
-    HardwareError,
-    DemoError,
-)
+from sparkwatch_agent.shared.journal_log import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    from sparkwatch.cli_commands import COMMANDS, USER_ERRORS  # noqa: PLC0415 (the heavy part, on demand)
+
     try:
         if args.command in COMMANDS:
-            return COMMANDS[args.command](args, parser)
+            return COMMANDS[args.command](args, getattr(args, "subparser", parser))
         parser.print_help()
         return 0
     except USER_ERRORS as exc:
@@ -70,136 +34,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-def _target(args: argparse.Namespace) -> CoordinatorTarget:
-    return CoordinatorTarget.resolve(args.coordinator, args.token_file)
-
-
-def _anchor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ClockAnchor | None:
-    try:
-        return ClockAnchor.parse(args.clock_anchor) if args.clock_anchor else None
-    except ValueError as exc:
-        parser.error(f"--clock-anchor: {exc}")
-
-
-def cmd_coordinator(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    return asyncio.run(serve(args.nodes, args.db, args.listen, args.token_file, args.insecure_no_auth))
-
-
-def cmd_schema(_args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    print(json.dumps(run_schema(), indent=2))
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    check_output(args.output)
-    opts = DemoOptions(
-        nodes=args.nodes, max_tokens=args.max_tokens, tokens_per_s=args.tokens_per_s, output=args.output
-    )
-    return asyncio.run(run_demo(opts))
-
-
-def cmd_proxy(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    host, port = parse_listen(args.listen)
-    target = _target(args) if args.run else None
-    config = ProxyConfig(args.upstream, warmup=args.warmup)
-    return asyncio.run(serve_proxy(host, port, config, target, args.run))
-
-
-def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not command:
-        parser.error(
-            "run: give the benchmark command after --, e.g. sparkwatch run --nodes n.toml -- CMD ARGS"
-        )
-    opts = RunOptions(
-        command=command,
-        nodes_file=args.nodes,
-        target=None if args.nodes else _target(args),
-        name=args.name,
-        interval_s=args.interval,
-        proxy_upstream=args.proxy_upstream,
-        proxy_listen=parse_listen(args.proxy_listen),
-        warmup=args.warmup,
-        imports=[parse_import(text) for text in args.imports],
-        clock_anchor=_anchor(args, parser),
-        output=args.output,
-        db=args.db,
-    )
-    return asyncio.run(run_command(opts))
-
-
-def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    windows = read_windows(args.format, args.file, clock_anchor=_anchor(args, parser))
-    target = _target(args)
-
-    async def post() -> int:
-        async with CoordinatorClient(target) as client:
-            return await client.import_windows(args.run, windows)
-
-    stored = asyncio.run(post())
-    print(f"imported {stored} window(s) from {args.file} ({args.format}) into run {args.run}")
-    return 0
-
-
-def cmd_attach(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    values = attach(args.export, args.lmx, args.force, args.output)
-    watts = ", ".join(f"{w:g}" for w in values["gpuPowerWatts"])
-    peak = values.get("peakVramGb")
-    print(f"attached to {args.output or args.lmx}: gpuPowerWatts [{watts}], peakVramGb {peak}")
-    return 0
-
-
-def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    target = _target(args) if args.nodes is None else None
-
-    async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
-        return await client.wait_for_hellos(timeout_s=args.wait)
-
-    record = cluster_hardware(asyncio.run(nodes_now(target, args.nodes, settle)))
-    text = json.dumps(record, indent=2) + "\n"
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        write_text_atomically(args.output, text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    return 0
-
-
-def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    standing = args.nodes is None and (args.coordinator or os.environ.get(ENV_COORDINATOR))
-    target = _target(args) if standing else None
-
-    async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
-        return await client.wait_for_clocks(timeout_s=args.wait)
-
-    checks = check_cluster(asyncio.run(nodes_now(target, args.nodes, settle)))
-    if args.json:
-        ok = all(not c.problems for c in checks)
-        print(json.dumps({"nodes": [c.to_json() for c in checks], "ok": ok}))
-    else:
-        print(render(checks))
-    return 1 if any(c.problems for c in checks) else 0
-
-
-def cmd_sim_model(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    host, port = parse_listen(args.listen)
-    return asyncio.run(serve_sim_model(host, port, SimModelSpec(tokens_per_s=args.tokens_per_s)))
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace, argparse.ArgumentParser], int]] = {
-    "coordinator": cmd_coordinator,
-    "schema": cmd_schema,
-    "demo": cmd_demo,
-    "proxy": cmd_proxy,
-    "run": cmd_run,
-    "import": cmd_import,
-    "attach": cmd_attach,
-    "hardware": cmd_hardware,
-    "sim-model": cmd_sim_model,
-    "nodes": cmd_nodes,
-}
 
 
 if __name__ == "__main__":

@@ -8,9 +8,28 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch import __version__
-from sparkwatch.client import DEFAULT_COORDINATOR, ENV_COORDINATOR, ENV_TOKEN_FILE
-from sparkwatch.commands.demo import MAX_DEMO_NODES
-from sparkwatch.core.run_spec import DEFAULT_INTERVAL_S
+from sparkwatch.cli_parser_runs import add_export_parser, add_runs_parser
+from sparkwatch.cli_types import (
+    coordinator_args,
+    count,
+    http_url,
+    interval_s,
+    listen,
+    log_level_arg,
+    phases,
+    positive_float,
+    positive_int,
+    ratio,
+    run_name,
+    spill_file,
+)
+from sparkwatch.defaults import (
+    DEFAULT_GATE_THRESHOLD,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_SCOPE,
+    MAX_DEMO_NODES,
+    SCOPES,
+)
 
 PROG = "sparkwatch"
 
@@ -24,12 +43,17 @@ def make_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    log_level_arg(parser, "info")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_coordinator, _add_schema, _add_demo, _add_proxy, _add_run):
         add(sub)
     for add in (_add_import, _add_attach, _add_hardware, _add_nodes, _add_sim_model):
         add(sub)
+    for add in (add_runs_parser, add_export_parser):
+        add(sub)
+    for child in sub.choices.values():  # errors found after parsing print the subcommand's own usage
+        child.set_defaults(subparser=child)
+        log_level_arg(child, argparse.SUPPRESS)  # before or after the subcommand, as the user types it
     return parser
 
 
@@ -40,7 +64,7 @@ def _add_coordinator(sub: Sub) -> None:
     coord = sub.add_parser("coordinator", help="collect samples from every node; serve the run API")
     coord.add_argument("--nodes", type=Path, required=True, metavar="FILE", help="nodes.toml")
     coord.add_argument("--db", type=Path, default=Path("sparkwatch.db"), metavar="PATH", help="SQLite file")
-    coord.add_argument("--listen", default="127.0.0.1:8750", metavar="HOST:PORT")
+    coord.add_argument("--listen", type=_listen_text, default="127.0.0.1:8750", metavar="HOST:PORT")
     coord.add_argument("--token-file", type=Path, metavar="FILE", help="bearer token for the API (mode 0600)")
     coord.add_argument(
         "--insecure-no-auth", action="store_true", help="allow an off-loopback bind without token"
@@ -54,34 +78,59 @@ def _add_schema(sub: Sub) -> None:
 def _add_demo(sub: Sub) -> None:
     demo = sub.add_parser("demo", help="the whole measurement on a simulated GB10 cluster (no GPU needed)")
     demo.add_argument("--nodes", type=_node_count, default=4, metavar="N", help=f"1..{MAX_DEMO_NODES}")
-    demo.add_argument("--max-tokens", type=_positive_int, default=256, metavar="N")
-    demo.add_argument("--tokens-per-s", type=_positive_float, default=76.0, metavar="RATE")
+    _outcome_args(demo)
+    demo.add_argument("--max-tokens", type=positive_int, default=256, metavar="N")
+    demo.add_argument("--tokens-per-s", type=positive_float, default=76.0, metavar="RATE")
     demo.add_argument("-o", "--output", type=Path, default=Path("run.json"), metavar="FILE")
 
 
 def _add_proxy(sub: Sub) -> None:
     proxy = sub.add_parser("proxy", help="OpenAI-compatible proxy that stamps every request as a window")
-    proxy.add_argument("--listen", default="127.0.0.1:8899", metavar="HOST:PORT")
+    proxy.add_argument("--listen", type=listen, default="127.0.0.1:8899", metavar="HOST:PORT")
     proxy.add_argument(
-        "--upstream", required=True, metavar="URL", help="the real endpoint, e.g. http://h:30000"
+        "--upstream",
+        type=http_url,
+        required=True,
+        metavar="URL",
+        help="the real endpoint, e.g. http://h:30000",
+    )
+    proxy.add_argument(
+        "--spill",
+        type=spill_file,
+        metavar="FILE.json",
+        help="windows that could not be stored in the run (default sparkwatch-RUN-unsent-windows.json)",
     )
     proxy.add_argument("--run", metavar="ID", help="post windows to this run (else print them as JSON lines)")
-    proxy.add_argument("--warmup", type=_count, default=0, metavar="N", help="first N requests are warm-up")
-    _coordinator_args(proxy)
+    proxy.add_argument("--warmup", type=count, default=0, metavar="N", help="first N requests are warm-up")
+    coordinator_args(proxy)
 
 
 def _add_run(sub: Sub) -> None:
     run = sub.add_parser("run", help="measure a benchmark command: sparkwatch run [options] -- CMD ARGS...")
     where = run.add_mutually_exclusive_group()
     where.add_argument("--nodes", type=Path, metavar="FILE", help="embed a coordinator for these nodes")
-    _coordinator_args(run, group=where)
-    run.add_argument("--name", metavar="TEXT", help="run name (default: the command)")
-    run.add_argument("--interval", type=_positive_float, default=DEFAULT_INTERVAL_S, metavar="SECONDS")
-    run.add_argument("--proxy-upstream", metavar="URL", help="put the proxy in front of this endpoint")
-    run.add_argument("--proxy-listen", default="127.0.0.1:8899", metavar="HOST:PORT")
+    coordinator_args(run, group=where)
+    run.add_argument("--name", type=run_name, metavar="TEXT", help="run name (default: the command)")
+    run.add_argument("--interval", type=interval_s, default=DEFAULT_INTERVAL_S, metavar="SECONDS")
+    run.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE, help="what the figures cover")
     run.add_argument(
-        "--warmup", type=_count, default=0, metavar="N", help="first N proxied requests: warm-up"
+        "--phases",
+        type=phases,
+        metavar="LIST",
+        help="window phases measured, e.g. timed,warmup (default timed)",
     )
+    run.add_argument(
+        "--gate-threshold",
+        type=ratio,
+        default=DEFAULT_GATE_THRESHOLD,
+        metavar="RATIO",
+        help="GPU utilisation a sample needs to count in gated figures",
+    )
+    run.add_argument(
+        "--proxy-upstream", type=http_url, metavar="URL", help="put the proxy in front of this endpoint"
+    )
+    run.add_argument("--proxy-listen", type=listen, default="127.0.0.1:8899", metavar="HOST:PORT")
+    run.add_argument("--warmup", type=count, default=0, metavar="N", help="first N proxied requests: warm-up")
     run.add_argument(
         "--import",
         dest="imports",
@@ -93,6 +142,10 @@ def _add_run(sub: Sub) -> None:
     run.add_argument("--clock-anchor", metavar="WALL_NS:MONO_NS", help="for vllm files from another host")
     run.add_argument("--db", type=Path, metavar="PATH", help="keep the embedded coordinator's SQLite file")
     run.add_argument("-o", "--output", type=Path, metavar="FILE", help="export path")
+    run.add_argument(
+        "--spill", type=spill_file, metavar="FILE.json", help="proxy windows not stored (default: beside -o)"
+    )
+    _outcome_args(run)
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
 
 
@@ -104,7 +157,7 @@ def _add_import(sub: Sub) -> None:
     imp.add_argument("file", type=Path, metavar="FILE")
     imp.add_argument("--run", required=True, metavar="ID")
     imp.add_argument("--clock-anchor", metavar="WALL_NS:MONO_NS[:UNC_NS]", help="vllm: wall/monotonic pair")
-    _coordinator_args(imp)
+    coordinator_args(imp)
 
 
 def _add_attach(sub: Sub) -> None:
@@ -119,15 +172,17 @@ def _add_hardware(sub: Sub) -> None:
     hw = sub.add_parser("hardware", help="the lmx hardware object of the whole cluster, from the nodes")
     hw_where = hw.add_mutually_exclusive_group()
     hw_where.add_argument("--nodes", type=Path, metavar="FILE", help="ask these nodes (embedded coordinator)")
-    _coordinator_args(hw, group=hw_where)
+    coordinator_args(hw, group=hw_where)
     hw.add_argument("-o", "--output", type=Path, metavar="FILE", help="hardware.json (default: stdout)")
-    hw.add_argument("--wait", type=_positive_float, default=15.0, metavar="SECONDS", help="for every hello")
+    hw.add_argument("--wait", type=positive_float, default=15.0, metavar="SECONDS", help="for every hello")
 
 
 def _add_nodes(sub: Sub) -> None:
     nodes = sub.add_parser("nodes", help="the cluster's nodes")
     nodes_sub = nodes.add_subparsers(dest="nodes_command", metavar="ACTION", required=True)
     check = nodes_sub.add_parser("check", help="preflight: would a run measured now be sound?")
+    check.set_defaults(subparser=check)
+    log_level_arg(check, argparse.SUPPRESS)
     check_where = check.add_mutually_exclusive_group()
     check_where.add_argument(
         "--nodes",
@@ -135,57 +190,37 @@ def _add_nodes(sub: Sub) -> None:
         metavar="FILE",
         help="dial these nodes (default: the coordinator, else nodes.toml)",
     )
-    _coordinator_args(check, group=check_where)
+    coordinator_args(check, group=check_where)
     check.add_argument("--json", action="store_true", help="machine-readable output")
-    check.add_argument("--wait", type=_positive_float, default=10.0, metavar="SECONDS", help="for every node")
+    check.add_argument("--wait", type=positive_float, default=10.0, metavar="SECONDS", help="for every node")
 
 
 def _add_sim_model(sub: Sub) -> None:
     sim = sub.add_parser("sim-model", help="a simulated OpenAI-compatible streaming model, to try things")
-    sim.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT")
-    sim.add_argument("--tokens-per-s", type=_positive_float, default=76.0, metavar="RATE")
-
-
-def _coordinator_args(parser: argparse.ArgumentParser, group: Any = None) -> None:
-    (group or parser).add_argument(
-        "--coordinator",
-        metavar="URL",
-        help=f"coordinator API (default ${ENV_COORDINATOR} or {DEFAULT_COORDINATOR})",
-    )
-    parser.add_argument(
-        "--token-file", type=Path, metavar="FILE", help=f"API token (default ${ENV_TOKEN_FILE})"
-    )
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = _count(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+    sim.add_argument("--listen", type=listen, default="127.0.0.1:8000", metavar="HOST:PORT")
+    sim.add_argument("--tokens-per-s", type=positive_float, default=76.0, metavar="RATE")
 
 
 def _node_count(text: str) -> int:
-    value = _positive_int(text)
+    value = positive_int(text)
     if value > MAX_DEMO_NODES:
-        raise argparse.ArgumentTypeError(f"at most {MAX_DEMO_NODES} simulated nodes")
+        raise argparse.ArgumentTypeError(f"at most {MAX_DEMO_NODES} simulated nodes, got {value}")
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number")
-    return value
+def _listen_text(text: str) -> str:
+    """A checked HOST:PORT, kept as typed (the coordinator parses it again where it binds)."""
+    listen(text)
+    return text
+
+
+def _outcome_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 3 when the measurement is not sound (a timed window not ok, a node behind, an import"
+        " failed); also `strict = true` in the config file",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object on stdout (the table goes to stderr)"
+    )

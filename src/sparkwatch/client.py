@@ -20,26 +20,34 @@ from typing import Any
 
 import aiohttp
 
-from sparkwatch.core.run_spec import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE
 from sparkwatch.core.windows import Window
+from sparkwatch.defaults import (
+    DEFAULT_COORDINATOR,
+    DEFAULT_GATE_THRESHOLD,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_SCOPE,
+    ENV_COORDINATOR,
+    ENV_TOKEN_FILE,
+)
 from sparkwatch.wire import FrameError, TimeFrame, time_reply
 from sparkwatch_agent.shared.auth import load_token
 
 log = logging.getLogger(__name__)
 
-ENV_COORDINATOR = "SPARKWATCH_COORDINATOR"
-ENV_TOKEN_FILE = "SPARKWATCH_TOKEN_FILE"
-DEFAULT_COORDINATOR = "http://127.0.0.1:8750"
 WINDOWS_PER_POST = 10_000
 POLL_S = 0.1
+#: The /v1/nodes status of a link whose agent answered 401 (links.state.LinkStatus.UNAUTHORIZED).
+REFUSED_STATUS = "unauthorized"
 
 
 class CoordinatorError(Exception):
-    """The coordinator could not be reached or refused a request (``status``: its HTTP status, if any)."""
+    """The coordinator could not be reached or refused a request (``status``: its HTTP status, if any;
+    ``code``: the ``error`` word of its JSON answer, e.g. ``duplicate_window_ids`` or ``run_ended``)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
 
     @property
     def refused(self) -> bool:
@@ -90,7 +98,7 @@ class CoordinatorClient:
                 text = await resp.text()
                 if resp.status >= 400:
                     message = f"{method} {url}: HTTP {resp.status}: {_reason(text)}"
-                    raise CoordinatorError(message, resp.status)
+                    raise CoordinatorError(message, resp.status, _error_code(text))
                 return json.loads(text) if text else None
         except aiohttp.ClientError as exc:
             raise CoordinatorError(f"cannot reach the coordinator at {self.target.url}: {exc}") from None
@@ -105,8 +113,18 @@ class CoordinatorClient:
         interval_s: float = DEFAULT_INTERVAL_S,
         scope: str = DEFAULT_SCOPE,
         gate_threshold: float = DEFAULT_GATE_THRESHOLD,
+        phases: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        body = {"name": name, "interval_s": interval_s, "scope": scope, "gate_threshold": gate_threshold}
+        """Open a run; ``phases`` (the window phases it measures) is sent only when given, so a coordinator
+        that predates them still takes a run that names none (the API's default is ``["timed"]``)."""
+        body: dict[str, Any] = {
+            "name": name,
+            "interval_s": interval_s,
+            "scope": scope,
+            "gate_threshold": gate_threshold,
+        }
+        if phases is not None:
+            body["phases"] = list(phases)
         result: dict[str, Any] = await self._call("POST", "/v1/runs", body)
         return result
 
@@ -114,9 +132,25 @@ class CoordinatorClient:
         result: dict[str, Any] = await self._call("GET", f"/v1/runs/{run_id}")
         return result
 
+    async def runs(self) -> dict[str, Any]:
+        """``GET /v1/runs`` as it answers: ``{"runs": [...]}``, oldest first."""
+        result: dict[str, Any] = await self._call("GET", "/v1/runs")
+        return result
+
+    async def mark(self, run_id: str, name: str, event: str, phase: str | None = None) -> dict[str, Any]:
+        """Begin (``event="begin"``, in ``phase``; the API's default is ``timed``) or end a mark now."""
+        body = {"name": name, "event": event, **({"phase": phase} if phase is not None else {})}
+        result: dict[str, Any] = await self._call("POST", f"/v1/runs/{run_id}/marks", body)
+        return result
+
     async def end_run(self, run_id: str, command: dict[str, Any] | None = None) -> dict[str, Any]:
         body = {"command": command} if command is not None else {}
         result: dict[str, Any] = await self._call("POST", f"/v1/runs/{run_id}/end", body)
+        return result
+
+    async def delete_run(self, run_id: str) -> dict[str, Any]:
+        """Delete an ended run: ``{"deleted": id, "windows": N}``; an open run is refused (409)."""
+        result: dict[str, Any] = await self._call("DELETE", f"/v1/runs/{run_id}")
         return result
 
     async def add_windows(self, run_id: str, windows: Sequence[Window]) -> int:
@@ -164,24 +198,28 @@ class CoordinatorClient:
     async def wait_for_nodes(
         self, ready: Callable[[dict[str, Any]], bool], timeout_s: float
     ) -> tuple[list[dict[str, Any]], bool]:
-        """The nodes once ``ready`` holds for every one (True), or as they are when the time is up."""
+        """The nodes once ``ready`` holds for every one (True), or as they are when the time is up or when
+        every node that is not ready has been refused (False): waiting longer would not change that."""
         deadline = time.monotonic() + timeout_s
         while True:
             nodes = await self.nodes()
             if all(ready(n) for n in nodes):
                 return nodes, True
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or all(ready(n) or refused(n) for n in nodes):
                 return nodes, False
             await asyncio.sleep(POLL_S)
 
-    async def wait_caught_up(self, t_wall_ns: int, timeout_s: float, interval_s: float | None = None) -> bool:
+    async def wait_caught_up(
+        self, t_wall_ns: int, timeout_s: float, interval_s: float | None = None
+    ) -> list[str]:
         """Until every node's newest stored sample is from ``t_wall_ns`` or later (and, given ``interval_s``,
-        was taken at that interval): a run's last window is covered only once its samples have arrived."""
+        was taken at that interval): a run's last window is covered only once its samples have arrived.
+        Returns the nodes still behind when the time was up (none: all caught up)."""
         nodes, ok = await self.wait_for_nodes(lambda n: _caught_up(n, t_wall_ns, interval_s), timeout_s)
-        if not ok:
-            behind = [n["node"] for n in nodes if not _caught_up(n, t_wall_ns, interval_s)]
+        behind = [] if ok else [str(n["node"]) for n in nodes if not _caught_up(n, t_wall_ns, interval_s)]
+        if behind:
             log.warning("nodes %s have not caught up after %.0f s", behind, timeout_s)
-        return ok
+        return behind
 
     async def wait_for_hellos(self, timeout_s: float) -> list[dict[str, Any]]:
         """The nodes once every one has said hello (or as they are when the time is up)."""
@@ -192,6 +230,12 @@ class CoordinatorClient:
         return (await self.wait_for_nodes(lambda n: bool(n.get("hardware") and n.get("clock")), timeout_s))[0]
 
 
+def refused(node: dict[str, Any]) -> bool:
+    """The node's agent refused the coordinator's token (``/v1/nodes`` status ``unauthorized``): a mistake
+    in nodes.toml or the token file that the link's slow retries will not mend while a command waits."""
+    return node.get("status") == REFUSED_STATUS
+
+
 def _caught_up(node: dict[str, Any], t_wall_ns: int, interval_s: float | None) -> bool:
     latest = node.get("latest") or {}
     offset = (node.get("clock") or {}).get("offset_ns") or 0
@@ -199,6 +243,16 @@ def _caught_up(node: dict[str, Any], t_wall_ns: int, interval_s: float | None) -
     if not node["connected"] or stamp is None or stamp + offset < t_wall_ns:  # corrected to our clock
         return False
     return interval_s is None or (latest.get("interval_s") or 1e9) <= interval_s
+
+
+def _error_code(text: str) -> str | None:
+    """The ``error`` word of a JSON refusal (None for any other answer)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    code = body.get("error") if isinstance(body, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _reason(text: str) -> str:

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 
 def announced_gpus(hello: Mapping[str, Any] | None) -> list[str]:
@@ -33,3 +33,39 @@ def unsupported_fields(hello: Mapping[str, Any] | None) -> dict[str, str]:
 def _capability_gpus(capabilities: Any) -> list[dict[str, Any]]:
     gpus = capabilities.get("gpus") if isinstance(capabilities, dict) else None
     return [g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
+
+
+class SharedIdentity(NamedTuple):
+    """Two ``nodes.toml`` entries that reach one agent or measure one GPU."""
+
+    first: str
+    second: str
+    what: str  # "agent boot id" | "GPU"
+    value: str
+
+    def __str__(self) -> str:
+        return f"nodes {self.first} and {self.second} share {self.what} {self.value}: one agent listed twice?"
+
+
+def shared_identities(nodes: Sequence[tuple[str, Mapping[str, Any] | None]]) -> list[SharedIdentity]:
+    """Every pair of entries that reach the same agent (same agent boot id) or measure the same GPU (same
+    UUID): their figures would be summed twice. ``nodes`` pairs each entry's name with its agent's hello
+    (None before one arrived)."""
+    seen: dict[tuple[str, str], str] = {}
+    found: dict[tuple[str, str], SharedIdentity] = {}
+    for name, hello in nodes:
+        keys = [("agent boot id", str(hello["boot_id"]))] if hello and hello.get("boot_id") else []
+        keys += [("GPU", uuid) for uuid in dict.fromkeys(announced_gpus(hello))]
+        for what, value in keys:
+            first = seen.setdefault((what, value), name)
+            if first != name:  # one finding per pair of entries is enough
+                found.setdefault((first, name), SharedIdentity(first, name, what, value))
+    return list(found.values())
+
+
+def misnamed(name: str, hello: Mapping[str, Any] | None) -> str | None:
+    """A warning when the agent calls itself by another name than its ``nodes.toml`` entry (a swapped URL)."""
+    agent_name = (hello or {}).get("node")
+    if agent_name is None or str(agent_name) == name:
+        return None
+    return f"node {name}: its agent calls itself {str(agent_name)!r} (is the url of another node?)"

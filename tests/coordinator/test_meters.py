@@ -139,26 +139,26 @@ async def test_a_meter_that_does_not_answer_is_a_failure_with_a_reason() -> None
 @pytest.mark.parametrize(
     ("table", "words"),
     [
-        ('kind = "tasmota"\nurl = "http://p"', "meter kind must be one of redfish, shelly, prometheus"),
-        ('kind = "shelly"\nurl = "ftp://p"', "meter url must be http(s)://host"),
+        ('kind = "tasmota"\nurl = "http://p"', "meter.kind: must be one of redfish, shelly, prometheus"),
+        ('kind = "shelly"\nurl = "ftp://p"', "meter.url: must be http(s)://host"),
         (
             'kind = "shelly"\nurl = "http://p"\ninterval_s = 0.01',
-            "meter interval_s must be within [0.2, 60.0]",
+            "meter.interval_s: must be within [0.2, 60.0]",
         ),
-        ('kind = "shelly"\nurl = "http://p"\nquery = "x"', "unknown keys for a shelly meter: query"),
-        ('kind = "prometheus"\nurl = "http://p"', "a prometheus meter needs query"),
+        ('kind = "shelly"\nurl = "http://p"\nquery = "x"', "meter.query: unknown key for a shelly meter"),
+        ('kind = "prometheus"\nurl = "http://p"', "meter.query: a prometheus meter needs query"),
         (
             'kind = "redfish"\nurl = "https://bmc"\nverify_tls = "no"',
-            "meter verify_tls must be true or false",
+            "meter.verify_tls: must be true or false",
         ),
-        ('kind = "shelly"\nurl = "http://p"\nid = -1', "meter id must be a non-negative integer"),
+        ('kind = "shelly"\nurl = "http://p"\nid = -1', "meter.id: must be a non-negative integer"),
     ],
 )
 def test_a_wrong_meter_table_is_one_line_naming_the_node(table: str, words: str) -> None:
     text = f'[nodes.spark-1]\nurl = "ws://127.0.0.1:9464"\n[nodes.spark-1.meter]\n{table}\n'
     with pytest.raises(NodesFileError) as caught:
         parse_nodes(text)
-    assert str(caught.value).startswith("nodes.toml: [nodes.spark-1]: ") and words in str(caught.value)
+    assert str(caught.value).startswith("nodes.toml: nodes.spark-1.meter") and words in str(caught.value)
 
 
 def test_a_meter_table_is_read_with_its_defaults() -> None:

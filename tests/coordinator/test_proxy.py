@@ -291,7 +291,7 @@ class FlakyCoordinator:
         if any(w["phase"] == "bad" for w in windows):
             return web.json_response({"error": "invalid_body", "reason": "bad phase"}, status=422)
         if any(i in self.stored for i in ids):
-            return web.json_response({"error": "conflict", "reason": "duplicate"}, status=409)
+            return web.json_response({"error": "duplicate_window_ids", "reason": "duplicate"}, status=409)
         self.stored.update({w["id"]: w for w in windows})
         return web.json_response({"stored": len(windows)}, status=201)
 

@@ -71,3 +71,12 @@ def test_no_system_column_without_a_domain_and_a_warning_for_a_throttled_window(
     assert "system W" not in text
     assert "WARNING: 1 of 1 measured window(s) ran throttled" in text
     assert "window w1 (timed): low_confidence: spark-1: throttled:hw_power_brake" in text
+
+
+def test_the_columns_stay_aligned_for_long_node_names() -> None:
+    long_name = "a-very-long-node-name-in-rack-7"
+    table = summary_table(export([node(long_name, 55.8, 86.1), node("n1", 53.8, None)], [])).splitlines()
+    header = next(line for line in table if line.startswith("node "))
+    rows = [line for line in table if line.startswith((long_name, "n1 ", "sum "))]
+    end = header.index("gated W") + len("gated W")  # right-aligned numbers end under their heading
+    assert [row[end - 4 : end] for row in rows] == ["55.8", "53.8", "09.6"]

@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from helpers.cli import nodes_toml, sparkwatch
 from helpers.processes import free_port
 from sparkwatch.commands.demo import COLD_UTIL, MODEL_BYTES_PER_NODE, warm_util
 from sparkwatch.core.export_schema import run_schema
@@ -25,20 +26,6 @@ from sparkwatch_agent.hardware.sim import SimSpec
 
 GIB = 1024**3
 SPEC = SimSpec()
-
-
-def sparkwatch(
-    *args: str, timeout: float = 120, cwd: pathlib.Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
-    return subprocess.run(
-        [sys.executable, "-m", "sparkwatch", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env=env,
-    )
 
 
 def test_demo_measures_the_simulation_and_excludes_the_warmup(tmp_path: pathlib.Path) -> None:
@@ -128,14 +115,6 @@ def sim_model() -> Any:
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(5)
-
-
-def nodes_toml(tmp: pathlib.Path, agents: list[Any]) -> pathlib.Path:
-    path = tmp / "nodes.toml"
-    path.write_text(
-        "".join(f'[nodes.n{i}]\nurl = "ws://127.0.0.1:{a.port}"\n\n' for i, a in enumerate(agents))
-    )
-    return path
 
 
 def test_run_wraps_a_failing_command_with_proxy_and_import(
@@ -393,3 +372,25 @@ def test_import_command_posts_a_good_file_and_refuses_a_bad_one(
         assert stored["windows"] > 0 and after["windows"] == stored["windows"]  # the refusals stored nothing
     finally:
         coord.stop()
+
+
+def test_the_readme_agent_block_pastes_into_a_shell(tmp_path: pathlib.Path) -> None:
+    """The README's "agent alone" block, run by bash as pasted (its port moved to a free one): the wait
+    for readiness makes the first curl find a sample, and the job is stopped at the end."""
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("### The agent alone", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    port = str(free_port())
+    script = block.replace("9464", port).replace(
+        "--node spark-1", f"--node spark-1 --listen 127.0.0.1:{port}"
+    )
+    bin_dir = pathlib.Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", "-e", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.search(r'^sparkwatch_gpu_power_watts\{[^}]*node="spark-1"[^}]*\} [0-9.]+$', result.stdout, re.M)
+    assert '"status": "ok"' in result.stdout or '"status":"ok"' in result.stdout
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", f"--listen 127.0.0.1:{port}"], capture_output=True, text=True)
+    assert left.stdout == "", "the block's agent outlived its kill %1"

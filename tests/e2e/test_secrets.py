@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from helpers.cli import nodes_toml
 from helpers.processes import free_port
 from sparkwatch.commands.embedded import embedded_coordinator
 from sparkwatch.core.windows import Window
@@ -122,12 +123,6 @@ class RunProcess:
                 self.proc.wait()
         self._reader.join(5)
         return self.proc.returncode, stdout, "".join(self.lines)
-
-
-def nodes_toml(tmp: pathlib.Path, agents: list[Any]) -> pathlib.Path:
-    path = tmp / "nodes.toml"
-    path.write_text("".join(f'[nodes.n{i}]\nurl = "ws://127.0.0.1:{a.port}"\n' for i, a in enumerate(agents)))
-    return path
 
 
 CLIENT = textwrap.dedent(

@@ -133,9 +133,10 @@ def rig(tmp_path: pathlib.Path, fake_nvml_dir: pathlib.Path) -> Iterator[Rig]:
     agents: list[AgentProcess] = []
     coord: Coordinator | None = None
     try:
-        for name, tree in zip(("spark-a", "spark-b"), trees, strict=True):
+        for name, tree, tag in zip(("spark-a", "spark-b"), trees, ("a", "b"), strict=True):
             args = ["--node", name, "--interval", INTERVAL, "--hwmon-root", str(tree.root)]
-            agents.append(AgentProcess(args, env, free_port()))
+            # two hosts, two GPUs: one UUID on both would be refused as one agent counted twice
+            agents.append(AgentProcess(args, env | {"FAKE_NVML_UUID_TAG": tag}, free_port()))
         for agent in agents:
             agent.wait_ready()
         nodes = "".join(

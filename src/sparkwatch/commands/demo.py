@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -23,9 +25,11 @@ import aiohttp
 
 from sparkwatch.client import CoordinatorClient
 from sparkwatch.commands.embedded import embedded_coordinator
+from sparkwatch.commands.interrupts import INTERRUPTED_EXIT_CODE, Interrupts
+from sparkwatch.commands.outcome import print_outcome
+from sparkwatch.commands.quality import exit_code, judge
 from sparkwatch.commands.sim_model import SimModel, SimModelSpec, running_sim_model
-from sparkwatch.commands.summary import summary_table
-from sparkwatch.core.run_spec import DEFAULT_INTERVAL_S
+from sparkwatch.defaults import DEFAULT_INTERVAL_S
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.outputs import write_export
 from sparkwatch.proxy.proxy import ProxyConfig
@@ -39,9 +43,6 @@ log = logging.getLogger(__name__)
 
 COLD_UTIL = 1.0  # the first request also captures graphs: every GPU flat out
 MODEL_BYTES_PER_NODE = 28 * GIB  # a ~110 GB model split four ways
-
-
-MAX_DEMO_NODES = 64
 
 
 def warm_util(node_index: int) -> float:
@@ -62,6 +63,8 @@ class DemoOptions:
     warmup: int = 1
     timed: int = 3
     output: Path = Path("run.json")
+    strict: bool = False
+    json_out: bool = False
     stderr: TextIO = sys.stderr
 
 
@@ -125,30 +128,60 @@ def system_truth(agents: Sequence[SimAgent]) -> list[float]:
 
 
 async def run_demo(opts: DemoOptions) -> int:
+    """The demo's exit code: 0, 130 after a Ctrl-C (the run still exported), 3 under ``strict`` when the
+    measurement is not sound."""
     t0 = time.monotonic()
-    async with sim_agents(opts.nodes) as agents:
-        for agent in agents:
-            agent.sim.set_load(util_ratio=0.0, model_bytes=MODEL_BYTES_PER_NODE)
-        specs = [NodeSpec(name=a.name, url=a.url) for a in agents]
-        model = SimModel(SimModelSpec(tokens_per_s=opts.tokens_per_s), on_load=_load_driver(agents))
-        async with embedded_coordinator(specs) as client, running_sim_model(model) as model_url:
-            export = await _measure(client, model_url, opts)
+    tmp = Path(tempfile.mkdtemp(prefix="sparkwatch-demo-"))  # removed even when a second Ctrl-C quits
+    interrupts = Interrupts(opts.stderr, on_force=lambda: _forget(tmp))
+    interrupts.install()
+    try:
+        async with sim_agents(opts.nodes) as agents:
+            for agent in agents:
+                agent.sim.set_load(util_ratio=0.0, model_bytes=MODEL_BYTES_PER_NODE)
+            specs = [NodeSpec(name=a.name, url=a.url) for a in agents]
+            model = SimModel(SimModelSpec(tokens_per_s=opts.tokens_per_s), on_load=_load_driver(agents))
+            coordinator = embedded_coordinator(specs, tmp / "demo.db")
+            async with coordinator as client, running_sim_model(model) as model_url:
+                export, behind = await _measure(client, model_url, opts, interrupts)
+    finally:
+        interrupts.remove()
+        await _forget(tmp)
     write_export(opts.output, export)
-    print(summary_table(export))
+    quality = judge(export, behind)
+    interrupted = interrupts.requested.is_set()
+    code = INTERRUPTED_EXIT_CODE if interrupted else exit_code(0, quality, opts.strict)
+    print_outcome(
+        export, quality, output=opts.output, exit_code=code, interrupted=interrupted, json_out=opts.json_out,
+        stdout=sys.stdout, stderr=opts.stderr, notes=_truth_notes(agents, export),
+    )  # fmt: skip
+    opts.stderr.write(f"sparkwatch demo: export written to {opts.output} in {time.monotonic() - t0:.1f} s\n")
+    return code
+
+
+async def _forget(tmp: Path) -> None:
+    """The demo's database is simulated data: nothing to keep."""
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _truth_notes(agents: Sequence[SimAgent], export: dict[str, Any]) -> list[str]:
+    """What the simulation knows to be true, to hold the table against."""
     expected = ", ".join(f"{a.name} {w:.1f} W" for a, w in zip(agents, truth(agents), strict=True))
-    print(f"\nsimulation truth while generating (timed requests): {expected}")
     system = ", ".join(
         f"{node['node']} {w:.1f} W" if node.get("system") else f"{node['node']} no sensor"
         for node, w in zip(export["nodes"], system_truth(agents), strict=True)
     )
-    print(f"system (dc_input) truth while generating: {system}")
-    print(f"the warm-up request ran at utilisation {COLD_UTIL:g} on every node and is excluded")
-    opts.stderr.write(f"sparkwatch demo: export written to {opts.output} in {time.monotonic() - t0:.1f} s\n")
-    return 0
+    return [
+        f"\nsimulation truth while generating (timed requests): {expected}",
+        f"system (dc_input) truth while generating: {system}",
+        f"the warm-up request ran at utilisation {COLD_UTIL:g} on every node and is excluded",
+    ]
 
 
-async def _measure(client: CoordinatorClient, model_url: str, opts: DemoOptions) -> dict[str, Any]:
-    """One run: its requests through the proxy, every window stored, the nodes caught up; its export."""
+async def _measure(
+    client: CoordinatorClient, model_url: str, opts: DemoOptions, interrupts: Interrupts
+) -> tuple[dict[str, Any], list[str]]:
+    """One run: its requests through the proxy (until they end or a Ctrl-C), every window stored, the
+    nodes caught up; its export and the nodes that never caught up."""
     run = await client.create_run(f"demo: {opts.nodes}x simulated GB10", interval_s=DEFAULT_INTERVAL_S)
     opts.stderr.write(f"sparkwatch demo: {opts.nodes} simulated GB10 nodes, run {run['id']}\n")
     await client.wait_caught_up(time.time_ns(), timeout_s=10.0, interval_s=DEFAULT_INTERVAL_S)
@@ -156,13 +189,16 @@ async def _measure(client: CoordinatorClient, model_url: str, opts: DemoOptions)
     poster.start()
     config = ProxyConfig(model_url, warmup=opts.warmup)
     async with running_proxy("127.0.0.1", 0, config, poster, client) as proxy_url:
-        await _requests(proxy_url, opts, run["id"])
+        try:
+            await interrupts.unless_requested(_requests(proxy_url, opts, run["id"]))
+        except aiohttp.ClientError as exc:
+            raise DemoError(f"a request through the proxy failed: {exc}") from None
     lost = await poster.close()
     if lost:
         raise DemoError(f"{len(lost)} window(s) were not stored: {lost[0].id} first")
-    await client.wait_caught_up(time.time_ns(), timeout_s=10.0)
+    behind = await client.wait_caught_up(time.time_ns(), timeout_s=10.0)
     await client.end_run(run["id"])
-    return await client.export(run["id"])
+    return await client.export(run["id"]), behind
 
 
 def _load_driver(agents: Sequence[SimAgent]) -> Callable[[str], None]:

@@ -33,13 +33,16 @@ def cluster_hardware(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """``nodes`` as /v1/nodes lists them; every node must have said hello with an lmx object."""
     if not nodes:
         raise HardwareError("no nodes")
-    records = []
+    records, missing = [], []
     for node in nodes:
         lmx = (node.get("hardware") or {}).get("lmx")
-        if not isinstance(lmx, dict):
+        if isinstance(lmx, dict):
+            records.append(lmx)
+        else:
             reason = node.get("error") or "it has not said hello (agent down or too old)"
-            raise HardwareError(f"node {node['node']}: no hardware report: {reason}")
-        records.append(lmx)
+            missing.append(f"node {node['node']}: no hardware report: {reason}")
+    if missing:  # every node at fault at once: a token file shared by all is often wrong on all
+        raise HardwareError("; ".join(missing))
     hw_class = _same([r.get("hwClass") for r in records], "hwClass")
     out: dict[str, Any] = {"hwClass": hw_class}
     if hw_class == "UNIFIED":

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkwatch.hello_facts import capability_gaps
+from sparkwatch.hello_facts import capability_gaps, misnamed, shared_identities
 
 #: A clock uncertainty above this is more than 1 % of a one-second window.
 MAX_UNCERTAINTY_S = 0.010
@@ -72,7 +72,9 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
     )
     _check_meter(check, node.get("meter"))
     if not check.reachable:
-        check.problems.append(f"not reachable: {node.get('error') or 'no hello yet'}")
+        error = node.get("error") or "no hello yet"
+        refused = node.get("status") == "unauthorized"  # the error names the token file it sent
+        check.problems.append(error if refused else f"not reachable: {error}")
         return check
     check.agent_version = node.get("agent_version")
     check.memory_model = node.get("memory_model")
@@ -127,6 +129,14 @@ def _check_meter(check: NodeCheck, meter: dict[str, Any] | None) -> None:
 
 def check_cluster(nodes: Sequence[dict[str, Any]]) -> list[NodeCheck]:
     checks = [check_node(n) for n in nodes]
+    hellos = [(n["node"], _hello_of(n)) for n in nodes]
+    for shared in shared_identities(hellos):
+        for c in checks:
+            if c.node in (shared.first, shared.second):
+                c.problems.append(str(shared))
+    for c, (name, hello) in zip(checks, hellos, strict=True):
+        if (warning := misnamed(name, hello)) is not None:
+            c.warnings.append(warning)
     versions = {c.agent_version for c in checks if c.agent_version}
     if len(versions) > 1:
         for c in checks:
@@ -134,9 +144,21 @@ def check_cluster(nodes: Sequence[dict[str, Any]]) -> list[NodeCheck]:
     return checks
 
 
+def _hello_of(node: dict[str, Any]) -> dict[str, Any] | None:
+    """The parts of a node's hello that /v1/nodes shows (None before the agent said hello)."""
+    if node.get("hardware") is None:
+        return None
+    return {
+        "boot_id": node.get("boot_id"),
+        "node": node.get("agent_node"),
+        "capabilities": node.get("capabilities"),
+    }
+
+
 def render(checks: Sequence[NodeCheck]) -> str:
+    width = max([14, *(len(c.node) for c in checks)])  # long names keep the columns aligned
     header = (
-        f"{'node':<14} {'reach':<5} {'agent':<8} {'memory':<8} {'offset ± unc (ms)':<19}"
+        f"{'node':<{width}} {'reach':<5} {'agent':<8} {'memory':<8} {'offset ± unc (ms)':<19}"
         f" {'interval':>8}  {'time sync':<30} unsupported"
     )
     lines = [header, "-" * len(header)]
@@ -148,7 +170,7 @@ def render(checks: Sequence[NodeCheck]) -> str:
         )
         interval = f"{c.interval_s:g} s" if c.interval_s is not None else "n/a"
         lines.append(
-            f"{c.node:<14} {'yes' if c.reachable else 'NO':<5} {c.agent_version or 'n/a':<8}"
+            f"{c.node:<{width}} {'yes' if c.reachable else 'NO':<5} {c.agent_version or 'n/a':<8}"
             f" {c.memory_model or 'n/a':<8} {clock:<19} {interval:>8}  {c.time_sync:<30}"
             f" {', '.join(c.unsupported) or '-'}"
         )

@@ -2,7 +2,8 @@
 benchmark, import its result files, end the run, write the export and print the summary.
 
 The export is written whatever CMD does — it records CMD's argv and exit code — and our exit code is
-CMD's. A coordinator is embedded from ``--nodes`` when no ``--coordinator`` is given.
+CMD's (130 after a Ctrl-C; with ``--strict``, 3 when CMD succeeded but the measurement is not sound). A
+coordinator is embedded from ``--nodes`` when no ``--coordinator`` is given.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -22,20 +22,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-import orjson
-
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.commands.embedded import embedded_coordinator
+from sparkwatch.commands.interrupts import INTERRUPTED_EXIT_CODE, Interrupts
+from sparkwatch.commands.live_view import LiveView
+from sparkwatch.commands.outcome import no_export_json, print_outcome
+from sparkwatch.commands.quality import EXIT_NO_EXPORT, exit_code, judge
 from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
-from sparkwatch.commands.summary import live_line, summary_table
-from sparkwatch.core.run_spec import DEFAULT_INTERVAL_S
+from sparkwatch.commands.summary import live_parts
+from sparkwatch.commands.wrapped import run_wrapped
+from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE, ScopeKind
+from sparkwatch.hello_facts import misnamed
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
 from sparkwatch.links.nodes_file import load_nodes
 from sparkwatch.outputs import check_output, write_export
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
-from sparkwatch_agent.shared.lifecycle import StopPolicy
+from sparkwatch.proxy.spill import spill_path_beside, spill_safely
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +57,35 @@ class RunOptions:
     target: CoordinatorTarget | None = None
     name: str | None = None
     interval_s: float = DEFAULT_INTERVAL_S
+    scope: ScopeKind = DEFAULT_SCOPE
+    gate_threshold: float = DEFAULT_GATE_THRESHOLD
+    phases: Sequence[str] | None = None  # the window phases measured (None: the coordinator's default)
     proxy_upstream: str | None = None
     proxy_listen: tuple[str, int] = ("127.0.0.1", 8899)
     warmup: int = 0
     imports: Sequence[tuple[str, str]] = ()
     clock_anchor: ClockAnchor | None = None
     output: Path | None = None
+    spill: Path | None = None  # proxy windows that could not be stored (default: beside the export)
     db: Path | None = None
+    strict: bool = False
+    json_out: bool = False
     wait_nodes_s: float = 15.0
     status_every_s: float | None = None  # None: 1 s on a TTY, 5 s otherwise
     capture_dir: Path | None = None  # set by run_command: a temporary folder for the lmx-status capture
     stderr: TextIO = field(default=sys.stderr)
+
+
+@dataclass(slots=True)
+class RunState:
+    """What the run made besides its export, for the quality line and the exit code."""
+
+    run_id: str = ""
+    db: Path | None = None  # the embedded coordinator's database (None: a standing coordinator)
+    code: int | None = None  # CMD's exit code, once it ran (None: it never started)
+    quitting: bool = False  # a second Ctrl-C: the clean-up in flight must not report its own failures
+    nodes_behind: list[str] = field(default_factory=list)
+    failed_imports: list[str] = field(default_factory=list)
 
 
 def parse_import(text: str) -> tuple[str, str]:
@@ -74,156 +96,39 @@ def parse_import(text: str) -> tuple[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def _client(opts: RunOptions) -> AsyncIterator[CoordinatorClient]:
-    """The standing coordinator the options name, or one embedded for ``--nodes``."""
+async def _client(opts: RunOptions, state: RunState) -> AsyncIterator[CoordinatorClient]:
+    """The standing coordinator the options name, or one embedded for ``--nodes`` (its database in a
+    temporary folder unless ``--db``; a second Ctrl-C leaves the folder behind on purpose)."""
     if opts.nodes_file is None:
         assert opts.target is not None
         async with CoordinatorClient(opts.target) as client:
             yield client
         return
-    async with embedded_coordinator(load_nodes(opts.nodes_file), opts.db) as client:
-        yield client
+    nodes = load_nodes(opts.nodes_file)
+    with tempfile.TemporaryDirectory(prefix="sparkwatch-run-") as tmp:
+        state.db = opts.db or Path(tmp) / "sparkwatch.db"
+        async with embedded_coordinator(nodes, state.db) as client:
+            yield client
 
 
-async def _live(client: CoordinatorClient, out: TextIO, every_s: float, tty: bool) -> None:
+async def _live(client: CoordinatorClient, view: LiveView, every_s: float) -> None:
     while True:
         await asyncio.sleep(every_s)
         try:
-            line = live_line(await client.nodes())
+            parts = live_parts(await client.nodes())
         except CoordinatorError as exc:
-            line = f"coordinator: {exc}"
-        out.write(f"\r\x1b[K{line}" if tty else f"{line}\n")
-        out.flush()
+            parts = [f"coordinator: {exc}"]
+        view.show(parts)
 
 
-async def _tee_status(stream: asyncio.StreamReader, capture: TextIO) -> None:
-    """Pass CMD's stderr through as it comes (progress bars without newlines included) and stamp every
-    JSON-object line on arrival into the lmx-status capture."""
-    pending = b""
-    t_arrival = time.time_ns()
-    while chunk := await stream.read(65536):
-        t_arrival = time.time_ns()
-        sys.stderr.buffer.write(chunk)
-        sys.stderr.flush()
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
-            _capture_line(line, t_arrival, capture)
-        if len(pending) > MAX_STATUS_LINE_BYTES:
-            pending = b""  # a progress bar redrawn with \r, not a status line
-    _capture_line(pending, t_arrival, capture)
-
-
-def _capture_line(line: bytes, t_arrival_ns: int, capture: TextIO) -> None:
-    if not line.lstrip().startswith(b"{"):
-        return
-    try:
-        status = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return
-    if isinstance(status, dict):
-        capture.write(json.dumps({"t_arrival_ns": t_arrival_ns, "status": status}) + "\n")
-
-
-class Interrupts:
-    """One SIGINT/SIGTERM policy for the whole run, so no signal can cut off the export.
-
-    Ctrl-C: the terminal already sent it to CMD (same foreground group), so it is not passed on — that
-    would make it a second Ctrl-C, which harnesses read as "quit now, skip the results". The first one
-    only stops sparkwatch from starting CMD if it has not yet; the run is then ended and exported. A
-    second one exits at once. SIGTERM is passed on to CMD while it runs, and otherwise counts as Ctrl-C.
-    """
-
-    def __init__(self, out: TextIO) -> None:
-        self.requested = asyncio.Event()
-        self.proc: asyncio.subprocess.Process | None = None
-        self._out = out
-        self._policy = StopPolicy(self._first)  # the second request exits at once, as everywhere
-
-    def install(self) -> None:
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGINT, self._on_signal, False)
-        loop.add_signal_handler(signal.SIGTERM, self._on_signal, True)
-
-    def remove(self) -> None:
-        loop = asyncio.get_running_loop()
-        loop.remove_signal_handler(signal.SIGINT)
-        loop.remove_signal_handler(signal.SIGTERM)
-
-    @property
-    def _running(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
-    def _on_signal(self, term: bool) -> None:
-        if term and self._running:
-            assert self.proc is not None
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            return
-        self._policy.request("SIGTERM" if term else "SIGINT")
-
-    def _first(self, _why: str) -> None:
-        self.requested.set()
-        what = "the command to stop" if self._running else "the run to be ended and exported"
-        self._out.write(f"sparkwatch: waiting for {what} (Ctrl-C again to quit at once)\n")
-
-
-#: After CMD exits, how long its stderr may still be read (a background child can hold the pipe open).
-TEE_DRAIN_S = 2.0
-
-
-async def _run_cmd(opts: RunOptions, capture: TextIO | None, interrupts: Interrupts) -> int:
-    if interrupts.requested.is_set():
-        opts.stderr.write("sparkwatch: interrupted before the command started\n")
-        return 130
-    # CMD's stderr goes to a pipe of our own, not asyncio's: asyncio's Process.wait() also waits for its
-    # pipes to close, which a background child of CMD holding stderr would put off indefinitely
-    read_fd, write_fd = os.pipe() if capture is not None else (-1, -1)
-    try:
-        proc = await asyncio.create_subprocess_exec(*opts.command, stderr=write_fd if capture else None)
-    except OSError as exc:
-        if capture is not None:
-            os.close(read_fd)
-        opts.stderr.write(f"sparkwatch: cannot start {opts.command[0]}: {exc.strerror or exc}\n")
-        return 127
-    finally:
-        if capture is not None:
-            os.close(write_fd)
-    interrupts.proc = proc
-    tee = pipe = None
-    if capture is not None:
-        reader = asyncio.StreamReader()
-        pipe, _ = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
-        )
-        tee = asyncio.create_task(_tee_status(reader, capture))
-    try:
-        code = await proc.wait()
-        if tee is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(tee), TEE_DRAIN_S)
-            except TimeoutError:
-                log.warning("the command's stderr is still open (a background process?); capture stopped")
-    finally:
-        if tee is not None and not tee.done():
-            tee.cancel()
-            await asyncio.gather(tee, return_exceptions=True)
-        if pipe is not None:
-            pipe.close()
-        if proc.returncode is None:  # we are failing: never leave the benchmark running behind us
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), 5)
-    return code if code >= 0 else 128 - code
-
-
-async def _import(client: CoordinatorClient, run_id: str, opts: RunOptions, fmt: str, path: Path) -> None:
+async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, fmt: str, path: Path) -> None:
     """One import; a bad file or a refusal is reported and the run goes on (its export still comes)."""
     try:
         windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor)
-        stored = await client.import_windows(run_id, windows)
+        stored = await client.import_windows(state.run_id, windows)
     except (ImportFormatError, CoordinatorError) as exc:
         opts.stderr.write(f"sparkwatch: import of {path} ({fmt}) skipped: {exc}\n")
+        state.failed_imports.append(f"{path} ({fmt}): {exc}")
         return
     log.info("imported %d window(s) from %s (%s)", stored, path, fmt)
 
@@ -238,22 +143,26 @@ def check_command(command: Sequence[str]) -> None:
         raise RunCommandError(f"cannot run {program}: not found on PATH")
 
 
-async def run_command(opts: RunOptions) -> int:
-    """The whole run; returns CMD's exit code (or 127 when it could not start)."""
+def _check_options(opts: RunOptions) -> None:
     for fmt, path in opts.imports:
         if fmt not in FORMATS:
             raise RunCommandError(f"unknown import format {fmt!r} (one of: {', '.join(sorted(FORMATS))})")
         if path == LMX_STATUS_STREAM and fmt != "lmx-status":
             raise RunCommandError(f"only lmx-status can read CMD's stderr ({fmt}:- given)")
     check_output(opts.output or Path("sparkwatch-run.json"))
+    if opts.spill is not None:
+        check_output(opts.spill)
     check_command(opts.command)
+
+
+async def run_command(opts: RunOptions) -> int:
+    """The whole run; returns the exit code (module docstring)."""
+    _check_options(opts)
     if opts.clock_anchor is None:
         opts = replace(opts, clock_anchor=_anchor_now())
+    state = RunState()
     interrupts = Interrupts(opts.stderr)
-    async with (
-        _client(opts) as client,
-        contextlib.AsyncExitStack() as stack,
-    ):
+    async with _client(opts, state) as client, contextlib.AsyncExitStack() as stack:
         opts = replace(opts, capture_dir=Path(stack.enter_context(tempfile.TemporaryDirectory())))
         proxy_stack = await stack.enter_async_context(contextlib.AsyncExitStack())
         poster = RunPoster(client)
@@ -263,69 +172,145 @@ async def run_command(opts: RunOptions) -> int:
             proxy = running_proxy(host, port, config, poster, client)
             proxy_url = await proxy_stack.enter_async_context(proxy)
             opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {redact_text(opts.proxy_upstream)}\n")
-        run = await client.create_run(_run_name(opts), interval_s=opts.interval_s)
-        run_id = run["id"]
-        poster.run_id = run_id
+        await _greet(client, opts)
+        run = await client.create_run(
+            _run_name(opts),
+            interval_s=opts.interval_s,
+            scope=opts.scope,
+            gate_threshold=opts.gate_threshold,
+            phases=opts.phases,
+        )
+        state.run_id = poster.run_id = run["id"]
         poster.start()
-        opts.stderr.write(f"sparkwatch: run {run_id} open on {client.target.url}\n")
-        code: int | None = None
+        opts.stderr.write(f"sparkwatch: run {state.run_id} open on {client.target.url}\n")
+        interrupts.on_force = lambda: _quit_now(opts, client, state)
         interrupts.install()
         try:
-            code = await _measure(opts, client, interrupts)
+            state.code = await _measure(opts, client, interrupts, state)
         finally:
             await proxy_stack.aclose()  # requests still in flight end (and make their windows) first
-            export = await _finish(opts, client, poster, run_id, code)
+            export = await _finish(opts, client, poster, state)
             interrupts.remove()
-    output = opts.output or Path(f"sparkwatch-{run_id}.json")
+    interrupted = interrupts.requested.is_set()
     if export is None:
-        return code if code is not None else 1
-    try:
-        write_export(output, export)
-    except OSError as exc:
-        fallback = Path(tempfile.gettempdir()) / f"sparkwatch-{run_id}.json"
-        try:
-            write_export(fallback, export)
-        except OSError as again:
-            opts.stderr.write(f"sparkwatch: cannot write {output} nor {fallback}: {again.strerror}\n")
-            return code if code is not None else 1
-        opts.stderr.write(
-            f"sparkwatch: cannot write {output} ({exc.strerror}); the export is in {fallback}\n"
-        )
-        output = fallback
-    print(summary_table(export))
+        return _no_export(opts, state, interrupted)
+    output = _write(opts, export, state.run_id)
+    quality = judge(export, state.nodes_behind, state.failed_imports)
+    code = INTERRUPTED_EXIT_CODE if interrupted else exit_code(state.code or 0, quality, opts.strict)
+    print_outcome(
+        export, quality, output=output, exit_code=code, interrupted=interrupted, json_out=opts.json_out,
+        stdout=sys.stdout, stderr=opts.stderr,
+    )  # fmt: skip
     opts.stderr.write(f"sparkwatch: export written to {output}\n")
-    assert code is not None
-    if code != 0:
-        opts.stderr.write(f"sparkwatch: the command exited with {code}; the export says so\n")
+    if state.code not in (0, None):
+        opts.stderr.write(f"sparkwatch: the command exited with {state.code}; the export says so\n")
     return code
 
 
-async def _measure(opts: RunOptions, client: CoordinatorClient, interrupts: Interrupts) -> int:
-    """Wait for the nodes, then run CMD with the live line going; returns CMD's exit code."""
-    waiting = asyncio.create_task(
+def _no_export(opts: RunOptions, state: RunState, interrupted: bool) -> int:
+    """The run could not be ended or exported (said on stderr already): a failing command keeps its code,
+    else EXIT_NO_EXPORT (130 after a Ctrl-C); ``--json`` still prints its object, with no export."""
+    code = state.code or (INTERRUPTED_EXIT_CODE if interrupted else EXIT_NO_EXPORT)
+    if opts.json_out:
+        print(json.dumps(no_export_json(state.run_id, code, state.code, interrupted)))
+    return code
+
+
+async def _greet(client: CoordinatorClient, opts: RunOptions) -> None:
+    """Wait (bounded) for every agent's hello before the run opens, so the coordinator can refuse a run
+    in which one agent is listed twice; an agent that calls itself by another name is a warning."""
+    nodes = await client.wait_for_hellos(opts.wait_nodes_s)
+    if opts.nodes_file is not None:
+        return  # the embedded coordinator logs the warning itself, on this stderr
+    for node in nodes:
+        hello = {"node": node.get("agent_node")} if node.get("hardware") else None
+        if (warning := misnamed(node["node"], hello)) is not None:
+            opts.stderr.write(f"sparkwatch: warning: {warning}\n")
+
+
+def _write(opts: RunOptions, export: dict[str, Any], run_id: str) -> Path:
+    """Write the export where asked, else (that failing) to the temporary folder; returns where."""
+    output = opts.output or Path(f"sparkwatch-{run_id}.json")
+    try:
+        write_export(output, export)
+        return output
+    except OSError as exc:
+        fallback = Path(tempfile.gettempdir()) / f"sparkwatch-{run_id}.json"
+        write_export(fallback, export)  # a failure here is the one-line error main() prints
+        opts.stderr.write(
+            f"sparkwatch: cannot write {output} ({exc.strerror}); the export is in {fallback}\n"
+        )
+        return fallback
+
+
+async def _measure(
+    opts: RunOptions, client: CoordinatorClient, interrupts: Interrupts, state: RunState
+) -> int | None:
+    """Wait for the nodes, then run CMD with the live line going; returns CMD's exit code (None: a Ctrl-C
+    came before it started)."""
+    await interrupts.unless_requested(
         client.wait_caught_up(time.time_ns(), opts.wait_nodes_s, interval_s=opts.interval_s)
     )
-    stopped = asyncio.create_task(interrupts.requested.wait())
-    await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    stopped.cancel()
-    if not waiting.done():
-        waiting.cancel()
-    outcome, _ = await asyncio.gather(waiting, stopped, return_exceptions=True)
-    if isinstance(outcome, CoordinatorError):
-        raise outcome
     tty = opts.stderr.isatty()
     every_s = opts.status_every_s or (1.0 if tty else 5.0)
-    live = asyncio.create_task(_live(client, opts.stderr, every_s, tty))
+    view = LiveView(opts.stderr, tty)
+    live = asyncio.create_task(_live(client, view, every_s))
     try:
         if any(p == LMX_STATUS_STREAM for _f, p in opts.imports):
             with _capture_path(opts).open("w") as capture:
-                return await _run_cmd(opts, capture, interrupts)
-        return await _run_cmd(opts, None, interrupts)
+                return await run_wrapped(opts.command, capture, interrupts, opts.stderr, opts.json_out)
+        return await run_wrapped(opts.command, None, interrupts, opts.stderr, opts.json_out)
     finally:
         live.cancel()
         await asyncio.gather(live, return_exceptions=True)
-        if tty:
-            opts.stderr.write("\r\x1b[K")
+        view.clear()
+
+
+async def _finish(
+    opts: RunOptions, client: CoordinatorClient, poster: RunPoster, state: RunState
+) -> dict[str, Any] | None:
+    """Store what the run made, end it and fetch its export — each step even if an earlier one failed."""
+    lost = await poster.close()
+    if lost:
+        spill = opts.spill or spill_path_beside(opts.output or Path(f"sparkwatch-{state.run_id}.json"))
+        kept = spill_safely(spill, lost, state.run_id)
+        where = f"kept in {kept} (sparkwatch import plain {kept} --run {state.run_id})" if kept else "lost"
+        opts.stderr.write(f"sparkwatch: {len(lost)} proxy window(s) could not be stored; {where}\n")
+    if state.code is not None:
+        for fmt, path in opts.imports:
+            source = _capture_path(opts) if path == LMX_STATUS_STREAM else Path(path)
+            await _import(client, opts, state, fmt, source)
+    command = None if state.code is None else {"argv": redact_argv(opts.command), "exit_code": state.code}
+    try:
+        # a node late at the start is only logged; one whose samples never reach the end spoils the run
+        state.nodes_behind = await client.wait_caught_up(time.time_ns(), timeout_s=5.0)
+        await client.end_run(state.run_id, command)
+        return await client.export(state.run_id)
+    except CoordinatorError as exc:
+        if not state.quitting:  # else the second Ctrl-C ended the run under us, and says so
+            opts.stderr.write(f"sparkwatch: run {state.run_id} could not be ended and exported: {exc}\n")
+        return None
+
+
+async def _quit_now(opts: RunOptions, client: CoordinatorClient, state: RunState) -> None:
+    """A second Ctrl-C: say where the data is kept, then end the run (so the agents' interval leases are
+    released) and, on an embedded coordinator, give the release a moment; the caller bounds the time."""
+    state.quitting = True
+    if state.db is not None:
+        opts.stderr.write(
+            f"sparkwatch: the run's database is kept at {state.db};"
+            f" its export: sparkwatch export --db {state.db} {state.run_id}\n"
+        )
+    else:
+        opts.stderr.write(
+            f"sparkwatch: run {state.run_id} stays on {client.target.url};"
+            f" its export: sparkwatch runs export {state.run_id}\n"
+        )
+    opts.stderr.flush()
+    with contextlib.suppress(CoordinatorError):
+        await client.end_run(state.run_id)
+    if state.db is not None:
+        await client.wait_for_nodes(lambda n: n.get("lease_interval_s") is None, timeout_s=2.0)
 
 
 def _run_name(opts: RunOptions) -> str:
@@ -340,27 +325,6 @@ def _capture_path(opts: RunOptions) -> Path:
     return opts.capture_dir / "lmx-status.jsonl"
 
 
-async def _finish(
-    opts: RunOptions, client: CoordinatorClient, poster: RunPoster, run_id: str, code: int | None
-) -> dict[str, Any] | None:
-    """Store what the run made, end it and fetch its export — each step even if an earlier one failed."""
-    lost = await poster.close()
-    if lost:
-        opts.stderr.write(f"sparkwatch: {len(lost)} proxy window(s) could not be stored\n")
-    if code is not None:
-        for fmt, path in opts.imports:
-            source = _capture_path(opts) if path == LMX_STATUS_STREAM else Path(path)
-            await _import(client, run_id, opts, fmt, source)
-    command = None if code is None else {"argv": redact_argv(opts.command), "exit_code": code}
-    try:
-        await client.wait_caught_up(time.time_ns(), timeout_s=5.0)
-        await client.end_run(run_id, command)
-        return await client.export(run_id)
-    except CoordinatorError as exc:
-        opts.stderr.write(f"sparkwatch: run {run_id} could not be ended and exported: {exc}\n")
-        return None
-
-
 def _anchor_now() -> ClockAnchor:
     """A (wall, monotonic) pair read here, where CMD runs: what a vLLM result file's perf_counter times
     need. Python's perf_counter is CLOCK_MONOTONIC on Linux, the same clock for every process."""
@@ -373,6 +337,3 @@ def _anchor_now() -> ClockAnchor:
             best = (wall, (m0 + m1) // 2, m1 - m0)
     assert best is not None
     return ClockAnchor(wall_ns=best[0], mono_ns=best[1], uncertainty_ns=max(1, best[2] // 2))
-
-
-MAX_STATUS_LINE_BYTES = 1 << 20

@@ -114,7 +114,11 @@ class SimModel:
                         "usage": usage,
                     }
                 )
-            return await self._stream(request, rid, chat, words, usage if usage_wanted else None)
+            try:
+                return await self._stream(request, rid, chat, words, usage if usage_wanted else None)
+            except ConnectionResetError:  # the client went away mid-stream: its business, not an error
+                log.info("request %s: the client disconnected mid-stream", rid)
+                return web.Response(status=499)  # never sent: the connection is gone
         finally:
             self._end()
 

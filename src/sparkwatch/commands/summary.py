@@ -54,12 +54,13 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
     totals = export["totals"]
     systems = [system_watts(node) for node in export["nodes"]]
     column = f" {'system W':>9}" if with_system else ""
-    header = f"{'node':<16} {'gated W':>8}{column} {'energy J':>10} {'peak mem GiB':>13} {'coverage':>9}"
+    width = max([16, *(len(node["node"]) for node in export["nodes"])])  # long names keep the columns
+    header = f"{'node':<{width}} {'gated W':>8}{column} {'energy J':>10} {'peak mem GiB':>13} {'coverage':>9}"
     lines = [header, "-" * len(header)]
     for node, system_w in zip(export["nodes"], systems, strict=True):
         cell = f" {_num(system_w, '.1f'):>9}" if with_system else ""
         lines.append(
-            f"{node['node']:<16} {_num(node['power_w']['gated_mean'], '.1f'):>8}{cell}"
+            f"{node['node']:<{width}} {_num(node['power_w']['gated_mean'], '.1f'):>8}{cell}"
             f" {_num(node['energy_j'], '.1f'):>10} {_gib(node['memory_used_bytes']['peak']):>13}"
             f" {_num(node['samples']['coverage_ratio'], '.3f'):>9}"
         )
@@ -67,7 +68,7 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
     known = [w for w in systems if w is not None]
     cell = f" {_num(sum(known) if len(known) == len(systems) else None, '.1f'):>9}" if with_system else ""
     lines.append(
-        f"{'sum':<16} {_num(totals['power_w_gated_mean_sum'], '.1f'):>8}{cell}"
+        f"{'sum':<{width}} {_num(totals['power_w_gated_mean_sum'], '.1f'):>8}{cell}"
         f" {_num(totals['energy_j'], '.1f'):>10} {_gib(totals['memory_used_bytes_peak_sum']):>13}"
     )
     if with_system:
@@ -100,8 +101,8 @@ def system_watts(node: dict[str, Any]) -> float | None:
     return None if entry is None else entry["power_w"]["gated_mean"]
 
 
-def live_line(nodes: Sequence[dict[str, Any]]) -> str:
-    """One line for all nodes: power, utilisation, memory used, samples stored, lag."""
+def live_parts(nodes: Sequence[dict[str, Any]]) -> list[str]:
+    """One short text per node: power, utilisation, memory used, samples stored, lag."""
     parts = []
     for n in nodes:
         latest = n.get("latest") or {}
@@ -116,4 +117,4 @@ def live_line(nodes: Sequence[dict[str, Any]]) -> str:
             f" {_gib(latest.get('memory_used_bytes'))} GiB"
             f" {n.get('samples_ingested', 0)} smp lag {_num(lag, '.1f')} s"
         )
-    return " | ".join(parts)
+    return parts

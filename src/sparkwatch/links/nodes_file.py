@@ -1,14 +1,21 @@
-"""`nodes.toml`: which agents the coordinator dials, in the order used everywhere (exports, tables, lmx)."""
+"""`nodes.toml`: which agents the coordinator dials, in the order used everywhere (exports, tables, lmx).
+
+Every key's type and range is checked when the file is loaded, before anything is dialled, so a mistake is
+one line naming the file, the node and the key (``nodes.toml: nodes.spark-2.port: must be an integer
+1–65535, got "abc"``) instead of a link that fails later or a value quietly coerced (``bool("false")``).
+"""
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import urlparse
 
-from sparkwatch.meters.spec import MeterSpec, MeterSpecError, parse_meter
+from sparkwatch.meters.spec import MeterSpec, MeterSpecError, parse_meter, toml_shown
 
 
 class NodesFileError(Exception):
@@ -40,19 +47,19 @@ class NodeSpec:
         return parsed._replace(scheme=scheme).geturl().rstrip("/")
 
 
-_KEYS = {
-    "url",
-    "token_file",
-    "ssh",
-    "port",
-    "known_hosts",
-    "client_keys",
-    "mode",
-    "agent_port",
-    "insecure_skip_host_key_check",
-    "exec_command",
-    "meter",
-}
+#: Keys that only mean something for a node reached over SSH.
+_SSH_ONLY = ("port", "known_hosts", "client_keys", "mode", "agent_port", "insecure_skip_host_key_check")
+_KEYS = frozenset({"url", "token_file", "ssh", "exec_command", "meter", *_SSH_ONLY})
+_URL_SCHEMES = ("ws", "wss", "http", "https")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class _Invalid(Exception):
+    """One key of a node (``key`` None: its table as a whole) is wrong; ``problem`` says how."""
+
+    def __init__(self, key: str | None, problem: str) -> None:
+        super().__init__(problem)
+        self.key, self.problem = key, problem
 
 
 def parse_nodes(text: str, origin: str = "nodes.toml") -> list[NodeSpec]:
@@ -60,56 +67,21 @@ def parse_nodes(text: str, origin: str = "nodes.toml") -> list[NodeSpec]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise NodesFileError(f"{origin}: not valid TOML: {exc}") from None
+    stray = sorted(set(data) - {"nodes"})
+    if stray:
+        keys = ", ".join(_toml_key(k) for k in stray)
+        raise NodesFileError(f"{origin}: unknown top-level keys {keys}: each node is a [nodes.NAME] table")
     nodes = data.get("nodes")
     if not isinstance(nodes, dict) or not nodes:
         raise NodesFileError(f"{origin}: needs at least one [nodes.NAME] table")
     specs = []
     for name, table in nodes.items():
-        specs.append(_node(origin, name, table))
+        try:
+            specs.append(_node(name, table))
+        except _Invalid as exc:
+            where = f"nodes.{_toml_key(name)}" + (f".{exc.key}" if exc.key else "")
+            raise NodesFileError(f"{origin}: {where}: {exc.problem}") from None
     return specs
-
-
-def _node(origin: str, name: str, table: Any) -> NodeSpec:
-    where = f"{origin}: [nodes.{name}]"
-    if not isinstance(table, dict):
-        raise NodesFileError(f"{where} must be a table")
-    unknown = sorted(set(table) - _KEYS)
-    if unknown:
-        raise NodesFileError(f"{where}: unknown keys {', '.join(unknown)}")
-    url, ssh = table.get("url"), table.get("ssh")
-    if (url is None) == (ssh is None):
-        raise NodesFileError(f'{where}: give exactly one of url = "ws://host:9464" or ssh = "user@host"')
-    if url is not None:
-        parsed = urlparse(str(url))
-        if parsed.scheme not in ("ws", "wss", "http", "https") or not parsed.hostname:
-            raise NodesFileError(f"{where}: url must look like ws://host:9464, got {url!r}")
-    mode = table.get("mode", "tunnel")
-    if mode not in ("tunnel", "exec"):
-        raise NodesFileError(f'{where}: mode must be "tunnel" or "exec", got {mode!r}')
-    try:
-        meter = parse_meter(table["meter"]) if "meter" in table else None
-    except MeterSpecError as exc:
-        raise NodesFileError(f"{where}: {exc}") from None
-    keys = table.get("client_keys", [])
-    if isinstance(keys, str):
-        keys = [keys]
-    try:
-        return NodeSpec(
-            name=name,
-            url=str(url) if url is not None else None,
-            token_file=Path(table["token_file"]) if "token_file" in table else None,
-            ssh=str(ssh) if ssh is not None else None,
-            ssh_port=int(table.get("port", 22)),
-            known_hosts=Path(table["known_hosts"]) if "known_hosts" in table else None,
-            client_keys=tuple(Path(k) for k in keys),
-            mode=mode,
-            agent_port=int(table.get("agent_port", 9464)),
-            insecure_skip_host_key_check=bool(table.get("insecure_skip_host_key_check", False)),
-            exec_command=str(table.get("exec_command", "sparkwatch-agent stream --stdio")),
-            meter=meter,
-        )
-    except (TypeError, ValueError) as exc:
-        raise NodesFileError(f"{where}: {exc}") from None
 
 
 def load_nodes(path: Path) -> list[NodeSpec]:
@@ -117,4 +89,161 @@ def load_nodes(path: Path) -> list[NodeSpec]:
         text = path.read_text()
     except OSError as exc:
         raise NodesFileError(f"cannot read nodes file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise NodesFileError(f"{path}: not valid TOML: not UTF-8 text") from None
     return parse_nodes(text, str(path))
+
+
+def _node(name: str, table: Any) -> NodeSpec:
+    if not isinstance(table, dict):
+        raise _Invalid(None, f'must be a table with url = "ws://host:9464" or ssh, got {toml_shown(table)}')
+    if not name or not name.isprintable():
+        raise _Invalid(None, "a node name must be printable and not empty")
+    _known_keys(table)
+    url, ssh = table.get("url"), table.get("ssh")
+    if (url is None) == (ssh is None):
+        raise _Invalid(None, 'give exactly one of url = "ws://host:9464" or ssh = "user@host"')
+    if url is not None:
+        _check_url(url)
+        _no_ssh_keys(table)
+    else:
+        _check_ssh(ssh)
+    return NodeSpec(
+        name=name,
+        url=url,
+        token_file=_path(table, "token_file"),
+        ssh=ssh,
+        ssh_port=_port(table, "port", 22),
+        known_hosts=_path(table, "known_hosts"),
+        client_keys=_client_keys(table),
+        mode=_mode(table),
+        agent_port=_port(table, "agent_port", 9464),
+        insecure_skip_host_key_check=_flag(table, "insecure_skip_host_key_check"),
+        exec_command=_command(table),
+        meter=_meter(table),
+    )
+
+
+def _known_keys(table: dict[str, Any]) -> None:
+    unknown = sorted(set(table) - _KEYS)
+    known = ", ".join(sorted(_KEYS))
+    if len(unknown) == 1:
+        raise _Invalid(_toml_key(unknown[0]), f"unknown key (the keys are {known})")
+    if unknown:
+        raise _Invalid(None, f"unknown keys {', '.join(map(_toml_key, unknown))} (the keys are {known})")
+
+
+def _check_url(url: Any) -> None:
+    """ws(s)/http(s)://host[:port][/path] with a port 1–65535 if given; ``urlparse(...).port`` raises on a
+    bad one, which would otherwise surface as a link error long after loading."""
+    shape = "must be ws://host[:port] (or wss, http, https) with a port 1–65535"
+    if not isinstance(url, str) or any(c.isspace() or not c.isprintable() for c in url):
+        raise _Invalid("url", f"{shape}, got {toml_shown(url)}")
+    try:
+        parsed = urlparse(url)
+        port = parsed.port
+    except ValueError:
+        raise _Invalid("url", f"{shape}, got {toml_shown(url)}") from None
+    if "@" in parsed.netloc:  # not repeated: it may hold a password
+        raise _Invalid("url", "must not hold a user or password: the agent's token goes in token_file")
+    if parsed.scheme not in _URL_SCHEMES or not parsed.hostname or port == 0:
+        raise _Invalid("url", f"{shape}, got {toml_shown(url)}")
+    if parsed.query or parsed.fragment:
+        raise _Invalid("url", f"must not have a query or fragment, got {toml_shown(url)}")
+
+
+def _no_ssh_keys(table: dict[str, Any]) -> None:
+    """A node reached by ``url`` ignores the SSH keys: one there is a mistake, not something to skip."""
+    for key in _SSH_ONLY:
+        if key not in table:
+            continue
+        if key == "mode":
+            what = f"{table[key]} mode" if table[key] in ("tunnel", "exec") else "mode"
+            url = toml_shown(table["url"])
+            raise _Invalid(key, f"{what} only applies to ssh nodes; this node has url = {url}")
+        hint = " (give the agent's port in the url)" if key in ("port", "agent_port") else ""
+        raise _Invalid(key, f"only applies to ssh nodes; this node has url{hint}")
+    if "exec_command" in table:
+        raise _Invalid("exec_command", 'only applies to ssh nodes with mode = "exec"; this node has url')
+
+
+def _check_ssh(ssh: Any) -> None:
+    shape = 'must be "user@host" or "host"'
+    if not isinstance(ssh, str) or any(c.isspace() or not c.isprintable() for c in ssh):
+        raise _Invalid("ssh", f"{shape}, got {toml_shown(ssh)}")
+    user, at, host = ssh.rpartition("@")
+    if not host or (at and not user) or "@" in user:
+        raise _Invalid("ssh", f"{shape}, got {toml_shown(ssh)}")
+    if host.count(":") == 1:  # host:port (an IPv6 address has more colons)
+        raise _Invalid("ssh", f"{shape} (the SSH port is its own key: port = N), got {toml_shown(ssh)}")
+
+
+def _port(table: dict[str, Any], key: str, default: int) -> int:
+    value = table.get(key, default)
+    if type(value) is not int or not 1 <= value <= 65535:  # type(): a bool is an int to isinstance
+        raise _Invalid(key, f"must be an integer 1–65535, got {toml_shown(value)}")
+    return value
+
+
+def _path(table: dict[str, Any], key: str) -> Path | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise _Invalid(key, f"must be a file path (a non-empty string), got {toml_shown(value)}")
+    return _expanded(key, value)
+
+
+def _client_keys(table: dict[str, Any]) -> tuple[Path, ...]:
+    keys = table.get("client_keys", [])
+    paths = [keys] if isinstance(keys, str) else keys
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p and "\0" not in p for p in paths):
+        shown = toml_shown(keys)
+        raise _Invalid("client_keys", f"must be a file path or a list of file paths, got {shown}")
+    return tuple(_expanded("client_keys", p) for p in paths)
+
+
+def _expanded(key: str, value: str) -> Path:
+    """``~`` and ``~user`` expanded now (as a shell would, and as docs/coordinator.md shows), so a file is
+    looked for where the user meant, not under a directory literally named ``~``."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:  # HOME unset, or no such user
+        raise _Invalid(
+            key, f"cannot expand ~ in {toml_shown(value)}: no such user or home directory"
+        ) from None
+
+
+def _mode(table: dict[str, Any]) -> Literal["tunnel", "exec"]:
+    mode = table.get("mode", "tunnel")
+    if mode in ("tunnel", "exec"):
+        return cast(Literal["tunnel", "exec"], mode)
+    raise _Invalid("mode", f'must be "tunnel" or "exec", got {toml_shown(mode)}')
+
+
+def _flag(table: dict[str, Any], key: str) -> bool:
+    value = table.get(key, False)
+    if type(value) is not bool:
+        raise _Invalid(key, f"must be true or false (unquoted), got {toml_shown(value)}")
+    return value
+
+
+def _command(table: dict[str, Any]) -> str:
+    value = table.get("exec_command", "sparkwatch-agent stream --stdio")
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise _Invalid("exec_command", f"must be a non-empty command line, got {toml_shown(value)}")
+    return value
+
+
+def _meter(table: dict[str, Any]) -> MeterSpec | None:
+    if "meter" not in table:
+        return None
+    try:
+        return parse_meter(table["meter"])
+    except MeterSpecError as exc:
+        raise _Invalid(f"meter.{_toml_key(exc.key)}" if exc.key else "meter", exc.problem) from None
+
+
+def _toml_key(key: str) -> str:
+    """A key as TOML writes it: bare when it can be, else quoted (``nodes."spark 2"``)."""
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)

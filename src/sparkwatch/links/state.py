@@ -93,6 +93,7 @@ class LinkState:
             "memory_model": hello.get("memory_model"),
             "capabilities": hello.get("capabilities"),
             "agent_version": hello.get("agent_version"),
+            "agent_node": hello.get("node"),  # what the agent calls itself
             "hardware": hello.get("hardware"),
             "interval_s": hello.get("interval_s"),
             "lease_interval_s": self.lease_interval_s,

@@ -29,7 +29,16 @@ log = logging.getLogger(__name__)
 LEASE_RENEW_S = 120.0
 #: A refused token is a configuration error: ask again this seldom, not on the backoff schedule.
 UNAUTHORIZED_RETRY_S = 60.0
-UNAUTHORIZED_HINT = "the agent refused our token (HTTP 401); check token_file in nodes.toml"
+
+
+def unauthorized_reason(spec: NodeSpec) -> str:
+    """Why an agent answered 401, naming the token file this node sent (or that it sent none): the two
+    mistakes are fixed in different places."""
+    if spec.token_file is None:
+        return "the agent requires a token (HTTP 401) and none is set; check token_file in nodes.toml"
+    return f"the agent refused the token in {spec.token_file} (HTTP 401); check token_file in nodes.toml"
+
+
 _STREAM_ENDS = frozenset(
     {aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR}
 )
@@ -119,7 +128,7 @@ class WsLink:
             )
         except aiohttp.WSServerHandshakeError as exc:
             if exc.status == 401:
-                raise Unauthorized(UNAUTHORIZED_HINT) from None
+                raise Unauthorized(unauthorized_reason(self.spec)) from None
             raise
         async with ws:
             self._streaming()
@@ -168,7 +177,7 @@ class WsLink:
                 f"{self._base}/v1/time", headers=self._headers, timeout=aiohttp.ClientTimeout(total=5)
             ) as r:
                 if r.status == 401:
-                    raise Unauthorized(UNAUTHORIZED_HINT)
+                    raise Unauthorized(unauthorized_reason(self.spec))
                 if r.status != 200:
                     raise LinkError(f"/v1/time answered {r.status}")
                 reply = time_reply(await r.json())

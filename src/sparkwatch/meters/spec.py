@@ -1,7 +1,12 @@
-"""A node's ``[nodes.NAME.meter]`` table in ``nodes.toml``, checked into a :class:`MeterSpec`."""
+"""A node's ``[nodes.NAME.meter]`` table in ``nodes.toml``, checked into a :class:`MeterSpec`.
+
+Every key's type and range is checked here, at load time: a meter that would only fail once polled (a port
+out of range, ``verify_tls = "no"``, ``refresh_s = nan``) is refused before anything is dialled."""
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -12,6 +17,8 @@ KINDS: tuple[MeterKind, ...] = ("redfish", "shelly", "prometheus")
 #: Polls more often than this would only measure the meter's own refresh; rarer ones miss short windows.
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.2, 60.0
 SHELLY_COMPONENTS = ("Switch", "PM1")
+#: How much of a wrong value an error message repeats.
+SHOWN_CHARS = 80
 
 _KEYS: dict[MeterKind, frozenset[str]] = {
     "redfish": frozenset({"chassis", "username", "password_file", "verify_tls", "refresh_s"}),
@@ -22,7 +29,28 @@ _COMMON = frozenset({"kind", "url", "interval_s", "domain"})
 
 
 class MeterSpecError(ValueError):
-    """The table is wrong; the message says which key and why (the caller adds the file and node)."""
+    """The table is wrong: ``key`` (None: the table itself) and ``problem``; the caller adds file and node."""
+
+    def __init__(self, problem: str, key: str | None = None) -> None:
+        super().__init__(f"{key}: {problem}" if key else problem)
+        self.key, self.problem = key, problem
+
+
+def toml_shown(value: Any) -> str:
+    """``value`` as it would be written in TOML (strings quoted, ``true``), cut short: for error messages."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, int | float):
+        text = str(value)
+    elif isinstance(value, list):
+        text = "[" + ", ".join(toml_shown(v) for v in value) + "]"
+    elif isinstance(value, dict):
+        text = "a table"
+    else:  # TOML dates and times
+        text = str(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,35 +77,36 @@ class MeterSpec:
 def parse_meter(table: Any) -> MeterSpec:
     """The meter table of one node; a MeterSpecError names the key at fault."""
     if not isinstance(table, dict):
-        raise MeterSpecError("meter must be a table")
+        raise MeterSpecError(f"must be a table, got {toml_shown(table)}")
     kind = table.get("kind")
     if kind not in KINDS:
-        raise MeterSpecError(f"meter kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise MeterSpecError(f"must be one of {', '.join(KINDS)}, got {toml_shown(kind)}", "kind")
     kind = cast(MeterKind, kind)
     unknown = sorted(set(table) - _COMMON - _KEYS[kind])
+    if len(unknown) == 1:
+        raise MeterSpecError(f"unknown key for a {kind} meter", unknown[0])
     if unknown:
         raise MeterSpecError(f"unknown keys for a {kind} meter: {', '.join(unknown)}")
-    url = table.get("url")
-    parsed = urlparse(url) if isinstance(url, str) else None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise MeterSpecError(f"meter url must be http(s)://host[:port], got {url!r}")
     interval = _number(table, "interval_s", 1.0)
     if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:
-        raise MeterSpecError(f"meter interval_s must be within [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] s")
+        raise MeterSpecError(
+            f"must be within [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] s, got {toml_shown(interval)}", "interval_s"
+        )
     refresh = table.get("refresh_s")
-    if refresh is not None and (_number(table, "refresh_s", 0.0) <= 0):
-        raise MeterSpecError("meter refresh_s must be a positive number of seconds")
+    if refresh is not None and _number(table, "refresh_s", 0.0) <= 0:
+        raise MeterSpecError(f"must be a positive number of seconds, got {toml_shown(refresh)}", "refresh_s")
     component = table.get("component", "Switch")
     if component not in SHELLY_COMPONENTS:
-        raise MeterSpecError(f"meter component must be one of {', '.join(SHELLY_COMPONENTS)}")
-    if kind == "prometheus" and not isinstance(table.get("query"), str):
-        raise MeterSpecError('a prometheus meter needs query = "…" (one series, in watts)')
+        shown = toml_shown(component)
+        raise MeterSpecError(f"must be one of {', '.join(SHELLY_COMPONENTS)}, got {shown}", "component")
+    if kind == "prometheus" and "query" not in table:
+        raise MeterSpecError('a prometheus meter needs query = "…" (one series, in watts)', "query")
     channel = table.get("id", 0)
     if type(channel) is not int or channel < 0:
-        raise MeterSpecError("meter id must be a non-negative integer")
+        raise MeterSpecError(f"must be a non-negative integer, got {toml_shown(channel)}", "id")
     return MeterSpec(
         kind=kind,
-        url=str(url).rstrip("/"),
+        url=_url(table.get("url")),
         interval_s=interval,
         domain=_text(table, "domain", "wall"),
         refresh_s=None if refresh is None else float(refresh),
@@ -92,17 +121,34 @@ def parse_meter(table: Any) -> MeterSpec:
     )
 
 
+def _url(url: Any) -> str:
+    """http(s)://host[:port][/path]; no user or password in it (secrets live in files), a real port."""
+    shape = "must be http(s)://host[:port] with a port 1–65535"
+    if not isinstance(url, str) or any(c.isspace() or not c.isprintable() for c in url):
+        raise MeterSpecError(f"{shape}, got {toml_shown(url)}", "url")
+    try:
+        parsed = urlparse(url)
+        port = parsed.port  # raises on a port that is not a number or out of range
+    except ValueError:
+        raise MeterSpecError(f"{shape}, got {toml_shown(url)}", "url") from None
+    if "@" in parsed.netloc:  # not repeated: it may hold a password
+        raise MeterSpecError("must not hold a user or password: use username and password_file", "url")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or port == 0:
+        raise MeterSpecError(f"{shape}, got {toml_shown(url)}", "url")
+    return url.rstrip("/")
+
+
 def _number(table: dict[str, Any], key: str, default: float) -> float:
     value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise MeterSpecError(f"meter {key} must be a number")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise MeterSpecError(f"must be a number, got {toml_shown(value)}", key)
     return float(value)
 
 
 def _text(table: dict[str, Any], key: str, default: str, longest: int = 64) -> str:
     value = table.get(key, default)
     if not isinstance(value, str) or not value or len(value) > longest:
-        raise MeterSpecError(f"meter {key} must be a string of 1 to {longest} characters")
+        raise MeterSpecError(f"must be a string of 1 to {longest} characters, got {toml_shown(value)}", key)
     return value
 
 
@@ -111,11 +157,20 @@ def _optional_text(table: dict[str, Any], key: str, longest: int = 64) -> str | 
 
 
 def _path(table: dict[str, Any], key: str) -> Path | None:
-    return None if table.get(key) is None else Path(_text(table, key, "", longest=4096))
+    """A file path with ``~`` expanded at load time, as in the rest of nodes.toml."""
+    if table.get(key) is None:
+        return None
+    value = _text(table, key, "", longest=4096)
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:  # HOME unset, or no such user
+        raise MeterSpecError(
+            f"cannot expand ~ in {toml_shown(value)}: no such user or home directory", key
+        ) from None
 
 
 def _flag(table: dict[str, Any], key: str) -> bool:
     value = table.get(key, True)
     if not isinstance(value, bool):
-        raise MeterSpecError(f"meter {key} must be true or false")
+        raise MeterSpecError(f"must be true or false (unquoted), got {toml_shown(value)}", key)
     return value

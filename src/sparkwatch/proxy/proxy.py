@@ -20,7 +20,8 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from sparkwatch.core.windows import PHASE_RE, Window
+from sparkwatch.core.windows import Window
+from sparkwatch.defaults import PHASE_RE
 from sparkwatch.proxy.clock import WallClock
 from sparkwatch.proxy.sse_watch import ResponseWatcher
 from sparkwatch_agent.shared.http import json_error
@@ -121,7 +122,7 @@ class Proxy:
         assert self._session is not None, "Proxy.start() was not awaited"
         generation = request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
         header = request.headers.get(PHASE_HEADER)
-        if generation and header is not None and not PHASE_RE.match(header):
+        if generation and header is not None and not PHASE_RE.fullmatch(header):
             return json_error(400, "invalid_phase", f"{PHASE_HEADER} must match {PHASE_RE.pattern}")
         phase = self._arrival_phase(header) if generation else "timed"
         counted_warmup = generation and header is None and phase == "warmup"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.proxy.clock import ProxyClock, WallClock
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, ProxyConfigError, WindowSink, make_proxy_runner
 from sparkwatch.proxy.sinks import PrintSink, RunPoster
+from sparkwatch.proxy.spill import spill_safely
 from sparkwatch_agent.shared.http import start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 
@@ -40,8 +42,16 @@ async def running_proxy(
 
 
 async def serve_proxy(
-    host: str, port: int, config: ProxyConfig, target: CoordinatorTarget | None, run_id: str | None
+    host: str,
+    port: int,
+    config: ProxyConfig,
+    target: CoordinatorTarget | None,
+    run_id: str | None,
+    *,
+    spill: Path | None = None,
 ) -> int:
+    """Until SIGINT/SIGTERM. Windows that could not be stored in the run are kept in ``spill`` (a plain
+    window file), and the exit code is then 1."""
     stop = stop_on_signals()
     if run_id is None:
         async with running_proxy(host, port, config, PrintSink()) as url:
@@ -61,5 +71,12 @@ async def serve_proxy(
                 await stop.wait()
         finally:
             lost = await poster.close()
+            where = spill or Path(f"sparkwatch-{run_id}-unsent-windows.json")
+            kept = spill_safely(where, lost, run_id) if lost else None
+            if kept is not None:
+                log.warning(
+                    "%d window(s) could not be stored; kept in %s (sparkwatch import plain %s --run %s)",
+                    len(lost), kept, kept, run_id,
+                )  # fmt: skip
         log.info("%d window(s) stored in run %s", poster.stored, run_id)
     return 1 if lost else 0

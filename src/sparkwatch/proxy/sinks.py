@@ -15,7 +15,8 @@ from sparkwatch.core.windows import Window
 
 log = logging.getLogger(__name__)
 
-HTTP_CONFLICT = 409
+#: The 409 that says an earlier try stored this window (its answer was lost); a 409 ``run_ended`` is a loss.
+DUPLICATE_IDS = "duplicate_window_ids"
 
 
 class PrintSink:
@@ -69,7 +70,7 @@ class RunPoster:
                 self._pending = batch + self._pending
                 raise
             if len(batch) == 1:
-                if exc.status == HTTP_CONFLICT:
+                if exc.code == DUPLICATE_IDS:
                     self.stored += 1  # the id is ours and unique: an earlier try stored it
                 else:
                     log.error("window %s refused by the coordinator: %s", batch[0].id, exc)

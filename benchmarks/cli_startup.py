@@ -1,0 +1,45 @@
+"""Start-up time of the `sparkwatch` command line: `--version`, `--help` and a subcommand's `--help`, each
+beside the floor that no Python CLI can beat, `python -c pass`, measured interleaved in the same run (the
+machine is shared and noisy: medians, and each figure minus the floor). Goal: `--version` and `--help` in
+under 0.3 s.
+
+    python benchmarks/cli_startup.py [--rounds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+CASES = {
+    "floor: python -c pass": [sys.executable, "-c", "pass"],
+    "sparkwatch --version": [sys.executable, "-m", "sparkwatch", "--version"],
+    "sparkwatch --help": [sys.executable, "-m", "sparkwatch", "--help"],
+    "sparkwatch run --help": [sys.executable, "-m", "sparkwatch", "run", "--help"],
+    "sparkwatch schema (imports the stack)": [sys.executable, "-m", "sparkwatch", "schema"],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    times: dict[str, list[float]] = {name: [] for name in CASES}
+    for _ in range(args.rounds):
+        for name, argv in CASES.items():  # interleaved: every case sees the same noise
+            t0 = time.perf_counter()
+            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            times[name].append(time.perf_counter() - t0)
+    floor = statistics.median(times["floor: python -c pass"])
+    print(f"{'case':<40} {'median s':>9} {'p90 s':>7} {'minus floor s':>14}")
+    for name, samples in times.items():
+        median = statistics.median(samples)
+        p90 = statistics.quantiles(samples, n=10)[-1]
+        print(f"{name:<40} {median:>9.3f} {p90:>7.3f} {median - floor:>14.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""What each `sparkwatch` subcommand does, from its parsed arguments: imported only once a subcommand is
+given, so `sparkwatch --help` and `--version` load none of the stack (aiohttp, numpy, pydantic)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
+from sparkwatch.commands.attach import AttachError, attach
+from sparkwatch.commands.demo import DemoError, DemoOptions, run_demo
+from sparkwatch.commands.embedded import nodes_now
+from sparkwatch.commands.export_cmd import ExportCommandError, cmd_export
+from sparkwatch.commands.hardware import HardwareError, cluster_hardware
+from sparkwatch.commands.nodes_check import check_cluster, render
+from sparkwatch.commands.run import RunCommandError, RunOptions, parse_import, run_command
+from sparkwatch.commands.runs import cmd_runs
+from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
+from sparkwatch.coordinator.serve import serve
+from sparkwatch.core.export_schema import run_schema
+from sparkwatch.defaults import ENV_COORDINATOR
+from sparkwatch.importers import ClockAnchor, ImportFormatError, read_windows
+from sparkwatch.links.nodes_file import NodesFileError
+from sparkwatch.links.state import LinkError
+from sparkwatch.outputs import OutputError, check_output, write_text_atomically
+from sparkwatch.proxy.proxy import ProxyConfig, ProxyConfigError
+from sparkwatch.proxy.serve import serve_proxy
+from sparkwatch.settings import SettingsError, load_settings
+from sparkwatch.store import StoreError
+from sparkwatch_agent.config import ConfigError
+from sparkwatch_agent.shared.auth import AuthConfigError
+from sparkwatch_agent.shared.http import BindError
+
+USER_ERRORS = (
+    NodesFileError,
+    StoreError,
+    ConfigError,
+    AuthConfigError,
+    LinkError,
+    CoordinatorError,
+    BindError,
+    ProxyConfigError,
+    RunCommandError,
+    OutputError,
+    ImportFormatError,
+    AttachError,
+    HardwareError,
+    DemoError,
+    SettingsError,
+    ExportCommandError,
+)
+
+
+def _target(args: argparse.Namespace) -> CoordinatorTarget:
+    return CoordinatorTarget.resolve(args.coordinator, args.token_file)
+
+
+def _anchor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ClockAnchor | None:
+    try:
+        return ClockAnchor.parse(args.clock_anchor) if args.clock_anchor else None
+    except ValueError as exc:
+        parser.error(f"--clock-anchor: {exc}")
+
+
+def cmd_coordinator(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    return asyncio.run(serve(args.nodes, args.db, args.listen, args.token_file, args.insecure_no_auth))
+
+
+def cmd_schema(_args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    print(json.dumps(run_schema(), indent=2))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    check_output(args.output)
+    opts = DemoOptions(
+        nodes=args.nodes,
+        max_tokens=args.max_tokens,
+        tokens_per_s=args.tokens_per_s,
+        output=args.output,
+        strict=args.strict or load_settings().strict,
+        json_out=args.json,
+    )
+    return asyncio.run(run_demo(opts))
+
+
+def cmd_proxy(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    host, port = args.listen
+    target = _target(args) if args.run else None
+    config = ProxyConfig(args.upstream, warmup=args.warmup)
+    if args.run:
+        spill = args.spill or Path(f"sparkwatch-{args.run}-unsent-windows.json")
+        check_output(spill)
+        return asyncio.run(serve_proxy(host, port, config, target, args.run, spill=spill))
+    return asyncio.run(serve_proxy(host, port, config, target, None))
+
+
+def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not command:
+        parser.error(
+            "run: give the benchmark command after --, e.g. sparkwatch run --nodes n.toml -- CMD ARGS"
+        )
+    opts = RunOptions(
+        command=command,
+        nodes_file=args.nodes,
+        target=None if args.nodes else _target(args),
+        name=args.name,
+        interval_s=args.interval,
+        scope=args.scope,
+        gate_threshold=args.gate_threshold,
+        phases=args.phases,
+        proxy_upstream=args.proxy_upstream,
+        proxy_listen=args.proxy_listen,
+        warmup=args.warmup,
+        imports=[parse_import(text) for text in args.imports],
+        clock_anchor=_anchor(args, parser),
+        output=args.output,
+        spill=args.spill,
+        db=args.db,
+        strict=args.strict or load_settings().strict,
+        json_out=args.json,
+    )
+    return asyncio.run(run_command(opts))
+
+
+def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    windows = read_windows(args.format, args.file, clock_anchor=_anchor(args, parser))
+    target = _target(args)
+
+    async def post() -> int:
+        async with CoordinatorClient(target) as client:
+            return await client.import_windows(args.run, windows)
+
+    stored = asyncio.run(post())
+    print(f"imported {stored} window(s) from {args.file} ({args.format}) into run {args.run}")
+    return 0
+
+
+def cmd_attach(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    values = attach(args.export, args.lmx, args.force, args.output)
+    watts = ", ".join(f"{w:g}" for w in values["gpuPowerWatts"])
+    peak = values.get("peakVramGb")
+    print(f"attached to {args.output or args.lmx}: gpuPowerWatts [{watts}], peakVramGb {peak}")
+    return 0
+
+
+def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    target = _target(args) if args.nodes is None else None
+
+    async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
+        return await client.wait_for_hellos(timeout_s=args.wait)
+
+    record = cluster_hardware(asyncio.run(nodes_now(target, args.nodes, settle)))
+    text = json.dumps(record, indent=2) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_text_atomically(args.output, text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    standing = args.nodes is None and (args.coordinator or os.environ.get(ENV_COORDINATOR))
+    target = _target(args) if standing else None
+
+    async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
+        return await client.wait_for_clocks(timeout_s=args.wait)
+
+    checks = check_cluster(asyncio.run(nodes_now(target, args.nodes, settle)))
+    if args.json:
+        ok = all(not c.problems for c in checks)
+        print(json.dumps({"nodes": [c.to_json() for c in checks], "ok": ok}))
+    else:
+        print(render(checks))
+    return 1 if any(c.problems for c in checks) else 0
+
+
+def cmd_sim_model(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    host, port = args.listen
+    return asyncio.run(serve_sim_model(host, port, SimModelSpec(tokens_per_s=args.tokens_per_s)))
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, argparse.ArgumentParser], int]] = {
+    "coordinator": cmd_coordinator,
+    "schema": cmd_schema,
+    "demo": cmd_demo,
+    "proxy": cmd_proxy,
+    "run": cmd_run,
+    "import": cmd_import,
+    "attach": cmd_attach,
+    "hardware": cmd_hardware,
+    "sim-model": cmd_sim_model,
+    "nodes": cmd_nodes,
+    "runs": cmd_runs,
+    "export": cmd_export,
+}

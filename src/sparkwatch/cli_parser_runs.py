@@ -1,0 +1,76 @@
+"""The shape of `sparkwatch runs` and `sparkwatch export --db` (their handlers: commands/runs.py,
+commands/export_cmd.py). Imports nothing heavy: `sparkwatch --help` loads no aiohttp, numpy or pydantic."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sparkwatch.cli_types import coordinator_args, interval_s, log_level_arg, phase, phases, ratio, run_name
+from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE, SCOPES
+
+
+def add_runs_parser(sub: Any) -> None:
+    runs = sub.add_parser(
+        "runs", help="a coordinator's runs by hand: list, show, open, end, export, mark, delete"
+    )
+    actions = runs.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="every run: id, name, state, start, end, windows")
+    listing.add_argument("--json", action="store_true", help="the API's answer (GET /v1/runs)")
+    show = actions.add_parser("show", help="one run's details")
+    show.add_argument("run_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="the API's answer (GET /v1/runs/ID)")
+    opening = actions.add_parser(
+        "open", help="open a run now; prints its id alone: ID=$(sparkwatch runs open)"
+    )
+    opening.add_argument(
+        "--name", type=run_name, default="manual", metavar="TEXT", help="run name (default: manual)"
+    )
+    opening.add_argument("--interval", type=interval_s, default=DEFAULT_INTERVAL_S, metavar="SECONDS")
+    opening.add_argument("--gate-threshold", type=ratio, default=DEFAULT_GATE_THRESHOLD, metavar="RATIO")
+    opening.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE)
+    opening.add_argument(
+        "--phases", type=phases, metavar="LIST", help="window phases measured (default timed)"
+    )
+    end = actions.add_parser("end", help="end a run now, then wait for the nodes' samples up to its end")
+    end.add_argument("run_id", metavar="ID")
+    export = actions.add_parser("export", help="a run's sparkwatch.run/1 export (stdout, or -o FILE)")
+    export.add_argument("run_id", metavar="ID")
+    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="written whole or not at all")
+    mark = actions.add_parser("mark", help="begin, or end into a window, a named mark now")
+    mark.add_argument("run_id", metavar="ID")
+    mark.add_argument(
+        "name", type=run_name, metavar="NAME", help="the mark, and the id of the window its end makes"
+    )
+    mark.add_argument("event", choices=("begin", "end"))
+    mark.add_argument(
+        "--phase", type=phase, metavar="PHASE", help="with begin: timed (default), warmup or another word"
+    )
+    delete = actions.add_parser("delete", help="delete an ended run: its windows, marks and imports")
+    delete.add_argument("run_id", metavar="ID")
+    for action in (listing, show, opening, end, export, mark, delete):
+        coordinator_args(action)
+        action.set_defaults(subparser=action)  # an error after parsing prints this action's usage
+        log_level_arg(action, argparse.SUPPRESS)
+
+
+def add_export_parser(sub: Any) -> None:
+    export = sub.add_parser(
+        "export", help="a run's export from a coordinator's database file, without a coordinator"
+    )
+    export.add_argument(
+        "--db", type=Path, required=True, metavar="PATH", help="the coordinator's SQLite file"
+    )
+    export.add_argument("run", nargs="?", metavar="RUN", help="run id (default: the newest run)")
+    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the export JSON here")
+    shown = export.add_mutually_exclusive_group()
+    shown.add_argument("--table", action="store_true", help="print the table `sparkwatch run` prints")
+    shown.add_argument("--json", action="store_true", help="print the export JSON (the default without -o)")
+    export.add_argument(
+        "--gate-threshold", type=ratio, metavar="RATIO", help="recompute with this gate (default: the run's)"
+    )
+    export.add_argument("--scope", choices=SCOPES, help="recompute in this scope (default: the run's)")
+    export.add_argument(
+        "--phases", type=phases, metavar="LIST", help="recompute measuring these phases (default: the run's)"
+    )

@@ -1,0 +1,145 @@
+"""Argument types of the `sparkwatch` command line: each turns a wrong flag into argparse's one-line error
+naming the flag as the user typed it, against the same bounds the coordinator's API enforces, before any
+server starts."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from sparkwatch.defaults import (
+    DEFAULT_COORDINATOR,
+    ENV_COORDINATOR,
+    ENV_TOKEN_FILE,
+    MAX_INTERVAL_S,
+    MAX_RUN_NAME_CHARS,
+    MIN_INTERVAL_S,
+    PHASE_RE,
+    check_phases,
+)
+
+
+def count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def interval_s(text: str) -> float:
+    value = positive_float(text)
+    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g} seconds, got {text}"
+        )
+    return value
+
+
+def ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a ratio between 0 and 1, got {text}")
+    return value
+
+
+def http_url(text: str) -> str:
+    """An http(s) URL with a host and, if given, a port 1–65535."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a URL with a valid port: {text!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"must be an http:// or https:// URL with a host, got {text!r}")
+    if port == 0:
+        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {text!r}")
+    return text
+
+
+def listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[v6]:PORT``; port 0 picks a free one."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host.strip("[]"):
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT, got {text!r}")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port must be a number, got {port_text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {port}")
+    return host.strip("[]"), port
+
+
+def coordinator_args(parser: argparse.ArgumentParser, group: Any = None) -> None:
+    """``--coordinator URL`` (in ``group`` when given: mutually exclusive with ``--nodes``) and
+    ``--token-file FILE``, defaulting to the environment (client.py)."""
+    (group or parser).add_argument(
+        "--coordinator",
+        type=http_url,
+        metavar="URL",
+        help=f"coordinator API (default ${ENV_COORDINATOR} or {DEFAULT_COORDINATOR})",
+    )
+    parser.add_argument(
+        "--token-file", type=Path, metavar="FILE", help=f"API token (default ${ENV_TOKEN_FILE})"
+    )
+
+
+def phases(text: str) -> tuple[str, ...]:
+    """A comma-separated list of window phases to measure: ``timed`` or ``timed,warmup``."""
+    try:
+        return check_phases(tuple(p.strip() for p in text.split(",")))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def spill_file(text: str) -> Path:
+    """Where unsent windows go: a ``.json`` file, the plain window format ``import plain`` reads back."""
+    path = Path(text)
+    if path.suffix.lower() != ".json":
+        raise argparse.ArgumentTypeError(f"must be a .json file (a plain window file), got {text!r}")
+    return path
+
+
+def run_name(text: str) -> str:
+    if not 1 <= len(text) <= MAX_RUN_NAME_CHARS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_RUN_NAME_CHARS} characters, got {len(text)}")
+    return text
+
+
+def phase(text: str) -> str:
+    """One window phase: ``timed``, ``warmup`` or another short lower-case word."""
+    if not PHASE_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must match {PHASE_RE.pattern}, got {text!r}")
+    return text
+
+
+def log_level_arg(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--log-level``: on the top level with its default, on every subcommand with none (SUPPRESS), so it
+    may stand before or after the subcommand."""
+    parser.add_argument("--log-level", default=default, choices=["debug", "info", "warning", "error"])

@@ -1,0 +1,124 @@
+"""`sparkwatch export --db PATH`: a run's export from a coordinator's SQLite file, with no coordinator running
+(the file a standing coordinator keeps, or the one `sparkwatch run --db` leaves behind).
+
+The export is made by the coordinator's own ``export_run`` over a read-only connection, so it is the export
+``GET /v1/runs/ID/export`` answers, and the file is never changed. ``--gate-threshold`` and ``--scope``
+recompute it with another method; the export's ``method`` says which was used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from sparkwatch.commands.summary import summary_table
+from sparkwatch.coordinator.export_inputs import export_run
+from sparkwatch.defaults import ScopeKind
+from sparkwatch.outputs import check_output, write_export
+from sparkwatch.store import Store
+from sparkwatch.store.db import RunRow
+
+#: Run ids named in a refusal of an unknown one (the newest first).
+NAMED_RUNS = 5
+
+
+class ExportCommandError(Exception):
+    """What the database cannot give (no runs, no such run, unreadable rows): one line."""
+
+
+def cmd_export(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    if args.output is not None:
+        check_output(args.output)
+    scope = cast(ScopeKind | None, args.scope)
+    export = offline_export(
+        args.db,
+        args.run,
+        gate_threshold=args.gate_threshold,
+        scope=scope,
+        phases=args.phases,
+        now_ns=time.time_ns,
+        say=_say,
+    )
+    if args.output is not None:
+        write_export(args.output, export)
+        _say(f"export written to {args.output}")
+    if args.table:
+        print(summary_table(export))
+    elif args.json or args.output is None:
+        sys.stdout.write(json.dumps(export, indent=2) + "\n")
+    return 0
+
+
+def offline_export(
+    path: Path,
+    wanted: str | None,
+    *,
+    gate_threshold: float | None,
+    scope: ScopeKind | None,
+    now_ns: Callable[[], int],
+    say: Callable[[str], None],
+    phases: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The export of run ``wanted`` (else the newest) in the database at ``path``, for the nodes its last
+    coordinator had, with the run's method unless ``gate_threshold``, ``scope`` or ``phases`` replace it."""
+    store = Store.read_only(path)
+    try:
+        run, which = choose_run(store.runs(), wanted, path)
+        say(f"exporting run {run.id} ({run.name}) from {path}" + (f", {which} in it" if which else ""))
+        for note in _notes(run, gate_threshold, scope, phases):
+            say(note)
+        nodes = store.node_names()
+        return export_run(
+            store, run.id, nodes, now_ns, gate_threshold=gate_threshold, scope=scope, phases=phases
+        )
+    except sqlite3.DatabaseError as exc:  # a damaged file: what SQLite says of it
+        raise ExportCommandError(f"cannot read {path}: {exc}") from None
+    finally:
+        store.close()
+
+
+def _notes(
+    run: RunRow, gate_threshold: float | None, scope: ScopeKind | None, phases: Sequence[str] | None
+) -> list[str]:
+    """What makes this export differ from the one the coordinator gave (or would give) for the run."""
+    notes = []
+    if run.open:
+        notes.append(
+            f"run {run.id} was never ended (its coordinator stopped first, or runs): exported up to now"
+        )
+    if gate_threshold is not None or scope is not None or phases is not None:
+        gate = run.gate_threshold if gate_threshold is None else gate_threshold
+        used = [f"gate {gate:g}", f"scope {scope or run.scope}"]
+        own = [f"gate {run.gate_threshold:g}", f"scope {run.scope}"]
+        if phases is not None:
+            used.append(f"phases {','.join(phases)}")
+            own.append(f"phases {','.join(run.phases)}")
+        listed = f"{', '.join(used[:-1])} and {used[-1]}"
+        notes.append(f"recomputed with {listed} (the run's own: {', '.join(own)})")
+    return notes
+
+
+def choose_run(runs: Sequence[RunRow], wanted: str | None, path: Path) -> tuple[RunRow, str]:
+    """The run asked for, else the newest (latest start) with words for which one that was."""
+    newest_first = sorted(runs, key=lambda r: r.t_start_ns, reverse=True)
+    if wanted is None:
+        if not newest_first:
+            raise ExportCommandError(f"{path} holds no runs")
+        which = "the only run" if len(runs) == 1 else f"the newest of {len(runs)} runs"
+        return newest_first[0], which
+    for run in newest_first:
+        if run.id == wanted:
+            return run, ""
+    known = ", ".join(r.id for r in newest_first[:NAMED_RUNS]) or "none"
+    more = f" and {len(runs) - NAMED_RUNS} more" if len(runs) > NAMED_RUNS else ""
+    raise ExportCommandError(f"no run {wanted} in {path} (its runs, newest first: {known}{more})")
+
+
+def _say(line: str) -> None:
+    print(f"sparkwatch: {line}", file=sys.stderr)

@@ -1,0 +1,98 @@
+"""One SIGINT/SIGTERM policy for a command that wraps a benchmark (`run`) or drives one (`demo`), so no
+signal can cut off the export.
+
+The first signal is relayed once to the wrapped command's process group (it has its own, see
+commands/wrapped.py) and asks the caller to stop starting work; the run is then ended and exported as
+usual, and the command exits 130. A second signal quits at once — but first kills the command's whole
+group, and runs a short, bounded ``on_force`` (end the run, release the agents' leases, say where the
+data is kept), since quitting must never leave the benchmark running or the data unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TextIO, TypeVar
+
+#: What the second signal's clean-up may take before the process exits regardless.
+FORCE_BOUND_S = 3.0
+INTERRUPTED_EXIT_CODE = 130
+T = TypeVar("T")
+
+
+def signal_group(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
+    """``sig`` to the process group ``proc`` leads (started with ``process_group=0``)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+class Interrupts:
+    def __init__(
+        self,
+        out: TextIO,
+        on_force: Callable[[], Awaitable[None]] | None = None,
+        exit_now: Callable[[int], object] = os._exit,
+    ) -> None:
+        self.requested = asyncio.Event()
+        self.proc: asyncio.subprocess.Process | None = None  # the wrapped command, once started
+        self.on_force = on_force  # may be set later, once there is a run to end
+        self._out = out
+        self._exit = exit_now
+        self._forcing: asyncio.Task[None] | None = None
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def remove(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+    async def unless_requested(self, work: Coroutine[Any, Any, T]) -> T | None:
+        """``work``'s result, or None when a stop was requested first (``work`` is then cancelled);
+        what ``work`` raised is raised."""
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self.requested.wait())
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        for pending in (task, stop):
+            pending.cancel()
+        await asyncio.gather(task, stop, return_exceptions=True)
+        if task.cancelled():
+            return None
+        return task.result()
+
+    @property
+    def _running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self.requested.is_set():
+            self._force()
+            return
+        self.requested.set()
+        if self._running:
+            assert self.proc is not None
+            signal_group(self.proc, sig)
+        what = "the command to stop" if self._running else "the run to be ended and exported"
+        self._out.write(f"\nsparkwatch: {sig.name}: waiting for {what} (Ctrl-C again to quit at once)\n")
+        self._out.flush()
+
+    def _force(self) -> None:
+        if self._forcing is not None:
+            return
+        if self.proc is not None and self.proc.returncode is None:
+            signal_group(self.proc, signal.SIGKILL)
+        self._forcing = asyncio.ensure_future(self._force_exit())
+
+    async def _force_exit(self) -> None:
+        self._out.write("sparkwatch: quitting at once\n")
+        if self.on_force is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self.on_force(), FORCE_BOUND_S)
+        self._out.flush()
+        self._exit(INTERRUPTED_EXIT_CODE)

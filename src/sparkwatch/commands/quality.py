@@ -1,0 +1,102 @@
+"""How sound a finished run's measurement is, in one sentence and one yes/no: what `run` and `demo` print
+after the table and what ``--strict`` turns into an exit code, so a shell script can refuse a number that
+a person would have been warned about."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkwatch.core.phases import name_ids
+from sparkwatch.hello_facts import shared_identities
+
+#: ``--strict``: the command succeeded (or there was none) but the measurement is not sound. Distinct from
+#: 2 (a usage error) and 130 (interrupted); a failing command's own code wins over it.
+EXIT_NOT_SOUND = 3
+#: The run could not be ended or exported (the coordinator went away, refused the end): there is no export
+#: to trust, whatever the command did — unless the command failed, whose own code wins.
+EXIT_NO_EXPORT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Quality:
+    """What a run measured, counted: timed windows that are ``ok`` and nodes that delivered samples."""
+
+    windows_ok: int
+    windows_timed: int
+    nodes_ok: int
+    nodes: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def sound(self) -> bool:
+        return not self.problems
+
+    def line(self) -> str:
+        """E.g. "3 of 3 timed windows ok on 4 of 4 nodes", then each problem."""
+        noun = "window" if self.windows_timed == 1 else "windows"
+        text = (
+            f"{self.windows_ok} of {self.windows_timed} timed {noun} ok"
+            f" on {self.nodes_ok} of {self.nodes} nodes"
+        )
+        return f"{text}: {'; '.join(self.problems)}" if self.problems else text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sound": self.sound,
+            "summary": self.line(),
+            "windows_ok": self.windows_ok,
+            "windows_timed": self.windows_timed,
+            "nodes_ok": self.nodes_ok,
+            "nodes": self.nodes,
+            "problems": list(self.problems),
+        }
+
+
+def judge(
+    export: dict[str, Any], nodes_behind: Sequence[str] = (), failed_imports: Sequence[str] = ()
+) -> Quality:
+    """The measurement's quality: every window of the run's measured phases measured and ``ok`` (one that
+    failed or lacks the stamps its scope needs is not), no GPU reported by two nodes, every node caught up
+    and sampled, every import taken. ``nodes_behind`` are the nodes whose samples never reached the end of
+    the run; ``failed_imports`` one sentence per import that was skipped."""
+    phases = export["method"].get("phases", ["timed"])
+    timed = [w for w in export["windows"] if w["phase"] in phases]
+    not_ok = [w["id"] for w in timed if not w["in_scope"] or w["verdict"] != "ok"]
+    measured = any(w["in_scope"] for w in timed)
+    # a node without one sample in the measured time (with no measured time, every node has none)
+    silent = [n["node"] for n in export["nodes"] if measured and not (n.get("samples") or {}).get("count")]
+    shared = shared_identities([(n["node"], _hello_of(n)) for n in export["nodes"]])
+    bad_nodes = {*nodes_behind, *silent, *(s.second for s in shared)}
+    problems: list[str] = []
+    if not timed:
+        problems.append(f"no {' or '.join(phases)} window was recorded")
+    if not_ok:
+        problems.append(f"{len(not_ok)} timed window(s) not ok ({name_ids(not_ok)})")
+    problems += [str(s) for s in shared]
+    if nodes_behind:
+        problems.append(f"never caught up: {', '.join(nodes_behind)}")
+    if silent:
+        problems.append(f"no samples from {', '.join(silent)}")
+    problems += [f"import failed: {text}" for text in failed_imports]
+    return Quality(
+        windows_ok=len(timed) - len(not_ok),
+        windows_timed=len(timed),
+        nodes_ok=len([n for n in export["nodes"] if n["node"] not in bad_nodes]),
+        nodes=len(export["nodes"]),
+        problems=problems,
+    )
+
+
+def _hello_of(node: dict[str, Any]) -> dict[str, Any]:
+    """The GPU UUIDs an exported node reports, shaped as a hello for ``shared_identities``: a node whose
+    agent was listed twice, or came up after its run opened, shows up here."""
+    return {"capabilities": {"gpus": [{"uuid": g["uuid"]} for g in node.get("gpus") or [] if g.get("uuid")]}}
+
+
+def exit_code(command_code: int, quality: Quality, strict: bool) -> int:
+    """The command's code; under ``strict`` an unsound measurement turns a success into ``EXIT_NOT_SOUND``."""
+    if strict and command_code == 0 and not quality.sound:
+        return EXIT_NOT_SOUND
+    return command_code

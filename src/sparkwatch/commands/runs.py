@@ -1,0 +1,174 @@
+"""`sparkwatch runs`: a coordinator's runs by hand, through its API — list, show, open, end, export, mark,
+delete.
+
+For scripts that measure without `sparkwatch run`: ``ID=$(sparkwatch runs open)`` prints the id alone, and
+the rest of what a person reads goes to stderr. A refusal is the client's one line (the URL and the API's
+reason) and exit code 2. ``delete`` takes an ended run only (docs/cli.md says why it is safe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.outputs import check_output, write_export
+
+Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
+
+#: `runs end` then waits this long for every node's samples up to the run's end, so an export made right
+#: after it covers the run's last moments.
+CATCH_UP_S = 5.0
+#: How long one request may take; an export of a long run is computed while the client waits.
+REQUEST_TIMEOUT_S = 30.0
+EXPORT_TIMEOUT_S = 600.0
+#: `GET /v1/runs` has no window counts: the listing asks each run, this many at a time.
+PARALLEL_GETS = 16
+NAME_CHARS = 40
+
+
+def cmd_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.runs_command == "mark" and args.event == "end" and args.phase is not None:
+        parser.error("argument --phase: only with begin (a mark ends in the phase it began in)")
+    if args.runs_command == "export" and args.output is not None:
+        check_output(args.output)
+    target = CoordinatorTarget.resolve(args.coordinator, args.token_file)
+    timeout_s = EXPORT_TIMEOUT_S if args.runs_command == "export" else REQUEST_TIMEOUT_S
+    action = ACTIONS[args.runs_command]
+
+    async def go() -> int:
+        async with CoordinatorClient(target, timeout_s) as client:
+            return await action(client, args)
+
+    return asyncio.run(go())
+
+
+async def _list(client: CoordinatorClient, args: argparse.Namespace) -> int:
+    answer = await client.runs()
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    runs = answer["runs"]
+    gate = asyncio.Semaphore(PARALLEL_GETS)
+
+    async def count(run_id: str) -> int:
+        async with gate:
+            return int((await client.run(run_id))["windows"])
+
+    counts = await asyncio.gather(*(count(r["id"]) for r in runs))
+    print(runs_table(runs, counts) if runs else f"no runs on {client.target.url}")
+    return 0
+
+
+async def _show(client: CoordinatorClient, args: argparse.Namespace) -> int:
+    run = await client.run(args.run_id)
+    print(json.dumps(run, indent=2) if args.json else run_details(run))
+    return 0
+
+
+async def _open(client: CoordinatorClient, args: argparse.Namespace) -> int:
+    run = await client.create_run(args.name, args.interval, args.scope, args.gate_threshold, args.phases)
+    print(run["id"])
+    print(
+        f"sparkwatch: run {run['id']} ({run['name']}) open on {client.target.url}, sampled every"
+        f" {run['interval_s']:g} s; end it with: sparkwatch runs end {run['id']}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _end(client: CoordinatorClient, args: argparse.Namespace) -> int:
+    run = await client.end_run(args.run_id)
+    # the end is on the coordinator's clock, as are the nodes' corrected stamps; a node still behind after
+    # CATCH_UP_S is named in a warning, and the export says what it lacks
+    await client.wait_caught_up(run["t_end_ns"], CATCH_UP_S)
+    took_s = (run["t_end_ns"] - run["t_start_ns"]) / 1e9
+    print(f"run {run['id']} ({run['name']}) ended after {took_s:.1f} s")
+    return 0
+
+
+async def _export(client: CoordinatorClient, args: argparse.Namespace) -> int:
+    export = await client.export(args.run_id)
+    if args.output is None:
+        sys.stdout.write(json.dumps(export, indent=2) + "\n")
+    else:
+        write_export(args.output, export)
+        print(f"sparkwatch: export of run {args.run_id} written to {args.output}", file=sys.stderr)
+    return 0
+
+
+async def _mark(client: CoordinatorClient, args: argparse.Namespace) -> int:
+    answer = await client.mark(args.run_id, args.name, args.event, args.phase)
+    if args.event == "begin":
+        print(f"mark {answer['name']} ({args.phase or 'timed'}) begun in run {args.run_id}")
+    else:
+        took_s = (answer["t_end_ns"] - answer["t_start_ns"]) / 1e9
+        print(f"mark {answer['name']} ended: a window of {took_s:.3f} s in run {args.run_id}")
+    return 0
+
+
+async def _delete(client: CoordinatorClient, args: argparse.Namespace) -> int:
+    answer = await client.delete_run(args.run_id)
+    print(f"deleted run {answer['deleted']} ({answer['windows']} windows)")
+    return 0
+
+
+ACTIONS: dict[str, Action] = {
+    "list": _list,
+    "show": _show,
+    "open": _open,
+    "end": _end,
+    "export": _export,
+    "mark": _mark,
+    "delete": _delete,
+}
+
+
+def runs_table(runs: Sequence[dict[str, Any]], windows: Sequence[int]) -> str:
+    """One line per run (as ``GET /v1/runs`` lists them, oldest first), times in UTC."""
+    rows = [("id", "name", "state", "start (UTC)", "end (UTC)", "windows")]
+    for run, count in zip(runs, windows, strict=True):
+        name = run["name"] if len(run["name"]) <= NAME_CHARS else run["name"][: NAME_CHARS - 1] + "…"
+        state = "open" if run["open"] else "ended"
+        end = "-" if run["t_end_ns"] is None else utc(run["t_end_ns"])
+        rows.append((run["id"], name, state, utc(run["t_start_ns"]), end, str(count)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:  # every column flush left but the count
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths[:-1], strict=True)]
+        lines.append("  ".join([*cells, row[-1].rjust(widths[-1])]))
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def run_details(run: dict[str, Any]) -> str:
+    """``GET /v1/runs/ID`` for a person: what the run measures, when, and what it wrapped."""
+    if run["t_end_ns"] is None:
+        end = "- (open)"
+    else:
+        end = f"{utc(run['t_end_ns'])} UTC ({(run['t_end_ns'] - run['t_start_ns']) / 1e9:.1f} s)"
+    command = run.get("command")
+    wrapped = "-" if not command else f"{' '.join(command['argv'])} (exit code {command['exit_code']})"
+    fields = [
+        ("id", run["id"]),
+        ("name", run["name"]),
+        ("state", "open" if run["open"] else "ended"),
+        ("start", f"{utc(run['t_start_ns'])} UTC"),
+        ("end", end),
+        ("interval", f"{run['interval_s']:g} s"),
+        ("gate", f"util_ratio >= {run['gate_threshold']:g}"),
+        ("scope", run["scope"]),
+        ("phases", ", ".join(run.get("phases") or ["timed"])),
+        ("windows", str(run["windows"])),
+        ("command", wrapped),
+    ]
+    return "\n".join(f"{key:<9} {value}" for key, value in fields)
+
+
+def utc(t_ns: int) -> str:
+    return datetime.fromtimestamp(t_ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S")

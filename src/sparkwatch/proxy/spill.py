@@ -1,0 +1,48 @@
+"""Windows the proxy could not deliver, kept in a file `sparkwatch import plain` takes back: a coordinator
+that went away must not cost the requests it already measured."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from sparkwatch.core.windows import Window
+from sparkwatch.importers.plain import KEYS
+from sparkwatch.outputs import write_text_atomically
+
+log = logging.getLogger(__name__)
+
+
+def spill_path_beside(export: Path) -> Path:
+    """The default spill file of a run: next to its export (``run.json`` → ``run.unsent-windows.json``)."""
+    return export.with_name(f"{export.stem}.unsent-windows.json")
+
+
+def write_spill(path: Path, windows: Sequence[Window]) -> None:
+    """``windows`` as a plain JSON window file (written whole or not at all). The plain format carries a
+    window's own fields only: the file says where they came from in its ``note``."""
+    rows = [{k: v for k, v in w.to_json().items() if k in KEYS and v is not None} for w in windows]
+    note = (
+        "windows the sparkwatch proxy measured but could not store; `sparkwatch import plain FILE --run ID`"
+    )
+    write_text_atomically(path, json.dumps({"note": note, "windows": rows}, indent=1) + "\n")
+
+
+def spill_safely(path: Path, windows: Sequence[Window], run_id: str) -> Path | None:
+    """``write_spill`` that never stops the caller's clean-up (ending the run, the export): where ``path``
+    cannot be written, the temporary folder; returns where the windows are (None: nowhere, logged)."""
+    try:
+        write_spill(path, windows)
+        return path
+    except OSError as exc:
+        fallback = Path(tempfile.gettempdir()) / f"sparkwatch-{run_id}.unsent-windows.json"
+        log.warning("cannot write %s (%s); trying %s", path, exc.strerror or exc, fallback)
+    try:
+        write_spill(fallback, windows)
+        return fallback
+    except OSError as exc:
+        log.error("%d unsent window(s) lost: cannot write %s either (%s)", len(windows), fallback, exc)
+        return None

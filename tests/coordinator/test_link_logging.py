@@ -1,0 +1,69 @@
+"""What a link tells the log when its agent goes away and comes back: one WARNING when a streaming link goes
+down (so `journalctl -p warning` can find it), nothing above DEBUG while the redials keep failing, and one
+INFO line when it streams again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from sparkwatch.links.nodes_file import NodeSpec
+from sparkwatch.links.state import LinkStatus
+from sparkwatch.links.ws_link import WsLink
+from sparkwatch.store import Store
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
+
+
+async def until(done: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def link_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    """(level, message) of the link's state changes and redials, in order."""
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "sparkwatch.links.state"]
+
+
+async def test_down_is_a_warning_and_the_reconnect_an_info_line(
+    agent_factory: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "spark-1", "--interval", "0.1")
+    store = Store(tmp_path / "c.db")
+    caplog.set_level(logging.DEBUG, logger="sparkwatch.links.state")
+    async with aiohttp.ClientSession() as session:
+        link = WsLink(
+            NodeSpec(name="spark-1", url=agent.url.replace("http", "ws")),
+            store,
+            session,
+            holder="test",
+            desired_interval=lambda: None,
+            backoff=ExponentialBackoff(initial_s=0.05, maximum_s=0.2),
+        )
+        task = asyncio.create_task(link.run())
+        try:
+            await until(lambda: link.state.status is LinkStatus.STREAMING)
+            agent.stop()
+            await until(lambda: link.state.reconnects >= 4)  # the first loss and a few failed redials
+            assert link.state.status is LinkStatus.DOWN
+            agent_factory("--backend", "sim", "--node", "spark-1", "--interval", "0.1", port=agent.port)
+            await until(lambda: link.state.status is LinkStatus.STREAMING)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    store.close()
+    lines = link_lines(caplog)
+    loud = [(level, text) for level, text in lines if level != "DEBUG"]
+    assert [level for level, _ in loud] == ["INFO", "WARNING", "INFO"], lines
+    assert loud[0][1] == loud[2][1] == "node spark-1: link streaming (ws)"
+    assert loud[1][1].startswith("node spark-1: link down (ws): ") and "retrying in" in loud[1][1]
+    redials = [text for level, text in lines if level == "DEBUG" and "link down" in text]
+    assert len(redials) >= 3  # each failed redial is there for --log-level debug, and only there

@@ -1,0 +1,128 @@
+"""The measurement's quality line and ``--strict``'s exit code, from exports shaped like real ones, and the
+user's config file that can make every run strict."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+from typing import Any
+
+import pytest
+
+from sparkwatch.commands.quality import EXIT_NOT_SOUND, exit_code, judge
+from sparkwatch.core.windows import Window
+from sparkwatch.importers import read_windows
+from sparkwatch.proxy.spill import spill_safely
+from sparkwatch.settings import SettingsError, load_settings
+
+
+def _export(verdicts: list[str], counts: list[int], uuids: list[str] | None = None) -> dict[str, Any]:
+    """Timed windows with these verdicts (``failed``: an HTTP error, left out of the scope), a warm-up
+    window that is not measured, and nodes with these sample counts (and one GPU UUID each)."""
+    windows = [
+        {"id": f"r{i}", "in_scope": v != "failed", "verdict": "ok" if v == "failed" else v, "phase": "timed"}
+        for i, v in enumerate(verdicts)
+    ]
+    windows.append({"id": "w0", "in_scope": False, "verdict": "ok", "phase": "warmup"})
+    uuids = uuids or [f"GPU-{i}" for i in range(len(counts))]
+    nodes = [
+        {"node": f"spark-{i + 1}", "samples": {"count": c}, "gpus": [{"uuid": u}]}
+        for i, (c, u) in enumerate(zip(counts, uuids, strict=True))
+    ]
+    return {"method": {"phases": ["timed"]}, "windows": windows, "nodes": nodes}
+
+
+def test_a_sound_run_in_words() -> None:
+    quality = judge(_export(["ok", "ok", "ok"], [30, 30, 30, 30]))
+    assert quality.sound and quality.line() == "3 of 3 timed windows ok on 4 of 4 nodes"
+    assert exit_code(0, quality, strict=True) == 0
+
+
+def test_every_kind_of_problem_is_named() -> None:
+    quality = judge(
+        _export(["ok", "low_confidence", "incomplete"], [30, 0, 30]),
+        nodes_behind=["spark-3"],
+        failed_imports=["a.json (aiperf): not an AIPerf file"],
+    )
+    assert not quality.sound
+    assert quality.line() == (
+        "1 of 3 timed windows ok on 1 of 3 nodes: 2 timed window(s) not ok (r1, r2);"
+        " never caught up: spark-3; no samples from spark-2;"
+        " import failed: a.json (aiperf): not an AIPerf file"
+    )
+    assert exit_code(0, quality, strict=False) == 0
+    assert exit_code(0, quality, strict=True) == EXIT_NOT_SOUND == 3
+    assert exit_code(7, quality, strict=True) == 7  # the command's own failure wins
+
+
+def test_a_failed_timed_request_is_not_ok_though_it_is_out_of_the_scope() -> None:
+    quality = judge(_export(["ok", "failed", "ok"], [30, 30]))
+    assert quality.line() == "2 of 3 timed windows ok on 2 of 2 nodes: 1 timed window(s) not ok (r1)"
+    every = judge(_export(["failed", "failed"], [0, 0]))
+    assert every.problems == ["2 timed window(s) not ok (r0, r1)"]  # recorded, but none measured
+
+
+def test_one_gpu_reported_by_two_nodes_is_a_problem() -> None:
+    quality = judge(_export(["ok"], [30, 30, 30], uuids=["GPU-a", "GPU-b", "GPU-a"]))
+    assert quality.problems == ["nodes spark-1 and spark-3 share GPU GPU-a: one agent listed twice?"]
+    assert quality.nodes_ok == 2
+
+
+def test_no_timed_window_is_not_sound_and_not_blamed_on_the_nodes() -> None:
+    quality = judge(_export([], [0, 0]))
+    assert quality.problems == ["no timed window was recorded"]
+    assert quality.line().startswith("0 of 0 timed windows ok on 2 of 2 nodes")
+
+
+def test_many_bad_windows_are_listed_up_to_five() -> None:
+    quality = judge(_export(["incomplete"] * 8, [5]))
+    assert quality.problems == ["8 timed window(s) not ok (r0, r1, r2, r3, r4 and 3 more)"]
+
+
+def test_settings_come_from_the_named_file_or_the_xdg_default(tmp_path: pathlib.Path) -> None:
+    assert load_settings({"XDG_CONFIG_HOME": str(tmp_path)}).strict is False  # no file: defaults
+    default = tmp_path / "sparkwatch" / "config.toml"
+    default.parent.mkdir()
+    default.write_text("strict = true\n")
+    assert load_settings({"XDG_CONFIG_HOME": str(tmp_path)}).strict is True
+    named = tmp_path / "other.toml"
+    named.write_text("strict = false\n")
+    assert load_settings({"XDG_CONFIG_HOME": str(tmp_path), "SPARKWATCH_CONFIG": str(named)}).strict is False
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("strict = 1\n", "strict must be true or false, got 1"),
+        ("strict = tru\n", "not valid TOML"),
+        ("[run]\nstrict = true\n", "unknown key(s) run"),
+    ],
+)
+def test_a_bad_config_file_is_one_error_naming_it(tmp_path: pathlib.Path, text: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(SettingsError, match=rf"^{path}: .*") as caught:
+        load_settings({"SPARKWATCH_CONFIG": str(path)})
+    assert message in str(caught.value)
+    with pytest.raises(SettingsError, match="no such file"):
+        load_settings({"SPARKWATCH_CONFIG": str(tmp_path / "missing.toml")})
+
+
+T0 = 1_800_000_000 * 10**9  # 2027-01-15, epoch ns
+
+
+def test_unsent_windows_go_to_the_temporary_folder_when_the_spill_file_cannot_be_written(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    windows = [Window(id="r1", phase="timed", t_start_ns=T0, t_end_ns=T0 + 10**9, source={"kind": "proxy"})]
+    kept = spill_safely(tmp_path / "missing-folder" / "unsent.json", windows, "run-x")
+    assert kept == tmp_path / "sparkwatch-run-x.unsent-windows.json"
+    assert [w.id for w in read_windows("plain", kept)] == ["r1"]  # what `import plain` reads back
+    (tmp_path / "sparkwatch-run-x.unsent-windows.json").unlink()
+    tmp_path.chmod(0o500)  # neither place can be written: said, not raised
+    try:
+        assert spill_safely(tmp_path / "unsent.json", windows, "run-x") is None or os.geteuid() == 0
+    finally:
+        tmp_path.chmod(0o700)

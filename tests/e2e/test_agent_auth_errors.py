@@ -1,0 +1,95 @@
+"""An agent that answers 401 is a mistake in nodes.toml or a token file: `sparkwatch nodes check` and
+`sparkwatch hardware` say so at once, naming the node and the token file it sent (or that it sent none),
+instead of waiting out `--wait` for a link that cannot come up."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+WAIT_S = 30
+#: Well under WAIT_S, with room for a loaded machine's interpreter starts and a first hello.
+QUICK_S = 12
+
+
+def token_file(path: pathlib.Path, token: str) -> pathlib.Path:
+    path.write_text(token)
+    path.chmod(0o600)
+    return path
+
+
+def sparkwatch(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
+    t0 = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkwatch", *args], capture_output=True, text=True, timeout=120, env=env
+    )
+    return result, time.monotonic() - t0
+
+
+def guarded_agent(tmp_path: pathlib.Path, agent_factory: Any) -> tuple[Any, pathlib.Path]:
+    """A sim agent that requires a token, and a file holding a different one."""
+    right = token_file(tmp_path / "agent.token", "the-agents-own-token-0123456789")
+    agent = agent_factory("--backend", "sim", "--node", "sim-1", "--token-file", str(right))
+    return agent, token_file(tmp_path / "wrong.token", "not-the-agents-token-0123456789")
+
+
+def test_nodes_check_names_the_refused_token_file_at_once(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    agent, wrong = guarded_agent(tmp_path, agent_factory)
+    right = tmp_path / "agent.token"
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(
+        f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{right}"\n'
+        f'[nodes.spark-2]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{wrong}"\n'
+    )
+    result, took_s = sparkwatch("nodes", "check", "--nodes", str(nodes), "--wait", str(WAIT_S))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert took_s < QUICK_S, f"waited {took_s:.1f} s for a node that refused our token"
+    assert f"PROBLEM spark-2: the agent refused the token in {wrong} (HTTP 401)" in result.stdout
+    assert "PROBLEM spark-1" not in result.stdout  # the good node was still waited for, and is ready
+    assert "1 of 2 node(s) ready to measure" in result.stdout
+    # the coordinator's own log line says it once, at error level, with the same reason
+    assert (
+        "ERROR sparkwatch.links.state: node spark-2: link unauthorized (ws): "
+        f"the agent refused the token in {wrong}" in result.stderr
+    )
+
+
+def test_nodes_check_says_when_no_token_file_was_set(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    agent, _ = guarded_agent(tmp_path, agent_factory)
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(f'[nodes.spark-2]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    result, took_s = sparkwatch("nodes", "check", "--nodes", str(nodes), "--wait", str(WAIT_S), "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert took_s < QUICK_S, f"waited {took_s:.1f} s for a node that refused our token"
+    assert (
+        '"problems": ["the agent requires a token (HTTP 401) and none is set; check token_file'
+        in result.stdout
+    )
+
+
+def test_hardware_names_every_refused_node_at_once(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    agent, wrong = guarded_agent(tmp_path, agent_factory)
+    right = tmp_path / "agent.token"
+    nodes = tmp_path / "nodes.toml"
+    url = f'url = "ws://127.0.0.1:{agent.port}"\n'
+    nodes.write_text(
+        f'[nodes.good]\n{url}token_file = "{right}"\n'
+        f'[nodes.wrong]\n{url}token_file = "{wrong}"\n'
+        f"[nodes.none]\n{url}"
+    )
+    result, took_s = sparkwatch("hardware", "--nodes", str(nodes), "--wait", str(WAIT_S))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert took_s < QUICK_S, f"waited {took_s:.1f} s for nodes that refused our token"
+    last = result.stderr.strip().splitlines()[-1]  # after the links' own log lines
+    assert last == (
+        "sparkwatch: error: node wrong: no hardware report: "
+        f"the agent refused the token in {wrong} (HTTP 401); check token_file in nodes.toml; "
+        "node none: no hardware report: "
+        "the agent requires a token (HTTP 401) and none is set; check token_file in nodes.toml"
+    )
+    assert result.stdout == ""

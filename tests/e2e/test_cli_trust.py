@@ -1,0 +1,353 @@
+"""The CLI a shell script can trust (issue 16), through the real entry points: one agent listed twice is
+refused, the measurement's quality decides `--strict`'s exit code, `--json` is one object on stdout,
+Ctrl-C ends a run with its export (twice: at once, nothing left running, the data kept), wrong flags are
+one line naming the flag, and proxy windows that could not be stored land in a file `import plain` takes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from helpers.cli import nodes_toml, sparkwatch
+from helpers.processes import TOKEN, Coordinator, free_port, wait_connected
+
+
+def _no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr and "ERROR" not in stderr, stderr
+
+
+def test_one_agent_listed_twice_is_refused_and_a_problem(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "left")
+    nodes = nodes_toml(tmp_path, [agent, agent], names=["left", "right"])
+    out = tmp_path / "run.json"
+    result = sparkwatch("run", "--nodes", str(nodes), "-o", str(out), "--", "true")
+    assert result.returncode == 2, result.stderr
+    error = [line for line in result.stderr.splitlines() if line.startswith("sparkwatch: error:")]
+    assert len(error) == 1 and "nodes left and right share agent boot id" in error[0]
+    assert not out.exists()
+    check = sparkwatch("nodes", "check", "--nodes", str(nodes), "--wait", "10", "--json")
+    assert check.returncode == 1
+    by_node = {n["node"]: n for n in json.loads(check.stdout)["nodes"]}
+    for name in ("left", "right"):
+        assert any("share agent boot id" in p for p in by_node[name]["problems"]), by_node[name]
+    # the entry called "right" reaches an agent that calls itself "left": a warning on that entry only
+    assert any("calls itself 'left'" in w for w in by_node["right"]["warnings"])
+    assert not any("calls itself" in w for w in by_node["left"]["warnings"])
+
+
+def test_a_misnamed_agent_is_a_warning_not_a_refusal(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "spark-7")
+    nodes = nodes_toml(tmp_path, [agent], names=["spark-1"])
+    result = sparkwatch("run", "--nodes", str(nodes), "-o", str(tmp_path / "r.json"), "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert "WARNING sparkwatch.coordinator.service: node spark-1: its agent calls itself 'spark-7'" in (
+        result.stderr
+    )
+    check = sparkwatch("nodes", "check", "--nodes", str(nodes), "--wait", "10")
+    assert "warning spark-1: node spark-1: its agent calls itself 'spark-7'" in check.stdout
+
+
+def test_strict_and_json_judge_a_run_without_timed_windows(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    nodes = str(nodes_toml(tmp_path, [agent]))
+    out = tmp_path / "run.json"
+    plain = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--", "true")
+    assert plain.returncode == 0, plain.stderr  # the command's code, by default
+    assert "WARNING: measurement: 0 of 0 timed windows ok on 1 of 1 nodes: no timed window was recorded" in (
+        plain.stdout
+    )
+    chatty = ["sh", "-c", "echo the benchmark talks on stdout"]
+    strict = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--strict", "--json", "--", *chatty)
+    assert strict.returncode == 3, strict.stderr
+    outcome = json.loads(strict.stdout)  # the whole of stdout is one JSON object: CMD's went to stderr
+    assert "the benchmark talks on stdout" in strict.stderr
+    assert outcome["schema"] == "sparkwatch.outcome/1"
+    assert outcome["exit_code"] == 3 and outcome["command_exit_code"] == 0
+    assert outcome["quality"]["sound"] is False
+    assert outcome["quality"]["problems"] == ["no timed window was recorded"]
+    assert outcome["export"] == str(out) and json.loads(out.read_text())["run"]["id"] == outcome["run_id"]
+    assert "gated W" in strict.stderr  # the table went to stderr
+    config = tmp_path / "config.toml"
+    config.write_text("strict = true\n")
+    by_config = sparkwatch(
+        "run", "--nodes", nodes, "-o", str(out), "--", "true", env={"SPARKWATCH_CONFIG": str(config)}
+    )
+    assert by_config.returncode == 3
+    config.write_text("strickt = true\n")
+    typo = sparkwatch(
+        "run", "--nodes", nodes, "-o", str(out), "--", "true", env={"SPARKWATCH_CONFIG": str(config)}
+    )
+    assert typo.returncode == 2 and "unknown key(s) strickt" in typo.stderr
+    assert typo.stderr.count("\n") == 1
+
+
+def test_run_takes_the_method_from_its_flags(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    out = tmp_path / "r.json"
+    args = ["--scope", "run", "--gate-threshold", "0.25", "--phases", "warmup,timed", "--interval", "0.5"]
+    result = sparkwatch(
+        "run", "--nodes", str(nodes_toml(tmp_path, [agent])), *args, "-o", str(out), "--", "true"
+    )
+    assert result.returncode == 0, result.stderr
+    method = json.loads(out.read_text())["method"]
+    assert (method["scope"], method["gate"]["threshold_ratio"], method["interval_s"]) == ("run", 0.25, 0.5)
+    assert method["phases"] == ["timed", "warmup"]
+
+
+def test_strict_fails_a_run_whose_import_failed_but_a_failing_command_keeps_its_code(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    nodes = str(nodes_toml(tmp_path, [agent]))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,phase\nx,timed\n")
+    args = ("run", "--nodes", nodes, "-o", str(tmp_path / "r.json"), "--strict", "--json")
+    result = sparkwatch(*args, "--import", f"plain:{bad}", "--", "true")
+    assert result.returncode == 3
+    problems = json.loads(result.stdout)["quality"]["problems"]
+    assert any(p.startswith(f"import failed: {bad} (plain)") for p in problems), problems
+    failing = sparkwatch(*args, "--", "sh", "-c", "exit 5")
+    assert failing.returncode == 5  # the command's own failure wins over the measurement's
+
+
+def _start_run(tmp_path: pathlib.Path, nodes: str, *command: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sparkwatch", "run", "--nodes", nodes, "-o", str(tmp_path / "r.json"),
+         "--", *command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def _wait_for(path: pathlib.Path, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_ends_the_run_with_its_export(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    started = tmp_path / "started"
+    proc = _start_run(tmp_path, str(nodes_toml(tmp_path, [agent])), "sh", "-c", f"touch {started}; sleep 60")
+    _wait_for(started)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    _no_traceback(stderr)
+    export = json.loads((tmp_path / "r.json").read_text())
+    assert export["run"]["command"]["exit_code"] == 130  # sh died of the SIGINT relayed to its group
+    assert "measurement:" in stdout and "gated W" in stdout
+
+
+def test_a_second_ctrl_c_quits_at_once_kills_the_command_and_keeps_the_data(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    pid_file = tmp_path / "pid"
+    stubborn = f'trap "" INT; sleep 120 & echo $! > {pid_file}; wait'  # ignores the first Ctrl-C
+    proc = _start_run(tmp_path, str(nodes_toml(tmp_path, [agent])), "sh", "-c", stubborn)
+    _wait_for(pid_file)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None  # still waiting for the command, which ignored it
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and time.monotonic() - t0 < 5, stderr
+    _no_traceback(stderr)
+    sleeper = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(sleeper):  # killed with its group (reaped by init a moment later)
+        assert time.monotonic() < deadline, "the command's child outlived sparkwatch"
+        time.sleep(0.05)
+    kept = [line for line in stderr.splitlines() if "the run's database is kept at" in line]
+    assert len(kept) == 1, stderr
+    db = pathlib.Path(kept[0].split("kept at ")[1].split(";")[0])
+    assert db.exists()
+    with pytest.raises(OSError):
+        (tmp_path / "r.json").read_text()  # no export: it quit at once
+    lease = json.loads(_get(f"{agent.url}/v1/interval"))
+    assert lease["leases"] == []  # released on the way out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _get(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return bytes(r.read())
+
+
+def test_ctrl_c_during_the_demo_exports_without_a_traceback(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "run.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkwatch", "demo", "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    said = []
+    for line in proc.stderr:  # Ctrl-C while the first timed request streams
+        said.append(line)
+        if "request 1 (warm-up) done" in line:
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    stdout, rest = proc.communicate(timeout=60)
+    stderr = "".join(said) + rest
+    assert proc.returncode == 130, stderr
+    _no_traceback(stderr)
+    assert "client disconnected mid-stream" in stderr or "client_disconnected" in out.read_text()
+    assert json.loads(out.read_text())["run"]["id"] and "measurement:" in stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "usage"),
+    [
+        (["run", "--interval", "61", "--", "true"], "--interval", "sparkwatch run"),
+        (["run", "--interval", "0.001", "--", "true"], "--interval", "sparkwatch run"),
+        (["run", "--gate-threshold", "1.5", "--", "true"], "--gate-threshold", "sparkwatch run"),
+        (["run", "--proxy-upstream", "ftp://h:1", "--", "true"], "--proxy-upstream", "sparkwatch run"),
+        (["run", "--proxy-upstream", "http://h:99999", "--", "true"], "--proxy-upstream", "sparkwatch run"),
+        (["run", "--proxy-listen", "127.0.0.1:http", "--", "true"], "--proxy-listen", "sparkwatch run"),
+        (["run", "--coordinator", "localhost:8750", "--", "true"], "--coordinator", "sparkwatch run"),
+        (["proxy", "--upstream", "http://h:0"], "--upstream", "sparkwatch proxy"),
+        (["coordinator", "--nodes", "n", "--listen", "h:abc"], "--listen", "sparkwatch coordinator"),
+        (["demo", "--nodes", "0"], "--nodes", "sparkwatch demo"),
+        (["run", "--phases", "timed,Warm", "--", "true"], "--phases", "sparkwatch run"),
+        (["run", "--spill", "unsent.txt", "--", "true"], "--spill", "sparkwatch run"),
+        (["run", "--name", "", "--", "true"], "--name", "sparkwatch run"),
+        (["runs", "mark", "r", "m", "begin", "--phase", "Timed"], "--phase", "sparkwatch runs mark"),
+        (["run", "--phases", "timed,timed", "--", "true"], "--phases", "sparkwatch run"),
+        (["export", "--db", "x.db", "--phases", ""], "--phases", "sparkwatch export"),
+        (["nodes", "check", "--wait", "-1"], "--wait", "sparkwatch nodes check"),
+        (["run", "--nodes", "n.toml"], "give the benchmark command", "sparkwatch run"),
+    ],
+)  # fmt: skip
+def test_a_wrong_flag_names_itself_and_its_subcommand(args: list[str], flag: str, usage: str) -> None:
+    result = sparkwatch(*args, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"usage: {usage} "), result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{usage}: error:") and flag in last, last
+
+
+def test_proxy_windows_that_cannot_be_stored_are_spilled_for_import_plain(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    coord = Coordinator(tmp_path, f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    coord.start()
+    try:
+        wait_connected(coord, 1)
+        _, run = coord.call("POST", "/v1/runs", {"name": "spill"})
+        model_port, proxy_port = free_port(), free_port()
+        model = subprocess.Popen(
+            [sys.executable, "-m", "sparkwatch", "sim-model", "--listen", f"127.0.0.1:{model_port}",
+             "--tokens-per-s", "500"], stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        spill = tmp_path / "unsent.json"
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "sparkwatch", "proxy", "--upstream", f"http://127.0.0.1:{model_port}",
+             "--listen", f"127.0.0.1:{proxy_port}", "--run", run["id"], "--coordinator", coord.url,
+             "--token-file", str(coord.token), "--spill", str(spill)],
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            _wait_port(proxy_port)
+            _wait_port(model_port)
+            coord.kill9()  # the coordinator goes away: the proxy's windows cannot be stored
+            for _ in range(2):
+                _chat(f"http://127.0.0.1:{proxy_port}")
+            proxy.send_signal(signal.SIGINT)
+            _out, stderr = proxy.communicate(timeout=60)
+        finally:
+            model.terminate()
+            model.wait(10)
+        assert proxy.returncode == 1, stderr
+        assert f"2 window(s) could not be stored; kept in {spill}" in stderr
+        coord.start()  # the same database: the run is still open
+        imported = sparkwatch(
+            "import", "plain", str(spill), "--run", run["id"], "--coordinator", coord.url,
+            "--token-file", str(coord.token),
+        )  # fmt: skip
+        assert imported.returncode == 0, imported.stderr
+        _, stored = coord.call("GET", f"/v1/runs/{run['id']}")
+        assert stored["windows"] == 2
+        _, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
+        assert [w["completion_tokens"] for w in export["windows"]] == [8, 8]
+    finally:
+        coord.stop()
+    assert TOKEN not in spill.read_text()
+
+
+def _wait_port(port: int) -> None:
+    import socket
+
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {port}"
+            time.sleep(0.05)
+
+
+def _chat(base: str) -> None:
+    import urllib.request
+
+    body = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True,
+         "stream_options": {"include_usage": True}}
+    ).encode()  # fmt: skip
+    req = urllib.request.Request(f"{base}/v1/chat/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
+
+
+def test_a_coordinator_lost_mid_run_is_exit_4_and_said_in_json(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    coord = Coordinator(tmp_path, f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    coord.start()
+    started = tmp_path / "started"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkwatch", "run", "--coordinator", coord.url,
+         "--token-file", str(coord.token), "--json", "-o", str(tmp_path / "r.json"),
+         "--", "sh", "-c", f"touch {started}; sleep 2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        _wait_for(started)
+        coord.kill9()  # the run can be neither ended nor exported
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        coord.stop()
+    assert proc.returncode == 4, stderr  # the command succeeded, but there is no export to trust
+    _no_traceback(stderr)
+    assert "could not be ended and exported" in stderr
+    outcome = json.loads(stdout)
+    assert outcome["export"] is None and outcome["exit_code"] == 4 and outcome["command_exit_code"] == 0
+    assert not (tmp_path / "r.json").exists()

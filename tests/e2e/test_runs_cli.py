@@ -1,0 +1,214 @@
+"""`sparkwatch runs ...` against a real coordinator and sim agent, and `sparkwatch export --db` on the files a
+coordinator and `sparkwatch run --db` leave behind — all through the real entry point, as subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import re
+import sqlite3
+import subprocess
+import time
+from typing import Any
+
+import jsonschema
+import pytest
+
+from helpers.cli import sparkwatch as cli
+from helpers.processes import Coordinator, free_port, sim_load, wait_connected
+from sparkwatch.core.export_schema import run_schema
+from sparkwatch.store import Store
+from sparkwatch_agent.hardware.sim import SimSpec
+
+SPEC = SimSpec()
+RUN_ID = re.compile(r"run-\d{8}-\d{6}-[0-9a-f]{6}")
+
+
+def one_line_refusal(result: subprocess.CompletedProcess[str], *parts: str) -> None:
+    assert result.returncode == 2, result
+    assert result.stderr.startswith("sparkwatch: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for part in parts:
+        assert part in result.stderr, (part, result.stderr)
+
+
+def state_of(folder: pathlib.Path) -> dict[str, tuple[str, int]]:
+    """Every file in ``folder`` with its sha256 and mtime: what an export must leave as it was."""
+    return {
+        p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(folder.iterdir())
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def standing(agent_factory: Any, tmp_path: pathlib.Path) -> Any:
+    agent = agent_factory("--backend", "sim", "--node", "spark-1")
+    (tmp_path / "coord").mkdir()  # the coordinator's files alone in a folder: an export must add none
+    coord = Coordinator(tmp_path / "coord", f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    coord.start()
+    wait_connected(coord, 1)
+    env = {"SPARKWATCH_COORDINATOR": coord.url, "SPARKWATCH_TOKEN_FILE": str(coord.token)}
+    yield coord, agent, env
+    coord.stop()
+
+
+def test_a_run_by_hand_open_mark_end_export_list_and_offline(standing: Any, tmp_path: pathlib.Path) -> None:
+    coord, agent, env = standing
+    opened = cli("runs", "open", "--name", "by-hand", "--interval", "0.05", env=env)
+    assert opened.returncode == 0, opened.stderr
+    run_id = opened.stdout.strip()
+    assert opened.stdout == f"{run_id}\n" and RUN_ID.fullmatch(run_id)  # ID=$(sparkwatch runs open) works
+    assert f"run {run_id} (by-hand) open on {coord.url}" in opened.stderr
+    time.sleep(1.0)  # idle (util 0) inside the run, before any window: a run-scope re-export sees it
+    sim_load(agent, 1.0)
+    time.sleep(0.3)
+    # the flags work as well as the environment
+    flags = ["--coordinator", coord.url, "--token-file", str(coord.token)]
+    begun = cli("runs", "mark", run_id, "req-1", "begin", *flags)
+    assert begun.returncode == 0 and f"mark req-1 (timed) begun in run {run_id}" in begun.stdout
+    assert cli("runs", "mark", run_id, "cold", "begin", "--phase", "warmup", env=env).returncode == 0
+    time.sleep(1.0)
+    ended = cli("runs", "mark", run_id, "req-1", "end", env=env)
+    assert ended.returncode == 0 and "mark req-1 ended: a window of" in ended.stdout
+    assert cli("runs", "mark", run_id, "cold", "end", env=env).returncode == 0
+    time.sleep(0.3)
+    sim_load(agent, 0.0)
+    # refusals: the API's reason on one line, exit 2; a usage mistake is argparse's
+    one_line_refusal(cli("runs", "mark", run_id, "req-1", "end", env=env), "HTTP 404", "no open mark 'req-1'")
+    wrong_phase = cli("runs", "mark", run_id, "x", "end", "--phase", "warmup", env=env)
+    assert wrong_phase.returncode == 2 and "argument --phase: only with begin" in wrong_phase.stderr
+    bad_phase = cli(
+        "runs", "mark", run_id, "x", "begin", "--phase", "Warm Up", env=env
+    )  # refused by the flag
+    assert bad_phase.returncode == 2 and "sparkwatch runs mark: error: argument --phase: must match" in (
+        bad_phase.stderr
+    )
+
+    finished = cli("runs", "end", run_id, env=env)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.startswith(f"run {run_id} (by-hand) ended after ")
+    one_line_refusal(cli("runs", "end", run_id, env=env), "HTTP 409", "already ended")
+    one_line_refusal(cli("runs", "show", "run-nope", env=env), "HTTP 404", "no run run-nope")
+
+    _list_and_show(coord, env, run_id)
+    # no more samples or clock probes from here on: an export of an ended run still takes in the node's
+    # first clock probe after the end (up to 10 s later), so online and offline are compared on one state
+    agent.stop()
+    out = tmp_path / "online.json"
+    exported = cli("runs", "export", run_id, "-o", str(out), env=env)
+    assert exported.returncode == 0 and exported.stdout == "", exported.stderr
+    online = json.loads(out.read_text())
+    jsonschema.validate(online, run_schema())
+    assert json.loads(cli("runs", "export", run_id, env=env).stdout) == online  # stdout without -o
+    assert sorted((w["id"], w["phase"], w["in_scope"]) for w in online["windows"]) == [
+        ("cold", "warmup", False),
+        ("req-1", "timed", True),
+    ]
+    (node,) = online["nodes"]
+    busy_w = SPEC.idle_w + SPEC.busy_slope_w
+    assert node["power_w"]["gated_mean"] == pytest.approx(busy_w, rel=0.01)
+    assert online["windows"][[w["id"] for w in online["windows"]].index("req-1")]["verdict"] == "ok"
+
+    _offline_matches_online(coord, tmp_path, run_id, online, busy_w)
+
+
+def _list_and_show(coord: Coordinator, env: dict[str, str], run_id: str) -> None:
+    second = cli("runs", "open", env=env).stdout.strip()  # still open: the list shows both states
+    listed = cli("runs", "list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    header, rule, *rows = listed.stdout.splitlines()
+    assert header.split() == ["id", "name", "state", "start", "(UTC)", "end", "(UTC)", "windows"]
+    assert set(rule) == {"-"}
+    assert rows[0].split()[:3] == [run_id, "by-hand", "ended"] and rows[0].split()[-1] == "2"
+    assert rows[1].split()[:3] == [second, "manual", "open"] and rows[1].split()[-2:] == ["-", "0"]
+    as_json = json.loads(cli("runs", "list", "--json", env=env).stdout)
+    assert as_json == coord.call("GET", "/v1/runs")[1]
+    shown = cli("runs", "show", run_id, env=env).stdout
+    assert re.search(r"^windows +2$", shown, re.M) and re.search(r"^state +ended$", shown, re.M)
+    assert re.search(r"^interval +0\.05 s$", shown, re.M)
+    assert json.loads(cli("runs", "show", run_id, "--json", env=env).stdout)["windows"] == 2
+    assert cli("runs", "end", second, env=env).returncode == 0
+
+
+def _offline_matches_online(
+    coord: Coordinator, tmp_path: pathlib.Path, run_id: str, online: dict[str, Any], busy_w: float
+) -> None:
+    # while the coordinator runs (its write-ahead log in use), then after it stopped (log checkpointed away)
+    live = cli("export", "--db", str(coord.db), run_id)
+    assert live.returncode == 0, live.stderr
+    assert json.loads(live.stdout) == online
+    coord.stop()
+    before = state_of(coord.db.parent)
+    newest = cli("export", "--db", str(coord.db))  # the newest run is the second one (opened later)
+    assert newest.returncode == 0 and "the newest of 2 runs in it" in newest.stderr
+    assert json.loads(newest.stdout)["run"]["id"] != run_id
+    offline = cli("export", "--db", str(coord.db), run_id, "-o", str(tmp_path / "offline.json"))
+    assert offline.returncode == 0 and offline.stdout == "", offline.stderr
+    assert json.loads((tmp_path / "offline.json").read_text()) == online
+    # recomputed: the whole run, every sample counted (the idle second before the window pulls it down)
+    again = cli("export", "--db", str(coord.db), run_id, "--scope", "run", "--gate-threshold", "0")
+    assert again.returncode == 0 and "recomputed with gate 0 and scope run" in again.stderr
+    method = json.loads(again.stdout)["method"]
+    assert method["scope"] == "run" and method["gate"]["threshold_ratio"] == 0
+    assert method["scope_s"] > online["method"]["scope_s"]
+    assert json.loads(again.stdout)["nodes"][0]["power_w"]["gated_mean"] < busy_w - 5
+    table = cli("export", "--db", str(coord.db), run_id, "--table")
+    assert table.stdout.startswith(f"run {run_id} (by-hand): 1 measured window(s) of 2")
+    assert state_of(coord.db.parent) == before  # nothing written, not even a -wal or -shm beside it
+    one_line_refusal(cli("export", "--db", str(coord.db), "run-nope"), f"no run run-nope in {coord.db}")
+
+
+def test_runs_refusals_name_the_coordinator(tmp_path: pathlib.Path) -> None:
+    port = free_port()
+    down = cli("runs", "list", "--coordinator", f"http://127.0.0.1:{port}")
+    one_line_refusal(down, f"cannot reach the coordinator at http://127.0.0.1:{port}")
+    env = {"SPARKWATCH_COORDINATOR": f"http://127.0.0.1:{port}"}
+    one_line_refusal(cli("runs", "open", env=env), f"http://127.0.0.1:{port}")
+    flag = cli("runs", "list", "--coordinator", "ftp://x")  # the flag: argparse's usage error names it
+    assert flag.returncode == 2 and flag.stderr.startswith("usage: sparkwatch runs list")
+    assert "sparkwatch runs list: error: argument --coordinator: must be an http://" in flag.stderr
+    one_line_refusal(
+        cli("runs", "list", env={"SPARKWATCH_COORDINATOR": "ftp://x"}), "must start with http://"
+    )
+    bad = cli("runs", "open", "--interval", "0", "--coordinator", f"http://127.0.0.1:{port}")
+    assert bad.returncode == 2 and "--interval" in bad.stderr  # refused before anything is sent
+
+
+def test_run_db_exports_offline_as_the_run_wrote_it(agent_factory: Any, tmp_path: pathlib.Path) -> None:
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    db, written = tmp_path / "run.db", tmp_path / "run.json"
+    ran = cli("run", "--nodes", str(nodes), "--db", str(db), "-o", str(written), "--", "sleep", "1")
+    assert ran.returncode == 0, ran.stderr
+    export = cli("export", "--db", str(db), "--table", "-o", str(tmp_path / "again.json"))
+    assert export.returncode == 0, export.stderr
+    assert "the only run in it" in export.stderr
+    assert json.loads((tmp_path / "again.json").read_text()) == json.loads(written.read_text())
+    assert export.stdout.strip() and export.stdout.strip() in ran.stdout  # the table `run` printed
+    whole = json.loads(cli("export", "--db", str(db), "--scope", "run", "--gate-threshold", "0").stdout)
+    # no windows: the run's own scope measures nothing, the whole run measures the idle sim GPU
+    assert json.loads(written.read_text())["nodes"][0]["power_w"]["gated_mean"] is None
+    assert whole["nodes"][0]["power_w"]["gated_mean"] == pytest.approx(SPEC.idle_w, rel=0.01)
+
+
+def test_export_refuses_what_is_not_a_sparkwatch_database(tmp_path: pathlib.Path) -> None:
+    one_line_refusal(cli("export", "--db", str(tmp_path / "missing.db")), "no database at")
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n" * 100)
+    other = tmp_path / "other.db"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE t (x)")
+    db.close()
+    empty = tmp_path / "empty.db"
+    Store(empty).close()  # a sparkwatch database before its first run
+    before = state_of(tmp_path)
+    one_line_refusal(cli("export", "--db", str(text)), f"{text} is not a sparkwatch database")
+    one_line_refusal(cli("export", "--db", str(other)), f"{other} is not a sparkwatch database")
+    one_line_refusal(cli("export", "--db", str(tmp_path)), "is a folder")
+    one_line_refusal(cli("export", "--db", str(empty)), f"{empty} holds no runs")
+    assert state_of(tmp_path) == before
+    bad_gate = cli("export", "--db", str(other), "--gate-threshold", "1.5")
+    assert bad_gate.returncode == 2 and "--gate-threshold" in bad_gate.stderr

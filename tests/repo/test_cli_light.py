@@ -1,0 +1,33 @@
+"""`sparkwatch --help` and `--version` must not load the stack: start-up time is measured in
+benchmarks/cli_startup.py; this checks the cause structurally (what got imported), never a clock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("aiohttp", "numpy", "pydantic", "orjson", "sqlite3", "prometheus_client")
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["run", "--help"], ["runs", "list", "--help"]])
+def test_help_and_version_load_none_of_the_stack(argv: list[str]) -> None:
+    probe = (
+        "import sys\nfrom sparkwatch.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_subcommand_still_loads_what_it_needs() -> None:
+    """The check above can fail: a real subcommand does import the stack."""
+    probe = (
+        "import sys\nfrom sparkwatch.cli import main\nmain(['schema'])\n"
+        "print('pydantic' in sys.modules or 'numpy' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip().splitlines()[-1] == "True"
