@@ -1,5 +1,5 @@
-"""lmx attach (only three members change, byte for byte elsewhere; refusals change nothing) and the
-cluster hardware record."""
+"""lmx attach (only three members change, byte for byte elsewhere; refusals change nothing), its lmx CLI
+flags, lmx's GiB arithmetic, and the cluster hardware record."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from sparkwatch.commands.attach import AttachError, attach, attach_text
+from sparkwatch.commands.attach import AttachError, attach, attach_text, export_flags
 from sparkwatch.commands.hardware import HardwareError, cluster_hardware
+from sparkwatch_agent.shared.units import GIB, lmx_gb, round1
 
 PAYLOAD = """{
     "model":   "qwen3-235b",  "gpuPowerWatts": [],
@@ -24,18 +25,26 @@ PAYLOAD = """{
 """
 
 
-def export(verdicts: list[str] | None = None, watts: list[float | None] | None = None) -> dict[str, Any]:
+def export(
+    verdicts: list[str] | None = None, watts: list[float | None] | None = None, peak_bytes: int | None = None
+) -> dict[str, Any]:
+    watts = [55.8, 53.8] if watts is None else watts
     return {
         "schema": "sparkwatch.run/1",
+        "nodes": [
+            {
+                "node": f"spark-{i + 1}",
+                "gpus": [{"uuid": f"GPU-{i}", "power_w_gated_mean": w}],
+                "null_reasons": {"power_w.gated_mean": "no interval with util >= 0.5"} if w is None else {},
+            }
+            for i, w in enumerate(watts)
+        ],
         "windows": [
             {"id": f"w{i}", "in_scope": True, "verdict": v, "reasons": [] if v == "ok" else ["coverage 0.5"]}
             for i, v in enumerate(verdicts or ["ok", "ok"])
         ],
-        "lmx": {
-            "gpuPowerWatts": [55.8, 53.8] if watts is None else watts,
-            "peakVramGb": 68.0,
-            "notes": "Measured by sparkwatch",
-        },
+        "totals": {"memory_used_bytes_peak_sum": 68 * GIB if peak_bytes is None else peak_bytes},
+        "lmx": {"gpuPowerWatts": watts, "peakVramGb": 68.0, "notes": "Measured by sparkwatch"},
     }
 
 
@@ -70,7 +79,15 @@ def test_attach_into_an_empty_and_a_compact_payload() -> None:
     ("exp", "message"),
     [
         (export(["ok", "incomplete"]), "1 window(s) are not ok (e.g. w1: incomplete, coverage 0.5)"),
-        (export(watts=[55.0, None]), "gpuPowerWatts [55.0, None] is not a list of values in (0, 10000]"),
+        (
+            export(watts=[55.0, None]),
+            "node spark-2 (GPU GPU-1, gpuPowerWatts[1]) has no measured GPU power:"
+            " no interval with util >= 0.5",
+        ),
+        (
+            export(watts=[0.0, 55.0]),
+            "node spark-1 (GPU GPU-0, gpuPowerWatts[0]) is 0.0 W, not a power in (0,",
+        ),
         ({"schema": "other/1"}, "not a sparkwatch run export"),
     ],
 )
@@ -100,7 +117,7 @@ def test_crlf_mode_and_the_authors_notes_survive_and_a_reattach_replaces_only_ou
 
 def test_unknown_peak_memory_needs_force(tmp_path: pathlib.Path) -> None:
     exp = export()
-    exp["lmx"]["peakVramGb"] = None
+    exp["lmx"]["peakVramGb"] = exp["totals"]["memory_used_bytes_peak_sum"] = None
     e, p = write(tmp_path, exp)
     with pytest.raises(AttachError, match="peak memory is unknown"):
         attach(e, p, force=False)
@@ -153,3 +170,77 @@ def test_cluster_hardware_refuses_mixed_chips_and_silent_nodes() -> None:
         cluster_hardware([gb10(), gb10(family="GH200")])
     with pytest.raises(HardwareError, match="node quiet: no hardware report: link down"):
         cluster_hardware([gb10(), {"node": "quiet", "hardware": None, "error": "link down"}])
+
+
+# ---- lmx's arithmetic: "Gb" is GiB, rounded by round1 ----
+
+
+def test_round1_rounds_half_away_from_zero_as_lmx_does_where_python_round_does_not() -> None:
+    assert (round1(55.65), round(55.65, 1)) == (55.7, 55.6)  # 55.65 * 10 is 556.5 in floats
+    assert (round1(0.25), round(0.25, 1)) == (0.3, 0.2)
+    assert round1(-0.25) == -0.3 and round1(121.64) == 121.6
+    # bytes / 1024**3, never / 1e9: a simulated GB10's 128 000 000 000 bytes are 119.2, not 128.0
+    assert lmx_gb(128_000_000_000) == 119.2
+    assert lmx_gb(146_028_888_064) == 136.0  # the 4-node demo's summed peak (146.0 if it were GB)
+
+
+def test_peak_memory_is_the_exports_summed_bytes_in_lmx_gib(tmp_path: pathlib.Path) -> None:
+    e, p = write(tmp_path, export(peak_bytes=68 * GIB + GIB // 4))  # 68.25 GiB: round() says 68.2
+    assert attach(e, p, force=False)["peakVramGb"] == 68.3
+    assert json.loads(p.read_text())["peakVramGb"] == 68.3
+
+
+def test_a_payload_wrapped_as_lmx_saves_runs_is_edited_inside(tmp_path: pathlib.Path) -> None:
+    e, p = write(tmp_path, export())
+    p.write_text(
+        '{\n  "payload": {\n    "hfId": "Qwen/Qwen3-8B",\n    "notes": "TP4",\n    "peakVramGb": 1\n  },\n'
+        '  "notes": "the wrapper\'s own"\n}\n'
+    )
+    attach(e, p, force=False)
+    assert p.read_text() == (
+        '{\n  "payload": {\n    "hfId": "Qwen/Qwen3-8B",\n'
+        '    "notes": "TP4\\n\\nMeasured by sparkwatch",\n    "peakVramGb": 68.0,\n'
+        '    "gpuPowerWatts": [55.8, 53.8]\n  },\n'
+        '  "notes": "the wrapper\'s own"\n}\n'
+    )
+
+
+def test_lmx_flags_are_the_values_attach_writes(tmp_path: pathlib.Path) -> None:
+    e, p = write(tmp_path, export(peak_bytes=68 * GIB + GIB // 4))
+    flags = export_flags(e, force=False)
+    assert flags == "--gpu-power-watts 55.8,53.8 --peak-vram-gb 68.3"
+    attach(e, p, force=False)
+    written = json.loads(p.read_text())
+    watts = ",".join(map(str, written["gpuPowerWatts"]))
+    assert flags == f"--gpu-power-watts {watts} --peak-vram-gb {written['peakVramGb']}"
+
+
+def test_lmx_flags_refuse_what_attach_refuses_and_never_print_a_zero(tmp_path: pathlib.Path) -> None:
+    e, _ = write(tmp_path, export(watts=[55.8, None]))
+    with pytest.raises(AttachError, match=r"node spark-2 \(GPU GPU-1, gpuPowerWatts\[1\]\) has no measured"):
+        export_flags(e, force=True)  # --force never makes up a power
+    e, _ = write(tmp_path, export(["ok", "incomplete"]))
+    with pytest.raises(AttachError, match="pass --force"):
+        export_flags(e, force=False)
+    assert export_flags(e, force=True) == "--gpu-power-watts 55.8,53.8 --peak-vram-gb 68.0"
+    exp = export()
+    exp["lmx"]["peakVramGb"] = exp["totals"]["memory_used_bytes_peak_sum"] = None
+    e, _ = write(tmp_path, exp)
+    assert export_flags(e, force=True) == "--gpu-power-watts 55.8,53.8"  # no made-up peak either
+
+
+def test_watts_that_do_not_match_the_exports_gpus_are_refused(tmp_path: pathlib.Path) -> None:
+    exp = export()
+    exp["lmx"]["gpuPowerWatts"] = [55.8]
+    e, p = write(tmp_path, exp)
+    with pytest.raises(AttachError, match=r"does not list one value per GPU of nodes\[\]\.gpus \(2 GPUs\)"):
+        attach(e, p, force=True)
+    assert p.read_text() == PAYLOAD
+
+
+def test_cluster_memory_is_rounded_once_from_the_nodes_bytes() -> None:
+    nodes = [gb10() for _ in range(4)]
+    for node in nodes:
+        node["hardware"]["memory_total_bytes"] = 130_631_430_307  # 121.66 GiB: each node says 121.7
+    hw = cluster_hardware(nodes)
+    assert hw["unifiedMemoryGb"] == hw["ramGb"] == 486.6  # lmx's round1(total / 1024), not 4 x 121.7

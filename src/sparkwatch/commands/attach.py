@@ -1,8 +1,10 @@
-"""`sparkwatch attach run.json --lmx payload.json`: put the measured figures into an lmx run payload.
+"""`sparkwatch attach run.json --lmx payload.json`: put the measured figures into an lmx run payload, or
+`--lmx-flags`: print them as the flags of lmx's own CLI.
 
 Only ``gpuPowerWatts``, ``peakVramGb`` and ``notes`` change; every other byte of the payload stays as it
-was (the top-level object is edited as text, value by value, never re-serialised), so a reviewer's diff
-shows exactly what sparkwatch contributed.
+was (the payload object is edited as text, value by value, never re-serialised), so a reviewer's diff
+shows exactly what sparkwatch contributed. A saved lmx run may wrap the payload as ``{"payload": {...}}``
+(lmx edits the inner object then, ``persistBenchmarkSubmission``); both forms are accepted.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from typing import Any
 
 from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
 from sparkwatch.outputs import write_atomically
+from sparkwatch_agent.shared.units import lmx_gb
 
 LMX_FIELDS = ("gpuPowerWatts", "peakVramGb", "notes")
+#: lmx's CLI checks only > 0 (parseGpuPowerWatts); this ceiling is sparkwatch's own sanity bound.
 MAX_GPU_WATTS = 10_000
 NOTES_MARK = "Measured by sparkwatch"
+WRAPPER = "payload"  # a saved lmx run file: {"payload": {...}, ...}
 
 
 class AttachError(Exception):
@@ -76,34 +81,69 @@ def lmx_values(export: dict[str, Any], name: str, force: bool) -> dict[str, Any]
             f"{name}: {len(bad)} window(s) are not ok (e.g. {first['id']}: {first['verdict']},"
             f" {'; '.join(first.get('reasons', []))}); pass --force to attach anyway"
         )
-    watts = lmx["gpuPowerWatts"]
-    if not watts or any(w is None or not 0 < w <= MAX_GPU_WATTS for w in watts):
-        raise AttachError(
-            f"{name}: gpuPowerWatts {watts} is not a list of values in (0, {MAX_GPU_WATTS}] W"
-            " (a node's gated power is unknown: see the export's null_reasons)"
-        )
-    if lmx["peakVramGb"] is None and not force:
+    watts = gpu_watts(export, lmx["gpuPowerWatts"], name)
+    peak = peak_gb(export, lmx["peakVramGb"])
+    if peak is None and not force:
         raise AttachError(
             f"{name}: peak memory is unknown (see totals.null_reasons); pass --force to attach the power"
             " alone and keep the payload's own peakVramGb"
         )
-    values = {k: lmx[k] for k in LMX_FIELDS}
-    if values["peakVramGb"] is None:
+    values = {"gpuPowerWatts": watts, "peakVramGb": peak, "notes": lmx["notes"]}
+    if peak is None:
         del values["peakVramGb"]
     return values
 
 
+def gpu_watts(export: dict[str, Any], watts: Any, name: str) -> list[float]:
+    """``lmx.gpuPowerWatts``: one measured value per physical GPU in node order, then GPU order (how
+    ``nodes[].gpus[]`` lists them); an unknown or non-positive one is refused, naming its node."""
+    owners = [(n, g) for n in export.get("nodes", []) for g in n.get("gpus", [])]
+    if not isinstance(watts, list) or not watts or len(watts) != len(owners):
+        raise AttachError(
+            f"{name}: lmx.gpuPowerWatts {watts} does not list one value per GPU of nodes[].gpus"
+            f" ({len(owners)} GPUs)"
+        )
+    for i, (w, (node, gpu)) in enumerate(zip(watts, owners, strict=True)):
+        if isinstance(w, int | float) and not isinstance(w, bool) and 0 < w <= MAX_GPU_WATTS:
+            continue
+        where = f"node {node.get('node')} (GPU {gpu.get('uuid')}, gpuPowerWatts[{i}])"
+        if w is None:
+            reasons = node.get("null_reasons") or {}
+            why = reasons.get("power_w.gated_mean") or reasons.get("power_w") or "see the node's null_reasons"
+            raise AttachError(f"{name}: {where} has no measured GPU power: {why}; lmx needs one per GPU")
+        raise AttachError(f"{name}: {where} is {w} W, not a power in (0, {MAX_GPU_WATTS}] W")
+    return list(watts)
+
+
+def peak_gb(export: dict[str, Any], fallback: Any) -> float | None:
+    """Peak memory as lmx's ``peakVramGb``: the export's summed peak bytes in GiB, rounded like lmx
+    (``round1``), else the export's own figure."""
+    peak_bytes = (export.get("totals") or {}).get("memory_used_bytes_peak_sum")
+    if isinstance(peak_bytes, int) and not isinstance(peak_bytes, bool) and peak_bytes >= 0:
+        return lmx_gb(peak_bytes)
+    return fallback if isinstance(fallback, int | float) and not isinstance(fallback, bool) else None
+
+
+def lmx_flags(values: dict[str, Any]) -> str:
+    """The same values as lmx CLI flags: ``--gpu-power-watts W1,W2,… [--peak-vram-gb G]``."""
+    flags = f"--gpu-power-watts {','.join(json.dumps(w) for w in values['gpuPowerWatts'])}"
+    if "peakVramGb" in values:
+        flags += f" --peak-vram-gb {json.dumps(values['peakVramGb'])}"
+    return flags
+
+
 def merged_notes(existing: Any, ours: str, name: str) -> str:
-    """Our note after the author's own (a re-attach replaces only our part); refused when lmx's limit
-    would cut either."""
+    """Our note after the author's own (a re-attach replaces only our part); refused above 2000 characters,
+    the issue's figure for lmx (its CLI sets none; the server's schema could not be read), so no server
+    limit of that size can cut either."""
     if not isinstance(existing, str) or not existing.strip():
         return ours
     theirs = existing.split(NOTES_MARK, 1)[0].rstrip()
     combined = f"{theirs}\n\n{ours}" if theirs else ours
     if len(combined) > LMX_NOTES_MAX_CHARS:
         raise AttachError(
-            f"{name}: its notes ({len(theirs)} characters) and sparkwatch's ({len(ours)}) exceed lmx's"
-            f" {LMX_NOTES_MAX_CHARS}; shorten the payload's notes"
+            f"{name}: its notes ({len(theirs)} characters) and sparkwatch's ({len(ours)}) exceed the"
+            f" {LMX_NOTES_MAX_CHARS} that sparkwatch keeps notes to; shorten the payload's notes"
         )
     return combined
 
@@ -140,16 +180,25 @@ def _member_indent(text: str) -> str:
     return ws if "\n" in ws else " "
 
 
-def attach(export_path: Path, payload_path: Path, force: bool, output: Path | None = None) -> dict[str, Any]:
-    """Edit the payload in place (or write ``output``) atomically, keeping its bytes, line endings and
-    file mode; returns the values written."""
+def load_export(export_path: Path) -> dict[str, Any]:
     try:
-        export = json.loads(export_path.read_bytes())
+        export: dict[str, Any] = json.loads(export_path.read_bytes())
     except OSError as exc:
         raise AttachError(f"{export_path}: {exc.strerror}") from None
     except ValueError as exc:
         raise AttachError(f"{export_path}: not JSON ({exc})") from None
-    values = lmx_values(export, str(export_path), force)
+    return export
+
+
+def export_flags(export_path: Path, force: bool) -> str:
+    """``sparkwatch attach --lmx-flags``: the flags for ``lmx speed-test run``; nothing is written."""
+    return lmx_flags(lmx_values(load_export(export_path), str(export_path), force))
+
+
+def attach(export_path: Path, payload_path: Path, force: bool, output: Path | None = None) -> dict[str, Any]:
+    """Edit the payload in place (or write ``output``) atomically, keeping its bytes, line endings and
+    file mode; returns the values written."""
+    values = lmx_values(load_export(export_path), str(export_path), force)
     try:
         raw = payload_path.read_bytes()
         mode = payload_path.stat().st_mode
@@ -160,9 +209,15 @@ def attach(export_path: Path, payload_path: Path, force: bool, output: Path | No
         current = json.loads(payload_text)
     except ValueError as exc:
         raise AttachError(f"{payload_path}: not valid JSON ({exc})") from None
+    name = str(payload_path)
+    start, end = 0, len(payload_text)
+    if isinstance(current, dict) and isinstance(current.get(WRAPPER), dict):
+        start, end = top_level_spans(payload_text, name)[WRAPPER]
+        current = current[WRAPPER]
     if isinstance(current, dict):
-        values["notes"] = merged_notes(current.get("notes"), values["notes"], str(payload_path))
-    new_text = attach_text(payload_text, values, str(payload_path))
+        values["notes"] = merged_notes(current.get("notes"), values["notes"], name)
+    inner = attach_text(payload_text[start:end], values, name)
+    new_text = payload_text[:start] + inner + payload_text[end:]
     target = output or payload_path
     try:
         write_atomically(target, new_text.encode("utf-8"), stat.S_IMODE(mode))

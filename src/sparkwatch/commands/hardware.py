@@ -1,13 +1,17 @@
 """`sparkwatch hardware`: one lmx ``hardware.json`` for the whole cluster, from the nodes' own hellos.
 
 Each agent reports its lmx hardware object (OS and kernel read when it said hello); this sums the memory
-over nodes and refuses to guess when nodes disagree on what they are.
+over nodes and refuses to guess when nodes disagree on what they are. Summed memory is rounded once, from
+the nodes' bytes, as lmx rounds its own totals (``round1(totalVramMb / 1024)``), not as a sum of rounded
+figures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from sparkwatch_agent.shared.units import lmx_gb, round1
 
 
 class HardwareError(Exception):
@@ -23,21 +27,27 @@ def _same(values: Sequence[Any], field: str) -> Any:
     return distinct[0] if len(distinct) == 1 else " / ".join(distinct)
 
 
-def _sum(values: Sequence[Any]) -> float | None:
+def _sum(values: Sequence[Any], n_bytes: Sequence[Any] = ()) -> float | None:
+    """The nodes' memory in lmx GiB: from their byte counts when every node sent one, else the sum of
+    their own (already rounded) figures."""
+    if n_bytes and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in n_bytes):
+        return lmx_gb(sum(n_bytes))
     if not values or any(not isinstance(v, int | float) for v in values):
         return None
-    return round(float(sum(values)), 1)
+    return round1(float(sum(values)))
 
 
 def cluster_hardware(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """``nodes`` as /v1/nodes lists them; every node must have said hello with an lmx object."""
     if not nodes:
         raise HardwareError("no nodes")
-    records, missing = [], []
+    records, missing, n_bytes = [], [], []
     for node in nodes:
-        lmx = (node.get("hardware") or {}).get("lmx")
+        hardware = node.get("hardware") or {}
+        lmx = hardware.get("lmx")
         if isinstance(lmx, dict):
             records.append(lmx)
+            n_bytes.append(hardware.get("memory_total_bytes"))
         else:
             reason = node.get("error") or "it has not said hello (agent down or too old)"
             missing.append(f"node {node['node']}: no hardware report: {reason}")
@@ -49,11 +59,11 @@ def cluster_hardware(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out["chipVendor"] = _same([r.get("chipVendor") for r in records], "chipVendor")
         out["chipFamily"] = _same([r.get("chipFamily") for r in records], "chipFamily")
         out["chipVariant"] = _same([r.get("chipVariant") for r in records], "chipVariant")
-        out["unifiedMemoryGb"] = _sum([r.get("unifiedMemoryGb") for r in records])
+        out["unifiedMemoryGb"] = _sum([r.get("unifiedMemoryGb") for r in records], n_bytes)
     elif hw_class == "DISCRETE_GPU":
         out["gpus"] = [g for r in records for g in r.get("gpus", [])]
     out["cpu"] = _same([r.get("cpu") for r in records], "cpu")
-    out["ramGb"] = _sum([r.get("ramGb") for r in records])
+    out["ramGb"] = _sum([r.get("ramGb") for r in records], n_bytes)
     out["os"] = _same([r.get("os") for r in records], "os")
     out["driverVersion"] = _same([r.get("driverVersion") for r in records], "driverVersion")
     return out

@@ -1,9 +1,12 @@
 """AIPerf ``profile_export.jsonl`` → windows.
 
-One JSON record per request: ``metadata`` carries wall-clock ``time.time_ns()`` stamps (``request_start_ns``,
-``request_ack_ns``, ``request_end_ns``) and the ``benchmark_phase``; ``metrics`` carries per-request values
-with their display unit (TTFT in ms, inter-chunk latencies in ms, token counts). Older AIPerf wrote
-``timestamp_ns``/``credit_phase`` and the end as the ``max_response_timestamp`` metric; both are read.
+One JSON record per request: ``metadata`` carries the epoch-ns stamps and the ``benchmark_phase``;
+``metrics`` carries per-request values with their display unit (TTFT in ms, inter-chunk latencies in ms,
+token counts). Only ``request_start_ns`` is a ``time.time_ns()`` reading: AIPerf 0.13 writes
+``request_ack_ns`` (response headers) and ``request_end_ns`` (the last raw SSE message, ``[DONE]``) as that
+start plus ``perf_counter_ns`` differences (``compute_time_ns``), so every stamp of a record shares its
+start's wall-clock error and none adds its own. Older AIPerf wrote ``timestamp_ns``/``credit_phase`` and the
+end as the ``max_response_timestamp`` metric; both are read.
 """
 
 from __future__ import annotations
@@ -34,14 +37,15 @@ from sparkwatch.importers.common import (
 FORMAT = "aiperf"
 PHASES = {"profiling": "timed", "warmup": "warmup"}  # other AIPerf phases keep their own (unmeasured) name
 UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000}
-# TTFT and inter-chunk latencies are perf_counter durations printed as ms floats; the end is a wall stamp.
+# TTFT and latencies are perf_counter durations printed as ms floats; the end is start + a perf delta in ns.
 # A derived token stamp that lands this little past the end is the float print, not the request.
 CLAMP_SLACK_NS = 1_000
 #: Request metadata copied into each window's source when present.
 SOURCE_KEYS = ("x_request_id", "session_num", "request_num", "conversation_id", "turn_index", "was_cancelled")
 MAPPING: dict[str, object] = {
     "kind": "identity",
-    "rule": "time.time_ns() stamps as written; token stamps = request_start_ns + TTFT (+ inter-chunk gaps)",
+    "rule": "epoch-ns stamps as written; token stamps = request_start_ns + TTFT (+ inter-chunk gaps,"
+    " or + request_latency when there is one content chunk)",
 }
 
 
@@ -139,7 +143,16 @@ def _source(path: Path, meta: dict[str, Any], where: str, raw_phase: str, curren
 def _token_stamps(
     metrics: dict[str, Any], where: str, span: tuple[int, int], source: dict[str, Any]
 ) -> tuple[int | None, int | None]:
-    """First and last token: start + TTFT (+ the inter-chunk gaps), clamped to the end (noted in source)."""
+    """First and last token: start + TTFT, and start + TTFT + Σ inter-chunk gaps, clamped to the end
+    (noted in source).
+
+    AIPerf writes ``inter_chunk_latency`` only for two or more content chunks, so a one-token answer has
+    none; its last token is then start + ``request_latency`` (0.13: last content chunk − start, the same
+    perf_counter reading as TTFT for one chunk). The gaps stay first where present: in 0.13 both land on the
+    same ns (AIPerf's own pipeline, fixture README), while AIPerf ≤ 0.1 ended ``request_latency`` at the
+    last response of any kind (its ``max_response_timestamp``), past the token, which is why the older
+    schema gets no fallback.
+    """
     t_start_ns, t_end_ns = span
     ttft_ns = _duration_ns(metrics, "time_to_first_token", where)
     if ttft_ns is None:
@@ -148,9 +161,21 @@ def _token_stamps(
         return None, None
     first_token_ns = _clamped(t_start_ns + ttft_ns, t_end_ns, source, "t_first_token_ns")
     gaps_ns = _durations_ns(metrics, "inter_chunk_latency", where)
-    if gaps_ns is None:
+    if gaps_ns is not None:
+        last_ns = t_start_ns + ttft_ns + sum(gaps_ns)
+    elif source["aiperf_schema"] == "request_start_ns":
+        latency_ns = _duration_ns(metrics, "request_latency", where)
+        if latency_ns is None:
+            return first_token_ns, None
+        if latency_ns < ttft_ns:
+            raise Problem(f"{where}.metrics: request_latency is shorter than time_to_first_token")
+        source["last_token"] = (
+            "request_start_ns + request_latency (one content chunk: no inter_chunk_latency)"
+        )
+        last_ns = t_start_ns + latency_ns
+    else:
         return first_token_ns, None
-    return first_token_ns, _clamped(t_start_ns + ttft_ns + sum(gaps_ns), t_end_ns, source, "t_last_token_ns")
+    return first_token_ns, _clamped(last_ns, t_end_ns, source, "t_last_token_ns")
 
 
 def _http_status(error: dict[str, Any] | None, source: dict[str, Any]) -> int | None:

@@ -1,16 +1,19 @@
-"""The lmx ``hardware.json`` object for this node, built from what it reports right now."""
+"""The lmx ``hardware.json`` object for this node, built from what it reports right now.
+
+Its ``...Gb`` figures are GiB rounded like lmx (``round1(mb / 1024)``): the numbers lmx itself would write.
+"""
 
 from __future__ import annotations
 
 from sparkwatch_agent.hardware.host_facts import HostFacts
 from sparkwatch_agent.sampling.snapshot import Snapshot
-from sparkwatch_agent.shared.units import GIB
+from sparkwatch_agent.shared.units import lmx_gb
 
 
 def lmx_hardware(snap: Snapshot, host: HostFacts) -> dict[str, object]:
     """The lmx ``hardware.json`` object, from what this node reports right now (OS and kernel included)."""
     memory = snap.sample.memory if snap.sample else None
-    ram_gb = round(memory.total_bytes / GIB, 1) if memory and memory.total_bytes else None
+    ram_gb = lmx_gb(memory.total_bytes) if memory and memory.total_bytes else None
     inv = snap.inventory
     gpus = inv.gpus if inv else ()
     out: dict[str, object] = {
@@ -34,7 +37,7 @@ def lmx_hardware(snap: Snapshot, host: HostFacts) -> dict[str, object]:
     return {
         "hwClass": "DISCRETE_GPU",
         "gpus": [
-            {"name": g.name, "vramGb": round(g.memory_total_bytes / GIB, 1) if g.memory_total_bytes else None}
+            {"name": g.name, "vramGb": lmx_gb(g.memory_total_bytes) if g.memory_total_bytes else None}
             for g in gpus
         ],
         **out,

@@ -1,0 +1,87 @@
+"""`sparkwatch attach` as users run it: `--lmx-flags` on a real demo export prints the flags for lmx's own
+CLI (the values `--lmx` writes), writes nothing, and refuses in one line."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+from helpers.cli import sparkwatch
+from sparkwatch_agent.shared.units import lmx_gb
+
+
+def files_in(folder: pathlib.Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_lmx_flags_of_a_demo_export_are_what_attach_writes(tmp_path: pathlib.Path) -> None:
+    run = tmp_path / "run.json"
+    demo = sparkwatch("demo", "--nodes", "2", "-o", str(run), timeout=120)
+    assert demo.returncode == 0, demo.stderr
+    export = json.loads(run.read_text())
+    before = files_in(tmp_path)
+
+    result = sparkwatch("attach", "--lmx-flags", str(run), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert files_in(tmp_path) == before  # nothing written
+    watts = [g["power_w_gated_mean"] for n in export["nodes"] for g in n["gpus"]]
+    assert len(watts) == 2 and all(w > 0 for w in watts)
+    peak = lmx_gb(export["totals"]["memory_used_bytes_peak_sum"])  # GiB, like lmx
+    assert result.stdout == (
+        f"--gpu-power-watts {','.join(str(w) for w in export['lmx']['gpuPowerWatts'])}"
+        f" --peak-vram-gb {peak}\n"
+    )
+
+    payload = tmp_path / "payload.json"
+    payload.write_text('{\n  "payload": {\n    "hfId": "Qwen/Qwen3-8B",\n    "tokSOut": 76.0\n  }\n}\n')
+    attached = sparkwatch("attach", str(run), "--lmx", str(payload), timeout=60)
+    assert attached.returncode == 0, attached.stderr
+    written = json.loads(payload.read_text())["payload"]
+    flags = result.stdout.split()
+    assert flags[1] == ",".join(json.dumps(w) for w in written["gpuPowerWatts"])
+    assert flags[3] == json.dumps(written["peakVramGb"])
+
+
+def export_with(watts: list[float | None], verdict: str = "ok") -> dict[str, Any]:
+    return {
+        "schema": "sparkwatch.run/1",
+        "nodes": [
+            {"node": f"spark-{i + 1}", "gpus": [{"uuid": f"GPU-{i}"}], "null_reasons": {}}
+            for i in range(len(watts))
+        ],
+        "windows": [{"id": "w0", "verdict": verdict, "reasons": [] if verdict == "ok" else ["coverage 0.5"]}],
+        "totals": {"memory_used_bytes_peak_sum": 146_028_888_064},
+        "lmx": {"gpuPowerWatts": watts, "peakVramGb": 136.0, "notes": "Measured by sparkwatch"},
+    }
+
+
+def refusal(result: Any) -> str:
+    assert result.returncode == 2 and result.stdout == "", (result.returncode, result.stdout)
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    return str(result.stderr)
+
+
+def test_lmx_flags_refusals_are_one_line_and_name_the_node(tmp_path: pathlib.Path) -> None:
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(export_with([55.7, None])))
+    line = refusal(sparkwatch("attach", "--lmx-flags", str(run), "--force", timeout=60))
+    assert line.startswith("sparkwatch: error: ") and "node spark-2 (GPU GPU-1" in line
+
+    run.write_text(json.dumps(export_with([55.7, 53.7], verdict="low_confidence")))
+    assert "pass --force" in refusal(sparkwatch("attach", "--lmx-flags", str(run), timeout=60))
+    forced = sparkwatch("attach", "--lmx-flags", str(run), "--force", timeout=60)
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout == "--gpu-power-watts 55.7,53.7 --peak-vram-gb 136.0\n"
+
+
+def test_exactly_one_of_lmx_and_lmx_flags(tmp_path: pathlib.Path) -> None:
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(export_with([55.7])))
+    neither = sparkwatch("attach", str(run), timeout=60)
+    assert neither.returncode == 2 and "one of the arguments --lmx --lmx-flags is required" in neither.stderr
+    both = sparkwatch("attach", str(run), "--lmx", str(tmp_path / "p.json"), "--lmx-flags", timeout=60)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    out = sparkwatch("attach", "--lmx-flags", str(run), "-o", str(tmp_path / "x.json"), timeout=60)
+    assert out.returncode == 2 and "--lmx-flags prints to stdout" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
