@@ -11,7 +11,6 @@ import os
 import pathlib
 import shutil
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 from aiohttp import web
 
 from doubles.shelly import ShellyPlug
+from helpers.app_thread import AppThread
 from helpers.meter_sink import Sink
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
 from helpers.prometheus import PROMETHEUS, Prometheus
@@ -91,28 +91,6 @@ def set_bmc_watts(root: pathlib.Path, watts: float) -> None:
             "@odata.id": "/redfish/v1/Chassis/1U/EnvironmentMetrics",
         },
     )
-
-
-class AppThread(threading.Thread):
-    """An aiohttp app on a loopback port, on its own event loop, until stopped."""
-
-    def __init__(self, app: web.Application, port: int) -> None:
-        super().__init__(daemon=True)
-        self.app, self.port = app, port
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-
-    def run(self) -> None:
-        runner = web.AppRunner(self.app)
-        self.loop.run_until_complete(runner.setup())
-        self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self.ready.set()
-        self.loop.run_forever()
-        self.loop.run_until_complete(runner.cleanup())
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.join(5)
 
 
 def _wait_http(url: str, timeout_s: float = 15.0) -> None:

@@ -50,6 +50,7 @@ ROOT_STAGES: dict[str, float] = {
     "client": 1,
     "links": 2,
     "meters": 2,
+    "engines": 2,
     "proxy": 2,
     "coordinator": 3,
     "coordinator.api": 3.5,  # the API reaches the service, never the other way

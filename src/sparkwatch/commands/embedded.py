@@ -19,6 +19,7 @@ from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.coordinator.serve import running_coordinator
+from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.links.nodes_file import NodeSpec, load_nodes
 
 log = logging.getLogger(__name__)
@@ -26,14 +27,15 @@ log = logging.getLogger(__name__)
 
 @contextlib.asynccontextmanager
 async def embedded_coordinator(
-    nodes: Sequence[NodeSpec], db: Path | None = None
+    nodes: Sequence[NodeSpec], db: Path | None = None, engine: EngineSpec | None = None
 ) -> AsyncIterator[CoordinatorClient]:
-    """A client of a coordinator that runs until the block ends; ``db`` keeps its SQLite file. The client
+    """A client of a coordinator that runs until the block ends; ``db`` keeps its SQLite file; ``engine``:
+    the serving engine it scrapes (`run --engine-metrics URL`, or ``[engine]`` of the nodes file). The client
     carries the coordinator's token (``client.target.token``), a fresh one per coordinator."""
     token = secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory(prefix="sparkwatch-") as tmp:
         path = db or Path(tmp) / "sparkwatch.db"
-        async with running_coordinator(nodes, path, "127.0.0.1", 0, token) as url:
+        async with running_coordinator(nodes, path, "127.0.0.1", 0, token, engine=engine) as url:
             log.info("embedded coordinator on %s (%d nodes, db %s)", url, len(nodes), path)
             async with CoordinatorClient(CoordinatorTarget(url, token)) as client:
                 yield client

@@ -15,6 +15,7 @@ from sparkwatch.coordinator.boot_reads import BootRead, read_boot
 from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
 from sparkwatch.core.domains import DomainInput, gate_util
+from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.export import build_export
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
@@ -26,6 +27,8 @@ from sparkwatch.store import Store, StoreError
 #: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
 #: (and a few seconds more, for the clock offset and a window that starts before the run).
 LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
+#: Engine scrapes read beyond the span: enough for the scrape around each edge at the slowest interval.
+ENGINE_MARGIN_NS = 120 * 10**9
 
 
 def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
@@ -185,6 +188,16 @@ def _node_clock(
     )
 
 
+def engine_input(store: Store, t_from_ns: int, t_to_ns: int) -> EngineSamples | None:
+    """The engine's scrapes around the span (a counter is read at the span's edges, a gauge held from the
+    scrape before), or None when the engine was not scraped in it at all."""
+    rows = store.engine_rows(t_from_ns - ENGINE_MARGIN_NS, t_to_ns + ENGINE_MARGIN_NS)
+    errors = store.engine_errors(t_from_ns, t_to_ns)
+    if not errors and not any(t_from_ns <= r.t_ns <= t_to_ns for r in rows):
+        return None
+    return EngineSamples.from_rows(rows, errors, (t_from_ns, t_to_ns))
+
+
 def _joined(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
 
@@ -225,6 +238,6 @@ def export_run(
     t_to = max([t_end, *(w.t_end_ns for w in windows)])
     inputs = [node_input(store, n, t_from, t_to) for n in nodes]
     try:
-        return build_export(spec, inputs, windows, __version__)
+        return build_export(spec, inputs, windows, __version__, engine_input(store, t_from, t_to))
     finally:
         let_go(windows)

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
-from sparkwatch.links.nodes_file import NodeSpec, load_nodes
+from sparkwatch.engines.spec import EngineSpec
+from sparkwatch.links.nodes_file import NodeSpec, load_nodes_file
 from sparkwatch.store import Store
 from sparkwatch_agent.config import parse_listen
 from sparkwatch_agent.shared.auth import token_for_bind
@@ -31,10 +32,17 @@ SWITCH_INTERVAL_S = 0.001
 
 @contextlib.asynccontextmanager
 async def running_coordinator(
-    nodes: Sequence[NodeSpec], db_path: Path, host: str, port: int, token: str | None
+    nodes: Sequence[NodeSpec],
+    db_path: Path,
+    host: str,
+    port: int,
+    token: str | None,
+    *,
+    engine: EngineSpec | None = None,
 ) -> AsyncIterator[str]:
     """Store, links and API up on host:port (0: any free port) until the block ends, then down in order.
-    `sparkwatch coordinator` serves with it; `sparkwatch run`, `hardware` and the demo embed it.
+    `sparkwatch coordinator` serves with it; `sparkwatch run`, `hardware` and the demo embed it. ``engine``:
+    the serving engine whose /metrics it scrapes (``[engine]`` in nodes.toml, ``run --engine-metrics``).
 
     A coordinator that cannot start changes no database: a port in use is found before the file is opened
     (an existing one stays byte for byte as it was), and a file this start created is removed again when
@@ -50,7 +58,7 @@ async def running_coordinator(
     coordinator: Coordinator | None = None
     runner: web.AppRunner | None = None
     try:
-        coordinator = Coordinator(nodes, store)
+        coordinator = Coordinator(nodes, store, engine=engine)
         runner = web.AppRunner(
             make_app(coordinator, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
         )
@@ -110,12 +118,13 @@ def prompt_thread_switches() -> None:
 async def serve(
     nodes_path: Path, db_path: Path, listen: str, token_file: Path | None, insecure_no_auth: bool = False
 ) -> int:
-    nodes = load_nodes(nodes_path)
+    nodes_file = load_nodes_file(nodes_path)
+    nodes = nodes_file.nodes
     host, port = parse_listen(listen)
     token = token_for_bind(host, token_file, insecure_no_auth)
     stop = stop_on_signals()
     notifier = SystemdNotifier()
-    async with running_coordinator(nodes, db_path, host, port, token) as url:
+    async with running_coordinator(nodes, db_path, host, port, token, engine=nodes_file.engine) as url:
         log.info("coordinator listening on %s (%d nodes, db %s)", url, len(nodes), db_path)
         notifier.ready(f"{len(nodes)} nodes")
         watchdog = asyncio.create_task(_watchdog(notifier))

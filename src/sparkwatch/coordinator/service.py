@@ -22,6 +22,8 @@ from sparkwatch.coordinator.loop_lag import LoopLag
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES
+from sparkwatch.engines.poller import EnginePoller
+from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.hello_facts import misnamed, shared_identities
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
@@ -42,8 +44,10 @@ class Coordinator:
         store: Store,
         now_ns: Callable[[], int] = time.time_ns,
         link_factory: Callable[..., Any] | None = None,
+        engine: EngineSpec | None = None,
     ) -> None:
         self.nodes = list(nodes)
+        self.engine_spec = engine  # the serving engine whose /metrics this coordinator scrapes
         self.store = store
         self.now_ns = now_ns
         self.instance = secrets.token_hex(8)  # this process: what /v1/time calls its boot
@@ -58,6 +62,7 @@ class Coordinator:
         self._window_thread: ThreadPoolExecutor | None = None
         self._window_store: Store | None = None
         self.meters: dict[str, MeterPoller] = {}
+        self.engine: EnginePoller | None = None
         self._collector_pause = CollectorPause()
         store.set_nodes([n.name for n in self.nodes])
 
@@ -95,6 +100,9 @@ class Coordinator:
                 )
                 self.meters[spec.name] = poller
                 self._tasks.append(asyncio.create_task(poller.run(self._session), name=f"meter-{spec.name}"))
+        if self.engine_spec is not None:
+            self.engine = EnginePoller(self.engine_spec, self.store, now_ns=self.now_ns)
+            self._tasks.append(asyncio.create_task(self.engine.run(self._session), name="engine-metrics"))
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         for task in self._tasks:
@@ -123,6 +131,10 @@ class Coordinator:
             for n in self.node_names
             if n in self.links
         ]
+
+    def engine_json(self) -> dict[str, Any] | None:
+        """The engine scraper as ``GET /v1/nodes`` shows it (its ``engine`` field); None without one."""
+        return self.engine.state.to_json() if self.engine is not None else None
 
     def _interval_changed(self) -> None:
         for link in self.links.values():

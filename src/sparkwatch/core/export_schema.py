@@ -162,6 +162,68 @@ _NODE = {
     },
 }
 
+_MEAN_MAX = {
+    "type": "object",
+    "required": ["mean", "max"],
+    "properties": {"mean": _NUM, "max": _NUM},
+    "additionalProperties": False,
+}
+#: What the serving engine's /metrics said over a span (core/engine.py): optional, null without a scrape.
+_ENGINE_FIGURES = {
+    "family": {"enum": ["vllm", "sglang", None]},
+    "scrapes": {"type": "integer", "minimum": 0},
+    "running_requests": _MEAN_MAX,
+    "waiting_requests": _MEAN_MAX,
+    "kv_cache_usage_ratio_max": _NUM,
+    "prefix_cache_hit_ratio": _NUM,
+    "prompt_tokens": _NUM,
+    "generation_tokens": _NUM,
+    "prompt_tokens_per_s": _NUM,
+    "generation_tokens_per_s": _NUM,
+    "preemptions": _NUM,
+    "spec_decode_acceptance_ratio": _NUM,
+    "spec_decode_mean_acceptance_length": _NUM,
+    "sources": _REASONS,
+    "null_reasons": _REASONS,
+}
+_ENGINE_WINDOW = {
+    "type": ["object", "null"],
+    "required": list(_ENGINE_FIGURES),
+    "properties": _ENGINE_FIGURES,
+}
+_ENGINE = {
+    "type": ["object", "null"],
+    "required": [*_ENGINE_FIGURES, "errors"],
+    "properties": {
+        **_ENGINE_FIGURES,
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["t_ns", "error"],
+                "properties": {"t_ns": {"type": "integer"}, "error": {"type": "string"}},
+            },
+        },
+        "unknown_series": {"type": "array", "items": {"type": "string"}},
+        "reason": {"type": "string"},
+        "token_cross_check": {
+            "type": "object",
+            "required": [
+                "engine_generation_tokens",
+                "window_completion_tokens",
+                "difference_ratio",
+                "agrees",
+            ],
+            "properties": {
+                "engine_generation_tokens": _NUM,
+                "window_completion_tokens": _INT,
+                "difference_ratio": _NUM,
+                "agrees": _nullable("boolean"),
+            },
+        },
+    },
+}
+
 #: Each of the window's own fields (core.windows), as the export shows it.
 _WINDOW_FIELDS: dict[str, Any] = {
     "id": {"type": "string"},
@@ -183,6 +245,7 @@ _WINDOW = {
         "reasons": {"type": "array", "items": {"type": "string"}},
         **_SPLIT,
         "null_reasons": _REASONS,
+        "engine": _ENGINE_WINDOW,
         "nodes": {
             "type": "array",
             "items": {
@@ -225,6 +288,8 @@ _RUN = {
         "t_start_ns": {"type": "integer"},
         "t_end_ns": {"type": "integer"},
         "sparkwatch_version": {"type": "string"},
+        # run-level warnings (optional): the engine's token cross-check, …
+        "notes": {"type": "array", "items": {"type": "string"}},
     },
 }
 
@@ -293,5 +358,6 @@ def run_schema() -> dict[str, Any]:
             "windows": {"type": "array", "items": _WINDOW},
             "totals": _TOTALS,
             "lmx": _LMX,
+            "engine": _ENGINE,
         },
     }

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import urlparse
 
+from sparkwatch.engines.spec import EngineSpec, EngineSpecError, parse_engine
 from sparkwatch.meters.spec import MeterSpec, MeterSpecError, parse_meter, toml_shown
 
 
@@ -62,15 +63,28 @@ class _Invalid(Exception):
         self.key, self.problem = key, problem
 
 
+@dataclass(frozen=True, slots=True)
+class NodesFile:
+    """The whole file: the nodes, and the serving engine whose /metrics the coordinator scrapes."""
+
+    nodes: list[NodeSpec]
+    engine: EngineSpec | None = None
+
+
 def parse_nodes(text: str, origin: str = "nodes.toml") -> list[NodeSpec]:
+    return parse_nodes_file(text, origin).nodes
+
+
+def parse_nodes_file(text: str, origin: str = "nodes.toml") -> NodesFile:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise NodesFileError(f"{origin}: not valid TOML: {exc}") from None
-    stray = sorted(set(data) - {"nodes"})
+    stray = sorted(set(data) - {"nodes", "engine", "engine_metrics"})
     if stray:
         keys = ", ".join(_toml_key(k) for k in stray)
         raise NodesFileError(f"{origin}: unknown top-level keys {keys}: each node is a [nodes.NAME] table")
+    engine = _engine(origin, data)
     nodes = data.get("nodes")
     if not isinstance(nodes, dict) or not nodes:
         raise NodesFileError(f"{origin}: needs at least one [nodes.NAME] table")
@@ -81,17 +95,38 @@ def parse_nodes(text: str, origin: str = "nodes.toml") -> list[NodeSpec]:
         except _Invalid as exc:
             where = f"nodes.{_toml_key(name)}" + (f".{exc.key}" if exc.key else "")
             raise NodesFileError(f"{origin}: {where}: {exc.problem}") from None
-    return specs
+    return NodesFile(specs, engine)
+
+
+def _engine(origin: str, data: dict[str, Any]) -> EngineSpec | None:
+    """``[engine]``, or its shorthand ``engine_metrics = "URL"`` (the URL alone, defaults for the rest)."""
+    if "engine_metrics" in data and "engine" in data:
+        raise NodesFileError(f"{origin}: engine_metrics: give it or an [engine] table, not both")
+    if "engine_metrics" in data:
+        table, where = {"url": data["engine_metrics"]}, "engine_metrics"
+    elif "engine" in data:
+        table, where = data["engine"], "engine"
+    else:
+        return None
+    try:
+        return parse_engine(table)
+    except EngineSpecError as exc:
+        key = "" if where == "engine_metrics" or not exc.key else f".{exc.key}"
+        raise NodesFileError(f"{origin}: {where}{key}: {exc.problem}") from None
 
 
 def load_nodes(path: Path) -> list[NodeSpec]:
+    return load_nodes_file(path).nodes
+
+
+def load_nodes_file(path: Path) -> NodesFile:
     try:
         text = path.read_text()
     except OSError as exc:
         raise NodesFileError(f"cannot read nodes file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise NodesFileError(f"{path}: not valid TOML: not UTF-8 text") from None
-    return parse_nodes(text, str(path))
+    return parse_nodes_file(text, str(path))
 
 
 def _node(name: str, table: Any) -> NodeSpec:

@@ -20,7 +20,7 @@ from typing import Any
 from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
 from sparkwatch.defaults import DEFAULT_PHASES
-from sparkwatch.store import deletion, meters, sample_reads
+from sparkwatch.store import deletion, engine_samples, meters, sample_reads
 from sparkwatch.store import windows as windows_table
 from sparkwatch.store.read_only import connect_read_only
 from sparkwatch.store.refusals import ended_at
@@ -217,6 +217,19 @@ class Store:
 
     def meter_errors(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[str, int, str]]:
         return meters.errors(self._db, node, t_from_ns, t_to_ns)
+
+    # ---- the serving engine's /metrics (store/engine_samples.py) ---------------------------------
+    def add_engine_sample(self, row: engine_samples.EngineRow, uncertainty_ns: int) -> None:
+        engine_samples.add(self._db, row, uncertainty_ns)
+
+    def add_engine_error(self, t_ns: int, error: str) -> None:
+        engine_samples.add_error(self._db, t_ns, error)
+
+    def engine_rows(self, t_from_ns: int, t_to_ns: int) -> list[engine_samples.EngineRow]:
+        return engine_samples.rows(self._db, t_from_ns, t_to_ns)
+
+    def engine_errors(self, t_from_ns: int, t_to_ns: int) -> list[tuple[int, str]]:
+        return engine_samples.errors(self._db, t_from_ns, t_to_ns)
 
     # ---- clock offsets ---------------------------------------------------------------------------
     def add_offset(self, node: str, boot_id: str, offset: ClockOffset, t_ns: int | None = None) -> None:

@@ -152,4 +152,22 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE runs ADD COLUMN deleted_at_ns INTEGER;
     """,
+    # 8: the serving engine's /metrics (engines/), scraped on the coordinator's clock like a meter and kept
+    # apart from runs: the mapped fields as JSON (a new field needs no migration), the engine family, the
+    # raw series names of an engine with no mapping table, and the reasons of failed scrapes
+    """
+    CREATE TABLE engine_samples (
+        t_ns INTEGER PRIMARY KEY,
+        family TEXT,
+        interval_s REAL NOT NULL,
+        uncertainty_ns INTEGER NOT NULL,
+        fields TEXT NOT NULL,
+        sources TEXT NOT NULL,
+        unknown TEXT
+    );
+    CREATE TABLE engine_errors (
+        t_ns INTEGER PRIMARY KEY,
+        error TEXT NOT NULL
+    );
+    """,
 )

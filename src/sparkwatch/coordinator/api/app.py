@@ -82,7 +82,7 @@ async def time_probe(request: web.Request) -> web.Response:
 async def nodes(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
     now = coord.now_ns()
-    return web.json_response({"nodes": coord.node_json(now)})
+    return web.json_response({"nodes": coord.node_json(now), "engine": coord.engine_json()})
 
 
 async def create_run(request: web.Request) -> web.Response:

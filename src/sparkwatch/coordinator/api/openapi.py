@@ -47,7 +47,11 @@ OPERATIONS = (
     Operation("get", "/metrics", "Prometheus text format"),
     Operation("get", "/v1/openapi.json", "this document"),
     Operation("get", "/v1/time", "the coordinator's clocks: {t_wall_ns, t_mono_ns, boot_id}"),
-    Operation("get", "/v1/nodes", "every node's link, clock, capabilities and latest sample"),
+    Operation(
+        "get",
+        "/v1/nodes",
+        "every node's link, clock, capabilities and latest sample; the engine scraper's state",
+    ),
     Operation("get", "/v1/runs", "every run"),
     Operation("post", "/v1/runs", "start a run", "RunCreate", 201, (400,)),
     Operation("get", "/v1/runs/{run_id}", "one run with its window count", refusals=(404,)),
