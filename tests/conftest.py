@@ -5,6 +5,10 @@ from __future__ import annotations
 import ctypes
 import os
 import pathlib
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,3 +69,23 @@ def agent_factory() -> Iterator[Any]:
     yield start
     for agent in started:
         agent.stop()
+
+
+@pytest.fixture
+def sim_model() -> Iterator[str]:
+    """A real `sparkwatch sim-model` process at 200 tokens/s; its base URL."""
+    port = free_port()
+    cli = [sys.executable, "-m", "sparkwatch", "sim-model", "--listen", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen([*cli, "--tokens-per-s", "200"], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).read()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError("sim-model did not start") from None
+            time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(5)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
-from sparkwatch.commands.attach import AttachError, attach
+from sparkwatch.commands.attach import AttachError, attach, export_flags
 from sparkwatch.commands.demo import DemoError, DemoOptions, run_demo
 from sparkwatch.commands.embedded import nodes_now
 from sparkwatch.commands.export_cmd import ExportCommandError, cmd_export
@@ -106,6 +106,11 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(
             "run: give the benchmark command after --, e.g. sparkwatch run --nodes n.toml -- CMD ARGS"
         )
+    if args.engine_metrics and args.nodes is None:
+        parser.error(
+            "--engine-metrics needs --nodes (an embedded coordinator); a standing coordinator scrapes the"
+            " engine named by [engine] in its own nodes.toml"
+        )
     opts = RunOptions(
         command=command,
         nodes_file=args.nodes,
@@ -116,6 +121,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         gate_threshold=args.gate_threshold,
         phases=args.phases,
         proxy_upstream=args.proxy_upstream,
+        engine_metrics=args.engine_metrics,
         proxy_listen=args.proxy_listen,
         warmup=args.warmup,
         imports=[parse_import(text) for text in args.imports],
@@ -142,7 +148,12 @@ def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     return 0
 
 
-def cmd_attach(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+def cmd_attach(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.lmx_flags:
+        if args.output is not None:
+            parser.error("-o/--output: --lmx-flags prints to stdout and writes no file")
+        print(export_flags(args.export, args.force))
+        return 0
     values = attach(args.export, args.lmx, args.force, args.output)
     watts = ", ".join(f"{w:g}" for w in values["gpuPowerWatts"])
     peak = values.get("peakVramGb")

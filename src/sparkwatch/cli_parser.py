@@ -12,6 +12,7 @@ from sparkwatch.cli_parser_runs import add_export_parser, add_runs_parser
 from sparkwatch.cli_types import (
     coordinator_args,
     count,
+    engine_metrics_url,
     http_url,
     interval_s,
     listen,
@@ -127,9 +128,18 @@ def _add_run(sub: Sub) -> None:
         help="GPU utilisation a sample needs to count in gated figures",
     )
     run.add_argument(
-        "--proxy-upstream", type=http_url, metavar="URL", help="put the proxy in front of this endpoint"
+        "--proxy-upstream",
+        type=http_url,
+        metavar="URL",
+        help="put the proxy in front of this endpoint; {proxy} in CMD becomes the proxy's URL",
     )
     run.add_argument("--proxy-listen", type=listen, default="127.0.0.1:8899", metavar="HOST:PORT")
+    run.add_argument(
+        "--engine-metrics",
+        type=engine_metrics_url,
+        metavar="URL",
+        help="scrape the serving engine's /metrics during the run (vLLM, SGLang); needs --nodes",
+    )
     run.add_argument("--warmup", type=count, default=0, metavar="N", help="first N proxied requests: warm-up")
     run.add_argument(
         "--import",
@@ -161,9 +171,15 @@ def _add_import(sub: Sub) -> None:
 
 
 def _add_attach(sub: Sub) -> None:
-    att = sub.add_parser("attach", help="write the measured figures into an lmx run payload")
+    att = sub.add_parser("attach", help="write the measured figures into an lmx run payload (or print flags)")
     att.add_argument("export", type=Path, metavar="RUN_JSON", help="a sparkwatch export")
-    att.add_argument("--lmx", type=Path, required=True, metavar="PAYLOAD", help="lmx run payload (edited)")
+    what = att.add_mutually_exclusive_group(required=True)
+    what.add_argument("--lmx", type=Path, metavar="PAYLOAD", help="lmx run payload (edited)")
+    what.add_argument(
+        "--lmx-flags",
+        action="store_true",
+        help="print lmx's --gpu-power-watts/--peak-vram-gb flags instead; write nothing",
+    )
     att.add_argument("--force", action="store_true", help="attach even if measured windows are not ok")
     att.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of in place")
 

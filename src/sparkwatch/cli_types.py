@@ -143,3 +143,14 @@ def log_level_arg(parser: argparse.ArgumentParser, default: str) -> None:
     """``--log-level``: on the top level with its default, on every subcommand with none (SUPPRESS), so it
     may stand before or after the subcommand."""
     parser.add_argument("--log-level", default=default, choices=["debug", "info", "warning", "error"])
+
+
+def engine_metrics_url(text: str) -> str:
+    """The serving engine's /metrics URL (a URL without a path means /metrics), checked as the coordinator
+    checks ``[engine] url``; imported here, not at the top: ``--help`` stays light."""
+    from sparkwatch.engines.spec import EngineSpecError, engine_from_url  # noqa: PLC0415
+
+    try:
+        return engine_from_url(text).url
+    except EngineSpecError as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None

@@ -25,6 +25,7 @@ from sparkwatch.importers import (
     ImportFormatError,
     genai_perf,
     guidellm,
+    lmx_status,
     load_windows,
     read_windows,
     vllm,
@@ -41,6 +42,7 @@ GOOD = [
     ("genai-perf", "genai-perf/profile_export.json"),
     ("aiperf", "aiperf/profile_export.jsonl"),
     ("aiperf", "aiperf/profile_export_v0.1.jsonl"),
+    ("aiperf", "aiperf/profile_export_0.13_one_token.jsonl"),
     ("vllm", "vllm/bench_serve_detailed.json"),
     ("lmx-status", "lmx-status/status.jsonl"),
     ("plain", "plain/windows.csv"),
@@ -290,6 +292,46 @@ def test_aiperf_other_phases_keep_their_name_and_are_not_measured(tmp_path: Path
     assert [w.phase for w in windows] == ["warmup", "ramp_up", "timed"]
 
 
+def test_aiperf_013_one_token_answer_has_its_last_token_at_request_latency() -> None:
+    """Lines written by AIPerf 0.13.0's own metric pipeline and serializer (fixture README): a one-token
+    answer has no inter_chunk_latency, and its token is not at request_end_ns (the [DONE] message)."""
+    one, three = load("aiperf", "aiperf/profile_export_0.13_one_token.jsonl")
+    start = 1_764_825_600_123_456_789
+    assert row(one) == (
+        "aiperf-5b0e77aa-b305-423f-88d5-c00da1892599", "timed", start, start + 48_866_510,
+        start + 47_650_221, start + 48_734_116, start + 48_734_116, 550, 1, None, None, None, None,
+    )  # fmt: skip
+    assert "request_latency" in one.source["last_token"]
+    # three tokens: the gaps are read; they land exactly on AIPerf's request_latency, 74.11573299999999 ms
+    start3 = start + 200 * MS
+    assert (three.t_first_token_ns, three.t_last_token_ns) == (start3 + 48_734_116, start3 + 74_115_733)
+    assert "last_token" not in three.source
+
+
+def test_aiperf_last_token_without_gaps_needs_the_013_request_latency(tmp_path: Path) -> None:
+    def no_latency(records: list[Any]) -> None:
+        del records[0]["metrics"]["request_latency"]
+
+    def shorter(records: list[Any]) -> None:
+        records[0]["metrics"]["request_latency"]["value"] = 40.0
+
+    rel = "aiperf/profile_export_0.13_one_token.jsonl"
+    assert load_windows("aiperf", rewrite_lines(tmp_path, rel, no_latency))[0].t_last_token_ns is None
+    message = refused("aiperf", rewrite_lines(tmp_path, rel, shorter))
+    assert "line 1.metrics: request_latency is shorter than time_to_first_token" in message
+
+
+def test_older_aiperf_request_latency_is_not_a_token_stamp(tmp_path: Path) -> None:
+    """AIPerf ≤ 0.1 ended request_latency at the last raw response: start + it = max_response_timestamp."""
+
+    def one_chunk(records: list[Any]) -> None:
+        del records[1]["metrics"]["inter_chunk_latency"]
+
+    (window,) = load_windows("aiperf", rewrite_lines(tmp_path, "aiperf/profile_export_v0.1.jsonl", one_chunk))
+    assert window.t_start_ns + 7_936_968_269 == window.t_end_ns  # the fixture's own request_latency
+    assert window.t_first_token_ns is not None and window.t_last_token_ns is None
+
+
 # ---- vLLM ----
 
 
@@ -352,26 +394,123 @@ def test_vllm_without_latencies_ends_each_request_at_ttft_plus_its_itls(tmp_path
 
 # ---- lmx status capture ----
 
+LMX = HARNESS / "lmx-status"
+LMX_T0 = 1_759_522_430_000_000_000
 
-def test_lmx_status_capture_gives_low_resolution_windows_per_request() -> None:
-    windows = sorted(load("lmx-status", "lmx-status/status.jsonl"), key=lambda w: w.t_start_ns)  # by end read
-    t = 1_759_522_430_123_456_789
-    assert [row(w) for w in windows] == [
-        ("lmx-warmup-0", "warmup", t + 3 * MS, t + 2503 * MS, None, t + 412 * MS, None, 305, 256,
-         None, None, None, None),
-        ("lmx-timed-0", "timed", t + 2510 * MS, t + 4950 * MS, None, t + 2790 * MS, None, 305, 251,
-         None, None, None, None),
-        ("lmx-timed-1", "timed", t + 2511 * MS, t + 4900 * MS, None, t + 2801 * MS, None, 305, 256,
-         None, None, None, None),
-    ]  # fmt: skip
-    source = windows[1].source
-    assert source["clock_domain"] == "arrival_ns" and source["mapping"]["kind"] == "arrival"  # type: ignore[index]
-    assert source["low_resolution"] is True and source["resolution_s"] == 1
-    assert source["lmx_time"] == {
-        "start": "2025-10-03T20:13:52Z",
-        "first_token": "2025-10-03T20:13:52Z",
-        "end": "2025-10-03T20:13:55Z",
-    }
+
+def lmx_ms(w: Window) -> Row:
+    """A window's stamps in ms after the fixture's first line, then its counts."""
+    ms = [None if t is None else (t - LMX_T0) / MS for t in (w.t_start_ns, w.t_first_token_ns,
+          w.t_last_token_ns, w.t_end_ns)]  # fmt: skip
+    return (w.id, w.phase, *ms, w.prompt_tokens, w.completion_tokens)
+
+
+def test_lmx_status_capture_rebuilds_windows_from_lmx_real_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--warmup 1 --iterations 2 --concurrency 2: the warm-up ends where the first timed request starts;
+    timed k is the k-th first token to arrive, matched to its payload sample by ttftMs, not by order."""
+    monkeypatch.chdir(LMX)  # where lmx wrote payload.json (the event's relative path)
+    windows = load("lmx-status", "lmx-status/status.jsonl")
+    assert [lmx_ms(w) for w in windows] == [
+        ("lmx-warmup-1", "warmup", 10.0, 410.0, None, 2510 - 250.5, None, None),
+        ("lmx-it1-r1", "timed", 2510 - 250.5, 2510.0, 2510 + 204 / 102 * 1e3, 5010.0, 305, 205),
+        ("lmx-it1-r2", "timed", 2530 - 268.75, 2530.0, 2530 + 240 / 120 * 1e3, 5010.0, 305, 241),
+        ("lmx-it2-r1", "timed", 5262 - 240.25, 5262.0, 5262 + 255 / 102 * 1e3, 7900.0, 305, 256),
+        ("lmx-it2-r2", "timed", 5270 - 250, 5270.0, 5270 + 192 / 96 * 1e3, 7900.0, 305, 193),
+    ]
+    source = windows[2].source
+    assert source["kind"] == "lmx-status" and source["clock_domain"] == "arrival_ns"
+    assert source["tokens_from"] == "payload.json samples[] iteration 1 request 1 (matched by ttftMs)"
+    assert source["lmx"] == {"iteration": 1, "requests_in_iteration": 2, "ttftMs": 268.75, "tokSOut": 120.0}
+    assert source["lmx_output_token_source"] == "endpoint_usage"
+    assert "upper bound" in source["method"]["t_end_ns"]
+    assert source["uncertainty"]["t_last_token_rounding_ns"] == round(2.0 * 0.05 / 120 * 1e9)
+    assert "first timed request's start" in windows[0].source["method"]["t_end_ns"]
+
+
+def test_lmx_status_without_its_payload_file_leaves_token_counts_unknown_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # neither path nor pathAbsolute exists from here
+    windows = load("lmx-status", "lmx-status/status.jsonl")
+    timed = [w for w in windows if w.phase == "timed"]
+    assert len(timed) == 4 and all(w.completion_tokens is None and w.t_last_token_ns is None for w in timed)
+    assert timed[0].source["tokens_from"].startswith("payload file not found")
+    assert timed[0].source["method"]["t_last_token_ns"].startswith("unknown: no output token count")
+
+
+def test_lmx_single_request_takes_the_payload_top_level_counts(tmp_path: Path) -> None:
+    """iterations = concurrency = 1: lmx writes no samples[]; the top-level outputTokens is the request's."""
+    lines = [
+        _lmx(0, event="endpoint_warmup_request", index=1, warmup=1),
+        _lmx(100, event="first_token_received", ttftMs=90),
+        _lmx(300, event="first_token_received", ttftMs=50.5),
+        _lmx(900, event="endpoint_iteration_complete", iteration=1, iterations=1, concurrency=1, tokSOut=100),
+        _lmx(901, event="speed_test_payload_file_written", path="out.json", pathAbsolute="/nowhere/out.json"),
+    ]
+    path = _lmx_file(tmp_path, lines)
+    (tmp_path / "out.json").write_text(json.dumps({"outputTokens": 51.0, "tokSOut": 100, "promptTokens": 12}))
+    windows = list(lmx_status.read_capture(path, tmp_path))
+    assert [lmx_ms(w) for w in windows] == [
+        ("lmx-warmup-1", "warmup", 0.0, 100.0, None, 300 - 50.5, None, None),
+        ("lmx-it1-r1", "timed", 300 - 50.5, 300.0, 800.0, 900.0, 12, 51),
+    ]
+    assert "top-level outputTokens" in windows[1].source["tokens_from"]
+
+
+def test_lmx_benchmark_run_shape_and_unknown_events_are_read(tmp_path: Path) -> None:
+    """The old ``lmx benchmark run`` line ({iteration, iterations, tokSOut, ttftMs}, no concurrency) and
+    events sparkwatch does not know (counted in the source, never fatal)."""
+    lines = [
+        _lmx(0, event="first_token_received", ttftMs=20),
+        _lmx(10, event="gpu_sampler_started", interval=1),
+        _lmx(15, event="gpu_sampler_started", interval=1),
+        {"t_arrival_ns": LMX_T0 + 20 * MS, "status": {"tokSOut": 121.4}},  # other JSON the command printed
+        _lmx(500, event="endpoint_iteration_complete", iteration=1, iterations=2, tokSOut=50, ttftMs=20),
+        _lmx(600, event="error", code="endpoint_benchmark_failed", message="HTTP 500", hints=["retry"]),
+    ]
+    path = _lmx_file(tmp_path, lines)
+    windows = list(lmx_status.read_capture(path, tmp_path))
+    assert [lmx_ms(w) for w in windows] == [("lmx-it1-r1", "timed", -20.0, 0.0, None, 500.0, None, None)]
+    assert windows[0].source["unknown_events"] == {"gpu_sampler_started": 2}
+    summary = lmx_status.survey(path)
+    assert lmx_status.notes(summary, None, "no payload") == [
+        "lmx-status: token counts unknown: no payload",
+        "lmx-status: status lines with events sparkwatch does not know were ignored: gpu_sampler_started x2",
+        "lmx-status: 1 JSON line(s) without an event name were ignored",
+        "lmx-status: lmx reported: error endpoint_benchmark_failed: HTTP 500",
+    ]
+
+
+def test_lmx_requests_without_an_end_or_first_token_get_no_window_and_are_counted(tmp_path: Path) -> None:
+    lines = [
+        _lmx(0, event="first_token_received", ttftMs=20),
+        _lmx(500, event="endpoint_iteration_complete", iteration=1, iterations=3, concurrency=2, tokSOut=50),
+        _lmx(600, event="first_token_received", ttftMs=20),  # iteration 2 never completes
+    ]
+    path = _lmx_file(tmp_path, lines)
+    assert [w.id for w in load_windows("lmx-status", path)] == ["lmx-it1-r1"]
+    summary = lmx_status.survey(path)
+    assert (summary.without_first_token, summary.unfinished) == (1, 1)
+
+
+def test_lmx_without_any_first_token_says_why(tmp_path: Path) -> None:
+    lines = [
+        _lmx(0, event="endpoint_warmup_request", index=1, warmup=1),
+        _lmx(500, event="endpoint_iteration_complete", iteration=1, iterations=1, concurrency=1),
+    ]
+    assert "lmx printed no first_token_received (was it run with --no-stream" in refused(
+        "lmx-status", _lmx_file(tmp_path, lines)
+    )
+
+
+def _lmx(ms: float, **status: Any) -> dict[str, Any]:
+    return {"t_arrival_ns": LMX_T0 + round(ms * MS), "status": {"time": "2025-10-03T20:13:50Z", **status}}
+
+
+def _lmx_file(tmp_path: Path, lines: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "status.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
 
 
 # ---- plain ----
@@ -569,20 +708,20 @@ def _aiperf_duplicate_id(records: list[Any]) -> None:
     records[2]["metadata"]["x_request_id"] = records[1]["metadata"]["x_request_id"]
 
 
-def _lmx_end_without_start(records: list[Any]) -> None:
-    del records[2]  # the warm-up request's request_start
+def _lmx_iteration_lost(records: list[Any]) -> None:
+    del records[6]  # iteration 1's endpoint_iteration_complete
 
 
-def _lmx_start_without_end(records: list[Any]) -> None:
-    del records[11]  # timed request 0's request_end
+def _lmx_warmup_after_timed(records: list[Any]) -> None:
+    records[7]["status"] = {"event": "endpoint_warmup_request", "index": 2, "warmup": 2}
 
 
-def _lmx_no_phase(records: list[Any]) -> None:
-    del records[7]["status"]["phase"]
+def _lmx_ttft_text(records: list[Any]) -> None:
+    records[4]["status"]["ttftMs"] = "250.5"
 
 
-def _lmx_second_start(records: list[Any]) -> None:
-    records[7]["status"]["request"] = 0
+def _lmx_too_many_first_tokens(records: list[Any]) -> None:
+    records[6]["status"]["concurrency"] = 1
 
 
 def _lmx_monotonic_arrival(records: list[Any]) -> None:
@@ -599,26 +738,26 @@ def _lmx_monotonic_arrival(records: list[Any]) -> None:
         (
             "lmx-status",
             "lmx-status/status.jsonl",
-            _lmx_end_without_start,
-            "warmup request 0 has no request_start",
+            _lmx_iteration_lost,
+            "line 9 (endpoint_iteration_complete): iteration 2 follows iteration 0 (lines lost?)",
         ),
         (
             "lmx-status",
             "lmx-status/status.jsonl",
-            _lmx_start_without_end,
-            "timed request 0 (from line 7): no request_end",
+            _lmx_warmup_after_timed,
+            "line 8 (endpoint_warmup_request): a warm-up after timed requests",
         ),
         (
             "lmx-status",
             "lmx-status/status.jsonl",
-            _lmx_no_phase,
-            "line 8 (request_start): phase must be a string",
+            _lmx_ttft_text,
+            "line 5 (first_token_received): ttftMs must",
         ),
         (
             "lmx-status",
             "lmx-status/status.jsonl",
-            _lmx_second_start,
-            "timed request 0 has a second request_start",
+            _lmx_too_many_first_tokens,
+            "line 7 (endpoint_iteration_complete): 2 first tokens for a concurrency of 1",
         ),
         ("lmx-status", "lmx-status/status.jsonl", _lmx_monotonic_arrival, "is not Unix epoch nanoseconds"),
     ],
@@ -665,14 +804,16 @@ def test_a_csv_cell_over_the_csv_modules_limit_is_one_line(tmp_path: Path) -> No
 
 def test_line_formats_are_read_as_they_go_not_held_whole(tmp_path: Path) -> None:
     """A 30 MB capture is read with a few MB at most in memory (a 200 MB one took 2.2 GB when held whole):
-    each request's window is handed on when its request_end is read."""
+    each iteration's windows are handed on when its endpoint_iteration_complete is read."""
     t0 = 1_759_522_430_000_000_000
     lines = []
     for i in range(10_000):
-        for k, event in enumerate(("request_start", "first_token", "request_end")):
-            status = {"event": event, "phase": "timed", "request": i, "time": "2025-10-03T20:13:50Z"}
-            if event == "request_end":
-                status |= {"promptTokens": 300, "outputTokens": 250, "pad": "p" * 2500}
+        statuses = [
+            {"event": "first_token_received", "ttftMs": 20.5, "time": "2025-10-03T20:13:50Z"},
+            {"event": "endpoint_iteration_complete", "iteration": i + 1, "iterations": 10_000,
+             "concurrency": 1, "tokSOut": 99.5, "time": "2025-10-03T20:13:50Z", "pad": "p" * 2500},
+        ]  # fmt: skip
+        for k, status in enumerate(statuses):
             lines.append(json.dumps({"t_arrival_ns": t0 + i * 10**7 + k * 10**6, "status": status}))
     path = tmp_path / "status.jsonl"
     path.write_text("\n".join(lines) + "\n")

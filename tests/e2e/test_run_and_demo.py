@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from typing import Any
 
 import jsonschema
@@ -84,37 +83,6 @@ CLIENT = textwrap.dedent(
     sys.exit(3)
     """
 )
-
-
-@pytest.fixture
-def sim_model() -> Any:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sparkwatch",
-            "sim-model",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--tokens-per-s",
-            "200",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).read()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise AssertionError("sim-model did not start") from None
-            time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(5)
 
 
 def test_run_wraps_a_failing_command_with_proxy_and_import(
@@ -218,11 +186,14 @@ LMX_LIKE = textwrap.dedent(
     def status(event, **fields):
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         print(json.dumps({"event": event, "time": now, **fields}), file=sys.stderr, flush=True)
-    status("benchmark_remote_start", baseUrl="http://127.0.0.1:1")
-    for request, phase in ((0, "warmup"), (0, "timed"), (1, "timed")):
-        status("request_start", request=request, phase=phase)
+    status("speed_test_remote_start", baseUrl="http://127.0.0.1:1")
+    status("endpoint_warmup_request", index=1, warmup=1)
+    for iteration in (0, 1, 2):  # the warm-up, then two timed iterations of one request (lmx's events)
+        time.sleep(0.05)
+        status("first_token_received", ttftMs=50)
         time.sleep(0.3)
-        status("request_end", request=request, phase=phase, outputTokens=25)
+        if iteration:
+            status("endpoint_iteration_complete", iteration=iteration, iterations=2, concurrency=1)
     print("not json on stderr", file=sys.stderr)
     """
 )
@@ -252,12 +223,12 @@ def test_run_captures_lmx_json_status_from_the_command_stderr(
     assert "not json on stderr" in result.stderr  # the command's stderr still reaches the user
     windows = json.loads(out.read_text())["windows"]
     assert sorted((w["id"], w["phase"]) for w in windows) == [
-        ("lmx-timed-0", "timed"),
-        ("lmx-timed-1", "timed"),
-        ("lmx-warmup-0", "warmup"),
+        ("lmx-it1-r1", "timed"),
+        ("lmx-it2-r1", "timed"),
+        ("lmx-warmup-1", "warmup"),
     ]
-    for w in windows:
-        assert w["source"]["low_resolution"] is True and w["completion_tokens"] == 25
+    for w in windows:  # no payload file: token counts unknown (tests/e2e/test_lmx_real.py has the rest)
+        assert w["source"]["kind"] == "lmx-status" and w["completion_tokens"] is None
         assert 0.25 < (w["t_end_ns"] - w["t_start_ns"]) / 1e9 < 1.0  # arrival stamps, not whole seconds
 
 
@@ -297,11 +268,11 @@ PROGRESS = textwrap.dedent(
     """
     import json, sys, time
     sys.stderr.write("\\r".join(f"progress {i}%" for i in range(20000)))  # 250 kB without a newline
-    sys.stderr.write("\\n" + json.dumps({"event": "request_start", "time": "2026-01-01T00:00:00Z",
-                                          "request": 0, "phase": "timed"}) + "\\n")
+    sys.stderr.write("\\n" + json.dumps({"event": "first_token_received", "time": "2026-01-01T00:00:00Z",
+                                          "ttftMs": 20}) + "\\n")
     time.sleep(0.2)
-    sys.stderr.write(json.dumps({"event": "request_end", "time": "2026-01-01T00:00:00Z",
-                                 "request": 0, "phase": "timed"}) + "\\n")
+    sys.stderr.write(json.dumps({"event": "endpoint_iteration_complete", "time": "2026-01-01T00:00:00Z",
+                                 "iteration": 1, "iterations": 1, "concurrency": 1}) + "\\n")
     """
 )
 
@@ -319,7 +290,7 @@ def test_a_progress_bar_on_stderr_neither_breaks_the_capture_nor_is_held_back(
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "progress 19999%" in result.stderr
-    assert [w["id"] for w in json.loads(out.read_text())["windows"]] == ["lmx-timed-0"]
+    assert [w["id"] for w in json.loads(out.read_text())["windows"]] == ["lmx-it1-r1"]
 
 
 def test_nodes_check_uses_the_coordinator_from_the_environment(tmp_path: pathlib.Path) -> None:

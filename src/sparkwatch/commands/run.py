@@ -29,12 +29,23 @@ from sparkwatch.commands.live_view import LiveView
 from sparkwatch.commands.outcome import no_export_json, print_outcome
 from sparkwatch.commands.quality import EXIT_NO_EXPORT, exit_code, judge
 from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
+from sparkwatch.commands.run_lmx import (
+    PROXY_PLACEHOLDER,
+    ProxyWindows,
+    capture_notes,
+    check_capture,
+    uses_proxy,
+    warmup_mismatch,
+    with_proxy_url,
+)
 from sparkwatch.commands.summary import live_parts
 from sparkwatch.commands.wrapped import run_wrapped
+from sparkwatch.core.export import with_run_notes
 from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE, ScopeKind
+from sparkwatch.engines.spec import engine_from_url
 from sparkwatch.hello_facts import misnamed
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
-from sparkwatch.links.nodes_file import load_nodes
+from sparkwatch.links.nodes_file import load_nodes_file
 from sparkwatch.outputs import check_output, write_export
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
@@ -60,6 +71,7 @@ class RunOptions:
     scope: ScopeKind = DEFAULT_SCOPE
     gate_threshold: float = DEFAULT_GATE_THRESHOLD
     phases: Sequence[str] | None = None  # the window phases measured (None: the coordinator's default)
+    engine_metrics: str | None = None  # the serving engine's /metrics, scraped by the embedded coordinator
     proxy_upstream: str | None = None
     proxy_listen: tuple[str, int] = ("127.0.0.1", 8899)
     warmup: int = 0
@@ -86,6 +98,8 @@ class RunState:
     quitting: bool = False  # a second Ctrl-C: the clean-up in flight must not report its own failures
     nodes_behind: list[str] = field(default_factory=list)
     failed_imports: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # run.notes of the export, said on stderr too
+    proxy_windows: ProxyWindows | None = None  # kept when lmx's status lines are to check them
 
 
 def parse_import(text: str) -> tuple[str, str]:
@@ -104,10 +118,11 @@ async def _client(opts: RunOptions, state: RunState) -> AsyncIterator[Coordinato
         async with CoordinatorClient(opts.target) as client:
             yield client
         return
-    nodes = load_nodes(opts.nodes_file)
+    nodes_file = load_nodes_file(opts.nodes_file)
+    engine = engine_from_url(opts.engine_metrics) if opts.engine_metrics else nodes_file.engine
     with tempfile.TemporaryDirectory(prefix="sparkwatch-run-") as tmp:
         state.db = opts.db or Path(tmp) / "sparkwatch.db"
-        async with embedded_coordinator(nodes, state.db) as client:
+        async with embedded_coordinator(nodes_file.nodes, state.db, engine=engine) as client:
             yield client
 
 
@@ -122,7 +137,17 @@ async def _live(client: CoordinatorClient, view: LiveView, every_s: float) -> No
 
 
 async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, fmt: str, path: Path) -> None:
-    """One import; a bad file or a refusal is reported and the run goes on (its export still comes)."""
+    """One import; a bad file or a refusal is reported and the run goes on (its export still comes).
+    lmx's status lines, when the proxy saw the requests too, only check the proxy's windows."""
+    proxied = state.proxy_windows.windows if state.proxy_windows is not None else []
+    if fmt == "lmx-status":
+        _note(opts, state, *capture_notes(path, tokens=not proxied))
+    if fmt == "lmx-status" and proxied:
+        check = check_capture(path, proxied)
+        _note(opts, state, *check.notes)
+        if not check.ok:
+            state.failed_imports.append(check.notes[0])
+        return
     try:
         windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor)
         stored = await client.import_windows(state.run_id, windows)
@@ -131,6 +156,13 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
         state.failed_imports.append(f"{path} ({fmt}): {exc}")
         return
     log.info("imported %d window(s) from %s (%s)", stored, path, fmt)
+
+
+def _note(opts: RunOptions, state: RunState, *notes: str) -> None:
+    """A run-level note: said now on stderr, and written in the export's ``run.notes``."""
+    for text in notes:
+        opts.stderr.write(f"sparkwatch: note: {text}\n")
+        state.notes.append(text)
 
 
 def check_command(command: Sequence[str]) -> None:
@@ -149,6 +181,10 @@ def _check_options(opts: RunOptions) -> None:
             raise RunCommandError(f"unknown import format {fmt!r} (one of: {', '.join(sorted(FORMATS))})")
         if path == LMX_STATUS_STREAM and fmt != "lmx-status":
             raise RunCommandError(f"only lmx-status can read CMD's stderr ({fmt}:- given)")
+    if opts.proxy_upstream is None and uses_proxy(opts.command):
+        raise RunCommandError(
+            f"the command uses {PROXY_PLACEHOLDER}, the proxy's URL, but no --proxy-upstream URL is given"
+        )
     check_output(opts.output or Path("sparkwatch-run.json"))
     if opts.spill is not None:
         check_output(opts.spill)
@@ -167,11 +203,7 @@ async def run_command(opts: RunOptions) -> int:
         proxy_stack = await stack.enter_async_context(contextlib.AsyncExitStack())
         poster = RunPoster(client)
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
-            host, port = opts.proxy_listen
-            config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
-            proxy = running_proxy(host, port, config, poster, client)
-            proxy_url = await proxy_stack.enter_async_context(proxy)
-            opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {redact_text(opts.proxy_upstream)}\n")
+            opts = await _start_proxy(opts, state, poster, client, proxy_stack)
         await _greet(client, opts)
         run = await client.create_run(
             _run_name(opts),
@@ -205,6 +237,27 @@ async def run_command(opts: RunOptions) -> int:
     if state.code not in (0, None):
         opts.stderr.write(f"sparkwatch: the command exited with {state.code}; the export says so\n")
     return code
+
+
+async def _start_proxy(
+    opts: RunOptions,
+    state: RunState,
+    poster: RunPoster,
+    client: CoordinatorClient,
+    stack: contextlib.AsyncExitStack,
+) -> RunOptions:
+    """The proxy in front of the endpoint; returns the options with ``{proxy}`` in CMD's argv replaced."""
+    assert opts.proxy_upstream is not None
+    host, port = opts.proxy_listen
+    sink: RunPoster | ProxyWindows = poster
+    if any(fmt == "lmx-status" for fmt, _path in opts.imports):
+        sink = state.proxy_windows = ProxyWindows(poster)
+    proxy = running_proxy(host, port, ProxyConfig(opts.proxy_upstream, warmup=opts.warmup), sink, client)
+    proxy_url = await stack.enter_async_context(proxy)
+    opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {redact_text(opts.proxy_upstream)}\n")
+    if uses_proxy(opts.command) and (warning := warmup_mismatch(opts.command, opts.warmup)):
+        opts.stderr.write(f"sparkwatch: warning: {warning}\n")
+    return replace(opts, command=with_proxy_url(opts.command, proxy_url))
 
 
 def _no_export(opts: RunOptions, state: RunState, interrupted: bool) -> int:
@@ -285,7 +338,7 @@ async def _finish(
         # a node late at the start is only logged; one whose samples never reach the end spoils the run
         state.nodes_behind = await client.wait_caught_up(time.time_ns(), timeout_s=5.0)
         await client.end_run(state.run_id, command)
-        return await client.export(state.run_id)
+        return with_run_notes(await client.export(state.run_id), state.notes)
     except CoordinatorError as exc:
         if not state.quitting:  # else the second Ctrl-C ended the run under us, and says so
             opts.stderr.write(f"sparkwatch: run {state.run_id} could not be ended and exported: {exc}\n")

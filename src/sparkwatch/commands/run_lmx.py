@@ -1,0 +1,82 @@
+"""lmx under `sparkwatch run`: the ``{proxy}`` placeholder in CMD's argv, and lmx's status lines checked
+against the proxy's windows when both exist (docs/integrations.md, "lmx")."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from sparkwatch.core.windows import Window
+from sparkwatch.importers import ImportFormatError, lmx_status, load_windows
+from sparkwatch.importers.lmx_check import CrossCheck, cross_check
+from sparkwatch.proxy.proxy import WindowSink
+
+PROXY_PLACEHOLDER = "{proxy}"
+#: lmx speed-test's own default number of warm-up requests (cmd/lmx/main.go @338a68be).
+LMX_DEFAULT_WARMUP = 1
+_WARMUP = re.compile(r"--warmup(?:=(.*))?")
+
+
+def uses_proxy(command: Sequence[str]) -> bool:
+    return any(PROXY_PLACEHOLDER in arg for arg in command)
+
+
+def with_proxy_url(command: Sequence[str], url: str) -> list[str]:
+    """CMD's argv with every ``{proxy}`` (a whole argument or inside one, ``--base-url={proxy}/v1``)
+    replaced by the proxy's URL."""
+    return [arg.replace(PROXY_PLACEHOLDER, url) for arg in command]
+
+
+def warmup_mismatch(command: Sequence[str], proxy_warmup: int) -> str | None:
+    """A warning when CMD is lmx and its warm-up count differs from the proxy's ``--warmup``: the proxy
+    would take lmx's warm-up requests for timed ones."""
+    if not command or os.path.basename(command[0]) != "lmx":
+        return None
+    warmup = str(LMX_DEFAULT_WARMUP)
+    for i, arg in enumerate(command):
+        found = _WARMUP.fullmatch(arg)
+        if found:
+            warmup = found.group(1) if found.group(1) is not None else "".join(command[i + 1 : i + 2])
+    if not warmup.isdigit() or int(warmup) == proxy_warmup:
+        return None
+    return (
+        f"lmx sends {int(warmup)} warm-up request(s) but the proxy's --warmup is {proxy_warmup}:"
+        f" give sparkwatch run --warmup {int(warmup)}, or lmx's warm-ups are measured as timed"
+    )
+
+
+class ProxyWindows:
+    """The proxy's sink, keeping a copy of each window for the lmx cross-check."""
+
+    def __init__(self, sink: WindowSink) -> None:
+        self.windows: list[Window] = []
+        self._sink = sink
+
+    def submit(self, window: Window) -> None:
+        self.windows.append(window)
+        self._sink.submit(window)
+
+
+def capture_notes(path: Path, *, tokens: bool = True) -> list[str]:
+    """What the capture says besides windows (unknown events, lmx's errors and, with ``tokens``, where
+    the token counts came from)."""
+    try:
+        summary = lmx_status.survey(path)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
+        return []  # a Problem or worse: the import (or the check) itself says what is wrong
+    payload, why = lmx_status.payload_of(summary, Path.cwd())
+    found = lmx_status.notes(summary, payload, why)
+    return found if tokens else found[1:]
+
+
+def check_capture(path: Path, proxy: Sequence[Window]) -> CrossCheck:
+    """The capture's windows against the proxy's; a capture that cannot be read fails the check."""
+    try:
+        status = load_windows("lmx-status", path)
+    except ImportFormatError as exc:
+        return CrossCheck(
+            False, [f"lmx-status cross-check FAILED: the status lines could not be read: {exc}"]
+        )
+    return cross_check(proxy, status)
