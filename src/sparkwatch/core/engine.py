@@ -3,8 +3,11 @@
 Gauges (requests running and waiting, KV-cache usage) are read as they were during the span: the scrapes
 inside it, plus the one just before its start (a gauge holds its value between scrapes; one older than
 ``GAP_INTERVALS`` scrapes is a gap, not a value). Counters (tokens, prefix-cache queries and hits,
-preemptions, speculative drafts) are interpolated at the span's edges, with restarts counted as
-Prometheus' ``increase`` does; an edge with no scrape on both sides within the gap limit is unknown.
+preemptions, speculative drafts) are interpolated at the span's edges; an edge with no scrape on both
+sides within the gap limit is unknown, and so is a span across which the counter went down: the stored
+value is the sum over the engine's ranks, so a restart of one rank cannot be told from the others' totals
+(counting the new sum from zero, as Prometheus' per-series ``increase`` would, would add every other rank's
+lifetime count).
 Several pieces (a scope) add their counter deltas and pool their gauge scrapes.
 """
 
@@ -44,7 +47,10 @@ COUNTERS = (
 TOKEN_AGREEMENT_RATIO = 0.02
 NO_SERIES = "the engine's /metrics has no series for it"
 NO_GAUGE = "no engine scrape inside the span or just before it"
-NO_EDGES = "no engine scrapes around both edges of the span (a failed or missing scrape)"
+NO_EDGES = (
+    "no engine scrapes around both edges of the span (a failed or missing scrape), or the counter went down"
+    " between them (a restart of the engine or of one of its ranks)"
+)
 NO_SPEC = "the engine reports no speculative decoding"
 
 
@@ -142,11 +148,12 @@ def _delta(t_ns: I64, v: F64, starts: I64, ends: I64, gap_ns: int) -> F64:
     t, v = t_ns[known], v[known]
     if len(t) == 0:
         return np.full(len(starts), np.nan)
-    steps = np.diff(v)
-    # a counter that went down restarted from 0: its new value is what it counted since
-    grown = np.concatenate([[v[0]], v[0] + np.cumsum(np.where(steps >= 0, steps, v[1:]))])
-    at_start, at_end = (np.interp(x, t, grown) for x in (starts, ends))
-    return np.where(_bracketed(t, starts, gap_ns) & _bracketed(t, ends, gap_ns), at_end - at_start, np.nan)
+    drop = np.flatnonzero(np.diff(v) < 0)  # between scrapes i and i + 1 the (summed) counter went down
+    # a span is spoiled by a drop whose interval (t[i], t[i + 1]] reaches inside it
+    spoiled = np.searchsorted(t[drop], ends, "left") - np.searchsorted(t[drop + 1], starts, "right") > 0
+    at_start, at_end = (np.interp(x, t, v) for x in (starts, ends))
+    known = _bracketed(t, starts, gap_ns) & _bracketed(t, ends, gap_ns) & ~spoiled
+    return np.where(known, at_end - at_start, np.nan)
 
 
 def _bracketed(t: I64, x: I64, gap_ns: int) -> npt.NDArray[np.bool_]:
