@@ -248,10 +248,13 @@ async def test_a_counter_that_went_down_and_a_failed_scrape_leave_unknowns(
     store.close()
 
 
-def _run_export(samples: EngineSamples | None, completion_tokens: int | None) -> dict[str, Any]:
+def _run_export(
+    samples: EngineSamples | None, completion_tokens: int | None, scope: str = "request"
+) -> dict[str, Any]:
     """The parts of an export the engine hook reads and writes, for one window of 0.5 → 3.5 s."""
     export: dict[str, Any] = {
         "run": {"id": "r"},
+        "method": {"scope": scope},
         "windows": [{"id": "w"}],
         "totals": {"completion_tokens": completion_tokens},
     }
@@ -268,16 +271,28 @@ async def test_the_token_cross_check_notes_a_disagreement_beyond_two_percent(tmp
     agrees = _run_export(samples, 295)  # the engine counted 300: 1.7 % more
     assert agrees["engine"]["token_cross_check"]["agrees"] is True and "notes" not in agrees["run"]
     assert agrees["windows"][0]["engine"]["generation_tokens"] == pytest.approx(300.0)
-    differs = _run_export(samples, 250)  # 20 % more
+    # the window (0.5 → 3.5 s) holds the scrapes at 1, 2 and 3 s and lies between those at 0 and 4 s: the
+    # engine's counter allows 200 to 400 tokens in it, whatever happened in the half seconds at its edges
+    assert _run_export(samples, 250)["engine"]["token_cross_check"]["agrees"] is True
+    differs = _run_export(samples, 150)  # fewer than the 200 counted between the scrapes inside it
     check = differs["engine"]["token_cross_check"]
     assert check == {
         "engine_generation_tokens": 300.0,
-        "window_completion_tokens": 250,
-        "difference_ratio": 0.2,
+        "engine_generation_tokens_range": [200.0, 400.0],
+        "window_completion_tokens": 150,
+        "difference_ratio": 1.0,
         "agrees": False,
     }
     (note,) = differs["run"]["notes"]
-    assert "engine token cross-check" in note and "300" in note and "250" in note and "+20.0 %" in note
+    assert "engine token cross-check" in note and "200–400" in note and "150" in note and "+100.0 %" in note
+    assert _run_export(samples, 450)["engine"]["token_cross_check"]["agrees"] is False  # more than 400
+    no_span = {"run": {"id": "r"}, "method": {"scope": "request"}, "windows": [{"id": "failed"}]}
+    no_span["totals"] = {"completion_tokens": None}
+    at = np.array([T0 + S], np.int64)
+    attach_engine(no_span, samples, (at, at + S), (at, at))  # a window without a span reads nothing
+    assert no_span["windows"][0]["engine"] is None and no_span["engine"] is not None
+    run_scope = _run_export(samples, 150, scope="run")["engine"]["token_cross_check"]
+    assert run_scope["agrees"] is None  # the run scope holds unmeasured requests' tokens too
     assert _run_export(None, 250)["engine"] is None
     assert _run_export(None, 250)["windows"][0]["engine"] is None
     store.close()

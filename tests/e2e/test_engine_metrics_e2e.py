@@ -1,7 +1,8 @@
 """The serving engine's /metrics end to end: a real coordinator (nodes.toml ``[engine]``) with a sim agent
 scrapes a loopback server that replays the recorded vLLM page, then the recorded SGLang page, with values
 scripted per scrape; runs with windows get engine blocks that match the script, and the token cross-check
-notes a run whose windows report 10 % fewer tokens than the engine generated, and not one that agrees."""
+notes a run whose windows report 40 % fewer tokens than the engine generated (more than its scrapes
+leave open), and not one that agrees."""
 
 from __future__ import annotations
 
@@ -149,7 +150,7 @@ def test_vllm_then_sglang_pages_give_engine_blocks_and_the_token_cross_check(rig
     wait_stored(rig.coord, rig.agent)
     time.sleep(2 * SCRAPE_S)  # a scrape after the last window's end
     agrees = _export(rig, windows)
-    differs = _export(rig, windows, tokens_ratio=0.9)
+    differs = _export(rig, windows, tokens_ratio=0.6)
 
     w1 = agrees["windows"][0]["engine"]
     assert w1["family"] == "vllm"
@@ -166,7 +167,7 @@ def test_vllm_then_sglang_pages_give_engine_blocks_and_the_token_cross_check(rig
     assert scope["generation_tokens"] == pytest.approx(sum(w["completion_tokens"] for w in windows), rel=0.01)
     assert scope["token_cross_check"]["agrees"] is True and "notes" not in agrees["run"]
     check = differs["engine"]["token_cross_check"]
-    assert check["agrees"] is False and check["difference_ratio"] == pytest.approx(1 / 0.9 - 1, abs=0.01)
+    assert check["agrees"] is False and check["difference_ratio"] == pytest.approx(1 / 0.6 - 1, abs=0.02)
     (note,) = differs["run"]["notes"]
     assert note.startswith("engine token cross-check") and "beyond 2 %" in note
 

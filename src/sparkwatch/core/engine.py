@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sparkwatch.core.engine_check import generated_range, token_check
+from sparkwatch.core.engine_check import rounded as _r
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 
 GAUGES = (
@@ -43,8 +45,6 @@ COUNTERS = (
     "spec_draft_tokens",
     "spec_accepted_tokens",
 )
-#: The engine's generation count and the windows' completion tokens may differ by this much.
-TOKEN_AGREEMENT_RATIO = 0.02
 NO_SERIES = "the engine's /metrics has no series for it"
 NO_GAUGE = "no engine scrape inside the span or just before it"
 NO_EDGES = (
@@ -203,8 +203,10 @@ def block(s: EngineSamples, spans: Spans, k: int) -> dict[str, Any]:
         "prefix_cache_hit_ratio": r.hit_ratio(),
         "prompt_tokens": _r(prompt, 1),
         "generation_tokens": _r(generated, 1),
-        "prompt_tokens_per_s": _per_s(prompt, seconds, "prompt_tokens_per_s", r.reasons),
-        "generation_tokens_per_s": _per_s(generated, seconds, "generation_tokens_per_s", r.reasons),
+        "prompt_tokens_per_s": _per_s(prompt, seconds, "prompt_tokens_per_s", r.reasons, "prompt_tokens"),
+        "generation_tokens_per_s": _per_s(
+            generated, seconds, "generation_tokens_per_s", r.reasons, "generation_tokens"
+        ),
         "preemptions": _r(r.delta("preemptions", "preemptions"), 1),
         **r.speculative(),
     }
@@ -286,9 +288,12 @@ class _Reader:
         return out
 
 
-def _per_s(count: float | None, seconds: float, key: str, reasons: dict[str, str]) -> float | None:
+def _per_s(
+    count: float | None, seconds: float, key: str, reasons: dict[str, str], count_key: str
+) -> float | None:
+    """A count over the span's length; unknown for the count's own reason (``count_key``'s)."""
     if count is None:
-        reasons[key] = reasons.get(key, NO_EDGES)
+        reasons[key] = reasons.get(count_key, NO_EDGES)
         return None
     if seconds <= 0:
         reasons[key] = "the span has no length"
@@ -303,34 +308,6 @@ def _has(s: EngineSamples, field: str) -> bool:
 def _is_null(out: dict[str, Any], key: str) -> bool:
     value = out.get(key)
     return value is None or (isinstance(value, dict) and None in value.values())
-
-
-def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(float(value), digits)
-
-
-def token_check(engine_tokens: float | None, window_tokens: int | None) -> tuple[dict[str, Any], str | None]:
-    """The engine's generated tokens inside the scope against the windows' completion tokens, and a run
-    note when they differ by more than ``TOKEN_AGREEMENT_RATIO`` (another client on the engine, windows
-    that lost their usage, or a scope that misses part of the generation)."""
-    check: dict[str, Any] = {
-        "engine_generation_tokens": _r(engine_tokens, 1),
-        "window_completion_tokens": window_tokens,
-        "difference_ratio": None,
-        "agrees": None,
-    }
-    if engine_tokens is None or not window_tokens:
-        return check, None
-    ratio = (engine_tokens - window_tokens) / window_tokens
-    check["difference_ratio"], check["agrees"] = _r(ratio, 4), abs(ratio) <= TOKEN_AGREEMENT_RATIO
-    if check["agrees"]:
-        return check, None
-    return check, (
-        f"engine token cross-check: the engine counted {engine_tokens:.0f} generated tokens inside the scope,"
-        f" the measured windows report {window_tokens} completion tokens ({ratio * 100:+.1f} %, beyond"
-        f" {TOKEN_AGREEMENT_RATIO * 100:g} %): another client on the engine, windows without usage, or a"
-        " scope that misses part of the generation"
-    )
 
 
 def engine_export(
@@ -362,10 +339,15 @@ def attach_engine(
             window["engine"] = None
         return
     block_of_scope, per_window = engine_export(samples, *scope, *spans)
-    for window, entry in zip(export["windows"], per_window, strict=True):
-        window["engine"] = entry
+    for window, entry, start, end in zip(export["windows"], per_window, *spans, strict=True):
+        window["engine"] = entry if end > start else None  # no span (failed, unstamped): nothing to read
     if samples.family is not None:
-        check, note = token_check(block_of_scope["generation_tokens"], export["totals"]["completion_tokens"])
+        check, note = token_check(
+            block_of_scope["generation_tokens"],
+            generated_range(samples.t_ns, samples.values.get("generation_tokens"), *scope),
+            export["totals"]["completion_tokens"],
+            export["method"]["scope"],
+        )
         block_of_scope["token_cross_check"] = check
         if note is not None:
             export["run"].setdefault("notes", []).append(note)

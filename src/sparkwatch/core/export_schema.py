@@ -210,12 +210,21 @@ _ENGINE = {
             "type": "object",
             "required": [
                 "engine_generation_tokens",
+                "engine_generation_tokens_range",
                 "window_completion_tokens",
                 "difference_ratio",
                 "agrees",
             ],
             "properties": {
                 "engine_generation_tokens": _NUM,
+                "engine_generation_tokens_range": {
+                    "description": "[low, high]: the counter between the scrapes inside the scope, and"
+                    " between those around it; the windows' count is judged against this range",
+                    "type": ["array", "null"],
+                    "items": {"type": "number"},
+                    "minItems": 2,
+                    "maxItems": 2,
+                },
                 "window_completion_tokens": _INT,
                 "difference_ratio": _NUM,
                 "agrees": _nullable("boolean"),

@@ -93,8 +93,6 @@ SGLANG = Family(
 )
 
 FAMILIES: tuple[Family, ...] = (VLLM, SGLANG)
-FIELDS: tuple[str, ...] = tuple(dict.fromkeys(s.field for f in FAMILIES for s in f.series))
-KINDS: dict[str, Kind] = {s.field: s.kind for f in FAMILIES for s in f.series}
 
 
 def family_of(names: set[str]) -> Family | None:
@@ -103,6 +101,3 @@ def family_of(names: set[str]) -> Family | None:
     best, family = max(counts, key=lambda c: c[0])
     return family if best else None
 
-
-def by_name(name: str | None) -> Family | None:
-    return next((f for f in FAMILIES if f.name == name), None)

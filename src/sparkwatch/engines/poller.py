@@ -91,7 +91,8 @@ class EnginePoller:
         try:
             async with asyncio.timeout(max(MIN_TIMEOUT_S, TIMEOUT_INTERVALS * self.spec.interval_s)):
                 text = await self._page(session)
-            scrape = read_page(text)
+            t1 = self._now_ns()  # the page as it was: parsing is not part of the reading's time
+            scrape = await asyncio.to_thread(read_page, text)  # ~40 ms for 100 KB: off the event loop
         except TimeoutError:
             self._failed(t0, "no answer within the timeout")
             return
@@ -101,7 +102,6 @@ class EnginePoller:
         except (aiohttp.ClientError, OSError, UnicodeDecodeError, ValueError) as exc:
             self._failed(t0, f"{type(exc).__name__}: {exc}")
             return
-        t1 = self._now_ns()
         row = EngineRow(
             (t0 + t1) // 2, scrape.family, self.spec.interval_s, scrape.values, scrape.sources, scrape.unknown
         )

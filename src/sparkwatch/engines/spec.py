@@ -32,9 +32,6 @@ class EngineSpec:
     interval_s: float = DEFAULT_INTERVAL_S
     bearer_token_file: Path | None = None  # vLLM's --api-key guards /metrics too when set
 
-    def to_json(self) -> dict[str, Any]:
-        return {"url": self.url, "interval_s": self.interval_s}
-
 
 def parse_engine(table: Any) -> EngineSpec:
     """The ``[engine]`` table; an EngineSpecError names the key at fault."""
