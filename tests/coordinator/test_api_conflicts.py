@@ -7,19 +7,17 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
+from helpers.inproc_api import inproc_api
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
-from sparkwatch.coordinator.api.app import make_app
-from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.windows import Window
 from sparkwatch.proxy.sinks import RunPoster
-from sparkwatch.store import Store
 from sparkwatch.store.refusals import ENDED_RUN_SLACK_NS
 from sparkwatch.store.windows import CHUNK_ROWS
 
@@ -64,18 +62,8 @@ class Api:
 
 @pytest.fixture
 async def api(tmp_path: pathlib.Path) -> AsyncIterator[Api]:
-    clock = [T0]
-    now: Callable[[], int] = lambda: clock[0]  # noqa: E731
-    store = Store(tmp_path / "c.db", now_ns=now)
-    coordinator = Coordinator([], store, now_ns=now)
-    client = TestClient(TestServer(make_app(coordinator, None)))
-    await client.start_server()
-    try:
+    async with inproc_api(tmp_path / "c.db", T0) as (client, _store, clock):
         yield Api(client, tmp_path / "c.db", clock)
-    finally:
-        await client.close()
-        await coordinator.stop()
-        store.close()
 
 
 def window(wid: str, start_s: float = 1, length_s: float = 1) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,11 +16,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from helpers.inproc_api import inproc_api
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import offline_export
-from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.export_inputs import export_run
-from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
 from sparkwatch.store import Store, StoreError
@@ -93,18 +92,8 @@ class Api:
 
 @pytest.fixture
 async def api(tmp_path: pathlib.Path) -> AsyncIterator[Api]:
-    clock = [T0]
-    now: Callable[[], int] = lambda: clock[0]  # noqa: E731
-    store = Store(tmp_path / "c.db", now_ns=now)
-    coordinator = Coordinator([], store, now_ns=now)
-    client = TestClient(TestServer(make_app(coordinator, None)))
-    await client.start_server()
-    try:
+    async with inproc_api(tmp_path / "c.db", T0) as (client, store, clock):
         yield Api(client, store, clock)
-    finally:
-        await client.close()
-        await coordinator.stop()
-        store.close()
 
 
 def in_scope(export: dict[str, Any]) -> dict[str, bool]:

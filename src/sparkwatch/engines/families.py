@@ -100,4 +100,3 @@ def family_of(names: set[str]) -> Family | None:
     counts = [(sum(n.startswith(f.prefix) for n in names), f) for f in FAMILIES]
     best, family = max(counts, key=lambda c: c[0])
     return family if best else None
-

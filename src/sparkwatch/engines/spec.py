@@ -7,9 +7,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-from sparkwatch.meters.spec import toml_shown
+from sparkwatch.meters.spec import TableError, checked_http_url, toml_shown
 
 #: Faster scrapes only re-read values the engine updates once per batch; slower ones blur short windows.
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.2, 60.0
@@ -18,12 +17,8 @@ METRICS_PATH = "/metrics"
 _KEYS = frozenset({"url", "interval_s", "bearer_token_file"})
 
 
-class EngineSpecError(ValueError):
-    """The table is wrong: ``key`` (None: the table itself) and ``problem``; the caller adds the file."""
-
-    def __init__(self, problem: str, key: str | None = None) -> None:
-        super().__init__(f"{key}: {problem}" if key else problem)
-        self.key, self.problem = key, problem
+class EngineSpecError(TableError):
+    """The ``[engine]`` table (or ``engine_metrics``) is wrong."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +57,12 @@ def metrics_url(url: Any) -> str:
     """http(s)://host[:port][/path]; a URL without a path means the engine's ``/metrics`` (vLLM and SGLang
     both serve it there). No user or password in it: a token goes in ``bearer_token_file``."""
     shape = "must be http(s)://host[:port][/path] with a port 1–65535"
-    if not isinstance(url, str) or any(c.isspace() or not c.isprintable() for c in url):
-        raise EngineSpecError(f"{shape}, got {toml_shown(url)}", "url")
-    try:
-        parsed = urlparse(url)
-        port = parsed.port  # raises on a port that is not a number or out of range
-    except ValueError:
-        raise EngineSpecError(f"{shape}, got {toml_shown(url)}", "url") from None
-    if "@" in parsed.netloc:  # not repeated: it may hold a password
-        raise EngineSpecError("must not hold a user or password: use bearer_token_file", "url")
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or port == 0 or parsed.fragment:
+    parsed = checked_http_url(url, shape, "bearer_token_file", EngineSpecError)
+    if parsed.fragment:
         raise EngineSpecError(f"{shape}, got {toml_shown(url)}", "url")
     if parsed.path in ("", "/"):
         return parsed._replace(path=METRICS_PATH).geturl()
-    return url
+    return str(url)
 
 
 def _path(value: Any) -> Path | None:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
-from urllib.parse import urlparse
+from urllib.parse import ParseResult, urlparse
 
 MeterKind = Literal["redfish", "shelly", "prometheus"]
 KINDS: tuple[MeterKind, ...] = ("redfish", "shelly", "prometheus")
@@ -28,12 +28,34 @@ _KEYS: dict[MeterKind, frozenset[str]] = {
 _COMMON = frozenset({"kind", "url", "interval_s", "domain"})
 
 
-class MeterSpecError(ValueError):
-    """The table is wrong: ``key`` (None: the table itself) and ``problem``; the caller adds file and node."""
+class TableError(ValueError):
+    """A nodes.toml table is wrong: ``key`` (None: the table itself) and ``problem``; the caller adds the
+    file (and the node)."""
 
     def __init__(self, problem: str, key: str | None = None) -> None:
         super().__init__(f"{key}: {problem}" if key else problem)
         self.key, self.problem = key, problem
+
+
+class MeterSpecError(TableError):
+    """A ``[nodes.NAME.meter]`` table is wrong."""
+
+
+def checked_http_url(url: Any, shape: str, secret_hint: str, error: type[TableError]) -> ParseResult:
+    """``url`` parsed, when it is a printable http(s)://host[:port]… with a real port and no user or
+    password (secrets live in files: ``secret_hint`` says where); else ``error`` on key ``url``."""
+    if not isinstance(url, str) or any(c.isspace() or not c.isprintable() for c in url):
+        raise error(f"{shape}, got {toml_shown(url)}", "url")
+    try:
+        parsed = urlparse(url)
+        port = parsed.port  # raises on a port that is not a number or out of range
+    except ValueError:
+        raise error(f"{shape}, got {toml_shown(url)}", "url") from None
+    if "@" in parsed.netloc:  # not repeated: it may hold a password
+        raise error(f"must not hold a user or password: use {secret_hint}", "url")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or port == 0:
+        raise error(f"{shape}, got {toml_shown(url)}", "url")
+    return parsed
 
 
 def toml_shown(value: Any) -> str:
@@ -124,18 +146,8 @@ def parse_meter(table: Any) -> MeterSpec:
 def _url(url: Any) -> str:
     """http(s)://host[:port][/path]; no user or password in it (secrets live in files), a real port."""
     shape = "must be http(s)://host[:port] with a port 1–65535"
-    if not isinstance(url, str) or any(c.isspace() or not c.isprintable() for c in url):
-        raise MeterSpecError(f"{shape}, got {toml_shown(url)}", "url")
-    try:
-        parsed = urlparse(url)
-        port = parsed.port  # raises on a port that is not a number or out of range
-    except ValueError:
-        raise MeterSpecError(f"{shape}, got {toml_shown(url)}", "url") from None
-    if "@" in parsed.netloc:  # not repeated: it may hold a password
-        raise MeterSpecError("must not hold a user or password: use username and password_file", "url")
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or port == 0:
-        raise MeterSpecError(f"{shape}, got {toml_shown(url)}", "url")
-    return url.rstrip("/")
+    checked_http_url(url, shape, "username and password_file", MeterSpecError)
+    return str(url).rstrip("/")
 
 
 def _number(table: dict[str, Any], key: str, default: float) -> float:
