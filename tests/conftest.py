@@ -17,6 +17,9 @@ import pytest
 from doubles.fake_nvml import build_fake_nvml
 from helpers.processes import AgentProcess, free_port
 
+#: test-artifacts/ (screenshots) for any test folder: the fixture ``artifacts_dir``.
+pytest_plugins = ("helpers.artifacts",)
+
 
 @pytest.fixture(scope="session")
 def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:

@@ -18,6 +18,7 @@ from sparkwatch.commands.embedded import nodes_now
 from sparkwatch.commands.export_cmd import ExportCommandError, cmd_export
 from sparkwatch.commands.hardware import HardwareError, cluster_hardware
 from sparkwatch.commands.nodes_check import check_cluster, render
+from sparkwatch.commands.report_cmd import ReportError, cmd_report
 from sparkwatch.commands.run import RunCommandError, RunOptions, parse_import, run_command
 from sparkwatch.commands.runs import cmd_runs
 from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
@@ -53,6 +54,7 @@ USER_ERRORS = (
     DemoError,
     SettingsError,
     ExportCommandError,
+    ReportError,
 )
 
 
@@ -85,6 +87,7 @@ def cmd_demo(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
         output=args.output,
         strict=args.strict or load_settings().strict,
         json_out=args.json,
+        report=args.report,
     )
     return asyncio.run(run_demo(opts))
 
@@ -131,6 +134,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         db=args.db,
         strict=args.strict or load_settings().strict,
         json_out=args.json,
+        report=args.report,
     )
     return asyncio.run(run_command(opts))
 
@@ -206,6 +210,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, argparse.ArgumentParser], int]
     "run": cmd_run,
     "import": cmd_import,
     "attach": cmd_attach,
+    "report": cmd_report,
     "hardware": cmd_hardware,
     "sim-model": cmd_sim_model,
     "nodes": cmd_nodes,

@@ -48,7 +48,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_coordinator, _add_schema, _add_demo, _add_proxy, _add_run):
         add(sub)
-    for add in (_add_import, _add_attach, _add_hardware, _add_nodes, _add_sim_model):
+    for add in (_add_import, _add_attach, _add_report, _add_hardware, _add_nodes, _add_sim_model):
         add(sub)
     for add in (add_runs_parser, add_export_parser):
         add(sub)
@@ -83,6 +83,7 @@ def _add_demo(sub: Sub) -> None:
     demo.add_argument("--max-tokens", type=positive_int, default=256, metavar="N")
     demo.add_argument("--tokens-per-s", type=positive_float, default=76.0, metavar="RATE")
     demo.add_argument("-o", "--output", type=Path, default=Path("run.json"), metavar="FILE")
+    _no_report_arg(demo)
 
 
 def _add_proxy(sub: Sub) -> None:
@@ -156,6 +157,7 @@ def _add_run(sub: Sub) -> None:
         "--spill", type=spill_file, metavar="FILE.json", help="proxy windows not stored (default: beside -o)"
     )
     _outcome_args(run)
+    _no_report_arg(run)
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
 
 
@@ -182,6 +184,27 @@ def _add_attach(sub: Sub) -> None:
     )
     att.add_argument("--force", action="store_true", help="attach even if measured windows are not ok")
     att.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of in place")
+
+
+def _add_report(sub: Sub) -> None:
+    report = sub.add_parser(
+        "report", help="the run report: one self-contained HTML page (and PNG/SVG figures) from an export"
+    )
+    report.add_argument("export", type=Path, metavar="EXPORT.json", help="a sparkwatch.run/1 export file")
+    report.add_argument(
+        "-o", "--output", type=Path, metavar="FILE.html", help="default: EXPORT.report.html beside the export"
+    )
+    report.add_argument("--png", type=Path, metavar="DIR", help="also write each node's figure as PNG here")
+    report.add_argument("--svg", type=Path, metavar="DIR", help="also write each node's figure as SVG here")
+
+
+def _no_report_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-report",
+        dest="report",
+        action="store_false",
+        help="write no EXPORT.report.html beside the export (and leave the series block out of it)",
+    )
 
 
 def _add_hardware(sub: Sub) -> None:

@@ -7,8 +7,23 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sparkwatch.cli_types import coordinator_args, interval_s, log_level_arg, phase, phases, ratio, run_name
-from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE, SCOPES
+from sparkwatch.cli_types import (
+    coordinator_args,
+    interval_s,
+    log_level_arg,
+    phase,
+    phases,
+    ratio,
+    run_name,
+    series_buckets,
+)
+from sparkwatch.defaults import (
+    DEFAULT_GATE_THRESHOLD,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_SCOPE,
+    SCOPES,
+    SERIES_BUCKETS,
+)
 
 
 def add_runs_parser(sub: Any) -> None:
@@ -38,6 +53,7 @@ def add_runs_parser(sub: Any) -> None:
     export = actions.add_parser("export", help="a run's sparkwatch.run/1 export (stdout, or -o FILE)")
     export.add_argument("run_id", metavar="ID")
     export.add_argument("-o", "--output", type=Path, metavar="FILE", help="written whole or not at all")
+    series_args(export)
     mark = actions.add_parser("mark", help="begin, or end into a window, a named mark now")
     mark.add_argument("run_id", metavar="ID")
     mark.add_argument(
@@ -73,4 +89,21 @@ def add_export_parser(sub: Any) -> None:
     export.add_argument("--scope", choices=SCOPES, help="recompute in this scope (default: the run's)")
     export.add_argument(
         "--phases", type=phases, metavar="LIST", help="recompute measuring these phases (default: the run's)"
+    )
+    series_args(export)
+
+
+def series_args(export: argparse.ArgumentParser) -> None:
+    """``--series`` and ``--series-buckets N``: the export's optional plot data (what `sparkwatch report`
+    draws); either asks for it."""
+    export.add_argument(
+        "--series",
+        action="store_true",
+        help=f"add the series block: each node's time series, decimated to {SERIES_BUCKETS} time buckets",
+    )
+    export.add_argument(
+        "--series-buckets",
+        type=series_buckets,
+        metavar="N",
+        help=f"add the series block in N time buckets (default {SERIES_BUCKETS})",
     )

@@ -19,6 +19,7 @@ from sparkwatch.defaults import (
     MIN_INTERVAL_S,
     PHASE_RE,
     check_phases,
+    check_series_buckets,
 )
 
 
@@ -114,6 +115,14 @@ def phases(text: str) -> tuple[str, ...]:
     """A comma-separated list of window phases to measure: ``timed`` or ``timed,warmup``."""
     try:
         return check_phases(tuple(p.strip() for p in text.split(",")))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def series_buckets(text: str) -> int:
+    """``--series-buckets N``: the series block's time buckets, within the bounds the API takes."""
+    try:
+        return check_series_buckets(count(text))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -179,8 +179,10 @@ class CoordinatorClient:
             raise
         return int(done["committed"])
 
-    async def export(self, run_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call("GET", f"/v1/runs/{run_id}/export")
+    async def export(self, run_id: str, series_buckets: int | None = None) -> dict[str, Any]:
+        """The run's export; with ``series_buckets``, its ``series`` block in that many time buckets."""
+        query = "" if series_buckets is None else f"?series_buckets={series_buckets}"
+        result: dict[str, Any] = await self._call("GET", f"/v1/runs/{run_id}/export{query}")
         return result
 
     async def time(self) -> TimeFrame:

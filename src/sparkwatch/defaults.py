@@ -26,6 +26,13 @@ MAX_RUN_NAME_CHARS = 200
 MIN_INTERVAL_S = 0.01
 MAX_INTERVAL_S = 60.0
 
+#: The export's optional ``series`` block (what the run report plots): time buckets over the run by default
+#: (2 per pixel of a 1200 px plot: min/max per bucket keeps every peak a screen can show), and the bounds a
+#: request or flag may ask for.
+SERIES_BUCKETS = 2400
+MIN_SERIES_BUCKETS = 100
+MAX_SERIES_BUCKETS = 20_000
+
 #: Where the CLI finds a standing coordinator and its token when no flag says.
 ENV_COORDINATOR = "SPARKWATCH_COORDINATOR"
 ENV_TOKEN_FILE = "SPARKWATCH_TOKEN_FILE"
@@ -53,3 +60,10 @@ def check_phases(phases: Phases) -> Phases:
     if repeated:
         raise ValueError(f"phases named more than once: {', '.join(repeated)}")
     return phases
+
+
+def check_series_buckets(buckets: int) -> int:
+    """``buckets`` unchanged when it is within the bounds; else a ValueError saying which they are."""
+    if not MIN_SERIES_BUCKETS <= buckets <= MAX_SERIES_BUCKETS:
+        raise ValueError(f"must be {MIN_SERIES_BUCKETS} to {MAX_SERIES_BUCKETS} buckets, got {buckets}")
+    return buckets

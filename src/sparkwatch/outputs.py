@@ -41,5 +41,16 @@ def write_text_atomically(path: Path, text: str) -> None:
     write_atomically(path, text.encode())
 
 
+def export_text(export: dict[str, Any]) -> str:
+    """The export as people read it: indented, except its ``series`` block (the plot data: tens of
+    thousands of numbers), which stays on one line at the end instead of one number per line (2.6× the
+    bytes)."""
+    series = export.get("series")
+    text = json.dumps({k: v for k, v in export.items() if k != "series"}, indent=2)
+    if series is None or text == "{}":
+        return json.dumps(export, indent=2) + "\n"
+    return f'{text[:-2]},\n  "series": {json.dumps(series, separators=(",", ":"))}\n}}\n'
+
+
 def write_export(path: Path, export: dict[str, Any]) -> None:
-    write_text_atomically(path, json.dumps(export, indent=2) + "\n")
+    write_text_atomically(path, export_text(export))

@@ -8,10 +8,12 @@ import sys
 
 import pytest
 
-HEAVY = ("aiohttp", "numpy", "pydantic", "orjson", "sqlite3", "prometheus_client")
+HEAVY = ("aiohttp", "numpy", "pydantic", "orjson", "sqlite3", "prometheus_client", "altair", "vl_convert")
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["run", "--help"], ["runs", "list", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--version"], ["--help"], ["run", "--help"], ["runs", "list", "--help"], ["report", "--help"]]
+)
 def test_help_and_version_load_none_of_the_stack(argv: list[str]) -> None:
     probe = (
         "import sys\nfrom sparkwatch.cli import main\n"

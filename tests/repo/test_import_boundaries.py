@@ -47,6 +47,7 @@ ROOT_STAGES: dict[str, float] = {
     "outputs": 0,
     "store": 1,
     "importers": 1,
+    "report": 1,  # built from an export alone: the core's shapes, never the store or the coordinator
     "client": 1,
     "links": 2,
     "meters": 2,

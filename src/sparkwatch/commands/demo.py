@@ -28,6 +28,7 @@ from sparkwatch.commands.embedded import embedded_coordinator
 from sparkwatch.commands.interrupts import INTERRUPTED_EXIT_CODE, Interrupts
 from sparkwatch.commands.outcome import print_outcome
 from sparkwatch.commands.quality import exit_code, judge
+from sparkwatch.commands.report_cmd import series_for, write_report_beside
 from sparkwatch.commands.sim_model import SimModel, SimModelSpec, running_sim_model
 from sparkwatch.defaults import DEFAULT_INTERVAL_S
 from sparkwatch.links.nodes_file import NodeSpec
@@ -65,6 +66,7 @@ class DemoOptions:
     output: Path = Path("run.json")
     strict: bool = False
     json_out: bool = False
+    report: bool = True  # the series block in the export, and EXPORT.report.html beside it
     stderr: TextIO = sys.stderr
 
 
@@ -155,6 +157,8 @@ async def run_demo(opts: DemoOptions) -> int:
         stdout=sys.stdout, stderr=opts.stderr, notes=_truth_notes(agents, export),
     )  # fmt: skip
     opts.stderr.write(f"sparkwatch demo: export written to {opts.output} in {time.monotonic() - t0:.1f} s\n")
+    if opts.report:
+        write_report_beside(export, opts.output, opts.stderr)
     return code
 
 
@@ -198,7 +202,7 @@ async def _measure(
         raise DemoError(f"{len(lost)} window(s) were not stored: {lost[0].id} first")
     behind = await client.wait_caught_up(time.time_ns(), timeout_s=10.0)
     await client.end_run(run["id"])
-    return await client.export(run["id"]), behind
+    return await client.export(run["id"], series_for(opts.report)), behind
 
 
 def _load_driver(agents: Sequence[SimAgent]) -> Callable[[str], None]:

@@ -3,13 +3,13 @@
 
 The export is made by the coordinator's own ``export_run`` over a read-only connection, so it is the export
 ``GET /v1/runs/ID/export`` answers, and the file is never changed. ``--gate-threshold`` and ``--scope``
-recompute it with another method; the export's ``method`` says which was used.
+recompute it with another method; the export's ``method`` says which was used. ``--series`` adds the plot
+data the run report draws.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import sys
 import time
@@ -19,8 +19,8 @@ from typing import Any, cast
 
 from sparkwatch.commands.summary import summary_table
 from sparkwatch.coordinator.export_inputs import export_run
-from sparkwatch.defaults import ScopeKind
-from sparkwatch.outputs import check_output, write_export
+from sparkwatch.defaults import SERIES_BUCKETS, ScopeKind
+from sparkwatch.outputs import check_output, export_text, write_export
 from sparkwatch.store import Store
 from sparkwatch.store.db import RunRow
 
@@ -44,6 +44,7 @@ def cmd_export(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
         phases=args.phases,
         now_ns=time.time_ns,
         say=_say,
+        series_buckets=wanted_series(args),
     )
     if args.output is not None:
         write_export(args.output, export)
@@ -51,7 +52,7 @@ def cmd_export(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
     if args.table:
         print(summary_table(export))
     elif args.json or args.output is None:
-        sys.stdout.write(json.dumps(export, indent=2) + "\n")
+        sys.stdout.write(export_text(export))
     return 0
 
 
@@ -64,9 +65,11 @@ def offline_export(
     now_ns: Callable[[], int],
     say: Callable[[str], None],
     phases: Sequence[str] | None = None,
+    series_buckets: int | None = None,
 ) -> dict[str, Any]:
     """The export of run ``wanted`` (else the newest) in the database at ``path``, for the nodes its last
-    coordinator had, with the run's method unless ``gate_threshold``, ``scope`` or ``phases`` replace it."""
+    coordinator had, with the run's method unless ``gate_threshold``, ``scope`` or ``phases`` replace it;
+    with its ``series`` block in ``series_buckets`` buckets when given."""
     store = Store.read_only(path)
     try:
         run, which = choose_run(store.runs(), wanted, path)
@@ -75,12 +78,27 @@ def offline_export(
             say(note)
         nodes = store.node_names()
         return export_run(
-            store, run.id, nodes, now_ns, gate_threshold=gate_threshold, scope=scope, phases=phases
+            store,
+            run.id,
+            nodes,
+            now_ns,
+            gate_threshold=gate_threshold,
+            scope=scope,
+            phases=phases,
+            series_buckets=series_buckets,
         )
     except sqlite3.DatabaseError as exc:  # a damaged file: what SQLite says of it
         raise ExportCommandError(f"cannot read {path}: {exc}") from None
     finally:
         store.close()
+
+
+def wanted_series(args: argparse.Namespace) -> int | None:
+    """The series block's buckets ``--series`` or ``--series-buckets`` ask for (the latter wins); None
+    when neither does."""
+    if args.series_buckets is not None:
+        return int(args.series_buckets)
+    return SERIES_BUCKETS if args.series else None
 
 
 def _notes(

@@ -29,6 +29,7 @@ from sparkwatch.commands.live_view import LiveView
 from sparkwatch.commands.outcome import no_export_json, print_outcome
 from sparkwatch.commands.quality import EXIT_NO_EXPORT, exit_code, judge
 from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
+from sparkwatch.commands.report_cmd import series_for, write_report_beside
 from sparkwatch.commands.run_lmx import (
     PROXY_PLACEHOLDER,
     ProxyWindows,
@@ -82,6 +83,7 @@ class RunOptions:
     db: Path | None = None
     strict: bool = False
     json_out: bool = False
+    report: bool = True  # the series block in the export, and EXPORT.report.html beside it
     wait_nodes_s: float = 15.0
     status_every_s: float | None = None  # None: 1 s on a TTY, 5 s otherwise
     capture_dir: Path | None = None  # set by run_command: a temporary folder for the lmx-status capture
@@ -234,6 +236,8 @@ async def run_command(opts: RunOptions) -> int:
         stdout=sys.stdout, stderr=opts.stderr,
     )  # fmt: skip
     opts.stderr.write(f"sparkwatch: export written to {output}\n")
+    if opts.report:
+        write_report_beside(export, output, opts.stderr)
     if state.code not in (0, None):
         opts.stderr.write(f"sparkwatch: the command exited with {state.code}; the export says so\n")
     return code
@@ -338,7 +342,7 @@ async def _finish(
         # a node late at the start is only logged; one whose samples never reach the end spoils the run
         state.nodes_behind = await client.wait_caught_up(time.time_ns(), timeout_s=5.0)
         await client.end_run(state.run_id, command)
-        return with_run_notes(await client.export(state.run_id), state.notes)
+        return with_run_notes(await client.export(state.run_id, series_for(opts.report)), state.notes)
     except CoordinatorError as exc:
         if not state.quitting:  # else the second Ctrl-C ended the run under us, and says so
             opts.stderr.write(f"sparkwatch: run {state.run_id} could not be ended and exported: {exc}\n")

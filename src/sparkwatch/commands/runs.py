@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
-from sparkwatch.outputs import check_output, write_export
+from sparkwatch.commands.export_cmd import wanted_series
+from sparkwatch.outputs import check_output, export_text, write_export
 
 Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
 
@@ -93,9 +94,9 @@ async def _end(client: CoordinatorClient, args: argparse.Namespace) -> int:
 
 
 async def _export(client: CoordinatorClient, args: argparse.Namespace) -> int:
-    export = await client.export(args.run_id)
+    export = await client.export(args.run_id, wanted_series(args))
     if args.output is None:
-        sys.stdout.write(json.dumps(export, indent=2) + "\n")
+        sys.stdout.write(export_text(export))
     else:
         write_export(args.output, export)
         print(f"sparkwatch: export of run {args.run_id} written to {args.output}", file=sys.stderr)

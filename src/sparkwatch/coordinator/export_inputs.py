@@ -143,7 +143,7 @@ def _signal_tracks(reads: Sequence[BootRead], hello: dict[str, Any] | None) -> l
         top = maxima.get(uuid)
         top = float(top) if type(top) is int or type(top) is float else None
         columns = (t[mine][order], clock[mine][order], temp[mine][order], reasons[mine][order])
-        out.append(SignalTrack(*columns, top if top is not None and top > 0 else None))
+        out.append(SignalTrack(*columns, top if top is not None and top > 0 else None, uuid=str(uuid)))
     return out
 
 
@@ -213,10 +213,11 @@ def export_run(
     gate_threshold: float | None = None,
     scope: ScopeKind | None = None,
     phases: Sequence[str] | None = None,
+    series_buckets: int | None = None,
 ) -> dict[str, Any]:
     """The run's export; ``gate_threshold``, ``scope`` and ``phases``, when given, replace the run's own
     (an offline re-export with another method: `sparkwatch export --db`); the export's ``method`` says
-    which were used."""
+    which were used. ``series_buckets``: add the ``series`` block in that many buckets."""
     run = store.run(run_id)
     t_end = run.t_end_ns if run.t_end_ns is not None else now_ns()
     if scope is None:
@@ -240,6 +241,7 @@ def export_run(
     t_to = max([t_end, *(w.t_end_ns for w in windows)])
     inputs = [node_input(store, n, t_from, t_to) for n in nodes]
     try:
-        return build_export(spec, inputs, windows, __version__, engine_input(store, t_from, t_to))
+        engine = engine_input(store, t_from, t_to)
+        return build_export(spec, inputs, windows, __version__, engine, series_buckets=series_buckets)
     finally:
         let_go(windows)

@@ -30,6 +30,7 @@ from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
 from sparkwatch.meters.factory import make_reader
 from sparkwatch.meters.poller import MeterPoller
+from sparkwatch.report.bundle import Assets
 from sparkwatch.store import Invalid, Store, StoreError
 from sparkwatch.store.db import RunRow
 
@@ -64,6 +65,7 @@ class Coordinator:
         self.meters: dict[str, MeterPoller] = {}
         self.engine: EnginePoller | None = None
         self._collector_pause = CollectorPause()
+        self._report_assets = Assets()  # the inlined Vega bundle, assembled at the first report
         store.set_nodes([n.name for n in self.nodes])
 
     @property
@@ -249,16 +251,38 @@ class Coordinator:
         """Close a mark now into a window."""
         return self.store.end_mark(run_id, name, self.now_ns(), {"kind": "mark", "clock": "coordinator"})
 
-    async def export_json(self, run_id: str) -> list[bytes]:
+    async def report_html(self, run_id: str, series_buckets: int) -> str:
+        """The run report, from the export with its series block, computed in a worker thread like the
+        export (Altair is imported there, at the first report, not when the coordinator starts)."""
+
+        def work() -> str:
+            from sparkwatch.report.page import build_page  # noqa: PLC0415 — Altair, on demand
+
+            reader = Store(self.store.path)
+            try:
+                with self._collector_pause:
+                    export = export_run(
+                        reader, run_id, self.node_names, self.now_ns, series_buckets=series_buckets
+                    )
+                return build_page(export, self._report_assets)
+            finally:
+                reader.close()
+
+        return await asyncio.get_running_loop().run_in_executor(None, work)
+
+    async def export_json(self, run_id: str, series_buckets: int | None = None) -> list[bytes]:
         """The export as JSON pieces, computed and encoded in a worker thread on its own read connection
         (WAL readers do not block the writer): a long run's numpy, SQLite and encoding work never stalls
-        ingest or the agents' heartbeats (big_values.py says why the collector pauses meanwhile)."""
+        ingest or the agents' heartbeats (big_values.py says why the collector pauses meanwhile). With
+        ``series_buckets``, the export's ``series`` block in that many buckets."""
 
         def work() -> list[bytes]:
             reader = Store(self.store.path)
             try:
                 with self._collector_pause:
-                    export = export_run(reader, run_id, self.node_names, self.now_ns)
+                    export = export_run(
+                        reader, run_id, self.node_names, self.now_ns, series_buckets=series_buckets
+                    )
                     try:
                         return list(json_pieces(export))
                     finally:

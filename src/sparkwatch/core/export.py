@@ -17,6 +17,7 @@ from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.memory import peak_of_sum
 from sparkwatch.core.phases import as_known, token_spans
 from sparkwatch.core.run_spec import NodeInput, RunSpec
+from sparkwatch.core.series import run_series
 from sparkwatch.core.tracks import GAP_INTERVALS
 from sparkwatch.core.windows import Window, scope_for
 from sparkwatch.defaults import ScopeKind
@@ -58,9 +59,14 @@ def verdict(
     return ("low_confidence", reasons) if reasons else ("ok", reasons)
 
 
+#: What the digest leaves out: ``lmx`` quotes it; ``series`` is plot data, optional, not the measurement.
+UNDIGESTED = ("lmx", "series")
+
+
 def digest(export: dict[str, Any]) -> str:
-    """sha256 of the export's canonical JSON without its ``lmx`` part (which quotes the digest)."""
-    body = {k: v for k, v in export.items() if k != "lmx"}
+    """sha256 of the export's canonical JSON without its ``lmx`` part (which quotes the digest) and its
+    ``series`` block: the digest names the measurement, the same with or without the plot data."""
+    body = {k: v for k, v in export.items() if k not in UNDIGESTED}
     sha = hashlib.sha256()
     for piece in json_pieces(body, canonical):  # never the GIL held for the whole export at once
         sha.update(piece)
@@ -73,7 +79,11 @@ def build_export(
     windows: Sequence[Window],
     sparkwatch_version: str,
     engine: EngineSamples | None = None,
+    *,
+    series_buckets: int | None = None,
 ) -> dict[str, Any]:
+    """The export; with ``series_buckets``, its ``series`` block too (core/series.py), in that many time
+    buckets over the run. Without it the export is what it was before the block existed."""
     span_kind: ScopeKind = "decode" if run.scope == "decode" else "request"
     # a window counts when its phase is measured and it has the stamps its scope needs (decode: tokens)
     measured = [w.phase in run.phases and not w.failed and w.span(span_kind) is not None for w in windows]
@@ -118,13 +128,22 @@ def build_export(
         ),
     }
     attach_engine(export, engine, (plan.scope.starts, plan.scope.ends), (plan.starts, plan.ends))
+    export["lmx"] = _lmx(run, sparkwatch_version, export, figures)
+    if series_buckets is not None:
+        export["series"] = run_series(run, nodes, plan.scope, series_buckets)
+    return export
+
+
+def _lmx(
+    run: RunSpec, version: str, export: dict[str, Any], figures: Sequence[NodeFigures]
+) -> dict[str, Any]:
+    """The export's ``lmx`` part: what the lmx form takes, its notes quoting the digest of the rest."""
     peak_sum = export["totals"]["memory_used_bytes_peak_sum"]
-    export["lmx"] = {
+    return {
         "gpuPowerWatts": [rounded(p, 1) for f in figures for p in f.gpu_power_w],
         "peakVramGb": lmx_gb(peak_sum) if peak_sum is not None else None,
-        "notes": _lmx_notes(run, sparkwatch_version, digest(export), _system_note(export)),
+        "notes": _lmx_notes(run, version, digest(export), _system_note(export)),
     }
-    return export
 
 
 def with_run_notes(export: dict[str, Any], notes: Sequence[str]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkwatch.core.export import LMX_NOTES_MAX_CHARS, SCHEMA
+from sparkwatch.core.series_schema import SERIES
 from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, REQUIRED_FIELDS, WINDOW_FIELDS
 
 
@@ -368,5 +369,6 @@ def run_schema() -> dict[str, Any]:
             "totals": _TOTALS,
             "lmx": _LMX,
             "engine": _ENGINE,
+            "series": SERIES,
         },
     }

@@ -32,6 +32,7 @@ class SignalTrack:
     temperature_c: F64
     reasons: I64
     max_sm_clock_hz: float | None  # from the GPU's hello; None: no ratio
+    uuid: str | None = None  # the GPU's, where the caller knows it (the series names it)
 
 
 def reason_names(mask: int) -> list[str]:

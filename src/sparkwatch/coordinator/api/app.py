@@ -4,7 +4,9 @@ with a JSON reason and stores nothing."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -16,6 +18,7 @@ from sparkwatch.coordinator.api.metrics import coordinator_registry
 from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd
 from sparkwatch.coordinator.api.openapi import openapi_document
 from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.defaults import SERIES_BUCKETS, check_series_buckets
 from sparkwatch.store import DuplicateIds, Invalid, NotFound, RunEnded, StoreError, Unavailable
 from sparkwatch_agent.shared.http import Handler, bearer_middleware, json_error, json_refusals
 
@@ -23,6 +26,7 @@ COORDINATOR = web.AppKey("coordinator", Coordinator)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 OPENAPI = web.AppKey("openapi", dict[str, Any])
 MAX_BODY_BYTES = 64 * 1024 * 1024
+DIGITS = re.compile(r"[0-9]{1,9}")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -160,9 +164,32 @@ async def marks(request: web.Request) -> web.Response:
     )
 
 
+def series_buckets(query: Mapping[str, str]) -> int | None:
+    """The export's ``series`` block asked for by the query: ``series=true`` (default buckets) and/or
+    ``series_buckets=N``; None when not asked. A ValueError says what is wrong with the query."""
+    flag, raw = query.get("series"), query.get("series_buckets")
+    if flag not in (None, "true", "false"):
+        raise ValueError(f"series must be true or false, got {flag!r}")
+    if raw is None:
+        return SERIES_BUCKETS if flag == "true" else None
+    if flag == "false":
+        raise ValueError("series_buckets asks for the series block that series=false leaves out")
+    if not DIGITS.fullmatch(raw):
+        raise ValueError(f"series_buckets must be a whole number, got {raw[:40]!r}")
+    try:
+        return check_series_buckets(int(raw))
+    except ValueError as exc:
+        raise ValueError(f"series_buckets {exc}") from None
+
+
 async def export(request: web.Request) -> web.StreamResponse:
-    """Computed and serialised off the loop, in pieces; written out piece by piece."""
-    pieces = await request.app[COORDINATOR].export_json(request.match_info["run_id"])
+    """Computed and serialised off the loop, in pieces; written out piece by piece. ``?series=true`` or
+    ``?series_buckets=N`` adds the plot data (core/series.py)."""
+    try:
+        buckets = series_buckets(request.query)
+    except ValueError as exc:
+        return error(400, "invalid_query", str(exc))
+    pieces = await request.app[COORDINATOR].export_json(request.match_info["run_id"], buckets)
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.content_length = sum(len(piece) for piece in pieces)
     await response.prepare(request)
@@ -170,6 +197,18 @@ async def export(request: web.Request) -> web.StreamResponse:
         await response.write(piece)
     await response.write_eof()
     return response
+
+
+async def report(request: web.Request) -> web.Response:
+    """The run report (report/page.py), built off the loop from the run's export with its
+    series block (``?series_buckets=N``, else the default buckets)."""
+    query = {**request.query, "series": "true"}
+    try:
+        buckets = series_buckets(query) or SERIES_BUCKETS
+    except ValueError as exc:
+        return error(400, "invalid_query", str(exc))
+    page = await request.app[COORDINATOR].report_html(request.match_info["run_id"], buckets)
+    return web.Response(text=page, content_type="text/html", charset="utf-8")
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -199,4 +238,5 @@ def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     app.router.add_delete("/v1/runs/{run_id}/imports/{import_id}", abort_import)
     app.router.add_post("/v1/runs/{run_id}/marks", marks)
     app.router.add_get("/v1/runs/{run_id}/export", export)
+    app.router.add_get("/v1/runs/{run_id}/report", report)
     return app

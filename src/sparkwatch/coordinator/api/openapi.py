@@ -24,7 +24,7 @@ from sparkwatch.core.windows import (
     NS_MAX,
     STAMP_FIELDS,
 )
-from sparkwatch.defaults import PHASE_RE
+from sparkwatch.defaults import MAX_SERIES_BUCKETS, MIN_SERIES_BUCKETS, PHASE_RE, SERIES_BUCKETS
 
 REF = "#/components/schemas/{model}"
 #: The routes without a token (a Prometheus scrape, a load balancer's health check).
@@ -40,7 +40,24 @@ class Operation:
     answer: int = 200  # the status of success
     #: refusals particular to the route (401, 404, 405, and 413 and 503 for writes, are added)
     refusals: tuple[int, ...] = ()
+    query: tuple[dict[str, Any], ...] = ()  # its query parameters, as OpenAPI parameter objects
 
+
+SERIES_QUERY: dict[str, Any] = {
+    "name": "series",
+    "in": "query",
+    "required": False,
+    "description": "true: add the series block (each node's decimated time series, for the run"
+    f" report) in {SERIES_BUCKETS} time buckets; false or absent: leave it out",
+    "schema": {"type": "string", "enum": ["true", "false"]},
+}
+SERIES_BUCKETS_QUERY: dict[str, Any] = {
+    "name": "series_buckets",
+    "in": "query",
+    "required": False,
+    "description": f"the series block in this many time buckets over the run (report: {SERIES_BUCKETS})",
+    "schema": {"type": "integer", "minimum": MIN_SERIES_BUCKETS, "maximum": MAX_SERIES_BUCKETS},
+}
 
 OPERATIONS = (
     Operation("get", "/healthz", "200 when every link streams, else 503", refusals=(503,)),
@@ -73,7 +90,20 @@ OPERATIONS = (
     ),
     Operation("delete", "/v1/runs/{run_id}/imports/{import_id}", "drop the import", refusals=(404,)),
     Operation("post", "/v1/runs/{run_id}/marks", "begin or end a mark", "MarkIn", 201, (400, 404, 409)),
-    Operation("get", "/v1/runs/{run_id}/export", "the sparkwatch.run/1 export", refusals=(404,)),
+    Operation(
+        "get",
+        "/v1/runs/{run_id}/export",
+        "the sparkwatch.run/1 export",
+        refusals=(400, 404),
+        query=(SERIES_QUERY, SERIES_BUCKETS_QUERY),
+    ),
+    Operation(
+        "get",
+        "/v1/runs/{run_id}/report",
+        "the run report: one self-contained HTML page (figures from the series block)",
+        refusals=(400, 404),
+        query=(SERIES_BUCKETS_QUERY,),
+    ),
 )
 
 
@@ -155,10 +185,10 @@ def _paths() -> dict[str, Any]:
         item: dict[str, Any] = {"summary": op.summary, "operationId": f"{op.method}_{name}"}
         item["responses"] = _responses(op)
         params = [part[1:-1] for part in op.path.split("/") if part.startswith("{")]
-        if params:
+        if params or op.query:
             item["parameters"] = [
                 {"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params
-            ]
+            ] + list(op.query)
         if op.body is not None:
             item["requestBody"] = {
                 "required": op.body != "RunEnd",  # a run may end without saying what it wrapped
@@ -171,7 +201,8 @@ def _paths() -> dict[str, Any]:
 
 def _responses(op: Operation) -> dict[str, Any]:
     refusal = {"content": {"application/json": {"schema": {"$ref": REF.format(model="Refusal")}}}}
-    kind = "text/plain" if op.path == "/metrics" else "application/json"
+    kinds = {"/metrics": "text/plain", "/v1/runs/{run_id}/report": "text/html"}
+    kind = kinds.get(op.path, "application/json")
     out: dict[str, Any] = {str(op.answer): {"description": op.summary, "content": {kind: {}}}}
     codes = set(op.refusals) | ({401} if op.path not in OPEN_PATHS else set()) | {404, 405}
     if op.method != "get":
@@ -182,7 +213,10 @@ def _responses(op: Operation) -> dict[str, Any]:
 
 
 _REFUSALS = {
-    400: "invalid_body: the reason lists each finding as {loc, msg}",
+    400: (
+        "invalid_body: the reason lists each finding as {loc, msg}; invalid_query (export, report): a query"
+        " parameter out of its bounds, the reason a sentence"
+    ),
     401: "unauthorized: no or a wrong bearer token",
     404: "not_found: no such run, import, mark or route",
     405: "method_not_allowed",

@@ -1,0 +1,120 @@
+"""`sparkwatch report EXPORT`: the run report (HTML, and PNG/SVG figures) from an export file alone, and the
+report `sparkwatch run` and `sparkwatch demo` write beside their export.
+
+The report module (Altair, vl-convert) is imported only when a report is built: every other subcommand
+starts without it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from sparkwatch.core.export import SCHEMA
+from sparkwatch.defaults import SERIES_BUCKETS
+from sparkwatch.outputs import check_output, write_text_atomically
+
+MIB = 1 << 20
+
+
+class ReportError(Exception):
+    """An export the report cannot be built from, or a folder images cannot go to: one line."""
+
+
+def series_for(report: bool) -> int | None:
+    """The series buckets `run` and `demo` ask the export for: the plots' data when they write a report."""
+    return SERIES_BUCKETS if report else None
+
+
+def report_path(export_path: Path) -> Path:
+    """Where the report of ``run.json`` goes unless ``-o`` says: ``run.report.html`` beside it."""
+    return export_path.with_name(f"{export_path.stem}.report.html")
+
+
+def load_export(path: Path) -> dict[str, Any]:
+    """The export at ``path``, checked against the ``sparkwatch.run/1`` schema (its ``series`` block
+    included), or a one-line reason."""
+    import jsonschema  # noqa: PLC0415 — only for the commands that read an export file
+
+    from sparkwatch.core.export_schema import run_schema  # noqa: PLC0415
+
+    try:
+        export = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise ReportError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ReportError(f"{path} is not JSON ({exc})") from None
+    if not isinstance(export, dict) or export.get("schema") != SCHEMA:
+        found = export.get("schema") if isinstance(export, dict) else type(export).__name__
+        raise ReportError(f"{path} is not a {SCHEMA} export (schema: {found!r})")
+    schema = run_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(export))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        raise ReportError(f"{path} is not a valid {SCHEMA} export: at {where}: {error.message[:200]}")
+    return export
+
+
+def _image_folder(folder: Path | None) -> Path | None:
+    if folder is None:
+        return None
+    if folder.exists() and not folder.is_dir():
+        raise ReportError(f"cannot write images to {folder}: it is not a folder")
+    return folder
+
+
+def build_report_file(export: dict[str, Any], output: Path) -> int:
+    """Write the report of ``export`` to ``output`` (whole or not at all); returns its size in bytes."""
+    from sparkwatch.report.bundle import Assets  # noqa: PLC0415
+    from sparkwatch.report.page import build_page  # noqa: PLC0415 — Altair, on demand
+
+    page = build_page(export, Assets())
+    write_text_atomically(output, page)
+    return len(page.encode())
+
+
+def write_report_beside(export: dict[str, Any], export_path: Path, stderr: TextIO) -> Path | None:
+    """`run` and `demo`: the report beside the export they wrote; a failure is a warning (the export,
+    the measurement's record, is already safe)."""
+    output = report_path(export_path)
+    try:
+        size = build_report_file(export, output)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        stderr.write(f"sparkwatch: warning: the report could not be written to {output}: {exc}\n")
+        return None
+    stderr.write(f"sparkwatch: report written to {output} ({size / MIB:.1f} MiB)\n")
+    return output
+
+
+def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    png, svg = _image_folder(args.png), _image_folder(args.svg)
+    export = load_export(args.export)
+    output = args.output or report_path(args.export)
+    check_output(output)
+    if (png or svg) and not export.get("series"):
+        raise ReportError(
+            f"{args.export} has no series block, so there are no figures to draw: export the run with"
+            " `sparkwatch export --series` (run and demo include it unless --no-report)"
+        )
+    size = build_report_file(export, output)
+    _say(f"report written to {output} ({size / MIB:.1f} MiB)")
+    if not export.get("series"):
+        _say(
+            f"warning: {args.export} has no series block: the report has tables but no figures"
+            " (export the run with --series)"
+        )
+    for folder, fmt in ((png, "png"), (svg, "svg")):
+        if folder is not None:
+            from sparkwatch.report.static import write_images  # noqa: PLC0415
+
+            folder.mkdir(parents=True, exist_ok=True)
+            written = write_images(export, folder, fmt)  # type: ignore[arg-type]
+            _say(f"{len(written)} {fmt.upper()} figure(s) written to {folder}")
+    return 0
+
+
+def _say(line: str) -> None:
+    print(f"sparkwatch: {line}", file=sys.stderr)

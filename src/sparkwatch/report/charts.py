@@ -1,0 +1,211 @@
+"""The report's figures as one Vega-Lite spec (built with Altair): per node four panels on one shared time
+axis that zoom and pan together — power (GPU rail and each system domain, never summed), SM utilisation
+(the gate threshold and the gated-out time shaded), unified memory used (its baseline marked) and SM clock
+(throttle episodes marked) — with the request windows as bands behind every panel.
+
+The data travel beside the spec as named columnar datasets (``columns``): the page turns them into rows in
+the browser, and ``with_rows`` does it here for the static images. A ``None`` value is a gap: Vega-Lite
+breaks the line there, so nothing is ever drawn across it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import altair as alt
+
+from sparkwatch.report.bands import BAND_KINDS, band_columns, fine_when, in_view, merged_columns
+from sparkwatch_agent.shared.units import GIB
+
+PANEL_WIDTH_PX = 1100
+PANEL_HEIGHT_PX = 90
+#: Below this duration the time axis is plain seconds; above it, elapsed hours:minutes:seconds.
+HMS_AXIS_FROM_S = 1000.0
+ZOOM = "zoom"
+#: Elapsed time as h:mm:ss, with milliseconds where a tick falls between seconds (a zoomed-in view).
+HMS_LABEL = "utcFormat(datum.value * 1000, datum.value % 1 ? '%H:%M:%S.%L' : '%H:%M:%S')"
+GATED_OUT_FILL = "#7f7f7f"
+THROTTLE_FILL = "#d62728"
+Columns = dict[str, list[Any]]
+#: The datasets every node's panels read (the rest are named ``n<index>_<panel>``).
+SHARED = ("bands", "merged", "one")
+
+
+@dataclass
+class Figures:
+    """The spec without data, the named datasets (columnar) it reads, and one spec per node for images."""
+
+    spec: dict[str, Any]
+    columns: dict[str, Columns] = field(default_factory=dict)
+    per_node: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _lines(node: dict[str, Any], kinds: tuple[str, ...], scale: float = 1.0) -> Columns:
+    """The node's series of these kinds as one long table: time, value (scaled; None = a gap), label."""
+    out: Columns = {"t": [], "v": [], "l": []}
+    for line in node["lines"]:
+        if line["kind"] not in kinds:
+            continue
+        label = line["label"]
+        out["t"] += line["t_s"]
+        out["v"] += [None if v is None else round(v / scale, 3) for v in line["v"]]
+        out["l"] += [label] * len(line["t_s"])  # one line per label: labels are never joined
+    return out
+
+
+def _spans(pairs: list[list[float]]) -> Columns:
+    return {"t": [p[0] for p in pairs], "t2": [p[1] for p in pairs]}
+
+
+def _x(duration_s: float, titled: bool) -> alt.X:
+    """The shared time axis; only a node's bottom panel carries its title."""
+    hms = duration_s >= HMS_AXIS_FROM_S
+    title = "time since the run started (h:mm:ss)" if hms else "seconds since the run started"
+    axis = alt.Axis(
+        title=title if titled else None,
+        labelExpr=HMS_LABEL if hms else alt.Undefined,
+        grid=False,
+        tickCount=12,
+        labelFlush=True,
+    )
+    return alt.X("t:Q", axis=axis, scale=alt.Scale(zero=False, nice=False, domain=[0, duration_s]))
+
+
+def _bands(x: alt.X, fine: str) -> tuple[alt.Chart, alt.Chart]:
+    """Each window's own bands while ``fine`` holds (only those in view), else the merged ones."""
+    kinds, colours = zip(*BAND_KINDS, strict=True)
+    fill = alt.Fill("k:N", title="windows", scale=alt.Scale(domain=list(kinds), range=list(colours)))
+    own = (
+        alt.Chart(alt.NamedData("bands"))
+        .transform_filter(f"{fine} && {in_view(ZOOM)}")
+        .mark_rect(clip=True, opacity=0.55)
+        .encode(x=x, x2="t2:Q", fill=fill, tooltip=[alt.Tooltip("id:N", title="window"), "k:N"])
+    )
+    merged = (
+        alt.Chart(alt.NamedData("merged"))
+        .transform_filter(f"!{fine}")
+        .mark_rect(clip=True, opacity=0.55)
+        .encode(x=x, x2="t2:Q", fill=fill, tooltip=[alt.Tooltip("n:Q", title="windows"), "k:N"])
+    )
+    return own, merged
+
+
+def _line(name: str, title: str, y_scale: alt.Scale | None = None, legend: bool = False) -> alt.Chart:
+    """A panel's lines, one per label; only the power panel (GPU rail and domains) needs a legend."""
+    stroke = alt.Stroke("l:N", title="power", legend=alt.Legend() if legend else None)
+    chart: alt.Chart = (
+        alt.Chart(alt.NamedData(name))
+        .mark_line(clip=True, strokeWidth=1.2, interpolate="linear")
+        .encode(x="t:Q", y=alt.Y("v:Q", title=title, scale=y_scale or alt.Scale(zero=False)), stroke=stroke)
+    )
+    return chart
+
+
+def _shade(name: str, colour: str, opacity: float) -> alt.Chart:
+    chart: alt.Chart = (
+        alt.Chart(alt.NamedData(name))
+        .mark_rect(clip=True, opacity=opacity, fill=colour)
+        .encode(x="t:Q", x2="t2:Q")
+    )
+    return chart
+
+
+def _rule(value: float, colour: str) -> alt.Chart:
+    chart: alt.Chart = (
+        alt.Chart(alt.NamedData("one")).mark_rule(strokeDash=[6, 3], color=colour).encode(y=alt.datum(value))
+    )
+    return chart
+
+
+def node_panels(
+    export: dict[str, Any], i: int, node: dict[str, Any], duration_s: float, columns: dict[str, Columns]
+) -> alt.VConcatChart:
+    fine = fine_when(len(export["windows"]), duration_s, ZOOM)
+    """One node's four panels; fills ``columns`` with the datasets they read."""
+    p = f"n{i}_"
+    columns[p + "power"] = _lines(node, ("gpu_power_w", "system_power_w"))
+    columns[p + "util"] = _lines(node, ("util_ratio",))
+    columns[p + "mem"] = _lines(node, ("mem_used_bytes",), GIB)
+    columns[p + "clock"] = _lines(node, ("sm_clock_hz",), 1e6)
+    columns[p + "gated"] = _spans(node.get("gated_out", []))
+    columns[p + "throttle"] = _spans([e["t_s"] for e in node.get("throttle", [])])
+    entry = export["nodes"][i] if i < len(export["nodes"]) else {}
+    threshold = export["method"]["gate"]["threshold_ratio"]
+    baseline = (entry.get("memory_used_bytes") or {}).get("baseline")
+    total = (entry.get("hardware") or {}).get("memory_total_bytes")
+    bands = _bands(_x(duration_s, titled=False), fine)
+    bottom = _bands(_x(duration_s, titled=True), fine)
+    power = alt.layer(*bands, _line(p + "power", "power W", legend=True))
+    util = alt.layer(
+        *bands,
+        _shade(p + "gated", GATED_OUT_FILL, 0.45),
+        _line(p + "util", "SM util", alt.Scale(domain=[0, 1])),
+        _rule(threshold, "#333333"),
+    )
+    mem_scale = alt.Scale(domain=[0, total / GIB]) if total else alt.Scale(zero=True)
+    mem_layers = [*bands, _line(p + "mem", "memory GiB", mem_scale)]
+    if baseline is not None:
+        mem_layers.append(_rule(baseline / GIB, "#2ca02c"))
+    clock = alt.layer(*bottom, _shade(p + "throttle", THROTTLE_FILL, 0.35), _line(p + "clock", "SM MHz"))
+    panels = [
+        c.properties(width=PANEL_WIDTH_PX, height=PANEL_HEIGHT_PX)
+        for c in (power, util, alt.layer(*mem_layers), clock)
+    ]
+    title = alt.Title(node["node"], anchor="start", fontSize=14)
+    chart: alt.VConcatChart = alt.vconcat(*panels, spacing=6, title=title).resolve_scale(stroke="independent")
+    return chart
+
+
+def figures(export: dict[str, Any]) -> Figures | None:
+    """The report's figures, or ``None`` when the export carries no ``series`` block."""
+    series = export.get("series")
+    if not series:
+        return None
+    duration_s = (series["t_end_ns"] - series["t0_ns"]) / 1e9
+    bands = {"bands": band_columns(export), "merged": merged_columns(export, series["bucket_s"])}
+    out = Figures(spec={}, columns={**bands, "one": {"o": [0]}})
+    charts = [node_panels(export, i, node, duration_s, out.columns) for i, node in enumerate(series["nodes"])]
+    top = alt.vconcat(*charts, spacing=28).resolve_scale(x="shared", stroke="independent")
+    out.spec = _spec(top)
+    views = _name_panels(out.spec)
+    out.spec["params"] = [_zoom([v for node in views for v in node])]
+    rest = {k: v for k, v in out.spec.items() if k not in ("vconcat", "params")}
+    out.per_node = [
+        {**rest, "vconcat": [node], "params": [_zoom(names)]}
+        for node, names in zip(out.spec["vconcat"], views, strict=True)
+    ]
+    return out
+
+
+def _name_panels(spec: dict[str, Any]) -> list[list[str]]:
+    """Name each panel's first layer (``n<node>_p<panel>``): the views the zoom parameter lives in. Added
+    to the spec's dict rather than with Altair's ``add_params``, whose de-duplication deep-copies the
+    whole chart once per panel (seconds for 16 panels)."""
+    names: list[list[str]] = []
+    for i, node in enumerate(spec["vconcat"]):
+        names.append([])
+        for j, panel in enumerate(node["vconcat"]):
+            panel["layer"][0]["name"] = f"n{i}_p{j}"
+            names[-1].append(f"n{i}_p{j}")
+    return names
+
+
+def _zoom(views: list[str]) -> dict[str, Any]:
+    """The one zoom: an x interval bound to the (shared) scale, so a wheel or drag on any panel moves all."""
+    select = {"type": "interval", "encodings": ["x"]}
+    return {"name": ZOOM, "select": select, "bind": "scales", "views": views}
+
+
+def _spec(chart: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = chart.to_dict(validate=False)
+    spec.pop("datasets", None)
+    return spec
+
+
+def with_rows(spec: dict[str, Any], columns: dict[str, Columns]) -> dict[str, Any]:
+    """The spec with its datasets as rows (what vl-convert takes for the static images)."""
+    datasets = {
+        name: [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
+        for name, cols in columns.items()
+    }
+    return {**spec, "datasets": datasets}

@@ -1,0 +1,221 @@
+"""What the report's tables say, taken from the export alone: the run's header, the summary in the shape
+people publish (per node gated GPU W, system W, peak memory, coverage; the totals; the method line), each
+node's facts, and one compact row per window for the page's table.
+
+Every number shown in a summary cell keeps the export path it came from (``key``) and the digits it is
+printed to, so a reader (and the browser test) can check the page against the export."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sparkwatch.core.domains import headline_entry
+from sparkwatch.core.export import digest
+from sparkwatch_agent.shared.units import GIB
+
+NA = "n/a"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One printed figure: its text, the export path it came from (``None`` for labels), its digits."""
+
+    text: str
+    key: str | None = None
+    digits: int | None = None
+    scale: float = 1.0  # the export value is divided by this before printing (bytes → GiB)
+
+
+def figure(export: dict[str, Any], key: str, digits: int, scale: float = 1.0) -> Cell:
+    """The value at ``key`` (dotted path, list indices as numbers) printed to ``digits``; n/a when unknown."""
+    value = lookup(export, key)
+    text = NA if value is None else f"{value / scale:.{digits}f}"
+    return Cell(text, key, digits, scale)
+
+
+def lookup(tree: Any, key: str) -> Any:
+    """The value at a dotted path such as ``nodes.0.power_w.gated_mean``; ``None`` where it is absent."""
+    for part in key.split("."):
+        if isinstance(tree, list) and part.isdigit() and int(part) < len(tree):
+            tree = tree[int(part)]
+        elif isinstance(tree, dict) and part in tree:
+            tree = tree[part]
+        else:
+            return None
+    return tree
+
+
+def utc(t_ns: int | None) -> str:
+    if t_ns is None:
+        return NA
+    return dt.datetime.fromtimestamp(t_ns / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def header(export: dict[str, Any]) -> list[tuple[str, str]]:
+    """The run's facts, label and text, in reading order."""
+    run = export["run"]
+    command = run.get("command")
+    if command:
+        code = command.get("exit_code")
+        outcome = "" if code is None else f" (exit code {code})"
+        command_text = " ".join(str(a) for a in command.get("argv", [])) + outcome
+    else:
+        command_text = "none (windows came from the API, the proxy or an import)"
+    duration_s = (run["t_end_ns"] - run["t_start_ns"]) / 1e9
+    return [
+        ("run", f"{run['name']} ({run['id']})"),
+        ("command", command_text),
+        ("start", utc(run["t_start_ns"])),
+        ("end", utc(run["t_end_ns"])),
+        ("duration", f"{duration_s:.1f} s"),
+        ("sparkwatch", str(run.get("sparkwatch_version", NA))),
+        ("export sha256", digest_text(export)),
+        *(("note", str(note)) for note in run.get("notes", [])),
+    ]
+
+
+def digest_text(export: dict[str, Any]) -> str:
+    """The export's digest, and whether it is the one its lmx notes quote (a hand-edited export is not)."""
+    sha = digest(export)
+    notes = (export.get("lmx") or {}).get("notes")
+    quoted = re.search(r"sha256 ([0-9a-f]{64})", notes) if isinstance(notes, str) else None
+    if quoted is None:
+        return sha
+    return sha if quoted.group(1) == sha else f"{sha} (the lmx notes quote {quoted.group(1)}: edited since)"
+
+
+def method_line(export: dict[str, Any]) -> str:
+    method = export["method"]
+    gate = method["gate"]
+    return (
+        f"scope {method['scope']} of the {', '.join(method['phases'])} windows ({method['scope_s']} s);"
+        f" gate {gate['source']} >= {gate['threshold_ratio']:g}; sampled every {method['interval_s']:g} s;"
+        f" a gap is longer than {method['gap_intervals']} intervals and is never bridged"
+    )
+
+
+def has_system(export: dict[str, Any]) -> bool:
+    return any(node.get("system") for node in export["nodes"])
+
+
+def node_rows(export: dict[str, Any]) -> list[list[Cell]]:
+    """Per node: name, gated GPU W, system W (when any node has a domain), peak memory GiB, coverage."""
+    with_system = has_system(export)
+    rows = []
+    for i, node in enumerate(export["nodes"]):
+        row = [Cell(node["node"]), figure(export, f"nodes.{i}.power_w.gated_mean", 1)]
+        if with_system:
+            row.append(_system_cell(export, i))
+        row += [
+            figure(export, f"nodes.{i}.memory_used_bytes.peak", 1, GIB),
+            figure(export, f"nodes.{i}.samples.coverage_ratio", 3),
+        ]
+        rows.append(row)
+    return rows
+
+
+def _system_cell(export: dict[str, Any], i: int) -> Cell:
+    """The node's headline (whole-node) domain's gated mean, named; n/a (no sensor) without one."""
+    node = export["nodes"][i]
+    entry = headline_entry(node)
+    if entry is None:
+        return Cell(f"{NA} (no sensor)")
+    k = node["system"]["domains"].index(entry)
+    cell = figure(export, f"nodes.{i}.system.domains.{k}.power_w.gated_mean", 1)
+    return Cell(f"{cell.text} ({entry['domain']})", cell.key, cell.digits)
+
+
+def node_columns(export: dict[str, Any]) -> list[str]:
+    system = ["system W (whole node)"] if has_system(export) else []
+    return ["node", "gated GPU W", *system, "peak memory GiB", "coverage"]
+
+
+def total_rows(export: dict[str, Any]) -> list[tuple[str, Cell]]:
+    """The run's totals, label and figure: what the seed line quotes, and the system figures when known."""
+    rows = [
+        ("sum of gated GPU W", figure(export, "totals.power_w_gated_mean_sum", 1)),
+        ("GPU energy J", figure(export, "totals.energy_j", 1)),
+        ("completion tokens", figure(export, "totals.completion_tokens", 0)),
+        ("GPU J/token", figure(export, "totals.joules_per_token", 3)),
+        ("peak of summed memory GiB", figure(export, "totals.memory_used_bytes_peak_of_sum", 1, GIB)),
+        ("sum of per-node peak memory GiB", figure(export, "totals.memory_used_bytes_peak_sum", 1, GIB)),
+    ]
+    if has_system(export):
+        rows += [
+            ("system energy J", figure(export, "totals.system_energy_j", 1)),
+            ("system J/token", figure(export, "totals.system_joules_per_token", 3)),
+        ]
+    return rows
+
+
+def null_reasons(export: dict[str, Any]) -> list[str]:
+    """Why each unknown total is unknown, as the export says."""
+    return [f"{name}: {why}" for name, why in export["totals"].get("null_reasons", {}).items()]
+
+
+def node_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
+    """A node's hardware, driver, clock alignment and unsupported fields (with their reasons)."""
+    hardware = node.get("hardware") or {}
+    gpus = hardware.get("gpus") or []
+    host = hardware.get("host") or {}
+    clock = node.get("clock") or {}
+    offset, uncertainty = clock.get("offset_ns"), clock.get("uncertainty_ns")
+    offset_text = NA if offset is None else f"{offset / 1e6:+.3f} ms"
+    if uncertainty is not None:
+        offset_text += f" ± {uncertainty / 1e6:.3f} ms"
+    facts = [
+        ("GPU", ", ".join(f"{g.get('name', '?')} ({g.get('uuid', '?')})" for g in gpus) or NA),
+        ("driver", f"{hardware.get('driver_version', NA)} (CUDA {hardware.get('cuda_driver_version', NA)})"),
+        ("host", f"{host.get('hostname', NA)}: {host.get('cpu', NA)}, {host.get('os', NA)}"),
+        ("memory", f"{node.get('memory_model', NA)}, total {_gib(hardware.get('memory_total_bytes'))} GiB"),
+        ("clock offset", f"{offset_text} ({clock.get('method', NA)}, {_probes(clock)})"),
+    ]
+    if hardware.get("simulated"):
+        facts.insert(0, ("backend", "simulated"))
+    facts += [(f"unsupported: {name}", str(why)) for name, why in sorted(node.get("unsupported", {}).items())]
+    facts += [(f"n/a {name}", str(why)) for name, why in sorted(node.get("null_reasons", {}).items())]
+    return facts
+
+
+def _probes(clock: dict[str, Any]) -> str:
+    return f"{clock.get('probes_used', NA)} of {clock.get('probes_total', NA)} probes"
+
+
+def _gib(value: Any) -> str:
+    return NA if value is None else f"{value / GIB:.1f}"
+
+
+def window_rows(export: dict[str, Any]) -> dict[str, Any]:
+    """The window table as compact columns (one list per column, one entry per window), times in seconds
+    from the run's start; per-node gated W and energy in node order."""
+    t0 = export["run"]["t_start_ns"]
+    windows = export["windows"]
+
+    def rel(t_ns: int | None) -> float | None:
+        return None if t_ns is None else round((t_ns - t0) / 1e9, 3)
+
+    return {
+        "nodes": [n["node"] for n in export["nodes"]],
+        "id": [w["id"] for w in windows],
+        "phase": [w["phase"] for w in windows],
+        "in_scope": [w["in_scope"] for w in windows],
+        "t_start_s": [rel(w["t_start_ns"]) for w in windows],
+        "t_end_s": [rel(w["t_end_ns"]) for w in windows],
+        "t_first_token_s": [rel(w.get("t_first_token_ns")) for w in windows],
+        "t_last_token_s": [rel(w.get("t_last_token_ns")) for w in windows],
+        "tokens": [w.get("completion_tokens") for w in windows],
+        "power_w": [[e.get("power_w_gated_mean") for e in w["nodes"]] for w in windows],
+        "energy_j": [[e.get("energy_j") for e in w["nodes"]] for w in windows],
+        "coverage": [_worst([e.get("coverage_ratio") for e in w["nodes"]]) for w in windows],
+        "verdict": [w["verdict"] for w in windows],
+        "reasons": ["; ".join(w["reasons"]) for w in windows],
+    }
+
+
+def _worst(values: list[float | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return min(v for v in values if v is not None)

@@ -1,0 +1,136 @@
+"""The report page from an export alone: the summary says the export's numbers to the printed digits, every
+window is a band and a table row, the figures read the series block, and an export without one still
+renders (its tables) and says why there is nothing to plot."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from helpers.synthetic_run import synthetic_export
+from sparkwatch.core.export import digest
+from sparkwatch.report import charts, facts
+from sparkwatch.report.bundle import Assets
+from sparkwatch.report.page import build_page, summary_html
+
+
+class Cells(HTMLParser):
+    """Every <td data-key> of a page: its key, digits, scale and the text shown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: list[dict[str, Any]] = []
+        self._open: dict[str, Any] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        named = dict(attrs)
+        if tag == "td" and "data-key" in named:
+            self._open = {**named, "text": ""}
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._open["text"] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self._open is not None:
+            self.cells.append(self._open)
+            self._open = None
+
+
+@pytest.fixture(scope="module")
+def export() -> dict[str, Any]:
+    return synthetic_export(hours=0.1, windows=40, series_buckets=600)
+
+
+def _page_data(page: str) -> dict[str, Any]:
+    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    assert match is not None
+    data: dict[str, Any] = json.loads(match.group(1))
+    return data
+
+
+def test_every_summary_figure_is_the_exports_to_its_printed_digits(export: dict[str, Any]) -> None:
+    parser = Cells()
+    parser.feed(summary_html(export))
+    keys = {c["data-key"] for c in parser.cells}
+    # the seed's shape: per node gated W, peak memory and coverage; the totals people quote
+    for i in range(len(export["nodes"])):
+        assert {f"nodes.{i}.power_w.gated_mean", f"nodes.{i}.memory_used_bytes.peak"} <= keys
+    assert {"totals.power_w_gated_mean_sum", "totals.joules_per_token", "totals.energy_j"} <= keys
+    for cell in parser.cells:
+        value = facts.lookup(export, cell["data-key"])
+        digits, scale = int(cell["data-digits"]), float(cell["data-scale"])
+        shown = cell["text"].split(" ")[0]
+        if value is None:
+            assert shown == "n/a", cell
+        else:
+            assert shown == f"{value / scale:.{digits}f}", cell
+            assert abs(float(shown) - value / scale) <= 0.5 * 10**-digits + 1e-12
+
+
+def test_a_node_without_a_system_sensor_says_so_and_the_others_name_their_domain(
+    export: dict[str, Any],
+) -> None:
+    rows = facts.node_rows(export)
+    system_texts = [row[2].text for row in rows]
+    assert system_texts[-1] == "n/a (no sensor)"
+    assert all(re.fullmatch(r"\d+\.\d \(\w+\)", t) for t in system_texts[:-1]), system_texts
+
+
+def test_every_window_is_a_band_and_a_table_row(export: dict[str, Any]) -> None:
+    page = build_page(export, Assets())
+    data = _page_data(page)
+    ids = [w["id"] for w in export["windows"]]
+    assert data["windows"]["id"] == ids
+    bands = data["columns"]["bands"]
+    assert set(bands["id"]) == set(ids)
+    for w in export["windows"]:  # prefill ends where decode starts, at the first token
+        kinds = [k for k, i in zip(bands["k"], bands["id"], strict=True) if i == w["id"]]
+        if w["t_first_token_ns"] is not None and w["t_last_token_ns"] is not None:
+            assert kinds == [f"{w['phase']} · prefill", f"{w['phase']} · decode"]
+
+
+def test_the_figures_read_the_series_block_and_its_gaps_stay_gaps(export: dict[str, Any]) -> None:
+    figures = charts.figures(export)
+    assert figures is not None
+    series = export["series"]
+    assert len(figures.per_node) == len(series["nodes"])
+    for i, node in enumerate(series["nodes"]):
+        power = figures.columns[f"n{i}_power"]
+        wanted = [ln for ln in node["lines"] if ln["kind"] in ("gpu_power_w", "system_power_w")]
+        assert len(power["t"]) == sum(len(ln["t_s"]) for ln in wanted)
+        assert power["v"].count(None) == sum(ln["v"].count(None) for ln in wanted)
+        assert figures.columns[f"n{i}_gated"]["t"] == [a for a, _ in node["gated_out"]]
+    assert any(None in figures.columns[f"n{i}_power"]["v"] for i in range(len(series["nodes"])))
+
+
+def test_an_export_without_series_renders_its_tables_and_says_why_there_is_no_plot(
+    export: dict[str, Any],
+) -> None:
+    bare = {k: v for k, v in export.items() if k != "series"}
+    page = build_page(bare, Assets())
+    assert 'id="no-series"' in page and "sparkwatch export --series" in page
+    assert _page_data(page)["spec"] is None
+    assert "vegaEmbed=" not in page  # no 900 kB of plotting code for nothing
+
+
+def test_the_header_checks_the_digest_the_lmx_notes_quote(export: dict[str, Any]) -> None:
+    assert dict(facts.header(export))["export sha256"] == digest(export)
+    edited = copy.deepcopy(export)
+    edited["nodes"][0]["power_w"]["gated_mean"] = 1.0
+    assert "edited since" in dict(facts.header(edited))["export sha256"]
+
+
+def test_text_from_the_export_cannot_break_out_of_the_page(export: dict[str, Any]) -> None:
+    hostile = copy.deepcopy(export)
+    hostile["run"]["name"] = "</script><script>alert(1)</script>"
+    hostile["windows"][0]["id"] = "<img src=x onerror=alert(1)>"
+    page = build_page(hostile, Assets())
+    assert _page_data(page)["windows"]["id"][0] == "<img src=x onerror=alert(1)>"  # kept as data ...
+    outside = re.sub(r'<script type="application/json" id="report-data">.*?</script>', "", page, flags=re.S)
+    assert "<script>alert(1)" not in page and "<img src=x" not in outside  # ... and never as markup

@@ -1,0 +1,156 @@
+"""The run report in a real headless Chromium (Debian's, driven by Playwright): the demo's report and a
+synthetic 8 h, 4-node, 10 Hz run with 10 000 windows open from file:// with no console error and no network
+request, say the export's numbers, show every timed window as a band and a table row, and zoom to a window
+when its row is clicked. Screenshots are kept in test-artifacts/ (helpers/artifacts.py)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+from typing import Any
+
+from helpers.browser import OpenedPage, open_page
+from helpers.cli import sparkwatch
+from helpers.synthetic_run import synthetic_export
+from sparkwatch.report import facts
+
+READY = "body[data-ready='1']"
+#: The window bands Vega actually drew (scenegraph rect items whose datum is a band), deduplicated.
+DRAWN_BANDS = """() => {
+  const out = new Map();
+  (function walk(node) {
+    for (const item of node.items || []) {
+      const d = item.datum;
+      if (node.marktype === "rect" && d && d.k !== undefined && d.t2 !== undefined) {
+        out.set(`${d.t}|${d.t2}|${d.k}`, [d.t, d.t2, d.k, d.id === undefined ? null : d.id]);
+      }
+      walk(item);
+    }
+  })(sparkwatchReport.view.scenegraph().root);
+  return [...out.values()];
+}"""
+MAX_REPORT_BYTES = 10 * 1024 * 1024
+
+
+def _check_clean(opened: OpenedPage, page_path: pathlib.Path) -> None:
+    """Nothing failed and nothing was fetched: the one request is the page itself."""
+    assert opened.console_errors == [] and opened.page_errors == []
+    assert opened.blocked == []
+    assert opened.requests == [page_path.resolve().as_uri()]
+
+
+def _check_summary(opened: OpenedPage, export: dict[str, Any]) -> int:
+    """Every figure the summary shows is the export's, to the digits it prints; returns how many."""
+    cells = opened.page.eval_on_selector_all(
+        "#summary td[data-key]",
+        "els => els.map(e => [e.dataset.key, +e.dataset.digits, +e.dataset.scale, e.textContent])",
+    )
+    for key, digits, scale, text in cells:
+        value = facts.lookup(export, key)
+        shown = text.split(" ")[0]
+        assert shown == ("n/a" if value is None else f"{value / scale:.{digits}f}"), (key, text)
+    return len(cells)
+
+
+def _check_windows(opened: OpenedPage, export: dict[str, Any]) -> None:
+    """Every timed window is a row of the table, in the figures' data, and drawn: its own bands or, zoomed
+    out on a long run, a merged band that covers it."""
+    timed = {w["id"] for w in export["windows"] if w["phase"] == "timed"}
+    page = opened.page
+    band_ids = set(page.evaluate("sparkwatchReport.view.data('bands').map(d => d.id)"))
+    drawn = page.evaluate(DRAWN_BANDS)
+    t0 = export["run"]["t_start_ns"]
+    for w in export["windows"]:
+        if w["phase"] == "timed":
+            a, b = (w["t_start_ns"] - t0) / 1e9, (w["t_end_ns"] - t0) / 1e9
+            assert any(t <= a + 0.002 and t2 >= b - 0.002 for t, t2, _, _ in drawn) or (
+                {i for *_, i in drawn} >= {w["id"]}
+            ), w["id"]
+    rows = page.eval_on_selector_all("#window-table .row", "rs => rs.map(r => r.dataset.windowId)")
+    row_ids = set(rows)
+    assert timed and timed <= band_ids and timed <= row_ids
+    assert len(row_ids) == len(export["windows"])
+
+
+def _click_zooms(opened: OpenedPage, export: dict[str, Any], row: int) -> None:
+    """A click on a window's row narrows the shared time axis to that window (and a margin)."""
+    page = opened.page
+    whole = page.evaluate("sparkwatchReport.xDomain()")
+    target = page.locator("#window-table .row").nth(row)
+    window_id = target.get_attribute("data-window-id")
+    target.click()
+    narrower = "w => sparkwatchReport.xDomain()[1] - sparkwatchReport.xDomain()[0] < w"
+    page.wait_for_function(narrower, arg=whole[1] - whole[0])
+    a, b = page.evaluate("sparkwatchReport.xDomain()")
+    w = next(w for w in export["windows"] if w["id"] == window_id)
+    t0 = export["run"]["t_start_ns"]
+    start, end = (w["t_start_ns"] - t0) / 1e9, (w["t_end_ns"] - t0) / 1e9
+    assert a <= start < end <= b and (b - a) < 0.5 * (whole[1] - whole[0]), (a, b, start, end)
+    own = [band for band in page.evaluate(DRAWN_BANDS) if band[3] == window_id]
+    assert {k.split(" · ")[-1] for *_, k, _ in own} == {"prefill", "decode"}, own  # its own bands, drawn
+
+
+def _wheel_zooms_every_node(opened: OpenedPage) -> None:
+    """The mouse wheel over any node's first panel zooms the shared axis (each panel holds the zoom)."""
+    page = opened.page
+    canvas = page.locator("#vis canvas")
+    for k in range(4):
+        page.evaluate("sparkwatchReport.resetZoom()")
+        whole = page.evaluate("sparkwatchReport.xDomain()")
+        box = canvas.bounding_box()
+        assert box is not None
+        offset = k * box["height"] / 4 + 50  # node k's first panel: below its title
+        page.evaluate("y => window.scrollBy(0, y)", box["y"] + offset - 300)
+        box = canvas.bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] / 3, box["y"] + offset)
+        page.mouse.wheel(0, -400)
+        narrower = "w => sparkwatchReport.xDomain()[1] - sparkwatchReport.xDomain()[0] < w"
+        page.wait_for_function(narrower, arg=whole[1] - whole[0] - 1e-6)
+
+
+def test_the_demo_report_opens_offline_and_says_the_exports_numbers(
+    tmp_path: pathlib.Path, artifacts_dir: pathlib.Path
+) -> None:
+    out = tmp_path / "run.json"
+    result = sparkwatch("demo", "-o", str(out), timeout=240)
+    assert result.returncode == 0, result.stderr
+    report = tmp_path / "run.report.html"
+    assert f"report written to {report}" in result.stderr
+    export = json.loads(out.read_text())
+    assert export["series"]["buckets"] > 0
+    with open_page(report) as opened:
+        opened.page.wait_for_selector(READY)
+        _check_clean(opened, report)
+        assert _check_summary(opened, export) >= 4 * 3 + 6
+        _check_windows(opened, export)
+        opened.screenshot(artifacts_dir / "demo-report.png")
+        _click_zooms(opened, export, row=1)
+        opened.screenshot(artifacts_dir / "demo-report-zoomed.png")
+        _wheel_zooms_every_node(opened)
+        _check_clean(opened, report)
+
+
+def test_an_8_hour_run_with_10000_windows_stays_light(
+    tmp_path: pathlib.Path, artifacts_dir: pathlib.Path
+) -> None:
+    export = synthetic_export(hours=8.0, nodes=4, hz=10.0, windows=10_000, series_buckets=2400)
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(export))
+    result = sparkwatch("report", str(path), "-o", str(tmp_path / "long.html"), timeout=240)
+    assert result.returncode == 0, result.stderr
+    report = tmp_path / "long.html"
+    size = report.stat().st_size
+    assert size < MAX_REPORT_BYTES, size
+    with open_page(report, timeout_s=120) as opened:
+        t0 = time.monotonic()
+        opened.page.wait_for_selector(READY, timeout=120_000)
+        ready_s = time.monotonic() - t0  # reported, not asserted: benchmarks/report_render.py times it
+        _check_clean(opened, report)
+        _check_summary(opened, export)
+        _check_windows(opened, export)
+        opened.screenshot(artifacts_dir / "8h-report.png")
+        _click_zooms(opened, export, row=5000)
+        opened.screenshot(artifacts_dir / "8h-report-zoomed.png")
+    (artifacts_dir / "8h-report.txt").write_text(f"size {size} bytes, ready {ready_s:.2f} s after load\n")

@@ -1,0 +1,96 @@
+"""`sparkwatch report` as a user runs it: the page and the figures from an export file, its default path,
+and a one-line refusal (exit 2, nothing written) for every export or folder it cannot use; `demo
+--no-report` writes neither the report nor the series block."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pytest
+
+from helpers.cli import sparkwatch
+from helpers.synthetic_run import synthetic_export
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def export_file(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("report") / "run.json"
+    path.write_text(json.dumps(synthetic_export(hours=0.1, windows=20, series_buckets=400)))
+    return path
+
+
+def _one_line_refusal(result: Any, words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert words in result.stderr, result.stderr
+
+
+def test_the_report_and_its_figures_from_an_export_file(
+    export_file: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    result = sparkwatch(
+        "report", str(export_file), "--png", str(tmp_path / "png"), "--svg", str(tmp_path / "svg")
+    )
+    assert result.returncode == 0, result.stderr
+    page = export_file.with_name("run.report.html")
+    assert f"report written to {page}" in result.stderr and page.read_text().startswith("<!doctype html>")
+    nodes = [n["node"] for n in json.loads(export_file.read_text())["nodes"]]
+    run_id = json.loads(export_file.read_text())["run"]["id"]
+    pngs = sorted((tmp_path / "png").iterdir())
+    assert [p.name for p in pngs] == [f"{run_id}-{n}.png" for n in nodes]
+    assert all(p.read_bytes().startswith(PNG_MAGIC) for p in pngs)
+    svgs = sorted((tmp_path / "svg").iterdir())
+    assert len(svgs) == len(nodes) and all(b"<svg" in p.read_bytes()[:200] for p in svgs)
+    assert "4 PNG figure(s)" in result.stderr and "4 SVG figure(s)" in result.stderr
+
+
+def test_an_export_without_series_still_reports_its_tables_and_says_why(
+    export_file: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    bare = {k: v for k, v in json.loads(export_file.read_text()).items() if k != "series"}
+    path = tmp_path / "bare.json"
+    path.write_text(json.dumps(bare))
+    result = sparkwatch("report", str(path), "-o", str(tmp_path / "bare.html"))
+    assert result.returncode == 0, result.stderr
+    assert "has no series block" in result.stderr and 'id="no-series"' in (tmp_path / "bare.html").read_text()
+    refused = sparkwatch("report", str(path), "--png", str(tmp_path / "png"))
+    _one_line_refusal(refused, "has no series block, so there are no figures to draw")
+    assert not (tmp_path / "png").exists() and not (tmp_path / "bare.report.html").exists()
+
+
+def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
+    export_file: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    (tmp_path / "not.json").write_text("{nope")
+    (tmp_path / "other.json").write_text(json.dumps({"schema": "something.else/1"}))
+    broken = json.loads(export_file.read_text())
+    del broken["nodes"][0]["power_w"]
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    (tmp_path / "a-file").write_text("")
+    cases = [
+        (["report", str(tmp_path / "missing.json")], "cannot read"),
+        (["report", str(tmp_path / "not.json")], "is not JSON"),
+        (
+            ["report", str(tmp_path / "other.json")],
+            "is not a sparkwatch.run/1 export (schema: 'something.else/1')",
+        ),
+        (["report", str(tmp_path / "broken.json")], "at nodes/0: 'power_w' is a required property"),
+        (["report", str(export_file), "-o", str(tmp_path / "no" / "r.html")], "does not exist"),
+        (["report", str(export_file), "--png", str(tmp_path / "a-file")], "it is not a folder"),
+    ]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for argv, words in cases:
+        _one_line_refusal(sparkwatch(*argv), words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_demo_no_report_writes_neither_the_report_nor_the_series(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "run.json"
+    result = sparkwatch("demo", "--nodes", "1", "--no-report", "-o", str(out), timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert "series" not in json.loads(out.read_text())
+    assert not (tmp_path / "run.report.html").exists() and "report written" not in result.stderr
