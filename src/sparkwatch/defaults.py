@@ -27,8 +27,8 @@ MIN_INTERVAL_S = 0.01
 MAX_INTERVAL_S = 60.0
 
 #: The export's optional ``series`` block (what the run report plots): time buckets over the run by default
-#: (2 per pixel of a 1200 px plot: min/max per bucket keeps every peak a screen can show), and the bounds a
-#: request or flag may ask for.
+#: (2 per pixel of the report's 1100 px plot: min/max per bucket keeps every peak a screen can show), and the
+#: bounds a request or flag may ask for.
 SERIES_BUCKETS = 2400
 MIN_SERIES_BUCKETS = 100
 MAX_SERIES_BUCKETS = 20_000

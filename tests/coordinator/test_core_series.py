@@ -203,3 +203,17 @@ def test_the_schema_refuses_a_series_block_out_of_shape() -> None:
     assert not validator.is_valid(bad_method)
     with pytest.raises(ValueError, match="buckets"):
         run_series(RUN, [], union([]), buckets=0)
+
+
+def test_a_window_outside_the_run_is_inside_the_plots() -> None:
+    """A window measured though it started before the run (an import's clock, the ±2 s rule) is plotted:
+    the block starts with it, and its samples are in the lines."""
+    early = Window("r0", "timed", T0 - 3 * S, T0 + 1 * S)
+    track = gpu([(0, 20)])
+    export = build_export(RUN, [node(track)], [early, *WINDOWS], "test", series_buckets=100)
+    series = export["series"]
+    assert series["t0_ns"] == T0 - 3 * S and series["t_end_ns"] == T0 + 20 * S
+    (util,) = [ln for ln in series["nodes"][0]["lines"] if ln["kind"] == "util_ratio"]
+    assert util["t_s"][0] == pytest.approx(3.0)  # the first sample, at the run's start, 3 s into the plot
+    plain = build_export(RUN, [node(track)], [*WINDOWS], "test", series_buckets=100)["series"]
+    assert plain["t0_ns"] == T0  # without it, the run's own span

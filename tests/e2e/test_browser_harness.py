@@ -82,8 +82,12 @@ def test_artifacts_go_to_the_repo_unless_the_environment_says(
     assert artifacts_dir.name == "test_artifacts_go_to_the_repo_unless_the_environment_says"
 
 
-def test_no_chromium_is_a_skip_that_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_chromium_is_a_failure_that_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(browser, "SYSTEM_CHROMIUM", pathlib.Path("/nonexistent/chromium"))
     monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv(browser.ENV_SKIP_BROWSER, raising=False)
+    with pytest.raises(pytest.fail.Exception, match="Debian package chromium"), open_page("about:blank"):
+        pass
+    monkeypatch.setenv(browser.ENV_SKIP_BROWSER, "1")  # unless the environment asks for a skip
     with pytest.raises(pytest.skip.Exception, match="Debian package chromium"), open_page("about:blank"):
         pass

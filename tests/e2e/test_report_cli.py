@@ -71,6 +71,13 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
     del broken["nodes"][0]["power_w"]
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     (tmp_path / "a-file").write_text("")
+    (tmp_path / "nan.json").write_text(
+        export_file.read_text().replace('"gated_mean": ', '"gated_mean": NaN, "x": ', 1)
+    )
+    ragged = json.loads(export_file.read_text())
+    ragged["series"]["nodes"][0]["lines"][0]["v"].pop()
+    (tmp_path / "ragged.json").write_text(json.dumps(ragged))
+    (tmp_path / "self.json").write_text(export_file.read_text())
     cases = [
         (["report", str(tmp_path / "missing.json")], "cannot read"),
         (["report", str(tmp_path / "not.json")], "is not JSON"),
@@ -81,11 +88,18 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
         (["report", str(tmp_path / "broken.json")], "at nodes/0: 'power_w' is a required property"),
         (["report", str(export_file), "-o", str(tmp_path / "no" / "r.html")], "does not exist"),
         (["report", str(export_file), "--png", str(tmp_path / "a-file")], "it is not a folder"),
+        (["report", str(tmp_path / "nan.json")], "NaN is not a number JSON allows"),
+        (["report", str(tmp_path / "ragged.json")], "has unequal t_s and v"),
+        (
+            ["report", str(tmp_path / "self.json"), "-o", str(tmp_path / "self.json")],
+            "is the export itself",
+        ),
     ]
     before = sorted(p.name for p in tmp_path.iterdir())
     for argv, words in cases:
         _one_line_refusal(sparkwatch(*argv), words)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "self.json").read_text() == export_file.read_text()  # the export was not replaced
 
 
 def test_demo_no_report_writes_neither_the_report_nor_the_series(tmp_path: pathlib.Path) -> None:

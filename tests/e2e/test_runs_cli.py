@@ -183,10 +183,10 @@ def test_run_db_exports_offline_as_the_run_wrote_it(agent_factory: Any, tmp_path
     db, written = tmp_path / "run.db", tmp_path / "run.json"
     ran = cli("run", "--nodes", str(nodes), "--db", str(db), "-o", str(written), "--", "sleep", "1")
     assert ran.returncode == 0, ran.stderr
-    export = cli("export", "--db", str(db), "--table", "-o", str(tmp_path / "again.json"))
+    export = cli("export", "--db", str(db), "--series", "--table", "-o", str(tmp_path / "again.json"))
     assert export.returncode == 0, export.stderr
     assert "the only run in it" in export.stderr
-    assert json.loads((tmp_path / "again.json").read_text()) == json.loads(written.read_text())
+    assert json.loads((tmp_path / "again.json").read_text()) == json.loads(written.read_text())  # series too
     assert export.stdout.strip() and export.stdout.strip() in ran.stdout  # the table `run` printed
     whole = json.loads(cli("export", "--db", str(db), "--scope", "run", "--gate-threshold", "0").stdout)
     # no windows: the run's own scope measures nothing, the whole run measures the idle sim GPU

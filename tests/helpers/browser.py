@@ -14,11 +14,12 @@ test opens a page once and asks it everything.
 from __future__ import annotations
 
 import contextlib
+import os
 import pathlib
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
@@ -33,6 +34,14 @@ CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu")
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 NO_CHROMIUM = "no chromium: install the Debian package chromium (.ci/run does)"
 NO_PLAYWRIGHT = "no playwright: pip install -e '.[dev]'"
+ENV_SKIP_BROWSER = "SPARKWATCH_SKIP_BROWSER"
+
+
+def missing(what: str) -> NoReturn:
+    """A test that needs the browser cannot run: a failure, or a skip where the environment asks."""
+    if os.environ.get(ENV_SKIP_BROWSER) == "1":
+        pytest.skip(what)
+    pytest.fail(f"{what} (or set {ENV_SKIP_BROWSER}=1 to skip the browser tests)")
 
 
 def chromium_path() -> str | None:
@@ -73,15 +82,16 @@ def open_page(
     url_or_path: str | pathlib.Path, *, width: int = 1400, height: int = 900, timeout_s: float = 30.0
 ) -> Iterator[OpenedPage]:
     """``url_or_path`` loaded (the ``load`` event) in a fresh headless Chromium at ``width`` × ``height``;
-    the test is skipped, saying why, where Chromium or Playwright is missing. The browser is closed on
-    leaving, whatever happened inside."""
+    the test fails, saying what to install, where Chromium or Playwright is missing (a skip would let the
+    report's acceptance tests pass without a browser), unless ``$SPARKWATCH_SKIP_BROWSER=1`` says to skip.
+    The browser is closed on leaving, whatever happened inside."""
     executable = chromium_path()
     if executable is None:
-        pytest.skip(NO_CHROMIUM)
+        missing(NO_CHROMIUM)
     try:
         from playwright.sync_api import Route, sync_playwright
     except ImportError:
-        pytest.skip(NO_PLAYWRIGHT)
+        missing(NO_PLAYWRIGHT)
 
     def route(r: Route) -> None:
         if r.request.url.startswith(LOCAL_SCHEMES):

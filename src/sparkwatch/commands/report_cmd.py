@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from sparkwatch.core.export import SCHEMA
 from sparkwatch.defaults import SERIES_BUCKETS
-from sparkwatch.outputs import check_output, write_text_atomically
+from sparkwatch.outputs import check_output, write_atomically, write_text_atomically
 
 MIB = 1 << 20
 
@@ -34,14 +34,15 @@ def report_path(export_path: Path) -> Path:
 
 
 def load_export(path: Path) -> dict[str, Any]:
-    """The export at ``path``, checked against the ``sparkwatch.run/1`` schema (its ``series`` block
-    included), or a one-line reason."""
+    """The export at ``path`` or a one-line reason: JSON without NaN or Infinity, the ``sparkwatch.run/1``
+    schema on its structure (every part, and its first and last ``CHECKED_WINDOWS`` windows: checking all
+    10 000 windows of a long run takes jsonschema seconds), and a series whose lines are whole."""
     import jsonschema  # noqa: PLC0415 — only for the commands that read an export file
 
     from sparkwatch.core.export_schema import run_schema  # noqa: PLC0415
 
     try:
-        export = json.loads(path.read_bytes())
+        export = json.loads(path.read_bytes(), parse_constant=_no_constant)
     except OSError as exc:
         raise ReportError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
@@ -51,11 +52,29 @@ def load_export(path: Path) -> dict[str, Any]:
         raise ReportError(f"{path} is not a {SCHEMA} export (schema: {found!r})")
     schema = run_schema()
     validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(export))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(_sample(export)))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
         raise ReportError(f"{path} is not a valid {SCHEMA} export: at {where}: {error.message[:200]}")
+    for node in (export.get("series") or {}).get("nodes", []):
+        for line in node["lines"]:
+            if len(line["t_s"]) != len(line["v"]):
+                raise ReportError(f"{path}: series line {node['node']}/{line['key']} has unequal t_s and v")
     return export
+
+
+CHECKED_WINDOWS = 100
+
+
+def _sample(export: dict[str, Any]) -> dict[str, Any]:
+    windows = export.get("windows")
+    if isinstance(windows, list) and len(windows) > 2 * CHECKED_WINDOWS:
+        return {**export, "windows": windows[:CHECKED_WINDOWS] + windows[-CHECKED_WINDOWS:]}
+    return export
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows (the export says null for unknown)")
 
 
 def _image_folder(folder: Path | None) -> Path | None:
@@ -68,12 +87,16 @@ def _image_folder(folder: Path | None) -> Path | None:
 
 def build_report_file(export: dict[str, Any], output: Path) -> int:
     """Write the report of ``export`` to ``output`` (whole or not at all); returns its size in bytes."""
+    page = _page(export)
+    write_text_atomically(output, page)
+    return len(page.encode())
+
+
+def _page(export: dict[str, Any]) -> str:
     from sparkwatch.report.bundle import Assets  # noqa: PLC0415
     from sparkwatch.report.page import build_page  # noqa: PLC0415 — Altair, on demand
 
-    page = build_page(export, Assets())
-    write_text_atomically(output, page)
-    return len(page.encode())
+    return build_page(export, Assets())
 
 
 def write_report_beside(export: dict[str, Any], export_path: Path, stderr: TextIO) -> Path | None:
@@ -90,30 +113,44 @@ def write_report_beside(export: dict[str, Any], export_path: Path, stderr: TextI
 
 
 def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    """Everything is built in memory first; only then are the page and the images written, each whole."""
     png, svg = _image_folder(args.png), _image_folder(args.svg)
     export = load_export(args.export)
     output = args.output or report_path(args.export)
+    if output.resolve() == args.export.resolve():
+        raise ReportError(f"-o {output} is the export itself: the report would replace it")
     check_output(output)
     if (png or svg) and not export.get("series"):
         raise ReportError(
             f"{args.export} has no series block, so there are no figures to draw: export the run with"
             " `sparkwatch export --series` (run and demo include it unless --no-report)"
         )
-    size = build_report_file(export, output)
-    _say(f"report written to {output} ({size / MIB:.1f} MiB)")
+    try:
+        page = _page(export)
+        made = [
+            (folder, fmt, _figures(export, fmt)) for folder, fmt in ((png, "png"), (svg, "svg")) if folder
+        ]
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # a part the sampled schema check missed
+        raise ReportError(f"cannot build the report of {args.export}: {type(exc).__name__} {exc}") from None
+    write_text_atomically(output, page)
+    _say(f"report written to {output} ({len(page.encode()) / MIB:.1f} MiB)")
     if not export.get("series"):
         _say(
             f"warning: {args.export} has no series block: the report has tables but no figures"
             " (export the run with --series)"
         )
-    for folder, fmt in ((png, "png"), (svg, "svg")):
-        if folder is not None:
-            from sparkwatch.report.static import write_images  # noqa: PLC0415
-
-            folder.mkdir(parents=True, exist_ok=True)
-            written = write_images(export, folder, fmt)  # type: ignore[arg-type]
-            _say(f"{len(written)} {fmt.upper()} figure(s) written to {folder}")
+    for folder, fmt, images in made:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, data in images:
+            write_atomically(folder / name, data)
+        _say(f"{len(images)} {fmt.upper()} figure(s) written to {folder}")
     return 0
+
+
+def _figures(export: dict[str, Any], fmt: str) -> list[tuple[str, bytes]]:
+    from sparkwatch.report.static import images  # noqa: PLC0415 — vl-convert, on demand
+
+    return images(export, "png" if fmt == "png" else "svg")
 
 
 def _say(line: str) -> None:

@@ -260,11 +260,14 @@ class Coordinator:
 
             reader = Store(self.store.path)
             try:
-                with self._collector_pause:
+                with self._collector_pause:  # the export is alive through the page build, as in export_json
                     export = export_run(
                         reader, run_id, self.node_names, self.now_ns, series_buckets=series_buckets
                     )
-                return build_page(export, self._report_assets)
+                    try:
+                        return build_page(export, self._report_assets)
+                    finally:
+                        let_go(export)
             finally:
                 reader.close()
 

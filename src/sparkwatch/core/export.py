@@ -19,7 +19,7 @@ from sparkwatch.core.phases import as_known, token_spans
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.series import run_series
 from sparkwatch.core.tracks import GAP_INTERVALS
-from sparkwatch.core.windows import Window, scope_for
+from sparkwatch.core.windows import Scope, Window, scope_for
 from sparkwatch.defaults import ScopeKind
 from sparkwatch_agent.shared.units import lmx_gb
 
@@ -130,8 +130,19 @@ def build_export(
     attach_engine(export, engine, (plan.scope.starts, plan.scope.ends), (plan.starts, plan.ends))
     export["lmx"] = _lmx(run, sparkwatch_version, export, figures)
     if series_buckets is not None:
-        export["series"] = run_series(run, nodes, plan.scope, series_buckets)
+        export["series"] = _series(run, nodes, windows, plan.scope, series_buckets)
     return export
+
+
+def _series(
+    run: RunSpec, nodes: Sequence[NodeInput], windows: Sequence[Window], scope: Scope, buckets: int
+) -> dict[str, Any]:
+    """The plot data over the run and every window (one may start before the run or end after it)."""
+    span = (
+        min([run.t_start_ns, *(w.t_start_ns for w in windows)]),
+        max([run.t_end_ns, *(w.t_end_ns for w in windows)]),
+    )
+    return run_series(run, nodes, scope, buckets, span)
 
 
 def _lmx(

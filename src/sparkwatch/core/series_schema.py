@@ -63,8 +63,12 @@ SERIES: dict[str, Any] = {
     "properties": {
         "method": {"const": METHOD},
         "about": {"type": "string", "description": "the decimation in one sentence, to state on a plot"},
-        "t0_ns": {"type": "integer", "description": "the run's start: every t_s counts from here"},
-        "t_end_ns": {"type": "integer"},
+        "t0_ns": {
+            "type": "integer",
+            "description": "the plots' start, every t_s counts from here: the run's start, or its first"
+            " window's when that started earlier",
+        },
+        "t_end_ns": {"type": "integer", "description": "the run's end, or its last window's when later"},
         "bucket_s": {"type": "number", "exclusiveMinimum": 0, "description": "the resolution: one bucket"},
         "buckets": {"type": "integer", "minimum": 1},
         "nodes": {

@@ -40,9 +40,8 @@ def _failed(window: dict[str, Any]) -> bool:
     return (window.get("http_status") or 0) >= 400
 
 
-def band_columns(export: dict[str, Any]) -> Columns:
-    """Every window's own bands, times in seconds from the run's start."""
-    t0 = export["run"]["t_start_ns"]
+def band_columns(export: dict[str, Any], t0: int) -> Columns:
+    """Every window's own bands, times in seconds from ``t0`` (ns)."""
     out: Columns = {"t": [], "t2": [], "k": [], "id": []}
 
     def add(a_ns: int, b_ns: int, kind: str, window_id: str) -> None:
@@ -63,10 +62,9 @@ def band_columns(export: dict[str, Any]) -> Columns:
     return out
 
 
-def merged_columns(export: dict[str, Any], join_s: float) -> Columns:
+def merged_columns(export: dict[str, Any], t0: int, join_s: float) -> Columns:
     """The windows as request bands, per phase (failed requests on their own), those whose gap is shorter
     than ``join_s`` joined: what the zoomed-out view of a long run draws. ``n``: windows in each band."""
-    t0 = export["run"]["t_start_ns"]
     spans: dict[str, list[list[float]]] = {}
     for w in sorted(export["windows"], key=lambda w: w["t_start_ns"]):
         kind = "failed" if _failed(w) else f"{_phase(w)} · request"

@@ -4,6 +4,7 @@ own script and style (package data in ``assets/``). Light to import: the coordin
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -14,14 +15,16 @@ class Assets:
     second or two to assemble)."""
 
     _bundle: str | None = field(default=None, repr=False)
+    _making: threading.Lock = field(default_factory=threading.Lock, repr=False)  # two first reports at once
 
     def vega_bundle(self) -> str:
-        if self._bundle is None:
-            import vl_convert  # noqa: PLC0415 — a second of start-up only for those who build a report
+        with self._making:
+            if self._bundle is None:
+                import vl_convert  # noqa: PLC0415 — a second of start-up only for those who build a report
 
-            # None: the default snippet (window.vegaEmbed, vega, vegaLite); the stub omits that default
-            self._bundle = vl_convert.javascript_bundle(None)  # type: ignore[arg-type]
-        return self._bundle
+                # None: the default snippet (window.vegaEmbed, vega, vegaLite); the stub omits that default
+                self._bundle = vl_convert.javascript_bundle(None)  # type: ignore[arg-type]
+            return self._bundle
 
     @staticmethod
     def text(name: str) -> str:

@@ -22,8 +22,13 @@ PANEL_HEIGHT_PX = 90
 #: Below this duration the time axis is plain seconds; above it, elapsed hours:minutes:seconds.
 HMS_AXIS_FROM_S = 1000.0
 ZOOM = "zoom"
-#: Elapsed time as h:mm:ss, with milliseconds where a tick falls between seconds (a zoomed-in view).
-HMS_LABEL = "utcFormat(datum.value * 1000, datum.value % 1 ? '%H:%M:%S.%L' : '%H:%M:%S')"
+#: Elapsed time as h:mm:ss (hours past 24 and negative times too), with milliseconds where a tick falls
+#: between seconds (a zoomed-in view).
+HMS_LABEL = (
+    "(datum.value < 0 ? '-' : '') + floor(abs(datum.value) / 3600) + ':'"
+    " + format(floor(abs(datum.value) % 3600 / 60), '02d') + ':'"
+    " + format(abs(datum.value) % 60, datum.value % 1 ? '06.3f' : '02d')"
+)
 GATED_OUT_FILL = "#7f7f7f"
 THROTTLE_FILL = "#d62728"
 Columns = dict[str, list[Any]]
@@ -57,10 +62,10 @@ def _spans(pairs: list[list[float]]) -> Columns:
     return {"t": [p[0] for p in pairs], "t2": [p[1] for p in pairs]}
 
 
-def _x(duration_s: float, titled: bool) -> alt.X:
+def _x(duration_s: float, titled: bool, since: str = "the run started") -> alt.X:
     """The shared time axis; only a node's bottom panel carries its title."""
     hms = duration_s >= HMS_AXIS_FROM_S
-    title = "time since the run started (h:mm:ss)" if hms else "seconds since the run started"
+    title = f"time since {since} (h:mm:ss)" if hms else f"seconds since {since}"
     axis = alt.Axis(
         title=title if titled else None,
         labelExpr=HMS_LABEL if hms else alt.Undefined,
@@ -69,6 +74,10 @@ def _x(duration_s: float, titled: bool) -> alt.X:
         labelFlush=True,
     )
     return alt.X("t:Q", axis=axis, scale=alt.Scale(zero=False, nice=False, domain=[0, duration_s]))
+
+
+def series_start_is_run(export: dict[str, Any]) -> bool:
+    return bool(export["series"]["t0_ns"] == export["run"]["t_start_ns"])
 
 
 def _bands(x: alt.X, fine: str) -> tuple[alt.Chart, alt.Chart]:
@@ -120,8 +129,8 @@ def _rule(value: float, colour: str) -> alt.Chart:
 def node_panels(
     export: dict[str, Any], i: int, node: dict[str, Any], duration_s: float, columns: dict[str, Columns]
 ) -> alt.VConcatChart:
-    fine = fine_when(len(export["windows"]), duration_s, ZOOM)
     """One node's four panels; fills ``columns`` with the datasets they read."""
+    fine = fine_when(len(export["windows"]), duration_s, ZOOM)
     p = f"n{i}_"
     columns[p + "power"] = _lines(node, ("gpu_power_w", "system_power_w"))
     columns[p + "util"] = _lines(node, ("util_ratio",))
@@ -133,8 +142,9 @@ def node_panels(
     threshold = export["method"]["gate"]["threshold_ratio"]
     baseline = (entry.get("memory_used_bytes") or {}).get("baseline")
     total = (entry.get("hardware") or {}).get("memory_total_bytes")
-    bands = _bands(_x(duration_s, titled=False), fine)
-    bottom = _bands(_x(duration_s, titled=True), fine)
+    since = "the run started" if series_start_is_run(export) else "the first window started"
+    bands = _bands(_x(duration_s, titled=False, since=since), fine)
+    bottom = _bands(_x(duration_s, titled=True, since=since), fine)
     power = alt.layer(*bands, _line(p + "power", "power W", legend=True))
     util = alt.layer(
         *bands,
@@ -162,7 +172,8 @@ def figures(export: dict[str, Any]) -> Figures | None:
     if not series:
         return None
     duration_s = (series["t_end_ns"] - series["t0_ns"]) / 1e9
-    bands = {"bands": band_columns(export), "merged": merged_columns(export, series["bucket_s"])}
+    t0 = series["t0_ns"]
+    bands = {"bands": band_columns(export, t0), "merged": merged_columns(export, t0, series["bucket_s"])}
     out = Figures(spec={}, columns={**bands, "one": {"o": [0]}})
     charts = [node_panels(export, i, node, duration_s, out.columns) for i, node in enumerate(series["nodes"])]
     top = alt.vconcat(*charts, spacing=28).resolve_scale(x="shared", stroke="independent")

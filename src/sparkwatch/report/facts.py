@@ -54,6 +54,20 @@ def utc(t_ns: int | None) -> str:
     return dt.datetime.fromtimestamp(t_ns / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def origin_ns(export: dict[str, Any]) -> int:
+    """Where the report's time axis and window times count from: the series' start (the run's, or its
+    first window's when that started earlier), else the run's start."""
+    series = export.get("series")
+    return int(series["t0_ns"] if series else export["run"]["t_start_ns"])
+
+
+def axis_span_s(export: dict[str, Any]) -> float:
+    """The length of the time axis: the series' span, else the run's."""
+    series = export.get("series")
+    end = series["t_end_ns"] if series else export["run"]["t_end_ns"]
+    return float(end - origin_ns(export)) / 1e9
+
+
 def header(export: dict[str, Any]) -> list[tuple[str, str]]:
     """The run's facts, label and text, in reading order."""
     run = export["run"]
@@ -167,11 +181,11 @@ def node_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
     if uncertainty is not None:
         offset_text += f" ± {uncertainty / 1e6:.3f} ms"
     facts = [
-        ("GPU", ", ".join(f"{g.get('name', '?')} ({g.get('uuid', '?')})" for g in gpus) or NA),
-        ("driver", f"{hardware.get('driver_version', NA)} (CUDA {hardware.get('cuda_driver_version', NA)})"),
-        ("host", f"{host.get('hostname', NA)}: {host.get('cpu', NA)}, {host.get('os', NA)}"),
-        ("memory", f"{node.get('memory_model', NA)}, total {_gib(hardware.get('memory_total_bytes'))} GiB"),
-        ("clock offset", f"{offset_text} ({clock.get('method', NA)}, {_probes(clock)})"),
+        ("GPU", ", ".join(f"{_say(g.get('name'))} ({_say(g.get('uuid'))})" for g in gpus) or NA),
+        ("driver", _driver(hardware)),
+        ("host", f"{_say(host.get('hostname'))}: {_say(host.get('cpu'))}, {_say(host.get('os'))}"),
+        ("memory", f"{_say(node.get('memory_model'))}, total {_gib(hardware.get('memory_total_bytes'))} GiB"),
+        ("clock offset", f"{offset_text} ({_say(clock.get('method'))}, {_probes(clock)})"),
     ]
     if hardware.get("simulated"):
         facts.insert(0, ("backend", "simulated"))
@@ -181,7 +195,16 @@ def node_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _probes(clock: dict[str, Any]) -> str:
-    return f"{clock.get('probes_used', NA)} of {clock.get('probes_total', NA)} probes"
+    return f"{_say(clock.get('probes_used'))} of {_say(clock.get('probes_total'))} probes"
+
+
+def _driver(hardware: dict[str, Any]) -> str:
+    return f"{_say(hardware.get('driver_version'))} (CUDA {_say(hardware.get('cuda_driver_version'))})"
+
+
+def _say(value: Any) -> str:
+    """A fact as text; unknown (absent or null) as n/a, never "None"."""
+    return NA if value is None else str(value)
 
 
 def _gib(value: Any) -> str:
@@ -190,8 +213,8 @@ def _gib(value: Any) -> str:
 
 def window_rows(export: dict[str, Any]) -> dict[str, Any]:
     """The window table as compact columns (one list per column, one entry per window), times in seconds
-    from the run's start; per-node gated W and energy in node order."""
-    t0 = export["run"]["t_start_ns"]
+    from the time axis' origin; per-node gated W and energy in node order."""
+    t0 = origin_ns(export)
     windows = export["windows"]
 
     def rel(t_ns: int | None) -> float | None:

@@ -6,9 +6,9 @@ itself, so a missed inline would fail loudly instead of reaching the network."""
 from __future__ import annotations
 
 import html
-import json
 from typing import Any
 
+from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.report import charts, facts
 from sparkwatch.report.bundle import Assets
 
@@ -19,8 +19,11 @@ CSP = (
 
 
 def _script_json(value: Any) -> str:
-    """JSON safe inside a <script> element (no "</" can close it)."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    """JSON that cannot end or change the <script> element it sits in: ``<``, ``>`` and ``&`` as ``\\u``
+    escapes (a window id such as ``<!--<script>`` would otherwise swallow the rest of the page). Encoded in
+    pieces (core.json_pieces), so a long run's data never holds the GIL for long in the coordinator."""
+    text = b"".join(json_pieces(value)).decode()
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _cell(cell: facts.Cell, numeric: bool = True) -> str:
@@ -89,7 +92,7 @@ def build_page(export: dict[str, Any], assets: Assets) -> str:
     run = export["run"]
     data = {
         "windows": facts.window_rows(export),
-        "duration_s": (run["t_end_ns"] - run["t_start_ns"]) / 1e9,
+        "duration_s": facts.axis_span_s(export),
         "interval_s": export["method"]["interval_s"],
         "bucket_s": export["series"]["bucket_s"] if figures else None,
         "spec": figures.spec if figures else None,

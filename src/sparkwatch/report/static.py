@@ -1,14 +1,12 @@
 """The report's figures as static images (PNG and SVG) for papers and lmx submissions, drawn by vl-convert
 from the same Vega-Lite spec as the page, without a browser: one image per node, its four panels on one
-time axis with the window bands."""
+time axis with the window bands. Made in memory; the caller writes them once everything is made."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Literal
 
-from sparkwatch.outputs import write_atomically
 from sparkwatch.report import charts
 
 ImageFormat = Literal["png", "svg"]
@@ -28,16 +26,24 @@ def render(spec: dict[str, Any], fmt: ImageFormat) -> bytes:
     return str(vl_convert.vegalite_to_svg(spec)).encode()
 
 
-def write_images(export: dict[str, Any], folder: Path, fmt: ImageFormat) -> list[Path]:
-    """One image per node in ``folder`` (which must exist); returns the paths written. Nothing is
-    written for an export without a ``series`` block (the caller says so)."""
+def images(export: dict[str, Any], fmt: ImageFormat) -> list[tuple[str, bytes]]:
+    """One image per node, file name and bytes (names made unique: two nodes whose names differ only in
+    characters a file name cannot hold get ``-2``, ``-3``…); none for an export without a ``series``."""
     figures = charts.figures(export)
     if figures is None:
         return []
-    written = []
+    out: list[tuple[str, bytes]] = []
+    taken: set[str] = set()
     for i, (node, spec) in enumerate(zip(export["series"]["nodes"], figures.per_node, strict=True)):
-        path = folder / image_name(export["run"]["id"], node["node"], fmt)
-        columns = {k: v for k, v in figures.columns.items() if k in charts.SHARED or k.startswith(f"n{i}_")}
-        write_atomically(path, render(charts.with_rows(spec, columns), fmt))
-        written.append(path)
-    return written
+        name = image_name(export["run"]["id"], node["node"], fmt)
+        stem, k = name.rsplit(".", 1)[0], 2
+        while name in taken:
+            name, k = f"{stem}-{k}.{fmt}", k + 1
+        taken.add(name)
+        columns = {
+            key: cols
+            for key, cols in figures.columns.items()
+            if key in charts.SHARED or key.startswith(f"n{i}_")
+        }
+        out.append((name, render(charts.with_rows(spec, columns), fmt)))
+    return out
