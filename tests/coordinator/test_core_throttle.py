@@ -4,6 +4,8 @@ a clean one is not; unknown signals flag nothing."""
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparkwatch.core.throttle import SignalTrack, reason_names, window_signals
 
@@ -56,3 +58,78 @@ def test_unknown_signals_are_unknown_not_clean() -> None:
     assert unknown["clock_event_reasons"] is None and unknown["sm_clock_hz_mean"] is None
     assert unknown["throttle"] == []
     assert reason_names(0x1 | 0x800) == ["gpu_idle", "0x800"]
+
+
+def _reference(tracks: list[SignalTrack], a: int, b: int) -> dict[str, object]:
+    """The per-window loop window_signals replaced (kept here as the statement of what it computes)."""
+    from sparkwatch.core.throttle import MAX_SLOWDOWN_RATIO, MIN_CLOCK_RATIO, REASON_NAMES, SLOWDOWN_BITS
+
+    clocks, ratios, temps, masks = [], [], [], []
+    for t in tracks:
+        lo, hi = np.searchsorted(t.t_ns, [a, b], side="left")
+        clock = t.sm_clock_hz[lo:hi]
+        clocks.append(clock[np.isfinite(clock)])
+        if t.max_sm_clock_hz:
+            ratios.append(clocks[-1] / t.max_sm_clock_hz)
+        temps.append(t.temperature_c[lo:hi][np.isfinite(t.temperature_c[lo:hi])])
+        masks.append(t.reasons[lo:hi][t.reasons[lo:hi] >= 0])
+    clock_all, ratio_all = np.concatenate(clocks or [np.empty(0)]), np.concatenate(ratios or [np.empty(0)])
+    temp_all, mask_all = (
+        np.concatenate(temps or [np.empty(0)]),
+        np.concatenate(masks or [np.empty(0, np.int64)]),
+    )
+    union = int(np.bitwise_or.reduce(mask_all)) if len(mask_all) else None
+    flags = []
+    for bit, name in REASON_NAMES.items():
+        share = float(np.mean((mask_all & bit) != 0)) if len(mask_all) else 0.0
+        if bit & SLOWDOWN_BITS and share > MAX_SLOWDOWN_RATIO:
+            flags.append(f"throttled:{name} ({share:.0%} of the window's samples)")
+    ratio = float(np.mean(ratio_all)) if len(ratio_all) else None
+    if ratio is not None and ratio < MIN_CLOCK_RATIO:
+        flags.append(f"throttled:sm_clock (mean {ratio:.2f} of the maximum, under {MIN_CLOCK_RATIO:g})")
+    return {
+        "sm_clock_hz_mean": round(float(np.mean(clock_all))) if len(clock_all) else None,
+        "sm_clock_ratio": round(ratio, 3) if ratio is not None else None,
+        "temperature_c_max": float(np.max(temp_all)) if len(temp_all) else None,
+        "clock_event_reasons": reason_names(union) if union is not None else None,
+        "throttle": flags,
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_vectorised_signals_equal_the_per_window_loop(data: st.DataObject) -> None:
+    gpus = data.draw(st.integers(0, 3))
+    tracks = []
+    for _ in range(gpus):
+        n = data.draw(st.integers(0, 40))
+        t = np.sort(np.array(data.draw(st.lists(st.integers(0, 60), min_size=n, max_size=n)), np.int64)) * (
+            S // 10
+        )
+        clock = data.draw(
+            st.lists(st.one_of(st.floats(1e8, 3e9), st.just(float("nan"))), min_size=n, max_size=n)
+        )
+        temp = data.draw(
+            st.lists(st.one_of(st.floats(20, 95), st.just(float("nan"))), min_size=n, max_size=n)
+        )
+        reasons = data.draw(
+            st.lists(
+                st.sampled_from([-1, 0, 0x1, 0x8, 0x20, 0x80, 0x1 | 0x80, 0x4000]), min_size=n, max_size=n
+            )
+        )
+        top = data.draw(st.sampled_from([None, 3.003e9]))
+        tracks.append(SignalTrack(t, np.array(clock), np.array(temp), np.array(reasons, np.int64), top))
+    spans = data.draw(st.lists(st.tuples(st.integers(-5, 65), st.integers(0, 30)), max_size=12))
+    starts = np.array([a * (S // 10) for a, _ in spans], np.int64)
+    ends = np.array([(a + d) * (S // 10) for a, d in spans], np.int64)
+    got = window_signals(tracks, starts, ends)
+    for k, entry in enumerate(got):
+        want = _reference(tracks, int(starts[k]), int(ends[k]))
+        for key in ("sm_clock_hz_mean", "sm_clock_ratio"):
+            if want[key] is None or entry[key] is None:
+                assert entry[key] == want[key], key
+            else:
+                assert abs(entry[key] - want[key]) <= (1 if key == "sm_clock_hz_mean" else 0.001), key
+        assert {k2: entry[k2] for k2 in ("temperature_c_max", "clock_event_reasons", "throttle")} == {
+            k2: want[k2] for k2 in ("temperature_c_max", "clock_event_reasons", "throttle")
+        }

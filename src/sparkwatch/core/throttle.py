@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from sparkwatch.core.tracks import F64, I64
 from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
@@ -42,40 +43,73 @@ def reason_names(mask: int) -> list[str]:
 
 
 def window_signals(tracks: Sequence[SignalTrack], starts: I64, ends: I64) -> list[dict[str, Any]]:
-    """Per window, a node's signals: SM clock mean and its ratio to the maximum, the hottest reading, the
-    union of clock event reasons seen, and the flags (``throttled:<reason>``) that make it suspect."""
-    return [_one(tracks, int(a), int(b)) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    """Per window [a, b), a node's signals: SM clock mean and its ratio to the maximum, the hottest reading,
+    the union of clock event reasons seen, and the flags (``throttled:<reason>``) that make it suspect.
 
-
-def _one(tracks: Sequence[SignalTrack], a: int, b: int) -> dict[str, Any]:
-    clocks, ratios, temps, masks = [], [], [], []
+    Vectorised over windows (prefix sums and counts per track, ``maximum.reduceat`` for the hottest
+    reading): an 8 h run's 10 000 windows on 4 nodes took 6 s as a loop over windows."""
+    n = len(starts)
+    sums = _Sums(n)
     for track in tracks:
-        lo, hi = np.searchsorted(track.t_ns, [a, b], side="left")
-        clock = track.sm_clock_hz[lo:hi]
-        clocks.append(clock[np.isfinite(clock)])
+        sums.add(track, np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+    return [sums.window(k) for k in range(n)]
+
+
+class _Sums:
+    """Per window, the totals over the node's GPUs that the figures are made of."""
+
+    def __init__(self, n: int) -> None:
+        self.clock_sum, self.clock_count = np.zeros(n), np.zeros(n, np.int64)
+        self.ratio_sum, self.ratio_count = np.zeros(n), np.zeros(n, np.int64)
+        self.hottest = np.full(n, -np.inf)
+        self.masks = np.zeros(n, np.int64)  # samples with known reasons
+        self.bits: dict[int, npt.NDArray[np.int64]] = {}  # per reason bit seen: samples with it set
+
+    def add(self, track: SignalTrack, starts: I64, ends: I64) -> None:
+        lo = np.searchsorted(track.t_ns, starts, side="left")
+        hi = np.searchsorted(track.t_ns, ends, side="left")
+        finite = np.isfinite(track.sm_clock_hz)
+        clock_sum = _ranged(np.where(finite, track.sm_clock_hz, 0.0), lo, hi)
+        clock_count = _ranged(finite.astype(np.int64), lo, hi)
+        self.clock_sum += clock_sum
+        self.clock_count += clock_count
         if track.max_sm_clock_hz:
-            ratios.append(clocks[-1] / track.max_sm_clock_hz)
-        temps.append(track.temperature_c[lo:hi][np.isfinite(track.temperature_c[lo:hi])])
-        masks.append(track.reasons[lo:hi][track.reasons[lo:hi] >= 0])
-    clock_all, ratio_all = np.concatenate(clocks or [np.empty(0)]), np.concatenate(ratios or [np.empty(0)])
-    temp_all, mask_all = (
-        np.concatenate(temps or [np.empty(0)]),
-        np.concatenate(masks or [np.empty(0, np.int64)]),
-    )
-    union = int(np.bitwise_or.reduce(mask_all)) if len(mask_all) else None
-    flags = []
-    if len(mask_all):
+            self.ratio_sum += clock_sum / track.max_sm_clock_hz
+            self.ratio_count += clock_count
+        temps = np.append(np.where(np.isfinite(track.temperature_c), track.temperature_c, -np.inf), -np.inf)
+        if len(lo):
+            pairs = np.minimum(np.column_stack((lo, hi)).ravel(), len(temps) - 1)
+            hottest = np.maximum.reduceat(temps, pairs)[::2]
+            self.hottest = np.maximum(self.hottest, np.where(hi > lo, hottest, -np.inf))
+        known = track.reasons >= 0
+        self.masks += _ranged(known.astype(np.int64), lo, hi)
+        seen = int(np.bitwise_or.reduce(track.reasons[known])) if known.any() else 0
+        for bit in (1 << k for k in range(63) if seen >> k & 1):
+            count = _ranged((known & (track.reasons & bit != 0)).astype(np.int64), lo, hi)
+            self.bits[bit] = self.bits.get(bit, 0) + count
+
+    def window(self, k: int) -> dict[str, Any]:
+        masks = int(self.masks[k])
+        union = sum(bit for bit, count in self.bits.items() if count[k] > 0) if masks else None
+        flags = []
         for bit, name in REASON_NAMES.items():
-            share = float(np.mean((mask_all & bit) != 0))
+            share = float(self.bits[bit][k]) / masks if masks and bit in self.bits else 0.0
             if bit & SLOWDOWN_BITS and share > MAX_SLOWDOWN_RATIO:
                 flags.append(f"throttled:{name} ({share:.0%} of the window's samples)")
-    ratio = float(np.mean(ratio_all)) if len(ratio_all) else None
-    if ratio is not None and ratio < MIN_CLOCK_RATIO:
-        flags.append(f"throttled:sm_clock (mean {ratio:.2f} of the maximum, under {MIN_CLOCK_RATIO:g})")
-    return {
-        "sm_clock_hz_mean": round(float(np.mean(clock_all))) if len(clock_all) else None,
-        "sm_clock_ratio": round(ratio, 3) if ratio is not None else None,
-        "temperature_c_max": float(np.max(temp_all)) if len(temp_all) else None,
-        "clock_event_reasons": reason_names(union) if union is not None else None,
-        "throttle": flags,
-    }
+        ratio = float(self.ratio_sum[k] / self.ratio_count[k]) if self.ratio_count[k] else None
+        if ratio is not None and ratio < MIN_CLOCK_RATIO:
+            flags.append(f"throttled:sm_clock (mean {ratio:.2f} of the maximum, under {MIN_CLOCK_RATIO:g})")
+        clocks = int(self.clock_count[k])
+        return {
+            "sm_clock_hz_mean": round(float(self.clock_sum[k] / clocks)) if clocks else None,
+            "sm_clock_ratio": round(ratio, 3) if ratio is not None else None,
+            "temperature_c_max": float(self.hottest[k]) if np.isfinite(self.hottest[k]) else None,
+            "clock_event_reasons": reason_names(union) if union is not None else None,
+            "throttle": flags,
+        }
+
+
+def _ranged(values: npt.NDArray[Any], lo: I64, hi: I64) -> npt.NDArray[Any]:
+    """The sum of ``values[lo:hi]`` for each pair, from one prefix sum."""
+    prefix = np.concatenate(([0], np.cumsum(values)))
+    return prefix[hi] - prefix[lo]
