@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pathlib
 import re
 from html.parser import HTMLParser
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from helpers.synthetic_run import synthetic_export
 from sparkwatch.core.export import digest
 from sparkwatch.report import charts, facts
-from sparkwatch.report.bundle import Assets
+from sparkwatch.report.bundle import BUNDLE_END, Assets
 from sparkwatch.report.page import build_page, summary_html
 
 
@@ -137,3 +138,27 @@ def test_text_from_the_export_cannot_break_out_of_the_page(export: dict[str, Any
     assert "<script>alert(1)" not in page and "<img src=x" not in page and "<!--<script>" not in page
     after = page.split('id="report-data">', 1)[1].split("</script>", 1)[1]
     assert "window.sparkwatchReport" in after  # the page's own script is still a script
+
+
+def test_the_vega_bundle_is_made_once_per_vl_convert_version_and_kept(tmp_path: pathlib.Path) -> None:
+    made: list[str] = []
+
+    def make(version: str) -> Any:
+        def bundle() -> tuple[str, str]:
+            made.append(version)
+            return version, f"/* vega {version} */{BUNDLE_END}"
+
+        return bundle
+
+    def assets(version: str, cache: pathlib.Path = tmp_path) -> Assets:
+        return Assets(cache_dir=cache, make_bundle=make(version), version=lambda: version)
+
+    first = assets("9.9").vega_bundle()
+    assert first.endswith(BUNDLE_END) and made == ["9.9"]
+    assert assets("9.9").vega_bundle() == first and made == ["9.9"]  # a second process: from the cache
+    (tmp_path / "vega-bundle-9.9.js").write_text("/* cut off */")
+    assert assets("9.9").vega_bundle() == first and made == ["9.9", "9.9"]  # a damaged file is made again
+    assert "vega 10.0" in assets("10.0").vega_bundle() and made[-1] == "10.0"  # another version, another file
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert assets("9.9", blocked).vega_bundle() == first  # a cache that cannot be written is not used

@@ -128,8 +128,8 @@ def _rule(value: float, colour: str) -> alt.Chart:
 
 def node_panels(
     export: dict[str, Any], i: int, node: dict[str, Any], duration_s: float, columns: dict[str, Columns]
-) -> alt.VConcatChart:
-    """One node's four panels; fills ``columns`` with the datasets they read."""
+) -> dict[str, Any]:
+    """One node's four panels (a Vega-Lite ``vconcat``); fills ``columns`` with the datasets they read."""
     fine = fine_when(len(export["windows"]), duration_s, ZOOM)
     p = f"n{i}_"
     columns[p + "power"] = _lines(node, ("gpu_power_w", "system_power_w"))
@@ -145,29 +145,34 @@ def node_panels(
     since = "the run started" if series_start_is_run(export) else "the first window started"
     bands = _bands(_x(duration_s, titled=False, since=since), fine)
     bottom = _bands(_x(duration_s, titled=True, since=since), fine)
-    power = alt.layer(*bands, _line(p + "power", "power W", legend=True))
-    util = alt.layer(
-        *bands,
-        _shade(p + "gated", GATED_OUT_FILL, 0.45),
-        _line(p + "util", "SM util", alt.Scale(domain=[0, 1])),
-        _rule(threshold, "#333333"),
-    )
     mem_scale = alt.Scale(domain=[0, total / GIB]) if total else alt.Scale(zero=True)
-    mem_layers = [*bands, _line(p + "mem", "memory GiB", mem_scale)]
-    if baseline is not None:
-        mem_layers.append(_rule(baseline / GIB, "#2ca02c"))
-    clock = alt.layer(*bottom, _shade(p + "throttle", THROTTLE_FILL, 0.35), _line(p + "clock", "SM MHz"))
+    baseline_rule = [] if baseline is None else [_rule(baseline / GIB, "#2ca02c")]
     panels = [
-        c.properties(width=PANEL_WIDTH_PX, height=PANEL_HEIGHT_PX)
-        for c in (power, util, alt.layer(*mem_layers), clock)
+        [*bands, _line(p + "power", "power W", legend=True)],
+        [
+            *bands,
+            _shade(p + "gated", GATED_OUT_FILL, 0.45),
+            _line(p + "util", "SM util", alt.Scale(domain=[0, 1])),
+            _rule(threshold, "#333333"),
+        ],
+        [*bands, _line(p + "mem", "memory GiB", mem_scale), *baseline_rule],
+        [*bottom, _shade(p + "throttle", THROTTLE_FILL, 0.35), _line(p + "clock", "SM MHz")],
     ]
-    title = alt.Title(node["node"], anchor="start", fontSize=14)
-    chart: alt.VConcatChart = alt.vconcat(*panels, spacing=6, title=title).resolve_scale(stroke="independent")
-    return chart
+    return {
+        "vconcat": [
+            {"layer": [_unit(c) for c in layers], "width": PANEL_WIDTH_PX, "height": PANEL_HEIGHT_PX}
+            for layers in panels
+        ],
+        "spacing": 6,
+        "title": {"text": node["node"], "anchor": "start", "fontSize": 14},
+        "resolve": {"scale": {"stroke": "independent"}},
+    }
 
 
 def figures(export: dict[str, Any]) -> Figures | None:
-    """The report's figures, or ``None`` when the export carries no ``series`` block."""
+    """The report's figures, or ``None`` when the export carries no ``series`` block. Each mark is an
+    Altair chart; the layers, panels and nodes are put together as the Vega-Lite dicts they compile to,
+    because Altair's composition deep-copies every sub-chart at each level (2-3 s for 16 panels)."""
     series = export.get("series")
     if not series:
         return None
@@ -175,25 +180,29 @@ def figures(export: dict[str, Any]) -> Figures | None:
     t0 = series["t0_ns"]
     bands = {"bands": band_columns(export, t0), "merged": merged_columns(export, t0, series["bucket_s"])}
     out = Figures(spec={}, columns={**bands, "one": {"o": [0]}})
-    charts = [node_panels(export, i, node, duration_s, out.columns) for i, node in enumerate(series["nodes"])]
-    top = alt.vconcat(*charts, spacing=28).resolve_scale(x="shared", stroke="independent")
-    out.spec = _spec(top)
-    views = _name_panels(out.spec)
-    out.spec["params"] = [_zoom([v for node in views for v in node])]
-    rest = {k: v for k, v in out.spec.items() if k not in ("vconcat", "params")}
+    nodes = [node_panels(export, i, node, duration_s, out.columns) for i, node in enumerate(series["nodes"])]
+    resolve = {"scale": {"x": "shared", "stroke": "independent"}}
+    views = _name_panels(nodes)
+    top = {"$schema": alt.SCHEMA_URL, "resolve": resolve}
+    out.spec = {**top, "vconcat": nodes, "spacing": 28, "params": [_zoom([v for n in views for v in n])]}
     out.per_node = [
-        {**rest, "vconcat": [node], "params": [_zoom(names)]}
-        for node, names in zip(out.spec["vconcat"], views, strict=True)
+        {**top, "vconcat": [node], "params": [_zoom(names)]} for node, names in zip(nodes, views, strict=True)
     ]
     return out
 
 
-def _name_panels(spec: dict[str, Any]) -> list[list[str]]:
-    """Name each panel's first layer (``n<node>_p<panel>``): the views the zoom parameter lives in. Added
-    to the spec's dict rather than with Altair's ``add_params``, whose de-duplication deep-copies the
-    whole chart once per panel (seconds for 16 panels)."""
+def _unit(chart: alt.Chart) -> dict[str, Any]:
+    """One mark's Vega-Lite dict, without what only a top-level spec carries."""
+    spec: dict[str, Any] = chart.to_dict(validate=False)
+    for key in ("$schema", "config", "datasets"):
+        spec.pop(key, None)
+    return spec
+
+
+def _name_panels(nodes: list[dict[str, Any]]) -> list[list[str]]:
+    """Name each panel's first layer (``n<node>_p<panel>``): the views the zoom parameter lives in."""
     names: list[list[str]] = []
-    for i, node in enumerate(spec["vconcat"]):
+    for i, node in enumerate(nodes):
         names.append([])
         for j, panel in enumerate(node["vconcat"]):
             panel["layer"][0]["name"] = f"n{i}_p{j}"
@@ -205,12 +214,6 @@ def _zoom(views: list[str]) -> dict[str, Any]:
     """The one zoom: an x interval bound to the (shared) scale, so a wheel or drag on any panel moves all."""
     select = {"type": "interval", "encodings": ["x"]}
     return {"name": ZOOM, "select": select, "bind": "scales", "views": views}
-
-
-def _spec(chart: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = chart.to_dict(validate=False)
-    spec.pop("datasets", None)
-    return spec
 
 
 def with_rows(spec: dict[str, Any], columns: dict[str, Columns]) -> dict[str, Any]:
