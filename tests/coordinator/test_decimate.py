@@ -30,7 +30,7 @@ class Series:
 
 
 @st.composite
-def series(draw: st.DrawFn, max_size: int = 300) -> Series:
+def series(draw: st.DrawFn, max_size: int = 150) -> Series:
     """Times on whole ms (so the ms rounding is exact), equal times allowed; whole-number values (exact at
     any rounding), some unknown; breaks anywhere; t0 at or before the first sample."""
     n = draw(st.integers(1, max_size))
@@ -78,7 +78,7 @@ def run(s: Series, keep_all_up_to: int = 0) -> tuple[list[float], list[float | N
     return decimate(s.t_ns, s.v, s.breaks, s.t0_ns, s.bucket_ns, keep_all_up_to=keep_all_up_to)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(series())
 def test_every_bucket_keeps_its_min_and_max_and_no_run_is_joined_to_another(s: Series) -> None:
     t_s, v = run(s)
@@ -103,7 +103,7 @@ def test_every_bucket_keeps_its_min_and_max_and_no_run_is_joined_to_another(s: S
         assert len(piece) <= 2 * len(buckets) + 2  # what the bucket count allows, however long the run
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(series())
 def test_the_output_is_in_time_order(s: Series) -> None:
     t_s, v = run(s)

@@ -1,6 +1,6 @@
 """`sparkwatch report` as a user runs it: the page and the figures from an export file, its default path,
-and a one-line refusal (exit 2, nothing written) for every export or folder it cannot use; `demo
---no-report` writes neither the report nor the series block."""
+and a one-line refusal (exit 2, nothing written) for every export or folder it cannot use. (`run
+--no-report`: tests/e2e/test_run_and_demo.py.)"""
 
 from __future__ import annotations
 
@@ -100,11 +100,3 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
         _one_line_refusal(sparkwatch(*argv), words)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert (tmp_path / "self.json").read_text() == export_file.read_text()  # the export was not replaced
-
-
-def test_demo_no_report_writes_neither_the_report_nor_the_series(tmp_path: pathlib.Path) -> None:
-    out = tmp_path / "run.json"
-    result = sparkwatch("demo", "--nodes", "1", "--no-report", "-o", str(out), timeout=240)
-    assert result.returncode == 0, result.stderr
-    assert "series" not in json.loads(out.read_text())
-    assert not (tmp_path / "run.report.html").exists() and "report written" not in result.stderr

@@ -103,15 +103,18 @@ def test_run_wraps_a_failing_command_with_proxy_and_import(
         "--warmup", "1",
         "--import", f"plain:{csv}",
         "-o", str(out),
+        "--no-report",
         "--",
         sys.executable, str(client), f"http://127.0.0.1:{proxy_port}", ",".join(a.url for a in agents), "0.8",
         str(csv),
     )  # fmt: skip
     assert result.returncode == 3, result.stderr  # CMD's exit code
+    assert not (tmp_path / "run.report.html").exists() and "report written" not in result.stderr
     assert "client done" in result.stdout
     assert "FAILED with exit code 3" in result.stdout
     export = json.loads(out.read_text())
     jsonschema.validate(export, run_schema())
+    assert "series" not in export  # --no-report: no plot data either
     assert export["run"]["command"]["exit_code"] == 3
     phases = sorted((w["phase"], w["source"]["kind"] if "kind" in w["source"] else w["source"]["format"])
                     for w in export["windows"])  # fmt: skip

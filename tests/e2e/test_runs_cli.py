@@ -187,6 +187,7 @@ def test_run_db_exports_offline_as_the_run_wrote_it(agent_factory: Any, tmp_path
     assert export.returncode == 0, export.stderr
     assert "the only run in it" in export.stderr
     assert json.loads((tmp_path / "again.json").read_text()) == json.loads(written.read_text())  # series too
+    assert f"report written to {tmp_path / 'run.report.html'}" in ran.stderr  # run writes it by default
     assert export.stdout.strip() and export.stdout.strip() in ran.stdout  # the table `run` printed
     whole = json.loads(cli("export", "--db", str(db), "--scope", "run", "--gate-threshold", "0").stdout)
     # no windows: the run's own scope measures nothing, the whole run measures the idle sim GPU
