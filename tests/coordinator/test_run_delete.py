@@ -6,7 +6,6 @@ at the next start. Samples belong to nodes and stay."""
 from __future__ import annotations
 
 import asyncio
-import json
 import pathlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from helpers.frames import sample_frame
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.coordinator.service import Coordinator
@@ -23,7 +23,7 @@ from sparkwatch.core.windows import Window
 from sparkwatch.store import NotFound, Store
 from sparkwatch.store.db import RunRow
 from sparkwatch.store.deletion import PURGE_ROWS
-from sparkwatch.wire import SampleFrame, decode_frame
+from sparkwatch.wire import SampleFrame
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
@@ -58,22 +58,7 @@ async def purged(db: pathlib.Path, run_id: str, timeout_s: float = 10.0) -> None
 
 
 def sample(seq: int) -> SampleFrame:
-    data = {
-        "type": "sample",
-        "seq": seq,
-        "boot_id": "b1",
-        "node": "n1",
-        "t_wall_ns": T0 + seq * S,
-        "t_mono_ns": seq * S,
-        "interval_s": 1.0,
-        "gpu_error": None,
-        "gpus": [{"index": 0, "uuid": "GPU-x", "power_w": 50.0, "energy_j": 10.0 + seq, "util_ratio": 0.9}],
-        "memory": {"used_bytes": 1000},
-        "sensors": [],
-    }
-    frame = decode_frame(json.dumps(data), data)
-    assert isinstance(frame, SampleFrame)
-    return frame
+    return sample_frame(seq, {"power_w": 50.0, "energy_j": 10.0 + seq, "util_ratio": 0.9}, interval_s=1.0)
 
 
 def window(wid: str, start_s: float = 1) -> dict[str, Any]:

@@ -5,7 +5,6 @@ All on a real coordinator over HTTP with SQLite files."""
 
 from __future__ import annotations
 
-import json
 import pathlib
 import sqlite3
 from collections.abc import AsyncIterator
@@ -16,6 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from helpers.frames import sample_frame
 from helpers.inproc_api import inproc_api
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import offline_export
@@ -25,7 +25,7 @@ from sparkwatch.core.windows import Window
 from sparkwatch.store import Store, StoreError
 from sparkwatch.store.db import RunRow
 from sparkwatch.store.schema import MIGRATIONS
-from sparkwatch.wire import SampleFrame, decode_frame
+from sparkwatch.wire import SampleFrame
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
@@ -41,22 +41,7 @@ WINDOWS = [
 
 def sample(seq: int) -> SampleFrame:
     """Node n1 every 0.1 s after T0: 10 W by its energy counter (1 J per interval), busy: gated in."""
-    data = {
-        "type": "sample",
-        "seq": seq,
-        "boot_id": "b1",
-        "node": "n1",
-        "t_wall_ns": T0 + seq * S // 10,
-        "t_mono_ns": seq * S // 10,
-        "interval_s": 0.1,
-        "gpu_error": None,
-        "gpus": [{"index": 0, "uuid": "GPU-x", "power_w": 10.0, "energy_j": float(seq), "util_ratio": 0.9}],
-        "memory": {"used_bytes": 1000},
-        "sensors": [],
-    }
-    frame = decode_frame(json.dumps(data), data)
-    assert isinstance(frame, SampleFrame)
-    return frame
+    return sample_frame(seq, {"power_w": 10.0, "energy_j": float(seq), "util_ratio": 0.9})
 
 
 def with_samples(store: Store) -> None:

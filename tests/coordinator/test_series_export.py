@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.app_thread import AppThread
 from helpers.cli import sparkwatch as cli
+from helpers.frames import sample_frame
 from helpers.processes import free_port
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import offline_export
@@ -28,7 +29,7 @@ from sparkwatch.defaults import SERIES_BUCKETS
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.store import Store
 from sparkwatch.store.db import RunRow
-from sparkwatch.wire import SampleFrame, decode_frame
+from sparkwatch.wire import SampleFrame
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
@@ -40,30 +41,13 @@ def sample(seq: int) -> SampleFrame:
     4 s to 5 s."""
     brake = 40 <= seq < 50
     gpu = {
-        "index": 0,
-        "uuid": "GPU-x",
         "power_w": 10.0,
         "energy_j": float(seq),
         "util_ratio": 0.9,
         "sm_clock_hz": 2_400_000_000,
         "clock_event_reasons": 0x80 if brake else 0,
     }
-    data = {
-        "type": "sample",
-        "seq": seq,
-        "boot_id": "b1",
-        "node": "n1",
-        "t_wall_ns": T0 + seq * S // 10,
-        "t_mono_ns": seq * S // 10,
-        "interval_s": 0.1,
-        "gpu_error": None,
-        "gpus": [gpu],
-        "memory": {"used_bytes": 1000 + seq},
-        "sensors": [],
-    }
-    frame = decode_frame(json.dumps(data), data)
-    assert isinstance(frame, SampleFrame)
-    return frame
+    return sample_frame(seq, gpu, used_bytes=1000 + seq)
 
 
 @dataclass

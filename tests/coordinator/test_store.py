@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import sqlite3
@@ -11,34 +10,21 @@ import stat
 import numpy as np
 import pytest
 
+from helpers.frames import sample_frame
 from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
 from sparkwatch.store import NotFound, Store, StoreError
 from sparkwatch.store.db import RunRow
 from sparkwatch.store.windows import CHUNK_ROWS, STALE_IMPORT_NS
-from sparkwatch.wire import GapFrame, SampleFrame, decode_frame
+from sparkwatch.wire import GapFrame, SampleFrame
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
 
 
 def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> SampleFrame:
-    data = {
-        "type": "sample",
-        "seq": seq,
-        "boot_id": boot,
-        "node": "n1",
-        "t_wall_ns": T0 + seq * S // 10,
-        "t_mono_ns": seq * S // 10,
-        "interval_s": 0.1,
-        "gpu_error": None,
-        "gpus": [{"index": 0, "uuid": "GPU-x", "power_w": power, "energy_j": 10.0 + seq, "util_ratio": 0.5}],
-        "memory": {"used_bytes": 1000 + seq},
-        "sensors": [],
-    }
-    frame = decode_frame(json.dumps(data), data)
-    assert isinstance(frame, SampleFrame)
-    return frame
+    gpu = {"power_w": power, "energy_j": 10.0 + seq, "util_ratio": 0.5}
+    return sample_frame(seq, gpu, used_bytes=1000 + seq, boot=boot)
 
 
 def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
