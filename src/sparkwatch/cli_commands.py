@@ -70,7 +70,16 @@ def _anchor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ClockA
 
 
 def cmd_coordinator(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    return asyncio.run(serve(args.nodes, args.db, args.listen, args.token_file, args.insecure_no_auth))
+    return asyncio.run(
+        serve(
+            args.nodes,
+            args.db,
+            args.listen,
+            args.token_file,
+            args.insecure_no_auth,
+            retain_idle_s=args.retain_idle,
+        )
+    )
 
 
 def cmd_schema(_args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:

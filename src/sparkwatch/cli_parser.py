@@ -21,6 +21,7 @@ from sparkwatch.cli_types import (
     positive_float,
     positive_int,
     ratio,
+    retention_s,
     run_name,
     spill_file,
 )
@@ -29,6 +30,7 @@ from sparkwatch.defaults import (
     DEFAULT_INTERVAL_S,
     DEFAULT_SCOPE,
     MAX_DEMO_NODES,
+    RETAIN_IDLE_S,
     SCOPES,
 )
 
@@ -69,6 +71,13 @@ def _add_coordinator(sub: Sub) -> None:
     coord.add_argument("--token-file", type=Path, metavar="FILE", help="bearer token for the API (mode 0600)")
     coord.add_argument(
         "--insecure-no-auth", action="store_true", help="allow an off-loopback bind without token"
+    )
+    coord.add_argument(
+        "--retain-idle",
+        type=retention_s,
+        default=RETAIN_IDLE_S,
+        metavar="AGE",
+        help="drop samples no run covers once this old: 7d (default), 36h, 90m, 600 (s) or forever",
     )
 
 

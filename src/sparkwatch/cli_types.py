@@ -59,6 +59,23 @@ def interval_s(text: str) -> float:
     return value
 
 
+_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def retention_s(text: str) -> float | None:
+    """An age such as ``7d``, ``36h``, ``90m`` or ``600`` (seconds), at least a minute; ``forever``: None."""
+    if text == "forever":
+        return None
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS_S else (text, "s")
+    try:
+        value = float(number) * _UNITS_S[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an age like 7d, 36h, 90m or 600: {text!r}") from None
+    if not 60 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be at least a minute (or 'forever'), got {text!r}")
+    return value
+
+
 def ratio(text: str) -> float:
     try:
         value = float(text)

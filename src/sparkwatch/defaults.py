@@ -33,6 +33,11 @@ SERIES_BUCKETS = 2400
 MIN_SERIES_BUCKETS = 100
 MAX_SERIES_BUCKETS = 20_000
 
+#: Samples no run covers are kept this long (`sparkwatch coordinator --retain-idle`), and a retention pass
+#: runs this often.
+RETAIN_IDLE_S = 7 * 86400.0
+RETENTION_EVERY_S = 600.0
+
 #: Where the CLI finds a standing coordinator and its token when no flag says.
 ENV_COORDINATOR = "SPARKWATCH_COORDINATOR"
 ENV_TOKEN_FILE = "SPARKWATCH_TOKEN_FILE"

@@ -15,6 +15,7 @@ from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
 from sparkwatch.store import NotFound, Store, StoreError
 from sparkwatch.store.db import RunRow
+from sparkwatch.store.schema import MIGRATIONS
 from sparkwatch.store.windows import CHUNK_ROWS, STALE_IMPORT_NS
 from sparkwatch.wire import GapFrame, SampleFrame
 
@@ -29,15 +30,13 @@ def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> SampleFrame
 
 def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == 8
+    assert store.schema_version == len(MIGRATIONS) == 9
     store.close()
     mode = sqlite3.connect(tmp_path / "sw.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
 
 
 def test_a_version_1_database_is_migrated_keeping_its_windows(tmp_path: pathlib.Path) -> None:
-    from sparkwatch.store.schema import MIGRATIONS
-
     db = sqlite3.connect(tmp_path / "sw.db")
     db.executescript(MIGRATIONS[0] + "; PRAGMA user_version = 1;")
     db.execute("INSERT INTO runs VALUES ('r1', 'old', ?, NULL, 0.1, 0.5, 'request')", (T0,))
@@ -48,7 +47,7 @@ def test_a_version_1_database_is_migrated_keeping_its_windows(tmp_path: pathlib.
     db.commit()
     db.close()
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == 8
+    assert store.schema_version == len(MIGRATIONS) == 9
     (old,) = store.windows("r1")
     assert (old.prompt_tokens, old.completion_tokens, old.reasoning_tokens, old.http_status) == (
         3,
@@ -79,10 +78,11 @@ def test_ingest_is_idempotent_and_survives_restart(tmp_path: pathlib.Path) -> No
     assert reopened.count_samples("n1") == 15
     assert reopened.latest_boot("n1") == ("b1", 15)
     boot = reopened.boot_samples("n1", "b1")
-    seqs = boot.seq_range("t_mono_ns", 0, S)  # seq k was taken at monotonic k/10 s
-    assert seqs == (1, 11) and boot.seq_range("t_wall_ns", T0 + S // 10, T0 + S) == (1, 11)
-    assert boot.seq_range("t_mono_ns", 2 * S, 3 * S) is None
-    rows = boot.gpu_rows(seqs)
+    block = boot.read("t_mono_ns", 0, S)  # seq k was taken at monotonic k/10 s
+    assert block.seq.tolist() == list(range(1, 11))
+    assert boot.read("t_wall_ns", T0 + S // 10, T0 + S).seq.tolist() == list(range(1, 11))
+    assert len(boot.read("t_mono_ns", 2 * S, 3 * S)) == 0
+    rows = block.gpu_rows()
     first = int(np.argmin(rows.t_mono_ns))
     assert len(rows.uuid) == 10 and rows.power_w[first] == 5.0 and rows.energy_j[first] == 11.0
     assert (
@@ -90,22 +90,22 @@ def test_ingest_is_idempotent_and_survives_restart(tmp_path: pathlib.Path) -> No
         and rows.interval_s[first] == 0.1
         and rows.t_wall_ns[first] == T0 + S // 10
     )
-    memory = boot.mem_rows(seqs)
+    memory = block.mem_rows()
     assert memory.used_bytes.tolist() == [1000 + k for k in range(1, 11)]  # in seq order
 
 
 def test_the_largest_seq_a_frame_may_carry_is_read_back(tmp_path: pathlib.Path) -> None:
-    """A boot whose last seq is 2^63 − 1 (the decoder's bound): the half-open range [first, last + 1)
-    reaches one past SQLite's largest integer and must still read (the export of such a node answered 500)."""
+    """A boot whose last seq is 2^63 − 1 (the decoder's bound) is stored and read back (the export of such
+    a node once answered 500), and a replay of it is still recognised."""
     store = Store(tmp_path / "sw.db")
     top = 2**63 - 1
     frames = [sample(k)._replace(seq=seq) for k, seq in ((1, top - 1), (2, top))]
     assert store.ingest("n1", "b1", frames) == 2
-    boot = store.boot_samples("n1", "b1")
-    seqs = boot.seq_range("t_mono_ns", 0, S)
-    assert seqs == (top - 1, top + 1)
-    assert boot.mem_rows(seqs).used_bytes.tolist() == [1001, 1002]
-    assert len(boot.gpu_rows(seqs).uuid) == 2
+    assert store.ingest("n1", "b1", frames) == 0
+    block = store.boot_samples("n1", "b1").read("t_mono_ns", 0, S)
+    assert block.seq.tolist() == [top - 1, top]
+    assert block.mem_rows().used_bytes.tolist() == [1001, 1002]
+    assert len(block.gpu_rows().uuid) == 2
 
 
 def test_new_boot_and_gap_are_recorded(tmp_path: pathlib.Path) -> None:
@@ -123,7 +123,7 @@ def test_new_boot_and_gap_are_recorded(tmp_path: pathlib.Path) -> None:
 def test_unknown_power_is_stored_as_null(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
     store.ingest("n1", "b1", [sample(1, power=None)])
-    rows = store.boot_samples("n1", "b1").gpu_rows((1, 2))
+    rows = store.boot_samples("n1", "b1").read("t_mono_ns", 0, S).gpu_rows()
     assert len(rows.power_w) == 1 and np.isnan(rows.power_w).all()  # unknown: never a number
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from sparkwatch.hello_facts import announced_gpus, capability_gaps, unsupported_fields
@@ -156,7 +157,7 @@ def test_latest_summary_never_sums_an_unknown() -> None:
         "util_ratio": 0.7,
         "memory_used_bytes": 5,
     }
-    unknown = frame._replace(gpus=(two[0]._replace(power_w=None), two[1]))
+    unknown = frame._replace(gpus=(msgspec.structs.replace(two[0], power_w=None), two[1]))
     assert latest_summary(unknown)["power_w"] is None
 
 

@@ -232,6 +232,8 @@ def test_ctrl_c_during_the_demo_exports_without_a_traceback(tmp_path: pathlib.Pa
         (["run", "--coordinator", "localhost:8750", "--", "true"], "--coordinator", "sparkwatch run"),
         (["proxy", "--upstream", "http://h:0"], "--upstream", "sparkwatch proxy"),
         (["coordinator", "--nodes", "n", "--listen", "h:abc"], "--listen", "sparkwatch coordinator"),
+        (["coordinator", "--nodes", "n", "--retain-idle", "30s"], "--retain-idle", "sparkwatch coordinator"),
+        (["coordinator", "--nodes", "n", "--retain-idle", "7w"], "--retain-idle", "sparkwatch coordinator"),
         (["demo", "--nodes", "0"], "--nodes", "sparkwatch demo"),
         (["run", "--phases", "timed,Warm", "--", "true"], "--phases", "sparkwatch run"),
         (["run", "--spill", "unsent.txt", "--", "true"], "--spill", "sparkwatch run"),

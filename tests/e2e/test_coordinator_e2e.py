@@ -272,7 +272,8 @@ def test_node_with_a_clock_offset_is_joined_on_the_coordinator_clock(
         assert coord.call("POST", f"/v1/runs/{run['id']}/windows", body)[0] == 201
         wait_stored(coord, skewed)
         coord.call("POST", f"/v1/runs/{run['id']}/end")
-        _, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
+        status, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
+        assert status == 200, export
         node = export["nodes"][0]
         assert node["clock"]["offset_ns"] == pytest.approx(-7e9, abs=5e7)
         # with the samples taken at face value the window would fall 7 s later, on idle (5 W) samples

@@ -76,7 +76,7 @@ def test_out_of_disk_is_503_and_a_slowing_redial_and_nothing_is_lost(
     assert stored == (201, {"stored": 2000})
     db = sqlite3.connect(coord.db)
     first, last, count = db.execute(
-        "SELECT MIN(seq), MAX(seq), COUNT(*) FROM samples WHERE node = 'n1'"
+        "SELECT MIN(seq_first), MAX(seq_last), SUM(count) FROM sample_blocks WHERE node = 'n1'"
     ).fetchone()
     assert count == last - first + 1  # the agent's ring kept what the coordinator could not write
     assert db.execute("SELECT COUNT(*) FROM gaps").fetchone()[0] == 0

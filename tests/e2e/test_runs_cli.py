@@ -119,12 +119,14 @@ def _list_and_show(coord: Coordinator, env: dict[str, str], run_id: str) -> None
     listed = cli("runs", "list", env=env)
     assert listed.returncode == 0, listed.stderr
     header, rule, *rows = listed.stdout.splitlines()
-    assert header.split() == ["id", "name", "state", "start", "(UTC)", "end", "(UTC)", "windows"]
+    assert header.split() == ["id", "name", "state", "start", "(UTC)", "end", "(UTC)", "windows", "samples"]
     assert set(rule) == {"-"}
-    assert rows[0].split()[:3] == [run_id, "by-hand", "ended"] and rows[0].split()[-1] == "2"
-    assert rows[1].split()[:3] == [second, "manual", "open"] and rows[1].split()[-2:] == ["-", "0"]
     as_json = json.loads(cli("runs", "list", "--json", env=env).stdout)
     assert as_json == coord.call("GET", "/v1/runs")[1]
+    sizes = {r["id"]: f"{r['size_bytes'] / 1e6:.1f}" for r in as_json["runs"]}
+    assert rows[0].split()[:3] == [run_id, "by-hand", "ended"]
+    assert rows[0].split()[-3:] == ["2", sizes[run_id], "MB"] and as_json["runs"][0]["size_bytes"] > 0
+    assert rows[1].split()[:3] == [second, "manual", "open"] and rows[1].split()[-4:-2] == ["-", "0"]
     shown = cli("runs", "show", run_id, env=env).stdout
     assert re.search(r"^windows +2$", shown, re.M) and re.search(r"^state +ended$", shown, re.M)
     assert re.search(r"^interval +0\.05 s$", shown, re.M)

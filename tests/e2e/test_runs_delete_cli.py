@@ -1,6 +1,6 @@
 """`sparkwatch runs delete` through the real entry point, against a real coordinator and sim agent: an open
-run is refused in one line, an ended one goes with its windows (online and in an offline export), its samples
-stay."""
+run is refused in one line, an ended one goes with its windows (online and in an offline export) and the
+samples its span holds (no other run covers them); the node's later samples stay."""
 
 from __future__ import annotations
 
@@ -54,6 +54,9 @@ def test_runs_delete_refuses_an_open_run_and_deletes_an_ended_one(
         one_line_refusal(refused, "HTTP 409", f"run {run_id} is open: end it first")
         assert coord.call("GET", f"/v1/runs/{run_id}")[1]["windows"] == 3
         assert cli("runs", "end", run_id, env=env).returncode == 0
+        end = coord.call("GET", f"/v1/runs/{run_id}")[1]["t_end_ns"]
+        size = {r["id"]: r["size_bytes"] for r in coord.call("GET", "/v1/runs")[1]["runs"]}[run_id]
+        assert size > 0 and blocks_between(coord.db, start, end) > 0
 
         deleted = cli("runs", "delete", run_id, env=env)
         assert deleted.returncode == 0, deleted.stderr
@@ -63,11 +66,26 @@ def test_runs_delete_refuses_an_open_run_and_deletes_an_ended_one(
         assert cli("runs", "list", env=env).stdout == f"no runs on {coord.url}\n"
         one_line_refusal(cli("export", "--db", str(coord.db), run_id), f"no run {run_id} in {coord.db}")
         deadline = time.monotonic() + 10
-        while rows_of(coord.db, run_id) != (0, 0):  # the rows follow in the background
-            assert time.monotonic() < deadline, rows_of(coord.db, run_id)
+        # the rows, then the samples, follow in the background
+        while rows_of(coord.db, run_id) != (0, 0) or blocks_between(coord.db, start, end):
+            assert time.monotonic() < deadline, (
+                rows_of(coord.db, run_id),
+                blocks_between(coord.db, start, end),
+            )
             time.sleep(0.05)
-        assert coord.call("GET", "/v1/nodes")[1]["nodes"][0]["last_seq"] > 0  # the node's samples stay
+        seq = coord.call("GET", "/v1/nodes")[1]["nodes"][0]["last_seq"]
+        while blocks_between(coord.db, end + 1, 2**63 - 1) == 0:  # the node goes on storing after the run
+            assert time.monotonic() < deadline, seq
+            time.sleep(0.05)
     finally:
         coord.stop()
-    with sqlite3.connect(f"file:{coord.db}?mode=ro", uri=True) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] > 0
+
+
+def blocks_between(db: pathlib.Path, t_from_ns: int, t_to_ns: int) -> int:
+    """Sample blocks with a sample stamped in [t_from_ns, t_to_ns] (agent and coordinator share a clock)."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        (count,) = conn.execute(
+            "SELECT COUNT(*) FROM sample_blocks WHERE wall_last_ns >= ? AND wall_first_ns <= ?",
+            (t_from_ns, t_to_ns),
+        ).fetchone()
+    return int(count)

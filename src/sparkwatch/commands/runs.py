@@ -131,20 +131,26 @@ ACTIONS: dict[str, Action] = {
 
 
 def runs_table(runs: Sequence[dict[str, Any]], windows: Sequence[int]) -> str:
-    """One line per run (as ``GET /v1/runs`` lists them, oldest first), times in UTC."""
-    rows = [("id", "name", "state", "start (UTC)", "end (UTC)", "windows")]
+    """One line per run (as ``GET /v1/runs`` lists them, oldest first), times in UTC, with the size of the
+    samples its span holds."""
+    rows = [("id", "name", "state", "start (UTC)", "end (UTC)", "windows", "samples")]
     for run, count in zip(runs, windows, strict=True):
         name = run["name"] if len(run["name"]) <= NAME_CHARS else run["name"][: NAME_CHARS - 1] + "…"
         state = "open" if run["open"] else "ended"
         end = "-" if run["t_end_ns"] is None else utc(run["t_end_ns"])
-        rows.append((run["id"], name, state, utc(run["t_start_ns"]), end, str(count)))
+        size = megabytes(run["size_bytes"]) if "size_bytes" in run else "-"  # an older coordinator: unknown
+        rows.append((run["id"], name, state, utc(run["t_start_ns"]), end, str(count), size))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
-    for row in rows:  # every column flush left but the count
-        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths[:-1], strict=True)]
-        lines.append("  ".join([*cells, row[-1].rjust(widths[-1])]))
+    for row in rows:  # every column flush left but the count and the size
+        cells = [cell.ljust(width) for cell, width in zip(row[:-2], widths[:-2], strict=True)]
+        lines.append("  ".join([*cells, row[-2].rjust(widths[-2]), row[-1].rjust(widths[-1])]))
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def megabytes(size_bytes: int) -> str:
+    return f"{size_bytes / 1e6:.1f} MB"
 
 
 def run_details(run: dict[str, Any]) -> str:

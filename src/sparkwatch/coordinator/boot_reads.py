@@ -40,14 +40,14 @@ def read_boot(samples: BootSamples, rounds: Sequence[OffsetRound], t_from_ns: in
     """The boot's samples taken between coordinator times ``t_from_ns`` and ``t_to_ns``."""
     fit = fit_monotonic(rounds)
     if fit is not None:
-        seqs = samples.seq_range("t_mono_ns", fit.to_mono(t_from_ns), fit.to_mono(t_to_ns))
+        block = samples.read("t_mono_ns", fit.to_mono(t_from_ns), fit.to_mono(t_to_ns))
     else:
         shift = int(np.median([r.offset_ns for r in rounds]))
-        seqs = samples.seq_range("t_wall_ns", t_from_ns - shift, t_to_ns - shift)
-    empty = (0, 0)
-    gpu = samples.gpu_rows(seqs or empty)
-    memory = samples.mem_rows(seqs or empty)
-    sensors, signals = samples.frame_rows(seqs or empty)
+        block = samples.read("t_wall_ns", t_from_ns - shift, t_to_ns - shift)
+    gpu = block.gpu_rows()
+    memory = block.mem_rows()
+    sensors = block.sensor_rows()
+    signals = block.signal_rows()
 
     def place(rows: GpuRows | MemRows | SensorRows | SignalRows) -> I64:
         if len(rows.t_mono_ns) == 0:

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.defaults import RETAIN_IDLE_S
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.links.nodes_file import NodeSpec, load_nodes_file
 from sparkwatch.store import Store
@@ -39,10 +40,12 @@ async def running_coordinator(
     token: str | None,
     *,
     engine: EngineSpec | None = None,
+    retain_idle_s: float | None = RETAIN_IDLE_S,
 ) -> AsyncIterator[str]:
     """Store, links and API up on host:port (0: any free port) until the block ends, then down in order.
     `sparkwatch coordinator` serves with it; `sparkwatch run`, `hardware` and the demo embed it. ``engine``:
-    the serving engine whose /metrics it scrapes (``[engine]`` in nodes.toml, ``run --engine-metrics``).
+    the serving engine whose /metrics it scrapes (``[engine]`` in nodes.toml, ``run --engine-metrics``);
+    ``retain_idle_s``: how long samples no run covers are kept (None: for ever).
 
     A coordinator that cannot start changes no database: a port in use is found before the file is opened
     (an existing one stays byte for byte as it was), and a file this start created is removed again when
@@ -58,7 +61,7 @@ async def running_coordinator(
     coordinator: Coordinator | None = None
     runner: web.AppRunner | None = None
     try:
-        coordinator = Coordinator(nodes, store, engine=engine)
+        coordinator = Coordinator(nodes, store, engine=engine, retain_idle_s=retain_idle_s)
         runner = web.AppRunner(
             make_app(coordinator, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
         )
@@ -116,7 +119,13 @@ def prompt_thread_switches() -> None:
 
 
 async def serve(
-    nodes_path: Path, db_path: Path, listen: str, token_file: Path | None, insecure_no_auth: bool = False
+    nodes_path: Path,
+    db_path: Path,
+    listen: str,
+    token_file: Path | None,
+    insecure_no_auth: bool = False,
+    *,
+    retain_idle_s: float | None = RETAIN_IDLE_S,
 ) -> int:
     nodes_file = load_nodes_file(nodes_path)
     nodes = nodes_file.nodes
@@ -124,7 +133,9 @@ async def serve(
     token = token_for_bind(host, token_file, insecure_no_auth)
     stop = stop_on_signals()
     notifier = SystemdNotifier()
-    async with running_coordinator(nodes, db_path, host, port, token, engine=nodes_file.engine) as url:
+    async with running_coordinator(
+        nodes, db_path, host, port, token, engine=nodes_file.engine, retain_idle_s=retain_idle_s
+    ) as url:
         log.info("coordinator listening on %s (%d nodes, db %s)", url, len(nodes), db_path)
         notifier.ready(f"{len(nodes)} nodes")
         watchdog = asyncio.create_task(_watchdog(notifier))

@@ -18,10 +18,11 @@ import aiohttp
 
 from sparkwatch.coordinator.big_values import CollectorPause, let_go
 from sparkwatch.coordinator.export_inputs import export_run
+from sparkwatch.coordinator.housekeeping import Housekeeping
 from sparkwatch.coordinator.loop_lag import LoopLag
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.windows import Window, outside_run
-from sparkwatch.defaults import DEFAULT_PHASES
+from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.hello_facts import misnamed, shared_identities
@@ -46,6 +47,8 @@ class Coordinator:
         now_ns: Callable[[], int] = time.time_ns,
         link_factory: Callable[..., Any] | None = None,
         engine: EngineSpec | None = None,
+        *,
+        retain_idle_s: float | None = RETAIN_IDLE_S,
     ) -> None:
         self.nodes = list(nodes)
         self.engine_spec = engine  # the serving engine whose /metrics this coordinator scrapes
@@ -66,6 +69,7 @@ class Coordinator:
         self.engine: EnginePoller | None = None
         self._collector_pause = CollectorPause()
         self._report_assets = Assets()  # the inlined Vega bundle, assembled at the first report
+        self.housekeeping = Housekeeping(self._in_window_thread, retain_idle_s)
         store.set_nodes([n.name for n in self.nodes])
 
     @property
@@ -84,6 +88,7 @@ class Coordinator:
             log.warning("run %s: finishing its deletion, cut short by the last stop", run_id)
             self._purge_later(run_id)
         self._tasks.append(asyncio.create_task(self.loop_lag.run(), name="loop-lag"))
+        self._tasks.append(asyncio.create_task(self.housekeeping.run(), name="retention"))
         self._session = aiohttp.ClientSession()
         for spec in self.nodes:
             link = self._link_factory(
@@ -183,6 +188,10 @@ class Coordinator:
     def runs(self) -> list[RunRow]:
         return self.store.runs()
 
+    def run_sizes(self) -> dict[str, int]:
+        """Bytes of stored samples by run (an index range scan per run: milliseconds)."""
+        return self.store.run_sizes()
+
     def run(self, run_id: str) -> tuple[RunRow, int]:
         """The run and how many windows it has."""
         return self.store.run(run_id), self.store.count_windows(run_id)
@@ -225,8 +234,10 @@ class Coordinator:
         """One short transaction per turn of the window thread: batches and imports queued meanwhile
         go in between, and a stop or crash part-way leaves a run nobody sees, finished at the next start."""
         try:
+            span = await self._in_window_thread(lambda store: store.deleted_run_span(run_id))
             while not await self._in_window_thread(lambda store: store.purge_step(run_id)):
                 pass
+            await self.housekeeping.drop_run_samples(run_id, span)
         except StoreError as exc:
             log.warning("run %s: its rows are not all removed yet (%s); the next start goes on", run_id, exc)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import isnan
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ def window_signals(tracks: Sequence[SignalTrack], starts: I64, ends: I64) -> lis
     sums = _Sums(n)
     for track in tracks:
         sums.add(track, np.asarray(starts, np.int64), np.asarray(ends, np.int64))
-    return [sums.window(k) for k in range(n)]
+    return sums.windows()
 
 
 class _Sums:
@@ -88,25 +89,44 @@ class _Sums:
             count = _ranged((known & (track.reasons & bit != 0)).astype(np.int64), lo, hi)
             self.bits[bit] = self.bits.get(bit, 0) + count
 
-    def window(self, k: int) -> dict[str, Any]:
-        masks = int(self.masks[k])
-        union = sum(bit for bit, count in self.bits.items() if count[k] > 0) if masks else None
-        flags = []
-        for bit, name in REASON_NAMES.items():
-            share = float(self.bits[bit][k]) / masks if masks and bit in self.bits else 0.0
-            if bit & SLOWDOWN_BITS and share > MAX_SLOWDOWN_RATIO:
-                flags.append(f"throttled:{name} ({share:.0%} of the window's samples)")
-        ratio = float(self.ratio_sum[k] / self.ratio_count[k]) if self.ratio_count[k] else None
-        if ratio is not None and ratio < MIN_CLOCK_RATIO:
-            flags.append(f"throttled:sm_clock (mean {ratio:.2f} of the maximum, under {MIN_CLOCK_RATIO:g})")
-        clocks = int(self.clock_count[k])
-        return {
-            "sm_clock_hz_mean": round(float(self.clock_sum[k] / clocks)) if clocks else None,
-            "sm_clock_ratio": round(ratio, 3) if ratio is not None else None,
-            "temperature_c_max": float(self.hottest[k]) if np.isfinite(self.hottest[k]) else None,
-            "clock_event_reasons": reason_names(union) if union is not None else None,
-            "throttle": flags,
-        }
+    def windows(self) -> list[dict[str, Any]]:
+        """Every window's figures, built from whole columns (one Python pass to make the dicts)."""
+        masks = self.masks
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(self.ratio_count > 0, self.ratio_sum / self.ratio_count, np.nan)
+            clock = np.where(self.clock_count > 0, np.round(self.clock_sum / self.clock_count), np.nan)
+            shares = {bit: self.bits[bit] / masks for bit in REASON_NAMES if bit in self.bits}
+        unions = np.zeros(len(masks), np.int64)
+        for bit, count in self.bits.items():
+            unions |= np.where(count > 0, bit, 0)
+        flags: list[list[str]] = [[] for _ in range(len(masks))]
+        for bit, share in shares.items():
+            if bit & SLOWDOWN_BITS:
+                for k in np.flatnonzero((masks > 0) & (share > MAX_SLOWDOWN_RATIO)).tolist():
+                    flags[k].append(f"throttled:{REASON_NAMES[bit]} ({share[k]:.0%} of the window's samples)")
+        for k in np.flatnonzero(ratio < MIN_CLOCK_RATIO).tolist():
+            flags[k].append(
+                f"throttled:sm_clock (mean {ratio[k]:.2f} of the maximum, under {MIN_CLOCK_RATIO:g})"
+            )
+        hottest = np.where(np.isfinite(self.hottest), self.hottest, np.nan)
+        return [
+            {
+                "sm_clock_hz_mean": None if isnan(c) else int(c),
+                "sm_clock_ratio": None if isnan(r) else round(r, 3),
+                "temperature_c_max": None if isnan(h) else h,
+                "clock_event_reasons": reason_names(u) if m else None,
+                "throttle": f,
+            }
+            for c, r, h, u, m, f in zip(
+                clock.tolist(),
+                ratio.tolist(),
+                hottest.tolist(),
+                unions.tolist(),
+                masks.tolist(),
+                flags,
+                strict=True,
+            )
+        ]
 
 
 def _ranged(values: npt.NDArray[Any], lo: I64, hi: I64) -> npt.NDArray[Any]:

@@ -7,12 +7,11 @@ batch in flight, and everything committed survives a coordinator restart.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
+import logging
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,17 +19,17 @@ from typing import Any
 from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
 from sparkwatch.defaults import DEFAULT_PHASES
-from sparkwatch.store import deletion, engine_samples, meters, sample_reads
+from sparkwatch.store import deletion, engine_samples, meters, retention, sample_reads
 from sparkwatch.store import windows as windows_table
+from sparkwatch.store.opening import open_database
 from sparkwatch.store.read_only import connect_read_only
 from sparkwatch.store.refusals import ended_at
+from sparkwatch.store.sample_store import SampleBlocks
 from sparkwatch.store.schema import MIGRATIONS
 from sparkwatch.store.tx import NotFound, RunEnded, StoreError, tx
 from sparkwatch.wire import GapFrame, SampleFrame
 
-#: Page size of a new database, and the WAL size after which it is checkpointed.
-PAGE_BYTES = 16384
-WAL_CHECKPOINT_BYTES = 32 * 1024 * 1024
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,19 +68,9 @@ class Store:
         self._now = now_ns
         self.path = path
         try:
-            _owner_only(path)
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            # a new database gets 16 KiB pages: a sample row holds its frame (1-3 KB with hwmon channels),
-            # and a WITHOUT ROWID row over ~1 KB on a 4 KiB page spills to overflow pages, which cut
-            # ingest 2.6x (docs/performance.md); the page size cannot change once the database is in WAL
-            self._db.execute(f"PRAGMA page_size={PAGE_BYTES}")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            # checkpoint every ~32 MiB of WAL instead of 4 MiB: hot B-tree pages are copied back once
-            (page_bytes,) = self._db.execute("PRAGMA page_size").fetchone()
-            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_BYTES // page_bytes}")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
+            self._db = open_database(path)
+            self._blocks = SampleBlocks(self._db)
+            self._swept_until: int | None = None  # retention: timed rows before this are gone
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot use database {path}: {exc}") from exc
 
@@ -93,17 +82,12 @@ class Store:
         store._now = time.time_ns
         store.path = path
         store._db = connect_read_only(path, len(MIGRATIONS))
+        store._blocks = SampleBlocks(store._db)
+        store._swept_until = None
         return store
 
     def close(self) -> None:
         self._db.close()
-
-    def _migrate(self) -> None:
-        (version,) = self._db.execute("PRAGMA user_version").fetchone()
-        if version > len(MIGRATIONS):
-            raise StoreError(f"database schema {version} is newer than this sparkwatch ({len(MIGRATIONS)})")
-        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            self._db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
 
     @property
     def schema_version(self) -> int:
@@ -133,44 +117,22 @@ class Store:
     ) -> int:
         """Store one node's decoded samples and gaps in one transaction (gaps belong to ``boot_id``, the boot
         of the stream they came on); returns how many samples were new."""
-        rows = [
-            (
-                node,
-                s.boot_id,
-                s.seq,
-                s.t_wall_ns,
-                s.t_mono_ns,
-                s.interval_s,
-                s.mem_used_bytes,
-                *(s.gpus[0][1:] if s.gpus else _NO_GPU),
-                s.raw,
-            )
-            for s in samples
-        ]
-        more_gpus = [(node, s.boot_id, s.seq, *g) for s in samples for g in s.gpus[1:]]
         now = self._now()
-        with tx(self._db):
-            before = self._db.total_changes
-            self._db.executemany(
-                "INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
-            )
-            inserted = self._db.total_changes - before
-            if more_gpus:
-                self._db.executemany(
-                    "INSERT OR IGNORE INTO gpu_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", more_gpus
-                )
-            if gaps:
-                self._db.executemany(
-                    "INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)",
-                    [(node, boot_id, g.after, g.missing, now) for g in gaps],
-                )
+        try:
+            with tx(self._db):
+                inserted = self._blocks.insert(node, samples)
+                if gaps:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO gaps VALUES (?, ?, ?, ?, ?)",
+                        [(node, boot_id, g.after, g.missing, now) for g in gaps],
+                    )
+        except BaseException:
+            self._blocks.forget()  # what it remembered of the rolled-back blocks
+            raise
         return inserted
 
     def last_seq(self, node: str, boot_id: str) -> int:
-        row = self._db.execute(
-            "SELECT MAX(seq) FROM samples WHERE node = ? AND boot_id = ?", (node, boot_id)
-        ).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
+        return self._blocks.top_seq(node, boot_id)
 
     def latest_boot(self, node: str) -> tuple[str, int] | None:
         """The node's most recently seen boot and the last seq stored for it (where a link resumes)."""
@@ -188,9 +150,7 @@ class Store:
         return json.loads(row[0]) if row else None
 
     def count_samples(self, node: str | None = None) -> int:
-        if node is None:
-            return int(self._db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
-        return int(self._db.execute("SELECT COUNT(*) FROM samples WHERE node = ?", (node,)).fetchone()[0])
+        return self._blocks.count(node)
 
     def gaps(self, node: str) -> list[tuple[str, int, int]]:
         rows = self._db.execute(
@@ -200,10 +160,37 @@ class Store:
 
     # ---- what an export reads (store/sample_reads.py) ------------------------------------------
     def boot_samples(self, node: str, boot: str) -> sample_reads.BootSamples:
-        return sample_reads.BootSamples(self._db, node, boot)
+        return sample_reads.BootSamples(self._blocks, node, boot)
 
     def offset_rounds(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, list[OffsetRound]]:
         return sample_reads.offset_rounds(self._db, node, t_from_ns, t_to_ns)
+
+    # ---- retention and size (store/retention.py) ------------------------------------------------
+    def retention_steps(self, retain_idle_ns: int) -> Iterator[int]:
+        """One pass of retention as short steps (each its own transaction, for a caller to interleave with
+        other work): small blocks of boots that stopped merged, samples and timed rows older than
+        ``retain_idle_ns`` that no live run covers dropped, free pages handed back."""
+        for node, boot in self._blocks.boots_with_small():
+            with tx(self._db):
+                self._blocks.merge_small(node, boot)
+            yield 0
+        before = self._now() - retain_idle_ns
+        yield from retention.drop_idle(self._db, before, self._swept_until)
+        self._swept_until = before
+        yield from retention.vacuum_steps(self._db)
+
+    def deleted_run_span(self, run_id: str) -> tuple[int, int] | None:
+        """The span of a run deleted but not yet purged (its windows still there), None when unknown."""
+        return retention.run_spans(self._db, live=False).get(run_id)
+
+    def drop_run_samples(self, span: tuple[int, int]) -> Iterator[int]:
+        """Steps dropping a deleted run's samples no live run covers, then handing the pages back."""
+        yield from retention.drop_span(self._db, span)
+        yield from retention.vacuum_steps(self._db)
+
+    def run_sizes(self) -> dict[str, int]:
+        """Bytes of stored samples each live run's span touches (a block two runs share counts in both)."""
+        return retention.sizes(self._db, retention.run_spans(self._db))
 
     # ---- meters ----------------------------------------------------------------------------------
     def add_meter_reading(self, node: str, reading: meters.MeterReading) -> None:
@@ -355,7 +342,6 @@ class Store:
         return windows_table.read(self._db, run_id)
 
 
-_NO_GPU = (None, None, None, None)
 _RUN_COLUMNS = "id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope, command, phases"
 
 
@@ -369,16 +355,3 @@ def _run_row(row: tuple[Any, ...]) -> RunRow:
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise StoreError(f"run {run_id} has unreadable phases {phases!r}")
     return RunRow(run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, tuple(names))
-
-
-def _owner_only(path: Path) -> None:
-    """The database holds run names, commands and request details: readable by its owner only, whatever
-    the umask. SQLite gives the ``-wal`` and ``-shm`` files the database file's mode when it creates them;
-    files left open to others (by an older sparkwatch) are tightened. Never open and close a database file
-    another connection of this process may hold: closing any descriptor of a file drops every POSIX lock
-    the process has on it, SQLite's included."""
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        if file.exists() and file.stat().st_mode & 0o077:
-            file.chmod(0o600)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from sparkwatch.store.tx import StoreError
 
-#: Tables every sparkwatch database has had since its first schema.
-TABLES = frozenset({"nodes", "boots", "samples", "runs", "windows", "marks", "clock_offsets"})
+#: Tables every sparkwatch database has had since its first schema (samples: in blocks since schema 9; an
+#: older file is refused by its version before its tables are looked at).
+TABLES = frozenset({"nodes", "boots", "runs", "windows", "marks", "clock_offsets"})
 
 
 def connect_read_only(path: Path, schema_version: int) -> sqlite3.Connection:

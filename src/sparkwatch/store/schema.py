@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+#: The schema whose migration moves stored samples into blocks (store/convert.py runs inside it).
+BLOCKS_SCHEMA = 9
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: samples, boots, gaps, runs, windows, marks, clock offsets
     """
@@ -169,5 +172,27 @@ MIGRATIONS: tuple[str, ...] = (
         t_ns INTEGER PRIMARY KEY,
         error TEXT NOT NULL
     );
+    """,
+    # 9: samples as blocks (store/sample_store.py): what an export reads of each sample, columnar and
+    # deflated, one row per run of a boot's samples (≈1.1 KB a sample before, with the raw frame, is a few
+    # dozen bytes now); the rows of `samples` and `gpu_samples` move into blocks (store/convert.py) and the
+    # old tables go. Rowid table: a block's blob is kilobytes, which a WITHOUT ROWID row should not hold.
+    """
+    CREATE TABLE sample_blocks (
+        id INTEGER PRIMARY KEY,
+        node TEXT NOT NULL,
+        boot_id TEXT NOT NULL,
+        seq_first INTEGER NOT NULL,
+        seq_last INTEGER NOT NULL,
+        wall_first_ns INTEGER NOT NULL,
+        wall_last_ns INTEGER NOT NULL,
+        mono_first_ns INTEGER NOT NULL,
+        mono_last_ns INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        data BLOB NOT NULL
+    );
+    CREATE INDEX sample_blocks_by_seq ON sample_blocks (node, boot_id, seq_first);
+    CREATE INDEX sample_blocks_by_time ON sample_blocks (wall_last_ns);
+    CREATE INDEX clock_offsets_by_time ON clock_offsets (node, t_ns);
     """,
 )

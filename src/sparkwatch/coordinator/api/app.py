@@ -97,7 +97,11 @@ async def create_run(request: web.Request) -> web.Response:
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    return web.json_response({"runs": [r.to_json() for r in request.app[COORDINATOR].runs()]})
+    """Every run, each with ``size_bytes``: its stored samples (blocks its span touches, on every node)."""
+    coordinator = request.app[COORDINATOR]
+    sizes = coordinator.run_sizes()
+    runs = [{**r.to_json(), "size_bytes": sizes.get(r.id, 0)} for r in coordinator.runs()]
+    return web.json_response({"runs": runs})
 
 
 async def get_run(request: web.Request) -> web.Response:

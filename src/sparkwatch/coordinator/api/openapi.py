@@ -69,7 +69,7 @@ OPERATIONS = (
         "/v1/nodes",
         "every node's link, clock, capabilities and latest sample; the engine scraper's state",
     ),
-    Operation("get", "/v1/runs", "every run"),
+    Operation("get", "/v1/runs", "every run, with the bytes of samples its span holds (size_bytes)"),
     Operation("post", "/v1/runs", "start a run", "RunCreate", 201, (400,)),
     Operation("get", "/v1/runs/{run_id}", "one run with its window count", refusals=(404,)),
     Operation(

@@ -1,0 +1,90 @@
+"""Opening the coordinator's database file: owner-only, its pragmas, its schema brought up to date."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+from pathlib import Path
+
+from sparkwatch.store.convert import samples_to_blocks
+from sparkwatch.store.schema import BLOCKS_SCHEMA, MIGRATIONS
+from sparkwatch.store.tx import StoreError
+
+log = logging.getLogger(__name__)
+
+#: Page size of a new database, and the WAL size after which it is checkpointed.
+PAGE_BYTES = 16384
+WAL_CHECKPOINT_BYTES = 32 * 1024 * 1024
+
+
+def open_database(path: Path) -> sqlite3.Connection:
+    """A connection in autocommit mode (the store's transactions are explicit: store/tx.py); sqlite3 and
+    OS errors propagate for the caller to word."""
+    _owner_only(path)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        _set_up(db, path)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _set_up(db: sqlite3.Connection, path: Path) -> None:
+    # a new database gets 16 KiB pages: sample blocks are kilobytes each (schema 9; before it, a sample row
+    # held its 1-3 KB frame, which spilled to overflow pages on 4 KiB ones and cut ingest 2.6x); the page
+    # size cannot change once the database is in WAL
+    db.execute(f"PRAGMA page_size={PAGE_BYTES}")
+    # a new database frees pages as it goes (retention, deleted runs: store/retention.py); this
+    # holds only if set before the first table is made (an older file is rebuilt once, below)
+    db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    # checkpoint every ~32 MiB of WAL instead of 4 MiB: hot B-tree pages are copied back once
+    (page_bytes,) = db.execute("PRAGMA page_size").fetchone()
+    db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_BYTES // page_bytes}")
+    db.execute("PRAGMA foreign_keys=ON")
+    _migrate(db, path)
+    _incremental_vacuum_on(db)
+
+
+def _migrate(db: sqlite3.Connection, path: Path) -> None:
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version > len(MIGRATIONS):
+        raise StoreError(f"database schema {version} is newer than this sparkwatch ({len(MIGRATIONS)})")
+    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        db.executescript(f"BEGIN; {script};")  # the transaction stays open for the step after
+        try:
+            if number == BLOCKS_SCHEMA:
+                moved = samples_to_blocks(db)
+                if moved:
+                    log.info("database %s: %d stored samples moved into blocks", path, moved)
+            db.execute(f"PRAGMA user_version = {number}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+
+def _owner_only(path: Path) -> None:
+    """The database holds run names, commands and request details: readable by its owner only, whatever
+    the umask. SQLite gives the ``-wal`` and ``-shm`` files the database file's mode when it creates them;
+    files left open to others (by an older sparkwatch) are tightened. Never open and close a database file
+    another connection of this process may hold: closing any descriptor of a file drops every POSIX lock
+    the process has on it, SQLite's included."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if file.exists() and file.stat().st_mode & 0o077:
+            file.chmod(0o600)
+
+
+def _incremental_vacuum_on(db: sqlite3.Connection) -> None:
+    """A database made before auto_vacuum was set (or before schema 9) is rebuilt once so freed pages can
+    be handed back while the coordinator runs; a one-time cost, at start, before any link stores."""
+    (mode,) = db.execute("PRAGMA auto_vacuum").fetchone()
+    if mode != 2:
+        db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        db.execute("VACUUM")

@@ -1,0 +1,148 @@
+"""Keeping the database small: what no run covers goes once it is older than the idle retention, a deleted
+run's samples go with it, and the pages they held go back to the file system a few at a time.
+
+A run covers its span — from the earlier of its start and its first window's start to the later of its end
+and its last window's end (an open run: onwards) — widened by ``MARGIN_NS``: the memory baseline before the
+first window, and the clock-probe rounds an export reads around the span (a sample block is placed by its
+agent's wall clock, which the margin also forgives). Idle samples are dropped, not downsampled: nothing
+sparkwatch measures reads them, and a site that wants long idle history has its Prometheus for it
+(``--remote-write``). Every step is its own short transaction, so links keep storing in between.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from sparkwatch.store.sample_reads import NEAREST_NS
+from sparkwatch.store.tx import tx
+
+#: Around each run's span: the memory baseline (≤ 60 s), and the nearest probe rounds (≤ 600 s) of its boots.
+MARGIN_NS = NEAREST_NS + 60 * 1_000_000_000
+#: Blocks dropped per transaction, and pages handed back per incremental vacuum step.
+DROP_BLOCKS = 200
+VACUUM_PAGES = 256
+#: Rows on the coordinator's clock, by table and time column; they go with the samples around them.
+TIMED_TABLES = (
+    ("clock_offsets", "t_ns"),
+    ("meter_samples", "t_ns"),
+    ("meter_errors", "t_ns"),
+    ("engine_samples", "t_ns"),
+    ("engine_errors", "t_ns"),
+    ("gaps", "recorded_ns"),
+)
+#: Timed rows are deleted an hour of them at a time.
+SLICE_NS = 3600 * 1_000_000_000
+_NEVER = 2**63 - 1
+
+Span = tuple[int, int]
+
+
+def run_spans(db: sqlite3.Connection, *, live: bool = True) -> dict[str, Span]:
+    """Each run's span (not widened); ``live``: the runs not deleted, else the deleted ones."""
+    rows = db.execute(
+        "SELECT r.id, r.t_start_ns, r.t_end_ns, MIN(w.t_start_ns), MAX(w.t_end_ns) FROM runs r"
+        " LEFT JOIN windows w ON w.run_id = r.id"
+        f" WHERE r.deleted_at_ns IS {'' if live else 'NOT '}NULL GROUP BY r.id"
+    ).fetchall()
+    spans = {}
+    for run_id, start, end, first, last in rows:
+        lo = min(start, first) if first is not None else start
+        hi = _NEVER if end is None else max(end, last) if last is not None else end
+        spans[str(run_id)] = (int(lo), int(hi))
+    return spans
+
+
+def covered(first_ns: np.ndarray, last_ns: np.ndarray, spans: Sequence[Span]) -> np.ndarray:
+    """Which [first, last] ranges meet a span widened by ``MARGIN_NS``."""
+    hit = np.zeros(len(first_ns), dtype=bool)
+    for lo, hi in _widened(spans):
+        hit |= (last_ns >= lo) & (first_ns <= hi)
+    return hit
+
+
+def drop_idle(db: sqlite3.Connection, before_ns: int, since_ns: int | None = None) -> Iterator[int]:
+    """Steps that drop every block and timed row older than ``before_ns`` that no live run covers (timed
+    rows from ``since_ns`` on: a caller that swept up to there before); each yields the blocks it dropped."""
+    spans = list(run_spans(db).values())
+    rows = db.execute(
+        "SELECT id, wall_first_ns, wall_last_ns FROM sample_blocks WHERE wall_last_ns < ?", (before_ns,)
+    ).fetchall()
+    yield from _drop_blocks(db, rows, spans)
+    yield from _drop_timed(db, (since_ns, before_ns), spans)
+
+
+def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:
+    """Steps that drop the blocks and timed rows of a deleted run's ``span`` that no live run covers,
+    whatever their age (the run's samples go with it)."""
+    spans = list(run_spans(db).values())
+    lo, hi = span
+    rows = db.execute(
+        "SELECT id, wall_first_ns, wall_last_ns FROM sample_blocks"
+        " WHERE wall_last_ns >= ? AND wall_first_ns <= ?",
+        (lo, hi),
+    ).fetchall()
+    yield from _drop_blocks(db, rows, spans)
+    yield from _drop_timed(db, (lo, hi), spans)
+
+
+def _drop_blocks(
+    db: sqlite3.Connection, rows: list[tuple[int, int, int]], spans: Sequence[Span]
+) -> Iterator[int]:
+    if not rows:
+        return
+    ids, first, last = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
+    doomed = ids[~covered(first, last, spans)].tolist()
+    for at in range(0, len(doomed), DROP_BLOCKS):
+        chunk = doomed[at : at + DROP_BLOCKS]
+        with tx(db):
+            db.executemany("DELETE FROM sample_blocks WHERE id = ?", [(i,) for i in chunk])
+        yield len(chunk)
+
+
+def _drop_timed(
+    db: sqlite3.Connection, between: tuple[int | None, int], spans: Sequence[Span]
+) -> Iterator[int]:
+    """Timed rows in [from, to) (from None: the table's oldest) outside every widened span, an hour of a
+    table per transaction."""
+    outside = "".join(f" AND NOT ({{t}} BETWEEN {lo} AND {hi})" for lo, hi in _widened(spans))
+    for table, column in TIMED_TABLES:
+        since, before = between
+        if since is None:
+            (since,) = db.execute(f"SELECT MIN({column}) FROM {table}").fetchone()
+            if since is None:
+                continue
+        for start in range(int(since), before, SLICE_NS):
+            where = f"{column} >= ? AND {column} < ?" + outside.format(t=column)
+            with tx(db):
+                db.execute(f"DELETE FROM {table} WHERE {where}", (start, min(start + SLICE_NS, before)))
+            yield 0
+
+
+def _widened(spans: Sequence[Span]) -> list[Span]:
+    return [(lo - MARGIN_NS, min(hi, _NEVER - MARGIN_NS) + MARGIN_NS) for lo, hi in spans]
+
+
+def vacuum_steps(db: sqlite3.Connection) -> Iterator[int]:
+    """Hand free pages back ``VACUUM_PAGES`` at a time (a database with auto_vacuum=INCREMENTAL); each
+    step yields how many pages are still free."""
+    while True:
+        (free,) = db.execute("PRAGMA freelist_count").fetchone()
+        if not free:
+            return
+        db.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
+        yield max(0, int(free) - VACUUM_PAGES)
+
+
+def sizes(db: sqlite3.Connection, spans: dict[str, Span]) -> dict[str, int]:
+    """Bytes of sample blocks each run's span (not widened) touches, shared blocks counted in each."""
+    out = {}
+    for run_id, (lo, hi) in spans.items():
+        (total,) = db.execute(
+            "SELECT SUM(length(data)) FROM sample_blocks WHERE wall_last_ns >= ? AND wall_first_ns <= ?",
+            (lo, hi),
+        ).fetchone()
+        out[run_id] = int(total or 0)
+    return out

@@ -1,0 +1,233 @@
+"""A run of one boot's samples held as columns: what the store keeps of each sample, and nothing more.
+
+Exactly the fields an export reads: the sample's clocks, interval and memory used; per GPU its index, UUID,
+power, energy counter, utilisation and clock signals (SM clock, temperature, clock event reasons: read
+leniently, a value of the wrong type is unknown, as the export always read them); per power channel its
+name, kind, source, power and energy. Rows of a GPU or a channel belong to their sample by a per-sample
+count. Unknown floats are NaN, unknown memory and reasons -1.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import orjson
+
+from sparkwatch.store import codec
+from sparkwatch.store.rows import GpuRows, MemRows, SensorRows, SignalRows
+from sparkwatch.wire import SampleFrame
+
+#: Clock event reason bits kept (a bitmask beyond 63 bits does not fit SQLite's or numpy's integers).
+INT63_MASK = 2**63 - 1
+NAN = float("nan")
+#: Blocks of fewer samples are stored as deflated JSON lists (:func:`encode_lists`).
+SMALL = 64
+JSON_MAGIC = b"SWJ1"
+
+SAMPLE_COLUMNS = ("seq", "t_wall_ns", "t_mono_ns", "interval_s", "mem_used_bytes")
+#: Row groups: the per-sample count column, then the group's columns (``*_str`` index the string table).
+#: A channel's string is its name, kind and source as a JSON array: one code per channel and sample.
+GROUPS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "gpu": (
+            *("gpu_index", "gpu_uuid_str", "gpu_power_w", "gpu_energy_j", "gpu_util_ratio"),
+            *("gpu_sm_clock_hz", "gpu_temperature_c", "gpu_reasons"),
+        ),
+        "sensor": ("sensor_channel_str", "sensor_power_w", "sensor_energy_j"),
+    }
+)
+COLUMNS = (*SAMPLE_COLUMNS, *(f"{g}_n" for g in GROUPS), *(n for names in GROUPS.values() for n in names))
+_FLOATS = frozenset(
+    {"interval_s", "gpu_power_w", "gpu_energy_j", "gpu_util_ratio", "sensor_power_w", "sensor_energy_j"}
+    | {"gpu_sm_clock_hz", "gpu_temperature_c"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleBlock:
+    """Columns by name (see ``SAMPLE_COLUMNS`` and ``GROUPS``; ``<group>_n``: rows per sample)."""
+
+    columns: dict[str, np.ndarray]
+    strings: list[str]
+
+    def __len__(self) -> int:
+        return len(self.columns["seq"])
+
+    @property
+    def seq(self) -> np.ndarray:
+        return self.columns["seq"]
+
+    def encode(self) -> bytes:
+        return codec.encode(self.columns, self.strings)
+
+    @classmethod
+    def decode(cls, blob: bytes) -> SampleBlock:
+        columns, strings = codec.decode(blob)
+        return cls(columns, strings)
+
+    def take(self, index: np.ndarray) -> SampleBlock:
+        """The samples at ``index`` (positions, or a boolean mask), in that order, with their rows."""
+        if index.dtype == bool:
+            index = np.flatnonzero(index)
+        out = {name: self.columns[name][index] for name in SAMPLE_COLUMNS}
+        for group, names in GROUPS.items():
+            counts = self.columns[f"{group}_n"]
+            out[f"{group}_n"] = counts[index]
+            rows = _row_index(counts, index)
+            out.update({name: self.columns[name][rows] for name in names})
+        return SampleBlock(out, self.strings)
+
+    def times(self, group: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Wall time, monotonic time and interval of each row of ``group``."""
+        counts = self.columns[f"{group}_n"]
+        c = self.columns
+        return tuple(np.repeat(c[n], counts) for n in ("t_wall_ns", "t_mono_ns", "interval_s"))  # type: ignore[return-value]
+
+    def text(self, name: str) -> list[str]:
+        table = self.strings
+        return [table[i] for i in self.columns[name].tolist()]
+
+    def gpu_rows(self) -> GpuRows:
+        c = self.columns
+        return GpuRows(
+            *self.times("gpu"),
+            gpu_index=c["gpu_index"],
+            uuid=self.text("gpu_uuid_str"),
+            power_w=c["gpu_power_w"],
+            energy_j=c["gpu_energy_j"],
+            util_ratio=c["gpu_util_ratio"],
+        )
+
+    def mem_rows(self) -> MemRows:
+        c = self.columns
+        used = c["mem_used_bytes"].astype(np.float64)
+        used[c["mem_used_bytes"] < 0] = np.nan
+        return MemRows(c["t_wall_ns"], c["t_mono_ns"], c["interval_s"], used)
+
+    def sensor_rows(self) -> SensorRows:
+        c = self.columns
+        codes = c["sensor_channel_str"]
+        channels = {i: orjson.loads(self.strings[i]) for i in np.unique(codes).tolist()}
+        rows = [channels[i] for i in codes.tolist()]
+        return SensorRows(
+            *self.times("sensor"),
+            sensor=[r[0] for r in rows],
+            kind=[r[1] for r in rows],
+            source=[r[2] for r in rows],
+            power_w=c["sensor_power_w"],
+            energy_j=c["sensor_energy_j"],
+        )
+
+    def signal_rows(self) -> SignalRows:
+        c = self.columns
+        wall, mono, _ = self.times("gpu")
+        return SignalRows(
+            wall,
+            mono,
+            uuid=self.text("gpu_uuid_str"),
+            sm_clock_hz=c["gpu_sm_clock_hz"],
+            temperature_c=c["gpu_temperature_c"],
+            reasons=c["gpu_reasons"],
+        )
+
+
+def _row_index(counts: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The positions of the rows of samples ``index``, sample by sample (rows follow their samples)."""
+    starts = np.cumsum(counts) - counts
+    taken = counts[index]
+    firsts = np.repeat(starts[index], taken)
+    within = np.arange(int(taken.sum())) - np.repeat(np.cumsum(taken) - taken, taken)
+    rows: np.ndarray = firsts + within
+    return rows
+
+
+def concat(blocks: Sequence[SampleBlock]) -> SampleBlock:
+    """The blocks' samples one after another, over one string table."""
+    if len(blocks) == 1:
+        return blocks[0]
+    strings: dict[str, int] = {}
+    parts: dict[str, list[np.ndarray]] = {}
+    for block in blocks:
+        remap = np.array([strings.setdefault(s, len(strings)) for s in block.strings] or [0], np.int64)
+        for name, column in block.columns.items():
+            parts.setdefault(name, []).append(remap[column] if name.endswith("_str") else column)
+    if not blocks:
+        return empty()
+    return SampleBlock({n: np.concatenate(p) for n, p in parts.items()}, list(strings))
+
+
+def empty() -> SampleBlock:
+    return SampleBlock({n: np.empty(0, np.float64 if n in _FLOATS else np.int64) for n in COLUMNS}, [])
+
+
+def column_lists(frames: Sequence[SampleFrame]) -> tuple[dict[str, list[Any]], list[str]]:
+    """The frames (checked by the wire) as plain column lists and their string table, in the order given:
+    the per-sample cost of ingest, so one comprehension per column and no numpy."""
+    table: dict[str | tuple[str, str, str], int] = {}  # a GPU's UUID, or a channel's name, kind, source
+    code = table.setdefault
+    gpus = [g for f in frames for g in f.gpus]
+    entries = [e for f in frames for e in f.sensors]
+    c: dict[str, list[Any]] = {
+        "seq": [f.seq for f in frames],
+        "t_wall_ns": [f.t_wall_ns for f in frames],
+        "t_mono_ns": [f.t_mono_ns for f in frames],
+        "interval_s": [f.interval_s for f in frames],
+        "mem_used_bytes": [-1 if f.mem_used_bytes is None else f.mem_used_bytes for f in frames],
+        "gpu_n": [len(f.gpus) for f in frames],
+        "sensor_n": [len(f.sensors) for f in frames],
+        "gpu_index": [g.gpu_index for g in gpus],
+        "gpu_uuid_str": [code(g.uuid, len(table)) for g in gpus],
+        "gpu_power_w": [NAN if g.power_w is None else g.power_w for g in gpus],
+        "gpu_energy_j": [NAN if g.energy_j is None else g.energy_j for g in gpus],
+        "gpu_util_ratio": [NAN if g.util_ratio is None else g.util_ratio for g in gpus],
+        "gpu_sm_clock_hz": [_number(g.sm_clock_hz) for g in gpus],
+        "gpu_temperature_c": [_number(g.temperature_c) for g in gpus],
+        "gpu_reasons": [_reasons(g.clock_event_reasons) for g in gpus],
+        "sensor_channel_str": [code((e.sensor, e.kind, e.source), len(table)) for e in entries],
+        "sensor_power_w": [NAN if e.power_w is None else e.power_w for e in entries],
+        "sensor_energy_j": [NAN if e.energy_j is None else e.energy_j for e in entries],
+    }
+    return c, [k if isinstance(k, str) else orjson.dumps(k).decode() for k in table]
+
+
+def from_lists(lists: dict[str, list[Any]], strings: list[str]) -> SampleBlock:
+    """Column lists (from :func:`column_lists`, or a small block's JSON, where NaN was written as null)."""
+    columns = {
+        name: np.array(lists[name], dtype=np.float64 if name in _FLOATS else np.int64) for name in COLUMNS
+    }
+    return SampleBlock(columns, strings)
+
+
+def from_frames(frames: Sequence[SampleFrame]) -> SampleBlock:
+    return from_lists(*column_lists(frames))
+
+
+def encode_lists(lists: dict[str, list[Any]], strings: list[str]) -> bytes:
+    """A block of fewer than ``SMALL`` samples (a live link stores one or two frames at a time): its lists
+    as deflated JSON, a few microseconds where the column codec's numpy steps cost ~25 µs per column set;
+    the store merges such blocks into columnar ones once they add up (``sample_store``)."""
+    return JSON_MAGIC + zlib.compress(orjson.dumps({"c": lists, "s": strings}), 1)
+
+
+def decode_blob(blob: bytes) -> SampleBlock:
+    """A stored block of either form."""
+    if blob[: len(JSON_MAGIC)] == JSON_MAGIC:
+        try:
+            d = orjson.loads(zlib.decompress(blob[len(JSON_MAGIC) :]))
+        except (zlib.error, orjson.JSONDecodeError) as exc:
+            raise codec.CodecError(f"damaged sample block: {exc}") from None
+        return from_lists(d["c"], d["s"])  # null (NaN on the way in) becomes NaN again
+    return SampleBlock.decode(blob)
+
+
+def _reasons(value: Any) -> int:
+    return value & INT63_MASK if type(value) is int and value >= 0 else -1
+
+
+def _number(value: Any) -> float:
+    return float(value) if type(value) is int or type(value) is float else NAN

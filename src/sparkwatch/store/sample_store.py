@@ -1,0 +1,210 @@
+"""Samples kept as blocks: one row per run of a boot's samples, its columns in one blob (sample_block.py).
+
+An ingested batch becomes one block in the batch's transaction, so what was committed survives a crash as
+before. A live link stores a frame or two at a time; such small blocks (JSON lists) are merged into one
+columnar block once they add up to ``TARGET`` samples, in the transaction of the batch that completes
+them. Each row carries its seq range and the range of both agent clocks, so a read finds the blocks of a
+span without decoding the others, and retention drops whole blocks.
+
+Inserts are idempotent per (node, boot, seq): a seq at or below the boot's highest stored seq is checked
+against the blocks that could hold it, and dropped when stored.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from sparkwatch.store.rows import I64
+from sparkwatch.store.sample_block import (
+    SMALL,
+    SampleBlock,
+    column_lists,
+    concat,
+    decode_blob,
+    empty,
+    encode_lists,
+    from_lists,
+)
+from sparkwatch.wire import SampleFrame
+
+#: Samples in a block merged from small ones (100 s at 10 Hz; ~15 KB of blob for a GB10 node).
+TARGET = 1000
+#: The clock columns a span can be read by, with the block columns that bound them.
+CLOCKS = {"t_mono_ns": ("mono_first_ns", "mono_last_ns"), "t_wall_ns": ("wall_first_ns", "wall_last_ns")}
+
+
+class SampleBlocks:
+    """The ``sample_blocks`` table of one connection, with what it remembers per boot between batches (the
+    highest stored seq and the samples in small blocks); :meth:`forget` after a failed transaction."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self._top: dict[tuple[str, str], int] = {}
+        self._loose: dict[tuple[str, str], int] = {}
+
+    def forget(self) -> None:
+        self._top.clear()
+        self._loose.clear()
+
+    def insert(self, node: str, frames: Sequence[SampleFrame]) -> int:
+        """Store the frames not stored yet (call inside a transaction); returns how many were new."""
+        by_boot: dict[str, list[SampleFrame]] = {}
+        for f in frames:
+            by_boot.setdefault(f.boot_id, []).append(f)
+        new = 0
+        for boot, group in by_boot.items():
+            key = (node, boot)
+            fresh = self._fresh(key, group)
+            for at in range(0, len(fresh), TARGET):  # a replay of a long ring: blocks of TARGET
+                new += self._add(key, fresh[at : at + TARGET])
+        return new
+
+    def _add(self, key: tuple[str, str], fresh: list[SampleFrame]) -> int:
+        """One block of new samples (fewer than ``SMALL``: a small one, merged once they add up)."""
+        lists, strings = column_lists(fresh)
+        small = len(fresh) < SMALL
+        loose = self._loose_count(key)  # before this block is in the table
+        blob = encode_lists(lists, strings) if small else from_lists(lists, strings).encode()
+        self._put(key, _Meta.of(lists["seq"], lists["t_wall_ns"], lists["t_mono_ns"]), blob)
+        self._top[key] = max(self.top_seq(*key), lists["seq"][-1])
+        if small:
+            self._loose[key] = loose + len(fresh)
+            if self._loose[key] >= TARGET:
+                self.merge_small(*key)
+        return len(fresh)
+
+    def _fresh(self, key: tuple[str, str], group: list[SampleFrame]) -> list[SampleFrame]:
+        """The group's frames in seq order, once each, without those already stored."""
+        top = self.top_seq(*key)
+        ascending = all(a.seq < b.seq for a, b in itertools.pairwise(group))
+        if ascending and group[0].seq > top:
+            return group
+        once = {f.seq: f for f in reversed(group)}  # the first of a repeated seq wins
+        ordered = [once[s] for s in sorted(once)]
+        old = [f.seq for f in ordered if f.seq <= top]
+        stored = self._stored_seqs(key, min(old), max(old)) if old else set()
+        return [f for f in ordered if f.seq not in stored]
+
+    def _stored_seqs(self, key: tuple[str, str], lo: int, hi: int) -> set[int]:
+        rows = self._db.execute(
+            "SELECT data FROM sample_blocks WHERE node = ? AND boot_id = ?"
+            " AND seq_first <= ? AND seq_last >= ?",
+            (*key, hi, lo),
+        ).fetchall()
+        return {s for (data,) in rows for s in decode_blob(data).seq.tolist()}
+
+    def _put(self, key: tuple[str, str], meta: _Meta, blob: bytes) -> None:
+        self._db.execute(
+            "INSERT INTO sample_blocks (node, boot_id, seq_first, seq_last, wall_first_ns, wall_last_ns,"
+            " mono_first_ns, mono_last_ns, count, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*key, *meta, blob),
+        )
+
+    def top_seq(self, node: str, boot: str) -> int:
+        """The boot's highest stored seq (0: none)."""
+        key = (node, boot)
+        if key not in self._top:
+            row = self._db.execute(
+                "SELECT MAX(seq_last) FROM sample_blocks WHERE node = ? AND boot_id = ?", key
+            ).fetchone()
+            self._top[key] = int(row[0]) if row[0] is not None else 0
+        return self._top[key]
+
+    def _loose_count(self, key: tuple[str, str]) -> int:
+        if key not in self._loose:
+            row = self._db.execute(
+                "SELECT SUM(count) FROM sample_blocks WHERE node = ? AND boot_id = ? AND count < ?",
+                (*key, SMALL),
+            ).fetchone()
+            self._loose[key] = int(row[0] or 0)
+        return self._loose[key]
+
+    def merge_small(self, node: str, boot: str) -> int:
+        """The boot's small blocks as one columnar block (call inside a transaction); returns how many
+        blocks went into it."""
+        key = (node, boot)
+        rows = self._db.execute(
+            "SELECT id, data FROM sample_blocks WHERE node = ? AND boot_id = ? AND count < ?"
+            " ORDER BY seq_first",
+            (*key, SMALL),
+        ).fetchall()
+        self._loose[key] = 0
+        if len(rows) < 2:
+            return 0
+        block = in_seq_order(concat([decode_blob(data) for _, data in rows]))
+        c = block.columns
+        self._db.executemany("DELETE FROM sample_blocks WHERE id = ?", [(i,) for i, _ in rows])
+        self._put(key, _Meta.of(c["seq"], c["t_wall_ns"], c["t_mono_ns"]), block.encode())
+        return len(rows)
+
+    def boots_with_small(self) -> list[tuple[str, str]]:
+        """Boots holding more than one small block (a boot that stopped before they added up)."""
+        rows = self._db.execute(
+            "SELECT node, boot_id FROM sample_blocks WHERE count < ?"
+            " GROUP BY node, boot_id HAVING COUNT(*) > 1",
+            (SMALL,),
+        )
+        return [(str(n), str(b)) for n, b in rows]
+
+    def read(self, node: str, boot: str, clock: str, t_from: int, t_to: int) -> SampleBlock:
+        """The boot's samples from the first whose ``clock`` is ≥ ``t_from`` to the last whose ``clock`` is
+        ≤ ``t_to``, in seq order (a contiguous run of seqs, even where a wall clock stepped back)."""
+        first, last = CLOCKS[clock]
+        rows = self._db.execute(
+            f"SELECT data FROM sample_blocks WHERE node = ? AND boot_id = ? AND {last} >= ? AND {first} <= ?"
+            " ORDER BY seq_first",
+            (node, boot, t_from, t_to),
+        ).fetchall()
+        if not rows:
+            return empty()
+        block = in_seq_order(concat([decode_blob(data) for (data,) in rows]))
+        t = block.columns[clock]
+        inside = np.flatnonzero((t >= t_from) & (t <= t_to))
+        keep = np.zeros(len(t), dtype=bool)
+        if len(inside):
+            keep[inside[0] : inside[-1] + 1] = True
+        return block.take(keep)
+
+    def count(self, node: str | None = None) -> int:
+        if node is None:
+            row = self._db.execute("SELECT SUM(count) FROM sample_blocks").fetchone()
+        else:
+            row = self._db.execute("SELECT SUM(count) FROM sample_blocks WHERE node = ?", (node,)).fetchone()
+        return int(row[0] or 0)
+
+
+def in_seq_order(block: SampleBlock) -> SampleBlock:
+    seq = block.seq
+    if len(seq) < 2 or bool(np.all(seq[1:] > seq[:-1])):
+        return block
+    return block.take(np.argsort(seq, kind="stable"))
+
+
+class _Meta(NamedTuple):
+    """A block row's bounds: its seq range (seqs ascend in a block) and both clocks' extremes."""
+
+    seq_first: int
+    seq_last: int
+    wall_first_ns: int
+    wall_last_ns: int
+    mono_first_ns: int
+    mono_last_ns: int
+    samples: int
+
+    @classmethod
+    def of(cls, seq: Sequence[int] | I64, wall: Sequence[int] | I64, mono: Sequence[int] | I64) -> _Meta:
+        """From lists or arrays (both clocks' extremes: a wall clock may step back inside a block)."""
+        return cls(
+            int(seq[0]),
+            int(seq[-1]),
+            int(min(wall)),
+            int(max(wall)),
+            int(min(mono)),
+            int(max(mono)),
+            len(seq),
+        )

@@ -1,0 +1,154 @@
+"""Retention and deletion (store/retention.py, coordinator/housekeeping.py) on real SQLite files: idle samples
+go after the retention age, a run's stay until it is deleted and then go with it, the freed pages go back to
+the file system while the store keeps taking samples, and each run shows its size."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import sqlite3
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from helpers.frames import T0, sample_frame
+from sparkwatch.coordinator.api.app import make_app
+from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.core.clock import ClockOffset
+from sparkwatch.store import Store
+from sparkwatch.store.db import RunRow
+from sparkwatch.store.meters import MeterReading
+from sparkwatch.store.retention import MARGIN_NS
+from sparkwatch.wire import SampleFrame
+
+S = 1_000_000_000
+HOUR = 3600 * S
+DAY = 24 * HOUR
+WEEK = 7 * DAY
+
+
+def sample(seq: int) -> SampleFrame:
+    """One sample a second from T0 on."""
+    return sample_frame(
+        seq, {"power_w": 50.0 + seq % 3, "energy_j": 1.0 * seq, "util_ratio": 0.9}, interval_s=1.0
+    )
+
+
+def stored_seqs(store: Store) -> list[int]:
+    return store.boot_samples("n1", "b1").read("t_wall_ns", 0, 2**62).seq.tolist()
+
+
+def rows(path: pathlib.Path, table: str) -> int:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def ingest_hours(store: Store, first_hour: int, hours: int) -> None:
+    """A node at 1 Hz with a clock-probe round every 10 s and a meter reading a second."""
+    for h in range(first_hour, first_hour + hours):
+        seqs = range(h * 3600 + 1, (h + 1) * 3600 + 1)
+        store.ingest("n1", "b1", [sample(s) for s in seqs])
+        for s in seqs[::10]:
+            store.add_offset("n1", "b1", ClockOffset(0, 10**6, 5, 8, mono_offset_ns=T0), t_ns=T0 + s * S)
+        for s in seqs[::60]:
+            reading = MeterReading("wall", "meter:shelly", 1.0, T0 + s * S, 100.0, None, 10**6)
+            store.add_meter_reading("n1", reading)
+
+
+def retain(store: Store, age_ns: int) -> int:
+    return sum(store.retention_steps(age_ns))
+
+
+def test_idle_samples_go_after_the_retention_age_and_a_runs_stay(tmp_path: pathlib.Path) -> None:
+    clock = [T0]
+    store = Store(tmp_path / "sw.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 6)
+    # a run over hour 2, ended: its samples (and a margin around them) stay whatever their age
+    store.create_run(RunRow("r1", "kept", T0 + 2 * HOUR, None, 1.0, 0.5, "request"))
+    store.end_run("r1", T0 + 3 * HOUR)
+    clock[0] = T0 + 6 * HOUR + WEEK  # a week after the last sample
+    assert retain(store, WEEK + 3 * HOUR) > 0  # idle samples older than hour 3 (+ a week) go
+    seqs = stored_seqs(store)
+    kept_from = (2 * HOUR - MARGIN_NS) // S
+    assert seqs[0] <= kept_from and set(range(2 * 3600, 3 * 3600 + 1)) <= set(seqs)  # the run's, whole
+    assert 3 * 3600 + 1 < len(seqs) < 6 * 3600 - 3600  # hours 0-1 went (but a margin), hours 3+ stay
+    assert all(s > 3 * 3600 for s in seqs if s > (3 * HOUR + MARGIN_NS) // S + 1000)
+    with sqlite3.connect(f"file:{store.path}?mode=ro", uri=True) as db:
+        first_offset = db.execute("SELECT MIN(t_ns) FROM clock_offsets").fetchone()[0]
+        first_meter = db.execute("SELECT MIN(t_ns) FROM meter_samples").fetchone()[0]
+    assert first_offset >= T0 + 2 * HOUR - MARGIN_NS and first_meter >= T0 + 2 * HOUR - MARGIN_NS
+    store.close()
+
+
+def test_a_week_of_idle_ingest_with_retention_keeps_the_file_flat(tmp_path: pathlib.Path) -> None:
+    """Simulated time, scaled down (a 'day' of 2 h at 1 Hz, a retention age of two of them, a pass each):
+    once the age has passed the file stops growing (freed pages are reused, and handed back)."""
+    clock = [T0]
+    path = tmp_path / "sw.db"
+    store = Store(path, now_ns=lambda: clock[0])
+    day, age = 2 * HOUR, 4 * HOUR
+    sizes = []
+    for d in range(7):
+        ingest_hours(store, d * 2, 2)
+        clock[0] = T0 + (d + 1) * day
+        retain(store, age)
+        sizes.append(path.stat().st_size)
+    assert age // S <= store.count_samples() <= age // S + 1000  # the age's worth, and a block
+    assert max(sizes[3:]) <= 1.05 * sizes[2], sizes  # flat (within a page or two) once the age has passed
+    store.close()
+
+
+async def test_a_deleted_runs_samples_go_and_runs_show_their_size(tmp_path: pathlib.Path) -> None:
+    clock = [T0]
+    store = Store(tmp_path / "c.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 3)
+    coordinator = Coordinator([], store, now_ns=lambda: clock[0])
+    client = TestClient(TestServer(make_app(coordinator, None)))
+    await client.start_server()
+    try:
+        runs = []
+        for hour in (0, 2):
+            clock[0] = T0 + hour * HOUR
+            run = (await (await client.post("/v1/runs", json={"name": f"h{hour}"})).json())["id"]
+            clock[0] = T0 + hour * HOUR + HOUR // 2
+            assert (await client.post(f"/v1/runs/{run}/end")).status == 200
+            runs.append(run)
+        listed: dict[str, Any] = {r["id"]: r for r in (await (await client.get("/v1/runs")).json())["runs"]}
+        sizes = {run: listed[run]["size_bytes"] for run in runs}
+        assert all(size > 0 for size in sizes.values()) and len(stored_seqs(store)) == 3 * 3600
+        assert (await client.delete(f"/v1/runs/{runs[0]}")).status == 202
+        for _ in range(200):  # the purge and the drop run in the background
+            if len(stored_seqs(store)) < 3 * 3600:
+                break
+            await asyncio.sleep(0.02)
+        seqs = stored_seqs(store)
+        assert not set(range(1, 1800)) & set(seqs)  # the deleted run's half hour went
+        assert set(range(2 * 3600 + 1, 2 * 3600 + 1800)) <= set(seqs)  # the other run's stayed
+        assert 1800 < len(seqs) < 3 * 3600
+        with sqlite3.connect(f"file:{store.path}?mode=ro", uri=True) as db:
+            assert db.execute("PRAGMA freelist_count").fetchone()[0] == 0  # pages handed back
+        after = (await (await client.get("/v1/runs")).json())["runs"]
+        assert [(r["id"], r["size_bytes"]) for r in after] == [(runs[1], sizes[runs[1]])]
+    finally:
+        await client.close()
+        await coordinator.stop()
+        store.close()
+
+
+async def test_the_coordinator_runs_a_retention_pass_at_start(tmp_path: pathlib.Path) -> None:
+    clock = [T0]
+    store = Store(tmp_path / "c.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 2)
+    clock[0] = T0 + 2 * HOUR + WEEK + S  # the last sample is a week and a second old
+    coordinator = Coordinator([], store, now_ns=lambda: clock[0], retain_idle_s=WEEK / S)
+    await coordinator.start()
+    try:
+        for _ in range(300):
+            if coordinator.housekeeping.passes:
+                break
+            await asyncio.sleep(0.02)
+        assert coordinator.housekeeping.passes == 1 and store.count_samples() == 0
+        assert rows(store.path, "clock_offsets") == 0 and rows(store.path, "meter_samples") == 0
+    finally:
+        await coordinator.stop()
+        store.close()
