@@ -44,16 +44,18 @@ _Text = Annotated[str, Meta(min_length=1, max_length=MAX_SENSOR_TEXT)]
 
 class GpuValues(Struct, frozen=True):
     """One GPU's values in a sample: what the core measures with (None = not known for this sample), and
-    its clock signals as the agent sent them (read leniently by the store: a wrong type is unknown)."""
+    its clock signals (read leniently: one of the wrong type is unknown)."""
 
     gpu_index: _Count = field(name="index")  # not "index": a name too common to grep
     uuid: Annotated[str, Meta(min_length=1)]
     power_w: float | None = None
     energy_j: float | None = None
     util_ratio: float | None = None
-    sm_clock_hz: Any = None
-    temperature_c: Any = None
-    clock_event_reasons: Any = None
+    # a signal of another type (or an integer no double holds) sends the line to the slow path, which reads
+    # it as unknown rather than refuse the sample
+    sm_clock_hz: float | None = None
+    temperature_c: float | None = None
+    clock_event_reasons: int | None = None
 
 
 class SensorValues(Struct, frozen=True):
@@ -70,10 +72,13 @@ class _Memory(Struct):
     used_bytes: _Count | None = None
 
 
-class _Sample(Struct, tag_field="type", tag=FRAME_SAMPLE):
+class _Sample(Struct):
     """A sample as docs/agent.md defines it, checked while it is parsed (msgspec): the fields the
-    coordinator reads, with every bound ``_sample`` checks; the agent's other fields are skipped."""
+    coordinator reads, with every bound ``_sample`` checks; the agent's other fields are skipped. ``type``
+    is a field, not a msgspec tag: every "type" key a line repeats is checked, so a line whose last "type"
+    is another frame's fails here and orjson (the last key wins) decides what it is."""
 
+    type: Literal["sample"]
     seq: Annotated[int, Meta(gt=0, le=INT64_MAX)]
     boot_id: Annotated[str, Meta(min_length=1)]
     t_wall_ns: _Count
@@ -87,8 +92,6 @@ class _Sample(Struct, tag_field="type", tag=FRAME_SAMPLE):
 #: Samples are decoded by this first. A field it does not read is skipped unparsed: a number in one that
 #: no double holds (1e400) does not refuse the sample, where the slow path's orjson refuses the line.
 _SAMPLE = Decoder(_Sample)
-#: _TAG_ONCE: msgspec takes the first of two "type" keys where orjson (and the JSON spec's common reading)
-#: takes the last; a line that names its type twice, or may spell a key with escapes, takes the slow path.
 
 
 class SampleFrame(NamedTuple):
@@ -154,12 +157,13 @@ def decode_lines(text: str) -> tuple[list[Frame], list[Rejected]]:
         if len(line) > MAX_LINE_CHARS:
             rejected.append(Rejected("too_long", f"a line of {len(line)} characters", None))
             continue
-        if line.count('"type"') != 1 or "\\u" in line:  # see _TAG_ONCE
-            _slow_line(line, frames, rejected)
-            continue
         try:
             m = _SAMPLE.decode(line)
-        except (MsgspecError, UnicodeEncodeError):  # UnicodeEncodeError: a lone surrogate; orjson says why
+        except (
+            MsgspecError,
+            UnicodeEncodeError,
+            RecursionError,
+        ):  # a lone surrogate, deep nesting: orjson says
             _slow_line(line, frames, rejected)
             continue
         used = m.memory.used_bytes if m.memory is not None else None
@@ -340,10 +344,27 @@ def _gpu(g: Any) -> GpuValues:
         _number(g, "power_w"),
         _number(g, "energy_j"),
         _number(g, "util_ratio"),
-        g.get("sm_clock_hz"),
-        g.get("temperature_c"),
-        g.get("clock_event_reasons"),
+        signal_float(g.get("sm_clock_hz")),
+        signal_float(g.get("temperature_c")),
+        signal_int(g.get("clock_event_reasons")),
     )
+
+
+def signal_float(value: Any) -> float | None:
+    """A GPU's clock signal: a number a double holds, else unknown (the export flags throttling with it,
+    and a bad one must not cost the sample's power)."""
+    if type(value) is float:
+        return value
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    return None
+
+
+def signal_int(value: Any) -> int | None:
+    return value if type(value) is int else None
 
 
 def _int(d: Mapping[str, Any], key: str, minimum: int) -> int:

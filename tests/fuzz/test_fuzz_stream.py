@@ -150,6 +150,23 @@ def usable_sample(frame: Any) -> bool:
     )
 
 
+def _signals_finite(frame: dict[str, Any]) -> bool:
+    """The GPUs' clock signals are read (leniently: any JSON), so a number no double holds in one refuses
+    the line, as anywhere in a line the coordinator parses whole."""
+    keys = ("sm_clock_hz", "temperature_c", "clock_event_reasons")
+    return all(_finite_deep(g.get(k)) for g in frame.get("gpus", []) for k in keys)
+
+
+def _finite_deep(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite_deep(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite_deep(v) for v in value.values())
+    return True
+
+
 def usable_hello(frame: dict[str, Any]) -> bool:
     """docs/coordinator.md's hello: a boot id, and the parts the coordinator reads of their JSON types (or
     absent, or null)."""
@@ -204,9 +221,10 @@ def _double(text: str) -> float:
 
 
 def _integer(text: str, finite: bool = True) -> int | float:
-    value = int(text)
-    if -(2**63) <= value < 2**64:
-        return value
+    if len(text) <= 21:  # no longer one can fit 64 bits (and int() refuses beyond 4300 digits)
+        value = int(text)
+        if -(2**63) <= value < 2**64:
+            return value
     return _double(text) if finite else float(text)
 
 
@@ -240,7 +258,7 @@ def expected_rows(streams: list[list[str]]) -> dict[tuple[str, int], str]:
                 frame = parse_line(line)
                 if frame is None:  # a sample is taken whatever the fields the coordinator does not read hold
                     frame = parse_line(line, finite=False, max_depth=MSGSPEC_DEPTH)
-                    frame = frame if usable_sample(frame) else None
+                    frame = frame if usable_sample(frame) and _signals_finite(frame) else None
                 if not isinstance(frame, dict):
                     continue
                 if usable_hello(frame):
@@ -371,7 +389,7 @@ def kept(rows: dict[tuple[str, int], str]) -> dict[tuple[str, int], Kept]:
 
 
 def kept_of(line: str) -> Kept:
-    frame = json.loads(line)
+    frame = parse_line(line, finite=False)
     used = (frame.get("memory") or {}).get("used_bytes")
     return frame["t_wall_ns"], frame["t_mono_ns"], float(frame["interval_s"]), -1 if used is None else used
 
@@ -412,7 +430,7 @@ def test_hostile_streams_store_exactly_the_usable_samples(
 def _check_export(store: Store, node: str, rows: dict[tuple[str, int], str]) -> None:
     """Place every boot by a probe round that fits its first stored sample, export a run over the samples
     and look for anything invented: a non-finite number, or a figure no sample could give."""
-    frames = [json.loads(line) for line in rows.values()]
+    frames = [parse_line(line, finite=False) for line in rows.values()]
     for boot in {f["boot_id"] for f in frames}:
         first = min((f for f in frames if f["boot_id"] == boot), key=lambda f: f["seq"])
         offset = ClockOffset(0, 1_000_000, 5, 8, mono_offset_ns=first["t_wall_ns"] - first["t_mono_ns"])

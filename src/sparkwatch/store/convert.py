@@ -15,7 +15,15 @@ import msgspec
 import orjson
 
 from sparkwatch.store.sample_store import TARGET, SampleBlocks
-from sparkwatch.wire import FrameError, GpuValues, SampleFrame, SensorValues, sensor_values
+from sparkwatch.wire import (
+    FrameError,
+    GpuValues,
+    SampleFrame,
+    SensorValues,
+    sensor_values,
+    signal_float,
+    signal_int,
+)
 
 
 def samples_to_blocks(db: sqlite3.Connection) -> int:
@@ -67,9 +75,9 @@ def _with_signals(gpu: GpuValues, frame_gpu: dict[str, Any] | None) -> GpuValues
         return gpu
     return msgspec.structs.replace(
         gpu,
-        sm_clock_hz=frame_gpu.get("sm_clock_hz"),
-        temperature_c=frame_gpu.get("temperature_c"),
-        clock_event_reasons=frame_gpu.get("clock_event_reasons"),
+        sm_clock_hz=signal_float(frame_gpu.get("sm_clock_hz")),
+        temperature_c=signal_float(frame_gpu.get("temperature_c")),
+        clock_event_reasons=signal_int(frame_gpu.get("clock_event_reasons")),
     )
 
 

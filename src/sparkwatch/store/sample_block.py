@@ -225,9 +225,9 @@ def decode_blob(blob: bytes) -> SampleBlock:
     return SampleBlock.decode(blob)
 
 
-def _reasons(value: Any) -> int:
-    return value & INT63_MASK if type(value) is int and value >= 0 else -1
+def _reasons(value: int | None) -> int:
+    return value & INT63_MASK if value is not None and value >= 0 else -1
 
 
-def _number(value: Any) -> float:
-    return float(value) if type(value) is int or type(value) is float else NAN
+def _number(value: float | None) -> float:
+    return NAN if value is None else value

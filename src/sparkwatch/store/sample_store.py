@@ -155,10 +155,11 @@ class SampleBlocks:
         """The boot's samples from the first whose ``clock`` is ≥ ``t_from`` to the last whose ``clock`` is
         ≤ ``t_to``, in seq order (a contiguous run of seqs, even where a wall clock stepped back)."""
         first, last = CLOCKS[clock]
+        bounds = (_int64(t_from), _int64(t_to))  # a clock fit far out of range must not overflow SQLite
         rows = self._db.execute(
             f"SELECT data FROM sample_blocks WHERE node = ? AND boot_id = ? AND {last} >= ? AND {first} <= ?"
             " ORDER BY seq_first",
-            (node, boot, t_from, t_to),
+            (node, boot, *bounds),
         ).fetchall()
         if not rows:
             return empty()
@@ -176,6 +177,10 @@ class SampleBlocks:
         else:
             row = self._db.execute("SELECT SUM(count) FROM sample_blocks WHERE node = ?", (node,)).fetchone()
         return int(row[0] or 0)
+
+
+def _int64(t: int) -> int:
+    return max(-(2**63), min(int(t), 2**63 - 1))
 
 
 def in_seq_order(block: SampleBlock) -> SampleBlock:
