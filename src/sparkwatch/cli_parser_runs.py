@@ -9,6 +9,7 @@ from typing import Any
 
 from sparkwatch.cli_types import (
     coordinator_args,
+    epoch_ns,
     interval_s,
     log_level_arg,
     phase,
@@ -73,12 +74,16 @@ def add_runs_parser(sub: Any) -> None:
 
 def add_export_parser(sub: Any) -> None:
     export = sub.add_parser(
-        "export", help="a run's export from a coordinator's database file, without a coordinator"
+        "export",
+        help="a run's export from a coordinator's database file or a Prometheus-compatible engine",
     )
-    export.add_argument(
-        "--db", type=Path, required=True, metavar="PATH", help="the coordinator's SQLite file"
+    where = export.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=Path, metavar="PATH", help="the coordinator's SQLite file")
+    where.add_argument(
+        "--prometheus", metavar="URL", help="a Prometheus-compatible API (Prometheus, VictoriaMetrics, …)"
     )
-    export.add_argument("run", nargs="?", metavar="RUN", help="run id (default: the newest run)")
+    export.add_argument("run", nargs="?", metavar="RUN", help="with --db: run id (default: the newest run)")
+    _tsdb_args(export)
     export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the export JSON here")
     shown = export.add_mutually_exclusive_group()
     shown.add_argument("--table", action="store_true", help="print the table `sparkwatch run` prints")
@@ -91,6 +96,43 @@ def add_export_parser(sub: Any) -> None:
         "--phases", type=phases, metavar="LIST", help="recompute measuring these phases (default: the run's)"
     )
     series_args(export)
+
+
+#: The exporter families `--metrics` names (sources/prometheus/mappings.py FAMILIES; kept here so that
+#: `--help` loads no numpy).
+METRIC_FAMILIES = ("sparkwatch", "dcgm", "nvidia_gpu_exporter")
+
+
+def _tsdb_args(export: argparse.ArgumentParser) -> None:
+    """What an export from a TSDB needs besides the engine's URL (docs/fleets.md)."""
+    tsdb = export.add_argument_group("with --prometheus")
+    tsdb.add_argument(
+        "--windows", type=Path, metavar="FILE", help="the request windows (any importer's file)"
+    )
+    tsdb.add_argument(
+        "--windows-format", default="plain", metavar="KIND", help="the file's importer (default plain)"
+    )
+    tsdb.add_argument("--start", type=epoch_ns, metavar="T", help="the run's start: Unix seconds or RFC 3339")
+    tsdb.add_argument("--end", type=epoch_ns, metavar="T", help="the run's end: Unix seconds or RFC 3339")
+    tsdb.add_argument(
+        "--nodes-label", default="node", metavar="LABEL", help="the label naming each node (default node)"
+    )
+    tsdb.add_argument(
+        "--metrics",
+        choices=METRIC_FAMILIES,
+        default="sparkwatch",
+        help="the exporter family (default sparkwatch)",
+    )
+    tsdb.add_argument(
+        "--engine",
+        choices=("auto", "prometheus", "victoriametrics"),
+        default="auto",
+        help="read raw samples by range selectors (prometheus) or /api/v1/export (victoriametrics);"
+        " default: ask the engine",
+    )
+    tsdb.add_argument("--bearer-token-file", type=Path, metavar="FILE", help="the engine's bearer token")
+    tsdb.add_argument("--basic-auth-user", metavar="USER", help="basic auth for the engine")
+    tsdb.add_argument("--basic-auth-password-file", type=Path, metavar="FILE", help="its password")
 
 
 def series_args(export: argparse.ArgumentParser) -> None:

@@ -180,3 +180,29 @@ def engine_metrics_url(text: str) -> str:
         return engine_from_url(text).url
     except EngineSpecError as exc:
         raise argparse.ArgumentTypeError(exc.problem) from None
+
+
+def epoch_ns(text: str) -> int:
+    """A point in time as Unix seconds (``1764850000`` or ``1764850000.25``) or RFC 3339 with its offset
+    (``2025-12-04T13:02:08Z``, ``…+01:00``), as epoch ns (exact: no float rounding of the seconds)."""
+    import datetime  # noqa: PLC0415  (this flag only)
+    import decimal  # noqa: PLC0415
+
+    try:
+        seconds = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:
+        pass
+    else:
+        if not seconds.is_finite() or seconds < 0:
+            raise argparse.ArgumentTypeError(f"not a time: {text!r}")
+        return int(seconds * 1_000_000_000)
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not Unix seconds or an RFC 3339 time (e.g. 2025-12-04T13:02:08Z): {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"an RFC 3339 time needs its offset (Z or +hh:mm): {text!r}")
+    delta = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000

@@ -395,18 +395,3 @@ def _str(d: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise FrameError(f"{key} must be a non-empty string")
     return value
-
-
-def latest_summary(sample: SampleFrame) -> dict[str, Any]:
-    """The newest sample in brief, for live displays: power summed over the node's GPUs (None if any is
-    unknown), the highest utilisation, memory used."""
-    powers = [g.power_w for g in sample.gpus]
-    utils = [g.util_ratio for g in sample.gpus if g.util_ratio is not None]
-    known = [p for p in powers if p is not None]
-    return {
-        "t_wall_ns": sample.t_wall_ns,
-        "interval_s": sample.interval_s,
-        "power_w": sum(known) if powers and len(known) == len(powers) else None,
-        "util_ratio": max(utils) if utils else None,
-        "memory_used_bytes": sample.mem_used_bytes,
-    }

@@ -17,9 +17,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.frames import sample_frame
 from sparkwatch.coordinator.api.app import make_app
-from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.windows import Window
+from sparkwatch.sources.store import export_run
 from sparkwatch.store import NotFound, Store
 from sparkwatch.store.db import RunRow
 from sparkwatch.store.deletion import PURGE_ROWS

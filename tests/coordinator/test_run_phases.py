@@ -19,9 +19,9 @@ from helpers.frames import sample_frame
 from helpers.inproc_api import inproc_api
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import offline_export
-from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
+from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, StoreError
 from sparkwatch.store.db import RunRow
 from sparkwatch.store.schema import MIGRATIONS

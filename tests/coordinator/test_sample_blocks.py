@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from helpers.frames import T0
-from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.core.clock import ClockOffset
+from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, codec
 from sparkwatch.store.db import RunRow
 from sparkwatch.store.sample_block import SMALL, decode_blob, from_frames

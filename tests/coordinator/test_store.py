@@ -222,7 +222,7 @@ def test_clock_offsets(tmp_path: pathlib.Path) -> None:
 
 
 def test_export_reads_windows_past_the_run_end_and_keeps_one_entry_per_gpu(tmp_path: pathlib.Path) -> None:
-    from sparkwatch.coordinator.export_inputs import export_run
+    from sparkwatch.sources.store import export_run
 
     store = Store(tmp_path / "sw.db")
     gpu = {"uuid": "GPU-x", "fields": {}}

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from sparkwatch.hello_facts import announced_gpus, capability_gaps, unsupported_fields
+from sparkwatch.links.state import latest_summary
 from sparkwatch.wire import (
     MAX_LINE_CHARS,
     GapFrame,
@@ -16,7 +17,6 @@ from sparkwatch.wire import (
     SampleFrame,
     TimeFrame,
     decode_lines,
-    latest_summary,
 )
 
 GOOD = {

@@ -14,11 +14,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.core.windows import Window
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError
 from sparkwatch.links.ws_link import WsLink
+from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
 from sparkwatch.store.db import RunRow
 from sparkwatch.wire import SampleFrame

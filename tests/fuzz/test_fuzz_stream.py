@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 from fuzz.hostile import JSON, damaged, hostile_bytes, ints, mutated, raw_fragments
 from fuzz.profiles import bounded, fuzz_settings
 from fuzz.window_rules import EPOCH_END_NS, EPOCH_MIN_NS
-from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
 from sparkwatch.links.state import LinkState
 from sparkwatch.links.stream import StreamIngest
+from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
 from sparkwatch.store.db import RunRow
 from sparkwatch.store.sample_block import decode_blob

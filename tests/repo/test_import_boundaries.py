@@ -54,6 +54,7 @@ ROOT_STAGES: dict[str, float] = {
     "engines": 2,
     "proxy": 2,
     "coordinator": 3,
+    "sources": 3,  # the store's source reads through coordinator.boot_reads; the service exports through it
     "coordinator.api": 3.5,  # the API reaches the service, never the other way
     "coordinator.serve": 3.7,  # the process: service and API together
     "commands": 4,

@@ -1,5 +1,6 @@
 """`sparkwatch export --db PATH`: a run's export from a coordinator's SQLite file, with no coordinator running
-(the file a standing coordinator keeps, or the one `sparkwatch run --db` leaves behind).
+(the file a standing coordinator keeps, or the one `sparkwatch run --db` leaves behind); with `--prometheus
+URL` instead, from a Prometheus-compatible engine (commands/export_tsdb.py).
 
 The export is made by the coordinator's own ``export_run`` over a read-only connection, so it is the export
 ``GET /v1/runs/ID/export`` answers, and the file is never changed. ``--gate-threshold`` and ``--scope``
@@ -17,10 +18,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from sparkwatch.commands.export_tsdb import check_tsdb_args, tsdb_export
 from sparkwatch.commands.summary import summary_table
-from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.defaults import SERIES_BUCKETS, ScopeKind
 from sparkwatch.outputs import check_output, export_text, write_export
+from sparkwatch.sources import SourceError
+from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
 from sparkwatch.store.db import RunRow
 
@@ -32,20 +35,27 @@ class ExportCommandError(Exception):
     """What the database cannot give (no runs, no such run, unreadable rows): one line."""
 
 
-def cmd_export(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    check_tsdb_args(args, parser)
     if args.output is not None:
         check_output(args.output)
     scope = cast(ScopeKind | None, args.scope)
-    export = offline_export(
-        args.db,
-        args.run,
-        gate_threshold=args.gate_threshold,
-        scope=scope,
-        phases=args.phases,
-        now_ns=time.time_ns,
-        say=_say,
-        series_buckets=wanted_series(args),
-    )
+    if args.prometheus is not None:
+        try:
+            export = tsdb_export(args, _say, wanted_series(args))
+        except SourceError as exc:
+            raise ExportCommandError(str(exc)) from None
+    else:
+        export = offline_export(
+            args.db,
+            args.run,
+            gate_threshold=args.gate_threshold,
+            scope=scope,
+            phases=args.phases,
+            now_ns=time.time_ns,
+            say=_say,
+            series_buckets=wanted_series(args),
+        )
     if args.output is not None:
         write_export(args.output, export)
         _say(f"export written to {args.output}")

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 import aiohttp
 
 from sparkwatch.coordinator.big_values import CollectorPause, let_go
-from sparkwatch.coordinator.export_inputs import export_run
 from sparkwatch.coordinator.housekeeping import Housekeeping
 from sparkwatch.coordinator.loop_lag import LoopLag
 from sparkwatch.core.json_pieces import json_pieces
@@ -32,6 +31,7 @@ from sparkwatch.links.state import LinkState
 from sparkwatch.meters.factory import make_reader
 from sparkwatch.meters.poller import MeterPoller
 from sparkwatch.report.bundle import Assets
+from sparkwatch.sources.store import export_run
 from sparkwatch.store import Invalid, Store, StoreError
 from sparkwatch.store.db import RunRow
 

@@ -81,9 +81,10 @@ def build_export(
     engine: EngineSamples | None = None,
     *,
     series_buckets: int | None = None,
+    source: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The export; with ``series_buckets``, its ``series`` block too (core/series.py), in that many time
-    buckets over the run. Without it the export is what it was before the block existed."""
+    """The export; with ``series_buckets`` its ``series`` block (core/series.py) in that many buckets over
+    the run; with ``source`` (sources/) its ``source`` block. Without them, what it was before either."""
     span_kind: ScopeKind = "decode" if run.scope == "decode" else "request"
     # a window counts when its phase is measured and it has the stamps its scope needs (decode: tokens)
     measured = [w.phase in run.phases and not w.failed and w.span(span_kind) is not None for w in windows]
@@ -103,22 +104,16 @@ def build_export(
     figures = [node_figures(node, plan) for node in nodes]
     export: dict[str, Any] = {
         "schema": SCHEMA,
-        "run": {
-            "id": run.id,
-            "name": run.name,
-            "command": run.command,
-            "t_start_ns": run.t_start_ns,
-            "t_end_ns": run.t_end_ns,
-            "sparkwatch_version": sparkwatch_version,
-        },
+        "run": _run_json(run, sparkwatch_version),
         "method": {
             "scope": run.scope,
             "phases": sorted(run.phases),
             "scope_s": rounded(plan.scope.seconds),
-            "gate": {"threshold_ratio": run.gate_threshold, "source": UTIL_SOURCE},
+            "gate": {"threshold_ratio": run.gate_threshold, "source": _gate_source(source)},
             "interval_s": run.interval_s,
             "gap_intervals": GAP_INTERVALS,
         },
+        **({"source": source} if source is not None else {}),
         "nodes": [f.json for f in figures],
         "windows": _windows_json(run, windows, figures, plan, nodes),
         "totals": totals(
@@ -128,7 +123,7 @@ def build_export(
         ),
     }
     attach_engine(export, engine, (plan.scope.starts, plan.scope.ends), (plan.starts, plan.ends))
-    export["lmx"] = _lmx(run, sparkwatch_version, export, figures)
+    export["lmx"] = _lmx(run, sparkwatch_version, export, figures, source)  # last: it quotes the digest
     if series_buckets is not None:
         export["series"] = _series(run, nodes, windows, plan.scope, series_buckets)
     return export
@@ -145,15 +140,43 @@ def _series(
     return run_series(run, nodes, scope, buckets, span)
 
 
+def _run_json(run: RunSpec, version: str) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "name": run.name,
+        "command": run.command,
+        "t_start_ns": run.t_start_ns,
+        "t_end_ns": run.t_end_ns,
+        "sparkwatch_version": version,
+    }
+
+
+def _gate_source(source: dict[str, Any] | None) -> str:
+    """The series the gate reads: NVML's utilisation, unless a TSDB source maps another (e.g. DCGM's)."""
+    gate = (source or {}).get("gate_series")
+    return gate if isinstance(gate, str) else UTIL_SOURCE
+
+
 def _lmx(
-    run: RunSpec, version: str, export: dict[str, Any], figures: Sequence[NodeFigures]
+    run: RunSpec,
+    version: str,
+    export: dict[str, Any],
+    figures: Sequence[NodeFigures],
+    source: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The export's ``lmx`` part: what the lmx form takes, its notes quoting the digest of the rest."""
     peak_sum = export["totals"]["memory_used_bytes_peak_sum"]
+    sha = digest(export)
+    tsdb = source is not None and source.get("kind") not in (None, "sqlite")
+    notes = (
+        _tsdb_notes(run, version, sha, source or {})
+        if tsdb
+        else _lmx_notes(run, version, sha, _system_note(export))
+    )
     return {
         "gpuPowerWatts": [rounded(p, 1) for f in figures for p in f.gpu_power_w],
         "peakVramGb": lmx_gb(peak_sum) if peak_sum is not None else None,
-        "notes": _lmx_notes(run, version, digest(export), _system_note(export)),
+        "notes": notes,
     }
 
 
@@ -246,6 +269,19 @@ def _system_note(export: dict[str, Any]) -> str:
         f"{'; '.join(parts)}; system energy {f'{energy:.1f} J' if energy is not None else 'n/a'},"
         f" {f'{per_token:.3f} J/token' if per_token is not None else 'J/token n/a'}."
     )
+
+
+def _tsdb_notes(run: RunSpec, version: str, sha: str, source: dict[str, Any]) -> str:
+    """The notes of an export read from a TSDB: what was read, at what resolution, on whose clock."""
+    text = (
+        f"Measured by sparkwatch {version} (run {run.id}, export sha256 {sha}) from the"
+        f" {source.get('metrics')} series in {source.get('kind')}: GPU power per node, energy-counter dE/dt"
+        f" between scrapes (trapezoid where no counter), averaged over intervals with"
+        f" {_gate_source(source)} >= {run.gate_threshold:g} inside the {run.scope} scope of"
+        f" {', '.join(sorted(run.phases))} requests; scraped about every {run.interval_s:g} s, on the"
+        f" engine's scrape timestamps (no clock probes). Memory: {source.get('memory_series', 'n/a')}."
+    )
+    return text[:LMX_NOTES_MAX_CHARS]
 
 
 def _lmx_notes(run: RunSpec, version: str, sha: str, system: str = "") -> str:

@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from sparkwatch.core.baseline import above_idle_j, idle_power_w, no_baseline
 from sparkwatch.core.columns import int_column
 from sparkwatch.core.domains import NO_SENSOR, DomainFigures, domain_figures
@@ -54,6 +56,14 @@ def worst_known(values: Sequence[float | None], pick: Callable[..., Any]) -> flo
     if not values or any(v is None for v in values):
         return None
     return float(pick(v for v in values if v is not None))
+
+
+def seen_interval_s(t_ns: I64, segment: I64) -> float | None:
+    """The sample interval a track actually has: the median spacing of consecutive samples of one boot
+    (a scrape interval, for a TSDB source), or ``None`` with fewer than two."""
+    same = (segment[1:] == segment[:-1]) & (np.diff(t_ns) > 0)
+    spacing = np.diff(t_ns)[same]
+    return float(np.median(spacing)) / 1e9 if len(spacing) else None
 
 
 def rounded(value: float | None, digits: int = 3) -> float | None:
@@ -122,6 +132,9 @@ def _node_json(
             "coverage_ratio": rounded(worst_known([s.coverage_ratio for s in stats], min), 4),
             "max_gap_s": rounded(worst_known([s.max_gap_s for s in stats], max), 3),
             "implausible_intervals": sum(s.implausible for s in stats),
+            "interval_s": rounded(
+                worst_known([seen_interval_s(g.t_ns, g.segment) for g in node.gpus], max), 4
+            ),
         },
         "gpus": [
             {

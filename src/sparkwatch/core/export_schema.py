@@ -42,6 +42,8 @@ _SAMPLES = {
         "coverage_ratio": _nullable("number", minimum=0, maximum=1.0001),
         "max_gap_s": _NUM,
         "implausible_intervals": {"type": "integer", "minimum": 0},
+        # optional: the median spacing of the samples seen (a TSDB's scrape interval); exports before lack it
+        "interval_s": _NUM,
     },
 }
 #: Idle power over the baseline period before the first window, and energy above it (optional: additive).
@@ -123,7 +125,7 @@ _NODE = {
                 "uncertainty_ns": _INT,
                 "probes_used": {"type": "integer", "minimum": 0},
                 "probes_total": {"type": "integer", "minimum": 0},
-                "method": {"enum": ["monotonic", "wall", "mixed", "none"]},
+                "method": {"enum": ["monotonic", "wall", "mixed", "none", "tsdb"]},
                 "rate_ppm": _NUM,
                 "steps": {"type": "array", "items": _at_time("size_ns")},
                 "disagreements": {"type": "array", "items": _at_time("residual_ns", "allowed_ns")},
@@ -320,6 +322,23 @@ _METHOD = {
     },
 }
 
+#: Where the samples came from (sources/): optional, exports before it lack it.
+_SOURCE = {
+    "type": "object",
+    "required": ["kind", "metrics"],
+    "properties": {
+        "kind": {"enum": ["sqlite", "prometheus", "victoriametrics"]},
+        "metrics": {"enum": ["sparkwatch", "dcgm", "nvidia_gpu_exporter"]},
+        "url": {"type": "string", "description": "the engine's URL, without credentials"},
+        "api": {"type": "string", "description": "the endpoint the raw samples were read through"},
+        "nodes_label": {"type": "string"},
+        "gate_series": {"type": "string"},
+        "memory_series": {"type": "string"},
+        "clock": {"type": "string"},
+        "energy": {"type": "string", "description": "how a window's energy is taken at its edges"},
+    },
+}
+
 _TOTALS_FIELDS = {
     "power_w_gated_mean_sum": _NUM,
     "energy_j": _NUM,
@@ -370,5 +389,6 @@ def run_schema() -> dict[str, Any]:
             "lmx": _LMX,
             "engine": _ENGINE,
             "series": SERIES,
+            "source": _SOURCE,
         },
     }

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkwatch.core.clock import ClockOffset
+from sparkwatch.wire import SampleFrame
 
 log = logging.getLogger(__name__)
 
@@ -103,3 +104,18 @@ class LinkState:
             "latest": self.latest,
             "frames_rejected": dict(self.frames_rejected),
         }
+
+
+def latest_summary(sample: SampleFrame) -> dict[str, Any]:
+    """The newest sample in brief, for live displays: power summed over the node's GPUs (None if any is
+    unknown), the highest utilisation, memory used."""
+    powers = [g.power_w for g in sample.gpus]
+    utils = [g.util_ratio for g in sample.gpus if g.util_ratio is not None]
+    known = [p for p in powers if p is not None]
+    return {
+        "t_wall_ns": sample.t_wall_ns,
+        "interval_s": sample.interval_s,
+        "power_w": sum(known) if powers and len(known) == len(powers) else None,
+        "util_ratio": max(utils) if utils else None,
+        "memory_used_bytes": sample.mem_used_bytes,
+    }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from sparkwatch.links.state import LinkState
+from sparkwatch.links.state import LinkState, latest_summary
 from sparkwatch.store import Store
 from sparkwatch.wire import (
     GapFrame,
@@ -22,7 +22,6 @@ from sparkwatch.wire import (
     SampleFrame,
     TimeFrame,
     decode_lines,
-    latest_summary,
 )
 
 log = logging.getLogger(__name__)

@@ -165,7 +165,7 @@ class SampleBlocks:
             return empty()
         block = in_seq_order(concat([decode_blob(data) for (data,) in rows]))
         t = block.columns[clock]
-        inside = np.flatnonzero((t >= t_from) & (t <= t_to))
+        inside = np.flatnonzero((t >= bounds[0]) & (t <= bounds[1]))
         keep = np.zeros(len(t), dtype=bool)
         if len(inside):
             keep[inside[0] : inside[-1] + 1] = True

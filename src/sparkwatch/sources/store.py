@@ -1,4 +1,5 @@
-"""Reads one run's samples, windows and clock offsets from the store and hands them to the core."""
+"""The coordinator's SQLite store as a sample source: one run's samples, windows and clock offsets, read
+and handed to the core (the default source; sources/__init__.py says what every source answers)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
 from sparkwatch.core.domains import DomainInput, gate_util
 from sparkwatch.core.engine import EngineSamples
-from sparkwatch.core.export import build_export
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64, GpuTrack, MemTrack
 from sparkwatch.defaults import SCOPES, ScopeKind
 from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
+from sparkwatch.sources import export_from
 from sparkwatch.store import Store, StoreError
 
 #: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
@@ -236,12 +237,25 @@ def export_run(
         command=json.loads(run.command) if run.command else None,
     )
     windows = store.windows(run_id)
-    # read what the run and every window span: a window may start before the run or end after it
-    t_from = min([run.t_start_ns, *(w.t_start_ns for w in windows)])
-    t_to = max([t_end, *(w.t_end_ns for w in windows)])
-    inputs = [node_input(store, n, t_from, t_to) for n in nodes]
     try:
-        engine = engine_input(store, t_from, t_to)
-        return build_export(spec, inputs, windows, __version__, engine, series_buckets=series_buckets)
+        return export_from(
+            StoreSource(store), spec, nodes, windows, __version__, series_buckets=series_buckets
+        )
     finally:
         let_go(windows)
+
+
+class StoreSource:
+    """The store as a :class:`sparkwatch.sources.SampleSource`."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "sqlite", "metrics": "sparkwatch"}
+
+    def node_input(self, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
+        return node_input(self._store, node, t_from_ns, t_to_ns)
+
+    def engine_input(self, t_from_ns: int, t_to_ns: int) -> EngineSamples | None:
+        return engine_input(self._store, t_from_ns, t_to_ns)

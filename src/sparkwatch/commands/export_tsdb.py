@@ -1,0 +1,86 @@
+"""`sparkwatch export --prometheus URL --windows FILE --start T --end T`: the `sparkwatch.run/1` export of a
+benchmark whose samples a Prometheus-compatible engine holds (docs/fleets.md), with its windows from any
+importer's file. The same core computes it as from the coordinator's database; the export's ``source`` says
+where the samples came from and ``nodes[].samples.interval_s`` the resolution they had.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from sparkwatch import __version__
+from sparkwatch.core.run_spec import RunSpec
+from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE
+from sparkwatch.importers import load_windows
+from sparkwatch.sources import SourceError, export_from
+from sparkwatch.sources.prometheus.client import Auth, Client, check_url
+from sparkwatch.sources.prometheus.mappings import FAMILIES
+from sparkwatch.sources.prometheus.raw import Engine, detect, reader
+from sparkwatch.sources.prometheus.source import TsdbSource
+
+#: The flags only an export from a TSDB takes, and those only one from a database takes.
+TSDB_ONLY = ("windows", "start", "end")
+
+
+def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """The flags of each kind of export: argparse's one-line error for a wrong mix."""
+    if args.prometheus is None:
+        given = [f"--{name}" for name in TSDB_ONLY if getattr(args, name) is not None]
+        if given:
+            verb = "goes" if len(given) == 1 else "go"
+            parser.error(f"{', '.join(given)} {verb} with --prometheus, not --db")
+        return
+    missing = [f"--{name}" for name in TSDB_ONLY if getattr(args, name) is None]
+    if missing:
+        parser.error(f"--prometheus needs {', '.join(missing)}")
+    if args.run is not None:
+        parser.error("a run id goes with --db; with --prometheus the run is --start to --end")
+    if args.end <= args.start:
+        parser.error("--end must be after --start")
+    if args.bearer_token_file is not None and args.basic_auth_user is not None:
+        parser.error("--bearer-token-file or --basic-auth-user, not both")
+    if args.basic_auth_password_file is not None and args.basic_auth_user is None:
+        parser.error("--basic-auth-password-file needs --basic-auth-user")
+
+
+def tsdb_export(
+    args: argparse.Namespace, say: Callable[[str], None], series_buckets: int | None = None
+) -> dict[str, Any]:
+    """The export over ``--start`` to ``--end`` for every node the engine has series of; SourceError (one
+    line) when the engine cannot be read or holds nothing to measure."""
+    url = check_url(args.prometheus)
+    auth = Auth(args.bearer_token_file, args.basic_auth_user, args.basic_auth_password_file)
+    client = Client(url, auth)
+    engine: Engine = detect(client) if args.engine == "auto" else args.engine
+    windows = load_windows(args.windows_format, args.windows)
+    source = TsdbSource(reader(client, engine), FAMILIES[args.metrics], args.nodes_label, engine, url)
+    t_from = min([args.start, *(w.t_start_ns for w in windows)])
+    t_to = max([args.end, *(w.t_end_ns for w in windows)])
+    nodes = source.nodes(t_from, t_to)
+    say(
+        f"exporting {len(windows)} window(s) on {len(nodes)} node(s) ({', '.join(nodes)}) from {engine}"
+        f" at {url}, {args.metrics} series"
+    )
+    spec = RunSpec(
+        id=_run_id(url, args.start, args.end, args.windows.read_bytes()),
+        name=args.windows.stem,
+        t_start_ns=args.start,
+        t_end_ns=args.end,
+        interval_s=0.0,  # the scrape interval the samples show (sources.export_from)
+        gate_threshold=DEFAULT_GATE_THRESHOLD if args.gate_threshold is None else args.gate_threshold,
+        scope=args.scope or DEFAULT_SCOPE,
+        phases=frozenset(args.phases or DEFAULT_PHASES),
+    )
+    export = export_from(source, spec, nodes, windows, __version__, series_buckets=series_buckets)
+    if export["method"]["interval_s"] <= 0:
+        raise SourceError(f"no node has two samples between --start and --end at {url}: nothing to measure")
+    return export
+
+
+def _run_id(url: str, start_ns: int, end_ns: int, windows: bytes) -> str:
+    """The same engine, span and windows give the same id (a re-export compares with the last)."""
+    sha = hashlib.sha256(f"{url}|{start_ns}|{end_ns}|".encode() + windows).hexdigest()
+    return f"tsdb-{sha[:12]}"

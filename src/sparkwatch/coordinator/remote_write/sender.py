@@ -1,0 +1,270 @@
+"""The remote-write sender: a bounded in-memory queue the links fill after each stored batch, and one
+asyncio task that sends it in batches, in order, one request at a time (a receiver such as Prometheus
+refuses a sample older than the series' newest with 400, so requests never overtake each other).
+
+- ``offer`` never blocks and never waits: it appends the link's list of stored frames (O(1)) or, when
+  the queue holds ``capacity`` samples already, drops what does not fit and counts it.
+- A batch is sent once ``batch_samples`` wait, or ``batch_wait_s`` after the first of them arrived; the
+  frames are parsed, mapped and encoded in a thread of the writer's own (batch.py, proto.py), so a large
+  batch never holds the event loop that ingests.
+- 2xx is sent. 5xx, 429 and a connection error or timeout are retried with exponential backoff and jitter
+  (429's Retry-After is honoured, up to the backoff's maximum) until they succeed or the coordinator
+  stops; any other answer (a 4xx such as 400 "out of order sample") is final: the batch is dropped and
+  counted as rejected, with the receiver's reason in the log.
+- At stop, what is queued gets until the stop timeout to go out; the rest is counted as dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import urllib.parse
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+
+from sparkwatch.coordinator.remote_write.batch import Entry, group
+from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
+from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
+from sparkwatch.wire import SampleFrame
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
+
+log = logging.getLogger(__name__)
+
+#: Stored samples held at most (queued or being sent): about 20 min of 4 nodes at 10 Hz, ≤ ~75 MB.
+CAPACITY_SAMPLES = 50_000
+#: Stored samples per request (≈ 35 series each for a GB10: ≈ 17 500 series samples, ≈ 60 kB on the wire).
+BATCH_SAMPLES = 500
+BATCH_WAIT_S = 1.0
+REQUEST_TIMEOUT_S = 30.0
+#: The longest wait between two tries of one request (and the most of a 429's Retry-After honoured).
+RETRY_MAX_S = 30.0
+#: Rejections logged: the first few, then one every this many.
+LOG_FIRST, LOG_EVERY = 5, 100
+#: The most of a receiver's answer quoted in a log line.
+QUOTED_CHARS = 300
+
+Outcome = Literal["sent", "retry", "rejected"]
+DropReason = Literal["queue_full", "rejected", "unreadable", "stopped"]
+
+
+@dataclass(slots=True)
+class WriterStats:
+    """Counts in stored (agent) samples, read by the coordinator's /metrics."""
+
+    capacity: int
+    sent: int = 0
+    pending: int = 0  # queued or in the request being sent
+    retries: int = 0  # requests that failed and were tried again
+    dropped: dict[str, int] = field(default_factory=dict)  # by reason (DropReason)
+
+
+def shown_url(url: str) -> str:
+    """The receiver's URL as logs show it: no user information, query or fragment."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class RemoteWriter:
+    def __init__(
+        self,
+        spec: RemoteWriteSpec,
+        *,
+        capacity: int = CAPACITY_SAMPLES,
+        batch_samples: int = BATCH_SAMPLES,
+        batch_wait_s: float = BATCH_WAIT_S,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+        retry_max_s: float = RETRY_MAX_S,
+        backoff: ExponentialBackoff | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        """``backoff`` and ``sleep`` are injected so tests see every retry delay without waiting."""
+        self.spec = spec
+        self.url = shown_url(spec.url)
+        self.stats = WriterStats(capacity)
+        self._batch_samples = batch_samples
+        self._batch_wait_s = batch_wait_s
+        self._timeout_s = timeout_s
+        self._retry_max_s = retry_max_s
+        self._backoff = backoff or ExponentialBackoff(initial_s=0.5, maximum_s=retry_max_s, jitter=0.5)
+        self._sleep = sleep
+        self._queue: deque[Entry] = deque()
+        self._queued = 0  # samples in the queue (pending less the batch being sent)
+        self._arrived = asyncio.Event()
+        self._full = asyncio.Event()
+        self._stopping = False
+        self._failing = False  # the last request failed (logged once until one succeeds)
+        self._rejections = 0  # requests refused for good
+        self._task: asyncio.Task[None] | None = None
+        self._messages: Messages | None = None  # built in the encoding thread, used only there
+
+    # ---- the ingest side -------------------------------------------------------------------------
+    def offer(self, node: str, hello: Mapping[str, Any] | None, frames: Sequence[SampleFrame]) -> None:
+        """Queue a link's stored frames (the list is kept, not copied); never blocks."""
+        stats = self.stats
+        if self._stopping:
+            self._drop("stopped", len(frames))
+            return
+        room = stats.capacity - stats.pending
+        if len(frames) > room:
+            self._drop("queue_full", len(frames) - max(room, 0))
+            frames = frames[: max(room, 0)]
+        if not frames:
+            return
+        self._queue.append(Entry(node, hello, frames))
+        stats.pending += len(frames)
+        self._queued += len(frames)
+        self._arrived.set()
+        if self._queued >= self._batch_samples:
+            self._full.set()
+
+    def _drop(self, reason: DropReason, count: int) -> None:
+        if count > 0:
+            self.stats.dropped[reason] = self.stats.dropped.get(reason, 0) + count
+
+    # ---- the lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="remote-write")
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Send what is queued for up to ``timeout_s``, then give up on the rest (counted as dropped)."""
+        self._stopping = True
+        self._arrived.set()
+        self._full.set()
+        if self._task is None:
+            return
+        done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
+        if not done:
+            self._task.cancel()
+            await asyncio.wait({self._task})
+
+    async def _run(self) -> None:
+        executor = ThreadPoolExecutor(1, thread_name_prefix="sparkwatch-remote-write")
+        timeout = aiohttp.ClientTimeout(total=self._timeout_s)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                while await self._wait_for_batch():
+                    await self._deliver(session, executor, *self._take())
+        except asyncio.CancelledError:
+            self._drop("stopped", self.stats.pending)
+            self.stats.pending = self._queued = 0
+            self._queue.clear()
+            raise
+        finally:
+            executor.shutdown(wait=False)
+        if self.stats.dropped.get("stopped"):
+            log.warning(
+                "remote write: %d samples were not sent before the stop", self.stats.dropped["stopped"]
+            )
+
+    async def _wait_for_batch(self) -> bool:
+        """Until a batch is due; False once stopping with nothing left."""
+        while not self._queue:
+            if self._stopping:
+                return False
+            self._arrived.clear()
+            await self._arrived.wait()
+        if self._queued < self._batch_samples and not self._stopping:
+            self._full.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._full.wait(), self._batch_wait_s)
+        return True
+
+    def _take(self) -> tuple[list[Entry], int]:
+        """The oldest entries, up to ``batch_samples`` samples (an entry is split where it must be)."""
+        taken: list[Entry] = []
+        count = 0
+        while self._queue and count < self._batch_samples:
+            entry = self._queue.popleft()
+            room = self._batch_samples - count
+            if len(entry.frames) > room:
+                self._queue.appendleft(entry._replace(frames=entry.frames[room:]))
+                entry = entry._replace(frames=entry.frames[:room])
+            taken.append(entry)
+            count += len(entry.frames)
+        self._queued -= count
+        return taken, count
+
+    # ---- the receiver side -----------------------------------------------------------------------
+    def _encode(self, entries: list[Entry]) -> tuple[bytes, int]:
+        """In the writer's thread: the body, and how many frames could not be read back."""
+        if self._messages is None:
+            self._messages = Messages()
+        grouped, unreadable = group(entries)
+        return self._messages.encode(grouped), unreadable
+
+    async def _deliver(
+        self, session: aiohttp.ClientSession, executor: ThreadPoolExecutor, entries: list[Entry], count: int
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        body, unreadable = await loop.run_in_executor(executor, self._encode, entries)
+        self._drop("unreadable", unreadable)
+        if count > unreadable:
+            await self._send(session, body, count - unreadable)
+        self.stats.pending -= count
+
+    async def _send(self, session: aiohttp.ClientSession, body: bytes, count: int) -> None:
+        """Post until the receiver takes the batch or refuses it for good."""
+        while True:
+            outcome, detail, retry_after_s = await self._post(session, body)
+            if outcome == "sent":
+                self.stats.sent += count
+                self._backoff.reset()
+                if self._failing:
+                    log.info("remote write to %s: sending again", self.url)
+                    self._failing = False
+                return
+            if outcome == "rejected":
+                self._rejected(count, detail)
+                return
+            self.stats.retries += 1
+            delay_s = self._backoff.next_delay_s()
+            if retry_after_s is not None:
+                delay_s = max(delay_s, min(retry_after_s, self._retry_max_s))
+            if not self._failing:
+                log.warning("remote write to %s failed (%s); retrying with backoff", self.url, detail)
+                self._failing = True
+            await self._sleep(delay_s)
+
+    def _rejected(self, count: int, detail: str) -> None:
+        self._drop("rejected", count)
+        self._failing = False
+        self._rejections += 1
+        if self._rejections <= LOG_FIRST or self._rejections % LOG_EVERY == 0:
+            log.warning("remote write to %s: %d samples refused, not retried (%s)", self.url, count, detail)
+
+    async def _post(self, session: aiohttp.ClientSession, body: bytes) -> tuple[Outcome, str, float | None]:
+        headers = dict(HEADERS)
+        try:
+            authorization = self.spec.authorization()
+        except RemoteWriteError as exc:  # a secret file gone since the start: retried, it may come back
+            return "retry", str(exc), None
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        try:
+            async with session.post(self.spec.url, data=body, headers=headers, allow_redirects=False) as r:
+                said = (await r.content.read(QUOTED_CHARS)).decode("utf-8", "replace").strip()
+                status, retry_after = r.status, r.headers.get("Retry-After")
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            return "retry", f"{type(exc).__name__}: {exc}", None
+        detail = f"HTTP {status}: {said}" if said else f"HTTP {status}"
+        if 200 <= status < 300:
+            return "sent", detail, None
+        if status == 429 or status >= 500:
+            return "retry", detail, _seconds(retry_after)
+        return "rejected", detail, None
+
+
+def _seconds(text: str | None) -> float | None:
+    """Retry-After in seconds (the HTTP-date form is not used by remote-write receivers: ignored)."""
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value >= 0 else None

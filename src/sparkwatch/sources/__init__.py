@@ -1,0 +1,61 @@
+"""Where a run's samples come from for the core: the coordinator's store (the default) or a
+Prometheus-compatible engine. Every source answers the same narrow questions, so the core never knows which
+one it was fed by; the export's ``source`` block says it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from sparkwatch.core.engine import EngineSamples
+from sparkwatch.core.export import build_export
+from sparkwatch.core.export_nodes import seen_interval_s
+from sparkwatch.core.run_spec import NodeInput, RunSpec
+from sparkwatch.core.windows import Window
+
+
+class SourceError(Exception):
+    """What a source cannot give (unreachable, refused, a malformed answer, no series): one line."""
+
+
+class SampleSource(Protocol):
+    """The core's inputs for a time span, from wherever the samples are kept."""
+
+    def describe(self) -> dict[str, Any]:
+        """The export's ``source`` block: the kind, where (never with credentials), which series."""
+        ...
+
+    def node_input(self, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
+        """One node's GPU tracks, memory track, domains, signals, clock and hardware facts over the span
+        (samples on the run's clock, the baseline period before ``t_from_ns`` included)."""
+        ...
+
+    def engine_input(self, t_from_ns: int, t_to_ns: int) -> EngineSamples | None:
+        """The serving engine's scrapes around the span, or None where the source has none."""
+        ...
+
+
+def export_from(
+    source: SampleSource,
+    spec: RunSpec,
+    nodes: Sequence[str],
+    windows: Sequence[Window],
+    version: str,
+    *,
+    series_buckets: int | None = None,
+) -> dict[str, Any]:
+    """The run's export from ``source``: every window is read whole, even one that starts before the run
+    or ends after it. A ``spec`` without a nominal interval (``interval_s`` 0: a TSDB's scrapes) takes the
+    longest interval the nodes' samples show, so a window shorter than two of them is low confidence."""
+    t_from = min([spec.t_start_ns, *(w.t_start_ns for w in windows)])
+    t_to = max([spec.t_end_ns, *(w.t_end_ns for w in windows)])
+    inputs = [source.node_input(n, t_from, t_to) for n in nodes]
+    if spec.interval_s <= 0:
+        seen = [seen_interval_s(g.t_ns, g.segment) for node in inputs for g in node.gpus]
+        spec = dataclasses.replace(spec, interval_s=round(max((s for s in seen if s), default=0.0), 3))
+    engine = source.engine_input(t_from, t_to)
+    return build_export(
+        spec, inputs, windows, version, engine, series_buckets=series_buckets, source=source.describe()
+    )

@@ -1,0 +1,133 @@
+"""A small synchronous HTTP client for a Prometheus-compatible API (the export command is synchronous: no
+event loop for a handful of GETs). TLS is verified (the system's CAs, or ``SSL_CERT_FILE``); credentials come
+from files and never appear in a message or in the export."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkwatch.meters.credentials import SecretFileError, first_line
+from sparkwatch.sources import SourceError
+
+TIMEOUT_S = 60.0
+#: The most of an error body quoted in a message.
+QUOTED_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    bearer_token_file: Path | None = None
+    user: str | None = None
+    password_file: Path | None = None
+
+    def header(self) -> str | None:
+        """The Authorization header, read from its files now (a rotated token is picked up)."""
+        try:
+            if self.bearer_token_file is not None:
+                return f"Bearer {first_line(self.bearer_token_file, 'the bearer token')}"
+            if self.user is not None:
+                password = first_line(self.password_file, "the password") if self.password_file else ""
+                pair = base64.b64encode(f"{self.user}:{password}".encode()).decode()
+                return f"Basic {pair}"
+        except SecretFileError as exc:
+            raise SourceError(str(exc)) from None
+        return None
+
+
+def public_url(url: str) -> str:
+    """``url`` without user information, query or fragment: what may be printed and exported."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def check_url(url: str) -> str:
+    """The engine's base URL, refused (one line) when it is not http(s) with a host, or carries
+    credentials (they would show in process lists and shell history: use the files)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError as exc:
+        raise SourceError(f"--prometheus {public_url(url)!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SourceError(f"--prometheus must be an http:// or https:// URL with a host, not {url!r:.80}")
+    if parts.username is not None or parts.password is not None:
+        raise SourceError(
+            "--prometheus: credentials do not belong in the URL; use --bearer-token-file, or"
+            " --basic-auth-user with --basic-auth-password-file"
+        )
+    return public_url(url)
+
+
+class Client:
+    """GETs against one engine, each answer checked, every failure one :class:`SourceError` line."""
+
+    def __init__(self, url: str, auth: Auth | None = None, timeout_s: float = TIMEOUT_S) -> None:
+        self.url = url
+        self._auth = auth or Auth()
+        self._timeout_s = timeout_s
+
+    def _open(self, path: str, params: Mapping[str, str | list[str]]) -> Any:
+        query = urllib.parse.urlencode(params, doseq=True)
+        request = urllib.request.Request(f"{self.url}{path}?{query}")
+        header = self._auth.header()
+        if header is not None:
+            request.add_header("Authorization", header)
+        try:
+            return urllib.request.urlopen(request, timeout=self._timeout_s)
+        except urllib.error.HTTPError as exc:
+            body = exc.read(4096).decode("utf-8", "replace")
+            raise SourceError(f"{self.url}{path} answered HTTP {exc.code}: {_reason(body)}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            why = getattr(exc, "reason", None) or exc
+            raise SourceError(f"cannot reach {self.url}{path}: {why}") from None
+
+    def get_json(self, path: str, params: Mapping[str, str | list[str]]) -> Any:
+        """The ``data`` of a ``{"status": "success"}`` answer."""
+        with self._open(path, params) as response:
+            try:
+                body = json.loads(response.read())
+            except (ValueError, OSError) as exc:
+                raise SourceError(f"{self.url}{path} answered something that is not JSON ({exc})") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            raise SourceError(f"{self.url}{path} refused: {_reason(json.dumps(body))}")
+        return body.get("data")
+
+    def get_lines(self, path: str, params: Mapping[str, str | list[str]]) -> Iterator[Any]:
+        """Each line of a JSON-lines answer, parsed (VictoriaMetrics' export), as it arrives."""
+        with self._open(path, params) as response:
+            for number, line in enumerate(response, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield json.loads(line, parse_constant=_constant)
+                except ValueError as exc:
+                    raise SourceError(f"{self.url}{path} line {number} is not JSON ({exc})") from None
+
+
+def _constant(name: str) -> float:
+    """NaN and ±Inf as VictoriaMetrics may write them (a staleness marker is a NaN)."""
+    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
+
+
+def _reason(body: str) -> str:
+    """The ``error`` of a Prometheus API error body, else the body's start, on one line."""
+    try:
+        parsed = json.loads(body)
+        if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+            body = parsed["error"]
+    except ValueError:
+        pass
+    return " ".join(body.split())[:QUOTED_CHARS] or "(empty answer)"

@@ -1,0 +1,96 @@
+"""Which series in a TSDB carry the core's inputs, one table per exporter family: data, not code branches.
+
+Every name, unit and label below was read in the exporter's own source or documentation (named per table);
+a scale turns the exporter's unit into the core's base unit (W, J, ratio 0-1, bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    metric: str  # the name as the TSDB stores it
+    scale: float = 1.0  # value × scale = the core's base unit
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One exporter's series for the core: per GPU power, an energy counter, utilisation, memory."""
+
+    name: str
+    gpu_label: str  # the label that tells a node's GPUs apart (a UUID where the exporter has one)
+    power: Series  # GPU power, W
+    energy: Series | None  # GPU energy counter, J (a window's edges are read from it)
+    util: tuple[Series, ...]  # utilisation 0-1 for the gate: the first the TSDB holds is used
+    gpu_memory: Series | None  # device memory used per GPU, bytes (discrete GPUs)
+    host_memory: Series | None  # the node's memory used (MemTotal − MemAvailable), bytes
+    info: Series | None  # a constant-1 identity series whose labels name the GPU
+    name_label: str  # the label of ``info`` (or of the GPU series) with the GPU's model name
+    read_in: str  # where these names were checked
+
+    def gpu_memory_name(self) -> str:
+        """How a node's memory reads when it is its GPUs' device memory summed."""
+        return f"sum of {self.gpu_memory.metric}" if self.gpu_memory else "none"
+
+
+#: sparkwatch's own agent (agent/src/sparkwatch_agent/serving/metrics.py: GPU_LABELS node, gpu, uuid; the
+#: energy family is a CounterMetricFamily, so prometheus_client exposes it with ``_total``).
+SPARKWATCH = Family(
+    name="sparkwatch",
+    gpu_label="uuid",
+    power=Series("sparkwatch_gpu_power_watts"),
+    energy=Series("sparkwatch_gpu_energy_joules_total"),
+    util=(Series("sparkwatch_gpu_utilization_ratio"),),
+    gpu_memory=Series("sparkwatch_gpu_memory_used_bytes"),
+    host_memory=Series("sparkwatch_memory_used_bytes"),
+    info=Series("sparkwatch_gpu_info"),
+    name_label="name",
+    read_in="agent/src/sparkwatch_agent/serving/metrics.py",
+)
+
+#: NVIDIA dcgm-exporter (etc/default-counters.csv: POWER_USAGE gauge "Power draw (in W)",
+#: TOTAL_ENERGY_CONSUMPTION counter "(in mJ)", GPU_UTIL gauge "(in %)", FB_USED gauge "(in MiB)"; labels gpu,
+#: UUID, device, modelName, Hostname as in NVIDIA's GPU telemetry guide). DCGM_FI_PROF_SM_ACTIVE (a 0-1
+#: ratio, in dcp-metrics-included.csv) gates only where GPU_UTIL is not collected.
+DCGM = Family(
+    name="dcgm",
+    gpu_label="UUID",
+    power=Series("DCGM_FI_DEV_POWER_USAGE"),
+    energy=Series("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3),
+    util=(Series("DCGM_FI_DEV_GPU_UTIL", 0.01), Series("DCGM_FI_PROF_SM_ACTIVE")),
+    gpu_memory=Series("DCGM_FI_DEV_FB_USED", MIB),
+    host_memory=None,
+    info=None,
+    name_label="modelName",
+    read_in="NVIDIA/dcgm-exporter etc/default-counters.csv; docs.nvidia.com gpu-telemetry dcgm-exporter",
+)
+
+#: utkuozdemir/nvidia_gpu_exporter (docs/METRICS.md: power.draw [W] → nvidia_smi_power_draw_watts,
+#: utilization.gpu [%] → nvidia_smi_utilization_gpu_ratio as 0-1, memory.used [MiB] →
+#: nvidia_smi_memory_used_bytes in bytes, nvidia_smi_energy_joules_total only from its NVML backend; every
+#: per-GPU series labelled uuid, identity on nvidia_smi_gpu_info{uuid, name, driver_version, …}).
+NVIDIA_GPU_EXPORTER = Family(
+    name="nvidia_gpu_exporter",
+    gpu_label="uuid",
+    power=Series("nvidia_smi_power_draw_watts"),
+    energy=Series("nvidia_smi_energy_joules_total"),
+    util=(Series("nvidia_smi_utilization_gpu_ratio"),),
+    gpu_memory=Series("nvidia_smi_memory_used_bytes"),
+    host_memory=None,
+    info=Series("nvidia_smi_gpu_info"),
+    name_label="name",
+    read_in="utkuozdemir/nvidia_gpu_exporter docs/METRICS.md",
+)
+
+#: prometheus/node_exporter's meminfo collector (/proc/meminfo fields in bytes as
+#: ``node_memory_<Field>_bytes``, collector/meminfo.go): used memory as the agent computes it,
+#: MemTotal − MemAvailable (on unified memory, the GPU's too).
+NODE_MEM_TOTAL = Series("node_memory_MemTotal_bytes")
+NODE_MEM_AVAILABLE = Series("node_memory_MemAvailable_bytes")
+
+FAMILIES = MappingProxyType({f.name: f for f in (SPARKWATCH, DCGM, NVIDIA_GPU_EXPORTER)})

@@ -1,0 +1,159 @@
+"""Raw samples out of a Prometheus-compatible engine, never resampled.
+
+- Prometheus (and Thanos, Mimir, …): ``/api/v1/query`` with a range selector ``m{…}[Nms]`` evaluated at the
+  end of each chunk returns every stored sample in the chunk with its own timestamp; chunks keep every
+  answer small. (``/api/v1/query_range`` would resample onto a step grid and hold values across gaps
+  for up to the lookback delta: it is not used.)
+- VictoriaMetrics: ``/api/v1/export`` returns raw samples as JSON lines ``{"metric", "values",
+  "timestamps" (ms)}``; neither lines nor labels come in a stable order and one series may be split over
+  several lines, so lines are merged by label set.
+
+Samples of one series are sorted by time and deduplicated (chunk edges meet); NaN (a staleness marker)
+is no sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from sparkwatch.core.tracks import F64, I64
+from sparkwatch.sources import SourceError
+from sparkwatch.sources.prometheus.client import Client
+
+Engine = Literal["prometheus", "victoriametrics"]
+ENGINES: tuple[Engine, ...] = ("prometheus", "victoriametrics")
+#: One range-selector query covers at most this much time (at 1 s scrapes, 1 800 samples per series).
+CHUNK_MS = 1_800_000
+NS_PER_MS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class RawSeries:
+    labels: dict[str, str]
+    t_ns: I64  # sorted, unique
+    values: F64
+
+
+class Reader(Protocol):
+    api: str  # the endpoint, for the export's ``source`` block
+
+    def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]: ...
+
+
+def detect(client: Client) -> Engine:
+    """VictoriaMetrics answers ``/api/v1/status/buildinfo`` with empty data; Prometheus (and the engines
+    that copy its API) with a version. An engine that does not answer it is taken to be Prometheus-like:
+    the range-selector path works against VictoriaMetrics too, only less cheaply."""
+    try:
+        data = client.get_json("/api/v1/status/buildinfo", {})
+    except SourceError:
+        return "prometheus"
+    return "victoriametrics" if isinstance(data, dict) and "version" not in data else "prometheus"
+
+
+def reader(client: Client, engine: Engine, chunk_ms: int = CHUNK_MS) -> Reader:
+    return ExportReader(client) if engine == "victoriametrics" else QueryReader(client, chunk_ms)
+
+
+class QueryReader:
+    api = "/api/v1/query (range selectors)"
+
+    def __init__(self, client: Client, chunk_ms: int = CHUNK_MS) -> None:
+        self._client = client
+        self._chunk_ms = chunk_ms
+
+    def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+        pieces: list[tuple[dict[str, str], list[int], list[float]]] = []
+        start_ms, end_ms = t_from_ns // NS_PER_MS - 1, -(-t_to_ns // NS_PER_MS)
+        at = start_ms
+        while at < end_ms:
+            length = min(self._chunk_ms, end_ms - at)
+            at += length
+            params = {"query": f"{selector}[{length}ms]", "time": f"{at / 1000:.3f}"}
+            data = self._client.get_json("/api/v1/query", params)
+            pieces.extend(matrix_pieces(data))
+        return merged(pieces)
+
+
+class ExportReader:
+    api = "/api/v1/export"
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+        params = {
+            "match[]": selector,
+            "start": f"{t_from_ns // NS_PER_MS / 1000:.3f}",
+            "end": f"{-(-t_to_ns // NS_PER_MS) / 1000:.3f}",
+        }
+        lines = self._client.get_lines("/api/v1/export", params)
+        return merged(export_piece(line) for line in lines)
+
+
+def matrix_pieces(data: Any) -> list[tuple[dict[str, str], list[int], list[float]]]:
+    """A range-selector answer's series as (labels, ms, values); anything else is refused."""
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise SourceError(f"a range selector's answer must be a matrix, not {kind!r}")
+    out = []
+    for series in _list(data.get("result"), "result"):
+        if not isinstance(series, dict):
+            raise SourceError("a series in the answer is not an object")
+        values = _list(series.get("values"), "values")
+        try:
+            t_ms = [round(float(v[0]) * 1000) for v in values]
+            vs = [float(v[1]) for v in values]
+        except (TypeError, ValueError, IndexError):
+            raise SourceError(f'a sample in the answer is not [time, "value"]: {values[:1]!r:.80}') from None
+        out.append((_labels(series.get("metric")), t_ms, vs))
+    return out
+
+
+def export_piece(line: Any) -> tuple[dict[str, str], list[int], list[float]]:
+    """One line of VictoriaMetrics' export as (labels, ms, values)."""
+    if not isinstance(line, dict):
+        raise SourceError("an export line is not an object")
+    stamps, values = _list(line.get("timestamps"), "timestamps"), _list(line.get("values"), "values")
+    if len(stamps) != len(values):
+        raise SourceError(f"an export line has {len(stamps)} timestamps for {len(values)} values")
+    try:
+        return _labels(line.get("metric")), [int(t) for t in stamps], [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise SourceError("an export line holds a timestamp or value that is not a number") from None
+
+
+def merged(pieces: Iterable[tuple[dict[str, str], list[int], list[float]]]) -> list[RawSeries]:
+    """Pieces of the same label set joined, sorted by time, deduplicated, NaN dropped."""
+    by_key: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], list[int], list[float]]] = {}
+    for labels, t_ms, values in pieces:
+        key = tuple(sorted(labels.items()))
+        held = by_key.setdefault(key, (labels, [], []))
+        held[1].extend(t_ms)
+        held[2].extend(values)
+    out = []
+    for labels, t_ms, values in by_key.values():
+        t = np.array(t_ms, dtype=np.int64) * NS_PER_MS
+        v = np.array(values, dtype=np.float64)
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        keep = np.isfinite(v)
+        keep[1:] &= t[1:] != t[:-1]
+        out.append(RawSeries(labels, t[keep], v[keep]))
+    return out
+
+
+def _list(value: Any, what: str) -> Sequence[Any]:
+    if not isinstance(value, list):
+        raise SourceError(f"the answer's {what} is not a list")
+    return value
+
+
+def _labels(metric: Any) -> dict[str, str]:
+    if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
+        raise SourceError("a series' labels are not an object of strings")
+    return {str(k): v for k, v in metric.items()}

@@ -1,0 +1,232 @@
+"""A Prometheus-compatible engine as a sample source: one exporter family's series (mappings.py) turned into
+the core's per-node tracks.
+
+Sample times are the engine's scrape timestamps: one clock for every node, the scraper's, so no offset is
+measured (the node clock says ``tsdb``). Each track's gap limit comes from the spacing actually seen (the
+median interval between its scrapes), so a missed scrape or a dead target is a gap exactly as a lost agent
+sample is; nothing is carried across it. Series of one scrape share a timestamp, which is how power,
+energy and utilisation of a GPU are joined (a value missing at a time is unknown there, never held).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sparkwatch.core.baseline import BASELINE_S
+from sparkwatch.core.clock import NodeClock
+from sparkwatch.core.engine import EngineSamples
+from sparkwatch.core.export_nodes import seen_interval_s
+from sparkwatch.core.run_spec import NodeInput
+from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
+from sparkwatch.sources import SourceError
+from sparkwatch.sources.prometheus.mappings import NODE_MEM_AVAILABLE, NODE_MEM_TOTAL, Family, Series
+from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader
+
+#: Read before the span: the baseline period before the first window, and a few seconds more.
+LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
+#: Read beyond either edge: the scrape around each edge may be a whole (slow) scrape interval away.
+MARGIN_NS = 60 * 1_000_000_000
+CLOCK_NOTE = (
+    "sample times are the engine's scrape timestamps (the scraper's clock); windows are taken to be on"
+    " that clock; no offset is measured"
+)
+ENERGY_NOTE = (
+    "a window's energy is the energy counter at its edges, each interpolated linearly inside the one"
+    " scrape interval that holds it; the trapezoid of power where no counter"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSeries:
+    key: str
+    t_ns: I64
+    power_w: F64
+    energy_j: F64
+    util_ratio: F64
+
+
+class TsdbSource:
+    """A :class:`sparkwatch.sources.SampleSource` over a Prometheus-compatible engine."""
+
+    def __init__(self, reader: Reader, family: Family, nodes_label: str, engine: Engine, url: str) -> None:
+        self._reader = reader
+        self._family = family
+        self._label = nodes_label
+        self._engine = engine
+        self._url = url
+        self._read: dict[tuple[str, int, int], list[RawSeries]] = {}
+        self._memory_used: dict[str, str] = {}  # node → the series its memory was read from
+
+    def describe(self) -> dict[str, Any]:
+        f = self._family
+        return {
+            "kind": self._engine,
+            "metrics": f.name,
+            "url": self._url,
+            "api": self._reader.api,
+            "nodes_label": self._label,
+            "gate_series": " or ".join(s.metric for s in f.util),
+            "memory_series": "; ".join(sorted(set(self._memory_used.values()))) or "none",
+            "clock": CLOCK_NOTE,
+            "energy": ENERGY_NOTE,
+        }
+
+    def series(self, s: Series, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+        """Every series of metric ``s`` that carries the nodes label, scaled to base units (read once)."""
+        key = (s.metric, t_from_ns, t_to_ns)
+        if key not in self._read:
+            selector = f'{s.metric}{{{self._label}!=""}}'
+            found = self._reader.read(selector, t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
+            self._read[key] = [RawSeries(r.labels, r.t_ns, r.values * s.scale) for r in found]
+        return self._read[key]
+
+    def nodes(self, t_from_ns: int, t_to_ns: int) -> list[str]:
+        """The nodes label's values on the family's GPU power series, sorted; none is one line."""
+        found = self.series(self._family.power, t_from_ns, t_to_ns)
+        names = sorted({r.labels[self._label] for r in found if r.labels.get(self._label)})
+        if not names:
+            hint = self._labels_hint(t_from_ns, t_to_ns)
+            raise SourceError(
+                f"no {self._family.power.metric} series with a {self._label!r} label from"
+                f" {t_from_ns / 1e9:.3f} to {t_to_ns / 1e9:.3f} at {self._url}{hint}"
+            )
+        return names
+
+    def _labels_hint(self, t_from_ns: int, t_to_ns: int) -> str:
+        """The labels the power series do carry (when it has any without the nodes label)."""
+        selector = f'{{__name__="{self._family.power.metric}"}}'
+        found = self._reader.read(selector, t_from_ns - LEAD_NS, t_to_ns + MARGIN_NS)
+        labels = sorted({k for r in found for k in r.labels if k != "__name__"})
+        return f" (its series carry: {', '.join(labels)}; see --nodes-label)" if labels else ""
+
+    def node_input(self, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
+        f = self._family
+        gpus = self._gpus(node, t_from_ns, t_to_ns)
+        info = self._info(node, t_from_ns, t_to_ns)
+        tracks = [_track(g) for g in gpus]
+        memory, self._memory_used[node] = self._memory(node, t_from_ns, t_to_ns, len(gpus))
+        models = [labels["memory_model"] for labels in info.values() if labels.get("memory_model")]
+        model = models[0] if models else None
+        if model is None:
+            model = "discrete" if self._memory_used[node] == f.gpu_memory_name() else "unknown"
+        names = {g.key: info.get(g.key, {}).get(f.name_label) for g in gpus}
+        return NodeInput(
+            node=node,
+            gpus=tracks,
+            gpu_uuids=[g.key for g in gpus],
+            memory=memory,
+            clock=NodeClock(summary=None, method="tsdb", rate_ppm=None),
+            memory_model=model,
+            hardware={"gpus": [{"uuid": key, "name": name} for key, name in names.items()]},
+        )
+
+    def engine_input(self, t_from_ns: int, t_to_ns: int) -> EngineSamples | None:
+        return None  # the serving engine's own series are not read from a TSDB (yet)
+
+    def _mine(self, s: Series | None, node: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+        if s is None:
+            return []
+        return [r for r in self.series(s, t_from_ns, t_to_ns) if r.labels.get(self._label) == node]
+
+    def _by_gpu(self, found: Sequence[RawSeries]) -> dict[str, RawSeries]:
+        out: dict[str, RawSeries] = {}
+        for r in found:
+            key = r.labels.get(self._family.gpu_label) or r.labels.get("gpu") or ""
+            if key in out:
+                raise SourceError(
+                    f"two series of {r.labels.get('__name__', 'a metric')} for GPU {key!r} on node"
+                    f" {r.labels.get(self._label)!r} (labels {sorted(r.labels)}): narrow the nodes label"
+                )
+            out[key] = r
+        return out
+
+    def _gpus(self, node: str, t_from_ns: int, t_to_ns: int) -> list[GpuSeries]:
+        f = self._family
+        power = self._by_gpu(self._mine(f.power, node, t_from_ns, t_to_ns))
+        energy = self._by_gpu(self._mine(f.energy, node, t_from_ns, t_to_ns))
+        util: dict[str, RawSeries] = {}
+        for candidate in f.util:  # the first utilisation series this node has
+            util = self._by_gpu(self._mine(candidate, node, t_from_ns, t_to_ns))
+            if util:
+                break
+        out = []
+        for key in sorted({*power, *energy}, key=_gpu_order(power)):
+            parts = [x for x in (power.get(key), energy.get(key)) if x is not None]
+            t = np.unique(np.concatenate([p.t_ns for p in parts]))
+            out.append(
+                GpuSeries(key, t, _at(t, power.get(key)), _at(t, energy.get(key)), _at(t, util.get(key)))
+            )
+        return out
+
+    def _info(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, dict[str, str]]:
+        """Each GPU's identity labels (from the info series, else from the power series)."""
+        found = self._mine(self._family.info, node, t_from_ns, t_to_ns)
+        found += self._mine(self._family.power, node, t_from_ns, t_to_ns)
+        out: dict[str, dict[str, str]] = {}
+        for r in found:
+            key = r.labels.get(self._family.gpu_label) or r.labels.get("gpu") or ""
+            out.setdefault(key, r.labels)
+        return out
+
+    def _memory(self, node: str, t_from_ns: int, t_to_ns: int, gpus: int) -> tuple[MemTrack, str]:
+        """The node's used memory: the family's own host series, else node_exporter's MemTotal −
+        MemAvailable, else its GPUs' device memory summed at the scrapes where every GPU has it."""
+        f = self._family
+        own = self._mine(f.host_memory, node, t_from_ns, t_to_ns)
+        if own:
+            return _mem(own[0].t_ns, own[0].values), f.host_memory.metric if f.host_memory else ""
+        total = self._mine(NODE_MEM_TOTAL, node, t_from_ns, t_to_ns)
+        available = self._mine(NODE_MEM_AVAILABLE, node, t_from_ns, t_to_ns)
+        if total and available:
+            t = total[0].t_ns
+            used = total[0].values - _at(t, available[0])
+            name = f"{NODE_MEM_TOTAL.metric} - {NODE_MEM_AVAILABLE.metric}"
+            return _mem(t, used), name
+        per_gpu = self._by_gpu(self._mine(f.gpu_memory, node, t_from_ns, t_to_ns))
+        if per_gpu and len(per_gpu) == gpus:
+            t = np.unique(np.concatenate([r.t_ns for r in per_gpu.values()]))
+            used = np.sum([_at(t, r) for r in per_gpu.values()], axis=0)  # NaN where any GPU lacks it
+            return _mem(t, used), f.gpu_memory_name()
+        return _mem(np.empty(0, np.int64), np.empty(0)), "none"
+
+
+def _gpu_order(power: dict[str, RawSeries]) -> Any:
+    """GPUs in index order where the series carry a ``gpu`` index, else by key."""
+
+    def order(key: str) -> tuple[int, str]:
+        index = power[key].labels.get("gpu", "") if key in power else ""
+        return (int(index), key) if index.isdigit() else (1 << 30, key)
+
+    return order
+
+
+def _at(t_ns: I64, series: RawSeries | None) -> F64:
+    """The series' values at exactly these times; NaN (unknown) where it has no sample then."""
+    out = np.full(len(t_ns), np.nan)
+    if series is None or len(series.t_ns) == 0:
+        return out
+    i = np.clip(np.searchsorted(series.t_ns, t_ns), 0, len(series.t_ns) - 1)
+    hit = series.t_ns[i] == t_ns
+    out[hit] = series.values[i[hit]]
+    return out
+
+
+def _interval(t_ns: I64) -> F64:
+    """Every sample's nominal interval: the median spacing seen (0 with fewer than two samples)."""
+    seen = seen_interval_s(t_ns, np.zeros(len(t_ns), dtype=np.int64))
+    return np.full(len(t_ns), seen or 0.0)
+
+
+def _track(g: GpuSeries) -> GpuTrack:
+    zeros = np.zeros(len(g.t_ns), dtype=np.int64)
+    return GpuTrack.from_arrays(
+        g.t_ns, zeros, _interval(g.t_ns), power_w=g.power_w, energy_j=g.energy_j, util_ratio=g.util_ratio
+    )
+
+
+def _mem(t_ns: I64, used: F64) -> MemTrack:
+    return MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), dtype=np.int64), _interval(t_ns), used)

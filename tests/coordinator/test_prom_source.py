@@ -1,0 +1,183 @@
+"""The Prometheus-compatible source's pure parts: the mapping tables against what the exporters expose, the
+time flags, the answers of the two raw-sample endpoints, URLs and credentials; and the `export` flags."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sparkwatch.cli_parser_runs import METRIC_FAMILIES
+from sparkwatch.cli_types import epoch_ns
+from sparkwatch.sources import SourceError
+from sparkwatch.sources.prometheus.client import Auth, check_url, public_url
+from sparkwatch.sources.prometheus.mappings import DCGM, FAMILIES, SPARKWATCH
+from sparkwatch.sources.prometheus.raw import export_piece, matrix_pieces, merged
+from sparkwatch_agent.serving import metrics as agent_metrics
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "dcgm" / "dcgm-exporter-a100.prom"
+#: One line of VictoriaMetrics 1.79.5's /api/v1/export, as the real server answered it (it scraped itself).
+VM_LINE = (
+    '{"metric":{"__name__":"vm_app_version","job":"self","instance":"127.0.0.1:18428"},'
+    '"values":[1,1,1,1,1,1],"timestamps":[1796389454477,1796389455477,1796389456477,1796389457477,'
+    "1796389458477,1796389459477]}"
+)
+#: Prometheus 2.42's answer to a range selector (`vm_app_uptime_seconds[5s]`), same shape as recorded.
+MATRIX = {
+    "resultType": "matrix",
+    "result": [
+        {
+            "metric": {"__name__": "up", "job": "self", "instance": "127.0.0.1:18428"},
+            "values": [[1796389455.477, "1"], [1796389456.477, "1"], [1796389457.477, "NaN"]],
+        }
+    ],
+}
+
+
+def test_the_parser_names_every_family_and_no_other() -> None:
+    assert tuple(FAMILIES) == METRIC_FAMILIES
+
+
+def test_the_sparkwatch_table_names_series_the_agent_exposes() -> None:
+    """Read from the agent's collector itself: gauges by their name, the energy counter with ``_total``."""
+    source = pathlib.Path(agent_metrics.__file__).read_text()
+    exposed = set(re.findall(r'"(sparkwatch_[a-z_]+)"', source))
+    counters = {name for name, _, _, counter in agent_metrics._GPU_VALUES if counter}
+    names = {SPARKWATCH.power.metric, SPARKWATCH.host_memory.metric, SPARKWATCH.info.metric}  # type: ignore[union-attr]
+    names |= {s.metric for s in SPARKWATCH.util} | {SPARKWATCH.gpu_memory.metric}  # type: ignore[union-attr]
+    assert names <= exposed
+    assert SPARKWATCH.energy is not None
+    assert SPARKWATCH.energy.metric.removesuffix("_total") in counters
+    assert SPARKWATCH.gpu_label in agent_metrics.GPU_LABELS
+
+
+def test_the_dcgm_table_matches_the_recorded_exporter_text() -> None:
+    text = FIXTURE.read_text()
+    for series in (DCGM.power, DCGM.energy, DCGM.util[0], DCGM.gpu_memory):
+        assert series is not None
+        assert re.search(rf"^{series.metric}\{{", text, re.M), series.metric
+    assert f'{DCGM.gpu_label}="GPU-' in text
+    assert DCGM.energy is not None and DCGM.energy.scale == 1e-3  # mJ (TYPE counter, "in mJ")
+    assert re.search(r"^# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter", text, re.M)
+    assert DCGM.util[0].scale == 0.01  # "GPU utilization (in %)"
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("1764850000", 1_764_850_000_000_000_000),
+        ("1764850000.25", 1_764_850_000_250_000_000),
+        ("2025-12-04T12:06:40Z", 1_764_850_000_000_000_000),
+        ("2025-12-04T13:06:40.5+01:00", 1_764_850_000_500_000_000),
+    ],
+)
+def test_a_time_is_unix_seconds_or_rfc3339(text: str, ns: int) -> None:
+    assert epoch_ns(text) == ns
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2025-12-04T12:06:40", "-5", "nan"])
+def test_a_time_that_is_neither_is_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        epoch_ns(text)
+
+
+def test_a_range_selector_answer_gives_raw_samples_and_nan_is_no_sample() -> None:
+    (series,) = merged(matrix_pieces(MATRIX))
+    assert series.t_ns.tolist() == [1796389455477000000, 1796389456477000000]
+    assert series.values.tolist() == [1.0, 1.0]
+    with pytest.raises(SourceError, match="must be a matrix"):
+        matrix_pieces({"resultType": "vector", "result": []})
+    with pytest.raises(SourceError, match=r"\[time, \"value\"\]"):
+        matrix_pieces({"resultType": "matrix", "result": [{"metric": {}, "values": [["x"]]}]})
+
+
+def test_export_lines_split_and_out_of_order_merge_into_one_series_by_label_set() -> None:
+    """VictoriaMetrics may split a series over lines, in any order, with labels in any order."""
+    line = json.loads(VM_LINE)
+    first = {**line, "values": line["values"][3:], "timestamps": line["timestamps"][3:]}
+    labels = dict(reversed(list(line["metric"].items())))
+    second = {"metric": labels, "values": line["values"][:4], "timestamps": line["timestamps"][:4]}
+    (series,) = merged([export_piece(first), export_piece(second)])
+    assert series.t_ns.tolist() == [t * 1_000_000 for t in line["timestamps"]]  # sorted, the overlap once
+    assert np.all(series.values == 1.0)
+    (stale,) = merged([export_piece({**line, "values": [1, math.nan, 1, 1, 1, 1]})])
+    assert len(stale.t_ns) == 5
+    with pytest.raises(SourceError, match="6 timestamps for 5 values"):
+        export_piece({**line, "values": line["values"][1:]})
+    with pytest.raises(SourceError, match="labels"):
+        export_piece({**line, "metric": {"a": 1}})
+
+
+def test_urls_are_checked_and_never_carry_credentials_out() -> None:
+    assert check_url("https://prom.example:9090/prometheus/") == "https://prom.example:9090/prometheus"
+    assert public_url("https://u:secret@prom.example/x?token=1") == "https://prom.example/x"
+    for bad in ("ftp://prom.example", "prom.example:9090", "http://:9090"):
+        with pytest.raises(SourceError, match="http:// or https://"):
+            check_url(bad)
+    with pytest.raises(SourceError, match="credentials do not belong in the URL"):
+        check_url("https://u:secret@prom.example")
+
+
+def test_auth_headers_come_from_files_and_a_bad_file_is_one_line(tmp_path: pathlib.Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    password = tmp_path / "pw"
+    password.write_text("s3cret\n")
+    assert Auth(bearer_token_file=token).header() == "Bearer t0ken"
+    assert Auth(user="grafana", password_file=password).header() == "Basic Z3JhZmFuYTpzM2NyZXQ="
+    assert Auth().header() is None
+    with pytest.raises(SourceError, match="cannot read") as caught:
+        Auth(bearer_token_file=tmp_path / "missing").header()
+    assert "\n" not in str(caught.value)
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkwatch", "export", *argv], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--prometheus", "http://127.0.0.1:1"], "--prometheus needs --windows, --start, --end"),
+        (["--db", "x.db", "--start", "1"], "--start goes with --prometheus, not --db"),
+        (["--db", "x.db", "--prometheus", "http://a"], "not allowed with argument"),
+        (["--prometheus", "http://a", "--windows", "w", "--start", "2", "--end", "1"], "--end must be after"),
+        (["--prometheus", "http://a", "--windows", "w", "--start", "x", "--end", "1"], "argument --start"),
+        (["--prometheus", "http://a", "--windows", "w", "--start", "1", "--end", "2", "r1"], "a run id goes"),
+        (["--prometheus", "http://a", "--metrics", "collectd"], "invalid choice"),
+    ],
+)
+def test_export_flags_are_refused_in_one_line(argv: list[str], said: str) -> None:
+    done = _cli(*argv)
+    assert done.returncode == 2
+    assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_windows_file_that_cannot_be_read_is_one_line(tmp_path: pathlib.Path) -> None:
+    """The engine is asked nothing before the windows are read: no engine is listening here."""
+    windows = tmp_path / "w.csv"
+    windows.write_text("id,phase,t_start_ns\n")
+    done = _cli(
+        "--prometheus",
+        "http://127.0.0.1:1",
+        "--engine",
+        "prometheus",
+        "--windows",
+        str(windows),
+        "--start",
+        "1",
+        "--end",
+        "2",
+    )
+    assert done.returncode != 0
+    assert done.stderr.count("\n") == 1 and "w.csv" in done.stderr

@@ -1,0 +1,136 @@
+"""TsdbSource: raw series (as a reader returns them) into the core's tracks — GPUs joined on the scrape
+timestamp, gaps left as gaps, memory from the family, node_exporter or the GPUs, and one-line refusals.
+The reader here is an in-memory one behind the source's own Reader protocol; the engines' answers are
+covered in test_prom_source.py and, end to end against the real servers, tests/e2e/test_export_prometheus.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sparkwatch.core.run_spec import RunSpec
+from sparkwatch.core.windows import Window
+from sparkwatch.sources import SourceError, export_from
+from sparkwatch.sources.prometheus.mappings import DCGM, SPARKWATCH, Family
+from sparkwatch.sources.prometheus.raw import RawSeries
+from sparkwatch.sources.prometheus.source import TsdbSource
+
+S = 1_000_000_000
+T0 = 1_800_000_000 * S
+
+
+class Held:
+    """Series by metric name, answered for any selector naming that metric (the nodes label filter is the
+    source's business: series without it are dropped as an engine would)."""
+
+    api = "held"
+
+    def __init__(self, series: list[RawSeries], label: str = "node") -> None:
+        self.series, self.label = series, label
+
+    def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+        name = selector.split("{", maxsplit=1)[0] or selector.split('"')[1]
+        labelled = "!=" in selector
+        return [
+            r
+            for r in self.series
+            if r.labels["__name__"] == name and (not labelled or r.labels.get(self.label))
+        ]
+
+
+def series(name: str, t_s: list[float], values: list[float], **labels: str) -> RawSeries:
+    t = np.array([T0 + round(x * S) for x in t_s], dtype=np.int64)
+    return RawSeries({"__name__": name, **labels}, t, np.array(values, dtype=np.float64))
+
+
+def sparkwatch_gpu(node: str, uuid: str, t_s: list[float], watts: float, util: float) -> list[RawSeries]:
+    energy = [1000.0 + watts * x for x in t_s]
+    return [
+        series("sparkwatch_gpu_power_watts", t_s, [watts] * len(t_s), node=node, uuid=uuid, gpu="0"),
+        series("sparkwatch_gpu_energy_joules_total", t_s, energy, node=node, uuid=uuid, gpu="0"),
+        series("sparkwatch_gpu_utilization_ratio", t_s, [util] * len(t_s), node=node, uuid=uuid, gpu="0"),
+    ]
+
+
+def export(found: list[RawSeries], windows: list[Window], family: Family = SPARKWATCH, label: str = "node"):  # type: ignore[no-untyped-def]
+    source = TsdbSource(Held(found, label), family, label, "prometheus", "http://tsdb.example")
+    spec = RunSpec(id="r", name="r", t_start_ns=T0, t_end_ns=T0 + 30 * S, interval_s=0.0)
+    nodes = source.nodes(T0, T0 + 30 * S)
+    return export_from(source, spec, nodes, windows, "test")
+
+
+def window(wid: str, a_s: float, b_s: float) -> Window:
+    return Window(id=wid, phase="timed", t_start_ns=T0 + round(a_s * S), t_end_ns=T0 + round(b_s * S))
+
+
+def test_a_missed_scrape_run_is_a_gap_and_nothing_is_invented_across_it() -> None:
+    scrapes = [x for x in range(31) if not 10 < x < 16]  # 1 s scrapes, none from 11 s to 15 s
+    out = export(
+        sparkwatch_gpu("n1", "GPU-a", scrapes, 100.0, 0.9), [window("w", 5, 20), window("s", 2, 3.5)]
+    )
+    (node,) = out["nodes"]
+    assert node["samples"]["interval_s"] == 1.0 and out["method"]["interval_s"] == 1.0
+    assert node["clock"]["method"] == "tsdb"
+    w, short = out["windows"]
+    entry = w["nodes"][0]
+    assert entry["coverage_ratio"] == pytest.approx(9 / 15, abs=1e-3)  # 5-10 and 16-20 s covered
+    assert entry["energy_j"] == pytest.approx(100.0 * 9, rel=1e-6)  # the gap's 600 J are not made up
+    assert w["verdict"] == "incomplete"
+    assert short["verdict"] == "low_confidence"  # 1.5 s < 2 scrapes
+    assert node["samples"]["max_gap_s"] == pytest.approx(6.0)
+
+
+def test_gpus_join_on_the_scrape_timestamp_and_a_missing_value_is_unknown_there() -> None:
+    t = [float(x) for x in range(31)]
+    a = sparkwatch_gpu("n1", "GPU-a", t, 100.0, 0.9)
+    b = sparkwatch_gpu("n1", "GPU-b", t, 50.0, 0.9)
+    held = [x for x in t if x != 20]  # GPU-b's power and energy missing from the scrape at 20 s
+    ids = {"node": "n1", "uuid": "GPU-b", "gpu": "1"}
+    b[0] = series("sparkwatch_gpu_power_watts", held, [50.0] * 30, **ids)
+    b[1] = series("sparkwatch_gpu_energy_joules_total", held, [1000.0 + 50.0 * x for x in held], **ids)
+    b[2] = series("sparkwatch_gpu_utilization_ratio", t, [0.9] * 31, **ids)
+    out = export([*a, *b], [window("w", 5, 25)])
+    (node,) = out["nodes"]
+    assert [g["uuid"] for g in node["gpus"]] == ["GPU-a", "GPU-b"]
+    assert node["energy_method"] == "counter"
+    entry = out["windows"][0]["nodes"][0]
+    assert entry["energy_j"] == pytest.approx(150.0 * 20, rel=1e-6)  # one 2 s interval at 20 s, within 3 s
+    assert node["hardware"]["gpus"][0] == {"uuid": "GPU-a", "name": None}
+
+
+def test_memory_comes_from_the_family_then_node_exporter_then_the_gpus() -> None:
+    t = [float(x) for x in range(31)]
+    gpu = [
+        series("DCGM_FI_DEV_POWER_USAGE", t, [300.0] * 31, Hostname="h1", UUID="GPU-a", gpu="0"),
+        series("DCGM_FI_DEV_GPU_UTIL", t, [90.0] * 31, Hostname="h1", UUID="GPU-a", gpu="0"),
+        series("DCGM_FI_DEV_FB_USED", t, [1000.0] * 31, Hostname="h1", UUID="GPU-a", gpu="0"),
+    ]
+    out = export(gpu, [window("w", 5, 25)], DCGM, "Hostname")
+    (node,) = out["nodes"]
+    assert node["memory_used_bytes"]["peak"] == 1000 * 1024 * 1024 and node["memory_model"] == "discrete"
+    assert out["source"]["memory_series"] == "sum of DCGM_FI_DEV_FB_USED"
+    assert node["energy_method"] == "trapezoid"  # this target has no energy counter
+    assert out["windows"][0]["nodes"][0]["power_w_gated_mean"] == pytest.approx(300.0)
+    tn = [x + 0.3 for x in t]  # node_exporter is another target: its own scrape times
+    host = [
+        series("node_memory_MemTotal_bytes", tn, [64e9] * 31, Hostname="h1"),
+        series("node_memory_MemAvailable_bytes", tn, [40e9] * 31, Hostname="h1"),
+    ]
+    out = export([*gpu, *host], [window("w", 5, 25)], DCGM, "Hostname")
+    assert out["nodes"][0]["memory_used_bytes"]["peak"] == 24_000_000_000
+    assert out["source"]["memory_series"] == "node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes"
+    assert out["method"]["gate"]["source"] == "DCGM_FI_DEV_GPU_UTIL or DCGM_FI_PROF_SM_ACTIVE"
+
+
+def test_no_series_with_the_label_or_two_series_for_one_gpu_is_one_line() -> None:
+    t = [float(x) for x in range(5)]
+    unlabelled = [series("sparkwatch_gpu_power_watts", t, [1.0] * 5, instance="a:9", uuid="GPU-a")]
+    with pytest.raises(SourceError, match=r"carry: instance, uuid; see --nodes-label"):
+        export(unlabelled, [window("w", 1, 2)])
+    twice = [
+        series("sparkwatch_gpu_power_watts", t, [1.0] * 5, node="n1", uuid="GPU-a", job="a"),
+        series("sparkwatch_gpu_power_watts", t, [1.0] * 5, node="n1", uuid="GPU-a", job="b"),
+    ]
+    with pytest.raises(SourceError, match="two series of sparkwatch_gpu_power_watts for GPU 'GPU-a'"):
+        export(twice, [window("w", 1, 2)])

@@ -1,0 +1,328 @@
+"""`sparkwatch export --prometheus` end to end: two simulated agents stream to a real coordinator and are
+scraped every second by a real Prometheus and a real VictoriaMetrics, beside a loopback target serving
+recorded dcgm-exporter text with scripted values. One scripted run is exported from the coordinator's
+SQLite and from both engines: the gated mean power per node agrees within the tolerance docs/fleets.md
+states for 1 s scrapes, and a window shorter than two scrapes is ``low_confidence`` from the engines only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import pytest
+from aiohttp import web
+
+from helpers.app_thread import AppThread
+from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
+from helpers.prometheus import PROMETHEUS, Prometheus
+from helpers.victoria_scrape import VICTORIA, VictoriaScraper
+from sparkwatch.core.export_schema import run_schema
+
+FIXTURE = pathlib.Path(__file__).parents[1] / "fixtures" / "dcgm" / "dcgm-exporter-a100.prom"
+HOST = "ub20-a100-k8s"  # the recorded capture's Hostname label
+MIB = 1024 * 1024
+#: docs/fleets.md: at 1 s scrapes, a node's gated mean power over a run within 1 % of the 10 Hz figure
+#: (steady load; the figure differs by what the scrape grid puts on either side of a load change).
+TOLERANCE = 0.01
+
+
+@dataclass
+class DcgmScript:
+    """The dcgm target's GPU: (from time, W, util %, FB MiB) steps; its energy counter integrates them."""
+
+    steps: list[tuple[float, float, float, float]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def set(self, watts: float, util: float, fb_mib: float) -> None:
+        with self.lock:
+            self.steps.append((time.time(), watts, util, fb_mib))
+
+    def now(self) -> tuple[float, float, float, float]:
+        """Power, util, FB used and the energy counter (mJ since the first step) now."""
+        with self.lock:
+            steps, t = list(self.steps), time.time()
+        energy_j = sum(
+            w * (min(t, nxt[0]) - s) for (s, w, _, _), nxt in zip(steps, [*steps[1:], (t,)], strict=True)
+        )
+        _, watts, util, fb = steps[-1]
+        return watts, util, fb, 319159391 + energy_j * 1000
+
+
+def dcgm_app(script: DcgmScript) -> web.Application:
+    recorded = FIXTURE.read_text()
+
+    async def metrics(_: web.Request) -> web.Response:
+        watts, util, fb, energy_mj = script.now()
+        values = {
+            "DCGM_FI_DEV_POWER_USAGE": f"{watts:.6f}",
+            "DCGM_FI_DEV_GPU_UTIL": f"{util:.0f}",
+            "DCGM_FI_DEV_FB_USED": f"{fb:.0f}",
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": f"{energy_mj:.0f}",
+        }
+        text = re.sub(
+            r"^(\w+)(\{[^}]*\}) (\S+)$",
+            lambda m: f"{m[1]}{m[2]} {values.get(m[1], m[3])}",
+            recorded,
+            flags=re.M,
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+@dataclass
+class Rig:
+    tmp: pathlib.Path
+    sqlite_export: dict[str, Any]
+    prometheus: str
+    victoria: str
+    windows: pathlib.Path
+
+
+def _scrape_config(agents: list[AgentProcess], dcgm_port: int) -> str:
+    targets = ", ".join(f"'127.0.0.1:{a.port}'" for a in agents)
+    return (
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n"
+        f"  - job_name: agents\n    static_configs:\n      - targets: [{targets}]\n"
+        f"  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{dcgm_port}']\n"
+    )
+
+
+def _newest_ms(url: str, metric: str) -> float:
+    """The newest sample's time: through /api/v1/export, which both engines answer here and which
+    VictoriaMetrics does not hold back (its queries leave out the last 30 s: -search.latencyOffset)."""
+    now = time.time()
+    query = urllib.parse.urlencode({"match[]": metric, "start": f"{now - 60:.3f}", "end": f"{now + 60:.3f}"})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/export?{query}", timeout=5) as r:
+            lines = [json.loads(line) for line in r.read().splitlines() if line.strip()]
+        return max((max(line["timestamps"]) for line in lines), default=0.0)
+    except urllib.error.HTTPError:  # Prometheus has no export: its own query
+        query = urllib.parse.urlencode({"query": f"max(timestamp({metric}))"})
+        with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=5) as r:
+            result = json.loads(r.read())["data"]["result"]
+        return float(result[0]["value"][1]) * 1000 if result else 0.0
+
+
+def _wait_scraped(urls: list[str], after_ms: float, timeout_s: float = 15.0) -> None:
+    """Until every engine holds a scrape of the agents and of the dcgm target after ``after_ms``."""
+    deadline = time.monotonic() + timeout_s
+    metrics = ("sparkwatch_gpu_power_watts", "DCGM_FI_DEV_POWER_USAGE")
+    while time.monotonic() < deadline:
+        if all(_newest_ms(u, m) > after_ms for u in urls for m in metrics):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the engines did not scrape past {after_ms}")
+
+
+def _script(
+    coord: Coordinator, agents: list[AgentProcess], dcgm: DcgmScript
+) -> tuple[dict[str, Any], list[Any]]:
+    """Idle, busy (util 0.8 / 90 %), light (0.2 / 20 %), idle; windows: a long busy one, a short one, one
+    across the busy→light change."""
+    status, run = coord.call("POST", "/v1/runs", {"name": "tsdb", "interval_s": 0.1})
+    assert status == 201
+    t0 = time.time_ns()
+    time.sleep(3.0)
+    for agent in agents:
+        sim_load(agent, 0.8)
+    dcgm.set(300.0, 90, 40000)
+    time.sleep(7.0)
+    for agent in agents:
+        sim_load(agent, 0.2)
+    dcgm.set(120.0, 20, 20000)
+    time.sleep(3.0)
+    for agent in agents:
+        sim_load(agent, 0.0)
+    dcgm.set(60.0, 0, 4845)
+    s = 1_000_000_000
+    windows = [
+        {
+            "id": "long",
+            "phase": "timed",
+            "t_start_ns": t0 + 4 * s,
+            "t_end_ns": t0 + 9 * s,
+            "completion_tokens": 600,
+        },
+        {"id": "short", "phase": "timed", "t_start_ns": t0 + 6 * s, "t_end_ns": t0 + 6 * s + s // 2},
+        {"id": "across", "phase": "timed", "t_start_ns": t0 + 9 * s, "t_end_ns": t0 + 12 * s},
+    ]
+    assert coord.call("POST", f"/v1/runs/{run['id']}/windows", {"windows": windows})[0] == 201
+    return run, windows
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    for binary, package in ((PROMETHEUS, "prometheus"), (VICTORIA, "victoria-metrics")):
+        if not os.access(binary, os.X_OK):
+            pytest.fail(f"{package} missing: install the Debian package {package} (.ci/run does)")
+    tmp = tmp_path_factory.mktemp("tsdb")
+    dcgm = DcgmScript()
+    dcgm.set(60.0, 0, 4845)
+    exporter = AppThread(dcgm_app(dcgm), free_port())
+    exporter.start()
+    names = ("spark-1", "spark-2")
+    sim = ["--backend", "sim", "--no-sim-sensors", "--interval", "0.1", "--node"]
+    agents = [AgentProcess([*sim, n], dict(os.environ), free_port()) for n in names]
+    coord: Coordinator | None = None
+    engines: list[Any] = []
+    try:
+        assert exporter.ready.wait(10)
+        for agent in agents:
+            agent.wait_ready()
+        config = tmp / "scrape.yml"
+        config.write_text(_scrape_config(agents, exporter.port))
+        engines = [
+            Prometheus(config, tmp / "prom", tmp / "prometheus.log"),
+            VictoriaScraper(config, tmp / "vm", tmp / "victoria.log"),
+        ]
+        (tmp / "coordinator").mkdir()
+        nodes = "".join(
+            f'[nodes.{n}]\nurl = "ws://127.0.0.1:{a.port}"\n' for n, a in zip(names, agents, strict=True)
+        )
+        coord = Coordinator(tmp / "coordinator", nodes)
+        coord.start()
+        wait_connected(coord, 2)
+        for engine in engines:
+            engine.wait_ready()
+        _wait_scraped([e.url for e in engines], time.time() * 1000)
+        run, windows = _script(coord, agents, dcgm)
+        wait_stored(coord, *agents)
+        status, _ = coord.call("POST", f"/v1/runs/{run['id']}/end")
+        assert status == 200
+        _wait_scraped([e.url for e in engines], time.time() * 1000 + 1000)
+        status, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
+        assert status == 200
+        path = tmp / "windows.json"
+        path.write_text(json.dumps({"windows": windows}))
+        yield Rig(tmp, export, engines[0].url, engines[1].url, path)
+    finally:
+        if coord is not None:
+            coord.stop()
+        for engine in engines:
+            engine.stop()
+        for agent in agents:
+            agent.stop()
+        exporter.stop()
+
+
+def export_cli(rig: Rig, url: str, *more: str) -> tuple[int, dict[str, Any] | None, str]:
+    run = rig.sqlite_export["run"]
+    out = rig.tmp / f"export-{time.monotonic_ns()}.json"
+    argv = [
+        sys.executable,
+        "-m",
+        "sparkwatch",
+        "export",
+        "--prometheus",
+        url,
+        "--windows",
+        str(rig.windows),
+        "--start",
+        str(run["t_start_ns"] / 1e9),
+        "--end",
+        str(run["t_end_ns"] / 1e9),
+        "-o",
+        str(out),
+        *more,
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return done.returncode, json.loads(out.read_text()) if out.exists() else None, done.stderr
+
+
+def _nodes(export: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n["node"]: n for n in export["nodes"]}
+
+
+def _window(export: dict[str, Any], wid: str) -> dict[str, Any]:
+    return next(w for w in export["windows"] if w["id"] == wid)
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+def test_an_engine_scraping_every_second_gives_the_figures_sqlite_gives(rig: Rig, engine: str) -> None:
+    url = rig.prometheus if engine == "prometheus" else rig.victoria
+    rc, export, said = export_cli(rig, url)
+    assert rc == 0, said
+    assert export is not None
+    jsonschema.validate(export, run_schema())
+    jsonschema.validate(rig.sqlite_export, run_schema())
+    assert rig.sqlite_export["source"] == {"kind": "sqlite", "metrics": "sparkwatch"}
+    source = export["source"]
+    assert (source["kind"], source["metrics"], source["url"]) == (engine, "sparkwatch", url)
+    assert source["api"] == (
+        "/api/v1/export" if engine == "victoriametrics" else "/api/v1/query (range selectors)"
+    )
+    assert export["method"]["interval_s"] == pytest.approx(1.0, abs=0.05)
+    sqlite, tsdb = _nodes(rig.sqlite_export), _nodes(export)
+    assert sorted(tsdb) == sorted(sqlite) == ["spark-1", "spark-2"]
+    for name, node in tsdb.items():
+        ref = sqlite[name]
+        assert node["clock"]["method"] == "tsdb" and node["clock"]["offset_ns"] is None
+        assert node["samples"]["interval_s"] == pytest.approx(1.0, abs=0.05)
+        assert ref["samples"]["interval_s"] == pytest.approx(0.1, abs=0.01)
+        assert node["energy_method"] == "counter"
+        gated, expected = node["power_w"]["gated_mean"], ref["power_w"]["gated_mean"]
+        print(f"{engine} {name}: gated mean {gated} W vs sqlite {expected} W ({gated / expected - 1:+.4%})")
+        assert gated == pytest.approx(expected, rel=TOLERANCE)
+        assert gated == pytest.approx(45.0, rel=TOLERANCE)  # the sim at util 0.8: 5 W + 50 W × 0.8
+        assert node["memory_used_bytes"]["peak"] == ref["memory_used_bytes"]["peak"]
+    for wid in ("long", "short", "across"):  # the figures docs/fleets.md quotes
+        for ref, got in zip(
+            _window(rig.sqlite_export, wid)["nodes"], _window(export, wid)["nodes"], strict=True
+        ):
+            print(f"{engine} {wid} {got['node']}: {got['energy_j']} J vs sqlite {ref['energy_j']} J")
+    long_ref, long_tsdb = _window(rig.sqlite_export, "long"), _window(export, "long")
+    assert long_tsdb["verdict"] == "ok", long_tsdb["reasons"]
+    for ref, got in zip(long_ref["nodes"], long_tsdb["nodes"], strict=True):
+        assert got["energy_j"] == pytest.approx(ref["energy_j"], rel=TOLERANCE)
+    short = _window(export, "short")
+    assert short["verdict"] == "low_confidence"
+    assert any("than 2 sampling intervals" in r for r in short["reasons"])
+    assert _window(rig.sqlite_export, "short")["verdict"] == "ok"  # 0.5 s is five 10 Hz samples
+
+
+def test_a_dcgm_exporter_target_scraped_by_prometheus_matches_its_script(rig: Rig) -> None:
+    rc, export, said = export_cli(rig, rig.prometheus, "--metrics", "dcgm", "--nodes-label", "Hostname")
+    assert rc == 0, said
+    assert export is not None
+    jsonschema.validate(export, run_schema())
+    (node,) = export["nodes"]
+    assert node["node"] == HOST
+    assert node["gpus"][0]["uuid"] == "GPU-34319582-d595-d1c7-d1d2-179bcfa61660"
+    assert export["source"]["metrics"] == "dcgm"
+    assert export["method"]["gate"]["source"].startswith("DCGM_FI_DEV_GPU_UTIL")
+    assert node["energy_method"] == "counter"
+    assert node["power_w"]["gated_mean"] == pytest.approx(300.0, rel=TOLERANCE)
+    assert node["memory_model"] == "discrete"
+    assert node["memory_used_bytes"]["peak"] == 40000 * MIB
+    long = _window(export, "long")
+    gated, energy = node["power_w"]["gated_mean"], long["nodes"][0]["energy_j"]
+    print(f"dcgm: gated mean {gated} W (script 300), long {energy} J (script 1500)")
+    assert long["nodes"][0]["energy_j"] == pytest.approx(300.0 * 5, rel=TOLERANCE)
+    assert long["nodes"][0]["power_w_gated_mean"] == pytest.approx(300.0, rel=TOLERANCE)
+    assert _window(export, "short")["verdict"] == "low_confidence"
+
+
+def test_a_refusing_engine_or_a_missing_label_is_one_line_and_writes_nothing(rig: Rig) -> None:
+    rc, export, said = export_cli(rig, f"http://127.0.0.1:{free_port()}")
+    assert rc != 0 and export is None
+    assert said.count("\n") == 1 and "cannot reach" in said and "Traceback" not in said
+    rc, export, said = export_cli(rig, rig.prometheus, "--metrics", "dcgm")  # dcgm has no "node" label
+    assert rc != 0 and export is None
+    assert "Hostname" in said and "--nodes-label" in said and "Traceback" not in said
