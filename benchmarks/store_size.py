@@ -63,8 +63,12 @@ def idle_frames(nodes: int, samples: int) -> Frames:
         hello, raw = sim_frames(node, samples, t0, HZ)
         text = [r.decode() for r in raw]
         hellos[node], counts[node] = [hello], len(text)
-        lines[node] = lambda lo, hi, text=text: text[lo:hi]
+        lines[node] = _slicer(text)
     return Frames("idle (sim)", hellos, lines, counts)
+
+
+def _slicer(text: list[str]) -> Callable[[int, int], list[str]]:
+    return lambda lo, hi: text[lo:hi]
 
 
 def busy_frames(nodes: int, samples: int, seed: int) -> Frames:

@@ -1,0 +1,240 @@
+"""A run's export from the coordinator's SQLite store beside the "SELECT-into-numpy + searchsorted" floor
+(issue 19: the 8 h × 4 node × 10 Hz run with 10 000 windows in ≤ 3 s, ≤ 1.5× the floor, peak RSS ≤ 150 MiB;
+a 1 h run ≤ 0.5 s).
+
+The store is built once per size and cached in the temp dir (``--rebuild`` makes it again): the synthetic
+run's shapes as agent frames (benchmarks/_agent_frames.py: busy GB10s, a hole, an agent restart, a thermal
+slowdown), each decoded by ``wire.decode_frame`` and stored through ``Store.ingest`` in batches of 1000;
+a clock-probe round every 10 s per node and boot (``Store.add_offset``, monotonic offsets as a link stores
+them), a hello per boot, the run and its windows (``create_run``, ``add_windows``, ``end_run``). The 1 h
+run keeps the 8 h run's request rate (1 250 windows).
+
+Each round runs in a fresh subprocess, so imports and caches are paid as a `sparkwatch export` pays them:
+the export is ``export_run(store, run_id, nodes, now_ns)`` over ``Store.read_only``; the floor, one SELECT
+of the span's blocks per node decoded into numpy (``sample_block.decode_blob``, concatenate) and a join
+of every window's [start, end] against the node's GPU sample times (np.searchsorted, power summed per
+window by cumsum). Both report wall and CPU seconds of that work, the child's peak RSS after its imports
+and at the end (VmHWM: ``ru_maxrss`` would carry this parent's own peak into the child, see ``_rss_mib``).
+Medians over --rounds, export and floor interleaved.
+
+    python benchmarks/export_store.py [--rounds 5] [--sizes 1,8] [--rebuild]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import json
+import os
+import pathlib
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+S = 1_000_000_000
+NODES = 4
+WINDOWS_PER_HOUR = 10_000 / 8
+RUN_ID = "bench"
+#: The export reads this much before the run (core.baseline.BASELINE_S + 5 s, sources/store.py LEAD_NS).
+LEAD_NS = 15 * S
+#: Where export_run has lived (it moved from the coordinator to the sources package).
+EXPORT_MODULES = ("sparkwatch.sources.store", "sparkwatch.coordinator.export_inputs")
+
+
+# ---- the children: one export or one floor, timed ------------------------------------------------------
+
+
+def _rss_mib() -> float:
+    """The process's peak RSS so far. Not ``ru_maxrss``: Linux carries a parent's high-water mark across
+    fork and exec into it (a child of a 300 MiB parent reports ≥ 300 MiB), while VmHWM is this image's."""
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB; no /proc: the fallback
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def child_export(path: pathlib.Path) -> dict[str, Any]:
+    from sparkwatch.store import Store
+
+    export_run = _export_run()
+    base = _rss_mib()
+    t0, c0 = time.perf_counter(), _cpu_s()
+    store = Store.read_only(path)
+    export = export_run(store, RUN_ID, store.node_names(), time.time_ns)
+    store.close()
+    wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    gated = [n["power_w"]["gated_mean"] for n in export["nodes"]]
+    return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": _rss_mib(), "check": gated}
+
+
+def _export_run() -> Any:
+    for name in EXPORT_MODULES:
+        try:
+            return importlib.import_module(name).export_run
+        except (ImportError, AttributeError):
+            continue
+    raise SystemExit(f"export_run is in none of {', '.join(EXPORT_MODULES)}: grep for it and add its home")
+
+
+def child_floor(path: pathlib.Path) -> dict[str, Any]:
+    import numpy as np
+
+    from sparkwatch.store.sample_block import decode_blob
+
+    base = _rss_mib()
+    t0, c0 = time.perf_counter(), _cpu_s()
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    start, end = db.execute("SELECT t_start_ns, t_end_ns FROM runs WHERE id = ?", (RUN_ID,)).fetchone()
+    spans = np.array(
+        db.execute(
+            "SELECT t_start_ns, t_end_ns FROM windows WHERE run_id = ? ORDER BY t_start_ns", (RUN_ID,)
+        ).fetchall(),
+        dtype=np.int64,
+    )
+    means = []
+    for (node,) in db.execute("SELECT name FROM nodes ORDER BY position").fetchall():
+        (offset,) = db.execute(
+            "SELECT offset_ns FROM clock_offsets WHERE node = ? LIMIT 1", (node,)
+        ).fetchone()
+        rows = db.execute(
+            "SELECT data FROM sample_blocks WHERE node = ? AND wall_last_ns >= ? AND wall_first_ns <= ?"
+            " ORDER BY boot_id, seq_first",
+            (node, start - LEAD_NS - offset, end - offset),
+        ).fetchall()
+        blocks = [decode_blob(data).columns for (data,) in rows]
+        t = np.concatenate([np.repeat(c["t_wall_ns"], c["gpu_n"]) for c in blocks]) + offset
+        power = np.concatenate([c["gpu_power_w"] for c in blocks])
+        order = np.argsort(t, kind="stable")
+        t, power = t[order], np.nan_to_num(power[order])
+        total = np.concatenate(([0.0], np.cumsum(power)))
+        lo = np.searchsorted(t, spans[:, 0], side="left")
+        hi = np.searchsorted(t, spans[:, 1], side="right")
+        per_window = (total[hi] - total[lo]) / np.maximum(hi - lo, 1)
+        means.append(float(np.mean(per_window[hi > lo])))
+    db.close()
+    wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": _rss_mib(), "check": means}
+
+
+# ---- the parent: build once, time in children ---------------------------------------------------------
+
+
+def build_store(path: pathlib.Path, hours: float, seed: int) -> None:
+    """The run as a coordinator would have stored it (see the module docstring); written beside ``path``
+    and renamed onto it once whole."""
+    from _agent_frames import busy_run, decoded, interleaved
+    from sparkwatch.store import Store
+    from sparkwatch.store.db import RunRow
+
+    windows = round(WINDOWS_PER_HOUR * hours)
+    run = busy_run(hours, NODES, windows, seed=seed)
+    part = path.with_suffix(".part")
+    for leftover in (part, part.with_name(part.name + "-wal"), part.with_name(part.name + "-shm")):
+        leftover.unlink(missing_ok=True)
+    ticks = itertools.count(run.t_end_ns)
+    store = Store(part, now_ns=lambda: next(ticks))
+    store.set_nodes([n.node for n in run.nodes])
+    for n in run.nodes:
+        for hello in n.hellos():
+            store.record_hello(n.node, hello)
+        for boot, offset, t_ns in n.rounds():
+            store.add_offset(n.node, boot, offset, t_ns=t_ns)
+    nodes = {n.node: n for n in run.nodes}
+    for node, lines in interleaved(
+        {k: v.lines for k, v in nodes.items()}, {k: len(v) for k, v in nodes.items()}, 1000
+    ):
+        frames = decoded(lines)
+        store.ingest(node, frames[0].boot_id, frames)
+    name = f"synthetic {hours:g} h, {NODES} nodes, {windows} windows"
+    store.create_run(RunRow(RUN_ID, name, run.t_start_ns, None, 1 / run.hz, 0.5, "request"))
+    store.add_windows(RUN_ID, run.windows)
+    store.end_run(RUN_ID, run.t_end_ns)
+    samples = store.count_samples()
+    store.close()
+    db = sqlite3.connect(part, isolation_level=None)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    os.replace(part, path)
+    print(f"built {path} ({path.stat().st_size / 2**20:.1f} MiB, {samples:,} samples)", flush=True)
+
+
+def in_child(kind: str, path: pathlib.Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, str(path)], capture_output=True, text=True, timeout=600
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"export_store: the {kind} child failed:\n{out.stderr[-3000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def measure(path: pathlib.Path, rounds: int) -> dict[str, dict[str, Any]]:
+    """Medians per kind over ``rounds`` (export and floor interleaved); the last round's check values."""
+    runs: dict[str, list[dict[str, Any]]] = {"export": [], "floor": []}
+    for _ in range(rounds):
+        for kind, results in runs.items():
+            results.append(in_child(kind, path))
+    out = {}
+    for kind, results in runs.items():
+        out[kind] = {
+            key: statistics.median(r[key] for r in results)
+            for key in ("wall_s", "cpu_s", "rss_base_mib", "rss_peak_mib")
+        }
+        out[kind]["check"] = results[-1]["check"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sizes", default="1,8", help="run lengths in hours")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--child", nargs=2, metavar=("KIND", "DB"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        kind, path = args.child
+        print(json.dumps((child_export if kind == "export" else child_floor)(pathlib.Path(path))))
+        return
+    cache = pathlib.Path(tempfile.gettempdir()) / "sparkwatch-bench-export"
+    cache.mkdir(exist_ok=True)
+    results = {}
+    for hours in (float(h) for h in args.sizes.split(",")):
+        path = cache / f"run-{hours:g}h-{NODES}n-s{args.seed}.db"
+        if args.rebuild or not path.exists():
+            build_store(path, hours, args.seed)
+        results[hours] = (path, measure(path, args.rounds))
+    print(f"export_run from SQLite vs the floor; {NODES} nodes, 10 Hz; medians of {args.rounds} rounds")
+    print(
+        f"{'run':<22} {'':<7} {'wall s':>7} {'cpu s':>6} {'RSS base':>9} {'RSS peak':>9} {'wall/floor':>11}"
+    )
+    for hours, (path, m) in results.items():
+        label = f"{hours:g} h, {round(WINDOWS_PER_HOUR * hours):,} windows"
+        for kind in ("floor", "export"):
+            r = m[kind]
+            ratio = f"{r['wall_s'] / m['floor']['wall_s']:>10.2f}x"
+            print(
+                f"{label:<22} {kind:<7} {r['wall_s']:>7.2f} {r['cpu_s']:>6.2f} {r['rss_base_mib']:>6.0f} MiB"
+                f" {r['rss_peak_mib']:>5.0f} MiB {ratio}"
+            )
+            label = f"({path.stat().st_size / 2**20:.0f} MiB file)" if kind == "floor" else ""
+        gated, floor = _rounded(m["export"]["check"]), _rounded(m["floor"]["check"])
+        print(f"{'':<22} check: export gated mean W {gated}; floor mean of window means W {floor}")
+
+
+def _rounded(values: list[float | None]) -> list[float | None]:
+    return [None if v is None else round(v, 1) for v in values]
+
+
+if __name__ == "__main__":
+    main()
