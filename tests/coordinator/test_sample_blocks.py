@@ -95,7 +95,7 @@ def test_a_block_keeps_every_field_an_export_reads(count: int) -> None:
     frames = [frame(seq) for seq in range(1, count + 1)]
     block = decode_blob(from_frames(frames).encode())
     gpu = block.gpu_rows()
-    assert gpu.uuid == ["GPU-a", "GPU-b"] * count and gpu.gpu_index.tolist() == [0, 1] * count
+    assert gpu.uuid.tolist() == ["GPU-a", "GPU-b"] * count and gpu.gpu_index.tolist() == [0, 1] * count
     assert gpu.power_w[0::2].tolist() == [40.0 + s % 7 for s in range(1, count + 1)]
     assert np.isnan(gpu.power_w[1::2]).all() and np.isnan(gpu.util_ratio[1::2]).all()  # unknown stays unknown
     assert (
@@ -108,16 +108,16 @@ def test_a_block_keeps_every_field_an_export_reads(count: int) -> None:
     assert [None if np.isnan(u) else int(u) for u in memory.used_bytes] == used
     sensors = block.sensor_rows()
     assert (
-        sensors.sensor == ["sys_total", "gpu"] * count and sensors.source == ["hwmon:spbm", "hwmon"] * count
+        sensors.sensor.tolist() == ["sys_total", "gpu"] * count and sensors.source.tolist() == ["hwmon:spbm", "hwmon"] * count
     )
     assert (
-        sensors.kind == ["system", "gpu"] * count
+        sensors.kind.tolist() == ["system", "gpu"] * count
         and sensors.power_w[0] == 90.5
         and np.isnan(sensors.power_w[1])
     )
     assert sensors.energy_j[1::2].tolist() == [3.0 * s for s in range(1, count + 1)]
     signals = block.signal_rows()
-    assert signals.uuid == ["GPU-a", "GPU-b"] * count
+    assert signals.uuid.tolist() == ["GPU-a", "GPU-b"] * count
     assert signals.sm_clock_hz[0] == 2.4e9 and np.isnan(signals.sm_clock_hz[1])
     assert (
         signals.reasons[0::2].tolist() == [2**63 - 1] * count

@@ -47,7 +47,7 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
     gpu_seg = _joined([np.full(len(r.gpu_t_ns), k) for k, r in enumerate(reads)], np.int64)
     gpu_interval = _joined([r.gpu.interval_s for r in reads], np.float64)
     gpu_index = _joined([r.gpu.gpu_index for r in reads], np.int64)
-    gpu_uuid = np.array([u for r in reads for u in r.gpu.uuid], dtype=object)
+    gpu_uuid = _joined([r.gpu.uuid for r in reads], object)
     power, energy, util = (
         _joined([getattr(r.gpu, column) for r in reads], np.float64)
         for column in ("power_w", "energy_j", "util_ratio")
@@ -55,8 +55,7 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
     # one track per GPU, keyed by UUID (an index can change when the GPU backend re-opens); GPUs the agent
     # announced but that have no samples in range still get a track, so lmx.gpuPowerWatts keeps one entry
     # per GPU in node order (null for those); the others follow by index
-    by_index = np.lexsort((gpu_t, gpu_index))
-    uuids = list(dict.fromkeys([*announced_gpus(hello), *(str(gpu_uuid[i]) for i in by_index)]))
+    uuids = list(dict.fromkeys([*announced_gpus(hello), *_by_first_index(gpu_uuid, gpu_index, gpu_t)]))
     tracks = []
     for uuid in uuids:
         mine = gpu_uuid == uuid
@@ -101,17 +100,35 @@ def _sensor_domains(reads: Sequence[BootRead], gpus: Sequence[GpuTrack]) -> list
     interval = _joined([r.sensors.interval_s for r in reads], np.float64)
     power = _joined([r.sensors.power_w for r in reads], np.float64)
     energy = _joined([r.sensors.energy_j for r in reads], np.float64)
-    names = np.array([n for r in reads for n in r.sensors.sensor], dtype=object)
-    described = {}  # name → (kind, source) as last streamed
-    for r in reads:
-        for name, kind, source in zip(r.sensors.sensor, r.sensors.kind, r.sensors.source, strict=True):
-            described[name] = (kind, source)
+    names = _joined([r.sensors.sensor for r in reads], object)
+    kinds = _joined([r.sensors.kind for r in reads], object)
+    sources = _joined([r.sensors.source for r in reads], object)
     domains = []
-    for name, (kind, source) in described.items():
+    for name in _in_first_order(names):
         mine = names == name
+        last = int(np.flatnonzero(mine)[-1])  # its kind and source as last streamed
         track = _gated(t[mine], seg[mine], interval[mine], power[mine], energy[mine], gpus=gpus)
-        domains.append(DomainInput(name, kind, source, track))
+        domains.append(DomainInput(str(name), str(kinds[last]), str(sources[last]), track))
     return domains
+
+
+def _in_first_order(values: np.ndarray) -> list[Any]:
+    """The distinct values of an object column in the order they first appear (a few, over many rows)."""
+    out = []
+    left = np.ones(len(values), dtype=bool)
+    while left.any():
+        value = values[int(np.argmax(left))]
+        out.append(value)
+        left &= values != value
+    return out
+
+
+def _by_first_index(uuids: np.ndarray, index: I64, t_ns: I64) -> list[str]:
+    """Each UUID once, ordered by the GPU index it first had and then by time."""
+    if not len(uuids):
+        return []
+    order = np.lexsort((t_ns, index))
+    return [str(u) for u in _in_first_order(uuids[order])]
 
 
 def _gated(
@@ -127,7 +144,7 @@ def _gated(
 def _signal_tracks(reads: Sequence[BootRead], hello: dict[str, Any] | None) -> list[SignalTrack]:
     """Each GPU's clock signals, by UUID, with the maximum SM clock its hello reported."""
     t = _joined([r.signal_t_ns for r in reads], np.int64)
-    uuids = np.array([u for r in reads for u in r.signals.uuid], dtype=object)
+    uuids = _joined([r.signals.uuid for r in reads], object)
     clock = _joined([r.signals.sm_clock_hz for r in reads], np.float64)
     temp = _joined([r.signals.temperature_c for r in reads], np.float64)
     reasons = _joined([r.signals.reasons for r in reads], np.int64)
@@ -138,7 +155,7 @@ def _signal_tracks(reads: Sequence[BootRead], hello: dict[str, Any] | None) -> l
         if isinstance(g, dict) and isinstance(g.get("uuid"), str)
     }
     out = []
-    for uuid in dict.fromkeys(uuids.tolist()):
+    for uuid in _in_first_order(uuids):
         mine = uuids == uuid
         order = np.argsort(t[mine], kind="stable")
         top = maxima.get(uuid)

@@ -1,6 +1,7 @@
 """What the store hands to an export: one boot's samples column by column, named, on the agent's clocks.
 
-Unknown values are NaN in the float columns (the core's unknown).
+Unknown values are NaN in the float columns (the core's unknown). Text columns are numpy object arrays, taken
+from a block's string table in one indexing step (no Python object made per row).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy.typing as npt
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
+Text = npt.NDArray[np.object_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +34,7 @@ class GpuRows:
     t_mono_ns: I64
     interval_s: F64
     gpu_index: I64  # as the agent numbered the GPU in that sample
-    uuid: list[str]
+    uuid: Text
     power_w: F64
     energy_j: F64
     util_ratio: F64
@@ -45,9 +47,9 @@ class SensorRows:
     t_wall_ns: I64
     t_mono_ns: I64
     interval_s: F64
-    sensor: list[str]
-    kind: list[str]
-    source: list[str]
+    sensor: Text
+    kind: Text
+    source: Text
     power_w: F64  # NaN: unknown
     energy_j: F64
 
@@ -58,7 +60,7 @@ class SignalRows:
 
     t_wall_ns: I64
     t_mono_ns: I64
-    uuid: list[str]
+    uuid: Text
     sm_clock_hz: F64  # NaN: unknown
     temperature_c: F64
     reasons: I64  # the clock event reasons bitmask; -1: unknown

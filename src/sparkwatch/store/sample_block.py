@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from sparkwatch.store import codec
-from sparkwatch.store.rows import GpuRows, MemRows, SensorRows, SignalRows
+from sparkwatch.store.rows import GpuRows, MemRows, SensorRows, SignalRows, Text
 from sparkwatch.wire import SampleFrame
 
 #: Clock event reason bits kept (a bitmask beyond 63 bits does not fit SQLite's or numpy's integers).
@@ -82,15 +82,28 @@ class SampleBlock:
             out.update({name: self.columns[name][rows] for name in names})
         return SampleBlock(out, self.strings)
 
+    def between(self, first: int, end: int) -> SampleBlock:
+        """Samples ``first`` to ``end`` (positions) with their rows, as views: no column is copied."""
+        if first == 0 and end == len(self):
+            return self
+        out = {name: self.columns[name][first:end] for name in SAMPLE_COLUMNS}
+        for group, names in GROUPS.items():
+            counts = self.columns[f"{group}_n"]
+            lo, hi = int(counts[:first].sum()), int(counts[:end].sum())
+            out[f"{group}_n"] = counts[first:end]
+            out.update({name: self.columns[name][lo:hi] for name in names})
+        return SampleBlock(out, self.strings)
+
     def times(self, group: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Wall time, monotonic time and interval of each row of ``group``."""
         counts = self.columns[f"{group}_n"]
         c = self.columns
         return tuple(np.repeat(c[n], counts) for n in ("t_wall_ns", "t_mono_ns", "interval_s"))  # type: ignore[return-value]
 
-    def text(self, name: str) -> list[str]:
-        table = self.strings
-        return [table[i] for i in self.columns[name].tolist()]
+    def text(self, name: str) -> Text:
+        """A string column's values (its codes looked up in the block's table)."""
+        values: Text = _table(self.strings)[self.columns[name]]
+        return values
 
     def gpu_rows(self) -> GpuRows:
         c = self.columns
@@ -112,13 +125,16 @@ class SampleBlock:
     def sensor_rows(self) -> SensorRows:
         c = self.columns
         codes = c["sensor_channel_str"]
-        channels = {i: orjson.loads(self.strings[i]) for i in np.unique(codes).tolist()}
-        rows = [channels[i] for i in codes.tolist()]
+        parts: list[list[str | None]] = [[None] * len(self.strings) for _ in range(3)]
+        for i in np.unique(codes).tolist():  # a channel's name, kind and source, as a JSON array
+            for part, value in zip(parts, orjson.loads(self.strings[i]), strict=True):
+                part[i] = value
+        name, kind, source = (_table(part)[codes] for part in parts)
         return SensorRows(
             *self.times("sensor"),
-            sensor=[r[0] for r in rows],
-            kind=[r[1] for r in rows],
-            source=[r[2] for r in rows],
+            sensor=name,
+            kind=kind,
+            source=source,
             power_w=c["sensor_power_w"],
             energy_j=c["sensor_energy_j"],
         )
@@ -134,6 +150,12 @@ class SampleBlock:
             temperature_c=c["gpu_temperature_c"],
             reasons=c["gpu_reasons"],
         )
+
+
+def _table(values: Sequence[str | None]) -> Text:
+    table = np.empty(len(values), dtype=object)
+    table[:] = values
+    return table
 
 
 def _row_index(counts: np.ndarray, index: np.ndarray) -> np.ndarray:

@@ -166,10 +166,7 @@ class SampleBlocks:
         block = in_seq_order(concat([decode_blob(data) for (data,) in rows]))
         t = block.columns[clock]
         inside = np.flatnonzero((t >= bounds[0]) & (t <= bounds[1]))
-        keep = np.zeros(len(t), dtype=bool)
-        if len(inside):
-            keep[inside[0] : inside[-1] + 1] = True
-        return block.take(keep)
+        return block.between(int(inside[0]), int(inside[-1]) + 1) if len(inside) else empty()
 
     def count(self, node: str | None = None) -> int:
         if node is None:
