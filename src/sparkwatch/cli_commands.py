@@ -22,6 +22,7 @@ from sparkwatch.commands.report_cmd import ReportError, cmd_report
 from sparkwatch.commands.run import RunCommandError, RunOptions, parse_import, run_command
 from sparkwatch.commands.runs import cmd_runs
 from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
+from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.coordinator.serve import serve
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.defaults import ENV_COORDINATOR
@@ -53,6 +54,7 @@ USER_ERRORS = (
     HardwareError,
     DemoError,
     SettingsError,
+    RemoteWriteError,
     ExportCommandError,
     ReportError,
 )
@@ -78,8 +80,22 @@ def cmd_coordinator(args: argparse.Namespace, _parser: argparse.ArgumentParser) 
             args.token_file,
             args.insecure_no_auth,
             retain_idle_s=args.retain_idle,
+            remote_write=_remote_write(args),
         )
     )
+
+
+def _remote_write(args: argparse.Namespace) -> RemoteWriteSpec | None:
+    auth = (
+        args.remote_write_bearer_token_file,
+        args.remote_write_basic_auth_user,
+        args.remote_write_basic_auth_password_file,
+    )
+    if args.remote_write is None:
+        if any(a is not None for a in auth):
+            raise RemoteWriteError("the --remote-write-* auth flags need --remote-write URL")
+        return None
+    return RemoteWriteSpec(args.remote_write, *auth)
 
 
 def cmd_schema(_args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:

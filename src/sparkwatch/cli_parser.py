@@ -21,6 +21,7 @@ from sparkwatch.cli_types import (
     positive_float,
     positive_int,
     ratio,
+    remote_write_url,
     retention_s,
     run_name,
     spill_file,
@@ -79,6 +80,21 @@ def _add_coordinator(sub: Sub) -> None:
         metavar="AGE",
         help="drop samples no run covers once this old: 7d (default), 36h, 90m, 600 (s) or forever",
     )
+    _remote_write_args(coord)
+
+
+def _remote_write_args(coord: argparse.ArgumentParser) -> None:
+    rw = coord.add_argument_group("remote write (docs/coordinator.md)")
+    rw.add_argument(
+        "--remote-write",
+        type=remote_write_url,
+        metavar="URL",
+        help="also send every stored sample to this Prometheus remote-write receiver, e.g."
+        " http://prom:9090/api/v1/write",
+    )
+    rw.add_argument("--remote-write-bearer-token-file", type=Path, metavar="FILE", help="its bearer token")
+    rw.add_argument("--remote-write-basic-auth-user", metavar="USER", help="basic auth for the receiver")
+    rw.add_argument("--remote-write-basic-auth-password-file", type=Path, metavar="FILE", help="its password")
 
 
 def _add_schema(sub: Sub) -> None:

@@ -100,6 +100,19 @@ def http_url(text: str) -> str:
     return text
 
 
+def remote_write_url(text: str) -> str:
+    """A receiver's write endpoint: an http(s) URL without credentials (they would show in process lists
+    and shell history: the token and password come from files)."""
+    url = http_url(text)
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise argparse.ArgumentTypeError(
+            "credentials do not belong in the URL; use --remote-write-bearer-token-file, or"
+            " --remote-write-basic-auth-user with --remote-write-basic-auth-password-file"
+        )
+    return url
+
+
 def listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[v6]:PORT``; port 0 picks a free one."""
     host, sep, port_text = text.rpartition(":")

@@ -108,7 +108,8 @@ def test_a_block_keeps_every_field_an_export_reads(count: int) -> None:
     assert [None if np.isnan(u) else int(u) for u in memory.used_bytes] == used
     sensors = block.sensor_rows()
     assert (
-        sensors.sensor.tolist() == ["sys_total", "gpu"] * count and sensors.source.tolist() == ["hwmon:spbm", "hwmon"] * count
+        sensors.sensor.tolist() == ["sys_total", "gpu"] * count
+        and sensors.source.tolist() == ["hwmon:spbm", "hwmon"] * count
     )
     assert (
         sensors.kind.tolist() == ["system", "gpu"] * count

@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -67,7 +68,10 @@ TOKEN = "coordinator-token-0123456789"
 
 
 class Coordinator:
-    def __init__(self, tmp: pathlib.Path, nodes_toml: str, port: int | None = None) -> None:
+    def __init__(
+        self, tmp: pathlib.Path, nodes_toml: str, port: int | None = None, args: Sequence[str] = ()
+    ) -> None:
+        self.args = list(args)  # more `sparkwatch coordinator` flags (e.g. --remote-write URL)
         self.nodes = tmp / "nodes.toml"
         self.nodes.write_text(nodes_toml)
         self.token = tmp / "token"
@@ -93,6 +97,7 @@ class Coordinator:
                 f"127.0.0.1:{self.port}",
                 "--token-file",
                 str(self.token),
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -24,9 +24,18 @@ class PrometheusError(Exception):
 class Prometheus:
     """`/usr/bin/prometheus` on a loopback port with its own TSDB directory."""
 
-    def __init__(self, config: pathlib.Path, data: pathlib.Path, log: pathlib.Path) -> None:
+    def __init__(
+        self,
+        config: pathlib.Path,
+        data: pathlib.Path,
+        log: pathlib.Path,
+        *,
+        remote_write_receiver: bool = False,
+    ) -> None:
+        """``remote_write_receiver``: also take remote writes at ``write_url``."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.write_url = f"{self.url}/api/v1/write"
         self.log = log
         self._log_file = log.open("wb")
         self.proc = subprocess.Popen(
@@ -35,6 +44,7 @@ class Prometheus:
                 f"--config.file={config}",
                 f"--storage.tsdb.path={data}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
+                *(["--web.enable-remote-write-receiver"] if remote_write_receiver else []),
             ],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,

@@ -13,6 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from sparkwatch.coordinator.api.app import make_app
+from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.defaults import RETAIN_IDLE_S
 from sparkwatch.engines.spec import EngineSpec
@@ -41,15 +42,19 @@ async def running_coordinator(
     *,
     engine: EngineSpec | None = None,
     retain_idle_s: float | None = RETAIN_IDLE_S,
+    remote_write: RemoteWriteSpec | None = None,
 ) -> AsyncIterator[str]:
     """Store, links and API up on host:port (0: any free port) until the block ends, then down in order.
     `sparkwatch coordinator` serves with it; `sparkwatch run`, `hardware` and the demo embed it. ``engine``:
     the serving engine whose /metrics it scrapes (``[engine]`` in nodes.toml, ``run --engine-metrics``);
-    ``retain_idle_s``: how long samples no run covers are kept (None: for ever).
+    ``retain_idle_s``: how long samples no run covers are kept (None: for ever); ``remote_write``: the
+    receiver every stored sample is also sent to.
 
     A coordinator that cannot start changes no database: a port in use is found before the file is opened
     (an existing one stays byte for byte as it was), and a file this start created is removed again when
     a later step fails."""
+    if remote_write is not None:
+        remote_write.check()  # an unreadable secret file ends the start before anything is opened
     await check_listen(host, port)
     created = not os.path.lexists(db_path)
     try:
@@ -61,7 +66,9 @@ async def running_coordinator(
     coordinator: Coordinator | None = None
     runner: web.AppRunner | None = None
     try:
-        coordinator = Coordinator(nodes, store, engine=engine, retain_idle_s=retain_idle_s)
+        coordinator = Coordinator(
+            nodes, store, engine=engine, retain_idle_s=retain_idle_s, remote_write=remote_write
+        )
         runner = web.AppRunner(
             make_app(coordinator, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
         )
@@ -126,6 +133,7 @@ async def serve(
     insecure_no_auth: bool = False,
     *,
     retain_idle_s: float | None = RETAIN_IDLE_S,
+    remote_write: RemoteWriteSpec | None = None,
 ) -> int:
     nodes_file = load_nodes_file(nodes_path)
     nodes = nodes_file.nodes
@@ -134,7 +142,14 @@ async def serve(
     stop = stop_on_signals()
     notifier = SystemdNotifier()
     async with running_coordinator(
-        nodes, db_path, host, port, token, engine=nodes_file.engine, retain_idle_s=retain_idle_s
+        nodes,
+        db_path,
+        host,
+        port,
+        token,
+        engine=nodes_file.engine,
+        retain_idle_s=retain_idle_s,
+        remote_write=remote_write,
     ) as url:
         log.info("coordinator listening on %s (%d nodes, db %s)", url, len(nodes), db_path)
         notifier.ready(f"{len(nodes)} nodes")

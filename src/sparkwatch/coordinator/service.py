@@ -12,13 +12,14 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
 from sparkwatch.coordinator.big_values import CollectorPause, let_go
 from sparkwatch.coordinator.housekeeping import Housekeeping
 from sparkwatch.coordinator.loop_lag import LoopLag
+from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
@@ -35,6 +36,9 @@ from sparkwatch.sources.store import export_run
 from sparkwatch.store import Invalid, Store, StoreError
 from sparkwatch.store.db import RunRow
 
+if TYPE_CHECKING:
+    from sparkwatch.coordinator.remote_write.sender import RemoteWriter
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -49,6 +53,7 @@ class Coordinator:
         engine: EngineSpec | None = None,
         *,
         retain_idle_s: float | None = RETAIN_IDLE_S,
+        remote_write: RemoteWriteSpec | None = None,
     ) -> None:
         self.nodes = list(nodes)
         self.engine_spec = engine  # the serving engine whose /metrics this coordinator scrapes
@@ -70,6 +75,8 @@ class Coordinator:
         self._collector_pause = CollectorPause()
         self._report_assets = Assets()  # the inlined Vega bundle, assembled at the first report
         self.housekeeping = Housekeeping(self._in_window_thread, retain_idle_s)
+        self.remote_write_spec = remote_write  # where every stored sample is also sent (opt in)
+        self.remote_writer: RemoteWriter | None = None
         store.set_nodes([n.name for n in self.nodes])
 
     @property
@@ -90,6 +97,7 @@ class Coordinator:
         self._tasks.append(asyncio.create_task(self.loop_lag.run(), name="loop-lag"))
         self._tasks.append(asyncio.create_task(self.housekeeping.run(), name="retention"))
         self._session = aiohttp.ClientSession()
+        sink = self._start_remote_write()
         for spec in self.nodes:
             link = self._link_factory(
                 spec,
@@ -98,6 +106,7 @@ class Coordinator:
                 holder=self.holder,
                 desired_interval=self.desired_interval,
                 now_ns=self.now_ns,
+                **sink,
             )
             self.links[spec.name] = link
             self._tasks.append(asyncio.create_task(link.run(), name=f"link-{spec.name}"))
@@ -111,11 +120,25 @@ class Coordinator:
             self.engine = EnginePoller(self.engine_spec, self.store, now_ns=self.now_ns)
             self._tasks.append(asyncio.create_task(self.engine.run(self._session), name="engine-metrics"))
 
+    def _start_remote_write(self) -> dict[str, Any]:
+        """The writer, started when remote write is on (protobuf and cramjam load only then); the link
+        arguments that hand it every stored sample."""
+        if self.remote_write_spec is None:
+            return {}
+        from sparkwatch.coordinator.remote_write.sender import RemoteWriter  # noqa: PLC0415 — opt in
+
+        self.remote_writer = RemoteWriter(self.remote_write_spec)
+        self.remote_writer.start()
+        log.info("remote write to %s", self.remote_writer.url)
+        return {"sample_sink": self.remote_writer.offer}
+
     async def stop(self, timeout_s: float = 5.0) -> None:
         for task in self._tasks:
             task.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=timeout_s)
+        if self.remote_writer is not None:  # after the links: what they stored last goes out too
+            await self.remote_writer.stop(timeout_s)
         if self._session is not None:
             await self._session.close()
         if self._window_thread is not None and self._window_store is not None:

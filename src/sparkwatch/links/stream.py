@@ -11,7 +11,8 @@ with a warning for the first few of each reason and then one every ``LOG_EVERY``
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from sparkwatch.links.state import LinkState, latest_summary
 from sparkwatch.store import Store
@@ -26,6 +27,10 @@ from sparkwatch.wire import (
 
 log = logging.getLogger(__name__)
 
+#: Where stored samples go next (the remote writer's ``offer``): the coordinator's node name, the hello of
+#: their stream, and the samples the store took. It must return at once: it runs on the ingest path.
+SampleSink = Callable[[str, Mapping[str, Any] | None, Sequence[SampleFrame]], None]
+
 #: Warnings for the first rejections of a reason on a link, then one every this many.
 LOG_FIRST = 5
 LOG_EVERY = 1000
@@ -38,13 +43,16 @@ class StreamIngest:
         state: LinkState,
         on_hello: Callable[[HelloFrame], None] | None = None,
         on_stored: Callable[[], None] | None = None,
+        sink: SampleSink | None = None,
     ) -> None:
         """``on_stored`` runs after each batch the store took: the link is doing its work (a link that
-        connects but cannot store, say with the disk full, keeps backing off)."""
+        connects but cannot store, say with the disk full, keeps backing off). ``sink`` gets the samples
+        each batch stored that were new (see :meth:`flush`)."""
         self._store = store
         self._state = state
         self._on_hello = on_hello
         self._on_stored = on_stored
+        self._sink = sink
         self.boot: str | None = None  # of the latest hello on this stream
         self._last_seq = 0  # of the latest sample of that boot on this stream
         self._samples: list[SampleFrame] = []
@@ -90,7 +98,18 @@ class StreamIngest:
         samples, gaps = self._samples, self._gaps
         self._samples, self._gaps = [], []
         state = self._state
-        state.samples_ingested += self._store.ingest(state.node, self.boot, samples, gaps)
+        sink = self._sink
+        top = self._store.last_seq(state.node, self.boot) if sink is not None and samples else 0
+        inserted = self._store.ingest(state.node, self.boot, samples, gaps)
+        state.samples_ingested += inserted
+        if sink is not None and inserted:
+            # a stream's samples rise in seq: when the store had some (a resumed link's re-sends), the new
+            # ones are those above its top seq before this batch, and the others are not sent again
+            sink(
+                state.node,
+                state.hello,
+                samples if inserted == len(samples) else [s for s in samples if s.seq > top],
+            )
         if self._on_stored is not None:
             self._on_stored()
         if samples:

@@ -17,7 +17,7 @@ import aiohttp
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Unauthorized
-from sparkwatch.links.stream import StreamIngest
+from sparkwatch.links.stream import SampleSink, StreamIngest
 from sparkwatch.store import Store, Unavailable
 from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, time_reply
 from sparkwatch_agent.shared.auth import load_token
@@ -59,6 +59,7 @@ class WsLink:
         probes: int = 8,
         base_url: str | None = None,
         unauthorized_retry_s: float = UNAUTHORIZED_RETRY_S,
+        sample_sink: SampleSink | None = None,
     ) -> None:
         self.spec = spec
         self.state = LinkState(node=spec.name, transport="ws")
@@ -73,6 +74,7 @@ class WsLink:
         self._base = (base_url or spec.http_base).rstrip("/")
         self._token = load_token(spec.token_file) if spec.token_file else None
         self._unauthorized_retry_s = unauthorized_retry_s
+        self._sample_sink = sample_sink  # where stored samples go next (remote write), if anywhere
         self._lease_changed = asyncio.Event()
 
     @property
@@ -115,7 +117,9 @@ class WsLink:
 
     def _ingest(self, on_hello: Callable[[HelloFrame], None] | None = None) -> StreamIngest:
         """The frame core for one session; the backoff restarts only once the store took something."""
-        return StreamIngest(self._store, self.state, on_hello, on_stored=self._backoff.reset)
+        return StreamIngest(
+            self._store, self.state, on_hello, on_stored=self._backoff.reset, sink=self._sample_sink
+        )
 
     async def _connected_session(self) -> None:
         _, agent_boot = await self.probe_clock()

@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 if TYPE_CHECKING:
+    from sparkwatch.coordinator.remote_write.sender import WriterStats
     from sparkwatch.coordinator.service import Coordinator
     from sparkwatch.links.state import LinkState
     from sparkwatch.store.db import RunRow
@@ -22,6 +23,9 @@ class CoordinatorCollector(Collector):
         yield from _link_families(self._coord.states(), self._coord.now_ns())
         yield from _run_families([r for r in self._coord.runs() if r.open])
         yield self._coord.loop_lag.family()
+        writer = getattr(self._coord, "remote_writer", None)  # shapes of a coordinator without one: none
+        if writer is not None:
+            yield from _remote_write_families(writer.stats)
 
 
 def _link_families(states: Sequence[LinkState], now: int) -> Iterator[Metric]:
@@ -94,6 +98,46 @@ def _run_families(active: Sequence[RunRow]) -> Iterator[Metric]:
         run_active.add_metric([r.id], 1.0)
         run_start.add_metric([r.id], r.t_start_ns / 1e9)
     yield from (open_runs, run_active, run_start)
+
+
+#: Every outcome a stored sample can have in the remote writer (each shown from the start, at 0).
+REMOTE_WRITE_OUTCOMES = (
+    "sent",
+    "dropped_queue_full",
+    "dropped_rejected",
+    "dropped_unreadable",
+    "dropped_stopped",
+)
+
+
+def _remote_write_families(stats: WriterStats) -> Iterator[Metric]:
+    """Counted in stored samples (one agent sample each, whatever its number of series)."""
+    samples = CounterMetricFamily(
+        "sparkwatch_coordinator_remote_write_samples",
+        "Stored samples by what became of them in remote write: sent (2xx), dropped_queue_full (the"
+        " queue was full), dropped_rejected (a 4xx other than 429, not retried), dropped_unreadable,"
+        " dropped_stopped.",
+        labels=["outcome"],
+    )
+    counts = {"sent": stats.sent, **{f"dropped_{k}": v for k, v in stats.dropped.items()}}
+    for outcome in REMOTE_WRITE_OUTCOMES:
+        samples.add_metric([outcome], float(counts.get(outcome, 0)))
+    pending = GaugeMetricFamily(
+        "sparkwatch_coordinator_remote_write_pending_samples",
+        "Stored samples waiting to be sent (queued or in the request being sent).",
+    )
+    pending.add_metric([], float(stats.pending))
+    capacity = GaugeMetricFamily(
+        "sparkwatch_coordinator_remote_write_capacity_samples",
+        "Stored samples the queue holds at most; beyond it new ones are dropped (dropped_queue_full).",
+    )
+    capacity.add_metric([], float(stats.capacity))
+    retries = CounterMetricFamily(
+        "sparkwatch_coordinator_remote_write_retries",
+        "Remote-write requests that failed (5xx, 429, connection error, timeout) and were tried again.",
+    )
+    retries.add_metric([], float(stats.retries))
+    yield from (samples, pending, capacity, retries)
 
 
 def coordinator_registry(coordinator: Coordinator) -> CollectorRegistry:

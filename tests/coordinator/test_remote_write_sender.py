@@ -1,0 +1,286 @@
+"""The remote writer against an aiohttp receiver on loopback that answers as scripted: the body is a real
+protobuf WriteRequest in snappy's block format with the remote-write headers; batches go out in order;
+5xx, 429 and a dropped connection are retried with the injected backoff (and 429's Retry-After), other 4xx
+are dropped and counted; a full queue drops and counts without ever blocking; a stop counts what it could
+not send; and a resumed link's re-sent samples are not offered twice."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import pathlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import cramjam
+import pytest
+from aiohttp import web
+
+from helpers.frames import T0, sample_frame
+from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
+from sparkwatch.coordinator.remote_write.sender import RemoteWriter, shown_url
+from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
+from sparkwatch.links.state import LinkState
+from sparkwatch.links.stream import StreamIngest
+from sparkwatch.store import Store
+from sparkwatch.wire import SampleFrame, decode_lines
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
+
+MESSAGES = Messages()
+HELLO = {"type": "hello", "node": "n1", "boot_id": "b1", "agent_version": "0.1.0", "backend": "sim"}
+
+
+@dataclass
+class Receiver:
+    """Answers each POST with the next scripted reply (then 204): an int status, ``(status, headers)``
+    or ``"drop"`` (the connection closes with no answer)."""
+
+    script: list[Any] = field(default_factory=list)
+    requests: list[tuple[dict[str, str], Any]] = field(default_factory=list)
+    url: str = ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.requests.append((dict(request.headers), MESSAGES.decode(body)))
+        reply = self.script.pop(0) if self.script else 204
+        if reply == "drop":
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response(status=204)
+        status, headers = reply if isinstance(reply, tuple) else (reply, {})
+        return web.Response(status=status, headers=headers, text="" if status < 300 else f"said {status}")
+
+    def samples(self, index: int) -> dict[str, list[tuple[int, float]]]:
+        """Request ``index``'s samples by metric name (node n1's only series of each)."""
+        request = self.requests[index][1]
+        out: dict[str, list[tuple[int, float]]] = {}
+        for ts in request.timeseries:
+            name = next(label.value for label in ts.labels if label.name == "__name__")
+            out[name] = [(s.timestamp, s.value) for s in ts.samples]
+        return out
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    rx = Receiver()
+    app = web.Application()
+    app.router.add_post("/api/v1/write", rx.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    rx.url = f"http://127.0.0.1:{port}/api/v1/write"
+    yield rx
+    await runner.cleanup()
+
+
+class Sleeps:
+    """The writer's sleep: records each delay and yields without waiting."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay_s: float) -> None:
+        self.delays.append(delay_s)
+        await asyncio.sleep(0)
+
+
+def frames(first: int, count: int) -> list[SampleFrame]:
+    return [
+        sample_frame(seq, {"power_w": 10.0 + seq, "util_ratio": 0.5}) for seq in range(first, first + count)
+    ]
+
+
+def writer(url: str, sleeps: Sleeps | None = None, **kwargs: Any) -> RemoteWriter:
+    backoff = ExponentialBackoff(initial_s=1.0, factor=2.0, maximum_s=8.0, jitter=0.5, rand=lambda: 0.5)
+    options: dict[str, Any] = {"batch_wait_s": 0.0, "backoff": backoff, "sleep": sleeps or Sleeps()}
+    return RemoteWriter(RemoteWriteSpec(url), **(options | kwargs))
+
+
+async def until(check: Any, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_the_body_is_a_snappy_block_of_a_write_request_that_protobuf_reads_back() -> None:
+    series = {
+        (("__name__", "sparkwatch_gpu_power_watts"), ("gpu", "0"), ("node", "n1"), ("uuid", "GPU-x")): (
+            [1_800_000_000_000, 1_800_000_000_100],
+            [31.5, 0.0],
+        )
+    }
+    body = MESSAGES.encode(series)
+    raw = bytes(cramjam.snappy.decompress_raw(body))  # the block format, not the framed one
+    request = MESSAGES.write_request.FromString(raw)
+    (ts,) = request.timeseries
+    assert [(label.name, label.value) for label in ts.labels] == list(next(iter(series)))
+    assert [(s.timestamp, s.value) for s in ts.samples] == [
+        (1_800_000_000_000, 31.5),
+        (1_800_000_000_100, 0.0),
+    ]
+    # field numbers as in prompb: WriteRequest.timeseries = 1, TimeSeries.labels = 1, samples = 2,
+    # Label.name = 1, value = 2, Sample.value = 1 (double), timestamp = 2 (int64)
+    assert raw[0] == (1 << 3 | 2) and raw.count(b"sparkwatch_gpu_power_watts") == 1
+    sample = MESSAGES.sample(value=31.5, timestamp=1).SerializeToString()
+    assert sample[0] == (1 << 3 | 1) and sample[9] == (2 << 3 | 0)
+
+
+async def test_batches_go_out_in_order_with_the_remote_write_headers(receiver: Receiver) -> None:
+    w = writer(receiver.url, batch_samples=4)
+    w.start()
+    w.offer("n1", HELLO, frames(1, 3))
+    w.offer("n1", HELLO, frames(4, 3))
+    await until(lambda: w.stats.sent == 6)
+    await w.stop()
+    headers = receiver.requests[0][0]
+    assert {k: headers[k] for k in HEADERS} == HEADERS
+    power = [
+        p for i in range(len(receiver.requests)) for p in receiver.samples(i)["sparkwatch_gpu_power_watts"]
+    ]
+    assert power == [(T0 // 10**6 + seq * 100, 10.0 + seq) for seq in range(1, 7)]
+    assert all(
+        len(receiver.samples(i)["sparkwatch_gpu_power_watts"]) <= 4 for i in range(len(receiver.requests))
+    )
+    assert w.stats.pending == 0 and w.stats.dropped == {} and w.stats.retries == 0
+
+
+@pytest.mark.parametrize("failure", [500, 503, 429, "drop"])
+async def test_server_errors_throttling_and_lost_connections_are_retried_with_backoff(
+    receiver: Receiver, failure: Any
+) -> None:
+    receiver.script = [failure, failure, failure]
+    sleeps = Sleeps()
+    w = writer(receiver.url, sleeps)
+    w.start()
+    w.offer("n1", HELLO, frames(1, 5))
+    await until(lambda: w.stats.sent == 5)
+    await w.stop()
+    assert w.stats.retries == 3 and w.stats.dropped == {}
+    assert sleeps.delays == [0.75, 1.5, 3.0]  # 1, 2, 4 s less the jitter's half (rand 0.5, jitter 0.5)
+    bodies = [r[1].SerializeToString() for r in receiver.requests]
+    assert len(bodies) == 4 and len(set(bodies)) == 1  # the same batch each time
+
+
+async def test_a_429_retry_after_is_honoured_up_to_the_longest_wait(receiver: Receiver) -> None:
+    receiver.script = [(429, {"Retry-After": "5"}), (429, {"Retry-After": "3600"})]
+    sleeps = Sleeps()
+    w = writer(receiver.url, sleeps, retry_max_s=20.0)
+    w.start()
+    w.offer("n1", HELLO, frames(1, 1))
+    await until(lambda: w.stats.sent == 1)
+    await w.stop()
+    assert sleeps.delays == [5.0, 20.0]
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 413])
+async def test_other_client_errors_drop_the_batch_counted_and_the_next_one_goes(
+    receiver: Receiver, status: int
+) -> None:
+    receiver.script = [status]
+    sleeps = Sleeps()
+    w = writer(receiver.url, sleeps)
+    w.start()
+    w.offer("n1", HELLO, frames(1, 3))
+    await until(lambda: w.stats.dropped.get("rejected") == 3)
+    w.offer("n1", HELLO, frames(4, 2))
+    await until(lambda: w.stats.sent == 2)
+    await w.stop()
+    assert len(receiver.requests) == 2 and sleeps.delays == [] and w.stats.retries == 0
+
+
+async def test_a_full_queue_drops_and_counts_and_offer_never_waits(receiver: Receiver) -> None:
+    receiver.script = [503] * 1000  # the receiver is down
+    w = writer(receiver.url, capacity=10, batch_samples=4)
+    w.start()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for first in range(1, 40, 3):
+        w.offer("n1", HELLO, frames(first, 3))  # 39 samples into room for 10
+    assert loop.time() - started < 0.5
+    assert w.stats.pending == 10 and w.stats.dropped == {"queue_full": 29}
+    await until(lambda: w.stats.retries >= 2)
+    await w.stop(timeout_s=0.2)  # still failing: what is held is given up and counted
+    assert w.stats.dropped == {"queue_full": 29, "stopped": 10} and w.stats.pending == 0 and w.stats.sent == 0
+
+
+async def test_a_stop_sends_what_is_queued_before_it_ends(receiver: Receiver) -> None:
+    w = writer(receiver.url, batch_wait_s=60.0)  # would wait a minute for a fuller batch
+    w.start()
+    w.offer("n1", HELLO, frames(1, 7))
+    await asyncio.sleep(0.05)
+    await w.stop(timeout_s=5.0)
+    assert w.stats.sent == 7 and w.stats.pending == 0
+    w.offer("n1", HELLO, frames(8, 2))  # after the stop
+    assert w.stats.dropped == {"stopped": 2}
+
+
+async def test_unreadable_frames_are_left_out_and_counted(receiver: Receiver) -> None:
+    good = frames(1, 2)
+    # the store's decoder skips a field it does not read, so a number no double holds there is stored
+    (bad,), rejected = decode_lines(good[1].raw.replace('"sensors": []', '"sensors": [], "x": 1e400'))
+    assert rejected == [] and isinstance(bad, SampleFrame)
+    w = writer(receiver.url)
+    w.start()
+    w.offer("n1", HELLO, [good[0], bad])
+    await until(lambda: w.stats.sent == 1)
+    await w.stop()
+    assert w.stats.dropped == {"unreadable": 1}
+
+
+async def test_bearer_token_and_basic_auth_come_from_files(
+    receiver: Receiver, tmp_path: pathlib.Path
+) -> None:
+    token, password = tmp_path / "token", tmp_path / "password"
+    token.write_text("s3cret\n")
+    password.write_text("pw\n")
+    for spec, expected in (
+        (RemoteWriteSpec(receiver.url, bearer_token_file=token), "Bearer s3cret"),
+        (
+            RemoteWriteSpec(receiver.url, basic_auth_user="u", basic_auth_password_file=password),
+            "Basic " + base64.b64encode(b"u:pw").decode(),
+        ),
+    ):
+        spec.check()
+        w = RemoteWriter(spec, batch_wait_s=0.0)
+        w.start()
+        w.offer("n1", HELLO, frames(1, 1))
+        await until(lambda w=w: w.stats.sent == 1)
+        await w.stop()
+        assert receiver.requests[-1][0]["Authorization"] == expected
+
+
+def test_unusable_auth_settings_are_one_line_errors(tmp_path: pathlib.Path) -> None:
+    url = "https://rx.example/api/v1/write"
+    with pytest.raises(RemoteWriteError, match="cannot read the remote-write bearer token file"):
+        RemoteWriteSpec(url, bearer_token_file=tmp_path / "missing").check()
+    with pytest.raises(RemoteWriteError, match="not both"):
+        RemoteWriteSpec(url, bearer_token_file=tmp_path / "t", basic_auth_user="u").check()
+    with pytest.raises(RemoteWriteError, match="needs --remote-write-basic-auth-user"):
+        RemoteWriteSpec(url, basic_auth_password_file=tmp_path / "p").check()
+    assert (
+        shown_url("https://u:p@rx.example:8443/api/v1/write?token=x")
+        == "https://rx.example:8443/api/v1/write"
+    )
+
+
+def test_a_resumed_link_offers_only_the_samples_the_store_did_not_have(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "c.db")
+    offered: list[list[int]] = []
+    try:
+        for first, count in ((1, 5), (3, 6), (3, 3)):  # a link, then two resumes that re-send stored seqs
+            state = LinkState(node="n1", transport="test")
+            ingest = StreamIngest(
+                store, state, sink=lambda node, hello, got: offered.append([f.seq for f in got])
+            )
+            ingest.feed(
+                '{"type":"hello","boot_id":"b1","node":"n1"}\n'
+                + "\n".join(f.raw for f in frames(first, count))
+            )
+            ingest.flush()
+    finally:
+        store.close()
+    assert offered == [[1, 2, 3, 4, 5], [6, 7, 8]]  # the third batch was all stored already: nothing

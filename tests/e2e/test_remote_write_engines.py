@@ -1,0 +1,222 @@
+"""`sparkwatch coordinator --remote-write URL` end to end: two simulated agents sampling at 10 Hz stream to
+two real coordinators, one remote-writing to a real Prometheus (its receiver on), one to a real
+VictoriaMetrics. Once the coordinators have stopped (a graceful stop sends what is queued), every sample
+each stored is in its engine with its value and its time in ms, and the engine holds no other: the same
+count per node. Bad remote-write settings end the coordinator with one line before it starts."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
+from helpers.prometheus import PROMETHEUS, Prometheus
+from helpers.victoria import VICTORIA, Victoria
+from sparkwatch.store import Store
+
+NAMES = ("spark-1", "spark-2")
+SPAN_S = 3600.0  # far wider than the test: every sample the engines hold
+#: Series the engines must hold for each node (a sim GB10 with its spbm sensors).
+EXPECTED = {
+    "sparkwatch_gpu_power_watts",
+    "sparkwatch_gpu_energy_joules_total",
+    "sparkwatch_gpu_utilization_ratio",
+    "sparkwatch_gpu_clock_event_active",
+    "sparkwatch_memory_used_bytes",
+    "sparkwatch_sensor_power_watts",
+    "sparkwatch_gpu_info",
+    "sparkwatch_field_supported",
+    "sparkwatch_agent_info",
+    "sparkwatch_agent_last_sample_timestamp_seconds",
+}
+
+
+@dataclass
+class Stored:
+    """A node's samples as its coordinator stored them: time in ms → GPU power, and memory used."""
+
+    power: dict[int, float]
+    memory: dict[int, float]
+
+
+@dataclass
+class Rig:
+    prometheus: Prometheus
+    victoria: Victoria
+    stored: dict[str, dict[str, Stored]]  # engine → node → what that engine's coordinator stored
+    metrics: dict[str, str]  # engine → its coordinator's /metrics just before the stop
+
+
+def read_store(db: pathlib.Path) -> dict[str, Stored]:
+    """Through the store's own read path (the one the export uses), every boot of each node."""
+    store = Store.read_only(db)
+    try:
+        out = {}
+        for node in NAMES:
+            boot = store.latest_boot(node)
+            assert boot is not None, node
+            block = store.boot_samples(node, boot[0]).read("t_wall_ns", 0, 2**63 - 1)
+            t_ms = [int(t) // 1_000_000 for t in block.columns["t_wall_ns"]]
+            assert list(block.columns["gpu_n"]) == [1] * len(t_ms)  # one GPU per sample
+            out[node] = Stored(
+                dict(zip(t_ms, map(float, block.columns["gpu_power_w"]), strict=True)),
+                dict(zip(t_ms, map(float, block.columns["mem_used_bytes"]), strict=True)),
+            )
+            assert len(out[node].power) == len(block) == store.count_samples(node)
+        return out
+    finally:
+        store.close()
+
+
+def metrics_text(coord: Coordinator) -> str:
+    with urllib.request.urlopen(f"{coord.url}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def counter(text: str, outcome: str) -> float:
+    found = re.search(
+        rf'^sparkwatch_coordinator_remote_write_samples_total\{{outcome="{outcome}"\}} (\S+)', text, re.M
+    )
+    assert found, text
+    return float(found.group(1))
+
+
+def wait_sent(coord: Coordinator, timeout_s: float = 20.0) -> str:
+    """Until the coordinator has sent something and holds nothing back; its /metrics then."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = metrics_text(coord)
+        pending = re.search(r"^sparkwatch_coordinator_remote_write_pending_samples (\S+)", text, re.M)
+        if counter(text, "sent") > 0 and pending and float(pending.group(1)) < 100:
+            return text
+        time.sleep(0.2)
+    raise AssertionError(f"nothing sent: {text}")
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    for binary, package in ((PROMETHEUS, "prometheus"), (VICTORIA, "victoria-metrics")):
+        if not os.access(binary, os.X_OK):
+            pytest.fail(f"{package} missing: install the Debian package {package} (.ci/run does)")
+    tmp = tmp_path_factory.mktemp("remote_write")
+    config = tmp / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 15s\n")  # it scrapes nothing: it only receives
+    prometheus = Prometheus(config, tmp / "prom", tmp / "prometheus.log", remote_write_receiver=True)
+    victoria = Victoria(tmp / "vm", tmp / "victoria.log")
+    sim = ["--backend", "sim", "--interval", "0.1", "--node"]
+    agents = [AgentProcess([*sim, n], dict(os.environ), free_port()) for n in NAMES]
+    nodes = "".join(
+        f'[nodes.{n}]\nurl = "ws://127.0.0.1:{a.port}"\n' for n, a in zip(NAMES, agents, strict=True)
+    )
+    coords: dict[str, Coordinator] = {}
+    try:
+        for engine in (prometheus, victoria):
+            engine.wait_ready()
+        for agent in agents:
+            agent.wait_ready()
+        for name, engine in (("prometheus", prometheus), ("victoriametrics", victoria)):
+            (tmp / name).mkdir()
+            coords[name] = Coordinator(tmp / name, nodes, args=["--remote-write", engine.write_url])
+            coords[name].start()
+        for coord in coords.values():
+            wait_connected(coord, len(NAMES))
+        for util in (0.8, 0.3):  # values that move
+            for agent in agents:
+                sim_load(agent, util)
+            time.sleep(1.5)
+        for coord in coords.values():
+            wait_stored(coord, *agents)
+        metrics = {name: wait_sent(coord) for name, coord in coords.items()}
+        for coord in coords.values():
+            coord.stop()  # graceful: the links stop, then what is queued is sent
+        stored = {name: read_store(coord.db) for name, coord in coords.items()}
+        victoria.settle('{__name__=~"sparkwatch_.*"}')
+        yield Rig(prometheus, victoria, stored, metrics)
+    finally:
+        for coord in coords.values():
+            coord.stop()
+        for agent in agents:
+            agent.stop()
+        prometheus.stop()
+        victoria.stop()
+
+
+def prometheus_samples(rig: Rig, metric: str, node: str) -> dict[int, float]:
+    """Raw samples by a range selector (Prometheus answers them as [seconds with ms, "value"])."""
+    (series,) = rig.prometheus.query(f'{metric}{{node="{node}"}}[{SPAN_S:.0f}s]')
+    return {round(float(t) * 1000): float(v) for t, v in series["values"]}
+
+
+def victoria_samples(rig: Rig, metric: str, node: str) -> dict[int, float]:
+    (series,) = rig.victoria.export(f'{metric}{{node="{node}"}}')
+    pairs = list(zip(series["timestamps"], series["values"], strict=True))
+    assert len({t for t, _ in pairs}) == len(pairs)  # no sample written twice
+    return {int(t): float(v) for t, v in pairs}
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+def test_every_stored_sample_is_in_the_engine_with_its_value_and_time(rig: Rig, engine: str) -> None:
+    read = prometheus_samples if engine == "prometheus" else victoria_samples
+    for node in NAMES:
+        stored = rig.stored[engine][node]
+        assert len(stored.power) > 20  # seconds of 10 Hz sampling
+        assert read(rig, "sparkwatch_gpu_power_watts", node) == stored.power
+        assert read(rig, "sparkwatch_memory_used_bytes", node) == stored.memory
+        times = read(rig, "sparkwatch_agent_last_sample_timestamp_seconds", node)
+        assert sorted(times) == sorted(stored.power)  # one per stored sample, none other
+        # the value is the sample's time in s; VictoriaMetrics keeps it to about 12 digits (the ms)
+        worst_ms = max(abs(v * 1000 - t) for t, v in times.items())
+        assert worst_ms <= 1.0 + 1e-6, worst_ms
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+def test_the_engine_holds_the_agents_series_and_the_coordinator_counted_no_drop(
+    rig: Rig, engine: str
+) -> None:
+    if engine == "prometheus":
+        names = set(rig.prometheus.api("/api/v1/label/__name__/values"))
+        info = rig.prometheus.query('sparkwatch_gpu_info{node="spark-1"}')[0]["metric"]
+    else:
+        names = {s["metric"]["__name__"] for s in rig.victoria.export('{__name__=~"sparkwatch_.*"}')}
+        info = rig.victoria.export('sparkwatch_gpu_info{node="spark-1"}')[0]["metric"]
+    assert names >= EXPECTED
+    assert info["memory_model"] == "unified" and info["gpu"] == "0" and info["uuid"]
+    text = rig.metrics[engine]
+    for outcome in ("dropped_queue_full", "dropped_rejected", "dropped_unreadable", "dropped_stopped"):
+        assert counter(text, outcome) == 0, outcome
+    assert "sparkwatch_coordinator_remote_write_capacity_samples 50000.0" in text
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--remote-write", "ftp://x/api/v1/write"], "must be an http:// or https:// URL"),
+        (["--remote-write", "https://u:p@x/api/v1/write"], "credentials do not belong in the URL"),
+        (
+            ["--remote-write", "https://x/api/v1/write", "--remote-write-bearer-token-file", "/nonexistent"],
+            "cannot read the remote-write bearer token file /nonexistent",
+        ),
+        (["--remote-write-bearer-token-file", "/nonexistent"], "need --remote-write URL"),
+    ],
+)
+def test_bad_remote_write_settings_end_the_start_with_one_line(
+    tmp_path: pathlib.Path, flags: list[str], said: str
+) -> None:
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[nodes.a]\nurl = "ws://127.0.0.1:9"\n')
+    db = tmp_path / "c.db"
+    argv = [sys.executable, "-m", "sparkwatch", "coordinator", "--nodes", str(nodes), "--db", str(db), *flags]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, input="")
+    assert done.returncode != 0 and said in done.stderr, done.stderr
+    # argparse's usage then its one error line, or the coordinator's one line
+    assert "Traceback" not in done.stderr and said in done.stderr.strip().splitlines()[-1], done.stderr
+    assert not db.exists()
