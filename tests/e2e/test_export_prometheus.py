@@ -29,7 +29,7 @@ from aiohttp import web
 from helpers.app_thread import AppThread
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
 from helpers.prometheus import PROMETHEUS, Prometheus
-from helpers.victoria_scrape import VICTORIA, VictoriaScraper
+from helpers.victoria import VICTORIA, Victoria
 from sparkwatch.core.export_schema import run_schema
 
 FIXTURE = pathlib.Path(__file__).parents[1] / "fixtures" / "dcgm" / "dcgm-exporter-a100.prom"
@@ -190,7 +190,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         config.write_text(_scrape_config(agents, exporter.port))
         engines = [
             Prometheus(config, tmp / "prom", tmp / "prometheus.log"),
-            VictoriaScraper(config, tmp / "vm", tmp / "victoria.log"),
+            Victoria(tmp / "vm", tmp / "victoria.log", scrape_config=config),
         ]
         (tmp / "coordinator").mkdir()
         nodes = "".join(

@@ -1,5 +1,6 @@
 """A real VictoriaMetrics (Debian's `victoria-metrics`, installed by .ci/run) on a loopback port, taking
-remote writes at ``/api/v1/write`` into its own data directory; read back raw with ``/api/v1/export``."""
+remote writes at ``/api/v1/write`` (or scraping targets itself, with a ``-promscrape.config``) into its own
+data directory; read back raw with ``/api/v1/export``."""
 
 from __future__ import annotations
 
@@ -18,14 +19,21 @@ VICTORIA = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 
 
 class Victoria:
-    def __init__(self, data: pathlib.Path, log: pathlib.Path) -> None:
+    def __init__(
+        self, data: pathlib.Path, log: pathlib.Path, scrape_config: pathlib.Path | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.write_url = f"{self.url}/api/v1/write"
         self.log = log
         self._log_file = log.open("wb")
         self.proc = subprocess.Popen(
-            [VICTORIA, f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{self.port}"],
+            [
+                VICTORIA,
+                f"-storageDataPath={data}",
+                f"-httpListenAddr=127.0.0.1:{self.port}",
+                *([f"-promscrape.config={scrape_config}"] if scrape_config else []),
+            ],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
         )
