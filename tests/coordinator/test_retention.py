@@ -43,13 +43,15 @@ def rows(path: pathlib.Path, table: str) -> int:
         return int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
-def ingest_hours(store: Store, first_hour: int, hours: int) -> None:
-    """A node at 1 Hz with a clock-probe round every 10 s and a meter reading a second."""
+def ingest_hours(store: Store, first_hour: int, hours: int, offset_ns: int = 0) -> None:
+    """A node at 1 Hz with a clock-probe round every 10 s and a meter reading a minute; ``offset_ns``: how
+    far the coordinator's clock is ahead of the agent's wall clock (its samples' stamps)."""
     for h in range(first_hour, first_hour + hours):
         seqs = range(h * 3600 + 1, (h + 1) * 3600 + 1)
         store.ingest("n1", "b1", [sample(s) for s in seqs])
         for s in seqs[::10]:
-            store.add_offset("n1", "b1", ClockOffset(0, 10**6, 5, 8, mono_offset_ns=T0), t_ns=T0 + s * S)
+            offset = ClockOffset(offset_ns, 10**6, 5, 8, mono_offset_ns=T0 + offset_ns)
+            store.add_offset("n1", "b1", offset, t_ns=T0 + s * S + offset_ns)
         for s in seqs[::60]:
             reading = MeterReading("wall", "meter:shelly", 1.0, T0 + s * S, 100.0, None, 10**6)
             store.add_meter_reading("n1", reading)
@@ -77,6 +79,22 @@ def test_idle_samples_go_after_the_retention_age_and_a_runs_stay(tmp_path: pathl
         first_offset = db.execute("SELECT MIN(t_ns) FROM clock_offsets").fetchone()[0]
         first_meter = db.execute("SELECT MIN(t_ns) FROM meter_samples").fetchone()[0]
     assert first_offset >= T0 + 2 * HOUR - MARGIN_NS and first_meter >= T0 + 2 * HOUR - MARGIN_NS
+    store.close()
+
+
+def test_a_run_on_an_agent_whose_clock_is_an_hour_behind_keeps_its_samples(tmp_path: pathlib.Path) -> None:
+    """Runs are on the coordinator's clock, samples on the agent's: retention places each block by its boot's
+    clock offset before it asks whether a run covers it."""
+    clock = [T0]
+    store = Store(tmp_path / "sw.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 4, offset_ns=HOUR)  # stamped an hour behind the coordinator
+    store.create_run(RunRow("r1", "kept", T0 + 3 * HOUR, None, 1.0, 0.5, "request"))  # = agent hour 2
+    store.end_run("r1", T0 + 4 * HOUR)
+    clock[0] = T0 + 5 * HOUR + WEEK
+    retain(store, WEEK)
+    seqs = set(stored_seqs(store))
+    assert set(range(2 * 3600 + 1, 3 * 3600 + 1)) <= seqs  # the run's hour, by the agent's clock
+    assert not seqs & set(range(1, 3600))  # an hour no run covers went
     store.close()
 
 

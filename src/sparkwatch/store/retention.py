@@ -63,13 +63,22 @@ def covered(first_ns: np.ndarray, last_ns: np.ndarray, spans: Sequence[Span]) ->
     return hit
 
 
+#: A block's span on the coordinator's clock: its agent wall-clock range moved by its boot's mean clock
+#: offset (coordinator − agent; none probed: as stamped). Runs are on the coordinator's clock, and an agent
+#: clock minutes or hours off must not put a run's samples outside the run.
+_PLACED = (
+    "SELECT id, wall_first_ns + shift, wall_last_ns + shift FROM (SELECT b.id, b.wall_first_ns,"
+    " b.wall_last_ns, COALESCE(o.shift, 0) AS shift FROM sample_blocks b LEFT JOIN (SELECT node, boot_id,"
+    " CAST(AVG(offset_ns) AS INTEGER) AS shift FROM clock_offsets GROUP BY node, boot_id) o"
+    " USING (node, boot_id))"
+)
+
+
 def drop_idle(db: sqlite3.Connection, before_ns: int, since_ns: int | None = None) -> Iterator[int]:
     """Steps that drop every block and timed row older than ``before_ns`` that no live run covers (timed
     rows from ``since_ns`` on: a caller that swept up to there before); each yields the blocks it dropped."""
     spans = list(run_spans(db).values())
-    rows = db.execute(
-        "SELECT id, wall_first_ns, wall_last_ns FROM sample_blocks WHERE wall_last_ns < ?", (before_ns,)
-    ).fetchall()
+    rows = db.execute(f"{_PLACED} WHERE wall_last_ns + shift < ?", (before_ns,)).fetchall()
     yield from _drop_blocks(db, rows, spans)
     yield from _drop_timed(db, (since_ns, before_ns), spans)
 
@@ -80,9 +89,7 @@ def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:
     spans = list(run_spans(db).values())
     lo, hi = span
     rows = db.execute(
-        "SELECT id, wall_first_ns, wall_last_ns FROM sample_blocks"
-        " WHERE wall_last_ns >= ? AND wall_first_ns <= ?",
-        (lo, hi),
+        f"{_PLACED} WHERE wall_last_ns + shift >= ? AND wall_first_ns + shift <= ?", (lo, hi)
     ).fetchall()
     yield from _drop_blocks(db, rows, spans)
     yield from _drop_timed(db, (lo, hi), spans)
@@ -138,11 +145,12 @@ def vacuum_steps(db: sqlite3.Connection) -> Iterator[int]:
 
 def sizes(db: sqlite3.Connection, spans: dict[str, Span]) -> dict[str, int]:
     """Bytes of sample blocks each run's span (not widened) touches, shared blocks counted in each."""
-    out = {}
-    for run_id, (lo, hi) in spans.items():
-        (total,) = db.execute(
-            "SELECT SUM(length(data)) FROM sample_blocks WHERE wall_last_ns >= ? AND wall_first_ns <= ?",
-            (lo, hi),
-        ).fetchone()
-        out[run_id] = int(total or 0)
-    return out
+    if not spans:
+        return {}
+    rows = db.execute(f"{_PLACED}").fetchall()
+    if not rows:
+        return dict.fromkeys(spans, 0)
+    ids, first, last = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
+    lengths = dict(db.execute("SELECT id, length(data) FROM sample_blocks").fetchall())
+    size = np.array([lengths.get(i, 0) for i in ids.tolist()], dtype=np.int64)
+    return {run_id: int(size[(last >= lo) & (first <= hi)].sum()) for run_id, (lo, hi) in spans.items()}
