@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -59,7 +61,9 @@ def interval_s(text: str) -> float:
     return value
 
 
-_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_UNITS_S: Mapping[str, float] = MappingProxyType({"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0})
+#: The longest retention an age may ask for (a century: its nanoseconds fit the store's 64-bit clocks).
+MAX_RETENTION_S = 100 * 365.25 * 86400.0
 
 
 def retention_s(text: str) -> float | None:
@@ -71,8 +75,8 @@ def retention_s(text: str) -> float | None:
         value = float(number) * _UNITS_S[unit]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an age like 7d, 36h, 90m or 600: {text!r}") from None
-    if not 60 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be at least a minute (or 'forever'), got {text!r}")
+    if not 60 <= value <= MAX_RETENTION_S:
+        raise argparse.ArgumentTypeError(f"must be a minute to 100 years (or 'forever'), got {text!r}")
     return value
 
 

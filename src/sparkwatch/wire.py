@@ -51,8 +51,8 @@ class GpuValues(Struct, frozen=True):
     power_w: float | None = None
     energy_j: float | None = None
     util_ratio: float | None = None
-    # a signal of another type (or an integer no double holds) sends the line to the slow path, which reads
-    # it as unknown rather than refuse the sample
+    # a signal of another type sends the line to the slow path, which reads it as unknown rather than refuse
+    # the sample (a number no double holds is refused by both paths, as anywhere in a field that is read)
     sm_clock_hz: float | None = None
     temperature_c: float | None = None
     clock_event_reasons: int | None = None

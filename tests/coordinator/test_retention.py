@@ -98,6 +98,36 @@ def test_a_run_on_an_agent_whose_clock_is_an_hour_behind_keeps_its_samples(tmp_p
     store.close()
 
 
+def test_a_run_over_an_ntp_step_keeps_its_samples_on_both_sides(tmp_path: pathlib.Path) -> None:
+    """An agent two hours behind for the run's first hour, then stepped right by NTP (same boot): the
+    export places both halves by the monotonic fit; retention must not drop the first."""
+    clock = [T0]
+    store = Store(tmp_path / "sw.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 1, offset_ns=2 * HOUR)  # coordinator hour 2, stamped hour 0
+    ingest_hours(store, 3, 1)  # coordinator hour 3, stamped hour 3
+    store.create_run(RunRow("r1", "stepped", T0 + 2 * HOUR, None, 1.0, 0.5, "request"))
+    store.end_run("r1", T0 + 4 * HOUR)
+    clock[0] = T0 + 4 * HOUR + WEEK + DAY
+    retain(store, WEEK)
+    assert set(range(1, 3601)) | set(range(3 * 3600 + 1, 4 * 3600 + 1)) == set(stored_seqs(store))
+    store.close()
+
+
+def test_retention_works_with_more_runs_than_sqlite_has_expression_depth(tmp_path: pathlib.Path) -> None:
+    """One condition per run outgrew SQLite's expression tree at 998 runs: every pass then failed."""
+    clock = [T0]
+    store = Store(tmp_path / "sw.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 1)
+    for k in range(1100):  # runs far after the samples
+        store.create_run(RunRow(f"r{k}", "many", T0 + (10 + k) * HOUR, None, 1.0, 0.5, "request"))
+        store.end_run(f"r{k}", T0 + (10 + k) * HOUR + S)
+    clock[0] = T0 + 2 * HOUR + WEEK
+    retain(store, WEEK)
+    assert store.count_samples() == 0 and rows(store.path, "clock_offsets") == 0
+    assert rows(store.path, "meter_samples") == 0
+    store.close()
+
+
 def test_a_week_of_idle_ingest_with_retention_keeps_the_file_flat(tmp_path: pathlib.Path) -> None:
     """Simulated time, scaled down (a 'day' of 2 h at 1 Hz, a retention age of two of them, a pass each):
     once the age has passed the file stops growing (freed pages are reused, and handed back)."""

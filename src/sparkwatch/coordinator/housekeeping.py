@@ -1,8 +1,8 @@
 """Keeping the coordinator's database small while it runs (store/retention.py says what goes): a retention
 pass every ``RETENTION_EVERY_S``, and a deleted run's samples dropped once its rows are purged.
 
-Each step is one short transaction on the window thread's connection (the one writer besides the links),
-so a pass over months of data never holds the write lock long or stalls the event loop.
+Each step is one short transaction on the window thread's connection, so a pass over months of data never
+holds the write lock long (the links, meters and marks write between steps) or stalls the event loop.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class Housekeeping:
                     log.info("retention: dropped %d sample blocks no run covers", dropped)
             except StoreError as exc:
                 log.warning("retention pass cut short (%s); the next one goes on", exc)
+            except Exception:  # a bug must not end retention for good: said once per pass, with its trace
+                log.exception("retention pass failed; the next one tries again")
             self.passes += 1
             await asyncio.sleep(self._every_s)
 

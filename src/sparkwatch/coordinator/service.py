@@ -211,9 +211,10 @@ class Coordinator:
     def runs(self) -> list[RunRow]:
         return self.store.runs()
 
-    def run_sizes(self) -> dict[str, int]:
-        """Bytes of stored samples by run (an index range scan per run: milliseconds)."""
-        return self.store.run_sizes()
+    async def run_sizes(self) -> dict[str, int]:
+        """Bytes of stored samples by run, on the window thread's connection: it reads every block's row
+        (a few hundred milliseconds with months of them), which must not stall the event loop."""
+        return await self._in_window_thread(lambda store: store.run_sizes())
 
     def run(self, run_id: str) -> tuple[RunRow, int]:
         """The run and how many windows it has."""

@@ -27,32 +27,37 @@ from sparkwatch.wire import (
 
 
 def samples_to_blocks(db: sqlite3.Connection) -> int:
-    """Every stored sample into blocks of ``TARGET`` (call inside a transaction); returns how many."""
+    """Every stored sample into blocks of ``TARGET`` (call inside a transaction); returns how many. Rows are
+    read a block's worth at a time, so a boot of months needs no more memory than one block."""
     blocks = SampleBlocks(db)
     moved = 0
     boots = db.execute("SELECT DISTINCT node, boot_id FROM samples").fetchall()
     for node, boot in boots:
-        extra: dict[int, list[GpuValues]] = {}
-        for seq, gpu, uuid, power, energy, util in db.execute(
-            "SELECT seq, gpu, uuid, power_w, energy_j, util_ratio FROM gpu_samples"
-            " WHERE node = ? AND boot_id = ? ORDER BY seq, gpu",
-            (node, boot),
-        ):
-            extra.setdefault(seq, []).append(GpuValues(gpu, uuid, power, energy, util))
-        batch: list[SampleFrame] = []
-        for row in db.execute(
+        rows = db.execute(
             "SELECT seq, t_wall_ns, t_mono_ns, interval_s, mem_used_bytes, gpu0_uuid, gpu0_power_w,"
             " gpu0_energy_j, gpu0_util_ratio, frame FROM samples WHERE node = ? AND boot_id = ? ORDER BY seq",
             (node, boot),
-        ).fetchall():
-            batch.append(_frame(str(boot), row, extra))
-            if len(batch) == TARGET:
-                moved += blocks.insert(str(node), batch)
-                batch = []
-        moved += blocks.insert(str(node), batch) if batch else 0
+        )
+        while batch := rows.fetchmany(TARGET):
+            extra = _more_gpus(db, (str(node), str(boot)), batch[0][0], batch[-1][0])
+            moved += blocks.insert(str(node), [_frame(str(boot), row, extra) for row in batch])
     db.execute("DROP TABLE gpu_samples")
     db.execute("DROP TABLE samples")
     return moved
+
+
+def _more_gpus(
+    db: sqlite3.Connection, key: tuple[str, str], first: int, last: int
+) -> dict[int, list[GpuValues]]:
+    """The second and further GPUs of the boot's samples ``first`` to ``last``, by seq."""
+    extra: dict[int, list[GpuValues]] = {}
+    for seq, gpu, uuid, power, energy, util in db.execute(
+        "SELECT seq, gpu, uuid, power_w, energy_j, util_ratio FROM gpu_samples"
+        " WHERE node = ? AND boot_id = ? AND seq BETWEEN ? AND ? ORDER BY seq, gpu",
+        (*key, first, last),
+    ):
+        extra.setdefault(seq, []).append(GpuValues(gpu, uuid, power, energy, util))
+    return extra
 
 
 def _frame(boot: str, row: tuple[Any, ...], extra: dict[int, list[GpuValues]]) -> SampleFrame:

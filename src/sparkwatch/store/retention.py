@@ -24,17 +24,17 @@ MARGIN_NS = NEAREST_NS + 60 * 1_000_000_000
 #: Blocks dropped per transaction, and pages handed back per incremental vacuum step.
 DROP_BLOCKS = 200
 VACUUM_PAGES = 256
-#: Rows on the coordinator's clock, by table and time column; they go with the samples around them.
+#: Rows on the coordinator's clock, by table, time column and key; they go with the samples around them.
 TIMED_TABLES = (
-    ("clock_offsets", "t_ns"),
-    ("meter_samples", "t_ns"),
-    ("meter_errors", "t_ns"),
-    ("engine_samples", "t_ns"),
-    ("engine_errors", "t_ns"),
-    ("gaps", "recorded_ns"),
+    ("clock_offsets", "t_ns", "rowid"),
+    ("meter_samples", "t_ns", "node, domain, t_ns"),  # WITHOUT ROWID tables: deleted by primary key
+    ("meter_errors", "t_ns", "node, domain, t_ns"),
+    ("engine_samples", "t_ns", "rowid"),
+    ("engine_errors", "t_ns", "rowid"),
+    ("gaps", "recorded_ns", "rowid"),
 )
-#: Timed rows are deleted an hour of them at a time.
-SLICE_NS = 3600 * 1_000_000_000
+#: Timed rows deleted per transaction.
+DROP_ROWS = 5000
 _NEVER = 2**63 - 1
 
 Span = tuple[int, int]
@@ -63,14 +63,15 @@ def covered(first_ns: np.ndarray, last_ns: np.ndarray, spans: Sequence[Span]) ->
     return hit
 
 
-#: A block's span on the coordinator's clock: its agent wall-clock range moved by its boot's mean clock
-#: offset (coordinator − agent; none probed: as stamped). Runs are on the coordinator's clock, and an agent
-#: clock minutes or hours off must not put a run's samples outside the run.
+#: A block's span on the coordinator's clock, widely: its agent wall-clock range moved by the smallest and
+#: the largest offset (coordinator − agent) measured in its boot (none probed: as stamped). Runs are on the
+#: coordinator's clock; an agent clock hours off, or stepped by NTP in the middle of a boot, must not put a
+#: run's samples outside the run (the export places them by the monotonic fit, which rides over a step).
 _PLACED = (
-    "SELECT id, wall_first_ns + shift, wall_last_ns + shift FROM (SELECT b.id, b.wall_first_ns,"
-    " b.wall_last_ns, COALESCE(o.shift, 0) AS shift FROM sample_blocks b LEFT JOIN (SELECT node, boot_id,"
-    " CAST(AVG(offset_ns) AS INTEGER) AS shift FROM clock_offsets GROUP BY node, boot_id) o"
-    " USING (node, boot_id))"
+    "SELECT id, wall_first_ns + low, wall_last_ns + high FROM (SELECT b.id, b.wall_first_ns,"
+    " b.wall_last_ns, COALESCE(o.low, 0) AS low, COALESCE(o.high, 0) AS high FROM sample_blocks b"
+    " LEFT JOIN (SELECT node, boot_id, MIN(offset_ns) AS low, MAX(offset_ns) AS high FROM clock_offsets"
+    " GROUP BY node, boot_id) o USING (node, boot_id))"
 )
 
 
@@ -78,7 +79,7 @@ def drop_idle(db: sqlite3.Connection, before_ns: int, since_ns: int | None = Non
     """Steps that drop every block and timed row older than ``before_ns`` that no live run covers (timed
     rows from ``since_ns`` on: a caller that swept up to there before); each yields the blocks it dropped."""
     spans = list(run_spans(db).values())
-    rows = db.execute(f"{_PLACED} WHERE wall_last_ns + shift < ?", (before_ns,)).fetchall()
+    rows = db.execute(f"{_PLACED} WHERE wall_last_ns + high < ?", (before_ns,)).fetchall()
     yield from _drop_blocks(db, rows, spans)
     yield from _drop_timed(db, (since_ns, before_ns), spans)
 
@@ -89,7 +90,7 @@ def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:
     spans = list(run_spans(db).values())
     lo, hi = span
     rows = db.execute(
-        f"{_PLACED} WHERE wall_last_ns + shift >= ? AND wall_first_ns + shift <= ?", (lo, hi)
+        f"{_PLACED} WHERE wall_last_ns + high >= ? AND wall_first_ns + low <= ?", (lo, hi)
     ).fetchall()
     yield from _drop_blocks(db, rows, spans)
     yield from _drop_timed(db, (lo, hi), spans)
@@ -112,20 +113,25 @@ def _drop_blocks(
 def _drop_timed(
     db: sqlite3.Connection, between: tuple[int | None, int], spans: Sequence[Span]
 ) -> Iterator[int]:
-    """Timed rows in [from, to) (from None: the table's oldest) outside every widened span, an hour of a
-    table per transaction."""
-    outside = "".join(f" AND NOT ({{t}} BETWEEN {lo} AND {hi})" for lo, hi in _widened(spans))
-    for table, column in TIMED_TABLES:
-        since, before = between
-        if since is None:
-            (since,) = db.execute(f"SELECT MIN({column}) FROM {table}").fetchone()
-            if since is None:
-                continue
-        for start in range(int(since), before, SLICE_NS):
-            where = f"{column} >= ? AND {column} < ?" + outside.format(t=column)
+    """Timed rows in [from, to) (from None: from the first) outside every widened span, ``DROP_ROWS`` per
+    transaction. The spans go into a temporary table: a condition per run would outgrow SQLite's expression
+    depth (1 000) on a coordinator with that many runs."""
+    db.execute("CREATE TEMP TABLE IF NOT EXISTS kept_spans (lo INTEGER NOT NULL, hi INTEGER NOT NULL)")
+    db.execute("DELETE FROM temp.kept_spans")
+    db.executemany("INSERT INTO temp.kept_spans VALUES (?, ?)", _widened(spans))
+    since, before = between
+    for table, column, key in TIMED_TABLES:
+        inside = f"SELECT 1 FROM temp.kept_spans k WHERE {table}.{column} BETWEEN k.lo AND k.hi"
+        batch = (
+            f"DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table} WHERE {column} >= ?"
+            f" AND {column} < ? AND NOT EXISTS ({inside}) LIMIT {DROP_ROWS})"
+        )
+        while True:
             with tx(db):
-                db.execute(f"DELETE FROM {table} WHERE {where}", (start, min(start + SLICE_NS, before)))
+                gone = db.execute(batch, (-(2**63) if since is None else since, before)).rowcount
             yield 0
+            if gone < DROP_ROWS:
+                break
 
 
 def _widened(spans: Sequence[Span]) -> list[Span]:
@@ -144,7 +150,8 @@ def vacuum_steps(db: sqlite3.Connection) -> Iterator[int]:
 
 
 def sizes(db: sqlite3.Connection, spans: dict[str, Span]) -> dict[str, int]:
-    """Bytes of sample blocks each run's span (not widened) touches, shared blocks counted in each."""
+    """Bytes of sample blocks each run's span (not widened) touches, shared blocks counted in each: every
+    block's row is read once (run it off the event loop)."""
     if not spans:
         return {}
     rows = db.execute(f"{_PLACED}").fetchall()

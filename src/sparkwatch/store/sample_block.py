@@ -248,7 +248,8 @@ def decode_blob(blob: bytes) -> SampleBlock:
 
 
 def _reasons(value: int | None) -> int:
-    return value & INT63_MASK if value is not None and value >= 0 else -1
+    """A clock-event bitmask (NVML's is 64 bits) as kept: negative or wider than 64 bits is unknown."""
+    return value & INT63_MASK if value is not None and 0 <= value < 2**64 else -1
 
 
 def _number(value: float | None) -> float:

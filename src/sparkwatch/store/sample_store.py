@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
@@ -35,7 +36,9 @@ from sparkwatch.wire import SampleFrame
 #: Samples in a block merged from small ones (100 s at 10 Hz; ~15 KB of blob for a GB10 node).
 TARGET = 1000
 #: The clock columns a span can be read by, with the block columns that bound them.
-CLOCKS = {"t_mono_ns": ("mono_first_ns", "mono_last_ns"), "t_wall_ns": ("wall_first_ns", "wall_last_ns")}
+CLOCKS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {"t_mono_ns": ("mono_first_ns", "mono_last_ns"), "t_wall_ns": ("wall_first_ns", "wall_last_ns")}
+)
 
 
 class SampleBlocks:
@@ -143,7 +146,8 @@ class SampleBlocks:
         return len(rows)
 
     def boots_with_small(self) -> list[tuple[str, str]]:
-        """Boots holding more than one small block (a boot that stopped before they added up)."""
+        """Boots holding more than one small block: one that stopped before they added up, or a live one
+        (merging its small blocks early costs nothing but a smaller block)."""
         rows = self._db.execute(
             "SELECT node, boot_id FROM sample_blocks WHERE count < ?"
             " GROUP BY node, boot_id HAVING COUNT(*) > 1",
@@ -153,7 +157,8 @@ class SampleBlocks:
 
     def read(self, node: str, boot: str, clock: str, t_from: int, t_to: int) -> SampleBlock:
         """The boot's samples from the first whose ``clock`` is ≥ ``t_from`` to the last whose ``clock`` is
-        ≤ ``t_to``, in seq order (a contiguous run of seqs, even where a wall clock stepped back)."""
+        ≤ ``t_to``, in seq order, among the blocks whose range of that clock meets the span (by the monotonic
+        clock, every sample in it; by a wall clock that stepped, a block lying wholly outside is left out)."""
         first, last = CLOCKS[clock]
         bounds = (_int64(t_from), _int64(t_to))  # a clock fit far out of range must not overflow SQLite
         rows = self._db.execute(

@@ -99,7 +99,7 @@ async def create_run(request: web.Request) -> web.Response:
 async def list_runs(request: web.Request) -> web.Response:
     """Every run, each with ``size_bytes``: its stored samples (blocks its span touches, on every node)."""
     coordinator = request.app[COORDINATOR]
-    sizes = coordinator.run_sizes()
+    sizes = await coordinator.run_sizes()
     runs = [{**r.to_json(), "size_bytes": sizes.get(r.id, 0)} for r in coordinator.runs()]
     return web.json_response({"runs": runs})
 
