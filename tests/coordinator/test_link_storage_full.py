@@ -5,9 +5,11 @@ resumes once there is room. The whole coordinator out of disk: tests/e2e/test_ou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import pathlib
+import sqlite3
 import time
 from typing import Any
 
@@ -20,16 +22,23 @@ from sparkwatch.store import Store
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 
-def fill(store: Store, room_pages: int = 0) -> None:
-    """No page more than the file has now (plus ``room_pages``): the next growth fails with SQLITE_FULL."""
-    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
-    store._db.execute(f"PRAGMA max_page_count = {pages + room_pages}")
+def fill(store: Store) -> None:
+    """No page more than the file has now, and those filled (free pages and most room in the last one
+    taken by a filler table): the link's first sample blocks fail with SQLITE_FULL within a few seconds."""
+    db = store._db
+    pages, page_size = (db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "page_size"))
+    db.execute(f"PRAGMA max_page_count = {pages}")
+    db.execute("CREATE TABLE filler (b BLOB)")
+    for size in (page_size // 4, 256):
+        with contextlib.suppress(sqlite3.OperationalError):  # database or disk is full
+            while True:
+                db.execute("INSERT INTO filler VALUES (zeroblob(?))", (size,))
 
 
 async def test_a_link_backs_off_while_the_store_is_full_and_resumes(
     agent_factory: Any, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent = agent_factory("--backend", "sim", "--node", "n1", "--interval", "0.05")
+    agent = agent_factory("--backend", "sim", "--node", "n1", "--interval", "0.01")  # fills 16 KiB fast
     store = Store(tmp_path / "full.db")
     fill(store)
     dials: list[float] = []

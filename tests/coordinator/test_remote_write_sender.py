@@ -33,17 +33,18 @@ HELLO = {"type": "hello", "node": "n1", "boot_id": "b1", "agent_version": "0.1.0
 
 @dataclass
 class Receiver:
-    """Answers each POST with the next scripted reply (then 204): an int status, ``(status, headers)``
-    or ``"drop"`` (the connection closes with no answer)."""
+    """Answers each POST with the next scripted reply (then ``after``, 204 unless set): an int status,
+    ``(status, headers)`` or ``"drop"`` (the connection closes with no answer)."""
 
     script: list[Any] = field(default_factory=list)
+    after: Any = 204
     requests: list[tuple[dict[str, str], Any]] = field(default_factory=list)
     url: str = ""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         self.requests.append((dict(request.headers), MESSAGES.decode(body)))
-        reply = self.script.pop(0) if self.script else 204
+        reply = self.script.pop(0) if self.script else self.after
         if reply == "drop":
             assert request.transport is not None
             request.transport.close()
@@ -193,7 +194,7 @@ async def test_other_client_errors_drop_the_batch_counted_and_the_next_one_goes(
 
 
 async def test_a_full_queue_drops_and_counts_and_offer_never_waits(receiver: Receiver) -> None:
-    receiver.script = [503] * 1000  # the receiver is down
+    receiver.after = 503  # the receiver is down (however many times the unwaiting retries ask)
     w = writer(receiver.url, capacity=10, batch_samples=4)
     w.start()
     loop = asyncio.get_running_loop()
