@@ -1,244 +1,68 @@
-"""What each `sparkwatch` subcommand does, from its parsed arguments: imported only once a subcommand is
-given, so `sparkwatch --help` and `--version` load none of the stack (aiohttp, numpy, pydantic)."""
+"""Where each `sparkwatch` subcommand's handler lives, and which exceptions are a user's mistake: both by
+name, so that `main` imports only the module of the command given (`runs` and `export` never load the
+coordinator's stack, `--help` loads none of it) and still knows every error class that could reach it."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import os
+import importlib
 import sys
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import cast
 
-from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
-from sparkwatch.commands.attach import AttachError, attach, export_flags
-from sparkwatch.commands.demo import DemoError, DemoOptions, run_demo
-from sparkwatch.commands.embedded import nodes_now
-from sparkwatch.commands.export_cmd import ExportCommandError, cmd_export
-from sparkwatch.commands.hardware import HardwareError, cluster_hardware
-from sparkwatch.commands.nodes_check import check_cluster, render
-from sparkwatch.commands.report_cmd import ReportError, cmd_report
-from sparkwatch.commands.run import RunCommandError, RunOptions, parse_import, run_command
-from sparkwatch.commands.runs import cmd_runs
-from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
-from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
-from sparkwatch.coordinator.serve import serve
-from sparkwatch.core.export_schema import run_schema
-from sparkwatch.defaults import ENV_COORDINATOR
-from sparkwatch.importers import ClockAnchor, ImportFormatError, read_windows
-from sparkwatch.links.nodes_file import NodesFileError
-from sparkwatch.links.state import LinkError
-from sparkwatch.outputs import OutputError, check_output, write_text_atomically
-from sparkwatch.proxy.proxy import ProxyConfig, ProxyConfigError
-from sparkwatch.proxy.serve import serve_proxy
-from sparkwatch.settings import SettingsError, load_settings
-from sparkwatch.store import StoreError
-from sparkwatch_agent.config import ConfigError
-from sparkwatch_agent.shared.auth import AuthConfigError
-from sparkwatch_agent.shared.http import BindError
+Handler = Callable[[argparse.Namespace, argparse.ArgumentParser], int]
 
-USER_ERRORS = (
-    NodesFileError,
-    StoreError,
-    ConfigError,
-    AuthConfigError,
-    LinkError,
-    CoordinatorError,
-    BindError,
-    ProxyConfigError,
-    RunCommandError,
-    OutputError,
-    ImportFormatError,
-    AttachError,
-    HardwareError,
-    DemoError,
-    SettingsError,
-    RemoteWriteError,
-    ExportCommandError,
-    ReportError,
+#: Command → ``module:function``.
+COMMANDS: Mapping[str, str] = MappingProxyType(
+    {
+        "coordinator": "sparkwatch.cli_services:cmd_coordinator",
+        "schema": "sparkwatch.cli_handlers:cmd_schema",
+        "demo": "sparkwatch.cli_services:cmd_demo",
+        "proxy": "sparkwatch.cli_services:cmd_proxy",
+        "run": "sparkwatch.cli_services:cmd_run",
+        "import": "sparkwatch.cli_handlers:cmd_import",
+        "attach": "sparkwatch.cli_handlers:cmd_attach",
+        "report": "sparkwatch.commands.report_cmd:cmd_report",
+        "hardware": "sparkwatch.cli_services:cmd_hardware",
+        "sim-model": "sparkwatch.cli_services:cmd_sim_model",
+        "nodes": "sparkwatch.cli_services:cmd_nodes",
+        "runs": "sparkwatch.commands.runs:cmd_runs",
+        "export": "sparkwatch.commands.export_cmd:cmd_export",
+    }
+)
+#: The errors a user can cause (a bad file, flag, answer or place): one line and exit code 2.
+USER_ERRORS: tuple[tuple[str, str], ...] = (
+    ("sparkwatch.links.nodes_file", "NodesFileError"),
+    ("sparkwatch.store", "StoreError"),
+    ("sparkwatch_agent.config", "ConfigError"),
+    ("sparkwatch_agent.shared.auth", "AuthConfigError"),
+    ("sparkwatch.links.state", "LinkError"),
+    ("sparkwatch.client", "CoordinatorError"),
+    ("sparkwatch_agent.shared.http", "BindError"),
+    ("sparkwatch.proxy.proxy", "ProxyConfigError"),
+    ("sparkwatch.commands.run", "RunCommandError"),
+    ("sparkwatch.outputs", "OutputError"),
+    ("sparkwatch.importers", "ImportFormatError"),
+    ("sparkwatch.commands.attach", "AttachError"),
+    ("sparkwatch.commands.hardware", "HardwareError"),
+    ("sparkwatch.commands.demo", "DemoError"),
+    ("sparkwatch.settings", "SettingsError"),
+    ("sparkwatch.coordinator.remote_write.spec", "RemoteWriteError"),
+    ("sparkwatch.commands.export_cmd", "ExportCommandError"),
+    ("sparkwatch.commands.report_cmd", "ReportError"),
 )
 
 
-def _target(args: argparse.Namespace) -> CoordinatorTarget:
-    return CoordinatorTarget.resolve(args.coordinator, args.token_file)
+def handler(command: str) -> Handler:
+    module, name = COMMANDS[command].split(":")
+    return cast(Handler, getattr(importlib.import_module(module), name))
 
 
-def _anchor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ClockAnchor | None:
-    try:
-        return ClockAnchor.parse(args.clock_anchor) if args.clock_anchor else None
-    except ValueError as exc:
-        parser.error(f"--clock-anchor: {exc}")
-
-
-def cmd_coordinator(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    return asyncio.run(
-        serve(
-            args.nodes,
-            args.db,
-            args.listen,
-            args.token_file,
-            args.insecure_no_auth,
-            retain_idle_s=args.retain_idle,
-            remote_write=_remote_write(args),
-        )
-    )
-
-
-def _remote_write(args: argparse.Namespace) -> RemoteWriteSpec | None:
-    auth = (
-        args.remote_write_bearer_token_file,
-        args.remote_write_basic_auth_user,
-        args.remote_write_basic_auth_password_file,
-    )
-    if args.remote_write is None:
-        if any(a is not None for a in auth):
-            raise RemoteWriteError("the --remote-write-* auth flags need --remote-write URL")
-        return None
-    return RemoteWriteSpec(args.remote_write, *auth)
-
-
-def cmd_schema(_args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    print(json.dumps(run_schema(), indent=2))
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    check_output(args.output)
-    opts = DemoOptions(
-        nodes=args.nodes,
-        max_tokens=args.max_tokens,
-        tokens_per_s=args.tokens_per_s,
-        output=args.output,
-        strict=args.strict or load_settings().strict,
-        json_out=args.json,
-        report=args.report,
-    )
-    return asyncio.run(run_demo(opts))
-
-
-def cmd_proxy(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    host, port = args.listen
-    target = _target(args) if args.run else None
-    config = ProxyConfig(args.upstream, warmup=args.warmup)
-    if args.run:
-        spill = args.spill or Path(f"sparkwatch-{args.run}-unsent-windows.json")
-        check_output(spill)
-        return asyncio.run(serve_proxy(host, port, config, target, args.run, spill=spill))
-    return asyncio.run(serve_proxy(host, port, config, target, None))
-
-
-def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not command:
-        parser.error(
-            "run: give the benchmark command after --, e.g. sparkwatch run --nodes n.toml -- CMD ARGS"
-        )
-    if args.engine_metrics and args.nodes is None:
-        parser.error(
-            "--engine-metrics needs --nodes (an embedded coordinator); a standing coordinator scrapes the"
-            " engine named by [engine] in its own nodes.toml"
-        )
-    opts = RunOptions(
-        command=command,
-        nodes_file=args.nodes,
-        target=None if args.nodes else _target(args),
-        name=args.name,
-        interval_s=args.interval,
-        scope=args.scope,
-        gate_threshold=args.gate_threshold,
-        phases=args.phases,
-        proxy_upstream=args.proxy_upstream,
-        engine_metrics=args.engine_metrics,
-        proxy_listen=args.proxy_listen,
-        warmup=args.warmup,
-        imports=[parse_import(text) for text in args.imports],
-        clock_anchor=_anchor(args, parser),
-        output=args.output,
-        spill=args.spill,
-        db=args.db,
-        strict=args.strict or load_settings().strict,
-        json_out=args.json,
-        report=args.report,
-    )
-    return asyncio.run(run_command(opts))
-
-
-def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    windows = read_windows(args.format, args.file, clock_anchor=_anchor(args, parser))
-    target = _target(args)
-
-    async def post() -> int:
-        async with CoordinatorClient(target) as client:
-            return await client.import_windows(args.run, windows)
-
-    stored = asyncio.run(post())
-    print(f"imported {stored} window(s) from {args.file} ({args.format}) into run {args.run}")
-    return 0
-
-
-def cmd_attach(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if args.lmx_flags:
-        if args.output is not None:
-            parser.error("-o/--output: --lmx-flags prints to stdout and writes no file")
-        print(export_flags(args.export, args.force))
-        return 0
-    values = attach(args.export, args.lmx, args.force, args.output)
-    watts = ", ".join(f"{w:g}" for w in values["gpuPowerWatts"])
-    peak = values.get("peakVramGb")
-    print(f"attached to {args.output or args.lmx}: gpuPowerWatts [{watts}], peakVramGb {peak}")
-    return 0
-
-
-def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    target = _target(args) if args.nodes is None else None
-
-    async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
-        return await client.wait_for_hellos(timeout_s=args.wait)
-
-    record = cluster_hardware(asyncio.run(nodes_now(target, args.nodes, settle)))
-    text = json.dumps(record, indent=2) + "\n"
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        write_text_atomically(args.output, text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    return 0
-
-
-def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    standing = args.nodes is None and (args.coordinator or os.environ.get(ENV_COORDINATOR))
-    target = _target(args) if standing else None
-
-    async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
-        return await client.wait_for_clocks(timeout_s=args.wait)
-
-    checks = check_cluster(asyncio.run(nodes_now(target, args.nodes, settle)))
-    if args.json:
-        ok = all(not c.problems for c in checks)
-        print(json.dumps({"nodes": [c.to_json() for c in checks], "ok": ok}))
-    else:
-        print(render(checks))
-    return 1 if any(c.problems for c in checks) else 0
-
-
-def cmd_sim_model(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    host, port = args.listen
-    return asyncio.run(serve_sim_model(host, port, SimModelSpec(tokens_per_s=args.tokens_per_s)))
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace, argparse.ArgumentParser], int]] = {
-    "coordinator": cmd_coordinator,
-    "schema": cmd_schema,
-    "demo": cmd_demo,
-    "proxy": cmd_proxy,
-    "run": cmd_run,
-    "import": cmd_import,
-    "attach": cmd_attach,
-    "report": cmd_report,
-    "hardware": cmd_hardware,
-    "sim-model": cmd_sim_model,
-    "nodes": cmd_nodes,
-    "runs": cmd_runs,
-    "export": cmd_export,
-}
+def is_user_error(exc: BaseException) -> bool:
+    """One of :data:`USER_ERRORS`: only a module already imported can have raised its class."""
+    for module, name in USER_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return True
+    return False

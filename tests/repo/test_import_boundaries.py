@@ -62,6 +62,8 @@ ROOT_STAGES: dict[str, float] = {
     "cli_types": 5,
     "cli_parser_runs": 5,
     "cli_commands": 5,
+    "cli_handlers": 5,
+    "cli_services": 5,
     "settings": 0,
     "defaults": 0,
     "cli": 5,

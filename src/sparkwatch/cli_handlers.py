@@ -1,0 +1,55 @@
+"""The handlers of the light subcommands (`schema`, `import`, `attach`): each module of handlers is imported
+only when one of its commands is given (cli_commands.py), so these never load the coordinator's stack."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.commands.attach import attach, export_flags
+from sparkwatch.core.export_schema import run_schema
+from sparkwatch.importers import ClockAnchor, read_windows
+
+
+def target_of(args: argparse.Namespace) -> CoordinatorTarget:
+    return CoordinatorTarget.resolve(args.coordinator, args.token_file)
+
+
+def anchor_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ClockAnchor | None:
+    try:
+        return ClockAnchor.parse(args.clock_anchor) if args.clock_anchor else None
+    except ValueError as exc:
+        parser.error(f"--clock-anchor: {exc}")
+
+
+def cmd_schema(_args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    print(json.dumps(run_schema(), indent=2))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    windows = read_windows(args.format, args.file, clock_anchor=anchor_of(args, parser))
+    target = target_of(args)
+
+    async def post() -> int:
+        async with CoordinatorClient(target) as client:
+            return await client.import_windows(args.run, windows)
+
+    stored = asyncio.run(post())
+    print(f"imported {stored} window(s) from {args.file} ({args.format}) into run {args.run}")
+    return 0
+
+
+def cmd_attach(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.lmx_flags:
+        if args.output is not None:
+            parser.error("-o/--output: --lmx-flags prints to stdout and writes no file")
+        print(export_flags(args.export, args.force))
+        return 0
+    values = attach(args.export, args.lmx, args.force, args.output)
+    watts = ", ".join(f"{w:g}" for w in values["gpuPowerWatts"])
+    peak = values.get("peakVramGb")
+    print(f"attached to {args.output or args.lmx}: gpuPowerWatts [{watts}], peakVramGb {peak}")
+    return 0

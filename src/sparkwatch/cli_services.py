@@ -1,0 +1,152 @@
+"""The handlers of the subcommands that start or embed the stack: `coordinator`, `proxy`, `sim-model`,
+`demo`, `run`, `hardware` and `nodes` (imported only when one of them is given: cli_commands.py)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from sparkwatch.cli_handlers import anchor_of, target_of
+from sparkwatch.client import CoordinatorClient
+from sparkwatch.commands.demo import DemoOptions, run_demo
+from sparkwatch.commands.embedded import nodes_now
+from sparkwatch.commands.hardware import cluster_hardware
+from sparkwatch.commands.nodes_check import check_cluster, render
+from sparkwatch.commands.run import RunOptions, parse_import, run_command
+from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
+from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
+from sparkwatch.coordinator.serve import serve
+from sparkwatch.defaults import ENV_COORDINATOR
+from sparkwatch.outputs import check_output, write_text_atomically
+from sparkwatch.proxy.proxy import ProxyConfig
+from sparkwatch.proxy.serve import serve_proxy
+from sparkwatch.settings import load_settings
+
+
+def cmd_coordinator(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    return asyncio.run(
+        serve(
+            args.nodes,
+            args.db,
+            args.listen,
+            args.token_file,
+            args.insecure_no_auth,
+            retain_idle_s=args.retain_idle,
+            remote_write=_remote_write(args),
+        )
+    )
+
+
+def _remote_write(args: argparse.Namespace) -> RemoteWriteSpec | None:
+    auth = (
+        args.remote_write_bearer_token_file,
+        args.remote_write_basic_auth_user,
+        args.remote_write_basic_auth_password_file,
+    )
+    if args.remote_write is None:
+        if any(a is not None for a in auth):
+            raise RemoteWriteError("the --remote-write-* auth flags need --remote-write URL")
+        return None
+    return RemoteWriteSpec(args.remote_write, *auth)
+
+
+def cmd_demo(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    check_output(args.output)
+    opts = DemoOptions(
+        nodes=args.nodes,
+        max_tokens=args.max_tokens,
+        tokens_per_s=args.tokens_per_s,
+        output=args.output,
+        strict=args.strict or load_settings().strict,
+        json_out=args.json,
+        report=args.report,
+    )
+    return asyncio.run(run_demo(opts))
+
+
+def cmd_proxy(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    host, port = args.listen
+    target = target_of(args) if args.run else None
+    config = ProxyConfig(args.upstream, warmup=args.warmup)
+    if args.run:
+        spill = args.spill or Path(f"sparkwatch-{args.run}-unsent-windows.json")
+        check_output(spill)
+        return asyncio.run(serve_proxy(host, port, config, target, args.run, spill=spill))
+    return asyncio.run(serve_proxy(host, port, config, target, None))
+
+
+def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not command:
+        parser.error(
+            "run: give the benchmark command after --, e.g. sparkwatch run --nodes n.toml -- CMD ARGS"
+        )
+    if args.engine_metrics and args.nodes is None:
+        parser.error(
+            "--engine-metrics needs --nodes (an embedded coordinator); a standing coordinator scrapes the"
+            " engine named by [engine] in its own nodes.toml"
+        )
+    opts = RunOptions(
+        command=command,
+        nodes_file=args.nodes,
+        target=None if args.nodes else target_of(args),
+        name=args.name,
+        interval_s=args.interval,
+        scope=args.scope,
+        gate_threshold=args.gate_threshold,
+        phases=args.phases,
+        proxy_upstream=args.proxy_upstream,
+        engine_metrics=args.engine_metrics,
+        proxy_listen=args.proxy_listen,
+        warmup=args.warmup,
+        imports=[parse_import(text) for text in args.imports],
+        clock_anchor=anchor_of(args, parser),
+        output=args.output,
+        spill=args.spill,
+        db=args.db,
+        strict=args.strict or load_settings().strict,
+        json_out=args.json,
+        report=args.report,
+    )
+    return asyncio.run(run_command(opts))
+
+
+def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    target = target_of(args) if args.nodes is None else None
+
+    async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
+        return await client.wait_for_hellos(timeout_s=args.wait)
+
+    record = cluster_hardware(asyncio.run(nodes_now(target, args.nodes, settle)))
+    text = json.dumps(record, indent=2) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_text_atomically(args.output, text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    standing = args.nodes is None and (args.coordinator or os.environ.get(ENV_COORDINATOR))
+    target = target_of(args) if standing else None
+
+    async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
+        return await client.wait_for_clocks(timeout_s=args.wait)
+
+    checks = check_cluster(asyncio.run(nodes_now(target, args.nodes, settle)))
+    if args.json:
+        ok = all(not c.problems for c in checks)
+        print(json.dumps({"nodes": [c.to_json() for c in checks], "ok": ok}))
+    else:
+        print(render(checks))
+    return 1 if any(c.problems for c in checks) else 0
+
+
+def cmd_sim_model(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    host, port = args.listen
+    return asyncio.run(serve_sim_model(host, port, SimModelSpec(tokens_per_s=args.tokens_per_s)))
