@@ -36,3 +36,24 @@ def test_long_lists_are_cut_and_numpy_scalars_and_int_keys_are_written() -> None
         "windows": [{"id": i, "w": i / 3} for i in range(1201)],
         "by_node": {"0": "a"},
     }
+
+
+#: Values where orjson and json write differently: tiny and huge floats, DEL, non-ASCII, big integers.
+AWKWARD = st.sampled_from([1e-5, 5.28e-05, 1e-7, 1e16, 1.5e300, -2e-9, "a\x7fb", "é", "\u2028", 2**70, "9e9"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.recursive(
+        SCALARS | AWKWARD,
+        lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=4), inner, max_size=5),
+        max_leaves=30,
+    )
+)
+def test_the_digest_form_is_what_json_dumps_writes(value: Any) -> None:
+    """orjson makes the digest's bytes only where they are json's: the digest of an export never moves."""
+    assert canonical(value) == json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_the_digest_form_of_non_string_keys_is_jsons() -> None:
+    assert canonical({2: "b", 1: [0.1, None]}) == b'{"1":[0.1,null],"2":"b"}'

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from sparkwatch.core.clock import NodeClock
 from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.engine import EngineSamples, attach_engine
 from sparkwatch.core.export_nodes import NodeFigures, Plan, node_figures, rounded, spans
@@ -17,9 +18,9 @@ from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.memory import peak_of_sum
 from sparkwatch.core.phases import as_known, token_spans
 from sparkwatch.core.run_spec import NodeInput, RunSpec
-from sparkwatch.core.series import run_series
+from sparkwatch.core.series import node_series, series_block, series_frame
 from sparkwatch.core.tracks import GAP_INTERVALS
-from sparkwatch.core.windows import Scope, Window, scope_for
+from sparkwatch.core.windows import Window, scope_for
 from sparkwatch.defaults import ScopeKind
 from sparkwatch_agent.shared.units import lmx_gb
 
@@ -75,7 +76,7 @@ def digest(export: dict[str, Any]) -> str:
 
 def build_export(
     run: RunSpec,
-    nodes: Sequence[NodeInput],
+    nodes: Iterable[NodeInput],
     windows: Sequence[Window],
     sparkwatch_version: str,
     engine: EngineSamples | None = None,
@@ -84,24 +85,19 @@ def build_export(
     source: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The export; with ``series_buckets`` its ``series`` block (core/series.py) in that many buckets over
-    the run; with ``source`` (sources/) its ``source`` block. Without them, what it was before either."""
-    span_kind: ScopeKind = "decode" if run.scope == "decode" else "request"
-    # a window counts when its phase is measured and it has the stamps its scope needs (decode: tokens)
-    measured = [w.phase in run.phases and not w.failed and w.span(span_kind) is not None for w in windows]
-    measured_windows = [w for w, m in zip(windows, measured, strict=True) if m]
-    window_spans = [w.span(span_kind) or (w.t_start_ns, w.t_start_ns) for w in windows]
-    starts, ends = spans([s[0] for s in window_spans], [s[1] for s in window_spans])
-    plan = Plan(
-        scope=scope_for(windows, run.scope, (run.t_start_ns, run.t_end_ns), run.phases),
-        gate_threshold=run.gate_threshold,
-        span_kind=span_kind,
-        measured=measured,
-        first_window_ns=min((w.t_start_ns for w in measured_windows), default=None),
-        starts=starts,
-        ends=ends,
-        tokens=token_spans(windows, measured, run.phases),
-    )
-    figures = [node_figures(node, plan) for node in nodes]
+    the run; with ``source`` (sources/) its ``source`` block. Without them, what it was before either.
+    ``nodes`` is taken one at a time (a source may read each as it is asked): of a node's samples only its
+    memory track is kept past its own figures, for the peak of the sum over nodes."""
+    plan = _plan(run, windows)
+    frame = None if series_buckets is None else series_frame(run, windows, series_buckets)
+    figures, memory, clocks, plotted = [], [], [], []
+    for node in nodes:
+        figures.append(node_figures(node, plan))
+        memory.append(node.memory)
+        clocks.append((node.node, node.clock))
+        if frame is not None:
+            plotted.append(node_series(node, run, plan.scope, frame))
+        del node  # not held while the next is read
     export: dict[str, Any] = {
         "schema": SCHEMA,
         "run": _run_json(run, sparkwatch_version),
@@ -115,29 +111,37 @@ def build_export(
         },
         **({"source": source} if source is not None else {}),
         "nodes": [f.json for f in figures],
-        "windows": _windows_json(run, windows, figures, plan, nodes),
+        "windows": _windows_json(run, windows, figures, plan, clocks),
         "totals": totals(
             figures,
-            Measured(windows, measured_windows, run.phases),
-            peak_of_sum([n.memory for n in nodes], plan.scope),
+            Measured(windows, [w for w, m in zip(windows, plan.measured, strict=True) if m], run.phases),
+            peak_of_sum(memory, plan.scope),
         ),
     }
     attach_engine(export, engine, (plan.scope.starts, plan.scope.ends), (plan.starts, plan.ends))
     export["lmx"] = _lmx(run, sparkwatch_version, export, figures, source)  # last: it quotes the digest
-    if series_buckets is not None:
-        export["series"] = _series(run, nodes, windows, plan.scope, series_buckets)
+    if frame is not None:
+        export["series"] = series_block(frame, plotted)
     return export
 
 
-def _series(
-    run: RunSpec, nodes: Sequence[NodeInput], windows: Sequence[Window], scope: Scope, buckets: int
-) -> dict[str, Any]:
-    """The plot data over the run and every window (one may start before the run or end after it)."""
-    span = (
-        min([run.t_start_ns, *(w.t_start_ns for w in windows)]),
-        max([run.t_end_ns, *(w.t_end_ns for w in windows)]),
+def _plan(run: RunSpec, windows: Sequence[Window]) -> Plan:
+    span_kind: ScopeKind = "decode" if run.scope == "decode" else "request"
+    # a window counts when its phase is measured and it has the stamps its scope needs (decode: tokens)
+    measured = [w.phase in run.phases and not w.failed and w.span(span_kind) is not None for w in windows]
+    window_spans = [w.span(span_kind) or (w.t_start_ns, w.t_start_ns) for w in windows]
+    starts, ends = spans([s[0] for s in window_spans], [s[1] for s in window_spans])
+    first = min((w.t_start_ns for w, m in zip(windows, measured, strict=True) if m), default=None)
+    return Plan(
+        scope=scope_for(windows, run.scope, (run.t_start_ns, run.t_end_ns), run.phases),
+        gate_threshold=run.gate_threshold,
+        span_kind=span_kind,
+        measured=measured,
+        first_window_ns=first,
+        starts=starts,
+        ends=ends,
+        tokens=token_spans(windows, measured, run.phases),
     )
-    return run_series(run, nodes, scope, buckets, span)
 
 
 def _run_json(run: RunSpec, version: str) -> dict[str, Any]:
@@ -198,9 +202,9 @@ def _windows_json(
     windows: Sequence[Window],
     figures: Sequence[NodeFigures],
     plan: Plan,
-    nodes: Sequence[NodeInput],
+    clocks: Sequence[tuple[str, NodeClock]],
 ) -> list[dict[str, Any]]:
-    uncertainty_s = max((n.clock.uncertainty_ns or 0 for n in nodes), default=0) / 1e9
+    uncertainty_s = max((c.uncertainty_ns or 0 for _, c in clocks), default=0) / 1e9
     prefill, decode = _window_splits(figures, len(windows))
     out = []
     for k, w in enumerate(windows):
@@ -213,7 +217,7 @@ def _windows_json(
             length_s = float(plan.ends[k] - plan.starts[k]) / 1e9
             coverages = [e["coverage_ratio"] for e in entries]
             span = (w.t_start_ns, w.t_end_ns)
-            suspects = [f"{n.node}: {why}" for n in nodes for why in n.clock.suspects(*span)]
+            suspects = [f"{name}: {why}" for name, clock in clocks for why in clock.suspects(*span)]
             suspects += [
                 f"{e['node']}: {e['implausible_intervals']} interval(s) above {MAX_PLAUSIBLE_GPU_W:g} W"
                 " per GPU rejected"

@@ -20,7 +20,7 @@ from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import MIN_CLOCK_RATIO, SLOWDOWN_BITS, SignalTrack, reason_names
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64, GpuTrack, MemTrack
-from sparkwatch.core.windows import Scope
+from sparkwatch.core.windows import Scope, Window
 
 METHOD = "min_max_per_bucket"
 ABOUT = (
@@ -72,26 +72,46 @@ def run_series(
     buckets: int,
     span: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The ``series`` block in ``buckets`` buckets over ``span``: the run's own span by default; the export
-    passes the run and its windows together (a window may start before the run or end after it, and is
-    measured all the same), so no measured time is left out of the plots."""
+    """The ``series`` block in ``buckets`` buckets over ``span`` (the run's own span by default)."""
+    frame = _frame(span if span is not None else (run.t_start_ns, run.t_end_ns), buckets)
+    return series_block(frame, [node_series(node, run, scope, frame) for node in nodes])
+
+
+def series_frame(run: RunSpec, windows: Sequence[Window], buckets: int) -> Frame:
+    """The time axis of an export's block: the run and its windows together (a window may start before
+    the run or end after it, and is measured all the same), so no measured time is left out of the plots."""
+    return _frame(
+        (
+            min([run.t_start_ns, *(w.t_start_ns for w in windows)]),
+            max([run.t_end_ns, *(w.t_end_ns for w in windows)]),
+        ),
+        buckets,
+    )
+
+
+def _frame(span: tuple[int, int], buckets: int) -> Frame:
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
-    t0_ns, t_end_ns = span if span is not None else (run.t_start_ns, run.t_end_ns)
+    t0_ns, t_end_ns = span
     span_ns = max(t_end_ns - t0_ns, 0)
-    frame = Frame(t0_ns, t_end_ns, max(1, -(-span_ns // buckets)), buckets)
+    return Frame(t0_ns, t_end_ns, max(1, -(-span_ns // buckets)), buckets)
+
+
+def series_block(frame: Frame, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The block from its frame and each node's :func:`node_series`."""
     return {
         "method": METHOD,
         "about": ABOUT,
-        "t0_ns": t0_ns,
-        "t_end_ns": t_end_ns,
+        "t0_ns": frame.t0_ns,
+        "t_end_ns": frame.t_end_ns,
         "bucket_s": frame.bucket_ns / 1e9,
-        "buckets": buckets,
-        "nodes": [_node(node, run, scope, frame) for node in nodes],
+        "buckets": frame.buckets,
+        "nodes": nodes,
     }
 
 
-def _node(node: NodeInput, run: RunSpec, scope: Scope, frame: Frame) -> dict[str, Any]:
+def node_series(node: NodeInput, run: RunSpec, scope: Scope, frame: Frame) -> dict[str, Any]:
+    """One node's entry in the block: its lines, the time the gate dropped and its throttle episodes."""
     gpus = [Integrals.build(track, run.gate_threshold) for track in node.gpus]
     index = {uuid: i for i, uuid in enumerate(node.gpu_uuids)}
     lines = []

@@ -7,6 +7,7 @@ Consecutive samples of different agent boots (``segment``) never form an interva
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -25,12 +26,19 @@ def _floats(values: list[float | None] | list[int | None]) -> F64:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
-def _in_time_order(t_ns: I64, segment: I64, interval_s: F64) -> tuple[I64, I64, I64, I64]:
-    """The one sort of a track (by time, then boot, stably): the order, and time, segment and the per-sample
-    gap limit (``GAP_INTERVALS`` × the nominal interval) in that order."""
-    order = np.lexsort((segment, t_ns))
+def _in_time_order(t_ns: I64, segment: I64, interval_s: F64) -> tuple[I64 | slice, I64, I64, I64]:
+    """The one sort of a track (by time, then boot, stably): the order (a whole slice when already in it:
+    no copy), and time, segment and the per-sample gap limit (``GAP_INTERVALS`` × the nominal interval) in
+    that order."""
+    order = slice(None) if _in_order(t_ns, segment) else np.lexsort((segment, t_ns))
     max_gap = np.round(GAP_INTERVALS * interval_s[order] * 1e9).astype(np.int64)
     return order, t_ns[order], segment[order], max_gap
+
+
+def _in_order(t_ns: I64, segment: I64) -> bool:
+    """Already sorted by time, then boot (what a store's read of one boot gives): the sort is skipped."""
+    dt = np.diff(t_ns)
+    return bool(np.all(dt >= 0)) and bool(np.all(np.diff(segment)[dt == 0] >= 0))
 
 
 def _times(points: list[GpuPoint] | list[MemPoint]) -> tuple[I64, I64, F64]:
@@ -43,8 +51,9 @@ def _times(points: list[GpuPoint] | list[MemPoint]) -> tuple[I64, I64, F64]:
 
 
 def known(value: float) -> float | None:
-    """NaN (the core's unknown) back to ``None``; everything else to a plain float."""
-    return None if not np.isfinite(value) else float(value)
+    """NaN (the core's unknown) back to ``None``; everything else to a plain float. (``math.isfinite``:
+    an export calls this for every figure of every window, and numpy's ufunc on a scalar costs 20× more.)"""
+    return float(value) if math.isfinite(value) else None
 
 
 @dataclass(frozen=True, slots=True)

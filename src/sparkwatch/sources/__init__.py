@@ -6,7 +6,7 @@ one it was fed by; the export's ``source`` block says it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from sparkwatch.core.engine import EngineSamples
@@ -51,8 +51,9 @@ def export_from(
     longest interval the nodes' samples show, so a window shorter than two of them is low confidence."""
     t_from = min([spec.t_start_ns, *(w.t_start_ns for w in windows)])
     t_to = max([spec.t_end_ns, *(w.t_end_ns for w in windows)])
-    inputs = [source.node_input(n, t_from, t_to) for n in nodes]
-    if spec.interval_s <= 0:
+    inputs: Iterable[NodeInput] = (source.node_input(n, t_from, t_to) for n in nodes)  # one at a time
+    if spec.interval_s <= 0:  # the intervals of every node are needed first: all read at once
+        inputs = list(inputs)
         seen = [seen_interval_s(g.t_ns, g.segment) for node in inputs for g in node.gpus]
         spec = dataclasses.replace(spec, interval_s=round(max((s for s in seen if s), default=0.0), 3))
     engine = source.engine_input(t_from, t_to)

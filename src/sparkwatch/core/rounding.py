@@ -1,0 +1,35 @@
+"""A column of figures as JSON numbers: rounded to a few decimals, unknown (NaN, ±inf) as ``None``.
+
+Exactly what ``round(x, digits)`` gives each value (the double nearest the correctly rounded decimal), but
+vectorised: an export rounds a few figures per window and node, about 600 000 of them for an 8 h run with
+10 000 windows, and ``round`` on a float costs a decimal conversion each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+#: Past this, ``x · 10^digits`` has no fractional bits left to round: such values go through ``round``.
+EXACT_LIMIT = 2.0**52
+#: How close (in units of the last place) to a half the scaled value may lie before its rounding could
+#: differ from the exact decimal's: those few go through ``round`` too.
+TIE_ULPS = 4
+
+
+def rounded_list(values: npt.ArrayLike, digits: int = 3) -> list[float | None]:
+    """``[round(v, digits) if finite else None for v in values]``, without a Python call per value."""
+    x = np.asarray(values, dtype=np.float64)
+    scale = 10.0**digits
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = x * scale
+        out: list[float | None] = (np.rint(scaled) / scale).tolist()
+        half = np.abs(np.abs(scaled - np.trunc(scaled)) - 0.5)
+        # rint(fl(x·10^d)) is the correctly rounded integer unless x·10^d lies next to a half
+        doubtful = ~(half > TIE_ULPS * np.spacing(np.abs(scaled))) | ~(np.abs(scaled) < EXACT_LIMIT)
+    finite = np.isfinite(x)
+    for i in np.flatnonzero(doubtful & finite).tolist():
+        out[i] = round(float(x[i]), digits)
+    for i in np.flatnonzero(~finite).tolist():
+        out[i] = None
+    return out

@@ -1,0 +1,43 @@
+"""The vectorised rounding of figures gives exactly what ``round`` gives each value, ties and huge values
+included, and unknown (NaN, ±inf) as None."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparkwatch.core.rounding import rounded_list
+
+
+def by_round(values: list[float], digits: int) -> list[float | None]:
+    return [round(v, digits) if math.isfinite(v) else None for v in values]
+
+
+def same(a: list[float | None], b: list[float | None]) -> bool:
+    """Equal, and of the same sign where zero (JSON writes -0.0)."""
+    return all(
+        x is None if y is None else (x is not None and x == y and math.copysign(1, x) == math.copysign(1, y))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=50), st.integers(0, 6))
+def test_any_floats_round_as_round_does(values: list[float], digits: int) -> None:
+    assert same(rounded_list(np.array(values, dtype=np.float64), digits), by_round(values, digits))
+
+
+def test_decimal_ties_and_their_neighbours_round_as_round_does() -> None:
+    # 0.0005, 2.675, 1.0005…: halves in decimal that binary holds a hair above or below
+    ties = (np.arange(-20_000, 20_000) + 0.5) / 1000
+    hairs = (np.nextafter(ties, np.inf), np.nextafter(ties, -np.inf))
+    near = np.concatenate([ties, *hairs, [2.675, 1e17, -0.0]])
+    for digits in (0, 2, 3, 4):
+        scaled = near / 10.0 ** (3 - digits)
+        assert same(rounded_list(scaled, digits), by_round(scaled.tolist(), digits))
+
+
+def test_unknown_is_none() -> None:
+    assert rounded_list(np.array([np.nan, np.inf, -np.inf, 1.23456])) == [None, None, None, 1.235]
