@@ -42,9 +42,10 @@ _Count = Annotated[int, Meta(ge=0, le=INT64_MAX)]
 _Text = Annotated[str, Meta(min_length=1, max_length=MAX_SENSOR_TEXT)]
 
 
-class GpuValues(Struct, frozen=True):
+class GpuValues(Struct, frozen=True, gc=False):
     """One GPU's values in a sample: what the core measures with (None = not known for this sample), and
-    its clock signals (read leniently: one of the wrong type is unknown)."""
+    its clock signals (read leniently: one of the wrong type is unknown). Untracked by the collector
+    (``gc=False``: numbers and strings only): one is made per GPU and sample, and its passes cost ingest."""
 
     gpu_index: _Count = field(name="index")  # not "index": a name too common to grep
     uuid: Annotated[str, Meta(min_length=1)]
@@ -58,7 +59,7 @@ class GpuValues(Struct, frozen=True):
     clock_event_reasons: int | None = None
 
 
-class SensorValues(Struct, frozen=True):
+class SensorValues(Struct, frozen=True, gc=False):
     """One power channel of a node in a sample (hwmon, or the sim's spbm): a domain of its node."""
 
     sensor: _Text
@@ -68,15 +69,16 @@ class SensorValues(Struct, frozen=True):
     energy_j: float | None = None  # the agent's wrap-aware count since it started, J
 
 
-class _Memory(Struct):
+class _Memory(Struct, gc=False):
     used_bytes: _Count | None = None
 
 
-class _Sample(Struct):
+class _Sample(Struct, gc=False):
     """A sample as docs/agent.md defines it, checked while it is parsed (msgspec): the fields the
     coordinator reads, with every bound ``_sample`` checks; the agent's other fields are skipped. ``type``
     is a field, not a msgspec tag: every "type" key a line repeats is checked, so a line whose last "type"
-    is another frame's fails here and orjson (the last key wins) decides what it is."""
+    is another frame's fails here and orjson (the last key wins) decides what it is. ``gpus`` and
+    ``sensors`` are decoded as the tuples a ``SampleFrame`` holds, so they are not copied again."""
 
     type: Literal["sample"]
     seq: Annotated[int, Meta(gt=0, le=INT64_MAX)]
@@ -85,8 +87,8 @@ class _Sample(Struct):
     t_mono_ns: _Count
     interval_s: Annotated[float, Meta(gt=0, le=MAX_INTERVAL_S)]
     memory: _Memory | None = None
-    gpus: list[GpuValues] = []
-    sensors: Annotated[list[SensorValues], Meta(max_length=MAX_SENSORS)] = []
+    gpus: tuple[GpuValues, ...] = ()
+    sensors: Annotated[tuple[SensorValues, ...], Meta(max_length=MAX_SENSORS)] = ()
 
 
 #: Samples are decoded by this first. A field it does not read is skipped unparsed: a number in one that
@@ -153,23 +155,22 @@ def decode_lines(text: str) -> tuple[list[Frame], list[Rejected]]:
     frames: list[Frame] = []
     rejected: list[Rejected] = []
     text = text.strip("\n")
+    decode = _SAMPLE.decode
+    append = frames.append
     for line in text.split("\n") if text else ():
         if len(line) > MAX_LINE_CHARS:
             rejected.append(Rejected("too_long", f"a line of {len(line)} characters", None))
             continue
         try:
-            m = _SAMPLE.decode(line)
-        except (
-            MsgspecError,
-            UnicodeEncodeError,
-            RecursionError,
-        ):  # a lone surrogate, deep nesting: orjson says
-            _slow_line(line, frames, rejected)
+            m = decode(line)
+        except (MsgspecError, UnicodeEncodeError, RecursionError):
+            _slow_line(line, frames, rejected)  # a lone surrogate, deep nesting: orjson says
             continue
-        used = m.memory.used_bytes if m.memory is not None else None
-        gpus, sensors = tuple(m.gpus), tuple(m.sensors)
-        frames.append(
-            SampleFrame(m.seq, m.boot_id, m.t_wall_ns, m.t_mono_ns, m.interval_s, used, gpus, line, sensors)
+        used = None if (memory := m.memory) is None else memory.used_bytes
+        append(
+            SampleFrame(
+                m.seq, m.boot_id, m.t_wall_ns, m.t_mono_ns, m.interval_s, used, m.gpus, line, m.sensors
+            )
         )
     return frames, rejected
 

@@ -35,10 +35,13 @@ def test_the_codec_gives_back_every_bit(a: np.ndarray, b: np.ndarray, words: lis
     b = b.copy()
     if len(b):
         b[0] = -0.0
-    columns, strings = codec.decode(codec.encode({"a": a, "b": b}, words))
-    assert strings == words
-    assert columns["a"].dtype == np.int64 and columns["a"].tolist() == a.tolist()
-    assert columns["b"].view(np.uint64).tolist() == b.view(np.uint64).tolist()  # NaN payloads and -0.0
+    # runs of one kind and length are decoded together: same-kind neighbours of equal and other lengths
+    given = {"a": a, "a2": a[::-1].copy(), "c": a[:3].copy(), "b": b, "b2": b[::-1].copy(), "d": a[1:].copy()}
+    columns, strings = codec.decode(codec.encode(given, words))
+    assert strings == words and list(columns) == list(given)
+    for name, column in given.items():
+        assert columns[name].dtype == column.dtype
+        assert columns[name].view(np.uint64).tolist() == column.view(np.uint64).tolist()  # NaN, -0.0
 
 
 def test_a_damaged_block_is_a_codec_error() -> None:

@@ -57,15 +57,16 @@ def read_boot(samples: BootSamples, rounds: Sequence[OffsetRound], t_from_ns: in
         return to_coordinator_ns(rows.t_wall_ns, rounds)
 
     memory_t = place(memory)
+    gpu_t = place(gpu)
     return BootRead(
         gpu=gpu,
-        gpu_t_ns=place(gpu),
+        gpu_t_ns=gpu_t,
         memory=memory,
         memory_t_ns=memory_t,
         sensors=sensors,
         sensor_t_ns=place(sensors),
         signals=signals,
-        signal_t_ns=place(signals),
+        signal_t_ns=gpu_t,  # a GPU's clock signals are columns of its GPU rows: the same times
         fit=fit,
         steps=wall_steps(memory.t_wall_ns, memory.t_mono_ns, memory_t),
     )

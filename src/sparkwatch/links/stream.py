@@ -10,13 +10,16 @@ with a warning for the first few of each reason and then one every ``LOG_EVERY``
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sparkwatch.links.state import LinkState, latest_summary
 from sparkwatch.store import Store
 from sparkwatch.wire import (
+    Frame,
     GapFrame,
     HelloFrame,
     Rejected,
@@ -34,6 +37,9 @@ SampleSink = Callable[[str, Mapping[str, Any] | None, Sequence[SampleFrame]], No
 #: Warnings for the first rejections of a reason on a link, then one every this many.
 LOG_FIRST = 5
 LOG_EVERY = 1000
+
+_BOOT = operator.attrgetter("boot_id")
+_SEQ = operator.attrgetter("seq")
 
 
 class StreamIngest:
@@ -69,6 +75,8 @@ class StreamIngest:
         frames, rejected = decode_lines(text)
         for bad in rejected:
             self.reject(bad)
+        if self._take_samples(frames):
+            return replies
         for frame in frames:
             if isinstance(frame, HelloFrame):
                 self.flush()  # what came before belongs to the previous hello's boot
@@ -90,6 +98,23 @@ class StreamIngest:
                 self._last_seq = frame.seq
                 self._samples.append(frame)
         return replies
+
+    def _take_samples(self, frames: list[Frame]) -> bool:
+        """Hold the frames at once when all are samples the loop in :meth:`feed` would take one by one
+        (of this stream's boot, seqs rising from above the last): what a stream sends but for its hello,
+        checked here in a few passes of C instead of a Python step per frame."""
+        count = len(frames)
+        if not count or self.boot is None or list(map(type, frames)).count(SampleFrame) != count:
+            return False
+        samples = cast(list[SampleFrame], frames)
+        seqs = list(map(_SEQ, samples))
+        if seqs[0] <= self._last_seq or list(map(_BOOT, samples)).count(self.boot) != count:
+            return False  # (count compares: a set would hash every boot_id, a new string each)
+        if not all(map(operator.lt, seqs, itertools.islice(seqs, 1, None))):
+            return False
+        self._samples.extend(samples)
+        self._last_seq = seqs[-1]
+        return True
 
     def flush(self) -> None:
         """Store what is held, in one transaction."""

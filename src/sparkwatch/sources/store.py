@@ -25,6 +25,7 @@ from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
 from sparkwatch.sources import export_from
 from sparkwatch.store import Store, StoreError
+from sparkwatch.store.rows import SensorRows
 
 #: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
 #: (and a few seconds more, for the clock offset and a window that starts before the run).
@@ -100,16 +101,29 @@ def _sensor_domains(reads: Sequence[BootRead], gpus: Sequence[GpuTrack]) -> list
     interval = _joined([r.sensors.interval_s for r in reads], np.float64)
     power = _joined([r.sensors.power_w for r in reads], np.float64)
     energy = _joined([r.sensors.energy_j for r in reads], np.float64)
-    names = _joined([r.sensors.sensor for r in reads], object)
     kinds = _joined([r.sensors.kind for r in reads], object)
     sources = _joined([r.sensors.source for r in reads], object)
+    first_seen: dict[str, int] = {}  # name → its number, in the order first streamed
+    codes = _joined([_channel_numbers(r.sensors, first_seen) for r in reads], np.int64)
     domains = []
-    for name in _in_first_order(names):
-        mine = names == name
+    for name, code in first_seen.items():
+        mine = codes == code
         last = int(np.flatnonzero(mine)[-1])  # its kind and source as last streamed
         track = _gated(t[mine], seg[mine], interval[mine], power[mine], energy[mine], gpus=gpus)
         domains.append(DomainInput(str(name), str(kinds[last]), str(sources[last]), track))
     return domains
+
+
+def _channel_numbers(rows: SensorRows, first_seen: dict[str, int]) -> I64:
+    """Each row's channel name as a number from ``first_seen`` (extended in the order names first appear):
+    from the read's own channel codes, a few distinct among many rows, so no string is compared per row."""
+    codes = np.flatnonzero(np.bincount(rows.channel)) if len(rows.channel) else np.empty(0, np.int64)
+    first = [int(np.argmax(rows.channel == code)) for code in codes.tolist()]  # where each first appears
+    remap = np.zeros(int(codes.max()) + 1 if len(codes) else 1, np.int64)
+    for code, at in sorted(zip(codes.tolist(), first, strict=True), key=lambda pair: pair[1]):
+        remap[code] = first_seen.setdefault(str(rows.sensor[at]), len(first_seen))
+    numbers: I64 = remap[rows.channel]
+    return numbers
 
 
 def _in_first_order(values: np.ndarray) -> list[Any]:
@@ -219,6 +233,9 @@ def engine_input(store: Store, t_from_ns: int, t_to_ns: int) -> EngineSamples | 
 
 
 def _joined(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
+    """The boots' columns one after another (one boot, the usual case: its column itself, not a copy)."""
+    if len(parts) == 1:
+        return parts[0].astype(dtype, copy=False)
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
 
 

@@ -52,6 +52,7 @@ class SensorRows:
     source: Text
     power_w: F64  # NaN: unknown
     energy_j: F64
+    channel: I64  # rows of one read share a code exactly when they share name, kind and source
 
 
 @dataclass(frozen=True, slots=True)

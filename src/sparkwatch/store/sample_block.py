@@ -9,6 +9,8 @@ count. Unknown floats are NaN, unknown memory and reasons -1.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,10 +22,13 @@ import orjson
 
 from sparkwatch.store import codec
 from sparkwatch.store.rows import GpuRows, MemRows, SensorRows, SignalRows, Text
-from sparkwatch.wire import SampleFrame
+from sparkwatch.wire import GpuValues, SampleFrame, SensorValues
 
 #: Clock event reason bits kept (a bitmask beyond 63 bits does not fit SQLite's or numpy's integers).
 INT63_MASK = 2**63 - 1
+_U64_END = 2**64
+_GPUS = operator.attrgetter("gpus")
+_SENSORS = operator.attrgetter("sensors")
 NAN = float("nan")
 #: Blocks of fewer samples are stored as deflated JSON lists (:func:`encode_lists`).
 SMALL = 64
@@ -126,7 +131,8 @@ class SampleBlock:
         c = self.columns
         codes = c["sensor_channel_str"]
         parts: list[list[str | None]] = [[None] * len(self.strings) for _ in range(3)]
-        for i in np.unique(codes).tolist():  # a channel's name, kind and source, as a JSON array
+        used = np.flatnonzero(np.bincount(codes)) if len(codes) else codes  # codes index a small table
+        for i in used.tolist():  # a channel's name, kind and source, as a JSON array
             for part, value in zip(parts, orjson.loads(self.strings[i]), strict=True):
                 part[i] = value
         name, kind, source = (_table(part)[codes] for part in parts)
@@ -137,6 +143,7 @@ class SampleBlock:
             source=source,
             power_w=c["sensor_power_w"],
             energy_j=c["sensor_energy_j"],
+            channel=codes,
         )
 
     def signal_rows(self) -> SignalRows:
@@ -189,11 +196,11 @@ def empty() -> SampleBlock:
 
 def column_lists(frames: Sequence[SampleFrame]) -> tuple[dict[str, list[Any]], list[str]]:
     """The frames (checked by the wire) as plain column lists and their string table, in the order given:
-    the per-sample cost of ingest, so one comprehension per column and no numpy."""
+    the per-sample cost of ingest, so one comprehension per column, no numpy and no call per value."""
     table: dict[str | tuple[str, str, str], int] = {}  # a GPU's UUID, or a channel's name, kind, source
     code = table.setdefault
-    gpus = [g for f in frames for g in f.gpus]
-    entries = [e for f in frames for e in f.sensors]
+    gpus: list[GpuValues] = list(itertools.chain.from_iterable(map(_GPUS, frames)))
+    entries: list[SensorValues] = list(itertools.chain.from_iterable(map(_SENSORS, frames)))
     c: dict[str, list[Any]] = {
         "seq": [f.seq for f in frames],
         "t_wall_ns": [f.t_wall_ns for f in frames],
@@ -207,9 +214,13 @@ def column_lists(frames: Sequence[SampleFrame]) -> tuple[dict[str, list[Any]], l
         "gpu_power_w": [NAN if g.power_w is None else g.power_w for g in gpus],
         "gpu_energy_j": [NAN if g.energy_j is None else g.energy_j for g in gpus],
         "gpu_util_ratio": [NAN if g.util_ratio is None else g.util_ratio for g in gpus],
-        "gpu_sm_clock_hz": [_number(g.sm_clock_hz) for g in gpus],
-        "gpu_temperature_c": [_number(g.temperature_c) for g in gpus],
-        "gpu_reasons": [_reasons(g.clock_event_reasons) for g in gpus],
+        "gpu_sm_clock_hz": [NAN if g.sm_clock_hz is None else g.sm_clock_hz for g in gpus],
+        "gpu_temperature_c": [NAN if g.temperature_c is None else g.temperature_c for g in gpus],
+        # a clock-event bitmask (NVML's is 64 bits) as kept: negative or wider than 64 bits is unknown
+        "gpu_reasons": [
+            r & INT63_MASK if (r := g.clock_event_reasons) is not None and 0 <= r < _U64_END else -1
+            for g in gpus
+        ],
         "sensor_channel_str": [code((e.sensor, e.kind, e.source), len(table)) for e in entries],
         "sensor_power_w": [NAN if e.power_w is None else e.power_w for e in entries],
         "sensor_energy_j": [NAN if e.energy_j is None else e.energy_j for e in entries],
@@ -221,6 +232,16 @@ def from_lists(lists: dict[str, list[Any]], strings: list[str]) -> SampleBlock:
     """Column lists (from :func:`column_lists`, or a small block's JSON, where NaN was written as null)."""
     columns = {
         name: np.array(lists[name], dtype=np.float64 if name in _FLOATS else np.int64) for name in COLUMNS
+    }
+    return SampleBlock(columns, strings)
+
+
+def arrays_of(lists: dict[str, list[Any]], strings: list[str]) -> SampleBlock:
+    """:func:`from_lists` for the write side, whose lists hold numbers only (NaN for unknown, never None):
+    read by ``np.fromiter``, which skips ``np.array``'s pass to discover their type and shape."""
+    columns = {
+        name: np.fromiter(lists[name], np.float64 if name in _FLOATS else np.int64, len(lists[name]))
+        for name in COLUMNS
     }
     return SampleBlock(columns, strings)
 
@@ -245,12 +266,3 @@ def decode_blob(blob: bytes) -> SampleBlock:
             raise codec.CodecError(f"damaged sample block: {exc}") from None
         return from_lists(d["c"], d["s"])  # null (NaN on the way in) becomes NaN again
     return SampleBlock.decode(blob)
-
-
-def _reasons(value: int | None) -> int:
-    """A clock-event bitmask (NVML's is 64 bits) as kept: negative or wider than 64 bits is unknown."""
-    return value & INT63_MASK if value is not None and 0 <= value < 2**64 else -1
-
-
-def _number(value: float | None) -> float:
-    return NAN if value is None else value

@@ -13,6 +13,7 @@ against the blocks that could hold it, and dropped when stored.
 from __future__ import annotations
 
 import itertools
+import operator
 import sqlite3
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -24,12 +25,12 @@ from sparkwatch.store.rows import I64
 from sparkwatch.store.sample_block import (
     SMALL,
     SampleBlock,
+    arrays_of,
     column_lists,
     concat,
     decode_blob,
     empty,
     encode_lists,
-    from_lists,
 )
 from sparkwatch.wire import SampleFrame
 
@@ -39,6 +40,8 @@ TARGET = 1000
 CLOCKS: Mapping[str, tuple[str, str]] = MappingProxyType(
     {"t_mono_ns": ("mono_first_ns", "mono_last_ns"), "t_wall_ns": ("wall_first_ns", "wall_last_ns")}
 )
+_BOOT = operator.attrgetter("boot_id")
+_SEQ = operator.attrgetter("seq")
 
 
 class SampleBlocks:
@@ -57,8 +60,11 @@ class SampleBlocks:
     def insert(self, node: str, frames: Sequence[SampleFrame]) -> int:
         """Store the frames not stored yet (call inside a transaction); returns how many were new."""
         by_boot: dict[str, list[SampleFrame]] = {}
-        for f in frames:
-            by_boot.setdefault(f.boot_id, []).append(f)
+        if frames and list(map(_BOOT, frames)).count(frames[0].boot_id) == len(frames):
+            by_boot[frames[0].boot_id] = list(frames)  # a link's batch: one boot
+        else:
+            for f in frames:
+                by_boot.setdefault(f.boot_id, []).append(f)
         new = 0
         for boot, group in by_boot.items():
             key = (node, boot)
@@ -72,7 +78,7 @@ class SampleBlocks:
         lists, strings = column_lists(fresh)
         small = len(fresh) < SMALL
         loose = self._loose_count(key)  # before this block is in the table
-        blob = encode_lists(lists, strings) if small else from_lists(lists, strings).encode()
+        blob = encode_lists(lists, strings) if small else arrays_of(lists, strings).encode()
         self._put(key, _Meta.of(lists["seq"], lists["t_wall_ns"], lists["t_mono_ns"]), blob)
         self._top[key] = max(self.top_seq(*key), lists["seq"][-1])
         if small:
@@ -84,9 +90,9 @@ class SampleBlocks:
     def _fresh(self, key: tuple[str, str], group: list[SampleFrame]) -> list[SampleFrame]:
         """The group's frames in seq order, once each, without those already stored."""
         top = self.top_seq(*key)
-        ascending = all(a.seq < b.seq for a, b in itertools.pairwise(group))
-        if ascending and group[0].seq > top:
-            return group
+        seqs = list(map(_SEQ, group))
+        if seqs[0] > top and all(map(operator.lt, seqs, itertools.islice(seqs, 1, None))):
+            return group  # ascending, and all new
         once = {f.seq: f for f in reversed(group)}  # the first of a repeated seq wins
         ordered = [once[s] for s in sorted(once)]
         old = [f.seq for f in ordered if f.seq <= top]
