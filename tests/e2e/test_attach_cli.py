@@ -17,7 +17,8 @@ def files_in(folder: pathlib.Path) -> dict[str, bytes]:
 
 def test_lmx_flags_of_a_demo_export_are_what_attach_writes(tmp_path: pathlib.Path) -> None:
     run = tmp_path / "run.json"
-    demo = sparkwatch("demo", "--nodes", "2", "-o", str(run), timeout=120)
+    quick = ("--nodes", "2", "--max-tokens", "64", "--tokens-per-s", "200")  # 0.3 s windows: 7 s, not 20
+    demo = sparkwatch("demo", *quick, "-o", str(run), timeout=120)
     assert demo.returncode == 0, demo.stderr
     export = json.loads(run.read_text())
     before = files_in(tmp_path)

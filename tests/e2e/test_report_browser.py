@@ -114,7 +114,7 @@ def test_the_demo_report_opens_offline_and_says_the_exports_numbers(
     tmp_path: pathlib.Path, artifacts_dir: pathlib.Path
 ) -> None:
     out = tmp_path / "run.json"
-    result = sparkwatch("demo", "-o", str(out), timeout=240)
+    result = sparkwatch("demo", "--max-tokens", "64", "--tokens-per-s", "200", "-o", str(out), timeout=240)
     assert result.returncode == 0, result.stderr
     report = tmp_path / "run.report.html"
     assert f"report written to {report}" in result.stderr
