@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 
 class OutputError(Exception):
     """An output path that cannot be written; one line naming it and why."""
@@ -44,12 +46,17 @@ def write_text_atomically(path: Path, text: str) -> None:
 def export_text(export: dict[str, Any]) -> str:
     """The export as people read it: indented, except its ``series`` block (the plot data: tens of
     thousands of numbers), which stays on one line at the end instead of one number per line (2.6× the
-    bytes)."""
+    bytes). orjson writes it (json's indenting encoder is pure Python: 5 s for an 8 h run's 10 000
+    windows); an export with a non-ASCII character (a run's name) is written by json, escaped as before."""
+    body = {k: v for k, v in export.items() if k != "series"}
+    text = orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    if not text.isascii():
+        text = json.dumps(body, indent=2)
     series = export.get("series")
-    text = json.dumps({k: v for k, v in export.items() if k != "series"}, indent=2)
     if series is None or text == "{}":
-        return json.dumps(export, indent=2) + "\n"
-    return f'{text[:-2]},\n  "series": {json.dumps(series, separators=(",", ":"))}\n}}\n'
+        return text + "\n"
+    plot = orjson.dumps(series, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    return f'{text[:-2]},\n  "series": {plot}\n}}\n'
 
 
 def write_export(path: Path, export: dict[str, Any]) -> None:

@@ -74,8 +74,8 @@ def scope_stats(integrals: Integrals, scope: Scope) -> PowerStats:
     )
     return PowerStats(
         energy_j=float(energy) if covered > 0 else None,
-        mean_w=energy / covered if covered > 0 else None,
-        gated_mean_w=gated_energy / gated if gated > 0 else None,
+        mean_w=float(energy / covered) if covered > 0 else None,  # plain floats: no numpy scalar leaves
+        gated_mean_w=float(gated_energy / gated) if gated > 0 else None,
         max_w=max_w,
         covered_s=float(covered),
         gated_s=float(gated),
