@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import pytest
 
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
-from helpers.prometheus import PROMETHEUS, Prometheus
-from helpers.victoria import VICTORIA, Victoria
+from helpers.prometheus import Prometheus
+from helpers.receivers import start_receivers
+from helpers.victoria import Victoria
 from sparkwatch.store import Store
 
 NAMES = ("spark-1", "spark-2")
@@ -104,14 +105,8 @@ def wait_sent(coord: Coordinator, timeout_s: float = 20.0) -> str:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    for binary, package in ((PROMETHEUS, "prometheus"), (VICTORIA, "victoria-metrics")):
-        if not os.access(binary, os.X_OK):
-            pytest.fail(f"{package} missing: install the Debian package {package} (.ci/run does)")
     tmp = tmp_path_factory.mktemp("remote_write")
-    config = tmp / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 15s\n")  # it scrapes nothing: it only receives
-    prometheus = Prometheus(config, tmp / "prom", tmp / "prometheus.log", remote_write_receiver=True)
-    victoria = Victoria(tmp / "vm", tmp / "victoria.log")
+    prometheus, victoria = start_receivers(tmp)
     sim = ["--backend", "sim", "--interval", "0.1", "--node"]
     agents = [AgentProcess([*sim, n], dict(os.environ), free_port()) for n in NAMES]
     nodes = "".join(

@@ -28,8 +28,7 @@ import pytest
 
 from doubles.fake_nvml import write_control
 from helpers.processes import AgentProcess, Coordinator, free_port, wait_connected, wait_stored
-from helpers.prometheus import PROMETHEUS, Prometheus
-from helpers.victoria import VICTORIA, Victoria
+from helpers.receivers import start_receivers
 from sparkwatch.core.export_schema import run_schema
 
 NAMES = ("spark-1", "spark-2")
@@ -133,14 +132,8 @@ def _run(
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path) -> Iterator[Rig]:
-    for binary, package in ((PROMETHEUS, "prometheus"), (VICTORIA, "victoria-metrics")):
-        if not os.access(binary, os.X_OK):
-            pytest.fail(f"{package} missing: install the Debian package {package} (.ci/run does)")
     tmp = tmp_path_factory.mktemp("three_way")
-    config = tmp / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 15s\n")  # it scrapes nothing: it only receives
-    prometheus = Prometheus(config, tmp / "prom", tmp / "prometheus.log", remote_write_receiver=True)
-    victoria = Victoria(tmp / "vm", tmp / "victoria.log")
+    prometheus, victoria = start_receivers(tmp)
     agents, controls = _start_agents(tmp, fake_nvml_dir)
     nodes = "".join(
         f'[nodes.{n}]\nurl = "ws://127.0.0.1:{a.port}"\n' for n, a in zip(NAMES, agents, strict=True)

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
-import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
-from helpers.processes import free_port
+from helpers.engine_process import EngineProcess
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -21,8 +19,11 @@ class PrometheusError(Exception):
     pass
 
 
-class Prometheus:
+class Prometheus(EngineProcess):
     """`/usr/bin/prometheus` on a loopback port with its own TSDB directory."""
+
+    name = "prometheus"
+    ready_path = "/-/ready"
 
     def __init__(
         self,
@@ -33,35 +34,16 @@ class Prometheus:
         remote_write_receiver: bool = False,
     ) -> None:
         """``remote_write_receiver``: also take remote writes at ``write_url``."""
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.write_url = f"{self.url}/api/v1/write"
-        self.log = log
-        self._log_file = log.open("wb")
-        self.proc = subprocess.Popen(
+        super().__init__(log)
+        self._start(
             [
                 PROMETHEUS,
                 f"--config.file={config}",
                 f"--storage.tsdb.path={data}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 *(["--web.enable-remote-write-receiver"] if remote_write_receiver else []),
-            ],
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
+            ]
         )
-
-    def wait_ready(self, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited: {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError(f"prometheus not ready: {self.log.read_text()[-2000:]}")
 
     def api(self, path: str, **params: str) -> Any:
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
@@ -80,13 +62,3 @@ class Prometheus:
 
     def values(self, expr: str, label: str = "node", at: float | None = None) -> dict[str, float]:
         return {s["metric"].get(label, ""): float(s["value"][1]) for s in self.query(expr, at)}
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log_file.close()
