@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import socket
 import statistics
 import sys
 import tempfile
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -37,3 +39,24 @@ def percentile(values: list[float], q: float) -> float:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def old_row(node: str, raw: str) -> tuple[Any, ...]:
+    """A schema-1 ``samples`` row (the first GPU in the row, the frame kept): what ingest.py's baseline
+    inserts and store_size.py measures."""
+    d = json.loads(raw)
+    g = d["gpus"][0]
+    return (
+        node,
+        d["boot_id"],
+        d["seq"],
+        d["t_wall_ns"],
+        d["t_mono_ns"],
+        d["interval_s"],
+        d["memory"]["used_bytes"],
+        g["uuid"],
+        g["power_w"],
+        g["energy_j"],
+        g["util_ratio"],
+        raw,
+    )

@@ -24,6 +24,7 @@ import time
 import aiohttp
 from aiohttp import web
 
+from _common import old_row
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Store
@@ -99,27 +100,9 @@ def raw_insert_rate(frames: list[bytes], total: int) -> float:
         rows = []
         for n in range(total // len(frames) + 1):
             for raw in frames:
-                d = json.loads(raw)
                 if len(rows) >= total:
                     break
-                node = f"n{n}"
-                g = d["gpus"][0]
-                rows.append(
-                    (
-                        node,
-                        d["boot_id"],
-                        d["seq"],
-                        d["t_wall_ns"],
-                        d["t_mono_ns"],
-                        d["interval_s"],
-                        d["memory"]["used_bytes"],
-                        g["uuid"],
-                        g["power_w"],
-                        g["energy_j"],
-                        g["util_ratio"],
-                        raw.decode(),
-                    )
-                )
+                rows.append(old_row(f"n{n}", raw.decode()))
         t0 = time.perf_counter()
         for i in range(0, len(rows), 500):
             db.execute("BEGIN")

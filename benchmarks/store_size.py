@@ -19,7 +19,6 @@ and a forced merge (benchmarks/_victoria.py). Sizes are deterministic for a seed
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sqlite3
 import sys
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from _agent_frames import T0_NS, busy_run, decoded, interleaved, sim_frames
+from _common import old_row
 from _victoria import BenchError, Victoria, exposition
 from sparkwatch.store import Store
 from sparkwatch.store.schema import MIGRATIONS
@@ -93,26 +93,6 @@ def old_schema(path: pathlib.Path) -> sqlite3.Connection:
     db.execute("PRAGMA wal_autocheckpoint=2048")
     db.executescript(MIGRATIONS[0])
     return db
-
-
-def old_row(node: str, raw: str) -> tuple[Any, ...]:
-    """A ``samples`` row exactly as raw_insert_rate builds one (the first GPU in the row, the frame kept)."""
-    d = json.loads(raw)
-    g = d["gpus"][0]
-    return (
-        node,
-        d["boot_id"],
-        d["seq"],
-        d["t_wall_ns"],
-        d["t_mono_ns"],
-        d["interval_s"],
-        d["memory"]["used_bytes"],
-        g["uuid"],
-        g["power_w"],
-        g["energy_j"],
-        g["util_ratio"],
-        raw,
-    )
 
 
 def file_bytes(path: pathlib.Path) -> tuple[int, int]:
