@@ -70,7 +70,8 @@ async def server() -> AsyncIterator[tuple[str, int]]:
 
 
 async def _read_until_closed(reader: asyncio.StreamReader, timeout_s: float) -> bytes:
-    return await asyncio.wait_for(reader.read(), timeout_s)
+    async with asyncio.timeout(timeout_s):
+        return await reader.read()
 
 
 async def _get(url: str) -> tuple[int, Any]:
@@ -127,7 +128,8 @@ async def test_at_the_cap_of_busy_connections_a_new_one_gets_503_and_the_others_
         assert json.loads(body)["error"] == "busy"
         # the streams outlive both timeouts: a response in progress is never cut
         for r in streams:
-            assert await asyncio.wait_for(r.content.read(), 3.0) == b"data: second\n\n"
+            async with asyncio.timeout(3.0):
+                assert await r.content.read() == b"data: second\n\n"
             r.release()
 
 
@@ -142,7 +144,8 @@ async def test_a_keep_alive_connection_idle_between_requests_is_closed(server: t
     _, port = server
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2.0)
+    async with asyncio.timeout(2.0):
+        head = await reader.readuntil(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ")
     t0 = time.monotonic()
     await _read_until_closed(reader, 3.0)  # body, then EOF when the idle timeout closes it

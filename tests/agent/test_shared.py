@@ -30,7 +30,8 @@ async def test_stop_on_signals_sets_the_event_on_the_first_signal() -> None:
     stop = stop_on_signals((signal.SIGUSR1,))
     try:
         os.kill(os.getpid(), signal.SIGUSR1)
-        await asyncio.wait_for(stop.wait(), 5)
+        async with asyncio.timeout(5):
+            await stop.wait()
     finally:
         asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
 

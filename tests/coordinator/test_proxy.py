@@ -154,7 +154,8 @@ class Upstream:
                 self.client_saw.clear()
                 await resp.write(piece)
                 if self.handshake:
-                    await asyncio.wait_for(self.client_saw.wait(), 5)
+                    async with asyncio.timeout(5):
+                        await self.client_saw.wait()
             await resp.write_eof()
         except ConnectionResetError:
             pass  # the proxy dropped us because its client hung up

@@ -176,3 +176,36 @@ def test_exec_lines_are_cut_from_chunks_and_an_endless_line_is_dropped() -> None
     assert cutter.cut("x" * (MAX_LINE_CHARS + 1)) == ("", True)
     assert cutter.cut("x" * 1000) == ("", False)  # still the same long line: dropped, counted once
     assert cutter.cut('xx\n{"c": 3}\n') == ('{"c": 3}', False)
+
+
+class _BusyStdout:
+    """An agent's stdout that always has the next line ready: every read completes on the next turn."""
+
+    async def read(self, _n: int) -> str:
+        await asyncio.sleep(0)
+        return "\n"
+
+
+class _BusyProcess:
+    def __init__(self) -> None:
+        self.stdout = _BusyStdout()
+        self.exit_status = None
+
+
+async def test_the_exec_reader_ends_when_cancelled_while_lines_keep_arriving(tmp_path: pathlib.Path) -> None:
+    """A cancel that lands in the turn a read completes must still end the reader (3.11's wait_for lost
+    such a cancel, and the link's `run()` then never returned: a CI hang)."""
+    node = NodeSpec(name="spark-exec", ssh="root@127.0.0.1", mode="exec", exec_command="agent")
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = make_link(node, store, session, holder="t", desired_interval=lambda: None)
+        assert isinstance(link, SshExecLink)
+        for delay_turns in range(40):  # cancel at every phase of the read's turn
+            process = _BusyProcess()
+            reader = asyncio.create_task(link._read_frames(process))  # type: ignore[arg-type]
+            for _ in range(delay_turns):
+                await asyncio.sleep(0)
+            reader.cancel()
+            done, _ = await asyncio.wait([reader], timeout=2.0)
+            assert done == {reader} and reader.cancelled(), f"reader outlived its cancel ({delay_turns})"
+    store.close()

@@ -93,6 +93,7 @@ class Interrupts:
         self._out.write("sparkwatch: quitting at once\n")
         if self.on_force is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(self.on_force(), FORCE_BOUND_S)
+                async with asyncio.timeout(FORCE_BOUND_S):
+                    await self.on_force()
         self._out.flush()
         self._exit(INTERRUPTED_EXIT_CODE)

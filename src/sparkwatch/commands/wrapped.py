@@ -77,7 +77,8 @@ async def run_wrapped(
         code = await proc.wait()
         if tee is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(tee), TEE_DRAIN_S)
+                async with asyncio.timeout(TEE_DRAIN_S):
+                    await asyncio.shield(tee)
             except TimeoutError:
                 log.warning("the command's stderr is still open (a background process?); capture stopped")
     finally:
@@ -97,7 +98,8 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         return
     signal_group(proc, signal.SIGTERM)
     try:
-        await asyncio.wait_for(proc.wait(), 5)
+        async with asyncio.timeout(5):
+            await proc.wait()
     except TimeoutError:
         signal_group(proc, signal.SIGKILL)
 

@@ -8,6 +8,7 @@ takes the loudly named ``insecure_skip_host_key_check = true`` in nodes.toml.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -111,10 +112,10 @@ class SshExecLink(WsLink):
         flush_at = 0.0
         try:
             while True:
-                try:
-                    chunk = await asyncio.wait_for(process.stdout.read(READ_CHARS), timeout=EXEC_FLUSH_S)
-                except TimeoutError:
-                    chunk = None
+                chunk = None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(EXEC_FLUSH_S):
+                        chunk = await process.stdout.read(READ_CHARS)
                 if chunk == "":
                     raise LinkError(f"agent process ended: {process.exit_status}")
                 held = ingest.pending
@@ -143,7 +144,8 @@ class SshExecLink(WsLink):
             t_send = self._now()
             try:
                 await self._send({"type": FRAME_TIME, "id": probe_id})
-                reply = await asyncio.wait_for(future, PROBE_TIMEOUT_S)
+                async with asyncio.timeout(PROBE_TIMEOUT_S):
+                    reply = await future
             except TimeoutError:
                 raise LinkError("clock probe over stdio timed out") from None
             finally:

@@ -217,7 +217,8 @@ class WsLink:
                 log.info("node %s: interval lease update failed: %s", self.spec.name, exc)
             self.state.lease_interval_s = held
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._lease_changed.wait(), LEASE_RENEW_S)
+                async with asyncio.timeout(LEASE_RENEW_S):
+                    await self._lease_changed.wait()
 
     async def _put_lease(self, interval_s: float) -> None:
         body = {"holder": self._holder, "interval_s": interval_s, "ttl_s": LEASE_TTL_S}

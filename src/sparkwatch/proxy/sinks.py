@@ -109,7 +109,8 @@ class RunPoster:
                         "%d window(s) not posted yet (%s); retry in %.1f s", len(self._pending), exc, retry_s
                     )
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._closing.wait(), retry_s)
+                        async with asyncio.timeout(retry_s):
+                            await self._closing.wait()
                     retry_s = min(retry_s * 2, 10.0)
                     self._wake.set()
                     continue

@@ -173,7 +173,8 @@ class RemoteWriter:
         if self._queued < self._batch_samples and not self._stopping:
             self._full.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._full.wait(), self._batch_wait_s)
+                async with asyncio.timeout(self._batch_wait_s):
+                    await self._full.wait()
         return True
 
     def _take(self) -> tuple[list[Entry], int]:
