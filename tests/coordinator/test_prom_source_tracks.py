@@ -134,3 +134,46 @@ def test_no_series_with_the_label_or_two_series_for_one_gpu_is_one_line() -> Non
     ]
     with pytest.raises(SourceError, match="two series of sparkwatch_gpu_power_watts for GPU 'GPU-a'"):
         export(twice, [window("w", 1, 2)])
+
+
+def sensor(name: str, node: str, channel: str, kind: str, source: str, t_s: list[float], values: list[float]):  # type: ignore[no-untyped-def]
+    return series(name, t_s, values, node=node, sensor=channel, kind=kind, source=source)
+
+
+def test_the_agents_power_channels_are_the_nodes_system_domains_gated_by_its_gpu() -> None:
+    """sys_total with its energy counter and dc_input without one: each a domain with the kind and source
+    its labels give, measured over the GPU-gated scrapes (the GPU is busy from 10 s to 20 s only); a
+    channel whose source label changed mid-run stays one domain, with its latest labels."""
+    t = [float(x) for x in range(31)]
+    busy = [0.9 if 10 <= x <= 20 else 0.0 for x in t]
+    gpu = sparkwatch_gpu("n1", "GPU-a", t, 40.0, 0.0)
+    gpu[2] = series("sparkwatch_gpu_utilization_ratio", t, busy, node="n1", uuid="GPU-a", gpu="0")
+    sys_w = [120.0 if 10 < x <= 20 else 50.0 for x in t]
+    sys_j = np.cumsum([0.0, *sys_w[1:]]).tolist()  # 1 s scrapes: each interval's energy is its end's power
+    n1_dc = ("n1", "dc_input", "system")
+    found = [
+        *gpu,
+        sensor("sparkwatch_sensor_power_watts", "n1", "sys_total", "system", "hwmon:spbm", t, sys_w),
+        sensor("sparkwatch_sensor_energy_joules_total", "n1", "sys_total", "system", "hwmon:spbm", t, sys_j),
+        sensor("sparkwatch_sensor_power_watts", *n1_dc, "hwmon:old", t[:15], [130.0] * 15),
+        sensor("sparkwatch_sensor_power_watts", *n1_dc, "hwmon:spbm", t[15:], [130.0] * 16),
+    ]
+    out = export(found, [window("w", 12, 18)])
+    (node,) = out["nodes"]
+    system = node["system"]
+    assert system["headline_domain"] == "dc_input"  # the board's input stands for the node before sys_total
+    domains = {d["domain"]: d for d in system["domains"]}
+    assert sorted(domains) == ["dc_input", "sys_total"]
+    assert domains["dc_input"]["source"] == "hwmon:spbm" and domains["sys_total"]["kind"] == "system"
+    assert domains["sys_total"]["power_w"]["gated_mean"] == pytest.approx(120.0)
+    assert domains["dc_input"]["power_w"]["gated_mean"] == pytest.approx(130.0)
+    (entry,) = out["windows"][0]["nodes"]
+    by_domain = {d["domain"]: d for d in entry["system"]}
+    assert by_domain["sys_total"]["energy_j"] == pytest.approx(120.0 * 6)
+    assert "System power" in out["lmx"]["notes"] and "dc_input" in out["lmx"]["notes"]
+
+
+def test_a_family_without_power_channels_gives_no_system_block() -> None:
+    out = export(sparkwatch_gpu("n1", "GPU-a", [float(x) for x in range(31)], 40.0, 0.9), [window("w", 2, 8)])
+    (node,) = out["nodes"]
+    assert node["system"] is None and node["null_reasons"]["system"] == "no_sensor"

@@ -18,7 +18,7 @@ from sparkwatch.core.clock import ClockOffset
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, codec
 from sparkwatch.store.db import RunRow
-from sparkwatch.store.sample_block import SMALL, decode_blob, from_frames
+from sparkwatch.store.sample_block import SMALL, concat, decode_blob, from_frames
 from sparkwatch.store.sample_store import TARGET
 from sparkwatch.store.schema import BLOCKS_SCHEMA, MIGRATIONS
 from sparkwatch.wire import SampleFrame, decode_frame
@@ -111,11 +111,11 @@ def test_a_block_keeps_every_field_an_export_reads(count: int) -> None:
     assert [None if np.isnan(u) else int(u) for u in memory.used_bytes] == used
     sensors = block.sensor_rows()
     assert (
-        sensors.sensor.tolist() == ["sys_total", "gpu"] * count
-        and sensors.source.tolist() == ["hwmon:spbm", "hwmon"] * count
+        sensors.text(0).tolist() == ["sys_total", "gpu"] * count
+        and sensors.text(2).tolist() == ["hwmon:spbm", "hwmon"] * count
     )
     assert (
-        sensors.kind.tolist() == ["system", "gpu"] * count
+        sensors.text(1).tolist() == ["system", "gpu"] * count
         and sensors.power_w[0] == 90.5
         and np.isnan(sensors.power_w[1])
     )
@@ -127,6 +127,37 @@ def test_a_block_keeps_every_field_an_export_reads(count: int) -> None:
         signals.reasons[0::2].tolist() == [2**63 - 1] * count
         and signals.reasons[1::2].tolist() == [-1] * count
     )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 6), min_size=1, max_size=5),
+    channels=st.lists(st.integers(0, 3), min_size=1, max_size=5),
+    hint=st.sampled_from(["exact", "none", "under", "over"]),
+)
+def test_blocks_gathered_as_they_come_equal_their_concatenation(
+    sizes: list[int], channels: list[int], hint: str
+) -> None:
+    """The streamed gathering a read uses gives the columns and string codes of a plain concatenation
+    whatever the count it is told: blocks with more rows per sample than the first, or other strings."""
+    blocks, seq = [], 1
+    for k, size in enumerate(sizes):
+        extra = channels[k % len(channels)]
+        rows = [{"sensor": f"s{k}-{c}", "kind": "system", "power_w": float(c)} for c in range(extra)]
+        blocks.append(from_frames([frame(s, sensors=rows) for s in range(seq, seq + size)]))
+        seq += size
+    total = seq - 1
+    told = {"exact": total, "none": None, "under": total // 2, "over": total * 2 + 3}[hint]
+    got = concat(iter(blocks), told)
+    expected = {name: np.concatenate([b.columns[name] for b in blocks]) for name in blocks[0].columns}
+    assert len(got) == total and list(got.columns) == list(expected)
+    for name, column in expected.items():
+        if name.endswith("_str"):  # codes into each one's own table: compare the strings they name
+            mine = [got.strings[c] for c in got.columns[name].tolist()]
+            theirs = [s for b in blocks for s in (b.strings[c] for c in b.columns[name].tolist())]
+            assert mine == theirs
+        else:
+            assert got.columns[name].view(np.uint64).tolist() == column.view(np.uint64).tolist()
 
 
 def test_rows_follow_their_samples_when_some_are_taken() -> None:

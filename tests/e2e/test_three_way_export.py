@@ -6,7 +6,9 @@ node scripts its utilisation and so its power and energy counter) at 10 Hz. A co
 remote-write URL, so two coordinators dial the same agents, one writing to a real Prometheus (receiver on)
 and one to a real VictoriaMetrics; each engine is compared with its own coordinator's SQLite export (the same
 windows, the run's span), and the two SQLite exports with each other. Per node: the gated mean power, the
-GPU energy, and each window's energy for windows of at least two sample intervals.
+GPU energy, and each window's energy for windows of at least two sample intervals; the same of its one
+system domain (a scripted hwmon ``sys_total`` that follows the utilisation), which an engine holds as the
+agent's ``sparkwatch_sensor_*`` series.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ SCRIPT = {
     "spark-2": ((0.0, 0), (2.0, 85), (6.0, 100), (9.0, 0)),
 }
 END_S = 11.0
+#: The scripted sys_total channel: this much at idle, plus this much per % of utilisation.
+SYS_IDLE_W, SYS_W_PER_PCT = 30.0, 0.6
 #: (id, start s, end s): steady, across the 6 s change, across the drop to idle, and one shorter than two
 #: sample intervals (low_confidence from every source; its energy is printed, not compared). Remote
 #: write carries times in whole ms (the agent's, floored), the SQLite export keeps ns and corrects the
@@ -79,12 +83,28 @@ def wait_sent(coord: Coordinator, timeout_s: float = 20.0) -> None:
 
 
 def _play(controls: dict[str, pathlib.Path], t0: float) -> None:
-    """Write each node's utilisation at its scripted times (wall clock from ``t0``), then wait for the end."""
+    """Write each node's utilisation (and its sys_total power) at its scripted times (wall clock from
+    ``t0``), then wait for the end."""
     steps = sorted((at, node, util) for node, script in SCRIPT.items() for at, util in script)
     for at, node, util in steps:
         time.sleep(max(0.0, t0 + at - time.time()))
         write_control(controls[node], util=util)
+        _write_sys_total(controls[node].with_name(f"{node}-hwmon"), util)
     time.sleep(max(0.0, t0 + END_S - time.time()))
+
+
+def _write_sys_total(root: pathlib.Path, util: int) -> None:
+    """An spbm chip with one channel, sys_total, at the script's power; written in place and always as long,
+    as sysfs regenerates an attribute (the agent keeps it open and re-reads it from offset 0)."""
+    chip = root / "hwmon0"
+    if not chip.exists():
+        chip.mkdir(parents=True)
+        (chip / "name").write_text("spbm\n")
+        (chip / "power1_label").write_text("sys_total\n")
+    value = round((SYS_IDLE_W + SYS_W_PER_PCT * util) * 1e6)
+    path = chip / "power1_input"
+    with open(path, "r+b" if path.exists() else "wb") as f:
+        f.write(f"{value:<24}\n".encode())
 
 
 def _start_agents(
@@ -95,8 +115,8 @@ def _start_agents(
     for node, tag in zip(NAMES, ("a", "b"), strict=True):
         controls[node] = tmp / f"{node}.control"
         write_control(controls[node], util=0)
-        hwmon = tmp / f"{node}-hwmon"  # no sensors: only the GPU is measured
-        hwmon.mkdir()
+        hwmon = tmp / f"{node}-hwmon"
+        _write_sys_total(hwmon, 0)
         env = base | {
             "LD_LIBRARY_PATH": str(fake_nvml_dir),
             "FAKE_NVML_PROFILE": "gb10",
@@ -211,20 +231,31 @@ def _reasons(export: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def _figures(export: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """Per node: gated mean power, GPU energy (node and its one GPU), idle power, and each window's energy."""
+    """Per node: gated mean power, GPU energy (node and its one GPU), idle power, and each window's energy;
+    the same of its system domain."""
     out: dict[str, dict[str, float | None]] = {}
     for name, node in _nodes(export).items():
         (gpu,) = node["gpus"]
+        (system,) = node["system"]["domains"]
+        assert system["domain"] == node["system"]["headline_domain"] == "sys_total", node["system"]
         out[name] = {
             "gated_mean_w": node["power_w"]["gated_mean"],
             "energy_j": node["energy_j"],
             "gpu_energy_j": gpu.get("energy_j"),
             "idle_power_w": node.get("idle_power_w"),
             "energy_above_idle_j": node.get("energy_above_idle_j"),
+            "system_gated_mean_w": system["power_w"]["gated_mean"],
+            "system_energy_j": system["energy_j"],
         }
         for wid, _, _ in WINDOWS:
             out[name][f"{wid}_energy_j"] = _window_energy(export, wid)[name]
+            out[name][f"{wid}_system_energy_j"] = _window_system_energy(export, wid)[name]
     return out
+
+
+def _window_system_energy(export: dict[str, Any], wid: str) -> dict[str, float | None]:
+    window = next(w for w in export["windows"] if w["id"] == wid)
+    return {n["node"]: n["system"][0]["energy_j"] for n in window["nodes"]}
 
 
 def _compare(label: str, ref: dict[str, Any], got: dict[str, Any]) -> list[str]:
@@ -233,7 +264,9 @@ def _compare(label: str, ref: dict[str, Any], got: dict[str, Any]) -> list[str]:
     want, have = _figures(ref), _figures(got)
     assert sorted(want) == sorted(have) == sorted(NAMES)
     compared = {"gated_mean_w", "energy_j", "gpu_energy_j", "idle_power_w", "energy_above_idle_j"}
-    compared |= {f"{wid}_energy_j" for wid, a, b in WINDOWS if b - a >= 2 * INTERVAL_S}
+    compared |= {"system_gated_mean_w", "system_energy_j"}
+    long_enough = [wid for wid, a, b in WINDOWS if b - a >= 2 * INTERVAL_S]
+    compared |= {f"{wid}_{part}energy_j" for wid in long_enough for part in ("", "system_")}
     for node in NAMES:
         for key, expected in want[node].items():
             value = have[node][key]

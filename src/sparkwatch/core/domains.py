@@ -9,6 +9,7 @@ end, so its gated mean covers the same time as the GPU's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,16 @@ def gate_util(gpus: Sequence[GpuTrack], t_ns: I64) -> F64:
         util = np.where(near, track.util_ratio[j], np.nan)
         out = np.fmax(out, util)  # fmax ignores NaN unless both are
     return out
+
+
+def gated_track(
+    t_ns: I64, segment: I64, interval_s: F64, power_w: F64, energy_j: F64, *, gpus: Sequence[GpuTrack]
+) -> GpuTrack:
+    """A domain's samples as a track whose utilisation is the node's GPU gate at each sample."""
+    track = GpuTrack.from_arrays(
+        t_ns, segment, interval_s, power_w=power_w, energy_j=energy_j, util_ratio=np.zeros(len(t_ns))
+    )
+    return dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
 
 
 def headline_domain(domains: Sequence[DomainInput]) -> str | None:

@@ -172,11 +172,11 @@ def _lmx(
     peak_sum = export["totals"]["memory_used_bytes_peak_sum"]
     sha = digest(export)
     tsdb = source is not None and source.get("kind") not in (None, "sqlite")
-    notes = (
-        _tsdb_notes(run, version, sha, source or {})
-        if tsdb
-        else _lmx_notes(run, version, sha, _system_note(export))
-    )
+    system = _system_note(export)
+    if tsdb:
+        notes = _tsdb_notes(run, version, sha, source or {}, system)
+    else:
+        notes = _lmx_notes(run, version, sha, system)
     return {
         "gpuPowerWatts": [rounded(p, 1) for f in figures for p in f.gpu_power_w],
         "peakVramGb": lmx_gb(peak_sum) if peak_sum is not None else None,
@@ -275,7 +275,7 @@ def _system_note(export: dict[str, Any]) -> str:
     )
 
 
-def _tsdb_notes(run: RunSpec, version: str, sha: str, source: dict[str, Any]) -> str:
+def _tsdb_notes(run: RunSpec, version: str, sha: str, source: dict[str, Any], system: str = "") -> str:
     """The notes of an export read from a TSDB: what was read, at what resolution, on whose clock."""
     text = (
         f"Measured by sparkwatch {version} (run {run.id}, export sha256 {sha}) from the"
@@ -284,6 +284,7 @@ def _tsdb_notes(run: RunSpec, version: str, sha: str, source: dict[str, Any]) ->
         f" {_gate_source(source)} >= {run.gate_threshold:g} inside the {run.scope} scope of"
         f" {', '.join(sorted(run.phases))} requests; scraped about every {run.interval_s:g} s, on the"
         f" engine's scrape timestamps (no clock probes). Memory: {source.get('memory_series', 'n/a')}."
+        f"{system}"
     )
     return text[:LMX_NOTES_MAX_CHARS]
 

@@ -3,7 +3,6 @@ and handed to the core (the default source; sources/__init__.py says what every 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,17 +14,17 @@ from sparkwatch.coordinator.big_values import let_go
 from sparkwatch.coordinator.boot_reads import BootRead, read_boot
 from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
-from sparkwatch.core.domains import DomainInput, gate_util
+from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
-from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64, GpuTrack, MemTrack
+from sparkwatch.core.tracks import GAP_INTERVALS, I64, GpuTrack, MemTrack
 from sparkwatch.defaults import SCOPES, ScopeKind
 from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
 from sparkwatch.sources import export_from
 from sparkwatch.store import Store, StoreError
-from sparkwatch.store.rows import SensorRows
+from sparkwatch.store.rows import Channel, SensorRows
 
 #: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
 #: (and a few seconds more, for the clock offset and a window that starts before the run).
@@ -101,29 +100,37 @@ def _sensor_domains(reads: Sequence[BootRead], gpus: Sequence[GpuTrack]) -> list
     interval = _joined([r.sensors.interval_s for r in reads], np.float64)
     power = _joined([r.sensors.power_w for r in reads], np.float64)
     energy = _joined([r.sensors.energy_j for r in reads], np.float64)
-    kinds = _joined([r.sensors.kind for r in reads], object)
-    sources = _joined([r.sensors.source for r in reads], object)
-    first_seen: dict[str, int] = {}  # name → its number, in the order first streamed
-    codes = _joined([_channel_numbers(r.sensors, first_seen) for r in reads], np.int64)
+    channels: dict[Channel, int] = {}  # every (name, kind, source) of every read → its number
+    keys = _joined([_channel_numbers(r.sensors, channels) for r in reads], np.int64)
+    by_number = list(channels)
+    first_seen: dict[str, list[int]] = {}  # name → its channels' numbers, names in the order first streamed
+    for channel, number in channels.items():
+        first_seen.setdefault(channel[0], []).append(number)
+    names = np.zeros(len(by_number) or 1, np.int64)
+    for k, numbers in enumerate(first_seen.values()):
+        names[numbers] = k
+    codes = names[keys]
     domains = []
-    for name, code in first_seen.items():
-        mine = codes == code
-        last = int(np.flatnonzero(mine)[-1])  # its kind and source as last streamed
-        track = _gated(t[mine], seg[mine], interval[mine], power[mine], energy[mine], gpus=gpus)
-        domains.append(DomainInput(str(name), str(kinds[last]), str(sources[last]), track))
+    for k, name in enumerate(first_seen):
+        mine = codes == k
+        _, kind, source = by_number[int(keys[np.flatnonzero(mine)[-1]])]  # as last streamed
+        track = gated_track(t[mine], seg[mine], interval[mine], power[mine], energy[mine], gpus=gpus)
+        domains.append(DomainInput(name, kind, source, track))
     return domains
 
 
-def _channel_numbers(rows: SensorRows, first_seen: dict[str, int]) -> I64:
-    """Each row's channel name as a number from ``first_seen`` (extended in the order names first appear):
-    from the read's own channel codes, a few distinct among many rows, so no string is compared per row."""
+def _channel_numbers(rows: SensorRows, numbers: dict[Channel, int]) -> I64:
+    """Each row's channel as a number from ``numbers`` (extended in the order channels first appear): from
+    the read's own channel codes, a few distinct among many rows, so nothing is compared per row."""
     codes = np.flatnonzero(np.bincount(rows.channel)) if len(rows.channel) else np.empty(0, np.int64)
     first = [int(np.argmax(rows.channel == code)) for code in codes.tolist()]  # where each first appears
     remap = np.zeros(int(codes.max()) + 1 if len(codes) else 1, np.int64)
-    for code, at in sorted(zip(codes.tolist(), first, strict=True), key=lambda pair: pair[1]):
-        remap[code] = first_seen.setdefault(str(rows.sensor[at]), len(first_seen))
-    numbers: I64 = remap[rows.channel]
-    return numbers
+    for code, _at in sorted(zip(codes.tolist(), first, strict=True), key=lambda pair: pair[1]):
+        channel = rows.channels[code]
+        assert channel is not None  # a code some row has
+        remap[code] = numbers.setdefault(channel, len(numbers))
+    out: I64 = remap[rows.channel]
+    return out
 
 
 def _in_first_order(values: np.ndarray) -> list[Any]:
@@ -143,16 +150,6 @@ def _by_first_index(uuids: np.ndarray, index: I64, t_ns: I64) -> list[str]:
         return []
     order = np.lexsort((t_ns, index))
     return [str(u) for u in _in_first_order(uuids[order])]
-
-
-def _gated(
-    t_ns: I64, segment: I64, interval_s: F64, power_w: F64, energy_j: F64, *, gpus: Sequence[GpuTrack]
-) -> GpuTrack:
-    """A domain's samples as a track whose utilisation is the node's GPU gate at each sample."""
-    track = GpuTrack.from_arrays(
-        t_ns, segment, interval_s, power_w=power_w, energy_j=energy_j, util_ratio=np.zeros(len(t_ns))
-    )
-    return dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
 
 
 def _signal_tracks(reads: Sequence[BootRead], hello: dict[str, Any] | None) -> list[SignalTrack]:
@@ -197,12 +194,14 @@ def _meter_domains(
         # and a BMC's EnergykWh is too coarse for ΔE/Δt over one poll; its power is the trapezoid
         unused = np.full(count, np.nan)
         zeros = np.zeros(count, dtype=np.int64)
-        track = _gated(rows.t_ns[mine], zeros, rows.interval_s[mine], rows.power_w[mine], unused, gpus=gpus)
+        power = rows.power_w[mine]
+        track = gated_track(rows.t_ns[mine], zeros, rows.interval_s[mine], power, unused, gpus=gpus)
         domains.append(DomainInput(name, "system", source, track, tuple(errors.pop(name, ()))))
     # a meter that never answered in the span: a domain with no samples and its errors
     nothing = np.empty(0)
     for name, found in errors.items():
-        empty = _gated(np.empty(0, np.int64), np.empty(0, np.int64), nothing, nothing, nothing, gpus=gpus)
+        none = np.empty(0, np.int64)
+        empty = gated_track(none, none, nothing, nothing, nothing, gpus=gpus)
         domains.append(DomainInput(name, "system", "meter", empty, tuple(found)))
     return domains
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import operator
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from sparkwatch.store import codec
-from sparkwatch.store.rows import GpuRows, MemRows, SensorRows, SignalRows, Text
+from sparkwatch.store.rows import Channel, GpuRows, MemRows, SensorRows, SignalRows, Text
 from sparkwatch.wire import GpuValues, SampleFrame, SensorValues
 
 #: Clock event reason bits kept (a bitmask beyond 63 bits does not fit SQLite's or numpy's integers).
@@ -130,20 +130,17 @@ class SampleBlock:
     def sensor_rows(self) -> SensorRows:
         c = self.columns
         codes = c["sensor_channel_str"]
-        parts: list[list[str | None]] = [[None] * len(self.strings) for _ in range(3)]
+        channels: list[Channel | None] = [None] * len(self.strings)
         used = np.flatnonzero(np.bincount(codes)) if len(codes) else codes  # codes index a small table
         for i in used.tolist():  # a channel's name, kind and source, as a JSON array
-            for part, value in zip(parts, orjson.loads(self.strings[i]), strict=True):
-                part[i] = value
-        name, kind, source = (_table(part)[codes] for part in parts)
+            name, kind, source = orjson.loads(self.strings[i])
+            channels[i] = (name, kind, source)
         return SensorRows(
             *self.times("sensor"),
-            sensor=name,
-            kind=kind,
-            source=source,
             power_w=c["sensor_power_w"],
             energy_j=c["sensor_energy_j"],
             channel=codes,
+            channels=tuple(channels),
         )
 
     def signal_rows(self) -> SignalRows:
@@ -175,19 +172,67 @@ def _row_index(counts: np.ndarray, index: np.ndarray) -> np.ndarray:
     return rows
 
 
-def concat(blocks: Sequence[SampleBlock]) -> SampleBlock:
-    """The blocks' samples one after another, over one string table."""
-    if len(blocks) == 1:
-        return blocks[0]
-    strings: dict[str, int] = {}
-    parts: dict[str, list[np.ndarray]] = {}
+def concat(blocks: Iterable[SampleBlock], samples: int | None = None) -> SampleBlock:
+    """The blocks' samples one after another, over one string table. With ``samples`` (how many there are
+    in all), each block is copied into columns of that size as it comes and can be let go: a reader holds
+    one decoded block beside the result, not every block and then their concatenation."""
+    gathered = _Gathered(samples)
     for block in blocks:
-        remap = np.array([strings.setdefault(s, len(strings)) for s in block.strings] or [0], np.int64)
+        gathered.add(block)
+    return gathered.block()
+
+
+class _Gathered:
+    """Columns filled block by block. Sample columns are sized by the count given; a group's by its rows per
+    sample in the first block, grown (doubling) when a later block has more."""
+
+    def __init__(self, samples: int | None) -> None:
+        self._samples = samples
+        self._first: SampleBlock | None = None
+        self._columns: dict[str, np.ndarray] = {}
+        self._filled: dict[str, int] = {}
+        self._strings: dict[str, int] = {}
+
+    def add(self, block: SampleBlock) -> None:
+        if self._first is None and not self._columns:
+            self._first = block  # one block alone is returned as it is, never copied
+            return
+        if self._first is not None:
+            first, self._first = self._first, None
+            self._start(first)
+            self._append(first)
+        self._append(block)
+
+    def _start(self, first: SampleBlock) -> None:
+        samples = max(self._samples or 0, len(first))
+        for name, column in first.columns.items():
+            group = next((g for g, names in GROUPS.items() if name in names), None)
+            per_sample = len(column) / max(len(first), 1) if group is not None else 1.0
+            self._columns[name] = np.empty(int(np.ceil(samples * per_sample)), column.dtype)
+            self._filled[name] = 0
+
+    def _append(self, block: SampleBlock) -> None:
+        remap = np.array([self._strings.setdefault(s, len(self._strings)) for s in block.strings] or [0])
         for name, column in block.columns.items():
-            parts.setdefault(name, []).append(remap[column] if name.endswith("_str") else column)
-    if not blocks:
-        return empty()
-    return SampleBlock({n: np.concatenate(p) for n, p in parts.items()}, list(strings))
+            at, out = self._filled[name], self._columns[name]
+            if at + len(column) > len(out):
+                out = self._columns[name] = _grown(out, at, at + len(column))
+            out[at : at + len(column)] = remap[column] if name.endswith("_str") else column
+            self._filled[name] = at + len(column)
+
+    def block(self) -> SampleBlock:
+        if self._first is not None:
+            return self._first
+        if not self._columns:
+            return empty()
+        columns = {name: column[: self._filled[name]] for name, column in self._columns.items()}
+        return SampleBlock(columns, list(self._strings))
+
+
+def _grown(column: np.ndarray, filled: int, needed: int) -> np.ndarray:
+    out = np.empty(max(needed, 2 * len(column)), column.dtype)
+    out[:filled] = column[:filled]
+    return out
 
 
 def empty() -> SampleBlock:

@@ -167,14 +167,13 @@ class SampleBlocks:
         clock, every sample in it; by a wall clock that stepped, a block lying wholly outside is left out)."""
         first, last = CLOCKS[clock]
         bounds = (_int64(t_from), _int64(t_to))  # a clock fit far out of range must not overflow SQLite
-        rows = self._db.execute(
-            f"SELECT data FROM sample_blocks WHERE node = ? AND boot_id = ? AND {last} >= ? AND {first} <= ?"
-            " ORDER BY seq_first",
-            (node, boot, *bounds),
-        ).fetchall()
-        if not rows:
+        where = f"FROM sample_blocks WHERE node = ? AND boot_id = ? AND {last} >= ? AND {first} <= ?"
+        (samples,) = self._db.execute(f"SELECT SUM(count) {where}", (node, boot, *bounds)).fetchone()
+        if not samples:
             return empty()
-        block = in_seq_order(concat([decode_blob(data) for (data,) in rows]))
+        # one blob at a time, each decoded straight into the whole span's columns
+        rows = self._db.execute(f"SELECT data {where} ORDER BY seq_first", (node, boot, *bounds))
+        block = in_seq_order(concat((decode_blob(data) for (data,) in rows), int(samples)))
         t = block.columns[clock]
         inside = np.flatnonzero((t >= bounds[0]) & (t <= bounds[1]))
         return block.between(int(inside[0]), int(inside[-1]) + 1) if len(inside) else empty()

@@ -179,19 +179,20 @@ class SnapshotCollector(Collector):
     def _sensor_metrics(snap: Snapshot) -> Iterator[Metric]:
         power = GaugeMetricFamily(
             "sparkwatch_sensor_power_watts",
-            "hwmon power channel; kind says what it measures (system, module, gpu, cpu, other).",
-            labels=["node", "sensor", "kind"],
+            "hwmon power channel; kind says what it measures (system, module, gpu, cpu, other), source where"
+            " it was read (hwmon:<chip>).",
+            labels=["node", "sensor", "kind", "source"],
         )
         energy = CounterMetricFamily(
             "sparkwatch_sensor_energy_joules",
             "hwmon energy accumulated since agent start, wrap-around handled.",
-            labels=["node", "sensor", "kind"],
+            labels=["node", "sensor", "kind", "source"],
         )
         for s in snap.sample.sensors if snap.sample is not None else ():
             if s.power_w is not None:
-                power.add_metric([snap.node, s.sensor, s.kind], s.power_w)
+                power.add_metric([snap.node, s.sensor, s.kind, s.source], s.power_w)
             if s.energy_j is not None:
-                energy.add_metric([snap.node, s.sensor, s.kind], s.energy_j)
+                energy.add_metric([snap.node, s.sensor, s.kind, s.source], s.energy_j)
         yield power
         yield energy
         status = GaugeMetricFamily(

@@ -185,11 +185,14 @@ def _gpu_series(
 
 def _sensor_series(data: Mapping[str, Any], node: str, out: list[tuple[Key, float]]) -> None:
     for s in data.get("sensors") or ():
-        labels = (("kind", _text(s.get("kind"))), ("node", node), ("sensor", _text(s.get("sensor"))))
+        channel: Key = (
+            *(("kind", _text(s.get("kind"))), ("node", node)),
+            *(("sensor", _text(s.get("sensor"))), ("source", _text(s.get("source")))),
+        )
         for name, field in ((SENSOR_POWER, "power_w"), (SENSOR_ENERGY, "energy_j")):
             value = _number(s.get(field))
             if value is not None:
-                out.append((((NAME, name), *labels), value))
+                out.append((((NAME, name), *channel), value))
     for x in data.get("status") or ():
         value = _number(x.get("value"))
         if value is not None:

@@ -32,6 +32,11 @@ class Family:
     info: Series | None  # a constant-1 identity series whose labels name the GPU
     name_label: str  # the label of ``info`` (or of the GPU series) with the GPU's model name
     read_in: str  # where these names were checked
+    #: Power channels beside the GPU (the agent's hwmon domains: sys_total, dc_input, …), W and J; a
+    #: channel's name, kind and source are read from these labels (a missing label reads as "").
+    sensor_power: Series | None = None
+    sensor_energy: Series | None = None
+    sensor_labels: tuple[str, str, str] = ("sensor", "kind", "source")
 
     def gpu_memory_name(self) -> str:
         """How a node's memory reads when it is its GPUs' device memory summed."""
@@ -39,7 +44,8 @@ class Family:
 
 
 #: sparkwatch's own agent (agent/src/sparkwatch_agent/serving/metrics.py: GPU_LABELS node, gpu, uuid; the
-#: energy family is a CounterMetricFamily, so prometheus_client exposes it with ``_total``).
+#: energy families are CounterMetricFamily, so prometheus_client exposes them with ``_total``; its power
+#: channels are labelled node, sensor, kind, source).
 SPARKWATCH = Family(
     name="sparkwatch",
     gpu_label="uuid",
@@ -51,6 +57,8 @@ SPARKWATCH = Family(
     info=Series("sparkwatch_gpu_info"),
     name_label="name",
     read_in="agent/src/sparkwatch_agent/serving/metrics.py",
+    sensor_power=Series("sparkwatch_sensor_power_watts"),
+    sensor_energy=Series("sparkwatch_sensor_energy_joules_total"),
 )
 
 #: NVIDIA dcgm-exporter (etc/default-counters.csv: POWER_USAGE gauge "Power draw (in W)",

@@ -18,6 +18,7 @@ import numpy as np
 
 from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.clock import NodeClock
+from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.export_nodes import seen_interval_s
 from sparkwatch.core.run_spec import NodeInput
@@ -122,6 +123,7 @@ class TsdbSource:
             clock=NodeClock(summary=None, method="tsdb", rate_ppm=None),
             memory_model=model,
             hardware={"gpus": [{"uuid": key, "name": name} for key, name in names.items()]},
+            domains=self._domains(node, t_from_ns, t_to_ns, tracks),
         )
 
     def engine_input(self, t_from_ns: int, t_to_ns: int) -> EngineSamples | None:
@@ -161,6 +163,33 @@ class TsdbSource:
                 GpuSeries(key, t, _at(t, power.get(key)), _at(t, energy.get(key)), _at(t, util.get(key)))
             )
         return out
+
+    def _domains(
+        self, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
+    ) -> list[DomainInput]:
+        """The node's power channels beside its GPUs (the agent's hwmon domains), one domain per channel name
+        in the order they were first scraped, its kind and source from its latest series' labels; gated by
+        the node's GPU utilisation at each scrape, as the store's are."""
+        f = self._family
+        name_label, kind_label, source_label = f.sensor_labels
+        parts: dict[str, list[tuple[str, RawSeries]]] = {}
+        for part, s in (("power", f.sensor_power), ("energy", f.sensor_energy)):
+            for r in self._mine(s, node, t_from_ns, t_to_ns):
+                if len(r.t_ns):
+                    parts.setdefault(r.labels.get(name_label, ""), []).append((part, r))
+        domains = []
+        first_scraped = {name: min(int(r.t_ns[0]) for _, r in found) for name, found in parts.items()}
+        for name, found in sorted(parts.items(), key=lambda kv: (first_scraped[kv[0]], kv[0])):
+            t = np.unique(np.concatenate([r.t_ns for _, r in found]))
+            values = {"power": np.full(len(t), np.nan), "energy": np.full(len(t), np.nan)}
+            for part, r in found:  # a channel whose kind or source changed has several series: one track
+                values[part] = np.where(np.isnan(values[part]), _at(t, r), values[part])
+            latest = max(found, key=lambda pr: int(pr[1].t_ns[-1]))[1].labels
+            zeros = np.zeros(len(t), dtype=np.int64)
+            track = gated_track(t, zeros, _interval(t), values["power"], values["energy"], gpus=gpus)
+            kind, source = latest.get(kind_label, ""), latest.get(source_label, "")
+            domains.append(DomainInput(name, kind, source, track))
+        return domains
 
     def _info(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, dict[str, str]]:
         """Each GPU's identity labels (from the info series, else from the power series)."""
