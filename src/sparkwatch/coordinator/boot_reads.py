@@ -28,8 +28,7 @@ class BootRead:
     gpu_t_ns: I64  # coordinator time of each GPU row
     memory: MemRows
     memory_t_ns: I64  # coordinator time of each sample
-    sensors: SensorRows
-    sensor_t_ns: I64  # coordinator time of each sensor row
+    sensors: SensorRows  # a row's time is its sample's
     signals: SignalRows
     signal_t_ns: I64  # coordinator time of each signal row
     fit: MonoFit | None  # None: placed by the wall offsets
@@ -47,9 +46,9 @@ def read_boot(samples: BootSamples, rounds: Sequence[OffsetRound], t_from_ns: in
     gpu = block.gpu_rows()
     memory = block.mem_rows()
     sensors = block.sensor_rows()
-    signals = block.signal_rows()
+    signals = block.signal_rows(gpu)
 
-    def place(rows: GpuRows | MemRows | SensorRows | SignalRows) -> I64:
+    def place(rows: GpuRows | MemRows) -> I64:
         if len(rows.t_mono_ns) == 0:
             return rows.t_mono_ns
         if fit is not None:
@@ -57,14 +56,13 @@ def read_boot(samples: BootSamples, rounds: Sequence[OffsetRound], t_from_ns: in
         return to_coordinator_ns(rows.t_wall_ns, rounds)
 
     memory_t = place(memory)
-    gpu_t = place(gpu)
+    gpu_t = memory_t if gpu.t_mono_ns is memory.t_mono_ns else place(gpu)  # one GPU: the sample times
     return BootRead(
         gpu=gpu,
         gpu_t_ns=gpu_t,
         memory=memory,
         memory_t_ns=memory_t,
         sensors=sensors,
-        sensor_t_ns=place(sensors),
         signals=signals,
         signal_t_ns=gpu_t,  # a GPU's clock signals are columns of its GPU rows: the same times
         fit=fit,

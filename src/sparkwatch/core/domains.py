@@ -111,12 +111,15 @@ def domain_figures(
     ``baseline_before_ns`` (core.baseline) and its energy above that idle."""
     if not domains:
         return DomainFigures(None, [[] for _ in range(len(starts))], None, None)
-    integrals = [Integrals.build(d.track, threshold, MAX_PLAUSIBLE_NODE_W) for d in domains]
-    stats = [scope_stats(i, scope) for i in integrals]
-    idle_and_why = [idle_power_w(i, baseline_before_ns) for i in integrals]
+    stats, idle_and_why, per_window = [], [], []
+    for d in domains:  # one domain's integrals at a time: each is a few arrays the length of its samples
+        integrals = Integrals.build(d.track, threshold, MAX_PLAUSIBLE_NODE_W)
+        stats.append(scope_stats(integrals, scope))
+        idle_and_why.append(idle_power_w(integrals, baseline_before_ns))
+        per_window.append(window_stats(integrals, starts, ends))
+        del integrals
     idle = [w for w, _ in idle_and_why]
     above = [above_idle_j(s.energy_j, w, s.covered_s) for s, w in zip(stats, idle, strict=True)]
-    per_window = [window_stats(i, starts, ends) for i in integrals]
     headline = headline_domain(domains)
     names = [d.domain for d in domains]
     energy = dict(zip(names, [s.energy_j for s in stats], strict=True))

@@ -43,8 +43,9 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
     ]
     latest = store.latest_boot(node)
     hello = store.hello(node, latest[0]) if latest else None
+    segments = _Segments()
     gpu_t = _joined([r.gpu_t_ns for r in reads], np.int64)
-    gpu_seg = _joined([np.full(len(r.gpu_t_ns), k) for k, r in enumerate(reads)], np.int64)
+    gpu_seg = segments.of([len(r.gpu_t_ns) for r in reads])
     gpu_interval = _joined([r.gpu.interval_s for r in reads], np.float64)
     gpu_index = _joined([r.gpu.gpu_index for r in reads], np.int64)
     gpu_uuid = _joined([r.gpu.uuid for r in reads], object)
@@ -58,20 +59,20 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
     uuids = list(dict.fromkeys([*announced_gpus(hello), *_by_first_index(gpu_uuid, gpu_index, gpu_t)]))
     tracks = []
     for uuid in uuids:
-        mine = gpu_uuid == uuid
+        mine = np.flatnonzero(gpu_uuid == uuid)
         tracks.append(
             GpuTrack.from_arrays(
-                gpu_t[mine],
-                gpu_seg[mine],
-                gpu_interval[mine],
-                power_w=power[mine],
-                energy_j=energy[mine],
-                util_ratio=util[mine],
+                _pick(gpu_t, mine),
+                _pick(gpu_seg, mine),
+                _pick(gpu_interval, mine),
+                power_w=_pick(power, mine),
+                energy_j=_pick(energy, mine),
+                util_ratio=_pick(util, mine),
             )
         )
     memory = MemTrack.from_arrays(
         _joined([r.memory_t_ns for r in reads], np.int64),
-        _joined([np.full(len(r.memory_t_ns), k) for k, r in enumerate(reads)], np.int64),
+        segments.of([len(r.memory_t_ns) for r in reads]),
         _joined([r.memory.interval_s for r in reads], np.float64),
         _joined([r.memory.used_bytes for r in reads], np.float64),
     )
@@ -79,7 +80,7 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         node=node,
         gpus=tracks,
         domains=[
-            *_sensor_domains(reads, tracks),
+            *_sensor_domains(reads, tracks, segments),
             *_meter_domains(store, node, t_from_ns - LEAD_NS, t_to_ns, tracks),
         ],
         signals=_signal_tracks(reads, hello),
@@ -92,29 +93,38 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
     )
 
 
-def _sensor_domains(reads: Sequence[BootRead], gpus: Sequence[GpuTrack]) -> list[DomainInput]:
+def _sensor_domains(
+    reads: Sequence[BootRead], gpus: Sequence[GpuTrack], segments: _Segments
+) -> list[DomainInput]:
     """One domain per channel name the node's agent streamed, in the order it first streamed them, gated by
-    the node's GPU utilisation at each sample."""
-    t = _joined([r.sensor_t_ns for r in reads], np.int64)
-    seg = _joined([np.full(len(r.sensor_t_ns), k) for k, r in enumerate(reads)], np.int64)
-    interval = _joined([r.sensors.interval_s for r in reads], np.float64)
-    power = _joined([r.sensors.power_w for r in reads], np.float64)
-    energy = _joined([r.sensors.energy_j for r in reads], np.float64)
+    the node's GPU utilisation at each sample. A channel's rows are picked out read by read and take their
+    samples' times: no time column per row of every channel is made."""
     channels: dict[Channel, int] = {}  # every (name, kind, source) of every read → its number
-    keys = _joined([_channel_numbers(r.sensors, channels) for r in reads], np.int64)
+    numbers = [_channel_numbers(r.sensors, channels) for r in reads]
     by_number = list(channels)
     first_seen: dict[str, list[int]] = {}  # name → its channels' numbers, names in the order first streamed
     for channel, number in channels.items():
         first_seen.setdefault(channel[0], []).append(number)
     names = np.zeros(len(by_number) or 1, np.int64)
-    for k, numbers in enumerate(first_seen.values()):
-        names[numbers] = k
-    codes = names[keys]
+    for k, found in enumerate(first_seen.values()):
+        names[found] = k
     domains = []
     for k, name in enumerate(first_seen):
-        mine = codes == k
-        _, kind, source = by_number[int(keys[np.flatnonzero(mine)[-1]])]  # as last streamed
-        track = gated_track(t[mine], seg[mine], interval[mine], power[mine], energy[mine], gpus=gpus)
+        rows = [np.flatnonzero(names[n] == k) for n in numbers]
+        samples = [r.sensors.sample[mine] for r, mine in zip(reads, rows, strict=True)]
+        t = _joined([_pick(r.memory_t_ns, s) for r, s in zip(reads, samples, strict=True)], np.int64)
+        seg = segments.of([len(s) for s in samples])
+        interval = _joined(
+            [_pick(r.memory.interval_s, s) for r, s in zip(reads, samples, strict=True)], np.float64
+        )
+        picked = list(zip(reads, rows, strict=True))
+        power, energy = (
+            _joined([_pick(getattr(r.sensors, c), mine) for r, mine in picked], np.float64)
+            for c in ("power_w", "energy_j")
+        )
+        last = max(b for b, mine in enumerate(rows) if len(mine))  # its kind and source as last streamed
+        _, kind, source = by_number[int(numbers[last][rows[last][-1]])]
+        track = gated_track(t, seg, interval, power, energy, gpus=gpus)
         domains.append(DomainInput(name, kind, source, track))
     return domains
 
@@ -229,6 +239,31 @@ def engine_input(store: Store, t_from_ns: int, t_to_ns: int) -> EngineSamples | 
     if not errors and not any(t_from_ns <= r.t_ns <= t_to_ns for r in rows):
         return None
     return EngineSamples.from_rows(rows, errors, (t_from_ns, t_to_ns))
+
+
+def _pick(column: np.ndarray, index: I64) -> np.ndarray:
+    """``column[index]``; a view when ``index`` steps evenly (a channel's rows among every sample's, the one
+    GPU's rows, a channel in every sample): a node's tracks then share its sample columns, not copies."""
+    if len(index) < 2:
+        return column[index]
+    step = int(index[1] - index[0])
+    if step < 1 or int(index[-1] - index[0]) != step * (len(index) - 1) or np.any(np.diff(index) != step):
+        return column[index]
+    return column[int(index[0]) : int(index[-1]) + 1 : step]
+
+
+class _Segments:
+    """Each sample's boot number (0 for the first read, 1 for the next…) for tracks of the given per-read
+    lengths, made once per node and lengths: a node's tracks over the same samples share one column."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[int, ...], I64] = {}
+
+    def of(self, lengths: Sequence[int]) -> I64:
+        key = tuple(lengths)
+        if key not in self._made:
+            self._made[key] = np.repeat(np.arange(len(key), dtype=np.int64), key)
+        return self._made[key]
 
 
 def _joined(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:

@@ -48,9 +48,7 @@ Channel = tuple[str, str, str]
 class SensorRows:
     """Every power channel's readings in a boot's samples: one row per (sample, channel), in seq order."""
 
-    t_wall_ns: I64
-    t_mono_ns: I64
-    interval_s: F64
+    sample: I64  # each row's sample (a position among the read's samples: its times are the sample's)
     power_w: F64  # NaN: unknown
     energy_j: F64
     channel: I64  # each row's channel, as an index into ``channels``

@@ -100,10 +100,19 @@ class SampleBlock:
         return SampleBlock(out, self.strings)
 
     def times(self, group: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Wall time, monotonic time and interval of each row of ``group``."""
+        """Wall time, monotonic time and interval of each row of ``group``: with one row per sample (a
+        one-GPU node's GPU rows), the sample columns themselves, not copies."""
         counts = self.columns[f"{group}_n"]
         c = self.columns
-        return tuple(np.repeat(c[n], counts) for n in ("t_wall_ns", "t_mono_ns", "interval_s"))  # type: ignore[return-value]
+        names = ("t_wall_ns", "t_mono_ns", "interval_s")
+        if len(counts) and int(counts.min()) == 1 == int(counts.max()):
+            return c["t_wall_ns"], c["t_mono_ns"], c["interval_s"]
+        return tuple(np.repeat(c[n], counts) for n in names)  # type: ignore[return-value]
+
+    def sample_of_rows(self, group: str) -> np.ndarray:
+        """Each row of ``group``'s sample, as a position in the block."""
+        counts = self.columns[f"{group}_n"]
+        return np.repeat(np.arange(len(counts)), counts)
 
     def text(self, name: str) -> Text:
         """A string column's values (its codes looked up in the block's table)."""
@@ -136,20 +145,21 @@ class SampleBlock:
             name, kind, source = orjson.loads(self.strings[i])
             channels[i] = (name, kind, source)
         return SensorRows(
-            *self.times("sensor"),
+            sample=self.sample_of_rows("sensor"),
             power_w=c["sensor_power_w"],
             energy_j=c["sensor_energy_j"],
             channel=codes,
             channels=tuple(channels),
         )
 
-    def signal_rows(self) -> SignalRows:
+    def signal_rows(self, gpu: GpuRows | None = None) -> SignalRows:
+        """Columns of the GPU rows: with ``gpu`` (this block's :meth:`gpu_rows`), its times and UUIDs."""
         c = self.columns
-        wall, mono, _ = self.times("gpu")
+        gpu = gpu if gpu is not None else self.gpu_rows()
         return SignalRows(
-            wall,
-            mono,
-            uuid=self.text("gpu_uuid_str"),
+            gpu.t_wall_ns,
+            gpu.t_mono_ns,
+            uuid=gpu.uuid,
             sm_clock_hz=c["gpu_sm_clock_hz"],
             temperature_c=c["gpu_temperature_c"],
             reasons=c["gpu_reasons"],
