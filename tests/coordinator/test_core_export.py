@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparkwatch.core.clock import ClockOffset, NodeClock
 from sparkwatch.core.domains import DomainInput
 from sparkwatch.core.export import SCHEMA, build_export, digest
+from sparkwatch.core.export_nodes import median_of
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GpuPoint, GpuTrack, MemPoint, MemTrack
 from sparkwatch.core.windows import Window
@@ -217,3 +221,16 @@ def test_system_domains_reach_the_totals_and_the_lmx_notes_but_never_gpu_power()
     notes = export["lmx"]["notes"]
     assert "spark-1 91.0 W (sys_total, hwmon:spbm); spark-2 n/a (no sensor)" in notes
     assert "not in gpuPowerWatts" in notes and digest(export) in notes
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(-3, 3), min_size=1, max_size=40),
+    st.integers(0, 60),
+    st.integers(1, 5),
+)
+def test_the_median_with_a_majority_shortcut_is_numpys(spread: list[int], repeats: int, value: int) -> None:
+    """A value most spacings share (whole-ms scrape stamps), or none: the same float as ``np.median``."""
+    values = np.array([*spread, *[value] * repeats], dtype=np.int64)
+    np.random.default_rng(len(spread)).shuffle(values)
+    assert median_of(values) == float(np.median(values))

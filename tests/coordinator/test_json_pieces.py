@@ -40,6 +40,10 @@ def test_long_lists_are_cut_and_numpy_scalars_and_int_keys_are_written() -> None
 
 #: Values where orjson and json write differently: tiny and huge floats, DEL, non-ASCII, big integers.
 AWKWARD = st.sampled_from([1e-5, 5.28e-05, 1e-7, 1e16, 1.5e300, -2e-9, "a\x7fb", "é", "\u2028", 2**70, "9e9"])
+#: Strings that hold such numbers, after the characters a number follows, and quotes and backslashes before
+#: them; tiny numbers with one- and two-digit exponents, and the smallest denormal.
+AWKWARD |= st.sampled_from([",1e-5,", ":0.00001]", '\\",1e-7}', '\\\\",[2e-9]', "[1e-9,", "1e-9"])
+AWKWARD |= st.sampled_from([1e-9, -3.5e-6, 1e-10, 5e-324, 1e-300, 0.0001, 1.2e-4])
 
 
 @settings(max_examples=400, deadline=None)
@@ -53,6 +57,12 @@ AWKWARD = st.sampled_from([1e-5, 5.28e-05, 1e-7, 1e16, 1.5e300, -2e-9, "a\x7fb",
 def test_the_digest_form_is_what_json_dumps_writes(value: Any) -> None:
     """orjson makes the digest's bytes only where they are json's: the digest of an export never moves."""
     assert canonical(value) == json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_the_digest_form_of_numbers_orjson_writes_otherwise_is_jsons_inside_a_string_untouched() -> None:
+    value = {"s": '",1e-9,"', "t": "x\\", "v": [1e-9, 0.00001, 2.5e-7], ",1e-9,": 1e-9}
+    assert canonical(value) == json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    assert b'",1e-9,"' in canonical(value)  # the key's and the string's text are as they were
 
 
 def test_the_digest_form_of_non_string_keys_is_jsons() -> None:

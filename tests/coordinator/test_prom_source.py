@@ -4,12 +4,14 @@ time flags, the answers of the two raw-sample endpoints, URLs and credentials; a
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import math
 import pathlib
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ import pytest
 from sparkwatch.cli_parser_runs import METRIC_FAMILIES
 from sparkwatch.cli_types import epoch_ns
 from sparkwatch.sources import SourceError
-from sparkwatch.sources.prometheus.client import Auth, check_url, public_url
+from sparkwatch.sources.prometheus.client import Auth, Client, check_url, public_url
 from sparkwatch.sources.prometheus.mappings import DCGM, FAMILIES, SPARKWATCH
 from sparkwatch.sources.prometheus.raw import export_piece, matrix_pieces, merged
 from sparkwatch_agent.serving import metrics as agent_metrics
@@ -57,6 +59,9 @@ def test_the_sparkwatch_table_names_series_the_agent_exposes() -> None:
     assert SPARKWATCH.energy is not None
     assert SPARKWATCH.energy.metric.removesuffix("_total") in counters
     assert SPARKWATCH.gpu_label in agent_metrics.GPU_LABELS
+    assert SPARKWATCH.sensor_power is not None and SPARKWATCH.sensor_energy is not None
+    assert SPARKWATCH.sensor_power.metric in exposed
+    assert SPARKWATCH.sensor_energy.metric.removesuffix("_total") in exposed
 
 
 def test_the_dcgm_table_matches_the_recorded_exporter_text() -> None:
@@ -114,6 +119,58 @@ def test_export_lines_split_and_out_of_order_merge_into_one_series_by_label_set(
         export_piece({**line, "values": line["values"][1:]})
     with pytest.raises(SourceError, match="labels"):
         export_piece({**line, "metric": {"a": 1}})
+
+
+@pytest.mark.parametrize(
+    ("values", "stamps", "expected"),
+    [
+        ([1, 2.5, 3], [1, 2, 3], ([1, 2, 3], [1.0, 2.5, 3.0])),  # numbers: numpy takes them at once
+        (["1.5", 2], [1, 2], ([1, 2], [1.5, 2.0])),  # a number as text: item by item, as float() reads it
+        ([True, 2.0], [1.9, 2], ([1, 2], [1.0, 2.0])),  # a bool is 1; a float stamp is cut to whole ms
+    ],
+)
+def test_an_export_line_is_read_as_float_and_int_read_each_item(
+    values: list[object], stamps: list[object], expected: tuple[list[int], list[float]]
+) -> None:
+    line = {"metric": {"__name__": "m"}, "values": values, "timestamps": stamps}
+    _, t_ms, got = export_piece(line)
+    assert (np.asarray(t_ms).tolist(), np.asarray(got).tolist()) == expected
+    for bad in ([None, 1], [{"v": 1}, 1], ["one", 1]):
+        with pytest.raises(SourceError, match="not a number"):
+            export_piece({**line, "values": bad, "timestamps": [1, 2]})
+    for stamps_bad in ([None, 2], [2**63, 2], [2**64 + 1, 2]):  # beyond int64: refused, never wrapped
+        with pytest.raises(SourceError, match="not a number"):
+            export_piece({**line, "values": [1, 2], "timestamps": stamps_bad})
+
+
+def test_export_lines_with_bare_nan_or_infinity_are_read(tmp_path: pathlib.Path) -> None:
+    """JSON lines as an engine may write them: most plain JSON (the fast parser), some with NaN or
+    ±Infinity as bare words (the lenient one); a line that is neither is one error naming its number."""
+    body = b'{"a": [1, 2]}\n\n{"b": [NaN, Infinity, -Infinity]}\n{"c": 1}\n'
+
+    class Lines(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            payload = body if "good" in self.path else body + b"{not json\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Lines)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = Client(f"http://127.0.0.1:{server.server_address[1]}")
+        a, b, c = client.get_lines("/good", {})
+        assert a == {"a": [1, 2]} and c == {"c": 1}
+        assert math.isnan(b["b"][0]) and b["b"][1:] == [math.inf, -math.inf]
+        with pytest.raises(SourceError, match="line 5 is not JSON"):
+            list(client.get_lines("/bad", {}))
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_urls_are_checked_and_never_carry_credentials_out() -> None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from sparkwatch.meters.credentials import SecretFileError, first_line
 from sparkwatch.sources import SourceError
 
@@ -112,9 +114,13 @@ class Client:
                 if not line.strip():
                     continue
                 try:
-                    yield json.loads(line, parse_constant=_constant)
-                except ValueError as exc:
-                    raise SourceError(f"{self.url}{path} line {number} is not JSON ({exc})") from None
+                    parsed = orjson.loads(line)
+                except orjson.JSONDecodeError:  # NaN or ±Inf as bare words (orjson takes neither), or bad
+                    try:
+                        parsed = json.loads(line, parse_constant=_constant)
+                    except ValueError as exc:
+                        raise SourceError(f"{self.url}{path} line {number} is not JSON ({exc})") from None
+                yield parsed
 
 
 def _constant(name: str) -> float:

@@ -29,6 +29,8 @@ ENGINES: tuple[Engine, ...] = ("prometheus", "victoriametrics")
 #: One range-selector query covers at most this much time (at 1 s scrapes, 1 800 samples per series).
 CHUNK_MS = 1_800_000
 NS_PER_MS = 1_000_000
+#: A series' samples as an answer gives them: labels, ms stamps, values.
+Piece = tuple[dict[str, str], "list[int] | np.ndarray", "list[float] | np.ndarray"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,7 @@ class QueryReader:
         self._chunk_ms = chunk_ms
 
     def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
-        pieces: list[tuple[dict[str, str], list[int], list[float]]] = []
+        pieces: list[Piece] = []
         start_ms, end_ms = t_from_ns // NS_PER_MS - 1, -(-t_to_ns // NS_PER_MS)
         at = start_ms
         while at < end_ms:
@@ -95,12 +97,12 @@ class ExportReader:
         return merged(export_piece(line) for line in lines)
 
 
-def matrix_pieces(data: Any) -> list[tuple[dict[str, str], list[int], list[float]]]:
+def matrix_pieces(data: Any) -> list[Piece]:
     """A range-selector answer's series as (labels, ms, values); anything else is refused."""
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
         raise SourceError(f"a range selector's answer must be a matrix, not {kind!r}")
-    out = []
+    out: list[Piece] = []
     for series in _list(data.get("result"), "result"):
         if not isinstance(series, dict):
             raise SourceError("a series in the answer is not an object")
@@ -114,33 +116,45 @@ def matrix_pieces(data: Any) -> list[tuple[dict[str, str], list[int], list[float
     return out
 
 
-def export_piece(line: Any) -> tuple[dict[str, str], list[int], list[float]]:
-    """One line of VictoriaMetrics' export as (labels, ms, values)."""
+def export_piece(line: Any) -> Piece:
+    """One line of VictoriaMetrics' export as (labels, ms, values): each column converted by numpy in one
+    pass when it holds numbers only (what the engine writes), else value by value, as strictly."""
     if not isinstance(line, dict):
         raise SourceError("an export line is not an object")
     stamps, values = _list(line.get("timestamps"), "timestamps"), _list(line.get("values"), "values")
     if len(stamps) != len(values):
         raise SourceError(f"an export line has {len(stamps)} timestamps for {len(values)} values")
     try:
-        return _labels(line.get("metric")), [int(t) for t in stamps], [float(v) for v in values]
-    except (TypeError, ValueError):
+        return _labels(line.get("metric")), _column(stamps, np.int64, int), _column(values, np.float64, float)
+    except (TypeError, ValueError, OverflowError):
         raise SourceError("an export line holds a timestamp or value that is not a number") from None
 
 
-def merged(pieces: Iterable[tuple[dict[str, str], list[int], list[float]]]) -> list[RawSeries]:
+def _column(items: Sequence[Any], dtype: type, each: Any) -> np.ndarray:
+    """Numbers as a column: numpy's own reading where it finds only numbers of the kinds ``dtype`` takes
+    (integers, and floats for a float column), else item by item through ``each`` (``int``/``float``, which
+    refuse what is not a number: numpy would read None as NaN)."""
+    column = np.array(items)
+    if column.dtype.kind in ("i" if dtype is np.int64 else "if") and column.ndim == 1:
+        return column.astype(dtype, copy=False)
+    return np.array([each(x) for x in items], dtype=dtype)
+
+
+def merged(pieces: Iterable[Piece]) -> list[RawSeries]:
     """Pieces of the same label set joined, sorted by time, deduplicated, NaN dropped."""
-    by_key: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], list[int], list[float]]] = {}
+    by_key: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], list[Any], list[Any]]] = {}
     for labels, t_ms, values in pieces:
         key = tuple(sorted(labels.items()))
         held = by_key.setdefault(key, (labels, [], []))
-        held[1].extend(t_ms)
-        held[2].extend(values)
+        held[1].append(np.asarray(t_ms, dtype=np.int64))
+        held[2].append(np.asarray(values, dtype=np.float64))
     out = []
-    for labels, t_ms, values in by_key.values():
-        t = np.array(t_ms, dtype=np.int64) * NS_PER_MS
-        v = np.array(values, dtype=np.float64)
-        order = np.argsort(t, kind="stable")
-        t, v = t[order], v[order]
+    for labels, t_parts, v_parts in by_key.values():
+        t = np.concatenate(t_parts) * NS_PER_MS
+        v = np.concatenate(v_parts)
+        if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):
+            order = np.argsort(t, kind="stable")
+            t, v = t[order], v[order]
         keep = np.isfinite(v)
         keep[1:] &= t[1:] != t[:-1]
         out.append(RawSeries(labels, t[keep], v[keep]))

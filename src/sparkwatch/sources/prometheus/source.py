@@ -158,7 +158,7 @@ class TsdbSource:
         out = []
         for key in sorted({*power, *energy}, key=_gpu_order(power)):
             parts = [x for x in (power.get(key), energy.get(key)) if x is not None]
-            t = np.unique(np.concatenate([p.t_ns for p in parts]))
+            t = _union([p.t_ns for p in parts])
             out.append(
                 GpuSeries(key, t, _at(t, power.get(key)), _at(t, energy.get(key)), _at(t, util.get(key)))
             )
@@ -180,7 +180,7 @@ class TsdbSource:
         domains = []
         first_scraped = {name: min(int(r.t_ns[0]) for _, r in found) for name, found in parts.items()}
         for name, found in sorted(parts.items(), key=lambda kv: (first_scraped[kv[0]], kv[0])):
-            t = np.unique(np.concatenate([r.t_ns for _, r in found]))
+            t = _union([r.t_ns for _, r in found])
             values = {"power": np.full(len(t), np.nan), "energy": np.full(len(t), np.nan)}
             for part, r in found:  # a channel whose kind or source changed has several series: one track
                 values[part] = np.where(np.isnan(values[part]), _at(t, r), values[part])
@@ -217,7 +217,7 @@ class TsdbSource:
             return _mem(t, used), name
         per_gpu = self._by_gpu(self._mine(f.gpu_memory, node, t_from_ns, t_to_ns))
         if per_gpu and len(per_gpu) == gpus:
-            t = np.unique(np.concatenate([r.t_ns for r in per_gpu.values()]))
+            t = _union([r.t_ns for r in per_gpu.values()])
             used = np.sum([_at(t, r) for r in per_gpu.values()], axis=0)  # NaN where any GPU lacks it
             return _mem(t, used), f.gpu_memory_name()
         return _mem(np.empty(0, np.int64), np.empty(0)), "none"
@@ -233,8 +233,20 @@ def _gpu_order(power: dict[str, RawSeries]) -> Any:
     return order
 
 
+def _union(times: Sequence[I64]) -> I64:
+    """Every time in any of ``times`` (each sorted, unique), once, sorted: series of one scrape usually
+    share their stamps exactly, and then the first is the answer."""
+    first = times[0]
+    if all(len(t) == len(first) and np.array_equal(t, first) for t in times[1:]):
+        return first
+    union: I64 = np.unique(np.concatenate(times))
+    return union
+
+
 def _at(t_ns: I64, series: RawSeries | None) -> F64:
     """The series' values at exactly these times; NaN (unknown) where it has no sample then."""
+    if series is not None and len(series.t_ns) == len(t_ns) and np.array_equal(series.t_ns, t_ns):
+        return series.values  # scraped together: every time has its value
     out = np.full(len(t_ns), np.nan)
     if series is None or len(series.t_ns) == 0:
         return out
