@@ -10,8 +10,9 @@ as ``sources.store.node_input`` reads them (on the coordinator's clock), under t
 and labels (what ``--remote-write`` sends), as Prometheus exposition with millisecond stamps on
 ``/api/v1/import/prometheus``, then ``/internal/force_flush``. The synthetic run is dated 2027 and
 VictoriaMetrics refuses samples from the future, so samples, windows (a ``plain`` CSV) and the run's span
-are all moved back by one whole number of hours. A TSDB export reads no hwmon domains or clock signals
-(docs/fleets.md), so it does less than the SQLite one; the gated means of both are printed as the check.
+are all moved back by one whole number of hours. Only GPU and memory series are imported (no power
+channels) and a TSDB export reads no clock signals (docs/fleets.md), so it does less than the SQLite one;
+the gated means of both are printed as the check.
 
     python benchmarks/export_victoria.py [--rounds 3] [--hours 8]
 """

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
+
+#: A list longer than this is written one item at a time (orjson's call per item costs more for short ones).
+LIST_ITEMS_AT_ONCE = 100
 
 
 class OutputError(Exception):
@@ -48,16 +53,72 @@ def export_text(export: dict[str, Any]) -> str:
     thousands of numbers), which stays on one line at the end instead of one number per line (2.6× the
     bytes). orjson writes it (json's indenting encoder is pure Python: 5 s for an 8 h run's 10 000
     windows); an export with a non-ASCII character (a run's name) is written by json, escaped as before."""
-    body = {k: v for k, v in export.items() if k != "series"}
-    text = orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
-    if not text.isascii():
-        text = json.dumps(body, indent=2)
-    series = export.get("series")
-    if series is None or text == "{}":
-        return text + "\n"
-    plot = orjson.dumps(series, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-    return f'{text[:-2]},\n  "series": {plot}\n}}\n'
+    out = io.BytesIO()
+    write_export_to(out, export)
+    return out.getvalue().decode()
 
 
 def write_export(path: Path, export: dict[str, Any]) -> None:
-    write_text_atomically(path, export_text(export))
+    """:func:`export_text` into ``path``, whole or not at all, written as it is encoded: an 8 h run's
+    export is ~50 MB of text, never held at once (nor as bytes, text and bytes again)."""
+    tmp = path.with_name(f".{path.name}.sparkwatch-tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write_export_to(f, export)
+        tmp.replace(path)
+    except BaseException:  # a full disk, a value orjson refuses, an interrupt: no half file is left
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+_INDENTED = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+
+
+def write_export_to(out: BinaryIO, export: dict[str, Any]) -> None:
+    """:func:`export_text`'s bytes into ``out``, key by key and a long list item by item (each indented as
+    orjson indents the whole, shifted to its depth: JSON text never holds a raw newline but between
+    tokens). A non-ASCII piece starts it over with json, whole, from where ``out`` began."""
+    start = out.tell()
+    body = [(k, v) for k, v in export.items() if k != "series"]
+    if not body:
+        out.write(b"{}")
+    else:
+        out.write(b"{")
+        for n, (key, value) in enumerate(body):
+            head = (b"," if n else b"") + b"\n  " + orjson.dumps(key) + b": "
+            for piece in _indented_pieces(value, head):
+                if not piece.isascii():
+                    out.seek(start)
+                    out.truncate()
+                    text = json.dumps(dict(body), indent=2)
+                    out.write(text.encode())
+                    return _close(out, export, text == "{}")
+                out.write(piece)
+        out.write(b"\n}")
+    _close(out, export, not body)
+
+
+def _indented_pieces(value: Any, head: bytes) -> Iterator[bytes]:
+    """A top-level value after ``head``, at depth 1: a long list (the windows) one item at a time."""
+    if isinstance(value, list) and len(value) > LIST_ITEMS_AT_ONCE:
+        yield head + b"["
+        for n, item in enumerate(value):
+            yield (b",\n    " if n else b"\n    ") + _shifted(orjson.dumps(item, option=_INDENTED), 4)
+        yield b"\n  ]"
+    else:
+        yield head + _shifted(orjson.dumps(value, option=_INDENTED), 2)
+
+
+def _shifted(encoded: bytes, spaces: int) -> bytes:
+    return encoded.replace(b"\n", b"\n" + b" " * spaces)
+
+
+def _close(out: BinaryIO, export: dict[str, Any], empty: bool) -> None:
+    """The ``series`` block on one line at the end (or only the final newline)."""
+    series = export.get("series")
+    if series is None or empty:
+        out.write(b"\n")
+        return
+    out.seek(out.tell() - 2)  # over the body's closing "\n}"
+    plot = orjson.dumps(series, option=orjson.OPT_SERIALIZE_NUMPY)
+    out.write(b',\n  "series": ' + plot + b"\n}\n")

@@ -1,0 +1,75 @@
+"""The export file (outputs.py): written as it is encoded, byte for byte what one indented dump of the whole
+makes — orjson's two-space indent, json's where a character is not ASCII — with the plot data on one line
+at the end; and whole or not at all."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkwatch.outputs import LIST_ITEMS_AT_ONCE, export_text, write_export
+
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
+SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | TEXT
+SCALARS |= st.floats(allow_nan=False, allow_infinity=False)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def whole(export: dict[str, Any]) -> str:
+    """The export's text as one dump of the whole makes it (the form the file has always had)."""
+    body = {k: v for k, v in export.items() if k != "series"}
+    text = orjson.dumps(body, option=orjson.OPT_INDENT_2).decode()
+    if not text.isascii():
+        text = json.dumps(body, indent=2)
+    series = export.get("series")
+    if series is None or text == "{}":
+        return text + "\n"
+    return f'{text[:-2]},\n  "series": {orjson.dumps(series).decode()}\n}}\n'
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    head=st.dictionaries(st.sampled_from(["schema", "run", "nodes", "totals", "lmx"]), VALUES, max_size=5),
+    window=st.dictionaries(TEXT, VALUES, max_size=4),
+    count=st.sampled_from([0, 1, LIST_ITEMS_AT_ONCE, LIST_ITEMS_AT_ONCE + 1]),
+    series=st.none() | VALUES,
+)
+def test_the_streamed_file_is_the_whole_dumped_at_once(
+    head: dict[str, Any],
+    window: dict[str, Any],
+    count: int,
+    series: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    export = {**head, "windows": [window] * count}
+    if series is not None:
+        export["series"] = series
+    expected = whole(export)
+    assert export_text(export) == expected
+    path = tmp_path_factory.mktemp("out") / "export.json"
+    write_export(path, export)
+    assert path.read_bytes() == expected.encode()
+
+
+def test_a_file_that_cannot_be_written_leaves_nothing_behind(tmp_path: pathlib.Path) -> None:
+    class Unwritable:
+        def __repr__(self) -> str:
+            return "unwritable"
+
+    path = tmp_path / "export.json"
+    path.write_text("the old export\n")
+    with pytest.raises(TypeError):
+        write_export(path, {"windows": [{"id": 1}] * (LIST_ITEMS_AT_ONCE + 1) + [{"x": Unwritable()}]})
+    assert path.read_text() == "the old export\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "export.json"
+    ]
