@@ -165,12 +165,24 @@ def test_the_agents_power_channels_are_the_nodes_system_domains_gated_by_its_gpu
     domains = {d["domain"]: d for d in system["domains"]}
     assert sorted(domains) == ["dc_input", "sys_total"]
     assert domains["dc_input"]["source"] == "hwmon:spbm" and domains["sys_total"]["kind"] == "system"
+    assert [d["domain"] for d in system["domains"]] == ["dc_input", "sys_total"]  # first scraped, then name
     assert domains["sys_total"]["power_w"]["gated_mean"] == pytest.approx(120.0)
     assert domains["dc_input"]["power_w"]["gated_mean"] == pytest.approx(130.0)
     (entry,) = out["windows"][0]["nodes"]
     by_domain = {d["domain"]: d for d in entry["system"]}
     assert by_domain["sys_total"]["energy_j"] == pytest.approx(120.0 * 6)
     assert "System power" in out["lmx"]["notes"] and "dc_input" in out["lmx"]["notes"]
+
+
+def test_a_channel_written_before_the_source_label_has_the_stores_legacy_source() -> None:
+    t = [float(x) for x in range(31)]
+    found = [
+        *sparkwatch_gpu("n1", "GPU-a", t, 40.0, 0.9),
+        series("sparkwatch_sensor_power_watts", t, [90.0] * 31, node="n1", sensor="sys_total", kind="system"),
+    ]
+    (node,) = export(found, [window("w", 2, 8)])["nodes"]
+    (domain,) = node["system"]["domains"]
+    assert (domain["domain"], domain["kind"], domain["source"]) == ("sys_total", "system", "hwmon")
 
 
 def test_a_family_without_power_channels_gives_no_system_block() -> None:

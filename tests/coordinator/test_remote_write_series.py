@@ -13,7 +13,7 @@ import pytest
 
 from doubles.nvml_fake import GPU_IS_LOST, FakeGpu, FakeNvml
 from sparkwatch.coordinator.remote_write.batch import Entry, group
-from sparkwatch.coordinator.remote_write.series import NAME, Key
+from sparkwatch.coordinator.remote_write.series import NAME, HelloSeries, Key, frame_series
 from sparkwatch.wire import SampleFrame, decode_lines
 from sparkwatch_agent.hardware.host_facts import HostFacts
 from sparkwatch_agent.hardware.meminfo import parse_meminfo
@@ -227,3 +227,17 @@ def test_one_series_per_label_set_across_a_batch_in_time_order() -> None:
     power = next(v for k, v in grouped.items() if k[0][1] == "sparkwatch_gpu_power_watts")
     assert len(power[0]) == 5 and all(a + 100 == b for a, b in itertools.pairwise(power[0]))
     assert all(len(t) == 5 for t, _ in grouped.values())  # every series once, with all five samples
+
+
+def test_a_channel_from_an_agent_older_than_the_source_label_is_sent_as_the_store_records_it() -> None:
+    """An older agent's channel has no ``source``: the store records it as ``hwmon``, and remote write sends
+    that (never an empty label, which some receivers refuse)."""
+    data = {"t_wall_ns": 1, "sensors": [{"sensor": "sys_total", "kind": "system", "power_w": 90.0}]}
+    (labels,) = [dict(k) for k, _ in frame_series(data, HelloSeries.of("n1", None)) if "sensor" in dict(k)]
+    assert labels == {
+        NAME: "sparkwatch_sensor_power_watts",
+        "kind": "system",
+        "node": "n1",
+        "sensor": "sys_total",
+        "source": "hwmon",
+    }

@@ -255,7 +255,8 @@ def _figures(export: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 
 def _window_system_energy(export: dict[str, Any], wid: str) -> dict[str, float | None]:
     window = next(w for w in export["windows"] if w["id"] == wid)
-    return {n["node"]: n["system"][0]["energy_j"] for n in window["nodes"]}
+    by_node = {n["node"]: {d["domain"]: d for d in n["system"]} for n in window["nodes"]}
+    return {node: domains["sys_total"]["energy_j"] for node, domains in by_node.items()}
 
 
 def _compare(label: str, ref: dict[str, Any], got: dict[str, Any]) -> list[str]:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sparkwatch.wire import LEGACY_SENSOR_SOURCE
 from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
 
 #: A series: its label pairs sorted by name, ``__name__`` first (the order remote write asks for).
@@ -187,7 +188,7 @@ def _sensor_series(data: Mapping[str, Any], node: str, out: list[tuple[Key, floa
     for s in data.get("sensors") or ():
         channel: Key = (
             *(("kind", _text(s.get("kind"))), ("node", node)),
-            *(("sensor", _text(s.get("sensor"))), ("source", _text(s.get("source")))),
+            *(("sensor", _text(s.get("sensor"))), ("source", _text(s.get("source", LEGACY_SENSOR_SOURCE)))),
         )
         for name, field in ((SENSOR_POWER, "power_w"), (SENSOR_ENERGY, "energy_j")):
             value = _number(s.get(field))

@@ -26,6 +26,7 @@ from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.mappings import NODE_MEM_AVAILABLE, NODE_MEM_TOTAL, Family, Series
 from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader
+from sparkwatch.wire import LEGACY_SENSOR_SOURCE
 
 #: Read before the span: the baseline period before the first window, and a few seconds more.
 LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
@@ -187,7 +188,8 @@ class TsdbSource:
             latest = max(found, key=lambda pr: int(pr[1].t_ns[-1]))[1].labels
             zeros = np.zeros(len(t), dtype=np.int64)
             track = gated_track(t, zeros, _interval(t), values["power"], values["energy"], gpus=gpus)
-            kind, source = latest.get(kind_label, ""), latest.get(source_label, "")
+            # series written before the source label (older agents and coordinators): as the store has them
+            kind, source = latest.get(kind_label, ""), latest.get(source_label) or LEGACY_SENSOR_SOURCE
             domains.append(DomainInput(name, kind, source, track))
         return domains
 
