@@ -4,8 +4,10 @@ at the end; and whole or not at all."""
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
+import sys
 from typing import Any
 
 import orjson
@@ -13,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkwatch.outputs import LIST_ITEMS_AT_ONCE, export_text, write_export
+from sparkwatch.outputs import LIST_ITEMS_AT_ONCE, export_text, print_export, write_export
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
 SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | TEXT
@@ -73,3 +75,13 @@ def test_a_file_that_cannot_be_written_leaves_nothing_behind(tmp_path: pathlib.P
     assert path.read_text() == "the old export\n" and sorted(p.name for p in tmp_path.iterdir()) == [
         "export.json"
     ]
+
+
+def test_printing_an_export_writes_the_files_bytes(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """To stdout through its buffer (never the whole text as str); a text-only stream gets the same text."""
+    export = {"run": {"name": "é"}, "windows": [{"id": n, "w": 0.5} for n in range(LIST_ITEMS_AT_ONCE + 2)]}
+    print_export(export, sys.stdout)
+    assert capfdbinary.readouterr().out == export_text(export).encode()
+    text = io.StringIO()
+    print_export(export, text)
+    assert text.getvalue() == export_text(export)

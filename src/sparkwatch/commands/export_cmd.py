@@ -21,7 +21,7 @@ from typing import Any, cast
 from sparkwatch.commands.export_tsdb import check_tsdb_args, tsdb_export
 from sparkwatch.commands.summary import summary_table
 from sparkwatch.defaults import SERIES_BUCKETS, ScopeKind
-from sparkwatch.outputs import check_output, export_text, write_export
+from sparkwatch.outputs import check_output, print_export, write_export
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
@@ -62,7 +62,7 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if args.table:
         print(summary_table(export))
     elif args.json or args.output is None:
-        sys.stdout.write(export_text(export))
+        print_export(export, sys.stdout)
     return 0
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import wanted_series
-from sparkwatch.outputs import check_output, export_text, write_export
+from sparkwatch.outputs import check_output, print_export, write_export
 
 Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
 
@@ -96,7 +96,7 @@ async def _end(client: CoordinatorClient, args: argparse.Namespace) -> int:
 async def _export(client: CoordinatorClient, args: argparse.Namespace) -> int:
     export = await client.export(args.run_id, wanted_series(args))
     if args.output is None:
-        sys.stdout.write(export_text(export))
+        print_export(export, sys.stdout)
     else:
         write_export(args.output, export)
         print(f"sparkwatch: export of run {args.run_id} written to {args.output}", file=sys.stderr)
