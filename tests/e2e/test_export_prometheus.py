@@ -35,9 +35,13 @@ from sparkwatch.core.export_schema import run_schema
 FIXTURE = pathlib.Path(__file__).parents[1] / "fixtures" / "dcgm" / "dcgm-exporter-a100.prom"
 HOST = "ub20-a100-k8s"  # the recorded capture's Hostname label
 MIB = 1024 * 1024
-#: docs/fleets.md: at 1 s scrapes, a node's gated mean power over a run within 1 % of the 10 Hz figure
-#: (steady load; the figure differs by what the scrape grid puts on either side of a load change).
+#: What a scripted target scraped at 1 s gives against its script (the dcgm target has no snapshot lag).
 TOLERANCE = 0.01
+#: docs/fleets.md: a node's gated mean over a run, and a steady-load window's energy, within this much of the
+#: agent's snapshot lag at either end (a scrape shows the agent's latest sample, up to one 0.1 s interval
+#: old, and one late tick on a loaded machine) over the gated time or the window: the energy counter
+#: telescopes between those two ends.
+SNAPSHOT_LAG_S = 0.2
 
 
 @dataclass
@@ -278,9 +282,11 @@ def test_an_engine_scraping_every_second_gives_the_figures_sqlite_gives(rig: Rig
         assert ref["samples"]["interval_s"] == pytest.approx(0.1, abs=0.01)
         assert node["energy_method"] == "counter"
         gated, expected = node["power_w"]["gated_mean"], ref["power_w"]["gated_mean"]
+        lag = SNAPSHOT_LAG_S / node["gated_s"]
         print(f"{engine} {name}: gated mean {gated} W vs sqlite {expected} W ({gated / expected - 1:+.4%})")
-        assert gated == pytest.approx(expected, rel=TOLERANCE)
-        assert gated == pytest.approx(45.0, rel=TOLERANCE)  # the sim at util 0.8: 5 W + 50 W × 0.8
+        print(f"{engine} {name}: gated {node['gated_s']} s, so within {lag:.2%}")
+        assert gated == pytest.approx(expected, rel=lag)
+        assert gated == pytest.approx(45.0, rel=lag)  # the sim at util 0.8: 5 W + 50 W × 0.8
         assert node["memory_used_bytes"]["peak"] == ref["memory_used_bytes"]["peak"]
     for wid in ("long", "short", "across"):  # the figures docs/fleets.md quotes
         for ref, got in zip(
@@ -289,8 +295,10 @@ def test_an_engine_scraping_every_second_gives_the_figures_sqlite_gives(rig: Rig
             print(f"{engine} {wid} {got['node']}: {got['energy_j']} J vs sqlite {ref['energy_j']} J")
     long_ref, long_tsdb = _window(rig.sqlite_export, "long"), _window(export, "long")
     assert long_tsdb["verdict"] == "ok", long_tsdb["reasons"]
+    long_s = (long_ref["t_end_ns"] - long_ref["t_start_ns"]) / 1e9
     for ref, got in zip(long_ref["nodes"], long_tsdb["nodes"], strict=True):
-        assert got["energy_j"] == pytest.approx(ref["energy_j"], rel=TOLERANCE)
+        # at steady load the edges' interpolated counter readings are off by their snapshot lags only
+        assert got["energy_j"] == pytest.approx(ref["energy_j"], rel=max(TOLERANCE, SNAPSHOT_LAG_S / long_s))
     short = _window(export, "short")
     assert short["verdict"] == "low_confidence"
     assert any("than 2 sampling intervals" in r for r in short["reasons"])
