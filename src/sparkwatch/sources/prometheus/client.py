@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -115,16 +116,27 @@ class Client:
                     continue
                 try:
                     parsed = orjson.loads(line)
-                except orjson.JSONDecodeError:  # NaN or ±Inf as bare words (orjson takes neither), or bad
+                except orjson.JSONDecodeError:  # ±Inf or NaN as bare words (orjson takes neither), or bad
                     try:
-                        parsed = json.loads(line, parse_constant=_constant)
+                        parsed = json.loads(_json_constants(line), parse_constant=_constant)
                     except ValueError as exc:
                         raise SourceError(f"{self.url}{path} line {number} is not JSON ({exc})") from None
                 yield parsed
 
 
+#: A values array of VictoriaMetrics' export, which writes ±Inf as Go does (``[+Inf]``, ``-Inf``: seen from
+#: the real 1.79.5 server, tests/coordinator/test_prom_source.py), outside JSON.
+_VALUES = re.compile(rb'"values":\[[^\]"]*\]')
+_GO_CONSTANTS = re.compile(rb"(?<=[\[,])([+-])Inf(?=[,\]])")
+
+
+def _json_constants(line: bytes) -> bytes:
+    """The line with Go's ``+Inf``/``-Inf`` in its values written as json reads them (``Infinity``)."""
+    return _VALUES.sub(lambda m: _GO_CONSTANTS.sub(lambda c: c[1].lstrip(b"+") + b"Infinity", m[0]), line)
+
+
 def _constant(name: str) -> float:
-    """NaN and ±Inf as VictoriaMetrics may write them (a staleness marker is a NaN)."""
+    """NaN and ±Infinity as bare words (a staleness marker is a NaN)."""
     return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
 
 
