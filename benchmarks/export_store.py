@@ -10,12 +10,13 @@ them), a hello per boot, the run and its windows (``create_run``, ``add_windows`
 run keeps the 8 h run's request rate (1 250 windows).
 
 Each round runs in a fresh subprocess, so imports and caches are paid as a `sparkwatch export` pays them:
-the export is ``export_run(store, run_id, nodes, now_ns)`` over ``Store.read_only``; the floor, one SELECT
-of the span's blocks per node decoded into numpy (``sample_block.decode_blob``, concatenate) and a join
-of every window's [start, end] against the node's GPU sample times (np.searchsorted, power summed per
-window by cumsum). Both report wall and CPU seconds of that work, the child's peak RSS after its imports
-and at the end (VmHWM: ``ru_maxrss`` would carry this parent's own peak into the child, see ``_rss_mib``).
-Medians over --rounds, export and floor interleaved.
+the export is ``export_run(store, run_id, nodes, now_ns)`` over ``Store.read_only``; "export -o" is that
+and the export written to a file by ``outputs.write_export``, what `sparkwatch export --db F -o OUT` does;
+the floor, one SELECT of the span's blocks per node decoded into numpy (``sample_block.decode_blob``,
+concatenate) and a join of every window's [start, end] against the node's GPU sample times
+(np.searchsorted, power summed per window by cumsum). Each reports wall and CPU seconds of that work, the
+child's peak RSS after its imports and at the end (VmHWM: ``ru_maxrss`` would carry this parent's own peak
+into the child, see ``_rss_mib``). Medians over --rounds, the kinds interleaved.
 
     python benchmarks/export_store.py [--rounds 5] [--sizes 1,8] [--rebuild]
 """
@@ -64,7 +65,8 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def child_export(path: pathlib.Path) -> dict[str, Any]:
+def child_export(path: pathlib.Path, *, written: bool = False) -> dict[str, Any]:
+    """``export_run``; ``written``: and the export written to a file as `sparkwatch export -o` writes it."""
     from sparkwatch.store import Store
 
     export_run = _export_run()
@@ -73,6 +75,11 @@ def child_export(path: pathlib.Path) -> dict[str, Any]:
     store = Store.read_only(path)
     export = export_run(store, RUN_ID, store.node_names(), time.time_ns)
     store.close()
+    if written:
+        from sparkwatch.outputs import write_export
+
+        with tempfile.TemporaryDirectory() as folder:
+            write_export(pathlib.Path(folder) / "export.json", export)
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     gated = [n["power_w"]["gated_mean"] for n in export["nodes"]]
     return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": _rss_mib(), "check": gated}
@@ -179,8 +186,8 @@ def in_child(kind: str, path: pathlib.Path) -> dict[str, Any]:
 
 
 def measure(path: pathlib.Path, rounds: int) -> dict[str, dict[str, Any]]:
-    """Medians per kind over ``rounds`` (export and floor interleaved); the last round's check values."""
-    runs: dict[str, list[dict[str, Any]]] = {"export": [], "floor": []}
+    """Medians per kind over ``rounds`` (the kinds interleaved); the last round's check values."""
+    runs: dict[str, list[dict[str, Any]]] = {"export": [], "export -o": [], "floor": []}
     for _ in range(rounds):
         for kind, results in runs.items():
             results.append(in_child(kind, path))
@@ -204,7 +211,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         kind, path = args.child
-        print(json.dumps((child_export if kind == "export" else child_floor)(pathlib.Path(path))))
+        children = {
+            "export": child_export,
+            "export -o": lambda p: child_export(p, written=True),
+            "floor": child_floor,
+        }
+        print(json.dumps(children[kind](pathlib.Path(path))))
         return
     cache = pathlib.Path(tempfile.gettempdir()) / "sparkwatch-bench-export"
     cache.mkdir(exist_ok=True)
@@ -220,7 +232,7 @@ def main() -> None:
     )
     for hours, (path, m) in results.items():
         label = f"{hours:g} h, {round(WINDOWS_PER_HOUR * hours):,} windows"
-        for kind in ("floor", "export"):
+        for kind in ("floor", "export", "export -o"):
             r = m[kind]
             ratio = f"{r['wall_s'] / m['floor']['wall_s']:>10.2f}x"
             print(

@@ -11,6 +11,8 @@ from typing import Any, BinaryIO, TextIO
 
 import orjson
 
+from sparkwatch.core.window_rows import WindowRows, is_rows, plain
+
 #: A list longer than this is written one item at a time (orjson's call per item costs more for short ones).
 LIST_ITEMS_AT_ONCE = 100
 
@@ -104,7 +106,7 @@ def write_export_to(out: BinaryIO, export: dict[str, Any]) -> None:
                 if not piece.isascii():
                     out.seek(start)
                     out.truncate()
-                    text = json.dumps(dict(body), indent=2)
+                    text = json.dumps(dict(body), indent=2, default=plain)
                     out.write(text.encode())
                     return _close(out, export, text == "{}")
                 out.write(piece)
@@ -114,11 +116,13 @@ def write_export_to(out: BinaryIO, export: dict[str, Any]) -> None:
 
 def _indented_pieces(value: Any, head: bytes) -> Iterator[bytes]:
     """A top-level value after ``head``, at depth 1: a long list (the windows) one item at a time."""
-    if isinstance(value, list) and len(value) > LIST_ITEMS_AT_ONCE:
+    if is_rows(value) and len(value) > LIST_ITEMS_AT_ONCE:
         yield head + b"["
         for n, item in enumerate(value):
             yield (b",\n    " if n else b"\n    ") + _shifted(orjson.dumps(item, option=_INDENTED), 4)
         yield b"\n  ]"
+    elif isinstance(value, WindowRows):  # a few windows: one list
+        yield head + _shifted(orjson.dumps(list(value), option=_INDENTED), 2)
     else:
         yield head + _shifted(orjson.dumps(value, option=_INDENTED), 2)
 

@@ -16,6 +16,7 @@ from sparkwatch.core.export import SCHEMA, build_export, digest
 from sparkwatch.core.export_nodes import median_of
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GpuPoint, GpuTrack, MemPoint, MemTrack
+from sparkwatch.core.window_rows import plain
 from sparkwatch.core.windows import Window
 
 S = 1_000_000_000
@@ -140,7 +141,7 @@ def test_unknowns_are_null_with_reasons() -> None:
     assert "power_w.gated_mean" in n["null_reasons"]
     assert export["totals"]["power_w_gated_mean_sum"] is None
     assert export["lmx"]["gpuPowerWatts"] == [None]
-    assert "NaN" not in json.dumps(export)
+    assert "NaN" not in json.dumps(plain(export))
 
 
 def test_digest_and_notes() -> None:
@@ -157,13 +158,13 @@ def test_export_validates_against_the_published_schema() -> None:
 
     from sparkwatch.core.export_schema import run_schema
 
-    jsonschema.validate(build(), run_schema())
+    jsonschema.validate(plain(build()), run_schema())
     idle = build_export(RUN, [node("idle", 9.0, 9.0, [], 50)], WINDOWS, "0.1.0")  # nulls included
-    jsonschema.validate(idle, run_schema())
+    jsonschema.validate(plain(idle), run_schema())
     broken = build()
     broken["nodes"][0]["power_w"]["gated_mean"] = "61"
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(broken, run_schema())
+        jsonschema.validate(plain(broken), run_schema())
 
 
 def test_decode_scope_counts_only_windows_with_token_stamps() -> None:

@@ -19,6 +19,7 @@ from sparkwatch.core.export import build_export
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GpuTrack, MemTrack
+from sparkwatch.core.window_rows import plain
 from sparkwatch.core.windows import Window
 
 S = 1_000_000_000
@@ -127,7 +128,7 @@ def test_idle_power_is_the_baseline_median_and_energy_above_it_is_over_the_cover
     assert n1["gpus"][0]["energy_above_idle_j"] == pytest.approx(750.0)
     assert export["totals"]["energy_above_idle_j"] == pytest.approx(750.0 + 480.0)
     assert "idle_power_w" not in n1["null_reasons"]
-    jsonschema.validate(export, run_schema())
+    jsonschema.validate(plain(export), run_schema())
 
 
 def test_idle_power_uses_the_memory_baseline_period_and_nothing_before_it() -> None:
@@ -172,7 +173,7 @@ def test_idle_is_null_with_a_reason_when_the_baseline_period_has_no_sample() -> 
         totals["null_reasons"]["energy_above_idle_j"]
         == "unknown on spark-1: needs the idle power (see idle_power_w)"
     )
-    jsonschema.validate(export, run_schema())
+    jsonschema.validate(plain(export), run_schema())
 
 
 def test_a_warm_up_filling_the_whole_baseline_period_leaves_idle_unknown() -> None:
@@ -203,7 +204,7 @@ def test_each_power_domain_gets_its_own_idle_and_energy_above_it() -> None:
     assert "spark-2" in totals["null_reasons"]["system_energy_above_idle_j"]
     alone = build_export(RUN, [with_domain], [window("r1", 30, 40, 31, 40)], "0.1.0")
     assert alone["totals"]["system_energy_above_idle_j"] == pytest.approx(500.0)
-    jsonschema.validate(export, run_schema())
+    jsonschema.validate(plain(export), run_schema())
 
 
 @settings(max_examples=25, deadline=None)
@@ -248,7 +249,7 @@ def test_each_window_splits_its_energy_at_the_first_token() -> None:
     assert totals["prefill_energy_j"] == pytest.approx(r1["prefill_energy_j"] + r2["prefill_energy_j"])
     assert totals["decode_energy_j"] == pytest.approx(r1["decode_energy_j"] + r2["decode_energy_j"])
     assert export["nodes"][0]["decode_energy_j"] == pytest.approx(60.0 * 11.5)
-    jsonschema.validate(export, run_schema())
+    jsonschema.validate(plain(export), run_schema())
 
 
 def test_concurrent_requests_count_shared_time_once_and_as_decode() -> None:
@@ -283,7 +284,7 @@ def test_a_window_without_token_stamps_has_no_split_and_the_totals_say_which() -
     why = "2 of 3 measured window(s) lack a first or last token stamp: r2, r3"
     assert totals["null_reasons"]["decode_energy_j"] == f"unknown on spark-1: {why}"
     assert export["nodes"][0]["null_reasons"]["prefill_energy_j"] == why
-    jsonschema.validate(export, run_schema())
+    jsonschema.validate(plain(export), run_schema())
 
 
 @settings(max_examples=25, deadline=None)
@@ -318,7 +319,7 @@ def test_a_run_without_timed_windows_says_so() -> None:
         assert export["nodes"][0]["null_reasons"]["idle_power_w"] == (
             "no measured window, so no baseline period before the first one"
         )
-        jsonschema.validate(export, run_schema())
+        jsonschema.validate(plain(export), run_schema())
     failed = build_export(RUN, [node("spark-1", power)], [window("x", 20, 25, http_status=503)], "0.1.0")
     assert failed["totals"]["null_reasons"]["completion_tokens"] == (
         "none of the 1 timed window(s) was measured (failed, or without the stamps the scope needs)"
@@ -376,7 +377,8 @@ def test_the_schema_names_every_field_an_export_has() -> None:
     windows = [window("r1", 30, 40, 31, 40), window("r2", 41, 42, tokens=None)]
     export = build_export(RUN, nodes, windows, "0.1.0")
     assert undescribed(export, run_schema()) == []
-    jsonschema.validate(export, run_schema())
-    export["windows"][0]["decode_energy_j"] = "480"
+    jsonschema.validate(plain(export), run_schema())
+    wrong = plain(export)  # the windows as lists, to be edited
+    wrong["windows"][0]["decode_energy_j"] = "480"
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(export, run_schema())
+        jsonschema.validate(wrong, run_schema())

@@ -259,7 +259,7 @@ def _run_export(
         "totals": {"completion_tokens": completion_tokens},
     }
     span = (np.array([T0 + S // 2], np.int64), np.array([T0 + 3 * S + S // 2], np.int64))
-    attach_engine(export, samples, span, span)
+    (export["windows"][0]["engine"],) = attach_engine(export, samples, span, span)
     return export
 
 
@@ -289,8 +289,8 @@ async def test_the_token_cross_check_notes_a_disagreement_beyond_two_percent(tmp
     no_span = {"run": {"id": "r"}, "method": {"scope": "request"}, "windows": [{"id": "failed"}]}
     no_span["totals"] = {"completion_tokens": None}
     at = np.array([T0 + S], np.int64)
-    attach_engine(no_span, samples, (at, at + S), (at, at))  # a window without a span reads nothing
-    assert no_span["windows"][0]["engine"] is None and no_span["engine"] is not None
+    entries = attach_engine(no_span, samples, (at, at + S), (at, at))  # a window without a span reads nothing
+    assert entries == [None] and no_span["engine"] is not None
     run_scope = _run_export(samples, 150, scope="run")["engine"]["token_cross_check"]
     assert run_scope["agrees"] is None  # the run scope holds unmeasured requests' tokens too
     assert _run_export(None, 250)["engine"] is None

@@ -31,6 +31,7 @@ from fuzz.profiles import bounded, fuzz_settings
 from fuzz.window_rules import EPOCH_END_NS, EPOCH_MIN_NS
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
+from sparkwatch.core.window_rows import plain
 from sparkwatch.links.state import LinkState
 from sparkwatch.links.stream import StreamIngest
 from sparkwatch.sources.store import export_run
@@ -442,7 +443,7 @@ def _check_export(store: Store, node: str, rows: dict[tuple[str, int], str]) -> 
     store.end_run(run.id, end)
     with bounded():
         export = export_run(store, run.id, [node], time.time_ns)
-    json.dumps(export, allow_nan=False)  # raises on NaN or an infinity anywhere
+    json.dumps(plain(export), allow_nan=False)  # raises on NaN or an infinity anywhere
     (entry,) = export["nodes"]
     ceiling = MAX_PLAUSIBLE_GPU_W * max(1, len(entry["gpus"]))
     figures = [*entry["power_w"].values(), *(g["power_w_gated_mean"] for g in entry["gpus"])]

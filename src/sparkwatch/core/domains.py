@@ -20,7 +20,8 @@ from sparkwatch.core.baseline import above_idle_j, idle_power_w
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
 from sparkwatch.core.rounding import rounded_list
-from sparkwatch.core.tracks import F64, I64, GpuTrack
+from sparkwatch.core.tracks import F64, I64, GpuTrack, in_time_order
+from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Scope
 
 #: Power no single node draws (an 8-GPU server peaks near 10-12 kW): an interval above it is rejected.
@@ -48,7 +49,7 @@ class DomainInput:
 @dataclass(frozen=True, slots=True)
 class DomainFigures:
     system: dict[str, Any] | None  # the node's ``system`` object, None when it has no domain
-    windows: list[list[dict[str, Any]]]  # per window, the node's per-domain entries
+    windows: WindowRows[list[dict[str, Any]]]  # per window, the node's per-domain entries
     headline: str | None  # the domain that stands for the whole node
     headline_energy_j: float | None
     headline_above_idle_j: float | None = None
@@ -75,11 +76,30 @@ def gate_util(gpus: Sequence[GpuTrack], t_ns: I64) -> F64:
 def gated_track(
     t_ns: I64, segment: I64, interval_s: F64, power_w: F64, energy_j: F64, *, gpus: Sequence[GpuTrack]
 ) -> GpuTrack:
-    """A domain's samples as a track whose utilisation is the node's GPU gate at each sample."""
+    """A domain's samples as a track whose utilisation is the node's GPU gate at each sample. A one-GPU
+    node whose domains ride its GPU samples (a GB10's hwmon channels) shares the GPU track's columns: at
+    the GPU's own sample times its gate is its own utilisation."""
+    gpu = _same_samples(gpus, t_ns, segment, interval_s)
+    if gpu is not None:
+        return dataclasses.replace(gpu, power_w=power_w, energy_j=energy_j)
     track = GpuTrack.from_arrays(
         t_ns, segment, interval_s, power_w=power_w, energy_j=energy_j, util_ratio=np.zeros(len(t_ns))
     )
     return dataclasses.replace(track, util_ratio=gate_util(gpus, track.t_ns))
+
+
+def _same_samples(gpus: Sequence[GpuTrack], t_ns: I64, segment: I64, interval_s: F64) -> GpuTrack | None:
+    """The node's one GPU track when its samples are exactly these (same times, boots and gap limits, times
+    strictly rising so each time is one sample), else None."""
+    if len(gpus) != 1 or len(gpus[0].t_ns) != len(t_ns) or len(t_ns) < 2:
+        return None
+    gpu = gpus[0]
+    if not (np.array_equal(gpu.t_ns, t_ns) and np.array_equal(gpu.segment, segment)):
+        return None
+    if not bool(np.all(t_ns[1:] > t_ns[:-1])) or not bool(np.all(gpu.max_gap_ns >= 0)):
+        return None
+    _, _, _, max_gap = in_time_order(t_ns, segment, interval_s)
+    return gpu if np.array_equal(gpu.max_gap_ns, max_gap) else None
 
 
 def headline_domain(domains: Sequence[DomainInput]) -> str | None:
@@ -110,7 +130,10 @@ def domain_figures(
     """Each domain over the scope and every window, with its idle power over the baseline period before
     ``baseline_before_ns`` (core.baseline) and its energy above that idle."""
     if not domains:
-        return DomainFigures(None, [[] for _ in range(len(starts))], None, None)
+        none: WindowRows[list[dict[str, Any]]] = WindowRows(
+            len(starts), lambda lo, hi: [[] for _ in range(lo, hi)]
+        )
+        return DomainFigures(None, none, None, None)
     stats, idle_and_why, per_window = [], [], []
     for d in domains:  # one domain's integrals at a time: each is a few arrays the length of its samples
         integrals = Integrals.build(d.track, threshold, MAX_PLAUSIBLE_NODE_W)
@@ -179,24 +202,29 @@ def _domain_json(
 
 def _window_entries(
     domains: Sequence[DomainInput], per: Sequence[WindowPower], windows: int
-) -> list[list[dict[str, Any]]]:
-    """Per window, each domain's entry (built column by column: 10 000 windows, a few domains each)."""
-    columns = [
-        (
-            d.domain,
-            rounded_list(wp.gated_mean_w),
-            rounded_list(wp.energy_j),
-            rounded_list(wp.coverage_ratio, 4),
-        )
-        for d, wp in zip(domains, per, strict=True)
-    ]
-    return [
-        [
-            {"domain": name, "power_w_gated_mean": g[k], "energy_j": e[k], "coverage_ratio": c[k]}
-            for name, g, e, c in columns
+) -> WindowRows[list[dict[str, Any]]]:
+    """Per window, each domain's entry (made from the domains' columns a slice of windows at a time)."""
+    names = [d.domain for d in domains]
+
+    def make(lo: int, hi: int) -> list[list[dict[str, Any]]]:
+        columns = [
+            (
+                name,
+                rounded_list(wp.gated_mean_w[lo:hi]),
+                rounded_list(wp.energy_j[lo:hi]),
+                rounded_list(wp.coverage_ratio[lo:hi], 4),
+            )
+            for name, wp in zip(names, per, strict=True)
         ]
-        for k in range(windows)
-    ]
+        return [
+            [
+                {"domain": name, "power_w_gated_mean": g[k], "energy_j": e[k], "coverage_ratio": c[k]}
+                for name, g, e, c in columns
+            ]
+            for k in range(hi - lo)
+        ]
+
+    return WindowRows(windows, make)
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

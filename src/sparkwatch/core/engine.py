@@ -330,17 +330,16 @@ def engine_export(
 
 def attach_engine(
     export: dict[str, Any], samples: EngineSamples | None, scope: tuple[I64, I64], spans: tuple[I64, I64]
-) -> None:
-    """The export's ``engine`` (the scope's block, null when no engine was scraped) and each window's, and
-    the token cross-check's note in ``run.notes`` when the engine and the windows disagree."""
+) -> list[dict[str, Any] | None]:
+    """The export's ``engine`` (the scope's block, null when no engine was scraped) and the token
+    cross-check's note in ``run.notes`` when the engine and the windows disagree; returns each window's
+    ``engine`` entry (in the order of ``spans``) for the windows to show."""
     if samples is None:
         export["engine"] = None
-        for window in export["windows"]:
-            window["engine"] = None
-        return
+        return [None] * len(spans[0])
     block_of_scope, per_window = engine_export(samples, *scope, *spans)
-    for window, entry, start, end in zip(export["windows"], per_window, *spans, strict=True):
-        window["engine"] = entry if end > start else None  # no span (failed, unstamped): nothing to read
+    # no span (failed, unstamped): nothing to read
+    entries = [entry if end > start else None for entry, start, end in zip(per_window, *spans, strict=True)]
     if samples.family is not None:
         check, note = token_check(
             block_of_scope["generation_tokens"],
@@ -352,3 +351,4 @@ def attach_engine(
         if note is not None:
             export["run"].setdefault("notes", []).append(note)
     export["engine"] = block_of_scope
+    return entries

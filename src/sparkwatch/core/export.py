@@ -20,6 +20,7 @@ from sparkwatch.core.phases import as_known, token_spans
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.series import node_series, series_block, series_frame
 from sparkwatch.core.tracks import GAP_INTERVALS
+from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Window, scope_for
 from sparkwatch.defaults import ScopeKind
 from sparkwatch_agent.shared.units import lmx_gb
@@ -111,14 +112,17 @@ def build_export(
         },
         **({"source": source} if source is not None else {}),
         "nodes": [f.json for f in figures],
-        "windows": _windows_json(run, windows, figures, plan, clocks),
+        "windows": [],  # made below, once the engine's entries are known (its key keeps this place)
         "totals": totals(
             figures,
             Measured(windows, [w for w, m in zip(windows, plan.measured, strict=True) if m], run.phases),
             peak_of_sum(memory, plan.scope),
         ),
     }
-    attach_engine(export, engine, (plan.scope.starts, plan.scope.ends), (plan.starts, plan.ends))
+    engine_entries = attach_engine(
+        export, engine, (plan.scope.starts, plan.scope.ends), (plan.starts, plan.ends)
+    )
+    export["windows"] = _windows_json(run, windows, figures, plan, clocks, engine=engine_entries)
     export["lmx"] = _lmx(run, sparkwatch_version, export, figures, source)  # last: it quotes the digest
     if frame is not None:
         export["series"] = series_block(frame, plotted)
@@ -203,32 +207,48 @@ def _windows_json(
     figures: Sequence[NodeFigures],
     plan: Plan,
     clocks: Sequence[tuple[str, NodeClock]],
-) -> list[dict[str, Any]]:
+    *,
+    engine: Sequence[dict[str, Any] | None],
+) -> WindowRows[dict[str, Any]]:
+    """The export's ``windows``: each window's fields, verdict, node entries, split and engine entry, made
+    a slice of windows at a time from the nodes' columns (core.window_rows)."""
     uncertainty_s = max((c.uncertainty_ns or 0 for _, c in clocks), default=0) / 1e9
     prefill, decode = _window_splits(figures, len(windows))
-    out = []
-    for k, w in enumerate(windows):
-        entries = [f.windows[k] for f in figures]
+    windows = tuple(windows)  # its own: a caller may empty its list once the export is made (let_go)
+
+    def judged(k: int, w: Window, entries: Sequence[dict[str, Any]]) -> tuple[str, list[str]]:
         if w.failed:
-            v, reasons = "incomplete", [f"HTTP status {w.http_status}: a failed request is not measured"]
-        elif w.span(plan.span_kind) is None:
-            v, reasons = "incomplete", [NO_DECODE_STAMPS]
-        else:
-            length_s = float(plan.ends[k] - plan.starts[k]) / 1e9
-            coverages = [e["coverage_ratio"] for e in entries]
-            span = (w.t_start_ns, w.t_end_ns)
-            suspects = [f"{name}: {why}" for name, clock in clocks for why in clock.suspects(*span)]
-            suspects += [
-                f"{e['node']}: {e['implausible_intervals']} interval(s) above {MAX_PLAUSIBLE_GPU_W:g} W"
-                " per GPU rejected"
-                for e in entries
-                if e["implausible_intervals"]
-            ]
-            suspects += [f"{e['node']}: {flag}" for e in entries for flag in e["throttle"]]
-            v, reasons = verdict(length_s, coverages, run.interval_s, uncertainty_s, suspects)
-        judged = {"in_scope": plan.measured[k], "verdict": v, "reasons": reasons, "nodes": entries}
-        out.append({**w.to_json(), **judged, **_split_json(w, prefill[k], decode[k], len(figures))})
-    return out
+            return "incomplete", [f"HTTP status {w.http_status}: a failed request is not measured"]
+        if w.span(plan.span_kind) is None:
+            return "incomplete", [NO_DECODE_STAMPS]
+        length_s = float(plan.ends[k] - plan.starts[k]) / 1e9
+        coverages = [e["coverage_ratio"] for e in entries]
+        span = (w.t_start_ns, w.t_end_ns)
+        suspects = [f"{name}: {why}" for name, clock in clocks for why in clock.suspects(*span)]
+        suspects += [
+            f"{e['node']}: {e['implausible_intervals']} interval(s) above {MAX_PLAUSIBLE_GPU_W:g} W"
+            " per GPU rejected"
+            for e in entries
+            if e["implausible_intervals"]
+        ]
+        suspects += [f"{e['node']}: {flag}" for e in entries for flag in e["throttle"]]
+        return verdict(length_s, coverages, run.interval_s, uncertainty_s, suspects)
+
+    def make(lo: int, hi: int) -> list[dict[str, Any]]:
+        out = []
+        per_node = [f.windows.between(lo, hi) for f in figures]
+        for k in range(lo, hi):
+            w = windows[k]
+            entries = [node[k - lo] for node in per_node]
+            v, reasons = judged(k, w, entries)
+            window = {**w.to_json(), "in_scope": plan.measured[k], "verdict": v, "reasons": reasons}
+            window["nodes"] = entries
+            window.update(_split_json(w, prefill[k], decode[k], len(figures)))
+            window["engine"] = engine[k]
+            out.append(window)
+        return out
+
+    return WindowRows(len(windows), make)
 
 
 def _window_splits(figures: Sequence[NodeFigures], n: int) -> tuple[list[float | None], list[float | None]]:

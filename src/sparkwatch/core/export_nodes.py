@@ -19,6 +19,7 @@ from sparkwatch.core.rounding import rounded_list
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import window_signals
 from sparkwatch.core.tracks import F64, I64
+from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Scope
 from sparkwatch.defaults import ScopeKind
 
@@ -40,7 +41,7 @@ class Plan:
 @dataclass(frozen=True, slots=True)
 class NodeFigures:
     json: dict[str, Any]  # the node's entry in ``nodes``
-    windows: list[dict[str, Any]]  # its entry in each window's ``nodes``, in window order
+    windows: WindowRows[dict[str, Any]]  # its entry in each window's ``nodes``, in window order
     gpu_power_w: list[float | None]  # gated mean per GPU, for lmx
     memory_peak_bytes: int | None
     system: DomainFigures  # the node's power domains beside the GPU rail
@@ -104,11 +105,8 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     if system.system is None:
         json["null_reasons"]["system"] = NO_SENSOR
     split = window_split(integrals, plan.tokens)
-    windows = _window_entries(node.node, integrals, plan, split)
     signals = window_signals(node.signals, plan.starts, plan.ends)
-    for entry, domains, signal in zip(windows, system.windows, signals, strict=True):
-        entry["system"] = domains if system.system is not None else None
-        entry.update(signal)
+    windows = _window_entries(node.node, integrals, plan, split, (system, signals))
     return NodeFigures(
         json=json,
         windows=windows,
@@ -190,10 +188,14 @@ def _idle_and_split(
 
 
 def _window_entries(
-    name: str, integrals: Sequence[Integrals], plan: Plan, split: tuple[F64, F64]
-) -> list[dict[str, Any]]:
+    name: str,
+    integrals: Sequence[Integrals],
+    plan: Plan,
+    split: tuple[F64, F64],
+    beside: tuple[DomainFigures, WindowRows[dict[str, Any]]],
+) -> WindowRows[dict[str, Any]]:
     """The node's entry in each window: its GPUs' figures summed (unknown when any GPU's is), the worst
-    coverage, built column by column (10 000 windows are 10 000 entries per node)."""
+    coverage, its domains' and its clock signals' entries; kept as columns, made a slice at a time."""
     per_gpu = [window_stats(i, plan.starts, plan.ends) for i in integrals]
     unknown = np.full(len(plan.starts), np.nan)
     gated, energy, coverage = (
@@ -201,26 +203,38 @@ def _window_entries(
         for field, reduce in (("gated_mean_w", np.sum), ("energy_j", np.sum), ("coverage_ratio", np.min))
     )  # NaN in any GPU's stays NaN: unknown, as sum_known and worst_known have it
     implausible = np.sum([wp.implausible for wp in per_gpu], axis=0) if per_gpu else np.zeros(len(unknown))
-    return [
-        {
-            "node": name,
-            "power_w_gated_mean": g,
-            "energy_j": e,
-            "prefill_energy_j": p,
-            "decode_energy_j": d,
-            "coverage_ratio": c,
-            "implausible_intervals": i,
-        }
-        for g, e, p, d, c, i in zip(
-            rounded_list(gated),
-            rounded_list(energy),
-            rounded_list(split[0]),
-            rounded_list(split[1]),
-            rounded_list(coverage, 4),
-            implausible.astype(np.int64).tolist(),
-            strict=True,
-        )
-    ]
+    implausible = implausible.astype(np.int64)
+    system, signals = beside
+    domains = system.windows if system.system is not None else None
+
+    def make(lo: int, hi: int) -> list[dict[str, Any]]:
+        per_domain = domains.between(lo, hi) if domains is not None else [None] * (hi - lo)
+        return [
+            {
+                "node": name,
+                "power_w_gated_mean": g,
+                "energy_j": e,
+                "prefill_energy_j": p,
+                "decode_energy_j": d,
+                "coverage_ratio": c,
+                "implausible_intervals": i,
+                "system": s,
+                **signal,
+            }
+            for g, e, p, d, c, i, s, signal in zip(
+                rounded_list(gated[lo:hi]),
+                rounded_list(energy[lo:hi]),
+                rounded_list(split[0][lo:hi]),
+                rounded_list(split[1][lo:hi]),
+                rounded_list(coverage[lo:hi], 4),
+                implausible[lo:hi].tolist(),
+                per_domain,
+                signals.between(lo, hi),
+                strict=True,
+            )
+        ]
+
+    return WindowRows(len(plan.starts), make)
 
 
 def _node_power(stats: Sequence[PowerStats]) -> dict[str, Any]:

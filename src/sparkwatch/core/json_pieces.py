@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from sparkwatch.core.window_rows import is_rows
+
 ITEMS = 500
 Encoder = Callable[[Any], bytes]
 
@@ -115,7 +117,8 @@ def _inside_strings(out: bytes, positions: list[int]) -> list[bool]:
 
 
 def json_pieces(value: Any, encode: Encoder = wire, items: int = ITEMS) -> Iterator[bytes]:
-    """``encode(value)`` in pieces; dict keys are sorted when ``encode`` is :func:`canonical`."""
+    """``encode(value)`` in pieces; dict keys are sorted when ``encode`` is :func:`canonical`. The export's
+    windows (a :class:`~sparkwatch.core.window_rows.WindowRows`) are made ``items`` at a time."""
     sort = encode is canonical
     if isinstance(value, dict):
         yield b"{"
@@ -123,12 +126,12 @@ def json_pieces(value: Any, encode: Encoder = wire, items: int = ITEMS) -> Itera
             yield (b"," if n else b"") + encode(str(key)) + b":"
             yield from json_pieces(item, encode, items)
         yield b"}"
-    elif isinstance(value, list) and len(value) > items:
+    elif is_rows(value) and len(value) > items:
         yield b"["
         for start in range(0, len(value), items):
             yield (b"," if start else b"") + encode(value[start : start + items])[1:-1]
         yield b"]"
-    elif isinstance(value, list):
+    elif is_rows(value):
         yield b"["
         for n, item in enumerate(value):
             if n:

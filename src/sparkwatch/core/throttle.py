@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sparkwatch.core.rounding import rounded_list
 from sparkwatch.core.tracks import F64, I64
+from sparkwatch.core.window_rows import WindowRows
 from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
 
 #: NVML's clock event reason bits, by name (the agent's /metrics uses the same names).
@@ -43,7 +45,7 @@ def reason_names(mask: int) -> list[str]:
     )
 
 
-def window_signals(tracks: Sequence[SignalTrack], starts: I64, ends: I64) -> list[dict[str, Any]]:
+def window_signals(tracks: Sequence[SignalTrack], starts: I64, ends: I64) -> WindowRows[dict[str, Any]]:
     """Per window [a, b), a node's signals: SM clock mean and its ratio to the maximum, the hottest reading,
     the union of clock event reasons seen, and the flags (``throttled:<reason>``) that make it suspect.
 
@@ -89,8 +91,8 @@ class _Sums:
             count = _ranged((known & (track.reasons & bit != 0)).astype(np.int64), lo, hi)
             self.bits[bit] = self.bits.get(bit, 0) + count
 
-    def windows(self) -> list[dict[str, Any]]:
-        """Every window's figures, built from whole columns (one Python pass to make the dicts)."""
+    def windows(self) -> WindowRows[dict[str, Any]]:
+        """Every window's figures, from whole columns, made a slice of windows at a time when read."""
         masks = self.masks
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(self.ratio_count > 0, self.ratio_sum / self.ratio_count, np.nan)
@@ -99,35 +101,41 @@ class _Sums:
         unions = np.zeros(len(masks), np.int64)
         for bit, count in self.bits.items():
             unions |= np.where(count > 0, bit, 0)
-        flags: list[list[str]] = [[] for _ in range(len(masks))]
+        flags: dict[int, list[str]] = {}  # the few windows flagged
         for bit, share in shares.items():
             if bit & SLOWDOWN_BITS:
                 for k in np.flatnonzero((masks > 0) & (share > MAX_SLOWDOWN_RATIO)).tolist():
-                    flags[k].append(f"throttled:{REASON_NAMES[bit]} ({share[k]:.0%} of the window's samples)")
+                    flags.setdefault(k, []).append(
+                        f"throttled:{REASON_NAMES[bit]} ({share[k]:.0%} of the window's samples)"
+                    )
         for k in np.flatnonzero(ratio < MIN_CLOCK_RATIO).tolist():
-            flags[k].append(
+            flags.setdefault(k, []).append(
                 f"throttled:sm_clock (mean {ratio[k]:.2f} of the maximum, under {MIN_CLOCK_RATIO:g})"
             )
         hottest = np.where(np.isfinite(self.hottest), self.hottest, np.nan)
         names = {u: reason_names(u) for u in set(unions.tolist())}  # a few distinct unions in 10 000 windows
-        return [
-            {
-                "sm_clock_hz_mean": None if isnan(c) else int(c),
-                "sm_clock_ratio": None if isnan(r) else round(r, 3),
-                "temperature_c_max": None if isnan(h) else h,
-                "clock_event_reasons": list(names[u]) if m else None,
-                "throttle": f,
-            }
-            for c, r, h, u, m, f in zip(
-                clock.tolist(),
-                ratio.tolist(),
-                hottest.tolist(),
-                unions.tolist(),
-                masks.tolist(),
-                flags,
-                strict=True,
-            )
-        ]
+
+        def make(lo: int, hi: int) -> list[dict[str, Any]]:
+            return [
+                {
+                    "sm_clock_hz_mean": None if isnan(c) else int(c),
+                    "sm_clock_ratio": r,
+                    "temperature_c_max": None if isnan(h) else h,
+                    "clock_event_reasons": list(names[u]) if m else None,
+                    "throttle": list(flags.get(k, ())),
+                }
+                for k, c, r, h, u, m in zip(
+                    range(lo, hi),
+                    clock[lo:hi].tolist(),
+                    rounded_list(ratio[lo:hi]),  # round(r, 3) each, None where unknown
+                    hottest[lo:hi].tolist(),
+                    unions[lo:hi].tolist(),
+                    masks[lo:hi].tolist(),
+                    strict=True,
+                )
+            ]
+
+        return WindowRows(len(masks), make)
 
 
 def _ranged(values: npt.NDArray[Any], lo: I64, hi: I64) -> npt.NDArray[Any]:

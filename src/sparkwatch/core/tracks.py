@@ -26,13 +26,23 @@ def _floats(values: list[float | None] | list[int | None]) -> F64:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
-def _in_time_order(t_ns: I64, segment: I64, interval_s: F64) -> tuple[I64 | slice, I64, I64, I64]:
+def in_time_order(t_ns: I64, segment: I64, interval_s: F64) -> tuple[I64 | slice, I64, I64, I64]:
     """The one sort of a track (by time, then boot, stably): the order (a whole slice when already in it:
     no copy), and time, segment and the per-sample gap limit (``GAP_INTERVALS`` × the nominal interval) in
     that order."""
     order = slice(None) if _in_order(t_ns, segment) else np.lexsort((segment, t_ns))
+    if len(interval_s) and float(np.min(interval_s)) == float(np.max(interval_s)):  # one interval: one limit
+        limit = np.round(GAP_INTERVALS * interval_s[:1] * 1e9).astype(np.int64)
+        return order, t_ns[order], segment[order], repeated(limit[0], len(interval_s))
     max_gap = np.round(GAP_INTERVALS * interval_s[order] * 1e9).astype(np.int64)
     return order, t_ns[order], segment[order], max_gap
+
+
+def repeated(value: np.int64, count: int) -> I64:
+    """``value`` ``count`` times as a read-only view of one value (stride 0): a column that holds one value
+    (a boot's segment number, the gap limit of a steady interval) costs 8 bytes, not 8 per sample."""
+    out: I64 = np.broadcast_to(np.asarray(value, dtype=np.int64), (count,))
+    return out
 
 
 def _in_order(t_ns: I64, segment: I64) -> bool:
@@ -101,7 +111,7 @@ class GpuTrack:
         t_ns: I64, segment: I64, interval_s: F64, *, power_w: F64, energy_j: F64, util_ratio: F64
     ) -> GpuTrack:
         """Arrays already aligned (NaN = unknown); sorted here by time, stably."""
-        order, t, seg, max_gap = _in_time_order(t_ns, segment, interval_s)
+        order, t, seg, max_gap = in_time_order(t_ns, segment, interval_s)
         return GpuTrack(
             t_ns=t,
             segment=seg,
@@ -127,5 +137,5 @@ class MemTrack:
     @staticmethod
     def from_arrays(t_ns: I64, segment: I64, interval_s: F64, used_bytes: F64) -> MemTrack:
         """Arrays already aligned (NaN = unknown); sorted here by time, stably."""
-        order, t, seg, max_gap = _in_time_order(t_ns, segment, interval_s)
+        order, t, seg, max_gap = in_time_order(t_ns, segment, interval_s)
         return MemTrack(t_ns=t, segment=seg, max_gap_ns=max_gap, used_bytes=used_bytes[order])

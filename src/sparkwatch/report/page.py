@@ -88,6 +88,8 @@ def _plots_html(export: dict[str, Any], figures: charts.Figures | None) -> str:
 
 def build_page(export: dict[str, Any], assets: Assets) -> str:
     """The whole report for one export, as one HTML string."""
+    # the page reads the windows many times over: made once here (an export keeps them as columns)
+    export = {**export, "windows": list(export["windows"])}
     figures = charts.figures(export)
     run = export["run"]
     data = {

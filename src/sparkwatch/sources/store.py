@@ -11,20 +11,20 @@ import numpy as np
 
 from sparkwatch import __version__
 from sparkwatch.coordinator.big_values import let_go
-from sparkwatch.coordinator.boot_reads import BootRead, read_boot
+from sparkwatch.coordinator.boot_reads import read_boot
 from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
 from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
-from sparkwatch.core.tracks import GAP_INTERVALS, I64, GpuTrack, MemTrack
+from sparkwatch.core.tracks import GAP_INTERVALS, I64, GpuTrack, MemTrack, repeated
 from sparkwatch.defaults import SCOPES, ScopeKind
 from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
 from sparkwatch.sources import export_from
+from sparkwatch.sources.node_read import NodeRead, join_reads
 from sparkwatch.store import Store, StoreError
-from sparkwatch.store.rows import Channel, SensorRows
 
 #: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
 #: (and a few seconds more, for the clock offset and a window that starts before the run).
@@ -41,106 +41,76 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         read_boot(store.boot_samples(node, boot), boot_rounds, t_from_ns - LEAD_NS, t_to_ns)
         for boot, boot_rounds in rounds.items()
     ]
+    read = join_reads(reads)  # the boots' columns, joined (and each boot's let go as it is)
     latest = store.latest_boot(node)
     hello = store.hello(node, latest[0]) if latest else None
     segments = _Segments()
-    gpu_t = _joined([r.gpu_t_ns for r in reads], np.int64)
-    gpu_seg = segments.of([len(r.gpu_t_ns) for r in reads])
-    gpu_interval = _joined([r.gpu.interval_s for r in reads], np.float64)
-    gpu_index = _joined([r.gpu.gpu_index for r in reads], np.int64)
-    gpu_uuid = _joined([r.gpu.uuid for r in reads], object)
-    power, energy, util = (
-        _joined([getattr(r.gpu, column) for r in reads], np.float64)
-        for column in ("power_w", "energy_j", "util_ratio")
-    )
+    gpu_seg = segments.of(read.gpu_rows)
     # one track per GPU, keyed by UUID (an index can change when the GPU backend re-opens); GPUs the agent
     # announced but that have no samples in range still get a track, so lmx.gpuPowerWatts keeps one entry
     # per GPU in node order (null for those); the others follow by index
-    uuids = list(dict.fromkeys([*announced_gpus(hello), *_by_first_index(gpu_uuid, gpu_index, gpu_t)]))
+    by_index = _by_first_index(read.gpu_uuid, read.gpu_index, read.gpu_t_ns)
+    uuids = list(dict.fromkeys([*announced_gpus(hello), *by_index]))
     tracks = []
     for uuid in uuids:
-        mine = np.flatnonzero(gpu_uuid == uuid)
+        mine = np.flatnonzero(read.gpu_uuid == uuid)
         tracks.append(
             GpuTrack.from_arrays(
-                _pick(gpu_t, mine),
+                _pick(read.gpu_t_ns, mine),
                 _pick(gpu_seg, mine),
-                _pick(gpu_interval, mine),
-                power_w=_pick(power, mine),
-                energy_j=_pick(energy, mine),
-                util_ratio=_pick(util, mine),
+                _pick(read.gpu_interval_s, mine),
+                power_w=_pick(read.power_w, mine),
+                energy_j=_pick(read.energy_j, mine),
+                util_ratio=_pick(read.util_ratio, mine),
             )
         )
     memory = MemTrack.from_arrays(
-        _joined([r.memory_t_ns for r in reads], np.int64),
-        segments.of([len(r.memory_t_ns) for r in reads]),
-        _joined([r.memory.interval_s for r in reads], np.float64),
-        _joined([r.memory.used_bytes for r in reads], np.float64),
+        read.memory_t_ns, segments.of(read.samples), read.memory_interval_s, read.used_bytes
     )
     return NodeInput(
         node=node,
         gpus=tracks,
         domains=[
-            *_sensor_domains(reads, tracks, segments),
+            *_sensor_domains(read, tracks, segments),
             *_meter_domains(store, node, t_from_ns - LEAD_NS, t_to_ns, tracks),
         ],
-        signals=_signal_tracks(reads, hello),
+        signals=_signal_tracks(read, hello),
         gpu_uuids=uuids,
         memory=memory,
-        clock=_node_clock(rounds, reads, t_from_ns, t_to_ns),
+        clock=_node_clock(rounds, read, t_from_ns, t_to_ns),
         memory_model=str((hello or {}).get("memory_model", "unknown")),
         hardware=dict((hello or {}).get("hardware") or {}),
         unsupported=unsupported_fields(hello),
     )
 
 
-def _sensor_domains(
-    reads: Sequence[BootRead], gpus: Sequence[GpuTrack], segments: _Segments
-) -> list[DomainInput]:
+def _sensor_domains(read: NodeRead, gpus: Sequence[GpuTrack], segments: _Segments) -> list[DomainInput]:
     """One domain per channel name the node's agent streamed, in the order it first streamed them, gated by
-    the node's GPU utilisation at each sample. A channel's rows are picked out read by read and take their
-    samples' times: no time column per row of every channel is made."""
-    channels: dict[Channel, int] = {}  # every (name, kind, source) of every read → its number
-    numbers = [_channel_numbers(r.sensors, channels) for r in reads]
-    by_number = list(channels)
+    the node's GPU utilisation at each sample. A channel's rows take their samples' times: no time column
+    per row of every channel is made."""
     first_seen: dict[str, list[int]] = {}  # name → its channels' numbers, names in the order first streamed
-    for channel, number in channels.items():
+    for number, channel in enumerate(read.channels):
         first_seen.setdefault(channel[0], []).append(number)
-    names = np.zeros(len(by_number) or 1, np.int64)
+    names = np.zeros(len(read.channels) or 1, np.int64)
     for k, found in enumerate(first_seen.values()):
         names[found] = k
+    sample_seg = segments.of(read.samples)
     domains = []
     for k, name in enumerate(first_seen):
-        rows = [np.flatnonzero(names[n] == k) for n in numbers]
-        samples = [r.sensors.sample[mine] for r, mine in zip(reads, rows, strict=True)]
-        t = _joined([_pick(r.memory_t_ns, s) for r, s in zip(reads, samples, strict=True)], np.int64)
-        seg = segments.of([len(s) for s in samples])
-        interval = _joined(
-            [_pick(r.memory.interval_s, s) for r, s in zip(reads, samples, strict=True)], np.float64
+        rows = np.flatnonzero(names[read.sensor_channel] == k)
+        samples = read.sensor_samples(rows)
+        power, energy = (_pick(c, rows) for c in (read.sensor_power_w, read.sensor_energy_j))
+        _, kind, source = read.channels[int(read.sensor_channel[rows[-1]])]  # as last streamed
+        track = gated_track(
+            _pick(read.memory_t_ns, samples),
+            _pick(sample_seg, samples),
+            _pick(read.memory_interval_s, samples),
+            power,
+            energy,
+            gpus=gpus,
         )
-        picked = list(zip(reads, rows, strict=True))
-        power, energy = (
-            _joined([_pick(getattr(r.sensors, c), mine) for r, mine in picked], np.float64)
-            for c in ("power_w", "energy_j")
-        )
-        last = max(b for b, mine in enumerate(rows) if len(mine))  # its kind and source as last streamed
-        _, kind, source = by_number[int(numbers[last][rows[last][-1]])]
-        track = gated_track(t, seg, interval, power, energy, gpus=gpus)
         domains.append(DomainInput(name, kind, source, track))
     return domains
-
-
-def _channel_numbers(rows: SensorRows, numbers: dict[Channel, int]) -> I64:
-    """Each row's channel as a number from ``numbers`` (extended in the order channels first appear): from
-    the read's own channel codes, a few distinct among many rows, so nothing is compared per row."""
-    codes = np.flatnonzero(np.bincount(rows.channel)) if len(rows.channel) else np.empty(0, np.int64)
-    first = [int(np.argmax(rows.channel == code)) for code in codes.tolist()]  # where each first appears
-    remap = np.zeros(int(codes.max()) + 1 if len(codes) else 1, np.int64)
-    for code, _at in sorted(zip(codes.tolist(), first, strict=True), key=lambda pair: pair[1]):
-        channel = rows.channels[code]
-        assert channel is not None  # a code some row has
-        remap[code] = numbers.setdefault(channel, len(numbers))
-    out: I64 = remap[rows.channel]
-    return out
 
 
 def _in_first_order(values: np.ndarray) -> list[Any]:
@@ -162,13 +132,8 @@ def _by_first_index(uuids: np.ndarray, index: I64, t_ns: I64) -> list[str]:
     return [str(u) for u in _in_first_order(uuids[order])]
 
 
-def _signal_tracks(reads: Sequence[BootRead], hello: dict[str, Any] | None) -> list[SignalTrack]:
+def _signal_tracks(read: NodeRead, hello: dict[str, Any] | None) -> list[SignalTrack]:
     """Each GPU's clock signals, by UUID, with the maximum SM clock its hello reported."""
-    t = _joined([r.signal_t_ns for r in reads], np.int64)
-    uuids = _joined([r.signals.uuid for r in reads], object)
-    clock = _joined([r.signals.sm_clock_hz for r in reads], np.float64)
-    temp = _joined([r.signals.temperature_c for r in reads], np.float64)
-    reasons = _joined([r.signals.reasons for r in reads], np.int64)
     gpus = ((hello or {}).get("hardware") or {}).get("gpus")
     maxima = {
         g["uuid"]: g.get("max_sm_clock_hz")
@@ -176,13 +141,18 @@ def _signal_tracks(reads: Sequence[BootRead], hello: dict[str, Any] | None) -> l
         if isinstance(g, dict) and isinstance(g.get("uuid"), str)
     }
     out = []
-    for uuid in _in_first_order(uuids):
-        mine = uuids == uuid
-        order = np.argsort(t[mine], kind="stable")
+    for uuid in _in_first_order(read.gpu_uuid):
+        mine = np.flatnonzero(read.gpu_uuid == uuid)
+        mine_t = _pick(read.gpu_t_ns, mine)
+        in_order = bool(np.all(mine_t[1:] >= mine_t[:-1]))  # a store's read: already; the columns, not copies
+        order = slice(None) if in_order else np.argsort(mine_t, kind="stable")
+        clock_hz, temp_c, mask = (
+            _pick(c, mine)[order] for c in (read.sm_clock_hz, read.temperature_c, read.reasons)
+        )
         top = maxima.get(uuid)
         top = float(top) if type(top) is int or type(top) is float else None
-        columns = (t[mine][order], clock[mine][order], temp[mine][order], reasons[mine][order])
-        out.append(SignalTrack(*columns, top if top is not None and top > 0 else None, uuid=str(uuid)))
+        top = top if top is not None and top > 0 else None
+        out.append(SignalTrack(mine_t[order], clock_hz, temp_c, mask, top, uuid=str(uuid)))
     return out
 
 
@@ -217,16 +187,16 @@ def _meter_domains(
 
 
 def _node_clock(
-    rounds: dict[str, list[OffsetRound]], reads: Sequence[BootRead], t_from_ns: int, t_to_ns: int
+    rounds: dict[str, list[OffsetRound]], read: NodeRead, t_from_ns: int, t_to_ns: int
 ) -> NodeClock:
-    fits = [r.fit for r in reads if r.fit is not None]
-    method = "monotonic" if len(fits) == len(reads) else ("wall" if not fits else "mixed")
+    fits = [f for f in read.fits if f is not None]
+    method = "monotonic" if len(fits) == len(read.fits) else ("wall" if not fits else "mixed")
     every = sorted((r for boot_rounds in rounds.values() for r in boot_rounds), key=lambda r: r.t_ns)
     return NodeClock(
         summary=summarise(every, t_from_ns, t_to_ns),
-        method=method if reads else "none",
+        method=method if read.fits else "none",
         rate_ppm=fits[-1].rate * 1e6 if fits else None,
-        steps=tuple(s for r in reads for s in r.steps),
+        steps=read.steps,
         disagreements=tuple(d for f in fits for d in f.disagreements),
     )
 
@@ -262,15 +232,10 @@ class _Segments:
     def of(self, lengths: Sequence[int]) -> I64:
         key = tuple(lengths)
         if key not in self._made:
-            self._made[key] = np.repeat(np.arange(len(key), dtype=np.int64), key)
+            one_boot = len(key) == 1
+            made = repeated(np.int64(0), key[0]) if one_boot else np.repeat(np.arange(len(key)), key)
+            self._made[key] = made.astype(np.int64, copy=False)
         return self._made[key]
-
-
-def _joined(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
-    """The boots' columns one after another (one boot, the usual case: its column itself, not a copy)."""
-    if len(parts) == 1:
-        return parts[0].astype(dtype, copy=False)
-    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
 
 
 def export_run(

@@ -48,7 +48,7 @@ Channel = tuple[str, str, str]
 class SensorRows:
     """Every power channel's readings in a boot's samples: one row per (sample, channel), in seq order."""
 
-    sample: I64  # each row's sample (a position among the read's samples: its times are the sample's)
+    counts: I64  # rows per sample (a row's times are its sample's: see samples_of)
     power_w: F64  # NaN: unknown
     energy_j: F64
     channel: I64  # each row's channel, as an index into ``channels``
@@ -56,12 +56,25 @@ class SensorRows:
     #: over an 8 h run at 10 Hz were 20 MiB of object columns.
     channels: tuple[Channel | None, ...]
 
+    def samples_of(self, rows: I64) -> I64:
+        """The sample (a position among the read's samples) of each of ``rows``."""
+        return samples_of_rows(self.counts, rows)
+
     def text(self, part: int) -> Text:
         """Each row's channel name (0), kind (1) or source (2)."""
         table = np.empty(len(self.channels), dtype=object)
         table[:] = [None if c is None else c[part] for c in self.channels]
         values: Text = table[self.channel]
         return values
+
+
+def samples_of_rows(counts: I64, rows: I64) -> I64:
+    """The sample of each of ``rows`` (positions among rows of ``counts[k]`` per sample k). Not a column of
+    every row's: with as many rows in every sample (the usual case) it is a division, else a search."""
+    if len(counts) and int(counts.min()) == int(counts.max()) > 0:
+        out: I64 = rows // int(counts[0])
+        return out
+    return np.searchsorted(np.cumsum(counts), rows, side="right").astype(np.int64)
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,11 +109,6 @@ class SampleBlock:
             return c["t_wall_ns"], c["t_mono_ns"], c["interval_s"]
         return tuple(np.repeat(c[n], counts) for n in names)  # type: ignore[return-value]
 
-    def sample_of_rows(self, group: str) -> np.ndarray:
-        """Each row of ``group``'s sample, as a position in the block."""
-        counts = self.columns[f"{group}_n"]
-        return np.repeat(np.arange(len(counts)), counts)
-
     def text(self, name: str) -> Text:
         """A string column's values (its codes looked up in the block's table)."""
         values: Text = _table(self.strings)[self.columns[name]]
@@ -145,7 +140,7 @@ class SampleBlock:
             name, kind, source = orjson.loads(self.strings[i])
             channels[i] = (name, kind, source)
         return SensorRows(
-            sample=self.sample_of_rows("sensor"),
+            counts=c["sensor_n"],
             power_w=c["sensor_power_w"],
             energy_j=c["sensor_energy_j"],
             channel=codes,
