@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparkwatch.core import clock
 from sparkwatch.core.clock import (
+    STEP_MIN_NS,
+    STEP_RATE,
     ClockOffset,
     ClockStep,
     NodeClock,
@@ -139,3 +144,37 @@ def test_one_time_maps_like_many() -> None:
     assert fit is not None
     monos = BOOT_MONO + np.array([0, 7 * S, 333 * S + 17], dtype=np.int64)
     assert [fit.at(int(m)) for m in monos] == fit.to_coordinator(monos).tolist()
+
+
+def _steps_whole(wall: np.ndarray, mono: np.ndarray, coord: np.ndarray) -> list[ClockStep]:
+    """wall_steps as one pass over the whole columns (what it computed before it took slices)."""
+    if len(mono) < 2:
+        return []
+    apart = wall - mono
+    smooth = apart.copy()
+    if len(apart) >= 3:
+        smooth[1:-1] = np.sort(np.stack([apart[:-2], apart[1:-1], apart[2:]]), axis=0)[1]
+    lasting = np.diff(smooth)
+    limit = np.maximum(STEP_MIN_NS, (np.diff(mono) * STEP_RATE).astype(np.int64))
+    jump = np.diff(apart)
+    return [ClockStep(int(coord[i + 1]), int(jump[i])) for i in np.flatnonzero(np.abs(lasting) > limit)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 7),
+    st.lists(st.sampled_from([0, 0, 0, 15_000_000, -12_000_000, S, -S]), min_size=0, max_size=40),
+)
+def test_slices_find_the_steps_one_pass_finds(slice_samples: int, jumps: list[int]) -> None:
+    """Steps and blips at every position against every slice boundary: the same steps, in order, and the
+    same coordinator times."""
+    mono = BOOT_MONO + np.arange(len(jumps), dtype=np.int64) * (S // 10)
+    wall = T0 + (mono - BOOT_MONO) + np.cumsum(np.array(jumps, dtype=np.int64))
+    wall[1::5] += 14_000_000  # a preempted read now and then
+    coord = T0 + (mono - BOOT_MONO) + 3
+    fit = fit_monotonic(rounds(drift_ppm=-80))
+    assert fit is not None
+    whole = mono + np.int64(fit.offset_ns) + np.round(fit.rate * (mono - fit.anchor_mono_ns)).astype(np.int64)
+    with patch.object(clock, "SLICE_SAMPLES", slice_samples):
+        assert wall_steps(wall, mono, coord) == _steps_whole(wall, mono, coord)
+        assert fit.to_coordinator(mono).tolist() == whole.tolist() == [fit.at(int(m)) for m in mono]

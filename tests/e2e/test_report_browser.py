@@ -13,6 +13,7 @@ from typing import Any
 from helpers.browser import OpenedPage, open_page
 from helpers.cli import sparkwatch
 from helpers.synthetic_run import synthetic_export
+from sparkwatch.outputs import write_export
 from sparkwatch.report import facts
 
 READY = "body[data-ready='1']"
@@ -137,7 +138,7 @@ def test_an_8_hour_run_with_10000_windows_stays_light(
 ) -> None:
     export = synthetic_export(hours=8.0, nodes=4, hz=10.0, windows=10_000, series_buckets=2400)
     path = tmp_path / "long.json"
-    path.write_text(json.dumps(export))
+    write_export(path, export)  # as `sparkwatch export -o` writes it
     result = sparkwatch("report", str(path), "-o", str(tmp_path / "long.html"), timeout=240)
     assert result.returncode == 0, result.stderr
     report = tmp_path / "long.html"

@@ -12,6 +12,7 @@ import pytest
 
 from helpers.cli import sparkwatch
 from helpers.synthetic_run import synthetic_export
+from sparkwatch.outputs import write_export
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -19,7 +20,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def export_file(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     path = tmp_path_factory.mktemp("report") / "run.json"
-    path.write_text(json.dumps(synthetic_export(hours=0.1, windows=20, series_buckets=400)))
+    write_export(path, synthetic_export(hours=0.1, windows=20, series_buckets=400))
     return path
 
 

@@ -30,6 +30,8 @@ NOISE_FLOOR_NS = 100_000
 #: A jump of wall − monotonic larger than both of these is a step, not NTP slewing (at most 500 ppm).
 STEP_MIN_NS = 10_000_000
 STEP_RATE = 1e-3
+#: Samples taken at a time by the column-long computations here (a slice's temporaries: a few MB at most).
+SLICE_SAMPLES = 65_536
 #: A disagreeing probe round puts the alignment in doubt for one probe period (links probe every 10 s).
 DISAGREEMENT_REACH_NS = 10_000_000_000
 
@@ -129,8 +131,15 @@ class MonoFit:
     disagreements: tuple[Disagreement, ...] = ()
 
     def to_coordinator(self, mono_ns: I64) -> I64:
-        since = (mono_ns - self.anchor_mono_ns).astype(np.float64)
-        return mono_ns + np.int64(self.offset_ns) + np.round(self.rate * since).astype(np.int64)
+        """Each time, a slice at a time: a node's 8 h of samples take no five temporaries their length."""
+        out = np.empty(len(mono_ns), np.int64)
+        for lo in range(0, len(mono_ns), SLICE_SAMPLES):
+            part = mono_ns[lo : lo + SLICE_SAMPLES]
+            since = (part - self.anchor_mono_ns).astype(np.float64)
+            out[lo : lo + SLICE_SAMPLES] = (
+                part + np.int64(self.offset_ns) + np.round(self.rate * since).astype(np.int64)
+            )
+        return out
 
     def at(self, mono_ns: int) -> int:
         """``to_coordinator`` for one time, without numpy (a proxy stamps every chunk with it)."""
@@ -205,13 +214,19 @@ def wall_steps(t_wall_ns: I64, t_mono_ns: I64, t_coord_ns: I64) -> list[ClockSte
     between consecutive samples beyond ``STEP_MIN_NS`` and beyond what slewing could do (``STEP_RATE``)
     that lasts. A sampler preempted between its two clock reads shows one sample off and the next back
     (a median of three takes such a sample out); a step stays."""
-    if len(t_mono_ns) < 2:
-        return []
-    apart = t_wall_ns - t_mono_ns
-    lasting = np.diff(_median3(apart))
-    limit = np.maximum(STEP_MIN_NS, (np.diff(t_mono_ns) * STEP_RATE).astype(np.int64))
-    jump = np.diff(apart)  # the size as the samples saw it
-    return [ClockStep(int(t_coord_ns[i + 1]), int(jump[i])) for i in np.flatnonzero(np.abs(lasting) > limit)]
+    steps: list[ClockStep] = []
+    n = len(t_mono_ns)
+    for a in range(0, n - 1, SLICE_SAMPLES):  # the intervals a..b-1 (sample i to i+1) of a slice
+        b = min(a + SLICE_SAMPLES, n - 1)
+        lo, hi = max(a - 1, 0), min(b + 2, n)  # their samples and a neighbour each side, for the medians
+        apart = t_wall_ns[lo:hi] - t_mono_ns[lo:hi]
+        smooth = _median3(apart)  # its ends are raw, and a slice's ends here are the boot's or neighbours
+        lasting = np.diff(smooth[a - lo : b - lo + 1])
+        limit = np.maximum(STEP_MIN_NS, (np.diff(t_mono_ns[a : b + 1]) * STEP_RATE).astype(np.int64))
+        jump = np.diff(apart[a - lo : b - lo + 1])  # the size as the samples saw it
+        found = np.flatnonzero(np.abs(lasting) > limit)
+        steps += [ClockStep(int(t_coord_ns[a + i + 1]), int(jump[i])) for i in found.tolist()]
+    return steps
 
 
 def _median3(values: I64) -> I64:

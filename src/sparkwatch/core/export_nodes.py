@@ -14,7 +14,7 @@ from sparkwatch.core.domains import NO_SENSOR, DomainFigures, domain_figures
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.memory import MemoryStats, node_memory
 from sparkwatch.core.phases import TokenSpans, node_split, window_split
-from sparkwatch.core.power import PowerStats, scope_stats, window_stats
+from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
 from sparkwatch.core.rounding import rounded_list
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import window_signals
@@ -89,6 +89,12 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     idle = [w for w, _ in idle_and_why]
     idle_why = [why for _, why in idle_and_why if why is not None]
     memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
+    json = _node_json(node, stats, idle, memory, plan.gate_threshold)
+    json["null_reasons"].update(_memory_reasons(memory, plan.first_window_ns))
+    json.update(_idle_and_split(json, integrals, plan, idle_why))
+    split = window_split(integrals, plan.tokens)
+    per_gpu = [window_stats(i, plan.starts, plan.ends) for i in integrals]
+    del integrals  # a GPU's integrals are a dozen columns its samples' length: gone before the domains'
     system = domain_figures(
         node.domains,
         plan.scope,
@@ -97,16 +103,12 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
         plan.ends,
         baseline_before_ns=plan.first_window_ns,
     )
-    json = _node_json(node, stats, idle, memory, plan.gate_threshold)
-    json["null_reasons"].update(_memory_reasons(memory, plan.first_window_ns))
-    json.update(_idle_and_split(json, integrals, plan, idle_why))
     json["system"] = system.system
     json["null_reasons"].update(system.null_reasons)
     if system.system is None:
         json["null_reasons"]["system"] = NO_SENSOR
-    split = window_split(integrals, plan.tokens)
     signals = window_signals(node.signals, plan.starts, plan.ends)
-    windows = _window_entries(node.node, integrals, plan, split, (system, signals))
+    windows = _window_entries(node.node, per_gpu, plan, split, (system, signals))
     return NodeFigures(
         json=json,
         windows=windows,
@@ -189,14 +191,13 @@ def _idle_and_split(
 
 def _window_entries(
     name: str,
-    integrals: Sequence[Integrals],
+    per_gpu: Sequence[WindowPower],
     plan: Plan,
     split: tuple[F64, F64],
     beside: tuple[DomainFigures, WindowRows[dict[str, Any]]],
 ) -> WindowRows[dict[str, Any]]:
     """The node's entry in each window: its GPUs' figures summed (unknown when any GPU's is), the worst
     coverage, its domains' and its clock signals' entries; kept as columns, made a slice at a time."""
-    per_gpu = [window_stats(i, plan.starts, plan.ends) for i in integrals]
     unknown = np.full(len(plan.starts), np.nan)
     gated, energy, coverage = (
         reduce([getattr(wp, field) for wp in per_gpu], axis=0) if per_gpu else unknown

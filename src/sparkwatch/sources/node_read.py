@@ -58,7 +58,7 @@ class NodeRead:
 _COLUMNS: dict[str, tuple[Callable[[BootRead], np.ndarray], Any]] = {
     "gpu_t_ns": (lambda r: r.gpu_t_ns, np.int64),
     "gpu_interval_s": (lambda r: r.gpu.interval_s, np.float64),
-    "gpu_index": (lambda r: r.gpu.gpu_index, np.int64),
+    "gpu_index": (lambda r: r.gpu.gpu_index, None),  # as read: int32 or int64
     "gpu_uuid": (lambda r: r.gpu.uuid, object),
     "power_w": (lambda r: r.gpu.power_w, np.float64),
     "energy_j": (lambda r: r.gpu.energy_j, np.float64),
@@ -69,7 +69,7 @@ _COLUMNS: dict[str, tuple[Callable[[BootRead], np.ndarray], Any]] = {
     "memory_t_ns": (lambda r: r.memory_t_ns, np.int64),
     "memory_interval_s": (lambda r: r.memory.interval_s, np.float64),
     "used_bytes": (lambda r: r.memory.used_bytes, np.float64),
-    "sensor_counts": (lambda r: r.sensors.counts, np.int64),
+    "sensor_counts": (lambda r: r.sensors.counts, None),
     "sensor_power_w": (lambda r: r.sensors.power_w, np.float64),
     "sensor_energy_j": (lambda r: r.sensors.energy_j, np.float64),
 }
@@ -140,7 +140,9 @@ def _channel_numbers(rows: SensorRows, numbers: dict[Channel, int]) -> I64:
 
 
 def _joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-    """The boots' columns one after another (one boot, the usual case: its column itself, not a copy)."""
-    if len(parts) == 1:
-        return parts[0].astype(dtype, copy=False)
-    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
+    """The boots' columns one after another (one boot, the usual case: its column itself, not a copy), as
+    ``dtype`` (None: the parts' own)."""
+    if not parts:
+        return np.empty(0, dtype=dtype or np.int64)
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return out if dtype is None else out.astype(dtype, copy=False)

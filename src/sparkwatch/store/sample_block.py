@@ -46,6 +46,9 @@ GROUPS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "sensor": ("sensor_channel_str", "sensor_power_w", "sensor_energy_j"),
     }
 )
+#: Counts, GPU indexes and string codes: small integers, gathered from many blocks as int32 (half the bytes
+#: of a node's read of them), widened back should one not fit.
+SMALL_INTS = frozenset({"gpu_n", "sensor_n", "gpu_index", "gpu_uuid_str", "sensor_channel_str"})
 COLUMNS = (*SAMPLE_COLUMNS, *(f"{g}_n" for g in GROUPS), *(n for names in GROUPS.values() for n in names))
 _FLOATS = frozenset(
     {"interval_s", "gpu_power_w", "gpu_energy_j", "gpu_util_ratio", "sensor_power_w", "sensor_energy_j"}
@@ -213,17 +216,21 @@ class _Gathered:
         for name, column in first.columns.items():
             group = next((g for g, names in GROUPS.items() if name in names), None)
             per_sample = len(column) / max(len(first), 1) if group is not None else 1.0
-            self._columns[name] = np.empty(int(np.ceil(samples * per_sample)), column.dtype)
+            dtype = np.int32 if name in SMALL_INTS else column.dtype
+            self._columns[name] = np.empty(int(np.ceil(samples * per_sample)), dtype)
             self._filled[name] = 0
 
     def _append(self, block: SampleBlock) -> None:
         remap = np.array([self._strings.setdefault(s, len(self._strings)) for s in block.strings] or [0])
         for name, column in block.columns.items():
             at, out = self._filled[name], self._columns[name]
-            if at + len(column) > len(out):
-                out = self._columns[name] = _grown(out, at, at + len(column))
-            out[at : at + len(column)] = remap[column] if name.endswith("_str") else column
-            self._filled[name] = at + len(column)
+            values = remap[column] if name.endswith("_str") else column
+            if out.dtype != values.dtype and len(values) and not _fits(values, out.dtype):
+                out = self._columns[name] = out.astype(values.dtype)  # an index or count beyond int32
+            if at + len(values) > len(out):
+                out = self._columns[name] = _grown(out, at, at + len(values))
+            out[at : at + len(values)] = values
+            self._filled[name] = at + len(values)
 
     def block(self) -> SampleBlock:
         if self._first is not None:
@@ -232,6 +239,11 @@ class _Gathered:
             return empty()
         columns = {name: column[: self._filled[name]] for name, column in self._columns.items()}
         return SampleBlock(columns, list(self._strings))
+
+
+def _fits(values: np.ndarray, dtype: np.dtype[Any]) -> bool:
+    limits = np.iinfo(dtype)
+    return limits.min <= int(values.min()) and int(values.max()) <= limits.max
 
 
 def _grown(column: np.ndarray, filled: int, needed: int) -> np.ndarray:

@@ -175,8 +175,12 @@ class SampleBlocks:
         rows = self._db.execute(f"SELECT data {where} ORDER BY seq_first", (node, boot, *bounds))
         block = in_seq_order(concat((decode_blob(data) for (data,) in rows), int(samples)))
         t = block.columns[clock]
-        inside = np.flatnonzero((t >= bounds[0]) & (t <= bounds[1]))
-        return block.between(int(inside[0]), int(inside[-1]) + 1) if len(inside) else empty()
+        if bool(np.all(t[1:] >= t[:-1])):  # the monotonic clock (a wall clock that never stepped back)
+            lo, hi = int(np.searchsorted(t, bounds[0])), int(np.searchsorted(t, bounds[1], side="right"))
+        else:
+            inside = np.flatnonzero((t >= bounds[0]) & (t <= bounds[1]))
+            lo, hi = (int(inside[0]), int(inside[-1]) + 1) if len(inside) else (0, 0)
+        return block.between(lo, hi) if hi > lo else empty()
 
     def count(self, node: str | None = None) -> int:
         if node is None:
