@@ -7,6 +7,7 @@ import json
 import pathlib
 import sqlite3
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,7 +19,7 @@ from sparkwatch.core.clock import ClockOffset
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, codec
 from sparkwatch.store.db import RunRow
-from sparkwatch.store.sample_block import SMALL, concat, decode_blob, from_frames
+from sparkwatch.store.sample_block import SMALL, SMALL_INTS, concat, decode_blob, from_frames
 from sparkwatch.store.sample_store import TARGET
 from sparkwatch.store.schema import BLOCKS_SCHEMA, MIGRATIONS
 from sparkwatch.wire import SampleFrame, decode_frame
@@ -156,8 +157,24 @@ def test_blocks_gathered_as_they_come_equal_their_concatenation(
             mine = [got.strings[c] for c in got.columns[name].tolist()]
             theirs = [s for b in blocks for s in (b.strings[c] for c in b.columns[name].tolist())]
             assert mine == theirs
-        else:
+        elif column.dtype.kind == "f":  # bit for bit: NaN payloads and -0.0 too
             assert got.columns[name].view(np.uint64).tolist() == column.view(np.uint64).tolist()
+        else:
+            assert got.columns[name].tolist() == column.tolist()
+    if len(blocks) > 1 and sum(sizes[1:]):  # gathered, not the one block as it was: counts and codes narrow
+        assert {n for n, c in got.columns.items() if c.dtype == np.int32} == SMALL_INTS
+
+
+def test_an_index_beyond_int32_widens_its_gathered_column() -> None:
+    """An agent may number a GPU up to int64's top (the wire allows it): the gathered column widens."""
+    wide = frame(3)
+    wide = wide._replace(
+        gpus=tuple(msgspec.structs.replace(g, gpu_index=2**40 + g.gpu_index) for g in wide.gpus)
+    )
+    blocks = [from_frames([frame(1), frame(2)]), from_frames([wide])]
+    got = concat(iter(blocks), 3)
+    assert got.columns["gpu_index"].dtype == np.int64
+    assert got.gpu_rows().gpu_index.tolist() == [0, 1, 0, 1, 2**40, 2**40 + 1]
 
 
 def test_rows_follow_their_samples_when_some_are_taken() -> None:
