@@ -11,8 +11,9 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.coordinator.test_core_export import RUN, T0, S, node
+from test_core_export import RUN, T0, S, node
 
+from sparkwatch.coordinator.big_values import SLICE_ITEMS, let_go
 from sparkwatch.core.export import build_export, digest
 from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.window_rows import CHUNK, WindowRows, plain
@@ -93,3 +94,14 @@ def test_an_export_encodes_and_digests_its_windows_as_the_list_they_stand_for() 
     write_export_to(written, export)
     assert written.getvalue() == orjson.dumps(listed, option=orjson.OPT_INDENT_2) + b"\n"
     assert json.loads(written.getvalue()) == listed
+
+
+def test_letting_go_of_an_export_empties_the_windows_its_rows_are_made_from() -> None:
+    """The coordinator frees a long export in slices (big_values.let_go): the run's windows, which the rows
+    hold, go too — their own list, not the caller's."""
+    windows = many_windows(3 * SLICE_ITEMS + 1)
+    export = build_export(RUN, [node("spark-1", 10.0, 60.0, [(20, 30)], 8.0)], windows, "0.1.0")
+    (held,) = export["windows"].held
+    assert held == windows and held is not windows
+    let_go(export)
+    assert held == [] and len(windows) == 3 * SLICE_ITEMS + 1

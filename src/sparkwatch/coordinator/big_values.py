@@ -12,6 +12,8 @@ import gc
 import threading
 from typing import Any
 
+from sparkwatch.core.window_rows import WindowRows
+
 #: Items freed per slice: a few hundred windows, well under a millisecond.
 SLICE_ITEMS = 500
 
@@ -41,11 +43,14 @@ class CollectorPause:
 
 
 def let_go(value: Any) -> None:
-    """Empty every long list inside ``value`` (through dicts) a slice at a time, so that dropping the last
-    reference afterwards frees little at once."""
+    """Empty every long list inside ``value`` (through dicts, and the lists an export's windows are made
+    from) a slice at a time, so that dropping the last reference afterwards frees little at once."""
     if isinstance(value, dict):
         for item in value.values():
             let_go(item)
+    elif isinstance(value, WindowRows):  # the run's windows it reads: it makes none after this
+        for held in value.held:
+            let_go(held)
     elif isinstance(value, list) and len(value) > SLICE_ITEMS:
         while value:
             del value[-SLICE_ITEMS:]

@@ -299,9 +299,11 @@ class Coordinator:
                     export = export_run(
                         reader, run_id, self.node_names, self.now_ns, series_buckets=series_buckets
                     )
+                    made = {**export, "windows": list(export["windows"])}  # made once, let go in slices
                     try:
-                        return build_page(export, self._report_assets)
+                        return build_page(made, self._report_assets)
                     finally:
+                        let_go(made)
                         let_go(export)
             finally:
                 reader.close()

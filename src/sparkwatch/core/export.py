@@ -214,7 +214,7 @@ def _windows_json(
     a slice of windows at a time from the nodes' columns (core.window_rows)."""
     uncertainty_s = max((c.uncertainty_ns or 0 for _, c in clocks), default=0) / 1e9
     prefill, decode = _window_splits(figures, len(windows))
-    windows = tuple(windows)  # its own: a caller may empty its list once the export is made (let_go)
+    windows = list(windows)  # its own: a caller may empty its list once the export is made (let_go)
 
     def judged(k: int, w: Window, entries: Sequence[dict[str, Any]]) -> tuple[str, list[str]]:
         if w.failed:
@@ -248,7 +248,7 @@ def _windows_json(
             out.append(window)
         return out
 
-    return WindowRows(len(windows), make)
+    return WindowRows(len(windows), make, held=(windows,))
 
 
 def _window_splits(figures: Sequence[NodeFigures], n: int) -> tuple[list[float | None], list[float | None]]:

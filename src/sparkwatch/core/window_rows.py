@@ -3,9 +3,10 @@
 An 8 h run's 10 000 windows on 4 nodes were ~80 MB of dicts, floats and lists, held from the first node
 measured to the export written: most of an export's memory. A :class:`WindowRows` holds the same figures
 as numpy columns (a few hundred kB per node) and a function that makes the values of windows [lo, hi);
-reading it (an index, a slice, iteration, the export's encoders) makes just those. The values made are
-fresh each time: one that is edited is a copy, so an export to be edited is copied first
-(``copy.deepcopy`` gives plain lists).
+reading it (an index, a slice, iteration, the export's encoders) makes just those, each time it is read
+(a reader that walks the windows several times makes them once: ``list(rows)``). The dicts made are fresh
+each time, so editing one changes nothing; what they hold may not be (a window's ``source`` dict, its
+``engine`` entry), so an export to be edited is copied first (``copy.deepcopy`` gives plain lists).
 """
 
 from __future__ import annotations
@@ -22,13 +23,22 @@ CHUNK = 500
 
 
 class WindowRows(Sequence[T]):
-    """``length`` values, ``make(lo, hi)`` giving those of windows [lo, hi) as a list."""
+    """``length`` values, ``make(lo, hi)`` giving those of windows [lo, hi) as a list; ``held``: the long
+    lists ``make`` reads (the run's windows), for :func:`~sparkwatch.coordinator.big_values.let_go` to
+    empty a slice at a time when the export is done with."""
 
-    __slots__ = ("_length", "_make")
+    __slots__ = ("_held", "_length", "_make")
 
-    def __init__(self, length: int, make: Callable[[int, int], list[T]]) -> None:
+    def __init__(
+        self, length: int, make: Callable[[int, int], list[T]], held: Sequence[list[Any]] = ()
+    ) -> None:
         self._length = length
         self._make = make
+        self._held = tuple(held)
+
+    @property
+    def held(self) -> tuple[list[Any], ...]:
+        return self._held
 
     def __len__(self) -> int:
         return self._length
@@ -59,7 +69,7 @@ class WindowRows(Sequence[T]):
             yield from self._make(lo, min(lo + CHUNK, self._length))
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, WindowRows | list | tuple):
+        if isinstance(other, WindowRows | list):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
@@ -88,12 +98,3 @@ def plain(value: Any) -> Any:
 def is_rows(value: Any) -> bool:
     """A list or a :class:`WindowRows`: a JSON array, for the export's encoders."""
     return isinstance(value, list | WindowRows)
-
-
-def rows_of(parts: Sequence[WindowRows[Any]], length: int, join: Callable[..., T]) -> WindowRows[T]:
-    """Rows whose window k is ``join(part_0[k], part_1[k], …)``, made a slice at a time."""
-
-    def make(lo: int, hi: int) -> list[T]:
-        return [join(*values) for values in zip(*(p.between(lo, hi) for p in parts), strict=True)]
-
-    return WindowRows(length, make)

@@ -225,7 +225,12 @@ class _Gathered:
         for name, column in block.columns.items():
             at, out = self._filled[name], self._columns[name]
             values = remap[column] if name.endswith("_str") else column
-            if out.dtype != values.dtype and len(values) and not _fits(values, out.dtype):
+            if (
+                name in SMALL_INTS
+                and out.dtype != values.dtype
+                and len(values)
+                and not _fits(values, out.dtype)
+            ):
                 out = self._columns[name] = out.astype(values.dtype)  # an index or count beyond int32
             if at + len(values) > len(out):
                 out = self._columns[name] = _grown(out, at, at + len(values))
