@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import numpy as np
 from sparkwatch.core.clock import NodeClock
 from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.engine import EngineSamples, attach_engine
-from sparkwatch.core.export_nodes import NodeFigures, Plan, node_figures, rounded, spans
+from sparkwatch.core.export_nodes import NodeFigures, Plan, longest_interval_s, node_figures, rounded, spans
 from sparkwatch.core.export_totals import Measured, totals
 from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
 from sparkwatch.core.json_pieces import canonical, json_pieces
@@ -83,22 +84,33 @@ def build_export(
     engine: EngineSamples | None = None,
     *,
     series_buckets: int | None = None,
-    source: dict[str, Any] | None = None,
+    source: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The export; with ``series_buckets`` its ``series`` block (core/series.py) in that many buckets over
     the run; with ``source`` (sources/) its ``source`` block. Without them, what it was before either.
     ``nodes`` is taken one at a time (a source may read each as it is asked): of a node's samples only its
-    memory track is kept past its own figures, for the peak of the sum over nodes."""
+    memory track is kept past its own figures, for the peak of the sum over nodes. A ``run`` without a
+    nominal interval (``interval_s`` 0: a TSDB's scrapes) takes the longest interval the nodes' samples
+    show (the windows' verdicts are made after every node is measured). ``source`` may be a function: what
+    the source says of itself once every node is read (which series it found)."""
     plan = _plan(run, windows)
     frame = None if series_buckets is None else series_frame(run, windows, series_buckets)
-    figures, memory, clocks, plotted = [], [], [], []
+    if frame is not None and run.interval_s <= 0:
+        raise ValueError("the series block needs the run's sample interval before any node is drawn")
+    figures, memory, clocks, plotted, seen = [], [], [], [], []
     for node in nodes:
         figures.append(node_figures(node, plan))
         memory.append(node.memory)
         clocks.append((node.node, node.clock))
         if frame is not None:
             plotted.append(node_series(node, run, plan.scope, frame))
+        if run.interval_s <= 0:
+            seen.append(longest_interval_s(node.gpus))
         del node  # not held while the next is read
+    if run.interval_s <= 0:  # a TSDB's scrapes: the longest interval the nodes' samples show
+        run = dataclasses.replace(run, interval_s=max(seen, default=0.0))
+    if callable(source):
+        source = source()
     export: dict[str, Any] = {
         "schema": SCHEMA,
         "run": _run_json(run, sparkwatch_version),

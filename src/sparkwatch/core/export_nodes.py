@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_s
 from sparkwatch.core.rounding import rounded_list
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import window_signals
-from sparkwatch.core.tracks import F64, I64
+from sparkwatch.core.tracks import F64, I64, GpuTrack
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Scope
 from sparkwatch.defaults import ScopeKind
@@ -66,6 +66,12 @@ def seen_interval_s(t_ns: I64, segment: I64) -> float | None:
     same = (segment[1:] == segment[:-1]) & (np.diff(t_ns) > 0)
     spacing = np.diff(t_ns)[same]
     return median_of(spacing) / 1e9 if len(spacing) else None
+
+
+def longest_interval_s(tracks: Iterable[GpuTrack]) -> float:
+    """The longest sample interval the tracks show (a TSDB's scrape interval), to the ms; 0 when none does."""
+    seen = [seen_interval_s(g.t_ns, g.segment) for g in tracks]
+    return round(max((s for s in seen if s), default=0.0), 3)
 
 
 def median_of(values: I64) -> float:

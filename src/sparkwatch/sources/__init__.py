@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.export import build_export
-from sparkwatch.core.export_nodes import seen_interval_s
+from sparkwatch.core.export_nodes import longest_interval_s
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.windows import Window
 
@@ -52,11 +52,11 @@ def export_from(
     t_from = min([spec.t_start_ns, *(w.t_start_ns for w in windows)])
     t_to = max([spec.t_end_ns, *(w.t_end_ns for w in windows)])
     inputs: Iterable[NodeInput] = (source.node_input(n, t_from, t_to) for n in nodes)  # one at a time
-    if spec.interval_s <= 0:  # the intervals of every node are needed first: all read at once
-        inputs = list(inputs)
-        seen = [seen_interval_s(g.t_ns, g.segment) for node in inputs for g in node.gpus]
-        spec = dataclasses.replace(spec, interval_s=round(max((s for s in seen if s), default=0.0), 3))
+    if spec.interval_s <= 0 and series_buckets is not None:  # the series' gap limit needs it first: every
+        inputs = list(inputs)  # node read at once (without a series block the core finds it node by node)
+        interval_s = max((longest_interval_s(node.gpus) for node in inputs), default=0.0)
+        spec = dataclasses.replace(spec, interval_s=interval_s)
     engine = source.engine_input(t_from, t_to)
     return build_export(
-        spec, inputs, windows, version, engine, series_buckets=series_buckets, source=source.describe()
+        spec, inputs, windows, version, engine, series_buckets=series_buckets, source=source.describe
     )
