@@ -13,8 +13,9 @@ import orjson
 
 from sparkwatch.core.window_rows import WindowRows, is_rows, plain
 
-#: A list longer than this is written one item at a time (orjson's call per item costs more for short ones).
-LIST_ITEMS_AT_ONCE = 100
+#: A list longer than this is written this many items at a time (one orjson call each: a call per item cost
+#: more, the whole list at once held its text).
+LIST_ITEMS_AT_ONCE = 500
 
 
 class OutputError(Exception):
@@ -118,8 +119,10 @@ def _indented_pieces(value: Any, head: bytes) -> Iterator[bytes]:
     """A top-level value after ``head``, at depth 1: a long list (the windows) one item at a time."""
     if is_rows(value) and len(value) > LIST_ITEMS_AT_ONCE:
         yield head + b"["
-        for n, item in enumerate(value):
-            yield (b",\n    " if n else b"\n    ") + _shifted(orjson.dumps(item, option=_INDENTED), 4)
+        for start in range(0, len(value), LIST_ITEMS_AT_ONCE):
+            # a slice as one indented list, its brackets off: its items at depth 1, shifted to depth 2
+            items = orjson.dumps(value[start : start + LIST_ITEMS_AT_ONCE], option=_INDENTED)[1:-2]
+            yield (b"," if start else b"") + _shifted(items, 2)
         yield b"\n  ]"
     elif isinstance(value, WindowRows):  # a few windows: one list
         yield head + _shifted(orjson.dumps(list(value), option=_INDENTED), 2)

@@ -31,7 +31,7 @@ NOISE_FLOOR_NS = 100_000
 STEP_MIN_NS = 10_000_000
 STEP_RATE = 1e-3
 #: Samples taken at a time by the column-long computations here (a slice's temporaries: a few MB at most).
-SLICE_SAMPLES = 65_536
+SLICE_SAMPLES = 16_384
 #: A disagreeing probe round puts the alignment in doubt for one probe period (links probe every 10 s).
 DISAGREEMENT_REACH_NS = 10_000_000_000
 

@@ -91,13 +91,11 @@ def _sensor_domains(read: NodeRead, gpus: Sequence[GpuTrack], segments: _Segment
     first_seen: dict[str, list[int]] = {}  # name → its channels' numbers, names in the order first streamed
     for number, channel in enumerate(read.channels):
         first_seen.setdefault(channel[0], []).append(number)
-    names = np.zeros(len(read.channels) or 1, np.int64)
-    for k, found in enumerate(first_seen.values()):
-        names[found] = k
     sample_seg = segments.of(read.samples)
     domains = []
-    for k, name in enumerate(first_seen):
-        rows = np.flatnonzero(names[read.sensor_channel] == k)
+    for name, numbers in first_seen.items():
+        codes = read.sensor_channel
+        rows = np.flatnonzero(codes == numbers[0] if len(numbers) == 1 else np.isin(codes, numbers))
         samples = read.sensor_samples(rows)
         power, energy = (_pick(c, rows) for c in (read.sensor_power_w, read.sensor_energy_j))
         _, kind, source = read.channels[int(read.sensor_channel[rows[-1]])]  # as last streamed
