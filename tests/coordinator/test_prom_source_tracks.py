@@ -6,6 +6,10 @@ covered in test_prom_source.py and, end to end against the real servers, tests/e
 
 from __future__ import annotations
 
+import gc
+import json
+import weakref
+
 import numpy as np
 import pytest
 
@@ -189,3 +193,43 @@ def test_a_family_without_power_channels_gives_no_system_block() -> None:
     out = export(sparkwatch_gpu("n1", "GPU-a", [float(x) for x in range(31)], 40.0, 0.9), [window("w", 2, 8)])
     (node,) = out["nodes"]
     assert node["system"] is None and node["null_reasons"]["system"] == "no_sensor"
+
+
+class Recording(Held):
+    """Held, answering each read with fresh arrays and keeping a weak reference to them by the selector's
+    node, so a test can see which node's samples are still held when another node's are asked for."""
+
+    def __init__(self, series: list[RawSeries], label: str = "node") -> None:
+        super().__init__(series, label)
+        self.selectors: list[str] = []
+        self.answered: list[tuple[str, weakref.ref[np.ndarray]]] = []
+        self.others_alive: list[int] = []
+
+    def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+        gc.collect()
+        node = selector.split("=", 1)[1] if '!=""' not in selector else ""
+        self.others_alive.append(sum(1 for n, ref in self.answered if n != node and ref() is not None))
+        self.selectors.append(selector)
+        out = [RawSeries(r.labels, r.t_ns.copy(), r.values.copy()) for r in super().read(selector, 0, 0)]
+        wanted = json.loads(node.rstrip("}")) if node else None
+        out = [r for r in out if wanted is None or r.labels.get(self.label) == wanted]
+        self.answered += [(node, weakref.ref(r.t_ns)) for r in out if node]  # the source keeps its times
+        return out
+
+
+def test_each_node_is_read_by_its_own_selector_and_let_go_before_the_next() -> None:
+    """A fleet's export holds one node's samples at a time; a node name with a quote, a backslash and a
+    non-ASCII letter is quoted as PromQL and VictoriaMetrics read it (checked by hand against
+    victoria-metrics 1.79: both the raw UTF-8 and the \\u escape select the series)."""
+    odd = 'spark "b"\\2 é'
+    t = [float(x) for x in range(31)]
+    found = [*sparkwatch_gpu("spark-1", "GPU-a", t, 50.0, 0.9), *sparkwatch_gpu(odd, "GPU-b", t, 70.0, 0.9)]
+    reader = Recording(found)
+    source = TsdbSource(reader, SPARKWATCH, "node", "prometheus", "http://tsdb.example")
+    spec = RunSpec(id="r", name="r", t_start_ns=T0, t_end_ns=T0 + 30 * S, interval_s=0.0)
+    nodes = source.nodes(T0, T0 + 30 * S)
+    assert nodes == [odd, "spark-1"]  # sorted
+    out = export_from(source, spec, nodes, [window("w", 5, 25)], "test")
+    assert [n["power_w"]["gated_mean"] for n in out["nodes"]] == pytest.approx([70.0, 50.0])
+    assert 'sparkwatch_gpu_power_watts{node="spark \\"b\\"\\\\2 é"}' in reader.selectors
+    assert reader.others_alive and max(reader.others_alive) == 0

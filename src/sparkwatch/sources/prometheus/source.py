@@ -10,6 +10,7 @@ energy and utilisation of a GPU are joined (a value missing at a time is unknown
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,7 +61,7 @@ class TsdbSource:
         self._label = nodes_label
         self._engine = engine
         self._url = url
-        self._read: dict[tuple[str, int, int], list[RawSeries]] = {}
+        self._read: dict[tuple[str, str, int, int], list[RawSeries]] = {}  # the node being read's only
         self._memory_used: dict[str, str] = {}  # node → the series its memory was read from
 
     def describe(self) -> dict[str, Any]:
@@ -77,19 +78,29 @@ class TsdbSource:
             "energy": ENERGY_NOTE,
         }
 
-    def series(self, s: Series, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
-        """Every series of metric ``s`` that carries the nodes label, scaled to base units (read once)."""
-        key = (s.metric, t_from_ns, t_to_ns)
+    def series(self, s: Series, t_from_ns: int, t_to_ns: int, node: str | None = None) -> list[RawSeries]:
+        """The series of metric ``s`` of ``node`` (else of every node: those that carry the nodes label),
+        scaled to base units. One node's are kept while it is read, and no other's: a fleet's export holds one
+        node's samples at a time, not every node's."""
+        key = (s.metric, node or "", t_from_ns, t_to_ns)
         if key not in self._read:
-            selector = f'{s.metric}{{{self._label}!=""}}'
+            if node is not None and any(k[1] != node for k in self._read):
+                self._read.clear()  # the next node: the last one's series go
+            which = f"={json.dumps(node, ensure_ascii=False)}" if node is not None else '!=""'
+            selector = f"{s.metric}{{{self._label}{which}}}"
             found = self._reader.read(selector, t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
-            self._read[key] = [RawSeries(r.labels, r.t_ns, r.values * s.scale) for r in found]
+            scaled = [RawSeries(r.labels, r.t_ns, r.values * s.scale) for r in found]
+            if node is None:
+                return scaled
+            self._read[key] = scaled
         return self._read[key]
 
     def nodes(self, t_from_ns: int, t_to_ns: int) -> list[str]:
-        """The nodes label's values on the family's GPU power series, sorted; none is one line."""
+        """The nodes label's values on the family's GPU power series, sorted; none is one line. (Every
+        node's power series are read for their labels, and let go.)"""
         found = self.series(self._family.power, t_from_ns, t_to_ns)
         names = sorted({r.labels[self._label] for r in found if r.labels.get(self._label)})
+        del found
         if not names:
             hint = self._labels_hint(t_from_ns, t_to_ns)
             raise SourceError(
@@ -133,7 +144,7 @@ class TsdbSource:
     def _mine(self, s: Series | None, node: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
         if s is None:
             return []
-        return [r for r in self.series(s, t_from_ns, t_to_ns) if r.labels.get(self._label) == node]
+        return [r for r in self.series(s, t_from_ns, t_to_ns, node) if r.labels.get(self._label) == node]
 
     def _by_gpu(self, found: Sequence[RawSeries]) -> dict[str, RawSeries]:
         out: dict[str, RawSeries] = {}
