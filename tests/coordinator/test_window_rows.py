@@ -38,6 +38,7 @@ def test_rows_read_as_the_list_they_stand_for(n: int, a: int, b: int) -> None:
     whole = [{"k": k, "square": k * k} for k in range(n)]
     assert len(rows) == n and list(rows) == whole and rows == whole and whole == rows
     assert rows[a:b] == whole[a:b] and rows[a:b:2] == whole[a:b:2] and rows[::-1] == whole[::-1]
+    assert list(reversed(rows)) == whole[::-1]
     if -n <= a < n:
         assert rows[a] == whole[a]
     else:
@@ -52,6 +53,9 @@ def test_iteration_makes_a_chunk_at_a_time_and_copies_are_plain_lists() -> None:
     rows, made = squares(2 * CHUNK + 1)
     assert sum(1 for _ in rows) == 2 * CHUNK + 1
     assert made == [(0, CHUNK), (CHUNK, 2 * CHUNK), (2 * CHUNK, 2 * CHUNK + 1)]
+    made.clear()
+    assert sum(1 for _ in reversed(rows)) == 2 * CHUNK + 1
+    assert made == [(CHUNK + 1, 2 * CHUNK + 1), (1, CHUNK + 1), (0, 1)]
     rows[5]["square"] = -1  # a made value is fresh: the rows are unchanged
     assert rows[5]["square"] == 25
     edited = copy.deepcopy({"windows": rows})

@@ -68,6 +68,10 @@ class WindowRows(Sequence[T]):
         for lo in range(0, self._length, CHUNK):
             yield from self._make(lo, min(lo + CHUNK, self._length))
 
+    def __reversed__(self) -> Iterator[T]:
+        for hi in range(self._length, 0, -CHUNK):
+            yield from reversed(self._make(max(0, hi - CHUNK), hi))
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, WindowRows | list):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
