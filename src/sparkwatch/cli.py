@@ -6,6 +6,8 @@ that command is given, so `--help` and `--version` answer at about the interpret
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 from sparkwatch.cli_commands import COMMANDS, handler, is_user_error
@@ -27,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
         return handler(args.command)(args, getattr(args, "subparser", parser))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly, as a shell's tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 128 + signal.SIGPIPE
     except Exception as exc:
         if is_user_error(exc):
             print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -13,6 +15,8 @@ import orjson
 
 from sparkwatch.core.window_rows import WindowRows, is_rows, plain
 
+#: Bytes copied at a time from a spooled export to stdout.
+COPY_BYTES = 1 << 20
 #: A list longer than this is written this many items at a time (one orjson call each: a call per item cost
 #: more, the whole list at once held its text).
 LIST_ITEMS_AT_ONCE = 500
@@ -62,16 +66,20 @@ def export_text(export: dict[str, Any]) -> str:
 
 
 def print_export(export: dict[str, Any], out: TextIO) -> None:
-    """:func:`export_text` to a text stream (stdout): its bytes to the stream's buffer, not through a str
-    (the text of an 8 h export is ~50 MB; as bytes, str and encoded again it was three times that)."""
-    encoded = io.BytesIO()
-    write_export_to(encoded, export)
+    """:func:`export_text` to a text stream (stdout): its bytes to the stream's buffer, not through a str,
+    by way of a temporary file (the writer may start over, so it needs a file it can seek in; the text of an
+    8 h export is ~50 MB, held in memory it was a third of the process's peak)."""
     raw = getattr(out, "buffer", None)
     if raw is None:  # a stream of text only (a caller's StringIO)
+        encoded = io.BytesIO()
+        write_export_to(encoded, export)
         out.write(encoded.getvalue().decode())
         return
-    out.flush()
-    raw.write(encoded.getbuffer())
+    with tempfile.TemporaryFile() as spool:
+        write_export_to(spool, export)
+        spool.seek(0)
+        out.flush()
+        shutil.copyfileobj(spool, raw, COPY_BYTES)
     raw.flush()
 
 

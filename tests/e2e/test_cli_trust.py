@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 
 from helpers.cli import nodes_toml, sparkwatch
+from helpers.frames import T0, S, sample_frame
 from helpers.processes import TOKEN, Coordinator, free_port, wait_connected
+from sparkwatch.core.windows import Window
+from sparkwatch.store import Store
+from sparkwatch.store.db import RunRow
 
 
 def _no_traceback(stderr: str) -> None:
@@ -353,3 +357,30 @@ def test_a_coordinator_lost_mid_run_is_exit_4_and_said_in_json(
     outcome = json.loads(stdout)
     assert outcome["export"] is None and outcome["exit_code"] == 4 and outcome["command_exit_code"] == 0
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("what", ["schema", "export"])
+def test_a_reader_that_leaves_early_ends_the_output_quietly(what: str, tmp_path: pathlib.Path) -> None:
+    """`sparkwatch export --db F | head`: the reader goes before the export is written; the command stops
+    with a shell's SIGPIPE status (128 + 13) and says nothing more (no error line, no traceback)."""
+    args = ["schema"]
+    if what == "export":
+        db = tmp_path / "c.db"
+        store = Store(db)
+        store.set_nodes(["n1"])
+        gpu = {"power_w": 50.0, "util_ratio": 0.9}
+        store.ingest("n1", "b1", [sample_frame(s, {**gpu, "energy_j": 5.0 * s}) for s in range(1, 60)])
+        store.create_run(RunRow("r", "r", T0, None, 0.1, 0.5, "request"))
+        store.add_windows("r", [Window("w", "timed", T0 + S, T0 + 3 * S)])
+        store.end_run("r", T0 + 6 * S)
+        store.close()
+        args = ["export", "--db", str(db), "r"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkwatch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the child (still starting up) writes a byte
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 128 + signal.SIGPIPE, stderr
+    _no_traceback(stderr)
+    assert "error" not in stderr, stderr
