@@ -19,8 +19,8 @@ from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.memory import peak_of_sum
 from sparkwatch.core.phases import as_known, token_spans
 from sparkwatch.core.run_spec import NodeInput, RunSpec
-from sparkwatch.core.series import node_series, series_block, series_frame
-from sparkwatch.core.tracks import GAP_INTERVALS
+from sparkwatch.core.series import Frame, node_series, series_block, series_frame
+from sparkwatch.core.tracks import GAP_INTERVALS, MemTrack
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Window, scope_for
 from sparkwatch.defaults import ScopeKind
@@ -95,20 +95,8 @@ def build_export(
     the source says of itself once every node is read (which series it found)."""
     plan = _plan(run, windows)
     frame = None if series_buckets is None else series_frame(run, windows, series_buckets)
-    if frame is not None and run.interval_s <= 0:
-        raise ValueError("the series block needs the run's sample interval before any node is drawn")
-    figures, memory, clocks, plotted, seen = [], [], [], [], []
-    for node in nodes:
-        figures.append(node_figures(node, plan))
-        memory.append(node.memory)
-        clocks.append((node.node, node.clock))
-        if frame is not None:
-            plotted.append(node_series(node, run, plan.scope, frame))
-        if run.interval_s <= 0:
-            seen.append(longest_interval_s(node.gpus))
-        del node  # not held while the next is read
-    if run.interval_s <= 0:  # a TSDB's scrapes: the longest interval the nodes' samples show
-        run = dataclasses.replace(run, interval_s=max(seen, default=0.0))
+    run, measured = _measured(run, nodes, plan, frame)
+    figures, memory, clocks, plotted = measured
     if callable(source):
         source = source()
     export: dict[str, Any] = {
@@ -139,6 +127,31 @@ def build_export(
     if frame is not None:
         export["series"] = series_block(frame, plotted)
     return export
+
+
+_Measured = tuple[list[NodeFigures], list[MemTrack], list[tuple[str, NodeClock]], list[dict[str, Any]]]
+
+
+def _measured(
+    run: RunSpec, nodes: Iterable[NodeInput], plan: Plan, frame: Frame | None
+) -> tuple[RunSpec, _Measured]:
+    """Each node's figures, memory track, clock and series, a node at a time; the run with the longest
+    interval the samples show where it had none (a TSDB's scrapes)."""
+    if frame is not None and run.interval_s <= 0:
+        raise ValueError("the series block needs the run's sample interval before any node is drawn")
+    figures, memory, clocks, plotted, seen = [], [], [], [], []
+    for node in nodes:
+        figures.append(node_figures(node, plan))
+        memory.append(node.memory)
+        clocks.append((node.node, node.clock))
+        if frame is not None:
+            plotted.append(node_series(node, run, plan.scope, frame))
+        if run.interval_s <= 0:
+            seen.append(longest_interval_s(node.gpus))
+        del node  # not held while the next is read
+    if run.interval_s <= 0:
+        run = dataclasses.replace(run, interval_s=max(seen, default=0.0))
+    return run, (figures, memory, clocks, plotted)
 
 
 def _plan(run: RunSpec, windows: Sequence[Window]) -> Plan:
