@@ -71,9 +71,7 @@ def print_export(export: dict[str, Any], out: TextIO) -> None:
     8 h export is ~50 MB, held in memory it was a third of the process's peak)."""
     raw = getattr(out, "buffer", None)
     if raw is None:  # a stream of text only (a caller's StringIO)
-        encoded = io.BytesIO()
-        write_export_to(encoded, export)
-        out.write(encoded.getvalue().decode())
+        out.write(export_text(export))
         return
     with tempfile.TemporaryFile() as spool:
         write_export_to(spool, export)

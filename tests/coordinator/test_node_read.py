@@ -3,47 +3,30 @@ samples, and a domain sampled with the node's one GPU sharing that GPU's columns
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.frames import T0, S, frame_of
 from sparkwatch.coordinator.boot_reads import BootRead
 from sparkwatch.core.domains import gate_util, gated_track
 from sparkwatch.core.tracks import GpuTrack
 from sparkwatch.sources.node_read import join_reads
 from sparkwatch.store.rows import samples_of_rows
 from sparkwatch.store.sample_block import from_frames
-from sparkwatch.wire import SampleFrame, decode_frame
-
-S = 1_000_000_000
-T0 = 1_800_000_000 * S
+from sparkwatch.wire import SampleFrame
 
 
 def frame(seq: int, boot: str, gpus: list[str], channels: list[str]) -> SampleFrame:
-    data: dict[str, Any] = {
-        "type": "sample",
-        "seq": seq,
-        "boot_id": boot,
-        "node": "n1",
-        "t_wall_ns": T0 + seq * S // 10,
-        "t_mono_ns": seq * S // 10,
-        "interval_s": 0.1,
-        "gpus": [
-            {"index": k, "uuid": uuid, "power_w": 10.0 * k + seq, "energy_j": float(seq), "util_ratio": 0.5}
-            for k, uuid in enumerate(gpus)
-        ],
-        "memory": {"used_bytes": 1000 + seq},
-        "sensors": [
-            {"sensor": name, "kind": "system", "source": f"hwmon:{boot}", "power_w": 50.0 + seq}
-            for name in channels
-        ],
-    }
-    decoded = decode_frame(json.dumps(data), data)
-    assert isinstance(decoded, SampleFrame)
-    return decoded
+    values = [
+        {"index": k, "uuid": uuid, "power_w": 10.0 * k + seq, "energy_j": float(seq), "util_ratio": 0.5}
+        for k, uuid in enumerate(gpus)
+    ]
+    sensors = [
+        {"sensor": name, "kind": "system", "source": f"hwmon:{boot}", "power_w": 50.0 + seq}
+        for name in channels
+    ]
+    return frame_of(seq, values, used_bytes=1000 + seq, boot=boot, sensors=sensors)
 
 
 def boot_read(frames: list[SampleFrame], shift_ns: int) -> BootRead:

@@ -3,9 +3,9 @@ every field an export reads kept, small blocks merged, replays recognised, an ol
 
 from __future__ import annotations
 
-import json
 import pathlib
 import sqlite3
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from helpers.frames import T0
+from helpers.frames import T0, frame_of
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, codec
@@ -22,7 +22,7 @@ from sparkwatch.store.db import RunRow
 from sparkwatch.store.sample_block import SMALL, SMALL_INTS, concat, decode_blob, from_frames
 from sparkwatch.store.sample_store import TARGET
 from sparkwatch.store.schema import BLOCKS_SCHEMA, MIGRATIONS
-from sparkwatch.wire import SampleFrame, decode_frame
+from sparkwatch.wire import SampleFrame
 
 S = 1_000_000_000
 
@@ -54,44 +54,25 @@ def test_a_damaged_block_is_a_codec_error() -> None:
 
 def frame(seq: int, *, boot: str = "b1", sensors: list[dict[str, object]] | None = None) -> SampleFrame:
     """A GB10-like sample with two GPUs' worth of variety: channels and clock signals in the frame."""
-    data = {
-        "type": "sample",
-        "seq": seq,
-        "boot_id": boot,
-        "node": "n1",
-        "t_wall_ns": T0 + seq * S // 10,
-        "t_mono_ns": seq * S // 10,
-        "interval_s": 0.1,
-        "gpus": [
-            {
-                "index": 0,
-                "uuid": "GPU-a",
-                "power_w": 40.0 + seq % 7,
-                "energy_j": 100.0 + seq,
-                "util_ratio": 0.5,
-                "sm_clock_hz": 2.4e9,
-                "temperature_c": 51.0,
-                "clock_event_reasons": 2**64 - 1,
-            },
-            {"index": 1, "uuid": "GPU-b", "power_w": None, "energy_j": None, "util_ratio": None},
-        ],
-        "memory": {"used_bytes": None if seq % 5 == 0 else 10**9 + seq},
-        "sensors": sensors
-        if sensors is not None
-        else [
-            {
-                "sensor": "sys_total",
-                "kind": "system",
-                "source": "hwmon:spbm",
-                "power_w": 90.5,
-                "energy_j": None,
-            },
-            {"sensor": "gpu", "kind": "gpu", "power_w": None, "energy_j": 3.0 * seq},
-        ],
-    }
-    decoded = decode_frame(json.dumps(data), data)
-    assert isinstance(decoded, SampleFrame)
-    return decoded
+    gpus: list[dict[str, Any]] = [
+        {
+            "index": 0,
+            "uuid": "GPU-a",
+            "power_w": 40.0 + seq % 7,
+            "energy_j": 100.0 + seq,
+            "util_ratio": 0.5,
+            "sm_clock_hz": 2.4e9,
+            "temperature_c": 51.0,
+            "clock_event_reasons": 2**64 - 1,
+        },
+        {"index": 1, "uuid": "GPU-b", "power_w": None, "energy_j": None, "util_ratio": None},
+    ]
+    channels = [
+        {"sensor": "sys_total", "kind": "system", "source": "hwmon:spbm", "power_w": 90.5, "energy_j": None},
+        {"sensor": "gpu", "kind": "gpu", "power_w": None, "energy_j": 3.0 * seq},
+    ]
+    used = None if seq % 5 == 0 else 10**9 + seq
+    return frame_of(seq, gpus, used_bytes=used, boot=boot, sensors=channels if sensors is None else sensors)
 
 
 @pytest.mark.parametrize("count", [1, SMALL - 1, SMALL, 300])

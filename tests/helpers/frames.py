@@ -12,16 +12,17 @@ S = 1_000_000_000
 T0 = 1_800_000_000 * S
 
 
-def sample_frame(
+def frame_of(
     seq: int,
-    gpu: dict[str, Any],
+    gpus: list[dict[str, Any]],
     *,
-    used_bytes: int = 1000,
+    used_bytes: int | None = 1000,
     boot: str = "b1",
     interval_s: float = 0.1,
+    sensors: list[dict[str, Any]] | None = None,
 ) -> SampleFrame:
-    """Sample ``seq`` of node n1, taken ``seq`` intervals after T0 (wall) and 0 (monotonic), with one GPU
-    (index 0, uuid GPU-x, and the fields of ``gpu``)."""
+    """Sample ``seq`` of node n1 with these GPUs and power channels, taken ``seq`` intervals after T0 (wall)
+    and 0 (monotonic), decoded as a link would store it."""
     step_ns = round(interval_s * S)
     data = {
         "type": "sample",
@@ -32,10 +33,24 @@ def sample_frame(
         "t_mono_ns": seq * step_ns,
         "interval_s": interval_s,
         "gpu_error": None,
-        "gpus": [{"index": 0, "uuid": "GPU-x", **gpu}],
+        "gpus": gpus,
         "memory": {"used_bytes": used_bytes},
-        "sensors": [],
+        "sensors": sensors or [],
     }
     frame = decode_frame(json.dumps(data), data)
     assert isinstance(frame, SampleFrame)
     return frame
+
+
+def sample_frame(
+    seq: int,
+    gpu: dict[str, Any],
+    *,
+    used_bytes: int = 1000,
+    boot: str = "b1",
+    interval_s: float = 0.1,
+) -> SampleFrame:
+    """Sample ``seq`` of node n1 (see :func:`frame_of`) with one GPU (index 0, uuid GPU-x, and the fields of
+    ``gpu``) and no power channels."""
+    gpus = [{"index": 0, "uuid": "GPU-x", **gpu}]
+    return frame_of(seq, gpus, used_bytes=used_bytes, boot=boot, interval_s=interval_s)

@@ -92,13 +92,13 @@ def _sensor_domains(read: NodeRead, gpus: Sequence[GpuTrack], segments: _Segment
     for number, channel in enumerate(read.channels):
         first_seen.setdefault(channel[0], []).append(number)
     sample_seg = segments.of(read.samples)
+    codes = read.sensor_channel
     domains = []
     for name, numbers in first_seen.items():
-        codes = read.sensor_channel
         rows = np.flatnonzero(codes == numbers[0] if len(numbers) == 1 else np.isin(codes, numbers))
         samples = read.sensor_samples(rows)
         power, energy = (_pick(c, rows) for c in (read.sensor_power_w, read.sensor_energy_j))
-        _, kind, source = read.channels[int(read.sensor_channel[rows[-1]])]  # as last streamed
+        _, kind, source = read.channels[int(codes[rows[-1]])]  # as last streamed
         track = gated_track(
             _pick(read.memory_t_ns, samples),
             _pick(sample_seg, samples),
