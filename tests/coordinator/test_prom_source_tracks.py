@@ -220,7 +220,7 @@ class Recording(Held):
 def test_each_node_is_read_by_its_own_selector_and_let_go_before_the_next() -> None:
     """A fleet's export holds one node's samples at a time; a node name with a quote, a backslash and a
     non-ASCII letter is quoted as PromQL and VictoriaMetrics read it (checked by hand against
-    victoria-metrics 1.79: both the raw UTF-8 and the \\u escape select the series)."""
+    victoria-metrics 1.79 and prometheus 2.42: both the raw UTF-8 and the \\u escape select the series)."""
     odd = 'spark "b"\\2 é'
     t = [float(x) for x in range(31)]
     found = [*sparkwatch_gpu("spark-1", "GPU-a", t, 50.0, 0.9), *sparkwatch_gpu(odd, "GPU-b", t, 70.0, 0.9)]
