@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from helpers.frames import T0, sample_frame
 from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
 from sparkwatch.coordinator.remote_write.sender import RemoteWriter, shown_url
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
+from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.state import LinkState
 from sparkwatch.links.stream import StreamIngest
 from sparkwatch.store import Store
@@ -269,14 +270,21 @@ def test_unusable_auth_settings_are_one_line_errors(tmp_path: pathlib.Path) -> N
 
 
 def test_a_resumed_link_offers_only_the_samples_the_store_did_not_have(tmp_path: pathlib.Path) -> None:
+    """... each batch with the link's clock estimate at the time, which stamps it (batch.py)."""
     store = Store(tmp_path / "c.db")
     offered: list[list[int]] = []
+    offsets: list[ClockOffset | None] = []
+
+    def sink(node: str, hello: Any, got: Sequence[SampleFrame], offset: ClockOffset | None) -> None:
+        offered.append([f.seq for f in got])
+        offsets.append(offset)
+
+    estimates = (None, ClockOffset(5_000_000_000, 1000, 3, 4, mono_offset_ns=7), ClockOffset(-3, 1, 3, 4))
     try:
-        for first, count in ((1, 5), (3, 6), (3, 3)):  # a link, then two resumes that re-send stored seqs
-            state = LinkState(node="n1", transport="test")
-            ingest = StreamIngest(
-                store, state, sink=lambda node, hello, got: offered.append([f.seq for f in got])
-            )
+        for (first, count), offset in zip(((1, 5), (3, 6), (3, 3)), estimates, strict=True):
+            # a link, then two resumes that re-send stored seqs
+            state = LinkState(node="n1", transport="test", offset=offset)
+            ingest = StreamIngest(store, state, sink=sink)
             ingest.feed(
                 '{"type":"hello","boot_id":"b1","node":"n1"}\n'
                 + "\n".join(f.raw for f in frames(first, count))
@@ -285,3 +293,4 @@ def test_a_resumed_link_offers_only_the_samples_the_store_did_not_have(tmp_path:
     finally:
         store.close()
     assert offered == [[1, 2, 3, 4, 5], [6, 7, 8]]  # the third batch was all stored already: nothing
+    assert offsets == list(estimates[:2])

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from doubles.nvml_fake import GPU_IS_LOST, FakeGpu, FakeNvml
+from helpers.frames import T0, S, sample_frame
 from sparkwatch.coordinator.remote_write.batch import Entry, group
 from sparkwatch.coordinator.remote_write.series import NAME, HelloSeries, Key, frame_series
+from sparkwatch.core.clock import ClockOffset
 from sparkwatch.wire import SampleFrame, decode_lines
 from sparkwatch_agent.hardware.host_facts import HostFacts
 from sparkwatch_agent.hardware.meminfo import parse_meminfo
@@ -241,3 +243,24 @@ def test_a_channel_from_an_agent_older_than_the_source_label_is_sent_as_the_stor
         "sensor": "sys_total",
         "source": "hwmon",
     }
+
+
+def _power_stamps_ms(entry: Entry) -> list[int]:
+    grouped, _ = group([entry])
+    return next(t for k, (t, _) in grouped.items() if k[0][1] == "sparkwatch_gpu_power_watts")
+
+
+def test_samples_are_stamped_on_the_coordinators_clock_by_the_links_estimate() -> None:
+    """The monotonic offset where the estimate has one (an agent whose wall clock stepped back 2 s between
+    two samples still gets rising stamps, where its own would be refused as out of order), else the wall
+    offset; the agent's own wall time only before any estimate."""
+    frames = [sample_frame(seq, {"power_w": 50.0}) for seq in (1, 2, 3)]
+    stepped = frames[2]._replace(t_wall_ns=frames[2].t_wall_ns - 2 * S)  # its wall clock stepped back
+    wall = [f.t_wall_ns // 1_000_000 for f in frames]
+    assert _power_stamps_ms(Entry("n1", None, frames)) == wall
+    by_wall = ClockOffset(offset_ns=-4 * S, uncertainty_ns=100, probes_used=3, probes_total=4)
+    assert _power_stamps_ms(Entry("n1", None, frames, by_wall)) == [t - 4000 for t in wall]
+    by_mono = ClockOffset(-4 * S, 100, 3, 4, mono_offset_ns=T0 - 4 * S + 250_000_000)
+    expected = [(T0 - 4 * S + 250_000_000 + f.t_mono_ns) // 1_000_000 for f in frames]
+    assert _power_stamps_ms(Entry("n1", None, [*frames[:2], stepped], by_mono)) == expected
+    assert expected == [t - 4000 + 250 for t in wall]  # 100 ms apart and rising, through the step

@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from helpers.processes import free_port
+from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink, _LineCutter
@@ -129,7 +130,9 @@ async def test_wrong_host_key_is_refused(
 
 async def test_exec_mode_runs_the_agent_over_ssh(sshd: dict[str, Any], tmp_path: pathlib.Path) -> None:
     """`mode = "exec"`: the coordinator starts `sparkwatch-agent stream --stdio` through sshd, probes the
-    clock over stdin/stdout and raises the interval with a lease command."""
+    clock over stdin/stdout and raises the interval with a lease command. Nothing is stored before the
+    session's first probe (slowed here to 1 s, a probe over a slow network), so every stored sample goes to
+    remote write with a clock estimate."""
     command = (
         f"{sys.executable} -m sparkwatch_agent stream --stdio --backend sim --node spark-exec --interval 1"
     )
@@ -143,25 +146,36 @@ async def test_exec_mode_runs_the_agent_over_ssh(sshd: dict[str, Any], tmp_path:
         exec_command=command,
     )
     store = Store(tmp_path / "c.db")
+    offers: list[tuple[int, ClockOffset | None]] = []
     async with aiohttp.ClientSession() as session:
         link = make_link(
             node,
             store,
             session,
             holder="t",
+            sample_sink=lambda _node, _hello, frames, offset: offers.append((len(frames), offset)),
             desired_interval=lambda: 0.05,
             probe_every_s=0.5,
             probes=4,
             backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
         )
         assert isinstance(link, SshExecLink)
+        probe = link.probe_clock
+
+        async def slow_first_probe() -> tuple[ClockOffset, str]:
+            if link.state.offset is None:
+                await asyncio.sleep(1.0)
+            return await probe()
+
+        link.probe_clock = slow_first_probe  # type: ignore[method-assign]
         task = asyncio.create_task(link.run())
         await asyncio.sleep(3.0)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     _, last = store.latest_boot("spark-exec") or ("", 0)
     assert last >= 20  # 1 s configured; the lease over stdin made it 20 Hz
-    assert store.count_samples("spark-exec") == last
+    assert store.count_samples("spark-exec") == last == sum(n for n, _ in offers)
+    assert all(offset is not None for _, offset in offers), offers
     assert link.state.offset is not None and abs(link.state.offset.offset_ns) < 100_000_000
     assert link.state.transport == "ssh-exec" and link.state.error is None
     store.close()

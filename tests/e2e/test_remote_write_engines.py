@@ -1,8 +1,10 @@
 """`sparkwatch coordinator --remote-write URL` end to end: two simulated agents sampling at 10 Hz stream to
 two real coordinators, one remote-writing to a real Prometheus (its receiver on), one to a real
 VictoriaMetrics. Once the coordinators have stopped (a graceful stop sends what is queued), every sample
-each stored is in its engine with its value and its time in ms, and the engine holds no other: the same
-count per node. Bad remote-write settings end the coordinator with one line before it starts."""
+each stored is in its engine with its value and its time in ms on the coordinator's clock (the agent's
+monotonic time plus the offset of one of the link's clock-probe rounds for its boot), and the engine holds
+no other: the same count per node. Bad remote-write settings end the coordinator with one line before it
+starts."""
 
 from __future__ import annotations
 
@@ -43,10 +45,13 @@ EXPECTED = {
 
 @dataclass
 class Stored:
-    """A node's samples as its coordinator stored them: time in ms → GPU power, and memory used."""
+    """A node's samples as its coordinator stored them, in order: GPU power, memory used, the agent's wall
+    time (ms), and the times in ms remote write may have stamped it with (one per clock-probe round)."""
 
-    power: dict[int, float]
-    memory: dict[int, float]
+    power: list[float]
+    memory: list[float]
+    wall_ms: list[float]
+    stamps_ms: list[set[int]]
 
 
 @dataclass
@@ -66,13 +71,18 @@ def read_store(db: pathlib.Path) -> dict[str, Stored]:
             boot = store.latest_boot(node)
             assert boot is not None, node
             block = store.boot_samples(node, boot[0]).read("t_wall_ns", 0, 2**63 - 1)
-            t_ms = [int(t) // 1_000_000 for t in block.columns["t_wall_ns"]]
-            assert list(block.columns["gpu_n"]) == [1] * len(t_ms)  # one GPU per sample
+            c = block.columns
+            assert list(c["gpu_n"]) == [1] * len(block)  # one GPU per sample
+            rounds = store.offset_rounds(node, 0, 2**62)[boot[0]]
+            monos = {r.mono_offset_ns for r in rounds}
+            assert rounds and None not in monos, rounds  # every round measured the monotonic clock
             out[node] = Stored(
-                dict(zip(t_ms, map(float, block.columns["gpu_power_w"]), strict=True)),
-                dict(zip(t_ms, map(float, block.columns["mem_used_bytes"]), strict=True)),
+                list(map(float, c["gpu_power_w"])),
+                list(map(float, c["mem_used_bytes"])),
+                [int(t) / 1e6 for t in c["t_wall_ns"]],
+                [{(int(t) + m) // 1_000_000 for m in monos} for t in c["t_mono_ns"]],  # type: ignore[operator]
             )
-            assert len(out[node].power) == len(block) == store.count_samples(node)
+            assert len(block) == store.count_samples(node)
         return out
     finally:
         store.close()
@@ -164,12 +174,17 @@ def test_every_stored_sample_is_in_the_engine_with_its_value_and_time(rig: Rig, 
     for node in NAMES:
         stored = rig.stored[engine][node]
         assert len(stored.power) > 20  # seconds of 10 Hz sampling
-        assert read(rig, "sparkwatch_gpu_power_watts", node) == stored.power
-        assert read(rig, "sparkwatch_memory_used_bytes", node) == stored.memory
-        times = read(rig, "sparkwatch_agent_last_sample_timestamp_seconds", node)
-        assert sorted(times) == sorted(stored.power)  # one per stored sample, none other
-        # the value is the sample's time in s; VictoriaMetrics keeps it to about 12 digits (the ms)
-        worst_ms = max(abs(v * 1000 - t) for t, v in times.items())
+        power = sorted(read(rig, "sparkwatch_gpu_power_watts", node).items())
+        memory = sorted(read(rig, "sparkwatch_memory_used_bytes", node).items())
+        times = sorted(read(rig, "sparkwatch_agent_last_sample_timestamp_seconds", node).items())
+        assert len(power) == len(memory) == len(times) == len(stored.power)  # one each, none other
+        assert [v for _, v in power] == stored.power and [v for _, v in memory] == stored.memory
+        for (t_ms, _), (m_ms, _), (s_ms, _), stamps in zip(
+            power, memory, times, stored.stamps_ms, strict=True
+        ):
+            assert t_ms == m_ms == s_ms and t_ms in stamps, (t_ms, stamps)
+        # the value is the agent's own wall time in s; VictoriaMetrics keeps it to about 12 digits (the ms)
+        worst_ms = max(abs(v * 1000 - w) for (_, v), w in zip(times, stored.wall_ms, strict=True))
         assert worst_ms <= 1.0 + 1e-6, worst_ms
 
 

@@ -9,6 +9,10 @@ windows, the run's span), and the two SQLite exports with each other. Per node: 
 GPU energy, and each window's energy for windows of at least two sample intervals; the same of its one
 system domain (a scripted hwmon ``sys_total`` that follows the utilisation), which an engine holds as the
 agent's ``sparkwatch_sensor_*`` series.
+
+spark-2's wall clock runs ``SKEW_S`` behind (libfaketime; its monotonic clock stays true): the SQLite export
+corrects it from the link's clock probes, and remote write must stamp its samples on the coordinator's
+clock too, or every window would read that node's samples from the wrong seconds.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import jsonschema
 import pytest
 
 from doubles.fake_nvml import write_control
+from helpers.clocks import faketime_env, set_fake_time
 from helpers.processes import AgentProcess, Coordinator, free_port, wait_connected, wait_stored
 from helpers.receivers import start_receivers
 from sparkwatch.core.export_schema import run_schema
@@ -40,6 +45,8 @@ ENGINES = ("prometheus", "victoriametrics")
 S = 1_000_000_000
 #: Each node's utilisation (%) from a time (s after the script's start); the fake's GB10 draws
 #: 5 W + 0.45 W per %. spark-1 drops below the 50 % gate at 6 s, spark-2 rises; both idle at 9 s.
+#: How far behind the coordinator's clock spark-2's wall clock runs: longer than any scripted phase.
+SKEW_S = -4.0
 SCRIPT = {
     "spark-1": ((0.0, 0), (2.0, 80), (6.0, 40), (9.0, 0)),
     "spark-2": ((0.0, 0), (2.0, 85), (6.0, 100), (9.0, 0)),
@@ -125,6 +132,9 @@ def _start_agents(
         }
         args = ["--backend", "nvml", "--node", node, "--interval", str(INTERVAL_S)]
         args += ["--hwmon-root", str(hwmon)]
+        if node == "spark-2":
+            set_fake_time(tmp / "spark-2.faketime", f"{SKEW_S:+g}")
+            env |= faketime_env(tmp / "spark-2.faketime")
         agents.append(AgentProcess(args, env, free_port()))
     return agents, controls
 

@@ -67,6 +67,14 @@ class ClockOffset:
     probes_total: int
     mono_offset_ns: int | None = None
 
+    def to_coordinator_ns(self, t_wall_ns: int, t_mono_ns: int | None = None) -> int:
+        """A sample's time on the coordinator's clock by this one estimate: from its monotonic stamp where
+        the estimate has that clock's offset (a step of the agent's wall clock since the probe does not
+        move it), else from its wall stamp. An export fits the whole history instead (``MonoFit``)."""
+        if self.mono_offset_ns is not None and t_mono_ns is not None:
+            return t_mono_ns + self.mono_offset_ns
+        return t_wall_ns + self.offset_ns
+
     def to_json(self) -> dict[str, int | None]:
         return {
             "offset_ns": self.offset_ns,

@@ -76,6 +76,7 @@ class SshExecLink(WsLink):
         self._process: asyncssh.SSHClientProcess[str] | None = None
         self._pending: dict[int, asyncio.Future[TimeFrame]] = {}
         self._ids = itertools.count(1)
+        self._probed = False  # this session's first clock probe is done (stored samples wait for it)
 
     async def _connected_session(self) -> None:
         try:
@@ -84,9 +85,11 @@ class SshExecLink(WsLink):
                 # which an agent busy writing samples never does; closing the connection ends the session
                 process = await conn.create_process(self.spec.exec_command)
                 self._process = process
+                self._probed = False
                 reader = asyncio.create_task(self._read_frames(process))
                 try:
                     await self.probe_clock()
+                    self._probed = True
                     await self._run_helpers(reader)
                 finally:
                     reader.cancel()
@@ -128,7 +131,9 @@ class SshExecLink(WsLink):
                         future.set_result(reply)
                 if not held and ingest.pending:
                     flush_at = time.monotonic() + EXEC_FLUSH_S
-                if ingest.pending >= EXEC_BATCH or time.monotonic() >= flush_at:
+                # not before the session's clock probe: what is stored goes on to remote write, stamped
+                # by the link's clock estimate, and a link's first session has none until then
+                if self._probed and (ingest.pending >= EXEC_BATCH or time.monotonic() >= flush_at):
                     ingest.flush()
         finally:  # each exec session is a new boot: what we hold is not replayable
             ingest.flush()

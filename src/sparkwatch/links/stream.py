@@ -16,6 +16,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.state import LinkState, latest_summary
 from sparkwatch.store import Store
 from sparkwatch.wire import (
@@ -31,8 +32,9 @@ from sparkwatch.wire import (
 log = logging.getLogger(__name__)
 
 #: Where stored samples go next (the remote writer's ``offer``): the coordinator's node name, the hello of
-#: their stream, and the samples the store took. It must return at once: it runs on the ingest path.
-SampleSink = Callable[[str, Mapping[str, Any] | None, Sequence[SampleFrame]], None]
+#: their stream, the samples the store took and the link's latest clock estimate for their boot (None
+#: before any). It must return at once: it runs on the ingest path.
+SampleSink = Callable[[str, Mapping[str, Any] | None, Sequence[SampleFrame], ClockOffset | None], None]
 
 #: Warnings for the first rejections of a reason on a link, then one every this many.
 LOG_FIRST = 5
@@ -134,6 +136,7 @@ class StreamIngest:
                 state.node,
                 state.hello,
                 samples if inserted == len(samples) else [s for s in samples if s.seq > top],
+                state.offset,
             )
         if self._on_stored is not None:
             self._on_stored()

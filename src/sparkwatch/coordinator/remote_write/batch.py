@@ -1,6 +1,10 @@
 """What waits to be sent and how a batch of it becomes series: queue entries hold the stored frames as the
 link handed them over (nothing is parsed on the ingest path); a batch parses each frame's JSON line once,
-maps it to the agent's series and groups the samples per series in time order."""
+maps it to the agent's series and groups the samples per series in time order.
+
+Samples are stamped on the coordinator's clock (the link's clock estimate for the boot, as the SQLite
+export corrects them), not the agent's: windows are posted on the coordinator's clock, and an agent's wall
+clock may be seconds off, or step back (which a receiver would refuse as out of order)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from sparkwatch.coordinator.remote_write.series import HelloSeries, Key, frame_series
+from sparkwatch.core.clock import ClockOffset
 from sparkwatch.wire import SampleFrame
 
 #: Per series: timestamps (ms, ascending) and values, ready for the WriteRequest.
@@ -22,6 +27,7 @@ class Entry(NamedTuple):
     node: str  # the coordinator's name for the node (the agent's own name labels the series)
     hello: Mapping[str, Any] | None
     frames: Sequence[SampleFrame]
+    offset: ClockOffset | None = None  # the link's latest estimate for their boot; None: none taken yet
 
 
 def group(entries: Iterable[Entry]) -> tuple[Grouped, int]:
@@ -37,7 +43,7 @@ def group(entries: Iterable[Entry]) -> tuple[Grouped, int]:
             except orjson.JSONDecodeError:
                 unreadable += 1
                 continue
-            t_ms = frame.t_wall_ns // 1_000_000
+            t_ms = coordinator_ns(frame, entry.offset) // 1_000_000
             for series, value in frame_series(data, hello):
                 pair = grouped.get(series)
                 if pair is None:
@@ -45,3 +51,9 @@ def group(entries: Iterable[Entry]) -> tuple[Grouped, int]:
                 pair[0].append(t_ms)
                 pair[1].append(value)
     return grouped, unreadable
+
+
+def coordinator_ns(frame: SampleFrame, offset: ClockOffset | None) -> int:
+    """The frame's time on the coordinator's clock; before the link's first clock probe (a link always
+    probes before it streams), the agent's own wall time."""
+    return frame.t_wall_ns if offset is None else offset.to_coordinator_ns(frame.t_wall_ns, frame.t_mono_ns)

@@ -31,6 +31,7 @@ import aiohttp
 from sparkwatch.coordinator.remote_write.batch import Entry, group
 from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
+from sparkwatch.core.clock import ClockOffset
 from sparkwatch.wire import SampleFrame
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
@@ -105,8 +106,15 @@ class RemoteWriter:
         self._messages: Messages | None = None  # built in the encoding thread, used only there
 
     # ---- the ingest side -------------------------------------------------------------------------
-    def offer(self, node: str, hello: Mapping[str, Any] | None, frames: Sequence[SampleFrame]) -> None:
-        """Queue a link's stored frames (the list is kept, not copied); never blocks."""
+    def offer(
+        self,
+        node: str,
+        hello: Mapping[str, Any] | None,
+        frames: Sequence[SampleFrame],
+        offset: ClockOffset | None = None,
+    ) -> None:
+        """Queue a link's stored frames (the list is kept, not copied) with the clock estimate that stamps
+        them (batch.py); never blocks."""
         stats = self.stats
         if self._stopping:
             self._drop("stopped", len(frames))
@@ -117,7 +125,7 @@ class RemoteWriter:
             frames = frames[: max(room, 0)]
         if not frames:
             return
-        self._queue.append(Entry(node, hello, frames))
+        self._queue.append(Entry(node, hello, frames, offset))
         stats.pending += len(frames)
         self._queued += len(frames)
         self._arrived.set()
