@@ -103,6 +103,14 @@ def add_export_parser(sub: Any) -> None:
 METRIC_FAMILIES = ("sparkwatch", "dcgm", "nvidia_gpu_exporter")
 
 
+def node_names(text: str) -> tuple[str, ...]:
+    """``--nodes a,b``: names in the order given, each once; an empty name is refused."""
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",")))
+    if not names or "" in names:
+        raise argparse.ArgumentTypeError(f"{text!r}: node names separated by commas, none empty")
+    return names
+
+
 def _tsdb_args(export: argparse.ArgumentParser) -> None:
     """What an export from a TSDB needs besides the engine's URL (docs/fleets.md)."""
     tsdb = export.add_argument_group("with --prometheus")
@@ -116,6 +124,13 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
     tsdb.add_argument("--end", type=epoch_ns, metavar="T", help="the run's end: Unix seconds or RFC 3339")
     tsdb.add_argument(
         "--nodes-label", default="node", metavar="LABEL", help="the label naming each node (default node)"
+    )
+    tsdb.add_argument(
+        "--nodes",
+        type=node_names,
+        metavar="LIST",
+        help="only these nodes, the label's values comma-separated (default: every node with GPU power"
+        " series in the span)",
     )
     tsdb.add_argument(
         "--metrics",

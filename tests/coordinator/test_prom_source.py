@@ -214,6 +214,8 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
         (["--prometheus", "http://a", "--windows", "w", "--start", "x", "--end", "1"], "argument --start"),
         (["--prometheus", "http://a", "--windows", "w", "--start", "1", "--end", "2", "r1"], "a run id goes"),
         (["--prometheus", "http://a", "--metrics", "collectd"], "invalid choice"),
+        (["--db", "x.db", "--nodes", "a"], "--nodes goes with --prometheus, not --db"),
+        (["--prometheus", "http://a", "--nodes", "a,,b"], "argument --nodes: 'a,,b': node names separated"),
     ],
 )
 def test_export_flags_are_refused_in_one_line(argv: list[str], said: str) -> None:

@@ -327,6 +327,29 @@ def test_a_dcgm_exporter_target_scraped_by_prometheus_matches_its_script(rig: Ri
     assert _window(export, "short")["verdict"] == "low_confidence"
 
 
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+def test_nodes_named_are_the_only_ones_measured_and_a_missing_one_is_one_line(rig: Rig, engine: str) -> None:
+    """A fleet's engine holds more nodes than the benchmark ran on: ``--nodes`` measures those named, in
+    that order, with the figures the full export gives them; a name with no series writes nothing."""
+    url = rig.prometheus if engine == "prometheus" else rig.victoria
+    rc, full, said = export_cli(rig, url)
+    assert rc == 0 and full is not None, said
+    rc, export, said = export_cli(rig, url, "--nodes", "spark-2,spark-1")
+    assert rc == 0 and export is not None, said
+    assert "2 node(s) (spark-2, spark-1)" in said
+    assert [n["node"] for n in export["nodes"]] == ["spark-2", "spark-1"]
+    assert _nodes(export) == _nodes(full)
+    rc, export, said = export_cli(rig, url, "--nodes", "spark-2")
+    assert rc == 0 and export is not None, said
+    assert list(_nodes(export)) == ["spark-2"] and _nodes(export)["spark-2"] == _nodes(full)["spark-2"]
+    assert export["totals"]["energy_j"] == _nodes(full)["spark-2"]["energy_j"] != full["totals"]["energy_j"]
+    assert all([e["node"] for e in w["nodes"]] == ["spark-2"] for w in export["windows"])
+    rc, export, said = export_cli(rig, url, "--nodes", "spark-2,spark-9")
+    assert rc != 0 and export is None
+    assert said.count("\n") == 1 and "Traceback" not in said, said
+    assert 'node="spark-9"' in said and "(nodes with them: spark-1, spark-2)" in said, said
+
+
 def test_a_refusing_engine_or_a_missing_label_is_one_line_and_writes_nothing(rig: Rig) -> None:
     rc, export, said = export_cli(rig, f"http://127.0.0.1:{free_port()}")
     assert rc != 0 and export is None

@@ -21,14 +21,15 @@ from sparkwatch.sources.prometheus.mappings import FAMILIES
 from sparkwatch.sources.prometheus.raw import Engine, detect, reader
 from sparkwatch.sources.prometheus.source import TsdbSource
 
-#: The flags only an export from a TSDB takes, and those only one from a database takes.
+#: The flags an export from a TSDB needs, and one it may take (neither goes with a database's run).
 TSDB_ONLY = ("windows", "start", "end")
+TSDB_OPTIONAL = ("nodes",)
 
 
 def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """The flags of each kind of export: argparse's one-line error for a wrong mix."""
     if args.prometheus is None:
-        given = [f"--{name}" for name in TSDB_ONLY if getattr(args, name) is not None]
+        given = [f"--{name}" for name in (*TSDB_ONLY, *TSDB_OPTIONAL) if getattr(args, name) is not None]
         if given:
             verb = "goes" if len(given) == 1 else "go"
             parser.error(f"{', '.join(given)} {verb} with --prometheus, not --db")
@@ -49,8 +50,9 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 def tsdb_export(
     args: argparse.Namespace, say: Callable[[str], None], series_buckets: int | None = None
 ) -> dict[str, Any]:
-    """The export over ``--start`` to ``--end`` for every node the engine has series of; SourceError (one
-    line) when the engine cannot be read or holds nothing to measure."""
+    """The export over ``--start`` to ``--end`` for the ``--nodes`` given, else every node the engine has
+    series of; SourceError (one line) when the engine cannot be read, lacks a node named or holds nothing
+    to measure."""
     url = check_url(args.prometheus)
     auth = Auth(args.bearer_token_file, args.basic_auth_user, args.basic_auth_password_file)
     client = Client(url, auth)
@@ -59,7 +61,7 @@ def tsdb_export(
     source = TsdbSource(reader(client, engine), FAMILIES[args.metrics], args.nodes_label, engine, url)
     t_from = min([args.start, *(w.t_start_ns for w in windows)])
     t_to = max([args.end, *(w.t_end_ns for w in windows)])
-    nodes = source.nodes(t_from, t_to)
+    nodes = source.nodes(t_from, t_to, only=args.nodes or ())
     say(
         f"exporting {len(windows)} window(s) on {len(nodes)} node(s) ({', '.join(nodes)}) from {engine}"
         f" at {url}, {args.metrics} series"

@@ -325,10 +325,10 @@ def _tsdb_notes(run: RunSpec, version: str, sha: str, source: dict[str, Any], sy
     text = (
         f"Measured by sparkwatch {version} (run {run.id}, export sha256 {sha}) from the"
         f" {source.get('metrics')} series in {source.get('kind')}: GPU power per node, energy-counter dE/dt"
-        f" between scrapes (trapezoid where no counter), averaged over intervals with"
+        f" between samples (trapezoid where no counter), averaged over intervals with"
         f" {_gate_source(source)} >= {run.gate_threshold:g} inside the {run.scope} scope of"
-        f" {', '.join(sorted(run.phases))} requests; scraped about every {run.interval_s:g} s, on the"
-        f" engine's scrape timestamps (no clock probes). Memory: {source.get('memory_series', 'n/a')}."
+        f" {', '.join(sorted(run.phases))} requests; sampled about every {run.interval_s:g} s, on the"
+        f" engine's timestamps (no clock probes by the export). Memory: {source.get('memory_series', 'n/a')}."
         f"{system}"
     )
     return text[:LMX_NOTES_MAX_CHARS]

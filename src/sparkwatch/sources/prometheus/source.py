@@ -33,9 +33,11 @@ from sparkwatch.wire import LEGACY_SENSOR_SOURCE
 LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
 #: Read beyond either edge: the scrape around each edge may be a whole (slow) scrape interval away.
 MARGIN_NS = 60 * 1_000_000_000
+#: Nodes a "no such node" error lists, of those the engine has.
+NODES_SHOWN = 10
 CLOCK_NOTE = (
-    "sample times are the engine's scrape timestamps (the scraper's clock); windows are taken to be on"
-    " that clock; no offset is measured"
+    "sample times are the engine's timestamps (a scraper's clock, or the coordinator's for samples it"
+    " remote-wrote); windows are taken to be on that clock; no offset is measured by the export"
 )
 ENERGY_NOTE = (
     "a window's energy is the energy counter at its edges, each interpolated linearly inside the one"
@@ -95,12 +97,14 @@ class TsdbSource:
             self._read[key] = scaled
         return self._read[key]
 
-    def nodes(self, t_from_ns: int, t_to_ns: int) -> list[str]:
+    def nodes(self, t_from_ns: int, t_to_ns: int, only: Sequence[str] = ()) -> list[str]:
         """The nodes label's values on the family's GPU power series, sorted; none is one line. (Every
-        node's power series are read for their labels, and let go.)"""
-        found = self.series(self._family.power, t_from_ns, t_to_ns)
-        names = sorted({r.labels[self._label] for r in found if r.labels.get(self._label)})
-        del found
+        node's power series are read for their labels, and let go.) With ``only``: those nodes, in that
+        order, each checked to have such series (a fleet's engine holds far more nodes than a benchmark
+        ran on, and a misspelt name is one line, not a node without samples)."""
+        if only:
+            return self._named(only, t_from_ns, t_to_ns)
+        names = self._listed(t_from_ns, t_to_ns)
         if not names:
             hint = self._labels_hint(t_from_ns, t_to_ns)
             raise SourceError(
@@ -108,6 +112,23 @@ class TsdbSource:
                 f" {t_from_ns / 1e9:.3f} to {t_to_ns / 1e9:.3f} at {self._url}{hint}"
             )
         return names
+
+    def _listed(self, t_from_ns: int, t_to_ns: int) -> list[str]:
+        found = self.series(self._family.power, t_from_ns, t_to_ns)
+        return sorted({r.labels[self._label] for r in found if r.labels.get(self._label)})
+
+    def _named(self, only: Sequence[str], t_from_ns: int, t_to_ns: int) -> list[str]:
+        """``only``, once each node's power series were found (read as its figures will read them)."""
+        for node in only:
+            if not self.series(self._family.power, t_from_ns, t_to_ns, node):
+                listed = self._listed(t_from_ns, t_to_ns)
+                shown = ", ".join(listed[:NODES_SHOWN]) + (", …" if len(listed) > NODES_SHOWN else "")
+                raise SourceError(
+                    f"no {self._family.power.metric} series with {self._label}={json.dumps(node)} from"
+                    f" {t_from_ns / 1e9:.3f} to {t_to_ns / 1e9:.3f} at {self._url}"
+                    + (f" (nodes with them: {shown})" if listed else "")
+                )
+        return list(only)
 
     def _labels_hint(self, t_from_ns: int, t_to_ns: int) -> str:
         """The labels the power series do carry (when it has any without the nodes label)."""
