@@ -1,6 +1,7 @@
 """`sparkwatch export --prometheus` end to end: two simulated agents stream to a real coordinator and are
-scraped every second by a real Prometheus and a real VictoriaMetrics, beside a loopback target serving
-recorded dcgm-exporter text with scripted values. One scripted run is exported from the coordinator's
+scraped every second by a real Prometheus and a real VictoriaMetrics, beside two loopback targets serving
+recorded dcgm-exporter and nvidia_gpu_exporter text with one scripted GPU's values. One scripted run is
+exported from the coordinator's
 SQLite and from both engines: the gated mean power per node agrees within the tolerance docs/fleets.md
 states for 1 s scrapes, and a window shorter than two scrapes is ``low_confidence`` from the engines only.
 """
@@ -18,7 +19,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +33,12 @@ from helpers.prometheus import PROMETHEUS, Prometheus
 from helpers.victoria import VICTORIA, Victoria
 from sparkwatch.core.export_schema import run_schema
 
-FIXTURE = pathlib.Path(__file__).parents[1] / "fixtures" / "dcgm" / "dcgm-exporter-a100.prom"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
+DCGM_TEXT = FIXTURES / "dcgm" / "dcgm-exporter-a100.prom"
+NVIDIA_TEXT = FIXTURES / "nvidia_gpu_exporter" / "h200-load.metrics"
 HOST = "ub20-a100-k8s"  # the recorded capture's Hostname label
 MIB = 1024 * 1024
-#: What a scripted target scraped at 1 s gives against its script (the dcgm target has no snapshot lag).
+#: What a scripted target scraped at 1 s gives against its script (a recorded target has no snapshot lag).
 TOLERANCE = 0.01
 #: docs/fleets.md: a node's gated mean over a run, and a steady-load window's energy, within this much of the
 #: agent's snapshot lag at either end (a scrape shows the agent's latest sample, up to one 0.1 s interval
@@ -45,8 +48,8 @@ SNAPSHOT_LAG_S = 0.2
 
 
 @dataclass
-class DcgmScript:
-    """The dcgm target's GPU: (from time, W, util %, FB MiB) steps; its energy counter integrates them."""
+class GpuScript:
+    """The recorded targets' GPU: (from time, W, util %, FB MiB) steps; its energy counter integrates them."""
 
     steps: list[tuple[float, float, float, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -66,24 +69,42 @@ class DcgmScript:
         return watts, util, fb, 319159391 + energy_j * 1000
 
 
-def dcgm_app(script: DcgmScript) -> web.Application:
-    recorded = FIXTURE.read_text()
+def dcgm_values(script: GpuScript) -> dict[str, str]:
+    """dcgm-exporter's units: W, %, MiB and an energy counter in mJ."""
+    watts, util, fb, energy_mj = script.now()
+    return {
+        "DCGM_FI_DEV_POWER_USAGE": f"{watts:.6f}",
+        "DCGM_FI_DEV_GPU_UTIL": f"{util:.0f}",
+        "DCGM_FI_DEV_FB_USED": f"{fb:.0f}",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": f"{energy_mj:.0f}",
+    }
+
+
+def nvidia_values(script: GpuScript) -> dict[str, str]:
+    """nvidia_gpu_exporter's, as it writes them (Go's %g): W, utilisation as a 0-1 ratio, memory in
+    bytes; its nvidia-smi backend has no energy counter."""
+    watts, util, fb, _ = script.now()
+    return {
+        "nvidia_smi_power_draw_watts": f"{watts:g}",
+        "nvidia_smi_utilization_gpu_ratio": f"{util / 100:g}",
+        "nvidia_smi_memory_used_bytes": f"{fb * MIB:e}",
+    }
+
+
+def recorded_app(recorded: pathlib.Path, values: Callable[[], dict[str, str]]) -> web.Application:
+    """A target serving a recorded exporter's page with each named series' value replaced by ``values``'s
+    at every scrape (every label set of it; the rest of the page as recorded)."""
+    text = recorded.read_text()
 
     async def metrics(_: web.Request) -> web.Response:
-        watts, util, fb, energy_mj = script.now()
-        values = {
-            "DCGM_FI_DEV_POWER_USAGE": f"{watts:.6f}",
-            "DCGM_FI_DEV_GPU_UTIL": f"{util:.0f}",
-            "DCGM_FI_DEV_FB_USED": f"{fb:.0f}",
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": f"{energy_mj:.0f}",
-        }
-        text = re.sub(
+        now = values()
+        page = re.sub(
             r"^(\w+)(\{[^}]*\}) (\S+)$",
-            lambda m: f"{m[1]}{m[2]} {values.get(m[1], m[3])}",
-            recorded,
+            lambda m: f"{m[1]}{m[2]} {now.get(m[1], m[3])}",
+            text,
             flags=re.M,
         )
-        return web.Response(text=text, content_type="text/plain")
+        return web.Response(text=page, content_type="text/plain")
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
@@ -97,14 +118,16 @@ class Rig:
     prometheus: str
     victoria: str
     windows: pathlib.Path
+    nvidia_instance: str  # the nvidia_gpu_exporter target's instance label
 
 
-def _scrape_config(agents: list[AgentProcess], dcgm_port: int) -> str:
+def _scrape_config(agents: list[AgentProcess], dcgm_port: int, nvidia_port: int) -> str:
     targets = ", ".join(f"'127.0.0.1:{a.port}'" for a in agents)
     return (
         "global:\n  scrape_interval: 1s\nscrape_configs:\n"
         f"  - job_name: agents\n    static_configs:\n      - targets: [{targets}]\n"
         f"  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{dcgm_port}']\n"
+        f"  - job_name: nvidia\n    static_configs:\n      - targets: ['127.0.0.1:{nvidia_port}']\n"
     )
 
 
@@ -125,9 +148,9 @@ def _newest_ms(url: str, metric: str) -> float:
 
 
 def _wait_scraped(urls: list[str], after_ms: float, timeout_s: float = 15.0) -> None:
-    """Until every engine holds a scrape of the agents and of the dcgm target after ``after_ms``."""
+    """Until every engine holds a scrape of the agents and of both recorded targets after ``after_ms``."""
     deadline = time.monotonic() + timeout_s
-    metrics = ("sparkwatch_gpu_power_watts", "DCGM_FI_DEV_POWER_USAGE")
+    metrics = ("sparkwatch_gpu_power_watts", "DCGM_FI_DEV_POWER_USAGE", "nvidia_smi_power_draw_watts")
     while time.monotonic() < deadline:
         if all(_newest_ms(u, m) > after_ms for u in urls for m in metrics):
             return
@@ -136,7 +159,7 @@ def _wait_scraped(urls: list[str], after_ms: float, timeout_s: float = 15.0) -> 
 
 
 def _script(
-    coord: Coordinator, agents: list[AgentProcess], dcgm: DcgmScript
+    coord: Coordinator, agents: list[AgentProcess], gpu: GpuScript
 ) -> tuple[dict[str, Any], list[Any]]:
     """Idle, busy (util 0.8 / 90 %), light (0.2 / 20 %), idle; windows: a long busy one, a short one, one
     across the busy→light change."""
@@ -146,15 +169,15 @@ def _script(
     time.sleep(3.0)
     for agent in agents:
         sim_load(agent, 0.8)
-    dcgm.set(300.0, 90, 40000)
+    gpu.set(300.0, 90, 40000)
     time.sleep(7.0)
     for agent in agents:
         sim_load(agent, 0.2)
-    dcgm.set(120.0, 20, 20000)
+    gpu.set(120.0, 20, 20000)
     time.sleep(3.0)
     for agent in agents:
         sim_load(agent, 0.0)
-    dcgm.set(60.0, 0, 4845)
+    gpu.set(60.0, 0, 4845)
     s = 1_000_000_000
     windows = [
         {
@@ -177,21 +200,25 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         if not os.access(binary, os.X_OK):
             pytest.fail(f"{package} missing: install the Debian package {package} (.ci/run does)")
     tmp = tmp_path_factory.mktemp("tsdb")
-    dcgm = DcgmScript()
-    dcgm.set(60.0, 0, 4845)
-    exporter = AppThread(dcgm_app(dcgm), free_port())
-    exporter.start()
+    gpu = GpuScript()
+    gpu.set(60.0, 0, 4845)
+    exporters = [
+        AppThread(recorded_app(DCGM_TEXT, lambda: dcgm_values(gpu)), free_port()),
+        AppThread(recorded_app(NVIDIA_TEXT, lambda: nvidia_values(gpu)), free_port()),
+    ]
+    for exporter in exporters:
+        exporter.start()
     names = ("spark-1", "spark-2")
     sim = ["--backend", "sim", "--no-sim-sensors", "--interval", "0.1", "--node"]
     agents = [AgentProcess([*sim, n], dict(os.environ), free_port()) for n in names]
     coord: Coordinator | None = None
     engines: list[Any] = []
     try:
-        assert exporter.ready.wait(10)
+        assert all(exporter.ready.wait(10) for exporter in exporters)
         for agent in agents:
             agent.wait_ready()
         config = tmp / "scrape.yml"
-        config.write_text(_scrape_config(agents, exporter.port))
+        config.write_text(_scrape_config(agents, exporters[0].port, exporters[1].port))
         engines = [
             Prometheus(config, tmp / "prom", tmp / "prometheus.log"),
             Victoria(tmp / "vm", tmp / "victoria.log", scrape_config=config),
@@ -206,7 +233,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         for engine in engines:
             engine.wait_ready()
         _wait_scraped([e.url for e in engines], time.time() * 1000)
-        run, windows = _script(coord, agents, dcgm)
+        run, windows = _script(coord, agents, gpu)
         wait_stored(coord, *agents)
         status, _ = coord.call("POST", f"/v1/runs/{run['id']}/end")
         assert status == 200
@@ -215,7 +242,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         assert status == 200
         path = tmp / "windows.json"
         path.write_text(json.dumps({"windows": windows}))
-        yield Rig(tmp, export, engines[0].url, engines[1].url, path)
+        yield Rig(tmp, export, engines[0].url, engines[1].url, path, f"127.0.0.1:{exporters[1].port}")
     finally:
         if coord is not None:
             coord.stop()
@@ -223,7 +250,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             engine.stop()
         for agent in agents:
             agent.stop()
-        exporter.stop()
+        for exporter in exporters:
+            exporter.stop()
 
 
 def export_cli(rig: Rig, url: str, *more: str) -> tuple[int, dict[str, Any] | None, str]:
@@ -324,6 +352,32 @@ def test_a_dcgm_exporter_target_scraped_by_prometheus_matches_its_script(rig: Ri
     print(f"dcgm: gated mean {gated} W (script 300), long {energy} J (script 1500)")
     assert long["nodes"][0]["energy_j"] == pytest.approx(300.0 * 5, rel=TOLERANCE)
     assert long["nodes"][0]["power_w_gated_mean"] == pytest.approx(300.0, rel=TOLERANCE)
+    assert _window(export, "short")["verdict"] == "low_confidence"
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+def test_an_nvidia_gpu_exporter_target_matches_its_script(rig: Rig, engine: str) -> None:
+    """Its recorded page (nvidia-smi backend: no energy counter, so the trapezoid of power) scraped by either
+    engine, nodes told apart by the scrape's ``instance`` label."""
+    url = rig.prometheus if engine == "prometheus" else rig.victoria
+    rc, export, said = export_cli(rig, url, "--metrics", "nvidia_gpu_exporter", "--nodes-label", "instance")
+    assert rc == 0 and export is not None, said
+    jsonschema.validate(export, run_schema())
+    (node,) = export["nodes"]
+    assert node["node"] == rig.nvidia_instance
+    (gpu,) = node["gpus"]
+    assert gpu["uuid"] == "00000000-0000-0000-0000-000000000000"  # the capture's (zeroed by its recorder)
+    # the model name joined from nvidia_smi_gpu_info
+    assert node["hardware"]["gpus"] == [{"uuid": gpu["uuid"], "name": "NVIDIA H200"}]
+    assert export["method"]["gate"]["source"].startswith("nvidia_smi_utilization_gpu_ratio")
+    assert node["energy_method"] == "trapezoid"
+    assert node["memory_model"] == "discrete"
+    assert node["memory_used_bytes"]["peak"] == 40000 * MIB
+    long = _window(export, "long")
+    gated, energy = node["power_w"]["gated_mean"], long["nodes"][0]["energy_j"]
+    print(f"nvidia_gpu_exporter/{engine}: gated mean {gated} W (script 300), long {energy} J (script 1500)")
+    assert gated == pytest.approx(300.0, rel=TOLERANCE)
+    assert energy == pytest.approx(300.0 * 5, rel=TOLERANCE)
     assert _window(export, "short")["verdict"] == "low_confidence"
 
 
