@@ -283,7 +283,7 @@ def test_a_resumed_link_offers_only_the_samples_the_store_did_not_have(tmp_path:
     try:
         for (first, count), offset in zip(((1, 5), (3, 6), (3, 3)), estimates, strict=True):
             # a link, then two resumes that re-send stored seqs
-            state = LinkState(node="n1", transport="test", offset=offset)
+            state = LinkState(node="n1", transport="test", offset=offset, offset_boot="b1")
             ingest = StreamIngest(store, state, sink=sink)
             ingest.feed(
                 '{"type":"hello","boot_id":"b1","node":"n1"}\n'
@@ -294,3 +294,12 @@ def test_a_resumed_link_offers_only_the_samples_the_store_did_not_have(tmp_path:
         store.close()
     assert offered == [[1, 2, 3, 4, 5], [6, 7, 8]]  # the third batch was all stored already: nothing
     assert offsets == list(estimates[:2])
+
+
+def test_a_links_estimate_stamps_only_the_boot_it_was_measured_on() -> None:
+    state = LinkState(node="n1", transport="test")
+    assert state.offset_for("b1") is None
+    estimate = ClockOffset(5, 1, 3, 4, mono_offset_ns=7)
+    state.clocked("b1", estimate)
+    assert state.offset is estimate and state.offset_for("b1") is estimate
+    assert state.offset_for("b2") is None and state.offset_for(None) is None

@@ -13,7 +13,7 @@ import pytest
 
 from doubles.nvml_fake import GPU_IS_LOST, FakeGpu, FakeNvml
 from helpers.frames import T0, S, sample_frame
-from sparkwatch.coordinator.remote_write.batch import Entry, group
+from sparkwatch.coordinator.remote_write.batch import BACKWARD_TOLERANCE_MS, Entry, group, rising_ms
 from sparkwatch.coordinator.remote_write.series import NAME, HelloSeries, Key, frame_series
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.wire import SampleFrame, decode_lines
@@ -264,3 +264,25 @@ def test_samples_are_stamped_on_the_coordinators_clock_by_the_links_estimate() -
     expected = [(T0 - 4 * S + 250_000_000 + f.t_mono_ns) // 1_000_000 for f in frames]
     assert _power_stamps_ms(Entry("n1", None, [*frames[:2], stepped], by_mono)) == expected
     assert expected == [t - 4000 + 250 for t in wall]  # 100 ms apart and rising, through the step
+
+
+def test_a_nodes_stamps_keep_rising_across_estimates_and_batches() -> None:
+    """A later estimate that puts a sample at or before the node's last stamp (by less than the tolerance)
+    sends it 1 ms after that stamp, within a batch and across batches; a step back beyond the tolerance
+    (the coordinator's own clock) is sent as it is, for the receiver to refuse."""
+    frames = [sample_frame(seq, {"power_w": 50.0}) for seq in (1, 2, 3, 4)]
+    wall_ms = [f.t_wall_ns // 1_000_000 for f in frames]  # 100 ms apart
+    first = ClockOffset(offset_ns=0, uncertainty_ns=1, probes_used=3, probes_total=4)
+    back = ClockOffset(offset_ns=-150_000_000, uncertainty_ns=1, probes_used=3, probes_total=4)
+    last: dict[str, int] = {}
+    grouped, _ = group([Entry("n1", None, frames[:2], first), Entry("n1", None, frames[2:3], back)], last)
+    power = next(t for k, (t, _) in grouped.items() if k[0][1] == "sparkwatch_gpu_power_watts")
+    assert power == [wall_ms[0], wall_ms[1], wall_ms[1] + 1]  # 150 ms back from 100 ms after: moved
+    assert last == {"n1": wall_ms[1] + 1}
+    grouped, _ = group([Entry("n1", None, frames[3:], back), Entry("n2", None, frames[:1], back)], last)
+    power_series = [(k, t) for k, (t, _) in grouped.items() if k[0][1] == "sparkwatch_gpu_power_watts"]
+    stamps = {dict(k[1:])["node"]: t for k, t in power_series}  # without a hello, the coordinator's name
+    assert stamps == {"n1": [wall_ms[3] - 150], "n2": [wall_ms[0] - 150]}  # after n1's last; n2 has none
+    assert rising_ms(1000, 1000) == 1001 and rising_ms(999, 1000) == 1001 and rising_ms(1001, 1000) == 1001
+    assert rising_ms(1000 - BACKWARD_TOLERANCE_MS, 1000) == 1000 - BACKWARD_TOLERANCE_MS  # a step back: as is
+    assert rising_ms(5, None) == 5

@@ -128,11 +128,14 @@ async def test_wrong_host_key_is_refused(
     store.close()
 
 
-async def test_exec_mode_runs_the_agent_over_ssh(sshd: dict[str, Any], tmp_path: pathlib.Path) -> None:
-    """`mode = "exec"`: the coordinator starts `sparkwatch-agent stream --stdio` through sshd, probes the
-    clock over stdin/stdout and raises the interval with a lease command. Nothing is stored before the
-    session's first probe (slowed here to 1 s, a probe over a slow network), so every stored sample goes to
-    remote write with a clock estimate."""
+Offers = list[tuple[int, ClockOffset | None]]
+
+
+def _exec_link(
+    sshd: dict[str, Any], store: Store, session: aiohttp.ClientSession, offers: Offers
+) -> SshExecLink:
+    """An exec link to a sim agent (1 s configured, leased to 20 Hz) whose remote-write offers land in
+    ``offers`` as (samples, estimate)."""
     command = (
         f"{sys.executable} -m sparkwatch_agent stream --stdio --backend sim --node spark-exec --interval 1"
     )
@@ -145,21 +148,37 @@ async def test_exec_mode_runs_the_agent_over_ssh(sshd: dict[str, Any], tmp_path:
         mode="exec",
         exec_command=command,
     )
+    link = make_link(
+        node,
+        store,
+        session,
+        holder="t",
+        sample_sink=lambda _node, _hello, frames, offset: offers.append((len(frames), offset)),
+        desired_interval=lambda: 0.05,
+        probe_every_s=0.5,
+        probes=4,
+        backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
+    )
+    assert isinstance(link, SshExecLink)
+    return link
+
+
+async def _run_for(link: SshExecLink, seconds: float) -> None:
+    task = asyncio.create_task(link.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_exec_mode_runs_the_agent_over_ssh(sshd: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    """`mode = "exec"`: the coordinator starts `sparkwatch-agent stream --stdio` through sshd, probes the
+    clock over stdin/stdout and raises the interval with a lease command. Nothing is stored before the
+    session's first probe (slowed here to 1 s, a probe over a slow network), so every stored sample goes to
+    remote write with a clock estimate."""
     store = Store(tmp_path / "c.db")
-    offers: list[tuple[int, ClockOffset | None]] = []
+    offers: Offers = []
     async with aiohttp.ClientSession() as session:
-        link = make_link(
-            node,
-            store,
-            session,
-            holder="t",
-            sample_sink=lambda _node, _hello, frames, offset: offers.append((len(frames), offset)),
-            desired_interval=lambda: 0.05,
-            probe_every_s=0.5,
-            probes=4,
-            backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
-        )
-        assert isinstance(link, SshExecLink)
+        link = _exec_link(sshd, store, session, offers)
         probe = link.probe_clock
 
         async def slow_first_probe() -> tuple[ClockOffset, str]:
@@ -168,16 +187,39 @@ async def test_exec_mode_runs_the_agent_over_ssh(sshd: dict[str, Any], tmp_path:
             return await probe()
 
         link.probe_clock = slow_first_probe  # type: ignore[method-assign]
-        task = asyncio.create_task(link.run())
-        await asyncio.sleep(3.0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await _run_for(link, 3.0)
     _, last = store.latest_boot("spark-exec") or ("", 0)
     assert last >= 20  # 1 s configured; the lease over stdin made it 20 Hz
     assert store.count_samples("spark-exec") == last == sum(n for n, _ in offers)
     assert all(offset is not None for _, offset in offers), offers
     assert link.state.offset is not None and abs(link.state.offset.offset_ns) < 100_000_000
     assert link.state.transport == "ssh-exec" and link.state.error is None
+    store.close()
+
+
+async def test_an_exec_session_whose_first_probe_fails_stores_its_samples_but_offers_none(
+    sshd: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    """Its agent's boot has no clock estimate: what it sent is stored (as every sample is), never handed to
+    remote write, which would have no clock to stamp it with; the next session's samples are offered."""
+    store = Store(tmp_path / "c.db")
+    offers: Offers = []
+    async with aiohttp.ClientSession() as session:
+        link = _exec_link(sshd, store, session, offers)
+        probe, failed = link.probe_clock, []
+
+        async def first_probe_fails() -> tuple[ClockOffset, str]:
+            if not failed:
+                await asyncio.sleep(1.0)  # the agent streams meanwhile
+                failed.append(True)
+                raise LinkError("clock probe over stdio timed out")
+            return await probe()
+
+        link.probe_clock = first_probe_fails  # type: ignore[method-assign]
+        await _run_for(link, 4.0)
+    offered = sum(n for n, _ in offers)
+    assert failed and 0 < offered < store.count_samples("spark-exec"), (offered, offers)
+    assert all(offset is not None for _, offset in offers), offers
     store.close()
 
 

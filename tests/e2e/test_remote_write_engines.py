@@ -2,9 +2,9 @@
 two real coordinators, one remote-writing to a real Prometheus (its receiver on), one to a real
 VictoriaMetrics. Once the coordinators have stopped (a graceful stop sends what is queued), every sample
 each stored is in its engine with its value and its time in ms on the coordinator's clock (the agent's
-monotonic time plus the offset of one of the link's clock-probe rounds for its boot), and the engine holds
-no other: the same count per node. Bad remote-write settings end the coordinator with one line before it
-starts."""
+monotonic time plus the offset of one of the link's clock-probe rounds for its boot; spark-2's wall clock
+runs 3 s ahead, so its own times would not match), and the engine holds no other: the same count per node.
+Bad remote-write settings end the coordinator with one line before it starts."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from helpers.clocks import faketime_env, set_fake_time
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
 from helpers.prometheus import Prometheus
 from helpers.receivers import start_receivers
@@ -27,6 +28,9 @@ from helpers.victoria import Victoria
 from sparkwatch.store import Store
 
 NAMES = ("spark-1", "spark-2")
+#: spark-2's wall clock runs this far ahead (libfaketime; its monotonic clock stays true): its samples'
+#: own times are not what remote write stamps them with.
+SKEW_S = 3.0
 SPAN_S = 3600.0  # far wider than the test: every sample the engines hold
 #: Series the engines must hold for each node (a sim GB10 with its spbm sensors).
 EXPECTED = {
@@ -118,7 +122,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     tmp = tmp_path_factory.mktemp("remote_write")
     prometheus, victoria = start_receivers(tmp)
     sim = ["--backend", "sim", "--interval", "0.1", "--node"]
-    agents = [AgentProcess([*sim, n], dict(os.environ), free_port()) for n in NAMES]
+    set_fake_time(tmp / "skew.rc", f"{SKEW_S:+g}")
+    envs = [dict(os.environ), dict(os.environ) | faketime_env(tmp / "skew.rc")]
+    agents = [AgentProcess([*sim, n], env, free_port()) for n, env in zip(NAMES, envs, strict=True)]
     nodes = "".join(
         f'[nodes.{n}]\nurl = "ws://127.0.0.1:{a.port}"\n' for n, a in zip(NAMES, agents, strict=True)
     )

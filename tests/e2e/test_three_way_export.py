@@ -56,8 +56,9 @@ END_S = 11.0
 SYS_IDLE_W, SYS_W_PER_PCT = 30.0, 0.6
 #: (id, start s, end s): steady, across the 6 s change, across the drop to idle, and one shorter than two
 #: sample intervals (low_confidence from every source; its energy is printed, not compared). Remote
-#: write carries times in whole ms (the agent's, floored), the SQLite export keeps ns and corrects the
-#: node's clock: a window is shifted by up to 1 ms, which moves its energy by up to (edge power step) × 1 ms.
+#: write carries times in whole ms (corrected by one clock-probe round, floored), the SQLite export keeps
+#: ns and corrects by the fit of every round: a window is shifted by up to about 1 ms, which moves its
+#: energy by up to (edge power step) × 1 ms.
 #: Windows that cross a change are long enough for that to stay well inside 0.1 % (45 W × 1 ms of 82 J here).
 WINDOWS = (("steady", 2.5, 5.5), ("across", 5.0, 8.0), ("tail", 7.5, 10.5), ("short", 3.0, 3.15))
 

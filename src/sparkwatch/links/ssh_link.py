@@ -136,7 +136,7 @@ class SshExecLink(WsLink):
                 if self._probed and (ingest.pending >= EXEC_BATCH or time.monotonic() >= flush_at):
                     ingest.flush()
         finally:  # each exec session is a new boot: what we hold is not replayable
-            ingest.flush()
+            ingest.flush(offer=self._probed)
 
     async def probe_clock(self) -> tuple[ClockOffset, str]:
         probes: list[TimeProbe] = []
@@ -159,7 +159,7 @@ class SshExecLink(WsLink):
             boot = reply.boot_id
         offset = estimate_offset(probes)
         self._store.add_offset(self.spec.name, boot, offset)
-        self.state.offset = offset
+        self.state.clocked(boot, offset)
         return offset, boot
 
     async def _put_lease(self, interval_s: float) -> None:

@@ -51,6 +51,7 @@ class LinkState:
     last_seq: int = 0
     last_sample_wall_ns: int | None = None
     offset: ClockOffset | None = None
+    offset_boot: str | None = None  # the agent boot ``offset`` was measured on
     hello: dict[str, Any] | None = None
     samples_ingested: int = 0
     reconnects: int = 0
@@ -73,6 +74,15 @@ class LinkState:
         if retry_s is not None:
             text += f"; retrying in {retry_s:.1f} s"
         log.log(_LEVELS[status] if changed else logging.DEBUG, "%s", text)
+
+    def clocked(self, boot: str, offset: ClockOffset) -> None:
+        """The link's newest clock estimate, and the agent boot it was measured on."""
+        self.offset, self.offset_boot = offset, boot
+
+    def offset_for(self, boot: str | None) -> ClockOffset | None:
+        """The newest estimate when it was measured on ``boot``: what stamps that boot's samples for
+        remote write (another boot's, or a host's before it rebooted, would not)."""
+        return self.offset if boot is not None and boot == self.offset_boot else None
 
     def lag_s(self, now_ns: int) -> float | None:
         """How far behind the agent's newest sample our newest stored one is (clock-corrected)."""

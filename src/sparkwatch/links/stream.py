@@ -118,14 +118,16 @@ class StreamIngest:
         self._last_seq = seqs[-1]
         return True
 
-    def flush(self) -> None:
-        """Store what is held, in one transaction."""
+    def flush(self, offer: bool = True) -> None:
+        """Store what is held, in one transaction; and hand the new samples to the sink unless ``offer``
+        is False (an ssh-exec session that ends before its first clock probe has no estimate to stamp
+        them with: they are stored only, as the export, with no offset round for that boot, leaves them)."""
         if not self.pending or self.boot is None:
             return
         samples, gaps = self._samples, self._gaps
         self._samples, self._gaps = [], []
         state = self._state
-        sink = self._sink
+        sink = self._sink if offer else None
         top = self._store.last_seq(state.node, self.boot) if sink is not None and samples else 0
         inserted = self._store.ingest(state.node, self.boot, samples, gaps)
         state.samples_ingested += inserted
@@ -136,7 +138,7 @@ class StreamIngest:
                 state.node,
                 state.hello,
                 samples if inserted == len(samples) else [s for s in samples if s.seq > top],
-                state.offset,
+                state.offset_for(self.boot),
             )
         if self._on_stored is not None:
             self._on_stored()

@@ -189,7 +189,7 @@ class WsLink:
             boot = reply.boot_id
         offset = estimate_offset(probes)
         self._store.add_offset(self.spec.name, boot, offset)
-        self.state.offset = offset
+        self.state.clocked(boot, offset)
         return offset, boot
 
     async def _probe_loop(self) -> None:

@@ -4,7 +4,8 @@ maps it to the agent's series and groups the samples per series in time order.
 
 Samples are stamped on the coordinator's clock (the link's clock estimate for the boot, as the SQLite
 export corrects them), not the agent's: windows are posted on the coordinator's clock, and an agent's wall
-clock may be seconds off, or step back (which a receiver would refuse as out of order)."""
+clock may be seconds off, or step back (which a receiver would refuse as out of order). Two estimates of
+one node differ by their round trips, so a node's stamps are kept rising (:func:`rising_ms`)."""
 
 from __future__ import annotations
 
@@ -27,14 +28,24 @@ class Entry(NamedTuple):
     node: str  # the coordinator's name for the node (the agent's own name labels the series)
     hello: Mapping[str, Any] | None
     frames: Sequence[SampleFrame]
-    offset: ClockOffset | None = None  # the link's latest estimate for their boot; None: none taken yet
+    offset: ClockOffset | None = None  # the link's latest estimate for their boot; None: none for it
 
 
-def group(entries: Iterable[Entry]) -> tuple[Grouped, int]:
+#: A stamp at most this far behind its node's last one sent is moved to just after it: two clock estimates
+#: of the node that differ (each is off by up to half its probes' round trip). Further behind, the
+#: coordinator's own clock stepped back: the stamp is sent as it is, and a receiver refuses it as out of
+#: order (counted as rejected); squeezing every sample until the clock caught up into the milliseconds
+#: after the last would misplace them all.
+BACKWARD_TOLERANCE_MS = 1000
+
+
+def group(entries: Iterable[Entry], last_ms: dict[str, int] | None = None) -> tuple[Grouped, int]:
     """The batch's series and how many frames could not be read back (a JSON line that the store's decoder
-    took but orjson refuses, say a number no double holds): those are left out and counted."""
+    took but orjson refuses, say a number no double holds): those are left out and counted. ``last_ms``:
+    each node's last stamp sent, kept by the writer from batch to batch (updated here)."""
     grouped: Grouped = {}
     unreadable = 0
+    last_ms = {} if last_ms is None else last_ms
     for entry in entries:
         hello = HelloSeries.of(entry.node, entry.hello)
         for frame in entry.frames:
@@ -43,7 +54,8 @@ def group(entries: Iterable[Entry]) -> tuple[Grouped, int]:
             except orjson.JSONDecodeError:
                 unreadable += 1
                 continue
-            t_ms = coordinator_ns(frame, entry.offset) // 1_000_000
+            t_ms = rising_ms(coordinator_ns(frame, entry.offset) // 1_000_000, last_ms.get(entry.node))
+            last_ms[entry.node] = t_ms
             for series, value in frame_series(data, hello):
                 pair = grouped.get(series)
                 if pair is None:
@@ -53,7 +65,15 @@ def group(entries: Iterable[Entry]) -> tuple[Grouped, int]:
     return grouped, unreadable
 
 
+def rising_ms(t_ms: int, last_ms: int | None) -> int:
+    """``t_ms``, or 1 ms after its node's last stamp when it is not after it by less than
+    :data:`BACKWARD_TOLERANCE_MS`."""
+    if last_ms is not None and last_ms - BACKWARD_TOLERANCE_MS < t_ms <= last_ms:
+        return last_ms + 1
+    return t_ms
+
+
 def coordinator_ns(frame: SampleFrame, offset: ClockOffset | None) -> int:
-    """The frame's time on the coordinator's clock; before the link's first clock probe (a link always
-    probes before it streams), the agent's own wall time."""
+    """The frame's time on the coordinator's clock; without an estimate for its boot (links probe before
+    they store, so only a boot the link has not probed), the agent's own wall time."""
     return frame.t_wall_ns if offset is None else offset.to_coordinator_ns(frame.t_wall_ns, frame.t_mono_ns)

@@ -104,6 +104,7 @@ class RemoteWriter:
         self._rejections = 0  # requests refused for good
         self._task: asyncio.Task[None] | None = None
         self._messages: Messages | None = None  # built in the encoding thread, used only there
+        self._last_ms: dict[str, int] = {}  # each node's last stamp encoded (encoding thread only)
 
     # ---- the ingest side -------------------------------------------------------------------------
     def offer(
@@ -205,7 +206,7 @@ class RemoteWriter:
         """In the writer's thread: the body, and how many frames could not be read back."""
         if self._messages is None:
             self._messages = Messages()
-        grouped, unreadable = group(entries)
+        grouped, unreadable = group(entries, self._last_ms)
         return self._messages.encode(grouped), unreadable
 
     async def _deliver(
