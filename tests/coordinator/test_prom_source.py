@@ -20,12 +20,14 @@ from sparkwatch.cli_parser_runs import METRIC_FAMILIES
 from sparkwatch.cli_types import epoch_ns
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.client import Auth, Client, check_url, public_url
-from sparkwatch.sources.prometheus.mappings import DCGM, FAMILIES, SPARKWATCH
-from sparkwatch.sources.prometheus.raw import export_piece, matrix_pieces, merged
+from sparkwatch.sources.prometheus.mappings import DCGM, FAMILIES, NVIDIA_GPU_EXPORTER, SPARKWATCH
+from sparkwatch.sources.prometheus.raw import RawSeries, export_piece, matrix_pieces, merged
+from sparkwatch.sources.prometheus.signals import signal_track, top_hz
 from sparkwatch_agent.serving import metrics as agent_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "dcgm" / "dcgm-exporter-a100.prom"
+NVIDIA_FIXTURE = ROOT / "tests" / "fixtures" / "nvidia_gpu_exporter" / "h200-load.metrics"
 #: One line of VictoriaMetrics 1.79.5's /api/v1/export, as the real server answered it (it scraped itself).
 VM_LINE = (
     '{"metric":{"__name__":"vm_app_version","job":"self","instance":"127.0.0.1:18428"},'
@@ -62,6 +64,24 @@ def test_the_sparkwatch_table_names_series_the_agent_exposes() -> None:
     assert SPARKWATCH.sensor_power is not None and SPARKWATCH.sensor_energy is not None
     assert SPARKWATCH.sensor_power.metric in exposed
     assert SPARKWATCH.sensor_energy.metric.removesuffix("_total") in exposed
+    signals = SPARKWATCH.signals
+    assert signals is not None and signals.reason_flags is not None and signals.max_sm_clock is not None
+    assert {signals.sm_clock.metric, signals.reason_flags.metric, signals.max_sm_clock.metric} <= exposed
+    assert signals.temperature is not None and signals.temperature.metric in exposed
+    assert f'"{signals.reason_flags.label}"' in source  # the label naming the reason
+
+
+def test_the_nvidia_gpu_exporter_table_matches_its_recorded_page() -> None:
+    text = NVIDIA_FIXTURE.read_text()
+    f = NVIDIA_GPU_EXPORTER
+    assert f.signals is not None and f.signals.temperature is not None and f.signals.max_sm_clock is not None
+    found = (f.power, f.util[0], f.gpu_memory, f.info, f.signals.sm_clock, f.signals.temperature)
+    for series in (*found, f.signals.max_sm_clock, f.signals.reason_masks[0]):
+        assert series is not None
+        assert re.search(rf'^{series.metric}\{{[^}}]*{f.gpu_label}="', text, re.M), series.metric
+    assert f.energy is not None  # NVML backend only: no sample of it on this (nvidia-smi backend) page
+    assert not re.search(rf"^{f.energy.metric}", text, re.M)
+    assert re.search(rf'^{f.info.metric}\{{[^}}]*{f.name_label}="NVIDIA H200"', text, re.M)  # type: ignore[union-attr]
 
 
 def test_the_dcgm_table_matches_the_recorded_exporter_text() -> None:
@@ -73,6 +93,43 @@ def test_the_dcgm_table_matches_the_recorded_exporter_text() -> None:
     assert DCGM.energy is not None and DCGM.energy.scale == 1e-3  # mJ (TYPE counter, "in mJ")
     assert re.search(r"^# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter", text, re.M)
     assert DCGM.util[0].scale == 0.01  # "GPU utilization (in %)"
+    assert DCGM.signals is not None and DCGM.signals.temperature is not None
+    for series in (DCGM.signals.sm_clock, DCGM.signals.temperature):
+        assert re.search(rf"^{series.metric}\{{", text, re.M), series.metric
+    assert DCGM.signals.sm_clock.scale == 1e6  # "SM clock frequency (in MHz)"
+
+
+def _raw(t_s: list[float], values: list[float], **labels: str) -> RawSeries:
+    return RawSeries(labels, np.array([round(t * 1e9) for t in t_s], np.int64), np.array(values, float))
+
+
+def test_reasons_from_per_reason_flags_are_a_mask_known_where_any_flag_was_scraped() -> None:
+    """sparkwatch's clock_event_active{reason}: a bit per flag reading 1; unknown (-1) at a time no flag
+    series has a sample (the SM clock was scraped then, the reasons were not)."""
+    clock = _raw([1, 2, 3, 4], [2e9, 1e9, 1e9, 2e9])
+    flags = {0x1: _raw([1, 2, 3], [0, 0, 1]), 0x20: _raw([1, 2, 3], [0, 1, 1])}
+    track = signal_track("GPU-a", {"sm_clock": clock, "temperature": None, "reasons": None}, flags, 2e9)
+    assert track is not None and track.uuid == "GPU-a" and track.max_sm_clock_hz == 2e9
+    assert track.reasons.tolist() == [0, 0x20, 0x21, -1]
+    assert track.sm_clock_hz.tolist() == [2e9, 1e9, 1e9, 2e9] and np.isnan(track.temperature_c).all()
+
+
+def test_reasons_from_a_bitmask_series_and_what_is_unknown() -> None:
+    """A bitmask (DCGM's, nvidia-smi's) read as an integer; NaN, negative or beyond 63 bits is unknown;
+    times are the union of every signal series' scrapes."""
+    mask = _raw([1, 2, 3, 4], [0x48, math.nan, -1, 2.0**64])
+    temperature = _raw([2, 5], [61.0, 70.0])
+    track = signal_track("g", {"sm_clock": None, "temperature": temperature, "reasons": mask}, {}, None)
+    assert track is not None and track.t_ns.tolist() == [round(t * 1e9) for t in (1, 2, 3, 4, 5)]
+    assert track.reasons.tolist() == [0x48, -1, -1, -1, -1]
+    assert np.isnan(track.temperature_c[[0, 2, 3]]).all() and track.temperature_c[[1, 4]].tolist() == [61, 70]
+    assert signal_track("g", {"sm_clock": None, "temperature": None, "reasons": None}, {}, None) is None
+
+
+def test_the_maximum_sm_clock_is_the_largest_positive_reading() -> None:
+    assert top_hz(None) is None
+    assert top_hz(_raw([1, 2], [0.0, math.nan])) is None  # no ratio from nothing known
+    assert top_hz(_raw([1, 2, 3], [1.98e9, math.nan, 2.0e9])) == 2.0e9
 
 
 @pytest.mark.parametrize(

@@ -45,33 +45,36 @@ TOLERANCE = 0.01
 #: old, and one late tick on a loaded machine) over the gated time or the window: the energy counter
 #: telescopes between those two ends.
 SNAPSHOT_LAG_S = 0.2
+#: The clock event reason the scripted GPU reports in its light phase (NVML's bit; a slowdown).
+SW_THERMAL = 0x20
 
 
 @dataclass
 class GpuScript:
-    """The recorded targets' GPU: (from time, W, util %, FB MiB) steps; its energy counter integrates them."""
+    """The recorded targets' GPU: (from time, W, util %, FB MiB, clock event reasons) steps; its energy
+    counter integrates them."""
 
-    steps: list[tuple[float, float, float, float]] = field(default_factory=list)
+    steps: list[tuple[float, float, float, float, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def set(self, watts: float, util: float, fb_mib: float) -> None:
+    def set(self, watts: float, util: float, fb_mib: float, reasons: int = 0) -> None:
         with self.lock:
-            self.steps.append((time.time(), watts, util, fb_mib))
+            self.steps.append((time.time(), watts, util, fb_mib, reasons))
 
-    def now(self) -> tuple[float, float, float, float]:
-        """Power, util, FB used and the energy counter (mJ since the first step) now."""
+    def now(self) -> tuple[float, float, float, float, int]:
+        """Power, util, FB used, the energy counter (mJ since the first step) and the reasons now."""
         with self.lock:
             steps, t = list(self.steps), time.time()
         energy_j = sum(
-            w * (min(t, nxt[0]) - s) for (s, w, _, _), nxt in zip(steps, [*steps[1:], (t,)], strict=True)
+            step[1] * (min(t, nxt[0]) - step[0]) for step, nxt in zip(steps, [*steps[1:], (t,)], strict=True)
         )
-        _, watts, util, fb = steps[-1]
-        return watts, util, fb, 319159391 + energy_j * 1000
+        _, watts, util, fb, reasons = steps[-1]
+        return watts, util, fb, 319159391 + energy_j * 1000, reasons
 
 
 def dcgm_values(script: GpuScript) -> dict[str, str]:
     """dcgm-exporter's units: W, %, MiB and an energy counter in mJ."""
-    watts, util, fb, energy_mj = script.now()
+    watts, util, fb, energy_mj, _ = script.now()
     return {
         "DCGM_FI_DEV_POWER_USAGE": f"{watts:.6f}",
         "DCGM_FI_DEV_GPU_UTIL": f"{util:.0f}",
@@ -82,12 +85,13 @@ def dcgm_values(script: GpuScript) -> dict[str, str]:
 
 def nvidia_values(script: GpuScript) -> dict[str, str]:
     """nvidia_gpu_exporter's, as it writes them (Go's %g): W, utilisation as a 0-1 ratio, memory in
-    bytes; its nvidia-smi backend has no energy counter."""
-    watts, util, fb, _ = script.now()
+    bytes, the clock event reasons' bitmask; its nvidia-smi backend has no energy counter."""
+    watts, util, fb, _, reasons = script.now()
     return {
         "nvidia_smi_power_draw_watts": f"{watts:g}",
         "nvidia_smi_utilization_gpu_ratio": f"{util / 100:g}",
         "nvidia_smi_memory_used_bytes": f"{fb * MIB:e}",
+        "nvidia_smi_clocks_event_reasons_active": str(reasons),
     }
 
 
@@ -173,7 +177,7 @@ def _script(
     time.sleep(7.0)
     for agent in agents:
         sim_load(agent, 0.2)
-    gpu.set(120.0, 20, 20000)
+    gpu.set(120.0, 20, 20000, SW_THERMAL)
     time.sleep(3.0)
     for agent in agents:
         sim_load(agent, 0.0)
@@ -353,6 +357,12 @@ def test_a_dcgm_exporter_target_scraped_by_prometheus_matches_its_script(rig: Ri
     assert long["nodes"][0]["energy_j"] == pytest.approx(300.0 * 5, rel=TOLERANCE)
     assert long["nodes"][0]["power_w_gated_mean"] == pytest.approx(300.0, rel=TOLERANCE)
     assert _window(export, "short")["verdict"] == "low_confidence"
+    entry = long["nodes"][0]  # the capture's SM clock (MHz) and temperature; no maximum: no ratio
+    assert (entry["sm_clock_hz_mean"], entry["sm_clock_ratio"], entry["temperature_c_max"]) == (
+        1.215e9,
+        None,
+        61.0,
+    )
 
 
 @pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
@@ -379,6 +389,17 @@ def test_an_nvidia_gpu_exporter_target_matches_its_script(rig: Rig, engine: str)
     assert gated == pytest.approx(300.0, rel=TOLERANCE)
     assert energy == pytest.approx(300.0 * 5, rel=TOLERANCE)
     assert _window(export, "short")["verdict"] == "low_confidence"
+    entry = long["nodes"][0]  # the capture's SM clock at its maximum and its temperature, no reason
+    assert (entry["sm_clock_hz_mean"], entry["sm_clock_ratio"], entry["temperature_c_max"]) == (
+        1.98e9,
+        1.0,
+        52.0,
+    )
+    assert entry["clock_event_reasons"] == [] and entry["throttle"] == []
+    across = _window(export, "across")  # the light phase's scripted sw_thermal bitmask
+    assert across["nodes"][0]["clock_event_reasons"] == ["sw_thermal"]
+    assert across["verdict"] == "low_confidence"
+    assert any("throttled:sw_thermal" in r for r in across["reasons"]), across["reasons"]
 
 
 @pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])

@@ -230,14 +230,33 @@ def _window_energy(export: dict[str, Any], wid: str) -> dict[str, float | None]:
     return {n["node"]: n["energy_j"] for n in window["nodes"]}
 
 
-def _reasons(export: dict[str, Any]) -> dict[str, list[str]]:
-    """Each window's verdict reasons but the throttle ones, printed: a TSDB source reads no SM clock or clock
-    event series, so only the SQLite export can call a window throttled (the fake's SM clock falls with
-    its utilisation, so every window holding idle samples is)."""
+def _reasons(export: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
+    """Each window's verdict and reasons, printed; a throttle reason without its figure (the fake's SM clock
+    falls with its utilisation, so every window holding idle samples is throttled: a TSDB export reads the
+    same SM clock and maximum series, and its mean over the window may differ in the last digit where an
+    edge sample's ms stamp puts it on the other side)."""
     out = {}
     for w in export["windows"]:
         print(f"{export['source']['kind']} {w['id']}: {w['verdict']} {w['reasons']}")
-        out[w["id"]] = [r for r in w["reasons"] if "throttled:" not in r]
+        out[w["id"]] = (w["verdict"], [re.sub(r" \(mean [0-9.]+ of", " (mean … of", r) for r in w["reasons"]])
+    return out
+
+
+def _signals(export: dict[str, Any]) -> dict[tuple[str, str], tuple[Any, ...]]:
+    """Per window and node: the clock event reasons seen, the throttle flags, the hottest reading, and the SM
+    clock's mean and ratio to 2 digits (an edge sample may fall on the other side; see ``_reasons``)."""
+    out = {}
+    for w in export["windows"]:
+        for n in w["nodes"]:
+            ratio, clock = n["sm_clock_ratio"], n["sm_clock_hz_mean"]
+            out[(w["id"], n["node"])] = (
+                n["clock_event_reasons"],
+                [f.split(" (")[0] for f in n["throttle"]],
+                n["temperature_c_max"],
+                None if clock is None else round(clock / 1e9, 2),
+                None if ratio is None else round(ratio, 2),
+            )
+    print(export["source"]["kind"], out)
     return out
 
 
@@ -306,6 +325,7 @@ def test_an_engine_after_remote_write_gives_its_coordinators_sqlite_figures(rig:
         assert node["power_w"]["gated_mean"] is not None and node["energy_j"] is not None
         assert node["energy_method"] == ref["energy_method"] == "counter"
     assert _reasons(export) == _reasons(sqlite)
+    assert _signals(export) == _signals(sqlite)
     bad = _compare(f"{engine}/sqlite", sqlite, export)
     assert not bad, "\n".join(bad)
 

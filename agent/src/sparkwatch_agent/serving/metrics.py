@@ -145,8 +145,15 @@ class SnapshotCollector(Collector):
             "1 when the field is polled; 0 when NVML refused it at probe time or its value is known bogus.",
             labels=["node", "gpu", "field"],
         )
+        top = GaugeMetricFamily(
+            "sparkwatch_gpu_sm_clock_max_hertz",
+            "The GPU's maximum SM clock (NVML max clock info): what the SM clock is a share of.",
+            labels=GPU_LABELS,
+        )
         if inventory is not None:
             for gpu in inventory.gpus:
+                if gpu.max_sm_clock_hz:
+                    top.add_metric([snap.node, str(gpu.index), gpu.uuid], float(gpu.max_sm_clock_hz))
                 info.add_metric(
                     [
                         snap.node,
@@ -164,6 +171,7 @@ class SnapshotCollector(Collector):
                     supported.add_metric([snap.node, str(gpu.index), field], 1.0 if status.polled else 0.0)
         yield info
         yield supported
+        yield top
 
     @staticmethod
     def _host_metrics(snap: Snapshot) -> Iterator[Metric]:

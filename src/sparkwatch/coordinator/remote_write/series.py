@@ -53,6 +53,7 @@ SENSOR_ENERGY = "sparkwatch_sensor_energy_joules_total"
 SENSOR_STATUS = "sparkwatch_sensor_status"
 GPU_INFO = "sparkwatch_gpu_info"
 FIELD_SUPPORTED = "sparkwatch_field_supported"
+SM_CLOCK_MAX = "sparkwatch_gpu_sm_clock_max_hertz"
 AGENT_INFO = "sparkwatch_agent_info"
 INTERVAL = "sparkwatch_agent_interval_seconds"
 READ_DURATION = "sparkwatch_agent_sample_duration_seconds"
@@ -139,6 +140,9 @@ def _gpu_constants(
             memory_model=_text(hello.get("memory_model")),
         )
         out.append((info, 1.0))
+        top = _number(gpu.get("max_sm_clock_hz"))
+        if top:  # what the agent's /metrics shows for it: none when unknown or 0
+            out.append((key(SM_CLOCK_MAX, node=node, gpu=index, uuid=uuid), top))
         for field, status in fields.get(uuid, {}).items():
             supported = isinstance(status, dict) and status.get("supported") is True
             out.append((key(FIELD_SUPPORTED, node=node, gpu=index, field=field), 1.0 if supported else 0.0))

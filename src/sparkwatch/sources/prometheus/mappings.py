@@ -6,16 +6,43 @@ a scale turns the exporter's unit into the core's base unit (W, J, ratio 0-1, by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
+
 MIB = 1024 * 1024
+MHZ = 1e6
 
 
 @dataclass(frozen=True, slots=True)
 class Series:
     metric: str  # the name as the TSDB stores it
     scale: float = 1.0  # value × scale = the core's base unit
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonFlags:
+    """Clock event reasons as one 0/1 series per reason: the metric, the label naming the reason, and each
+    name's bit (NVML's ``nvmlClocksEventReasons``)."""
+
+    metric: str
+    label: str
+    bits: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What marks a window throttled (core.throttle): the SM clock (Hz), the temperature (°C), the clock
+    event reasons (a bitmask series, the first of ``reason_masks`` found, else ``reason_flags``), and the
+    GPU's maximum SM clock (Hz), without which there is no clock ratio."""
+
+    sm_clock: Series
+    temperature: Series | None
+    reason_masks: tuple[Series, ...] = ()
+    reason_flags: ReasonFlags | None = None
+    max_sm_clock: Series | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +64,7 @@ class Family:
     sensor_power: Series | None = None
     sensor_energy: Series | None = None
     sensor_labels: tuple[str, str, str] = ("sensor", "kind", "source")
+    signals: Signals | None = None
 
     def gpu_memory_name(self) -> str:
         """How a node's memory reads when it is its GPUs' device memory summed."""
@@ -59,12 +87,25 @@ SPARKWATCH = Family(
     read_in="agent/src/sparkwatch_agent/serving/metrics.py",
     sensor_power=Series("sparkwatch_sensor_power_watts"),
     sensor_energy=Series("sparkwatch_sensor_energy_joules_total"),
+    signals=Signals(
+        sm_clock=Series("sparkwatch_gpu_sm_clock_hertz"),
+        temperature=Series("sparkwatch_gpu_temperature_celsius"),
+        reason_flags=ReasonFlags(
+            "sparkwatch_gpu_clock_event_active",
+            "reason",
+            MappingProxyType({name: bit for bit, name in CLOCK_EVENT_REASONS.items()}),
+        ),
+        max_sm_clock=Series("sparkwatch_gpu_sm_clock_max_hertz"),
+    ),
 )
 
 #: NVIDIA dcgm-exporter (etc/default-counters.csv: POWER_USAGE gauge "Power draw (in W)",
 #: TOTAL_ENERGY_CONSUMPTION counter "(in mJ)", GPU_UTIL gauge "(in %)", FB_USED gauge "(in MiB)"; labels gpu,
 #: UUID, device, modelName, Hostname as in NVIDIA's GPU telemetry guide). DCGM_FI_PROF_SM_ACTIVE (a 0-1
-#: ratio, in dcp-metrics-included.csv) gates only where GPU_UTIL is not collected.
+#: ratio, in dcp-metrics-included.csv) gates only where GPU_UTIL is not collected. Clock signals: SM_CLOCK
+#: (MHz) and GPU_TEMP (C) are default counters; dcgm_fields.h's CLOCKS_EVENT_REASONS (a bitmask of
+#: DCGM_CLOCKS_EVENT_REASON_*, NVML's bits; CLOCK_THROTTLE_REASONS its deprecated name) and MAX_SM_CLOCK
+#: (MHz) are read where a site collects them.
 DCGM = Family(
     name="dcgm",
     gpu_label="UUID",
@@ -76,12 +117,25 @@ DCGM = Family(
     info=None,
     name_label="modelName",
     read_in="NVIDIA/dcgm-exporter etc/default-counters.csv; docs.nvidia.com gpu-telemetry dcgm-exporter",
+    signals=Signals(
+        sm_clock=Series("DCGM_FI_DEV_SM_CLOCK", MHZ),
+        temperature=Series("DCGM_FI_DEV_GPU_TEMP"),
+        reason_masks=(
+            Series("DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),
+            Series("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+        ),
+        max_sm_clock=Series("DCGM_FI_DEV_MAX_SM_CLOCK", MHZ),
+    ),
 )
 
 #: utkuozdemir/nvidia_gpu_exporter (docs/METRICS.md: power.draw [W] → nvidia_smi_power_draw_watts,
 #: utilization.gpu [%] → nvidia_smi_utilization_gpu_ratio as 0-1, memory.used [MiB] →
 #: nvidia_smi_memory_used_bytes in bytes, nvidia_smi_energy_joules_total only from its NVML backend; every
-#: per-GPU series labelled uuid, identity on nvidia_smi_gpu_info{uuid, name, driver_version, …}).
+#: per-GPU series labelled uuid, identity on nvidia_smi_gpu_info{uuid, name, driver_version, …}; clock
+#: signals as its recorded pages in internal/integration/testdata show them: clocks.current.sm [MHz] →
+#: nvidia_smi_clocks_current_sm_clock_hz in Hz, clocks.max.sm → nvidia_smi_clocks_max_sm_clock_hz,
+#: temperature.gpu → nvidia_smi_temperature_gpu, clocks_event_reasons.active (nvidia-smi's bitmask, NVML's
+#: bits; clocks_throttle_reasons.active before the rename) → nvidia_smi_clocks_event_reasons_active).
 NVIDIA_GPU_EXPORTER = Family(
     name="nvidia_gpu_exporter",
     gpu_label="uuid",
@@ -92,7 +146,16 @@ NVIDIA_GPU_EXPORTER = Family(
     host_memory=None,
     info=Series("nvidia_smi_gpu_info"),
     name_label="name",
-    read_in="utkuozdemir/nvidia_gpu_exporter docs/METRICS.md",
+    read_in="utkuozdemir/nvidia_gpu_exporter docs/METRICS.md, internal/integration/testdata",
+    signals=Signals(
+        sm_clock=Series("nvidia_smi_clocks_current_sm_clock_hz"),
+        temperature=Series("nvidia_smi_temperature_gpu"),
+        reason_masks=(
+            Series("nvidia_smi_clocks_event_reasons_active"),
+            Series("nvidia_smi_clocks_throttle_reasons_active"),
+        ),
+        max_sm_clock=Series("nvidia_smi_clocks_max_sm_clock_hz"),
+    ),
 )
 
 #: prometheus/node_exporter's meminfo collector (/proc/meminfo fields in bytes as

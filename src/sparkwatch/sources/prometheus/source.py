@@ -23,10 +23,19 @@ from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.export_nodes import seen_interval_s
 from sparkwatch.core.run_spec import NodeInput
+from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
 from sparkwatch.sources import SourceError
-from sparkwatch.sources.prometheus.mappings import NODE_MEM_AVAILABLE, NODE_MEM_TOTAL, Family, Series
+from sparkwatch.sources.prometheus.align import union_times, values_at
+from sparkwatch.sources.prometheus.mappings import (
+    NODE_MEM_AVAILABLE,
+    NODE_MEM_TOTAL,
+    Family,
+    ReasonFlags,
+    Series,
+)
 from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader
+from sparkwatch.sources.prometheus.signals import signal_track, top_hz
 from sparkwatch.wire import LEGACY_SENSOR_SOURCE
 
 #: Read before the span: the baseline period before the first window, and a few seconds more.
@@ -157,6 +166,7 @@ class TsdbSource:
             memory_model=model,
             hardware={"gpus": [{"uuid": key, "name": name} for key, name in names.items()]},
             domains=self._domains(node, t_from_ns, t_to_ns, tracks),
+            signals=self._signals(node, t_from_ns, t_to_ns, [g.key for g in gpus]),
         )
 
     def engine_input(self, t_from_ns: int, t_to_ns: int) -> EngineSamples | None:
@@ -167,10 +177,13 @@ class TsdbSource:
             return []
         return [r for r in self.series(s, t_from_ns, t_to_ns, node) if r.labels.get(self._label) == node]
 
+    def _gpu_key(self, r: RawSeries) -> str:
+        return r.labels.get(self._family.gpu_label) or r.labels.get("gpu") or ""
+
     def _by_gpu(self, found: Sequence[RawSeries]) -> dict[str, RawSeries]:
         out: dict[str, RawSeries] = {}
         for r in found:
-            key = r.labels.get(self._family.gpu_label) or r.labels.get("gpu") or ""
+            key = self._gpu_key(r)
             if key in out:
                 raise SourceError(
                     f"two series of {r.labels.get('__name__', 'a metric')} for GPU {key!r} on node"
@@ -191,9 +204,15 @@ class TsdbSource:
         out = []
         for key in sorted({*power, *energy}, key=_gpu_order(power)):
             parts = [x for x in (power.get(key), energy.get(key)) if x is not None]
-            t = _union([p.t_ns for p in parts])
+            t = union_times([p.t_ns for p in parts])
             out.append(
-                GpuSeries(key, t, _at(t, power.get(key)), _at(t, energy.get(key)), _at(t, util.get(key)))
+                GpuSeries(
+                    key,
+                    t,
+                    values_at(t, power.get(key)),
+                    values_at(t, energy.get(key)),
+                    values_at(t, util.get(key)),
+                )
             )
         return out
 
@@ -213,10 +232,10 @@ class TsdbSource:
         domains = []
         first_scraped = {name: min(int(r.t_ns[0]) for _, r in found) for name, found in parts.items()}
         for name, found in sorted(parts.items(), key=lambda kv: (first_scraped[kv[0]], kv[0])):
-            t = _union([r.t_ns for _, r in found])
+            t = union_times([r.t_ns for _, r in found])
             values = {"power": np.full(len(t), np.nan), "energy": np.full(len(t), np.nan)}
             for part, r in found:  # a channel whose kind or source changed has several series: one track
-                values[part] = np.where(np.isnan(values[part]), _at(t, r), values[part])
+                values[part] = np.where(np.isnan(values[part]), values_at(t, r), values[part])
             latest = max(found, key=lambda pr: int(pr[1].t_ns[-1]))[1].labels
             zeros = np.zeros(len(t), dtype=np.int64)
             track = gated_track(t, zeros, _interval(t), values["power"], values["energy"], gpus=gpus)
@@ -225,14 +244,52 @@ class TsdbSource:
             domains.append(DomainInput(name, kind, source, track))
         return domains
 
+    def _signals(self, node: str, t_from_ns: int, t_to_ns: int, keys: Sequence[str]) -> list[SignalTrack]:
+        """Each GPU's clock signals, where the family maps them and the engine holds them (core.throttle:
+        no series, no flags; no maximum SM clock, no clock ratio)."""
+        s = self._family.signals
+        if s is None:
+            return []
+        span = (node, t_from_ns, t_to_ns)
+        clock, temperature, tops = (
+            self._by_gpu(self._mine(x, *span)) for x in (s.sm_clock, s.temperature, s.max_sm_clock)
+        )
+        masks: dict[str, RawSeries] = {}
+        for candidate in s.reason_masks:  # the first bitmask series this node has
+            masks = self._by_gpu(self._mine(candidate, *span))
+            if masks:
+                break
+        flags = self._flags(s.reason_flags, *span) if not masks else {}
+        out = []
+        for key in keys:
+            values = {
+                "sm_clock": clock.get(key),
+                "temperature": temperature.get(key),
+                "reasons": masks.get(key),
+            }
+            track = signal_track(key, values, flags.get(key, {}), top_hz(tops.get(key)))
+            if track is not None:
+                out.append(track)
+        return out
+
+    def _flags(
+        self, flags: ReasonFlags | None, node: str, t_from_ns: int, t_to_ns: int
+    ) -> dict[str, dict[int, RawSeries]]:
+        """Per GPU, each reason's 0/1 series by its bit (a reason the mapping does not name is left out)."""
+        out: dict[str, dict[int, RawSeries]] = {}
+        for r in self._mine(Series(flags.metric) if flags else None, node, t_from_ns, t_to_ns):
+            bit = flags.bits.get(r.labels.get(flags.label, "")) if flags else None
+            if bit is not None:
+                out.setdefault(self._gpu_key(r), {})[bit] = r
+        return out
+
     def _info(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, dict[str, str]]:
         """Each GPU's identity labels (from the info series, else from the power series)."""
         found = self._mine(self._family.info, node, t_from_ns, t_to_ns)
         found += self._mine(self._family.power, node, t_from_ns, t_to_ns)
         out: dict[str, dict[str, str]] = {}
         for r in found:
-            key = r.labels.get(self._family.gpu_label) or r.labels.get("gpu") or ""
-            out.setdefault(key, r.labels)
+            out.setdefault(self._gpu_key(r), r.labels)
         return out
 
     def _memory(self, node: str, t_from_ns: int, t_to_ns: int, gpus: int) -> tuple[MemTrack, str]:
@@ -246,13 +303,13 @@ class TsdbSource:
         available = self._mine(NODE_MEM_AVAILABLE, node, t_from_ns, t_to_ns)
         if total and available:
             t = total[0].t_ns
-            used = total[0].values - _at(t, available[0])
+            used = total[0].values - values_at(t, available[0])
             name = f"{NODE_MEM_TOTAL.metric} - {NODE_MEM_AVAILABLE.metric}"
             return _mem(t, used), name
         per_gpu = self._by_gpu(self._mine(f.gpu_memory, node, t_from_ns, t_to_ns))
         if per_gpu and len(per_gpu) == gpus:
-            t = _union([r.t_ns for r in per_gpu.values()])
-            used = np.sum([_at(t, r) for r in per_gpu.values()], axis=0)  # NaN where any GPU lacks it
+            t = union_times([r.t_ns for r in per_gpu.values()])
+            used = np.sum([values_at(t, r) for r in per_gpu.values()], axis=0)  # NaN where any GPU lacks it
             return _mem(t, used), f.gpu_memory_name()
         return _mem(np.empty(0, np.int64), np.empty(0)), "none"
 
@@ -265,29 +322,6 @@ def _gpu_order(power: dict[str, RawSeries]) -> Any:
         return (int(index), key) if index.isdigit() else (1 << 30, key)
 
     return order
-
-
-def _union(times: Sequence[I64]) -> I64:
-    """Every time in any of ``times`` (each sorted, unique), once, sorted: series of one scrape usually
-    share their stamps exactly, and then the first is the answer."""
-    first = times[0]
-    if all(len(t) == len(first) and np.array_equal(t, first) for t in times[1:]):
-        return first
-    union: I64 = np.unique(np.concatenate(times))
-    return union
-
-
-def _at(t_ns: I64, series: RawSeries | None) -> F64:
-    """The series' values at exactly these times; NaN (unknown) where it has no sample then."""
-    if series is not None and len(series.t_ns) == len(t_ns) and np.array_equal(series.t_ns, t_ns):
-        return series.values  # scraped together: every time has its value
-    out = np.full(len(t_ns), np.nan)
-    if series is None or len(series.t_ns) == 0:
-        return out
-    i = np.clip(np.searchsorted(series.t_ns, t_ns), 0, len(series.t_ns) - 1)
-    hit = series.t_ns[i] == t_ns
-    out[hit] = series.values[i[hit]]
-    return out
 
 
 def _interval(t_ns: I64) -> F64:
