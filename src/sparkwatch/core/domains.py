@@ -207,22 +207,19 @@ def _window_entries(
     names = [d.domain for d in domains]
 
     def make(lo: int, hi: int) -> list[list[dict[str, Any]]]:
-        columns = [
-            (
-                name,
-                rounded_list(wp.gated_mean_w[lo:hi]),
-                rounded_list(wp.energy_j[lo:hi]),
-                rounded_list(wp.coverage_ratio[lo:hi], 4),
-            )
+        per_domain = [  # a domain's entries, one comprehension each; then one list per window
+            [
+                {"domain": name, "power_w_gated_mean": g, "energy_j": e, "coverage_ratio": c}
+                for g, e, c in zip(
+                    rounded_list(wp.gated_mean_w[lo:hi]),
+                    rounded_list(wp.energy_j[lo:hi]),
+                    rounded_list(wp.coverage_ratio[lo:hi], 4),
+                    strict=True,
+                )
+            ]
             for name, wp in zip(names, per, strict=True)
         ]
-        return [
-            [
-                {"domain": name, "power_w_gated_mean": g[k], "energy_j": e[k], "coverage_ratio": c[k]}
-                for name, g, e, c in columns
-            ]
-            for k in range(hi - lo)
-        ]
+        return list(map(list, zip(*per_domain, strict=True))) if per_domain else [[] for _ in range(lo, hi)]
 
     return WindowRows(windows, make)
 
