@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import gc
 import threading
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, TypeVar
 
 from sparkwatch.core.window_rows import WindowRows
+
+T = TypeVar("T")
+_DONE = object()
 
 #: Items freed per slice: a few hundred windows, well under a millisecond.
 SLICE_ITEMS = 500
@@ -40,6 +44,16 @@ class CollectorPause:
             self._holders -= 1
             if self._holders == 0 and self._was_enabled:
                 gc.enable()
+
+    def each(self, items: Iterator[T]) -> Iterator[T]:
+        """``items``, the collector paused while each is made and running between them (while a consumer
+        that sets its own pace, such as a slow client, holds one)."""
+        while True:
+            with self:
+                item = next(items, _DONE)
+            if item is _DONE:
+                return
+            yield item  # type: ignore[misc]
 
 
 def let_go(value: Any) -> None:

@@ -19,6 +19,7 @@ import aiohttp
 from sparkwatch.coordinator.big_values import CollectorPause, let_go
 from sparkwatch.coordinator.housekeeping import Housekeeping
 from sparkwatch.coordinator.loop_lag import LoopLag
+from sparkwatch.coordinator.piece_stream import PieceStream, coalesced
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.windows import Window, outside_run
@@ -310,24 +311,63 @@ class Coordinator:
 
         return await asyncio.get_running_loop().run_in_executor(None, work)
 
-    async def export_json(self, run_id: str, series_buckets: int | None = None) -> list[bytes]:
+    def _computed_export(self, run_id: str, series_buckets: int | None) -> dict[str, Any]:
+        """The export, on a read connection of its own closed once it is computed (the export reads nothing
+        more: no read snapshot is held while a slow client reads the answer)."""
+        reader = Store(self.store.path)
+        try:
+            with self._collector_pause:
+                return export_run(reader, run_id, self.node_names, self.now_ns, series_buckets=series_buckets)
+        finally:
+            reader.close()
+
+    async def export_json(self, run_id: str, series_buckets: int | None = None) -> PieceStream:
         """The export as JSON pieces, computed and encoded in a worker thread on its own read connection
         (WAL readers do not block the writer): a long run's numpy, SQLite and encoding work never stalls
-        ingest or the agents' heartbeats (big_values.py says why the collector pauses meanwhile). With
-        ``series_buckets``, the export's ``series`` block in that many buckets."""
+        ingest or the agents' heartbeats (big_values.py says why the collector pauses meanwhile). Returns
+        once the export is computed (its errors raised here, before an answer starts), the pieces then
+        made while they are read (piece_stream.py); the caller closes the stream. With ``series_buckets``,
+        the export's ``series`` block in that many buckets."""
+        loop = asyncio.get_running_loop()
+        pieces = PieceStream(loop)
+        computed: asyncio.Future[None] = loop.create_future()
 
-        def work() -> list[bytes]:
-            reader = Store(self.store.path)
+        def work() -> None:
             try:
-                with self._collector_pause:
-                    export = export_run(
-                        reader, run_id, self.node_names, self.now_ns, series_buckets=series_buckets
-                    )
-                    try:
-                        return list(json_pieces(export))
-                    finally:
-                        let_go(export)
+                export = self._computed_export(run_id, series_buckets)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(_settle, computed, exc)
+                return
+            loop.call_soon_threadsafe(_settle, computed, None)
+            chunks = coalesced(json_pieces(export))
+            try:  # the collector paused while a chunk is made, not while the client reads it
+                if all(pieces.put(chunk) for chunk in self._collector_pause.each(chunks)):
+                    pieces.finish()
+            except Exception as exc:  # the answer has begun: the reader ends it unfinished
+                pieces.finish(exc)
             finally:
-                reader.close()
+                let_go(export)
 
-        return await asyncio.get_running_loop().run_in_executor(None, work)
+        loop.run_in_executor(None, work).add_done_callback(_logged)
+        try:
+            await computed
+        except BaseException:  # the export failed, or the caller went away meanwhile
+            pieces.close()
+            raise
+        return pieces
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    """On the loop: the export is computed (or failed), unless its caller went away meanwhile."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
+def _logged(worker: asyncio.Future[None]) -> None:
+    """An export thread that failed outside what it hands over (closing its read connection)."""
+    if not worker.cancelled() and worker.exception() is not None:
+        log.error("export worker failed", exc_info=worker.exception())

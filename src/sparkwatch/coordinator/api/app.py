@@ -187,20 +187,24 @@ def series_buckets(query: Mapping[str, str]) -> int | None:
 
 
 async def export(request: web.Request) -> web.StreamResponse:
-    """Computed and serialised off the loop, in pieces; written out piece by piece. ``?series=true`` or
+    """Computed off the loop (its errors answered as any other), then serialised off the loop in pieces and
+    written out chunked while they are made: the answer is never held whole. ``?series=true`` or
     ``?series_buckets=N`` adds the plot data (core/series.py)."""
     try:
         buckets = series_buckets(request.query)
     except ValueError as exc:
         return error(400, "invalid_query", str(exc))
     pieces = await request.app[COORDINATOR].export_json(request.match_info["run_id"], buckets)
-    response = web.StreamResponse(headers={"Content-Type": "application/json"})
-    response.content_length = sum(len(piece) for piece in pieces)
-    await response.prepare(request)
-    for piece in pieces:
-        await response.write(piece)
-    await response.write_eof()
-    return response
+    try:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        async for piece in pieces:
+            await response.write(piece)
+        await response.write_eof()
+        return response
+    finally:
+        pieces.close()
 
 
 async def report(request: web.Request) -> web.Response:

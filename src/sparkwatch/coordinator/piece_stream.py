@@ -1,0 +1,87 @@
+"""Bytes made in a worker thread and written out on the event loop while they are made: an 8 h run's export
+answer is ~30 MB of JSON, which the coordinator used to hold whole before the first byte went out.
+
+The thread hands each piece over and waits while ``DEPTH`` pieces wait unread (the reader sets the pace);
+when the reader goes away (the client closed the connection), :meth:`PieceStream.put` answers False and
+the thread stops making pieces instead of waiting for room for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterable, Iterator
+
+#: Chunks waiting to be written at most (each about ``CHUNK_BYTES``).
+DEPTH = 4
+#: How often a thread waiting for room looks whether the reader has gone.
+POLL_S = 0.25
+#: Small pieces are joined up to about this many bytes before they are handed over: an export is some
+#: 8 000 pieces, most of them a key or a number, and each hand-over costs tens of microseconds.
+CHUNK_BYTES = 1 << 20
+
+
+def coalesced(pieces: Iterable[bytes], size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """``pieces`` joined into chunks of at least ``size`` bytes (the last one shorter), in order."""
+    held: list[bytes] = []
+    length = 0
+    for piece in pieces:
+        held.append(piece)
+        length += len(piece)
+        if length >= size:
+            yield b"".join(held)
+            held, length = [], 0
+    if held:
+        yield b"".join(held)
+
+
+class _End:
+    """The last item: the pieces are complete, or how making them failed."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+class PieceStream:
+    """Made on the loop; the thread calls :meth:`put` and :meth:`finish`, the loop iterates and closes.
+    Room is a semaphore the reader releases, so a hand-over never waits on the loop nor races it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, depth: int = DEPTH) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[bytes | _End] = asyncio.Queue()  # bounded by ``_room``
+        self._room = threading.Semaphore(depth)
+        self._closed = threading.Event()
+
+    # ---- the worker thread's side --------------------------------------------------------------
+    def put(self, piece: bytes) -> bool:
+        """Hand ``piece`` over, waiting for room; False once the reader has gone (stop making)."""
+        return self._hand_over(piece)
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """No more pieces: all were made, or ``error`` stopped it (the reader raises it)."""
+        self._hand_over(_End(error))
+
+    def _hand_over(self, item: bytes | _End) -> bool:
+        while not self._closed.is_set():
+            if self._room.acquire(timeout=POLL_S):
+                try:
+                    self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+                except RuntimeError:  # the loop has closed: nobody reads any more
+                    return False
+                return True
+        return False
+
+    # ---- the event loop's side -----------------------------------------------------------------
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            item = await self._queue.get()
+            self._room.release()
+            if isinstance(item, _End):
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item
+
+    def close(self) -> None:
+        """The reader is done (or gone): a waiting thread stops at its next look."""
+        self._closed.set()
