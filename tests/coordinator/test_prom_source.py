@@ -19,6 +19,7 @@ import pytest
 from sparkwatch.cli_parser_runs import METRIC_FAMILIES
 from sparkwatch.cli_types import epoch_ns
 from sparkwatch.sources import SourceError
+from sparkwatch.sources.prometheus.align import merged as merged_parts
 from sparkwatch.sources.prometheus.client import Auth, Client, check_url, public_url
 from sparkwatch.sources.prometheus.mappings import DCGM, FAMILIES, NVIDIA_GPU_EXPORTER, SPARKWATCH
 from sparkwatch.sources.prometheus.raw import RawSeries, export_piece, matrix_pieces, merged
@@ -299,3 +300,13 @@ def test_a_windows_file_that_cannot_be_read_is_one_line(tmp_path: pathlib.Path) 
     )
     assert done.returncode != 0
     assert done.stderr.count("\n") == 1 and "w.csv" in done.stderr
+
+
+def test_a_series_in_several_label_sets_is_merged_first_known_value_first() -> None:
+    """A signal whose labels changed during the span (a relabel rule, an exporter upgrade) is one series:
+    at each time, the first part's known value, else the next's."""
+    a = _raw([1, 2, 3], [10.0, math.nan, 30.0], uuid="g", version="1")
+    b = _raw([2, 3, 4], [20.0, 99.0, 40.0], uuid="g", version="2")
+    m = merged_parts([a, b])
+    assert m.t_ns.tolist() == [round(t * 1e9) for t in (1, 2, 3, 4)] and m.values.tolist() == [10, 20, 30, 40]
+    assert m.labels == a.labels and merged_parts([a]) is a

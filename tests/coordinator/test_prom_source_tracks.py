@@ -233,3 +233,30 @@ def test_each_node_is_read_by_its_own_selector_and_let_go_before_the_next() -> N
     assert [n["power_w"]["gated_mean"] for n in out["nodes"]] == pytest.approx([70.0, 50.0])
     assert 'sparkwatch_gpu_power_watts{node="spark \\"b\\"\\\\2 é"}' in reader.selectors
     assert reader.others_alive and max(reader.others_alive) == 0
+
+
+def test_signals_in_several_label_sets_are_merged_and_never_fail_the_export() -> None:
+    """A relabel rule or an exporter upgrade mid-span splits a GPU's SM clock and one clock-event reason
+    into two label sets each: the window still reads one SM clock and one set of reasons (where the power
+    series split, the export refuses in one line, as before)."""
+    t = [float(x) for x in range(31)]
+    first, second = t[:15], t[15:]
+    labels = {"node": "n1", "uuid": "GPU-a", "gpu": "0"}
+    found = sparkwatch_gpu("n1", "GPU-a", t, 100.0, 0.9)
+    found += [
+        series("sparkwatch_gpu_sm_clock_hertz", first, [1e9] * 15, **labels, pod="a"),
+        series("sparkwatch_gpu_sm_clock_hertz", second, [1e9] * 16, **labels, pod="b"),
+        series("sparkwatch_gpu_sm_clock_max_hertz", t, [2e9] * 31, **labels),
+        series("sparkwatch_gpu_clock_event_active", t, [0.0] * 31, **labels, reason="gpu_idle"),
+        series(
+            "sparkwatch_gpu_clock_event_active", first, [0.0] * 15, **labels, reason="sw_thermal", pod="a"
+        ),
+        series(
+            "sparkwatch_gpu_clock_event_active", second, [1.0] * 16, **labels, reason="sw_thermal", pod="b"
+        ),
+    ]
+    out = export(found, [window("early", 2, 12), window("late", 18, 28)])
+    early, late = ({n["node"]: n for n in w["nodes"]}["n1"] for w in out["windows"])
+    assert (early["sm_clock_hz_mean"], early["sm_clock_ratio"]) == (1_000_000_000, 0.5)
+    assert early["clock_event_reasons"] == [] and late["clock_event_reasons"] == ["sw_thermal"]
+    assert "throttled:sm_clock" in early["throttle"][0] and "throttled:sw_thermal" in late["throttle"][0]

@@ -29,13 +29,14 @@ MIN_CLOCK_RATIO = 0.6
 
 @dataclass(frozen=True, slots=True)
 class SignalTrack:
-    """One GPU's clock signals on the coordinator's clock, sorted by time; -1 / NaN where unknown."""
+    """One GPU's clock signals on the export's clock (the coordinator's, or a TSDB's timestamps), sorted by
+    time; -1 / NaN where unknown."""
 
     t_ns: I64
     sm_clock_hz: F64
     temperature_c: F64
     reasons: I64
-    max_sm_clock_hz: float | None  # from the GPU's hello; None: no ratio
+    max_sm_clock_hz: float | None  # the GPU's hello's, or a TSDB's maximum-clock series; None: no ratio
     uuid: str | None = None  # the GPU's, where the caller knows it (the series names it)
 
 

@@ -32,3 +32,15 @@ def values_at(t_ns: I64, series: RawSeries | None) -> F64:
     hit = series.t_ns[i] == t_ns
     out[hit] = series.values[i[hit]]
     return out
+
+
+def merged(parts: Sequence[RawSeries]) -> RawSeries:
+    """One series from several label sets of one metric (a label whose value changed during the span): at
+    each time any of them has, the first one's value that is known; the first's labels."""
+    if len(parts) == 1:
+        return parts[0]
+    t = union_times([p.t_ns for p in parts])
+    values = np.full(len(t), np.nan)
+    for part in parts:
+        values = np.where(np.isnan(values), values_at(t, part), values)
+    return RawSeries(parts[0].labels, t, values)

@@ -12,9 +12,7 @@ from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64
 from sparkwatch.sources.prometheus.align import union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries
-
-#: Reason bits kept (as the store keeps them: a mask beyond 63 bits does not fit numpy's integers).
-INT63_MASK = 2**63 - 1
+from sparkwatch.store.sample_block import INT63_MASK  # the reason bits kept, as the store keeps them
 
 
 def signal_track(
@@ -54,7 +52,8 @@ def top_hz(series: RawSeries | None) -> float | None:
 
 
 def _from_mask(values: F64) -> I64:
-    """A bitmask series' values as reason masks: -1 where unknown (no sample, NaN, negative)."""
+    """A bitmask series' values as reason masks: -1 where unknown (no sample, NaN, negative, or 2**63 and
+    more: a double that large has lost its low bits, where the reasons are)."""
     known = np.isfinite(values) & (values >= 0) & (values < 2.0**63)
     masks = np.full(len(values), -1, dtype=np.int64)
     masks[known] = values[known].astype(np.int64) & INT63_MASK

@@ -11,7 +11,7 @@ energy and utilisation of a GPU are joined (a value missing at a time is unknown
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
 from sparkwatch.sources import SourceError
-from sparkwatch.sources.prometheus.align import union_times, values_at
+from sparkwatch.sources.prometheus.align import merged, union_times, values_at
 from sparkwatch.sources.prometheus.mappings import (
     NODE_MEM_AVAILABLE,
     NODE_MEM_TOTAL,
@@ -132,10 +132,11 @@ class TsdbSource:
             if not self.series(self._family.power, t_from_ns, t_to_ns, node):
                 listed = self._listed(t_from_ns, t_to_ns)
                 shown = ", ".join(listed[:NODES_SHOWN]) + (", …" if len(listed) > NODES_SHOWN else "")
+                hint = f" (nodes with them: {shown})" if listed else self._labels_hint(t_from_ns, t_to_ns)
                 raise SourceError(
-                    f"no {self._family.power.metric} series with {self._label}={json.dumps(node)} from"
-                    f" {t_from_ns / 1e9:.3f} to {t_to_ns / 1e9:.3f} at {self._url}"
-                    + (f" (nodes with them: {shown})" if listed else "")
+                    f"no {self._family.power.metric} series with"
+                    f" {self._label}={json.dumps(node, ensure_ascii=False)} from {t_from_ns / 1e9:.3f} to"
+                    f" {t_to_ns / 1e9:.3f} at {self._url}{hint}"
                 )
         return list(only)
 
@@ -196,11 +197,7 @@ class TsdbSource:
         f = self._family
         power = self._by_gpu(self._mine(f.power, node, t_from_ns, t_to_ns))
         energy = self._by_gpu(self._mine(f.energy, node, t_from_ns, t_to_ns))
-        util: dict[str, RawSeries] = {}
-        for candidate in f.util:  # the first utilisation series this node has
-            util = self._by_gpu(self._mine(candidate, node, t_from_ns, t_to_ns))
-            if util:
-                break
+        util = self._first_by_gpu(f.util, node, t_from_ns, t_to_ns, self._by_gpu)
         out = []
         for key in sorted({*power, *energy}, key=_gpu_order(power)):
             parts = [x for x in (power.get(key), energy.get(key)) if x is not None]
@@ -251,14 +248,10 @@ class TsdbSource:
         if s is None:
             return []
         span = (node, t_from_ns, t_to_ns)
-        clock, temperature, tops = (
-            self._by_gpu(self._mine(x, *span)) for x in (s.sm_clock, s.temperature, s.max_sm_clock)
+        clock, temperature, tops = (  # a GPU's series in several label sets are merged, never refused
+            self._merged_by_gpu(self._mine(x, *span)) for x in (s.sm_clock, s.temperature, s.max_sm_clock)
         )
-        masks: dict[str, RawSeries] = {}
-        for candidate in s.reason_masks:  # the first bitmask series this node has
-            masks = self._by_gpu(self._mine(candidate, *span))
-            if masks:
-                break
+        masks = self._first_by_gpu(s.reason_masks, *span, self._merged_by_gpu)
         flags = self._flags(s.reason_flags, *span) if not masks else {}
         out = []
         for key in keys:
@@ -275,13 +268,37 @@ class TsdbSource:
     def _flags(
         self, flags: ReasonFlags | None, node: str, t_from_ns: int, t_to_ns: int
     ) -> dict[str, dict[int, RawSeries]]:
-        """Per GPU, each reason's 0/1 series by its bit (a reason the mapping does not name is left out)."""
-        out: dict[str, dict[int, RawSeries]] = {}
-        for r in self._mine(Series(flags.metric) if flags else None, node, t_from_ns, t_to_ns):
-            bit = flags.bits.get(r.labels.get(flags.label, "")) if flags else None
+        """Per GPU, each reason's 0/1 series by its bit (a reason the mapping does not name is left out; one
+        in several label sets, merged)."""
+        if flags is None:
+            return {}
+        parts: dict[str, dict[int, list[RawSeries]]] = {}
+        for r in self._mine(Series(flags.metric), node, t_from_ns, t_to_ns):
+            bit = flags.bits.get(r.labels.get(flags.label, ""))
             if bit is not None:
-                out.setdefault(self._gpu_key(r), {})[bit] = r
-        return out
+                parts.setdefault(self._gpu_key(r), {}).setdefault(bit, []).append(r)
+        return {key: {bit: merged(p) for bit, p in bits.items()} for key, bits in parts.items()}
+
+    def _first_by_gpu(
+        self,
+        candidates: Sequence[Series],
+        node: str,
+        t_from_ns: int,
+        t_to_ns: int,
+        by_gpu: Callable[[Sequence[RawSeries]], dict[str, RawSeries]],
+    ) -> dict[str, RawSeries]:
+        """Per GPU, the first of ``candidates`` this node has series of (none: empty)."""
+        for candidate in candidates:
+            found = by_gpu(self._mine(candidate, node, t_from_ns, t_to_ns))
+            if found:
+                return found
+        return {}
+
+    def _merged_by_gpu(self, found: Sequence[RawSeries]) -> dict[str, RawSeries]:
+        parts: dict[str, list[RawSeries]] = {}
+        for r in found:
+            parts.setdefault(self._gpu_key(r), []).append(r)
+        return {key: merged(p) for key, p in parts.items()}
 
     def _info(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, dict[str, str]]:
         """Each GPU's identity labels (from the info series, else from the power series)."""
