@@ -115,6 +115,8 @@ def window_stats(integrals: Integrals, starts: I64, ends: I64) -> WindowPower:
 
 def _implausible_per_window(integrals: Integrals, starts: I64, ends: I64) -> I64:
     """How many rejected intervals overlap each [start, end): a difference of cumulative counts."""
+    if not integrals.implausible.any():  # nearly always: no count to take
+        return np.zeros(len(starts), dtype=np.int64)
     cum = np.concatenate(([0], np.cumsum(integrals.implausible, dtype=np.int64)))
     n = len(integrals.implausible)
     first = np.clip(np.searchsorted(integrals.t_ns, starts, side="right") - 1, 0, n)

@@ -224,9 +224,11 @@ class _Gathered:
         remap = np.array([self._strings.setdefault(s, len(self._strings)) for s in block.strings] or [0])
         for name, column in block.columns.items():
             at, out = self._filled[name], self._columns[name]
-            values = remap[column] if name.endswith("_str") else column
+            coded = name.endswith("_str")  # codes into the joined table: below its length, which fits
+            values = remap[column] if coded else column
             if (
                 name in SMALL_INTS
+                and not coded
                 and out.dtype != values.dtype
                 and len(values)
                 and not _fits(values, out.dtype)
