@@ -11,8 +11,8 @@ and labels (what ``--remote-write`` sends), as Prometheus exposition with millis
 ``/api/v1/import/prometheus``, then ``/internal/force_flush``. The synthetic run is dated 2027 and
 VictoriaMetrics refuses samples from the future, so samples, windows (a ``plain`` CSV) and the run's span
 are all moved back by one whole number of hours. Only GPU and memory series are imported (no power
-channels) and a TSDB export reads no clock signals (docs/fleets.md), so it does less than the SQLite one;
-the gated means of both are printed as the check.
+channels, no clock signals: the TSDB export asks for them and finds none), so it does less than the SQLite
+one; the gated means of both are printed as the check.
 
     python benchmarks/export_victoria.py [--rounds 3] [--hours 8]
 """
