@@ -1,5 +1,5 @@
 """Bytes made in a worker thread and written out on the event loop while they are made: an 8 h run's export
-answer is ~30 MB of JSON, which the coordinator used to hold whole before the first byte went out.
+answer is 27 MB of JSON, which the coordinator used to hold whole before the first byte went out.
 
 The thread hands each piece over and waits while ``DEPTH`` pieces wait unread (the reader sets the pace);
 when the reader goes away (the client closed the connection), :meth:`PieceStream.put` answers False and

@@ -132,7 +132,7 @@ class SshExecLink(WsLink):
                 if not held and ingest.pending:
                     flush_at = time.monotonic() + EXEC_FLUSH_S
                 # not before the session's clock probe: what is stored goes on to remote write, stamped
-                # by the link's clock estimate, and a link's first session has none until then
+                # by the clock estimate for its boot, and each session's agent is a boot with none until then
                 if self._probed and (ingest.pending >= EXEC_BATCH or time.monotonic() >= flush_at):
                     ingest.flush()
         finally:  # each exec session is a new boot: what we hold is not replayable

@@ -230,9 +230,10 @@ class TsdbSource:
         first_scraped = {name: min(int(r.t_ns[0]) for _, r in found) for name, found in parts.items()}
         for name, found in sorted(parts.items(), key=lambda kv: (first_scraped[kv[0]], kv[0])):
             t = union_times([r.t_ns for _, r in found])
-            values = {"power": np.full(len(t), np.nan), "energy": np.full(len(t), np.nan)}
-            for part, r in found:  # a channel whose kind or source changed has several series: one track
-                values[part] = np.where(np.isnan(values[part]), values_at(t, r), values[part])
+            values = {  # a channel whose kind or source changed has several series: one track
+                part: values_at(t, merged(rs) if (rs := [r for p, r in found if p == part]) else None)
+                for part in ("power", "energy")
+            }
             latest = max(found, key=lambda pr: int(pr[1].t_ns[-1]))[1].labels
             zeros = np.zeros(len(t), dtype=np.int64)
             track = gated_track(t, zeros, _interval(t), values["power"], values["energy"], gpus=gpus)
