@@ -55,14 +55,16 @@ def go_value(value: Any) -> Any:
     return value
 
 
-def status(event: str, **fields: Any) -> None:
-    """lmx's printStatus under --json-status: nil and "" fields dropped, one line on stderr."""
+def status(event: str, **fields: Any) -> int:
+    """lmx's printStatus under --json-status: nil and "" fields dropped, one line on stderr. Answers when the
+    line went out: concurrent requests' lines may leave in another order than their stamps were taken."""
     payload = {"event": event, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     payload.update({k: v for k, v in fields.items() if v is not None and str(v) != ""})
     line = json.dumps(go_value(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     with LOCK:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
+        return time.perf_counter_ns()
 
 
 def parse_args(argv: list[str]) -> tuple[list[str], dict[str, str], set[str]]:
@@ -147,7 +149,8 @@ def timed_chat(url: str, body: dict[str, Any]) -> dict[str, Any]:
             t = now_ns()
             if probe["first"] is None:
                 probe["first"] = t
-                status("first_token_received", ttftMs=round_metric((t - probe["started"]) / 1e6))
+                ttft_ms = round_metric((t - probe["started"]) / 1e6)
+                probe["printed"] = status("first_token_received", ttftMs=ttft_ms)
             probe["last"] = t
         probe["completed"] = now_ns()
     finally:
@@ -192,7 +195,7 @@ def sample_of(probe: dict[str, Any], iteration: int, request: int) -> dict[str, 
 
 def truth(path: str | None, probe: dict[str, Any], **where: Any) -> None:
     if path:
-        row = {**where, **{k: probe[k] for k in ("started", "first", "last", "completed")}}
+        row = {**where, **{k: probe[k] for k in ("started", "first", "last", "completed", "printed")}}
         row["output_tokens"] = (probe["usage"] or {}).get("completion_tokens")
         with LOCK, open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
