@@ -178,6 +178,57 @@ def test_the_agents_power_channels_are_the_nodes_system_domains_gated_by_its_gpu
     assert "System power" in out["lmx"]["notes"] and "dc_input" in out["lmx"]["notes"]
 
 
+def test_the_coordinators_meter_readings_are_a_wall_domain_by_the_trapezoid_with_gaps_kept() -> None:
+    """``sparkwatch_meter_power_watts`` (remote-written by a coordinator that polls the node's meter) is a
+    system domain after the agent's channels, the node's headline; its power is integrated by the trapezoid
+    (the meter's own counter, sent beside it, is not used, as from the store), a silence is a gap with no
+    figure, and a meter whose source changed stays one domain."""
+    t = [x * 0.5 for x in range(61)]  # polled every 0.5 s
+    polled = [x for x in t if not 20 < x < 25]  # the meter did not answer for 5 s
+    wall_w = [300.0 if 10 <= x <= 20 else 100.0 for x in polled]
+    found = [
+        *sparkwatch_gpu("n1", "GPU-a", [float(x) for x in range(31)], 40.0, 0.9),
+        *sparkwatch_gpu("n2", "GPU-b", [float(x) for x in range(31)], 40.0, 0.9),
+        sensor("sparkwatch_sensor_power_watts", "n1", "sys_total", "system", "hwmon:spbm", t, [90.0] * 61),
+        series(
+            "sparkwatch_meter_power_watts",
+            polled[:30],
+            wall_w[:30],
+            node="n1",
+            domain="wall",
+            source="meter:x",
+        ),
+        series(
+            "sparkwatch_meter_power_watts",
+            polled[30:],
+            wall_w[30:],
+            node="n1",
+            domain="wall",
+            source="meter:shelly",
+        ),
+        series("sparkwatch_meter_energy_joules_total", polled, [5.0] * len(polled), node="n1", domain="wall"),
+        series(
+            "sparkwatch_meter_power_watts", t, [1.0] * 61, node="n2", domain="wall", source="meter:shelly"
+        ),
+    ]
+    out = export(found, [window("busy", 11, 19), window("silent", 21, 24)])
+    n1 = next(n for n in out["nodes"] if n["node"] == "n1")
+    system = n1["system"]
+    assert [d["domain"] for d in system["domains"]] == ["sys_total", "wall"]
+    assert system["headline_domain"] == "wall"
+    wall = system["domains"][1]
+    assert (wall["kind"], wall["source"], wall["energy_method"]) == ("system", "meter:shelly", "trapezoid")
+    assert wall["samples"]["max_gap_s"] == pytest.approx(3.0)  # the silent window, all of it
+    assert wall["samples"]["coverage_ratio"] == pytest.approx(8 / 11, abs=1e-4)
+    busy, silent = ({d["domain"]: d for d in next(x for x in w["nodes"] if x["node"] == "n1")["system"]}
+                    for w in out["windows"])  # fmt: skip
+    assert busy["wall"]["energy_j"] == pytest.approx(300.0 * 8)
+    assert busy["wall"]["power_w_gated_mean"] == pytest.approx(300.0)
+    assert silent["wall"]["energy_j"] is None and silent["wall"]["power_w_gated_mean"] is None
+    n2 = next(n for n in out["nodes"] if n["node"] == "n2")  # its meter's readings are n2's, not n1's
+    assert n2["system"]["domains"][0]["power_w"]["mean"] == pytest.approx(1.0)
+
+
 def test_a_channel_written_before_the_source_label_has_the_stores_legacy_source() -> None:
     t = [float(x) for x in range(31)]
     found = [

@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import pathlib
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import cramjam
 import pytest
-from aiohttp import web
 
 from helpers.frames import T0, sample_frame
-from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
+from helpers.write_receiver import HELLO, MESSAGES, Receiver, Sleeps, receiver, until, writer
+from sparkwatch.coordinator.remote_write.proto import HEADERS
 from sparkwatch.coordinator.remote_write.sender import RemoteWriter, shown_url
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.core.clock import ClockOffset
@@ -26,86 +25,14 @@ from sparkwatch.links.state import LinkState
 from sparkwatch.links.stream import StreamIngest
 from sparkwatch.store import Store
 from sparkwatch.wire import SampleFrame, decode_lines
-from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
-MESSAGES = Messages()
-HELLO = {"type": "hello", "node": "n1", "boot_id": "b1", "agent_version": "0.1.0", "backend": "sim"}
-
-
-@dataclass
-class Receiver:
-    """Answers each POST with the next scripted reply (then ``after``, 204 unless set): an int status,
-    ``(status, headers)`` or ``"drop"`` (the connection closes with no answer)."""
-
-    script: list[Any] = field(default_factory=list)
-    after: Any = 204
-    requests: list[tuple[dict[str, str], Any]] = field(default_factory=list)
-    url: str = ""
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        self.requests.append((dict(request.headers), MESSAGES.decode(body)))
-        reply = self.script.pop(0) if self.script else self.after
-        if reply == "drop":
-            assert request.transport is not None
-            request.transport.close()
-            return web.Response(status=204)
-        status, headers = reply if isinstance(reply, tuple) else (reply, {})
-        return web.Response(status=status, headers=headers, text="" if status < 300 else f"said {status}")
-
-    def samples(self, index: int) -> dict[str, list[tuple[int, float]]]:
-        """Request ``index``'s samples by metric name (node n1's only series of each)."""
-        request = self.requests[index][1]
-        out: dict[str, list[tuple[int, float]]] = {}
-        for ts in request.timeseries:
-            name = next(label.value for label in ts.labels if label.name == "__name__")
-            out[name] = [(s.timestamp, s.value) for s in ts.samples]
-        return out
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rx = Receiver()
-    app = web.Application()
-    app.router.add_post("/api/v1/write", rx.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    rx.url = f"http://127.0.0.1:{port}/api/v1/write"
-    yield rx
-    await runner.cleanup()
-
-
-class Sleeps:
-    """The writer's sleep: records each delay and yields without waiting."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay_s: float) -> None:
-        self.delays.append(delay_s)
-        await asyncio.sleep(0)
+__all__ = ["receiver"]  # the fixture, used by name
 
 
 def frames(first: int, count: int) -> list[SampleFrame]:
     return [
         sample_frame(seq, {"power_w": 10.0 + seq, "util_ratio": 0.5}) for seq in range(first, first + count)
     ]
-
-
-def writer(url: str, sleeps: Sleeps | None = None, **kwargs: Any) -> RemoteWriter:
-    backoff = ExponentialBackoff(initial_s=1.0, factor=2.0, maximum_s=8.0, jitter=0.5, rand=lambda: 0.5)
-    options: dict[str, Any] = {"batch_wait_s": 0.0, "backoff": backoff, "sleep": sleeps or Sleeps()}
-    return RemoteWriter(RemoteWriteSpec(url), **(options | kwargs))
-
-
-async def until(check: Any, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def test_the_body_is_a_snappy_block_of_a_write_request_that_protobuf_reads_back() -> None:

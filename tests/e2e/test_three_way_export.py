@@ -8,7 +8,10 @@ and one to a real VictoriaMetrics; each engine is compared with its own coordina
 windows, the run's span), and the two SQLite exports with each other. Per node: the gated mean power, the
 GPU energy, and each window's energy for windows of at least two sample intervals; the same of its one
 system domain (a scripted hwmon ``sys_total`` that follows the utilisation), which an engine holds as the
-agent's ``sparkwatch_sensor_*`` series.
+agent's ``sparkwatch_sensor_*`` series; and spark-1's ``wall`` domain, a Shelly plug (tests/doubles/shelly.py)
+that each coordinator polls itself and remote-writes as ``sparkwatch_meter_power_watts``. (The two
+coordinators poll the plug at their own moments, so their SQLite exports' wall figures are not compared
+with each other: each engine is held to its own coordinator's.)
 
 spark-2's wall clock runs ``SKEW_S`` behind (libfaketime; its monotonic clock stays true): the SQLite export
 corrects it from the link's clock probes, and remote write must stamp its samples on the coordinator's
@@ -33,6 +36,8 @@ import jsonschema
 import pytest
 
 from doubles.fake_nvml import write_control
+from doubles.shelly import ShellyPlug
+from helpers.app_thread import AppThread
 from helpers.clocks import faketime_env, set_fake_time
 from helpers.processes import AgentProcess, Coordinator, free_port, wait_connected, wait_stored
 from helpers.receivers import start_receivers
@@ -54,6 +59,10 @@ SCRIPT = {
 END_S = 11.0
 #: The scripted sys_total channel: this much at idle, plus this much per % of utilisation.
 SYS_IDLE_W, SYS_W_PER_PCT = 30.0, 0.6
+#: spark-1's wall plug: this much at idle, plus this much per % of its utilisation; polled every
+#: ``METER_S`` by each coordinator.
+WALL_IDLE_W, WALL_W_PER_PCT, METER_S = 60.0, 0.7, 0.2
+WALL_NODE = "spark-1"
 #: (id, start s, end s): steady, across the 6 s change, across the drop to idle, and one shorter than two
 #: sample intervals (low_confidence from every source; its energy is printed, not compared). Remote
 #: write carries times in whole ms (corrected by one clock-probe round, floored), the SQLite export keeps
@@ -90,14 +99,16 @@ def wait_sent(coord: Coordinator, timeout_s: float = 20.0) -> None:
     raise AssertionError(f"nothing sent: {text}")
 
 
-def _play(controls: dict[str, pathlib.Path], t0: float) -> None:
-    """Write each node's utilisation (and its sys_total power) at its scripted times (wall clock from
-    ``t0``), then wait for the end."""
+def _play(controls: dict[str, pathlib.Path], plug: ShellyPlug, t0: float) -> None:
+    """Write each node's utilisation (and its sys_total power, and spark-1's wall power) at its scripted
+    times (wall clock from ``t0``), then wait for the end."""
     steps = sorted((at, node, util) for node, script in SCRIPT.items() for at, util in script)
     for at, node, util in steps:
         time.sleep(max(0.0, t0 + at - time.time()))
         write_control(controls[node], util=util)
         _write_sys_total(controls[node].with_name(f"{node}-hwmon"), util)
+        if node == WALL_NODE:
+            plug.set_power(WALL_IDLE_W + WALL_W_PER_PCT * util)
     time.sleep(max(0.0, t0 + END_S - time.time()))
 
 
@@ -141,7 +152,7 @@ def _start_agents(
 
 
 def _run(
-    coords: dict[str, Coordinator], controls: dict[str, pathlib.Path]
+    coords: dict[str, Coordinator], controls: dict[str, pathlib.Path], plug: ShellyPlug
 ) -> tuple[dict[str, Any], list[Any]]:
     """One run on every coordinator, the script played once, the same windows posted to each."""
     runs = {}
@@ -149,7 +160,7 @@ def _run(
         status, runs[engine] = coord.call("POST", "/v1/runs", {"name": "three-way", "interval_s": INTERVAL_S})
         assert status == 201, runs[engine]
     t0 = time.time()
-    _play(controls, t0)
+    _play(controls, plug, t0)
     base = int(t0 * S)
     windows = [
         {"id": wid, "phase": "timed", "t_start_ns": base + int(a * S), "t_end_ns": base + int(b * S)}
@@ -166,9 +177,15 @@ def rig(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path) -
     tmp = tmp_path_factory.mktemp("three_way")
     prometheus, victoria = start_receivers(tmp)
     agents, controls = _start_agents(tmp, fake_nvml_dir)
+    plug = ShellyPlug(power_w=WALL_IDLE_W)
+    shelly = AppThread(plug.app(), free_port())
+    shelly.start()
+    assert shelly.ready.wait(10)
     nodes = "".join(
         f'[nodes.{n}]\nurl = "ws://127.0.0.1:{a.port}"\n' for n, a in zip(NAMES, agents, strict=True)
     )
+    nodes += f'[nodes.{WALL_NODE}.meter]\nkind = "shelly"\nurl = "http://127.0.0.1:{shelly.port}"\n'
+    nodes += f"interval_s = {METER_S}\n"
     coords: dict[str, Coordinator] = {}
     try:
         for agent in agents:
@@ -181,7 +198,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path) -
             coords[engine].start()
         for coord in coords.values():
             wait_connected(coord, len(NAMES))
-        runs, windows = _run(coords, controls)
+        runs, windows = _run(coords, controls, plug)
         sqlite = {}
         for engine, coord in coords.items():
             wait_stored(coord, *agents)
@@ -200,6 +217,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path) -
         urls = {"prometheus": prometheus.url, "victoriametrics": victoria.url}
         yield Rig(tmp, urls, {e: sqlite[e]["run"] for e in ENGINES}, sqlite, path)
     finally:
+        shelly.stop()
         for coord in coords.values():
             coord.stop()
         for agent in agents:
@@ -260,44 +278,51 @@ def _signals(export: dict[str, Any]) -> dict[tuple[str, str], tuple[Any, ...]]:
     return out
 
 
-def _figures(export: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+def _figures(export: dict[str, Any], walls: bool = True) -> dict[str, dict[str, float | None]]:
     """Per node: gated mean power, GPU energy (node and its one GPU), idle power, and each window's energy;
-    the same of its system domain."""
+    the same of its system domain, and (``walls``) of spark-1's wall meter."""
     out: dict[str, dict[str, float | None]] = {}
     for name, node in _nodes(export).items():
         (gpu,) = node["gpus"]
-        (system,) = node["system"]["domains"]
-        assert system["domain"] == node["system"]["headline_domain"] == "sys_total", node["system"]
+        domains = {d["domain"]: d for d in node["system"]["domains"]}
+        expected = ["sys_total", "wall"] if name == WALL_NODE else ["sys_total"]
+        assert [d["domain"] for d in node["system"]["domains"]] == expected, node["system"]
+        assert node["system"]["headline_domain"] == expected[-1], node["system"]
         out[name] = {
             "gated_mean_w": node["power_w"]["gated_mean"],
             "energy_j": node["energy_j"],
             "gpu_energy_j": gpu.get("energy_j"),
             "idle_power_w": node.get("idle_power_w"),
             "energy_above_idle_j": node.get("energy_above_idle_j"),
-            "system_gated_mean_w": system["power_w"]["gated_mean"],
-            "system_energy_j": system["energy_j"],
         }
+        for domain in expected if walls else ["sys_total"]:
+            part = "system" if domain == "sys_total" else domain
+            out[name][f"{part}_gated_mean_w"] = domains[domain]["power_w"]["gated_mean"]
+            out[name][f"{part}_energy_j"] = domains[domain]["energy_j"]
         for wid, _, _ in WINDOWS:
             out[name][f"{wid}_energy_j"] = _window_energy(export, wid)[name]
-            out[name][f"{wid}_system_energy_j"] = _window_system_energy(export, wid)[name]
+            for domain in expected if walls else ["sys_total"]:
+                part = "system" if domain == "sys_total" else domain
+                out[name][f"{wid}_{part}_energy_j"] = _window_domain_energy(export, wid, name, domain)
     return out
 
 
-def _window_system_energy(export: dict[str, Any], wid: str) -> dict[str, float | None]:
+def _window_domain_energy(export: dict[str, Any], wid: str, node: str, domain: str) -> float | None:
     window = next(w for w in export["windows"] if w["id"] == wid)
-    by_node = {n["node"]: {d["domain"]: d for d in n["system"]} for n in window["nodes"]}
-    return {node: domains["sys_total"]["energy_j"] for node, domains in by_node.items()}
+    entry = next(n for n in window["nodes"] if n["node"] == node)
+    energy: float | None = next(d for d in entry["system"] if d["domain"] == domain)["energy_j"]
+    return energy
 
 
-def _compare(label: str, ref: dict[str, Any], got: dict[str, Any]) -> list[str]:
+def _compare(label: str, ref: dict[str, Any], got: dict[str, Any], walls: bool = True) -> list[str]:
     """Print every figure beside the reference; the ones outside the tolerance, as lines."""
     bad = []
-    want, have = _figures(ref), _figures(got)
+    want, have = _figures(ref, walls), _figures(got, walls)
     assert sorted(want) == sorted(have) == sorted(NAMES)
     compared = {"gated_mean_w", "energy_j", "gpu_energy_j", "idle_power_w", "energy_above_idle_j"}
-    compared |= {"system_gated_mean_w", "system_energy_j"}
-    long_enough = [wid for wid, a, b in WINDOWS if b - a >= 2 * INTERVAL_S]
-    compared |= {f"{wid}_{part}energy_j" for wid in long_enough for part in ("", "system_")}
+    compared |= {f"{part}_{figure}" for part in ("system", "wall") for figure in ("gated_mean_w", "energy_j")}
+    long_enough = [wid for wid, a, b in WINDOWS if b - a >= 2 * max(INTERVAL_S, METER_S)]
+    compared |= {f"{wid}_{part}energy_j" for wid in long_enough for part in ("", "system_", "wall_")}
     for node in NAMES:
         for key, expected in want[node].items():
             value = have[node][key]
@@ -326,6 +351,15 @@ def test_an_engine_after_remote_write_gives_its_coordinators_sqlite_figures(rig:
         assert node["energy_method"] == ref["energy_method"] == "counter"
     assert _reasons(export) == _reasons(sqlite)
     assert _signals(export) == _signals(sqlite)
+    wall, ref_wall = (_nodes(e)[WALL_NODE]["system"]["domains"][1] for e in (export, sqlite))
+    print(f"{engine} wall: {wall['samples']} vs sqlite {ref_wall['samples']}")
+    assert (
+        (wall["kind"], wall["source"]) == (ref_wall["kind"], ref_wall["source"]) == ("system", "meter:shelly")
+    )
+    # every stored reading went out (a ms stamp may put one reading on the other side of a window's edge)
+    assert abs(wall["samples"]["count"] - ref_wall["samples"]["count"]) <= 2
+    scope_s = WINDOWS[2][2] - WINDOWS[0][1]  # the timed windows cover 2.5 s to 10.5 s
+    assert ref_wall["samples"]["count"] >= 0.8 * scope_s / METER_S
     bad = _compare(f"{engine}/sqlite", sqlite, export)
     assert not bad, "\n".join(bad)
 
@@ -333,6 +367,9 @@ def test_an_engine_after_remote_write_gives_its_coordinators_sqlite_figures(rig:
 def test_the_two_coordinators_sqlite_exports_agree(rig: Rig) -> None:
     """The same agents' samples stored twice: the reference both engines are held to is one figure."""
     bad = _compare(
-        "sqlite(victoriametrics)/sqlite(prometheus)", rig.sqlite["prometheus"], rig.sqlite["victoriametrics"]
+        "sqlite(victoriametrics)/sqlite(prometheus)",
+        rig.sqlite["prometheus"],
+        rig.sqlite["victoriametrics"],
+        walls=False,  # each coordinator polls the plug at its own moments
     )
     assert not bad, "\n".join(bad)

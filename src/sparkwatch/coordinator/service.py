@@ -31,7 +31,7 @@ from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
 from sparkwatch.meters.factory import make_reader
-from sparkwatch.meters.poller import MeterPoller
+from sparkwatch.meters.poller import MeterPoller, MeterSink
 from sparkwatch.report.bundle import Assets
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Invalid, Store, StoreError
@@ -113,7 +113,7 @@ class Coordinator:
             self._tasks.append(asyncio.create_task(link.run(), name=f"link-{spec.name}"))
             if spec.meter is not None:
                 poller = MeterPoller(
-                    spec.name, spec.meter, make_reader(spec.meter), self.store, now_ns=self.now_ns
+                    spec.name, spec.meter, make_reader(spec.meter), self._meter_sink(link), now_ns=self.now_ns
                 )
                 self.meters[spec.name] = poller
                 self._tasks.append(asyncio.create_task(poller.run(self._session), name=f"meter-{spec.name}"))
@@ -132,6 +132,14 @@ class Coordinator:
         self.remote_writer.start()
         log.info("remote write to %s", self.remote_writer.url)
         return {"sample_sink": self.remote_writer.offer}
+
+    def _meter_sink(self, link: Any) -> MeterSink:
+        """Where a node's meter readings go: the store, and with remote write the writer too."""
+        if self.remote_writer is None:
+            return self.store
+        from sparkwatch.coordinator.remote_write.meters import WrittenMeter  # noqa: PLC0415 — opt in
+
+        return WrittenMeter(self.store, self.remote_writer, lambda: link.state.hello)
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         for task in self._tasks:

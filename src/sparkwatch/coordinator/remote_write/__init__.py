@@ -1,5 +1,6 @@
 """The coordinator's Prometheus remote write (``sparkwatch coordinator --remote-write URL``): every stored
-sample, as the agent's /metrics series, sent to a receiver (Prometheus, VictoriaMetrics, Mimir, Thanos).
+sample, as the agent's /metrics series, and every wall-meter reading (meters.py), sent to a receiver
+(Prometheus, VictoriaMetrics, Mimir, Thanos).
 
-``spec`` is light (the CLI reads it); ``series``, ``proto`` and ``sender`` load protobuf and cramjam, and
-are imported only when remote write is on."""
+``spec`` is light (the CLI reads it); ``series``, ``meters``, ``proto`` and ``sender`` load protobuf and
+cramjam, and are imported only when remote write is on."""

@@ -5,7 +5,9 @@ maps it to the agent's series and groups the samples per series in time order.
 Samples are stamped on the coordinator's clock (the link's clock estimate for the boot, as the SQLite
 export corrects them), not the agent's: windows are posted on the coordinator's clock, and an agent's wall
 clock may be seconds off, or step back (which a receiver would refuse as out of order). Two estimates of
-one node differ by their round trips, so a node's stamps are kept rising (:func:`rising_ms`)."""
+one node differ by their round trips, so a node's stamps are kept rising (:func:`rising_ms`). A wall meter's
+readings (meters.py) are on the coordinator's clock already: each meter's stamps are kept rising the same
+way."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from sparkwatch.coordinator.remote_write.meters import meter_series
 from sparkwatch.coordinator.remote_write.series import HelloSeries, Key, frame_series
 from sparkwatch.core.clock import ClockOffset
+from sparkwatch.store.meters import MeterReading
 from sparkwatch.wire import SampleFrame
 
 #: Per series: timestamps (ms, ascending) and values, ready for the WriteRequest.
@@ -23,12 +27,18 @@ Grouped = dict[Key, tuple[list[int], list[float]]]
 
 
 class Entry(NamedTuple):
-    """One flush of one node's link: the frames the store took, with the hello of their stream."""
+    """One flush of one node's link: the frames the store took, with the hello of their stream; or one
+    reading of the node's wall meter (``frames`` empty)."""
 
     node: str  # the coordinator's name for the node (the agent's own name labels the series)
     hello: Mapping[str, Any] | None
     frames: Sequence[SampleFrame]
     offset: ClockOffset | None = None  # the link's latest estimate for their boot; None: none for it
+    meter: MeterReading | None = None  # node: the name its series carry
+
+    @property
+    def samples(self) -> int:
+        return len(self.frames) + (self.meter is not None)
 
 
 #: A stamp at most this far behind its node's last one sent is moved to just after it: two clock estimates
@@ -39,14 +49,21 @@ class Entry(NamedTuple):
 BACKWARD_TOLERANCE_MS = 1000
 
 
-def group(entries: Iterable[Entry], last_ms: dict[str, int] | None = None) -> tuple[Grouped, int]:
+#: Whose stamps are kept rising: a node's samples (its name), or one of its meters (node, domain).
+Stamped = str | tuple[str, str]
+
+
+def group(entries: Iterable[Entry], last_ms: dict[Stamped, int] | None = None) -> tuple[Grouped, int]:
     """The batch's series and how many frames could not be read back (a JSON line that the store's decoder
     took but orjson refuses, say a number no double holds): those are left out and counted. ``last_ms``:
-    each node's last stamp sent, kept by the writer from batch to batch (updated here)."""
+    each node's (and meter's) last stamp sent, kept by the writer from batch to batch (updated here)."""
     grouped: Grouped = {}
     unreadable = 0
     last_ms = {} if last_ms is None else last_ms
     for entry in entries:
+        if entry.meter is not None:
+            _add_meter(grouped, entry.node, entry.meter, last_ms)
+            continue
         hello = HelloSeries.of(entry.node, entry.hello)
         for frame in entry.frames:
             try:
@@ -63,6 +80,15 @@ def group(entries: Iterable[Entry], last_ms: dict[str, int] | None = None) -> tu
                 pair[0].append(t_ms)
                 pair[1].append(value)
     return grouped, unreadable
+
+
+def _add_meter(grouped: Grouped, node: str, reading: MeterReading, last_ms: dict[Stamped, int]) -> None:
+    meter = (node, reading.domain)
+    t_ms = last_ms[meter] = rising_ms(reading.t_ns // 1_000_000, last_ms.get(meter))
+    for series, value in meter_series(node, reading):
+        pair = grouped.setdefault(series, ([], []))
+        pair[0].append(t_ms)
+        pair[1].append(value)
 
 
 def rising_ms(t_ms: int, last_ms: int | None) -> int:

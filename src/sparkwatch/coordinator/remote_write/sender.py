@@ -3,7 +3,8 @@ asyncio task that sends it in batches, in order, one request at a time (a receiv
 refuses a sample older than the series' newest with 400, so requests never overtake each other).
 
 - ``offer`` never blocks and never waits: it appends the link's list of stored frames (O(1)) or, when
-  the queue holds ``capacity`` samples already, drops what does not fit and counts it.
+  the queue holds ``capacity`` samples already, drops what does not fit and counts it. ``offer_meter``
+  does the same for one stored wall-meter reading (counted as one sample).
 - A batch is sent once ``batch_samples`` wait, or ``batch_wait_s`` after the first of them arrived; the
   frames are parsed, mapped and encoded in a thread of the writer's own (batch.py, proto.py), so a large
   batch never holds the event loop that ingests.
@@ -28,10 +29,11 @@ from typing import Any, Literal
 
 import aiohttp
 
-from sparkwatch.coordinator.remote_write.batch import Entry, group
+from sparkwatch.coordinator.remote_write.batch import Entry, Stamped, group
 from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.core.clock import ClockOffset
+from sparkwatch.store.meters import MeterReading
 from sparkwatch.wire import SampleFrame
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
@@ -104,7 +106,7 @@ class RemoteWriter:
         self._rejections = 0  # requests refused for good
         self._task: asyncio.Task[None] | None = None
         self._messages: Messages | None = None  # built in the encoding thread, used only there
-        self._last_ms: dict[str, int] = {}  # each node's last stamp encoded (encoding thread only)
+        self._last_ms: dict[Stamped, int] = {}  # each node's (meter's) last stamp encoded (encoding thread)
 
     # ---- the ingest side -------------------------------------------------------------------------
     def offer(
@@ -124,11 +126,22 @@ class RemoteWriter:
         if len(frames) > room:
             self._drop("queue_full", len(frames) - max(room, 0))
             frames = frames[: max(room, 0)]
-        if not frames:
-            return
-        self._queue.append(Entry(node, hello, frames, offset))
-        stats.pending += len(frames)
-        self._queued += len(frames)
+        if frames:
+            self._enqueue(Entry(node, hello, frames, offset))
+
+    def offer_meter(self, node: str, reading: MeterReading) -> None:
+        """Queue one stored meter reading, ``node`` the name its series carry; never blocks."""
+        if self._stopping:
+            self._drop("stopped", 1)
+        elif self.stats.pending >= self.stats.capacity:
+            self._drop("queue_full", 1)
+        else:
+            self._enqueue(Entry(node, None, (), meter=reading))
+
+    def _enqueue(self, entry: Entry) -> None:
+        self._queue.append(entry)
+        self.stats.pending += entry.samples
+        self._queued += entry.samples
         self._arrived.set()
         if self._queued >= self._batch_samples:
             self._full.set()
@@ -193,11 +206,11 @@ class RemoteWriter:
         while self._queue and count < self._batch_samples:
             entry = self._queue.popleft()
             room = self._batch_samples - count
-            if len(entry.frames) > room:
+            if len(entry.frames) > room:  # a meter's entry is one sample: room is at least 1
                 self._queue.appendleft(entry._replace(frames=entry.frames[room:]))
                 entry = entry._replace(frames=entry.frames[:room])
             taken.append(entry)
-            count += len(entry.frames)
+            count += entry.samples
         self._queued -= count
         return taken, count
 

@@ -64,6 +64,9 @@ class Family:
     sensor_power: Series | None = None
     sensor_energy: Series | None = None
     sensor_labels: tuple[str, str, str] = ("sensor", "kind", "source")
+    #: The coordinator's wall-meter readings (remote-written), W; one system domain per ``domain`` label.
+    meter_power: Series | None = None
+    meter_labels: tuple[str, str] = ("domain", "source")
     signals: Signals | None = None
 
     def gpu_memory_name(self) -> str:
@@ -87,6 +90,7 @@ SPARKWATCH = Family(
     read_in="agent/src/sparkwatch_agent/serving/metrics.py",
     sensor_power=Series("sparkwatch_sensor_power_watts"),
     sensor_energy=Series("sparkwatch_sensor_energy_joules_total"),
+    meter_power=Series("sparkwatch_meter_power_watts"),  # coordinator/remote_write/meters.py
     signals=Signals(
         sm_clock=Series("sparkwatch_gpu_sm_clock_hertz"),
         temperature=Series("sparkwatch_gpu_temperature_celsius"),

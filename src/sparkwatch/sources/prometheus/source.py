@@ -166,7 +166,10 @@ class TsdbSource:
             clock=NodeClock(summary=None, method="tsdb", rate_ppm=None),
             memory_model=model,
             hardware={"gpus": [{"uuid": key, "name": name} for key, name in names.items()]},
-            domains=self._domains(node, t_from_ns, t_to_ns, tracks),
+            domains=[
+                *self._domains(node, t_from_ns, t_to_ns, tracks),
+                *self._meter_domains(node, t_from_ns, t_to_ns, tracks),
+            ],
             signals=self._signals(node, t_from_ns, t_to_ns, [g.key for g in gpus]),
         )
 
@@ -240,6 +243,26 @@ class TsdbSource:
             # series written before the source label (older agents and coordinators): as the store has them
             kind, source = latest.get(kind_label, ""), latest.get(source_label) or LEGACY_SENSOR_SOURCE
             domains.append(DomainInput(name, kind, source, track))
+        return domains
+
+    def _meter_domains(
+        self, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
+    ) -> list[DomainInput]:
+        """The node's wall meters as the coordinator remote-wrote their readings, one domain per ``domain``
+        label, by name (as the store lists them): power by the trapezoid (a meter's own counter is not
+        integrated, as from the store), gated by the node's GPU utilisation at each reading."""
+        domain_label, source_label = self._family.meter_labels
+        found: dict[str, list[RawSeries]] = {}
+        for r in self._mine(self._family.meter_power, node, t_from_ns, t_to_ns):
+            if len(r.t_ns):
+                found.setdefault(r.labels.get(domain_label, ""), []).append(r)
+        domains = []
+        for name, rs in sorted(found.items()):
+            power = merged(rs)
+            source = max(rs, key=lambda r: int(r.t_ns[-1])).labels.get(source_label) or "meter"
+            unused, zeros = np.full(len(power.t_ns), np.nan), np.zeros(len(power.t_ns), dtype=np.int64)
+            track = gated_track(power.t_ns, zeros, _interval(power.t_ns), power.values, unused, gpus=gpus)
+            domains.append(DomainInput(name, "system", source, track))
         return domains
 
     def _signals(self, node: str, t_from_ns: int, t_to_ns: int, keys: Sequence[str]) -> list[SignalTrack]:
