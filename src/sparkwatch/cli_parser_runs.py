@@ -111,6 +111,15 @@ def node_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def label_matchers(text: str) -> str:
+    """``--engine-metrics '{job="vllm"}'``: PromQL label matchers in braces, returned without them (the
+    engine checks their syntax and says what is wrong in one line)."""
+    inner = text.strip()
+    if not (inner.startswith("{") and inner.endswith("}")) or not inner[1:-1].strip() or "\n" in inner:
+        raise argparse.ArgumentTypeError(f"{text!r}: label matchers in braces, e.g. '{{job=\"vllm\"}}'")
+    return inner[1:-1].strip()
+
+
 def _tsdb_args(export: argparse.ArgumentParser) -> None:
     """What an export from a TSDB needs besides the engine's URL (docs/fleets.md)."""
     tsdb = export.add_argument_group("with --prometheus")
@@ -131,6 +140,13 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="only these nodes, the label's values comma-separated (default: every node with GPU power"
         " series in the span)",
+    )
+    tsdb.add_argument(
+        "--engine-metrics",
+        type=label_matchers,
+        metavar="MATCHERS",
+        help="the serving engine's vLLM or SGLang series, by label matchers of its one scrape target"
+        """ (e.g. '{job="vllm"}'); default: no engine block""",
     )
     tsdb.add_argument(
         "--metrics",

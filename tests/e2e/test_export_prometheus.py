@@ -1,9 +1,10 @@
 """`sparkwatch export --prometheus` end to end: two simulated agents stream to a real coordinator and are
 scraped every second by a real Prometheus and a real VictoriaMetrics, beside two loopback targets serving
-recorded dcgm-exporter and nvidia_gpu_exporter text with one scripted GPU's values. One scripted run is
-exported from the coordinator's
-SQLite and from both engines: the gated mean power per node agrees within the tolerance docs/fleets.md
-states for 1 s scrapes, and a window shorter than two scrapes is ``low_confidence`` from the engines only.
+recorded dcgm-exporter and nvidia_gpu_exporter text with one scripted GPU's values, and a serving engine's
+recorded vLLM page with scripted counters (scraped by the coordinator too). One scripted run is exported
+from the coordinator's SQLite and from both engines: the gated mean power per node agrees within the
+tolerance docs/fleets.md states for 1 s scrapes, a window shorter than two scrapes is ``low_confidence``
+from the engines only, and the engine blocks give the scripted token rates.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pytest
 from aiohttp import web
 
 from helpers.app_thread import AppThread
+from helpers.engine_replay import VLLM, EngineReplay, capture, with_values
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
 from helpers.prometheus import PROMETHEUS, Prometheus
 from helpers.victoria import VICTORIA, Victoria
@@ -47,6 +49,18 @@ TOLERANCE = 0.01
 SNAPSHOT_LAG_S = 0.2
 #: The clock event reason the scripted GPU reports in its light phase (NVML's bit; a slowdown).
 SW_THERMAL = 0x20
+#: The scripted vLLM engine's token counters grow this fast (per s).
+GENERATED_PER_S, PROMPT_PER_S = 1000.0, 400.0
+
+
+def vllm_page(elapsed_s: float) -> str:
+    """The recorded vLLM page with counters that grow steadily from when the engine started."""
+    values = {
+        "vllm:generation_tokens_total": GENERATED_PER_S * elapsed_s,
+        "vllm:prompt_tokens_total": PROMPT_PER_S * elapsed_s,
+        "vllm:num_requests_running": 4.0,
+    }
+    return with_values(capture(VLLM), values)
 
 
 @dataclass
@@ -125,13 +139,14 @@ class Rig:
     nvidia_instance: str  # the nvidia_gpu_exporter target's instance label
 
 
-def _scrape_config(agents: list[AgentProcess], dcgm_port: int, nvidia_port: int) -> str:
+def _scrape_config(agents: list[AgentProcess], dcgm_port: int, nvidia_port: int, vllm_port: int) -> str:
     targets = ", ".join(f"'127.0.0.1:{a.port}'" for a in agents)
     return (
         "global:\n  scrape_interval: 1s\nscrape_configs:\n"
         f"  - job_name: agents\n    static_configs:\n      - targets: [{targets}]\n"
         f"  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{dcgm_port}']\n"
         f"  - job_name: nvidia\n    static_configs:\n      - targets: ['127.0.0.1:{nvidia_port}']\n"
+        f"  - job_name: vllm\n    static_configs:\n      - targets: ['127.0.0.1:{vllm_port}']\n"
     )
 
 
@@ -155,6 +170,7 @@ def _wait_scraped(urls: list[str], after_ms: float, timeout_s: float = 15.0) -> 
     """Until every engine holds a scrape of the agents and of both recorded targets after ``after_ms``."""
     deadline = time.monotonic() + timeout_s
     metrics = ("sparkwatch_gpu_power_watts", "DCGM_FI_DEV_POWER_USAGE", "nvidia_smi_power_draw_watts")
+    metrics += ("vllm:generation_tokens_total",)
     while time.monotonic() < deadline:
         if all(_newest_ms(u, m) > after_ms for u in urls for m in metrics):
             return
@@ -209,6 +225,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     exporters = [
         AppThread(recorded_app(DCGM_TEXT, lambda: dcgm_values(gpu)), free_port()),
         AppThread(recorded_app(NVIDIA_TEXT, lambda: nvidia_values(gpu)), free_port()),
+        AppThread(EngineReplay(vllm_page).app(), free_port()),
     ]
     for exporter in exporters:
         exporter.start()
@@ -222,13 +239,14 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         for agent in agents:
             agent.wait_ready()
         config = tmp / "scrape.yml"
-        config.write_text(_scrape_config(agents, exporters[0].port, exporters[1].port))
+        config.write_text(_scrape_config(agents, *(e.port for e in exporters)))
         engines = [
             Prometheus(config, tmp / "prom", tmp / "prometheus.log"),
             Victoria(tmp / "vm", tmp / "victoria.log", scrape_config=config),
         ]
         (tmp / "coordinator").mkdir()
-        nodes = "".join(
+        nodes = f'[engine]\nurl = "http://127.0.0.1:{exporters[2].port}"\n'
+        nodes += "".join(
             f'[nodes.{n}]\nurl = "ws://127.0.0.1:{a.port}"\n' for n, a in zip(names, agents, strict=True)
         )
         coord = Coordinator(tmp / "coordinator", nodes)
@@ -432,3 +450,33 @@ def test_a_refusing_engine_or_a_missing_label_is_one_line_and_writes_nothing(rig
     rc, export, said = export_cli(rig, rig.prometheus, "--metrics", "dcgm")  # dcgm has no "node" label
     assert rc != 0 and export is None
     assert "Hostname" in said and "--nodes-label" in said and "Traceback" not in said
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+def test_the_serving_engines_series_in_the_tsdb_give_its_engine_blocks(rig: Rig, engine: str) -> None:
+    """`--engine-metrics '{job="vllm"}'`: the vLLM page the engine scraped every second gives the scripted
+    token rates, as the coordinator's own scrapes of it do; matchers that select nothing are one line."""
+    url = rig.prometheus if engine == "prometheus" else rig.victoria
+    rc, export, said = export_cli(rig, url, "--engine-metrics", '{job="vllm"}')
+    assert rc == 0 and export is not None, said
+    jsonschema.validate(export, run_schema())
+    assert export["source"]["engine_series"] == '{job="vllm"}'
+    scope, ref = export["engine"], rig.sqlite_export["engine"]
+    print(f"{engine}: engine scope {scope}\nsqlite: {ref}")
+    assert scope["family"] == ref["family"] == "vllm"
+    assert scope["generation_tokens"] == pytest.approx(ref["generation_tokens"], rel=TOLERANCE)
+    for wid in ("long", "across"):
+        got, want = _window(export, wid)["engine"], _window(rig.sqlite_export, wid)["engine"]
+        assert got["generation_tokens_per_s"] == pytest.approx(GENERATED_PER_S, rel=TOLERANCE), got
+        assert got["prompt_tokens_per_s"] == pytest.approx(PROMPT_PER_S, rel=TOLERANCE)
+        assert want["generation_tokens_per_s"] == pytest.approx(GENERATED_PER_S, rel=TOLERANCE), want
+        assert got["running_requests"]["mean"] == 4.0
+        assert got["sources"]["generation_tokens"] == "vllm:generation_tokens_total"
+    assert _nodes(export).keys() == {"spark-1", "spark-2"}  # the engine's series are not a node's
+    without = export_cli(rig, url)[1]
+    assert without is not None and without["engine"] is None and without["source"]["engine_series"] is None
+    rc, export, said = export_cli(rig, url, "--engine-metrics", '{job="sglang"}')
+    assert rc == 2 and export is None  # the CLI's code for a command that could not do what it was asked
+    progress, error = said.splitlines()  # the export's "exporting …" line, then one error line
+    assert progress.startswith("sparkwatch: exporting 3 window(s)"), said
+    assert error.startswith('sparkwatch: error: no vLLM or SGLang series match {job="sglang"} from '), said

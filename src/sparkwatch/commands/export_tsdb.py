@@ -23,13 +23,17 @@ from sparkwatch.sources.prometheus.source import TsdbSource
 
 #: The flags an export from a TSDB needs, and one it may take (neither goes with a database's run).
 TSDB_ONLY = ("windows", "start", "end")
-TSDB_OPTIONAL = ("nodes",)
+TSDB_OPTIONAL = ("nodes", "engine_metrics")
 
 
 def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """The flags of each kind of export: argparse's one-line error for a wrong mix."""
     if args.prometheus is None:
-        given = [f"--{name}" for name in (*TSDB_ONLY, *TSDB_OPTIONAL) if getattr(args, name) is not None]
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in (*TSDB_ONLY, *TSDB_OPTIONAL)
+            if getattr(args, name) is not None
+        ]
         if given:
             verb = "goes" if len(given) == 1 else "go"
             parser.error(f"{', '.join(given)} {verb} with --prometheus, not --db")
@@ -58,7 +62,14 @@ def tsdb_export(
     client = Client(url, auth)
     engine: Engine = detect(client) if args.engine == "auto" else args.engine
     windows = load_windows(args.windows_format, args.windows)
-    source = TsdbSource(reader(client, engine), FAMILIES[args.metrics], args.nodes_label, engine, url)
+    source = TsdbSource(
+        reader(client, engine),
+        FAMILIES[args.metrics],
+        args.nodes_label,
+        engine,
+        url,
+        engine_matchers=args.engine_metrics,
+    )
     t_from = min([args.start, *(w.t_start_ns for w in windows)])
     t_to = max([args.end, *(w.t_end_ns for w in windows)])
     nodes = source.nodes(t_from, t_to, only=args.nodes or ())

@@ -13,7 +13,13 @@ from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.export import build_export
 from sparkwatch.core.export_nodes import longest_interval_s
 from sparkwatch.core.run_spec import NodeInput, RunSpec
+from sparkwatch.core.tracks import GAP_INTERVALS
 from sparkwatch.core.windows import Window
+from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
+
+#: Engine scrapes read beyond the span: the scrape around each edge may be as far as the gap limit at the
+#: slowest scrape interval.
+ENGINE_MARGIN_NS = int(GAP_INTERVALS * ENGINE_MAX_INTERVAL_S * 1e9)
 
 
 class SourceError(Exception):

@@ -18,20 +18,16 @@ from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
-from sparkwatch.core.tracks import GAP_INTERVALS, I64, GpuTrack, MemTrack, repeated
+from sparkwatch.core.tracks import I64, GpuTrack, MemTrack, repeated
 from sparkwatch.defaults import SCOPES, ScopeKind
-from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
-from sparkwatch.sources import export_from
+from sparkwatch.sources import ENGINE_MARGIN_NS, export_from
 from sparkwatch.sources.node_read import NodeRead, join_reads
 from sparkwatch.store import Store, StoreError
 
 #: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
 #: (and a few seconds more, for the clock offset and a window that starts before the run).
 LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
-#: Engine scrapes read beyond the span: the scrape around each edge may be as far as the gap limit at the
-#: slowest scrape interval.
-ENGINE_MARGIN_NS = int(GAP_INTERVALS * ENGINE_MAX_INTERVAL_S * 1e9)
 
 
 def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:

@@ -25,8 +25,9 @@ from sparkwatch.core.export_nodes import seen_interval_s
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
-from sparkwatch.sources import SourceError
+from sparkwatch.sources import ENGINE_MARGIN_NS, SourceError
 from sparkwatch.sources.prometheus.align import merged, union_times, values_at
+from sparkwatch.sources.prometheus.engine_series import engine_samples
 from sparkwatch.sources.prometheus.mappings import (
     NODE_MEM_AVAILABLE,
     NODE_MEM_TOTAL,
@@ -66,8 +67,20 @@ class GpuSeries:
 class TsdbSource:
     """A :class:`sparkwatch.sources.SampleSource` over a Prometheus-compatible engine."""
 
-    def __init__(self, reader: Reader, family: Family, nodes_label: str, engine: Engine, url: str) -> None:
+    def __init__(
+        self,
+        reader: Reader,
+        family: Family,
+        nodes_label: str,
+        engine: Engine,
+        url: str,
+        *,
+        engine_matchers: str | None = None,
+    ) -> None:
+        """``engine_matchers``: the label matchers that select the serving engine's series (none: the
+        export has no engine block)."""
         self._reader = reader
+        self._engine_matchers = engine_matchers
         self._family = family
         self._label = nodes_label
         self._engine = engine
@@ -87,6 +100,7 @@ class TsdbSource:
             "memory_series": "; ".join(sorted(set(self._memory_used.values()))) or "none",
             "clock": CLOCK_NOTE,
             "energy": ENERGY_NOTE,
+            "engine_series": None if self._engine_matchers is None else f"{{{self._engine_matchers}}}",
         }
 
     def series(self, s: Series, t_from_ns: int, t_to_ns: int, node: str | None = None) -> list[RawSeries]:
@@ -174,7 +188,9 @@ class TsdbSource:
         )
 
     def engine_input(self, t_from_ns: int, t_to_ns: int) -> EngineSamples | None:
-        return None  # the serving engine's own series are not read from a TSDB (yet)
+        if self._engine_matchers is None:
+            return None
+        return engine_samples(self._reader, self._engine_matchers, t_from_ns, t_to_ns, ENGINE_MARGIN_NS)
 
     def _mine(self, s: Series | None, node: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
         if s is None:
