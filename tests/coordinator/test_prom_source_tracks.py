@@ -182,8 +182,11 @@ def test_the_coordinators_meter_readings_are_a_wall_domain_by_the_trapezoid_with
     """``sparkwatch_meter_power_watts`` (remote-written by a coordinator that polls the node's meter) is a
     system domain after the agent's channels, the node's headline; its power is integrated by the trapezoid
     (the meter's own counter, sent beside it, is not used, as from the store), a silence is a gap with no
-    figure, and a meter whose source changed stays one domain."""
+    figure, and a meter whose source changed stays one domain. A meter polled every second that answered
+    one poll in four is a gap between its readings, read against the poll interval sent with them (as the
+    store reads it), not against their spacing."""
     t = [x * 0.5 for x in range(61)]  # polled every 0.5 s
+    every_4_s = [float(x) for x in range(0, 31, 4)]
     polled = [x for x in t if not 20 < x < 25]  # the meter did not answer for 5 s
     wall_w = [300.0 if 10 <= x <= 20 else 100.0 for x in polled]
     found = [
@@ -207,6 +210,13 @@ def test_the_coordinators_meter_readings_are_a_wall_domain_by_the_trapezoid_with
             source="meter:shelly",
         ),
         series("sparkwatch_meter_energy_joules_total", polled, [5.0] * len(polled), node="n1", domain="wall"),
+        *(
+            series(name, every_4_s, [value] * 8, node="n1", domain="pdu", source="meter:redfish")
+            for name, value in (
+                ("sparkwatch_meter_power_watts", 200.0),
+                ("sparkwatch_meter_interval_seconds", 1.0),
+            )
+        ),
         series(
             "sparkwatch_meter_power_watts", t, [1.0] * 61, node="n2", domain="wall", source="meter:shelly"
         ),
@@ -214,9 +224,10 @@ def test_the_coordinators_meter_readings_are_a_wall_domain_by_the_trapezoid_with
     out = export(found, [window("busy", 11, 19), window("silent", 21, 24)])
     n1 = next(n for n in out["nodes"] if n["node"] == "n1")
     system = n1["system"]
-    assert [d["domain"] for d in system["domains"]] == ["sys_total", "wall"]
+    assert [d["domain"] for d in system["domains"]] == ["sys_total", "pdu", "wall"]  # then by name
     assert system["headline_domain"] == "wall"
-    wall = system["domains"][1]
+    wall, pdu = system["domains"][2], system["domains"][1]
+    assert pdu["energy_j"] is None and pdu["samples"]["coverage_ratio"] == 0.0
     assert (wall["kind"], wall["source"], wall["energy_method"]) == ("system", "meter:shelly", "trapezoid")
     assert wall["samples"]["max_gap_s"] == pytest.approx(3.0)  # the silent window, all of it
     assert wall["samples"]["coverage_ratio"] == pytest.approx(8 / 11, abs=1e-4)
@@ -225,6 +236,7 @@ def test_the_coordinators_meter_readings_are_a_wall_domain_by_the_trapezoid_with
     assert busy["wall"]["energy_j"] == pytest.approx(300.0 * 8)
     assert busy["wall"]["power_w_gated_mean"] == pytest.approx(300.0)
     assert silent["wall"]["energy_j"] is None and silent["wall"]["power_w_gated_mean"] is None
+    assert busy["pdu"]["energy_j"] is None  # 4 s between readings of a 1 s meter: a gap, not 200 W
     n2 = next(n for n in out["nodes"] if n["node"] == "n2")  # its meter's readings are n2's, not n1's
     assert n2["system"]["domains"][0]["power_w"]["mean"] == pytest.approx(1.0)
 

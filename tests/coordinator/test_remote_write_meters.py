@@ -9,8 +9,10 @@ from typing import Any
 
 import aiohttp
 
+from helpers.frames import T0, sample_frame
 from helpers.meter_sink import Sink
-from helpers.write_receiver import Receiver, receiver, until, writer
+from helpers.write_receiver import HELLO, Receiver, receiver, until, writer
+from sparkwatch.coordinator.remote_write.batch import Entry, group
 from sparkwatch.coordinator.remote_write.meters import WrittenMeter
 from sparkwatch.meters.poller import MeterError, MeterPoller, Reading
 from sparkwatch.meters.spec import MeterSpec
@@ -18,7 +20,6 @@ from sparkwatch.store.meters import MeterReading
 
 __all__ = ["receiver"]  # the fixture, used by name
 
-T0_NS = 1_800_000_000_000_000_000
 MS = 1_000_000
 
 
@@ -66,8 +67,8 @@ async def test_stored_readings_go_out_on_the_stores_stamps_and_a_failed_poll_sen
         Reading(89.0),
     ]
     # poll k starts at k s and takes 10 ms; the last one is stamped in the same ms as the one before
-    stamps = [T0_NS, T0_NS + 10 * MS, T0_NS + 1000 * MS, T0_NS + 3000 * MS, T0_NS + 3010 * MS]
-    stamps += [T0_NS + 4000 * MS, T0_NS + 4010 * MS, T0_NS + 4000 * MS, T0_NS + 4010 * MS]
+    stamps = [T0, T0 + 10 * MS, T0 + 1000 * MS, T0 + 3000 * MS, T0 + 3010 * MS]
+    stamps += [T0 + 4000 * MS, T0 + 4010 * MS, T0 + 4000 * MS, T0 + 4010 * MS]
     spec = MeterSpec("shelly", "http://127.0.0.1:9", domain="wall")
     poller = MeterPoller("coord-name", spec, Scripted(script), sink, now_ns=clock(stamps))
     async with aiohttp.ClientSession() as session:
@@ -81,18 +82,22 @@ async def test_stored_readings_go_out_on_the_stores_stamps_and_a_failed_poll_sen
 
     assert [r.power_w for r in store.readings] == [61.0, None, 88.0, 89.0]  # stored as before
     assert [e[2] for e in store.errors] == ["HTTP 500"]
-    labels = (("domain", "wall"), ("source", "meter:shelly"))
+
+    def named(metric: str, node: str) -> tuple[tuple[str, str], ...]:
+        return (("__name__", metric), ("domain", "wall"), ("node", node), ("source", "meter:shelly"))
+
     power, energy = "sparkwatch_meter_power_watts", "sparkwatch_meter_energy_joules_total"
-    t0_ms = T0_NS // MS
+    interval = "sparkwatch_meter_interval_seconds"  # the poll interval (MeterSpec's default 1 s)
+    t0_ms = T0 // MS
+    # the last reading's stamp is its meter's last: sent 1 ms after it
+    later = [(t0_ms + 3005, 1.0), (t0_ms + 4005, 1.0), (t0_ms + 4006, 1.0)]
     assert series_of(receiver) == {
-        (("__name__", power), labels[0], ("node", "coord-name"), labels[1]): [(t0_ms + 5, 61.0)],
-        (("__name__", energy), labels[0], ("node", "coord-name"), labels[1]): [(t0_ms + 5, 3600.0)],
-        (("__name__", energy), labels[0], ("node", "spark-a"), labels[1]): [(t0_ms + 3005, 3700.0)],
-        # the last reading's stamp is its node's meter's last: sent 1 ms after it
-        (("__name__", power), labels[0], ("node", "spark-a"), labels[1]): [
-            (t0_ms + 4005, 88.0),
-            (t0_ms + 4006, 89.0),
-        ],
+        named(power, "coord-name"): [(t0_ms + 5, 61.0)],
+        named(energy, "coord-name"): [(t0_ms + 5, 3600.0)],
+        named(interval, "coord-name"): [(t0_ms + 5, 1.0)],
+        named(energy, "spark-a"): [(t0_ms + 3005, 3700.0)],
+        named(power, "spark-a"): [(t0_ms + 4005, 88.0), (t0_ms + 4006, 89.0)],
+        named(interval, "spark-a"): later,
     }
     assert w.stats.dropped == {}
 
@@ -102,9 +107,25 @@ async def test_a_full_queue_drops_a_reading_and_counts_it(receiver: Receiver) ->
     w = writer(receiver.url, capacity=2)
     w.start()
     for k in range(5):
-        w.offer_meter("n1", MeterReading("wall", "meter:redfish", 1.0, T0_NS + k * 10**9, 500.0, None, 0))
+        w.offer_meter("n1", MeterReading("wall", "meter:redfish", 1.0, T0 + k * 10**9, 500.0, None, 0))
     assert w.stats.pending == 2 and w.stats.dropped == {"queue_full": 3}
     await w.stop(timeout_s=0.2)
     assert w.stats.dropped == {"queue_full": 3, "stopped": 2}
-    w.offer_meter("n1", MeterReading("wall", "meter:redfish", 1.0, T0_NS, 500.0, None, 0))
+    w.offer_meter("n1", MeterReading("wall", "meter:redfish", 1.0, T0, 500.0, None, 0))
     assert w.stats.dropped["stopped"] == 3
+
+
+def test_a_meters_stamps_rise_apart_from_its_nodes_samples() -> None:
+    """A reading stamped before the node's last agent sample is sent as stamped (each meter keeps its own
+    stamps rising, not the node's), and the node's next sample is not moved by the reading either."""
+    reading = MeterReading("wall", "meter:redfish", 0.5, T0 + 50 * MS, 480.0, None, 0)
+    entries = [
+        Entry("spark-a", HELLO, [sample_frame(1, {"power_w": 40.0})]),  # at T0 + 100 ms
+        Entry("spark-a", None, (), meter=reading),
+        Entry("spark-a", HELLO, [sample_frame(2, {"power_w": 41.0})]),  # at T0 + 200 ms
+    ]
+    grouped, unreadable = group(entries, {})
+    assert unreadable == 0
+    by_name = {dict(k)["__name__"]: v for k, v in grouped.items() if dict(k)["__name__"].endswith("_watts")}
+    assert by_name["sparkwatch_meter_power_watts"] == ([T0 // MS + 50], [480.0])
+    assert by_name["sparkwatch_gpu_power_watts"] == ([T0 // MS + 100, T0 // MS + 200], [40.0, 41.0])

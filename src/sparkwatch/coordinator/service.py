@@ -113,7 +113,11 @@ class Coordinator:
             self._tasks.append(asyncio.create_task(link.run(), name=f"link-{spec.name}"))
             if spec.meter is not None:
                 poller = MeterPoller(
-                    spec.name, spec.meter, make_reader(spec.meter), self._meter_sink(link), now_ns=self.now_ns
+                    spec.name,
+                    spec.meter,
+                    make_reader(spec.meter),
+                    self._meter_sink(spec.name, link.state),
+                    now_ns=self.now_ns,
                 )
                 self.meters[spec.name] = poller
                 self._tasks.append(asyncio.create_task(poller.run(self._session), name=f"meter-{spec.name}"))
@@ -133,13 +137,17 @@ class Coordinator:
         log.info("remote write to %s", self.remote_writer.url)
         return {"sample_sink": self.remote_writer.offer}
 
-    def _meter_sink(self, link: Any) -> MeterSink:
-        """Where a node's meter readings go: the store, and with remote write the writer too."""
+    def _meter_sink(self, name: str, state: LinkState) -> MeterSink:
+        """Where a node's meter readings go: the store, and with remote write the writer too, under the
+        agent's name from the link's hello (else the last one stored: an agent still down after a restart
+        of the coordinator keeps its name)."""
         if self.remote_writer is None:
             return self.store
         from sparkwatch.coordinator.remote_write.meters import WrittenMeter  # noqa: PLC0415 — opt in
 
-        return WrittenMeter(self.store, self.remote_writer, lambda: link.state.hello)
+        latest = self.store.latest_boot(name)
+        stored = self.store.hello(name, latest[0]) if latest else None
+        return WrittenMeter(self.store, self.remote_writer, lambda: state.hello or stored)
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         for task in self._tasks:

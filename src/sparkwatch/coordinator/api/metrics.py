@@ -111,7 +111,7 @@ REMOTE_WRITE_OUTCOMES = (
 
 
 def _remote_write_families(stats: WriterStats) -> Iterator[Metric]:
-    """Counted in stored samples (one agent sample each, whatever its number of series)."""
+    """Counted in stored samples (an agent's sample or a meter's reading, whatever its number of series)."""
     samples = CounterMetricFamily(
         "sparkwatch_coordinator_remote_write_samples",
         "Stored samples by what became of them in remote write: sent (2xx), dropped_queue_full (the"

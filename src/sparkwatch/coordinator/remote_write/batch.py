@@ -30,7 +30,9 @@ class Entry(NamedTuple):
     """One flush of one node's link: the frames the store took, with the hello of their stream; or one
     reading of the node's wall meter (``frames`` empty)."""
 
-    node: str  # the coordinator's name for the node (the agent's own name labels the series)
+    #: with frames, the coordinator's name for the node (their hello names the series); with a meter's
+    #: reading, the name its series carry
+    node: str
     hello: Mapping[str, Any] | None
     frames: Sequence[SampleFrame]
     offset: ClockOffset | None = None  # the link's latest estimate for their boot; None: none for it
@@ -38,6 +40,7 @@ class Entry(NamedTuple):
 
     @property
     def samples(self) -> int:
+        """What the entry counts for in the queue: a frame or a reading is one stored sample."""
         return len(self.frames) + (self.meter is not None)
 
 

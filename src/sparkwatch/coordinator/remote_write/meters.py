@@ -3,10 +3,13 @@ that measures from its engine alone would otherwise have the GPU rail and the ag
 not the whole node's draw at the wall.
 
 A reading is stamped as the store has it, on the coordinator's clock (the middle of its request), and sent
-as ``sparkwatch_meter_power_watts{node, domain, source}`` (W) and, when the meter has its own counter,
+as ``sparkwatch_meter_power_watts{node, domain, source}`` (W), with the poll interval it was taken at
+(``sparkwatch_meter_interval_seconds``: an export reads a gap against it, as the store's does, not against
+the spacing of the readings that came back) and, when the meter has its own counter,
 ``sparkwatch_meter_energy_joules_total`` (J). A failed poll sends nothing: the gap stays a gap (its reason
-is in the coordinator's store, not in the engine). ``node`` is the agent's own name for the node (what
-its samples' series carry) once its link has seen a hello, else the coordinator's name for it.
+is in the coordinator's store, not in the engine). ``node`` is the agent's own name for the node (what its
+samples' series carry): from its link's latest hello, else the last hello the store kept for it, else the
+coordinator's name for it.
 """
 
 from __future__ import annotations
@@ -14,29 +17,34 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from sparkwatch.coordinator.remote_write.series import Key, key
+from sparkwatch.coordinator.remote_write.series import Key, key, series_node
+from sparkwatch.meters.poller import MeterSink
 from sparkwatch.store.meters import MeterReading
 
 METER_POWER = "sparkwatch_meter_power_watts"
 METER_ENERGY = "sparkwatch_meter_energy_joules_total"
+METER_INTERVAL = "sparkwatch_meter_interval_seconds"
 
 
 def meter_series(node: str, reading: MeterReading) -> list[tuple[Key, float]]:
-    """The series of one reading and their values (none for an unknown value)."""
-    out = []
-    for metric, value in ((METER_POWER, reading.power_w), (METER_ENERGY, reading.energy_j)):
-        if value is not None:
-            out.append((key(metric, node=node, domain=reading.domain, source=reading.source), float(value)))
+    """The series of one reading and their values: its interval with a power or energy value, and none
+    for a value the meter did not give."""
+    values = ((METER_POWER, reading.power_w), (METER_ENERGY, reading.energy_j))
+    out = [
+        (key(metric, node=node, domain=reading.domain, source=reading.source), float(value))
+        for metric, value in values
+        if value is not None
+    ]
+    if out:
+        out.append(
+            (key(METER_INTERVAL, node=node, domain=reading.domain, source=reading.source), reading.interval_s)
+        )
     return out
 
 
-class MeterStore(Protocol):
-    def add_meter_reading(self, node: str, reading: MeterReading) -> None: ...
-
-    def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None: ...
-
-
 class MeterOffer(Protocol):
+    """The remote writer's side that takes a stored reading (sender.RemoteWriter)."""
+
     def offer_meter(self, node: str, reading: MeterReading) -> None: ...
 
 
@@ -45,16 +53,16 @@ class WrittenMeter:
     blocks); errors are stored only."""
 
     def __init__(
-        self, store: MeterStore, writer: MeterOffer, hello: Callable[[], Mapping[str, Any] | None]
+        self, store: MeterSink, writer: MeterOffer, hello: Callable[[], Mapping[str, Any] | None]
     ) -> None:
+        """``hello``: the node's latest hello (its link's, else the store's), None before any."""
         self._store = store
         self._writer = writer
-        self._hello = hello  # the node's link's latest hello
+        self._hello = hello
 
     def add_meter_reading(self, node: str, reading: MeterReading) -> None:
         self._store.add_meter_reading(node, reading)
-        named = (self._hello() or {}).get("node")
-        self._writer.offer_meter(named if isinstance(named, str) and named else node, reading)
+        self._writer.offer_meter(series_node(node, self._hello()), reading)
 
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
         self._store.add_meter_error(node, domain, t_ns, error)

@@ -58,7 +58,8 @@ DropReason = Literal["queue_full", "rejected", "unreadable", "stopped"]
 
 @dataclass(slots=True)
 class WriterStats:
-    """Counts in stored (agent) samples, read by the coordinator's /metrics."""
+    """Counts in stored samples (an agent's sample or a meter's reading), read by the coordinator's
+    /metrics."""
 
     capacity: int
     sent: int = 0

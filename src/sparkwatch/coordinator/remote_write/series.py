@@ -65,6 +65,12 @@ def key(metric: str, /, **labels: str) -> Key:
     return ((NAME, metric), *sorted(labels.items()))
 
 
+def series_node(node: str, hello: Mapping[str, Any] | None) -> str:
+    """The ``node`` label of a node's series: the agent's own name (its hello's), else ``node`` (the
+    coordinator's name for it)."""
+    return _text((hello or {}).get("node")) or node
+
+
 def _number(value: Any) -> float | None:
     """A JSON number as the agent's collector gives it (``float(value)``); anything else is unknown."""
     return float(value) if type(value) is float or type(value) is int else None
@@ -91,8 +97,8 @@ class HelloSeries:
     def of(cls, node: str, hello: Mapping[str, Any] | None) -> HelloSeries:
         """From a hello as the agent sent it (serving/hello.py); ``node`` (the coordinator's name for the
         node) only where the hello does not name it."""
+        agent_node = series_node(node, hello)
         hello = hello or {}
-        agent_node = _text(hello.get("node")) or node
         hardware = _dict(hello.get("hardware"))
         gpus = [g for g in hardware.get("gpus") or () if isinstance(g, dict)]
         masks = {_text(g.get("uuid")): _mask(g.get("clock_events_supported")) for g in gpus}

@@ -64,8 +64,10 @@ class Family:
     sensor_power: Series | None = None
     sensor_energy: Series | None = None
     sensor_labels: tuple[str, str, str] = ("sensor", "kind", "source")
-    #: The coordinator's wall-meter readings (remote-written), W; one system domain per ``domain`` label.
+    #: The coordinator's wall-meter readings (remote-written), W, and the poll interval of each (s); one
+    #: system domain per ``domain`` label.
     meter_power: Series | None = None
+    meter_interval: Series | None = None
     meter_labels: tuple[str, str] = ("domain", "source")
     signals: Signals | None = None
 
@@ -91,6 +93,7 @@ SPARKWATCH = Family(
     sensor_power=Series("sparkwatch_sensor_power_watts"),
     sensor_energy=Series("sparkwatch_sensor_energy_joules_total"),
     meter_power=Series("sparkwatch_meter_power_watts"),  # coordinator/remote_write/meters.py
+    meter_interval=Series("sparkwatch_meter_interval_seconds"),
     signals=Signals(
         sm_clock=Series("sparkwatch_gpu_sm_clock_hertz"),
         temperature=Series("sparkwatch_gpu_temperature_celsius"),

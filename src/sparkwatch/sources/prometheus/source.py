@@ -19,14 +19,14 @@ import numpy as np
 
 from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.clock import NodeClock
-from sparkwatch.core.domains import DomainInput, gated_track
+from sparkwatch.core.domains import DomainInput
 from sparkwatch.core.engine import EngineSamples
-from sparkwatch.core.export_nodes import seen_interval_s
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
 from sparkwatch.sources import ENGINE_MARGIN_NS, SourceError
 from sparkwatch.sources.prometheus.align import merged, union_times, values_at
+from sparkwatch.sources.prometheus.channels import median_interval, meter_domains, sensor_domains
 from sparkwatch.sources.prometheus.engine_series import engine_samples
 from sparkwatch.sources.prometheus.mappings import (
     NODE_MEM_AVAILABLE,
@@ -37,7 +37,6 @@ from sparkwatch.sources.prometheus.mappings import (
 )
 from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader
 from sparkwatch.sources.prometheus.signals import signal_track, top_hz
-from sparkwatch.wire import LEGACY_SENSOR_SOURCE
 
 #: Read before the span: the baseline period before the first window, and a few seconds more.
 LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
@@ -235,51 +234,35 @@ class TsdbSource:
     def _domains(
         self, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
     ) -> list[DomainInput]:
-        """The node's power channels beside its GPUs (the agent's hwmon domains), one domain per channel name
-        in the order they were first scraped, its kind and source from its latest series' labels; gated by
-        the node's GPU utilisation at each scrape, as the store's are."""
+        """The node's power channels beside its GPUs (the agent's hwmon domains): channels.py."""
         f = self._family
-        name_label, kind_label, source_label = f.sensor_labels
-        parts: dict[str, list[tuple[str, RawSeries]]] = {}
-        for part, s in (("power", f.sensor_power), ("energy", f.sensor_energy)):
-            for r in self._mine(s, node, t_from_ns, t_to_ns):
-                if len(r.t_ns):
-                    parts.setdefault(r.labels.get(name_label, ""), []).append((part, r))
-        domains = []
-        first_scraped = {name: min(int(r.t_ns[0]) for _, r in found) for name, found in parts.items()}
-        for name, found in sorted(parts.items(), key=lambda kv: (first_scraped[kv[0]], kv[0])):
-            t = union_times([r.t_ns for _, r in found])
-            values = {  # a channel whose kind or source changed has several series: one track
-                part: values_at(t, merged(rs) if (rs := [r for p, r in found if p == part]) else None)
-                for part in ("power", "energy")
-            }
-            latest = max(found, key=lambda pr: int(pr[1].t_ns[-1]))[1].labels
-            zeros = np.zeros(len(t), dtype=np.int64)
-            track = gated_track(t, zeros, _interval(t), values["power"], values["energy"], gpus=gpus)
-            # series written before the source label (older agents and coordinators): as the store has them
-            kind, source = latest.get(kind_label, ""), latest.get(source_label) or LEGACY_SENSOR_SOURCE
-            domains.append(DomainInput(name, kind, source, track))
-        return domains
+        name_label = f.sensor_labels[0]
+        parts = {
+            part: self._by_label(s, name_label, node, t_from_ns, t_to_ns)
+            for part, s in (("power", f.sensor_power), ("energy", f.sensor_energy))
+        }
+        return sensor_domains(parts["power"], parts["energy"], f.sensor_labels[1:], gpus)
 
     def _meter_domains(
         self, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
     ) -> list[DomainInput]:
-        """The node's wall meters as the coordinator remote-wrote their readings, one domain per ``domain``
-        label, by name (as the store lists them): power by the trapezoid (a meter's own counter is not
-        integrated, as from the store), gated by the node's GPU utilisation at each reading."""
-        domain_label, source_label = self._family.meter_labels
+        """The node's wall meters as the coordinator remote-wrote their readings: channels.py."""
+        f = self._family
+        powers, intervals = (
+            self._by_label(s, f.meter_labels[0], node, t_from_ns, t_to_ns)
+            for s in (f.meter_power, f.meter_interval)
+        )
+        return meter_domains(powers, intervals, f.meter_labels[1], gpus)
+
+    def _by_label(
+        self, s: Series | None, label: str, node: str, t_from_ns: int, t_to_ns: int
+    ) -> dict[str, list[RawSeries]]:
+        """The node's series of ``s`` that have samples, by their value of ``label``."""
         found: dict[str, list[RawSeries]] = {}
-        for r in self._mine(self._family.meter_power, node, t_from_ns, t_to_ns):
+        for r in self._mine(s, node, t_from_ns, t_to_ns):
             if len(r.t_ns):
-                found.setdefault(r.labels.get(domain_label, ""), []).append(r)
-        domains = []
-        for name, rs in sorted(found.items()):
-            power = merged(rs)
-            source = max(rs, key=lambda r: int(r.t_ns[-1])).labels.get(source_label) or "meter"
-            unused, zeros = np.full(len(power.t_ns), np.nan), np.zeros(len(power.t_ns), dtype=np.int64)
-            track = gated_track(power.t_ns, zeros, _interval(power.t_ns), power.values, unused, gpus=gpus)
-            domains.append(DomainInput(name, "system", source, track))
-        return domains
+                found.setdefault(r.labels.get(label, ""), []).append(r)
+        return found
 
     def _signals(self, node: str, t_from_ns: int, t_to_ns: int, keys: Sequence[str]) -> list[SignalTrack]:
         """Each GPU's clock signals, where the family maps them and the engine holds them (core.throttle:
@@ -381,18 +364,17 @@ def _gpu_order(power: dict[str, RawSeries]) -> Any:
     return order
 
 
-def _interval(t_ns: I64) -> F64:
-    """Every sample's nominal interval: the median spacing seen (0 with fewer than two samples)."""
-    seen = seen_interval_s(t_ns, np.zeros(len(t_ns), dtype=np.int64))
-    return np.full(len(t_ns), seen or 0.0)
-
-
 def _track(g: GpuSeries) -> GpuTrack:
     zeros = np.zeros(len(g.t_ns), dtype=np.int64)
     return GpuTrack.from_arrays(
-        g.t_ns, zeros, _interval(g.t_ns), power_w=g.power_w, energy_j=g.energy_j, util_ratio=g.util_ratio
+        g.t_ns,
+        zeros,
+        median_interval(g.t_ns),
+        power_w=g.power_w,
+        energy_j=g.energy_j,
+        util_ratio=g.util_ratio,
     )
 
 
 def _mem(t_ns: I64, used: F64) -> MemTrack:
-    return MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), dtype=np.int64), _interval(t_ns), used)
+    return MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), dtype=np.int64), median_interval(t_ns), used)

@@ -1,0 +1,70 @@
+"""A node's power channels beside its GPUs, from a TSDB: the agent's hwmon channels and the wall meters the
+coordinator polled and remote-wrote, as the core's system domains, built as the store's are."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from sparkwatch.core.domains import DomainInput, gated_track
+from sparkwatch.core.export_nodes import seen_interval_s
+from sparkwatch.core.tracks import F64, I64, GpuTrack
+from sparkwatch.sources.prometheus.align import merged, union_times, values_at
+from sparkwatch.sources.prometheus.raw import RawSeries
+from sparkwatch.wire import LEGACY_SENSOR_SOURCE
+
+#: Series by the channel (or meter domain) they belong to.
+ByChannel = Mapping[str, Sequence[RawSeries]]
+
+
+def median_interval(t_ns: I64) -> F64:
+    """Every sample's nominal interval: the median spacing seen (0 with fewer than two samples)."""
+    seen = seen_interval_s(t_ns, np.zeros(len(t_ns), dtype=np.int64))
+    return np.full(len(t_ns), seen or 0.0)
+
+
+def sensor_domains(
+    power: ByChannel, energy: ByChannel, labels: Sequence[str], gpus: Sequence[GpuTrack]
+) -> list[DomainInput]:
+    """One domain per channel name in the order they were first scraped, its kind and source from its
+    latest series' ``labels`` (kind, source); ΔE/Δt where it has a counter, else the trapezoid, gated by
+    the node's GPU utilisation at each scrape, as the store's are."""
+    kind_label, source_label = labels
+    names = set(power) | set(energy)
+    found = {name: [*power.get(name, ()), *energy.get(name, ())] for name in names}
+    first_scraped = {name: min(int(r.t_ns[0]) for r in rs) for name, rs in found.items()}
+    domains = []
+    for name in sorted(names, key=lambda n: (first_scraped[n], n)):
+        t = union_times([r.t_ns for r in found[name]])
+        # a channel whose kind or source changed has several series: one track
+        watts, joules = (
+            values_at(t, merged(part[name]) if name in part else None) for part in (power, energy)
+        )
+        latest = max(found[name], key=lambda r: int(r.t_ns[-1])).labels
+        zeros = np.zeros(len(t), dtype=np.int64)
+        track = gated_track(t, zeros, median_interval(t), watts, joules, gpus=gpus)
+        # series written before the source label (older agents and coordinators): as the store has them
+        kind, source = latest.get(kind_label, ""), latest.get(source_label) or LEGACY_SENSOR_SOURCE
+        domains.append(DomainInput(name, kind, source, track))
+    return domains
+
+
+def meter_domains(
+    power: ByChannel, intervals: ByChannel, source_label: str, gpus: Sequence[GpuTrack]
+) -> list[DomainInput]:
+    """One domain per meter domain, by name (as the store lists them): power by the trapezoid (a meter's
+    own counter is not integrated, as from the store), gated by the node's GPU utilisation at each
+    reading, a gap read against the poll interval sent with each reading (the readings' median spacing
+    where none was: a coordinator older than that series)."""
+    domains = []
+    for name, rs in sorted(power.items()):
+        watts = merged(rs)
+        t = watts.t_ns
+        source = max(rs, key=lambda r: int(r.t_ns[-1])).labels.get(source_label) or "meter"
+        sent = values_at(t, merged(intervals[name]) if name in intervals else None)
+        interval = np.where(np.isfinite(sent) & (sent > 0), sent, median_interval(t))
+        unused, zeros = np.full(len(t), np.nan), np.zeros(len(t), dtype=np.int64)
+        track = gated_track(t, zeros, interval, watts.values, unused, gpus=gpus)
+        domains.append(DomainInput(name, "system", source, track))
+    return domains
