@@ -145,8 +145,9 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
         "--engine-metrics",
         type=label_matchers,
         metavar="MATCHERS",
-        help="the serving engine's vLLM or SGLang series, by label matchers of its one scrape target"
-        """ (e.g. '{job="vllm"}'); default: no engine block""",
+        help="the serving engine's vLLM or SGLang series in the TSDB, by label matchers that select that one"
+        """ engine (e.g. '{job="vllm"}'; `run --engine-metrics` takes the engine's URL instead); default:"""
+        " no engine block",
     )
     tsdb.add_argument(
         "--metrics",

@@ -20,7 +20,6 @@ from sparkwatch.sources.prometheus.raw import RawSeries
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
-INTERVAL_S = 1.0
 MARGIN_NS = 10 * S
 
 
@@ -55,16 +54,19 @@ class Paged:
         return out
 
 
-def pages(make: Callable[[int], str], count: int) -> dict[int, str]:
-    return {T0 + k * S: make(k) for k in range(count)}
+def pages(make: Callable[[int], str], count: int, interval_s: float = 1.0) -> dict[int, str]:
+    return {T0 + round(k * interval_s * S): make(k) for k in range(count)}
 
 
-def stored(pages_at: dict[int, str], span: tuple[int, int]) -> EngineSamples:
-    """What the coordinator keeps of the same pages scraped at the same times."""
+def stored(pages_at: dict[int, str], span: tuple[int, int], interval_s: float = 1.0) -> EngineSamples:
+    """What the coordinator's export reads of the same pages scraped at the same times, every
+    ``interval_s`` (sources/store.py: the span and the margin either side)."""
     rows = []
     for t, page in sorted(pages_at.items()):
+        if not span[0] - MARGIN_NS <= t <= span[1] + MARGIN_NS:
+            continue
         scrape = read_page(page)
-        rows.append((t, scrape.family, INTERVAL_S, scrape.values, scrape.sources, scrape.unknown))
+        rows.append((t, scrape.family, interval_s, scrape.values, scrape.sources, scrape.unknown))
     return EngineSamples.from_rows(rows, [], span)
 
 
@@ -76,9 +78,12 @@ def assert_same(got: EngineSamples | None, want: EngineSamples) -> None:
         np.testing.assert_array_equal(got.values[name], column, err_msg=name)
 
 
+MODEL = {"model_name": "llama-vllm-single"}  # the recorded vLLM page's
+
+
 def vllm_page(k: int) -> str:
-    """Two engine ranks; the KV-cache gauge under its pre-0.9 name for the first 5 scrapes."""
-    kv = "vllm:gpu_cache_usage_perc" if k < 5 else "vllm:kv_cache_usage_perc"
+    """Two engine ranks; the KV-cache gauge under its pre-0.9 name for the first 5 scrapes, under both names
+    (different values: the current one is read) for the next 3, then under the current name only."""
     page = with_values(
         capture(VLLM),
         {
@@ -88,63 +93,92 @@ def vllm_page(k: int) -> str:
             "vllm:num_requests_waiting": float(k % 3),
         },
     )
-    if k < 5:
-        page = "\n".join(line for line in page.splitlines() if "vllm:kv_cache_usage_perc" not in line) + "\n"
-    page = add_series(page, kv, {"engine": "0", "model_name": "m"}, 0.1 * (k % 5))
-    page = add_series(page, kv, {"engine": "1", "model_name": "m"}, 0.05 * (k % 7))
-    page = add_series(page, "vllm:generation_tokens_total", {"engine": "1", "model_name": "m"}, 500.0 * k)
-    return add_series(page, "vllm:num_requests_running", {"engine": "1", "model_name": "m"}, 2.0)
+    page = (
+        "\n".join(line for line in page.splitlines() if not line.startswith("vllm:kv_cache_usage_perc"))
+        + "\n"
+    )
+    names = ["vllm:gpu_cache_usage_perc"] if k < 5 else ["vllm:kv_cache_usage_perc"]
+    if 5 <= k < 8:
+        names.append("vllm:gpu_cache_usage_perc")
+    for n, kv in enumerate(names):
+        page = add_series(page, kv, {"engine": "0", **MODEL}, 0.1 * (k % 5) + 0.5 * n)
+        page = add_series(page, kv, {"engine": "1", **MODEL}, 0.05 * (k % 7) + 0.5 * n)
+    page = add_series(page, "vllm:generation_tokens_total", {"engine": "1", **MODEL}, 500.0 * k)
+    return add_series(page, "vllm:num_requests_running", {"engine": "1", **MODEL}, 2.0)
 
 
 def sglang_page(k: int) -> str:
-    """Rank 0 and a tensor-parallel rank 1 that repeats its view; no speculative decoding (zeros)."""
+    """Two data-parallel ranks (their counters summed, their hit rates averaged), a tensor-parallel rank 1
+    that repeats rank 0's view (left out); no speculative decoding (zeros)."""
     page = with_values(
         capture(SGLANG),
         {
             "sglang:generation_tokens_total": 7.5e6 + 900.0 * k,
             "sglang:num_running_reqs": float(100 + k),
+            "sglang:cache_hit_rate": 0.2,
             "sglang:spec_accept_length": 0.0,
         },
     )
     page = add_series(page, "sglang:generation_tokens_total", {"tp_rank": "1"}, 7.5e6 + 900.0 * k)
-    return add_series(page, "sglang:num_running_reqs", {"tp_rank": "1"}, float(100 + k))
+    page = add_series(page, "sglang:num_running_reqs", {"tp_rank": "1"}, float(100 + k))
+    page = add_series(page, "sglang:generation_tokens_total", {"dp_rank": "1"}, 100.0 * k)
+    return add_series(page, "sglang:cache_hit_rate", {"dp_rank": "1"}, 0.4 + 0.01 * k)
 
 
+@pytest.mark.parametrize("interval_s", [1.0, 2.0])
 @pytest.mark.parametrize("make", [vllm_page, sglang_page], ids=["vllm", "sglang"])
 def test_a_tsdbs_series_give_what_the_coordinators_scrapes_of_the_same_pages_give(
-    make: Callable[[int], str],
+    make: Callable[[int], str], interval_s: float
 ) -> None:
-    scraped = pages(make, 12)
+    scraped = pages(make, 12, interval_s)
     span = (T0 + 2 * S, T0 + 9 * S)
     tsdb = Paged(scraped, {"job": "vllm", "instance": "10.0.0.5:8000"})
     got = engine_samples(tsdb, 'job="vllm"', *span, MARGIN_NS)
-    assert_same(got, stored(scraped, span))
-    assert got is not None and got.gap_ns == 3 * S  # three 1 s scrapes
+    assert_same(got, stored(scraped, span, interval_s))
+    assert got is not None and got.gap_ns == round(3 * interval_s * S)  # three scrapes
     if make is vllm_page:
         assert got.values["generation_tokens"][4] == 1500.0 * 4  # both ranks
         assert got.values["running_requests"][3] == 3.0 + 2.0
-        assert got.values["kv_cache_usage_ratio"][3] == pytest.approx(max(0.3, 0.15))
+        assert got.values["kv_cache_usage_ratio"][3] == pytest.approx(max(0.3, 0.15))  # the fullest rank
+        assert got.values["kv_cache_usage_ratio"][6] == pytest.approx(max(0.1, 0.3))  # the current name's
         assert got.sources["kv_cache_usage_ratio"] == "vllm:kv_cache_usage_perc"  # the latest scrape's
     else:
-        assert got.values["generation_tokens"][4] == 7.5e6 + 900.0 * 4  # rank 0 only
+        assert got.values["generation_tokens"][4] == 7.5e6 + 900.0 * 4 + 400.0  # dp ranks, not tp rank 1
+        assert got.values["prefix_cache_hit_ratio"][4] == pytest.approx((0.2 + 0.44) / 2)
         assert "spec_accept_length" not in got.present  # zero means not in use
 
 
-def test_one_target_only_and_a_selector_that_selects_nothing_is_one_line() -> None:
-    scraped = pages(vllm_page, 6)
-    first = Paged(scraped, {"job": "vllm", "instance": "a:8000"})
-    second = Paged(scraped, {"job": "vllm", "instance": "b:8000"})
+def test_one_engine_only_and_matchers_that_select_nothing_are_one_line() -> None:
+    """Two pods' series at once, or a vLLM and an SGLang engine, are refused; a pod restarted under another
+    address is one engine, its series one after the other."""
+    span = (T0 + S, T0 + 4 * S)
+    first = Paged(pages(vllm_page, 6), {"job": "vllm", "instance": "a:8000"})
+    second = Paged(pages(vllm_page, 6), {"job": "vllm", "instance": "b:8000"})
     both = Paged({}, {})
     both.series = {**first.series, **second.series}
-    span = (T0 + S, T0 + 4 * S)
     with pytest.raises(SourceError) as two:
         engine_samples(both, 'job="vllm"', *span, MARGIN_NS)
-    assert str(two.value) == (
-        '{job="vllm"} selects the series of 2 scrape targets ({job="vllm",instance="a:8000"},'
-        ' {job="vllm",instance="b:8000"}): --engine-metrics must name the one engine that served the'
-        " benchmark"
+    assert str(two.value).startswith('{job="vllm"} selects two engines\' vllm:')
+    assert str(two.value).endswith(
+        ' at once ({instance="a:8000"} and {instance="b:8000"}): --engine-metrics must name the one engine'
+        " that served the benchmark"
     )
-    assert_same(engine_samples(both, 'instance="b:8000"', *span, MARGIN_NS), stored(scraped, span))
+    assert_same(
+        engine_samples(both, 'instance="b:8000"', *span, MARGIN_NS), stored(pages(vllm_page, 6), span)
+    )
+    restarted = Paged({t: p for t, p in pages(vllm_page, 3).items()}, {"job": "vllm", "instance": "a:8000"})
+    later = Paged(
+        {t + 3 * S: p for t, p in pages(vllm_page, 3).items()}, {"job": "vllm", "instance": "c:8000"}
+    )
+    restarted.series |= later.series
+    got = engine_samples(restarted, 'job="vllm"', *span, MARGIN_NS)
+    assert got is not None and list(got.values["generation_tokens"]) == [0.0, 1500.0, 3000.0] * 2
+    mixed = Paged({}, {})
+    mixed.series = {**first.series, **Paged(pages(sglang_page, 6), {"job": "sglang"}).series}
+    with pytest.raises(
+        SourceError, match=r"^\{job=~\"vllm\|sglang\"\} selects both vLLM and SGLang series: "
+    ):
+        engine_samples(mixed, 'job=~"vllm|sglang"', *span, MARGIN_NS)
     with pytest.raises(SourceError, match=r'^no vLLM or SGLang series match \{job="sglang"\} from ') as none:
         engine_samples(first, 'job="sglang"', *span, MARGIN_NS)
     assert "\n" not in str(none.value)

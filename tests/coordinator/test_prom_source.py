@@ -274,6 +274,15 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
         (["--prometheus", "http://a", "--metrics", "collectd"], "invalid choice"),
         (["--db", "x.db", "--nodes", "a"], "--nodes goes with --prometheus, not --db"),
         (["--prometheus", "http://a", "--nodes", "a,,b"], "argument --nodes: 'a,,b': node names separated"),
+        (
+            ["--db", "x.db", "--engine-metrics", '{job="v"}'],
+            "--engine-metrics goes with --prometheus, not --db",
+        ),
+        (
+            ["--prometheus", "http://a", "--engine-metrics", "job=v"],
+            "argument --engine-metrics: 'job=v': label",
+        ),
+        (["--prometheus", "http://a", "--engine-metrics", "{ }"], "argument --engine-metrics: '{ }': label"),
     ],
 )
 def test_export_flags_are_refused_in_one_line(argv: list[str], said: str) -> None:

@@ -480,3 +480,7 @@ def test_the_serving_engines_series_in_the_tsdb_give_its_engine_blocks(rig: Rig,
     progress, error = said.splitlines()  # the export's "exporting …" line, then one error line
     assert progress.startswith("sparkwatch: exporting 3 window(s)"), said
     assert error.startswith('sparkwatch: error: no vLLM or SGLang series match {job="sglang"} from '), said
+    rc, export, said = export_cli(rig, url, "--engine-metrics", "{job=}")  # the engine's own refusal
+    assert rc == 2 and export is None
+    assert said.splitlines()[-1].startswith("sparkwatch: error: --engine-metrics {job=}: "), said
+    assert said.count("\n") == 2 and "Traceback" not in said

@@ -336,6 +336,10 @@ _SOURCE = {
         "memory_series": {"type": "string"},
         "clock": {"type": "string"},
         "energy": {"type": "string", "description": "how a window's energy is taken at its edges"},
+        "engine_series": {
+            "type": ["string", "null"],
+            "description": "the label matchers that selected the serving engine's series (--engine-metrics)",
+        },
     },
 }
 

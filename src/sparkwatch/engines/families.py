@@ -7,11 +7,11 @@ preference: the first one a scrape has is used (vLLM renamed ``gpu_cache_usage_p
 the text format shows (``<name>_total``); ``_created`` series are never read.
 
 Several series of one name are combined per ``combine``: counters are summed across vLLM's ``engine``
-and SGLang's ``dp_rank`` (each data-parallel rank counts its own tokens); request gauges are summed
-(requests on every rank run at once); ratios take the fullest rank (``max``: the pressure that limits the
-batch), or the ``mean`` of ranks for a per-rank rate. SGLang's tensor, pipeline and expert ranks report
-one scheduler's view each: only rank ``"0"`` of those labels is read (``replica_labels``), else one batch
-would count once per GPU.
+and SGLang's ``dp_rank`` (``rank_labels``: each data-parallel rank counts its own tokens); request gauges
+are summed (requests on every rank run at once); ratios take the fullest rank (``max``: the pressure that
+limits the batch), or the ``mean`` of ranks for a per-rank rate. SGLang's tensor, pipeline and expert
+ranks report one scheduler's view each: only rank ``"0"`` of those labels is read (``replica_labels``),
+else one batch would count once per GPU.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class Family:
     name: str
     prefix: str  # every series of this engine begins with it
     series: tuple[Series, ...]
+    rank_labels: tuple[str, ...] = ()  # labels of the data-parallel ranks one engine's series are split by
     replica_labels: tuple[str, ...] = ()  # labels whose non-"0" series repeat rank 0's view
 
 
@@ -68,6 +69,7 @@ VLLM = Family(
         Series("spec_draft_tokens", ("vllm:spec_decode_num_draft_tokens_total",), "counter", "sum"),
         Series("spec_accepted_tokens", ("vllm:spec_decode_num_accepted_tokens_total",), "counter", "sum"),
     ),
+    rank_labels=("engine",),
 )
 
 SGLANG = Family(
@@ -89,6 +91,7 @@ SGLANG = Family(
         Series("spec_accept_length", ("sglang:spec_accept_length",), "gauge", "mean", zero_is_absent=True),
         Series("spec_accept_ratio", ("sglang:spec_accept_rate",), "gauge", "mean", zero_is_absent=True),
     ),
+    rank_labels=("dp_rank",),
     replica_labels=("tp_rank", "pp_rank", "moe_ep_rank"),
 )
 

@@ -57,12 +57,12 @@ def export_from(
     longest interval the nodes' samples show, so a window shorter than two of them is low confidence."""
     t_from = min([spec.t_start_ns, *(w.t_start_ns for w in windows)])
     t_to = max([spec.t_end_ns, *(w.t_end_ns for w in windows)])
+    engine = source.engine_input(t_from, t_to)  # first: a source's refusal comes before the nodes' reads
     inputs: Iterable[NodeInput] = (source.node_input(n, t_from, t_to) for n in nodes)  # one at a time
     if spec.interval_s <= 0 and series_buckets is not None:  # the series' gap limit needs it first: every
         inputs = list(inputs)  # node read at once (without a series block the core finds it node by node)
         interval_s = max((longest_interval_s(node.gpus) for node in inputs), default=0.0)
         spec = dataclasses.replace(spec, interval_s=interval_s)
-    engine = source.engine_input(t_from, t_to)
     return build_export(
         spec, inputs, windows, version, engine, series_buckets=series_buckets, source=source.describe
     )

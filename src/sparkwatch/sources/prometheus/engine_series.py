@@ -5,8 +5,10 @@ The same tables (engines/families.py) map the same series to the same fields, co
 each scrape (sums over ranks, the fullest rank, only rank "0" of the replica labels, the first name of a
 field the scrape has). The series are those the user's label matchers select (``--engine-metrics
 '{job="vllm"}'``): a fleet's engine holds many serving engines, and which one served the benchmark is not
-something sparkwatch can guess. The matchers must select one target: two targets' scrapes are not at the
-same times, and summing their counters at each other's scrapes would invent values.
+something sparkwatch can guess. The matchers must select one engine: two series of one name and rank at the
+same time (two pods, two scrapers without deduplication) would be summed into a count neither had, and are
+refused; one after the other (a pod restarted under a new address) are one engine's life, its counters
+starting again (the core reads no span across that drop).
 """
 
 from __future__ import annotations
@@ -14,25 +16,25 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
 
 import numpy as np
 
 from sparkwatch.core.engine import COUNTERS, GAUGES, EngineSamples
-from sparkwatch.core.tracks import F64, GAP_INTERVALS
+from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 from sparkwatch.engines.families import FAMILIES, Combine, Family, Series
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.align import union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries, Reader
 
-#: The labels that tell one scrape target from another (the scrape's own; remote write keeps them).
-TARGET_LABELS = ("job", "instance")
-#: Targets named in the error for matchers that select several.
-TARGETS_SHOWN = 5
 #: A field's rank series combined at one scrape (families.py's ``combine``), unknown ranks left out.
-COMBINE: Mapping[Combine, Callable[..., Any]] = MappingProxyType(
-    {"sum": np.nansum, "max": np.nanmax, "mean": np.nanmean}
+COMBINE: Mapping[Combine, Callable[[F64], F64]] = MappingProxyType(
+    {
+        "sum": lambda ranks: np.nansum(ranks, axis=0),
+        "max": lambda ranks: np.nanmax(ranks, axis=0),
+        "mean": lambda ranks: np.nanmean(ranks, axis=0),
+    }
 )
+ONE_ENGINE = "--engine-metrics must name the one engine that served the benchmark"
 
 
 def engine_samples(
@@ -40,21 +42,19 @@ def engine_samples(
 ) -> EngineSamples | None:
     """The engine's scrapes around the span ``t_from_ns`` to ``t_to_ns`` (``margin_ns`` beyond each edge;
     ``matchers``: the label matchers inside a selector's braces), or None when it has none inside the span;
-    SourceError (one line) when the matchers select no series of a known engine, or several targets'."""
-    found: dict[str, list[RawSeries]] = {}
-    for family in FAMILIES:
-        names = "|".join(sorted({name for s in family.series for name in s.names}))
-        selector = f'{{__name__=~"{names}",{matchers}}}'
-        read = reader.read(selector, t_from_ns - margin_ns, t_to_ns + margin_ns)
-        found[family.name] = [r for r in read if len(r.t_ns)]
-    family = max(FAMILIES, key=lambda f: len(found[f.name]))
-    series = found[family.name]
-    if not series:
+    SourceError (one line) when the matchers select no series of a known engine, or several engines'."""
+    found = {f.name: _read(reader, f, matchers, t_from_ns - margin_ns, t_to_ns + margin_ns) for f in FAMILIES}
+    families = [f for f in FAMILIES if found[f.name]]
+    if not families:
         raise SourceError(
             f"no vLLM or SGLang series match {{{matchers}}} from {(t_from_ns - margin_ns) / 1e9:.3f} to"
             f" {(t_to_ns + margin_ns) / 1e9:.3f} (--engine-metrics)"
         )
-    _one_target(series, matchers)
+    if len(families) > 1:
+        raise SourceError(f"{{{matchers}}} selects both vLLM and SGLang series: {ONE_ENGINE}")
+    family = families[0]
+    series = found[family.name]
+    _one_engine(family, series, matchers)
     t = union_times([r.t_ns for r in series])
     if not np.any((t >= t_from_ns) & (t <= t_to_ns)):
         return None
@@ -78,21 +78,42 @@ def engine_samples(
     )
 
 
-def _one_target(series: list[RawSeries], matchers: str) -> None:
-    targets = sorted({tuple(r.labels.get(k, "") for k in TARGET_LABELS) for r in series})
-    if len(targets) > 1:
-        shown = ", ".join(
-            "{" + ",".join(f'{k}="{v}"' for k, v in zip(TARGET_LABELS, target, strict=True) if v) + "}"
-            for target in targets[:TARGETS_SHOWN]
-        )
-        more = ", …" if len(targets) > TARGETS_SHOWN else ""
-        raise SourceError(
-            f"{{{matchers}}} selects the series of {len(targets)} scrape targets ({shown}{more}):"
-            " --engine-metrics must name the one engine that served the benchmark"
-        )
+def _read(reader: Reader, family: Family, matchers: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+    """The family's table series the matchers select, with samples (only those: matchers may add series
+    of their own, ``a or b`` in VictoriaMetrics); the engine's refusal says which flag it was about."""
+    names = sorted({name for s in family.series for name in s.names})
+    selector = f'{{__name__=~"{"|".join(names)}",{matchers}}}'
+    try:
+        read = reader.read(selector, t_from_ns, t_to_ns)
+    except SourceError as exc:
+        raise SourceError(f"--engine-metrics {{{matchers}}}: {exc}") from None
+    wanted = set(names)
+    return [r for r in read if len(r.t_ns) and r.labels.get("__name__") in wanted]
 
 
-def _field(family: Family, s: Series, found: list[RawSeries], t: np.ndarray) -> tuple[F64, str | None]:
+def _one_engine(family: Family, series: list[RawSeries], matchers: str) -> None:
+    """SourceError when two series of one name and one rank have samples over the same time."""
+    ranks = (*family.rank_labels, *family.replica_labels)
+    spans: dict[tuple[str, ...], list[tuple[int, int, dict[str, str]]]] = {}
+    for r in series:
+        key = (r.labels.get("__name__", ""), *(r.labels.get(label, "") for label in ranks))
+        spans.setdefault(key, []).append((int(r.t_ns[0]), int(r.t_ns[-1]), r.labels))
+    for found in spans.values():
+        found.sort(key=lambda span: span[:2])
+        end, last = found[0][1], found[0][2]
+        for lo, hi, labels in found[1:]:
+            if lo <= end:
+                differ = sorted(k for k in {*labels, *last} if labels.get(k) != last.get(k))
+                a, b = ("{" + ",".join(f'{k}="{d.get(k, "")}"' for k in differ) + "}" for d in (last, labels))
+                raise SourceError(
+                    f"{{{matchers}}} selects two engines' {labels.get('__name__')} at once ({a} and {b}):"
+                    f" {ONE_ENGINE}"
+                )
+            if hi > end:
+                end, last = hi, labels
+
+
+def _field(family: Family, s: Series, found: list[RawSeries], t: I64) -> tuple[F64, str | None]:
     """One field at every scrape: at each, the first of its names the scrape has, its ranks combined as
     the table says (scrape.py's rule for one page, here a column at a time); the name of the latest."""
     out = np.full(len(t), np.nan)
@@ -111,7 +132,7 @@ def _field(family: Family, s: Series, found: list[RawSeries], t: np.ndarray) -> 
         has = np.isfinite(stacked).any(axis=0) & ~decided
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: masked out by ``has``
-            combined: F64 = COMBINE[s.combine](stacked, axis=0)
+            combined = COMBINE[s.combine](stacked)
         out[has] = combined[has]
         name_at[has] = k
         decided |= has
