@@ -63,6 +63,13 @@ def shared_identities(nodes: Sequence[tuple[str, Mapping[str, Any] | None]]) -> 
     return list(found.values())
 
 
+def agent_name(name: str, hello: Mapping[str, Any] | None) -> str:
+    """The name the agent calls itself (the ``node`` label of its series), else ``name`` (its nodes.toml
+    entry's)."""
+    named = (hello or {}).get("node")
+    return named if isinstance(named, str) and named else name
+
+
 def misnamed(name: str, hello: Mapping[str, Any] | None) -> str | None:
     """A warning when the agent calls itself by another name than its ``nodes.toml`` entry (a swapped URL)."""
     agent_name = (hello or {}).get("node")

@@ -57,8 +57,8 @@ async def test_stored_readings_go_out_on_the_stores_stamps_and_a_failed_poll_sen
     w = writer(receiver.url)
     w.start()
     store = Sink()
-    hello: dict[str, Any] | None = None
-    sink = WrittenMeter(store, w, lambda: hello)
+    agent_names: dict[str, str] = {}  # Coordinator.agent_name's answers
+    sink = WrittenMeter(store, w, lambda node: agent_names.get(node, node))
     script: list[Reading | Exception] = [
         Reading(61.0, 3600.0),
         MeterError("HTTP 500"),
@@ -72,9 +72,9 @@ async def test_stored_readings_go_out_on_the_stores_stamps_and_a_failed_poll_sen
     spec = MeterSpec("shelly", "http://127.0.0.1:9", domain="wall")
     poller = MeterPoller("coord-name", spec, Scripted(script), sink, now_ns=clock(stamps))
     async with aiohttp.ClientSession() as session:
-        await poller.poll_once(session)  # before the node's link had a hello: the coordinator's name
+        await poller.poll_once(session)  # no agent name known yet: the coordinator's name
         await poller.poll_once(session)
-        hello = {"type": "hello", "node": "spark-a"}
+        agent_names["coord-name"] = "spark-a"  # its agent's hello said so
         for _ in range(3):
             await poller.poll_once(session)
     await until(lambda: w.stats.sent == 4)

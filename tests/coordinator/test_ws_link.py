@@ -311,6 +311,7 @@ async def test_hostile_frames_are_skipped_and_counted_and_never_end_the_link(tmp
 
     class OneLink:
         loop_lag = LoopLag()
+        meters: dict[str, Any] = {}  # noqa: RUF012 — a stub's, read only
 
         def now_ns(self) -> int:
             return time.time_ns()

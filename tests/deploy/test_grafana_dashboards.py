@@ -198,7 +198,7 @@ def test_every_metric_name_exists(agent_factory: Any, fake_nvml_dir: pathlib.Pat
         with urllib.request.urlopen(f"{agent.url}/metrics", timeout=5) as r:
             served |= exposition_names(r.read().decode())
     # The coordinator announces the same families whatever its state; an empty one is enough for names.
-    idle = SimpleNamespace(now_ns=lambda: 0, states=list, runs=list, loop_lag=LoopLag())
+    idle = SimpleNamespace(now_ns=lambda: 0, states=list, runs=list, loop_lag=LoopLag(), meters={})
     served |= exposition_names(generate_latest(coordinator_registry(cast(Any, idle))).decode())
     assert {"sparkwatch_gpu_power_watts", "sparkwatch_coordinator_run_active"} <= served
 

@@ -25,6 +25,8 @@ import yaml
 from test_grafana_dashboards import dashboard_queries, load_dashboards, recording_rules, variable_queries
 
 from doubles.fake_nvml import write_control
+from doubles.shelly import ShellyPlug
+from helpers.app_thread import AppThread
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load
 from helpers.prometheus import PROMETHEUS, Prometheus, PrometheusError
 
@@ -170,12 +172,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path)
         # After the probe found instant power supported: every read of it now fails (a read error).
         write_control(control, util=20, fail_field=["186:0:3"])
 
+        plug = AppThread(ShellyPlug(power_w=95.0).app(), free_port())  # spark-2's wall meter
+        plug.start()
+        stops.append(plug.stop)
+        assert plug.ready.wait(10)
+
         coord_dir = tmp / "coordinator"
         coord_dir.mkdir()
         nodes = "".join(
             f'[nodes.{name}]\nurl = "ws://127.0.0.1:{a.port}"\n'
             for name, a in (("spark-1", sim), ("spark-2", gb10))
         )
+        nodes += f'[nodes.spark-2.meter]\nkind = "shelly"\nurl = "http://127.0.0.1:{plug.port}"\n'
+        nodes += "interval_s = 0.5\n"
         coord = Coordinator(coord_dir, nodes)
         coord.start()
         stops.append(coord.stop)
@@ -327,3 +336,18 @@ def test_every_dashboard_query_parses_and_returns_data(stack: Stack) -> None:
     for _, query in (q for d in load_dashboards().values() for q in variable_queries(d)):
         (metric,) = re.findall(r"label_values\((\w+), node\)", query)
         assert prom.api("/api/v1/label/node/values", **{"match[]": metric}) == ["spark-1", "spark-2"]
+
+
+def test_the_coordinators_wall_meter_reading_is_scraped_under_the_agents_node_name(stack: Stack) -> None:
+    """The shipped config's coordinator job gets each meter's latest reading with the node label the
+    agent's own series carry (the node-overview dashboard plots it beside the hwmon channels)."""
+    prom = stack.prom
+    (series,) = prom.query("sparkwatch_meter_power_watts")
+    assert {k: v for k, v in series["metric"].items() if k not in ("job", "instance")} == {
+        "__name__": "sparkwatch_meter_power_watts",
+        "node": "spark-2",
+        "domain": "wall",
+        "source": "meter:shelly",
+    }
+    assert series["metric"]["job"] == "sparkwatch-coordinator" and float(series["value"][1]) == 95.0
+    assert prom.values("sparkwatch_meter_interval_seconds") == {"spark-2": 0.5}

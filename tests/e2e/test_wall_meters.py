@@ -164,6 +164,12 @@ def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:
         shelly.stop()
 
 
+def _meter_lines(rig: Rig) -> list[str]:
+    """The coordinator's /metrics lines of the meters' series (what Prometheus would scrape)."""
+    with urllib.request.urlopen(f"{rig.coord.url}/metrics", timeout=5) as r:
+        return sorted(line for line in r.read().decode().splitlines() if line.startswith("sparkwatch_meter_"))
+
+
 def _meter_state(rig: Rig, node: str) -> dict[str, object]:
     _, body = rig.coord.call("GET", "/v1/nodes")
     return next(n["meter"] for n in body["nodes"] if n["node"] == node)
@@ -185,6 +191,12 @@ def test_redfish_and_shelly_meters_feed_the_wall_domain_and_a_dead_meter_leaves_
     time.sleep(2 * POLL_S)  # a reading after the window's end, so that its last interval is covered
     state = _meter_state(rig, "spark-1")
     assert state["kind"] == "redfish" and state["last_power_w"] == 512.0 and state["error"] is None
+    assert _meter_lines(rig) == [  # the coordinator's /metrics: each meter's latest reading
+        'sparkwatch_meter_interval_seconds{domain="wall",node="spark-1",source="meter:redfish"} 0.5',
+        'sparkwatch_meter_interval_seconds{domain="wall",node="spark-2",source="meter:shelly"} 0.5',
+        'sparkwatch_meter_power_watts{domain="wall",node="spark-1",source="meter:redfish"} 512.0',
+        'sparkwatch_meter_power_watts{domain="wall",node="spark-2",source="meter:shelly"} 88.0',
+    ]
     rig.bmc.kill()  # the BMC and the plug stop answering
     rig.bmc.wait()
     rig.shelly.stop()
@@ -200,6 +212,7 @@ def test_redfish_and_shelly_meters_feed_the_wall_domain_and_a_dead_meter_leaves_
     wait_stored(rig.coord, *rig.agents)
     assert rig.coord.call("POST", f"/v1/runs/{run['id']}/end")[0] == 200
     assert _meter_state(rig, "spark-2")["error"] is not None
+    assert _meter_lines(rig) == []  # no reading is carried over a silent meter
     status, export = rig.coord.call("GET", f"/v1/runs/{run['id']}/export")
     assert status == 200
 

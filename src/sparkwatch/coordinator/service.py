@@ -26,7 +26,7 @@ from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.spec import EngineSpec
-from sparkwatch.hello_facts import misnamed, shared_identities
+from sparkwatch.hello_facts import agent_name, misnamed, shared_identities
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
@@ -72,6 +72,7 @@ class Coordinator:
         self._window_thread: ThreadPoolExecutor | None = None
         self._window_store: Store | None = None
         self.meters: dict[str, MeterPoller] = {}
+        self._meter_hellos: dict[str, dict[str, Any] | None] = {}  # a metered node's last stored hello
         self.engine: EnginePoller | None = None
         self._collector_pause = CollectorPause()
         self._report_assets = Assets()  # the inlined Vega bundle, assembled at the first report
@@ -116,7 +117,7 @@ class Coordinator:
                     spec.name,
                     spec.meter,
                     make_reader(spec.meter),
-                    self._meter_sink(spec.name, link.state),
+                    self._meter_sink(spec.name),
                     now_ns=self.now_ns,
                 )
                 self.meters[spec.name] = poller
@@ -137,17 +138,24 @@ class Coordinator:
         log.info("remote write to %s", self.remote_writer.url)
         return {"sample_sink": self.remote_writer.offer}
 
-    def _meter_sink(self, name: str, state: LinkState) -> MeterSink:
-        """Where a node's meter readings go: the store, and with remote write the writer too, under the
-        agent's name from the link's hello (else the last one stored: an agent still down after a restart
-        of the coordinator keeps its name)."""
+    def _meter_sink(self, name: str) -> MeterSink:
+        """Where a node's meter readings go: the store, and with remote write the writer too."""
+        latest = self.store.latest_boot(name)
+        self._meter_hellos[name] = self.store.hello(name, latest[0]) if latest else None
         if self.remote_writer is None:
             return self.store
         from sparkwatch.coordinator.remote_write.meters import WrittenMeter  # noqa: PLC0415 — opt in
 
-        latest = self.store.latest_boot(name)
-        stored = self.store.hello(name, latest[0]) if latest else None
-        return WrittenMeter(self.store, self.remote_writer, lambda: state.hello or stored)
+        return WrittenMeter(self.store, self.remote_writer, self.agent_name)
+
+    def agent_name(self, name: str) -> str:
+        """The ``node`` label of node ``name``'s series (what its agent calls itself): from its link's hello,
+        else the last one stored before this start (an agent still down after the coordinator restarted
+        keeps its name), else ``name``."""
+        link = self.links.get(name)
+        return agent_name(
+            name, (link.state.hello if link is not None else None) or self._meter_hellos.get(name)
+        )
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         for task in self._tasks:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from sparkwatch.core.tracks import GAP_INTERVALS
+
 if TYPE_CHECKING:
     from sparkwatch.coordinator.remote_write.sender import WriterStats
     from sparkwatch.coordinator.service import Coordinator
@@ -23,6 +25,7 @@ class CoordinatorCollector(Collector):
         yield from _link_families(self._coord.states(), self._coord.now_ns())
         yield from _run_families([r for r in self._coord.runs() if r.open])
         yield self._coord.loop_lag.family()
+        yield from _meter_families(self._coord)
         writer = getattr(self._coord, "remote_writer", None)  # shapes of a coordinator without one: none
         if writer is not None:
             yield from _remote_write_families(writer.stats)
@@ -98,6 +101,32 @@ def _run_families(active: Sequence[RunRow]) -> Iterator[Metric]:
         run_active.add_metric([r.id], 1.0)
         run_start.add_metric([r.id], r.t_start_ns / 1e9)
     yield from (open_runs, run_active, run_start)
+
+
+def _meter_families(coord: Coordinator) -> Iterator[Metric]:
+    """Each node's wall meter's latest reading, with the same names and labels as remote write sends
+    (coordinator/remote_write/meters.py), while it is the meter's current word: none after a failed poll
+    or once older than the gap limit (GAP_INTERVALS polls), so a scrape never carries a value across a
+    meter's silence."""
+    power = GaugeMetricFamily(
+        "sparkwatch_meter_power_watts",
+        "The node's wall meter's latest reading, W (absent while the meter does not answer).",
+        labels=["node", "domain", "source"],
+    )
+    interval = GaugeMetricFamily(
+        "sparkwatch_meter_interval_seconds",
+        "How often the coordinator polls the meter.",
+        labels=["node", "domain", "source"],
+    )
+    now = coord.now_ns()
+    for name, poller in coord.meters.items():
+        state, spec = poller.state, poller.spec
+        fresh = state.last_t_ns is not None and now - state.last_t_ns <= GAP_INTERVALS * spec.interval_s * 1e9
+        if state.error is None and state.last_power_w is not None and fresh:
+            labels = [coord.agent_name(name), spec.domain, spec.source]
+            power.add_metric(labels, state.last_power_w)
+            interval.add_metric(labels, spec.interval_s)
+    yield from (power, interval)
 
 
 #: Every outcome a stored sample can have in the remote writer (each shown from the start, at 0).

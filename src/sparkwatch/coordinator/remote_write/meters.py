@@ -8,16 +8,15 @@ as ``sparkwatch_meter_power_watts{node, domain, source}`` (W), with the poll int
 the spacing of the readings that came back) and, when the meter has its own counter,
 ``sparkwatch_meter_energy_joules_total`` (J). A failed poll sends nothing: the gap stays a gap (its reason
 is in the coordinator's store, not in the engine). ``node`` is the agent's own name for the node (what its
-samples' series carry): from its link's latest hello, else the last hello the store kept for it, else the
-coordinator's name for it.
+samples' series carry, ``Coordinator.agent_name``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
-from sparkwatch.coordinator.remote_write.series import Key, key, series_node
+from sparkwatch.coordinator.remote_write.series import Key, key
 from sparkwatch.meters.poller import MeterSink
 from sparkwatch.store.meters import MeterReading
 
@@ -52,17 +51,15 @@ class WrittenMeter:
     """A meter poller's sink that stores each reading, then hands it to the remote writer (which never
     blocks); errors are stored only."""
 
-    def __init__(
-        self, store: MeterSink, writer: MeterOffer, hello: Callable[[], Mapping[str, Any] | None]
-    ) -> None:
-        """``hello``: the node's latest hello (its link's, else the store's), None before any."""
+    def __init__(self, store: MeterSink, writer: MeterOffer, named: Callable[[str], str]) -> None:
+        """``named``: the ``node`` label of a node's series, from its nodes.toml name."""
         self._store = store
         self._writer = writer
-        self._hello = hello
+        self._named = named
 
     def add_meter_reading(self, node: str, reading: MeterReading) -> None:
         self._store.add_meter_reading(node, reading)
-        self._writer.offer_meter(series_node(node, self._hello()), reading)
+        self._writer.offer_meter(self._named(node), reading)
 
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
         self._store.add_meter_error(node, domain, t_ns, error)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sparkwatch.hello_facts import agent_name
 from sparkwatch.wire import LEGACY_SENSOR_SOURCE
 from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
 
@@ -65,12 +66,6 @@ def key(metric: str, /, **labels: str) -> Key:
     return ((NAME, metric), *sorted(labels.items()))
 
 
-def series_node(node: str, hello: Mapping[str, Any] | None) -> str:
-    """The ``node`` label of a node's series: the agent's own name (its hello's), else ``node`` (the
-    coordinator's name for it)."""
-    return _text((hello or {}).get("node")) or node
-
-
 def _number(value: Any) -> float | None:
     """A JSON number as the agent's collector gives it (``float(value)``); anything else is unknown."""
     return float(value) if type(value) is float or type(value) is int else None
@@ -97,7 +92,7 @@ class HelloSeries:
     def of(cls, node: str, hello: Mapping[str, Any] | None) -> HelloSeries:
         """From a hello as the agent sent it (serving/hello.py); ``node`` (the coordinator's name for the
         node) only where the hello does not name it."""
-        agent_node = series_node(node, hello)
+        agent_node = agent_name(node, hello)
         hello = hello or {}
         hardware = _dict(hello.get("hardware"))
         gpus = [g for g in hardware.get("gpus") or () if isinstance(g, dict)]
