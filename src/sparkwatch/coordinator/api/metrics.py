@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from sparkwatch.core.tracks import GAP_INTERVALS
+from sparkwatch.meters.names import METER_INTERVAL, METER_LABELS, METER_POWER
 
 if TYPE_CHECKING:
     from sparkwatch.coordinator.remote_write.sender import WriterStats
@@ -108,24 +109,21 @@ def _meter_families(coord: Coordinator) -> Iterator[Metric]:
     (coordinator/remote_write/meters.py), while it is the meter's current word: none after a failed poll
     or once older than the gap limit (GAP_INTERVALS polls), so a scrape never carries a value across a
     meter's silence."""
+    labels = ["node", *METER_LABELS]
     power = GaugeMetricFamily(
-        "sparkwatch_meter_power_watts",
-        "The node's wall meter's latest reading, W (absent while the meter does not answer).",
-        labels=["node", "domain", "source"],
+        METER_POWER,
+        "The node's wall meter's latest reading, W (absent while it does not answer).",
+        labels=labels,
     )
-    interval = GaugeMetricFamily(
-        "sparkwatch_meter_interval_seconds",
-        "How often the coordinator polls the meter.",
-        labels=["node", "domain", "source"],
-    )
+    interval = GaugeMetricFamily(METER_INTERVAL, "How often the coordinator polls the meter.", labels=labels)
     now = coord.now_ns()
     for name, poller in coord.meters.items():
         state, spec = poller.state, poller.spec
         fresh = state.last_t_ns is not None and now - state.last_t_ns <= GAP_INTERVALS * spec.interval_s * 1e9
         if state.error is None and state.last_power_w is not None and fresh:
-            labels = [coord.agent_name(name), spec.domain, spec.source]
-            power.add_metric(labels, state.last_power_w)
-            interval.add_metric(labels, spec.interval_s)
+            values = [coord.agent_name(name), spec.domain, spec.source]
+            power.add_metric(values, state.last_power_w)
+            interval.add_metric(values, spec.interval_s)
     yield from (power, interval)
 
 

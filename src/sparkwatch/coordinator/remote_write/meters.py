@@ -17,12 +17,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sparkwatch.coordinator.remote_write.series import Key, key
+from sparkwatch.meters.names import METER_ENERGY, METER_INTERVAL, METER_POWER
 from sparkwatch.meters.poller import MeterSink
 from sparkwatch.store.meters import MeterReading
-
-METER_POWER = "sparkwatch_meter_power_watts"
-METER_ENERGY = "sparkwatch_meter_energy_joules_total"
-METER_INTERVAL = "sparkwatch_meter_interval_seconds"
 
 
 def meter_series(node: str, reading: MeterReading) -> list[tuple[Key, float]]:

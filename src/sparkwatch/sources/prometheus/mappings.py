@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from sparkwatch.meters.names import METER_INTERVAL, METER_LABELS, METER_POWER
 from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
 
 MIB = 1024 * 1024
@@ -68,7 +69,7 @@ class Family:
     #: system domain per ``domain`` label.
     meter_power: Series | None = None
     meter_interval: Series | None = None
-    meter_labels: tuple[str, str] = ("domain", "source")
+    meter_labels: tuple[str, str] = METER_LABELS
     signals: Signals | None = None
 
     def gpu_memory_name(self) -> str:
@@ -92,8 +93,8 @@ SPARKWATCH = Family(
     read_in="agent/src/sparkwatch_agent/serving/metrics.py",
     sensor_power=Series("sparkwatch_sensor_power_watts"),
     sensor_energy=Series("sparkwatch_sensor_energy_joules_total"),
-    meter_power=Series("sparkwatch_meter_power_watts"),  # coordinator/remote_write/meters.py
-    meter_interval=Series("sparkwatch_meter_interval_seconds"),
+    meter_power=Series(METER_POWER),  # the coordinator's series (meters/names.py)
+    meter_interval=Series(METER_INTERVAL),
     signals=Signals(
         sm_clock=Series("sparkwatch_gpu_sm_clock_hertz"),
         temperature=Series("sparkwatch_gpu_temperature_celsius"),

@@ -1,0 +1,8 @@
+"""The series a wall meter's readings go by, wherever they leave the coordinator (its /metrics, remote
+write) and wherever they are read back (an export from a TSDB): one home for the names."""
+
+METER_POWER = "sparkwatch_meter_power_watts"
+METER_ENERGY = "sparkwatch_meter_energy_joules_total"
+METER_INTERVAL = "sparkwatch_meter_interval_seconds"
+#: The labels besides ``node``: the meter's domain (``wall`` unless set) and its source (``meter:<kind>``).
+METER_LABELS = ("domain", "source")
