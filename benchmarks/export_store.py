@@ -42,7 +42,7 @@ S = 1_000_000_000
 NODES = 4
 WINDOWS_PER_HOUR = 10_000 / 8
 RUN_ID = "bench"
-#: The export reads this much before the run (core.baseline.BASELINE_S + 5 s, sources/store.py LEAD_NS).
+#: The export reads this much before the run (core.baseline.BASELINE_S + 5 s, sparkwatch.sources.LEAD_NS).
 LEAD_NS = 15 * S
 #: Where export_run has lived (it moved from the coordinator to the sources package).
 EXPORT_MODULES = ("sparkwatch.sources.store", "sparkwatch.coordinator.export_inputs")

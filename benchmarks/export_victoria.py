@@ -33,7 +33,8 @@ import numpy as np
 
 from _victoria import BenchError, Victoria
 from export_store import NODES, RUN_ID, build_store
-from sparkwatch.sources.store import LEAD_NS, node_input
+from sparkwatch.sources import LEAD_NS
+from sparkwatch.sources.store import node_input
 from sparkwatch.store import Store
 
 HOUR_NS = 3600 * 1_000_000_000

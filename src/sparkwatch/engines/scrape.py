@@ -63,7 +63,7 @@ def read_page(text: str) -> Scrape:
 def _combined(family: Family, series: Series, samples: dict[str, Labelled]) -> tuple[float, str] | None:
     """The first of the series' names the page has, its rank series combined; None when it has none."""
     for name in series.names:
-        kept = [v for labels, v in samples.get(name, ()) if _primary(labels, family.replica_labels)]
+        kept = [v for labels, v in samples.get(name, ()) if primary(labels, family.replica_labels)]
         if not kept:
             continue
         if series.combine == "sum":
@@ -78,5 +78,6 @@ def _combined(family: Family, series: Series, samples: dict[str, Labelled]) -> t
     return None
 
 
-def _primary(labels: Mapping[str, str], replica_labels: tuple[str, ...]) -> bool:
+def primary(labels: Mapping[str, str], replica_labels: tuple[str, ...]) -> bool:
+    """A series of rank "0" of every replica label (or without them): the one whose view is read."""
     return all(labels.get(label, "0") == "0" for label in replica_labels)

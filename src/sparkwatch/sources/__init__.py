@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.export import build_export
 from sparkwatch.core.export_nodes import longest_interval_s
@@ -17,6 +18,9 @@ from sparkwatch.core.tracks import GAP_INTERVALS
 from sparkwatch.core.windows import Window
 from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
 
+#: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
+#: (and a few seconds more, for the clock offset and a window that starts before the run).
+LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
 #: Engine scrapes read beyond the span: the scrape around each edge may be as far as the gap limit at the
 #: slowest scrape interval.
 ENGINE_MARGIN_NS = int(GAP_INTERVALS * ENGINE_MAX_INTERVAL_S * 1e9)

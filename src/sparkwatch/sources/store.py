@@ -12,7 +12,6 @@ import numpy as np
 from sparkwatch import __version__
 from sparkwatch.coordinator.big_values import let_go
 from sparkwatch.coordinator.boot_reads import read_boot
-from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
 from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.engine import EngineSamples
@@ -21,13 +20,9 @@ from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import I64, GpuTrack, MemTrack, repeated
 from sparkwatch.defaults import SCOPES, ScopeKind
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
-from sparkwatch.sources import ENGINE_MARGIN_NS, export_from
+from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, export_from
 from sparkwatch.sources.node_read import NodeRead, join_reads
 from sparkwatch.store import Store, StoreError
-
-#: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
-#: (and a few seconds more, for the clock offset and a window that starts before the run).
-LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
 
 
 def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:

@@ -36,7 +36,7 @@ class Entry(NamedTuple):
     hello: Mapping[str, Any] | None
     frames: Sequence[SampleFrame]
     offset: ClockOffset | None = None  # the link's latest estimate for their boot; None: none for it
-    meter: MeterReading | None = None  # node: the name its series carry
+    meter: MeterReading | None = None
 
     @property
     def samples(self) -> int:

@@ -20,8 +20,10 @@ from types import MappingProxyType
 import numpy as np
 
 from sparkwatch.core.engine import COUNTERS, GAUGES, EngineSamples
+from sparkwatch.core.export_nodes import seen_interval_s
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 from sparkwatch.engines.families import FAMILIES, Combine, Family, Series
+from sparkwatch.engines.scrape import primary
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.align import union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries, Reader
@@ -64,8 +66,7 @@ def engine_samples(
         values[s.field], source = _field(family, s, series, t)
         if source is not None:
             sources[s.field] = source
-    spacing = np.diff(t)
-    interval_s = float(np.median(spacing)) / 1e9 if len(spacing) else 1.0
+    interval_s = seen_interval_s(t, np.zeros(len(t), dtype=np.int64)) or 1.0
     return EngineSamples(
         family=family.name,
         t_ns=t,
@@ -123,8 +124,7 @@ def _field(family: Family, s: Series, found: list[RawSeries], t: I64) -> tuple[F
         ranks = [
             values_at(t, r)
             for r in found
-            if r.labels.get("__name__") == name
-            and all(r.labels.get(label, "0") == "0" for label in family.replica_labels)
+            if r.labels.get("__name__") == name and primary(r.labels, family.replica_labels)
         ]
         if not ranks:
             continue

@@ -17,14 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from sparkwatch.core.baseline import BASELINE_S
 from sparkwatch.core.clock import NodeClock
 from sparkwatch.core.domains import DomainInput
 from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
-from sparkwatch.sources import ENGINE_MARGIN_NS, SourceError
+from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, SourceError
 from sparkwatch.sources.prometheus.align import merged, union_times, values_at
 from sparkwatch.sources.prometheus.channels import median_interval, meter_domains, sensor_domains
 from sparkwatch.sources.prometheus.engine_series import engine_samples
@@ -38,8 +37,6 @@ from sparkwatch.sources.prometheus.mappings import (
 from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader
 from sparkwatch.sources.prometheus.signals import signal_track, top_hz
 
-#: Read before the span: the baseline period before the first window, and a few seconds more.
-LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
 #: Read beyond either edge: the scrape around each edge may be a whole (slow) scrape interval away.
 MARGIN_NS = 60 * 1_000_000_000
 #: Nodes a "no such node" error lists, of those the engine has.
