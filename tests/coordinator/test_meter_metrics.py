@@ -60,7 +60,7 @@ LABELS = '{domain="chassis",node="agent-n1",source="meter:redfish"}'
 def test_a_fresh_reading_is_shown_under_the_agents_name() -> None:
     assert meter_lines(poller(last_t_ns=NOW - 5 * S, last_power_w=412.5)) == [
         f"sparkwatch_meter_power_watts{LABELS} 412.5",
-        f"sparkwatch_meter_interval_seconds{LABELS} 2.0",
+        f"sparkwatch_meter_poll_interval_seconds{LABELS} 2.0",
     ]
 
 

@@ -350,4 +350,4 @@ def test_the_coordinators_wall_meter_reading_is_scraped_under_the_agents_node_na
         "source": "meter:shelly",
     }
     assert series["metric"]["job"] == "sparkwatch-coordinator" and float(series["value"][1]) == 95.0
-    assert prom.values("sparkwatch_meter_interval_seconds") == {"spark-2": 0.5}
+    assert prom.values("sparkwatch_meter_poll_interval_seconds") == {"spark-2": 0.5}

@@ -1,10 +1,12 @@
 """`sparkwatch export --prometheus` end to end: two simulated agents stream to a real coordinator and are
 scraped every second by a real Prometheus and a real VictoriaMetrics, beside two loopback targets serving
 recorded dcgm-exporter and nvidia_gpu_exporter text with one scripted GPU's values, and a serving engine's
-recorded vLLM page with scripted counters (scraped by the coordinator too). One scripted run is exported
-from the coordinator's SQLite and from both engines: the gated mean power per node agrees within the
-tolerance docs/fleets.md states for 1 s scrapes, a window shorter than two scrapes is ``low_confidence``
-from the engines only, and the engine blocks give the scripted token rates.
+recorded vLLM page with scripted counters (scraped by the coordinator too), and the coordinator itself,
+whose ``/metrics`` shows the latest reading of spark-1's wall meter (a Shelly plug it polls every 0.2 s).
+One scripted run is exported from the coordinator's SQLite and from both engines: the gated mean power per
+node agrees within the tolerance docs/fleets.md states for 1 s scrapes, a window shorter than two scrapes
+is ``low_confidence`` from the engines only, the engine blocks give the scripted token rates, and the
+scraped wall meter is spark-1's system domain.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import jsonschema
 import pytest
 from aiohttp import web
 
+from doubles.shelly import ShellyPlug
 from helpers.app_thread import AppThread
 from helpers.engine_replay import VLLM, EngineReplay, capture, with_values
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
@@ -51,6 +54,8 @@ SNAPSHOT_LAG_S = 0.2
 SW_THERMAL = 0x20
 #: The scripted vLLM engine's token counters grow this fast (per s).
 GENERATED_PER_S, PROMPT_PER_S = 1000.0, 400.0
+#: spark-1's wall meter: its power idle, busy and light (W), and the coordinator's poll interval (s).
+WALL_IDLE_W, WALL_BUSY_W, WALL_LIGHT_W, METER_S = 80.0, 150.0, 100.0, 0.2
 
 
 def vllm_page(elapsed_s: float) -> str:
@@ -139,11 +144,14 @@ class Rig:
     nvidia_instance: str  # the nvidia_gpu_exporter target's instance label
 
 
-def _scrape_config(agents: list[AgentProcess], dcgm_port: int, nvidia_port: int, vllm_port: int) -> str:
+def _scrape_config(
+    agents: list[AgentProcess], coordinator_port: int, dcgm_port: int, nvidia_port: int, vllm_port: int
+) -> str:
     targets = ", ".join(f"'127.0.0.1:{a.port}'" for a in agents)
     return (
         "global:\n  scrape_interval: 1s\nscrape_configs:\n"
         f"  - job_name: agents\n    static_configs:\n      - targets: [{targets}]\n"
+        f"  - job_name: coordinator\n    static_configs:\n      - targets: ['127.0.0.1:{coordinator_port}']\n"
         f"  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{dcgm_port}']\n"
         f"  - job_name: nvidia\n    static_configs:\n      - targets: ['127.0.0.1:{nvidia_port}']\n"
         f"  - job_name: vllm\n    static_configs:\n      - targets: ['127.0.0.1:{vllm_port}']\n"
@@ -170,7 +178,7 @@ def _wait_scraped(urls: list[str], after_ms: float, timeout_s: float = 15.0) -> 
     """Until every engine holds a scrape of the agents and of both recorded targets after ``after_ms``."""
     deadline = time.monotonic() + timeout_s
     metrics = ("sparkwatch_gpu_power_watts", "DCGM_FI_DEV_POWER_USAGE", "nvidia_smi_power_draw_watts")
-    metrics += ("vllm:generation_tokens_total",)
+    metrics += ("vllm:generation_tokens_total", "sparkwatch_meter_power_watts")
     while time.monotonic() < deadline:
         if all(_newest_ms(u, m) > after_ms for u in urls for m in metrics):
             return
@@ -179,7 +187,7 @@ def _wait_scraped(urls: list[str], after_ms: float, timeout_s: float = 15.0) -> 
 
 
 def _script(
-    coord: Coordinator, agents: list[AgentProcess], gpu: GpuScript
+    coord: Coordinator, agents: list[AgentProcess], gpu: GpuScript, plug: ShellyPlug
 ) -> tuple[dict[str, Any], list[Any]]:
     """Idle, busy (util 0.8 / 90 %), light (0.2 / 20 %), idle; windows: a long busy one, a short one, one
     across the busy→light change."""
@@ -190,14 +198,17 @@ def _script(
     for agent in agents:
         sim_load(agent, 0.8)
     gpu.set(300.0, 90, 40000)
+    plug.set_power(WALL_BUSY_W)
     time.sleep(7.0)
     for agent in agents:
         sim_load(agent, 0.2)
     gpu.set(120.0, 20, 20000, SW_THERMAL)
+    plug.set_power(WALL_LIGHT_W)
     time.sleep(3.0)
     for agent in agents:
         sim_load(agent, 0.0)
     gpu.set(60.0, 0, 4845)
+    plug.set_power(WALL_IDLE_W)
     s = 1_000_000_000
     windows = [
         {
@@ -227,6 +238,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         AppThread(recorded_app(NVIDIA_TEXT, lambda: nvidia_values(gpu)), free_port()),
         AppThread(EngineReplay(vllm_page).app(), free_port()),
     ]
+    plug = ShellyPlug(power_w=WALL_IDLE_W)
+    exporters.append(AppThread(plug.app(), free_port()))
     for exporter in exporters:
         exporter.start()
     names = ("spark-1", "spark-2")
@@ -239,7 +252,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         for agent in agents:
             agent.wait_ready()
         config = tmp / "scrape.yml"
-        config.write_text(_scrape_config(agents, *(e.port for e in exporters)))
+        coord_port = free_port()
+        config.write_text(_scrape_config(agents, coord_port, *(e.port for e in exporters[:3])))
         engines = [
             Prometheus(config, tmp / "prom", tmp / "prometheus.log"),
             Victoria(tmp / "vm", tmp / "victoria.log", scrape_config=config),
@@ -249,13 +263,15 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         nodes += "".join(
             f'[nodes.{n}]\nurl = "ws://127.0.0.1:{a.port}"\n' for n, a in zip(names, agents, strict=True)
         )
-        coord = Coordinator(tmp / "coordinator", nodes)
+        nodes += f'[nodes.spark-1.meter]\nkind = "shelly"\nurl = "http://127.0.0.1:{exporters[3].port}"\n'
+        nodes += f"interval_s = {METER_S}\n"
+        coord = Coordinator(tmp / "coordinator", nodes, port=coord_port)
         coord.start()
         wait_connected(coord, 2)
         for engine in engines:
             engine.wait_ready()
         _wait_scraped([e.url for e in engines], time.time() * 1000)
-        run, windows = _script(coord, agents, gpu)
+        run, windows = _script(coord, agents, gpu, plug)
         wait_stored(coord, *agents)
         status, _ = coord.call("POST", f"/v1/runs/{run['id']}/end")
         assert status == 200
@@ -484,3 +500,40 @@ def test_the_serving_engines_series_in_the_tsdb_give_its_engine_blocks(rig: Rig,
     assert rc == 2 and export is None
     assert said.splitlines()[-1].startswith("sparkwatch: error: --engine-metrics {job=}: "), said
     assert said.count("\n") == 2 and "Traceback" not in said
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+def test_a_scraped_coordinators_wall_meter_is_the_nodes_system_domain(rig: Rig, engine: str) -> None:
+    """The coordinator's ``/metrics`` scraped every second (no remote write): the wall meter it polls every
+    0.2 s is spark-1's ``wall`` domain at the scrape's resolution, its gaps read against the scrapes'
+    spacing (not the poll interval every scraped reading carries), and its figures are the SQLite
+    export's within what one scrape interval at a load change can move them."""
+    url = rig.prometheus if engine == "prometheus" else rig.victoria
+    rc, export, said = export_cli(rig, url)
+    assert rc == 0 and export is not None, said
+    tsdb, sqlite = _nodes(export), _nodes(rig.sqlite_export)
+    assert tsdb["spark-2"]["system"] is None and sqlite["spark-2"]["system"] is None
+    (wall,) = tsdb["spark-1"]["system"]["domains"]
+    (ref,) = sqlite["spark-1"]["system"]["domains"]
+    print(
+        f"{engine} wall: {wall['power_w']} {wall['samples']}\nsqlite wall: {ref['power_w']} {ref['samples']}"
+    )
+    assert (wall["domain"], wall["kind"], wall["source"]) == (ref["domain"], ref["kind"], ref["source"])
+    assert (wall["domain"], wall["source"]) == ("wall", "meter:shelly")
+    assert tsdb["spark-1"]["system"]["headline_domain"] == "wall"
+    assert wall["samples"]["coverage_ratio"] == ref["samples"]["coverage_ratio"] == 1.0
+    assert wall["samples"]["max_gap_s"] == ref["samples"]["max_gap_s"] == 0.0
+    # a reading a scrape apart, not a poll (8 s of timed windows)
+    assert wall["samples"]["count"] < 0.3 * ref["samples"]["count"]
+    # an interval across the idle→busy change is gated in or out whole: its trapezoid can move the mean
+    # by at most half the step over one scrape interval, at either end of the gated time
+    gated_s = tsdb["spark-1"]["gated_s"]
+    step_w = (WALL_BUSY_W - WALL_IDLE_W) * 1.0 / gated_s
+    assert ref["power_w"]["gated_mean"] == pytest.approx(WALL_BUSY_W, abs=0.5)
+    assert wall["power_w"]["gated_mean"] == pytest.approx(WALL_BUSY_W, abs=step_w)
+    long, long_ref = _window(export, "long"), _window(rig.sqlite_export, "long")
+    (entry,) = long["nodes"][0]["system"]
+    (entry_ref,) = long_ref["nodes"][0]["system"]
+    print(f"{engine} long wall: {entry} vs sqlite {entry_ref}")
+    assert entry_ref["energy_j"] == pytest.approx(WALL_BUSY_W * 5, rel=TOLERANCE)
+    assert entry["energy_j"] == pytest.approx(entry_ref["energy_j"], rel=TOLERANCE)

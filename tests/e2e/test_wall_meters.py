@@ -192,8 +192,8 @@ def test_redfish_and_shelly_meters_feed_the_wall_domain_and_a_dead_meter_leaves_
     state = _meter_state(rig, "spark-1")
     assert state["kind"] == "redfish" and state["last_power_w"] == 512.0 and state["error"] is None
     assert _meter_lines(rig) == [  # the coordinator's /metrics: each meter's latest reading
-        'sparkwatch_meter_interval_seconds{domain="wall",node="spark-1",source="meter:redfish"} 0.5',
-        'sparkwatch_meter_interval_seconds{domain="wall",node="spark-2",source="meter:shelly"} 0.5',
+        'sparkwatch_meter_poll_interval_seconds{domain="wall",node="spark-1",source="meter:redfish"} 0.5',
+        'sparkwatch_meter_poll_interval_seconds{domain="wall",node="spark-2",source="meter:shelly"} 0.5',
         'sparkwatch_meter_power_watts{domain="wall",node="spark-1",source="meter:redfish"} 512.0',
         'sparkwatch_meter_power_watts{domain="wall",node="spark-2",source="meter:shelly"} 88.0',
     ]

@@ -3,6 +3,11 @@ write) and wherever they are read back (an export from a TSDB): one home for the
 
 METER_POWER = "sparkwatch_meter_power_watts"
 METER_ENERGY = "sparkwatch_meter_energy_joules_total"
+#: Each remote-written reading's poll interval, against which an export from the engine reads gaps.
 METER_INTERVAL = "sparkwatch_meter_interval_seconds"
+#: The poll interval on the coordinator's /metrics: not METER_INTERVAL, because a scraped reading is a
+#: scrape interval after the one before it, not a poll, and an export reads a meter without METER_INTERVAL
+#: against its readings' spacing.
+METER_POLL_INTERVAL = "sparkwatch_meter_poll_interval_seconds"
 #: The labels besides ``node``: the meter's domain (``wall`` unless set) and its source (``meter:<kind>``).
 METER_LABELS = ("domain", "source")

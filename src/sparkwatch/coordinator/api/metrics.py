@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from sparkwatch.core.tracks import GAP_INTERVALS
-from sparkwatch.meters.names import METER_INTERVAL, METER_LABELS, METER_POWER
+from sparkwatch.meters.names import METER_LABELS, METER_POLL_INTERVAL, METER_POWER
 
 if TYPE_CHECKING:
     from sparkwatch.coordinator.remote_write.sender import WriterStats
@@ -105,17 +105,19 @@ def _run_families(active: Sequence[RunRow]) -> Iterator[Metric]:
 
 
 def _meter_families(coord: Coordinator) -> Iterator[Metric]:
-    """Each node's wall meter's latest reading, with the same names and labels as remote write sends
+    """Each node's wall meter's latest reading, with the name and labels remote write sends its readings by
     (coordinator/remote_write/meters.py), while it is the meter's current word: none after a failed poll
     or once older than the gap limit (GAP_INTERVALS polls), so a scrape never carries a value across a
-    meter's silence."""
+    meter's silence. The poll interval has its own name here (meters/names.py)."""
     labels = ["node", *METER_LABELS]
     power = GaugeMetricFamily(
         METER_POWER,
         "The node's wall meter's latest reading, W (absent while it does not answer).",
         labels=labels,
     )
-    interval = GaugeMetricFamily(METER_INTERVAL, "How often the coordinator polls the meter.", labels=labels)
+    interval = GaugeMetricFamily(
+        METER_POLL_INTERVAL, "How often the coordinator polls the meter, s.", labels=labels
+    )
     now = coord.now_ns()
     for name, poller in coord.meters.items():
         state, spec = poller.state, poller.spec
