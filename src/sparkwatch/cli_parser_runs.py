@@ -112,8 +112,8 @@ def node_names(text: str) -> tuple[str, ...]:
 
 
 def label_matchers(text: str) -> str:
-    """``--engine-metrics '{job="vllm"}'``: PromQL label matchers in braces, returned without them (the
-    engine checks their syntax and says what is wrong in one line)."""
+    """``--engine-metrics '{job="vllm"}'``, ``--series-matchers '{job=""}'``: PromQL label matchers in
+    braces, returned without them (the engine checks their syntax and says what is wrong in one line)."""
     inner = text.strip()
     if not (inner.startswith("{") and inner.endswith("}")) or not inner[1:-1].strip() or "\n" in inner:
         raise argparse.ArgumentTypeError(f"{text!r}: label matchers in braces, e.g. '{{job=\"vllm\"}}'")
@@ -148,6 +148,13 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
         help="the serving engine's vLLM or SGLang series in the TSDB, by label matchers that select that one"
         """ engine (e.g. '{job="vllm"}'; `run --engine-metrics` takes the engine's URL instead); default:"""
         " no engine block",
+    )
+    tsdb.add_argument(
+        "--series-matchers",
+        type=label_matchers,
+        metavar="MATCHERS",
+        help="label matchers every node series read must also match, for an engine that holds them twice"
+        """ (e.g. '{job=""}': what a coordinator remote-wrote; '{job!=""}': scrapes); default: none""",
     )
     tsdb.add_argument(
         "--metrics",

@@ -283,6 +283,14 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
             "argument --engine-metrics: 'job=v': label",
         ),
         (["--prometheus", "http://a", "--engine-metrics", "{ }"], "argument --engine-metrics: '{ }': label"),
+        (
+            ["--db", "x.db", "--series-matchers", '{job=""}'],
+            "--series-matchers goes with --prometheus, not --db",
+        ),
+        (
+            ["--prometheus", "http://a", "--series-matchers", 'job=""'],
+            "argument --series-matchers: 'job=\"\"': label",
+        ),
     ],
 )
 def test_export_flags_are_refused_in_one_line(argv: list[str], said: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import weakref
 
 import numpy as np
@@ -25,21 +26,26 @@ T0 = 1_800_000_000 * S
 
 
 class Held:
-    """Series by metric name, answered for any selector naming that metric (the nodes label filter is the
-    source's business: series without it are dropped as an engine would)."""
+    """Series answered for a selector by its metric name and its ``label="v"`` / ``label!="v"`` matchers,
+    read as PromQL reads them (an absent label is ``""``); the selectors the source writes are of that
+    kind."""
 
     api = "held"
 
     def __init__(self, series: list[RawSeries], label: str = "node") -> None:
         self.series, self.label = series, label
+        self.selectors: list[str] = []
 
     def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
-        name = selector.split("{", maxsplit=1)[0] or selector.split('"')[1]
-        labelled = "!=" in selector
+        self.selectors.append(selector)
+        name, _, inner = selector.partition("{")
+        matchers = re.findall(r'(\w+)(!=|=)"((?:[^"\\]|\\.)*)"', inner)
+        if name:
+            matchers.append(("__name__", "=", name))
         return [
             r
             for r in self.series
-            if r.labels["__name__"] == name and (not labelled or r.labels.get(self.label))
+            if all((r.labels.get(k, "") == json.loads(f'"{v}"')) == (op == "=") for k, op, v in matchers)
         ]
 
 
@@ -57,8 +63,16 @@ def sparkwatch_gpu(node: str, uuid: str, t_s: list[float], watts: float, util: f
     ]
 
 
-def export(found: list[RawSeries], windows: list[Window], family: Family = SPARKWATCH, label: str = "node"):  # type: ignore[no-untyped-def]
-    source = TsdbSource(Held(found, label), family, label, "prometheus", "http://tsdb.example")
+def export(
+    found: list[RawSeries],
+    windows: list[Window],
+    family: Family = SPARKWATCH,
+    label: str = "node",
+    matchers: str | None = None,
+):  # type: ignore[no-untyped-def]
+    source = TsdbSource(
+        Held(found, label), family, label, "prometheus", "http://tsdb.example", series_matchers=matchers
+    )
     spec = RunSpec(id="r", name="r", t_start_ns=T0, t_end_ns=T0 + 30 * S, interval_s=0.0)
     nodes = source.nodes(T0, T0 + 30 * S)
     return export_from(source, spec, nodes, windows, "test")
@@ -138,6 +152,82 @@ def test_no_series_with_the_label_or_two_series_for_one_gpu_is_one_line() -> Non
     ]
     with pytest.raises(SourceError, match="two series of sparkwatch_gpu_power_watts for GPU 'GPU-a'"):
         export(twice, [window("w", 1, 2)])
+
+
+def _held_twice(t: list[float]) -> list[RawSeries]:
+    """A node's GPU and wall meter as a site that scrapes the agent and the coordinator (1 s, ``job`` and
+    ``instance`` added) and also takes the coordinator's remote write (10 Hz, neither label) holds them."""
+    fast = [x / 10 for x in range(round(t[-1] * 10) + 1)]
+    scraped = {"job": "sparkwatch-agent", "instance": "spark-1:9464"}
+    written = sparkwatch_gpu("n1", "GPU-a", fast, 50.0, 0.9)
+    meter = {"node": "n1", "domain": "wall", "source": "meter:shelly"}
+    return [
+        *written,
+        *(
+            RawSeries({**r.labels, **scraped}, r.t_ns, r.values)
+            for r in sparkwatch_gpu("n1", "GPU-a", t, 40.0, 0.9)
+        ),
+        series("sparkwatch_meter_power_watts", fast, [90.0] * len(fast), **meter),
+        series("sparkwatch_meter_power_watts", t, [80.0] * len(t), **meter, job="coord", instance="c:8750"),
+    ]
+
+
+def test_a_node_held_twice_at_once_is_refused_in_one_line_and_series_matchers_pick_one() -> None:
+    """Scraped and remote-written series of one GPU would be interleaved into a track neither is: refused,
+    naming the labels that tell them apart and the flag that picks one; ``{job=""}`` gives the remote
+    write's figures, ``{job!=""}`` the scrapes' (each matcher in every node selector)."""
+    t = [float(x) for x in range(31)]
+    with pytest.raises(SourceError) as caught:
+        export(_held_twice(t), [window("w", 5, 25)])
+    said = str(caught.value)
+    assert "\n" not in said
+    assert said.startswith("two series of sparkwatch_gpu_power_watts for GPU 'GPU-a' of node 'n1' at once, ")
+    assert '{instance="",job=""} and {instance="spark-1:9464",job="sparkwatch-agent"}' in said
+    assert """--series-matchers, e.g. '{job=""}'""" in said
+    written = export(_held_twice(t), [window("w", 5, 25)], matchers='job=""')
+    scraped = export(_held_twice(t), [window("w", 5, 25)], matchers='job!=""')
+    for out, watts, wall_w, interval_s in ((written, 50.0, 90.0, 0.1), (scraped, 40.0, 80.0, 1.0)):
+        (node,) = out["nodes"]
+        assert node["samples"]["interval_s"] == pytest.approx(interval_s)
+        assert node["power_w"]["gated_mean"] == pytest.approx(watts)
+        (wall,) = node["system"]["domains"]
+        assert wall["power_w"]["gated_mean"] == pytest.approx(wall_w)
+    assert written["source"]["series_matchers"] == '{job=""}'
+    assert (
+        export(sparkwatch_gpu("n1", "GPU-a", t, 1.0, 0.9), [window("w", 1, 2)])["source"]["series_matchers"]
+        is None
+    )
+
+
+def test_a_meter_or_a_channel_held_twice_at_once_is_refused_but_one_after_another_is_one_series() -> None:
+    t = [float(x) for x in range(31)]
+    meter = {"node": "n1", "domain": "wall", "source": "meter:shelly"}
+    gpu = sparkwatch_gpu("n1", "GPU-a", t, 40.0, 0.9)
+    twice = [
+        series("sparkwatch_meter_power_watts", t, [90.0] * 31, **meter),
+        series("sparkwatch_meter_power_watts", t[::2], [80.0] * 16, **meter, job="coord"),
+    ]
+    with pytest.raises(
+        SourceError,
+        match=r"_meter_power_watts for meter domain 'wall' of node 'n1' at once, \{job=\"\"\} and \{job=\"c",
+    ):
+        export([*gpu, *twice], [window("w", 5, 25)])
+    channel = ("sparkwatch_sensor_power_watts", "n1", "sys_total", "system", "hwmon:spbm")
+    doubled = [sensor(*channel, t, [70.0] * 31), sensor(*channel, t, [70.0] * 31)]
+    doubled[1] = RawSeries({**doubled[1].labels, "job": "x"}, doubled[1].t_ns, doubled[1].values)
+    with pytest.raises(SourceError, match="for channel 'sys_total' of node 'n1' at once"):
+        export([*gpu, *doubled], [window("w", 5, 25)])
+    moved = [  # the scrape target moved at 15 s: one GPU's life under two instance labels
+        RawSeries(
+            {**r.labels, "instance": "a" if k < 3 else "b"},
+            r.t_ns[:16] if k < 3 else r.t_ns[16:],
+            r.values[:16] if k < 3 else r.values[16:],
+        )
+        for k, r in enumerate([*gpu, *gpu])
+    ]
+    (node,) = export(moved, [window("w", 5, 25)])["nodes"]
+    assert node == export(gpu, [window("w", 5, 25)])["nodes"][0]
+    assert node["power_w"]["gated_mean"] == pytest.approx(40.0)
 
 
 def sensor(name: str, node: str, channel: str, kind: str, source: str, t_s: list[float], values: list[float]):  # type: ignore[no-untyped-def]

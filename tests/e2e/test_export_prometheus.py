@@ -3,10 +3,13 @@ scraped every second by a real Prometheus and a real VictoriaMetrics, beside two
 recorded dcgm-exporter and nvidia_gpu_exporter text with one scripted GPU's values, and a serving engine's
 recorded vLLM page with scripted counters (scraped by the coordinator too), and the coordinator itself,
 whose ``/metrics`` shows the latest reading of spark-1's wall meter (a Shelly plug it polls every 0.2 s).
-One scripted run is exported from the coordinator's SQLite and from both engines: the gated mean power per
-node agrees within the tolerance docs/fleets.md states for 1 s scrapes, a window shorter than two scrapes
-is ``low_confidence`` from the engines only, the engine blocks give the scripted token rates, and the
-scraped wall meter is spark-1's system domain.
+The coordinator also remote-writes to the Prometheus, which then holds every node series twice, as a site
+that scrapes with the shipped config and turns remote write on does. One scripted run is exported from
+the coordinator's SQLite and from both engines: the gated mean power per node agrees within the tolerance
+docs/fleets.md states for 1 s scrapes, a window shorter than two scrapes is ``low_confidence`` from the
+engines only, the engine blocks give the scripted token rates, and the scraped wall meter is spark-1's
+system domain; the Prometheus that holds both is refused until ``--series-matchers`` picks the scrapes or
+the remote write.
 """
 
 from __future__ import annotations
@@ -134,6 +137,16 @@ def recorded_app(recorded: pathlib.Path, values: Callable[[], dict[str, str]]) -
     return app
 
 
+def _wait_written(url: str, after_ms: float, timeout_s: float = 15.0) -> None:
+    """Until the coordinator's remote write of the agents' samples reaches past ``after_ms``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _newest_ms(url, 'sparkwatch_gpu_power_watts{job=""}') > after_ms:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the remote write did not reach past {after_ms}")
+
+
 @dataclass
 class Rig:
     tmp: pathlib.Path
@@ -255,7 +268,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         coord_port = free_port()
         config.write_text(_scrape_config(agents, coord_port, *(e.port for e in exporters[:3])))
         engines = [
-            Prometheus(config, tmp / "prom", tmp / "prometheus.log"),
+            Prometheus(config, tmp / "prom", tmp / "prometheus.log", remote_write_receiver=True),
             Victoria(tmp / "vm", tmp / "victoria.log", scrape_config=config),
         ]
         (tmp / "coordinator").mkdir()
@@ -265,7 +278,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         )
         nodes += f'[nodes.spark-1.meter]\nkind = "shelly"\nurl = "http://127.0.0.1:{exporters[3].port}"\n'
         nodes += f"interval_s = {METER_S}\n"
-        coord = Coordinator(tmp / "coordinator", nodes, port=coord_port)
+        coord = Coordinator(
+            tmp / "coordinator", nodes, port=coord_port, args=["--remote-write", engines[0].write_url]
+        )
         coord.start()
         wait_connected(coord, 2)
         for engine in engines:
@@ -276,6 +291,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         status, _ = coord.call("POST", f"/v1/runs/{run['id']}/end")
         assert status == 200
         _wait_scraped([e.url for e in engines], time.time() * 1000 + 1000)
+        _wait_written(engines[0].url, (time.time() - 0.5) * 1000)
         status, export = coord.call("GET", f"/v1/runs/{run['id']}/export")
         assert status == 200
         path = tmp / "windows.json"
@@ -292,8 +308,14 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             exporter.stop()
 
 
-def export_cli(rig: Rig, url: str, *more: str) -> tuple[int, dict[str, Any] | None, str]:
+def export_cli(
+    rig: Rig, url: str, *more: str, scrapes: bool = True
+) -> tuple[int, dict[str, Any] | None, str]:
+    """`sparkwatch export --prometheus URL …`; from the Prometheus, which holds the remote write too, the
+    scrapes unless ``scrapes`` is false."""
     run = rig.sqlite_export["run"]
+    if url == rig.prometheus and scrapes:
+        more = ("--series-matchers", '{job!=""}', *more)
     out = rig.tmp / f"export-{time.monotonic_ns()}.json"
     argv = [
         sys.executable,
@@ -537,3 +559,33 @@ def test_a_scraped_coordinators_wall_meter_is_the_nodes_system_domain(rig: Rig, 
     print(f"{engine} long wall: {entry} vs sqlite {entry_ref}")
     assert entry_ref["energy_j"] == pytest.approx(WALL_BUSY_W * 5, rel=TOLERANCE)
     assert entry["energy_j"] == pytest.approx(entry_ref["energy_j"], rel=TOLERANCE)
+
+
+def test_an_engine_holding_scrapes_and_remote_write_is_refused_until_series_matchers_pick_one(
+    rig: Rig,
+) -> None:
+    """The Prometheus scraped the agents and took the coordinator's remote write: each GPU has two series at
+    once, which would interleave into a track neither is. The export is refused in one line that names the
+    labels telling them apart and the flag; ``{job=""}`` then reads the remote write at the agents' full
+    rate, with the SQLite export's figures."""
+    rc, export, said = export_cli(rig, rig.prometheus, scrapes=False)
+    assert rc == 2 and export is None
+    error = said.splitlines()[-1]
+    assert error.startswith("sparkwatch: error: two series of sparkwatch_gpu_power_watts for GPU "), said
+    assert 'job=""} and {' in error and 'job="agents"}' in error and "--series-matchers" in error, error
+    assert "Traceback" not in said
+    rc, export, said = export_cli(rig, rig.prometheus, "--series-matchers", '{job=""}', scrapes=False)
+    assert rc == 0 and export is not None, said
+    jsonschema.validate(export, run_schema())
+    assert export["source"]["series_matchers"] == '{job=""}'
+    assert export["method"]["interval_s"] == pytest.approx(0.1, abs=0.01)
+    sqlite = _nodes(rig.sqlite_export)
+    for name, node in _nodes(export).items():
+        ref = sqlite[name]
+        print(f"remote write {name}: {node['power_w']} {node['energy_j']} J vs sqlite {ref['power_w']}")
+        assert node["power_w"]["gated_mean"] == pytest.approx(ref["power_w"]["gated_mean"], rel=1e-3)
+        assert node["energy_j"] == pytest.approx(ref["energy_j"], rel=1e-3)
+    (wall,) = _nodes(export)["spark-1"]["system"]["domains"]
+    (ref_wall,) = sqlite["spark-1"]["system"]["domains"]
+    assert wall["power_w"]["gated_mean"] == pytest.approx(ref_wall["power_w"]["gated_mean"], rel=1e-3)
+    assert abs(wall["samples"]["count"] - ref_wall["samples"]["count"]) <= 2

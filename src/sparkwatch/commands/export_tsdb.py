@@ -23,7 +23,7 @@ from sparkwatch.sources.prometheus.source import TsdbSource
 
 #: The flags an export from a TSDB needs, and one it may take (neither goes with a database's run).
 TSDB_ONLY = ("windows", "start", "end")
-TSDB_OPTIONAL = ("nodes", "engine_metrics")
+TSDB_OPTIONAL = ("nodes", "engine_metrics", "series_matchers")
 
 
 def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -69,6 +69,7 @@ def tsdb_export(
         engine,
         url,
         engine_matchers=args.engine_metrics,
+        series_matchers=args.series_matchers,
     )
     t_from = min([args.start, *(w.t_start_ns for w in windows)])
     t_to = max([args.end, *(w.t_end_ns for w in windows)])

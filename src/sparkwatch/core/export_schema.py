@@ -340,6 +340,10 @@ _SOURCE = {
             "type": ["string", "null"],
             "description": "the label matchers that selected the serving engine's series (--engine-metrics)",
         },
+        "series_matchers": {
+            "type": ["string", "null"],
+            "description": "the label matchers every node series read also matched (--series-matchers)",
+        },
     },
 }
 

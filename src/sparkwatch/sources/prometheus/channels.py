@@ -10,7 +10,7 @@ import numpy as np
 from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.export_nodes import seen_interval_s
 from sparkwatch.core.tracks import F64, I64, GpuTrack
-from sparkwatch.sources.prometheus.align import merged, union_times, values_at
+from sparkwatch.sources.prometheus.align import single, union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries
 from sparkwatch.wire import LEGACY_SENSOR_SOURCE
 
@@ -28,9 +28,10 @@ def sensor_domains(
     power: ByChannel, energy: ByChannel, labels: Sequence[str], gpus: Sequence[GpuTrack]
 ) -> list[DomainInput]:
     """One domain per channel name in the order they were first scraped, its kind and source from its
-    latest series' ``labels`` (kind, source); ΔE/Δt where it has a counter, else the trapezoid, gated by
-    the node's GPU utilisation at each scrape, as the store's are."""
-    kind_label, source_label = labels
+    latest series' ``labels`` (the nodes label, kind, source); ΔE/Δt where it has a counter, else the
+    trapezoid, gated by the node's GPU utilisation at each scrape, as the store's are. A channel's metric in
+    two series at once is refused (align.single)."""
+    node_label, kind_label, source_label = labels
     names = set(power) | set(energy)
     found = {name: [*power.get(name, ()), *energy.get(name, ())] for name in names}
     first_scraped = {name: min(int(r.t_ns[0]) for r in rs) for name, rs in found.items()}
@@ -39,7 +40,8 @@ def sensor_domains(
         t = union_times([r.t_ns for r in found[name]])
         # a channel whose kind or source changed has several series: one track
         watts, joules = (
-            values_at(t, merged(part[name]) if name in part else None) for part in (power, energy)
+            values_at(t, single(part[name], f"channel {name!r}", node_label) if name in part else None)
+            for part in (power, energy)
         )
         latest = max(found[name], key=lambda r: int(r.t_ns[-1])).labels
         zeros = np.zeros(len(t), dtype=np.int64)
@@ -51,18 +53,22 @@ def sensor_domains(
 
 
 def meter_domains(
-    power: ByChannel, intervals: ByChannel, source_label: str, gpus: Sequence[GpuTrack]
+    power: ByChannel, intervals: ByChannel, labels: Sequence[str], gpus: Sequence[GpuTrack]
 ) -> list[DomainInput]:
     """One domain per meter domain, by name (as the store lists them): power by the trapezoid (a meter's
     own counter is not integrated, as from the store), gated by the node's GPU utilisation at each
-    reading, a gap read against the poll interval sent with each reading (the readings' median spacing
-    where none was: a coordinator older than that series)."""
+    reading. A gap is read against the poll interval sent with each remote-written reading, else against
+    the readings' median spacing (a scraped coordinator's, a scrape apart; or an older coordinator's).
+    ``labels``: the nodes label and the source label. A meter's metric in two series at once (its readings
+    remote-written and scraped) is refused (align.single)."""
+    node_label, source_label = labels
     domains = []
     for name, rs in sorted(power.items()):
-        watts = merged(rs)
+        what = f"meter domain {name!r}"
+        watts = single(rs, what, node_label)
         t = watts.t_ns
         source = max(rs, key=lambda r: int(r.t_ns[-1])).labels.get(source_label) or "meter"
-        sent = values_at(t, merged(intervals[name]) if name in intervals else None)
+        sent = values_at(t, single(intervals[name], what, node_label) if name in intervals else None)
         interval = np.where(np.isfinite(sent) & (sent > 0), sent, median_interval(t))
         unused, zeros = np.full(len(t), np.nan), np.zeros(len(t), dtype=np.int64)
         track = gated_track(t, zeros, interval, watts.values, unused, gpus=gpus)

@@ -25,7 +25,7 @@ from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 from sparkwatch.engines.families import FAMILIES, Combine, Family, Series
 from sparkwatch.engines.scrape import primary
 from sparkwatch.sources import SourceError
-from sparkwatch.sources.prometheus.align import union_times, values_at
+from sparkwatch.sources.prometheus.align import first_overlap, told_apart, union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries, Reader
 
 #: A field's rank series combined at one scrape (families.py's ``combine``), unknown ranks left out.
@@ -95,23 +95,17 @@ def _read(reader: Reader, family: Family, matchers: str, t_from_ns: int, t_to_ns
 def _one_engine(family: Family, series: list[RawSeries], matchers: str) -> None:
     """SourceError when two series of one name and one rank have samples over the same time."""
     ranks = (*family.rank_labels, *family.replica_labels)
-    spans: dict[tuple[str, ...], list[tuple[int, int, dict[str, str]]]] = {}
+    groups: dict[tuple[str, ...], list[RawSeries]] = {}
     for r in series:
         key = (r.labels.get("__name__", ""), *(r.labels.get(label, "") for label in ranks))
-        spans.setdefault(key, []).append((int(r.t_ns[0]), int(r.t_ns[-1]), r.labels))
-    for found in spans.values():
-        found.sort(key=lambda span: span[:2])
-        end, last = found[0][1], found[0][2]
-        for lo, hi, labels in found[1:]:
-            if lo <= end:
-                differ = sorted(k for k in {*labels, *last} if labels.get(k) != last.get(k))
-                a, b = ("{" + ",".join(f'{k}="{d.get(k, "")}"' for k in differ) + "}" for d in (last, labels))
-                raise SourceError(
-                    f"{{{matchers}}} selects two engines' {labels.get('__name__')} at once ({a} and {b}):"
-                    f" {ONE_ENGINE}"
-                )
-            if hi > end:
-                end, last = hi, labels
+        groups.setdefault(key, []).append(r)
+    for (name, *_), found in groups.items():
+        pair = first_overlap(found)
+        if pair is not None:
+            a, b = told_apart(*pair)
+            raise SourceError(
+                f"{{{matchers}}} selects two engines' {name} at once ({a} and {b}): {ONE_ENGINE}"
+            )
 
 
 def _field(family: Family, s: Series, found: list[RawSeries], t: I64) -> tuple[F64, str | None]:

@@ -24,7 +24,7 @@ from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
 from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, SourceError
-from sparkwatch.sources.prometheus.align import merged, union_times, values_at
+from sparkwatch.sources.prometheus.align import merged, single, union_times, values_at
 from sparkwatch.sources.prometheus.channels import median_interval, meter_domains, sensor_domains
 from sparkwatch.sources.prometheus.engine_series import engine_samples
 from sparkwatch.sources.prometheus.mappings import (
@@ -72,11 +72,14 @@ class TsdbSource:
         url: str,
         *,
         engine_matchers: str | None = None,
+        series_matchers: str | None = None,
     ) -> None:
         """``engine_matchers``: the label matchers that select the serving engine's series (none: the
-        export has no engine block)."""
+        export has no engine block); ``series_matchers``: label matchers every node series read must
+        also match (an engine that holds them twice)."""
         self._reader = reader
         self._engine_matchers = engine_matchers
+        self._series_matchers = series_matchers
         self._family = family
         self._label = nodes_label
         self._engine = engine
@@ -97,6 +100,7 @@ class TsdbSource:
             "clock": CLOCK_NOTE,
             "energy": ENERGY_NOTE,
             "engine_series": None if self._engine_matchers is None else f"{{{self._engine_matchers}}}",
+            "series_matchers": None if self._series_matchers is None else f"{{{self._series_matchers}}}",
         }
 
     def series(self, s: Series, t_from_ns: int, t_to_ns: int, node: str | None = None) -> list[RawSeries]:
@@ -108,13 +112,26 @@ class TsdbSource:
             if node is not None and any(k[1] != node for k in self._read):
                 self._read.clear()  # the next node: the last one's series go
             which = f"={json.dumps(node, ensure_ascii=False)}" if node is not None else '!=""'
-            selector = f"{s.metric}{{{self._label}{which}}}"
-            found = self._reader.read(selector, t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
+            selector = f"{s.metric}{{{self._label}{which}{self._also()}}}"
+            found = self._read_series(selector, t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
             scaled = [RawSeries(r.labels, r.t_ns, r.values * s.scale) for r in found]
             if node is None:
                 return scaled
             self._read[key] = scaled
         return self._read[key]
+
+    def _also(self) -> str:
+        """The ``--series-matchers`` every node selector adds (none: nothing)."""
+        return f",{self._series_matchers}" if self._series_matchers else ""
+
+    def _read_series(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+        """The engine's answer; with ``--series-matchers``, its refusal says which flag it was about."""
+        try:
+            return self._reader.read(selector, t_from_ns, t_to_ns)
+        except SourceError as exc:
+            if self._series_matchers is None:
+                raise
+            raise SourceError(f"--series-matchers {{{self._series_matchers}}}: {exc}") from None
 
     def nodes(self, t_from_ns: int, t_to_ns: int, only: Sequence[str] = ()) -> list[str]:
         """The nodes label's values on the family's GPU power series, sorted; none is one line. (Every
@@ -127,7 +144,7 @@ class TsdbSource:
         if not names:
             hint = self._labels_hint(t_from_ns, t_to_ns)
             raise SourceError(
-                f"no {self._family.power.metric} series with a {self._label!r} label from"
+                f"no {self._family.power.metric}{self._matching()} series with a {self._label!r} label from"
                 f" {t_from_ns / 1e9:.3f} to {t_to_ns / 1e9:.3f} at {self._url}{hint}"
             )
         return names
@@ -144,16 +161,19 @@ class TsdbSource:
                 shown = ", ".join(listed[:NODES_SHOWN]) + (", …" if len(listed) > NODES_SHOWN else "")
                 hint = f" (nodes with them: {shown})" if listed else self._labels_hint(t_from_ns, t_to_ns)
                 raise SourceError(
-                    f"no {self._family.power.metric} series with"
+                    f"no {self._family.power.metric}{self._matching()} series with"
                     f" {self._label}={json.dumps(node, ensure_ascii=False)} from {t_from_ns / 1e9:.3f} to"
                     f" {t_to_ns / 1e9:.3f} at {self._url}{hint}"
                 )
         return list(only)
 
+    def _matching(self) -> str:
+        return f"{{{self._series_matchers}}}" if self._series_matchers else ""
+
     def _labels_hint(self, t_from_ns: int, t_to_ns: int) -> str:
         """The labels the power series do carry (when it has any without the nodes label)."""
-        selector = f'{{__name__="{self._family.power.metric}"}}'
-        found = self._reader.read(selector, t_from_ns - LEAD_NS, t_to_ns + MARGIN_NS)
+        selector = f'{{__name__="{self._family.power.metric}"{self._also()}}}'
+        found = self._read_series(selector, t_from_ns - LEAD_NS, t_to_ns + MARGIN_NS)
         labels = sorted({k for r in found for k in r.labels if k != "__name__"})
         return f" (its series carry: {', '.join(labels)}; see --nodes-label)" if labels else ""
 
@@ -197,16 +217,14 @@ class TsdbSource:
         return r.labels.get(self._family.gpu_label) or r.labels.get("gpu") or ""
 
     def _by_gpu(self, found: Sequence[RawSeries]) -> dict[str, RawSeries]:
-        out: dict[str, RawSeries] = {}
+        """Per GPU, its one series (label sets one after another merged; two at once refused)."""
+        return {key: single(p, f"GPU {key!r}", self._label) for key, p in self._gpu_parts(found).items()}
+
+    def _gpu_parts(self, found: Sequence[RawSeries]) -> dict[str, list[RawSeries]]:
+        parts: dict[str, list[RawSeries]] = {}
         for r in found:
-            key = self._gpu_key(r)
-            if key in out:
-                raise SourceError(
-                    f"two series of {r.labels.get('__name__', 'a metric')} for GPU {key!r} on node"
-                    f" {r.labels.get(self._label)!r} (labels {sorted(r.labels)}): narrow the nodes label"
-                )
-            out[key] = r
-        return out
+            parts.setdefault(self._gpu_key(r), []).append(r)
+        return parts
 
     def _gpus(self, node: str, t_from_ns: int, t_to_ns: int) -> list[GpuSeries]:
         f = self._family
@@ -238,7 +256,7 @@ class TsdbSource:
             part: self._by_label(s, name_label, node, t_from_ns, t_to_ns)
             for part, s in (("power", f.sensor_power), ("energy", f.sensor_energy))
         }
-        return sensor_domains(parts["power"], parts["energy"], f.sensor_labels[1:], gpus)
+        return sensor_domains(parts["power"], parts["energy"], [self._label, *f.sensor_labels[1:]], gpus)
 
     def _meter_domains(
         self, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
@@ -249,7 +267,7 @@ class TsdbSource:
             self._by_label(s, f.meter_labels[0], node, t_from_ns, t_to_ns)
             for s in (f.meter_power, f.meter_interval)
         )
-        return meter_domains(powers, intervals, f.meter_labels[1], gpus)
+        return meter_domains(powers, intervals, (self._label, f.meter_labels[1]), gpus)
 
     def _by_label(
         self, s: Series | None, label: str, node: str, t_from_ns: int, t_to_ns: int
@@ -315,10 +333,7 @@ class TsdbSource:
         return {}
 
     def _merged_by_gpu(self, found: Sequence[RawSeries]) -> dict[str, RawSeries]:
-        parts: dict[str, list[RawSeries]] = {}
-        for r in found:
-            parts.setdefault(self._gpu_key(r), []).append(r)
-        return {key: merged(p) for key, p in parts.items()}
+        return {key: merged(p) for key, p in self._gpu_parts(found).items()}
 
     def _info(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, dict[str, str]]:
         """Each GPU's identity labels (from the info series, else from the power series)."""
@@ -335,12 +350,14 @@ class TsdbSource:
         f = self._family
         own = self._mine(f.host_memory, node, t_from_ns, t_to_ns)
         if own:
-            return _mem(own[0].t_ns, own[0].values), f.host_memory.metric if f.host_memory else ""
+            host = single(own, "its memory", self._label)
+            return _mem(host.t_ns, host.values), f.host_memory.metric if f.host_memory else ""
         total = self._mine(NODE_MEM_TOTAL, node, t_from_ns, t_to_ns)
         available = self._mine(NODE_MEM_AVAILABLE, node, t_from_ns, t_to_ns)
         if total and available:
-            t = total[0].t_ns
-            used = total[0].values - values_at(t, available[0])
+            total_b, available_b = (single(x, "its memory", self._label) for x in (total, available))
+            t = total_b.t_ns
+            used = total_b.values - values_at(t, available_b)
             name = f"{NODE_MEM_TOTAL.metric} - {NODE_MEM_AVAILABLE.metric}"
             return _mem(t, used), name
         per_gpu = self._by_gpu(self._mine(f.gpu_memory, node, t_from_ns, t_to_ns))
