@@ -4,6 +4,7 @@ commands/export_cmd.py). Imports nothing heavy: `sparkwatch --help` loads no aio
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,16 @@ def node_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def label_name(text: str) -> str:
+    """``--nodes-label LABEL``: a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*), checked here: it goes into
+    every selector, and the engine's parse error would not say which flag it came from."""
+    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a label name is letters, digits and _ (not first a digit)"
+        )
+    return text
+
+
 def label_matchers(text: str) -> str:
     """``--engine-metrics '{job="vllm"}'``, ``--series-matchers '{job=""}'``: PromQL label matchers in
     braces, returned without them (the engine checks their syntax and says what is wrong in one line)."""
@@ -132,7 +143,11 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
     tsdb.add_argument("--start", type=epoch_ns, metavar="T", help="the run's start: Unix seconds or RFC 3339")
     tsdb.add_argument("--end", type=epoch_ns, metavar="T", help="the run's end: Unix seconds or RFC 3339")
     tsdb.add_argument(
-        "--nodes-label", default="node", metavar="LABEL", help="the label naming each node (default node)"
+        "--nodes-label",
+        default="node",
+        type=label_name,
+        metavar="LABEL",
+        help="the label naming each node (default node)",
     )
     tsdb.add_argument(
         "--nodes",

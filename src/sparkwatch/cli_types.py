@@ -201,7 +201,20 @@ def engine_metrics_url(text: str) -> str:
 
 def epoch_ns(text: str) -> int:
     """A point in time as Unix seconds (``1764850000`` or ``1764850000.25``) or RFC 3339 with its offset
-    (``2025-12-04T13:02:08Z``, ``…+01:00``), as epoch ns (exact: no float rounding of the seconds)."""
+    (``2025-12-04T13:02:08Z``, ``…+01:00``), as epoch ns (exact: no float rounding of the seconds), between
+    2000 and 2100 as every stamp sparkwatch takes (milliseconds given as seconds are refused here, not
+    carried to the export's 64-bit integers)."""
+    ns = _epoch_ns(text)
+    from sparkwatch.core.windows import epoch_ns_problem  # noqa: PLC0415  (numpy: this flag only)
+
+    if epoch_ns_problem(ns) is not None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time between 2000 and 2100 (Unix seconds, not milliseconds, or RFC 3339)"
+        )
+    return ns
+
+
+def _epoch_ns(text: str) -> int:
     import datetime  # noqa: PLC0415  (this flag only)
     import decimal  # noqa: PLC0415
 

@@ -52,6 +52,20 @@ def test_a_gb10_held_at_700_mhz_is_flagged_by_its_clock_alone() -> None:
     assert no_max["throttle"] == [] and no_max["sm_clock_ratio"] is None  # no maximum: no ratio, no flag
 
 
+def test_an_idle_gpus_low_clock_is_not_a_slowdown_but_a_working_one_at_low_clock_is() -> None:
+    """NVML marks a resting GPU ``gpu_idle`` and its clocks drop: not flagged (a warm-up before the load).
+    The ratio reported is still every sample's; the flag reads the samples not marked idle, so a GPU held
+    at 700 MHz while working is flagged beside idle samples, and without reasons every sample counts."""
+    starts, ends = windows((0.0, 2.0))
+    (idle,) = window_signals([track([0x1] * 20, [210.0] * 20)], starts, ends)
+    assert idle["throttle"] == [] and idle["sm_clock_ratio"] == round(210 / 3003, 3)
+    assert idle["clock_event_reasons"] == ["gpu_idle"]
+    (mixed,) = window_signals([track([0x1] * 10 + [0] * 10, [210.0] * 10 + [700.0] * 10)], starts, ends)
+    assert mixed["throttle"] == ["throttled:sm_clock (mean 0.23 of the maximum, under 0.6)"]
+    (unknown,) = window_signals([track([-1] * 20, [210.0] * 20)], starts, ends)
+    assert unknown["throttle"] == ["throttled:sm_clock (mean 0.07 of the maximum, under 0.6)"]
+
+
 def test_unknown_signals_are_unknown_not_clean() -> None:
     starts, ends = windows((0.0, 1.0))
     (unknown,) = window_signals([track([-1] * 10, [float("nan")] * 10)], starts, ends)
@@ -64,13 +78,15 @@ def _reference(tracks: list[SignalTrack], a: int, b: int) -> dict[str, object]:
     """The per-window loop window_signals replaced (kept here as the statement of what it computes)."""
     from sparkwatch.core.throttle import MAX_SLOWDOWN_RATIO, MIN_CLOCK_RATIO, REASON_NAMES, SLOWDOWN_BITS
 
-    clocks, ratios, temps, masks = [], [], [], []
+    clocks, ratios, working, temps, masks = [], [], [], [], []
     for t in tracks:
         lo, hi = np.searchsorted(t.t_ns, [a, b], side="left")
-        clock = t.sm_clock_hz[lo:hi]
+        clock, reasons = t.sm_clock_hz[lo:hi], t.reasons[lo:hi]
         clocks.append(clock[np.isfinite(clock)])
         if t.max_sm_clock_hz:
             ratios.append(clocks[-1] / t.max_sm_clock_hz)
+            not_idle = np.isfinite(clock) & ~((reasons >= 0) & (reasons & 0x1 != 0))
+            working.append(clock[not_idle] / t.max_sm_clock_hz)
         temps.append(t.temperature_c[lo:hi][np.isfinite(t.temperature_c[lo:hi])])
         masks.append(t.reasons[lo:hi][t.reasons[lo:hi] >= 0])
     clock_all, ratio_all = np.concatenate(clocks or [np.empty(0)]), np.concatenate(ratios or [np.empty(0)])
@@ -85,8 +101,11 @@ def _reference(tracks: list[SignalTrack], a: int, b: int) -> dict[str, object]:
         if bit & SLOWDOWN_BITS and share > MAX_SLOWDOWN_RATIO:
             flags.append(f"throttled:{name} ({share:.0%} of the window's samples)")
     ratio = float(np.mean(ratio_all)) if len(ratio_all) else None
-    if ratio is not None and ratio < MIN_CLOCK_RATIO:
-        flags.append(f"throttled:sm_clock (mean {ratio:.2f} of the maximum, under {MIN_CLOCK_RATIO:g})")
+    working_all = np.concatenate(working or [np.empty(0)])
+    if len(working_all) and np.mean(working_all) < MIN_CLOCK_RATIO:
+        flags.append(
+            f"throttled:sm_clock (mean {np.mean(working_all):.2f} of the maximum, under {MIN_CLOCK_RATIO:g})"
+        )
     return {
         "sm_clock_hz_mean": round(float(np.mean(clock_all))) if len(clock_all) else None,
         "sm_clock_ratio": round(ratio, 3) if ratio is not None else None,

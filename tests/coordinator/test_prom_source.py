@@ -266,12 +266,41 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
     ("argv", "said"),
     [
         (["--prometheus", "http://127.0.0.1:1"], "--prometheus needs --windows, --start, --end"),
-        (["--db", "x.db", "--start", "1"], "--start goes with --prometheus, not --db"),
+        (["--db", "x.db", "--start", "1764850000"], "--start goes with --prometheus, not --db"),
         (["--db", "x.db", "--prometheus", "http://a"], "not allowed with argument"),
-        (["--prometheus", "http://a", "--windows", "w", "--start", "2", "--end", "1"], "--end must be after"),
-        (["--prometheus", "http://a", "--windows", "w", "--start", "x", "--end", "1"], "argument --start"),
-        (["--prometheus", "http://a", "--windows", "w", "--start", "1", "--end", "2", "r1"], "a run id goes"),
+        (
+            ["--prometheus", "http://a", "--windows", "w", "--start", "1764850002", "--end", "1764850001"],
+            "--end must be after",
+        ),
+        (
+            ["--prometheus", "http://a", "--windows", "w", "--start", "x", "--end", "1764850001"],
+            "argument --start",
+        ),
+        (
+            [
+                "--prometheus",
+                "http://a",
+                "--windows",
+                "w",
+                "--start",
+                "1764850001",
+                "--end",
+                "1764850002",
+                "r1",
+            ],
+            "a run id goes",
+        ),
         (["--prometheus", "http://a", "--metrics", "collectd"], "invalid choice"),
+        (  # milliseconds given as seconds: refused before anything is read, not at the file's writing
+            ["--prometheus", "http://a", "--windows", "w", "--start", "1796436500740", "--end", "1"],
+            "argument --start: '1796436500740' is not a time between 2000 and 2100",
+        ),
+        (["--prometheus", "http://a", "--end", "1e30"], "argument --end: '1e30' is not a time between"),
+        (["--prometheus", "http://a", "--end", "9999-01-01T00:00:00Z"], "argument --end: '9999-01-01"),
+        (
+            ["--prometheus", "http://a", "--nodes-label", "bad label"],
+            "argument --nodes-label: 'bad label': a",
+        ),
         (["--db", "x.db", "--nodes", "a"], "--nodes goes with --prometheus, not --db"),
         (["--prometheus", "http://a", "--nodes", "a,,b"], "argument --nodes: 'a,,b': node names separated"),
         (
@@ -299,6 +328,49 @@ def test_export_flags_are_refused_in_one_line(argv: list[str], said: str) -> Non
     assert said in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://127.0.0.1:99999", "--prometheus is not a URL with a valid host and port (Port out of range"),
+        ("http://u:secret@[::1", "--prometheus is not a URL with a valid host and port"),
+        ("http://127.0.0.1:9/api/v1/write", "--prometheus is the engine's API root, without /api/v1/"),
+    ],
+)
+def test_an_engine_url_that_is_not_an_api_root_is_one_line(
+    tmp_path: pathlib.Path, url: str, said: str
+) -> None:
+    windows = tmp_path / "w.json"
+    windows.write_text(
+        json.dumps({"windows": [{"id": "a", "phase": "timed", "t_start_ns": 1, "t_end_ns": 2}]})
+    )
+    done = _cli(
+        "--prometheus", url, "--windows", str(windows), "--start", "1764850000", "--end", "1764850100"
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    assert "secret" not in done.stderr
+
+
+def test_windows_a_day_outside_the_span_are_one_line_before_the_engine_is_asked(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The coordinator's rule for windows posted to a run: a span typed wrong (here a year early) would
+    otherwise measure the windows against nothing and exit 0. No engine listens here."""
+    windows = tmp_path / "w.json"
+    at = 1_796_436_500 * 10**9  # 2026-12-05
+    windows.write_text(
+        json.dumps({"windows": [{"id": "r-1", "phase": "timed", "t_start_ns": at, "t_end_ns": at + 10**9}]})
+    )
+    done = _cli(
+        "--prometheus", "http://127.0.0.1:1", "--engine", "prometheus", "--windows", str(windows),
+        "--start", "2025-12-05T00:00:00Z", "--end", "2025-12-05T01:00:00Z",
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "window 'r-1'" in done.stderr and "more than 24 h outside the run" in done.stderr
+    assert "check --start and --end" in done.stderr and "cannot reach" not in done.stderr
+
+
 def test_a_windows_file_that_cannot_be_read_is_one_line(tmp_path: pathlib.Path) -> None:
     """The engine is asked nothing before the windows are read: no engine is listening here."""
     windows = tmp_path / "w.csv"
@@ -311,9 +383,9 @@ def test_a_windows_file_that_cannot_be_read_is_one_line(tmp_path: pathlib.Path) 
         "--windows",
         str(windows),
         "--start",
-        "1",
+        "1764850001",
         "--end",
-        "2",
+        "1764850002",
     )
     assert done.returncode != 0
     assert done.stderr.count("\n") == 1 and "w.csv" in done.stderr

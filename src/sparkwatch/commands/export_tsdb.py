@@ -13,6 +13,7 @@ from typing import Any
 
 from sparkwatch import __version__
 from sparkwatch.core.run_spec import RunSpec
+from sparkwatch.core.windows import outside_run
 from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE
 from sparkwatch.importers import load_windows
 from sparkwatch.sources import SourceError, export_from
@@ -62,6 +63,9 @@ def tsdb_export(
     client = Client(url, auth)
     engine: Engine = detect(client) if args.engine == "auto" else args.engine
     windows = load_windows(args.windows_format, args.windows)
+    outside = outside_run(windows, args.start, args.end)
+    if outside is not None:  # the coordinator's rule for windows posted to a run
+        raise SourceError(f"{outside}: check --start and --end (Unix seconds) against the windows file")
     source = TsdbSource(
         reader(client, engine),
         FAMILIES[args.metrics],

@@ -322,6 +322,7 @@ _METHOD = {
     },
 }
 
+
 #: Where the samples came from (sources/): optional, exports before it lack it.
 _SOURCE = {
     "type": "object",
@@ -336,14 +337,9 @@ _SOURCE = {
         "memory_series": {"type": "string"},
         "clock": {"type": "string"},
         "energy": {"type": "string", "description": "how a window's energy is taken at its edges"},
-        "engine_series": {
-            "type": ["string", "null"],
-            "description": "the label matchers that selected the serving engine's series (--engine-metrics)",
-        },
-        "series_matchers": {
-            "type": ["string", "null"],
-            "description": "the label matchers every node series read also matched (--series-matchers)",
-        },
+        # the label matchers of --engine-metrics (the serving engine's series) and --series-matchers
+        "engine_series": {"type": ["string", "null"]},
+        "series_matchers": {"type": ["string", "null"]},
     },
 }
 

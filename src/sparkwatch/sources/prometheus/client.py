@@ -62,14 +62,19 @@ def check_url(url: str) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018  (raises on a bad port)
-    except ValueError as exc:
-        raise SourceError(f"--prometheus {public_url(url)!r}: {exc}") from None
+    except ValueError as exc:  # not printed: the URL may carry credentials
+        raise SourceError(f"--prometheus is not a URL with a valid host and port ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SourceError(f"--prometheus must be an http:// or https:// URL with a host, not {url!r:.80}")
     if parts.username is not None or parts.password is not None:
         raise SourceError(
             "--prometheus: credentials do not belong in the URL; use --bearer-token-file, or"
             " --basic-auth-user with --basic-auth-password-file"
+        )
+    if "/api/v1" in parts.path:
+        raise SourceError(
+            f"--prometheus is the engine's API root, without /api/v1/… (e.g. http://prom:9090, or"
+            f" VictoriaMetrics cluster's …/select/0/prometheus), not {public_url(url)!r}"
         )
     return public_url(url)
 

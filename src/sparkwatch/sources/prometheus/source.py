@@ -144,7 +144,7 @@ class TsdbSource:
         if not names:
             hint = self._labels_hint(t_from_ns, t_to_ns)
             raise SourceError(
-                f"no {self._family.power.metric}{self._matching()} series with a {self._label!r} label from"
+                f"no {self._family.power.metric}{self._matching()} series labelled {self._label!r} from"
                 f" {t_from_ns / 1e9:.3f} to {t_to_ns / 1e9:.3f} at {self._url}{hint}"
             )
         return names
@@ -171,11 +171,15 @@ class TsdbSource:
         return f"{{{self._series_matchers}}}" if self._series_matchers else ""
 
     def _labels_hint(self, t_from_ns: int, t_to_ns: int) -> str:
-        """The labels the power series do carry (when it has any without the nodes label)."""
+        """The labels the power series do carry (when it has any without the nodes label), else that there
+        are none of that family's at all."""
         selector = f'{{__name__="{self._family.power.metric}"{self._also()}}}'
         found = self._read_series(selector, t_from_ns - LEAD_NS, t_to_ns + MARGIN_NS)
         labels = sorted({k for r in found for k in r.labels if k != "__name__"})
-        return f" (its series carry: {', '.join(labels)}; see --nodes-label)" if labels else ""
+        if labels:
+            return f" (its series carry: {', '.join(labels)}; see --nodes-label)"
+        family = self._family.name
+        return f" (none at all in the span: does the engine hold the --metrics {family} family's series?)"
 
     def node_input(self, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
         f = self._family
