@@ -101,7 +101,9 @@ class CoordinatorClient:
                     raise CoordinatorError(message, resp.status, _error_code(text))
                 return json.loads(text) if text else None
         except aiohttp.ClientError as exc:
-            raise CoordinatorError(f"cannot reach the coordinator at {self.target.url}: {exc}") from None
+            raise CoordinatorError(
+                f"cannot reach the coordinator at {self.target.url}: {_why(exc)}"
+            ) from None
         except TimeoutError:
             raise CoordinatorError(f"{method} {url}: no answer in time") from None
         except ValueError:
@@ -255,6 +257,14 @@ def _error_code(text: str) -> str | None:
         return None
     code = body.get("error") if isinstance(body, dict) else None
     return code if isinstance(code, str) else None
+
+
+def _why(exc: aiohttp.ClientError) -> str:
+    """Why a request failed: the system's words for a connection that could not be made (aiohttp's own
+    say ``ssl:default`` of a plain-http URL too), else aiohttp's."""
+    if isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno:
+        return os.strerror(exc.os_error.errno)
+    return str(exc)
 
 
 def _reason(text: str) -> str:

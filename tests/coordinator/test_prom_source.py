@@ -146,7 +146,19 @@ def test_a_time_is_unix_seconds_or_rfc3339(text: str, ns: int) -> None:
     assert epoch_ns(text) == ns
 
 
-@pytest.mark.parametrize("text", ["yesterday", "2025-12-04T12:06:40", "-5", "nan"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "yesterday",
+        "2025-12-04T12:06:40",
+        "-5",
+        "nan",
+        "1000",
+        "1796436500740",
+        "1e30",
+        "2100-01-01T00:00:00Z",
+    ],
+)
 def test_a_time_that_is_neither_is_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         epoch_ns(text)

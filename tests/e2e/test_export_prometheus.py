@@ -488,6 +488,9 @@ def test_a_refusing_engine_or_a_missing_label_is_one_line_and_writes_nothing(rig
     rc, export, said = export_cli(rig, rig.prometheus, "--metrics", "dcgm")  # dcgm has no "node" label
     assert rc != 0 and export is None
     assert "Hostname" in said and "--nodes-label" in said and "Traceback" not in said
+    rc, export, said = export_cli(rig, rig.prometheus, "--engine", "victoriametrics")  # forced, and wrong
+    assert rc != 0 and export is None and said.count("\n") == 1, said
+    assert "/api/v1/export answered HTTP 404" in said and "--engine auto asks the engine" in said
 
 
 @pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])

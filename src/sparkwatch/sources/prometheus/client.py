@@ -79,6 +79,13 @@ def check_url(url: str) -> str:
     return public_url(url)
 
 
+#: What a 404 from an endpoint most likely means.
+NOT_FOUND_HINTS = {
+    "/api/v1/export": " (no VictoriaMetrics export here: --engine auto asks the engine which it is)",
+    "/api/v1/query": " (no Prometheus query API here: is --prometheus the engine's API root?)",
+}
+
+
 class Client:
     """GETs against one engine, each answer checked, every failure one :class:`SourceError` line."""
 
@@ -97,7 +104,8 @@ class Client:
             return urllib.request.urlopen(request, timeout=self._timeout_s)
         except urllib.error.HTTPError as exc:
             body = exc.read(4096).decode("utf-8", "replace")
-            raise SourceError(f"{self.url}{path} answered HTTP {exc.code}: {_reason(body)}") from None
+            hint = NOT_FOUND_HINTS.get(path, "") if exc.code == 404 else ""
+            raise SourceError(f"{self.url}{path} answered HTTP {exc.code}: {_reason(body)}{hint}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             why = getattr(exc, "reason", None) or exc
             raise SourceError(f"cannot reach {self.url}{path}: {why}") from None
