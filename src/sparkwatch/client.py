@@ -261,9 +261,12 @@ def _error_code(text: str) -> str | None:
 
 def _why(exc: aiohttp.ClientError) -> str:
     """Why a request failed: the system's words for a connection that could not be made (aiohttp's own
-    say ``ssl:default`` of a plain-http URL too), else aiohttp's."""
-    if isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno:
-        return os.strerror(exc.os_error.errno)
+    say ``ssl:default`` of a plain-http URL too), else aiohttp's (a TLS failure names its cause there)."""
+    if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc, aiohttp.ClientSSLError):
+        error = exc.os_error
+        if error.errno is not None and error.errno > 0:  # a resolver's are negative: its own words
+            return os.strerror(error.errno)
+        return error.strerror or str(error)
     return str(exc)
 
 

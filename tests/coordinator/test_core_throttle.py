@@ -61,7 +61,7 @@ def test_an_idle_gpus_low_clock_is_not_a_slowdown_but_a_working_one_at_low_clock
     assert idle["throttle"] == [] and idle["sm_clock_ratio"] == round(210 / 3003, 3)
     assert idle["clock_event_reasons"] == ["gpu_idle"]
     (mixed,) = window_signals([track([0x1] * 10 + [0] * 10, [210.0] * 10 + [700.0] * 10)], starts, ends)
-    assert mixed["throttle"] == ["throttled:sm_clock (mean 0.23 of the maximum, under 0.6)"]
+    assert mixed["throttle"] == ["throttled:sm_clock (mean 0.23 of the maximum while not idle, under 0.6)"]
     (unknown,) = window_signals([track([-1] * 20, [210.0] * 20)], starts, ends)
     assert unknown["throttle"] == ["throttled:sm_clock (mean 0.07 of the maximum, under 0.6)"]
 
@@ -85,8 +85,8 @@ def _reference(tracks: list[SignalTrack], a: int, b: int) -> dict[str, object]:
         clocks.append(clock[np.isfinite(clock)])
         if t.max_sm_clock_hz:
             ratios.append(clocks[-1] / t.max_sm_clock_hz)
-            not_idle = np.isfinite(clock) & ~((reasons >= 0) & (reasons & 0x1 != 0))
-            working.append(clock[not_idle] / t.max_sm_clock_hz)
+            awake = np.isfinite(clock) & ~((reasons >= 0) & (reasons & 0x1 != 0))  # gpu_idle is NVML's 0x1
+            working.append(clock[awake] / t.max_sm_clock_hz)
         temps.append(t.temperature_c[lo:hi][np.isfinite(t.temperature_c[lo:hi])])
         masks.append(t.reasons[lo:hi][t.reasons[lo:hi] >= 0])
     clock_all, ratio_all = np.concatenate(clocks or [np.empty(0)]), np.concatenate(ratios or [np.empty(0)])
@@ -103,8 +103,10 @@ def _reference(tracks: list[SignalTrack], a: int, b: int) -> dict[str, object]:
     ratio = float(np.mean(ratio_all)) if len(ratio_all) else None
     working_all = np.concatenate(working or [np.empty(0)])
     if len(working_all) and np.mean(working_all) < MIN_CLOCK_RATIO:
+        awake = " while not idle" if len(working_all) < len(ratio_all) else ""
         flags.append(
-            f"throttled:sm_clock (mean {np.mean(working_all):.2f} of the maximum, under {MIN_CLOCK_RATIO:g})"
+            f"throttled:sm_clock (mean {np.mean(working_all):.2f} of the maximum{awake},"
+            f" under {MIN_CLOCK_RATIO:g})"
         )
     return {
         "sm_clock_hz_mean": round(float(np.mean(clock_all))) if len(clock_all) else None,

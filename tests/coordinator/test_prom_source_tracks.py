@@ -17,6 +17,7 @@ import pytest
 from sparkwatch.core.run_spec import RunSpec
 from sparkwatch.core.windows import Window
 from sparkwatch.sources import SourceError, export_from
+from sparkwatch.sources.prometheus.client import EngineRefusal
 from sparkwatch.sources.prometheus.mappings import DCGM, SPARKWATCH, Family
 from sparkwatch.sources.prometheus.raw import RawSeries
 from sparkwatch.sources.prometheus.source import TsdbSource
@@ -183,7 +184,7 @@ def test_a_node_held_twice_at_once_is_refused_in_one_line_and_series_matchers_pi
     assert "\n" not in said
     assert said.startswith("two series of sparkwatch_gpu_power_watts for GPU 'GPU-a' of node 'n1' at once, ")
     assert '{instance="",job=""} and {instance="spark-1:9464",job="sparkwatch-agent"}' in said
-    assert """--series-matchers, e.g. '{job=""}'""" in said
+    assert """--series-matchers on a label that tells them apart, e.g. '{job=""}' for what a""" in said
     written = export(_held_twice(t), [window("w", 5, 25)], matchers='job=""')
     scraped = export(_held_twice(t), [window("w", 5, 25)], matchers='job!=""')
     for out, watts, wall_w, interval_s in ((written, 50.0, 90.0, 0.1), (scraped, 40.0, 80.0, 1.0)):
@@ -228,6 +229,71 @@ def test_a_meter_or_a_channel_held_twice_at_once_is_refused_but_one_after_anothe
     (node,) = export(moved, [window("w", 5, 25)])["nodes"]
     assert node == export(gpu, [window("w", 5, 25)])["nodes"][0]
     assert node["power_w"]["gated_mean"] == pytest.approx(40.0)
+    back = (
+        [  # and back at 25 s; the hand-overs share a stamp (15 s, 25 s): one life, never at once
+            RawSeries(
+                {**r.labels, "instance": "a"},
+                np.concatenate((r.t_ns[:16], r.t_ns[25:])),
+                np.concatenate((r.values[:16], r.values[25:])),
+            )
+            for r in gpu
+        ]
+        + [RawSeries({**r.labels, "instance": "b"}, r.t_ns[15:26], r.values[15:26]) for r in gpu]
+    )
+    (node,) = export(back, [window("w", 5, 25)])["nodes"]
+    assert node == export(gpu, [window("w", 5, 25)])["nodes"][0]
+    inside = [  # one sample of b inside a's unbroken run: two sources at once
+        *gpu,
+        *(RawSeries({**r.labels, "instance": "b"}, r.t_ns[20:21], r.values[20:21]) for r in gpu),
+    ]
+    with pytest.raises(SourceError, match="for GPU 'GPU-a' of node 'n1' at once"):
+        export(inside, [window("w", 5, 25)])
+
+
+def test_another_familys_series_held_twice_name_no_remote_write() -> None:
+    """dcgm-exporter's series are never remote-written by a coordinator: the refusal asks for a label that
+    tells the two apart, without the ``{job=""}`` example."""
+    t = [float(x) for x in range(31)]
+    twice = [
+        series("DCGM_FI_DEV_POWER_USAGE", t, [300.0] * 31, Hostname="h1", UUID="GPU-a", instance=i)
+        for i in ("a:9400", "b:9400")
+    ]
+    with pytest.raises(SourceError) as caught:
+        export(twice, [window("w", 5, 25)], DCGM, "Hostname")
+    said = str(caught.value)
+    assert '{instance="a:9400"} and {instance="b:9400"}' in said and "tells them apart" in said
+    assert 'job=""' not in said
+
+
+def test_the_memory_held_twice_at_once_is_refused() -> None:
+    t = [float(x) for x in range(31)]
+    used = [
+        series("sparkwatch_memory_used_bytes", t, [4e10] * 31, node="n1"),
+        series("sparkwatch_memory_used_bytes", t, [4e10] * 31, node="n1", job="agents"),
+    ]
+    with pytest.raises(SourceError, match=r"for the memory of node 'n1' at once, \{job=\"\"\} and"):
+        export([*sparkwatch_gpu("n1", "GPU-a", t, 40.0, 0.9), *used], [window("w", 5, 25)])
+
+
+class Refusing(Held):
+    """An engine that refuses every read with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__([])
+        self.status = status
+
+    def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+        raise EngineRefusal(f"http://tsdb.example/api/v1/query answered HTTP {self.status}: no", self.status)
+
+
+def test_only_the_engines_refusal_of_the_query_is_laid_on_series_matchers() -> None:
+    for status, blamed in ((400, True), (422, True), (503, False)):
+        source = TsdbSource(
+            Refusing(status), SPARKWATCH, "node", "prometheus", "http://tsdb.example", series_matchers="job=~"
+        )
+        with pytest.raises(SourceError) as caught:
+            source.nodes(T0, T0 + 30 * S)
+        assert str(caught.value).startswith("--series-matchers {job=~}: ") == blamed, caught.value
 
 
 def sensor(name: str, node: str, channel: str, kind: str, source: str, t_s: list[float], values: list[float]):  # type: ignore[no-untyped-def]

@@ -59,13 +59,13 @@ def tsdb_export(
     series of; SourceError (one line) when the engine cannot be read, lacks a node named or holds nothing
     to measure."""
     url = check_url(args.prometheus)
-    auth = Auth(args.bearer_token_file, args.basic_auth_user, args.basic_auth_password_file)
-    client = Client(url, auth)
-    engine: Engine = detect(client) if args.engine == "auto" else args.engine
-    windows = load_windows(args.windows_format, args.windows)
+    windows = load_windows(args.windows_format, args.windows)  # a file's mistakes before the engine is asked
     outside = outside_run(windows, args.start, args.end)
     if outside is not None:  # the coordinator's rule for windows posted to a run
         raise SourceError(f"{outside}: check --start and --end (Unix seconds) against the windows file")
+    auth = Auth(args.bearer_token_file, args.basic_auth_user, args.basic_auth_password_file)
+    client = Client(url, auth)
+    engine: Engine = detect(client) if args.engine == "auto" else args.engine
     source = TsdbSource(
         reader(client, engine),
         FAMILIES[args.metrics],

@@ -18,7 +18,7 @@ from sparkwatch.core.decimate import Mask, decimate
 from sparkwatch.core.domains import MAX_PLAUSIBLE_NODE_W
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.run_spec import NodeInput, RunSpec
-from sparkwatch.core.throttle import MIN_CLOCK_RATIO, SLOWDOWN_BITS, SignalTrack, reason_names
+from sparkwatch.core.throttle import MIN_CLOCK_RATIO, SLOWDOWN_BITS, SignalTrack, not_idle, reason_names
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64, GpuTrack, MemTrack
 from sparkwatch.core.windows import Scope, Window
 
@@ -30,8 +30,6 @@ ABOUT = (
 )
 #: What a throttle episode from the SM clock alone is called (the window flags say ``throttled:sm_clock``).
 LOW_CLOCK = "sm_clock"
-#: NVML's ``gpu_idle`` clock event reason: the low clock of a GPU that reports it is no slowdown.
-GPU_IDLE_BIT = 0x1
 #: Each kind of line's unit, and the digits kept per unit (0: whole numbers): enough to plot, small in JSON.
 UNITS = {
     "gpu_power_w": "W",
@@ -251,7 +249,7 @@ def throttle_episodes(tracks: Sequence[SignalTrack], max_step_ns: int, frame: Fr
         top = signals.max_sm_clock_hz
         with np.errstate(invalid="ignore"):
             low = signals.sm_clock_hz[inside] < MIN_CLOCK_RATIO * top if top else np.zeros(len(t), bool)
-        low &= (reasons < 0) | (reasons & GPU_IDLE_BIT == 0)  # an idle GPU's low clock is no slowdown
+        low &= not_idle(reasons)  # an idle GPU's low clock is no slowdown
         flagged = (bits != 0) | low
         if not flagged.any():
             continue

@@ -26,7 +26,7 @@ MAX_SLOWDOWN_RATIO = 0.10
 #: A window whose mean SM clock is under this share of the maximum is flagged (over its samples not marked
 #: idle: a resting GPU drops its clocks, which is not a slowdown).
 MIN_CLOCK_RATIO = 0.6
-#: NVML's "GPU idle" clock event reason: nothing runs and the clocks drop to idle.
+#: NVML's ``gpu_idle`` clock event reason: nothing runs and the clocks drop to idle, which is no slowdown.
 GPU_IDLE_BIT = 0x1
 
 
@@ -41,6 +41,13 @@ class SignalTrack:
     reasons: I64
     max_sm_clock_hz: float | None  # the GPU's hello's, or a TSDB's maximum-clock series; None: no ratio
     uuid: str | None = None  # the GPU's, where the caller knows it (the series names it)
+
+
+def not_idle(reasons: I64) -> npt.NDArray[np.bool_]:
+    """The samples whose clock event reasons do not say the GPU was idle (unknown ones included): those a
+    low SM clock counts against, in the window flags and the series' throttle episodes alike."""
+    awake: npt.NDArray[np.bool_] = (reasons < 0) | (reasons & GPU_IDLE_BIT == 0)
+    return awake
 
 
 def reason_names(mask: int) -> list[str]:
@@ -86,9 +93,9 @@ class _Sums:
         if track.max_sm_clock_hz:
             self.ratio_sum += clock_sum / track.max_sm_clock_hz
             self.ratio_count += clock_count
-            idle = (track.reasons >= 0) & (track.reasons & GPU_IDLE_BIT != 0)
-            if idle.any():
-                working = finite & ~idle
+            awake = not_idle(track.reasons)
+            if not awake.all():
+                working = finite & awake
                 self.working_sum += (
                     _ranged(np.where(working, track.sm_clock_hz, 0.0), lo, hi) / track.max_sm_clock_hz
                 )
@@ -127,8 +134,9 @@ class _Sums:
                         f"throttled:{REASON_NAMES[bit]} ({share[k]:.0%} of the window's samples)"
                     )
         for k in np.flatnonzero(working < MIN_CLOCK_RATIO).tolist():
+            awake = " while not idle" if self.working_count[k] < self.ratio_count[k] else ""
             flags.setdefault(k, []).append(
-                f"throttled:sm_clock (mean {working[k]:.2f} of the maximum, under {MIN_CLOCK_RATIO:g})"
+                f"throttled:sm_clock (mean {working[k]:.2f} of the maximum{awake}, under {MIN_CLOCK_RATIO:g})"
             )
         hottest = np.where(np.isfinite(self.hottest), self.hottest, np.nan)
         names = {u: reason_names(u) for u in set(unions.tolist())}  # a few distinct unions in 10 000 windows

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from sparkwatch.core.tracks import F64, I64
+from sparkwatch.core.export_nodes import seen_interval_s
+from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.raw import RawSeries
 
@@ -49,39 +50,54 @@ def merged(parts: Sequence[RawSeries]) -> RawSeries:
 
 #: What a node's metric held twice at once asks of the user.
 PICK_ONE = (
-    "the engine holds it twice (scraped and remote-written, or scraped by two jobs): pick one with"
-    """ --series-matchers, e.g. '{job=""}' for what a coordinator remote-wrote, '{job!=""}' for scrapes"""
+    "the engine holds it twice (two jobs or targets scraping it, or scraped and remote-written): pick one"
+    " with --series-matchers on a label that tells them apart"
+)
+#: The same for sparkwatch's own series, which a coordinator may have remote-written beside the scrapes.
+PICK_SPARKWATCH = (
+    f"""{PICK_ONE}, e.g. '{{job=""}}' for what a coordinator remote-wrote, '{{job!=""}}' for scrapes"""
 )
 
 
-def single(parts: Sequence[RawSeries], what: str, node_label: str) -> RawSeries:
+def single(parts: Sequence[RawSeries], what: str, node_label: str, hint: str) -> RawSeries:
     """``parts`` (one metric of one GPU, channel or meter of a node) as one series: label sets that follow
     one another are merged (a label whose value changed); two with samples at once are refused in one line
-    that says which labels tell them apart."""
+    that says which labels tell them apart, and ``hint``."""
     pair = first_overlap(parts)
     if pair is not None:
         a, b = told_apart(*pair)
         name, node = pair[0].get("__name__", "a metric"), pair[0].get(node_label)
-        raise SourceError(
-            f"two series of {name} for {what} of node {node!r} at once, {a} and {b}: {PICK_ONE}"
-        )
+        raise SourceError(f"two series of {name} for {what} of node {node!r} at once, {a} and {b}: {hint}")
     return merged(parts)
 
 
 def first_overlap(parts: Sequence[RawSeries]) -> tuple[Mapping[str, str], Mapping[str, str]] | None:
-    """The labels of the first two of ``parts`` (one metric of one thing) whose samples span the same time:
+    """The labels of the first two of ``parts`` (one metric of one thing) with samples over the same time:
     two sources of it at once (scraped and remote-written, two jobs, two pods), which no merge could tell
-    apart; None when they follow one another (a label whose value changed)."""
-    spans = sorted(((int(p.t_ns[0]), int(p.t_ns[-1]), p.labels) for p in parts if len(p.t_ns)), key=_span)
-    if not spans:
+    apart; None when they follow one another (a label whose value changed, and perhaps changed back). Each
+    series is taken as its unbroken stretches (split at gaps, as a track splits them), and stretches that
+    only touch (a shared stamp at a hand-over) do not overlap."""
+    found = [p for p in parts if len(p.t_ns)]
+    if len(found) < 2:
         return None
-    end, last = spans[0][1], spans[0][2]
-    for lo, hi, labels in spans[1:]:
-        if lo <= end:
-            return last, labels
+    stretches = sorted((lo, hi, k) for k, p in enumerate(found) for lo, hi in _stretches(p.t_ns))
+    end, owner = stretches[0][1], stretches[0][2]
+    for lo, hi, k in stretches[1:]:
+        if lo < end and k != owner:
+            return found[owner].labels, found[k].labels
         if hi > end:
-            end, last = hi, labels
+            end, owner = hi, k
     return None
+
+
+def _stretches(t_ns: I64) -> list[tuple[int, int]]:
+    """First and last stamp of each unbroken run of samples: split where two are more than GAP_INTERVALS
+    times the series' usual spacing apart."""
+    gaps = np.diff(t_ns)
+    spacing = (seen_interval_s(t_ns, np.zeros(len(t_ns), dtype=np.int64)) or 0.0) * 1e9
+    cut = np.flatnonzero(gaps > GAP_INTERVALS * spacing) if spacing > 0 else np.empty(0, np.int64)
+    firsts, lasts = np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(t_ns) - 1]))
+    return list(zip(t_ns[firsts].tolist(), t_ns[lasts].tolist(), strict=True))
 
 
 def told_apart(a: Mapping[str, str], b: Mapping[str, str]) -> tuple[str, str]:
@@ -90,7 +106,3 @@ def told_apart(a: Mapping[str, str], b: Mapping[str, str]) -> tuple[str, str]:
     differ = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
     left, right = ("{" + ",".join(f'{k}="{d.get(k, "")}"' for k in differ) + "}" for d in (a, b))
     return left, right
-
-
-def _span(span: tuple[int, int, Mapping[str, str]]) -> tuple[int, int]:
-    return span[0], span[1]

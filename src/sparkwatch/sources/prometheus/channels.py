@@ -10,7 +10,7 @@ import numpy as np
 from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.export_nodes import seen_interval_s
 from sparkwatch.core.tracks import F64, I64, GpuTrack
-from sparkwatch.sources.prometheus.align import single, union_times, values_at
+from sparkwatch.sources.prometheus.align import PICK_SPARKWATCH, single, union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries
 from sparkwatch.wire import LEGACY_SENSOR_SOURCE
 
@@ -40,7 +40,12 @@ def sensor_domains(
         t = union_times([r.t_ns for r in found[name]])
         # a channel whose kind or source changed has several series: one track
         watts, joules = (
-            values_at(t, single(part[name], f"channel {name!r}", node_label) if name in part else None)
+            values_at(
+                t,
+                single(part[name], f"channel {name!r}", node_label, PICK_SPARKWATCH)
+                if name in part
+                else None,
+            )
             for part in (power, energy)
         )
         latest = max(found[name], key=lambda r: int(r.t_ns[-1])).labels
@@ -65,10 +70,12 @@ def meter_domains(
     domains = []
     for name, rs in sorted(power.items()):
         what = f"meter domain {name!r}"
-        watts = single(rs, what, node_label)
+        watts = single(rs, what, node_label, PICK_SPARKWATCH)
         t = watts.t_ns
         source = max(rs, key=lambda r: int(r.t_ns[-1])).labels.get(source_label) or "meter"
-        sent = values_at(t, single(intervals[name], what, node_label) if name in intervals else None)
+        sent = values_at(
+            t, single(intervals[name], what, node_label, PICK_SPARKWATCH) if name in intervals else None
+        )
         interval = np.where(np.isfinite(sent) & (sent > 0), sent, median_interval(t))
         unused, zeros = np.full(len(t), np.nan), np.zeros(len(t), dtype=np.int64)
         track = gated_track(t, zeros, interval, watts.values, unused, gpus=gpus)

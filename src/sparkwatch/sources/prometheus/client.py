@@ -65,7 +65,8 @@ def check_url(url: str) -> str:
     except ValueError as exc:  # not printed: the URL may carry credentials
         raise SourceError(f"--prometheus is not a URL with a valid host and port ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SourceError(f"--prometheus must be an http:// or https:// URL with a host, not {url!r:.80}")
+        shown = f", not {url!r:.80}" if "@" not in url else ""  # never what may be credentials
+        raise SourceError(f"--prometheus must be an http:// or https:// URL with a host{shown}")
     if parts.username is not None or parts.password is not None:
         raise SourceError(
             "--prometheus: credentials do not belong in the URL; use --bearer-token-file, or"
@@ -77,6 +78,14 @@ def check_url(url: str) -> str:
             f" VictoriaMetrics cluster's …/select/0/prometheus), not {public_url(url)!r}"
         )
     return public_url(url)
+
+
+class EngineRefusal(SourceError):
+    """The engine answered with an HTTP error: ``status`` says which (400 and 422: what was asked was bad)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 #: What a 404 from an endpoint most likely means.
@@ -105,7 +114,8 @@ class Client:
         except urllib.error.HTTPError as exc:
             body = exc.read(4096).decode("utf-8", "replace")
             hint = NOT_FOUND_HINTS.get(path, "") if exc.code == 404 else ""
-            raise SourceError(f"{self.url}{path} answered HTTP {exc.code}: {_reason(body)}{hint}") from None
+            message = f"{self.url}{path} answered HTTP {exc.code}: {_reason(body)}{hint}"
+            raise EngineRefusal(message, exc.code) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             why = getattr(exc, "reason", None) or exc
             raise SourceError(f"cannot reach {self.url}{path}: {why}") from None

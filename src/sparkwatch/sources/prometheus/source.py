@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,9 +23,18 @@ from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
 from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, SourceError
-from sparkwatch.sources.prometheus.align import merged, single, union_times, values_at
+from sparkwatch.sources.prometheus.align import (
+    PICK_ONE,
+    PICK_SPARKWATCH,
+    merged,
+    single,
+    union_times,
+    values_at,
+)
 from sparkwatch.sources.prometheus.channels import median_interval, meter_domains, sensor_domains
+from sparkwatch.sources.prometheus.client import EngineRefusal
 from sparkwatch.sources.prometheus.engine_series import engine_samples
+from sparkwatch.sources.prometheus.gpus import gpu_tracks
 from sparkwatch.sources.prometheus.mappings import (
     NODE_MEM_AVAILABLE,
     NODE_MEM_TOTAL,
@@ -51,15 +59,6 @@ ENERGY_NOTE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSeries:
-    key: str
-    t_ns: I64
-    power_w: F64
-    energy_j: F64
-    util_ratio: F64
-
-
 class TsdbSource:
     """A :class:`sparkwatch.sources.SampleSource` over a Prometheus-compatible engine."""
 
@@ -80,6 +79,7 @@ class TsdbSource:
         self._reader = reader
         self._engine_matchers = engine_matchers
         self._series_matchers = series_matchers
+        self._pick = PICK_SPARKWATCH if family.name == "sparkwatch" else PICK_ONE  # what a refusal asks
         self._family = family
         self._label = nodes_label
         self._engine = engine
@@ -125,11 +125,12 @@ class TsdbSource:
         return f",{self._series_matchers}" if self._series_matchers else ""
 
     def _read_series(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
-        """The engine's answer; with ``--series-matchers``, its refusal says which flag it was about."""
+        """The engine's answer; with ``--series-matchers``, its refusal of the query says which flag it was
+        about (an unreachable or failing engine is not the flag's fault)."""
         try:
             return self._reader.read(selector, t_from_ns, t_to_ns)
-        except SourceError as exc:
-            if self._series_matchers is None:
+        except EngineRefusal as exc:
+            if self._series_matchers is None or exc.status not in (400, 422):
                 raise
             raise SourceError(f"--series-matchers {{{self._series_matchers}}}: {exc}") from None
 
@@ -184,18 +185,19 @@ class TsdbSource:
     def node_input(self, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
         f = self._family
         gpus = self._gpus(node, t_from_ns, t_to_ns)
+        keys = [key for key, _ in gpus]
         info = self._info(node, t_from_ns, t_to_ns)
-        tracks = [_track(g) for g in gpus]
+        tracks = [track for _, track in gpus]
         memory, self._memory_used[node] = self._memory(node, t_from_ns, t_to_ns, len(gpus))
         models = [labels["memory_model"] for labels in info.values() if labels.get("memory_model")]
         model = models[0] if models else None
         if model is None:
             model = "discrete" if self._memory_used[node] == f.gpu_memory_name() else "unknown"
-        names = {g.key: info.get(g.key, {}).get(f.name_label) for g in gpus}
+        names = {key: info.get(key, {}).get(f.name_label) for key in keys}
         return NodeInput(
             node=node,
             gpus=tracks,
-            gpu_uuids=[g.key for g in gpus],
+            gpu_uuids=keys,
             memory=memory,
             clock=NodeClock(summary=None, method="tsdb", rate_ppm=None),
             memory_model=model,
@@ -204,7 +206,7 @@ class TsdbSource:
                 *self._domains(node, t_from_ns, t_to_ns, tracks),
                 *self._meter_domains(node, t_from_ns, t_to_ns, tracks),
             ],
-            signals=self._signals(node, t_from_ns, t_to_ns, [g.key for g in gpus]),
+            signals=self._signals(node, t_from_ns, t_to_ns, keys),
         )
 
     def engine_input(self, t_from_ns: int, t_to_ns: int) -> EngineSamples | None:
@@ -222,7 +224,10 @@ class TsdbSource:
 
     def _by_gpu(self, found: Sequence[RawSeries]) -> dict[str, RawSeries]:
         """Per GPU, its one series (label sets one after another merged; two at once refused)."""
-        return {key: single(p, f"GPU {key!r}", self._label) for key, p in self._gpu_parts(found).items()}
+        return {
+            key: single(p, f"GPU {key!r}", self._label, self._pick)
+            for key, p in self._gpu_parts(found).items()
+        }
 
     def _gpu_parts(self, found: Sequence[RawSeries]) -> dict[str, list[RawSeries]]:
         parts: dict[str, list[RawSeries]] = {}
@@ -230,25 +235,11 @@ class TsdbSource:
             parts.setdefault(self._gpu_key(r), []).append(r)
         return parts
 
-    def _gpus(self, node: str, t_from_ns: int, t_to_ns: int) -> list[GpuSeries]:
+    def _gpus(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[str, GpuTrack]]:
         f = self._family
         power = self._by_gpu(self._mine(f.power, node, t_from_ns, t_to_ns))
         energy = self._by_gpu(self._mine(f.energy, node, t_from_ns, t_to_ns))
-        util = self._first_by_gpu(f.util, node, t_from_ns, t_to_ns, self._by_gpu)
-        out = []
-        for key in sorted({*power, *energy}, key=_gpu_order(power)):
-            parts = [x for x in (power.get(key), energy.get(key)) if x is not None]
-            t = union_times([p.t_ns for p in parts])
-            out.append(
-                GpuSeries(
-                    key,
-                    t,
-                    values_at(t, power.get(key)),
-                    values_at(t, energy.get(key)),
-                    values_at(t, util.get(key)),
-                )
-            )
-        return out
+        return gpu_tracks(power, energy, self._first_by_gpu(f.util, node, t_from_ns, t_to_ns, self._by_gpu))
 
     def _domains(
         self, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
@@ -354,12 +345,14 @@ class TsdbSource:
         f = self._family
         own = self._mine(f.host_memory, node, t_from_ns, t_to_ns)
         if own:
-            host = single(own, "its memory", self._label)
+            host = single(own, "the memory", self._label, self._pick)
             return _mem(host.t_ns, host.values), f.host_memory.metric if f.host_memory else ""
         total = self._mine(NODE_MEM_TOTAL, node, t_from_ns, t_to_ns)
         available = self._mine(NODE_MEM_AVAILABLE, node, t_from_ns, t_to_ns)
         if total and available:
-            total_b, available_b = (single(x, "its memory", self._label) for x in (total, available))
+            total_b, available_b = (
+                single(x, "the memory", self._label, self._pick) for x in (total, available)
+            )
             t = total_b.t_ns
             used = total_b.values - values_at(t, available_b)
             name = f"{NODE_MEM_TOTAL.metric} - {NODE_MEM_AVAILABLE.metric}"
@@ -370,28 +363,6 @@ class TsdbSource:
             used = np.sum([values_at(t, r) for r in per_gpu.values()], axis=0)  # NaN where any GPU lacks it
             return _mem(t, used), f.gpu_memory_name()
         return _mem(np.empty(0, np.int64), np.empty(0)), "none"
-
-
-def _gpu_order(power: dict[str, RawSeries]) -> Any:
-    """GPUs in index order where the series carry a ``gpu`` index, else by key."""
-
-    def order(key: str) -> tuple[int, str]:
-        index = power[key].labels.get("gpu", "") if key in power else ""
-        return (int(index), key) if index.isdigit() else (1 << 30, key)
-
-    return order
-
-
-def _track(g: GpuSeries) -> GpuTrack:
-    zeros = np.zeros(len(g.t_ns), dtype=np.int64)
-    return GpuTrack.from_arrays(
-        g.t_ns,
-        zeros,
-        median_interval(g.t_ns),
-        power_w=g.power_w,
-        energy_j=g.energy_j,
-        util_ratio=g.util_ratio,
-    )
 
 
 def _mem(t_ns: I64, used: F64) -> MemTrack:
