@@ -51,6 +51,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("sparkwatch.coordinator.remote_write.spec", "RemoteWriteError"),
     ("sparkwatch.commands.export_cmd", "ExportCommandError"),
     ("sparkwatch.commands.report_cmd", "ReportError"),
+    ("sparkwatch.commands.export_file", "ExportFileError"),
 )
 
 

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from sparkwatch.defaults import (
     DEFAULT_SCOPE,
     ENV_COORDINATOR,
     ENV_TOKEN_FILE,
+    EXPORT_SCHEMA,
 )
 from sparkwatch.wire import FrameError, TimeFrame, time_reply
 from sparkwatch_agent.shared.auth import load_token
@@ -38,6 +40,31 @@ WINDOWS_PER_POST = 10_000
 POLL_S = 0.1
 #: The /v1/nodes status of a link whose agent answered 401 (links.state.LinkStatus.UNAUTHORIZED).
 REFUSED_STATUS = "unauthorized"
+
+
+#: The keys of a run the CLI reads, and their types.
+LISTED_SHAPE: dict[str, type | tuple[type, ...]] = {
+    "id": str,
+    "name": str,
+    "open": bool,
+    "t_start_ns": int,
+    "t_end_ns": (int, type(None)),
+}
+RUN_SHAPE = {
+    **LISTED_SHAPE,
+    "interval_s": (int, float),
+    "gate_threshold": (int, float),
+    "scope": str,
+    "windows": int,
+}
+
+
+def _run_path(run_id: str) -> str:
+    """``/v1/runs/{id}`` with the id as one path segment: a ``/``, ``?`` or ``#`` in it is the id's, not the
+    URL's (``..`` would climb out: no run has that id)."""
+    if run_id in ("", ".", ".."):
+        raise CoordinatorError(f"no run {run_id!r}: not a run id", 404, "not_found")
+    return f"/v1/runs/{urllib.parse.quote(run_id, safe='')}"
 
 
 class CoordinatorError(Exception):
@@ -131,28 +158,43 @@ class CoordinatorClient:
         return result
 
     async def run(self, run_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call("GET", f"/v1/runs/{run_id}")
-        return result
+        path = _run_path(run_id)
+        return self._shaped(await self._call("GET", path), RUN_SHAPE, f"GET {path}")
 
     async def runs(self) -> dict[str, Any]:
         """``GET /v1/runs`` as it answers: ``{"runs": [...]}``, oldest first."""
-        result: dict[str, Any] = await self._call("GET", "/v1/runs")
-        return result
+        answer = self._shaped(await self._call("GET", "/v1/runs"), {"runs": list}, "GET /v1/runs")
+        for run in answer["runs"]:
+            self._shaped(run, LISTED_SHAPE, "GET /v1/runs")
+        return answer
+
+    def _shaped(self, answer: Any, shape: Mapping[str, type | tuple[type, ...]], what: str) -> dict[str, Any]:
+        """``answer`` when it has the keys the CLI reads, of their types; else one line: the URL may name
+        some other service that answers JSON."""
+        if not isinstance(answer, dict):
+            raise CoordinatorError(f"{what} at {self.target.url}: not a sparkwatch coordinator's answer")
+        for key, kind in shape.items():
+            if not isinstance(answer.get(key), kind) or isinstance(answer.get(key), bool) != (kind is bool):
+                raise CoordinatorError(
+                    f"{what} at {self.target.url}: not a sparkwatch coordinator's answer ({key!r} missing or"
+                    " of another type)"
+                )
+        return answer
 
     async def mark(self, run_id: str, name: str, event: str, phase: str | None = None) -> dict[str, Any]:
         """Begin (``event="begin"``, in ``phase``; the API's default is ``timed``) or end a mark now."""
         body = {"name": name, "event": event, **({"phase": phase} if phase is not None else {})}
-        result: dict[str, Any] = await self._call("POST", f"/v1/runs/{run_id}/marks", body)
+        result: dict[str, Any] = await self._call("POST", _run_path(run_id) + "/marks", body)
         return result
 
     async def end_run(self, run_id: str, command: dict[str, Any] | None = None) -> dict[str, Any]:
         body = {"command": command} if command is not None else {}
-        result: dict[str, Any] = await self._call("POST", f"/v1/runs/{run_id}/end", body)
+        result: dict[str, Any] = await self._call("POST", _run_path(run_id) + "/end", body)
         return result
 
     async def delete_run(self, run_id: str) -> dict[str, Any]:
         """Delete an ended run: ``{"deleted": id, "windows": N}``; an open run is refused (409)."""
-        result: dict[str, Any] = await self._call("DELETE", f"/v1/runs/{run_id}")
+        result: dict[str, Any] = await self._call("DELETE", _run_path(run_id))
         return result
 
     async def add_windows(self, run_id: str, windows: Sequence[Window]) -> int:
@@ -160,7 +202,7 @@ class CoordinatorClient:
         stored = 0
         for i in range(0, len(windows), WINDOWS_PER_POST):
             batch = [w.to_body() for w in windows[i : i + WINDOWS_PER_POST]]
-            result = await self._call("POST", f"/v1/runs/{run_id}/windows", {"windows": batch})
+            result = await self._call("POST", _run_path(run_id) + "/windows", {"windows": batch})
             stored += int(result["stored"])
         return stored
 
@@ -168,24 +210,28 @@ class CoordinatorClient:
         """Every window in one import (``WINDOWS_PER_POST`` per request, read from ``windows`` as they are
         posted), committed at the end: the run gets all of them or, when anything fails on the way (a bad
         line late in a file, a refusal, Ctrl-C), none."""
-        begun = await self._call("POST", f"/v1/runs/{run_id}/imports", {})
+        begun = await self._call("POST", _run_path(run_id) + "/imports", {})
         import_id = str(begun["import_id"])
         try:
             for batch in _batches(windows, WINDOWS_PER_POST):
                 body = {"windows": [w.to_body() for w in batch], "import_id": import_id}
-                await self._call("POST", f"/v1/runs/{run_id}/windows", body)
-            done = await self._call("POST", f"/v1/runs/{run_id}/imports/{import_id}/commit", {})
+                await self._call("POST", _run_path(run_id) + "/windows", body)
+            done = await self._call("POST", _run_path(run_id) + f"/imports/{import_id}/commit", {})
         except BaseException:
             with contextlib.suppress(CoordinatorError):  # else the coordinator drops it after a while
-                await self._call("DELETE", f"/v1/runs/{run_id}/imports/{import_id}")
+                await self._call("DELETE", _run_path(run_id) + f"/imports/{import_id}")
             raise
         return int(done["committed"])
 
     async def export(self, run_id: str, series_buckets: int | None = None) -> dict[str, Any]:
         """The run's export; with ``series_buckets``, its ``series`` block in that many time buckets."""
         query = "" if series_buckets is None else f"?series_buckets={series_buckets}"
-        result: dict[str, Any] = await self._call("GET", f"/v1/runs/{run_id}/export{query}")
-        return result
+        answer = await self._call("GET", _run_path(run_id) + f"/export{query}")
+        if not isinstance(answer, dict) or answer.get("schema") != EXPORT_SCHEMA:
+            raise CoordinatorError(
+                f"GET {_run_path(run_id)}/export at {self.target.url}: not a {EXPORT_SCHEMA} export"
+            )
+        return answer
 
     async def time(self) -> TimeFrame:
         """The coordinator's clocks now (``GET /v1/time``)."""

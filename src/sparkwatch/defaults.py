@@ -7,6 +7,8 @@ import re
 from collections.abc import Sequence
 from typing import Literal, TypeVar
 
+#: What an export says it is (its ``schema``; core/export.py makes it, the CLI's client checks it).
+EXPORT_SCHEMA = "sparkwatch.run/1"
 #: What a run's figures cover: every request's span, only decode (first → last token), or the whole run.
 ScopeKind = Literal["request", "decode", "run"]
 SCOPES: tuple[ScopeKind, ...] = ("request", "decode", "run")

@@ -7,8 +7,9 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, BinaryIO, TextIO
 
 import orjson
@@ -26,8 +27,12 @@ class OutputError(Exception):
     """An output path that cannot be written; one line naming it and why."""
 
 
-def check_output(path: Path) -> None:
-    """Refuse before anything starts when a file could not be written at the end."""
+def check_output(path: Path, reads: Mapping[Path, str] = MappingProxyType({})) -> None:
+    """Refuse before anything starts when a file could not be written at the end, or would replace one the
+    command reads (``reads``: each such file and what to call it)."""
+    for source, what in reads.items():
+        if path.resolve() == source.resolve():
+            raise OutputError(f"-o {path} is {what} itself: what is written would replace it")
     folder = path.parent
     if not folder.is_dir():
         raise OutputError(f"cannot write {path}: folder {folder} does not exist")

@@ -41,6 +41,8 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         return Settings()
     except OSError as exc:
         raise SettingsError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"{path}: not valid TOML: not UTF-8 text") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

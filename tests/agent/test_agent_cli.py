@@ -60,6 +60,10 @@ def test_config_file_errors(tmp_path: pathlib.Path) -> None:
     assert "unknown keys intervall" in run_agent("serve", "--config", str(bad)).stderr
     bad.write_text("[agent\n")
     assert "is not valid TOML" in run_agent("serve", "--config", str(bad)).stderr
+    bad.write_bytes(b"\xff\xfe[agent]\n")
+    said = run_agent("serve", "--config", str(bad))
+    assert said.returncode == 2 and "is not valid TOML: not UTF-8 text" in said.stderr
+    assert "Traceback" not in said.stderr
 
 
 def test_token_file_must_be_private(tmp_path: pathlib.Path) -> None:

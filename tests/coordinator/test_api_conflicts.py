@@ -235,3 +235,16 @@ async def test_the_proxy_counts_a_window_an_ended_run_refused_as_lost_not_stored
     assert [w.id for w in lost] == ["after"] and poster.stored == 2
     assert f"HTTP 409: run {run} ended at " in poster.refused[0][1]
     assert await api.visible(run) == 1
+
+
+async def test_beginning_or_committing_an_import_takes_an_empty_body_or_none(api: Api) -> None:
+    """Both carry nothing: ``{}`` or no body; anything else is a 400 with its reason, and no import is
+    begun (the body is read before the store is asked)."""
+    run = await api.new_run()
+    for body in ([], {"x": 1}, "garbage"):
+        status, answer = await api.call("POST", f"/v1/runs/{run}/imports", body)
+        assert status == 400 and answer["error"] == "invalid_body", (body, answer)
+    into = (await api.call("POST", f"/v1/runs/{run}/imports"))[1]["import_id"]  # no body at all
+    status, answer = await api.call("POST", f"/v1/runs/{run}/imports/{into}/commit", {"windows": []})
+    assert status == 400 and answer["error"] == "invalid_body"
+    assert (await api.call("POST", f"/v1/runs/{run}/imports/{into}/commit", {}))[1]["committed"] == 0

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from helpers.attachable import attachable_export
 from sparkwatch.commands.attach import AttachError, attach, attach_text, export_flags
+from sparkwatch.commands.export_file import ExportFileError
 from sparkwatch.commands.hardware import HardwareError, cluster_hardware
 from sparkwatch_agent.shared.units import GIB, lmx_gb, round1
 
@@ -29,23 +31,8 @@ def export(
     verdicts: list[str] | None = None, watts: list[float | None] | None = None, peak_bytes: int | None = None
 ) -> dict[str, Any]:
     watts = [55.8, 53.8] if watts is None else watts
-    return {
-        "schema": "sparkwatch.run/1",
-        "nodes": [
-            {
-                "node": f"spark-{i + 1}",
-                "gpus": [{"uuid": f"GPU-{i}", "power_w_gated_mean": w}],
-                "null_reasons": {"power_w.gated_mean": "no interval with util >= 0.5"} if w is None else {},
-            }
-            for i, w in enumerate(watts)
-        ],
-        "windows": [
-            {"id": f"w{i}", "in_scope": True, "verdict": v, "reasons": [] if v == "ok" else ["coverage 0.5"]}
-            for i, v in enumerate(verdicts or ["ok", "ok"])
-        ],
-        "totals": {"memory_used_bytes_peak_sum": 68 * GIB if peak_bytes is None else peak_bytes},
-        "lmx": {"gpuPowerWatts": watts, "peakVramGb": 68.0, "notes": "Measured by sparkwatch"},
-    }
+    peak = 68 * GIB if peak_bytes is None else peak_bytes
+    return attachable_export(watts, verdicts or ["ok", "ok"], peak)
 
 
 def write(tmp: pathlib.Path, exp: dict[str, Any]) -> tuple[pathlib.Path, pathlib.Path]:
@@ -88,7 +75,6 @@ def test_attach_into_an_empty_and_a_compact_payload() -> None:
             export(watts=[0.0, 55.0]),
             "node spark-1 (GPU GPU-0, gpuPowerWatts[0]) is 0.0 W, not a power in (0,",
         ),
-        ({"schema": "other/1"}, "not a sparkwatch run export"),
     ],
 )
 def test_refusals_leave_the_payload_untouched(
@@ -97,6 +83,32 @@ def test_refusals_leave_the_payload_untouched(
     e, p = write(tmp_path, exp)
     with pytest.raises(AttachError, match=re.escape(message)):
         attach(e, p, force=False)
+    assert p.read_text() == PAYLOAD
+
+
+@pytest.mark.parametrize(
+    ("exp", "message"),
+    [
+        ({"schema": "other/1"}, "is not a sparkwatch.run/1 export (schema: 'other/1')"),
+        (
+            {**export(), "nodes": 5},
+            "is not a valid sparkwatch.run/1 export: at nodes: 5 is not of type 'array'",
+        ),
+        (
+            {**export(), "totals": [1]},
+            "is not a valid sparkwatch.run/1 export: at totals: [1] is not of type",
+        ),
+    ],
+)
+def test_an_export_file_of_another_shape_is_one_line_and_changes_nothing(
+    tmp_path: pathlib.Path, exp: dict[str, Any], message: str
+) -> None:
+    """attach reads its export as report does (schema checked): a file of another shape is refused before
+    any of its fields is read (it used to end in a TypeError from ``nodes`` as a number)."""
+    e, p = write(tmp_path, exp)
+    for act in (lambda: attach(e, p, force=True), lambda: export_flags(e, force=True)):
+        with pytest.raises(ExportFileError, match=re.escape(message)):
+            act()
     assert p.read_text() == PAYLOAD
 
 

@@ -107,6 +107,9 @@ def test_a_bad_config_file_is_one_error_naming_it(tmp_path: pathlib.Path, text: 
     assert message in str(caught.value)
     with pytest.raises(SettingsError, match="no such file"):
         load_settings({"SPARKWATCH_CONFIG": str(tmp_path / "missing.toml")})
+    path.write_bytes(b"\xff\xfestrict = true\n")
+    with pytest.raises(SettingsError, match=rf"^{path}: not valid TOML: not UTF-8 text$"):
+        load_settings({"SPARKWATCH_CONFIG": str(path)})
 
 
 T0 = 1_800_000_000 * 10**9  # 2027-01-15, epoch ns

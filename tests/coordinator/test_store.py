@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import sqlite3
 import stat
 
@@ -207,6 +208,37 @@ def test_database_files_are_private_whatever_the_umask(tmp_path: pathlib.Path) -
         os.umask(old)
     assert modes == {"sw.db": 0o600, "sw.db-wal": 0o600, "sw.db-shm": 0o600}
     assert stat.S_IMODE((tmp_path / "loose.db").stat().st_mode) == 0o600
+
+
+def test_a_path_that_is_not_a_database_is_refused_and_left_as_it_was(tmp_path: pathlib.Path) -> None:
+    """A directory, a text file or the empty path (the current directory): one StoreError line, and the
+    path's mode and bytes unchanged (it used to be made owner-only first: a directory no one could enter)."""
+    folder, text = tmp_path / "d", tmp_path / "notes.txt"
+    folder.mkdir(mode=0o755)
+    text.write_text("not a database\n")
+    text.chmod(0o644)
+    for path, why in (
+        (folder, "it is a directory"),
+        (text, "file is not a database"),
+        (pathlib.Path(""), "directory"),
+    ):
+        with pytest.raises(StoreError, match=f"cannot use database {re.escape(str(path))}: .*{why}"):
+            Store(path)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755 and list(folder.iterdir()) == []
+    assert stat.S_IMODE(text.stat().st_mode) == 0o644 and text.read_text() == "not a database\n"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["d", "notes.txt"]  # no -wal, no -shm beside it
+
+
+def test_a_database_made_here_that_cannot_be_set_up_is_removed(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(db: object, path: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr("sparkwatch.store.opening._set_up", broken)
+    with pytest.raises(StoreError, match="disk I/O error"):
+        Store(tmp_path / "new.db")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_clock_offsets(tmp_path: pathlib.Path) -> None:

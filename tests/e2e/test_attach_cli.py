@@ -7,6 +7,7 @@ import json
 import pathlib
 from typing import Any
 
+from helpers.attachable import attachable_export
 from helpers.cli import sparkwatch
 from sparkwatch_agent.shared.units import lmx_gb
 
@@ -45,16 +46,7 @@ def test_lmx_flags_of_a_demo_export_are_what_attach_writes(tmp_path: pathlib.Pat
 
 
 def export_with(watts: list[float | None], verdict: str = "ok") -> dict[str, Any]:
-    return {
-        "schema": "sparkwatch.run/1",
-        "nodes": [
-            {"node": f"spark-{i + 1}", "gpus": [{"uuid": f"GPU-{i}"}], "null_reasons": {}}
-            for i in range(len(watts))
-        ],
-        "windows": [{"id": "w0", "verdict": verdict, "reasons": [] if verdict == "ok" else ["coverage 0.5"]}],
-        "totals": {"memory_used_bytes_peak_sum": 146_028_888_064},
-        "lmx": {"gpuPowerWatts": watts, "peakVramGb": 136.0, "notes": "Measured by sparkwatch"},
-    }
+    return attachable_export(watts, [verdict], 146_028_888_064, 136.0)
 
 
 def refusal(result: Any) -> str:

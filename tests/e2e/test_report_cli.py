@@ -89,6 +89,10 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
         (["report", str(tmp_path / "broken.json")], "at nodes/0: 'power_w' is a required property"),
         (["report", str(export_file), "-o", str(tmp_path / "no" / "r.html")], "does not exist"),
         (["report", str(export_file), "--png", str(tmp_path / "a-file")], "it is not a folder"),
+        (
+            ["report", str(export_file), "--svg", str(tmp_path / "no" / "svg")],
+            f"folder {tmp_path / 'no'} does not",
+        ),
         (["report", str(tmp_path / "nan.json")], "NaN is not a number JSON allows"),
         (["report", str(tmp_path / "ragged.json")], "has unequal t_s and v"),
         (

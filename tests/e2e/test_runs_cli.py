@@ -163,6 +163,8 @@ def _offline_matches_online(
     assert json.loads(again.stdout)["nodes"][0]["power_w"]["gated_mean"] < busy_w - 5
     table = cli("export", "--db", str(coord.db), run_id, "--table")
     assert table.stdout.startswith(f"run {run_id} (by-hand): 1 measured window(s) of 2")
+    for onto in (coord.db, coord.db.with_name(coord.db.name + "-wal")):  # the running coordinator's own
+        one_line_refusal(cli("export", "--db", str(coord.db), run_id, "-o", str(onto)), " itself: what is")
     assert state_of(coord.db.parent) == before  # nothing written, not even a -wal or -shm beside it
     one_line_refusal(cli("export", "--db", str(coord.db), "run-nope"), f"no run run-nope in {coord.db}")
 
@@ -221,3 +223,43 @@ def test_export_refuses_what_is_not_a_sparkwatch_database(tmp_path: pathlib.Path
     assert state_of(tmp_path) == before
     bad_gate = cli("export", "--db", str(other), "--gate-threshold", "1.5")
     assert bad_gate.returncode == 2 and "--gate-threshold" in bad_gate.stderr
+
+
+def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing(
+    tmp_path: pathlib.Path,
+) -> None:
+    """`--coordinator` naming some other service: every answer the CLI reads is checked for the keys it
+    uses (``runs export -o`` for the export's ``schema``) and a run id is one path segment, so ``../nodes``
+    asks for that run and not for another route."""
+    from aiohttp import web
+
+    from helpers.app_thread import AppThread
+
+    asked: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        asked.append(request.raw_path)
+        if request.raw_path == "/v1/runs":
+            return web.json_response({"runs": 5})
+        if request.raw_path.endswith("/export"):
+            return web.json_response({"schema": "nope"})
+        return web.json_response({"weird": 1} if "list" not in request.raw_path else [1, 2])
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", answer)
+    server = AppThread(app, free_port())
+    server.start()
+    assert server.ready.wait(10)
+    url = f"http://127.0.0.1:{server.port}"
+    try:
+        one_line_refusal(cli("runs", "list", "--coordinator", url), "GET /v1/runs at", "not a sparkwatch")
+        one_line_refusal(cli("runs", "show", "X", "--coordinator", url), "'id' missing or of another type")
+        one_line_refusal(cli("runs", "show", "list", "--coordinator", url), "not a sparkwatch coordinator")
+        one_line_refusal(cli("runs", "show", "../nodes", "--coordinator", url), "not a sparkwatch")
+        out = tmp_path / "x.json"
+        done = cli("runs", "export", "X", "-o", str(out), "--coordinator", url)
+        one_line_refusal(done, "not a sparkwatch.run/1 export")
+        assert not out.exists() and list(tmp_path.iterdir()) == []
+    finally:
+        server.stop()
+    assert "/v1/runs/..%2Fnodes" in asked and "/v1/nodes" not in asked

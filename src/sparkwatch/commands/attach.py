@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from sparkwatch.commands.export_file import load_export
 from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
 from sparkwatch.outputs import write_atomically
 from sparkwatch_agent.shared.units import lmx_gb
@@ -178,16 +179,6 @@ def _member_indent(text: str) -> str:
     j = _skip_ws(text, i)
     ws = text[i:j]
     return ws if "\n" in ws else " "
-
-
-def load_export(export_path: Path) -> dict[str, Any]:
-    try:
-        export: dict[str, Any] = json.loads(export_path.read_bytes())
-    except OSError as exc:
-        raise AttachError(f"{export_path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise AttachError(f"{export_path}: not JSON ({exc})") from None
-    return export
 
 
 def export_flags(export_path: Path, force: bool) -> str:

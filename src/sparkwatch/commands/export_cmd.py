@@ -38,7 +38,7 @@ class ExportCommandError(Exception):
 def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_tsdb_args(args, parser)
     if args.output is not None:
-        check_output(args.output)
+        check_output(args.output, _read_by(args.db))
     scope = cast(ScopeKind | None, args.scope)
     if args.prometheus is not None:
         try:
@@ -64,6 +64,15 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     elif args.json or args.output is None:
         print_export(export, sys.stdout)
     return 0
+
+
+def _read_by(db: Path | None) -> dict[Path, str]:
+    """The files an export from the database ``db`` reads: ``-o`` may be none of them (a coordinator may be
+    writing to it)."""
+    if db is None:
+        return {}
+    wal, shm = (db.with_name(f"{db.name}{end}") for end in ("-wal", "-shm"))
+    return {db: "the database", wal: "the database's WAL", shm: "the database's shared-memory index"}
 
 
 def offline_export(

@@ -7,12 +7,11 @@ starts without it."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from sparkwatch.core.export import SCHEMA
+from sparkwatch.commands.export_file import load_export
 from sparkwatch.defaults import SERIES_BUCKETS
 from sparkwatch.outputs import check_output, write_atomically, write_text_atomically
 
@@ -33,55 +32,13 @@ def report_path(export_path: Path) -> Path:
     return export_path.with_name(f"{export_path.stem}.report.html")
 
 
-def load_export(path: Path) -> dict[str, Any]:
-    """The export at ``path`` or a one-line reason: JSON without NaN or Infinity, the ``sparkwatch.run/1``
-    schema on its structure (every part, and its first and last ``CHECKED_WINDOWS`` windows: checking all
-    10 000 windows of a long run takes jsonschema seconds), and a series whose lines are whole."""
-    import jsonschema  # noqa: PLC0415 — only for the commands that read an export file
-
-    from sparkwatch.core.export_schema import run_schema  # noqa: PLC0415
-
-    try:
-        export = json.loads(path.read_bytes(), parse_constant=_no_constant)
-    except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ReportError(f"{path} is not JSON ({exc})") from None
-    if not isinstance(export, dict) or export.get("schema") != SCHEMA:
-        found = export.get("schema") if isinstance(export, dict) else type(export).__name__
-        raise ReportError(f"{path} is not a {SCHEMA} export (schema: {found!r})")
-    schema = run_schema()
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(_sample(export)))
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
-        raise ReportError(f"{path} is not a valid {SCHEMA} export: at {where}: {error.message[:200]}")
-    for node in (export.get("series") or {}).get("nodes", []):
-        for line in node["lines"]:
-            if len(line["t_s"]) != len(line["v"]):
-                raise ReportError(f"{path}: series line {node['node']}/{line['key']} has unequal t_s and v")
-    return export
-
-
-CHECKED_WINDOWS = 100
-
-
-def _sample(export: dict[str, Any]) -> dict[str, Any]:
-    windows = export.get("windows")
-    if isinstance(windows, list) and len(windows) > 2 * CHECKED_WINDOWS:
-        return {**export, "windows": windows[:CHECKED_WINDOWS] + windows[-CHECKED_WINDOWS:]}
-    return export
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows (the export says null for unknown)")
-
-
 def _image_folder(folder: Path | None) -> Path | None:
     if folder is None:
         return None
     if folder.exists() and not folder.is_dir():
         raise ReportError(f"cannot write images to {folder}: it is not a folder")
+    if not folder.parent.is_dir():  # the folder itself is made, not a path of them (a typo's)
+        raise ReportError(f"cannot write images to {folder}: folder {folder.parent} does not exist")
     return folder
 
 
@@ -117,9 +74,7 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
     png, svg = _image_folder(args.png), _image_folder(args.svg)
     export = load_export(args.export)
     output = args.output or report_path(args.export)
-    if output.resolve() == args.export.resolve():
-        raise ReportError(f"-o {output} is the export itself: the report would replace it")
-    check_output(output)
+    check_output(output, {args.export: "the export"})
     if (png or svg) and not export.get("series"):
         raise ReportError(
             f"{args.export} has no series block, so there are no figures to draw: export the run with"
@@ -140,7 +95,7 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
             " (export the run with --series)"
         )
     for folder, fmt, images in made:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(exist_ok=True)
         for name, data in images:
             write_atomically(folder / name, data)
         _say(f"{len(images)} {fmt.upper()} figure(s) written to {folder}")

@@ -23,10 +23,10 @@ from sparkwatch.core.series import Frame, node_series, series_block, series_fram
 from sparkwatch.core.tracks import GAP_INTERVALS, MemTrack
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Window, scope_for
-from sparkwatch.defaults import ScopeKind
+from sparkwatch.defaults import EXPORT_SCHEMA, ScopeKind
 from sparkwatch_agent.shared.units import lmx_gb
 
-SCHEMA = "sparkwatch.run/1"
+SCHEMA = EXPORT_SCHEMA
 LOW_CONFIDENCE_INTERVALS = 2.0
 CLOCK_UNCERTAINTY_RATIO = 0.01
 INCOMPLETE_COVERAGE = 0.95

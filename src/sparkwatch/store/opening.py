@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sqlite3
@@ -21,15 +20,35 @@ WAL_CHECKPOINT_BYTES = 32 * 1024 * 1024
 
 def open_database(path: Path) -> sqlite3.Connection:
     """A connection in autocommit mode (the store's transactions are explicit: store/tx.py); sqlite3 and
-    OS errors propagate for the caller to word."""
-    _owner_only(path)
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    OS errors propagate for the caller to word. A path that is not a database (a directory, another file:
+    SQLite refuses it) is left as it was, its mode included; a file made here and not set up is removed."""
+    created = _created(path)
     try:
-        _set_up(db, path)
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            _set_up(db, path)
+            _owner_only(path)  # once it has proved to be a database
+        except BaseException:
+            db.close()
+            raise
     except BaseException:
-        db.close()
+        if created:
+            for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+                file.unlink(missing_ok=True)
         raise
     return db
+
+
+def _created(path: Path) -> bool:
+    """Whether the database file is made here, owner-only from the start (an existing one is not opened:
+    see ``_owner_only``); a directory is refused."""
+    if path.is_dir():
+        raise sqlite3.DatabaseError("it is a directory")
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return False
+    return True
 
 
 def _set_up(db: sqlite3.Connection, path: Path) -> None:
@@ -71,11 +90,9 @@ def _migrate(db: sqlite3.Connection, path: Path) -> None:
 def _owner_only(path: Path) -> None:
     """The database holds run names, commands and request details: readable by its owner only, whatever
     the umask. SQLite gives the ``-wal`` and ``-shm`` files the database file's mode when it creates them;
-    files left open to others (by an older sparkwatch) are tightened. Never open and close a database file
-    another connection of this process may hold: closing any descriptor of a file drops every POSIX lock
-    the process has on it, SQLite's included."""
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    files left open to others (by an older sparkwatch) are tightened, once SQLite has opened the file as a
+    database. Never open and close a database file another connection of this process may hold: closing
+    any descriptor of a file drops every POSIX lock the process has on it, SQLite's included."""
     for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if file.exists() and file.stat().st_mode & 0o077:
             file.chmod(0o600)

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from sparkwatch.coordinator.api import bodies
 from sparkwatch.coordinator.api.metrics import coordinator_registry
-from sparkwatch.coordinator.api.models import MarkIn, RunCreate, RunEnd
+from sparkwatch.coordinator.api.models import Empty, MarkIn, RunCreate, RunEnd
 from sparkwatch.coordinator.api.openapi import openapi_document
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.defaults import SERIES_BUCKETS, check_series_buckets
@@ -139,12 +139,16 @@ async def add_windows(request: web.Request) -> web.Response:
 
 async def begin_import(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
+    if request.can_read_body:
+        await parse(request, Empty)
     import_id = await request.app[COORDINATOR].begin_import(run_id)
     return web.json_response({"run_id": run_id, "import_id": import_id}, status=201)
 
 
 async def commit_import(request: web.Request) -> web.Response:
     run_id, import_id = request.match_info["run_id"], request.match_info["import_id"]
+    if request.can_read_body:
+        await parse(request, Empty)
     count = await request.app[COORDINATOR].commit_import(run_id, import_id)
     return web.json_response({"run_id": run_id, "import_id": import_id, "committed": count})
 

@@ -51,6 +51,10 @@ class CommandOutcome(Strict):
     exit_code: int = Field(ge=-255, le=255)
 
 
+class Empty(Strict):
+    """A body that carries nothing (beginning or committing an import): ``{}``, or none at all."""
+
+
 class RunEnd(Strict):
     command: CommandOutcome | None = None
 

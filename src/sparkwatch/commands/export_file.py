@@ -1,0 +1,60 @@
+"""Reading an export file a command takes as input (`report`, `attach`): JSON without NaN or Infinity,
+the ``sparkwatch.run/1`` schema on its structure, a series whose lines are whole; else one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sparkwatch.defaults import EXPORT_SCHEMA as SCHEMA
+
+
+class ExportFileError(Exception):
+    """An export file that cannot be read as a ``sparkwatch.run/1`` export: one line saying why."""
+
+
+def load_export(path: Path) -> dict[str, Any]:
+    """The export at ``path`` or a one-line reason: JSON without NaN or Infinity, the ``sparkwatch.run/1``
+    schema on its structure (every part, and its first and last ``CHECKED_WINDOWS`` windows: checking all
+    10 000 windows of a long run takes jsonschema seconds), and a series whose lines are whole."""
+    import jsonschema  # noqa: PLC0415 — only for the commands that read an export file
+
+    from sparkwatch.core.export_schema import run_schema  # noqa: PLC0415
+
+    try:
+        export = json.loads(path.read_bytes(), parse_constant=_no_constant)
+    except OSError as exc:
+        raise ExportFileError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ExportFileError(f"{path} is not JSON ({exc})") from None
+    if not isinstance(export, dict) or export.get("schema") != SCHEMA:
+        found = export.get("schema") if isinstance(export, dict) else type(export).__name__
+        raise ExportFileError(f"{path} is not a {SCHEMA} export (schema: {found!r})")
+    schema = run_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(_sample(export)))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        raise ExportFileError(f"{path} is not a valid {SCHEMA} export: at {where}: {error.message[:200]}")
+    for node in (export.get("series") or {}).get("nodes", []):
+        for line in node["lines"]:
+            if len(line["t_s"]) != len(line["v"]):
+                raise ExportFileError(
+                    f"{path}: series line {node['node']}/{line['key']} has unequal t_s and v"
+                )
+    return export
+
+
+CHECKED_WINDOWS = 100
+
+
+def _sample(export: dict[str, Any]) -> dict[str, Any]:
+    windows = export.get("windows")
+    if isinstance(windows, list) and len(windows) > 2 * CHECKED_WINDOWS:
+        return {**export, "windows": windows[:CHECKED_WINDOWS] + windows[-CHECKED_WINDOWS:]}
+    return export
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows (the export says null for unknown)")

@@ -1,0 +1,40 @@
+"""An export file for attach's tests: the synthetic run's whole export (valid against the schema, as every
+export file attach reads must be) with the figures attach reads set by the test."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from helpers.synthetic_run import synthetic_export
+
+GIB = 2**30
+
+
+@functools.cache
+def _measured(nodes: int) -> dict[str, Any]:
+    return synthetic_export(hours=0.02, nodes=nodes, windows=4, seed=1)
+
+
+def attachable_export(
+    watts: Sequence[float | None],
+    verdicts: Sequence[str] = ("ok", "ok"),
+    peak_bytes: int | None = 68 * GIB,
+    peak_gb: float | None = 68.0,
+) -> dict[str, Any]:
+    """One one-GPU node per ``watts`` (``spark-N``, ``GPU-i``; None: not measured, with its reason), one
+    window ``wI`` per verdict (not ``ok``: the reason ``coverage 0.5``), the peak memory, and the lmx part
+    those give."""
+    out = copy.deepcopy(_measured(len(watts)))
+    for i, (node, w) in enumerate(zip(out["nodes"], watts, strict=True)):
+        node["node"] = f"spark-{i + 1}"
+        node["gpus"][0].update(uuid=f"GPU-{i}", power_w_gated_mean=w)
+        node["null_reasons"] = {"power_w.gated_mean": "no interval with util >= 0.5"} if w is None else {}
+    out["windows"] = out["windows"][: len(verdicts)]
+    for i, (window, v) in enumerate(zip(out["windows"], verdicts, strict=True)):
+        window.update(id=f"w{i}", in_scope=True, verdict=v, reasons=[] if v == "ok" else ["coverage 0.5"])
+    out["totals"]["memory_used_bytes_peak_sum"] = peak_bytes
+    out["lmx"] = {"gpuPowerWatts": list(watts), "peakVramGb": peak_gb, "notes": "Measured by sparkwatch"}
+    return out
