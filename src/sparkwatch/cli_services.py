@@ -116,6 +116,8 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    if args.output is not None:
+        check_output(args.output)  # before every node is dialled
     target = target_of(args) if args.nodes is None else None
 
     async def settle(client: CoordinatorClient) -> list[dict[str, object]]:

@@ -44,16 +44,19 @@ def check_output(path: Path, reads: Mapping[Path, str] = MappingProxyType({})) -
 
 def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
     """Write beside ``path`` and rename over it, so a reader never sees half a file; ``mode`` (permission
-    bits) is set before the rename. The temporary file is removed when anything fails."""
+    bits) is set before the rename. The temporary file is removed when anything fails, and the error names
+    ``path``, the file asked for, not the temporary one."""
     tmp = path.with_name(f".{path.name}.sparkwatch-tmp")
     try:
         tmp.write_bytes(data)
         if mode is not None:
             os.chmod(tmp, mode)
         tmp.replace(path)
-    except OSError:
+    except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise
+        if exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def write_text_atomically(path: Path, text: str) -> None:

@@ -34,6 +34,9 @@ def run_agent(
     [
         (["serve", "--interval", "0"], "--interval: interval must be within"),
         (["serve", "--listen", "nonsense"], "--listen must be HOST:PORT"),
+        (["serve", "--listen", "[::1]"], "--listen must be HOST:PORT or [IPV6]:PORT, got '[::1]'"),
+        (["serve", "--node", ""], "--node must be a name of 1 to 128 printable characters"),
+        (["serve", "--node", "n" * 500], "--node must be a name of 1 to 128 printable characters"),
         (["serve", "--listen", "0.0.0.0:9464"], "refusing to listen on 0.0.0.0 without a token"),
         (["serve", "--config", "/nonexistent.toml"], "cannot read config file"),
         (["serve", "--token-file", "/nonexistent"], "cannot read token file"),

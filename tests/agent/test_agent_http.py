@@ -73,8 +73,10 @@ async def test_auth_refusals(secured: TestClient) -> None:
         r = await secured.get(path)
         assert r.status == 401, path
         assert (await r.json())["error"] == "unauthorized"
+        assert "send 'Authorization: Bearer <token>'" in (await r.json())["reason"]
     r = await secured.get("/v1/time", headers={"Authorization": "Bearer wrong-token-xxxxxxxx"})
-    assert r.status == 401
+    assert r.status == 401  # a wrong token is told apart from none (the reason never shows either)
+    assert (await r.json())["reason"] == "the bearer token sent is not this server's (see --token-file)"
     r = await secured.get("/v1/time", headers={"Authorization": f"Bearer {TOKEN}"})
     assert r.status == 200
     assert (await secured.get("/metrics")).status == 200  # scrapes need no token

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkwatch.outputs import LIST_ITEMS_AT_ONCE, export_text, print_export, write_export
+from sparkwatch.outputs import LIST_ITEMS_AT_ONCE, export_text, print_export, write_atomically, write_export
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
 SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | TEXT
@@ -75,6 +75,15 @@ def test_a_file_that_cannot_be_written_leaves_nothing_behind(tmp_path: pathlib.P
     assert path.read_text() == "the old export\n" and sorted(p.name for p in tmp_path.iterdir()) == [
         "export.json"
     ]
+
+
+def test_a_write_that_fails_names_the_file_asked_for_not_the_temporary_one(tmp_path: pathlib.Path) -> None:
+    """The user's message names the path they gave, not ``.x.json.sparkwatch-tmp`` beside it."""
+    for path in (tmp_path / "missing" / "x.json", tmp_path):  # no such folder; a folder in the way
+        with pytest.raises(OSError) as caught:
+            write_atomically(path, b"{}")
+        assert caught.value.filename == str(path) and "sparkwatch-tmp" not in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_printing_an_export_writes_the_files_bytes(capfdbinary: pytest.CaptureFixture[bytes]) -> None:

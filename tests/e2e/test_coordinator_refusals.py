@@ -129,3 +129,40 @@ def test_a_harness_file_imported_after_the_run_lands_in_it_and_a_later_one_is_re
     assert after_refusal["windows"] == 3  # nothing of the refused file
     assert mark[0] == 409 and mark[1]["error"] == "run_ended"
     assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        (
+            'token_file = "{missing}"\n',
+            "nodes.n0.token_file: cannot read token file {missing}: No such file or directory",
+        ),
+        (
+            '[nodes.n0.meter]\nkind = "shelly"\nurl = "http://127.0.0.1:9"\npassword_file = "{missing}"\n',
+            "nodes.n0.meter.password_file: cannot read the meter's secret file {missing}: No such file",
+        ),
+        (
+            '[nodes.n0.meter]\nkind = "prometheus"\nurl = "http://127.0.0.1:9"\nquery = "up"\n'
+            'bearer_token_file = "{empty}"\n',
+            "nodes.n0.meter.bearer_token_file: the meter's secret file {empty} is empty",
+        ),
+    ],
+)
+def test_a_secret_file_a_node_names_that_cannot_be_used_stops_the_start_in_one_line(
+    tmp_path: pathlib.Path, table: str, said: str
+) -> None:
+    """Found at the start, naming the key (it used to be only a meter's warning at each poll, or a
+    token-file line that did not say which node)."""
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.write_text("\n")
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[nodes.n0]\nurl = "ws://127.0.0.1:9"\n' + table.format(missing=missing, empty=empty))
+    db = tmp_path / "data" / "sparkwatch.db"
+    db.parent.mkdir()
+    result = sparkwatch(
+        "coordinator", "--nodes", str(nodes), "--db", str(db), "--listen", f"127.0.0.1:{free_port()}"
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert said.format(missing=missing, empty=empty) in result.stderr, result.stderr
+    assert list(db.parent.iterdir()) == []

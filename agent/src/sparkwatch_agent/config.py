@@ -13,6 +13,8 @@ from sparkwatch_agent.sampling.leases import validate_interval
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_RING_SIZE = 36_000  # one hour at 10 Hz
+#: The longest node name the agent takes (it labels every series and names the node in exports).
+NODE_MAX_CHARS = 128
 BACKENDS = ("nvml", "sim")
 
 
@@ -53,8 +55,8 @@ _KEYS: dict[str, type] = {
 def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[v6]:PORT`` → (host, port)."""
     host, sep, port_text = text.rpartition(":")
-    if not sep or not host:
-        raise ConfigError(f"--listen must be HOST:PORT, got {text!r}")
+    if not sep or not host or (text.startswith("[") and not host.endswith("]")):  # "[::1]": no port
+        raise ConfigError(f"--listen must be HOST:PORT or [IPV6]:PORT, got {text!r}")
     host = host.strip("[]")
     try:
         port = int(port_text)
@@ -136,9 +138,13 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
     ring_size = int(pick("ring_size", DEFAULT_RING_SIZE))
     if ring_size < 10:
         raise ConfigError(f"ring_size must be at least 10, got {ring_size}")
-    node = pick("node", None) or socket.gethostname()
-    if not node or len(node) > 128 or any(c.isspace() for c in node):
-        raise ConfigError(f"--node must be a non-empty name without spaces, got {node!r}")
+    given = pick("node", None)
+    node = socket.gethostname() if given is None else given  # an empty --node is a mistake, not "default"
+    if not node or len(node) > NODE_MAX_CHARS or any(c.isspace() or not c.isprintable() for c in node):
+        raise ConfigError(
+            f"--node must be a name of 1 to {NODE_MAX_CHARS} printable characters without spaces,"
+            f" got {node[: NODE_MAX_CHARS + 8]!r}{'…' if len(node) > NODE_MAX_CHARS + 8 else ''}"
+        )
     token_file = pick("token_file", None)
     return AgentConfig(
         node=node,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -31,6 +32,8 @@ EXPORT_TIMEOUT_S = 600.0
 #: `GET /v1/runs` has no window counts: the listing asks each run, this many at a time.
 PARALLEL_GETS = 16
 NAME_CHARS = 40
+#: What a terminal must not be sent raw from a name the API took.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def cmd_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -135,7 +138,8 @@ def runs_table(runs: Sequence[dict[str, Any]], windows: Sequence[int]) -> str:
     samples its span holds."""
     rows = [("id", "name", "state", "start (UTC)", "end (UTC)", "windows", "samples")]
     for run, count in zip(runs, windows, strict=True):
-        name = run["name"] if len(run["name"]) <= NAME_CHARS else run["name"][: NAME_CHARS - 1] + "…"
+        name = shown(run["name"])
+        name = name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
         state = "open" if run["open"] else "ended"
         end = "-" if run["t_end_ns"] is None else utc(run["t_end_ns"])
         size = megabytes(run["size_bytes"]) if "size_bytes" in run else "-"  # an older coordinator: unknown
@@ -147,6 +151,12 @@ def runs_table(runs: Sequence[dict[str, Any]], windows: Sequence[int]) -> str:
         lines.append("  ".join([*cells, row[-2].rjust(widths[-2]), row[-1].rjust(widths[-1])]))
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def shown(text: str) -> str:
+    """``text`` for a terminal: a control character (a NUL, an escape sequence's ESC, a newline that would
+    break a table row) as ``\\xNN``; every other character as it is."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
 
 
 def megabytes(size_bytes: int) -> str:
@@ -162,8 +172,8 @@ def run_details(run: dict[str, Any]) -> str:
     command = run.get("command")
     wrapped = "-" if not command else f"{' '.join(command['argv'])} (exit code {command['exit_code']})"
     fields = [
-        ("id", run["id"]),
-        ("name", run["name"]),
+        ("id", shown(run["id"])),
+        ("name", shown(run["name"])),
         ("state", "open" if run["open"] else "ended"),
         ("start", f"{utc(run['t_start_ns'])} UTC"),
         ("end", end),

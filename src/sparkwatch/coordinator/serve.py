@@ -17,7 +17,7 @@ from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.defaults import RETAIN_IDLE_S
 from sparkwatch.engines.spec import EngineSpec
-from sparkwatch.links.nodes_file import NodeSpec, load_nodes_file
+from sparkwatch.links.nodes_file import NodeSpec, check_secret_files, load_nodes_file
 from sparkwatch.store import Store
 from sparkwatch_agent.config import parse_listen
 from sparkwatch_agent.shared.auth import token_for_bind
@@ -137,6 +137,7 @@ async def serve(
 ) -> int:
     nodes_file = load_nodes_file(nodes_path)
     nodes = nodes_file.nodes
+    check_secret_files(str(nodes_path), nodes)
     host, port = parse_listen(listen)
     token = token_for_bind(host, token_file, insecure_no_auth)
     stop = stop_on_signals()

@@ -129,6 +129,34 @@ def load_nodes_file(path: Path) -> NodesFile:
     return parse_nodes_file(text, str(path))
 
 
+def check_secret_files(origin: str, nodes: list[NodeSpec]) -> None:
+    """Every secret file the nodes name can be used now (an agent's token file, a meter's password or bearer
+    token file): a coordinator that starts is not told of a missing one first by a link's or a meter's
+    failures. Each is read again where it is used (a rotated secret is picked up); never shown."""
+    from sparkwatch.meters.credentials import SecretFileError, first_line  # noqa: PLC0415 (aiohttp)
+    from sparkwatch_agent.shared.auth import TokenFileError, load_token  # noqa: PLC0415
+
+    for node in nodes:
+        where = f"{origin}: nodes.{_toml_key(node.name)}"
+        try:
+            if node.token_file is not None:
+                load_token(node.token_file)
+        except TokenFileError as exc:
+            raise NodesFileError(f"{where}.token_file: {exc}") from None
+        meter = node.meter
+        secrets = (
+            {"password_file": meter.password_file, "bearer_token_file": meter.bearer_token_file}
+            if meter
+            else {}
+        )
+        for key, path in secrets.items():
+            try:
+                if path is not None:
+                    first_line(path, "the meter's secret")
+            except SecretFileError as exc:
+                raise NodesFileError(f"{where}.meter.{key}: {exc}") from None
+
+
 def _node(name: str, table: Any) -> NodeSpec:
     if not isinstance(table, dict):
         raise _Invalid(None, f'must be a table with url = "ws://host:9464" or ssh, got {toml_shown(table)}')

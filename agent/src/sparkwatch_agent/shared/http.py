@@ -61,12 +61,15 @@ def bearer_middleware(
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if (
-            token is not None
-            and protected(request.path)
-            and not bearer_ok(request.headers.get("Authorization"), token)
-        ):
-            return json_error(401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)")
+        header = request.headers.get("Authorization")
+        if token is not None and protected(request.path) and not bearer_ok(header, token):
+            if header is None or not header.startswith("Bearer "):
+                return json_error(
+                    401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)"
+                )
+            return json_error(
+                401, "unauthorized", "the bearer token sent is not this server's (see --token-file)"
+            )
         return await handler(request)
 
     return check
