@@ -174,7 +174,8 @@ class CoordinatorClient:
         if not isinstance(answer, dict):
             raise CoordinatorError(f"{what} at {self.target.url}: not a sparkwatch coordinator's answer")
         for key, kind in shape.items():
-            if not isinstance(answer.get(key), kind) or isinstance(answer.get(key), bool) != (kind is bool):
+            value = answer.get(key)
+            if key not in answer or not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
                 raise CoordinatorError(
                     f"{what} at {self.target.url}: not a sparkwatch coordinator's answer ({key!r} missing or"
                     " of another type)"

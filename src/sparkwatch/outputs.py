@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -157,3 +158,14 @@ def _close(out: BinaryIO, export: dict[str, Any], empty: bool) -> None:
     out.seek(out.tell() - 2)  # over the body's closing "\n}"
     plot = orjson.dumps(series, option=orjson.OPT_SERIALIZE_NUMPY)
     out.write(b',\n  "series": ' + plot + b"\n}\n")
+
+
+#: C0 controls, DEL and the C1 controls (a terminal may read 0x9b as CSI).
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """Text from elsewhere (a run's name, a wrapped command's words, as the API took them) safe to print on
+    a terminal: a control character as ``\\xNN`` instead of raw (a NUL, an ESC or a C1 CSI starting an
+    escape sequence, a newline that would break a table row); every other character as it is."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)

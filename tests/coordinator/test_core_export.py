@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 
 from sparkwatch.core.clock import ClockOffset, NodeClock
 from sparkwatch.core.domains import DomainInput
-from sparkwatch.core.export import SCHEMA, build_export, digest
+from sparkwatch.core.export import build_export, digest
 from sparkwatch.core.export_nodes import median_of
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GpuPoint, GpuTrack, MemPoint, MemTrack
 from sparkwatch.core.window_rows import plain
 from sparkwatch.core.windows import Window
+from sparkwatch.defaults import EXPORT_SCHEMA
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
@@ -74,7 +75,7 @@ def build() -> dict:
 
 def test_export_numbers_match_the_known_load() -> None:
     export = build()
-    assert export["schema"] == SCHEMA
+    assert export["schema"] == EXPORT_SCHEMA == "sparkwatch.run/1"
     n1, n2 = export["nodes"]
     # the scope is r1 ∪ r2 ∪ tiny = 10.05 s; busy (util 0.9) except the tiny window, which is idle
     assert export["method"]["scope_s"] == pytest.approx(10.05)

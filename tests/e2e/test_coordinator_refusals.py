@@ -147,6 +147,10 @@ def test_a_harness_file_imported_after_the_run_lands_in_it_and_a_later_one_is_re
             'bearer_token_file = "{empty}"\n',
             "nodes.n0.meter.bearer_token_file: the meter's secret file {empty} is empty",
         ),
+        (
+            '[engine]\nurl = "http://127.0.0.1:9/metrics"\nbearer_token_file = "{missing}"\n',
+            "engine.bearer_token_file: cannot read the engine's bearer token file {missing}: No such file",
+        ),
     ],
 )
 def test_a_secret_file_a_node_names_that_cannot_be_used_stops_the_start_in_one_line(
@@ -166,3 +170,6 @@ def test_a_secret_file_a_node_names_that_cannot_be_used_stops_the_start_in_one_l
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert said.format(missing=missing, empty=empty) in result.stderr, result.stderr
     assert list(db.parent.iterdir()) == []
+    wrapped = sparkwatch("run", "--nodes", str(nodes), "--db", str(db), "--", sys.executable, "-c", "pass")
+    assert wrapped.returncode == 2 and said.format(missing=missing, empty=empty) in wrapped.stderr
+    assert wrapped.stderr.count("\n") == 1, wrapped.stderr  # `run` embeds one: the same check, first

@@ -71,6 +71,7 @@ def _read_by(db: Path | None) -> dict[Path, str]:
     writing to it)."""
     if db is None:
         return {}
+    db = db.resolve()  # SQLite keeps the WAL and its index beside the file a link points at
     wal, shm = (db.with_name(f"{db.name}{end}") for end in ("-wal", "-shm"))
     return {db: "the database", wal: "the database's WAL", shm: "the database's shared-memory index"}
 

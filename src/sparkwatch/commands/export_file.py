@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sparkwatch.defaults import EXPORT_SCHEMA as SCHEMA
+from sparkwatch.defaults import EXPORT_SCHEMA
 
 
 class ExportFileError(Exception):
@@ -28,15 +28,17 @@ def load_export(path: Path) -> dict[str, Any]:
         raise ExportFileError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise ExportFileError(f"{path} is not JSON ({exc})") from None
-    if not isinstance(export, dict) or export.get("schema") != SCHEMA:
+    if not isinstance(export, dict) or export.get("schema") != EXPORT_SCHEMA:
         found = export.get("schema") if isinstance(export, dict) else type(export).__name__
-        raise ExportFileError(f"{path} is not a {SCHEMA} export (schema: {found!r})")
+        raise ExportFileError(f"{path} is not a {EXPORT_SCHEMA} export (schema: {found!r})")
     schema = run_schema()
     validator = jsonschema.validators.validator_for(schema)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(_sample(export)))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
-        raise ExportFileError(f"{path} is not a valid {SCHEMA} export: at {where}: {error.message[:200]}")
+        raise ExportFileError(
+            f"{path} is not a valid {EXPORT_SCHEMA} export: at {where}: {error.message[:200]}"
+        )
     for node in (export.get("series") or {}).get("nodes", []):
         for line in node["lines"]:
             if len(line["t_s"]) != len(line["v"]):

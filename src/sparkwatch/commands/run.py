@@ -46,7 +46,7 @@ from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFA
 from sparkwatch.engines.spec import engine_from_url
 from sparkwatch.hello_facts import misnamed
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
-from sparkwatch.links.nodes_file import load_nodes_file
+from sparkwatch.links.nodes_file import check_secret_files, load_nodes_file
 from sparkwatch.outputs import check_output, write_export
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
@@ -121,6 +121,7 @@ async def _client(opts: RunOptions, state: RunState) -> AsyncIterator[Coordinato
             yield client
         return
     nodes_file = load_nodes_file(opts.nodes_file)
+    check_secret_files(str(opts.nodes_file), nodes_file)
     engine = engine_from_url(opts.engine_metrics) if opts.engine_metrics else nodes_file.engine
     with tempfile.TemporaryDirectory(prefix="sparkwatch-run-") as tmp:
         state.db = opts.db or Path(tmp) / "sparkwatch.db"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -19,7 +18,7 @@ from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import wanted_series
-from sparkwatch.outputs import check_output, print_export, write_export
+from sparkwatch.outputs import check_output, print_export, shown, write_export
 
 Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
 
@@ -32,8 +31,6 @@ EXPORT_TIMEOUT_S = 600.0
 #: `GET /v1/runs` has no window counts: the listing asks each run, this many at a time.
 PARALLEL_GETS = 16
 NAME_CHARS = 40
-#: What a terminal must not be sent raw from a name the API took.
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def cmd_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -153,12 +150,6 @@ def runs_table(runs: Sequence[dict[str, Any]], windows: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
-def shown(text: str) -> str:
-    """``text`` for a terminal: a control character (a NUL, an escape sequence's ESC, a newline that would
-    break a table row) as ``\\xNN``; every other character as it is."""
-    return CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
-
-
 def megabytes(size_bytes: int) -> str:
     return f"{size_bytes / 1e6:.1f} MB"
 
@@ -170,7 +161,7 @@ def run_details(run: dict[str, Any]) -> str:
     else:
         end = f"{utc(run['t_end_ns'])} UTC ({(run['t_end_ns'] - run['t_start_ns']) / 1e9:.1f} s)"
     command = run.get("command")
-    wrapped = "-" if not command else f"{' '.join(command['argv'])} (exit code {command['exit_code']})"
+    wrapped = "-" if not command else f"{shown(' '.join(command['argv']))} (exit code {command['exit_code']})"
     fields = [
         ("id", shown(run["id"])),
         ("name", shown(run["name"])),

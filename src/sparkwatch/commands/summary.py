@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkwatch.core.domains import headline_entry
+from sparkwatch.outputs import shown
 from sparkwatch_agent.shared.units import GIB
 
 
@@ -23,7 +24,8 @@ def summary_table(export: dict[str, Any]) -> str:
     run, method = export["run"], export["method"]
     measured = [w for w in export["windows"] if w["in_scope"]]
     lines = [
-        f"run {run['id']} ({run['name']}): {len(measured)} measured window(s) of {len(export['windows'])},"
+        f"run {shown(run['id'])} ({shown(run['name'])}): {len(measured)} measured window(s) of"
+        f" {len(export['windows'])},"
         f" scope {method['scope']} {method['scope_s']} s, gate {method['gate']['source']}"
         f" >= {method['gate']['threshold_ratio']:g}, sampled every {method['interval_s']:g} s",
     ]

@@ -137,7 +137,7 @@ async def serve(
 ) -> int:
     nodes_file = load_nodes_file(nodes_path)
     nodes = nodes_file.nodes
-    check_secret_files(str(nodes_path), nodes)
+    check_secret_files(str(nodes_path), nodes_file)
     host, port = parse_listen(listen)
     token = token_for_bind(host, token_file, insecure_no_auth)
     stop = stop_on_signals()

@@ -26,7 +26,6 @@ from sparkwatch.core.windows import Window, scope_for
 from sparkwatch.defaults import EXPORT_SCHEMA, ScopeKind
 from sparkwatch_agent.shared.units import lmx_gb
 
-SCHEMA = EXPORT_SCHEMA
 LOW_CONFIDENCE_INTERVALS = 2.0
 CLOCK_UNCERTAINTY_RATIO = 0.01
 INCOMPLETE_COVERAGE = 0.95
@@ -100,7 +99,7 @@ def build_export(
     if callable(source):
         source = source()
     export: dict[str, Any] = {
-        "schema": SCHEMA,
+        "schema": EXPORT_SCHEMA,
         "run": _run_json(run, sparkwatch_version),
         "method": {
             "scope": run.scope,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkwatch.core.export import LMX_NOTES_MAX_CHARS, SCHEMA
+from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
 from sparkwatch.core.series_schema import SERIES
 from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, REQUIRED_FIELDS, WINDOW_FIELDS
+from sparkwatch.defaults import EXPORT_SCHEMA
 
 
 def _nullable(kind: str, **extra: Any) -> dict[str, Any]:
@@ -384,7 +385,7 @@ def run_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["schema", "run", "method", "nodes", "windows", "totals", "lmx"],
         "properties": {
-            "schema": {"const": SCHEMA},
+            "schema": {"const": EXPORT_SCHEMA},
             "run": _RUN,
             "method": _METHOD,
             "nodes": {"type": "array", "items": _NODE},

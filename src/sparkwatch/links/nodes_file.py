@@ -129,14 +129,21 @@ def load_nodes_file(path: Path) -> NodesFile:
     return parse_nodes_file(text, str(path))
 
 
-def check_secret_files(origin: str, nodes: list[NodeSpec]) -> None:
-    """Every secret file the nodes name can be used now (an agent's token file, a meter's password or bearer
-    token file): a coordinator that starts is not told of a missing one first by a link's or a meter's
-    failures. Each is read again where it is used (a rotated secret is picked up); never shown."""
+def check_secret_files(origin: str, nodes_file: NodesFile) -> None:
+    """Every secret file the file names can be used now (an agent's token file, a meter's password or bearer
+    token file, the serving engine's bearer token file): a coordinator that starts is not told of a missing
+    one first by a link's, a meter's or the scrape's failures. Each is read again where it is used (a
+    rotated secret is picked up); never shown."""
     from sparkwatch.meters.credentials import SecretFileError, first_line  # noqa: PLC0415 (aiohttp)
     from sparkwatch_agent.shared.auth import TokenFileError, load_token  # noqa: PLC0415
 
-    for node in nodes:
+    engine = nodes_file.engine
+    try:
+        if engine is not None and engine.bearer_token_file is not None:
+            first_line(engine.bearer_token_file, "the engine's bearer token")
+    except SecretFileError as exc:
+        raise NodesFileError(f"{origin}: engine.bearer_token_file: {exc}") from None
+    for node in nodes_file.nodes:
         where = f"{origin}: nodes.{_toml_key(node.name)}"
         try:
             if node.token_file is not None:

@@ -47,6 +47,11 @@ def _created(path: Path) -> bool:
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
+        st = path.stat()  # one that could not be made owner-only after set-up is refused before it
+        if st.st_mode & 0o077 and st.st_uid != os.geteuid() and os.geteuid() != 0:
+            raise sqlite3.DatabaseError(
+                "it is open to others and another user owns it (its owner: chmod 600)"
+            ) from None
         return False
     return True
 
