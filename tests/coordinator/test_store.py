@@ -229,6 +229,21 @@ def test_a_path_that_is_not_a_database_is_refused_and_left_as_it_was(tmp_path: p
     assert sorted(f.name for f in tmp_path.iterdir()) == ["d", "notes.txt"]  # no -wal, no -shm beside it
 
 
+def test_another_programs_sqlite_database_is_refused_unchanged(tmp_path: pathlib.Path) -> None:
+    """Tables of its own and no schema version of ours: refused before a pragma (WAL mode) or a table of
+    ours changes it; the same file with our version on it is taken."""
+    other = tmp_path / "app.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT)")
+    db.close()
+    before = other.read_bytes()
+    with pytest.raises(StoreError, match=r"not a sparkwatch database \(it has tables of its own: accounts\)"):
+        Store(other)
+    assert other.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.sqlite"]
+    Store(tmp_path / "ours.db").close()
+    Store(tmp_path / "ours.db").close()  # our own, reopened: its version says it is ours
+
+
 def test_a_database_made_here_that_cannot_be_set_up_is_removed(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

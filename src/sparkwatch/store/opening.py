@@ -57,6 +57,7 @@ def _created(path: Path) -> bool:
 
 
 def _set_up(db: sqlite3.Connection, path: Path) -> None:
+    _ours(db)
     # a new database gets 16 KiB pages: sample blocks are kilobytes each (schema 9; before it, a sample row
     # held its 1-3 KB frame, which spilled to overflow pages on 4 KiB ones and cut ingest 2.6x); the page
     # size cannot change once the database is in WAL
@@ -72,6 +73,20 @@ def _set_up(db: sqlite3.Connection, path: Path) -> None:
     db.execute("PRAGMA foreign_keys=ON")
     _migrate(db, path)
     _incremental_vacuum_on(db)
+
+
+def _ours(db: sqlite3.Connection) -> None:
+    """Refuse, before any pragma changes it, an SQLite database some other program made: no schema version
+    of ours, and tables of its own (a new, empty file has neither)."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version == 0:
+        tables = [
+            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' LIMIT 3")
+        ]
+        if tables:
+            raise sqlite3.DatabaseError(
+                f"not a sparkwatch database (it has tables of its own: {', '.join(tables)})"
+            )
 
 
 def _migrate(db: sqlite3.Connection, path: Path) -> None:
