@@ -4,6 +4,7 @@ sent on the store's stamps; what the meter did not say is not sent."""
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from sparkwatch.coordinator.remote_write.batch import Entry, group
 from sparkwatch.coordinator.remote_write.meters import WrittenMeter
 from sparkwatch.meters.poller import MeterError, MeterPoller, Reading
 from sparkwatch.meters.spec import MeterSpec
+from sparkwatch.store import Store
 from sparkwatch.store.meters import MeterReading
 
 __all__ = ["receiver"]  # the fixture, used by name
@@ -129,3 +131,25 @@ def test_a_meters_stamps_rise_apart_from_its_nodes_samples() -> None:
     by_name = {dict(k)["__name__"]: v for k, v in grouped.items() if dict(k)["__name__"].endswith("_watts")}
     assert by_name["sparkwatch_meter_power_watts"] == ([T0 // MS + 50], [480.0])
     assert by_name["sparkwatch_gpu_power_watts"] == ([T0 // MS + 100, T0 // MS + 200], [40.0, 41.0])
+
+
+def test_a_reading_the_store_ignored_is_not_offered(tmp_path: pathlib.Path) -> None:
+    """Two polls stamped in the same ns: the store keeps the first (one row per meter domain and time), and
+    only what it kept goes to the engine, so the engine holds what SQLite does."""
+
+    class Offers:
+        def __init__(self) -> None:
+            self.offered: list[tuple[str, MeterReading]] = []
+
+        def offer_meter(self, node: str, reading: MeterReading) -> None:
+            self.offered.append((node, reading))
+
+    store, offers = Store(tmp_path / "sw.db"), Offers()
+    sink = WrittenMeter(store, offers, lambda node: f"agent-{node}")
+    first = MeterReading("wall", "meter:shelly", 1.0, T0, 100.0, None, 0)
+    again = MeterReading("wall", "meter:shelly", 1.0, T0, 101.0, None, 0)
+    assert sink.add_meter_reading("n1", first) is True
+    assert sink.add_meter_reading("n1", again) is False
+    assert offers.offered == [("agent-n1", first)]
+    assert store.meter_rows("n1", T0 - 1, T0 + 1).power_w.tolist() == [100.0]
+    store.close()

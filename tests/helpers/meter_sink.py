@@ -10,8 +10,9 @@ class Sink:
         self.readings: list[MeterReading] = []
         self.errors: list[tuple[str, int, str]] = []
 
-    def add_meter_reading(self, node: str, reading: MeterReading) -> None:
+    def add_meter_reading(self, node: str, reading: MeterReading) -> bool:
         self.readings.append(reading)
+        return True
 
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
         self.errors.append((domain, t_ns, error))

@@ -41,7 +41,9 @@ class MeterReader(Protocol):
 
 
 class MeterSink(Protocol):
-    def add_meter_reading(self, node: str, reading: MeterReading) -> None: ...
+    def add_meter_reading(self, node: str, reading: MeterReading) -> bool:
+        """Whether it was stored (a reading at a time already stored is not)."""
+        ...
 
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None: ...
 

@@ -193,8 +193,8 @@ class Store:
         return retention.sizes(self._db, retention.run_spans(self._db))
 
     # ---- meters ----------------------------------------------------------------------------------
-    def add_meter_reading(self, node: str, reading: meters.MeterReading) -> None:
-        meters.add(self._db, node, reading)
+    def add_meter_reading(self, node: str, reading: meters.MeterReading) -> bool:
+        return meters.add(self._db, node, reading)
 
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
         meters.add_error(self._db, node, domain, t_ns, error)

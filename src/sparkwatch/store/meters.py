@@ -36,11 +36,13 @@ class MeterRows:
     energy_j: F64
 
 
-def add(db: sqlite3.Connection, node: str, reading: MeterReading) -> None:
+def add(db: sqlite3.Connection, node: str, reading: MeterReading) -> bool:
+    """Whether the reading was stored (False: one of that meter domain at that ns is already)."""
     with tx(db):
-        db.execute(
+        cursor = db.execute(
             "INSERT OR IGNORE INTO meter_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (node, *_row(reading))
         )
+    return cursor.rowcount == 1
 
 
 def _row(r: MeterReading) -> tuple[object, ...]:

@@ -54,9 +54,11 @@ class WrittenMeter:
         self._writer = writer
         self._named = named
 
-    def add_meter_reading(self, node: str, reading: MeterReading) -> None:
-        self._store.add_meter_reading(node, reading)
-        self._writer.offer_meter(self._named(node), reading)
+    def add_meter_reading(self, node: str, reading: MeterReading) -> bool:
+        stored = self._store.add_meter_reading(node, reading)
+        if stored:  # what the store ignored is not sent either: the engine holds what SQLite does
+            self._writer.offer_meter(self._named(node), reading)
+        return stored
 
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
         self._store.add_meter_error(node, domain, t_ns, error)
