@@ -36,6 +36,16 @@ def values_at(t_ns: I64, series: RawSeries | None) -> F64:
     return out
 
 
+def spacing_s(t_ns: I64) -> float:
+    """The series' usual spacing: the median seen (0 with fewer than two samples)."""
+    return seen_interval_s(t_ns, np.zeros(len(t_ns), dtype=np.int64)) or 0.0
+
+
+def median_interval(t_ns: I64) -> F64:
+    """Every sample's nominal interval, as a track takes it: the series' usual spacing."""
+    return np.full(len(t_ns), spacing_s(t_ns))
+
+
 def merged(parts: Sequence[RawSeries]) -> RawSeries:
     """One series from several label sets of one metric (a label whose value changed during the span): at
     each time any of them has, the first one's value that is known; the first's labels."""
@@ -94,7 +104,7 @@ def _stretches(t_ns: I64) -> list[tuple[int, int]]:
     """First and last stamp of each unbroken run of samples: split where two are more than GAP_INTERVALS
     times the series' usual spacing apart."""
     gaps = np.diff(t_ns)
-    spacing = (seen_interval_s(t_ns, np.zeros(len(t_ns), dtype=np.int64)) or 0.0) * 1e9
+    spacing = spacing_s(t_ns) * 1e9
     cut = np.flatnonzero(gaps > GAP_INTERVALS * spacing) if spacing > 0 else np.empty(0, np.int64)
     firsts, lasts = np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(t_ns) - 1]))
     return list(zip(t_ns[firsts].tolist(), t_ns[lasts].tolist(), strict=True))

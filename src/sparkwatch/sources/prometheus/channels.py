@@ -8,20 +8,19 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from sparkwatch.core.domains import DomainInput, gated_track
-from sparkwatch.core.export_nodes import seen_interval_s
-from sparkwatch.core.tracks import F64, I64, GpuTrack
-from sparkwatch.sources.prometheus.align import PICK_SPARKWATCH, single, union_times, values_at
+from sparkwatch.core.tracks import GpuTrack
+from sparkwatch.sources.prometheus.align import (
+    PICK_SPARKWATCH,
+    median_interval,
+    single,
+    union_times,
+    values_at,
+)
 from sparkwatch.sources.prometheus.raw import RawSeries
 from sparkwatch.wire import LEGACY_SENSOR_SOURCE
 
 #: Series by the channel (or meter domain) they belong to.
 ByChannel = Mapping[str, Sequence[RawSeries]]
-
-
-def median_interval(t_ns: I64) -> F64:
-    """Every sample's nominal interval: the median spacing seen (0 with fewer than two samples)."""
-    seen = seen_interval_s(t_ns, np.zeros(len(t_ns), dtype=np.int64))
-    return np.full(len(t_ns), seen or 0.0)
 
 
 def sensor_domains(

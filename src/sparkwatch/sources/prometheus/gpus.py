@@ -9,8 +9,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from sparkwatch.core.tracks import GpuTrack
-from sparkwatch.sources.prometheus.align import union_times, values_at
-from sparkwatch.sources.prometheus.channels import median_interval
+from sparkwatch.sources.prometheus.align import median_interval, union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries
 
 #: A metric's one series per GPU, by the GPU's key (its UUID label).

@@ -26,12 +26,13 @@ from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, SourceError
 from sparkwatch.sources.prometheus.align import (
     PICK_ONE,
     PICK_SPARKWATCH,
+    median_interval,
     merged,
     single,
     union_times,
     values_at,
 )
-from sparkwatch.sources.prometheus.channels import median_interval, meter_domains, sensor_domains
+from sparkwatch.sources.prometheus.channels import meter_domains, sensor_domains
 from sparkwatch.sources.prometheus.client import EngineRefusal
 from sparkwatch.sources.prometheus.engine_series import engine_samples
 from sparkwatch.sources.prometheus.gpus import gpu_tracks
