@@ -64,12 +64,20 @@ def test_a_fresh_reading_is_shown_under_the_agents_name() -> None:
     ]
 
 
+def test_the_meters_own_energy_counter_is_shown_beside_its_power() -> None:
+    assert meter_lines(poller(last_t_ns=NOW - 5 * S, last_power_w=412.5, last_energy_j=7.2e6)) == [
+        f"sparkwatch_meter_power_watts{LABELS} 412.5",
+        f"sparkwatch_meter_energy_joules_total{LABELS} 7.2e+06",
+        f"sparkwatch_meter_poll_interval_seconds{LABELS} 2.0",
+    ]
+
+
 @pytest.mark.parametrize(
     "state",
     [
         {},  # never read
-        {"last_t_ns": NOW - S, "last_power_w": 412.5, "error": "HTTP 503"},  # the last poll failed
-        {"last_t_ns": NOW - 7 * S, "last_power_w": 412.5},  # older than 3 polls of 2 s
+        {"last_t_ns": NOW - S, "last_power_w": 412.5, "last_energy_j": 1.0, "error": "HTTP 503"},  # failed
+        {"last_t_ns": NOW - 7 * S, "last_power_w": 412.5, "last_energy_j": 1.0},  # older than 3 polls of 2 s
         {"last_t_ns": NOW - S, "last_power_w": None},  # the meter answered without a power value
     ],
 )

@@ -191,7 +191,12 @@ def test_redfish_and_shelly_meters_feed_the_wall_domain_and_a_dead_meter_leaves_
     time.sleep(2 * POLL_S)  # a reading after the window's end, so that its last interval is covered
     state = _meter_state(rig, "spark-1")
     assert state["kind"] == "redfish" and state["last_power_w"] == 512.0 and state["error"] is None
-    assert _meter_lines(rig) == [  # the coordinator's /metrics: each meter's latest reading
+    lines = _meter_lines(rig)
+    shelly_energy = 'sparkwatch_meter_energy_joules_total{domain="wall",node="spark-2",source="meter:shelly"}'
+    energy_j = [float(line.split()[1]) for line in lines if line.startswith(shelly_energy)]
+    # the plug's own counter (Wh, as its aenergy.total shows it) in J, for increase(); the BMC's has none
+    assert len(energy_j) == 1 and 7258.589 * 3600 < energy_j[0] <= round(rig.plug.total_wh, 3) * 3600
+    assert [line for line in lines if not line.startswith(shelly_energy)] == [  # each meter's latest reading
         'sparkwatch_meter_poll_interval_seconds{domain="wall",node="spark-1",source="meter:redfish"} 0.5',
         'sparkwatch_meter_poll_interval_seconds{domain="wall",node="spark-2",source="meter:shelly"} 0.5',
         'sparkwatch_meter_power_watts{domain="wall",node="spark-1",source="meter:redfish"} 512.0',

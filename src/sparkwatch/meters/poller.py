@@ -60,6 +60,7 @@ class MeterState:
     failures: int = 0
     last_t_ns: int | None = None
     last_power_w: float | None = None
+    last_energy_j: float | None = None  # the meter's own counter, when it has one
     error: str | None = None  # the latest failure, until a poll succeeds
 
     def to_json(self) -> dict[str, Any]:
@@ -72,6 +73,7 @@ class MeterState:
             "failures": self.failures,
             "last_t_ns": self.last_t_ns,
             "last_power_w": self.last_power_w,
+            "last_energy_j": self.last_energy_j,
             "error": self.error,
         }
 
@@ -134,6 +136,7 @@ class MeterPoller:
             log.info("node %s: %s meter answers again", self.node, spec.kind)
         self.state.polls += 1
         self.state.last_t_ns, self.state.last_power_w, self.state.error = stamp.t_ns, reading.power_w, None
+        self.state.last_energy_j = reading.energy_j
 
     def _failed(self, t_ns: int, error: str) -> None:
         error = " ".join(error.split())[:300] or "failed"

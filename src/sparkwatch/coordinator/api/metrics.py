@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from sparkwatch.core.tracks import GAP_INTERVALS
-from sparkwatch.meters.names import METER_LABELS, METER_POLL_INTERVAL, METER_POWER
+from sparkwatch.meters.names import METER_ENERGY, METER_LABELS, METER_POLL_INTERVAL, METER_POWER
 
 if TYPE_CHECKING:
     from sparkwatch.coordinator.remote_write.sender import WriterStats
@@ -115,6 +115,12 @@ def _meter_families(coord: Coordinator) -> Iterator[Metric]:
         "The node's wall meter's latest reading, W (absent while it does not answer).",
         labels=labels,
     )
+    energy = CounterMetricFamily(
+        METER_ENERGY,
+        "The node's wall meter's own energy counter at its latest reading, J (for increase(); exports"
+        " integrate the power readings).",
+        labels=labels,
+    )
     interval = GaugeMetricFamily(
         METER_POLL_INTERVAL, "How often the coordinator polls the meter, s.", labels=labels
     )
@@ -126,7 +132,9 @@ def _meter_families(coord: Coordinator) -> Iterator[Metric]:
             values = [coord.agent_name(name), spec.domain, spec.source]
             power.add_metric(values, state.last_power_w)
             interval.add_metric(values, spec.interval_s)
-    yield from (power, interval)
+            if state.last_energy_j is not None:
+                energy.add_metric(values, state.last_energy_j)
+    yield from (power, energy, interval)
 
 
 #: Every outcome a stored sample can have in the remote writer (each shown from the start, at 0).
