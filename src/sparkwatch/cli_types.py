@@ -226,8 +226,11 @@ def _epoch_ns(text: str) -> int:
         if not seconds.is_finite() or seconds < 0:
             raise argparse.ArgumentTypeError(f"not a time: {text!r}")
         return int(seconds * 1_000_000_000)
+    text = text.strip()
+    if text.endswith(" UTC"):  # as `sparkwatch runs list` shows a time
+        text = text.removesuffix(" UTC") + "+00:00"
     try:
-        moment = datetime.datetime.fromisoformat(text.strip())
+        moment = datetime.datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"not Unix seconds or an RFC 3339 time (e.g. 2025-12-04T13:02:08Z): {text!r}"

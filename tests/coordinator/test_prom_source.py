@@ -18,6 +18,7 @@ import pytest
 
 from sparkwatch.cli_parser_runs import METRIC_FAMILIES
 from sparkwatch.cli_types import epoch_ns
+from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.align import merged as merged_parts
 from sparkwatch.sources.prometheus.client import Auth, Client, check_url, public_url
@@ -140,6 +141,8 @@ def test_the_maximum_sm_clock_is_the_largest_positive_reading() -> None:
         ("1764850000.25", 1_764_850_000_250_000_000),
         ("2025-12-04T12:06:40Z", 1_764_850_000_000_000_000),
         ("2025-12-04T13:06:40.5+01:00", 1_764_850_000_500_000_000),
+        ("2025-12-04 12:06:40 UTC", 1_764_850_000_000_000_000),  # as `sparkwatch runs list` shows it
+        (utc_stamp(1_764_850_000_123_999_999), 1_764_850_000_123_000_000),  # as `runs show` does
     ],
 )
 def test_a_time_is_unix_seconds_or_rfc3339(text: str, ns: int) -> None:
@@ -151,6 +154,7 @@ def test_a_time_is_unix_seconds_or_rfc3339(text: str, ns: int) -> None:
     [
         "yesterday",
         "2025-12-04T12:06:40",
+        "2025-12-04 12:06:40 CET",
         "-5",
         "nan",
         "1000",
@@ -363,24 +367,52 @@ def test_an_engine_url_that_is_not_an_api_root_is_one_line(
     assert "secret" not in done.stderr
 
 
-def test_windows_a_day_outside_the_span_are_one_line_before_the_engine_is_asked(
-    tmp_path: pathlib.Path,
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        ("2025-12-05T00:00:00Z", "2025-12-05T01:00:00Z"),  # a year early
+        ("2026-12-05T05:00:00Z", "2026-12-05T06:00:00Z"),  # a time-zone slip: an hour late
+        ("2026-12-05T04:00:00Z", "2026-12-05T04:08:24Z"),  # an end typed a few seconds early
+    ],
+)
+def test_windows_outside_the_span_are_one_line_before_the_engine_is_asked(
+    tmp_path: pathlib.Path, start: str, end: str
 ) -> None:
-    """The coordinator's rule for windows posted to a run: a span typed wrong (here a year early) would
-    otherwise measure the windows against nothing and exit 0. No engine listens here."""
+    """The coordinator's rule for windows imported into an ended run (give or take 2 s): a span typed wrong
+    would otherwise measure a window against a run it is not in and exit 0. No engine listens here."""
     windows = tmp_path / "w.json"
-    at = 1_796_436_500 * 10**9  # 2026-12-05
-    windows.write_text(
-        json.dumps({"windows": [{"id": "r-1", "phase": "timed", "t_start_ns": at, "t_end_ns": at + 10**9}]})
-    )
+    at = 1_796_443_700 * 10**9  # 2026-12-05T04:08:20Z
+    rows = [{"id": f"r-{k}", "phase": "timed", "t_start_ns": at + k * 10**9, "t_end_ns": at + (k + 2) * 10**9}
+            for k in range(6)]  # fmt: skip
+    windows.write_text(json.dumps({"windows": rows}))
     done = _cli(
         "--prometheus", "http://127.0.0.1:1", "--engine", "prometheus", "--windows", str(windows),
-        "--start", "2025-12-05T00:00:00Z", "--end", "2025-12-05T01:00:00Z",
+        "--start", start, "--end", end,
     )  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
-    assert "window 'r-1'" in done.stderr and "more than 24 h outside the run" in done.stderr
-    assert "check --start and --end" in done.stderr and "cannot reach" not in done.stderr
+    assert f"outside --start {start.replace(':00Z', ':00.000Z')}" in done.stderr, done.stderr
+    assert "the windows run from 2026-12-05T04:08:20.000Z to 2026-12-05T04:08:27.000Z" in done.stderr
+    assert "cannot reach" not in done.stderr
+    late = "window 'r-5' lies" if end.endswith("04:08:24Z") else "'r-3', 'r-4' and 1 more lie"
+    assert late in done.stderr, done.stderr
+
+
+def test_windows_inside_the_span_give_or_take_two_seconds_are_taken(tmp_path: pathlib.Path) -> None:
+    """An end typed to the whole second before the last window ended (lmx stamps whole seconds): no span
+    refusal, so the engine is asked (none listens here)."""
+    windows = tmp_path / "w.json"
+    at = 1_796_443_700 * 10**9
+    windows.write_text(
+        json.dumps(
+            {"windows": [{"id": "r", "phase": "timed", "t_start_ns": at, "t_end_ns": at + 2_500_000_000}]}
+        )
+    )
+    done = _cli(
+        "--prometheus", "http://127.0.0.1:1", "--engine", "prometheus", "--windows", str(windows),
+        "--start", "2026-12-05T04:08:20Z", "--end", "2026-12-05T04:08:21Z",
+    )  # fmt: skip
+    assert done.returncode != 0 and "outside --start" not in done.stderr and "127.0.0.1:1" in done.stderr
 
 
 def test_a_windows_file_that_cannot_be_read_is_one_line(tmp_path: pathlib.Path) -> None:

@@ -4,7 +4,9 @@ in it (a NUL, an ESC starting a terminal escape sequence, a newline that would b
 
 from __future__ import annotations
 
-from sparkwatch.commands.runs import run_details, runs_table
+import pytest
+
+from sparkwatch.commands.runs import run_details, runs_table, size_text
 
 RUN = {
     "id": "run-20261205-010203-abcdef",
@@ -29,3 +31,21 @@ def test_control_characters_in_a_name_are_shown_escaped_and_nothing_else_is() ->
     assert (
         len(runs_table([RUN], [3]).splitlines()) == 3
     )  # header, rule, one row: the newline did not split it
+
+
+@pytest.mark.parametrize(
+    ("size_bytes", "text"),
+    [(0, "0 B"), (999, "999 B"), (34_599, "34.6 kB"), (1_250_000, "1.2 MB"), (3_400_000_000, "3.4 GB")],
+)
+def test_a_runs_size_is_shown_in_the_unit_that_says_it(size_bytes: int, text: str) -> None:
+    """A short run's samples are a few kB: "0.0 MB" would say it has none."""
+    assert size_text(size_bytes) == text
+    row = runs_table([{**RUN, "size_bytes": size_bytes}], [3]).splitlines()[2]
+    assert row.endswith(" " + text)
+
+
+def test_runs_show_gives_the_span_as_export_prometheus_takes_it() -> None:
+    """To the millisecond in RFC 3339, so `--start`/`--end` can be pasted from it."""
+    details = run_details({**RUN, "t_start_ns": RUN["t_start_ns"] + 123_456_789})
+    assert "start     2026-12-05T02:08:20.123Z\n" in details
+    assert "end       2026-12-05T02:09:20.000Z (59.9 s)\n" in details

@@ -17,6 +17,7 @@ import pytest
 
 from helpers.cli import sparkwatch as cli
 from helpers.processes import Coordinator, free_port, sim_load, wait_connected
+from sparkwatch.commands.runs import size_text
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.store import Store
 from sparkwatch_agent.hardware.sim import SimSpec
@@ -128,9 +129,9 @@ def _list_and_show(coord: Coordinator, env: dict[str, str], run_id: str) -> None
         return [{k: v for k, v in r.items() if k != "size_bytes"} for r in runs["runs"]]
 
     assert unsized(as_json) == unsized(answer)
-    sizes = {r["id"]: f"{r['size_bytes'] / 1e6:.1f}" for r in as_json["runs"]}
+    sizes = {r["id"]: size_text(r["size_bytes"]).split() for r in as_json["runs"]}
     assert rows[0].split()[:3] == [run_id, "by-hand", "ended"]
-    assert rows[0].split()[-3:] == ["2", sizes[run_id], "MB"] and as_json["runs"][0]["size_bytes"] > 0
+    assert rows[0].split()[-3:] == ["2", *sizes[run_id]] and as_json["runs"][0]["size_bytes"] > 0
     assert rows[1].split()[:3] == [second, "manual", "open"] and rows[1].split()[-4:-2] == ["-", "0"]
     shown = cli("runs", "show", run_id, env=env).stdout
     assert re.search(r"^windows +2$", shown, re.M) and re.search(r"^state +ended$", shown, re.M)

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkwatch import __version__
+from sparkwatch.core.phases import name_ids
 from sparkwatch.core.run_spec import RunSpec
-from sparkwatch.core.windows import outside_run
+from sparkwatch.core.stamps import utc_stamp
+from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE
 from sparkwatch.importers import load_windows
 from sparkwatch.sources import SourceError, export_from
@@ -52,6 +54,23 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         parser.error("--basic-auth-password-file needs --basic-auth-user")
 
 
+def _check_span(windows: list[Window], start_ns: int, end_ns: int) -> None:
+    """The coordinator's rule for windows imported into an ended run: the span holds every window, give or
+    take SPAN_SLACK_NS. A span typed wrong (a time-zone slip, a rounded end) would otherwise measure a
+    window against a run it is not in, or a run against nothing."""
+    outside = outside_span(windows, start_ns, end_ns)
+    if not outside:
+        return
+    verb = "lies" if len(outside) == 1 else "lie"
+    first = min(w.t_start_ns for w in windows)
+    last = -(-max(w.t_end_ns for w in windows) // 10**6) * 10**6  # up to the ms: the span it names holds it
+    raise SourceError(
+        f"window {name_ids([w.id for w in outside], len(outside), quoted=True)} {verb} outside --start"
+        f" {utc_stamp(start_ns)} --end {utc_stamp(end_ns)} (give or take {SPAN_SLACK_NS / 1e9:g} s); the"
+        f" windows run from {utc_stamp(first)} to {utc_stamp(last)}: give a span that holds them"
+    )
+
+
 def tsdb_export(
     args: argparse.Namespace, say: Callable[[str], None], series_buckets: int | None = None
 ) -> dict[str, Any]:
@@ -60,9 +79,7 @@ def tsdb_export(
     to measure."""
     url = check_url(args.prometheus)
     windows = load_windows(args.windows_format, args.windows)  # a file's mistakes before the engine is asked
-    outside = outside_run(windows, args.start, args.end)
-    if outside is not None:  # the coordinator's rule for windows posted to a run
-        raise SourceError(f"{outside}: check --start and --end (Unix seconds) against the windows file")
+    _check_span(windows, args.start, args.end)
     auth = Auth(args.bearer_token_file, args.basic_auth_user, args.basic_auth_password_file)
     client = Client(url, auth)
     engine: Engine = detect(client) if args.engine == "auto" else args.engine

@@ -18,6 +18,7 @@ from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import wanted_series
+from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.outputs import check_output, print_export, shown, write_export
 
 Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
@@ -139,7 +140,7 @@ def runs_table(runs: Sequence[dict[str, Any]], windows: Sequence[int]) -> str:
         name = name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
         state = "open" if run["open"] else "ended"
         end = "-" if run["t_end_ns"] is None else utc(run["t_end_ns"])
-        size = megabytes(run["size_bytes"]) if "size_bytes" in run else "-"  # an older coordinator: unknown
+        size = size_text(run["size_bytes"]) if "size_bytes" in run else "-"  # an older coordinator: unknown
         rows.append((run["id"], name, state, utc(run["t_start_ns"]), end, str(count), size))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
@@ -150,8 +151,13 @@ def runs_table(runs: Sequence[dict[str, Any]], windows: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
-def megabytes(size_bytes: int) -> str:
-    return f"{size_bytes / 1e6:.1f} MB"
+def size_text(size_bytes: int) -> str:
+    """Bytes in the largest decimal unit under which the size is at least 1 (a short run's samples are a
+    few kB: "0.0 MB" would say none)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.1f} {unit}"
+    return f"{size_bytes} B"
 
 
 def run_details(run: dict[str, Any]) -> str:
@@ -159,14 +165,14 @@ def run_details(run: dict[str, Any]) -> str:
     if run["t_end_ns"] is None:
         end = "- (open)"
     else:
-        end = f"{utc(run['t_end_ns'])} UTC ({(run['t_end_ns'] - run['t_start_ns']) / 1e9:.1f} s)"
+        end = f"{utc_stamp(run['t_end_ns'])} ({(run['t_end_ns'] - run['t_start_ns']) / 1e9:.1f} s)"
     command = run.get("command")
     wrapped = "-" if not command else f"{shown(' '.join(command['argv']))} (exit code {command['exit_code']})"
     fields = [
         ("id", shown(run["id"])),
         ("name", shown(run["name"])),
         ("state", "open" if run["open"] else "ended"),
-        ("start", f"{utc(run['t_start_ns'])} UTC"),
+        ("start", utc_stamp(run["t_start_ns"])),  # as --start takes it (export --prometheus)
         ("end", end),
         ("interval", f"{run['interval_s']:g} s"),
         ("gate", f"util_ratio >= {run['gate_threshold']:g}"),

@@ -25,6 +25,10 @@ EPOCH_NS_MAX = (
 )  # 2100-01-01T00:00:00Z: far from 2^63, so clock arithmetic never overflows
 #: A run takes windows from this long before its start to this long after its end (or now, while open).
 RUN_REACH_NS = 24 * 3600 * 10**9
+#: How far outside a closed span (an ended run, an export's --start..--end) a window may lie: a harness
+#: host's clock may be off ours by what NTP allows (MLPerf Power accepts 400 ms) and lmx stamps whole
+#: seconds; a request served after the span ended is not the span's.
+SPAN_SLACK_NS = 2 * 10**9
 ID_MAX_CHARS = 200
 
 FINISH_REASON_MAX_CHARS = 64
@@ -151,6 +155,12 @@ def outside_run(windows: Iterable[Window], run_start_ns: int, run_end_ns: int) -
                 f" ([{run_start_ns}, {run_end_ns}])"
             )
     return None
+
+
+def outside_span(windows: Iterable[Window], start_ns: int, end_ns: int) -> list[Window]:
+    """The windows a closed span [start_ns, end_ns] does not hold, give or take ``SPAN_SLACK_NS``."""
+    lo, hi = start_ns - SPAN_SLACK_NS, end_ns + SPAN_SLACK_NS
+    return [w for w in windows if w.t_start_ns < lo or w.t_end_ns > hi]
 
 
 def duplicate_id(windows: Iterable[Window]) -> str | None:

@@ -12,16 +12,14 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from sparkwatch.core.phases import IDS_NAMED, name_ids
-from sparkwatch.core.windows import Window
+from sparkwatch.core.stamps import utc_stamp
+from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.store.tx import DuplicateIds, NotFound, RunEnded, StoreError
 
-#: How far outside an ended run's span a window may lie: a harness host's clock may be off ours by what
-#: NTP allows (MLPerf Power accepts 400 ms) and lmx stamps whole seconds; a request served after the run
-#: ended is still refused.
-ENDED_RUN_SLACK_NS = 2 * 10**9
+#: How far outside an ended run's span a window may lie (core.windows says why).
+ENDED_RUN_SLACK_NS = SPAN_SLACK_NS
 #: Ids per query when looking up which of a batch's ids a run holds (SQLite's variable limit).
 LOOKUP_IDS = 500
 
@@ -38,8 +36,7 @@ def run_span(db: sqlite3.Connection, run_id: str) -> tuple[int, int | None]:
 
 def ended_at(t_ns: int) -> str:
     """A run's end as people read it (UTC, milliseconds), with its ns value."""
-    stamp = datetime.fromtimestamp(t_ns / 1e9, tz=UTC).isoformat(timespec="milliseconds")
-    return f"{stamp.replace('+00:00', 'Z')} (t_end_ns {t_ns})"
+    return f"{utc_stamp(t_ns)} (t_end_ns {t_ns})"
 
 
 def ended(run_id: str, t_end_ns: int, what: str) -> RunEnded:
@@ -87,8 +84,7 @@ def check_span(db: sqlite3.Connection, run_id: str, windows: Sequence[Window]) -
     """Refuse windows an ended run does not take; returns the end it checked against (``None``: open)."""
     start, end = run_span(db, run_id)
     if end is not None:
-        lo, hi = start - ENDED_RUN_SLACK_NS, end + ENDED_RUN_SLACK_NS
-        outside = [w.id for w in windows if w.t_start_ns < lo or w.t_end_ns > hi]
+        outside = [w.id for w in outside_span(windows, start, end)]
         if outside:
             raise _outside(run_id, start, end, outside, len(outside))
     return end
