@@ -10,6 +10,7 @@ from typing import Any
 from sparkwatch import __version__
 from sparkwatch.cli_parser_runs import add_export_parser, add_runs_parser
 from sparkwatch.cli_types import (
+    Once,
     coordinator_args,
     count,
     engine_metrics_url,
@@ -88,8 +89,9 @@ def _remote_write_args(coord: argparse.ArgumentParser) -> None:
     rw.add_argument(
         "--remote-write",
         type=remote_write_url,
+        action=Once,
         metavar="URL",
-        help="also send every stored sample to this Prometheus remote-write receiver, e.g."
+        help="also send every stored sample to this Prometheus remote-write receiver (one), e.g."
         " http://prom:9090/api/v1/write",
     )
     rw.add_argument("--remote-write-bearer-token-file", type=Path, metavar="FILE", help="its bearer token")

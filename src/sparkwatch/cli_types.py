@@ -114,7 +114,33 @@ def remote_write_url(text: str) -> str:
             "credentials do not belong in the URL; use --remote-write-bearer-token-file, or"
             " --remote-write-basic-auth-user with --remote-write-basic-auth-password-file"
         )
+    path = parts.path.rstrip("/")
+    if not path or path.endswith(READ_ENDPOINTS):
+        what = "an engine's root" if not path else "a read endpoint"
+        raise argparse.ArgumentTypeError(
+            f"{url!r} is {what}, not a receiver's write endpoint: e.g. http://prom:9090/api/v1/write"
+            " (Prometheus, VictoriaMetrics), …/api/v1/push (Mimir), …/api/v1/receive (Thanos Receive)"
+        )
     return url
+
+
+#: Paths of the Prometheus HTTP API's reads: never where samples are written.
+READ_ENDPOINTS = tuple(
+    f"/api/v1/{name}"
+    for name in ("query", "query_range", "series", "labels", "export", "read", "status/buildinfo")
+)
+
+
+class Once(argparse.Action):
+    """A flag that may be given once: argparse keeps the last of a repeated flag, which would silently drop
+    the first value (a second --remote-write URL replaced the first)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            raise argparse.ArgumentError(self, "may be given only once")
+        setattr(namespace, self.dest, values)
 
 
 def listen(text: str) -> tuple[str, int]:

@@ -18,7 +18,7 @@ import pytest
 from helpers.frames import T0, sample_frame
 from helpers.write_receiver import HELLO, MESSAGES, Receiver, Sleeps, receiver, until, writer
 from sparkwatch.coordinator.remote_write.proto import HEADERS
-from sparkwatch.coordinator.remote_write.sender import RemoteWriter, shown_url
+from sparkwatch.coordinator.remote_write.sender import RemoteWriter, refusal_hint, shown_url
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.state import LinkState
@@ -119,6 +119,34 @@ async def test_other_client_errors_drop_the_batch_counted_and_the_next_one_goes(
     await until(lambda: w.stats.sent == 2)
     await w.stop()
     assert len(receiver.requests) == 2 and sleeps.delays == [] and w.stats.retries == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "hint"),
+    [
+        (401, "(the receiver wants credentials: --remote-write-bearer-token-file, or"),
+        (404, "(no remote-write receiver at this URL: Prometheus takes writes at /api/v1/write only with"),
+        (405, "Mimir's is /api/v1/push, Thanos Receive's /api/v1/receive)"),
+    ],
+)
+async def test_a_refusal_the_settings_explain_says_which_in_its_warning(
+    receiver: Receiver, status: int, hint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A receiver's refusal body is often empty (VictoriaMetrics' 401): the warning says what to check."""
+    receiver.script = [status]
+    w = writer(receiver.url, Sleeps())
+    w.start()
+    w.offer("n1", HELLO, frames(1, 1))
+    await until(lambda: w.stats.dropped.get("rejected") == 1)
+    await w.stop()
+    (warning,) = [r.getMessage() for r in caplog.records if "not retried" in r.getMessage()]
+    assert f"(HTTP {status}" in warning and hint in warning, warning
+
+
+def test_a_refusal_of_credentials_given_is_told_apart_from_none_given() -> None:
+    assert refusal_hint(401, authorised=True) == " (the receiver refused the credentials given)"
+    assert refusal_hint(403, authorised=True) == " (the credentials given may not write here)"
+    assert refusal_hint(400, authorised=False) == refusal_hint(413, authorised=True) == ""
 
 
 async def test_a_full_queue_drops_and_counts_and_offer_never_waits(receiver: Receiver) -> None:

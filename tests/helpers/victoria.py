@@ -10,6 +10,7 @@ import shutil
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from helpers.engine_process import EngineProcess
@@ -22,7 +23,11 @@ class Victoria(EngineProcess):
     ready_path = "/health"
 
     def __init__(
-        self, data: pathlib.Path, log: pathlib.Path, scrape_config: pathlib.Path | None = None
+        self,
+        data: pathlib.Path,
+        log: pathlib.Path,
+        scrape_config: pathlib.Path | None = None,
+        flags: Sequence[str] = (),
     ) -> None:
         super().__init__(log)
         self._start(
@@ -31,6 +36,7 @@ class Victoria(EngineProcess):
                 f"-storageDataPath={data}",
                 f"-httpListenAddr=127.0.0.1:{self.port}",
                 *([f"-promscrape.config={scrape_config}"] if scrape_config else []),
+                *flags,
             ]
         )
 

@@ -278,11 +278,31 @@ class RemoteWriter:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return "retry", f"{type(exc).__name__}: {exc}", None
         detail = f"HTTP {status}: {said}" if said else f"HTTP {status}"
+        detail += refusal_hint(status, authorization is not None)
         if 200 <= status < 300:
             return "sent", detail, None
         if status == 429 or status >= 500:
             return "retry", detail, _seconds(retry_after)
         return "rejected", detail, None
+
+
+def refusal_hint(status: int, authorised: bool) -> str:
+    """What a refusal most likely means for the settings (a receiver's body often says nothing)."""
+    if status == 401:
+        if authorised:
+            return " (the receiver refused the credentials given)"
+        return (
+            " (the receiver wants credentials: --remote-write-bearer-token-file, or"
+            " --remote-write-basic-auth-user with --remote-write-basic-auth-password-file)"
+        )
+    if status == 403:
+        return " (the credentials given may not write here)"
+    if status in (404, 405):
+        return (
+            " (no remote-write receiver at this URL: Prometheus takes writes at /api/v1/write only with"
+            " --web.enable-remote-write-receiver; Mimir's is /api/v1/push, Thanos Receive's /api/v1/receive)"
+        )
+    return ""
 
 
 def _seconds(text: str | None) -> float | None:

@@ -45,6 +45,19 @@ class Auth:
             raise SourceError(str(exc)) from None
         return None
 
+    def refusal_hint(self, status: int) -> str:
+        """What a 401 or 403 most likely means for the flags given (an engine's body often says nothing)."""
+        if status == 401 and self.bearer_token_file is None and self.user is None:
+            return (
+                " (the engine wants credentials: --bearer-token-file, or --basic-auth-user with"
+                " --basic-auth-password-file)"
+            )
+        if status == 401 and self.user is not None and self.password_file is None:
+            return " (the engine refused --basic-auth-user without --basic-auth-password-file)"
+        if status == 401:
+            return " (the engine refused the credentials given)"
+        return " (the credentials given may not read this)" if status == 403 else ""
+
 
 def public_url(url: str) -> str:
     """``url`` without user information, query or fragment: what may be printed and exported."""
@@ -113,7 +126,7 @@ class Client:
             return urllib.request.urlopen(request, timeout=self._timeout_s)
         except urllib.error.HTTPError as exc:
             body = exc.read(4096).decode("utf-8", "replace")
-            hint = NOT_FOUND_HINTS.get(path, "") if exc.code == 404 else ""
+            hint = NOT_FOUND_HINTS.get(path, "") if exc.code == 404 else self._auth.refusal_hint(exc.code)
             message = f"{self.url}{path} answered HTTP {exc.code}: {_reason(body)}{hint}"
             raise EngineRefusal(message, exc.code) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
