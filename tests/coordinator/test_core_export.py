@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -184,15 +185,44 @@ def test_totals_say_why_they_are_null() -> None:
     assert export["totals"]["power_w_gated_mean_sum"] is None and "power_w_gated_mean_sum" in reasons
 
 
-def test_a_failed_request_is_reported_but_not_measured() -> None:
+@pytest.mark.parametrize(
+    ("status", "source", "reason"),
+    [
+        (500, {}, "HTTP status 500: a failed request is not measured"),
+        # a 200 the proxy saw cut short (core.windows.CUT_SHORT)
+        (
+            200,
+            {"kind": "proxy", "upstream_broke_off": True},
+            "the upstream broke off its answer (source.upstream_broke_off): a request cut short is not"
+            " measured",
+        ),
+        (
+            200,
+            {"kind": "proxy", "client_disconnected": True},
+            "the client hung up before the answer ended (source.client_disconnected): a request cut short is"
+            " not measured",
+        ),
+        (
+            None,
+            {"kind": "proxy", "upstream_timed_out": True},
+            "the upstream's answer outlasted the proxy's upstream timeout (source.upstream_timed_out): a"
+            " request cut short is not measured",
+        ),
+    ],
+)
+def test_a_failed_request_is_reported_but_not_measured(
+    status: int | None, source: dict[str, Any], reason: str
+) -> None:
     busy = [(12, 14), (20, 25), (30, 35)]
     nodes = [node("spark-1", 11.0, 61.0, busy, 100)]
-    # a 500 answered during an idle stretch: measuring it would pull the gated figures toward idle
-    failed = Window("err", "timed", T0 + 16 * S, T0 + 19 * S, completion_tokens=0, http_status=500)
+    # a failure during an idle stretch: measuring it would pull the gated figures toward idle
+    failed = Window(
+        "err", "timed", T0 + 16 * S, T0 + 19 * S, completion_tokens=0, http_status=status, source=source
+    )
     export = build_export(RUN, nodes, [*WINDOWS, failed], "0.1.0")
     err = next(w for w in export["windows"] if w["id"] == "err")
     assert err["in_scope"] is False and err["verdict"] == "incomplete"
-    assert err["reasons"] == ["HTTP status 500: a failed request is not measured"]
+    assert err["reasons"] == [reason]
     assert export["method"]["scope_s"] == pytest.approx(10.05)  # the same scope as without it
     assert export["nodes"][0]["energy_j"] == pytest.approx(61.0 * 10 + 11.0 * 0.05)
 

@@ -241,8 +241,9 @@ def _windows_json(
     windows = list(windows)  # its own: a caller may empty its list once the export is made (let_go)
 
     def judged(k: int, w: Window, entries: Sequence[dict[str, Any]]) -> tuple[str, list[str]]:
-        if w.failed:
-            return "incomplete", [f"HTTP status {w.http_status}: a failed request is not measured"]
+        failure = w.failure()
+        if failure is not None:
+            return "incomplete", [failure]
         if w.span(plan.span_kind) is None:
             return "incomplete", [NO_DECODE_STAMPS]
         length_s = float(plan.ends[k] - plan.starts[k]) / 1e9

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,14 @@ RUN_REACH_NS = 24 * 3600 * 10**9
 #: seconds; a request served after the span ended is not the span's.
 SPAN_SLACK_NS = 2 * 10**9
 ID_MAX_CHARS = 200
+#: The notes the proxy puts in a window's source when its request did not complete, with what they mean.
+CUT_SHORT = MappingProxyType(
+    {
+        "upstream_broke_off": "the upstream broke off its answer",
+        "upstream_timed_out": "the upstream's answer outlasted the proxy's upstream timeout",
+        "client_disconnected": "the client hung up before the answer ended",
+    }
+)
 
 FINISH_REASON_MAX_CHARS = 64
 REQUIRED_FIELDS = ("id", "phase", "t_start_ns", "t_end_ns")
@@ -78,8 +87,18 @@ class Window:
 
     @property
     def failed(self) -> bool:
-        """An HTTP error answer: its time is not serving the benchmark, so no scope measures it."""
-        return self.http_status is not None and self.http_status >= 400
+        """A request that did not complete: its time is not serving the benchmark, so no scope measures it."""
+        return self.failure() is not None
+
+    def failure(self) -> str | None:
+        """Why the request did not complete, if it did not: an HTTP error answer, or one the proxy saw cut
+        short (an answer that broke off or timed out, a client that hung up: source notes, CUT_SHORT)."""
+        if self.http_status is not None and self.http_status >= 400:
+            return f"HTTP status {self.http_status}: a failed request is not measured"
+        for note, why in CUT_SHORT.items():
+            if self.source.get(note) is True:
+                return f"{why} (source.{note}): a request cut short is not measured"
+        return None
 
     def span(self, kind: ScopeKind) -> tuple[int, int] | None:
         """The part of this request a scope measures; ``None`` when the window lacks the needed stamps."""

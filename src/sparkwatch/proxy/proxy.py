@@ -126,7 +126,12 @@ class Proxy:
             return json_error(400, "invalid_phase", f"{PHASE_HEADER} must match {PHASE_RE.pattern}")
         phase = self._arrival_phase(header) if generation else "timed"
         counted_warmup = generation and header is None and phase == "warmup"
-        body = await request.read()
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:  # refused here: nothing went upstream, nothing warmed
+            if counted_warmup:
+                self._release_warmup()
+            return json_error(413, "body_too_large", exc.text or "request body too large")
         # the path exactly as the client encoded it (%2F stays %2F)
         url = URL(self.upstream + request.raw_path, encoded=True)
         try:
@@ -136,26 +141,48 @@ class Proxy:
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("upstream %s%s: %s", self._upstream_shown, request.path, exc)
             if generation:
-                if counted_warmup:
-                    self._release_warmup()
-                span = (t_start, self._now_ns())
-                watcher = ResponseWatcher(streaming=False)
-                self._submit(request, phase, span, 502, watcher, notes={"upstream_unreachable": True})
+                self._unanswered(
+                    request, phase, t_start, counted_warmup, status=502, notes={"upstream_unreachable": True}
+                )
             return json_error(502, "bad_gateway", f"upstream {self._upstream_shown} did not answer: {exc}")
+        except asyncio.CancelledError:  # the client hung up before the upstream answered
+            if generation:
+                self._unanswered(
+                    request, phase, t_start, counted_warmup, status=None, notes={"client_disconnected": True}
+                )
+            raise
         encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
         watcher = ResponseWatcher(
             streaming=upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         )
-        notes = {"compressed": encoded, "client_disconnected": False, "upstream_broke_off": False}
+        notes = {"compressed": encoded}
         try:
             return await self._relay(request, upstream, watcher, notes, parse=generation and not encoded)
         finally:
             upstream.release()
             if generation:
-                if counted_warmup and (upstream.status >= 400 or notes["upstream_broke_off"]):
+                cut = notes.get("upstream_broke_off") or notes.get("upstream_timed_out")
+                if counted_warmup and (upstream.status >= 400 or cut):
                     self._release_warmup()
                 span = (t_start, self._now_ns())
                 self._submit(request, phase, span, upstream.status, watcher, notes=notes)
+
+    def _unanswered(
+        self,
+        request: web.Request,
+        phase: str,
+        t_start: int,
+        counted_warmup: bool,
+        *,
+        status: int | None,
+        notes: Mapping[str, bool],
+    ) -> None:
+        """The window of a generation request the upstream never answered (unreachable, or the client left
+        first); a warm-up that got no answer warmed nothing up."""
+        if counted_warmup:
+            self._release_warmup()
+        watcher = ResponseWatcher(streaming=False)
+        self._submit(request, phase, (t_start, self._now_ns()), status, watcher, notes=notes)
 
     async def _relay(
         self,
@@ -168,7 +195,8 @@ class Proxy:
     ) -> web.StreamResponse:
         """Write the upstream's answer to the client chunk by chunk as it arrives, showing each chunk to
         ``watcher`` after it was written (with ``parse`` off, only its first byte is stamped); ``notes``
-        learns whether the client hung up or the upstream broke off."""
+        learns whether the client hung up (the handler is cancelled then: make_proxy_runner) or the upstream
+        broke off or timed out, which the client then sees too: its connection is cut, never ended cleanly."""
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for k, v in upstream.headers.items():
             if k.lower() not in HOP_BY_HOP:
@@ -177,22 +205,22 @@ class Proxy:
             response.content_length = upstream.content_length
         try:
             await response.prepare(request)
-            try:
-                async for chunk in upstream.content.iter_any():
-                    t_chunk = self._now_ns()
-                    await response.write(chunk)
-                    if parse:
-                        watcher.feed(chunk, t_chunk)
-                    elif watcher.stamps.t_first_byte_ns is None:
-                        watcher.stamps.t_first_byte_ns = t_chunk
-            except aiohttp.ClientPayloadError as exc:
-                # the upstream broke off mid-body: the client must see a truncated response, not a clean end
-                shown = f"{self._upstream_shown}{request.path}"
-                log.warning("upstream %s broke off the response: %s", shown, exc)
-                notes["upstream_broke_off"] = True
-                response.force_close()
-            else:
-                await response.write_eof()
+            chunks = upstream.content.iter_any()
+            while True:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    self._cut(request, response, notes, exc)
+                    return response
+                t_chunk = self._now_ns()
+                await response.write(chunk)
+                if parse:
+                    watcher.feed(chunk, t_chunk)
+                elif watcher.stamps.t_first_byte_ns is None:
+                    watcher.stamps.t_first_byte_ns = t_chunk
+            await response.write_eof()
         except ConnectionResetError:
             notes["client_disconnected"] = True  # nothing to answer, but the window is still kept
             log.info("client hung up during %s", request.path)
@@ -201,12 +229,25 @@ class Proxy:
             raise
         return response
 
+    def _cut(
+        self, request: web.Request, response: web.StreamResponse, notes: dict[str, bool], exc: Exception
+    ) -> None:
+        """The upstream's answer ended mid-body: the client's connection is cut too (aborted, so a chunked
+        answer gets no last chunk: aiohttp would otherwise end it cleanly once the handler returns)."""
+        timed_out = isinstance(exc, TimeoutError)
+        notes["upstream_timed_out" if timed_out else "upstream_broke_off"] = True
+        what = "timed out" if timed_out else f"broke off the response ({type(exc).__name__}: {exc})"
+        log.warning("upstream %s%s %s", self._upstream_shown, request.path, what)
+        response.force_close()
+        if request.transport is not None:
+            request.transport.abort()
+
     def _submit(
         self,
         request: web.Request,
         phase: str,
         span: tuple[int, int],
-        status: int,
+        status: int | None,
         watcher: ResponseWatcher,
         *,
         notes: Mapping[str, bool],
@@ -273,11 +314,14 @@ def make_proxy_app(proxy: Proxy) -> web.Application:
 
 
 def make_proxy_runner(proxy: Proxy) -> web.AppRunner:
-    """Request bodies are not decompressed either: a gzip body goes upstream as gzip, labelled so."""
+    """Request bodies are not decompressed either: a gzip body goes upstream as gzip, labelled so. A client
+    that hangs up cancels its request's handler, so its window ends then, not when the upstream next
+    writes (a stalled upstream could hold it open for the whole upstream timeout)."""
     return web.AppRunner(
         make_proxy_app(proxy),
         handle_signals=False,
         access_log=None,
         shutdown_timeout=1.0,
         auto_decompress=False,
+        handler_cancellation=True,
     )

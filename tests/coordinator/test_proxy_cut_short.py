@@ -1,0 +1,160 @@
+"""Requests that do not complete, through the proxy as `sparkwatch proxy` runs it (make_proxy_runner): an
+upstream that breaks off or stalls past the upstream timeout, a client that gives up. The client sees the
+answer cut (never a clean end of a chunked body), the window ends when the request did and says why, and
+the export does not measure it (core.windows.CUT_SHORT). A body the proxy refuses takes no warm-up slot."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from sparkwatch.core.windows import Window
+from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_runner
+
+TOKEN = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.windows: list[Window] = []
+
+    def submit(self, window: Window) -> None:
+        self.windows.append(window)
+
+
+@dataclass
+class Scripted:
+    """An upstream whose answer is chosen by the request's ``?do=``: ``break`` (two tokens, then the
+    connection dropped mid-body), ``stall`` (a token, then silence), ``late`` (silence before any answer),
+    anything else a whole short stream."""
+
+    stall_s: float = 30.0
+    seen: list[str] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        do = request.query.get("do", "")
+        self.seen.append(do)
+        await request.read()
+        if do == "late":
+            await asyncio.sleep(self.stall_s)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(TOKEN)
+        if do == "break":
+            await resp.write(TOKEN)
+            await asyncio.sleep(0.05)
+            assert request.transport is not None
+            request.transport.abort()
+            return resp
+        if do == "stall":
+            await asyncio.sleep(self.stall_s)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+async def _site(runner: web.AppRunner) -> str:
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return "http://{}:{}".format(*runner.addresses[0][:2])
+
+
+@dataclass
+class Rig:
+    url: str
+    sink: ListSink
+    upstream: Scripted
+
+
+@pytest.fixture
+async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+    timeout_s, warmup = getattr(request, "param", (3600.0, 0))
+    upstream = Scripted()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", upstream.handle)
+    up_runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1, handler_cancellation=True)
+    up_url = await _site(up_runner)
+    sink = ListSink()
+    runner = make_proxy_runner(Proxy(ProxyConfig(up_url, warmup=warmup, upstream_timeout_s=timeout_s), sink))
+    url = await _site(runner)
+    try:
+        yield Rig(url, sink, upstream)
+    finally:
+        await runner.cleanup()
+        await up_runner.cleanup()
+
+
+async def _window(sink: ListSink, count: int = 1, within_s: float = 5.0) -> Window:
+    async with asyncio.timeout(within_s):
+        while len(sink.windows) < count:
+            await asyncio.sleep(0.01)
+    return sink.windows[count - 1]
+
+
+async def _read_all(url: str, do: str, timeout_s: float = 10.0) -> bytes:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{url}/v1/chat/completions?do={do}", data=b"{}", timeout=timeout_s) as resp,
+    ):
+        return await resp.read()
+
+
+async def test_an_answer_the_upstream_breaks_off_is_cut_for_the_client_and_not_measured(rig: Rig) -> None:
+    with pytest.raises(aiohttp.ClientPayloadError):  # not a clean end of the chunked body
+        await _read_all(rig.url, "break")
+    w = await _window(rig.sink)
+    assert w.http_status == 200 and w.source.get("upstream_broke_off") is True and w.failed
+    assert w.t_first_token_ns is not None  # what arrived was still stamped
+    assert "the upstream broke off its answer" in (w.failure() or "")
+
+
+@pytest.mark.parametrize("rig", [(0.5, 0)], indirect=True)
+async def test_an_answer_that_outlasts_the_upstream_timeout_is_cut_and_logs_no_error(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await _read_all(rig.url, "stall")
+    w = await _window(rig.sink)
+    assert w.source.get("upstream_timed_out") is True and w.failed
+    assert (w.t_end_ns - w.t_start_ns) / 1e9 < 3.0
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+async def test_a_client_that_gives_up_on_a_stalled_answer_ends_its_window_then(rig: Rig) -> None:
+    """Before, the window lasted until the upstream next wrote (177 s in a trial; the upstream timeout is an
+    hour): a request nobody waited for was measured as an `ok` one."""
+    with pytest.raises(TimeoutError):
+        await _read_all(rig.url, "stall", timeout_s=0.5)
+    w = await _window(rig.sink, within_s=3.0)
+    assert w.source.get("client_disconnected") is True and w.failed
+    assert (w.t_end_ns - w.t_start_ns) / 1e9 < 2.0
+
+
+@pytest.mark.parametrize("rig", [(3600.0, 1)], indirect=True)
+async def test_a_client_that_leaves_before_any_answer_gives_its_warmup_slot_back(rig: Rig) -> None:
+    with pytest.raises(TimeoutError):
+        await _read_all(rig.url, "late", timeout_s=0.5)
+    w = await _window(rig.sink, within_s=3.0)
+    assert (w.phase, w.http_status, w.source.get("client_disconnected")) == ("warmup", None, True)
+    assert await _read_all(rig.url, "whole")  # the next to arrive is the warm-up
+    assert (await _window(rig.sink, 2)).phase == "warmup" and not rig.sink.windows[1].failed
+
+
+@pytest.mark.parametrize("rig", [(3600.0, 1)], indirect=True)
+async def test_a_body_the_proxy_refuses_is_a_json_413_and_takes_no_warmup_slot(rig: Rig) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{rig.url}/v1/chat/completions", data=b"x" * (64 * 1024 * 1024 + 1)) as resp,
+    ):
+        assert resp.status == 413
+        said = json.loads(await resp.read())
+    assert said["error"] == "body_too_large" and "64" not in said["error"], said
+    assert rig.upstream.seen == [] and rig.sink.windows == []  # nothing went upstream, nothing recorded
+    await _read_all(rig.url, "whole")
+    assert (await _window(rig.sink)).phase == "warmup"
