@@ -248,3 +248,18 @@ async def test_beginning_or_committing_an_import_takes_an_empty_body_or_none(api
     status, answer = await api.call("POST", f"/v1/runs/{run}/imports/{into}/commit", {"windows": []})
     assert status == 400 and answer["error"] == "invalid_body"
     assert (await api.call("POST", f"/v1/runs/{run}/imports/{into}/commit", {}))[1]["committed"] == 0
+
+
+@pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/{run}/windows", "/v1/runs/{run}/marks"])
+async def test_a_body_labelled_gzip_that_is_not_is_a_400_and_changes_nothing(
+    api: Api, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp raises while decoding it; that was a 500 with two tracebacks in the log."""
+    run = await api.new_run()
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    response = await api.client.post(path.format(run=run), data=b"xx", headers=headers)
+    body = await response.json()
+    assert response.status == 400 and body["error"] == "invalid_body", body
+    assert "the body cannot be read" in body["reason"] and "gzip" in body["reason"]
+    assert len((await api.call("GET", "/v1/runs"))[1]["runs"]) == 1 and api.rows() == 0
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text

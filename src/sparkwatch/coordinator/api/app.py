@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
 
@@ -50,6 +51,13 @@ async def store_refusals(request: web.Request, handler: Handler) -> web.StreamRe
         return error(400, "invalid_body", str(exc))
     except bodies.BodyError as exc:
         return error(400, "invalid_body", exc.details)
+    except RequestPayloadError as exc:  # e.g. labelled gzip and not gzip: aiohttp cannot decode it
+        # the rest is not read: aiohttp would drain it after the answer, fail again and drop the connection
+        # with the answer unsent; the connection closes instead
+        request.content.feed_eof()
+        response = error(400, "invalid_body", f"the body cannot be read: {' '.join(str(exc).split())}")
+        response.force_close()
+        return response
     except Unavailable as exc:
         return error(503, "unavailable", str(exc))
     except DuplicateIds as exc:  # the ids, so a client can tell which of its windows the run has
