@@ -50,13 +50,16 @@ LISTED_SHAPE: dict[str, type | tuple[type, ...]] = {
     "t_start_ns": int,
     "t_end_ns": (int, type(None)),
 }
+OPENED_SHAPE = {**LISTED_SHAPE, "interval_s": (int, float)}
 RUN_SHAPE = {
-    **LISTED_SHAPE,
-    "interval_s": (int, float),
+    **OPENED_SHAPE,
     "gate_threshold": (int, float),
     "scope": str,
     "windows": int,
 }
+MARK_SHAPE: dict[str, type | tuple[type, ...]] = {"name": str}
+ENDED_MARK_SHAPE = {**MARK_SHAPE, "t_start_ns": int, "t_end_ns": int}
+NODE_SHAPE: dict[str, type | tuple[type, ...]] = {"node": str, "connected": bool}
 
 
 def _run_path(run_id: str) -> str:
@@ -154,8 +157,7 @@ class CoordinatorClient:
         }
         if phases is not None:
             body["phases"] = list(phases)
-        result: dict[str, Any] = await self._call("POST", "/v1/runs", body)
-        return result
+        return self._shaped(await self._call("POST", "/v1/runs", body), OPENED_SHAPE, "POST /v1/runs")
 
     async def run(self, run_id: str) -> dict[str, Any]:
         path = _run_path(run_id)
@@ -185,25 +187,31 @@ class CoordinatorClient:
     async def mark(self, run_id: str, name: str, event: str, phase: str | None = None) -> dict[str, Any]:
         """Begin (``event="begin"``, in ``phase``; the API's default is ``timed``) or end a mark now."""
         body = {"name": name, "event": event, **({"phase": phase} if phase is not None else {})}
-        result: dict[str, Any] = await self._call("POST", _run_path(run_id) + "/marks", body)
-        return result
+        path = _run_path(run_id) + "/marks"
+        shape = MARK_SHAPE if event == "begin" else ENDED_MARK_SHAPE
+        return self._shaped(await self._call("POST", path, body), shape, f"POST {path}")
 
     async def end_run(self, run_id: str, command: dict[str, Any] | None = None) -> dict[str, Any]:
         body = {"command": command} if command is not None else {}
-        result: dict[str, Any] = await self._call("POST", _run_path(run_id) + "/end", body)
-        return result
+        path = _run_path(run_id) + "/end"
+        return self._shaped(await self._call("POST", path, body), LISTED_SHAPE, f"POST {path}")
 
     async def delete_run(self, run_id: str) -> dict[str, Any]:
         """Delete an ended run: ``{"deleted": id, "windows": N}``; an open run is refused (409)."""
-        result: dict[str, Any] = await self._call("DELETE", _run_path(run_id))
-        return result
+        path = _run_path(run_id)
+        return self._shaped(
+            await self._call("DELETE", path), {"deleted": str, "windows": int}, f"DELETE {path}"
+        )
 
     async def add_windows(self, run_id: str, windows: Sequence[Window]) -> int:
         """Posts in batches; each batch is all-or-nothing on the coordinator."""
         stored = 0
         for i in range(0, len(windows), WINDOWS_PER_POST):
             batch = [w.to_body() for w in windows[i : i + WINDOWS_PER_POST]]
-            result = await self._call("POST", _run_path(run_id) + "/windows", {"windows": batch})
+            path = _run_path(run_id) + "/windows"
+            result = self._shaped(
+                await self._call("POST", path, {"windows": batch}), {"stored": int}, f"POST {path}"
+            )
             stored += int(result["stored"])
         return stored
 
@@ -211,13 +219,15 @@ class CoordinatorClient:
         """Every window in one import (``WINDOWS_PER_POST`` per request, read from ``windows`` as they are
         posted), committed at the end: the run gets all of them or, when anything fails on the way (a bad
         line late in a file, a refusal, Ctrl-C), none."""
-        begun = await self._call("POST", _run_path(run_id) + "/imports", {})
+        path = _run_path(run_id) + "/imports"
+        begun = self._shaped(await self._call("POST", path, {}), {"import_id": str}, f"POST {path}")
         import_id = str(begun["import_id"])
         try:
             for batch in _batches(windows, WINDOWS_PER_POST):
                 body = {"windows": [w.to_body() for w in batch], "import_id": import_id}
                 await self._call("POST", _run_path(run_id) + "/windows", body)
-            done = await self._call("POST", _run_path(run_id) + f"/imports/{import_id}/commit", {})
+            path = _run_path(run_id) + f"/imports/{import_id}/commit"
+            done = self._shaped(await self._call("POST", path, {}), {"committed": int}, f"POST {path}")
         except BaseException:
             with contextlib.suppress(CoordinatorError):  # else the coordinator drops it after a while
                 await self._call("DELETE", _run_path(run_id) + f"/imports/{import_id}")
@@ -242,8 +252,8 @@ class CoordinatorClient:
             raise CoordinatorError(f"GET {self.target.url}/v1/time: {exc}") from None
 
     async def nodes(self) -> list[dict[str, Any]]:
-        result = await self._call("GET", "/v1/nodes")
-        return list(result["nodes"])
+        answer = self._shaped(await self._call("GET", "/v1/nodes"), {"nodes": list}, "GET /v1/nodes")
+        return [self._shaped(node, NODE_SHAPE, "GET /v1/nodes") for node in answer["nodes"]]
 
     # ---- waiting for the nodes -------------------------------------------------------------------
     async def wait_for_nodes(

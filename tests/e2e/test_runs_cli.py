@@ -240,6 +240,8 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
 
     async def answer(request: web.Request) -> web.Response:
         asked.append(request.raw_path)
+        if request.raw_path == "/v1/runs" and request.method == "POST":
+            return web.json_response({"id": 42}, status=201)
         if request.raw_path == "/v1/runs":
             return web.json_response({"runs": 5})
         if request.raw_path.endswith("/export"):
@@ -247,7 +249,7 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
         return web.json_response({"weird": 1} if "list" not in request.raw_path else [1, 2])
 
     app = web.Application()
-    app.router.add_get("/{tail:.*}", answer)
+    app.router.add_route("*", "/{tail:.*}", answer)
     server = AppThread(app, free_port())
     server.start()
     assert server.ready.wait(10)
@@ -257,10 +259,25 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
         one_line_refusal(cli("runs", "show", "X", "--coordinator", url), "'id' missing or of another type")
         one_line_refusal(cli("runs", "show", "list", "--coordinator", url), "not a sparkwatch coordinator")
         one_line_refusal(cli("runs", "show", "../nodes", "--coordinator", url), "not a sparkwatch")
+        assert "/v1/runs/..%2Fnodes" in asked and "/v1/nodes" not in asked
         out = tmp_path / "x.json"
         done = cli("runs", "export", "X", "-o", str(out), "--coordinator", url)
         one_line_refusal(done, "not a sparkwatch.run/1 export")
         assert not out.exists() and list(tmp_path.iterdir()) == []
+        # 2xx answers the commands that change something read (a KeyError traceback each, before)
+        opened = cli("runs", "open", "--coordinator", url)
+        one_line_refusal(opened, "POST /v1/runs at", "'id' missing or of another type")
+        assert opened.stdout == ""  # no id for ID=$(sparkwatch runs open) to take
+        one_line_refusal(cli("runs", "end", "X", "--coordinator", url), "POST /v1/runs/X/end at")
+        one_line_refusal(cli("runs", "delete", "X", "--coordinator", url), "DELETE /v1/runs/X at")
+        one_line_refusal(cli("runs", "mark", "X", "m", "begin", "--coordinator", url), "/marks at")
+        one_line_refusal(cli("runs", "mark", "X", "m", "end", "--coordinator", url), "/marks at")
+        windows = tmp_path / "w.json"
+        windows.write_text('{"windows": [{"id": "r", "phase": "timed", "t_start_ns": 1796443700000000000,'
+                           ' "t_end_ns": 1796443701000000000}]}')  # fmt: skip
+        one_line_refusal(
+            cli("import", "plain", str(windows), "--run", "X", "--coordinator", url), "/imports at"
+        )
+        one_line_refusal(cli("run", "--coordinator", url, "--", "true"), "GET /v1/nodes at")
     finally:
         server.stop()
-    assert "/v1/runs/..%2Fnodes" in asked and "/v1/nodes" not in asked
