@@ -105,3 +105,21 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
         _one_line_refusal(sparkwatch(*argv), words)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert (tmp_path / "self.json").read_text() == export_file.read_text()  # the export was not replaced
+
+
+def test_odd_values_the_schema_allows_are_reported_as_they_are(
+    export_file: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A start far outside any date and hardware facts of other shapes (the schema says only "an object"
+    of hardware): a traceback each, before; now the page says what it can."""
+    odd = json.loads(export_file.read_text())
+    odd["run"]["t_start_ns"] = 10**300
+    odd["nodes"][0]["hardware"] = {"gpus": ["abc", None, 3], "host": "h", "memory_total_bytes": "lots"}
+    odd["nodes"][1]["hardware"] = {"gpus": "abc"}
+    odd["nodes"][2]["hardware"] = {"host": {"hostname": ["x"]}, "driver_version": {"a": 1}}
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(odd))
+    result = sparkwatch("report", str(path), "-o", str(tmp_path / "odd.html"))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    page = (tmp_path / "odd.html").read_text()
+    assert f"{10**300} ns (not a date)" in page and "n/a (n/a), n/a (n/a), n/a (n/a)" in page

@@ -15,6 +15,7 @@ from typing import Any
 import altair as alt
 
 from sparkwatch.report.bands import BAND_KINDS, band_columns, fine_when, in_view, merged_columns
+from sparkwatch.report.facts import a_number, an_object
 from sparkwatch_agent.shared.units import GIB
 
 PANEL_WIDTH_PX = 1100
@@ -141,7 +142,7 @@ def node_panels(
     entry = export["nodes"][i] if i < len(export["nodes"]) else {}
     threshold = export["method"]["gate"]["threshold_ratio"]
     baseline = (entry.get("memory_used_bytes") or {}).get("baseline")
-    total = (entry.get("hardware") or {}).get("memory_total_bytes")
+    total = a_number(an_object(entry.get("hardware")).get("memory_total_bytes"))
     since = "the run started" if series_start_is_run(export) else "the first window started"
     bands = _bands(_x(duration_s, titled=False, since=since), fine)
     bottom = _bands(_x(duration_s, titled=True, since=since), fine)

@@ -51,7 +51,20 @@ def lookup(tree: Any, key: str) -> Any:
 def utc(t_ns: int | None) -> str:
     if t_ns is None:
         return NA
-    return dt.datetime.fromtimestamp(t_ns / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return dt.datetime.fromtimestamp(t_ns / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # the schema takes any integer: say it as it is
+        return f"{t_ns} ns (not a date)"
+
+
+def an_object(value: Any) -> dict[str, Any]:
+    """A free-form part of an export (an agent's hardware facts, which the schema says only is an object)
+    as a dict; anything else there reads as empty, so every fact in it shows as n/a."""
+    return value if isinstance(value, dict) else {}
+
+
+def a_number(value: Any) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def origin_ns(export: dict[str, Any]) -> int:
@@ -172,9 +185,10 @@ def null_reasons(export: dict[str, Any]) -> list[str]:
 
 def node_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
     """A node's hardware, driver, clock alignment and unsupported fields (with their reasons)."""
-    hardware = node.get("hardware") or {}
-    gpus = hardware.get("gpus") or []
-    host = hardware.get("host") or {}
+    hardware = an_object(node.get("hardware"))
+    gpus = [an_object(g) for g in hardware.get("gpus") or [] if isinstance(hardware.get("gpus"), list)]
+    host = an_object(hardware.get("host"))
+    total = _gib(a_number(hardware.get("memory_total_bytes")))
     clock = node.get("clock") or {}
     offset, uncertainty = clock.get("offset_ns"), clock.get("uncertainty_ns")
     offset_text = NA if offset is None else f"{offset / 1e6:+.3f} ms"
@@ -184,7 +198,7 @@ def node_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
         ("GPU", ", ".join(f"{_say(g.get('name'))} ({_say(g.get('uuid'))})" for g in gpus) or NA),
         ("driver", _driver(hardware)),
         ("host", f"{_say(host.get('hostname'))}: {_say(host.get('cpu'))}, {_say(host.get('os'))}"),
-        ("memory", f"{_say(node.get('memory_model'))}, total {_gib(hardware.get('memory_total_bytes'))} GiB"),
+        ("memory", f"{_say(node.get('memory_model'))}, total {total} GiB"),
         ("clock offset", f"{offset_text} ({_say(clock.get('method'))}, {_probes(clock)})"),
     ]
     if hardware.get("simulated"):
