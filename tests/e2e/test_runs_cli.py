@@ -19,6 +19,7 @@ from helpers.cli import sparkwatch as cli
 from helpers.processes import Coordinator, free_port, sim_load, wait_connected
 from sparkwatch.commands.runs import size_text
 from sparkwatch.core.export_schema import run_schema
+from sparkwatch.core.windows import Window
 from sparkwatch.store import Store
 from sparkwatch_agent.hardware.sim import SimSpec
 
@@ -281,3 +282,46 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
         one_line_refusal(cli("run", "--coordinator", url, "--", "true"), "GET /v1/nodes at")
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("UPDATE windows SET source = 'not json'", "damaged window 'w1' in the database: its source is not"),
+        (
+            "UPDATE windows SET t_end_ns = t_start_ns - 1",
+            "damaged window 'w1' in the database: it ends before",
+        ),
+        ("UPDATE sample_blocks SET data = 'xx'", "damaged sample block: a str, not a blob"),
+    ],
+)
+def test_a_database_whose_rows_were_damaged_is_one_line_and_writes_nothing(
+    tmp_path: pathlib.Path, damage: str, said: str
+) -> None:
+    """Rows this store would never write (an edited or damaged file): a traceback each, or for a window
+    ending before it starts an export of nothing with exit 0, before."""
+    from helpers.frames import T0, sample_frame
+    from sparkwatch.core.clock import ClockOffset
+    from sparkwatch.store.db import RunRow
+
+    path = tmp_path / "c.db"
+    store = Store(path, now_ns=lambda: T0 + 30 * 10**9)
+    store.set_nodes(["n1"])
+    store.ingest("n1", "b1", [sample_frame(i, {"power_w": 40.0, "util_ratio": 0.9}) for i in range(1, 300)])
+    store.add_offset("n1", "b1", ClockOffset(0, 1000, 5, 8, mono_offset_ns=T0), t_ns=T0)
+    store.create_run(RunRow("r1", "damaged", T0, None, 0.1, 0.5, "request"))
+    store.add_windows("r1", [Window("w1", "timed", T0 + 5 * 10**9, T0 + 9 * 10**9)])
+    store.end_run("r1", T0 + 29 * 10**9)
+    store.close()
+    assert cli("export", "--db", str(path), "-o", str(tmp_path / "whole.json")).returncode == 0
+    assert json.loads((tmp_path / "whole.json").read_text())["nodes"][0]["power_w"]["gated_mean"] == 40.0
+    db = sqlite3.connect(path)
+    db.execute(damage)
+    db.commit()
+    db.close()
+    out = tmp_path / "out.json"
+    done = cli("export", "--db", str(path), "-o", str(out))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    *_progress, last = done.stderr.splitlines()  # after the line that says which run it exports
+    assert last.startswith("sparkwatch: error: ") and said in last, done.stderr
+    assert not out.exists()

@@ -328,6 +328,8 @@ def encode_lists(lists: dict[str, list[Any]], strings: list[str]) -> bytes:
 
 def decode_blob(blob: bytes) -> SampleBlock:
     """A stored block of either form."""
+    if not isinstance(blob, bytes):  # SQLite keeps any type in any column: an edited row may hold text
+        raise codec.CodecError(f"damaged sample block: a {type(blob).__name__}, not a blob")
     if blob[: len(JSON_MAGIC)] == JSON_MAGIC:
         try:
             d = orjson.loads(zlib.decompress(blob[len(JSON_MAGIC) :]))

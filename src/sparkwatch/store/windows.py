@@ -233,10 +233,20 @@ def _row(w: Window) -> tuple[Any, ...]:
 
 
 def _window(row: tuple[Any, ...], sources: dict[str, dict[str, Any]]) -> Window:
+    """A stored window; a row this store would never have written (a file edited or damaged) is a
+    StoreError naming it, not a traceback or a window measured backwards."""
     values = list(row)
     text = values[_SOURCE]
     source = sources.get(text)
     if source is None:
-        source = sources[text] = json.loads(text)
+        try:
+            source = sources[text] = json.loads(text)
+        except (TypeError, ValueError):
+            source = None
     values[_SOURCE] = source
-    return Window(*values)
+    window = Window(*values)
+    if not isinstance(source, dict):
+        raise StoreError(f"damaged window {window.id!r} in the database: its source is not a JSON object")
+    if not window.t_start_ns <= window.t_end_ns:
+        raise StoreError(f"damaged window {window.id!r} in the database: it ends before it starts")
+    return window
