@@ -183,9 +183,47 @@ def test_a_warm_up_filling_the_whole_baseline_period_leaves_idle_unknown() -> No
     n = export["nodes"][0]
     assert n["idle_power_w"] is None and n["energy_above_idle_j"] is None
     assert n["null_reasons"]["idle_power_w"] == (
-        "every interval in the 10 s before the first window is gated in (busy: a warm-up?)"
+        "every interval in the 10 s before the first window is gated in or shares time with a request"
+        " (busy: a warm-up?)"
     )
     assert n["memory_used_bytes"]["baseline"] == 100 * GIB  # memory has no gate: its baseline stays
+
+
+def coarse(watts: np.ndarray, util: np.ndarray, step_s: float) -> NodeInput:
+    """A node scraped every ``step_s`` (a TSDB's samples): interval k draws watts[k] at util[k]."""
+    n = len(watts) + 1
+    t_ns = T0 + np.arange(n, dtype=np.int64) * round(step_s * S)
+    gpu = GpuTrack.from_arrays(
+        t_ns,
+        np.zeros(n, np.int64),
+        np.full(n, step_s),
+        power_w=np.concatenate((watts, watts[-1:])),
+        energy_j=np.concatenate(([0.0], np.cumsum(watts * step_s))),
+        util_ratio=np.concatenate(([0.0], util)),
+    )
+    memory = MemTrack.from_arrays(t_ns, gpu.segment, np.full(n, step_s), np.full(n, 100.0 * GIB))
+    clock = NodeClock(ClockOffset(0, 600_000, 5, 10), method="monotonic", rate_ppm=0.0)
+    return NodeInput("spark-1", [gpu], ["GPU-spark-1"], memory, clock, "unified")
+
+
+def test_an_interval_that_shares_time_with_a_warm_up_is_not_idle_at_coarse_scrapes() -> None:
+    """Scrapes 2.5 s apart: the warm-up [12.5, 24.5) at 61 W ends inside the interval [22.5, 25), which then
+    averages 51 W but is gated out (the scrape at 25 s sees the GPU at rest). Taken as idle, it lifted the
+    median of the baseline's resting intervals from 11 W to 31 W; a trial at 5 s scrapes read 35 W of idle
+    for a GPU that rests at 5 W."""
+    starts = np.arange(0.0, 60.0, 2.5)
+    watts, util = np.full(len(starts), 11.0), np.zeros(len(starts))
+    busy = ((starts >= 12.5) & (starts < 22.5)) | ((starts >= 30) & (starts < 40))
+    watts[busy], util[busy] = 61.0, 0.9
+    watts[starts == 22.5] = (2.0 * 61.0 + 0.5 * 11.0) / 2.5
+    run = dataclasses.replace(RUN, interval_s=2.5)
+    windows = [window("w0", 12.5, 24.5, phase="warmup"), window("r1", 30, 40, 31, 40)]
+    n = build_export(run, [coarse(watts, util, 2.5)], windows, "0.1.0")["nodes"][0]
+    assert n["idle_power_w"] == pytest.approx(11.0)
+    assert n["energy_above_idle_j"] == pytest.approx((61.0 - 11.0) * 10)
+    # with no request before the first window to say so, the same interval reads as rest
+    alone = build_export(run, [coarse(watts, util, 2.5)], windows[1:], "0.1.0")["nodes"][0]
+    assert alone["idle_power_w"] == pytest.approx((51.0 + 11.0) / 2)
 
 
 def test_each_power_domain_gets_its_own_idle_and_energy_above_it() -> None:

@@ -76,6 +76,21 @@ def test_union_merges_overlaps_and_drops_empty() -> None:
     ]
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 100), st.integers(0, 30)), max_size=6),
+    st.lists(st.tuples(st.integers(0, 130), st.integers(0, 30)), min_size=1, max_size=8),
+)
+def test_an_interval_overlaps_a_scope_when_they_share_time(
+    spans: list[tuple[int, int]], intervals: list[tuple[int, int]]
+) -> None:
+    scope = union([(a, a + n) for a, n in spans])
+    a = np.array([x for x, _ in intervals], dtype=np.int64)
+    b = a + np.array([n for _, n in intervals], dtype=np.int64)
+    expected = [any(s < hi and e > lo for s, e in scope.to_json()) for lo, hi in zip(a, b, strict=True)]
+    assert scope.overlaps(a, b).tolist() == expected
+
+
 def test_scope_kinds_and_warmup_exclusion() -> None:
     windows = [
         Window("w", "warmup", T0, T0 + 5 * S, t_first_token_ns=T0 + S, t_last_token_ns=T0 + 4 * S),

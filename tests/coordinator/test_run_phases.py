@@ -238,7 +238,8 @@ async def test_the_client_sends_phases_only_when_given() -> None:
 
     async def create(request: web.Request) -> web.Response:
         bodies.append(await request.json())
-        return web.json_response({"id": "r1"}, status=201)
+        run = {"id": "r1", "name": "x", "open": True, "t_start_ns": 1, "t_end_ns": None, "interval_s": 0.1}
+        return web.json_response(run, status=201)
 
     app = web.Application()
     app.router.add_post("/v1/runs", create)

@@ -5,7 +5,10 @@ A sample belongs to it when its time is in [first − BASELINE_S, first). An int
 belongs to it when both its samples do, so an idle power is a median of the same interval powers the
 energy is integrated from (counter ΔE/Δt, else the trapezoid; gaps and implausible intervals left out).
 Only the intervals the gate leaves out count as idle: a warm-up request usually runs right before the
-timed ones and can fill most of the period, and its power is not what the machine draws at rest.
+timed ones and can fill most of the period, and its power is not what the machine draws at rest. Nor do
+the intervals that share time with any request (a warm-up's, a failed one's): at a TSDB's 5 s scrapes the
+interval in which a warm-up ended is mostly busy, yet gated out when the utilisation scraped at its end is
+low (a trial read 35 W of idle for a GPU that rests at 5 W).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numpy.typing as npt
 
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.tracks import I64
+from sparkwatch.core.windows import Scope
 
 BASELINE_S = 10.0
 
@@ -33,16 +37,23 @@ def no_baseline(what: str, before_ns: int | None) -> str:
     return f"no {what} in the {BASELINE_S:g} s before the first window"
 
 
-def idle_power_w(integrals: Integrals, before_ns: int | None) -> tuple[float | None, str | None]:
-    """The median power of the valid, ungated intervals in the baseline period; else ``None`` and why."""
-    inside = baseline_mask(integrals.t_ns, before_ns)
+def idle_power_w(
+    integrals: Integrals, before_ns: int | None, requests: Scope | None = None
+) -> tuple[float | None, str | None]:
+    """The median power of the valid, ungated intervals in the baseline period that share no time with
+    ``requests`` (every request's span); else ``None`` and why."""
+    t = integrals.t_ns
+    inside = baseline_mask(t, before_ns)
     intervals = inside[:-1] & inside[1:] & integrals.valid if len(inside) >= 2 else inside[:0]
     if not intervals.any():
         return None, no_baseline("valid sample interval", before_ns)
     resting = intervals & ~integrals.gated
+    if requests is not None and not requests.empty and resting.any():
+        resting &= ~requests.overlaps(t[:-1], t[1:])
     if not resting.any():
         return None, (
-            f"every interval in the {BASELINE_S:g} s before the first window is gated in (busy: a warm-up?)"
+            f"every interval in the {BASELINE_S:g} s before the first window is gated in or shares time with"
+            " a request (busy: a warm-up?)"
         )
     return float(np.median(integrals.power_w[resting])), None
 

@@ -125,10 +125,10 @@ def domain_figures(
     starts: I64,
     ends: I64,
     *,
-    baseline_before_ns: int | None = None,
+    baseline: tuple[int | None, Scope | None] = (None, None),
 ) -> DomainFigures:
-    """Each domain over the scope and every window, with its idle power over the baseline period before
-    ``baseline_before_ns`` (core.baseline) and its energy above that idle."""
+    """Each domain over the scope and every window, with its idle power over the baseline period (core.
+    baseline: the time before the first measured window, less every request's) and its energy above it."""
     if not domains:
         none: WindowRows[list[dict[str, Any]]] = WindowRows(
             len(starts), lambda lo, hi: [[] for _ in range(lo, hi)]
@@ -138,7 +138,7 @@ def domain_figures(
     for d in domains:  # one domain's integrals at a time: each is a few arrays the length of its samples
         integrals = Integrals.build(d.track, threshold, MAX_PLAUSIBLE_NODE_W)
         stats.append(scope_stats(integrals, scope))
-        idle_and_why.append(idle_power_w(integrals, baseline_before_ns))
+        idle_and_why.append(idle_power_w(integrals, *baseline))
         per_window.append(window_stats(integrals, starts, ends))
         del integrals
     idle = [w for w, _ in idle_and_why]

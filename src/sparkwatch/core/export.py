@@ -22,7 +22,7 @@ from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.series import Frame, node_series, series_block, series_frame
 from sparkwatch.core.tracks import GAP_INTERVALS, MemTrack
 from sparkwatch.core.window_rows import WindowRows
-from sparkwatch.core.windows import Window, scope_for
+from sparkwatch.core.windows import Window, scope_for, union
 from sparkwatch.defaults import EXPORT_SCHEMA, ScopeKind
 from sparkwatch_agent.shared.units import lmx_gb
 
@@ -160,12 +160,16 @@ def _plan(run: RunSpec, windows: Sequence[Window]) -> Plan:
     window_spans = [w.span(span_kind) or (w.t_start_ns, w.t_start_ns) for w in windows]
     starts, ends = spans([s[0] for s in window_spans], [s[1] for s in window_spans])
     first = min((w.t_start_ns for w, m in zip(windows, measured, strict=True) if m), default=None)
+    before_first = union(
+        (w.t_start_ns, w.t_end_ns) for w in windows if first is not None and w.t_start_ns < first
+    )
     return Plan(
         scope=scope_for(windows, run.scope, (run.t_start_ns, run.t_end_ns), run.phases),
         gate_threshold=run.gate_threshold,
         span_kind=span_kind,
         measured=measured,
         first_window_ns=first,
+        before_first=before_first,
         starts=starts,
         ends=ends,
         tokens=token_spans(windows, measured, run.phases),

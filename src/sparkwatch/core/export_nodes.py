@@ -33,6 +33,7 @@ class Plan:
     span_kind: ScopeKind  # the part of each window measured: request or decode
     measured: list[bool]  # per window: in the scope's phases, not failed, with the stamps its span needs
     first_window_ns: int | None  # the baseline period (memory, idle power) ends here
+    before_first: Scope  # every request's span that starts before it: no idle interval shares its time
     starts: I64
     ends: I64
     tokens: TokenSpans  # each window's prefill and decode spans, and the run's unions of them
@@ -91,7 +92,7 @@ def rounded(value: float | None, digits: int = 3) -> float | None:
 def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     integrals = [Integrals.build(track, plan.gate_threshold) for track in node.gpus]
     stats = [scope_stats(i, plan.scope) for i in integrals]
-    idle_and_why = [idle_power_w(i, plan.first_window_ns) for i in integrals]
+    idle_and_why = [idle_power_w(i, plan.first_window_ns, plan.before_first) for i in integrals]
     idle = [w for w, _ in idle_and_why]
     idle_why = [why for _, why in idle_and_why if why is not None]
     memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
@@ -107,7 +108,7 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
         plan.gate_threshold,
         plan.starts,
         plan.ends,
-        baseline_before_ns=plan.first_window_ns,
+        baseline=(plan.first_window_ns, plan.before_first),
     )
     json["system"] = system.system
     json["null_reasons"].update(system.null_reasons)

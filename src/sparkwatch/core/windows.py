@@ -214,6 +214,13 @@ class Scope:
         inside[inside] = t_ns[inside] < self.ends[piece[inside]]
         return inside
 
+    def overlaps(self, a_ns: npt.NDArray[np.int64], b_ns: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Which intervals [a_ns[i], b_ns[i]] share time with the scope."""
+        piece = np.searchsorted(self.starts, b_ns, side="left") - 1  # the last piece starting before b
+        out = piece >= 0
+        out[out] = self.ends[piece[out]] > a_ns[out]
+        return out
+
     def to_json(self) -> list[list[int]]:
         return [[int(a), int(b)] for a, b in zip(self.starts, self.ends, strict=True)]
 
