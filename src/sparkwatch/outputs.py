@@ -86,8 +86,24 @@ def print_export(export: dict[str, Any], out: TextIO) -> None:
         write_export_to(spool, export)
         spool.seek(0)
         out.flush()
-        shutil.copyfileobj(spool, raw, COPY_BYTES)
-    raw.flush()
+        raw.flush()
+        try:
+            fd = raw.fileno()
+        except (AttributeError, OSError, ValueError):  # a buffer with no descriptor (a caller's BytesIO)
+            shutil.copyfileobj(spool, raw, COPY_BYTES)
+            raw.flush()
+            return
+        _write_all(fd, spool)
+
+
+def _write_all(fd: int, source: BinaryIO) -> None:
+    """Every byte of ``source`` to ``fd``, a short write continued: through the buffered writer, a pipe
+    whose reader left mid-write (`| head -c 10`) ended a write short, the rest was dropped unsaid and the
+    command exited 0; here the next write fails with EPIPE, BrokenPipeError, exit 141."""
+    while chunk := source.read(COPY_BYTES):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def write_export(path: Path, export: dict[str, Any]) -> None:

@@ -384,3 +384,31 @@ def test_a_reader_that_leaves_early_ends_the_output_quietly(what: str, tmp_path:
     assert proc.wait(timeout=60) == 128 + signal.SIGPIPE, stderr
     _no_traceback(stderr)
     assert "error" not in stderr, stderr
+
+
+def test_a_reader_that_leaves_mid_export_ends_it_with_sigpipes_status(tmp_path: pathlib.Path) -> None:
+    """`sparkwatch export --db F | head -c 10` on an export larger than a pipe holds: the reader goes while
+    the write is under way. The write came back short, the rest was dropped and the command exited 0."""
+    db = tmp_path / "c.db"
+    store = Store(db)
+    store.set_nodes(["n1"])
+    store.ingest("n1", "b1", [sample_frame(s, {"power_w": 50.0, "util_ratio": 0.9}) for s in range(1, 600)])
+    store.create_run(RunRow("r", "r", T0, None, 0.1, 0.5, "request"))
+    store.add_windows(
+        "r", [Window(f"w{k}", "timed", T0 + k * S // 10, T0 + (k + 5) * S // 10) for k in range(500)]
+    )
+    store.end_run("r", T0 + 60 * S)
+    store.close()
+    line = (
+        f"{sys.executable} -m sparkwatch export --db {db} r | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}}"
+    )
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == str(128 + signal.SIGPIPE), done.stderr
+    _no_traceback(done.stderr)
+    assert "error" not in done.stderr, done.stderr
+    whole = subprocess.run(
+        [sys.executable, "-m", "sparkwatch", "export", "--db", str(db), "r"], capture_output=True
+    )
+    assert (
+        len(whole.stdout) > 4 * 65536 and json.loads(whole.stdout)["run"]["id"] == "r"
+    )  # larger than a pipe
