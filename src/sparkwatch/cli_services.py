@@ -90,6 +90,11 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             "--engine-metrics needs --nodes (an embedded coordinator); a standing coordinator scrapes the"
             " engine named by [engine] in its own nodes.toml"
         )
+    if args.db is not None and args.nodes is None:
+        parser.error(
+            "--db keeps the embedded coordinator's database, so it needs --nodes; a standing coordinator"
+            " (--coordinator) keeps its own"
+        )
     opts = RunOptions(
         command=command,
         nodes_file=args.nodes,

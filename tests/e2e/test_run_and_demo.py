@@ -134,12 +134,20 @@ def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -
     assert result.stderr.strip().count("\n") == 0 and "unknown import format 'bogus'" in result.stderr
     result = sparkwatch("run", "--clock-anchor", "yesterday", "--", "true")
     assert result.returncode == 2 and "--clock-anchor" in result.stderr
+    result = sparkwatch(
+        "run", "--coordinator", "http://127.0.0.1:9", "--db", str(tmp_path / "x.db"), "--", "true"
+    )
+    assert result.returncode == 2 and "--db keeps the embedded coordinator's database" in result.stderr
+    assert not (tmp_path / "x.db").exists()  # it was ignored without a word, before
+    plain = tmp_path / "bench.sh"
+    plain.write_text("#!/bin/sh\n")
     agent = agent_factory("--backend", "sim", "--node", "n0")
     out = tmp_path / "run.json"
     nodes = str(nodes_toml(tmp_path, [agent]))
     for missing, why in (
-        ("/nonexistent/x", "no such executable file"),
+        ("/nonexistent/x", "no such file"),
         ("no-such-benchmark", "not found on PATH"),
+        (str(plain), "it is not executable (chmod +x?)"),
     ):
         result = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--", missing, "--x")
         assert result.returncode == 2

@@ -172,8 +172,10 @@ def check_command(command: Sequence[str]) -> None:
     """A command that cannot start is a mistake to report before a run is opened for it."""
     program = command[0]
     if "/" in program:
-        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
-            raise RunCommandError(f"cannot run {program}: no such executable file")
+        if not os.path.isfile(program):
+            raise RunCommandError(f"cannot run {program}: no such file")
+        if not os.access(program, os.X_OK):
+            raise RunCommandError(f"cannot run {program}: it is not executable (chmod +x?)")
     elif shutil.which(program) is None:
         raise RunCommandError(f"cannot run {program}: not found on PATH")
 
