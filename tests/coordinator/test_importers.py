@@ -30,6 +30,7 @@ from sparkwatch.importers import (
     read_windows,
     vllm,
 )
+from sparkwatch.importers.common import Problem, parse_json
 
 HARNESS = Path(__file__).parents[1] / "fixtures" / "harness"
 MS = 1_000_000
@@ -597,6 +598,10 @@ def _guidellm_no_period(d: Any) -> None:
     del d["benchmarks"][0]["scheduler_metrics"]
 
 
+def _guidellm_period_ends_before_it_starts(d: Any) -> None:
+    d["benchmarks"][0]["scheduler_metrics"]["measure_end_time"] = 1.5
+
+
 def _genai_float_timestamp(d: Any) -> None:
     d["experiments"][0]["requests"][0]["timestamp"] = 1759522410.0
 
@@ -654,6 +659,12 @@ def _plain_json_bad_phase(d: Any) -> None:
             "first_token_iteration must be a number",
         ),
         ("guidellm", "guidellm/benchmarks.json", _guidellm_no_period, "missing field 'scheduler_metrics'"),
+        (
+            "guidellm",
+            "guidellm/benchmarks.json",
+            _guidellm_period_ends_before_it_starts,
+            "measure_end_time (1.5) is before measure_start_time",
+        ),
         (
             "genai-perf",
             "genai-perf/profile_export.json",
@@ -922,3 +933,11 @@ def test_lmx_capture_ignores_other_json_the_command_printed(tmp_path: Path) -> N
     assert [row(w) for w in load_windows("lmx-status", path)] == [
         row(w) for w in load("lmx-status", "lmx-status/status.jsonl")
     ]
+
+
+def test_a_json_error_says_where_once() -> None:
+    with pytest.raises(Problem) as caught:
+        parse_json('{"a": "x', "benchmarks.json")
+    assert str(caught.value) == (
+        "benchmarks.json is not JSON (Unterminated string starting at line 1 column 7)"
+    )

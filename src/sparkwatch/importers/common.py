@@ -94,7 +94,8 @@ def parse_json(text: str, where: str = "file") -> Any:
     try:
         return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
-        raise Problem(f"{where} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        what = exc.msg.removesuffix(" at")  # "Unterminated string starting at": not "at at line"
+        raise Problem(f"{where} is not JSON ({what} at line {exc.lineno} column {exc.colno})") from None
     except _NonFinite as exc:
         raise Problem(f"{where} contains {exc}, which is not a number sparkwatch can store") from None
 

@@ -94,6 +94,8 @@ def _measured_period_ns(bench: dict[str, Any], where_b: str) -> tuple[int, int]:
     end = as_number(field(metrics, "measure_end_time", where), f"{where}.measure_end_time")
     if start <= 0 or end <= 0:
         raise Problem(f"{where}: measure_start_time/measure_end_time are unset ({start}, {end})")
+    if end < start:  # every request would read as warm-up or cool-down
+        raise Problem(f"{where}: measure_end_time ({end}) is before measure_start_time ({start})")
     return seconds_to_ns(start), seconds_to_ns(end)
 
 
