@@ -5,6 +5,7 @@ run takes no marks and only windows inside its span (what `sparkwatch import` se
 from __future__ import annotations
 
 import asyncio
+import json
 import pathlib
 import sqlite3
 from collections.abc import AsyncIterator
@@ -138,13 +139,39 @@ async def test_imports_name_ids_staged_before_in_this_import_or_another(api: Api
     assert await api.visible(run) == 2
 
 
-async def test_a_mark_named_like_a_window_is_a_duplicate(api: Api) -> None:
+async def test_a_mark_named_like_a_window_is_a_duplicate_when_it_begins(api: Api) -> None:
     run = await api.new_run()
     assert (await api.call("POST", f"/v1/runs/{run}/windows", batch("gen")))[0] == 201
     path = f"/v1/runs/{run}/marks"
-    assert (await api.call("POST", path, {"name": "gen", "event": "begin"}))[0] == 201
-    assert_duplicates(*await api.call("POST", path, {"name": "gen", "event": "end"}), ["gen"], 1)
+    status, body = await api.call("POST", path, {"name": "gen", "event": "begin"})
+    assert_duplicates(status, body, ["gen"], 1)
+    assert "a mark ends as a window of its name" in body["reason"]
+    assert (await api.call("POST", path, {"name": "gen", "event": "end"}))[0] == 404  # it never began
     assert api.rows() == 1
+
+
+async def test_a_mark_whose_name_a_window_took_meanwhile_is_dropped_when_it_ends(api: Api) -> None:
+    """Else it stayed open for ever: ending it refused, beginning it again refused as already open."""
+    run = await api.new_run()
+    path = f"/v1/runs/{run}/marks"
+    assert (await api.call("POST", path, {"name": "gen", "event": "begin"}))[0] == 201
+    assert (await api.call("POST", f"/v1/runs/{run}/windows", batch("gen")))[0] == 201
+    status, body = await api.call("POST", path, {"name": "gen", "event": "end"})
+    assert_duplicates(status, body, ["gen"], 1)
+    assert "the mark is dropped" in body["reason"]
+    assert (await api.call("POST", path, {"name": "gen", "event": "end"}))[0] == 404
+    assert (await api.call("POST", path, {"name": "gen2", "event": "begin"}))[0] == 201
+    assert api.rows() == 1
+
+
+async def test_a_phase_goes_with_a_mark_that_begins(api: Api) -> None:
+    run = await api.new_run()
+    path = f"/v1/runs/{run}/marks"
+    assert (await api.call("POST", path, {"name": "m", "event": "begin", "phase": "warmup"}))[0] == 201
+    status, body = await api.call("POST", path, {"name": "m", "event": "end", "phase": "warmup"})
+    assert status == 400 and body["error"] == "invalid_body", body
+    assert "phase goes with event 'begin'" in json.dumps(body["reason"])
+    assert (await api.call("POST", path, {"name": "m", "event": "end"}))[0] == 200
 
 
 def assert_run_ended(status: int, body: Any, run: str, *names: str) -> None:

@@ -199,6 +199,12 @@ def begin_mark(db: sqlite3.Connection, run_id: str, name: str, phase: str, t_ns:
             end = refusals.run_span(db, run_id)[1]
             if end is not None:
                 raise refusals.ended(run_id, end, "no mark can begin in it")
+            if db.execute("SELECT 1 FROM windows WHERE run_id = ? AND id = ?", (run_id, name)).fetchone():
+                message = (
+                    f"window ids must be unique within run {run_id}: {name!r} is already in it, and a mark"
+                    " ends as a window of its name"
+                )
+                raise DuplicateIds(message, [name], 1)
             db.execute("INSERT INTO marks VALUES (?, ?, ?, ?)", (run_id, name, phase, t_ns))
     except sqlite3.IntegrityError as exc:
         raise StoreError(f"mark {name!r} is already open in run {run_id}") from exc
@@ -220,8 +226,14 @@ def end_mark(db: sqlite3.Connection, run_id: str, name: str, t_ns: int, source: 
                 )
             db.execute("DELETE FROM marks WHERE run_id = ? AND name = ?", (run_id, name))
             db.execute(_INSERT, (run_id, None, *_row(window)))
-    except sqlite3.IntegrityError:
-        message = f"window ids must be unique within run {run_id}: {name!r} is already in it"
+    except sqlite3.IntegrityError:  # a window of its name came since it began: the mark goes, or it would
+        # stay open for ever (a new one of its name refused as already open)
+        with tx(db):
+            db.execute("DELETE FROM marks WHERE run_id = ? AND name = ?", (run_id, name))
+        message = (
+            f"window ids must be unique within run {run_id}: {name!r} is already in it; the mark is"
+            " dropped, begin one of another name"
+        )
         raise DuplicateIds(message, [name], 1) from None
     return window
 

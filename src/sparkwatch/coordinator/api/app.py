@@ -172,7 +172,7 @@ async def marks(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     body: MarkIn = await parse(request, MarkIn)
     if body.event == "begin":
-        t_begin = coord.begin_mark(run_id, body.name, body.phase)
+        t_begin = coord.begin_mark(run_id, body.name, body.phase or "timed")
         return web.json_response({"name": body.name, "t_begin_ns": t_begin}, status=201)
     window = coord.end_mark(run_id, body.name)
     return web.json_response(

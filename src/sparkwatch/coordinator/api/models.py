@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from sparkwatch.core.windows import Window, check_window
 from sparkwatch.defaults import (
@@ -68,4 +68,14 @@ CheckedWindow = Annotated[Window, AfterValidator(check_window)]
 class MarkIn(Strict):
     name: str = Field(min_length=1, max_length=MAX_RUN_NAME_CHARS)
     event: Literal["begin", "end"]
-    phase: str = Field(default="timed", pattern=PHASE_RE.pattern)
+    phase: str | None = Field(
+        default=None,
+        pattern=PHASE_RE.pattern,
+        description="begin only: the phase of its window (default timed)",
+    )
+
+    @model_validator(mode="after")
+    def _phase_with_begin(self) -> MarkIn:
+        if self.event == "end" and self.phase is not None:
+            raise ValueError("phase goes with event 'begin' (a mark's phase is set when it begins)")
+        return self
