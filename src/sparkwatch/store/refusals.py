@@ -20,6 +20,8 @@ from sparkwatch.store.tx import DuplicateIds, NotFound, RunEnded, StoreError
 
 #: How far outside an ended run's span a window may lie (core.windows says why).
 ENDED_RUN_SLACK_NS = SPAN_SLACK_NS
+#: An unfinished import untouched this long is dropped when the run's next import begins (its client died).
+STALE_IMPORT_NS = 600 * 1_000_000_000
 #: Ids per query when looking up which of a batch's ids a run holds (SQLite's variable limit).
 LOOKUP_IDS = 500
 
@@ -57,13 +59,19 @@ def stored_duplicates(db: sqlite3.Connection, run_id: str, ids: Sequence[str]) -
     """The refusal for a batch that collided with windows the run holds (stored, or staged by an import):
     which of ``ids`` those are, looked up after the batch was taken back."""
     taken: set[str] = set()
+    staged: dict[str, int] = {}  # unfinished imports holding some of them, with when each was last written
     for start in range(0, len(ids), LOOKUP_IDS):
         chunk = ids[start : start + LOOKUP_IDS]
         rows = db.execute(
-            f"SELECT id FROM windows WHERE run_id = ? AND id IN ({', '.join('?' * len(chunk))})",
+            "SELECT w.id, i.id, i.t_touched_ns FROM windows w LEFT JOIN imports i"
+            " ON i.id = w.import_id AND i.committed = 0"
+            f" WHERE w.run_id = ? AND w.id IN ({', '.join('?' * len(chunk))})",
             (run_id, *chunk),
         )
-        taken.update(str(row[0]) for row in rows)
+        for window_id, import_id, touched_ns in rows:
+            taken.add(str(window_id))
+            if import_id is not None:
+                staged[str(import_id)] = int(touched_ns)
     found = [i for i in dict.fromkeys(ids) if i in taken]
     if not found:  # the windows it collided with went meanwhile (an import aborted)
         return StoreError(
@@ -72,6 +80,13 @@ def stored_duplicates(db: sqlite3.Connection, run_id: str, ids: Sequence[str]) -
         )
     verb = "is" if len(found) == 1 else "are"
     message = f"{name_ids(found, quoted=True)} {verb} already in it (stored, or staged by an import)"
+    if staged:  # most likely an import whose client died (a killed `sparkwatch import`) and its retry
+        first, touched = min(staged.items(), key=lambda item: item[1])
+        message += (
+            f"; {len(staged)} unfinished import(s) stage some, e.g. {first}, last written at"
+            f" {utc_stamp(touched)}: it is dropped when an import begins {STALE_IMPORT_NS // 10**9 // 60} min"
+            f" after that, or now by DELETE /v1/runs/{run_id}/imports/{first}"
+        )
     return _duplicates(run_id, message, found)
 
 

@@ -18,12 +18,11 @@ from typing import Any
 from sparkwatch.core.windows import WINDOW_FIELDS, Window
 from sparkwatch.store import refusals
 from sparkwatch.store.deletion import LIVE_RUNS
+from sparkwatch.store.refusals import STALE_IMPORT_NS
 from sparkwatch.store.tx import DuplicateIds, NotFound, StoreError, tx
 
 #: Rows per transaction: a few milliseconds of writing, the longest a sample insert waits for the lock.
 CHUNK_ROWS = 2000
-#: An import nobody has sent to for this long is dropped when the next import into its run begins.
-STALE_IMPORT_NS = 600 * 1_000_000_000
 
 _COLUMNS = ", ".join(WINDOW_FIELDS)
 _INSERT = (
