@@ -48,7 +48,7 @@ def test_every_kind_of_problem_is_named() -> None:
     assert not quality.sound
     assert quality.line() == (
         "1 of 3 timed windows ok on 1 of 3 nodes: 2 timed window(s) not ok (r1, r2);"
-        " never caught up: spark-3; no samples from spark-2;"
+        " never caught up: spark-3; no samples from spark-2 in the measured time;"
         " import failed: a.json (aiperf): not an AIPerf file"
     )
     assert exit_code(0, quality, strict=False) == 0

@@ -376,3 +376,20 @@ def test_the_readme_agent_block_pastes_into_a_shell(tmp_path: pathlib.Path) -> N
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", f"--listen 127.0.0.1:{port}"], capture_output=True, text=True)
     assert left.stdout == "", "the block's agent outlived its kill %1"
+
+
+def test_a_bad_status_line_on_the_commands_stderr_names_that_stream(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    """`--import lmx-status:-` captures CMD's stderr in a temporary file, gone once the run ends: the skip
+    names the stream and the line, never that file."""
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    line = '{"event": "endpoint_warmup_request", "index": "x", "time": "2025-10-03T20:13:50Z"}'
+    result = sparkwatch(
+        "run", "--nodes", str(nodes_toml(tmp_path, [agent])), "--import", "lmx-status:-", "--no-report",
+        "-o", str(tmp_path / "run.json"), "--", "sh", "-c", f"echo '{line}' >&2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    said = "import of the command's stderr (lmx-status) skipped: line 1 (endpoint_warmup_request): index must"
+    assert said in result.stderr and "lmx-status.jsonl" not in result.stderr, result.stderr
+    assert "import failed: the command's stderr (lmx-status): line 1" in result.stdout + result.stderr

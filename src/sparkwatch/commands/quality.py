@@ -78,7 +78,7 @@ def judge(
     if nodes_behind:
         problems.append(f"never caught up: {', '.join(nodes_behind)}")
     if silent:
-        problems.append(f"no samples from {', '.join(silent)}")
+        problems.append(f"no samples from {', '.join(silent)} in the measured time")
     problems += [f"import failed: {text}" for text in failed_imports]
     return Quality(
         windows_ok=len(timed) - len(not_ok),

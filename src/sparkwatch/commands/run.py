@@ -155,8 +155,12 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
         windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor)
         stored = await client.import_windows(state.run_id, windows)
     except (ImportFormatError, CoordinatorError) as exc:
-        opts.stderr.write(f"sparkwatch: import of {path} ({fmt}) skipped: {exc}\n")
-        state.failed_imports.append(f"{path} ({fmt}): {exc}")
+        # the command's own stderr is captured in a temporary file, gone once the run ends: not named
+        stream = opts.capture_dir is not None and path == _capture_path(opts)
+        shown = "the command's stderr" if stream else str(path)
+        text = str(exc).replace(str(path), path.name).removeprefix(f"{path.name}: ") if stream else str(exc)
+        opts.stderr.write(f"sparkwatch: import of {shown} ({fmt}) skipped: {text}\n")
+        state.failed_imports.append(f"{shown} ({fmt}): {text}")
         return
     log.info("imported %d window(s) from %s (%s)", stored, path, fmt)
 
