@@ -114,11 +114,11 @@ def remote_write_url(text: str) -> str:
             "credentials do not belong in the URL; use --remote-write-bearer-token-file, or"
             " --remote-write-basic-auth-user with --remote-write-basic-auth-password-file"
         )
-    path = parts.path.rstrip("/")
-    if not path or path.endswith(READ_ENDPOINTS):
-        what = "an engine's root" if not path else "a read endpoint"
+    # a bare root is taken: Vector's prometheus_remote_write source listens at "/" (a Prometheus root is
+    # then a 405 whose warning says where the engines take writes)
+    if parts.path.rstrip("/").endswith(READ_ENDPOINTS):
         raise argparse.ArgumentTypeError(
-            f"{url!r} is {what}, not a receiver's write endpoint: e.g. http://prom:9090/api/v1/write"
+            f"{url!r} is a read endpoint, not a receiver's write endpoint: e.g. http://prom:9090/api/v1/write"
             " (Prometheus, VictoriaMetrics), …/api/v1/push (Mimir), …/api/v1/receive (Thanos Receive)"
         )
     return url

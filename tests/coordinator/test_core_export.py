@@ -198,9 +198,9 @@ def test_totals_say_why_they_are_null() -> None:
         ),
         (
             200,
-            {"kind": "proxy", "client_disconnected": True},
-            "the client hung up before the answer ended (source.client_disconnected): a request cut short is"
-            " not measured",
+            {"kind": "proxy", "client_disconnected": True, "client_left_unfinished": True},
+            "the client hung up before the answer finished (source.client_left_unfinished): a request cut"
+            " short is not measured",
         ),
         (
             None,

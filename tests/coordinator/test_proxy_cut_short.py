@@ -54,6 +54,9 @@ class Scripted:
             return resp
         if do == "stall":
             await asyncio.sleep(self.stall_s)
+        if do == "linger":  # the whole answer, then a while before the body's end
+            await resp.write(b"data: [DONE]\n\n")
+            await asyncio.sleep(0.3)
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -132,7 +135,7 @@ async def test_a_client_that_gives_up_on_a_stalled_answer_ends_its_window_then(r
     with pytest.raises(TimeoutError):
         await _read_all(rig.url, "stall", timeout_s=0.5)
     w = await _window(rig.sink, within_s=3.0)
-    assert w.source.get("client_disconnected") is True and w.failed
+    assert w.source.get("client_left_unfinished") is True and w.failed
     assert (w.t_end_ns - w.t_start_ns) / 1e9 < 2.0
 
 
@@ -141,7 +144,7 @@ async def test_a_client_that_leaves_before_any_answer_gives_its_warmup_slot_back
     with pytest.raises(TimeoutError):
         await _read_all(rig.url, "late", timeout_s=0.5)
     w = await _window(rig.sink, within_s=3.0)
-    assert (w.phase, w.http_status, w.source.get("client_disconnected")) == ("warmup", None, True)
+    assert (w.phase, w.http_status, w.source.get("client_left_unfinished")) == ("warmup", None, True)
     assert await _read_all(rig.url, "whole")  # the next to arrive is the warm-up
     assert (await _window(rig.sink, 2)).phase == "warmup" and not rig.sink.windows[1].failed
 
@@ -154,7 +157,34 @@ async def test_a_body_the_proxy_refuses_is_a_json_413_and_takes_no_warmup_slot(r
     ):
         assert resp.status == 413
         said = json.loads(await resp.read())
-    assert said["error"] == "body_too_large" and "64" not in said["error"], said
+    assert said["error"] == "body_too_large" and "67108864" in said["reason"], said
     assert rig.upstream.seen == [] and rig.sink.windows == []  # nothing went upstream, nothing recorded
+    await _read_all(rig.url, "whole")
+    assert (await _window(rig.sink)).phase == "warmup"
+
+
+async def test_a_client_that_leaves_on_done_before_the_bodys_end_was_answered(rig: Rig) -> None:
+    """It hung up (client_disconnected), but after the answer's last event: a whole answer, measured."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{rig.url}/v1/chat/completions?do=linger", data=b"{}") as resp,
+    ):
+        async for line in resp.content:
+            if line.startswith(b"data: [DONE]"):
+                break
+    w = await _window(rig.sink, within_s=3.0)
+    assert w.source.get("client_disconnected") is True and "client_left_unfinished" not in w.source
+    assert not w.failed and w.t_first_token_ns is not None
+
+
+@pytest.mark.parametrize("rig", [(3600.0, 1)], indirect=True)
+async def test_a_client_that_leaves_while_sending_its_body_gives_its_warmup_slot_back(rig: Rig) -> None:
+    _reader, writer = await asyncio.open_connection(*rig.url.removeprefix("http://").split(":"))
+    writer.write(b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"a"')
+    await writer.drain()
+    await asyncio.sleep(0.2)
+    writer.close()
+    await asyncio.sleep(0.2)
+    assert rig.upstream.seen == [] and rig.sink.windows == []
     await _read_all(rig.url, "whole")
     assert (await _window(rig.sink)).phase == "warmup"

@@ -49,3 +49,11 @@ def test_runs_show_gives_the_span_as_export_prometheus_takes_it() -> None:
     details = run_details({**RUN, "t_start_ns": RUN["t_start_ns"] + 123_456_789})
     assert "start     2026-12-05T02:08:20.123Z\n" in details
     assert "end       2026-12-05T02:09:20.000Z (59.9 s)\n" in details
+
+
+def test_runs_list_gives_times_as_export_prometheus_takes_them() -> None:
+    from sparkwatch.cli_types import epoch_ns
+
+    row = runs_table([{**RUN, "t_start_ns": RUN["t_start_ns"] + 400_000_000}], [3]).splitlines()[2]
+    start, end = (cell for cell in row.split() if cell.endswith("Z"))
+    assert (epoch_ns(start), epoch_ns(end)) == (RUN["t_start_ns"], RUN["t_end_ns"])  # to the second

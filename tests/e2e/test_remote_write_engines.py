@@ -222,7 +222,6 @@ def test_the_engine_holds_the_agents_series_and_the_coordinator_counted_no_drop(
             "cannot read the remote-write bearer token file /nonexistent",
         ),
         (["--remote-write-bearer-token-file", "/nonexistent"], "need --remote-write URL"),
-        (["--remote-write", "http://x:9090"], "is an engine's root, not a receiver's write endpoint"),
         (["--remote-write", "http://x:9090/api/v1/query/"], "is a read endpoint, not a receiver's write"),
         (
             ["--remote-write", "http://x/api/v1/write", "--remote-write", "http://y/api/v1/write"],

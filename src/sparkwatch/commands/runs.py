@@ -185,4 +185,5 @@ def run_details(run: dict[str, Any]) -> str:
 
 
 def utc(t_ns: int) -> str:
-    return datetime.fromtimestamp(t_ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """To the second, in RFC 3339: what `export --prometheus --start/--end` take."""
+    return datetime.fromtimestamp(t_ns // 10**9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

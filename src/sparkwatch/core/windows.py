@@ -36,7 +36,7 @@ CUT_SHORT = MappingProxyType(
     {
         "upstream_broke_off": "the upstream broke off its answer",
         "upstream_timed_out": "the upstream's answer outlasted the proxy's upstream timeout",
-        "client_disconnected": "the client hung up before the answer ended",
+        "client_left_unfinished": "the client hung up before the answer finished",
     }
 )
 

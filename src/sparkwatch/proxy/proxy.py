@@ -132,6 +132,10 @@ class Proxy:
             if counted_warmup:
                 self._release_warmup()
             return json_error(413, "body_too_large", exc.text or "request body too large")
+        except asyncio.CancelledError:  # the client left while sending its body: nothing went upstream
+            if counted_warmup:
+                self._release_warmup()
+            raise
         # the path exactly as the client encoded it (%2F stays %2F)
         url = URL(self.upstream + request.raw_path, encoded=True)
         try:
@@ -270,6 +274,9 @@ class Proxy:
         if notes.get("compressed"):
             source["note"] = "compressed response: only first byte and end were stamped"
         source.update({k: True for k, v in notes.items() if v and k != "compressed"})
+        if notes.get("client_disconnected") and not (stamps.done or stamps.finish_reason):
+            # a client that left after the last token (on [DONE], before the upstream's end) was answered
+            source["client_left_unfinished"] = True
         self._sink.submit(
             Window(
                 id=f"proxy-{self._instance}-{self._windows_made:06d}",

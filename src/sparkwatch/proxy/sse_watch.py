@@ -30,6 +30,7 @@ class ResponseStamps:
     cached_tokens: int | None = None
     reasoning_tokens: int | None = None
     finish_reason: str | None = None
+    done: bool = False  # the stream's [DONE] arrived
     events: int = 0
     unparsed_events: int = 0
 
@@ -106,6 +107,7 @@ class ResponseWatcher:
         payload = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
         self._data = []
         if payload.strip() == b"[DONE]":
+            self.stamps.done = True
             return
         self._event(payload, t_ns, final_json=False)
 

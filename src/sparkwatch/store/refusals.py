@@ -55,7 +55,9 @@ def refuse_repeats(run_id: str, windows: Sequence[Window]) -> None:
         raise _duplicates(run_id, message, repeated)
 
 
-def stored_duplicates(db: sqlite3.Connection, run_id: str, ids: Sequence[str]) -> StoreError:
+def stored_duplicates(
+    db: sqlite3.Connection, run_id: str, ids: Sequence[str], import_id: str | None = None
+) -> StoreError:
     """The refusal for a batch that collided with windows the run holds (stored, or staged by an import):
     which of ``ids`` those are, looked up after the batch was taken back."""
     taken: set[str] = set()
@@ -68,10 +70,10 @@ def stored_duplicates(db: sqlite3.Connection, run_id: str, ids: Sequence[str]) -
             f" WHERE w.run_id = ? AND w.id IN ({', '.join('?' * len(chunk))})",
             (run_id, *chunk),
         )
-        for window_id, import_id, touched_ns in rows:
+        for window_id, staging, touched_ns in rows:
             taken.add(str(window_id))
-            if import_id is not None:
-                staged[str(import_id)] = int(touched_ns)
+            if staging is not None and staging != import_id:  # another import: not the batch's own
+                staged[str(staging)] = int(touched_ns)
     found = [i for i in dict.fromkeys(ids) if i in taken]
     if not found:  # the windows it collided with went meanwhile (an import aborted)
         return StoreError(

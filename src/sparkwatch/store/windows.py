@@ -49,7 +49,7 @@ def add(
     try:
         return _add(db, run_id, windows, import_id, now_ns)
     except sqlite3.IntegrityError:  # an id the run holds: which ones, now that the batch is taken back
-        raise refusals.stored_duplicates(db, run_id, [w.id for w in windows]) from None
+        raise refusals.stored_duplicates(db, run_id, [w.id for w in windows], import_id) from None
 
 
 def _add(
