@@ -35,6 +35,7 @@ from sparkwatch.commands.run_lmx import (
     ProxyWindows,
     capture_notes,
     check_capture,
+    import_failure,
     uses_proxy,
     warmup_mismatch,
     with_proxy_url,
@@ -140,8 +141,7 @@ async def _live(client: CoordinatorClient, view: LiveView, every_s: float) -> No
 
 
 async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, fmt: str, path: Path) -> None:
-    """One import; a bad file or a refusal is reported and the run goes on (its export still comes).
-    lmx's status lines, when the proxy saw the requests too, only check the proxy's windows."""
+    """One import; a bad file or refusal is said, the run goes on (lmx-status only checks proxy windows)."""
     proxied = state.proxy_windows.windows if state.proxy_windows is not None else []
     if fmt == "lmx-status":
         _note(opts, state, *capture_notes(path, tokens=not proxied))
@@ -155,10 +155,7 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
         windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor)
         stored = await client.import_windows(state.run_id, windows)
     except (ImportFormatError, CoordinatorError) as exc:
-        # the command's own stderr is captured in a temporary file, gone once the run ends: not named
-        stream = opts.capture_dir is not None and path == _capture_path(opts)
-        shown = "the command's stderr" if stream else str(path)
-        text = str(exc).replace(str(path), path.name).removeprefix(f"{path.name}: ") if stream else str(exc)
+        shown, text = import_failure(path, exc, _capture_path(opts) if opts.capture_dir else None)
         opts.stderr.write(f"sparkwatch: import of {shown} ({fmt}) skipped: {text}\n")
         state.failed_imports.append(f"{shown} ({fmt}): {text}")
         return

@@ -59,6 +59,14 @@ class ProxyWindows:
         self._sink.submit(window)
 
 
+def import_failure(path: Path, exc: Exception, capture: Path | None) -> tuple[str, str]:
+    """What a failed import is called and why: the command's own stderr (``capture``, a temporary file gone
+    once the run ends) by that name, never the file's."""
+    if path != capture:
+        return str(path), str(exc)
+    return "the command's stderr", str(exc).replace(str(path), path.name).removeprefix(f"{path.name}: ")
+
+
 def capture_notes(path: Path, *, tokens: bool = True) -> list[str]:
     """What the capture says besides windows (unknown events, lmx's errors and, with ``tokens``, where
     the token counts came from)."""

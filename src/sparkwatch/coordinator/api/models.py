@@ -66,6 +66,16 @@ CheckedWindow = Annotated[Window, AfterValidator(check_window)]
 
 
 class MarkIn(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        # the validator's rule, for clients and for bodies made from the schema (tests/fuzz)
+        json_schema_extra={
+            "if": {"properties": {"event": {"const": "end"}}, "required": ["event"]},
+            "then": {"not": {"required": ["phase"]}},
+        },
+    )
     name: str = Field(min_length=1, max_length=MAX_RUN_NAME_CHARS)
     event: Literal["begin", "end"]
     phase: str | None = Field(
