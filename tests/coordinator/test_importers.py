@@ -428,6 +428,27 @@ def test_lmx_status_capture_rebuilds_windows_from_lmx_real_events(monkeypatch: p
     assert "first timed request's start" in windows[0].source["method"]["t_end_ns"]
 
 
+def test_two_requests_with_one_ttft_leave_their_counts_unknown_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent requests whose first tokens came at the same ttftMs (to lmx's 0.01 ms: a loaded machine
+    made it so): no payload sample is either one's, so neither gets counts or a last token."""
+    payload = json.loads((LMX / "payload.json").read_text())
+    for sample in payload["samples"]:
+        if sample["iteration"] == 1:
+            sample["ttftMs"] = 250.5
+    (tmp_path / "payload.json").write_text(json.dumps(payload))
+    status = (LMX / "status.jsonl").read_text().replace('"ttftMs":268.75', '"ttftMs":250.5')
+    (tmp_path / "status.jsonl").write_text(status)
+    monkeypatch.chdir(tmp_path)
+    windows = {w.id: w for w in load_windows("lmx-status", tmp_path / "status.jsonl")}
+    for wid in ("lmx-it1-r1", "lmx-it1-r2"):
+        w = windows[wid]
+        assert w.completion_tokens is None and w.t_last_token_ns is None and w.t_first_token_ns is not None
+        assert w.source["tokens_from"] == "several samples have ttftMs 250.5 in iteration 1 of payload.json"
+    assert windows["lmx-it2-r1"].completion_tokens == 256  # the other iteration is matched as before
+
+
 def test_lmx_status_without_its_payload_file_leaves_token_counts_unknown_with_the_reason(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -69,6 +69,12 @@ def check_timed(window: dict[str, Any], truth: dict[str, Any]) -> None:
     assert near(window["t_first_token_ns"], truth["first"]), (window, truth)
     assert near(window["t_start_ns"], truth["started"]), (window, truth)  # first token − ttftMs
     assert near(window["t_end_ns"], truth["completed"]), (window, truth)  # an upper bound
+    if window["source"]["tokens_from"].startswith("several samples have ttftMs"):
+        # two requests of one iteration with the same ttftMs (lmx rounds it to 0.01 ms; seen on a loaded CI
+        # machine at concurrency 2): no payload sample is this one's, so its counts and last token are unknown
+        assert window["completion_tokens"] is None and window["t_last_token_ns"] is None, window
+        assert truth["iteration"] == window["source"]["lmx"]["iteration"]
+        return
     rounding = window["source"]["uncertainty"]["t_last_token_rounding_ns"]
     assert near(window["t_last_token_ns"], truth["last"], TOLERANCE_NS + rounding), (window, truth)
     assert window["completion_tokens"] == truth["output_tokens"] == MAX_TOKENS
