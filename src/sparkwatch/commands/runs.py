@@ -13,7 +13,6 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
@@ -185,5 +184,4 @@ def run_details(run: dict[str, Any]) -> str:
 
 
 def utc(t_ns: int) -> str:
-    """To the second, in RFC 3339: what `export --prometheus --start/--end` take."""
-    return datetime.fromtimestamp(t_ns // 10**9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_stamp(t_ns, timespec="seconds")

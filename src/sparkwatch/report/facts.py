@@ -186,7 +186,8 @@ def null_reasons(export: dict[str, Any]) -> list[str]:
 def node_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
     """A node's hardware, driver, clock alignment and unsupported fields (with their reasons)."""
     hardware = an_object(node.get("hardware"))
-    gpus = [an_object(g) for g in hardware.get("gpus") or [] if isinstance(hardware.get("gpus"), list)]
+    listed = hardware.get("gpus")
+    gpus = [an_object(g) for g in listed] if isinstance(listed, list) else []
     host = an_object(hardware.get("host"))
     total = _gib(a_number(hardware.get("memory_total_bytes")))
     clock = node.get("clock") or {}
