@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import pathlib
 import signal
@@ -26,14 +27,17 @@ def test_stop_policy_first_request_is_graceful_second_exits_now() -> None:
     assert first == ["SIGTERM"] and exits == [FORCED_EXIT_CODE]
 
 
-async def test_stop_on_signals_sets_the_event_on_the_first_signal() -> None:
-    stop = stop_on_signals((signal.SIGUSR1,))
+async def test_stop_on_signals_sets_the_event_on_the_first_signal(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    stop = stop_on_signals((signal.SIGUSR1,), logger=logging.getLogger("sparkwatch.coordinator.serve"))
     try:
         os.kill(os.getpid(), signal.SIGUSR1)
         async with asyncio.timeout(5):
             await stop.wait()
     finally:
         asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
+    stops = [r for r in caplog.records if r.getMessage() == "SIGUSR1: stopping"]
+    assert [r.name for r in stops] == ["sparkwatch.coordinator.serve"]
 
 
 async def test_start_site_binds_or_fails_with_one_line_and_cleans_up() -> None:

@@ -149,7 +149,9 @@ def test_a_refusal_of_credentials_given_is_told_apart_from_none_given() -> None:
     assert refusal_hint(400, authorised=False) == refusal_hint(413, authorised=True) == ""
 
 
-async def test_a_full_queue_drops_and_counts_and_offer_never_waits(receiver: Receiver) -> None:
+async def test_a_full_queue_drops_and_counts_and_offer_never_waits(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
     receiver.after = 503  # the receiver is down (however many times the unwaiting retries ask)
     w = writer(receiver.url, capacity=10, batch_samples=4)
     w.start()
@@ -162,6 +164,10 @@ async def test_a_full_queue_drops_and_counts_and_offer_never_waits(receiver: Rec
     await until(lambda: w.stats.retries >= 2)
     await w.stop(timeout_s=0.2)  # still failing: what is held is given up and counted
     assert w.stats.dropped == {"queue_full": 29, "stopped": 10} and w.stats.pending == 0 and w.stats.sent == 0
+    given_up = [r.getMessage() for r in caplog.records if "not sent" in r.getMessage()]
+    assert given_up == [
+        f"remote write to {receiver.url}: 10 samples were not sent in the 0.2 s the stop allows"
+    ]
 
 
 async def test_a_stop_sends_what_is_queued_before_it_ends(receiver: Receiver) -> None:

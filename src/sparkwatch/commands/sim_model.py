@@ -193,7 +193,7 @@ async def running_sim_model(model: SimModel, host: str = "127.0.0.1", port: int 
 
 async def serve_sim_model(host: str, port: int, spec: SimModelSpec) -> int:
     """`sparkwatch sim-model`: the simulated model on its own, until SIGINT/SIGTERM."""
-    stop = stop_on_signals()
+    stop = stop_on_signals(logger=log)
     async with running_sim_model(SimModel(spec), host, port) as url:
         log.info("simulated model on %s/v1 (%g tok/s)", url, spec.tokens_per_s)
         await stop.wait()

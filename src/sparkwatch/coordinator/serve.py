@@ -140,7 +140,7 @@ async def serve(
     check_secret_files(str(nodes_path), nodes_file)
     host, port = parse_listen(listen)
     token = token_for_bind(host, token_file, insecure_no_auth)
-    stop = stop_on_signals()
+    stop = stop_on_signals(logger=log)
     notifier = SystemdNotifier()
     async with running_coordinator(
         nodes,

@@ -52,7 +52,7 @@ async def serve_proxy(
 ) -> int:
     """Until SIGINT/SIGTERM. Windows that could not be stored in the run are kept in ``spill`` (a plain
     window file), and the exit code is then 1."""
-    stop = stop_on_signals()
+    stop = stop_on_signals(logger=log)
     if run_id is None:
         async with running_proxy(host, port, config, PrintSink()) as url:
             log.info("proxy on %s -> %s; no --run: windows are printed as JSON lines", url, config.upstream)

@@ -64,7 +64,7 @@ async def serve(config: AgentConfig, sampler: Sampler, sim: SimGb10 | None) -> i
     reporter = SystemdReporter(notifier, lambda: sampler.snapshot)
     if notifier.enabled:
         sampler.set_tick_hook(reporter.on_tick)
-    stop = stop_on_signals()
+    stop = stop_on_signals(logger=log)
     try:
         async with serve_http(sampler, sim, config.host, config.port, token) as url:
             while sampler.snapshot.sample is None and not stop.is_set():

@@ -43,12 +43,17 @@ class StopPolicy:
             signal.signal(sig, lambda signum, _frame: self.request(signal.Signals(signum).name))
 
 
-def stop_on_signals(signals: Iterable[signal.Signals] = STOP_SIGNALS) -> asyncio.Event:
-    """An event set by the first of ``signals`` (a second exits at once); call inside the running loop."""
+def stop_on_signals(
+    signals: Iterable[signal.Signals] = STOP_SIGNALS, logger: logging.Logger = log
+) -> asyncio.Event:
+    """An event set by the first of ``signals`` (a second exits at once); call inside the running loop.
+
+    ``logger`` is the caller's, so the stop is logged under the process that stops (the coordinator, the
+    proxy), not under this module of the agent."""
     stop = asyncio.Event()
 
     def first(why: str) -> None:
-        log.info("%s: stopping", why)
+        logger.info("%s: stopping", why)
         stop.set()
 
     StopPolicy(first).install(signals)

@@ -166,6 +166,13 @@ class RemoteWriter:
         if not done:
             self._task.cancel()
             await asyncio.wait({self._task})
+        if self.stats.dropped.get("stopped"):
+            log.warning(
+                "remote write to %s: %d samples were not sent in the %g s the stop allows",
+                self.url,
+                self.stats.dropped["stopped"],
+                timeout_s,
+            )
 
     async def _run(self) -> None:
         executor = ThreadPoolExecutor(1, thread_name_prefix="sparkwatch-remote-write")
@@ -181,10 +188,6 @@ class RemoteWriter:
             raise
         finally:
             executor.shutdown(wait=False)
-        if self.stats.dropped.get("stopped"):
-            log.warning(
-                "remote write: %d samples were not sent before the stop", self.stats.dropped["stopped"]
-            )
 
     async def _wait_for_batch(self) -> bool:
         """Until a batch is due; False once stopping with nothing left."""
