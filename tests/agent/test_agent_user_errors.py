@@ -157,6 +157,22 @@ def test_host_paths_with_the_sim_backend_from_a_config_file(tmp_path: pathlib.Pa
     assert run_agent("probe", "--config", str(config), "--backend", "nvml").returncode != 2
 
 
+@pytest.mark.parametrize("where", ["missing", "file"])
+def test_a_named_hwmon_root_that_is_not_a_directory_is_a_usage_error(
+    tmp_path: pathlib.Path, where: str
+) -> None:
+    root = tmp_path / where
+    if where == "file":
+        root.write_text("hwmon0\n")
+    result = run_agent("probe", "--hwmon-root", str(root))
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert (
+        line
+        == f"sparkwatch-agent: error: --hwmon-root {root}: not a directory (a hwmon class dir holds hwmonN/)"
+    )
+
+
 # ---- 3. the probe's exit code ----------------------------------------------------------------------------
 def test_probe_exits_zero_when_the_gpu_was_read(fake_nvml_dir: pathlib.Path) -> None:
     result = run_agent("probe", env=clean_env(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_PROFILE="gb10"))

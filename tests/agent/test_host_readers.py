@@ -7,7 +7,13 @@ import pathlib
 import pytest
 
 from sparkwatch_agent.hardware.host_facts import cpu_model, os_name
-from sparkwatch_agent.hardware.hwmon import EnergyAccumulator, HwmonSensors, classify
+from sparkwatch_agent.hardware.hwmon import (
+    MAX_CHANNELS,
+    MAX_TEXT_CHARS,
+    EnergyAccumulator,
+    HwmonSensors,
+    classify,
+)
 from sparkwatch_agent.hardware.meminfo import MeminfoReader, parse_meminfo
 from sparkwatch_agent.hardware.readings import StatusReading
 
@@ -141,6 +147,65 @@ def test_hwmon_energy_decodes_captures_in_order(tmp_path: pathlib.Path) -> None:
 
 def test_absent_hwmon_is_simply_absent(tmp_path: pathlib.Path) -> None:
     assert HwmonSensors(tmp_path / "missing").read() == ()
+
+
+def test_a_negative_unparsable_or_vanished_value_is_unknown_with_its_reason(tmp_path: pathlib.Path) -> None:
+    files = {"name": "spbm", "power1_label": "dc_input", "power1_input": "-84000000"}
+    _chip(tmp_path, "hwmon0", {**files, "energy1_label": "dc_input", "energy1_input": "1000000"})
+    sensors = HwmonSensors(tmp_path)
+    errors: list[tuple[str, str]] = []
+    (first,) = sensors.decode(sensors.capture(), errors)
+    assert first.power_w is None and first.energy_j == 0.0  # never -84 W
+    assert errors == [("sensor_power:dc_input", "negative")]
+    (tmp_path / "hwmon0" / "power1_input").write_text("\n")
+    (tmp_path / "hwmon0" / "energy1_input").write_text("-2000000000\n")
+    errors.clear()
+    (second,) = sensors.decode(sensors.capture(), errors)
+    assert second.power_w is None and second.energy_j is None
+    assert errors == [("sensor_power:dc_input", "not_a_number"), ("sensor_energy:dc_input", "negative")]
+    (tmp_path / "hwmon0" / "energy1_input").write_text("3000000\n")  # the count goes on from 1 J
+    assert sensors.decode(sensors.capture())[0].energy_j == 2.0
+    sensors.close()
+    (tmp_path / "hwmon0" / "power1_input").unlink()
+    errors.clear()
+    assert sensors.decode(sensors.capture(), errors)[0].power_w is None
+    assert errors == [("sensor_power:dc_input", "unreadable")]
+    sensors.close()
+
+
+def test_long_or_undecodable_labels_keep_within_the_frame_limits(tmp_path: pathlib.Path) -> None:
+    """A coordinator refuses a frame whose sensor name or source is over 64 characters (every frame of
+    the node), so a driver's long label or chip name is shortened, each to a name of its own."""
+    long_chip = "c" * 100
+    files = {"name": long_chip, "power1_label": "L" * 200, "power1_input": "1000000"}
+    _chip(tmp_path, "hwmon0", {**files, "power2_label": "L" * 199 + "M", "power2_input": "2000000"})
+    (tmp_path / "hwmon1").mkdir()
+    (tmp_path / "hwmon1" / "name").write_bytes(b"spbm\n")
+    (tmp_path / "hwmon1" / "power1_label").write_bytes(b"\xff\xfe dc\n")  # not UTF-8
+    (tmp_path / "hwmon1" / "power1_input").write_text("3000000\n")
+    readings = HwmonSensors(tmp_path).read()
+    assert [
+        (r.power_w, len(r.sensor) <= MAX_TEXT_CHARS, len(r.source) <= MAX_TEXT_CHARS) for r in readings
+    ] == [
+        (1.0, True, True),
+        (2.0, True, True),
+        (3.0, True, True),
+    ]
+    long_names = [r.sensor for r in readings[:2]]
+    assert long_names[0] != long_names[1] and all(n.startswith("l" * 55 + "~") for n in long_names)
+    assert readings[0].source.startswith("hwmon:ccc") and readings[2].sensor == "dc"
+    assert [r.sensor for r in HwmonSensors(tmp_path).read()] == [r.sensor for r in readings]  # stable
+
+
+def test_at_most_the_frames_number_of_channels_is_read(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = {"name": "many"}
+    for i in range(MAX_CHANNELS + 2):
+        files |= {f"power{i}_label": f"rail{i}", f"power{i}_input": "1000000"}
+    _chip(tmp_path, "hwmon0", files)
+    assert len(HwmonSensors(tmp_path).names) == MAX_CHANNELS
+    assert sum("left out" in r.getMessage() for r in caplog.records) == 2
 
 
 def test_energy_accumulator_handles_32bit_wrap_and_reset() -> None:

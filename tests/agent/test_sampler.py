@@ -449,3 +449,27 @@ def test_watchdog_hook_beats_while_wake_ups_keep_the_loop_from_ticking() -> None
     during = [t0, *(b for b in beats if t0 < b <= t1), t1]
     assert max(b - a for a, b in itertools.pairwise(during)) < 1.5
     assert sampler.snapshot.counters.samples_total == 1
+
+
+class UnparsableMemory(StaticMemory):
+    def capture(self) -> bytes:
+        return b"MemTotal: abc kB\nMemFree: 100 kB\nMemAvailable: 100000000 kB\n"
+
+
+def test_meminfo_without_numbers_says_why_counts_it_and_is_not_healthy() -> None:
+    clock = FakeClock()
+    sampler = Sampler(
+        node="n",
+        boot_id="b",
+        gpu=NvmlBackend(lib=gb10_fake()),
+        memory=UnparsableMemory(),
+        sensors=None,
+        leases=IntervalLeases(1.0),
+        ring=SampleRing(100),
+        clocks=clock.clocks(),
+    )
+    sample = sampler.tick()
+    assert sample.memory is not None and sample.memory.used_bytes is sample.memory.total_bytes is None
+    assert sample.memory_error == "meminfo has no MemTotal and MemAvailable numbers to take used memory from"
+    assert sampler.snapshot.counters.read_errors == {("host_memory", "unparsable"): 1}
+    assert not sampler.snapshot.host_memory_ok  # /healthz: 503 "host memory unreadable"

@@ -232,3 +232,15 @@ def test_implausible_power_is_rejected_never_averaged() -> None:
     starts = np.array([T0 + S, T0 + 19 * S // 10], dtype=np.int64)
     windows = window_stats(integrals, starts, starts + S // 2)
     assert windows.implausible.tolist() == [0, 1] and windows.gated_mean_w == pytest.approx([50.0, 50.0])
+
+
+def test_negative_power_is_implausible_never_a_negative_energy() -> None:
+    """A sensor or meter that reads below zero (a wiring or sign mistake) draws nothing: its intervals
+    are counted gaps, so no mean or energy is ever negative."""
+    power = {10: -84.0, 11: -84.0, 20: -5.0}  # 20: a trapezoid with 50 W would average 22.5 W
+    points = [GpuPoint(T0 + k * S // 10, 0, 0.1, power.get(k, 50.0), None, 1.0) for k in range(41)]
+    integrals = Integrals.build(GpuTrack.from_points(points), 0.5)
+    stats = scope_stats(integrals, union([(T0, T0 + 4 * S)]))
+    assert stats.implausible == 5  # every interval with a negative reading at either end
+    assert stats.gated_mean_w == pytest.approx(50.0) and stats.energy_j == pytest.approx(50.0 * 3.5)
+    assert stats.coverage_ratio == pytest.approx(3.5 / 4)

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestServer
 from doubles.shelly import ShellyPlug
 from helpers.meter_sink import Sink
 from sparkwatch.links.nodes_file import NodesFileError, parse_nodes
+from sparkwatch.meters.factory import make_reader
 from sparkwatch.meters.poller import MeterPoller
 from sparkwatch.meters.prometheus import PrometheusMeter
 from sparkwatch.meters.redfish import RedfishMeter
@@ -66,6 +67,13 @@ async def test_a_shelly_plug_with_a_password_is_read_with_digest_auth(tmp_path: 
         (ShellyPlug(password="right"), "wrong", 0, "refused the credentials (HTTP 401"),
         (ShellyPlug(), None, 3, "Argument 'id', value 3 not found!"),
         (ShellyPlug(metering=False), None, 0, "has no apower"),
+        (ShellyPlug(power_w=-3.5), None, 0, "shelly apower is negative (-3.5 W): not a node's draw"),
+        (
+            ShellyPlug(password="right"),
+            None,
+            0,
+            "shelly wants a password (HTTP 401): give the meter a password_file",
+        ),
     ],
 )
 async def test_a_shelly_that_cannot_give_a_reading_is_an_error_never_a_zero(
@@ -83,6 +91,28 @@ async def test_a_shelly_that_cannot_give_a_reading_is_an_error_never_a_zero(
         ((domain, _, error),) = sink.errors
         assert domain == "wall" and words in error and "\n" not in error
         assert poller.state.failures == 1 and poller.state.error == error
+
+
+@pytest.mark.parametrize(("kind", "status"), [("shelly", 404), ("redfish", 200), ("prometheus", 502)])
+async def test_an_answer_that_is_not_json_names_its_http_status(kind: str, status: int) -> None:
+    """An HTML page where JSON was due: a wrong path, a login portal, a proxy's error page."""
+
+    async def page(_request: web.Request) -> web.Response:
+        return web.Response(
+            status=status, text="<html><body>Not here</body></html>", content_type="text/html"
+        )
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", page)
+    async for url in _serve(app):
+        spec = MeterSpec(kind, url, query="up" if kind == "prometheus" else None)
+        sink = Sink()
+        poller = MeterPoller("spark-1", spec, make_reader(spec), sink, now_ns=_ticking())
+        async with aiohttp.ClientSession() as session:
+            await poller.poll_once(session)
+        assert sink.readings == []
+        ((_, _, error),) = sink.errors
+        assert error == f"{kind} answered HTTP {status} with a body that is not JSON"
 
 
 def _prometheus(result: Any, status: int = 200) -> web.Application:

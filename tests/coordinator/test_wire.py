@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import msgspec
 import pytest
@@ -11,13 +12,17 @@ from sparkwatch.hello_facts import announced_gpus, capability_gaps, unsupported_
 from sparkwatch.links.state import latest_summary
 from sparkwatch.wire import (
     MAX_LINE_CHARS,
+    MAX_SENSOR_TEXT,
+    MAX_SENSORS,
     GapFrame,
     GpuValues,
     HelloFrame,
     SampleFrame,
     TimeFrame,
     decode_lines,
+    sensor_values,
 )
+from sparkwatch_agent.hardware.hwmon import MAX_CHANNELS, MAX_TEXT_CHARS, HwmonSensors
 
 GOOD = {
     "type": "sample",
@@ -196,3 +201,16 @@ def test_a_hello_whose_parts_have_the_wrong_type_is_refused_whole(
         assert isinstance(frames[0], HelloFrame) and not rejected
     else:
         assert frames == [] and [(r.reason, r.detail) for r in rejected] == [("invalid", why)]
+
+
+def test_the_agents_sensor_limits_are_the_decoders(tmp_path: pathlib.Path) -> None:
+    """A hwmon driver's long label and chip name reach the coordinator as a sensor it keeps (a frame with
+    one too long is refused whole: every sample of that node would be lost)."""
+    chip = tmp_path / "hwmon0"
+    chip.mkdir()
+    for name, text in (("name", "c" * 100), ("power1_label", "L" * 200), ("power1_input", "84000000")):
+        (chip / name).write_text(text + "\n")
+    (reading,) = HwmonSensors(tmp_path).read()
+    kept = sensor_values(reading.to_json())
+    assert (kept.sensor, kept.source, kept.power_w) == (reading.sensor, reading.source, 84.0)
+    assert (MAX_TEXT_CHARS, MAX_CHANNELS) == (MAX_SENSOR_TEXT, MAX_SENSORS)

@@ -146,6 +146,10 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
             f" got {node[: NODE_MAX_CHARS + 8]!r}{'…' if len(node) > NODE_MAX_CHARS + 8 else ''}"
         )
     token_file = pick("token_file", None)
+    hwmon_root = pick("hwmon_root", None)
+    if hwmon_root is not None and not Path(hwmon_root).is_dir():
+        # the default may be absent (a container): no sensors; a root someone named must exist
+        raise ConfigError(f"--hwmon-root {hwmon_root}: not a directory (a hwmon class dir holds hwmonN/)")
     return AgentConfig(
         node=node,
         host=host,
@@ -156,6 +160,6 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
         insecure_no_auth=bool(pick("insecure_no_auth", False)),
         ring_size=ring_size,
         meminfo_path=Path(pick("meminfo_path", "/proc/meminfo")),
-        hwmon_root=Path(pick("hwmon_root", "/sys/class/hwmon")),
+        hwmon_root=Path(hwmon_root or "/sys/class/hwmon"),
         sim_sensors=bool(pick("sim_sensors", True)),
     )

@@ -255,8 +255,8 @@ def _windows_json(
         span = (w.t_start_ns, w.t_end_ns)
         suspects = [f"{name}: {why}" for name, clock in clocks for why in clock.suspects(*span)]
         suspects += [
-            f"{e['node']}: {e['implausible_intervals']} interval(s) above {MAX_PLAUSIBLE_GPU_W:g} W"
-            " per GPU rejected"
+            f"{e['node']}: {e['implausible_intervals']} interval(s) below 0 or above"
+            f" {MAX_PLAUSIBLE_GPU_W:g} W per GPU rejected"
             for e in entries
             if e["implausible_intervals"]
         ]

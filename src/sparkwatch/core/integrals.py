@@ -3,8 +3,9 @@
 Interval k is [t_k, t_{k+1}] between consecutive samples of one boot, at most ``GAP_INTERVALS`` nominal
 intervals long. Its power is ΔE/Δt from the energy counter when both ends have it (and it did not go
 backwards), else the trapezoid of the two power readings; without either it is a gap. Power no GPU can
-draw (above ``MAX_PLAUSIBLE_GPU_W``: a counter that jumped, samples squeezed together) is *implausible*:
-the interval is a gap too, counted, never averaged. It is *gated in* when the utilisation reported at
+draw (above ``MAX_PLAUSIBLE_GPU_W``: a counter that jumped, samples squeezed together; or a trapezoid
+over a reading below zero: a sensor or meter read wrong) is *implausible*: the interval is a gap too,
+counted, never averaged. It is *gated in* when the utilisation reported at
 its end is ≥ the threshold.
 
 Power is constant over each interval, so the energy in [0, x] is a piecewise-linear function; we keep its
@@ -36,7 +37,7 @@ class Integrals:
     valid: npt.NDArray[np.bool_]
     gated: npt.NDArray[np.bool_]
     counter: npt.NDArray[np.bool_]  # power from the energy counter (else trapezoid)
-    implausible: npt.NDArray[np.bool_]  # power above MAX_PLAUSIBLE_GPU_W: rejected as a gap
+    implausible: npt.NDArray[np.bool_]  # power below 0 or above the ceiling: rejected as a gap
     cum: tuple[F64, F64, F64, F64]  # at each sample time: energy J, covered s, gated J, gated s
 
     @staticmethod
@@ -66,7 +67,12 @@ class Integrals:
             valid &= positive
             valid &= dt_ns <= np.maximum(track.max_gap_ns[1:], track.max_gap_ns[:-1])
             valid &= np.isfinite(power)
-            implausible = valid & (power > max_plausible_w)
+            implausible = power > max_plausible_w
+            # a trapezoid over a reading below zero (a counter's ΔE/Δt never is): no mean takes it
+            below = np.minimum(track.power_w[:-1], track.power_w[1:]) < 0.0
+            below &= ~counter
+            implausible |= below
+            implausible &= valid
             valid &= ~implausible
             gated = track.util_ratio[1:] >= gate_threshold
             gated &= valid

@@ -30,6 +30,15 @@ class MeterError(Exception):
     """The meter answered, but not with a reading (the message says what it answered, in one line)."""
 
 
+async def json_answer(response: aiohttp.ClientResponse, kind: str) -> Any:
+    """The answer's JSON. A body that is not JSON (a web server's HTML error page, a login portal) names
+    the HTTP status, not a decoder's position in it."""
+    try:
+        return await response.json(content_type=None)
+    except ValueError:  # JSONDecodeError, or bytes that are not text
+        raise MeterError(f"{kind} answered HTTP {response.status} with a body that is not JSON") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Reading:
     power_w: float | None

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import MeterError, Reading
+from sparkwatch.meters.poller import MeterError, Reading, json_answer
 from sparkwatch.meters.spec import MeterSpec
 
 
@@ -29,7 +29,7 @@ class PrometheusMeter:
         async with session.get(
             self._url, params={"query": self._query}, headers=headers, ssl=self._ssl
         ) as response:
-            body: Any = await response.json(content_type=None)
+            body: Any = await json_answer(response, "prometheus")
             if response.status != 200 or not isinstance(body, dict) or body.get("status") != "success":
                 error = body.get("error") if isinstance(body, dict) else None
                 raise MeterError(

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import MeterError, Reading
+from sparkwatch.meters.poller import MeterError, Reading, json_answer
 from sparkwatch.meters.spec import MeterSpec
 
 ROOT = "/redfish/v1/"
@@ -54,7 +54,7 @@ class RedfishMeter:
                 raise MeterError(f"redfish refused the credentials for {path} (HTTP 401)")
             if r.status != 200:
                 raise MeterError(f"redfish answered HTTP {r.status} for {path}")
-            body: Any = await r.json(content_type=None)
+            body: Any = await json_answer(r, "redfish")
         if not isinstance(body, dict):
             raise MeterError(f"redfish {path} is not a JSON object")
         return body
@@ -116,8 +116,10 @@ def _number(value: Any) -> float | None:
 
 def _environment(body: dict[str, Any]) -> Reading:
     power = _number((body.get("PowerWatts") or {}).get("Reading"))
-    if power is None or power < 0:
+    if power is None:
         raise MeterError("redfish EnvironmentMetrics has no PowerWatts.Reading")
+    if power < 0:
+        raise MeterError(f"redfish EnvironmentMetrics PowerWatts.Reading is negative ({power:g} W)")
     energy = _number((body.get("EnergykWh") or {}).get("Reading"))
     return Reading(power_w=power, energy_j=None if energy is None else energy * KWH_J)
 
@@ -126,6 +128,8 @@ def _power_control(body: dict[str, Any]) -> Reading:
     controls = body.get("PowerControl")
     first = controls[0] if isinstance(controls, list) and controls and isinstance(controls[0], dict) else {}
     power = _number(first.get("PowerConsumedWatts"))
-    if power is None or power < 0:
+    if power is None:
         raise MeterError("redfish Power has no PowerControl[0].PowerConsumedWatts")
+    if power < 0:
+        raise MeterError(f"redfish Power PowerControl[0].PowerConsumedWatts is negative ({power:g} W)")
     return Reading(power_w=power)

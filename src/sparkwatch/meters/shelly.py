@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import MeterError, Reading
+from sparkwatch.meters.poller import MeterError, Reading, json_answer
 from sparkwatch.meters.spec import MeterSpec
 
 #: Shelly's digest user is always this one.
@@ -39,8 +39,12 @@ class ShellyMeter:
     async def read(self, session: aiohttp.ClientSession) -> Reading:
         async with session.get(self._url, params=self._params, middlewares=self._middlewares()) as response:
             if response.status == 401:
-                raise MeterError("shelly refused the credentials (HTTP 401; digest auth as admin)")
-            body: Any = await response.json(content_type=None)
+                raise MeterError(
+                    "shelly refused the credentials (HTTP 401; digest auth as admin)"
+                    if self._password_file is not None
+                    else "shelly wants a password (HTTP 401): give the meter a password_file"
+                )
+            body: Any = await json_answer(response, "shelly")
         if response.status != 200 or not isinstance(body, dict) or "code" in body:
             message = body.get("message") if isinstance(body, dict) else None
             raise MeterError(f"shelly answered HTTP {response.status}: {message or 'not a status object'}")
@@ -55,4 +59,6 @@ def _reading(status: dict[str, Any]) -> Reading:
     total = energy.get("total") if isinstance(energy, dict) else None
     if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total):
         total = None
-    return Reading(power_w=max(0.0, float(power)), energy_j=None if total is None else float(total) * WH_J)
+    if power < 0:  # a meter that also measures export reads below zero; a node only draws
+        raise MeterError(f"shelly apower is negative ({power:g} W): not a node's draw; check what it meters")
+    return Reading(power_w=float(power), energy_j=None if total is None else float(total) * WH_J)

@@ -7,6 +7,7 @@ surviving wrap-around (spbm's 32-bit accumulators wrap after ≈12 h at 100 W).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -25,6 +26,10 @@ _SYSTEM_LABELS = frozenset({"sys_total", "dc_input", "sys", "system", "total", "
 _GPU_PARTS = frozenset({"gpm", "gpc"})
 #: Moduli tried, smallest first, when an accumulator goes backwards: 32-bit counts of µJ or of mJ, 64-bit.
 _WRAP_MODULI = (2**32, 2**32 * 1000, 2**64)
+#: The frame's limits (agent.md): a sensor's name and source of 1–64 characters, at most 128 channels. A
+#: coordinator refuses a frame beyond them, so the agent keeps to them whatever the driver's labels are.
+MAX_TEXT_CHARS = 64
+MAX_CHANNELS = 128
 
 
 def classify(label: str, chip: str) -> SensorKind:
@@ -43,7 +48,17 @@ def classify(label: str, chip: str) -> SensorKind:
 
 def sensor_name(label: str) -> str:
     """A label as a Prometheus-friendly value: ``Module Power Socket 0`` → ``module_power_socket_0``."""
-    return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_") or "unnamed"
+    return fit(re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_") or "unnamed")
+
+
+def fit(text: str) -> str:
+    """``text`` within MAX_TEXT_CHARS: a longer one keeps its start and ends in 8 hex digits of its hash,
+    so two long labels that share their first 55 characters stay apart, and the same label always maps
+    to the same name."""
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    tail = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{text[: MAX_TEXT_CHARS - 9]}~{tail}"
 
 
 class EnergyAccumulator:
@@ -115,9 +130,27 @@ def _int(raw: bytes | None) -> int | None:
         return None
 
 
+def _count(raw: bytes | None, what: str, errors: list[tuple[str, str]], *, attribute: bool) -> int | None:
+    """A power (µW) or energy (µJ) attribute's value; ``None`` with its reason in ``errors`` when it could
+    not be read (``attribute``: the channel has the file, so no bytes mean a failed read), is not an
+    integer, or is negative (no rail draws or accumulates below zero)."""
+    if raw is None:
+        if attribute:
+            errors.append((what, "unreadable"))
+        return None
+    value = _int(raw)
+    if value is None:
+        errors.append((what, "not_a_number"))
+    elif value < 0:
+        errors.append((what, "negative"))
+        return None
+    return value
+
+
 def _read_text(path: Path) -> str | None:
+    """A name or label file's text; bytes that are not UTF-8 are replaced, not a crash at start."""
     try:
-        return path.read_text().strip()
+        return path.read_bytes().decode("utf-8", "replace").strip()
     except OSError:
         return None
 
@@ -165,8 +198,8 @@ class HwmonSensors:
             chip = _read_text(chip_dir / "name") or chip_dir.name
             for file in STATUS_FILES:
                 if (chip_dir / file).is_file():
-                    name = file if file not in statuses else f"{file}_{sensor_name(chip_dir.name)}"
-                    statuses[name] = _Status(name, f"hwmon:{chip}", _Attribute(chip_dir / file))
+                    name = file if file not in statuses else sensor_name(f"{file}_{chip_dir.name}")
+                    statuses[name] = _Status(name, fit(f"hwmon:{chip}"), _Attribute(chip_dir / file))
         return tuple(statuses.values())
 
     @staticmethod
@@ -205,11 +238,15 @@ class HwmonSensors:
                     continue
                 name = sensor_name(label)
                 if name in channels:
-                    name = f"{name}_{sensor_name(chip_dir.name)}"
+                    name = sensor_name(f"{name}_{chip_dir.name}")
+                if name in channels or len(channels) == MAX_CHANNELS:
+                    why = f"its name {name!r} is taken" if name in channels else f"{MAX_CHANNELS} are read"
+                    log.warning("hwmon: left out %s's channel %r: %s", chip_dir, label, why)
+                    continue
                 channels[name] = Channel(
                     name,
                     classify(label, chip),
-                    f"hwmon:{chip}",
+                    fit(f"hwmon:{chip}"),
                     _Attribute(power) if power is not None else None,
                     _Attribute(energy) if energy is not None else None,
                     EnergyAccumulator(),
@@ -229,8 +266,10 @@ class HwmonSensors:
             tuple(status.attribute.capture() for status in self._statuses),
         )
 
-    def decode(self, captured: SensorCapture) -> tuple[SensorReading, ...]:
-        return decode_channels(self._channels, captured.channels)
+    def decode(
+        self, captured: SensorCapture, errors: list[tuple[str, str]] | None = None
+    ) -> tuple[SensorReading, ...]:
+        return decode_channels(self._channels, captured.channels, errors)
 
     def decode_status(self, captured: SensorCapture) -> tuple[StatusReading, ...]:
         """The status attributes' integers; ``None`` where one could not be read or parsed."""
@@ -252,13 +291,18 @@ class HwmonSensors:
 
 
 def decode_channels(
-    channels: tuple[Channel, ...], captured: tuple[tuple[bytes | None, bytes | None], ...]
+    channels: tuple[Channel, ...],
+    captured: tuple[tuple[bytes | None, bytes | None], ...],
+    errors: list[tuple[str, str]] | None = None,
 ) -> tuple[SensorReading, ...]:
-    """Readings of one capture. Energy accumulates across calls, so captures go in in order."""
+    """Readings of one capture. Energy accumulates across calls, so captures go in in order. A value that
+    could not be had is ``None``, with (``sensor_power:NAME`` or ``sensor_energy:NAME``, reason) added to
+    ``errors`` for the read-error counters."""
+    found: list[tuple[str, str]] = [] if errors is None else errors
     out = []
     for ch, (power_raw, energy_raw) in zip(channels, captured, strict=True):
-        power_uw = _int(power_raw)
-        raw_uj = _int(energy_raw)
+        power_uw = _count(power_raw, f"sensor_power:{ch.sensor}", found, attribute=ch.power is not None)
+        raw_uj = _count(energy_raw, f"sensor_energy:{ch.sensor}", found, attribute=ch.energy is not None)
         out.append(
             SensorReading(
                 sensor=ch.sensor,

@@ -189,8 +189,10 @@ class SimSpbm:
             )
         )
 
-    def decode(self, captured: SensorCapture) -> tuple[SensorReading, ...]:
-        return decode_channels(self._channels, captured.channels)
+    def decode(
+        self, captured: SensorCapture, errors: list[tuple[str, str]] | None = None
+    ) -> tuple[SensorReading, ...]:
+        return decode_channels(self._channels, captured.channels, errors)
 
     def decode_status(self, captured: SensorCapture) -> tuple[StatusReading, ...]:
         return ()  # the simulated spbm has no status attributes

@@ -56,7 +56,9 @@ class SensorReader(Protocol):
 
     def capture(self) -> SensorCapture: ...
 
-    def decode(self, captured: SensorCapture) -> tuple[SensorReading, ...]: ...
+    def decode(
+        self, captured: SensorCapture, errors: list[tuple[str, str]] | None = None
+    ) -> tuple[SensorReading, ...]: ...
 
     def decode_status(self, captured: SensorCapture) -> tuple[StatusReading, ...]: ...
 
@@ -264,7 +266,10 @@ class Sampler:
         memory_error = None
         if isinstance(memory_raw, bytes):
             memory = self._memory.decode(memory_raw)
-            self._host_memory_ok = True
+            if memory.used_bytes is None:  # a MemTotal or MemAvailable line that is not a number
+                memory_error = "meminfo has no MemTotal and MemAvailable numbers to take used memory from"
+                self._count_error("host_memory", "unparsable")
+            self._host_memory_ok = memory.used_bytes is not None
         else:
             memory_error = f"{type(memory_raw).__name__}: {memory_raw.strerror or memory_raw}"
             self._count_error("host_memory", type(memory_raw).__name__)
@@ -276,7 +281,11 @@ class Sampler:
         sensors: tuple[SensorReading, ...] = ()
         status: tuple[StatusReading, ...] = ()
         if sensors_raw is not None and self._sensors is not None:
-            sensors, status = self._sensors.decode(sensors_raw), self._sensors.decode_status(sensors_raw)
+            sensor_errors: list[tuple[str, str]] = []
+            sensors = self._sensors.decode(sensors_raw, sensor_errors)
+            status = self._sensors.decode_status(sensors_raw)
+            for field_name, reason in sensor_errors:
+                self._count_error(field_name, reason)
         return self._sample(
             captured,
             gpus=gpus,
