@@ -47,17 +47,33 @@ def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
     """Write beside ``path`` and rename over it, so a reader never sees half a file; ``mode`` (permission
     bits) is set before the rename. The temporary file is removed when anything fails, and the error names
     ``path``, the file asked for, not the temporary one."""
-    tmp = path.with_name(f".{path.name}.sparkwatch-tmp")
+    final = through_link(path)
+    tmp = final.with_name(f".{final.name}.sparkwatch-tmp")
     try:
         tmp.write_bytes(data)
         if mode is not None:
             os.chmod(tmp, mode)
-        tmp.replace(path)
+        tmp.replace(final)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         if exc.errno is None:
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+
+def size_text(size_bytes: int) -> str:
+    """Bytes in the largest decimal unit under which the size is at least 1 (a short run's samples are a
+    few kB: "0.0 MB" would say none)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.1f} {unit}"
+    return f"{size_bytes} B"
+
+
+def through_link(path: Path) -> Path:
+    """Where a write to ``path`` lands: a symlink's target (renaming over the link would turn it into a
+    file of its own and leave the file it points to as it was), else ``path``."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -109,11 +125,12 @@ def _write_all(fd: int, source: BinaryIO) -> None:
 def write_export(path: Path, export: dict[str, Any]) -> None:
     """:func:`export_text` into ``path``, whole or not at all, written as it is encoded: an 8 h run's
     export is ~50 MB of text, never held at once (nor as bytes, text and bytes again)."""
-    tmp = path.with_name(f".{path.name}.sparkwatch-tmp")
+    final = through_link(path)
+    tmp = final.with_name(f".{final.name}.sparkwatch-tmp")
     try:
         with open(tmp, "wb") as f:
             write_export_to(f, export)
-        tmp.replace(path)
+        tmp.replace(final)
     except BaseException:  # a full disk, a value orjson refuses, an interrupt: no half file is left
         tmp.unlink(missing_ok=True)
         raise

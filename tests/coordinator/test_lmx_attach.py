@@ -12,8 +12,16 @@ from typing import Any
 
 import pytest
 
-from helpers.attachable import attachable_export
-from sparkwatch.commands.attach import AttachError, attach, attach_text, export_flags
+from helpers.attachable import NOTE, attachable_export
+from helpers.synthetic_run import synthetic_export
+from sparkwatch.commands.attach import (
+    OUR_PARAGRAPH,
+    AttachError,
+    attach,
+    attach_text,
+    export_flags,
+    merged_notes,
+)
 from sparkwatch.commands.export_file import ExportFileError
 from sparkwatch.commands.hardware import HardwareError, cluster_hardware
 from sparkwatch_agent.shared.units import GIB, lmx_gb, round1
@@ -51,7 +59,7 @@ def test_attach_changes_only_the_three_members(tmp_path: pathlib.Path) -> None:
         '  "nested": {"a": [1, 2,   3], "notes": "not the top-level one"},\n'
         '  "peakVramGb": 68.0,\n'
         '  "tokS": 76.0,\n'
-        '    "notes": "Measured by sparkwatch"\n'
+        f'    "notes": "{NOTE}"\n'
         "}\n"
     )
 
@@ -121,7 +129,7 @@ def test_crlf_mode_and_the_authors_notes_survive_and_a_reattach_replaces_only_ou
     attach(e, p, force=False)
     attach(e, p, force=False)  # twice: the second replaces our part, it does not append again
     assert p.read_bytes() == (
-        b'{\r\n  "model": "m",\r\n  "notes": "TP4, driver 580\\n\\nMeasured by sparkwatch",\r\n'
+        b'{\r\n  "model": "m",\r\n  "notes": "TP4, driver 580\\n\\n' + NOTE.encode() + b'",\r\n'
         b'  "gpuPowerWatts": [55.8, 53.8],\r\n  "peakVramGb": 68.0\r\n}\r\n'
     )
     assert p.stat().st_mode & 0o777 == 0o600
@@ -211,7 +219,7 @@ def test_a_payload_wrapped_as_lmx_saves_runs_is_edited_inside(tmp_path: pathlib.
     attach(e, p, force=False)
     assert p.read_text() == (
         '{\n  "payload": {\n    "hfId": "Qwen/Qwen3-8B",\n'
-        '    "notes": "TP4\\n\\nMeasured by sparkwatch",\n    "peakVramGb": 68.0,\n'
+        f'    "notes": "TP4\\n\\n{NOTE}",\n    "peakVramGb": 68.0,\n'
         '    "gpuPowerWatts": [55.8, 53.8]\n  },\n'
         '  "notes": "the wrapper\'s own"\n}\n'
     )
@@ -256,3 +264,22 @@ def test_cluster_memory_is_rounded_once_from_the_nodes_bytes() -> None:
         node["hardware"]["memory_total_bytes"] = 130_631_430_307  # 121.66 GiB: each node says 121.7
     hw = cluster_hardware(nodes)
     assert hw["unifiedMemoryGb"] == hw["ramGb"] == 486.6  # lmx's round1(total / 1024), not 4 x 121.7
+
+
+def test_a_reattach_replaces_only_sparkwatchs_paragraph_wherever_it_is() -> None:
+    """Only a paragraph that begins as an export's notes do (version, run, digest) is sparkwatch's: an
+    author's sentence that says "Measured by sparkwatch", or a paragraph added after ours, is theirs."""
+    real = synthetic_export(hours=0.02, nodes=1, windows=2, seed=3)["lmx"]["notes"]
+    assert OUR_PARAGRAPH.match(real) and OUR_PARAGRAPH.match(NOTE)
+    theirs = "Power was Measured by sparkwatch 0.0.9 last week: 60 W. Also a wall meter read 90 W."
+    assert merged_notes(theirs, NOTE, "p") == f"{theirs}\n\n{NOTE}"
+    old = NOTE.replace("5" * 64, "a" * 64)
+    later = f"TP4\r\n\r\n{old}\n\nAdded later by me: fans at 80 %.\nTwo lines.\n\n{old}"
+    assert (
+        merged_notes(later, NOTE, "p") == f"TP4\r\n\r\n{NOTE}\n\nAdded later by me: fans at 80 %.\nTwo lines."
+    )
+    assert merged_notes(f"{old}\n\nmine", NOTE, "p") == f"{NOTE}\n\nmine"
+    assert merged_notes(merged_notes(theirs, NOTE, "p"), NOTE, "p") == f"{theirs}\n\n{NOTE}"
+    too_long = rf"^p: its notes with sparkwatch's \({len(NOTE)} characters\) would be {1952 + len(NOTE)} "
+    with pytest.raises(AttachError, match=too_long + "characters, over the 2000 "):
+        merged_notes("x" * 1950, NOTE, "p")

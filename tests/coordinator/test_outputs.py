@@ -86,6 +86,21 @@ def test_a_write_that_fails_names_the_file_asked_for_not_the_temporary_one(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_a_symlink_is_written_through_not_replaced(tmp_path: pathlib.Path) -> None:
+    """A payload or export kept elsewhere behind a link: the file it points to gets the new bytes, the
+    link stays a link (renaming over it made it a file of its own and left the target stale)."""
+    (tmp_path / "real").mkdir()
+    for write in (lambda p: write_atomically(p, b'{"x": 1}\n', 0o640), lambda p: write_export(p, {"x": 1})):
+        target = tmp_path / "real" / "p.json"
+        target.write_text("old\n")
+        link = tmp_path / "link.json"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        write(link)
+        assert link.is_symlink() and json.loads(target.read_text()) == {"x": 1}
+        assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["p.json"]
+
+
 def test_printing_an_export_writes_the_files_bytes(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     """To stdout through its buffer (never the whole text as str); a text-only stream gets the same text."""
     export = {"run": {"name": "é"}, "windows": [{"id": n, "w": 0.5} for n in range(LIST_ITEMS_AT_ONCE + 2)]}

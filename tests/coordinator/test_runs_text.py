@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkwatch.commands.runs import run_details, runs_table, size_text
+from sparkwatch.commands.runs import run_details, runs_table
+from sparkwatch.outputs import size_text
 
 RUN = {
     "id": "run-20261205-010203-abcdef",

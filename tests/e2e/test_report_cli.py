@@ -93,6 +93,10 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
             ["report", str(export_file), "--svg", str(tmp_path / "no" / "svg")],
             f"folder {tmp_path / 'no'} does not",
         ),
+        (  # procfs refuses even root a new entry: a folder that is not writable, checked before the page
+            ["report", str(export_file), "-o", str(tmp_path / "r.html"), "--svg", "/proc/self/figures"],
+            "cannot write images to /proc/self/figures: folder /proc/self is not writable",
+        ),
         (["report", str(tmp_path / "nan.json")], "NaN is not a number JSON allows"),
         (["report", str(tmp_path / "ragged.json")], "has unequal t_s and v"),
         (

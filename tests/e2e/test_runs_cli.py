@@ -17,9 +17,9 @@ import pytest
 
 from helpers.cli import sparkwatch as cli
 from helpers.processes import Coordinator, free_port, sim_load, wait_connected
-from sparkwatch.commands.runs import size_text
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.windows import Window
+from sparkwatch.outputs import size_text
 from sparkwatch.store import Store
 from sparkwatch_agent.hardware.sim import SimSpec
 

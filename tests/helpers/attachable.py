@@ -11,6 +11,8 @@ from typing import Any
 from helpers.synthetic_run import synthetic_export
 
 GIB = 2**30
+#: The start of an export's lmx notes as core.export writes them (attach finds its own paragraph by it).
+NOTE = f"Measured by sparkwatch 0.1.0 (run bench, export sha256 {'5' * 64}). GPU power: NVML GPU-rail power."
 
 
 @functools.cache
@@ -36,5 +38,5 @@ def attachable_export(
     for i, (window, v) in enumerate(zip(out["windows"], verdicts, strict=True)):
         window.update(id=f"w{i}", in_scope=True, verdict=v, reasons=[] if v == "ok" else ["coverage 0.5"])
     out["totals"]["memory_used_bytes_peak_sum"] = peak_bytes
-    out["lmx"] = {"gpuPowerWatts": list(watts), "peakVramGb": peak_gb, "notes": "Measured by sparkwatch"}
+    out["lmx"] = {"gpuPowerWatts": list(watts), "peakVramGb": peak_gb, "notes": NOTE}
     return out

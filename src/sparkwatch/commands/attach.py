@@ -10,6 +10,7 @@ shows exactly what sparkwatch contributed. A saved lmx run may wrap the payload 
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,12 @@ from sparkwatch_agent.shared.units import lmx_gb
 LMX_FIELDS = ("gpuPowerWatts", "peakVramGb", "notes")
 #: lmx's CLI checks only > 0 (parseGpuPowerWatts); this ceiling is sparkwatch's own sanity bound.
 MAX_GPU_WATTS = 10_000
-NOTES_MARK = "Measured by sparkwatch"
+#: How sparkwatch's paragraph of an lmx payload's notes begins (core.export's lmx notes): the version, the
+#: run and the export's digest, so a sentence of the author's that merely says "Measured by sparkwatch" is
+#: never taken for ours.
+OUR_PARAGRAPH = re.compile(r"\s*Measured by sparkwatch \S+ \(run .+?, export sha256 [0-9a-f]{64}\)")
+#: Paragraphs of notes: a blank line (LF or CRLF) between them.
+PARAGRAPH_BREAK = re.compile(r"(\r?\n[ \t]*\r?\n\s*)")
 WRAPPER = "payload"  # a saved lmx run file: {"payload": {...}, ...}
 
 
@@ -134,17 +140,29 @@ def lmx_flags(values: dict[str, Any]) -> str:
 
 
 def merged_notes(existing: Any, ours: str, name: str) -> str:
-    """Our note after the author's own (a re-attach replaces only our part); refused above 2000 characters,
-    the issue's figure for lmx (its CLI sets none; the server's schema could not be read), so no server
-    limit of that size can cut either."""
+    """The author's notes with sparkwatch's paragraph: a re-attach puts ours where the last attach put
+    its own (every paragraph that begins as ours do is sparkwatch's, nothing else), a first one after the
+    author's text. Refused above 2000 characters, the issue's figure for lmx (its CLI sets none; the
+    server's schema could not be read), so no server limit of that size can cut either."""
     if not isinstance(existing, str) or not existing.strip():
         return ours
-    theirs = existing.split(NOTES_MARK, 1)[0].rstrip()
-    combined = f"{theirs}\n\n{ours}" if theirs else ours
+    pieces = PARAGRAPH_BREAK.split(existing)  # paragraph, break, paragraph, …
+    kept: list[str] = []
+    placed = False
+    for i in range(0, len(pieces), 2):
+        before = pieces[i - 1] if i else ""
+        if OUR_PARAGRAPH.match(pieces[i]):
+            if not placed:
+                kept.append(before + ours)
+                placed = True
+            continue
+        kept.append((before if kept else "") + pieces[i])
+    combined = "".join(kept) if placed else f"{''.join(kept).rstrip()}\n\n{ours}"
     if len(combined) > LMX_NOTES_MAX_CHARS:
         raise AttachError(
-            f"{name}: its notes ({len(theirs)} characters) and sparkwatch's ({len(ours)}) exceed the"
-            f" {LMX_NOTES_MAX_CHARS} that sparkwatch keeps notes to; shorten the payload's notes"
+            f"{name}: its notes with sparkwatch's ({len(ours)} characters) would be {len(combined)}"
+            f" characters, over the {LMX_NOTES_MAX_CHARS} that sparkwatch keeps notes to; shorten the"
+            " payload's notes"
         )
     return combined
 

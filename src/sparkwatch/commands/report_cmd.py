@@ -7,15 +7,14 @@ starts without it."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from sparkwatch.commands.export_file import load_export
 from sparkwatch.defaults import SERIES_BUCKETS
-from sparkwatch.outputs import check_output, write_atomically, write_text_atomically
-
-MIB = 1 << 20
+from sparkwatch.outputs import check_output, size_text, write_atomically, write_text_atomically
 
 
 class ReportError(Exception):
@@ -39,6 +38,9 @@ def _image_folder(folder: Path | None) -> Path | None:
         raise ReportError(f"cannot write images to {folder}: it is not a folder")
     if not folder.parent.is_dir():  # the folder itself is made, not a path of them (a typo's)
         raise ReportError(f"cannot write images to {folder}: folder {folder.parent} does not exist")
+    where = folder if folder.is_dir() else folder.parent  # checked now, not once the page is written
+    if not os.access(where, os.W_OK):
+        raise ReportError(f"cannot write images to {folder}: folder {where} is not writable")
     return folder
 
 
@@ -65,7 +67,7 @@ def write_report_beside(export: dict[str, Any], export_path: Path, stderr: TextI
     except (OSError, ValueError, KeyError, TypeError) as exc:
         stderr.write(f"sparkwatch: warning: the report could not be written to {output}: {exc}\n")
         return None
-    stderr.write(f"sparkwatch: report written to {output} ({size / MIB:.1f} MiB)\n")
+    stderr.write(f"sparkwatch: report written to {output} ({size_text(size)})\n")
     return output
 
 
@@ -78,7 +80,8 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
     if (png or svg) and not export.get("series"):
         raise ReportError(
             f"{args.export} has no series block, so there are no figures to draw: export the run with"
-            " `sparkwatch export --series` (run and demo include it unless --no-report)"
+            " `sparkwatch export --db FILE --series` or `sparkwatch runs export ID --series` (run and demo"
+            " include it unless --no-report)"
         )
     try:
         page = _page(export)
@@ -88,11 +91,11 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
     except (KeyError, TypeError, ValueError, IndexError) as exc:  # a part the sampled schema check missed
         raise ReportError(f"cannot build the report of {args.export}: {type(exc).__name__} {exc}") from None
     write_text_atomically(output, page)
-    _say(f"report written to {output} ({len(page.encode()) / MIB:.1f} MiB)")
+    _say(f"report written to {output} ({size_text(len(page.encode()))})")
     if not export.get("series"):
         _say(
             f"warning: {args.export} has no series block: the report has tables but no figures"
-            " (export the run with --series)"
+            " (export the run with `export --db FILE --series` or `runs export ID --series`)"
         )
     for folder, fmt, images in made:
         folder.mkdir(exist_ok=True)

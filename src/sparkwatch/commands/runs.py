@@ -18,7 +18,7 @@ from typing import Any
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import wanted_series
 from sparkwatch.core.stamps import utc_stamp
-from sparkwatch.outputs import check_output, print_export, shown, write_export
+from sparkwatch.outputs import check_output, print_export, shown, size_text, write_export
 
 Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
 
@@ -148,15 +148,6 @@ def runs_table(runs: Sequence[dict[str, Any]], windows: Sequence[int]) -> str:
         lines.append("  ".join([*cells, row[-2].rjust(widths[-2]), row[-1].rjust(widths[-1])]))
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
-
-
-def size_text(size_bytes: int) -> str:
-    """Bytes in the largest decimal unit under which the size is at least 1 (a short run's samples are a
-    few kB: "0.0 MB" would say none)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size_bytes >= scale:
-            return f"{size_bytes / scale:.1f} {unit}"
-    return f"{size_bytes} B"
 
 
 def run_details(run: dict[str, Any]) -> str:

@@ -67,8 +67,9 @@ def _plots_html(export: dict[str, Any], figures: charts.Figures | None) -> str:
     if figures is None:
         return (
             '<p class="note" id="no-series">This export carries no <code>series</code> block, so there is'
-            " nothing to plot. Export the run again with <code>sparkwatch export --series</code> (or let"
-            " <code>sparkwatch run</code> write its report) and build the report from that.</p>"
+            " nothing to plot. Export the run again with <code>sparkwatch export --db FILE --series</code>"
+            " or <code>sparkwatch runs export ID --series</code> (or let <code>sparkwatch run</code> write"
+            " its report) and build the report from that.</p>"
         )
     series = export["series"]
     return (
