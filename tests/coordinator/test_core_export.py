@@ -133,6 +133,44 @@ def test_incomplete_when_a_node_has_a_gap() -> None:
     r1 = export["windows"][1]
     assert r1["verdict"] == "incomplete" and "coverage" in r1["reasons"][0]
     assert export["nodes"][1]["samples"]["max_gap_s"] == pytest.approx(2.2)  # 20.9 s .. 23.1 s
+    # the node's energy is that of its covered 2.8 s of the 5 s scope: not summed into the run's as whole
+    assert export["nodes"][1]["energy_j"] == pytest.approx(61.0 * 2.8)
+    totals = export["totals"]
+    assert totals["energy_j"] is None and totals["joules_per_token"] is None
+    assert totals["null_reasons"]["energy_j"] == (
+        "the GPU samples of spark-3 (0.560) cover less than 0.95 of the scope: the energy of the covered"
+        " time only is not the whole"
+    )
+
+
+def test_a_system_domain_with_a_gap_makes_its_windows_low_confidence_and_no_system_total() -> None:
+    """A wall meter that stopped answering for 2.2 s of a 5 s request: the GPU figures are whole, the
+    node's whole draw is not, so the window says so and the system energy is not summed as the whole."""
+    busy = [(20, 25)]
+    sensed = node("spark-1", 11.0, 61.0, busy, 100)
+    gpu = sensed.gpus[0]
+    keep = (gpu.t_ns < T0 + 21 * S) | (gpu.t_ns > T0 + 23 * S)
+    wall = GpuTrack(
+        gpu.t_ns[keep],
+        gpu.segment[keep],
+        gpu.max_gap_ns[keep],
+        gpu.power_w[keep] + 30.0,
+        np.full(int(keep.sum()), np.nan),
+        gpu.util_ratio[keep],
+    )
+    sensed = dataclasses.replace(sensed, domains=[DomainInput("wall", "system", "meter:redfish", wall)])
+    export = build_export(RUN, [sensed], WINDOWS[:2], "0.1.0")
+    r1 = export["windows"][1]
+    assert r1["verdict"] == "low_confidence"
+    assert r1["reasons"] == ["spark-1 wall: coverage 0.560 < 0.95"]
+    assert r1["nodes"][0]["coverage_ratio"] == 1.0  # the GPU covered it
+    totals = export["totals"]
+    assert totals["energy_j"] == pytest.approx(61.0 * 5)  # whole
+    assert totals["system_energy_j"] is None and totals["system_joules_per_token"] is None
+    assert totals["null_reasons"]["system_energy_j"] == (
+        "the headline domains of spark-1 (0.560) cover less than 0.95 of the scope: the energy of the"
+        " covered time only is not the whole"
+    )
 
 
 def test_unknowns_are_null_with_reasons() -> None:

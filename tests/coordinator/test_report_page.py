@@ -115,7 +115,8 @@ def test_an_export_without_series_renders_its_tables_and_says_why_there_is_no_pl
 ) -> None:
     bare = {k: v for k, v in export.items() if k != "series"}
     page = build_page(bare, Assets())
-    assert 'id="no-series"' in page and "sparkwatch export --series" in page
+    assert 'id="no-series"' in page and "sparkwatch export --db FILE --series" in page
+    assert "sparkwatch runs export ID --series" in page
     assert _page_data(page)["spec"] is None
     assert "vegaEmbed=" not in page  # no 900 kB of plotting code for nothing
 

@@ -240,9 +240,15 @@ def test_redfish_and_shelly_meters_feed_the_wall_domain_and_a_dead_meter_leaves_
         assert dead["energy_j"] is None and dead["power_w_gated_mean"] is None
         assert dead["coverage_ratio"] in (None, 0.0)
         assert wall["samples"]["max_gap_s"] >= round((d - c) / 1e9, 3) - 0.001  # the export rounds to ms
-    # the headline energies exist (over the scope, with the gap counted as uncovered): their sum is published
-    headline = [next(d for d in nodes[n]["system"]["domains"])["energy_j"] for n in nodes]
-    assert export["totals"]["system_energy_j"] == pytest.approx(sum(headline), rel=1e-6)
+    # each node's headline energy is that of the covered half of the scope: no sum of them is the whole
+    totals = export["totals"]
+    assert totals["system_energy_j"] is None
+    assert totals["null_reasons"]["system_energy_j"].startswith("the headline domains of spark-1 (0.")
+    assert "spark-2 (0." in totals["null_reasons"]["system_energy_j"]
+    verdicts = {w["id"]: (w["verdict"], w["reasons"]) for w in export["windows"]}
+    assert verdicts["alive"] == ("ok", [])
+    assert verdicts["dead"][0] == "low_confidence"
+    assert [r.split(":")[0] for r in verdicts["dead"][1]] == ["spark-1 wall", "spark-2 wall"]
 
 
 def test_a_prometheus_meter_reads_one_series_from_a_real_prometheus(tmp_path: pathlib.Path) -> None:

@@ -53,6 +53,7 @@ class DomainFigures:
     headline: str | None  # the domain that stands for the whole node
     headline_energy_j: float | None
     headline_above_idle_j: float | None = None
+    headline_coverage: float | None = None  # of the scope, by the headline domain's valid intervals
     null_reasons: dict[str, str] = field(default_factory=dict)  # ``system.<domain>.<field>``: why unknown
 
 
@@ -158,6 +159,7 @@ def domain_figures(
         headline=headline,
         headline_energy_j=energy.get(headline) if headline is not None else None,
         headline_above_idle_j=dict(zip(names, above, strict=True)).get(headline) if headline else None,
+        headline_coverage=stats[names.index(headline)].coverage_ratio if headline is not None else None,
         null_reasons=reasons,
     )
 

@@ -18,6 +18,7 @@ from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
 from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.memory import peak_of_sum
 from sparkwatch.core.phases import as_known, token_spans
+from sparkwatch.core.power import INCOMPLETE_COVERAGE
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.series import Frame, node_series, series_block, series_frame
 from sparkwatch.core.tracks import GAP_INTERVALS, MemTrack
@@ -28,7 +29,6 @@ from sparkwatch_agent.shared.units import lmx_gb
 
 LOW_CONFIDENCE_INTERVALS = 2.0
 CLOCK_UNCERTAINTY_RATIO = 0.01
-INCOMPLETE_COVERAGE = 0.95
 #: The length sparkwatch keeps lmx notes to: the figure the lmx site's form is said to take (lmx's CLI checks
 #: none, and its server schema could not be read: docs/integrations.md).
 LMX_NOTES_MAX_CHARS = 2000
@@ -261,6 +261,7 @@ def _windows_json(
             if e["implausible_intervals"]
         ]
         suspects += [f"{e['node']}: {flag}" for e in entries for flag in e["throttle"]]
+        suspects += partial_domains(entries)
         return verdict(length_s, coverages, run.interval_s, uncertainty_s, suspects)
 
     def make(lo: int, hi: int) -> list[dict[str, Any]]:
@@ -278,6 +279,20 @@ def _windows_json(
         return out
 
     return WindowRows(len(windows), make, held=(windows,))
+
+
+def partial_domains(entries: Sequence[dict[str, Any]]) -> list[str]:
+    """A window's system domains that cover less of it than a figure needs (a wall meter that stopped
+    answering, a sensor that failed): its GPU figures are whole, the node's whole draw is not, so the
+    window is ``low_confidence`` and says which."""
+    out = []
+    for e in entries:
+        for d in e.get("system") or ():
+            c = d["coverage_ratio"]
+            if c is None or c < INCOMPLETE_COVERAGE:
+                shown = "no interval" if c is None else f"coverage {c:.3f} < {INCOMPLETE_COVERAGE}"
+                out.append(f"{e['node']} {d['domain']}: {shown}")
+    return out
 
 
 def _window_splits(figures: Sequence[NodeFigures], n: int) -> tuple[list[float | None], list[float | None]]:

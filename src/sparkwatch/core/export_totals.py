@@ -3,7 +3,9 @@ happened (which nodes, which windows).
 
 The rule for a missing value is the same everywhere: a total is a sum over every node (or every measured
 window) or it is ``null`` — never a sum over the ones that happen to be known, which would be a smaller
-figure presented as the whole. The reason names what was missing.
+figure presented as the whole. The reason names what was missing. An energy total is ``null`` too when a
+node's samples cover less of the scope than INCOMPLETE_COVERAGE: its energy is that of the covered time
+only, the same smaller figure.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from sparkwatch.core.export_nodes import NodeFigures, rounded, sum_known
 from sparkwatch.core.phases import name_ids, no_measured_window
+from sparkwatch.core.power import INCOMPLETE_COVERAGE
 from sparkwatch.core.windows import Window
 
 
@@ -108,14 +111,35 @@ def _per_token(
 
 
 def _node_sum(figures: Sequence[NodeFigures], key: str, reasons: dict[str, str]) -> float | None:
-    """Σ over nodes of their ``key``; ``None`` with the nodes that lack it (their null_reasons say why)."""
+    """Σ over nodes of their ``key`` (an energy); ``None`` with the nodes that lack it (their null_reasons
+    say why) or whose GPU samples cover too little of the scope for it to be the whole."""
     value = sum_known([f.json[key] for f in figures])
     if value is None:
         lacking = [str(f.json["node"]) for f in figures if f.json[key] is None]
         shared = {f.json["null_reasons"].get(key) for f in figures if f.json[key] is None}
         why = f": {shared.pop()}" if len(shared) == 1 and None not in shared else " (see its null_reasons)"
         reasons[key] = f"unknown on {name_ids(lacking)}{why}" if lacking else "no node"
+        return value
+    partial = _partial(figures, [f.json["samples"]["coverage_ratio"] for f in figures], "GPU samples")
+    if partial:
+        reasons[key] = partial
+        return None
     return value
+
+
+def _partial(figures: Sequence[NodeFigures], coverage: Sequence[float | None], what: str) -> str | None:
+    """Why a sum of energies would not be the whole: the nodes whose ``what`` cover less of the scope."""
+    short = [
+        f"{f.json['node']} ({c:.3f})"
+        for f, c in zip(figures, coverage, strict=True)
+        if c is not None and c < INCOMPLETE_COVERAGE
+    ]
+    if not short:
+        return None
+    return (
+        f"the {what} of {name_ids(short)} cover less than {INCOMPLETE_COVERAGE} of the scope: the energy"
+        " of the covered time only is not the whole"
+    )
 
 
 def _system_sum(
@@ -129,4 +153,9 @@ def _system_sum(
         reasons[key] = (
             f"no whole-node power domain with a known {what} on {name_ids(lacking)}" if lacking else "no node"
         )
+        return value
+    partial = _partial(figures, [f.system.headline_coverage for f in figures], "headline domains")
+    if partial:
+        reasons[key] = partial
+        return None
     return value

@@ -10,6 +10,10 @@ from sparkwatch.core.integrals import EnergyMethod, Integrals
 from sparkwatch.core.tracks import F64, I64
 from sparkwatch.core.windows import Scope
 
+#: A figure covering less of its time than this is not the whole: a window is ``incomplete`` when a node's
+#: GPUs cover less of it, and a run's energy total is not summed over a node that covers less of the scope.
+INCOMPLETE_COVERAGE = 0.95
+
 
 @dataclass(frozen=True, slots=True)
 class PowerStats:
