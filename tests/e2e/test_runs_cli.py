@@ -17,6 +17,7 @@ import pytest
 
 from helpers.cli import sparkwatch as cli
 from helpers.processes import Coordinator, free_port, sim_load, wait_connected
+from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.windows import Window
 from sparkwatch.outputs import size_text
@@ -88,9 +89,15 @@ def test_a_run_by_hand_open_mark_end_export_list_and_offline(standing: Any, tmp_
         bad_phase.stderr
     )
 
+    live = cli("runs", "export", run_id, env=env)  # still open: the export says so, and so does the CLI
+    assert live.returncode == 0 and f"warning: run {run_id} is still open: exported up to now" in live.stderr
+    assert json.loads(live.stdout)["run"]["notes"] == [OPEN_RUN_NOTE]
+    assert cli("runs", "mark", run_id, "forgotten", "begin", env=env).returncode == 0
+
     finished = cli("runs", "end", run_id, env=env)
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.startswith(f"run {run_id} (by-hand) ended after ")
+    assert "warning: mark(s) still open, dropped without a window: forgotten" in finished.stderr
     one_line_refusal(cli("runs", "end", run_id, env=env), "HTTP 409", "already ended")
     one_line_refusal(cli("runs", "show", "run-nope", env=env), "HTTP 404", "no run run-nope")
 
@@ -103,6 +110,7 @@ def test_a_run_by_hand_open_mark_end_export_list_and_offline(standing: Any, tmp_
     assert exported.returncode == 0 and exported.stdout == "", exported.stderr
     online = json.loads(out.read_text())
     jsonschema.validate(online, run_schema())
+    assert "notes" not in online["run"] and "warning" not in exported.stderr  # ended: no such note
     assert json.loads(cli("runs", "export", run_id, env=env).stdout) == online  # stdout without -o
     assert sorted((w["id"], w["phase"], w["in_scope"]) for w in online["windows"]) == [
         ("cold", "warmup", False),

@@ -110,7 +110,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         answer = self.post(f"/v1/runs/{segment(run)}/end", body)
         self.expect(answer, 200 if self.model[run].open else 409, before)
         if answer.status == 200:
-            self.model[run].t_end_ns = answer.json()["t_end_ns"]
+            model = self.model[run]
+            assert answer.json()["dropped_marks"] == sorted(model.marks)  # the end drops them, by name
+            model.t_end_ns = answer.json()["t_end_ns"]
+            model.marks.clear()
 
     @rule(target=imports, run=runs)
     def begin_import(self, run: str) -> str:
@@ -186,7 +189,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if body["event"] == "begin":
             status = 409 if not model.open or name in model.marks else 201
         else:
-            status = 404 if name not in model.marks else 409 if name in model.ids or not model.open else 200
+            status = (
+                409
+                if not model.open
+                else 404
+                if name not in model.marks
+                else 409
+                if name in model.ids
+                else 200
+            )
         before = self.api.state()
         self.expect(self.post(f"/v1/runs/{segment(run)}/marks", body), status, before)
         if status < 300:

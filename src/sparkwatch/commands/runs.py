@@ -17,6 +17,7 @@ from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import wanted_series
+from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.outputs import check_output, print_export, shown, size_text, write_export
 
@@ -90,11 +91,17 @@ async def _end(client: CoordinatorClient, args: argparse.Namespace) -> int:
     await client.wait_caught_up(run["t_end_ns"], CATCH_UP_S)
     took_s = (run["t_end_ns"] - run["t_start_ns"]) / 1e9
     print(f"run {run['id']} ({run['name']}) ended after {took_s:.1f} s")
+    dropped = run.get("dropped_marks")
+    if isinstance(dropped, list) and dropped:
+        names = ", ".join(str(n) for n in dropped)
+        print(f"sparkwatch: warning: mark(s) still open, dropped without a window: {names}", file=sys.stderr)
     return 0
 
 
 async def _export(client: CoordinatorClient, args: argparse.Namespace) -> int:
     export = await client.export(args.run_id, wanted_series(args))
+    if OPEN_RUN_NOTE in export["run"].get("notes", ()):
+        print(f"sparkwatch: warning: run {args.run_id} is still open: exported up to now", file=sys.stderr)
     if args.output is None:
         print_export(export, sys.stdout)
     else:

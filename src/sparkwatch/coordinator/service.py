@@ -227,11 +227,16 @@ class Coordinator:
         log.info("run %s (%s) opened at %g s", run.id, run.name, run.interval_s)
         return run
 
-    def end_run(self, run_id: str, command: dict[str, Any] | None = None) -> RunRow:
+    def end_run(self, run_id: str, command: dict[str, Any] | None = None) -> tuple[RunRow, list[str]]:
+        """The ended run, and the marks that were still open in it: dropped, no window (named in the log
+        and the answer, so a mark someone forgot to end is not lost unsaid)."""
         run = self.store.end_run(run_id, self.now_ns(), command)
         self._interval_changed()
+        dropped = self.store.drop_marks(run_id)
         log.info("run %s ended", run_id)
-        return run
+        if dropped:
+            log.warning("run %s ended with marks still open, dropped: %s", run_id, ", ".join(dropped))
+        return run, dropped
 
     def runs(self) -> list[RunRow]:
         return self.store.runs()

@@ -176,8 +176,15 @@ def _plan(run: RunSpec, windows: Sequence[Window]) -> Plan:
     )
 
 
+#: ``run.notes`` of an export made while its run was open: otherwise it reads like an ended run's.
+OPEN_RUN_NOTE = (
+    "open: the run had not ended when this was exported; its end is the export's time, and windows and"
+    " samples may still arrive"
+)
+
+
 def _run_json(run: RunSpec, version: str) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "id": run.id,
         "name": run.name,
         "command": run.command,
@@ -185,6 +192,9 @@ def _run_json(run: RunSpec, version: str) -> dict[str, Any]:
         "t_end_ns": run.t_end_ns,
         "sparkwatch_version": version,
     }
+    if not run.ended:
+        out["notes"] = [OPEN_RUN_NOTE]
+    return out
 
 
 def _gate_source(source: dict[str, Any] | None) -> str:

@@ -24,6 +24,7 @@ class RunSpec:
     scope: ScopeKind = DEFAULT_SCOPE
     phases: frozenset[str] = frozenset(DEFAULT_PHASES)  # the window phases measured
     command: dict[str, Any] | None = None  # the wrapped benchmark command and its exit code, when known
+    ended: bool = True  # False: still open when exported (``t_end_ns`` is then the export's time)
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,6 +257,7 @@ def export_run(
         scope=scope,
         phases=frozenset(run.phases if phases is None else phases),
         command=json.loads(run.command) if run.command else None,
+        ended=run.t_end_ns is not None,
     )
     windows = store.windows(run_id)
     try:

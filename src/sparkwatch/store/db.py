@@ -333,6 +333,10 @@ class Store:
         """Refused in an ended run, like the end of a mark (store/refusals.py)."""
         windows_table.begin_mark(self._db, run_id, name, phase, t_ns)
 
+    def drop_marks(self, run_id: str) -> list[str]:
+        """An ended run's marks still open, by name, dropped (none can end in it now)."""
+        return windows_table.drop_marks(self._db, run_id)
+
     def end_mark(self, run_id: str, name: str, t_ns: int, source: dict[str, object]) -> Window:
         """Close a mark into a window (one transaction: the mark goes, the window comes)."""
         return windows_table.end_mark(self._db, run_id, name, t_ns, source)

@@ -209,7 +209,24 @@ def begin_mark(db: sqlite3.Connection, run_id: str, name: str, phase: str, t_ns:
         raise StoreError(f"mark {name!r} is already open in run {run_id}") from exc
 
 
+def drop_marks(db: sqlite3.Connection, run_id: str) -> list[str]:
+    """The marks still open in ``run_id``, by name, dropped: once the run has ended none can end in it."""
+    with tx(db):
+        names = [
+            str(n) for (n,) in db.execute("SELECT name FROM marks WHERE run_id = ? ORDER BY name", (run_id,))
+        ]
+        db.execute("DELETE FROM marks WHERE run_id = ?", (run_id,))
+    return names
+
+
+def _refuse_ended(db: sqlite3.Connection, run_id: str, name: str) -> None:
+    end = refusals.run_span(db, run_id)[1]
+    if end is not None:
+        raise refusals.ended(run_id, end, f"mark {name!r} cannot end in it (a mark ends before its run)")
+
+
 def end_mark(db: sqlite3.Connection, run_id: str, name: str, t_ns: int, source: dict[str, object]) -> Window:
+    _refuse_ended(db, run_id, name)  # before the mark is looked for: the run's end dropped those still open
     row = db.execute(
         "SELECT phase, t_begin_ns FROM marks WHERE run_id = ? AND name = ?", (run_id, name)
     ).fetchone()
@@ -218,11 +235,7 @@ def end_mark(db: sqlite3.Connection, run_id: str, name: str, t_ns: int, source: 
     window = Window(id=name, phase=str(row[0]), t_start_ns=int(row[1]), t_end_ns=t_ns, source=source)
     try:
         with tx(db):
-            end = refusals.run_span(db, run_id)[1]
-            if end is not None:
-                raise refusals.ended(
-                    run_id, end, f"mark {name!r} cannot end in it (a mark ends before its run)"
-                )
+            _refuse_ended(db, run_id, name)  # again inside the transaction that writes the window
             db.execute("DELETE FROM marks WHERE run_id = ? AND name = ?", (run_id, name))
             db.execute(_INSERT, (run_id, None, *_row(window)))
     except sqlite3.IntegrityError:  # a window of its name came since it began: the mark goes, or it would

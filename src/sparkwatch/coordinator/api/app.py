@@ -121,8 +121,8 @@ async def get_run(request: web.Request) -> web.Response:
 async def end_run(request: web.Request) -> web.Response:
     body = await parse(request, RunEnd) if request.can_read_body else RunEnd()
     command = body.command.model_dump() if body.command is not None else None
-    run = request.app[COORDINATOR].end_run(request.match_info["run_id"], command)
-    return web.json_response(run.to_json())
+    run, dropped = request.app[COORDINATOR].end_run(request.match_info["run_id"], command)
+    return web.json_response({**run.to_json(), "dropped_marks": dropped})
 
 
 async def delete_run(request: web.Request) -> web.Response:
