@@ -1,5 +1,6 @@
 """The vectorised rounding of figures gives exactly what ``round`` gives each value, ties and huge values
-included, and unknown (NaN, ±inf) as None."""
+included, except that a figure rounding to zero from below is 0.0 (never -0.0), and unknown (NaN, ±inf)
+as None."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkwatch.core.rounding import rounded_list
+from sparkwatch.core.rounding import round_figure, rounded_list
 
 
 def by_round(values: list[float], digits: int) -> list[float | None]:
-    return [round(v, digits) if math.isfinite(v) else None for v in values]
+    return [round(v, digits) + 0.0 if math.isfinite(v) else None for v in values]
 
 
 def same(a: list[float | None], b: list[float | None]) -> bool:
@@ -37,6 +38,13 @@ def test_decimal_ties_and_their_neighbours_round_as_round_does() -> None:
     for digits in (0, 2, 3, 4):
         scaled = near / 10.0 ** (3 - digits)
         assert same(rounded_list(scaled, digits), by_round(scaled.tolist(), digits))
+
+
+def test_a_figure_rounding_to_zero_from_below_is_zero_not_minus_zero() -> None:
+    """An idle run's energy above idle of -0.0004 J: JSON would say -0.0."""
+    out = rounded_list(np.array([-0.0004, -0.0, -0.0006, 1e-300 * -1]), 3)
+    assert [math.copysign(1, v) for v in out if v is not None] == [1, 1, -1, 1] and out[2] == -0.001
+    assert round_figure(-0.0004) == 0.0 and math.copysign(1, round_figure(-0.0004)) == 1
 
 
 def test_unknown_is_none() -> None:

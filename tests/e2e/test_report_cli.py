@@ -79,6 +79,9 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
     ragged["series"]["nodes"][0]["lines"][0]["v"].pop()
     (tmp_path / "ragged.json").write_text(json.dumps(ragged))
     (tmp_path / "self.json").write_text(export_file.read_text())
+    wordy = json.loads(export_file.read_text())
+    wordy["lmx"]["notes"] = "x" * 2001
+    (tmp_path / "wordy.json").write_text(json.dumps(wordy))
     cases = [
         (["report", str(tmp_path / "missing.json")], "cannot read"),
         (["report", str(tmp_path / "not.json")], "is not JSON"),
@@ -98,6 +101,7 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
             "cannot write images to /proc/self/figures: folder /proc/self is not writable",
         ),
         (["report", str(tmp_path / "nan.json")], "NaN is not a number JSON allows"),
+        (["report", str(tmp_path / "wordy.json")], "lmx/notes: 'xxxxxxxxxxxx...xxxxxxxxxxxxx' is too long"),
         (["report", str(tmp_path / "ragged.json")], "has unequal t_s and v"),
         (
             ["report", str(tmp_path / "self.json"), "-o", str(tmp_path / "self.json")],

@@ -4,6 +4,7 @@ the ``sparkwatch.run/1`` schema on its structure, a series whose lines are whole
 from __future__ import annotations
 
 import json
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,8 @@ def load_export(path: Path) -> dict[str, Any]:
     error = jsonschema.exceptions.best_match(validator.iter_errors(_sample(export)))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
-        raise ExportFileError(
-            f"{path} is not a valid {EXPORT_SCHEMA} export: at {where}: {error.message[:200]}"
-        )
+        said = _said(error.message, error.instance)
+        raise ExportFileError(f"{path} is not a valid {EXPORT_SCHEMA} export: at {where}: {said}")
     for node in (export.get("series") or {}).get("nodes", []):
         for line in node["lines"]:
             if len(line["t_s"]) != len(line["v"]):
@@ -60,3 +60,12 @@ def _sample(export: dict[str, Any]) -> dict[str, Any]:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows (the export says null for unknown)")
+
+
+def _said(message: str, instance: Any) -> str:
+    """jsonschema's message with the value it quotes shortened, so the reason after a long value ("is too
+    long") is not the part cut off."""
+    quoted = repr(instance)
+    if len(quoted) > 60 and quoted in message:
+        message = message.replace(quoted, reprlib.repr(instance))
+    return message if len(message) <= 200 else message[:199] + "…"

@@ -19,7 +19,7 @@ import numpy as np
 from sparkwatch.core.baseline import above_idle_j, idle_power_w
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
-from sparkwatch.core.rounding import rounded_list
+from sparkwatch.core.rounding import round_figure, rounded_list
 from sparkwatch.core.tracks import F64, I64, GpuTrack, in_time_order
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Scope
@@ -227,4 +227,4 @@ def _window_entries(
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
+    return None if value is None else round_figure(value, digits)

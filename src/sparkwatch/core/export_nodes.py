@@ -15,7 +15,7 @@ from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.memory import MemoryStats, node_memory
 from sparkwatch.core.phases import TokenSpans, node_split, window_split
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
-from sparkwatch.core.rounding import rounded_list
+from sparkwatch.core.rounding import round_figure, rounded_list
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import window_signals
 from sparkwatch.core.tracks import F64, I64, GpuTrack
@@ -86,7 +86,7 @@ def median_of(values: I64) -> float:
 
 
 def rounded(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
+    return None if value is None else round_figure(value, digits)
 
 
 def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
