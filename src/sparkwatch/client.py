@@ -287,8 +287,15 @@ class CoordinatorClient:
         return (await self.wait_for_nodes(lambda n: bool(n.get("hardware")), timeout_s))[0]
 
     async def wait_for_clocks(self, timeout_s: float) -> list[dict[str, Any]]:
-        """The nodes once every one has said hello and had its clock probed (or when the time is up)."""
-        return (await self.wait_for_nodes(lambda n: bool(n.get("hardware") and n.get("clock")), timeout_s))[0]
+        """The nodes once every one has said hello, had its clock probed and its wall meter (if any) polled
+        once, answered or not (or when the time is up)."""
+        return (await self.wait_for_nodes(_preflight_ready, timeout_s))[0]
+
+
+def _preflight_ready(node: dict[str, Any]) -> bool:
+    meter = node.get("meter")
+    polled = not isinstance(meter, dict) or bool(meter.get("polls"))
+    return bool(node.get("hardware") and node.get("clock")) and polled
 
 
 def refused(node: dict[str, Any]) -> bool:

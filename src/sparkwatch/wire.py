@@ -321,7 +321,8 @@ def sensor_values(entry: Any) -> SensorValues:
     source = entry.get("source", LEGACY_SENSOR_SOURCE)
     for key, text in (("sensor", name), ("source", source)):
         if type(text) is not str or not 0 < len(text) <= MAX_SENSOR_TEXT:
-            raise FrameError(f"sensor {key} must be a string of 1 to {MAX_SENSOR_TEXT} characters")
+            what = "name" if key == "sensor" else key
+            raise FrameError(f"a sensor's {what} must be a string of 1 to {MAX_SENSOR_TEXT} characters")
     if type(kind) is not str or kind not in SENSOR_KINDS:
         raise FrameError(f"sensor kind must be one of {', '.join(sorted(SENSOR_KINDS))}")
     power, energy = entry.get("power_w"), entry.get("energy_j")

@@ -11,7 +11,7 @@ import signal
 import pytest
 from aiohttp import web
 
-from sparkwatch_agent.shared.auth import AuthConfigError, token_for_bind
+from sparkwatch_agent.shared.auth import AuthConfigError, TokenFileError, token_for_bind
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 from sparkwatch_agent.shared.http import BindError, start_site
 from sparkwatch_agent.shared.lifecycle import FORCED_EXIT_CODE, StopPolicy, stop_on_signals
@@ -63,6 +63,10 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
     token_file.write_text("a-token-of-enough-length\n")
     token_file.chmod(0o600)
     assert token_for_bind("0.0.0.0", token_file, insecure_no_auth=False) == "a-token-of-enough-length"
+    folder = tmp_path / "shared"
+    folder.mkdir(mode=0o1777)
+    with pytest.raises(TokenFileError, match=rf"^token file {folder} is not a regular file$"):
+        token_for_bind("0.0.0.0", folder, insecure_no_auth=False)  # not "run: chmod 600" on a folder
 
 
 def test_backoff_jitter_spreads_retries_that_failed_together() -> None:

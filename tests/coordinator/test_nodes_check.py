@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -51,6 +52,8 @@ def test_what_spoils_a_measurement_is_a_problem() -> None:
     assert check_node(no_util).problems == ["GPU utilisation cannot be read, so power cannot be gated on it"]
     fuzzy = check_node(node(clock={"offset_ns": 0, "uncertainty_ns": 25_000_000}))
     assert fuzzy.problems == ["clock uncertainty 25.0 ms > 10 ms"]
+    blind = check_node(node(capabilities={"gpus": []}, gpu_reason="LIBRARY_NOT_FOUND: nvmlInit failed"))
+    assert blind.problems == ["no GPU is being read (nvml backend: LIBRARY_NOT_FOUND: nvmlInit failed)"]
     down = check_node(node(connected=False, hardware=None, error="ClientConnectorError: refused"))
     assert not down.reachable and down.problems == ["not reachable: ClientConnectorError: refused"]
 
@@ -115,4 +118,28 @@ def test_a_nodes_meter_is_shown_and_a_silent_one_is_a_problem() -> None:
         "shelly meter at http://plug does not give a reading: no answer within the timeout"
     ]
     unpolled = check_node(node(meter={**meter, "polls": 0, "last_power_w": None, "error": None}))
-    assert unpolled.problems == [] and unpolled.warnings == ["shelly meter at http://plug not polled yet"]
+    assert unpolled.warnings == [] and unpolled.problems == [  # the check waited for a first poll
+        "shelly meter at http://plug has not answered yet (its first poll is still waiting)"
+    ]
+
+
+def test_a_meter_that_takes_connections_but_never_answers_is_a_problem(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    """A BMC that accepts and then says nothing: the check waits for the meter's first poll (it fails after
+    its 2 s timeout) instead of passing the node while the poll is still out."""
+    agent = agent_factory("--backend", "sim", "--node", "sim-1")
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; nobody reads or writes
+        port = silent.getsockname()[1]
+        nodes = tmp_path / "nodes.toml"
+        nodes.write_text(
+            f'[nodes.sim-1]\nurl = "ws://127.0.0.1:{agent.port}"\n'
+            f'[nodes.sim-1.meter]\nkind = "redfish"\nurl = "http://127.0.0.1:{port}"\ninterval_s = 0.5\n'
+        )
+        cli = [sys.executable, "-m", "sparkwatch", "nodes", "check", "--nodes", str(nodes), "--wait", "10"]
+        result = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (
+        f"PROBLEM sim-1: redfish meter at http://127.0.0.1:{port} does not give a reading: no answer within"
+        " the timeout"
+    ) in result.stdout

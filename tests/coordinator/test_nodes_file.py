@@ -63,6 +63,14 @@ def refusal(text: str) -> str:
             'nodes.spark-2.url: must not have a query or fragment, got "ws://h:9464/?x=1"',
         ),
         (
+            'url = "ws://127.0.0.1:21001/v1/stream"',
+            'nodes.spark-2.url: is the agent\'s base, without /v1/…: "ws://127.0.0.1:21001"',
+        ),
+        (
+            'url = "wss://h/agents/spark-2/v1/"',
+            'nodes.spark-2.url: is the agent\'s base, without /v1/…: "wss://h/agents/spark-2"',
+        ),
+        (
             'url = "ws://me:secret@h"',
             "nodes.spark-2.url: must not hold a user or password: the agent's token goes in token_file",
         ),

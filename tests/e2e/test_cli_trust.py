@@ -56,7 +56,7 @@ def test_a_misnamed_agent_is_a_warning_not_a_refusal(tmp_path: pathlib.Path, age
         result.stderr
     )
     check = sparkwatch("nodes", "check", "--nodes", str(nodes), "--wait", "10")
-    assert "warning spark-1: node spark-1: its agent calls itself 'spark-7'" in check.stdout
+    assert "warning spark-1: its agent calls itself 'spark-7'" in check.stdout
 
 
 def test_strict_and_json_judge_a_run_without_timed_windows(

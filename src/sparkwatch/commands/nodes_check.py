@@ -84,7 +84,9 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
     check.unsupported = sorted(unsupported)
     hardware = node.get("hardware") or {}
     if not capabilities.get("gpus"):
-        check.problems.append(f"no GPU is being read ({hardware.get('backend', '?')} backend)")
+        why = node.get("gpu_reason")
+        detail = f": {why}" if isinstance(why, str) and why else ""
+        check.problems.append(f"no GPU is being read ({hardware.get('backend', '?')} backend{detail})")
     if all(f in unsupported for f in POWER_FIELDS) and capabilities.get("gpus"):
         check.problems.append("neither GPU power nor the energy counter can be read")
     elif "energy" in unsupported:
@@ -123,8 +125,8 @@ def _check_meter(check: NodeCheck, meter: dict[str, Any] | None) -> None:
     where = f"{meter['kind']} meter at {meter['url']}"
     if meter.get("error"):
         check.problems.append(f"{where} does not give a reading: {meter['error']}")
-    elif not meter.get("polls"):
-        check.warnings.append(f"{where} not polled yet")
+    elif not meter.get("polls"):  # the check waited for its first poll: it has not answered in that time
+        check.problems.append(f"{where} has not answered yet (its first poll is still waiting)")
 
 
 def check_cluster(nodes: Sequence[dict[str, Any]]) -> list[NodeCheck]:
@@ -136,7 +138,7 @@ def check_cluster(nodes: Sequence[dict[str, Any]]) -> list[NodeCheck]:
                 c.problems.append(str(shared))
     for c, (name, hello) in zip(checks, hellos, strict=True):
         if (warning := misnamed(name, hello)) is not None:
-            c.warnings.append(warning)
+            c.warnings.append(warning.removeprefix(f"node {name}: "))  # the line names the node already
     versions = {c.agent_version for c in checks if c.agent_version}
     if len(versions) > 1:
         for c in checks:

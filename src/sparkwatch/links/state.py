@@ -106,6 +106,7 @@ class LinkState:
             "agent_version": hello.get("agent_version"),
             "agent_node": hello.get("node"),  # what the agent calls itself
             "hardware": hello.get("hardware"),
+            "gpu_reason": hello.get("gpu_reason"),  # why no GPU was read when the agent said hello
             "interval_s": hello.get("interval_s"),
             "lease_interval_s": self.lease_interval_s,
             "samples_ingested": self.samples_ingested,
