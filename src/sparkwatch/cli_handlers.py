@@ -51,5 +51,8 @@ def cmd_attach(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     values = attach(args.export, args.lmx, args.force, args.output)
     watts = ", ".join(f"{w:g}" for w in values["gpuPowerWatts"])
     peak = values.get("peakVramGb")
-    print(f"attached to {args.output or args.lmx}: gpuPowerWatts [{watts}], peakVramGb {peak}")
+    peak_text = (
+        f"peakVramGb {peak:g}" if peak is not None else "peakVramGb left as it was (unknown in the export)"
+    )
+    print(f"attached to {args.output or args.lmx}: gpuPowerWatts [{watts}], {peak_text}")
     return 0

@@ -81,6 +81,8 @@ def test_a_node_without_a_system_sensor_says_so_and_the_others_name_their_domain
     system_texts = [row[2].text for row in rows]
     assert system_texts[-1] == "n/a (no sensor)"
     assert all(re.fullmatch(r"\d+\.\d \(\w+\)", t) for t in system_texts[:-1]), system_texts
+    said = dict(facts.node_facts(export["nodes"][-1]))  # the node's section: the export's code in words
+    assert said["n/a system"] == "no sensor: no hwmon power channel or wall meter on this node"
 
 
 def test_every_window_is_a_band_and_a_table_row(export: dict[str, Any]) -> None:
@@ -163,3 +165,12 @@ def test_the_vega_bundle_is_made_once_per_vl_convert_version_and_kept(tmp_path: 
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     assert assets("9.9", blocked).vega_bundle() == first  # a cache that cannot be written is not used
+
+
+def test_an_export_of_no_node_renders_without_figures_and_says_why(export: dict[str, Any]) -> None:
+    """Schema-valid, and nothing to draw: no Vega view (whose zoom has no panel to name) is embedded."""
+    empty = {**export, "nodes": [], "series": {**export["series"], "nodes": []}}
+    empty["windows"] = [{**w, "nodes": []} for w in export["windows"]]
+    page = build_page(empty, Assets())
+    assert "The export measured no node, so there is nothing to plot." in page
+    assert _page_data(page)["spec"] is None

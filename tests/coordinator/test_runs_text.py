@@ -29,6 +29,7 @@ def test_control_characters_in_a_name_are_shown_escaped_and_nothing_else_is() ->
     assert "\\x9b2J\\x0asecond line ü" in run_details(RUN)  # the table cuts the name at 40 characters
     wrapped = {**RUN, "command": {"argv": ["bench", "--tag", "x\x1b]0;title\x07"], "exit_code": 0}}
     assert "bench --tag x\\x1b]0;title\\x07 (exit code 0)" in run_details(wrapped)
+    assert "nvml.utilization.gpu >= 0.5" in run_details(RUN)  # the gate as the export and report name it
     assert (
         len(runs_table([RUN], [3]).splitlines()) == 3
     )  # header, rule, one row: the newline did not split it

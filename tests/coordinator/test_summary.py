@@ -35,7 +35,7 @@ def export(nodes: list[dict[str, Any]], throttle: list[str]) -> dict[str, Any]:
     }
     window |= {"reasons": [f"spark-1: {t}" for t in throttle], "nodes": [{"throttle": throttle}]}
     totals = {
-        "power_w_gated_mean_sum": sum(n["power_w"]["gated_mean"] for n in nodes),
+        "power_w_gated_mean_sum": sum(n["power_w"]["gated_mean"] or 0.0 for n in nodes),
         "energy_j": 200.0,
         "memory_used_bytes_peak_sum": 2**35,
         "memory_used_bytes_peak_of_sum": 2**35,
@@ -80,3 +80,18 @@ def test_the_columns_stay_aligned_for_long_node_names() -> None:
     rows = [line for line in table if line.startswith((long_name, "n1 ", "sum "))]
     end = header.index("gated W") + len("gated W")  # right-aligned numbers end under their heading
     assert [row[end - 4 : end] for row in rows] == ["55.8", "53.8", "09.6"]
+
+
+def test_each_n_a_in_a_nodes_row_says_why() -> None:
+    """The totals' reason points at the node ("see its null_reasons"): the node's own reason is printed."""
+    idle = node("spark-2", 0.0, None) | {"energy_j": None}
+    idle["power_w"] = {"gated_mean": None}
+    idle["null_reasons"] = {
+        "power_w.gated_mean": "no interval inside the scope with utilisation >= 0.5",
+        "energy_j": "no valid sample interval inside the scope",
+    }
+    data = export([node("spark-1", 55.7, None), idle], [])
+    text = summary_table(data)
+    assert "  n/a spark-2 gated W: no interval inside the scope with utilisation >= 0.5" in text
+    assert "  n/a spark-2 energy J: no valid sample interval inside the scope" in text
+    assert "n/a spark-1" not in text

@@ -78,3 +78,17 @@ def test_exactly_one_of_lmx_and_lmx_flags(tmp_path: pathlib.Path) -> None:
     out = sparkwatch("attach", "--lmx-flags", str(run), "-o", str(tmp_path / "x.json"), timeout=60)
     assert out.returncode == 2 and "--lmx-flags prints to stdout" in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+
+
+def test_attach_with_an_unknown_peak_says_the_payloads_value_was_left(tmp_path: pathlib.Path) -> None:
+    exp = attachable_export([55.7, 53.7], peak_bytes=None, peak_gb=None)
+    run, payload = tmp_path / "run.json", tmp_path / "payload.json"
+    run.write_text(json.dumps(exp))
+    payload.write_text('{"peakVramGb": 12.5}\n')
+    done = sparkwatch("attach", str(run), "--lmx", str(payload), "--force", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"attached to {payload}: gpuPowerWatts [55.7, 53.7],"
+        " peakVramGb left as it was (unknown in the export)\n"
+    )
+    assert json.loads(payload.read_text())["peakVramGb"] == 12.5

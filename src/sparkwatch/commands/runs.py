@@ -17,7 +17,7 @@ from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import wanted_series
-from sparkwatch.core.export import OPEN_RUN_NOTE
+from sparkwatch.core.export import OPEN_RUN_NOTE, UTIL_SOURCE
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.outputs import check_output, print_export, shown, size_text, write_export
 
@@ -172,7 +172,7 @@ def run_details(run: dict[str, Any]) -> str:
         ("start", utc_stamp(run["t_start_ns"])),  # as --start takes it (export --prometheus)
         ("end", end),
         ("interval", f"{run['interval_s']:g} s"),
-        ("gate", f"util_ratio >= {run['gate_threshold']:g}"),
+        ("gate", f"{UTIL_SOURCE} >= {run['gate_threshold']:g}"),  # as the export and report name it
         ("scope", run["scope"]),
         ("phases", ", ".join(run.get("phases") or ["timed"])),
         ("windows", str(run["windows"])),

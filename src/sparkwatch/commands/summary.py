@@ -78,6 +78,23 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
             "system W: each node's whole-node domain (a wall meter, else dc_input, sys_total or power_meter),"
             " gated like GPU W; it contains the GPU rail and is never added to it"
         )
+    return lines + _node_reasons(export["nodes"])
+
+
+#: The node figures the table shows, by their keys in a node's ``null_reasons`` (a parent key says it too).
+_SHOWN = (("gated W", ("power_w.gated_mean", "power_w")), ("energy J", ("energy_j", "power_w")))
+_SHOWN += (("peak mem", ("memory_used_bytes",)),)
+
+
+def _node_reasons(nodes: list[dict[str, Any]]) -> list[str]:
+    """Why each n/a in a node's row is n/a, from the node's own ``null_reasons``."""
+    lines = []
+    for node in nodes:
+        reasons = node.get("null_reasons") or {}
+        for label, keys in _SHOWN:
+            why = next((reasons[k] for k in keys if isinstance(reasons.get(k), str)), None)
+            if why is not None:
+                lines.append(f"  n/a {node['node']} {label}: {why}")
     return lines
 
 

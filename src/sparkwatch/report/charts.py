@@ -171,11 +171,12 @@ def node_panels(
 
 
 def figures(export: dict[str, Any]) -> Figures | None:
-    """The report's figures, or ``None`` when the export carries no ``series`` block. Each mark is an
-    Altair chart; the layers, panels and nodes are put together as the Vega-Lite dicts they compile to,
-    because Altair's composition deep-copies every sub-chart at each level (2-3 s for 16 panels)."""
+    """The report's figures, or ``None`` when the export carries no ``series`` block or no node in it (no
+    panel to draw, nor to zoom). Each mark is an Altair chart; the layers, panels and nodes are put together
+    as the Vega-Lite dicts they compile to, because Altair's composition deep-copies every sub-chart at
+    each level (2-3 s for 16 panels)."""
     series = export.get("series")
-    if not series:
+    if not series or not series.get("nodes"):
         return None
     duration_s = (series["t_end_ns"] - series["t0_ns"]) / 1e9
     t0 = series["t0_ns"]

@@ -17,6 +17,8 @@ from sparkwatch.core.export import digest
 from sparkwatch_agent.shared.units import GIB
 
 NA = "n/a"
+#: Reasons the export gives as codes, in words (``system``: "no_sensor", schema-fixed).
+_REASON_WORDS = {"no_sensor": "no sensor: no hwmon power channel or wall meter on this node"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +207,10 @@ def node_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
     if hardware.get("simulated"):
         facts.insert(0, ("backend", "simulated"))
     facts += [(f"unsupported: {name}", str(why)) for name, why in sorted(node.get("unsupported", {}).items())]
-    facts += [(f"n/a {name}", str(why)) for name, why in sorted(node.get("null_reasons", {}).items())]
+    facts += [
+        (f"n/a {name}", _REASON_WORDS.get(str(why), str(why)))
+        for name, why in sorted(node.get("null_reasons", {}).items())
+    ]
     return facts
 
 

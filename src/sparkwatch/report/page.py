@@ -64,6 +64,8 @@ def summary_html(export: dict[str, Any]) -> str:
 
 
 def _plots_html(export: dict[str, Any], figures: charts.Figures | None) -> str:
+    if figures is None and export.get("series"):
+        return '<p class="note" id="no-series">The export measured no node, so there is nothing to plot.</p>'
     if figures is None:
         return (
             '<p class="note" id="no-series">This export carries no <code>series</code> block, so there is'
