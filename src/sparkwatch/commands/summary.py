@@ -82,8 +82,11 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
 
 
 #: The node figures the table shows, by their keys in a node's ``null_reasons`` (a parent key says it too).
-_SHOWN = (("gated W", ("power_w.gated_mean", "power_w")), ("energy J", ("energy_j", "power_w")))
-_SHOWN += (("peak mem", ("memory_used_bytes",)),)
+_SHOWN: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gated W", ("power_w.gated_mean", "power_w")),
+    ("energy J", ("energy_j", "power_w")),
+    ("peak mem", ("memory_used_bytes",)),
+)
 
 
 def _node_reasons(nodes: list[dict[str, Any]]) -> list[str]:

@@ -228,14 +228,12 @@ class Coordinator:
         return run
 
     def end_run(self, run_id: str, command: dict[str, Any] | None = None) -> tuple[RunRow, list[str]]:
-        """The ended run, and the marks that were still open in it: dropped, no window (named in the log
-        and the answer, so a mark someone forgot to end is not lost unsaid)."""
+        """The ended run, and the marks still open in it: dropped without a window, named (log, answer)."""
         run = self.store.end_run(run_id, self.now_ns(), command)
         self._interval_changed()
         dropped = self.store.drop_marks(run_id)
-        log.info("run %s ended", run_id)
-        if dropped:
-            log.warning("run %s ended with marks still open, dropped: %s", run_id, ", ".join(dropped))
+        said = f" with marks still open, dropped: {', '.join(dropped)}" if dropped else ""
+        log.log(logging.WARNING if dropped else logging.INFO, "run %s ended%s", run_id, said)
         return run, dropped
 
     def runs(self) -> list[RunRow]:

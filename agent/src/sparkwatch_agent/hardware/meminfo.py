@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from sparkwatch_agent.hardware.readings import HostMemory
@@ -66,6 +67,22 @@ def parse_meminfo(text: bytes) -> HostMemory:
         page_cache_bytes=cached + sreclaimable if cached is not None and sreclaimable is not None else None,
         swap_used_bytes=swap_total - swap_free if swap_total is not None and swap_free is not None else None,
     )
+
+
+def memory_of(
+    decode: Callable[[bytes], HostMemory], raw: bytes | OSError, errors: list[tuple[str, str]]
+) -> tuple[HostMemory | None, str | None]:
+    """One capture's memory and why it is unknown (``None``: it is known), the read error added to
+    ``errors`` (field ``host_memory``): a file that could not be read, or one without the numbers that
+    used memory is taken from (a MemTotal or MemAvailable that is not a number)."""
+    if isinstance(raw, OSError):
+        errors.append(("host_memory", type(raw).__name__))
+        return None, f"{type(raw).__name__}: {raw.strerror or raw}"
+    memory = decode(raw)
+    if memory.used_bytes is not None:
+        return memory, None
+    errors.append(("host_memory", "unparsable"))
+    return memory, "meminfo has no MemTotal and MemAvailable numbers to take used memory from"
 
 
 class MeminfoReader:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from sparkwatch_agent.hardware.gpu_backend import GpuBackend
 from sparkwatch_agent.hardware.hwmon import SensorCapture
+from sparkwatch_agent.hardware.meminfo import memory_of
 from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading, StatusReading
 from sparkwatch_agent.sampling.gpu_session import GpuKeeper, GpuSession
 from sparkwatch_agent.sampling.leases import IntervalLeases
@@ -262,30 +263,18 @@ class Sampler:
 
     def _decode(self, captured: Captured) -> Sample:
         memory_raw, gpus_raw, session, sensors_raw = captured[5:]
-        memory: HostMemory | None = None
-        memory_error = None
-        if isinstance(memory_raw, bytes):
-            memory = self._memory.decode(memory_raw)
-            if memory.used_bytes is None:  # a MemTotal or MemAvailable line that is not a number
-                memory_error = "meminfo has no MemTotal and MemAvailable numbers to take used memory from"
-                self._count_error("host_memory", "unparsable")
-            self._host_memory_ok = memory.used_bytes is not None
-        else:
-            memory_error = f"{type(memory_raw).__name__}: {memory_raw.strerror or memory_raw}"
-            self._count_error("host_memory", type(memory_raw).__name__)
-            self._host_memory_ok = False
+        errors: list[tuple[str, str]] = []  # (field, reason) of every value this sample could not have
+        memory, memory_error = memory_of(self._memory.decode, memory_raw, errors)
+        self._host_memory_ok = memory_error is None
         gpus = self._gpus.decode(gpus_raw)
-        for reading in gpus:
-            for field_name, reason in reading.read_errors:
-                self._count_error(field_name, reason)
+        errors += [error for reading in gpus for error in reading.read_errors]
         sensors: tuple[SensorReading, ...] = ()
         status: tuple[StatusReading, ...] = ()
         if sensors_raw is not None and self._sensors is not None:
-            sensor_errors: list[tuple[str, str]] = []
-            sensors = self._sensors.decode(sensors_raw, sensor_errors)
+            sensors = self._sensors.decode(sensors_raw, errors)
             status = self._sensors.decode_status(sensors_raw)
-            for field_name, reason in sensor_errors:
-                self._count_error(field_name, reason)
+        for field_name, reason in errors:
+            self._count_error(field_name, reason)
         return self._sample(
             captured,
             gpus=gpus,
