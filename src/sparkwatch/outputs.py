@@ -34,7 +34,7 @@ def check_output(path: Path, reads: Mapping[Path, str] = MappingProxyType({})) -
     for source, what in reads.items():
         if path.resolve() == source.resolve():
             raise OutputError(f"-o {path} is {what} itself: what is written would replace it")
-    folder = path.parent
+    folder = through_link(path).parent  # a link's file is written where it points
     if not folder.is_dir():
         raise OutputError(f"cannot write {path}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
@@ -131,8 +131,10 @@ def write_export(path: Path, export: dict[str, Any]) -> None:
         with open(tmp, "wb") as f:
             write_export_to(f, export)
         tmp.replace(final)
-    except BaseException:  # a full disk, a value orjson refuses, an interrupt: no half file is left
+    except BaseException as exc:  # a full disk, a value orjson refuses, an interrupt: no half file is left
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None:  # named as asked, not the temporary file
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
 
 

@@ -173,6 +173,14 @@ def test_a_named_hwmon_root_that_is_not_a_directory_is_a_usage_error(
     )
 
 
+def test_a_hwmon_root_from_the_config_file_is_named_as_the_files(tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[agent]\nhwmon_root = "{tmp_path / "nope"}"\n')
+    result = run_agent("probe", "--config", str(config))
+    assert result.returncode == 2
+    assert f"error: hwmon_root (config file) {tmp_path / 'nope'}: not a directory" in result.stderr
+
+
 # ---- 3. the probe's exit code ----------------------------------------------------------------------------
 def test_probe_exits_zero_when_the_gpu_was_read(fake_nvml_dir: pathlib.Path) -> None:
     result = run_agent("probe", env=clean_env(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_PROFILE="gb10"))

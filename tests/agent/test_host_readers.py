@@ -208,6 +208,17 @@ def test_at_most_the_frames_number_of_channels_is_read(
     assert sum("left out" in r.getMessage() for r in caplog.records) == 2
 
 
+def test_a_name_taken_even_with_its_chip_added_is_left_out_with_a_warning(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = {"name": "a", "power1_label": "gpu", "power1_input": "1", "power2_label": "gpu hwmon1"}
+    _chip(tmp_path, "hwmon0", {**first, "power2_input": "2"})
+    _chip(tmp_path, "hwmon1", {"name": "b", "power1_label": "gpu", "power1_input": "3"})
+    assert HwmonSensors(tmp_path).names == ("gpu", "gpu_hwmon1")  # hwmon1's gpu: both names taken
+    (warning,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert warning.endswith("channel 'gpu': its name 'gpu_hwmon1' is taken")
+
+
 def test_energy_accumulator_handles_32bit_wrap_and_reset() -> None:
     acc = EnergyAccumulator()
     acc.update(2**32 - 1_000_000)  # µJ, near the top of a 32-bit counter

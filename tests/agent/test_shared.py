@@ -65,8 +65,18 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
     assert token_for_bind("0.0.0.0", token_file, insecure_no_auth=False) == "a-token-of-enough-length"
     folder = tmp_path / "shared"
     folder.mkdir(mode=0o1777)
-    with pytest.raises(TokenFileError, match=rf"^token file {folder} is not a regular file$"):
+    with pytest.raises(TokenFileError, match=rf"^token file {folder} is a folder, not a file$"):
         token_for_bind("0.0.0.0", folder, insecure_no_auth=False)  # not "run: chmod 600" on a folder
+    read, write = os.pipe()  # --token-file <(pass show agent): a pipe of mode 0600 still works
+    os.write(write, b"a-token-from-a-pipe-0123\n")
+    os.close(write)
+    try:
+        assert (
+            token_for_bind("0.0.0.0", pathlib.Path(f"/proc/self/fd/{read}"), False)
+            == "a-token-from-a-pipe-0123"
+        )
+    finally:
+        os.close(read)
 
 
 def test_backoff_jitter_spreads_retries_that_failed_together() -> None:

@@ -141,6 +141,17 @@ def test_incomplete_when_a_node_has_a_gap() -> None:
         "the GPU samples of spark-3 (0.560) cover less than 0.95 of the scope: the energy of the covered"
         " time only is not the whole"
     )
+    for key in ("energy_above_idle_j", "prefill_energy_j", "decode_energy_j"):  # every energy total
+        assert totals[key] is None and "spark-3 (0.560)" in totals["null_reasons"][key], key
+
+
+def _rail(gpu: GpuTrack, extra_w: float, keep: Any = slice(None)) -> GpuTrack:
+    """A domain's track: the GPU's samples (``keep`` of them) plus ``extra_w``, no energy counter."""
+    t = gpu.t_ns[keep]
+    power = gpu.power_w[keep] + extra_w
+    return GpuTrack(
+        t, gpu.segment[keep], gpu.max_gap_ns[keep], power, np.full(len(t), np.nan), gpu.util_ratio[keep]
+    )
 
 
 def test_a_system_domain_with_a_gap_makes_its_windows_low_confidence_and_no_system_total() -> None:
@@ -150,14 +161,7 @@ def test_a_system_domain_with_a_gap_makes_its_windows_low_confidence_and_no_syst
     sensed = node("spark-1", 11.0, 61.0, busy, 100)
     gpu = sensed.gpus[0]
     keep = (gpu.t_ns < T0 + 21 * S) | (gpu.t_ns > T0 + 23 * S)
-    wall = GpuTrack(
-        gpu.t_ns[keep],
-        gpu.segment[keep],
-        gpu.max_gap_ns[keep],
-        gpu.power_w[keep] + 30.0,
-        np.full(int(keep.sum()), np.nan),
-        gpu.util_ratio[keep],
-    )
+    wall = _rail(gpu, 30.0, keep)
     sensed = dataclasses.replace(sensed, domains=[DomainInput("wall", "system", "meter:redfish", wall)])
     export = build_export(RUN, [sensed], WINDOWS[:2], "0.1.0")
     r1 = export["windows"][1]
@@ -170,6 +174,27 @@ def test_a_system_domain_with_a_gap_makes_its_windows_low_confidence_and_no_syst
     assert totals["null_reasons"]["system_energy_j"] == (
         "the headline domains of spark-1 (0.560) cover less than 0.95 of the scope: the energy of the"
         " covered time only is not the whole"
+    )
+    assert totals["system_energy_above_idle_j"] is None
+    assert "spark-1 (0.560)" in totals["null_reasons"]["system_energy_above_idle_j"]
+
+
+def test_a_gap_in_a_channel_that_is_not_the_whole_node_judges_no_window() -> None:
+    """A CPU rail with the same gap beside a complete dc_input: no figure a window is judged by is short."""
+    sensed = node("spark-1", 11.0, 61.0, [(20, 25)], 100)
+    gpu = sensed.gpus[0]
+    keep = (gpu.t_ns < T0 + 21 * S) | (gpu.t_ns > T0 + 23 * S)
+    domains = [
+        DomainInput("cpu_rail", "cpu", "hwmon:spbm", _rail(gpu, 5.0, keep)),
+        DomainInput("dc_input", "system", "hwmon:spbm", _rail(gpu, 30.0)),
+    ]
+    export = build_export(RUN, [dataclasses.replace(sensed, domains=domains)], WINDOWS[:2], "0.1.0")
+    r1 = export["windows"][1]
+    assert (r1["verdict"], r1["reasons"]) == ("ok", [])
+    assert [d["coverage_ratio"] for d in r1["nodes"][0]["system"]] == [0.56, 1.0]
+    dc_input = export["nodes"][0]["system"]["domains"][1]
+    assert (
+        dc_input["domain"] == "dc_input" and export["totals"]["system_energy_j"] == dc_input["energy_j"] > 0
     )
 
 

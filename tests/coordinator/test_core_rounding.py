@@ -10,7 +10,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparkwatch.core.rounding import round_figure, rounded_list
+from sparkwatch.core.clock import NodeClock
+from sparkwatch.core.rounding import round_figure, rounded, rounded_list
 
 
 def by_round(values: list[float], digits: int) -> list[float | None]:
@@ -45,6 +46,13 @@ def test_a_figure_rounding_to_zero_from_below_is_zero_not_minus_zero() -> None:
     out = rounded_list(np.array([-0.0004, -0.0, -0.0006, 1e-300 * -1]), 3)
     assert [math.copysign(1, v) for v in out if v is not None] == [1, 1, -1, 1] and out[2] == -0.001
     assert round_figure(-0.0004) == 0.0 and math.copysign(1, round_figure(-0.0004)) == 1
+
+
+def test_every_figure_the_export_rounds_one_by_one_is_never_minus_zero() -> None:
+    """A clock's drift of -0.0001 ppm, a token cross-check's -0.00004: written 0.0 like the columns."""
+    assert rounded(None) is None and math.copysign(1, rounded(-0.0004) or 1) == 1
+    clock = NodeClock(summary=None, method="monotonic", rate_ppm=-0.0001)
+    assert math.copysign(1, clock.to_json()["rate_ppm"]) == 1  # type: ignore[arg-type]
 
 
 def test_unknown_is_none() -> None:

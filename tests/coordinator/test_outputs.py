@@ -15,7 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkwatch.outputs import LIST_ITEMS_AT_ONCE, export_text, print_export, write_atomically, write_export
+from sparkwatch.outputs import (
+    LIST_ITEMS_AT_ONCE,
+    OutputError,
+    check_output,
+    export_text,
+    print_export,
+    write_atomically,
+    write_export,
+)
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
 SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | TEXT
@@ -80,10 +88,24 @@ def test_a_file_that_cannot_be_written_leaves_nothing_behind(tmp_path: pathlib.P
 def test_a_write_that_fails_names_the_file_asked_for_not_the_temporary_one(tmp_path: pathlib.Path) -> None:
     """The user's message names the path they gave, not ``.x.json.sparkwatch-tmp`` beside it."""
     for path in (tmp_path / "missing" / "x.json", tmp_path):  # no such folder; a folder in the way
-        with pytest.raises(OSError) as caught:
-            write_atomically(path, b"{}")
-        assert caught.value.filename == str(path) and "sparkwatch-tmp" not in str(caught.value)
+        for write in (lambda p: write_atomically(p, b"{}"), lambda p: write_export(p, {"x": 1})):
+            with pytest.raises(OSError) as caught:
+                write(path)
+            assert caught.value.filename == str(path) and "sparkwatch-tmp" not in str(caught.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_link_into_a_folder_that_cannot_be_written_is_refused_before_anything_starts(
+    tmp_path: pathlib.Path,
+) -> None:
+    """procfs refuses even root a new entry: the check looks where the link points, not beside the link."""
+    link = tmp_path / "run.json"
+    link.symlink_to("/proc/self/run.json")
+    with pytest.raises(OutputError, match=r"^cannot write .*run\.json: folder /proc/\d+ is not writable$"):
+        check_output(link)
+    with pytest.raises(OutputError, match="does not exist"):
+        (tmp_path / "dangling.json").symlink_to(tmp_path / "no" / "x.json")
+        check_output(tmp_path / "dangling.json")
 
 
 def test_a_symlink_is_written_through_not_replaced(tmp_path: pathlib.Path) -> None:

@@ -57,6 +57,17 @@ def standing(agent_factory: Any, tmp_path: pathlib.Path) -> Any:
     coord.stop()
 
 
+def _export_open_then_end_with_a_mark_open(env: dict[str, str], run_id: str) -> None:
+    live = cli("runs", "export", run_id, env=env)  # still open: the export says so, and so does the CLI
+    assert live.returncode == 0 and f"warning: run {run_id} is still open: exported up to now" in live.stderr
+    assert json.loads(live.stdout)["run"]["notes"] == [OPEN_RUN_NOTE]
+    assert cli("runs", "mark", run_id, "forgotten", "begin", env=env).returncode == 0
+    finished = cli("runs", "end", run_id, env=env)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.startswith(f"run {run_id} (by-hand) ended after ")
+    assert "warning: mark(s) still open, dropped without a window: forgotten" in finished.stderr
+
+
 def test_a_run_by_hand_open_mark_end_export_list_and_offline(standing: Any, tmp_path: pathlib.Path) -> None:
     coord, agent, env = standing
     opened = cli("runs", "open", "--name", "by-hand", "--interval", "0.05", env=env)
@@ -89,15 +100,7 @@ def test_a_run_by_hand_open_mark_end_export_list_and_offline(standing: Any, tmp_
         bad_phase.stderr
     )
 
-    live = cli("runs", "export", run_id, env=env)  # still open: the export says so, and so does the CLI
-    assert live.returncode == 0 and f"warning: run {run_id} is still open: exported up to now" in live.stderr
-    assert json.loads(live.stdout)["run"]["notes"] == [OPEN_RUN_NOTE]
-    assert cli("runs", "mark", run_id, "forgotten", "begin", env=env).returncode == 0
-
-    finished = cli("runs", "end", run_id, env=env)
-    assert finished.returncode == 0, finished.stderr
-    assert finished.stdout.startswith(f"run {run_id} (by-hand) ended after ")
-    assert "warning: mark(s) still open, dropped without a window: forgotten" in finished.stderr
+    _export_open_then_end_with_a_mark_open(env, run_id)
     one_line_refusal(cli("runs", "end", run_id, env=env), "HTTP 409", "already ended")
     one_line_refusal(cli("runs", "show", "run-nope", env=env), "HTTP 404", "no run run-nope")
 

@@ -149,7 +149,8 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
     hwmon_root = pick("hwmon_root", None)
     if hwmon_root is not None and not Path(hwmon_root).is_dir():
         # the default may be absent (a container): no sensors; a root someone named must exist
-        raise ConfigError(f"--hwmon-root {hwmon_root}: not a directory (a hwmon class dir holds hwmonN/)")
+        named = "--hwmon-root" if flags.get("hwmon_root") is not None else "hwmon_root (config file)"
+        raise ConfigError(f"{named} {hwmon_root}: not a directory (a hwmon class dir holds hwmonN/)")
     return AgentConfig(
         node=node,
         host=host,

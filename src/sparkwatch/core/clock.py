@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from sparkwatch.core.rounding import rounded
+
 I64 = npt.NDArray[np.int64]
 
 #: Below this, a round's uncertainty is scheduling noise rather than measurement (weights, limits).
@@ -309,7 +311,7 @@ class NodeClock:
         return {
             **base,
             "method": self.method,
-            "rate_ppm": None if self.rate_ppm is None else round(self.rate_ppm, 3),
+            "rate_ppm": rounded(self.rate_ppm),  # never -0.0
             "steps": [s.to_json() for s in self.steps],
             "disagreements": [d.to_json() for d in self.disagreements],
         }

@@ -19,7 +19,7 @@ import numpy as np
 from sparkwatch.core.baseline import above_idle_j, idle_power_w
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
-from sparkwatch.core.rounding import round_figure, rounded_list
+from sparkwatch.core.rounding import rounded, rounded_list
 from sparkwatch.core.tracks import F64, I64, GpuTrack, in_time_order
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Scope
@@ -187,16 +187,20 @@ def _domain_json(
         "domain": domain.domain,
         "kind": domain.kind,
         "source": domain.source,
-        "power_w": {"gated_mean": _round(s.gated_mean_w), "mean": _round(s.mean_w), "max": _round(s.max_w)},
-        "energy_j": _round(s.energy_j),
-        "idle_power_w": _round(idle_w),
-        "energy_above_idle_j": _round(above_j),
+        "power_w": {
+            "gated_mean": rounded(s.gated_mean_w),
+            "mean": rounded(s.mean_w),
+            "max": rounded(s.max_w),
+        },
+        "energy_j": rounded(s.energy_j),
+        "idle_power_w": rounded(idle_w),
+        "energy_above_idle_j": rounded(above_j),
         "energy_method": s.method,
-        "gated_s": _round(s.gated_s),
+        "gated_s": rounded(s.gated_s),
         "samples": {
             "count": s.samples,
-            "coverage_ratio": _round(s.coverage_ratio, 4),
-            "max_gap_s": _round(s.max_gap_s),
+            "coverage_ratio": rounded(s.coverage_ratio, 4),
+            "max_gap_s": rounded(s.max_gap_s),
             "implausible_intervals": s.implausible,
         },
     }
@@ -224,7 +228,3 @@ def _window_entries(
         return list(map(list, zip(*per_domain, strict=True))) if per_domain else [[] for _ in range(lo, hi)]
 
     return WindowRows(windows, make)
-
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round_figure(value, digits)

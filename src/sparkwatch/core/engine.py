@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sparkwatch.core.engine_check import generated_range, token_check
-from sparkwatch.core.engine_check import rounded as _r
+from sparkwatch.core.rounding import rounded as _r
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 
 GAUGES = (

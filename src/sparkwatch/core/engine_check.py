@@ -9,14 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from sparkwatch.core.rounding import rounded
 from sparkwatch.core.tracks import F64, I64
 
 #: How far (as a ratio) the windows' token count may lie outside the engine's range before a run note.
 TOKEN_AGREEMENT_RATIO = 0.02
-
-
-def rounded(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(float(value), digits)
 
 
 def generated_range(t_ns: I64, counter: F64 | None, starts: I64, ends: I64) -> tuple[float, float] | None:

@@ -12,13 +12,14 @@ import numpy as np
 from sparkwatch.core.clock import NodeClock
 from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.engine import EngineSamples, attach_engine
-from sparkwatch.core.export_nodes import NodeFigures, Plan, longest_interval_s, node_figures, rounded, spans
+from sparkwatch.core.export_nodes import NodeFigures, Plan, longest_interval_s, node_figures, spans
 from sparkwatch.core.export_totals import Measured, totals
 from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
 from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.memory import peak_of_sum
 from sparkwatch.core.phases import as_known, token_spans
 from sparkwatch.core.power import INCOMPLETE_COVERAGE
+from sparkwatch.core.rounding import rounded
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.series import Frame, node_series, series_block, series_frame
 from sparkwatch.core.tracks import GAP_INTERVALS, MemTrack
@@ -251,6 +252,7 @@ def _windows_json(
     """The export's ``windows``: each window's fields, verdict, node entries, split and engine entry, made
     a slice of windows at a time from the nodes' columns (core.window_rows)."""
     uncertainty_s = max((c.uncertainty_ns or 0 for _, c in clocks), default=0) / 1e9
+    headlines = [f.system.headline for f in figures]
     prefill, decode = _window_splits(figures, len(windows))
     windows = list(windows)  # its own: a caller may empty its list once the export is made (let_go)
 
@@ -271,7 +273,7 @@ def _windows_json(
             if e["implausible_intervals"]
         ]
         suspects += [f"{e['node']}: {flag}" for e in entries for flag in e["throttle"]]
-        suspects += partial_domains(entries)
+        suspects += partial_headlines(entries, headlines)
         return verdict(length_s, coverages, run.interval_s, uncertainty_s, suspects)
 
     def make(lo: int, hi: int) -> list[dict[str, Any]]:
@@ -291,15 +293,16 @@ def _windows_json(
     return WindowRows(len(windows), make, held=(windows,))
 
 
-def partial_domains(entries: Sequence[dict[str, Any]]) -> list[str]:
-    """A window's system domains that cover less of it than a figure needs (a wall meter that stopped
-    answering, a sensor that failed): its GPU figures are whole, the node's whole draw is not, so the
-    window is ``low_confidence`` and says which."""
+def partial_headlines(entries: Sequence[dict[str, Any]], headlines: Sequence[str | None]) -> list[str]:
+    """The nodes whose whole-node (headline) domain covers less of the window than a figure needs (a wall
+    meter that stopped answering, a sensor that failed): the GPU figures are whole, the node's whole draw
+    is not, so the window is ``low_confidence`` and says which. A rail or CPU channel's gap spoils no
+    figure the window is judged by."""
     out = []
-    for e in entries:
+    for e, headline in zip(entries, headlines, strict=True):
         for d in e.get("system") or ():
             c = d["coverage_ratio"]
-            if c is None or c < INCOMPLETE_COVERAGE:
+            if d["domain"] == headline and (c is None or c < INCOMPLETE_COVERAGE):
                 shown = "no interval" if c is None else f"coverage {c:.3f} < {INCOMPLETE_COVERAGE}"
                 out.append(f"{e['node']} {d['domain']}: {shown}")
     return out

@@ -15,7 +15,7 @@ from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.memory import MemoryStats, node_memory
 from sparkwatch.core.phases import TokenSpans, node_split, window_split
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
-from sparkwatch.core.rounding import round_figure, rounded_list
+from sparkwatch.core.rounding import rounded, rounded_list
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import window_signals
 from sparkwatch.core.tracks import F64, I64, GpuTrack
@@ -83,10 +83,6 @@ def median_of(values: I64) -> float:
     if 2 * int(np.count_nonzero(values == middle)) > len(values):
         return float(middle)
     return float(np.median(values))
-
-
-def rounded(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round_figure(value, digits)
 
 
 def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:

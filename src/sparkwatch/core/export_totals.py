@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparkwatch.core.export_nodes import NodeFigures, rounded, sum_known
+from sparkwatch.core.export_nodes import NodeFigures, sum_known
 from sparkwatch.core.phases import name_ids, no_measured_window
 from sparkwatch.core.power import INCOMPLETE_COVERAGE
+from sparkwatch.core.rounding import rounded
 from sparkwatch.core.windows import Window
 
 

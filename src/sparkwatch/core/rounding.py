@@ -39,3 +39,8 @@ def rounded_list(values: npt.ArrayLike, digits: int = 3) -> list[float | None]:
 def round_figure(value: float, digits: int = 3) -> float:
     """``round(value, digits)``, 0.0 where that is -0.0."""
     return round(value, digits) + 0.0
+
+
+def rounded(value: float | None, digits: int = 3) -> float | None:
+    """A figure as the export writes it: :func:`round_figure`, ``None`` (unknown) kept."""
+    return None if value is None else round_figure(float(value), digits)
