@@ -83,7 +83,8 @@ class Api:
         return answer
 
     async def run_with_rows(self, name: str, end: bool = True) -> str:
-        """A run with direct windows, a committed and a staged import, and a mark still open at its end."""
+        """A run with direct windows, a committed and a staged import, and a mark still open at its end (a
+        row the end dropped, put back as a store written by an older coordinator holds it)."""
         self.clock[0] = T0
         run = str((await self.ok("POST", "/v1/runs", {"name": name}))["id"])
         direct = [window(f"w{i}", 1 + i / 100) for i in range(DIRECT)]
@@ -97,7 +98,12 @@ class Api:
                 await self.ok("POST", f"/v1/runs/{run}/imports/{imp}/commit", {})
         if end:
             self.clock[0] = T0 + RUN_S * S
-            await self.ok("POST", f"/v1/runs/{run}/end")
+            ended = await self.ok("POST", f"/v1/runs/{run}/end")
+            assert ended["dropped_marks"] == ["left-open"]  # today's end drops it; put back as a store
+            conn = sqlite3.connect(self.db)  # written by an earlier sparkwatch (which kept it) holds it
+            with conn:
+                conn.execute("INSERT INTO marks VALUES (?, 'left-open', 'timed', ?)", (run, T0 + S))
+            conn.close()
         self.clock[0] = T0 + 2 * RUN_S * S
         return run
 

@@ -73,7 +73,9 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
     if "x" in change:  # slewing, not a step
         assert node["clock"]["steps"] == [] and by_id["across"]["verdict"] == "ok"
         return
-    (step,) = node["clock"]["steps"]
+    steps = node["clock"]["steps"]
+    assert len(steps) == 1, steps  # (a loaded CI machine once saw two here: which, the message will say)
+    (step,) = steps
     assert step["size_ns"] == pytest.approx(int(change) * S, abs=50_000_000)
     assert by_id["across"]["t_start_ns"] <= step["t_ns"] <= by_id["across"]["t_end_ns"]
     assert by_id["across"]["verdict"] == "low_confidence"
