@@ -52,7 +52,8 @@ def test_the_same_seed_gives_the_same_run_and_sizes_follow_the_arguments() -> No
     assert a == synthetic_export(hours=0.05, nodes=2, windows=12, seed=3)
     assert len(a["nodes"]) == 2 and len(a["windows"]) == 12
     other = synthetic_export(hours=0.05, nodes=2, windows=12, seed=4)
-    assert a["nodes"][0]["energy_j"] is not None and a["nodes"][0]["energy_j"] != other["nodes"][0]["energy_j"]
+    energy = a["nodes"][0]["energy_j"]
+    assert energy is not None and energy != other["nodes"][0]["energy_j"]
 
 
 def test_the_series_block_shows_the_trouble(small: dict) -> None:
