@@ -54,6 +54,7 @@ class DomainFigures:
     headline_energy_j: float | None
     headline_above_idle_j: float | None = None
     headline_coverage: float | None = None  # of the scope, by the headline domain's valid intervals
+    headline_window_coverage: F64 | None = None  # of each window, likewise (NaN: no interval in it)
     null_reasons: dict[str, str] = field(default_factory=dict)  # ``system.<domain>.<field>``: why unknown
 
 
@@ -160,6 +161,7 @@ def domain_figures(
         headline_energy_j=energy.get(headline) if headline is not None else None,
         headline_above_idle_j=dict(zip(names, above, strict=True)).get(headline) if headline else None,
         headline_coverage=stats[names.index(headline)].coverage_ratio if headline is not None else None,
+        headline_window_coverage=per_window[names.index(headline)].coverage_ratio if headline else None,
         null_reasons=reasons,
     )
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from sparkwatch.core.clock import NodeClock
-from sparkwatch.core.domains import headline_entry
+from sparkwatch.core.domains import DomainFigures, headline_entry
 from sparkwatch.core.engine import EngineSamples, attach_engine
 from sparkwatch.core.export_nodes import NodeFigures, Plan, longest_interval_s, node_figures, spans
 from sparkwatch.core.export_totals import Measured, totals
@@ -252,7 +252,7 @@ def _windows_json(
     """The export's ``windows``: each window's fields, verdict, node entries, split and engine entry, made
     a slice of windows at a time from the nodes' columns (core.window_rows)."""
     uncertainty_s = max((c.uncertainty_ns or 0 for _, c in clocks), default=0) / 1e9
-    headlines = [f.system.headline for f in figures]
+    partial = [_partial_windows(str(f.json["node"]), f.system) for f in figures]
     prefill, decode = _window_splits(figures, len(windows))
     windows = list(windows)  # its own: a caller may empty its list once the export is made (let_go)
 
@@ -273,7 +273,7 @@ def _windows_json(
             if e["implausible_intervals"]
         ]
         suspects += [f"{e['node']}: {flag}" for e in entries for flag in e["throttle"]]
-        suspects += partial_headlines(entries, headlines)
+        suspects += [why[k] for why in partial if k in why]
         return verdict(length_s, coverages, run.interval_s, uncertainty_s, suspects)
 
     def make(lo: int, hi: int) -> list[dict[str, Any]]:
@@ -293,19 +293,21 @@ def _windows_json(
     return WindowRows(len(windows), make, held=(windows,))
 
 
-def partial_headlines(entries: Sequence[dict[str, Any]], headlines: Sequence[str | None]) -> list[str]:
-    """The nodes whose whole-node (headline) domain covers less of the window than a figure needs (a wall
-    meter that stopped answering, a sensor that failed): the GPU figures are whole, the node's whole draw
-    is not, so the window is ``low_confidence`` and says which. A rail or CPU channel's gap spoils no
-    figure the window is judged by."""
-    out = []
-    for e, headline in zip(entries, headlines, strict=True):
-        for d in e.get("system") or ():
-            c = d["coverage_ratio"]
-            if d["domain"] == headline and (c is None or c < INCOMPLETE_COVERAGE):
-                shown = "no interval" if c is None else f"coverage {c:.3f} < {INCOMPLETE_COVERAGE}"
-                out.append(f"{e['node']} {d['domain']}: {shown}")
-    return out
+def _partial_windows(node: str, system: DomainFigures) -> dict[int, str]:
+    """The windows a node's whole-node (headline) domain covers less of than a figure needs (a wall meter
+    that stopped answering, a sensor that failed), with the reason: the GPU figures are whole, the node's
+    whole draw is not, so such a window is ``low_confidence``. A rail or CPU channel's gap judges nothing.
+    Found over the coverage column at once (10 000 windows × nodes)."""
+    coverage = system.headline_window_coverage
+    if coverage is None:
+        return {}
+    with np.errstate(invalid="ignore"):
+        short = np.flatnonzero(~(coverage >= INCOMPLETE_COVERAGE))  # NaN: no interval in it
+    name = f"{node} {system.headline}"
+    return {
+        k: f"{name}: no interval" if np.isnan(c) else f"{name}: coverage {c:.3f} < {INCOMPLETE_COVERAGE}"
+        for k, c in zip(short.tolist(), coverage[short].tolist(), strict=True)
+    }
 
 
 def _window_splits(figures: Sequence[NodeFigures], n: int) -> tuple[list[float | None], list[float | None]]:
