@@ -113,6 +113,28 @@ def test_a_run_over_an_ntp_step_keeps_its_samples_on_both_sides(tmp_path: pathli
     store.close()
 
 
+def test_deleting_two_runs_close_together_leaves_neither_ones_samples(tmp_path: pathlib.Path) -> None:
+    """A's samples near B stay while B covers them; deleting B then takes them too (it left them behind
+    for ever: only idle retention, a week later or never, would have)."""
+    store = Store(tmp_path / "sw.db", now_ns=lambda: T0)
+    ingest_hours(store, 0, 2)
+    spans = {"a": (T0, T0 + 1800 * S), "b": (T0 + 2100 * S, T0 + 3000 * S)}  # 5 minutes apart
+    for run, (start, end) in spans.items():
+        store.create_run(RunRow(run, run, start, None, 1.0, 0.5, "request"))
+        store.end_run(run, end)
+    for run in ("a", "b"):
+        store.delete_run(run)
+        while not store.purge_step(run):
+            pass
+        sum(store.drop_run_samples(spans[run]))
+        if run == "a":  # what B's widened span covers stays: the last minutes before it
+            assert (2100 * S - MARGIN_NS) // S + 1 in stored_seqs(store)
+    seqs = stored_seqs(store)
+    assert not [s for s in seqs if s <= 3000]  # neither run's samples are left
+    assert seqs[-1] == 2 * 3600 and len(seqs) > 1000  # later idle samples stay (whole blocks go, or stay)
+    store.close()
+
+
 def test_retention_works_with_more_runs_than_sqlite_has_expression_depth(tmp_path: pathlib.Path) -> None:
     """One condition per run outgrew SQLite's expression tree at 998 runs: every pass then failed."""
     clock = [T0]

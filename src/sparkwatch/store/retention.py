@@ -85,10 +85,12 @@ def drop_idle(db: sqlite3.Connection, before_ns: int, since_ns: int | None = Non
 
 
 def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:
-    """Steps that drop the blocks and timed rows of a deleted run's ``span`` that no live run covers,
-    whatever their age (the run's samples go with it)."""
+    """Steps that drop the blocks and timed rows of a deleted run's ``span``, widened as a live run's is,
+    that no live run covers, whatever their age (the run's samples go with it). Widened, because what an
+    earlier deleted run left behind is what this run's widened span kept: deleting A, then B within
+    ``MARGIN_NS`` of it, left A's samples near B for ever (retention ``forever``)."""
     spans = list(run_spans(db).values())
-    lo, hi = span
+    ((lo, hi),) = _widened([span])
     rows = db.execute(
         f"{_PLACED} WHERE wall_last_ns + high >= ? AND wall_first_ns + low <= ?", (lo, hi)
     ).fetchall()
