@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from sparkwatch import cli
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkStatus
 from sparkwatch.links.ws_link import WsLink
@@ -67,3 +68,19 @@ async def test_down_is_a_warning_and_the_reconnect_an_info_line(
     assert loud[1][1].startswith("node spark-1: link down (ws): ") and "retrying in" in loud[1][1]
     redials = [text for level, text in lines if level == "DEBUG" and "link down" in text]
     assert len(redials) >= 3  # each failed redial is there for --log-level debug, and only there
+
+
+@pytest.mark.parametrize(("level", "asyncssh_level"), [("info", logging.WARNING), ("debug", logging.NOTSET)])
+def test_asyncssh_says_only_warnings_unless_debug_is_asked(
+    level: str, asyncssh_level: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """asyncssh logs ~17 INFO lines per SSH dial: a node that is down would fill the journal with them."""
+    chatty = logging.getLogger("asyncssh")
+    before = chatty.level
+    try:
+        chatty.setLevel(logging.NOTSET)
+        assert cli.main(["--log-level", level, "schema"]) == 0
+        assert chatty.level == asyncssh_level
+    finally:
+        chatty.setLevel(before)
+    assert capsys.readouterr().out.startswith("{")
