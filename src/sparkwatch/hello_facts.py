@@ -75,4 +75,5 @@ def misnamed(name: str, hello: Mapping[str, Any] | None) -> str | None:
     agent_name = (hello or {}).get("node")
     if agent_name is None or str(agent_name) == name:
         return None
-    return f"node {name}: its agent calls itself {str(agent_name)!r} (is the url of another node?)"
+    said = f"its agent calls itself {str(agent_name)!r}"
+    return f"node {name}: {said} (does nodes.toml point at another node?)"

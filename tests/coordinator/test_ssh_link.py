@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import pathlib
 import shutil
@@ -20,7 +21,7 @@ from helpers.processes import free_port
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink, _LineCutter
+from sparkwatch.links.ssh_link import PROBE_TIMEOUT_S, SshExecLink, SshTunnelLink, _LineCutter
 from sparkwatch.links.ws_link import LinkError
 from sparkwatch.store import Store
 from sparkwatch.wire import MAX_LINE_CHARS
@@ -264,4 +265,27 @@ async def test_the_exec_reader_ends_when_cancelled_while_lines_keep_arriving(tmp
             reader.cancel()
             done, _ = await asyncio.wait([reader], timeout=2.0)
             assert done == {reader} and reader.cancelled(), f"reader outlived its cancel ({delay_turns})"
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("/opt/not-there/sparkwatch-agent stream --stdio", "(exit 127): "),  # the shell's words after it
+        (f"{sys.executable} -m sparkwatch_agent stream --stdio --bogus", "unrecognized arguments: --bogus"),
+    ],
+)
+async def test_an_exec_command_that_ends_at_once_says_why(
+    sshd: dict[str, Any], tmp_path: pathlib.Path, command: str, words: str
+) -> None:
+    """Not "clock probe over stdio timed out" 5 s later: the exit status and the agent's own words."""
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = _exec_link(sshd, store, session, [])
+        link.spec = dataclasses.replace(link.spec, exec_command=command)
+        started = time.monotonic()
+        with pytest.raises(LinkError) as ended:
+            await link._connected_session()
+    assert time.monotonic() - started < PROBE_TIMEOUT_S
+    assert str(ended.value).startswith("agent process ended (exit ") and words in str(ended.value)
     store.close()

@@ -30,6 +30,8 @@ EXEC_BATCH = 200
 READ_CHARS = 65536
 EXEC_FLUSH_S = 0.2
 PROBE_TIMEOUT_S = 5.0
+#: Of an ended agent's stderr, this much goes into the link's error (one line, whitespace folded).
+STDERR_CHARS = 300
 
 
 def connect_options(spec: NodeSpec) -> dict[str, Any]:
@@ -88,7 +90,7 @@ class SshExecLink(WsLink):
                 self._probed = False
                 reader = asyncio.create_task(self._read_frames(process))
                 try:
-                    await self.probe_clock()
+                    await self._first_probe(reader)
                     self._probed = True
                     await self._run_helpers(reader)
                 finally:
@@ -99,6 +101,18 @@ class SshExecLink(WsLink):
                     conn.abort()
         except (asyncssh.Error, OSError) as exc:
             raise LinkError(f"ssh {self.spec.ssh}: {exc}") from exc
+
+    async def _first_probe(self, reader: asyncio.Task[None]) -> None:
+        """The session's first clock probe, unless the agent ends first: a command that is not installed,
+        or refuses its flags, exits at once, and its own words say why (a probe would time out 5 s later
+        and say only that)."""
+        probe = asyncio.create_task(self.probe_clock())
+        await asyncio.wait({probe, reader}, return_when=asyncio.FIRST_COMPLETED)
+        if not probe.done():
+            probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)
+            reader.result()  # the agent's end, as a LinkError
+        await probe
 
     async def _send(self, command: dict[str, Any]) -> None:
         if self._process is None:
@@ -120,7 +134,7 @@ class SshExecLink(WsLink):
                     async with asyncio.timeout(EXEC_FLUSH_S):
                         chunk = await process.stdout.read(READ_CHARS)
                 if chunk == "":
-                    raise LinkError(f"agent process ended: {process.exit_status}")
+                    raise LinkError(await _ended(process))
                 held = ingest.pending
                 text, overlong = lines.cut(chunk or "")
                 if overlong:
@@ -169,6 +183,17 @@ class SshExecLink(WsLink):
 
     async def _release_lease(self) -> None:
         await self._send({"type": "release", "holder": self._holder})
+
+
+async def _ended(process: asyncssh.SSHClientProcess[str]) -> str:
+    """Why the agent's process ended: its exit status and the start of what it wrote on stderr (a shell's
+    "not found", argparse's usage error)."""
+    said = ""
+    with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
+        async with asyncio.timeout(1.0):
+            said = " ".join((await process.stderr.read(STDERR_CHARS)).split())
+    status = "no exit status" if process.exit_status is None else f"exit {process.exit_status}"
+    return f"agent process ended ({status})" + (f": {said}" if said else "")
 
 
 class _LineCutter:

@@ -198,7 +198,7 @@ class WsLink:
             try:
                 await self.probe_clock()
             except Exception as exc:  # a failed probe only means no new estimate this time
-                log.info("node %s: clock probe failed: %s", self.spec.name, exc)
+                log.info("node %s: clock probe failed: %s", self.spec.name, str(exc) or type(exc).__name__)
 
     # ---- interval lease --------------------------------------------------------------------------
     async def _lease_loop(self) -> None:
