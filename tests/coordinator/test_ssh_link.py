@@ -289,3 +289,29 @@ async def test_an_exec_command_that_ends_at_once_says_why(
     assert time.monotonic() - started < PROBE_TIMEOUT_S
     assert str(ended.value).startswith("agent process ended (exit ") and words in str(ended.value)
     store.close()
+
+
+async def test_a_session_whose_probes_keep_failing_ends_as_stalled(
+    sshd: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    """A stopped SSH session streams nothing and answers no probe: three failed rounds in a row end it (the
+    link then says it is down and redials), where it stayed "streaming" with a growing lag."""
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = _exec_link(sshd, store, session, [])
+        probe, calls = link.probe_clock, []
+
+        async def then_silence() -> tuple[ClockOffset, str]:
+            calls.append(True)
+            if len(calls) == 1:
+                return await probe()
+            raise LinkError("clock probe over stdio timed out")
+
+        link.probe_clock = then_silence  # type: ignore[method-assign]
+        started = time.monotonic()
+        with pytest.raises(
+            LinkError, match=r"^stalled: 3 clock probes in a row failed, the last: clock probe over"
+        ):
+            await link._connected_session()
+    assert len(calls) == 4 and time.monotonic() - started < 10  # 3 rounds 0.5 s apart after the first
+    store.close()

@@ -27,6 +27,8 @@ from sparkwatch_agent.shared.protocol import LEASE_TTL_S
 log = logging.getLogger(__name__)
 
 LEASE_RENEW_S = 120.0
+#: Clock-probe rounds failing in a row that end a session as stalled (30 s at the 10 s default).
+STALLED_PROBES = 3
 #: A refused token is a configuration error: ask again this seldom, not on the backoff schedule.
 UNAUTHORIZED_RETRY_S = 60.0
 
@@ -140,12 +142,11 @@ class WsLink:
 
     async def _run_helpers(self, consumer: asyncio.Future[None]) -> None:
         """Run the clock-probe and lease loops for as long as ``consumer`` (the frame reader) runs."""
-        helpers = [
-            asyncio.create_task(self._probe_loop(), name=f"probe-{self.spec.name}"),
-            asyncio.create_task(self._lease_loop(), name=f"lease-{self.spec.name}"),
-        ]
-        try:
-            await consumer
+        prober = asyncio.create_task(self._probe_loop(), name=f"probe-{self.spec.name}")
+        helpers = [prober, asyncio.create_task(self._lease_loop(), name=f"lease-{self.spec.name}")]
+        try:  # until the reader ends, or the probes say the link is stalled: either's error ends the session
+            await asyncio.wait({consumer, prober}, return_when=asyncio.FIRST_COMPLETED)
+            (consumer if consumer.done() else prober).result()
         finally:
             for task in (*helpers, consumer):
                 task.cancel()
@@ -193,12 +194,23 @@ class WsLink:
         return offset, boot
 
     async def _probe_loop(self) -> None:
+        """A probe round every ``probe_every_s``. A failed one only means no new estimate this time, but
+        STALLED_PROBES in a row mean the link is stalled (an SSH session stopped, a host that froze): the
+        session ends, so the link is down, says so and redials, instead of "streaming" with nothing."""
+        failures = 0
         while True:
             await asyncio.sleep(self._probe_every_s)
             try:
                 await self.probe_clock()
-            except Exception as exc:  # a failed probe only means no new estimate this time
-                log.info("node %s: clock probe failed: %s", self.spec.name, str(exc) or type(exc).__name__)
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                why = str(exc) or type(exc).__name__
+                if failures >= STALLED_PROBES:
+                    raise LinkError(
+                        f"stalled: {failures} clock probes in a row failed, the last: {why}"
+                    ) from None
+                log.info("node %s: clock probe failed: %s", self.spec.name, why)
 
     # ---- interval lease --------------------------------------------------------------------------
     async def _lease_loop(self) -> None:
