@@ -315,3 +315,19 @@ async def test_a_session_whose_probes_keep_failing_ends_as_stalled(
             await link._connected_session()
     assert len(calls) == 4 and time.monotonic() - started < 10  # 3 rounds 0.5 s apart after the first
     store.close()
+
+
+async def test_a_tunnel_to_a_port_nothing_listens_on_says_so(
+    sshd: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    """The node's sshd refuses the forward's far end and the local socket closes: "Server disconnected"
+    said nothing of why."""
+    port = free_port()
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = SshTunnelLink(
+            spec(sshd, port, sshd["known_hosts"]), store, session, holder="t", desired_interval=lambda: None
+        )
+        with pytest.raises(LinkError, match=rf"the forward to 127\.0\.0\.1:{port} on the node was closed"):
+            await link._connected_session()
+    store.close()

@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Any
 
+import aiohttp
 import asyncssh
 import orjson
 
@@ -63,6 +64,12 @@ class SshTunnelLink(WsLink):
                 try:
                     self._base = f"http://127.0.0.1:{listener.get_port()}"
                     await super()._connected_session()
+                except aiohttp.ServerDisconnectedError:  # the node refused the forward's far end
+                    far = f"127.0.0.1:{self.spec.agent_port}"
+                    raise LinkError(
+                        f"ssh {self.spec.ssh}: the forward to {far} on the node was closed at once: is the"
+                        " agent listening there (agent_port)?"
+                    ) from None
                 finally:
                     listener.close()
         except (asyncssh.Error, OSError) as exc:
