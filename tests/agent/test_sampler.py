@@ -46,12 +46,14 @@ class StaticMemory:
         return None
 
 
-def make_sampler(lib: object, clock: FakeClock, ring: int = 100) -> Sampler:
+def make_sampler(
+    lib: object, clock: FakeClock, ring: int = 100, memory: StaticMemory | None = None
+) -> Sampler:
     return Sampler(
         node="n1",
         boot_id="b00t",
         gpu=NvmlBackend(lib=lib),
-        memory=StaticMemory(),
+        memory=memory or StaticMemory(),
         sensors=None,
         leases=IntervalLeases(1.0),
         ring=SampleRing(ring),
@@ -308,17 +310,7 @@ class DecodeFailsForOneCapture(StaticMemory):
 
 
 def test_a_capture_that_cannot_be_decoded_keeps_its_seq_and_says_why() -> None:
-    clock = FakeClock()
-    sampler = Sampler(
-        node="n",
-        boot_id="b",
-        gpu=NvmlBackend(lib=gb10_fake()),
-        memory=DecodeFailsForOneCapture(),
-        sensors=None,
-        leases=IntervalLeases(1.0),
-        ring=SampleRing(100),
-        clocks=clock.clocks(),
-    )
+    sampler = make_sampler(gb10_fake(), FakeClock(), memory=DecodeFailsForOneCapture())
     assert sampler.tick().memory is not None
     bad = sampler.tick()
     assert bad.seq == 2 and bad.memory is None and bad.gpus == ()
@@ -457,17 +449,7 @@ class UnparsableMemory(StaticMemory):
 
 
 def test_meminfo_without_numbers_says_why_counts_it_and_is_not_healthy() -> None:
-    clock = FakeClock()
-    sampler = Sampler(
-        node="n",
-        boot_id="b",
-        gpu=NvmlBackend(lib=gb10_fake()),
-        memory=UnparsableMemory(),
-        sensors=None,
-        leases=IntervalLeases(1.0),
-        ring=SampleRing(100),
-        clocks=clock.clocks(),
-    )
+    sampler = make_sampler(gb10_fake(), FakeClock(), memory=UnparsableMemory())
     sample = sampler.tick()
     assert sample.memory is not None and sample.memory.used_bytes is sample.memory.total_bytes is None
     assert sample.memory_error == "meminfo has no MemTotal and MemAvailable numbers to take used memory from"
