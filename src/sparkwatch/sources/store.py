@@ -178,12 +178,18 @@ def _meter_domains(
 def _node_clock(
     rounds: dict[str, list[OffsetRound]], read: NodeRead, t_from_ns: int, t_to_ns: int
 ) -> NodeClock:
-    fits = [f for f in read.fits if f is not None]
-    method = "monotonic" if len(fits) == len(read.fits) else ("wall" if not fits else "mixed")
-    every = sorted((r for boot_rounds in rounds.values() for r in boot_rounds), key=lambda r: r.t_ns)
+    """How the node's samples were placed: over the boots that have samples in the span (a boot probed
+    only around it, such as the next SSH exec session's agent minutes after the end, placed nothing, and
+    its drift or probe count is not the run's); over every boot read when none has."""
+    boots = list(rounds.values())
+    used = [i for i, n in enumerate(read.samples) if n] or list(range(len(boots)))
+    fitted = [read.fits[i] for i in used]
+    fits = [f for f in fitted if f is not None]
+    method = "monotonic" if len(fits) == len(fitted) else ("wall" if not fits else "mixed")
+    every = sorted((r for i in used for r in boots[i]), key=lambda r: r.t_ns)
     return NodeClock(
         summary=summarise(every, t_from_ns, t_to_ns),
-        method=method if read.fits else "none",
+        method=method if fitted else "none",
         rate_ppm=fits[-1].rate * 1e6 if fits else None,
         steps=read.steps,
         disagreements=tuple(d for f in fits for d in f.disagreements),
