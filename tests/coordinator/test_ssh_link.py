@@ -123,8 +123,10 @@ async def test_wrong_host_key_is_refused(
             holder="t",
             desired_interval=lambda: None,
         )
-        with pytest.raises(LinkError, match="ssh"):
+        with pytest.raises(LinkError, match="ssh") as refused:
             await link._connected_session()
+    said = str(refused.value)
+    assert f"(checked against {sshd['wrong_known_hosts']}; nodes.toml's known_hosts names another)" in said
     assert store.count_samples() == 0
     store.close()
 

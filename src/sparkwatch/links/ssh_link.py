@@ -52,6 +52,15 @@ def connect_options(spec: NodeSpec) -> dict[str, Any]:
     return options
 
 
+def ssh_error(spec: NodeSpec, exc: Exception) -> LinkError:
+    """An SSH failure in one line; a host key not trusted names the known_hosts file it was checked in."""
+    said = f"ssh {spec.ssh}: {exc}"
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        checked = spec.known_hosts or "~/.ssh/known_hosts"
+        said += f" (checked against {checked}; nodes.toml's known_hosts names another)"
+    return LinkError(said)
+
+
 class SshTunnelLink(WsLink):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -73,7 +82,7 @@ class SshTunnelLink(WsLink):
                 finally:
                     listener.close()
         except (asyncssh.Error, OSError) as exc:
-            raise LinkError(f"ssh {self.spec.ssh}: {exc}") from exc
+            raise ssh_error(self.spec, exc) from exc
 
 
 class SshExecLink(WsLink):
@@ -107,7 +116,7 @@ class SshExecLink(WsLink):
                     process.close()
                     conn.abort()
         except (asyncssh.Error, OSError) as exc:
-            raise LinkError(f"ssh {self.spec.ssh}: {exc}") from exc
+            raise ssh_error(self.spec, exc) from exc
 
     async def _first_probe(self, reader: asyncio.Task[None]) -> None:
         """The session's first clock probe, unless the agent ends first: a command that is not installed,
