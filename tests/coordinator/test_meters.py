@@ -61,6 +61,15 @@ async def test_a_shelly_plug_with_a_password_is_read_with_digest_auth(tmp_path: 
         assert poller.state.to_json()["last_power_w"] == 82.4 and poller.state.error is None
 
 
+async def _polled_once(spec: MeterSpec) -> tuple[MeterPoller, Sink]:
+    """One poll of the meter ``spec`` names, by the reader the coordinator would make for it."""
+    sink = Sink()
+    poller = MeterPoller("spark-1", spec, make_reader(spec), sink, now_ns=_ticking())
+    async with aiohttp.ClientSession() as session:
+        await poller.poll_once(session)
+    return poller, sink
+
+
 @pytest.mark.parametrize(
     ("plug", "password", "channel", "words"),
     [
@@ -83,10 +92,7 @@ async def test_a_shelly_that_cannot_give_a_reading_is_an_error_never_a_zero(
         (tmp_path / "pw").write_text(password)
     async for url in _serve(plug.app()):
         spec = MeterSpec("shelly", url, channel=channel, password_file=tmp_path / "pw" if password else None)
-        sink = Sink()
-        poller = MeterPoller("spark-1", spec, ShellyMeter(spec), sink, now_ns=_ticking())
-        async with aiohttp.ClientSession() as session:
-            await poller.poll_once(session)
+        poller, sink = await _polled_once(spec)
         assert sink.readings == []
         ((domain, _, error),) = sink.errors
         assert domain == "wall" and words in error and "\n" not in error
@@ -106,10 +112,7 @@ async def test_an_answer_that_is_not_json_names_its_http_status(kind: str, statu
     app.router.add_route("GET", "/{tail:.*}", page)
     async for url in _serve(app):
         spec = MeterSpec(kind, url, query="up" if kind == "prometheus" else None)
-        sink = Sink()
-        poller = MeterPoller("spark-1", spec, make_reader(spec), sink, now_ns=_ticking())
-        async with aiohttp.ClientSession() as session:
-            await poller.poll_once(session)
+        _, sink = await _polled_once(spec)
         assert sink.readings == []
         ((_, _, error),) = sink.errors
         assert error == f"{kind} answered HTTP {status} with a body that is not JSON"

@@ -130,21 +130,16 @@ def _int(raw: bytes | None) -> int | None:
         return None
 
 
-def _count(raw: bytes | None, what: str, errors: list[tuple[str, str]], *, attribute: bool) -> int | None:
-    """A power (µW) or energy (µJ) attribute's value; ``None`` with its reason in ``errors`` when it could
-    not be read (``attribute``: the channel has the file, so no bytes mean a failed read), is not an
-    integer, or is negative (no rail draws or accumulates below zero)."""
+def _count(raw: bytes | None, *, attribute: bool) -> tuple[int | None, str | None]:
+    """A power (µW) or energy (µJ) attribute's value, or ``None`` with why: it could not be read
+    (``attribute``: the channel has the file, so no bytes mean a failed read), is not an integer, or is
+    negative (no rail draws or accumulates below zero)."""
     if raw is None:
-        if attribute:
-            errors.append((what, "unreadable"))
-        return None
+        return None, "unreadable" if attribute else None
     value = _int(raw)
     if value is None:
-        errors.append((what, "not_a_number"))
-    elif value < 0:
-        errors.append((what, "negative"))
-        return None
-    return value
+        return None, "not_a_number"
+    return (None, "negative") if value < 0 else (value, None)
 
 
 def _read_text(path: Path) -> str | None:
@@ -301,8 +296,12 @@ def decode_channels(
     found: list[tuple[str, str]] = [] if errors is None else errors
     out = []
     for ch, (power_raw, energy_raw) in zip(channels, captured, strict=True):
-        power_uw = _count(power_raw, f"sensor_power:{ch.sensor}", found, attribute=ch.power is not None)
-        raw_uj = _count(energy_raw, f"sensor_energy:{ch.sensor}", found, attribute=ch.energy is not None)
+        power_uw, power_why = _count(power_raw, attribute=ch.power is not None)
+        raw_uj, energy_why = _count(energy_raw, attribute=ch.energy is not None)
+        if power_why is not None:  # field names made only for an error: this runs every tick
+            found.append((f"sensor_power:{ch.sensor}", power_why))
+        if energy_why is not None:
+            found.append((f"sensor_energy:{ch.sensor}", energy_why))
         out.append(
             SensorReading(
                 sensor=ch.sensor,
