@@ -122,18 +122,20 @@ async def test_export_from_stored_samples_matches_the_simulated_power(
         store.create_run(RunRow("r1", "sim", t0, None, 0.05, 0.5, "request"))
         post(f"{agent.url}/v1/sim/load", {"util_ratio": 1.0, "model_bytes": 40 * 2**30})
         a = time.time_ns()
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(2.0)
         b = time.time_ns()
         post(f"{agent.url}/v1/sim/load", {"util_ratio": 0.0})
         await asyncio.sleep(2.0)  # let the stream deliver the window's samples (flushed once a second)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    # the window starts 0.2 s after the load change and ends 0.2 s before it stopped: pure 61 W inside
-    store.add_windows("r1", [Window("w1", "timed", a + 200_000_000, b - 200_000_000, completion_tokens=10)])
+    # the window starts 0.4 s after the load change and ends 0.4 s before it stopped: pure 61 W inside, also
+    # where a loaded machine stalls the agent for some sampling intervals (one sample before the change and
+    # the next well after it make an interval whose mean mixes both loads)
+    store.add_windows("r1", [Window("w1", "timed", a + 400_000_000, b - 400_000_000, completion_tokens=10)])
     store.end_run("r1", time.time_ns())
     export = export_run(store, "r1", ["spark-1"], time.time_ns)
     node = export["nodes"][0]
-    assert node["power_w"]["gated_mean"] == pytest.approx(61.0, rel=1e-3)
+    assert node["power_w"]["gated_mean"] == pytest.approx(61.0, rel=1e-3), node["samples"]
     assert node["energy_method"] == "counter"
     assert node["samples"]["coverage_ratio"] == pytest.approx(1.0)
     assert node["memory_used_bytes"]["peak"] == 46 * 2**30

@@ -46,6 +46,9 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
     coord.start()
     try:
         wait_connected(coord, 1)
+        # the coordinator's start-up (imports, first dial) can starve a 20 Hz agent on a loaded 2-core
+        # machine: the stores showed its sampler's only gaps (0.2-0.7 s, no seq missing) here; let it pass
+        time.sleep(1.0)
         _, run = coord.call("POST", "/v1/runs", {"name": f"clock {change}", "interval_s": 0.05})
         sim_load(agent, 0.8)
         time.sleep(0.4)
@@ -62,9 +65,10 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
         coord.stop()
     assert status == 200
     node = export["nodes"][0]
+    seen = node["samples"]  # a sampler starved by the machine shows here as max_gap_s, not as a lost seq
     assert node["power_w"]["gated_mean"] == pytest.approx(BUSY_W, rel=2e-3)
-    assert node["energy_j"] == pytest.approx(BUSY_W * export["method"]["scope_s"], rel=3e-3)
-    assert node["samples"]["coverage_ratio"] == pytest.approx(1.0, abs=1e-3)
+    assert node["energy_j"] == pytest.approx(BUSY_W * export["method"]["scope_s"], rel=3e-3), seen
+    assert seen["coverage_ratio"] == pytest.approx(1.0, abs=1e-3), seen
     assert node["clock"]["method"] == "monotonic"
     by_id = {w["id"]: w for w in export["windows"]}
     for w in by_id.values():
