@@ -94,6 +94,20 @@ async def test_server_errors_throttling_and_lost_connections_are_retried_with_ba
     assert len(bodies) == 4 and len(set(bodies)) == 1  # the same batch each time
 
 
+async def test_a_receiver_that_does_not_answer_in_time_is_retried_and_the_log_says_so(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    receiver.script = ["slow"]
+    w = writer(receiver.url, timeout_s=0.2)
+    w.start()
+    w.offer("n1", HELLO, frames(1, 2))
+    await until(lambda: w.stats.sent == 2)
+    await w.stop()
+    assert w.stats.retries == 1
+    (warning,) = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert warning == f"remote write to {receiver.url} failed (no answer within 0.2 s); retrying with backoff"
+
+
 async def test_a_429_retry_after_is_honoured_up_to_the_longest_wait(receiver: Receiver) -> None:
     receiver.script = [(429, {"Retry-After": "5"}), (429, {"Retry-After": "3600"})]
     sleeps = Sleeps()
@@ -161,6 +175,11 @@ async def test_a_full_queue_drops_and_counts_and_offer_never_waits(
         w.offer("n1", HELLO, frames(first, 3))  # 39 samples into room for 10
     assert loop.time() - started < 0.5
     assert w.stats.pending == 10 and w.stats.dropped == {"queue_full": 29}
+    full = [r.getMessage() for r in caplog.records if "queue is full" in r.getMessage()]
+    assert full == [
+        f"remote write to {receiver.url}: the queue is full (10 samples); new samples are dropped and"
+        " counted until it has room (the SQLite file keeps them)"
+    ]  # once for the whole episode, not once per dropped offer
     await until(lambda: w.stats.retries >= 2)
     await w.stop(timeout_s=0.2)  # still failing: what is held is given up and counted
     assert w.stats.dropped == {"queue_full": 29, "stopped": 10} and w.stats.pending == 0 and w.stats.sent == 0

@@ -7,6 +7,8 @@ mapping leaves out are exactly the agent process's own counters, which the strea
 from __future__ import annotations
 
 import itertools
+import math
+import struct
 from typing import Any
 
 import pytest
@@ -14,7 +16,8 @@ import pytest
 from doubles.nvml_fake import GPU_IS_LOST, FakeGpu, FakeNvml
 from helpers.frames import T0, S, sample_frame
 from sparkwatch.coordinator.remote_write.batch import BACKWARD_TOLERANCE_MS, Entry, group, rising_ms
-from sparkwatch.coordinator.remote_write.series import NAME, HelloSeries, Key, frame_series
+from sparkwatch.coordinator.remote_write.proto import Messages
+from sparkwatch.coordinator.remote_write.series import NAME, STALE_NAN, HelloSeries, Key, frame_series
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.wire import SampleFrame, decode_lines
 from sparkwatch_agent.hardware.host_facts import HostFacts
@@ -286,3 +289,43 @@ def test_a_nodes_stamps_keep_rising_across_estimates_and_batches() -> None:
     assert rising_ms(1000, 1000) == 1001 and rising_ms(999, 1000) == 1001 and rising_ms(1001, 1000) == 1001
     assert rising_ms(1000 - BACKWARD_TOLERANCE_MS, 1000) == 1000 - BACKWARD_TOLERANCE_MS  # a step back: as is
     assert rising_ms(5, None) == 5
+
+
+def _bits(value: float) -> int:
+    return int.from_bytes(struct.pack("<d", value), "little")
+
+
+def test_a_series_a_frame_no_longer_has_gets_a_staleness_marker_across_batches() -> None:
+    """Instant power read in frames 1-2, unknown in 3-4 (the agent's /metrics drops the series), read again
+    in 5: the written series ends with Prometheus' stale NaN at frame 3's stamp, also when frame 3 comes in
+    the next batch, and goes on at frame 5; what every frame has gets no marker. The marker's bits survive
+    the WriteRequest."""
+    frames = [
+        sample_frame(seq, {"power_w": 50.0, **({} if seq in (3, 4) else {"power_instant_w": 51.0})})
+        for seq in (1, 2, 3, 4, 5)
+    ]
+    stamps = [f.t_wall_ns // 1_000_000 for f in frames]
+    last_ms: dict[str, int] = {}
+    last_series: dict[str, list[Key]] = {}
+    batches = [group([Entry("n1", None, part)], last_ms, last_series)[0] for part in (frames[:2], frames[2:])]
+
+    def sent(metric: str) -> list[tuple[int, int]]:
+        return [
+            (t, _bits(v))
+            for b in batches
+            for k, (ts, vs) in b.items()
+            if k[0][1] == metric
+            for t, v in zip(ts, vs, strict=True)
+        ]
+
+    assert math.isnan(STALE_NAN) and _bits(STALE_NAN) == 0x7FF0000000000002
+    assert sent("sparkwatch_gpu_power_instant_watts") == [
+        (stamps[0], _bits(51.0)),
+        (stamps[1], _bits(51.0)),
+        (stamps[2], 0x7FF0000000000002),
+        (stamps[4], _bits(51.0)),
+    ]
+    assert [t for t, _ in sent("sparkwatch_gpu_power_watts")] == stamps  # never stale
+    request = Messages().decode(Messages().encode(batches[1]))
+    values = [s.value for ts in request.timeseries for s in ts.samples]
+    assert [_bits(v) for v in values if math.isnan(v)] == [0x7FF0000000000002]

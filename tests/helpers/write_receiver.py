@@ -23,7 +23,7 @@ HELLO = {"type": "hello", "node": "n1", "boot_id": "b1", "agent_version": "0.1.0
 @dataclass
 class Receiver:
     """Answers each POST with the next scripted reply (then ``after``, 204 unless set): an int status,
-    ``(status, headers)`` or ``"drop"`` (the connection closes with no answer)."""
+    ``(status, headers)``, ``"drop"`` (the connection closes with no answer) or ``"slow"`` (204 after 2 s)."""
 
     script: list[Any] = field(default_factory=list)
     after: Any = 204
@@ -34,6 +34,9 @@ class Receiver:
         body = await request.read()
         self.requests.append((dict(request.headers), MESSAGES.decode(body)))
         reply = self.script.pop(0) if self.script else self.after
+        if reply == "slow":
+            await asyncio.sleep(2.0)
+            reply = 204
         if reply == "drop":
             assert request.transport is not None
             request.transport.close()

@@ -11,13 +11,14 @@ way."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
 from sparkwatch.coordinator.remote_write.meters import meter_series
-from sparkwatch.coordinator.remote_write.series import HelloSeries, Key, frame_series
+from sparkwatch.coordinator.remote_write.series import STALE_NAN, HelloSeries, Key, frame_series
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.wire import SampleFrame
@@ -56,13 +57,24 @@ BACKWARD_TOLERANCE_MS = 1000
 Stamped = str | tuple[str, str]
 
 
-def group(entries: Iterable[Entry], last_ms: dict[Stamped, int] | None = None) -> tuple[Grouped, int]:
+def group(
+    entries: Iterable[Entry],
+    last_ms: dict[Stamped, int] | None = None,
+    last_series: dict[str, list[Key]] | None = None,
+) -> tuple[Grouped, int]:
     """The batch's series and how many frames could not be read back (a JSON line that the store's decoder
     took but orjson refuses, say a number no double holds): those are left out and counted. ``last_ms``:
-    each node's (and meter's) last stamp sent, kept by the writer from batch to batch (updated here)."""
+    each node's (and meter's) last stamp sent; ``last_series``: the series of each node's last frame;
+    both kept by the writer from batch to batch (updated here).
+
+    A series a node's previous frame had and this one has not (a value become unknown, a sensor gone, a
+    new boot's ``agent_info``) gets a staleness marker at this frame's stamp, as Prometheus writes one
+    for a series a scrape no longer shows: without it a receiver keeps answering the last value for its
+    lookback (5 min), where the agent's own /metrics has none."""
     grouped: Grouped = {}
     unreadable = 0
     last_ms = {} if last_ms is None else last_ms
+    last_series = {} if last_series is None else last_series
     for entry in entries:
         if entry.meter is not None:
             _add_meter(grouped, entry.node, entry.meter, last_ms)
@@ -76,7 +88,12 @@ def group(entries: Iterable[Entry], last_ms: dict[Stamped, int] | None = None) -
                 continue
             t_ms = rising_ms(coordinator_ns(frame, entry.offset) // 1_000_000, last_ms.get(entry.node))
             last_ms[entry.node] = t_ms
-            for series, value in frame_series(data, hello):
+            values = frame_series(data, hello)
+            now = [series for series, _ in values]
+            before = last_series.get(entry.node, now)
+            gone = () if before == now else set(before).difference(now)  # the same series, mostly
+            last_series[entry.node] = now
+            for series, value in itertools.chain(values, ((series, STALE_NAN) for series in gone)):
                 pair = grouped.get(series)
                 if pair is None:
                     pair = grouped[series] = ([], [])

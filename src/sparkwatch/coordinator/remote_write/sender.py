@@ -31,6 +31,7 @@ import aiohttp
 
 from sparkwatch.coordinator.remote_write.batch import Entry, Stamped, group
 from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
+from sparkwatch.coordinator.remote_write.series import Key
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.store.meters import MeterReading
@@ -104,10 +105,12 @@ class RemoteWriter:
         self._full = asyncio.Event()
         self._stopping = False
         self._failing = False  # the last request failed (logged once until one succeeds)
+        self._overflowing = False  # the queue was full (logged once until there is room again)
         self._rejections = 0  # requests refused for good
         self._task: asyncio.Task[None] | None = None
         self._messages: Messages | None = None  # built in the encoding thread, used only there
         self._last_ms: dict[Stamped, int] = {}  # each node's (meter's) last stamp encoded (encoding thread)
+        self._last_series: dict[str, list[Key]] = {}  # each node's last frame's series (encoding thread)
 
     # ---- the ingest side -------------------------------------------------------------------------
     def offer(
@@ -140,6 +143,9 @@ class RemoteWriter:
             self._enqueue(Entry(node, None, (), meter=reading))
 
     def _enqueue(self, entry: Entry) -> None:
+        if self._overflowing and self.stats.pending + entry.samples < self.stats.capacity:
+            self._overflowing = False
+            log.info("remote write to %s: the queue has room again", self.url)
         self._queue.append(entry)
         self.stats.pending += entry.samples
         self._queued += entry.samples
@@ -148,8 +154,17 @@ class RemoteWriter:
             self._full.set()
 
     def _drop(self, reason: DropReason, count: int) -> None:
-        if count > 0:
-            self.stats.dropped[reason] = self.stats.dropped.get(reason, 0) + count
+        if count <= 0:
+            return
+        self.stats.dropped[reason] = self.stats.dropped.get(reason, 0) + count
+        if reason == "queue_full" and not self._overflowing:  # once, until there is room again
+            self._overflowing = True
+            log.warning(
+                "remote write to %s: the queue is full (%d samples); new samples are dropped and counted"
+                " until it has room (the SQLite file keeps them)",
+                self.url,
+                self.stats.capacity,
+            )
 
     # ---- the lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -223,7 +238,7 @@ class RemoteWriter:
         """In the writer's thread: the body, and how many frames could not be read back."""
         if self._messages is None:
             self._messages = Messages()
-        grouped, unreadable = group(entries, self._last_ms)
+        grouped, unreadable = group(entries, self._last_ms, self._last_series)
         return self._messages.encode(grouped), unreadable
 
     async def _deliver(
@@ -278,8 +293,10 @@ class RemoteWriter:
             async with session.post(self.spec.url, data=body, headers=headers, allow_redirects=False) as r:
                 said = (await r.content.read(QUOTED_CHARS)).decode("utf-8", "replace").strip()
                 status, retry_after = r.status, r.headers.get("Retry-After")
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            return "retry", f"{type(exc).__name__}: {exc}", None
+        except TimeoutError:  # its message is empty
+            return "retry", f"no answer within {self._timeout_s:g} s", None
+        except (aiohttp.ClientError, OSError) as exc:
+            return "retry", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, None
         detail = f"HTTP {status}: {said}" if said else f"HTTP {status}"
         detail += refusal_hint(status, authorization is not None)
         if 200 <= status < 300:

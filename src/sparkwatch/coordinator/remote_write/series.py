@@ -13,6 +13,7 @@ are absent series, never 0 or NaN.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,9 @@ from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
 Key = tuple[tuple[str, str], ...]
 
 NAME = "__name__"
+#: Prometheus' staleness marker (``value.StaleNaN`` in its model/value: a NaN of this bit pattern): the
+#: series ended here. Receivers keep it apart from an ordinary NaN by those bits, so it is made once, here.
+STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 
 #: (metric name, the GPU value's key in a sample frame), in the agent's order.
 GPU_VALUES: tuple[tuple[str, str], ...] = (
