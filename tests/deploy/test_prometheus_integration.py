@@ -71,6 +71,8 @@ CONTRACT_BOTH_NODES = (
     "sparkwatch_agent_interval_seconds",
     "sparkwatch_agent_last_sample_timestamp_seconds",
 )
+#: The coordinator's remote-written copy of an agent series (no job, no instance label).
+WRITTEN_COPY = 'sparkwatch_gpu_power_watts{job=""}'
 #: Rules with a value for both nodes once both have been scraped long enough (the gated ones: spark-1 only).
 RULES_BOTH_NODES = (
     "node_gpu:sparkwatch_gpu_energy_joules:rate1m",
@@ -185,14 +187,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path)
         )
         nodes += f'[nodes.spark-2.meter]\nkind = "shelly"\nurl = "http://127.0.0.1:{plug.port}"\n'
         nodes += "interval_s = 0.5\n"
-        coord = Coordinator(coord_dir, nodes)
-        coord.start()
-        stops.append(coord.stop)
-        _, warm_up = coord.call("POST", "/v1/runs", {"name": "warm-up", "interval_s": 0.5})
-        assert coord.call("POST", f"/v1/runs/{warm_up['id']}/end")[0] == 200
-        status, run = coord.call("POST", "/v1/runs", {"name": "bench-1", "interval_s": 0.5})
-        assert status == 201
-
+        coord_port = free_port()
         config = shipped_config_for(
             tmp,
             {
@@ -200,12 +195,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path)
                     {"targets": [f"127.0.0.1:{sim.port}"], "labels": {"node": "spark-1"}},
                     {"targets": [f"127.0.0.1:{gb10.port}"], "labels": {"node": "spark-2"}},
                 ],
-                "sparkwatch-coordinator": [{"targets": [f"127.0.0.1:{coord.port}"]}],
+                "sparkwatch-coordinator": [{"targets": [f"127.0.0.1:{coord_port}"]}],
             },
         )
-        prom = Prometheus(config, tmp / "tsdb", tmp / "prometheus.log")
+        # As docs/fleets.md sets one up: it scrapes the agents and takes the coordinator's remote write too,
+        # so every agent series is held twice (scraped with job and instance, written without).
+        prom = Prometheus(config, tmp / "tsdb", tmp / "prometheus.log", remote_write_receiver=True)
         stops.append(prom.stop)
         prom.wait_ready()
+        coord = Coordinator(coord_dir, nodes, port=coord_port, args=["--remote-write", prom.write_url])
+        coord.start()
+        stops.append(coord.stop)
+        _, warm_up = coord.call("POST", "/v1/runs", {"name": "warm-up", "interval_s": 0.5})
+        assert coord.call("POST", f"/v1/runs/{warm_up['id']}/end")[0] == 200
+        status, run = coord.call("POST", "/v1/runs", {"name": "bench-1", "interval_s": 0.5})
+        assert status == 201
 
         def problems() -> list[str]:
             found = []
@@ -218,7 +222,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path)
                         found.append(where)
                 except PrometheusError:
                     found.append(where)
-            for name in (*CONTRACT_BOTH_NODES, *RULES_BOTH_NODES):
+            for name in (*CONTRACT_BOTH_NODES, *RULES_BOTH_NODES, WRITTEN_COPY):
                 if len(prom.query(f"count by (node) ({name})")) < 2:
                     found.append(name)
             return found
@@ -305,6 +309,26 @@ def test_recording_rules_evaluate_on_the_real_series(stack: Stack) -> None:
     assert total == {"": pytest.approx(sum(per_node.values()))}
 
 
+def test_a_series_held_twice_is_counted_once(stack: Stack) -> None:
+    """Scraped and remote-written, each agent series is there twice; the rules and the dashboards' sums
+    count it once (before, every sum over nodes came out doubled)."""
+    prom = stack.prom
+    copies = prom.query("count by (node, gpu) (sparkwatch_gpu_power_watts)")
+    assert {(s["metric"]["node"], s["value"][1]) for s in copies} == {("spark-1", "2"), ("spark-2", "2")}
+    for record in recording_rules():
+        per_series = prom.query(f"count by (node, gpu, uuid) ({record})")
+        assert per_series and all(s["value"][1] == "1" for s in per_series), (record, per_series)
+    assert prom.values(":sparkwatch_gpu_power_watts:sum") == {"": pytest.approx(59.0)}
+    memory_sums = [
+        (w, e)
+        for w, e in all_queries()
+        if e.startswith(("sum(", "max_over_time(sum(")) and "memory_used" in e
+    ]
+    assert len(memory_sums) == 3, memory_sums
+    for where, expr in memory_sums:
+        assert prom.values(expr) == {"": SIM_USED_BYTES + GB10_USED_BYTES}, where
+
+
 def test_run_gauges_show_open_runs_only(stack: Stack) -> None:
     prom = stack.prom
     active = prom.query("sparkwatch_coordinator_run_active")
@@ -342,7 +366,7 @@ def test_the_coordinators_wall_meter_reading_is_scraped_under_the_agents_node_na
     """The shipped config's coordinator job gets each meter's latest reading with the node label the
     agent's own series carry (the node-overview dashboard plots it beside the hwmon channels)."""
     prom = stack.prom
-    (series,) = prom.query("sparkwatch_meter_power_watts")
+    (series,) = prom.query('sparkwatch_meter_power_watts{job="sparkwatch-coordinator"}')
     assert {k: v for k, v in series["metric"].items() if k not in ("job", "instance")} == {
         "__name__": "sparkwatch_meter_power_watts",
         "node": "spark-2",
