@@ -9,6 +9,7 @@ import json
 import math
 import pathlib
 import re
+import ssl
 import subprocess
 import sys
 import threading
@@ -21,9 +22,9 @@ from sparkwatch.cli_types import epoch_ns
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.align import merged as merged_parts
-from sparkwatch.sources.prometheus.client import Auth, Client, check_url, public_url
+from sparkwatch.sources.prometheus.client import Auth, Client, Unreachable, check_url, public_url
 from sparkwatch.sources.prometheus.mappings import DCGM, FAMILIES, NVIDIA_GPU_EXPORTER, SPARKWATCH
-from sparkwatch.sources.prometheus.raw import RawSeries, export_piece, matrix_pieces, merged
+from sparkwatch.sources.prometheus.raw import RawSeries, detect, export_piece, matrix_pieces, merged
 from sparkwatch.sources.prometheus.signals import signal_track, top_hz
 from sparkwatch_agent.serving import metrics as agent_metrics
 
@@ -142,6 +143,7 @@ def test_the_maximum_sm_clock_is_the_largest_positive_reading() -> None:
         ("2025-12-04T12:06:40Z", 1_764_850_000_000_000_000),
         ("2025-12-04T13:06:40.5+01:00", 1_764_850_000_500_000_000),
         ("2025-12-04 12:06:40 UTC", 1_764_850_000_000_000_000),  # as `runs show` printed it before
+        ("2025-12-04t12:06:40.5z", 1_764_850_000_500_000_000),  # RFC 3339 § 5.6 allows lower case
         (utc_stamp(1_764_850_000_123_999_999), 1_764_850_000_123_000_000),  # as `runs show` does
     ],
 )
@@ -270,6 +272,144 @@ def test_auth_headers_come_from_files_and_a_bad_file_is_one_line(tmp_path: pathl
     with pytest.raises(SourceError, match="cannot read") as caught:
         Auth(bearer_token_file=tmp_path / "missing").header()
     assert "\n" not in str(caught.value)
+
+
+def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_redirect_is_not_followed_and_the_credentials_go_nowhere_else(tmp_path: pathlib.Path) -> None:
+    """An engine answering 302 to another host: urllib's default opener would follow it and send the
+    Authorization header there. The client asks nothing of that host, and says where the redirect points."""
+    seen: list[str | None] = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"status":"success","data":{}}')
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    other = _serve(Elsewhere)
+
+    class Redirecting(Elsewhere):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", f"http://localhost:{other.server_port}{self.path}")
+            self.end_headers()
+
+    engine = _serve(Redirecting)
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    client = Client(f"http://127.0.0.1:{engine.server_port}", Auth(bearer_token_file=token))
+    try:
+        with pytest.raises(SourceError) as caught:
+            client.get_json("/api/v1/query", {"query": "up"})
+    finally:
+        engine.shutdown()
+        other.shutdown()
+    assert seen == []
+    said = str(caught.value)
+    assert "HTTP 302, a redirect to http://localhost:" in said and "not followed" in said, said
+    assert "t0ken" not in said and "query=" not in said and "\n" not in said
+
+
+def _self_signed(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A certificate for 127.0.0.1 signed by its own key (an engine behind a private CA), as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "engine")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "engine.pem", folder / "engine.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_file, key_file
+
+
+def test_tls_is_verified_and_a_private_ca_is_added_with_ssl_cert_file(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTPS engine whose certificate no system CA signed: refused in one line that says how to add
+    its CA; with SSL_CERT_FILE naming it, the same client reads the engine."""
+
+    class Engine(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"status":"success","data":{"version":"2.42.0"}}')
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    cert_file, key_file = _self_signed(tmp_path)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_port}"
+    try:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        with pytest.raises(Unreachable) as caught:
+            Client(url).get_json("/api/v1/status/buildinfo", {})
+        said = str(caught.value)
+        assert "CERTIFICATE_VERIFY_FAILED" in said and "point SSL_CERT_FILE at its certificate" in said, said
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+        assert Client(url).get_json("/api/v1/status/buildinfo", {}) == {"version": "2.42.0"}
+    finally:
+        server.shutdown()
+
+
+def test_an_engine_that_cannot_be_reached_ends_the_detection_at_once() -> None:
+    """Before, a buildinfo question that found nobody (or timed out, 60 s) was taken as "Prometheus", and
+    the query API was asked next, for as long again; a refusal (404 from an engine without buildinfo)
+    still is."""
+    with pytest.raises(Unreachable, match=r"cannot reach http://127\.0\.0\.1:1/api/v1/status/buildinfo"):
+        detect(Client("http://127.0.0.1:1"))
+
+    class NoBuildinfo(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    engine = _serve(NoBuildinfo)
+    try:
+        assert detect(Client(f"http://127.0.0.1:{engine.server_port}")) == "prometheus"
+    finally:
+        engine.shutdown()
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -8,6 +8,7 @@ import base64
 import json
 import math
 import re
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -93,6 +94,18 @@ def check_url(url: str) -> str:
     return public_url(url)
 
 
+class Unreachable(SourceError):
+    """No answer at all: refused, unresolvable, timed out (not worth asking the same engine again)."""
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as the error it is, never followed: urllib would send the Authorization
+    header on to wherever it points (another host, or http after https)."""
+
+    def redirect_request(self, *_args: Any) -> None:
+        return None
+
+
 class EngineRefusal(SourceError):
     """The engine answered with an HTTP error: ``status`` says which (400 and 422: what was asked was bad)."""
 
@@ -101,6 +114,8 @@ class EngineRefusal(SourceError):
         self.status = status
 
 
+#: What a certificate that does not verify most likely needs (verification is never switched off).
+CA_HINT = " (an engine with a private CA: point SSL_CERT_FILE at its certificate)"
 #: What a 404 from an endpoint most likely means.
 NOT_FOUND_HINTS = {
     "/api/v1/export": " (no VictoriaMetrics export here: --engine auto asks the engine which it is)",
@@ -115,6 +130,7 @@ class Client:
         self.url = url
         self._auth = auth or Auth()
         self._timeout_s = timeout_s
+        self._opener = urllib.request.build_opener(_NoRedirects)
 
     def _open(self, path: str, params: Mapping[str, str | list[str]]) -> Any:
         query = urllib.parse.urlencode(params, doseq=True)
@@ -123,15 +139,26 @@ class Client:
         if header is not None:
             request.add_header("Authorization", header)
         try:
-            return urllib.request.urlopen(request, timeout=self._timeout_s)
+            return self._opener.open(request, timeout=self._timeout_s)
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                raise EngineRefusal(self._redirected(path, exc), exc.code) from None
             body = exc.read(4096).decode("utf-8", "replace")
             hint = NOT_FOUND_HINTS.get(path, "") if exc.code == 404 else self._auth.refusal_hint(exc.code)
             message = f"{self.url}{path} answered HTTP {exc.code}: {_reason(body)}{hint}"
             raise EngineRefusal(message, exc.code) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             why = getattr(exc, "reason", None) or exc
-            raise SourceError(f"cannot reach {self.url}{path}: {why}") from None
+            hint = CA_HINT if isinstance(why, ssl.SSLCertVerificationError) else ""
+            raise Unreachable(f"cannot reach {self.url}{path}: {why or type(why).__name__}{hint}") from None
+
+    def _redirected(self, path: str, exc: urllib.error.HTTPError) -> str:
+        where = exc.headers.get("Location") if exc.headers else None
+        to = f" to {public_url(urllib.parse.urljoin(exc.url, where))}" if where else ""
+        return (
+            f"{self.url}{path} answered HTTP {exc.code}, a redirect{to}: not followed (it would carry the"
+            " credentials there); give --prometheus the engine's own URL"
+        )
 
     def get_json(self, path: str, params: Mapping[str, str | list[str]]) -> Any:
         """The ``data`` of a ``{"status": "success"}`` answer."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from sparkwatch.core.tracks import F64, I64
 from sparkwatch.sources import SourceError
-from sparkwatch.sources.prometheus.client import Client
+from sparkwatch.sources.prometheus.client import Client, Unreachable
 
 Engine = Literal["prometheus", "victoriametrics"]
 ENGINES: tuple[Engine, ...] = ("prometheus", "victoriametrics")
@@ -48,10 +48,13 @@ class Reader(Protocol):
 
 def detect(client: Client) -> Engine:
     """VictoriaMetrics answers ``/api/v1/status/buildinfo`` with empty data; Prometheus (and the engines
-    that copy its API) with a version. An engine that does not answer it is taken to be Prometheus-like:
-    the range-selector path works against VictoriaMetrics too, only less cheaply."""
+    that copy its API) with a version. An engine that refuses it (an error status, not JSON) is taken to be
+    Prometheus-like: the range-selector path works against VictoriaMetrics too, only less cheaply. One that
+    cannot be reached at all ends the export here, with that reason."""
     try:
         data = client.get_json("/api/v1/status/buildinfo", {})
+    except Unreachable:
+        raise  # asking the query API next would only wait as long again
     except SourceError:
         return "prometheus"
     return "victoriametrics" if isinstance(data, dict) and "version" not in data else "prometheus"
