@@ -256,7 +256,7 @@ def _epoch_ns(text: str) -> int:
     if text.endswith(" UTC"):  # as `sparkwatch runs list` shows a time
         text = text.removesuffix(" UTC") + "+00:00"
     try:
-        moment = datetime.datetime.fromisoformat(text)
+        moment = datetime.datetime.fromisoformat(text.upper())  # RFC 3339 allows a lower-case t and z
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"not Unix seconds or an RFC 3339 time (e.g. 2025-12-04T13:02:08Z): {text!r}"

@@ -203,10 +203,23 @@ def test_unknowns_are_null_with_reasons() -> None:
     export = build_export(RUN, [idle], WINDOWS, "0.1.0")
     n = export["nodes"][0]
     assert n["power_w"]["gated_mean"] is None and n["power_w"]["mean"] == pytest.approx(9.0)
-    assert "power_w.gated_mean" in n["null_reasons"]
+    assert n["null_reasons"]["power_w.gated_mean"] == "no interval inside the scope with utilisation >= 0.5"
     assert export["totals"]["power_w_gated_mean_sum"] is None
     assert export["lmx"]["gpuPowerWatts"] == [None]
     assert "NaN" not in json.dumps(plain(export))
+
+
+def test_a_gpu_without_any_utilisation_sample_is_not_called_idle() -> None:
+    """A source without the gate's series (a DCGM target serving power only): the gated mean is null, and
+    its reason says the utilisation is missing, not that it stayed below the gate."""
+    busy = node("busy", 10.0, 61.0, [(1, 4)], 50)
+    (gpu,) = busy.gpus
+    unknown = dataclasses.replace(gpu, util_ratio=np.full(len(gpu), np.nan))
+    n = build_export(RUN, [dataclasses.replace(busy, gpus=[unknown])], WINDOWS, "0.1.0")["nodes"][0]
+    assert n["power_w"]["gated_mean"] is None and n["power_w"]["mean"] is not None
+    assert n["null_reasons"]["power_w.gated_mean"] == (
+        "no utilisation sample (the gate's series) from this node's GPU(s)"
+    )
 
 
 def test_digest_and_notes() -> None:

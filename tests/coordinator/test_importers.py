@@ -916,6 +916,9 @@ def test_missing_empty_and_directory_paths_are_one_line(tmp_path: Path, fmt: str
     folder = tmp_path / f"folder{suffix}"
     folder.mkdir()
     assert "is a directory" in refused(fmt, folder, ANCHOR)
+    bare = tmp_path / "folder"  # no suffix either: a directory, not a file with the wrong extension
+    bare.mkdir()
+    assert "is a directory" in refused(fmt, bare, ANCHOR)
 
 
 def test_a_file_without_any_request_is_refused(tmp_path: Path) -> None:

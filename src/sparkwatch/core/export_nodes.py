@@ -162,7 +162,9 @@ def _node_json(
             }
             for uuid, s, w in zip(node.gpu_uuids, stats, idle, strict=True)
         ],
-        "null_reasons": _null_reasons(stats, threshold),
+        "null_reasons": _null_reasons(
+            stats, threshold, [bool(np.isfinite(g.util_ratio).any()) for g in node.gpus]
+        ),
     }
 
 
@@ -257,7 +259,9 @@ def _node_power(stats: Sequence[PowerStats]) -> dict[str, Any]:
     }
 
 
-def _null_reasons(stats: Sequence[PowerStats], threshold: float) -> dict[str, str]:
+def _null_reasons(stats: Sequence[PowerStats], threshold: float, util_seen: Sequence[bool]) -> dict[str, str]:
+    """Why a figure is null; ``util_seen``: per GPU, whether any sample had its utilisation (a source
+    without the gate's series is not a GPU that idled)."""
     reasons: dict[str, str] = {}
     if not stats:
         reasons["power_w"] = "no GPU samples from this node"
@@ -265,8 +269,13 @@ def _null_reasons(stats: Sequence[PowerStats], threshold: float) -> dict[str, st
     if any(s.covered_s == 0 for s in stats):
         reasons["power_w.mean"] = "no valid sample interval inside the scope"
         reasons["energy_j"] = "no valid sample interval inside the scope"
-    if any(s.gated_s == 0 for s in stats):
-        reasons["power_w.gated_mean"] = f"no interval inside the scope with utilisation >= {threshold:g}"
+    ungated = [seen for s, seen in zip(stats, util_seen, strict=True) if s.gated_s == 0]
+    if ungated:
+        reasons["power_w.gated_mean"] = (
+            f"no interval inside the scope with utilisation >= {threshold:g}"
+            if all(ungated)
+            else "no utilisation sample (the gate's series) from this node's GPU(s)"
+        )
     return reasons
 
 

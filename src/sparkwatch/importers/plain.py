@@ -38,6 +38,8 @@ _UNSIGNED = re.compile(r"[0-9]+")
 def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> Iterator[Window]:
     suffix = path.suffix.lower()
     rows: Iterable[tuple[str, dict[str, Any]]]
+    if path.is_dir():
+        raise Problem("is a directory, not a file")
     if suffix == ".csv":
         rows = _csv_rows(path)
     elif suffix == ".json":
