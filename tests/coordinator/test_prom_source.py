@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,15 @@ from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.align import merged as merged_parts
 from sparkwatch.sources.prometheus.client import Auth, Client, Unreachable, check_url, public_url
 from sparkwatch.sources.prometheus.mappings import DCGM, FAMILIES, NVIDIA_GPU_EXPORTER, SPARKWATCH
-from sparkwatch.sources.prometheus.raw import RawSeries, detect, export_piece, matrix_pieces, merged
+from sparkwatch.sources.prometheus.raw import (
+    ExportReader,
+    QueryReader,
+    RawSeries,
+    detect,
+    export_piece,
+    matrix_pieces,
+    merged,
+)
 from sparkwatch.sources.prometheus.signals import signal_track, top_hz
 from sparkwatch_agent.serving import metrics as agent_metrics
 
@@ -178,6 +187,33 @@ def test_a_range_selector_answer_gives_raw_samples_and_nan_is_no_sample() -> Non
         matrix_pieces({"resultType": "vector", "result": []})
     with pytest.raises(SourceError, match=r"\[time, \"value\"\]"):
         matrix_pieces({"resultType": "matrix", "result": [{"metric": {}, "values": [["x"]]}]})
+
+
+@pytest.mark.parametrize(
+    ("reader", "body", "said"),
+    [
+        (QueryReader, b'{"status":"success","data":{"resultType":"vector","result":[]}}', "must be a matrix"),
+        (ExportReader, b'{"metric":{},"timestamps":[1],"values":[]}\n', "1 timestamps for 0 values"),
+    ],
+)
+def test_an_answer_of_the_wrong_shape_names_the_url_that_gave_it(reader: Any, body: bytes, said: str) -> None:
+    class Odd(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    engine = _serve(Odd)
+    url = f"http://127.0.0.1:{engine.server_port}"
+    try:
+        with pytest.raises(SourceError) as caught:
+            reader(Client(url)).read("up", 1_796_389_455 * 10**9, 1_796_389_465 * 10**9)
+    finally:
+        engine.shutdown()
+    assert str(caught.value).startswith(f"{url}/api/v1/") and said in str(caught.value), caught.value
 
 
 def test_export_lines_split_and_out_of_order_merge_into_one_series_by_label_set() -> None:

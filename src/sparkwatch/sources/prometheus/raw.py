@@ -46,6 +46,10 @@ class Reader(Protocol):
     def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]: ...
 
 
+class ShapeError(SourceError):
+    """An answer that is JSON but not the shape the API documents; the reader says which URL gave it."""
+
+
 def detect(client: Client) -> Engine:
     """VictoriaMetrics answers ``/api/v1/status/buildinfo`` with empty data; Prometheus (and the engines
     that copy its API) with a version. An engine that refuses it (an error status, not JSON) is taken to be
@@ -80,7 +84,10 @@ class QueryReader:
             at += length
             params = {"query": f"{selector}[{length}ms]", "time": f"{at / 1000:.3f}"}
             data = self._client.get_json("/api/v1/query", params)
-            pieces.extend(matrix_pieces(data))
+            try:
+                pieces.extend(matrix_pieces(data))
+            except ShapeError as exc:
+                raise SourceError(f"{self._client.url}/api/v1/query: {exc}") from None
         return merged(pieces)
 
 
@@ -97,24 +104,27 @@ class ExportReader:
             "end": f"{-(-t_to_ns // NS_PER_MS) / 1000:.3f}",
         }
         lines = self._client.get_lines("/api/v1/export", params)
-        return merged(export_piece(line) for line in lines)
+        try:
+            return merged(export_piece(line) for line in lines)
+        except ShapeError as exc:
+            raise SourceError(f"{self._client.url}/api/v1/export: {exc}") from None
 
 
 def matrix_pieces(data: Any) -> list[Piece]:
     """A range-selector answer's series as (labels, ms, values); anything else is refused."""
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
-        raise SourceError(f"a range selector's answer must be a matrix, not {kind!r}")
+        raise ShapeError(f"a range selector's answer must be a matrix, not {kind!r}")
     out: list[Piece] = []
     for series in _list(data.get("result"), "result"):
         if not isinstance(series, dict):
-            raise SourceError("a series in the answer is not an object")
+            raise ShapeError("a series in the answer is not an object")
         values = _list(series.get("values"), "values")
         try:
             t_ms = [round(float(v[0]) * 1000) for v in values]
             vs = [float(v[1]) for v in values]
         except (TypeError, ValueError, IndexError):
-            raise SourceError(f'a sample in the answer is not [time, "value"]: {values[:1]!r:.80}') from None
+            raise ShapeError(f'a sample in the answer is not [time, "value"]: {values[:1]!r:.80}') from None
         out.append((_labels(series.get("metric")), t_ms, vs))
     return out
 
@@ -123,14 +133,14 @@ def export_piece(line: Any) -> Piece:
     """One line of VictoriaMetrics' export as (labels, ms, values): each column converted by numpy in one
     pass when it holds numbers only (what the engine writes), else value by value, as strictly."""
     if not isinstance(line, dict):
-        raise SourceError("an export line is not an object")
+        raise ShapeError("an export line is not an object")
     stamps, values = _list(line.get("timestamps"), "timestamps"), _list(line.get("values"), "values")
     if len(stamps) != len(values):
-        raise SourceError(f"an export line has {len(stamps)} timestamps for {len(values)} values")
+        raise ShapeError(f"an export line has {len(stamps)} timestamps for {len(values)} values")
     try:
         return _labels(line.get("metric")), _column(stamps, np.int64, int), _column(values, np.float64, float)
     except (TypeError, ValueError, OverflowError):
-        raise SourceError("an export line holds a timestamp or value that is not a number") from None
+        raise ShapeError("an export line holds a timestamp or value that is not a number") from None
 
 
 def _column(items: Sequence[Any], dtype: type, each: Any) -> np.ndarray:
@@ -166,11 +176,11 @@ def merged(pieces: Iterable[Piece]) -> list[RawSeries]:
 
 def _list(value: Any, what: str) -> Sequence[Any]:
     if not isinstance(value, list):
-        raise SourceError(f"the answer's {what} is not a list")
+        raise ShapeError(f"the answer's {what} is not a list")
     return value
 
 
 def _labels(metric: Any) -> dict[str, str]:
     if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
-        raise SourceError("a series' labels are not an object of strings")
+        raise ShapeError("a series' labels are not an object of strings")
     return {str(k): v for k, v in metric.items()}
