@@ -269,20 +269,32 @@ def test_totals_say_why_they_are_null() -> None:
         (
             200,
             {"kind": "proxy", "upstream_broke_off": True},
-            "the upstream broke off its answer (source.upstream_broke_off): a request cut short is not"
-            " measured",
+            "the upstream broke off its answer (source.upstream_broke_off): a request that did not"
+            " complete is not measured",
         ),
         (
             200,
             {"kind": "proxy", "client_disconnected": True, "client_left_unfinished": True},
-            "the client hung up before the answer finished (source.client_left_unfinished): a request cut"
-            " short is not measured",
+            "the client hung up before the answer finished (source.client_left_unfinished): a request"
+            " that did not complete is not measured",
+        ),
+        (
+            200,
+            {"kind": "proxy", "upstream_unfinished": True},
+            "the upstream's stream ended without [DONE] or a finish reason (source.upstream_unfinished): a"
+            " request that did not complete is not measured",
+        ),
+        (
+            200,
+            {"kind": "proxy", "upstream_error": True},
+            "the upstream reported an error inside its answer (source.upstream_error): a request that did"
+            " not complete is not measured",
         ),
         (
             None,
             {"kind": "proxy", "upstream_timed_out": True},
             "the upstream's answer outlasted the proxy's upstream timeout (source.upstream_timed_out): a"
-            " request cut short is not measured",
+            " request that did not complete is not measured",
         ),
     ],
 )

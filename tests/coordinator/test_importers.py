@@ -171,6 +171,7 @@ def test_guidellm_report_gives_exact_windows_with_warmup_and_cooldown() -> None:
     }
     assert windows[4].source["status"] == "errored"
     assert str(windows[4].source["error"]).startswith("HTTPStatusError: Server error '500")
+    assert [w.failed for w in windows] == [False, False, False, False, True]  # kept, not measured
 
 
 def test_guidellm_warmup_and_cooldown_stay_out_of_the_measured_scope() -> None:
@@ -186,7 +187,7 @@ def test_guidellm_warmup_and_cooldown_stay_out_of_the_measured_scope() -> None:
     ]
 
 
-def test_guidellm_02_report_is_all_measured_and_keeps_the_float_exactly() -> None:
+def test_guidellm_02_report_is_all_timed_and_keeps_the_float_exactly() -> None:
     windows = load("guidellm", "guidellm/benchmarks_v0.2.json")
     first_start = round(Fraction(1745526100.365982) * S)  # the float's own value, not the decimal's
     assert abs(first_start - 1_745_526_100_365_982_000) <= math.ulp(1745526100.365982) / 2 * S
@@ -202,6 +203,7 @@ def test_guidellm_02_report_is_all_measured_and_keeps_the_float_exactly() -> Non
     assert windows[0].source["guidellm_schema"] == "0.2-0.3"
     assert windows[2].source["status"] == "errored"
     assert windows[2].source["error"] == "ReadTimeout"
+    assert [w.failed for w in windows] == [False, False, True]
 
 
 # ---- genai-perf ----
@@ -283,6 +285,24 @@ def test_older_aiperf_records_are_read_and_their_endless_error_records_skipped()
          first, first + 134_440_792 + 141_307_763 + 22_443_198, 550, 193, None, 132, None, None),
     ]  # fmt: skip
     assert windows[0].source["aiperf_schema"] == "timestamp_ns"
+
+
+def test_an_aiperf_error_without_an_http_code_is_kept_but_not_measured(tmp_path: Path) -> None:
+    """AIPerf 0.13 writes a transport error (the server disconnected) with ``code: null`` and a normal end
+    stamp: before, a measured ``ok`` window with no completion tokens, which left the run without J/token."""
+
+    def disconnected(records: list[Any]) -> None:
+        records[2]["metadata"]["was_cancelled"] = False
+        records[2]["error"] = {
+            "code": None,
+            "type": "ServerDisconnectedError",
+            "message": "Server disconnected",
+        }
+
+    windows = load_windows("aiperf", rewrite_lines(tmp_path, "aiperf/profile_export.jsonl", disconnected))
+    assert windows[2].http_status is None and windows[2].source["error_type"] == "ServerDisconnectedError"
+    assert windows[2].failed and "the harness recorded the request as failed" in (windows[2].failure() or "")
+    assert not windows[1].failed
 
 
 def test_aiperf_other_phases_keep_their_name_and_are_not_measured(tmp_path: Path) -> None:

@@ -32,7 +32,8 @@ class ListSink:
 class Scripted:
     """An upstream whose answer is chosen by the request's ``?do=``: ``break`` (two tokens, then the
     connection dropped mid-body), ``stall`` (a token, then silence), ``late`` (silence before any answer),
-    anything else a whole short stream."""
+    ``early`` (a token, then a clean end without [DONE]), ``garbage`` (a line that is no event, then the
+    end), ``error`` (an error event before the [DONE]), anything else a whole short stream."""
 
     stall_s: float = 30.0
     seen: list[str] = field(default_factory=list)
@@ -54,6 +55,12 @@ class Scripted:
             return resp
         if do == "stall":
             await asyncio.sleep(self.stall_s)
+        if do in ("early", "garbage"):  # a clean end of a stream that never said it was done
+            await resp.write(b"<html>proxy error</html>\n\n" if do == "garbage" else TOKEN)
+            await resp.write_eof()
+            return resp
+        if do == "error":  # vLLM's in-stream error object, then a [DONE] as it writes one
+            await resp.write(b'data: {"object": "error", "message": "engine died", "code": 500}\n\n')
         if do == "linger":  # the whole answer, then a while before the body's end
             await resp.write(b"data: [DONE]\n\n")
             await asyncio.sleep(0.3)
@@ -106,6 +113,28 @@ async def _read_all(url: str, do: str, timeout_s: float = 10.0) -> bytes:
         session.post(f"{url}/v1/chat/completions?do={do}", data=b"{}", timeout=timeout_s) as resp,
     ):
         return await resp.read()
+
+
+@pytest.mark.parametrize(
+    ("do", "note"),
+    [("early", "upstream_unfinished"), ("garbage", "upstream_unfinished"), ("error", "upstream_error")],
+)
+async def test_a_200_stream_that_never_finished_or_said_error_is_not_measured(
+    rig: Rig, do: str, note: str
+) -> None:
+    """A 200 event stream that ends cleanly without [DONE] or a finish reason (tokens then EOF; lines that
+    are no events at all), or that carries an error event: before, an ``ok`` window, measured."""
+    await _read_all(rig.url, do)  # the client gets what the upstream sent, ended as it ended it
+    w = await _window(rig.sink)
+    assert w.http_status == 200 and w.source.get(note) is True and w.failed, w.source
+    assert "is not measured" in (w.failure() or "")
+
+
+async def test_a_whole_stream_is_measured(rig: Rig) -> None:
+    await _read_all(rig.url, "whole")
+    w = await _window(rig.sink)
+    assert not w.failed and w.t_first_token_ns is not None, w.source
+    assert not {"upstream_unfinished", "upstream_error", "client_left_unfinished"} & set(w.source)
 
 
 async def test_an_answer_the_upstream_breaks_off_is_cut_for_the_client_and_not_measured(rig: Rig) -> None:

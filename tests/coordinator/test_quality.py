@@ -13,7 +13,7 @@ import pytest
 from sparkwatch.commands.quality import EXIT_NOT_SOUND, exit_code, judge
 from sparkwatch.core.windows import Window
 from sparkwatch.importers import read_windows
-from sparkwatch.proxy.spill import spill_safely
+from sparkwatch.proxy.spill import spill_safely, write_spill
 from sparkwatch.settings import SettingsError, load_settings
 
 
@@ -113,6 +113,27 @@ def test_a_bad_config_file_is_one_error_naming_it(tmp_path: pathlib.Path, text: 
 
 
 T0 = 1_800_000_000 * 10**9  # 2027-01-15, epoch ns
+
+
+def test_a_spilled_window_cut_short_stays_unmeasured_when_imported_back(tmp_path: pathlib.Path) -> None:
+    """Before, the spill kept a window's own fields only: a client that left mid-stream came back as a
+    measured, ok window."""
+    cut = {"kind": "proxy", "client_disconnected": True, "client_left_unfinished": True}
+    windows = [
+        Window(id="left", phase="timed", t_start_ns=T0, t_end_ns=T0 + 10**8, http_status=200, source=cut),
+        Window(id="whole", phase="timed", t_start_ns=T0, t_end_ns=T0 + 10**9, source={"kind": "proxy"}),
+    ]
+    path = tmp_path / "unsent.json"
+    write_spill(path, windows)
+    back = {w.id: w for w in read_windows("plain", path)}
+    assert back["left"].source["client_left_unfinished"] is True and back["left"].failed
+    assert "the client hung up" in (back["left"].failure() or "")
+    assert not back["whole"].failed
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"id,phase,t_start_ns,t_end_ns,failure\nx,timed,{T0},{T0 + 1},tired\n")
+    with pytest.raises(Exception, match="failure must be one of upstream_broke_off") as caught:
+        list(read_windows("plain", bad))
+    assert "\n" not in str(caught.value)
 
 
 def test_unsent_windows_go_to_the_temporary_folder_when_the_spill_file_cannot_be_written(

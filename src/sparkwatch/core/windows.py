@@ -37,6 +37,9 @@ CUT_SHORT = MappingProxyType(
         "upstream_broke_off": "the upstream broke off its answer",
         "upstream_timed_out": "the upstream's answer outlasted the proxy's upstream timeout",
         "client_left_unfinished": "the client hung up before the answer finished",
+        "upstream_unfinished": "the upstream's stream ended without [DONE] or a finish reason",
+        "upstream_error": "the upstream reported an error inside its answer",
+        "harness_failed": "the harness recorded the request as failed or unfinished",
     }
 )
 
@@ -97,7 +100,7 @@ class Window:
             return f"HTTP status {self.http_status}: a failed request is not measured"
         for note, why in CUT_SHORT.items():
             if self.source.get(note) is True:
-                return f"{why} (source.{note}): a request cut short is not measured"
+                return f"{why} (source.{note}): a request that did not complete is not measured"
         return None
 
     def span(self, kind: ScopeKind) -> tuple[int, int] | None:

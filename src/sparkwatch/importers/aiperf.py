@@ -179,8 +179,11 @@ def _token_stamps(
 
 
 def _http_status(error: dict[str, Any] | None, source: dict[str, Any]) -> int | None:
+    """The error's HTTP code, where it is one; any error marks the window failed (AIPerf writes
+    ``code: null`` for a transport error such as ServerDisconnectedError, with a normal end stamp)."""
     if error is None:
         return None
+    source["harness_failed"] = True
     if isinstance(opt(error, "type"), str):
         source["error_type"] = error["type"]
     code = opt(error, "code")

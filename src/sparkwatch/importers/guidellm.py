@@ -66,6 +66,8 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
                         f"{where}: neither 'info.timings' (guidellm >= 0.4) nor 'start_time' (0.2-0.3)"
                     )
                 window.source.update(benchmark_index=b_index, status=status)
+                if status != "successful":  # errored, or cut off when the benchmark ended
+                    window.source["harness_failed"] = True
                 if request_id:
                     window.source["request_id"] = request_id
                 windows.append(window)

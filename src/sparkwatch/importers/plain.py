@@ -12,7 +12,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, REQUIRED_FIELDS, Window
+from sparkwatch.core.windows import (
+    CUT_SHORT,
+    OPTIONAL_INT_FIELDS,
+    OPTIONAL_STR_FIELDS,
+    REQUIRED_FIELDS,
+    Window,
+)
 from sparkwatch.importers.common import (
     ClockAnchor,
     Problem,
@@ -28,8 +34,11 @@ from sparkwatch.importers.common import (
 )
 
 FORMAT = "plain"
-#: The window's own fields (core.windows), all but ``source``, which the importer writes.
-KEYS = (*REQUIRED_FIELDS, *OPTIONAL_INT_FIELDS, *OPTIONAL_STR_FIELDS)
+#: Why the request did not complete, as the proxy saw it (a source note of core.windows.CUT_SHORT): the
+#: proxy's spill file keeps it, so a window cut short stays unmeasured when it is imported back.
+FAILURE = "failure"
+#: The window's own fields (core.windows), all but ``source``, which the importer writes; and ``failure``.
+KEYS = (*REQUIRED_FIELDS, *OPTIONAL_INT_FIELDS, *OPTIONAL_STR_FIELDS, FAILURE)
 INTS = ("t_start_ns", "t_end_ns", *OPTIONAL_INT_FIELDS)
 MAPPING: dict[str, object] = {"kind": "identity", "rule": "Unix epoch ns integers as written"}
 _UNSIGNED = re.compile(r"[0-9]+")
@@ -117,6 +126,11 @@ def _window(path: Path, kind: str, where: str, row: dict[str, Any]) -> Window:
             raise Problem(f"{where}: missing {key}")
     source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
     source.update(plain_kind=kind, request_id=row["id"])
+    failure = row.get(FAILURE)
+    if failure is not None:
+        if failure not in CUT_SHORT:
+            raise Problem(f"{where}: {FAILURE} must be one of {', '.join(CUT_SHORT)}, found {failure!r:.80}")
+        source[failure] = True
     optional = {key: row.get(key) for key in (*OPTIONAL_INT_FIELDS, *OPTIONAL_STR_FIELDS)}
     return checked(
         where,

@@ -274,9 +274,14 @@ class Proxy:
         if notes.get("compressed"):
             source["note"] = "compressed response: only first byte and end were stamped"
         source.update({k: True for k, v in notes.items() if v and k != "compressed"})
-        if notes.get("client_disconnected") and not (stamps.done or stamps.finish_reason):
+        finished = stamps.done or stamps.finish_reason is not None
+        if notes.get("client_disconnected") and not finished:
             # a client that left after the last token (on [DONE], before the upstream's end) was answered
             source["client_left_unfinished"] = True
+        elif _unfinished_stream(watcher, status, notes) and not finished:
+            source["upstream_unfinished"] = True  # a clean end of a stream that never said it was done
+        if stamps.error:
+            source["upstream_error"] = True
         self._sink.submit(
             Window(
                 id=f"proxy-{self._instance}-{self._windows_made:06d}",
@@ -295,6 +300,13 @@ class Proxy:
                 source=source,
             )
         )
+
+
+def _unfinished_stream(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> bool:
+    """A 2xx event stream the proxy read (not compressed) that ended without being cut: whether it ended
+    without [DONE] or a finish reason is then the upstream's to answer for."""
+    cut = any(notes.get(k) for k in ("upstream_broke_off", "upstream_timed_out", "compressed"))
+    return watcher.streaming and status is not None and 200 <= status < 300 and not cut
 
 
 def _forwarded(request: web.Request) -> list[tuple[str, str]]:

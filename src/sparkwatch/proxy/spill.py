@@ -9,8 +9,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from sparkwatch.core.windows import Window
-from sparkwatch.importers.plain import KEYS
+from sparkwatch.core.windows import CUT_SHORT, Window
+from sparkwatch.importers.plain import FAILURE, KEYS
 from sparkwatch.outputs import write_text_atomically
 
 log = logging.getLogger(__name__)
@@ -23,12 +23,21 @@ def spill_path_beside(export: Path) -> Path:
 
 def write_spill(path: Path, windows: Sequence[Window]) -> None:
     """``windows`` as a plain JSON window file (written whole or not at all). The plain format carries a
-    window's own fields only: the file says where they came from in its ``note``."""
-    rows = [{k: v for k, v in w.to_json().items() if k in KEYS and v is not None} for w in windows]
+    window's own fields and why it did not complete (``failure``: a window cut short stays unmeasured when
+    imported back); the file says where they came from in its ``note``."""
+    rows = [_row(w) for w in windows]
     note = (
         "windows the sparkwatch proxy measured but could not store; `sparkwatch import plain FILE --run ID`"
     )
     write_text_atomically(path, json.dumps({"note": note, "windows": rows}, indent=1) + "\n")
+
+
+def _row(window: Window) -> dict[str, object]:
+    row: dict[str, object] = {k: v for k, v in window.to_json().items() if k in KEYS and v is not None}
+    cut = next((note for note in CUT_SHORT if window.source.get(note) is True), None)
+    if cut is not None:
+        row[FAILURE] = cut
+    return row
 
 
 def spill_safely(path: Path, windows: Sequence[Window], run_id: str) -> Path | None:

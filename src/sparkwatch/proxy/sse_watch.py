@@ -31,6 +31,7 @@ class ResponseStamps:
     reasoning_tokens: int | None = None
     finish_reason: str | None = None
     done: bool = False  # the stream's [DONE] arrived
+    error: bool = False  # an event (or the answer's body) was an error object
     events: int = 0
     unparsed_events: int = 0
 
@@ -122,6 +123,8 @@ class ResponseWatcher:
         if not isinstance(event, dict):
             stamps.unparsed_events += 1
             return
+        if event.get("error") or event.get("object") == "error":  # OpenAI's {"error": …}; vLLM's object
+            stamps.error = True
         choices = event.get("choices")
         if isinstance(choices, list):
             for choice in choices:
