@@ -248,19 +248,43 @@ def test_a_refused_import_still_ends_the_run_and_writes_the_export(
 ) -> None:
     agent = agent_factory("--backend", "sim", "--node", "n0")
     csv = tmp_path / "w.csv"
-    csv.write_text(f"id,phase,t_start_ns,t_end_ns\nw1,timed,{time.time_ns()},{time.time_ns() + 10**8}\n")
+    bench = tmp_path / "bench.py"  # the harness: writes its result file while the run is open
+    bench.write_text(
+        "import sys, time\nt = time.time_ns()\n"
+        f"open({str(csv)!r}, 'w').write(f'id,phase,t_start_ns,t_end_ns\\nw1,timed,{{t}},{{t + 10**8}}\\n')\n"
+    )
     out = tmp_path / "run.json"
     nodes = str(nodes_toml(tmp_path, [agent]))
     imports = ["--import", f"plain:{csv}", "--import", f"plain:{csv}"]  # the second repeats window ids
     secret = ["--api-key", "sk-secret", "--token=abc"]
-    result = sparkwatch("run", "--nodes", nodes, *imports, "-o", str(out), "--", "true", *secret)
+    command = [sys.executable, str(bench), *secret]
+    result = sparkwatch("run", "--nodes", nodes, *imports, "-o", str(out), "--", *command)
     assert result.returncode == 0, result.stderr
     assert "skipped" in result.stderr and "HTTP 409" in result.stderr
     export = json.loads(out.read_text())
     assert [w["id"] for w in export["windows"]] == ["w1"]
-    assert export["run"]["name"] == "true"  # never the option values
-    assert export["run"]["command"]["argv"] == ["true", "--api-key", "***", "--token=***"]
+    assert "sk-secret" not in export["run"]["name"] and "abc" not in export["run"]["name"]
+    assert export["run"]["command"]["argv"] == [sys.executable, str(bench), "--api-key", "***", "--token=***"]
     assert "sk-secret" not in out.read_text()
+
+
+def test_a_result_file_an_earlier_run_left_is_not_measured_as_this_runs(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    """A harness that failed leaves last run's file in place: before, its windows were measured against
+    this run (the run still open takes any window within 24 h) and `--strict` said 12 of 12 ok."""
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    csv = tmp_path / "w.csv"
+    old = time.time_ns() - 60 * 10**9
+    csv.write_text(f"id,phase,t_start_ns,t_end_ns\nw1,timed,{old},{old + 10**8}\n")
+    nodes = str(nodes_toml(tmp_path, [agent]))
+    args = ("run", "--nodes", nodes, "-o", str(tmp_path / "r.json"), "--strict", "--json")
+    result = sparkwatch(*args, "--import", f"plain:{csv}", "--", "true")
+    assert result.returncode == 3, result.stderr
+    said = [line for line in result.stderr.splitlines() if "skipped" in line]
+    assert len(said) == 1 and "window 'w1'" in said[0] and "lies outside this run" in said[0], said
+    assert "a result file an earlier run left behind?" in said[0]
+    assert json.loads((tmp_path / "r.json").read_text())["windows"] == []
 
 
 def test_an_unwritable_export_path_is_refused_before_anything_starts(tmp_path: pathlib.Path) -> None:

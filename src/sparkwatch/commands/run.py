@@ -103,6 +103,7 @@ class RunState:
     failed_imports: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # run.notes of the export, said on stderr too
     proxy_windows: ProxyWindows | None = None  # kept when lmx's status lines are to check them
+    opened_ns: int | None = None  # this host's clock as the run was opened: harness files are newer
 
 
 def parse_import(text: str) -> tuple[str, str]:
@@ -152,7 +153,7 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
             state.failed_imports.append(check.notes[0])
         return
     try:
-        windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor)
+        windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor, since_ns=state.opened_ns)
         stored = await client.import_windows(state.run_id, windows)
     except (ImportFormatError, CoordinatorError) as exc:
         shown, text = import_failure(path, exc, _capture_path(opts) if opts.capture_dir else None)
@@ -211,6 +212,7 @@ async def run_command(opts: RunOptions) -> int:
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
             opts = await _start_proxy(opts, state, poster, client, proxy_stack)
         await _greet(client, opts)
+        state.opened_ns = time.time_ns()
         run = await client.create_run(
             _run_name(opts),
             interval_s=opts.interval_s,
@@ -235,10 +237,8 @@ async def run_command(opts: RunOptions) -> int:
     output = _write(opts, export, state.run_id)
     quality = judge(export, state.nodes_behind, state.failed_imports)
     code = INTERRUPTED_EXIT_CODE if interrupted else exit_code(state.code or 0, quality, opts.strict)
-    print_outcome(
-        export, quality, output=output, exit_code=code, interrupted=interrupted, json_out=opts.json_out,
-        stdout=sys.stdout, stderr=opts.stderr,
-    )  # fmt: skip
+    print_outcome(export, quality, output=output, exit_code=code, interrupted=interrupted,
+                  json_out=opts.json_out, stdout=sys.stdout, stderr=opts.stderr)  # fmt: skip
     opts.stderr.write(f"sparkwatch: export written to {output}\n")
     if opts.report:
         write_report_beside(export, output, opts.stderr)

@@ -9,12 +9,14 @@ Formats, clock domains and mappings: docs/importers.md.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from sparkwatch.core.windows import Window
+from sparkwatch.core.stamps import utc_stamp
+from sparkwatch.core.windows import Window, outside_span
 from sparkwatch.importers import aiperf, genai_perf, guidellm, lmx_status, plain, vllm
 from sparkwatch.importers.common import ClockAnchor, ImportFormatError, Problem
 
@@ -55,25 +57,33 @@ def load_windows(fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = Non
     return list(read_windows(fmt, path, clock_anchor=clock_anchor))
 
 
-def read_windows(fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = None) -> Iterator[Window]:
+def read_windows(
+    fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = None, since_ns: int | None = None
+) -> Iterator[Window]:
     """The windows of ``path`` as they are read. A wrong format or a missing clock anchor fails here; a
-    problem inside the file fails where the iteration meets it."""
+    problem inside the file fails where the iteration meets it. ``since_ns``: every window must lie between
+    then and now, give or take ``SPAN_SLACK_NS`` (the harness ran while this run was open: a window
+    outside is a file an earlier run left behind)."""
     name = path.name or str(path)
     importer = FORMATS.get(fmt)
     if importer is None:
         raise ImportFormatError(name, f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if importer.needs_clock_anchor and clock_anchor is None:
         raise ImportFormatError(name, vllm.NEEDS_ANCHOR_HINT)
-    return _checked(name, fmt, lambda: importer.parse(path, clock_anchor))
+    return _checked(name, fmt, lambda: importer.parse(path, clock_anchor), since_ns)
 
 
-def _checked(name: str, fmt: str, parse: Callable[[], Iterable[Window]]) -> Iterator[Window]:
+def _checked(
+    name: str, fmt: str, parse: Callable[[], Iterable[Window]], since_ns: int | None = None
+) -> Iterator[Window]:
     seen: set[str] = set()
     try:
         for window in parse():
             if window.id in seen:
                 raise ImportFormatError(name, f"two requests share the window id {window.id!r}")
             seen.add(window.id)
+            if since_ns is not None and outside_span([window], since_ns, time.time_ns()):
+                raise ImportFormatError(name, _not_this_run(window, since_ns))
             yield window
     except Problem as problem:
         raise ImportFormatError(name, str(problem)) from None
@@ -86,3 +96,10 @@ def _checked(name: str, fmt: str, parse: Callable[[], Iterable[Window]]) -> Iter
         ) from exc
     if not seen:
         raise ImportFormatError(name, f"no requests found in this {fmt} file")
+
+
+def _not_this_run(window: Window, since_ns: int) -> str:
+    return (
+        f"window {window.id!r} ({utc_stamp(window.t_start_ns)} to {utc_stamp(window.t_end_ns)}) lies outside"
+        f" this run (open since {utc_stamp(since_ns)}): a result file an earlier run left behind?"
+    )
