@@ -217,3 +217,35 @@ async def test_a_client_that_leaves_while_sending_its_body_gives_its_warmup_slot
     assert rig.upstream.seen == [] and rig.sink.windows == []
     await _read_all(rig.url, "whole")
     assert (await _window(rig.sink)).phase == "warmup"
+
+
+async def test_a_request_still_in_flight_when_the_proxy_closes_is_not_blamed_on_its_client(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """CMD ended with a request still streaming: the proxy closes at the end of the run and cuts it. Before,
+    its window said the client hung up."""
+    upstream = Scripted()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", upstream.handle)
+    up_runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1, handler_cancellation=True)
+    up_url = await _site(up_runner)
+    sink = ListSink()
+    proxy = Proxy(ProxyConfig(up_url), sink)
+    runner = make_proxy_runner(proxy)
+    url = await _site(runner)
+    reader = asyncio.create_task(_read_all(url, "stall"))
+    try:
+        async with asyncio.timeout(5):
+            while not upstream.seen:
+                await asyncio.sleep(0.01)
+        proxy.closing()
+        await runner.cleanup()
+        w = await _window(sink)
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+        await up_runner.cleanup()
+    assert w.source.get("proxy_closed_unfinished") is True and w.failed, w.source
+    assert "client_left_unfinished" not in w.source and "client_disconnected" not in w.source
+    assert "the proxy closed at the end of the run" in (w.failure() or "")
+    assert "1 request(s) still in flight as the proxy closes" in caplog.text

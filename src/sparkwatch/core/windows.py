@@ -37,6 +37,7 @@ CUT_SHORT = MappingProxyType(
         "upstream_broke_off": "the upstream broke off its answer",
         "upstream_timed_out": "the upstream's answer outlasted the proxy's upstream timeout",
         "client_left_unfinished": "the client hung up before the answer finished",
+        "proxy_closed_unfinished": "the proxy closed at the end of the run before the answer finished",
         "upstream_unfinished": "the upstream's stream ended without [DONE] or a finish reason",
         "upstream_error": "the upstream reported an error inside its answer",
         "harness_failed": "the harness recorded the request as failed or unfinished",

@@ -89,6 +89,18 @@ class Proxy:
         self._warmup_taken = 0  # warm-up slots given to requests without a phase header
         self._windows_made = 0
         self._session: aiohttp.ClientSession | None = None
+        self._in_flight = 0  # requests between arrival and their window
+        self._closing = False  # set by closing(): a handler cancelled from now on was cut by the proxy
+
+    def closing(self) -> None:
+        """Call before the runner's cleanup: requests still in flight are cut by the proxy, not by their
+        clients, and their windows say so (``proxy_closed_unfinished``)."""
+        self._closing = True
+        if self._in_flight:
+            log.warning(
+                "%d request(s) still in flight as the proxy closes: their windows are kept, not measured",
+                self._in_flight,
+            )
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -118,6 +130,17 @@ class Proxy:
         self._warmup_taken -= 1
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self._in_flight += 1
+        try:
+            return await self._handle(request)
+        finally:
+            self._in_flight -= 1
+
+    def _left(self) -> str:
+        """The note for a cancelled handler: its client hung up, or the proxy is closing."""
+        return "proxy_closed" if self._closing else "client_disconnected"
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         t_start = self._now_ns()
         assert self._session is not None, "Proxy.start() was not awaited"
         generation = request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
@@ -152,7 +175,7 @@ class Proxy:
         except asyncio.CancelledError:  # the client hung up before the upstream answered
             if generation:
                 self._unanswered(
-                    request, phase, t_start, counted_warmup, status=None, notes={"client_disconnected": True}
+                    request, phase, t_start, counted_warmup, status=None, notes={self._left(): True}
                 )
             raise
         encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
@@ -229,7 +252,7 @@ class Proxy:
             notes["client_disconnected"] = True  # nothing to answer, but the window is still kept
             log.info("client hung up during %s", request.path)
         except asyncio.CancelledError:
-            notes["client_disconnected"] = True
+            notes[self._left()] = True
             raise
         return response
 
@@ -278,6 +301,8 @@ class Proxy:
         if notes.get("client_disconnected") and not finished:
             # a client that left after the last token (on [DONE], before the upstream's end) was answered
             source["client_left_unfinished"] = True
+        elif notes.get("proxy_closed") and not finished:
+            source["proxy_closed_unfinished"] = True
         elif _unfinished_stream(watcher, status, notes) and not finished:
             source["upstream_unfinished"] = True  # a clean end of a stream that never said it was done
         if stamps.error:

@@ -29,12 +29,14 @@ async def running_proxy(
     clock: ProxyClock | WallClock = WallClock() if client is None else ProxyClock(client)
     if isinstance(clock, ProxyClock):
         await clock.start()
-    runner = make_proxy_runner(Proxy(config, sink, clock))
+    proxy = Proxy(config, sink, clock)
+    runner = make_proxy_runner(proxy)
     try:
         url = await start_site(runner, host, port)
         try:
             yield url
         finally:
+            proxy.closing()
             await runner.cleanup()
     finally:
         if isinstance(clock, ProxyClock):
