@@ -174,6 +174,23 @@ def test_guidellm_report_gives_exact_windows_with_warmup_and_cooldown() -> None:
     assert [w.failed for w in windows] == [False, False, False, False, True]  # kept, not measured
 
 
+@pytest.mark.parametrize("rel", ["guidellm/benchmarks.json", "guidellm/benchmarks_v0.2.json"])
+def test_a_guidellm_report_that_kept_a_sample_of_its_requests_is_refused(tmp_path: Path, rel: str) -> None:
+    """guidellm's --sample-requests (20 by default in some versions) keeps that many requests per status:
+    the windows of a sample are not the load, and their J/token came out 2.6x the whole run's in a trial."""
+
+    def sampled(data: dict[str, Any]) -> None:
+        bench = data["benchmarks"][0]
+        (bench.get("config") or bench["args"])["sample_requests"] = 1
+        del bench["requests"]["successful"][1:]  # 1 kept of those made
+        made = (bench.get("scheduler_metrics") or bench["run_stats"])["requests_made"]
+        assert made["successful"] > 1
+
+    message = refused("guidellm", rewrite(tmp_path, rel, sampled), ANCHOR)
+    assert "holds 1 of the " in message and "successful requests guidellm made" in message, message
+    assert "sample_requests 1" in message and "--sample-requests" in message
+
+
 def test_guidellm_warmup_and_cooldown_stay_out_of_the_measured_scope() -> None:
     windows = load("guidellm", "guidellm/benchmarks.json")
     t = 1_759_522_400 * S

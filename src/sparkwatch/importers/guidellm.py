@@ -48,6 +48,7 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
         where_b = f"benchmarks[{b_index}]"
         bench = as_object(bench_value, where_b)
         requests = as_object(field(bench, "requests", where_b), f"{where_b}.requests")
+        _refuse_a_sample(bench, requests, where_b)
         for status in STATUSES:
             items = opt(requests, status)
             for r_index, item in enumerate(
@@ -72,6 +73,28 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
                     window.source["request_id"] = request_id
                 windows.append(window)
     return windows
+
+
+def _refuse_a_sample(bench: dict[str, Any], requests: dict[str, Any], where: str) -> None:
+    """A report that kept only ``sample_requests`` requests per status (guidellm's ``--sample-requests``,
+    20 by default in some versions) while more were made: the windows of a sample are not the load the
+    nodes carried (the others ran beside them, drawing power, with no tokens counted), so it is refused."""
+    settings = opt(bench, "config") or opt(bench, "args")
+    sample = opt(settings, "sample_requests") if isinstance(settings, dict) else None
+    parents = [opt(bench, key) for key in ("scheduler_metrics", "run_stats")]
+    counts = [opt(p, "requests_made") for p in parents if isinstance(p, dict)]
+    made = next((c for c in counts if isinstance(c, dict)), None)
+    if not isinstance(sample, int) or isinstance(sample, bool) or made is None:
+        return
+    for status in STATUSES:
+        items, count = opt(requests, status), made.get(status)
+        kept = len(items) if isinstance(items, list) else 0
+        if isinstance(count, int) and 0 < kept <= sample and kept < count:  # at most sample_requests kept
+            raise Problem(
+                f"{where} holds {kept} of the {count} {status} requests guidellm made: a sample"
+                f" (sample_requests {sample}), whose windows are not the load the nodes carried; run guidellm"
+                " keeping every request (its --sample-requests option)"
+            )
 
 
 def _request_id(stats: dict[str, Any], where: str) -> str | None:
