@@ -23,8 +23,9 @@ from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.windows import Window
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_app, make_proxy_runner
+from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
-from sparkwatch.proxy.sse_watch import ResponseWatcher
+from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
 from sparkwatch.store import Store
 
 
@@ -69,6 +70,25 @@ def test_watcher_stamps_text_events_not_the_role_chunk() -> None:
     assert (stamps.cached_tokens, stamps.reasoning_tokens) == (8, 1)
     assert stamps.finish_reason == "stop"
     assert (stamps.events, stamps.unparsed_events) == (5, 0)
+
+
+def test_a_streamed_tool_call_is_generated_text() -> None:
+    """A tool call streams its name, then its arguments in pieces, with no content: before, it had no first
+    or last token, so its prefill and decode energy were unknown."""
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}}
+    name = {"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}]}
+    args = [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": a}}]}}]}
+            for a in ('{"city"', ': "Oslo"}')]  # fmt: skip
+    end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    stamps = watch([sse(ROLE), sse(name), *(sse(a) for a in args), sse(end, "[DONE]")]).stamps
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (2, 4)
+    assert stamps.finish_reason == "tool_calls" and stamps.done
+
+
+def test_a_json_answer_too_large_to_read_is_said() -> None:
+    watcher = ResponseWatcher(streaming=False)
+    watcher.feed(b" " * (MAX_JSON_BODY_BYTES + 1), 1)
+    assert watcher.finish(2).body_too_large and watcher.stamps.completion_tokens is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -442,3 +462,19 @@ async def test_a_transit_error_during_a_window_by_window_retry_counts_nothing_tw
         await runner.cleanup()
     assert fake.dropped and sorted(fake.stored) == ["a", "b", "c"]
     assert poster.stored == 3 and [w.id for w in lost] == ["x"]
+
+
+async def test_an_upstream_given_as_a_clients_base_url_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`--upstream http://host:8000/v1` (a client's base URL) sends every request to /v1/v1/…: said at
+    the start, without the URL's credentials."""
+    config = ProxyConfig("http://user:pw@127.0.0.1:1/v1/")
+    async with running_proxy("127.0.0.1", 0, config, ListSink()):
+        pass
+    (said,) = [r.getMessage() for r in caplog.records if "ends in /v1" in r.getMessage()]
+    assert "http://127.0.0.1:1/v1/v1/chat/completions" in said and "pw" not in said, said
+    caplog.clear()
+    async with running_proxy("127.0.0.1", 0, ProxyConfig("http://127.0.0.1:1"), ListSink()):
+        pass
+    assert "ends in /v1" not in caplog.text

@@ -23,7 +23,7 @@ from yarl import URL
 from sparkwatch.core.windows import Window
 from sparkwatch.defaults import PHASE_RE
 from sparkwatch.proxy.clock import WallClock
-from sparkwatch.proxy.sse_watch import ResponseWatcher
+from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
 from sparkwatch_agent.shared.http import json_error
 
 log = logging.getLogger(__name__)
@@ -294,6 +294,10 @@ class Proxy:
             source["clock_uncertainty_ns"] = self._clock.uncertainty_ns
         if stamps.unparsed_events:
             source["unparsed_events"] = stamps.unparsed_events
+        if stamps.body_too_large:
+            source["note"] = (
+                f"a JSON answer over {MAX_JSON_BODY_BYTES >> 20} MiB: forwarded, not read for usage"
+            )
         if notes.get("compressed"):
             source["note"] = "compressed response: only first byte and end were stamped"
         source.update({k: True for k, v in notes.items() if v and k != "compressed"})

@@ -7,6 +7,8 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from yarl import URL
+
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.proxy.clock import ProxyClock, WallClock
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, ProxyConfigError, WindowSink, make_proxy_runner
@@ -26,6 +28,12 @@ async def running_proxy(
     coordinator) they are stamped on the coordinator's clock, else on this host's wall clock."""
     if not config.upstream.startswith(("http://", "https://")):
         raise ProxyConfigError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
+    if config.upstream.rstrip("/").endswith("/v1"):  # a client's base URL, given where the server's root goes
+        log.warning(
+            "--upstream ends in /v1: a request to the proxy's /v1/chat/completions goes to"
+            " %s/v1/chat/completions; give the server's root (without /v1) unless that is meant",
+            URL(config.upstream.rstrip("/")).with_user(None).with_query(None),  # never its credentials
+        )
     clock: ProxyClock | WallClock = WallClock() if client is None else ProxyClock(client)
     if isinstance(clock, ProxyClock):
         await clock.start()

@@ -1,8 +1,9 @@
 """Watches an OpenAI-compatible response as it streams past, without changing or holding a byte.
 
 Fed the body chunk by chunk with the time each chunk arrived, it notes the first byte, the first and last
-event that carried generated text (``content``, ``reasoning_content``/``reasoning`` or a completion's
-``text``: a role-only first chunk is not a token), the ``usage`` of the stream and the finish reason.
+event that carried generated text (``content``, ``reasoning_content``/``reasoning``, a completion's ``text``
+or a tool call's name or arguments: a role-only first chunk is not a token), the ``usage`` of the stream
+and the finish reason.
 Pure and synchronous, so the proxy's per-chunk cost is this parser's and it is tested without a server.
 """
 
@@ -31,6 +32,7 @@ class ResponseStamps:
     reasoning_tokens: int | None = None
     finish_reason: str | None = None
     done: bool = False  # the stream's [DONE] arrived
+    body_too_large: bool = False  # a JSON answer past MAX_JSON_BODY_BYTES: forwarded, not parsed
     error: bool = False  # an event (or the answer's body) was an error object
     events: int = 0
     unparsed_events: int = 0
@@ -46,7 +48,21 @@ def _has_text(choice: dict[str, Any]) -> bool:
     delta = choice.get("delta") or choice.get("message")
     if not isinstance(delta, dict):
         return False
-    return any(isinstance(delta.get(k), str) and delta[k] for k in TEXT_KEYS)
+    return any(isinstance(delta.get(k), str) and delta[k] for k in TEXT_KEYS) or _has_tool_call(delta)
+
+
+def _has_tool_call(delta: dict[str, Any]) -> bool:
+    """A streamed tool call's name or argument text: generated tokens too (OpenAI's ``delta.tool_calls``)."""
+    calls = delta.get("tool_calls")
+    if not isinstance(calls, list):
+        return False
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and any(
+            isinstance(function.get(k), str) and function[k] for k in ("name", "arguments")
+        ):
+            return True
+    return False
 
 
 class ResponseWatcher:
@@ -99,6 +115,7 @@ class ResponseWatcher:
         self._body_bytes += len(chunk)
         if self._body_bytes > MAX_JSON_BODY_BYTES:
             self._body = None  # too large to parse; still forwarded
+            self.stamps.body_too_large = True
             return
         self._body.append(chunk)
 
