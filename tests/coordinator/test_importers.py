@@ -174,21 +174,43 @@ def test_guidellm_report_gives_exact_windows_with_warmup_and_cooldown() -> None:
     assert [w.failed for w in windows] == [False, False, False, False, True]  # kept, not measured
 
 
-@pytest.mark.parametrize("rel", ["guidellm/benchmarks.json", "guidellm/benchmarks_v0.2.json"])
-def test_a_guidellm_report_that_kept_a_sample_of_its_requests_is_refused(tmp_path: Path, rel: str) -> None:
+def test_a_real_guidellm_081_report_gives_every_request_with_its_tokens() -> None:
+    """What guidellm 0.8.1 itself wrote (fixture README): every request of the 12 it made, timed, its stamps
+    in order and its usage, cached tokens included."""
+    windows = load("guidellm", "guidellm/benchmarks_v0.8.1.json")
+    assert len(windows) == 12 and {w.phase for w in windows} == {"timed"}
+    assert {(w.prompt_tokens, w.completion_tokens, w.cached_tokens) for w in windows} == {(9, 50, 3)}
+    for w in windows:
+        stamps = [w.t_start_ns, w.t_first_byte_ns, w.t_first_token_ns, w.t_last_token_ns, w.t_end_ns]
+        assert None not in stamps and stamps == sorted(stamps), w.id
+        assert not w.failed and w.source["guidellm_schema"] == ">=0.4"
+    assert scope_for(windows, "request", (0, 0)).seconds == pytest.approx(1.688, abs=0.001)
+
+
+@pytest.mark.parametrize(
+    ("rel", "key"),
+    [
+        ("guidellm/benchmarks.json", "sample_requests"),
+        ("guidellm/benchmarks_v0.2.json", "sample_requests"),
+        ("guidellm/benchmarks_v0.8.1.json", "sample_size"),
+    ],
+)
+def test_a_guidellm_report_that_kept_a_sample_of_its_requests_is_refused(
+    tmp_path: Path, rel: str, key: str
+) -> None:
     """guidellm's --sample-requests (20 by default in some versions) keeps that many requests per status:
     the windows of a sample are not the load, and their J/token came out 2.6x the whole run's in a trial."""
 
     def sampled(data: dict[str, Any]) -> None:
         bench = data["benchmarks"][0]
-        (bench.get("config") or bench["args"])["sample_requests"] = 1
+        (bench.get("config") or bench["args"])[key] = 1
         del bench["requests"]["successful"][1:]  # 1 kept of those made
         made = (bench.get("scheduler_metrics") or bench["run_stats"])["requests_made"]
         assert made["successful"] > 1
 
     message = refused("guidellm", rewrite(tmp_path, rel, sampled), ANCHOR)
     assert "holds 1 of the " in message and "successful requests guidellm made" in message, message
-    assert "sample_requests 1" in message and "--sample-requests" in message
+    assert "at most 1 kept per status" in message and "--sample-requests" in message
 
 
 def test_guidellm_warmup_and_cooldown_stay_out_of_the_measured_scope() -> None:

@@ -76,11 +76,16 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
 
 
 def _refuse_a_sample(bench: dict[str, Any], requests: dict[str, Any], where: str) -> None:
-    """A report that kept only ``sample_requests`` requests per status (guidellm's ``--sample-requests``,
-    20 by default in some versions) while more were made: the windows of a sample are not the load the
-    nodes carried (the others ran beside them, drawing power, with no tokens counted), so it is refused."""
+    """A report that kept only ``sample_requests`` (0.8: ``sample_size``) requests per status (guidellm's
+    ``--sample-requests``, 20 by default in some versions) while more were made: the windows of a sample are
+    not the load the nodes carried (the others ran beside them, drawing power, with no tokens counted), so
+    it is refused."""
     settings = opt(bench, "config") or opt(bench, "args")
-    sample = opt(settings, "sample_requests") if isinstance(settings, dict) else None
+    sample = (
+        (opt(settings, "sample_requests") or opt(settings, "sample_size"))
+        if isinstance(settings, dict)
+        else None
+    )
     parents = [opt(bench, key) for key in ("scheduler_metrics", "run_stats")]
     counts = [opt(p, "requests_made") for p in parents if isinstance(p, dict)]
     made = next((c for c in counts if isinstance(c, dict)), None)
@@ -91,8 +96,8 @@ def _refuse_a_sample(bench: dict[str, Any], requests: dict[str, Any], where: str
         kept = len(items) if isinstance(items, list) else 0
         if isinstance(count, int) and 0 < kept <= sample and kept < count:  # at most sample_requests kept
             raise Problem(
-                f"{where} holds {kept} of the {count} {status} requests guidellm made: a sample"
-                f" (sample_requests {sample}), whose windows are not the load the nodes carried; run guidellm"
+                f"{where} holds {kept} of the {count} {status} requests guidellm made: a sample (at most"
+                f" {sample} kept per status), whose windows are not the load the nodes carried; run guidellm"
                 " keeping every request (its --sample-requests option)"
             )
 
@@ -162,6 +167,7 @@ def _current(
             t_last_token_ns=_ns(_seconds(timings, "last_token_iteration", where_t)),
             prompt_tokens=_count(stats, "prompt_tokens", where),
             completion_tokens=_count(stats, "output_tokens", where),
+            cached_tokens=_count(stats, "cached_tokens", where),  # guidellm 0.8: the server's usage
             source=source,
         ),
     )
