@@ -946,7 +946,17 @@ def test_nan_is_refused(tmp_path: Path) -> None:
         ("aiperf", "genai-perf/profile_export.json", "one JSON document (this looks like a genai-perf"),
         ("aiperf", "lmx-status/status.jsonl", "looks like a sparkwatch lmx-status capture"),
         ("vllm", "guidellm/benchmarks_v0.2.json", "not a vllm bench serve result"),
-        ("vllm", "aiperf/profile_export.jsonl", "is not JSON"),
+        ("vllm", "aiperf/profile_export.jsonl", "JSON Lines, not one document (this looks like an AIPerf"),
+        (
+            "genai-perf",
+            "aiperf/profile_export.jsonl",
+            "JSON Lines, not one document (this looks like an AIPerf",
+        ),
+        (
+            "guidellm",
+            "lmx-status/status.jsonl",
+            "JSON Lines, not one document (this looks like a sparkwatch lmx",
+        ),
         ("lmx-status", "aiperf/profile_export.jsonl", "looks like an AIPerf profile_export.jsonl record"),
         ("lmx-status", "vllm/bench_serve_detailed.json", "one JSON document (this looks like a vllm"),
         ("plain", "genai-perf/profile_export.json", "plain JSON must be an object with a 'windows' list"),

@@ -104,7 +104,17 @@ def read_json(path: Path) -> Any:
     text = read_text(path)
     if not text.strip():
         raise Problem("file is empty")
-    return parse_json(text)
+    try:
+        return parse_json(text)
+    except Problem as problem:
+        first = text.lstrip().partition("\n")[0]
+        if "Extra data" not in str(problem) or not first.strip():
+            raise
+        try:  # JSON Lines given where one document belongs: say whose lines they look like
+            hint = looks_like(json.loads(first))
+        except ValueError:
+            raise problem from None
+        raise Problem(f"{problem}: JSON Lines, not one document{hint}") from None
 
 
 @contextmanager
