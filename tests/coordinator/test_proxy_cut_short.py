@@ -80,6 +80,16 @@ class Rig:
     url: str
     sink: ListSink
     upstream: Scripted
+    proxy: Proxy
+    runner: web.AppRunner
+    closed: bool = False
+
+    async def close(self) -> None:
+        """The proxy closes as `sparkwatch run` closes it at the end of a run (once)."""
+        if not self.closed:
+            self.closed = True
+            self.proxy.closing()
+            await self.runner.cleanup()
 
 
 @pytest.fixture
@@ -91,12 +101,13 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     up_runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1, handler_cancellation=True)
     up_url = await _site(up_runner)
     sink = ListSink()
-    runner = make_proxy_runner(Proxy(ProxyConfig(up_url, warmup=warmup, upstream_timeout_s=timeout_s), sink))
-    url = await _site(runner)
+    proxy = Proxy(ProxyConfig(up_url, warmup=warmup, upstream_timeout_s=timeout_s), sink)
+    runner = make_proxy_runner(proxy)
+    rig = Rig(await _site(runner), sink, upstream, proxy, runner)
     try:
-        yield Rig(url, sink, upstream)
+        yield rig
     finally:
-        await runner.cleanup()
+        await rig.close()
         await up_runner.cleanup()
 
 
@@ -220,31 +231,20 @@ async def test_a_client_that_leaves_while_sending_its_body_gives_its_warmup_slot
 
 
 async def test_a_request_still_in_flight_when_the_proxy_closes_is_not_blamed_on_its_client(
-    caplog: pytest.LogCaptureFixture,
+    rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
     """CMD ended with a request still streaming: the proxy closes at the end of the run and cuts it. Before,
     its window said the client hung up."""
-    upstream = Scripted()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", upstream.handle)
-    up_runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1, handler_cancellation=True)
-    up_url = await _site(up_runner)
-    sink = ListSink()
-    proxy = Proxy(ProxyConfig(up_url), sink)
-    runner = make_proxy_runner(proxy)
-    url = await _site(runner)
-    reader = asyncio.create_task(_read_all(url, "stall"))
+    reader = asyncio.create_task(_read_all(rig.url, "stall"))
     try:
         async with asyncio.timeout(5):
-            while not upstream.seen:
+            while not rig.upstream.seen:
                 await asyncio.sleep(0.01)
-        proxy.closing()
-        await runner.cleanup()
-        w = await _window(sink)
+        await rig.close()
+        w = await _window(rig.sink)
     finally:
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
-        await up_runner.cleanup()
     assert w.source.get("proxy_closed_unfinished") is True and w.failed, w.source
     assert "client_left_unfinished" not in w.source and "client_disconnected" not in w.source
     assert "the proxy closed at the end of the run" in (w.failure() or "")
