@@ -41,7 +41,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("sparkwatch.client", "CoordinatorError"),
     ("sparkwatch_agent.shared.http", "BindError"),
     ("sparkwatch.proxy.proxy", "ProxyConfigError"),
-    ("sparkwatch.commands.run", "RunCommandError"),
+    ("sparkwatch.commands.run_options", "RunCommandError"),
     ("sparkwatch.outputs", "OutputError"),
     ("sparkwatch.importers", "ImportFormatError"),
     ("sparkwatch.commands.attach", "AttachError"),

@@ -16,7 +16,8 @@ from sparkwatch.commands.demo import DemoOptions, run_demo
 from sparkwatch.commands.embedded import nodes_now
 from sparkwatch.commands.hardware import cluster_hardware
 from sparkwatch.commands.nodes_check import check_cluster, render
-from sparkwatch.commands.run import RunOptions, parse_import, run_command
+from sparkwatch.commands.run import run_command
+from sparkwatch.commands.run_options import RunOptions, parse_import
 from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.coordinator.serve import serve

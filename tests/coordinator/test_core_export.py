@@ -217,8 +217,9 @@ def test_a_gpu_without_any_utilisation_sample_is_not_called_idle() -> None:
     unknown = dataclasses.replace(gpu, util_ratio=np.full(len(gpu), np.nan))
     n = build_export(RUN, [dataclasses.replace(busy, gpus=[unknown])], WINDOWS, "0.1.0")["nodes"][0]
     assert n["power_w"]["gated_mean"] is None and n["power_w"]["mean"] is not None
-    assert n["null_reasons"]["power_w.gated_mean"] == (
-        "no utilisation sample (the gate's series) from this node's GPU(s)"
+    assert (
+        n["null_reasons"]["power_w.gated_mean"]
+        == "no utilisation sample (the gate's series) from GPU GPU-busy"
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from sparkwatch.coordinator.api.bodies import window_batch
-from sparkwatch.core.windows import Window, scope_for
+from sparkwatch.core.windows import SPAN_SLACK_NS, Window, scope_for
 from sparkwatch.importers import (
     FORMATS,
     ClockAnchor,
@@ -174,6 +174,22 @@ def test_guidellm_report_gives_exact_windows_with_warmup_and_cooldown() -> None:
     assert [w.failed for w in windows] == [False, False, False, False, True]  # kept, not measured
 
 
+def test_windows_outside_the_time_a_run_was_open_are_refused() -> None:
+    """`run --import`'s rule (the harness ran while the run was open): a window before the run opened or
+    after now, beyond SPAN_SLACK_NS, fails the file; within it, the file is read."""
+    path = HARNESS / "plain/windows.csv"  # windows 1759522500 .. 1759522507 s
+    first, last = 1_759_522_500 * S, 1_759_522_507 * S
+
+    def read(since_ns: int, now_ns: int) -> list[Window]:
+        return list(read_windows("plain", path, since_ns=since_ns, now_ns=lambda: now_ns))
+
+    assert len(read(first - SPAN_SLACK_NS, last + SPAN_SLACK_NS)) == 3
+    with pytest.raises(ImportFormatError, match=r"window 'w-0' \(.*\) lies outside this run \(open from"):
+        read(first + SPAN_SLACK_NS + 1, last)  # an earlier run's file
+    with pytest.raises(ImportFormatError, match="or a harness clock that is off"):
+        read(first, last - SPAN_SLACK_NS - 1)  # stamped ahead of now
+
+
 def test_a_real_guidellm_081_report_gives_every_request_with_its_tokens() -> None:
     """What guidellm 0.8.1 itself wrote (fixture README): every request of the 12 it made, timed, its stamps
     in order and its usage, cached tokens included."""
@@ -191,26 +207,41 @@ def test_a_real_guidellm_081_report_gives_every_request_with_its_tokens() -> Non
     ("rel", "key"),
     [
         ("guidellm/benchmarks.json", "sample_requests"),
-        ("guidellm/benchmarks_v0.2.json", "sample_requests"),
         ("guidellm/benchmarks_v0.8.1.json", "sample_size"),
+        ("guidellm/benchmarks_v0.2.json", "request_samples"),
     ],
 )
 def test_a_guidellm_report_that_kept_a_sample_of_its_requests_is_refused(
     tmp_path: Path, rel: str, key: str
 ) -> None:
     """guidellm's --sample-requests (20 by default in some versions) keeps that many requests per status:
-    the windows of a sample are not the load, and their J/token came out 2.6x the whole run's in a trial."""
+    the windows of a sample are not the load, and their J/token came out 2.6x the whole run's in a trial.
+    0.2-0.3 records the sample in ``request_samples`` (null: none), later versions the limit in their
+    config."""
 
     def sampled(data: dict[str, Any]) -> None:
         bench = data["benchmarks"][0]
-        (bench.get("config") or bench["args"])[key] = 1
         del bench["requests"]["successful"][1:]  # 1 kept of those made
-        made = (bench.get("scheduler_metrics") or bench["run_stats"])["requests_made"]
+        if key == "request_samples":
+            bench["request_samples"] = {"successful": 1, "incomplete": 0, "errored": 1, "total": None}
+        else:
+            bench["config"][key] = 1
+        made = (bench.get("scheduler_metrics") or {}).get("requests_made") or bench["request_totals"]
         assert made["successful"] > 1
 
     message = refused("guidellm", rewrite(tmp_path, rel, sampled), ANCHOR)
-    assert "holds 1 of the " in message and "successful requests guidellm made" in message, message
-    assert "at most 1 kept per status" in message and "--sample-requests" in message
+    assert "holds 1 of the " in message and "successful requests guidellm made: a random sample" in message
+    assert "--sample-requests" in message
+
+
+def test_a_guidellm_report_that_kept_fewer_than_its_limit_kept_every_request(tmp_path: Path) -> None:
+    """Fewer requests listed than made but fewer than the sampling limit too: nothing was sampled away (a
+    cancelled request that never started is counted as made, not listed), so the report is read."""
+
+    def fewer(data: dict[str, Any]) -> None:
+        data["benchmarks"][0]["scheduler_metrics"]["requests_made"]["errored"] = 3  # 1 listed, limit 20
+
+    assert len(load_windows("guidellm", rewrite(tmp_path, "guidellm/benchmarks.json", fewer))) == 5
 
 
 def test_guidellm_warmup_and_cooldown_stay_out_of_the_measured_scope() -> None:

@@ -85,7 +85,7 @@ def test_a_streamed_tool_call_is_generated_text() -> None:
     assert stamps.finish_reason == "tool_calls" and stamps.done
 
 
-def test_a_json_answer_too_large_to_read_is_said() -> None:
+def test_the_watcher_flags_a_json_answer_too_large_to_read() -> None:
     watcher = ResponseWatcher(streaming=False)
     watcher.feed(b" " * (MAX_JSON_BODY_BYTES + 1), 1)
     assert watcher.finish(2).body_too_large and watcher.stamps.completion_tokens is None

@@ -162,9 +162,7 @@ def _node_json(
             }
             for uuid, s, w in zip(node.gpu_uuids, stats, idle, strict=True)
         ],
-        "null_reasons": _null_reasons(
-            stats, threshold, [bool(np.isfinite(g.util_ratio).any()) for g in node.gpus]
-        ),
+        "null_reasons": _null_reasons(stats, threshold, _without_util(node)),
     }
 
 
@@ -259,9 +257,18 @@ def _node_power(stats: Sequence[PowerStats]) -> dict[str, Any]:
     }
 
 
-def _null_reasons(stats: Sequence[PowerStats], threshold: float, util_seen: Sequence[bool]) -> dict[str, str]:
-    """Why a figure is null; ``util_seen``: per GPU, whether any sample had its utilisation (a source
-    without the gate's series is not a GPU that idled)."""
+def _without_util(node: NodeInput) -> list[str]:
+    """The GPUs none of whose samples has a utilisation: a source without the gate's series (a DCGM target
+    serving power only) is not a GPU that idled."""
+    return [
+        uuid for uuid, g in zip(node.gpu_uuids, node.gpus, strict=True) if not np.isfinite(g.util_ratio).any()
+    ]
+
+
+def _null_reasons(
+    stats: Sequence[PowerStats], threshold: float, without_util: Sequence[str]
+) -> dict[str, str]:
+    """Why a figure is null; ``without_util``: the GPUs with no utilisation sample at all."""
     reasons: dict[str, str] = {}
     if not stats:
         reasons["power_w"] = "no GPU samples from this node"
@@ -269,12 +276,11 @@ def _null_reasons(stats: Sequence[PowerStats], threshold: float, util_seen: Sequ
     if any(s.covered_s == 0 for s in stats):
         reasons["power_w.mean"] = "no valid sample interval inside the scope"
         reasons["energy_j"] = "no valid sample interval inside the scope"
-    ungated = [seen for s, seen in zip(stats, util_seen, strict=True) if s.gated_s == 0]
-    if ungated:
+    if any(s.gated_s == 0 for s in stats):
         reasons["power_w.gated_mean"] = (
-            f"no interval inside the scope with utilisation >= {threshold:g}"
-            if all(ungated)
-            else "no utilisation sample (the gate's series) from this node's GPU(s)"
+            f"no utilisation sample (the gate's series) from GPU {', '.join(without_util)}"
+            if without_util
+            else f"no interval inside the scope with utilisation >= {threshold:g}"
         )
     return reasons
 

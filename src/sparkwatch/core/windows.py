@@ -31,13 +31,15 @@ RUN_REACH_NS = 24 * 3600 * 10**9
 #: seconds; a request served after the span ended is not the span's.
 SPAN_SLACK_NS = 2 * 10**9
 ID_MAX_CHARS = 200
-#: The notes the proxy puts in a window's source when its request did not complete, with what they mean.
+#: The notes a window's source carries when its request did not complete (the proxy's, an importer's
+#: ``harness_failed``), with what they mean.
 CUT_SHORT = MappingProxyType(
     {
         "upstream_broke_off": "the upstream broke off its answer",
         "upstream_timed_out": "the upstream's answer outlasted the proxy's upstream timeout",
         "client_left_unfinished": "the client hung up before the answer finished",
-        "proxy_closed_unfinished": "the proxy closed at the end of the run before the answer finished",
+        "proxy_closed_unfinished": "the proxy closed (the run ended, or it was stopped) before the answer"
+        " finished",
         "upstream_unfinished": "the upstream's stream ended without [DONE] or a finish reason",
         "upstream_error": "the upstream reported an error inside its answer",
         "harness_failed": "the harness recorded the request as failed or unfinished",
@@ -95,8 +97,9 @@ class Window:
         return self.failure() is not None
 
     def failure(self) -> str | None:
-        """Why the request did not complete, if it did not: an HTTP error answer, or one the proxy saw cut
-        short (an answer that broke off or timed out, a client that hung up: source notes, CUT_SHORT)."""
+        """Why the request did not complete, if it did not: an HTTP error answer, or a source note of
+        CUT_SHORT (an answer the proxy saw cut short, unfinished or carrying an error; a request the
+        harness recorded as failed)."""
         if self.http_status is not None and self.http_status >= 400:
             return f"HTTP status {self.http_status}: a failed request is not measured"
         for note, why in CUT_SHORT.items():

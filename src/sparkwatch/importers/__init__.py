@@ -58,23 +58,32 @@ def load_windows(fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = Non
 
 
 def read_windows(
-    fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = None, since_ns: int | None = None
+    fmt: str,
+    path: Path,
+    *,
+    clock_anchor: ClockAnchor | None = None,
+    since_ns: int | None = None,
+    now_ns: Callable[[], int] = time.time_ns,
 ) -> Iterator[Window]:
     """The windows of ``path`` as they are read. A wrong format or a missing clock anchor fails here; a
     problem inside the file fails where the iteration meets it. ``since_ns``: every window must lie between
-    then and now, give or take ``SPAN_SLACK_NS`` (the harness ran while this run was open: a window
-    outside is a file an earlier run left behind)."""
+    then and ``now_ns()``, give or take ``SPAN_SLACK_NS`` (the harness ran while this run was open, on this
+    host's clock: a window outside is a file an earlier run left behind, or a clock that is off)."""
     name = path.name or str(path)
     importer = FORMATS.get(fmt)
     if importer is None:
         raise ImportFormatError(name, f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if importer.needs_clock_anchor and clock_anchor is None:
         raise ImportFormatError(name, vllm.NEEDS_ANCHOR_HINT)
-    return _checked(name, fmt, lambda: importer.parse(path, clock_anchor), since_ns)
+    span = None if since_ns is None else (since_ns, now_ns)
+    return _checked(name, fmt, lambda: importer.parse(path, clock_anchor), span)
 
 
 def _checked(
-    name: str, fmt: str, parse: Callable[[], Iterable[Window]], since_ns: int | None = None
+    name: str,
+    fmt: str,
+    parse: Callable[[], Iterable[Window]],
+    span: tuple[int, Callable[[], int]] | None = None,
 ) -> Iterator[Window]:
     seen: set[str] = set()
     try:
@@ -82,8 +91,8 @@ def _checked(
             if window.id in seen:
                 raise ImportFormatError(name, f"two requests share the window id {window.id!r}")
             seen.add(window.id)
-            if since_ns is not None and outside_span([window], since_ns, time.time_ns()):
-                raise ImportFormatError(name, _not_this_run(window, since_ns))
+            if span is not None and outside_span([window], span[0], now := span[1]()):
+                raise ImportFormatError(name, _not_this_run(window, span[0], now))
             yield window
     except Problem as problem:
         raise ImportFormatError(name, str(problem)) from None
@@ -98,8 +107,9 @@ def _checked(
         raise ImportFormatError(name, f"no requests found in this {fmt} file")
 
 
-def _not_this_run(window: Window, since_ns: int) -> str:
+def _not_this_run(window: Window, since_ns: int, now_ns: int) -> str:
     return (
         f"window {window.id!r} ({utc_stamp(window.t_start_ns)} to {utc_stamp(window.t_end_ns)}) lies outside"
-        f" this run (open since {utc_stamp(since_ns)}): a result file an earlier run left behind?"
+        f" this run (open from {utc_stamp(since_ns)} to {utc_stamp(now_ns)}): a result file an earlier run"
+        " left behind, or a harness clock that is off?"
     )

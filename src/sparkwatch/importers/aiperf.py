@@ -89,6 +89,8 @@ def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Wind
     prompt_tokens = _count(metrics, "input_sequence_length", where)
     if prompt_tokens is None:
         prompt_tokens = _count(metrics, "error_isl", where)
+    if error is not None:  # kept, not measured (AIPerf writes code null for a transport error)
+        source["harness_failed"] = True
     request_id = source.get("x_request_id")
     return checked(
         where,
@@ -179,11 +181,10 @@ def _token_stamps(
 
 
 def _http_status(error: dict[str, Any] | None, source: dict[str, Any]) -> int | None:
-    """The error's HTTP code, where it is one; any error marks the window failed (AIPerf writes
-    ``code: null`` for a transport error such as ServerDisconnectedError, with a normal end stamp)."""
+    """The error's HTTP code, where it is one (AIPerf writes ``code: null`` for a transport error such as
+    ServerDisconnectedError, with a normal end stamp); its type goes into ``source``."""
     if error is None:
         return None
-    source["harness_failed"] = True
     if isinstance(opt(error, "type"), str):
         source["error_type"] = error["type"]
     code = opt(error, "code")

@@ -76,29 +76,37 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
 
 
 def _refuse_a_sample(bench: dict[str, Any], requests: dict[str, Any], where: str) -> None:
-    """A report that kept only ``sample_requests`` (0.8: ``sample_size``) requests per status (guidellm's
-    ``--sample-requests``, 20 by default in some versions) while more were made: the windows of a sample are
-    not the load the nodes carried (the others ran beside them, drawing power, with no tokens counted), so
-    it is refused."""
-    settings = opt(bench, "config") or opt(bench, "args")
-    sample = (
+    """A report that kept only a random sample of the requests made (guidellm's ``--sample-requests``, 20 by
+    default in some versions): the windows of a sample are not the load the nodes carried (the others ran
+    beside them, drawing power, with no tokens counted), so it is refused. Told by what each version
+    records: 0.2-0.3 a ``request_samples`` breakdown (null when nothing was sampled) beside
+    ``request_totals``; later, a status list exactly ``sample_requests`` (0.8: ``sample_size``) long where
+    ``requests_made`` counts more (fewer kept than the limit is every request: nothing was dropped)."""
+    samples = opt(bench, "request_samples")
+    settings = opt(bench, "config")
+    limit = (
         (opt(settings, "sample_requests") or opt(settings, "sample_size"))
         if isinstance(settings, dict)
         else None
     )
-    parents = [opt(bench, key) for key in ("scheduler_metrics", "run_stats")]
-    counts = [opt(p, "requests_made") for p in parents if isinstance(p, dict)]
-    made = next((c for c in counts if isinstance(c, dict)), None)
-    if not isinstance(sample, int) or isinstance(sample, bool) or made is None:
+    scheduler = opt(bench, "scheduler_metrics")
+    made = opt(bench, "request_totals") if samples is not None else None
+    if made is None and isinstance(scheduler, dict):
+        made = opt(scheduler, "requests_made")
+    if not isinstance(made, dict) or (
+        samples is None and (not isinstance(limit, int) or isinstance(limit, bool))
+    ):
         return
     for status in STATUSES:
         items, count = opt(requests, status), made.get(status)
         kept = len(items) if isinstance(items, list) else 0
-        if isinstance(count, int) and 0 < kept <= sample and kept < count:  # at most sample_requests kept
+        if not isinstance(count, int) or isinstance(count, bool) or kept >= count:
+            continue
+        if samples is not None or kept == limit:
             raise Problem(
-                f"{where} holds {kept} of the {count} {status} requests guidellm made: a sample (at most"
-                f" {sample} kept per status), whose windows are not the load the nodes carried; run guidellm"
-                " keeping every request (its --sample-requests option)"
+                f"{where} holds {kept} of the {count} {status} requests guidellm made: a random sample,"
+                " whose windows are not the load the nodes carried; run guidellm keeping every request (its"
+                " --sample-requests option)"
             )
 
 

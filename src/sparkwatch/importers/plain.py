@@ -34,8 +34,8 @@ from sparkwatch.importers.common import (
 )
 
 FORMAT = "plain"
-#: Why the request did not complete, as the proxy saw it (a source note of core.windows.CUT_SHORT): the
-#: proxy's spill file keeps it, so a window cut short stays unmeasured when it is imported back.
+#: Why the request did not complete (a source note of core.windows.CUT_SHORT): the proxy's spill file
+#: keeps it, so a window that did not complete stays unmeasured when it is imported back.
 FAILURE = "failure"
 #: The window's own fields (core.windows), all but ``source``, which the importer writes; and ``failure``.
 KEYS = (*REQUIRED_FIELDS, *OPTIONAL_INT_FIELDS, *OPTIONAL_STR_FIELDS, FAILURE)

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 PHASE_HEADER = "X-Sparkwatch-Phase"
 GENERATION_SUFFIXES = ("/chat/completions", "/completions")
+#: How long requests in flight get to finish when the proxy closes (the runner's shutdown timeout).
+SHUTDOWN_GRACE_S = 1.0
 #: RFC 9110 §7.6.1 hop-by-hop headers, plus the ones aiohttp sets for each side itself.
 HOP_BY_HOP = frozenset(
     h.lower()
@@ -89,17 +91,19 @@ class Proxy:
         self._warmup_taken = 0  # warm-up slots given to requests without a phase header
         self._windows_made = 0
         self._session: aiohttp.ClientSession | None = None
-        self._in_flight = 0  # requests between arrival and their window
+        self._in_flight = 0  # generation requests between arrival and their window
         self._closing = False  # set by closing(): a handler cancelled from now on was cut by the proxy
 
     def closing(self) -> None:
-        """Call before the runner's cleanup: requests still in flight are cut by the proxy, not by their
-        clients, and their windows say so (``proxy_closed_unfinished``)."""
+        """Call before the runner's cleanup: requests still in flight after its grace are cut by the proxy,
+        not by their clients, and their windows say so (``proxy_closed_unfinished``)."""
         self._closing = True
         if self._in_flight:
             log.warning(
-                "%d request(s) still in flight as the proxy closes: their windows are kept, not measured",
+                "%d generation request(s) in flight as the proxy closes: any not done within its %g s grace"
+                " is cut, its window kept but not measured",
                 self._in_flight,
+                SHUTDOWN_GRACE_S,
             )
 
     async def start(self) -> None:
@@ -130,6 +134,8 @@ class Proxy:
         self._warmup_taken -= 1
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if not _generation(request):
+            return await self._handle(request)
         self._in_flight += 1
         try:
             return await self._handle(request)
@@ -143,7 +149,7 @@ class Proxy:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         t_start = self._now_ns()
         assert self._session is not None, "Proxy.start() was not awaited"
-        generation = request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
+        generation = _generation(request)
         header = request.headers.get(PHASE_HEADER)
         if generation and header is not None and not PHASE_RE.fullmatch(header):
             return json_error(400, "invalid_phase", f"{PHASE_HEADER} must match {PHASE_RE.pattern}")
@@ -188,11 +194,10 @@ class Proxy:
         finally:
             upstream.release()
             if generation:
-                cut = notes.get("upstream_broke_off") or notes.get("upstream_timed_out")
-                if counted_warmup and (upstream.status >= 400 or cut):
-                    self._release_warmup()
                 span = (t_start, self._now_ns())
-                self._submit(request, phase, span, upstream.status, watcher, notes=notes)
+                window = self._submit(request, phase, span, upstream.status, watcher, notes=notes)
+                if counted_warmup and window.failed:  # a failed warm-up warmed nothing up
+                    self._release_warmup()
 
     def _unanswered(
         self,
@@ -278,7 +283,8 @@ class Proxy:
         watcher: ResponseWatcher,
         *,
         notes: Mapping[str, bool],
-    ) -> None:
+    ) -> Window:
+        """Make the request's window, hand it to the sink and return it."""
         t_start = span[0]
         t_end = max(span)  # a wall clock stepped back mid-request must not make an invalid window
         stamps = watcher.finish(t_end)
@@ -292,43 +298,55 @@ class Proxy:
         }
         if self._clock.uncertainty_ns is not None:
             source["clock_uncertainty_ns"] = self._clock.uncertainty_ns
-        if stamps.unparsed_events:
-            source["unparsed_events"] = stamps.unparsed_events
-        if stamps.body_too_large:
-            source["note"] = (
-                f"a JSON answer over {MAX_JSON_BODY_BYTES >> 20} MiB: forwarded, not read for usage"
-            )
-        if notes.get("compressed"):
-            source["note"] = "compressed response: only first byte and end were stamped"
-        source.update({k: True for k, v in notes.items() if v and k != "compressed"})
-        finished = stamps.done or stamps.finish_reason is not None
-        if notes.get("client_disconnected") and not finished:
-            # a client that left after the last token (on [DONE], before the upstream's end) was answered
-            source["client_left_unfinished"] = True
-        elif notes.get("proxy_closed") and not finished:
-            source["proxy_closed_unfinished"] = True
-        elif _unfinished_stream(watcher, status, notes) and not finished:
-            source["upstream_unfinished"] = True  # a clean end of a stream that never said it was done
-        if stamps.error:
-            source["upstream_error"] = True
-        self._sink.submit(
-            Window(
-                id=f"proxy-{self._instance}-{self._windows_made:06d}",
-                phase=phase,
-                t_start_ns=t_start,
-                t_end_ns=t_end,
-                t_first_byte_ns=_within(stamps.t_first_byte_ns, t_start, t_end),
-                t_first_token_ns=_within(stamps.t_first_token_ns, t_start, t_end),
-                t_last_token_ns=_within(stamps.t_last_token_ns, t_start, t_end),
-                prompt_tokens=stamps.prompt_tokens,
-                completion_tokens=stamps.completion_tokens,
-                cached_tokens=stamps.cached_tokens,
-                reasoning_tokens=stamps.reasoning_tokens,
-                http_status=status,
-                finish_reason=stamps.finish_reason,
-                source=source,
-            )
+        source.update(_notes(watcher, status, notes))
+        window = Window(
+            id=f"proxy-{self._instance}-{self._windows_made:06d}",
+            phase=phase,
+            t_start_ns=t_start,
+            t_end_ns=t_end,
+            t_first_byte_ns=_within(stamps.t_first_byte_ns, t_start, t_end),
+            t_first_token_ns=_within(stamps.t_first_token_ns, t_start, t_end),
+            t_last_token_ns=_within(stamps.t_last_token_ns, t_start, t_end),
+            prompt_tokens=stamps.prompt_tokens,
+            completion_tokens=stamps.completion_tokens,
+            cached_tokens=stamps.cached_tokens,
+            reasoning_tokens=stamps.reasoning_tokens,
+            http_status=status,
+            finish_reason=stamps.finish_reason,
+            source=source,
         )
+        self._sink.submit(window)
+        return window
+
+
+def _generation(request: web.Request) -> bool:
+    """A request that makes a window: a completion or chat completion."""
+    return request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
+
+
+def _notes(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> dict[str, object]:
+    """What the window's source says of how the answer went (``notes``: what the relay saw), and why it did
+    not complete where it did not (core.windows.CUT_SHORT)."""
+    stamps = watcher.stamps
+    out: dict[str, object] = {}
+    if stamps.unparsed_events:
+        out["unparsed_events"] = stamps.unparsed_events
+    if stamps.body_too_large:
+        out["note"] = f"a JSON answer over {MAX_JSON_BODY_BYTES >> 20} MiB: forwarded, not read for usage"
+    if notes.get("compressed"):
+        out["note"] = "compressed response: only first byte and end were stamped"
+    out.update({k: True for k, v in notes.items() if v and k != "compressed"})
+    finished = stamps.done or stamps.finish_reason is not None
+    if notes.get("client_disconnected") and not finished:
+        # a client that left after the last token (on [DONE], before the upstream's end) was answered
+        out["client_left_unfinished"] = True
+    elif notes.get("proxy_closed") and not finished:
+        out["proxy_closed_unfinished"] = True
+    elif _unfinished_stream(watcher, status, notes) and not finished:
+        out["upstream_unfinished"] = True  # a clean end of a stream that never said it was done
+    if stamps.error:
+        out["upstream_error"] = True
+    return out
 
 
 def _unfinished_stream(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> bool:
@@ -369,7 +387,7 @@ def make_proxy_runner(proxy: Proxy) -> web.AppRunner:
         make_proxy_app(proxy),
         handle_signals=False,
         access_log=None,
-        shutdown_timeout=1.0,
+        shutdown_timeout=SHUTDOWN_GRACE_S,
         auto_decompress=False,
         handler_cancellation=True,
     )

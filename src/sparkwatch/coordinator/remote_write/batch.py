@@ -91,7 +91,7 @@ def group(
             values = frame_series(data, hello)
             now = [series for series, _ in values]
             before = last_series.get(entry.node, now)
-            gone = () if before == now else set(before).difference(now)  # the same series, mostly
+            gone = () if before == now else _gone(before, now)  # the same series, mostly
             last_series[entry.node] = now
             for series, value in itertools.chain(values, ((series, STALE_NAN) for series in gone)):
                 pair = grouped.get(series)
@@ -100,6 +100,13 @@ def group(
                 pair[0].append(t_ms)
                 pair[1].append(value)
     return grouped, unreadable
+
+
+def _gone(before: list[Key], now: list[Key]) -> list[Key]:
+    """The series of ``before`` that ``now`` has not, in ``before``'s order (a request's bytes do not
+    depend on hashing)."""
+    present = set(now)
+    return [series for series in before if series not in present]
 
 
 def _add_meter(grouped: Grouped, node: str, reading: MeterReading, last_ms: dict[Stamped, int]) -> None:

@@ -142,6 +142,7 @@ class Client:
             return self._opener.open(request, timeout=self._timeout_s)
         except urllib.error.HTTPError as exc:
             if 300 <= exc.code < 400:
+                exc.close()
                 raise EngineRefusal(self._redirected(path, exc), exc.code) from None
             body = exc.read(4096).decode("utf-8", "replace")
             hint = NOT_FOUND_HINTS.get(path, "") if exc.code == 404 else self._auth.refusal_hint(exc.code)
@@ -150,7 +151,9 @@ class Client:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             why = getattr(exc, "reason", None) or exc
             hint = CA_HINT if isinstance(why, ssl.SSLCertVerificationError) else ""
-            raise Unreachable(f"cannot reach {self.url}{path}: {why or type(why).__name__}{hint}") from None
+            raise Unreachable(
+                f"cannot reach {self.url}{path}: {str(why) or type(why).__name__}{hint}"
+            ) from None
 
     def _redirected(self, path: str, exc: urllib.error.HTTPError) -> str:
         where = exc.headers.get("Location") if exc.headers else None

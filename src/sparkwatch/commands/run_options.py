@@ -1,0 +1,70 @@
+"""What `sparkwatch run` is asked (its options) and what it made along the way (its state)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from sparkwatch.client import CoordinatorTarget
+from sparkwatch.commands.run_lmx import ProxyWindows
+from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE, ScopeKind
+from sparkwatch.importers import ClockAnchor
+
+LMX_STATUS_STREAM = "-"  # --import lmx-status:- reads CMD's own stderr, where lmx writes --json-status
+
+
+class RunCommandError(Exception):
+    """A mistake in the run's arguments, reported before anything starts."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    command: Sequence[str]
+    nodes_file: Path | None = None
+    target: CoordinatorTarget | None = None
+    name: str | None = None
+    interval_s: float = DEFAULT_INTERVAL_S
+    scope: ScopeKind = DEFAULT_SCOPE
+    gate_threshold: float = DEFAULT_GATE_THRESHOLD
+    phases: Sequence[str] | None = None  # the window phases measured (None: the coordinator's default)
+    engine_metrics: str | None = None  # the serving engine's /metrics, scraped by the embedded coordinator
+    proxy_upstream: str | None = None
+    proxy_listen: tuple[str, int] = ("127.0.0.1", 8899)
+    warmup: int = 0
+    imports: Sequence[tuple[str, str]] = ()
+    clock_anchor: ClockAnchor | None = None
+    output: Path | None = None
+    spill: Path | None = None  # proxy windows that could not be stored (default: beside the export)
+    db: Path | None = None
+    strict: bool = False
+    json_out: bool = False
+    report: bool = True  # the series block in the export, and EXPORT.report.html beside it
+    wait_nodes_s: float = 15.0
+    status_every_s: float | None = None  # None: 1 s on a TTY, 5 s otherwise
+    capture_dir: Path | None = None  # set by run_command: a temporary folder for the lmx-status capture
+    stderr: TextIO = field(default=sys.stderr)
+
+
+@dataclass(slots=True)
+class RunState:
+    """What the run made besides its export, for the quality line and the exit code."""
+
+    run_id: str = ""
+    db: Path | None = None  # the embedded coordinator's database (None: a standing coordinator)
+    code: int | None = None  # CMD's exit code, once it ran (None: it never started)
+    quitting: bool = False  # a second Ctrl-C: the clean-up in flight must not report its own failures
+    nodes_behind: list[str] = field(default_factory=list)
+    failed_imports: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # run.notes of the export, said on stderr too
+    proxy_windows: ProxyWindows | None = None  # kept when lmx's status lines are to check them
+    opened_ns: int | None = None  # this host's clock as the run was opened: harness files are newer
+
+
+def parse_import(text: str) -> tuple[str, str]:
+    fmt, sep, path = text.partition(":")
+    if not sep or not fmt or not path:
+        raise RunCommandError(f"--import takes FORMAT:FILE (e.g. guidellm:benchmarks.json), not {text!r}")
+    return fmt, path
