@@ -234,6 +234,21 @@ def test_a_guidellm_report_that_kept_a_sample_of_its_requests_is_refused(
     assert "--sample-requests" in message
 
 
+def test_a_guidellm_request_cancelled_at_the_end_is_the_benchmarks_tail_not_an_error(tmp_path: Path) -> None:
+    """guidellm's `incomplete`: cancelled when its limit was reached. Not measured (a partial request), and
+    not a timed window that failed either (`run --strict` would fail every --max-seconds run)."""
+
+    def cancelled(data: dict[str, Any]) -> None:
+        requests = data["benchmarks"][0]["requests"]
+        requests["incomplete"], requests["errored"] = requests["errored"], []
+        data["benchmarks"][0]["scheduler_metrics"]["requests_made"].update(errored=0, incomplete=1)
+
+    windows = load_windows("guidellm", rewrite(tmp_path, "guidellm/benchmarks.json", cancelled))
+    (tail,) = [w for w in windows if w.source["status"] == "incomplete"]
+    assert tail.phase == "cooldown" and tail.failed
+    assert [w.phase for w in windows if w is not tail] == ["warmup", "timed", "timed", "cooldown"]
+
+
 def test_a_guidellm_report_that_kept_fewer_than_its_limit_kept_every_request(tmp_path: Path) -> None:
     """Fewer requests listed than made but fewer than the sampling limit too: nothing was sampled away (a
     cancelled request that never started is counted as made, not listed), so the report is read."""

@@ -8,6 +8,7 @@ requests, with ``start_time``/``end_time``/``first_token_time``/``last_token_tim
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,10 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
                         f"{where}: neither 'info.timings' (guidellm >= 0.4) nor 'start_time' (0.2-0.3)"
                     )
                 window.source.update(benchmark_index=b_index, status=status)
-                if status != "successful":  # errored, or cut off when the benchmark ended
+                if status != "successful":  # errored, or cancelled when the benchmark ended
                     window.source["harness_failed"] = True
+                if status == "incomplete" and window.phase == "timed":  # the benchmark's tail, no error
+                    window = dataclasses.replace(window, phase="cooldown")
                 if request_id:
                     window.source["request_id"] = request_id
                 windows.append(window)
