@@ -7,8 +7,9 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO, TextIO
@@ -46,8 +47,12 @@ def check_output(path: Path, reads: Mapping[Path, str] = MappingProxyType({})) -
 def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
     """Write beside ``path`` and rename over it, so a reader never sees half a file; ``mode`` (permission
     bits) is set before the rename. The temporary file is removed when anything fails, and the error names
-    ``path``, the file asked for, not the temporary one."""
+    ``path``, the file asked for, not the temporary one. Into a device or a pipe (``-o /dev/null``), the
+    bytes go straight in: renaming over it would replace it with a file."""
     final = through_link(path)
+    if not_a_file(final):
+        _write_into(path, final, lambda f: f.write(data))
+        return
     tmp = final.with_name(f".{final.name}.sparkwatch-tmp")
     try:
         tmp.write_bytes(data)
@@ -68,6 +73,27 @@ def size_text(size_bytes: int) -> str:
         if size_bytes >= scale:
             return f"{size_bytes / scale:.1f} {unit}"
     return f"{size_bytes} B"
+
+
+def not_a_file(path: Path) -> bool:
+    """Whether ``path`` exists as something other than a regular file or folder: a device, a pipe, a
+    socket (written into, never replaced)."""
+    try:
+        kind = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(kind) or stat.S_ISDIR(kind))
+
+
+def _write_into(path: Path, final: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write into ``final`` as it is (a device or a pipe); an error names ``path``, as asked."""
+    try:
+        with open(final, "wb") as f:
+            write(f)
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def through_link(path: Path) -> Path:
@@ -112,6 +138,13 @@ def print_export(export: dict[str, Any], out: TextIO) -> None:
         _write_all(fd, spool)
 
 
+def _spooled(out: BinaryIO, export: dict[str, Any]) -> None:
+    with tempfile.TemporaryFile() as spool:
+        write_export_to(spool, export)
+        spool.seek(0)
+        _write_all(out.fileno(), spool)
+
+
 def _write_all(fd: int, source: BinaryIO) -> None:
     """Every byte of ``source`` to ``fd``, a short write continued: through the buffered writer, a pipe
     whose reader left mid-write (`| head -c 10`) ended a write short, the rest was dropped unsaid and the
@@ -126,6 +159,9 @@ def write_export(path: Path, export: dict[str, Any]) -> None:
     """:func:`export_text` into ``path``, whole or not at all, written as it is encoded: an 8 h run's
     export is ~50 MB of text, never held at once (nor as bytes, text and bytes again)."""
     final = through_link(path)
+    if not_a_file(final):  # no seeking in a pipe: the export is made in a spool, then copied in
+        _write_into(path, final, lambda f: _spooled(f, export))
+        return
     tmp = final.with_name(f".{final.name}.sparkwatch-tmp")
     try:
         with open(tmp, "wb") as f:

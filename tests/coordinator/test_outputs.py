@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pathlib
+import stat
 import sys
+import threading
 from typing import Any
 
 import orjson
@@ -15,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparkwatch.commands.report_cmd import write_report_beside
 from sparkwatch.outputs import (
     LIST_ITEMS_AT_ONCE,
     OutputError,
@@ -123,6 +127,30 @@ def test_a_symlink_is_written_through_not_replaced(tmp_path: pathlib.Path) -> No
         assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["p.json"]
 
 
+def test_a_device_or_a_pipe_is_written_into_not_replaced(tmp_path: pathlib.Path) -> None:
+    """`-o /dev/null`, or a FIFO a reader waits on: before, the rename over it left a regular file in its
+    place (as root, /dev/null and /dev/full were replaced). The bytes go in; the node stays what it was."""
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # the same device as /dev/null
+    for write in (lambda p: write_atomically(p, b"{}\n"), lambda p: write_export(p, {"x": 1})):
+        write(null)
+        assert stat.S_ISCHR(null.stat().st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    write_export(fifo, {"x": 1})
+    reader.join(10)
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and json.loads(got[0]) == {"x": 1}
+    full = tmp_path / "full"
+    os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # /dev/full: every write fails, ENOSPC
+    with pytest.raises(OSError, match=str(full)):
+        write_export(full, {"x": 1})
+    assert stat.S_ISCHR(full.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "full", "null"]  # no temporary file
+
+
 def test_printing_an_export_writes_the_files_bytes(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     """To stdout through its buffer (never the whole text as str); a text-only stream gets the same text."""
     export = {"run": {"name": "é"}, "windows": [{"id": n, "w": 0.5} for n in range(LIST_ITEMS_AT_ONCE + 2)]}
@@ -131,3 +159,12 @@ def test_printing_an_export_writes_the_files_bytes(capfdbinary: pytest.CaptureFi
     text = io.StringIO()
     print_export(export, text)
     assert text.getvalue() == export_text(export)
+
+
+def test_no_report_is_written_beside_an_export_sent_to_a_device(tmp_path: pathlib.Path) -> None:
+    """`run -o /dev/null`: the report would have gone to /dev/null.report.html, a new file in /dev."""
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    said = io.StringIO()
+    assert write_report_beside({}, null, said) is None and said.getvalue() == ""
+    assert [p.name for p in tmp_path.iterdir()] == ["null"]

@@ -14,7 +14,14 @@ from typing import Any, TextIO
 
 from sparkwatch.commands.export_file import load_export
 from sparkwatch.defaults import SERIES_BUCKETS
-from sparkwatch.outputs import check_output, size_text, write_atomically, write_text_atomically
+from sparkwatch.outputs import (
+    check_output,
+    not_a_file,
+    size_text,
+    through_link,
+    write_atomically,
+    write_text_atomically,
+)
 
 
 class ReportError(Exception):
@@ -61,6 +68,8 @@ def _page(export: dict[str, Any]) -> str:
 def write_report_beside(export: dict[str, Any], export_path: Path, stderr: TextIO) -> Path | None:
     """`run` and `demo`: the report beside the export they wrote; a failure is a warning (the export,
     the measurement's record, is already safe)."""
+    if not_a_file(through_link(export_path)):  # -o /dev/null: nothing beside it is for the report
+        return None
     output = report_path(export_path)
     try:
         size = build_report_file(export, output)
