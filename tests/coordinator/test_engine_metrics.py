@@ -78,12 +78,26 @@ def test_the_recorded_sglang_page_maps_to_our_fields() -> None:
 
 
 def test_sglang_tensor_ranks_repeat_rank_0_and_a_zero_spec_length_means_no_spec_decoding() -> None:
-    labels = {"model_name": "m", "engine_type": "unified", "tp_rank": "1", "pp_rank": "0"}
-    page = add_series(capture(SGLANG), "sglang:num_running_reqs", labels, 162.0)  # tp rank 1: same batch
-    page = add_series(page, "sglang:num_running_reqs", {**labels, "tp_rank": "0", "dp_rank": "1"}, 10.0)
+    """Of one group's tensor ranks only the leader is read, and each data-parallel group has its own:
+    with DP attention, dp rank 1's leader is tp rank 2 (srt/managers/data_parallel_controller.py), which
+    reading tp rank 0 only left out. A queue gauge's per-priority parts (priority="1") beside its total
+    (priority="") are not added to it (srt/observability/metrics_collector.py)."""
+    labels = {"model_name": "m", "engine_type": "unified", "pp_rank": "0", "moe_ep_rank": "0", "priority": ""}
+    page = capture(SGLANG)
+    for tp, dp, value in (("0", "0", 20.0), ("1", "0", 20.0), ("2", "1", 10.0)):  # tp 1 repeats tp 0's batch
+        ep = "0" if dp == "0" else tp
+        page = add_series(
+            page,
+            "sglang:num_running_reqs",
+            {**labels, "tp_rank": tp, "dp_rank": dp, "moe_ep_rank": ep},
+            value,
+        )
+    page = add_series(
+        page, "sglang:num_running_reqs", {**labels, "tp_rank": "0", "dp_rank": "0", "priority": "1"}, 15.0
+    )
     page = add_series(page, "sglang:spec_accept_length", {**labels, "tp_rank": "0"}, 0.0)
     scrape = read_page(page)
-    assert scrape.values["running_requests"] == 172.0  # dp ranks summed, tp rank 1 left out
+    assert scrape.values["running_requests"] == 162.0 + 20.0 + 10.0  # each group's leader, no priority part
     assert "spec_accept_length" not in scrape.values
     with_spec = read_page(add_series(capture(SGLANG), "sglang:spec_accept_length", {"model_name": "m"}, 2.7))
     assert with_spec.values["spec_accept_length"] == 2.7

@@ -107,6 +107,10 @@ def vllm_page(k: int) -> str:
     return add_series(page, "vllm:num_requests_running", {"engine": "1", **MODEL}, 2.0)
 
 
+#: The model label of every series of the recorded SGLang page.
+SGLANG_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
 def sglang_page(k: int) -> str:
     """Two data-parallel ranks (their counters summed, their hit rates averaged), a tensor-parallel rank 1
     that repeats rank 0's view (left out); no speculative decoding (zeros)."""
@@ -119,8 +123,9 @@ def sglang_page(k: int) -> str:
             "sglang:spec_accept_length": 0.0,
         },
     )
-    page = add_series(page, "sglang:generation_tokens_total", {"tp_rank": "1"}, 7.5e6 + 900.0 * k)
-    page = add_series(page, "sglang:num_running_reqs", {"tp_rank": "1"}, float(100 + k))
+    tp_1 = {"model_name": SGLANG_MODEL, "tp_rank": "1"}  # the recorded series' labels, another tensor rank
+    page = add_series(page, "sglang:generation_tokens_total", tp_1, 7.5e6 + 900.0 * k)
+    page = add_series(page, "sglang:num_running_reqs", tp_1, float(100 + k))
     page = add_series(page, "sglang:generation_tokens_total", {"dp_rank": "1"}, 100.0 * k)
     return add_series(page, "sglang:cache_hit_rate", {"dp_rank": "1"}, 0.4 + 0.01 * k)
 

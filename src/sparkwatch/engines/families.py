@@ -10,8 +10,9 @@ Several series of one name are combined per ``combine``: counters are summed acr
 and SGLang's ``dp_rank`` (``rank_labels``: each data-parallel rank counts its own tokens); request gauges
 are summed (requests on every rank run at once); ratios take the fullest rank (``max``: the pressure that
 limits the batch), or the ``mean`` of ranks for a per-rank rate. SGLang's tensor, pipeline and expert
-ranks report one scheduler's view each: only rank ``"0"`` of those labels is read (``replica_labels``),
-else one batch would count once per GPU.
+ranks report one scheduler's view each: of each group's series only the lowest of those ranks is read
+(``replica_labels``: rank 0, or with DP attention each data-parallel group's leader), else one batch would
+count once per GPU; a per-priority part of a queue gauge is never read (``breakdown_labels``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class Family:
     prefix: str  # every series of this engine begins with it
     series: tuple[Series, ...]
     rank_labels: tuple[str, ...] = ()  # labels of the data-parallel ranks one engine's series are split by
-    replica_labels: tuple[str, ...] = ()  # labels whose non-"0" series repeat rank 0's view
+    replica_labels: tuple[str, ...] = ()  # labels whose higher ranks repeat their group leader's view
+    breakdown_labels: tuple[str, ...] = ()  # a series with one of these set is a part of a total beside it
 
 
 VLLM = Family(
@@ -93,6 +95,9 @@ SGLANG = Family(
     ),
     rank_labels=("dp_rank",),
     replica_labels=("tp_rank", "pp_rank", "moe_ep_rank"),
+    # with --enable-priority-scheduling the queue gauges add a series per priority beside the total, which
+    # keeps priority="" (srt/observability/metrics_collector.py, _log_gauge_queue_count)
+    breakdown_labels=("priority",),
 )
 
 FAMILIES: tuple[Family, ...] = (VLLM, SGLANG)

@@ -6,12 +6,15 @@ so escaping, label order and exponent forms are the library's business, not ours
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkwatch.engines.families import Family, Series, family_of
+
+T = TypeVar("T")
 
 #: Raw series names kept of an engine with no table: enough to write one, not a copy of the page.
 MAX_UNKNOWN_NAMES = 64
@@ -63,7 +66,7 @@ def read_page(text: str) -> Scrape:
 def _combined(family: Family, series: Series, samples: dict[str, Labelled]) -> tuple[float, str] | None:
     """The first of the series' names the page has, its rank series combined; None when it has none."""
     for name in series.names:
-        kept = [v for labels, v in samples.get(name, ()) if primary(labels, family.replica_labels)]
+        kept = primaries(samples.get(name, ()), family)
         if not kept:
             continue
         if series.combine == "sum":
@@ -78,6 +81,23 @@ def _combined(family: Family, series: Series, samples: dict[str, Labelled]) -> t
     return None
 
 
-def primary(labels: Mapping[str, str], replica_labels: tuple[str, ...]) -> bool:
-    """A series of rank "0" of every replica label (or without them): the one whose view is read."""
-    return all(labels.get(label, "0") == "0" for label in replica_labels)
+def primaries(labelled: Iterable[tuple[Mapping[str, str], T]], family: Family) -> list[T]:
+    """The items whose series are read: per set of the other labels (a data-parallel rank, a split such as
+    SGLang's ``is_streaming``), the one of the lowest replica ranks, the scheduler that logs for its group
+    (rank 0; with SGLang's DP attention, dp rank k's leader has ``tp_rank`` k x the attention TP size); a
+    series with a non-empty breakdown label (SGLang's ``priority``: its total has ``priority=""``) is a
+    part of another and never read."""
+    best: dict[tuple[tuple[str, str], ...], tuple[tuple[int, ...], T]] = {}
+    for labels, item in labelled:
+        if any(labels.get(label, "") for label in family.breakdown_labels):
+            continue
+        group = tuple(sorted((k, v) for k, v in labels.items() if k not in family.replica_labels))
+        rank = tuple(_rank(labels.get(label, "0")) for label in family.replica_labels)
+        if group not in best or rank < best[group][0]:
+            best[group] = (rank, item)
+    return [item for _, item in best.values()]
+
+
+def _rank(value: str) -> int:
+    """A rank label's number (one that is not a number sorts last: never preferred to a real rank 0)."""
+    return int(value) if value.isdigit() else 1 << 30

@@ -23,7 +23,7 @@ from sparkwatch.core.engine import COUNTERS, GAUGES, EngineSamples
 from sparkwatch.core.export_nodes import seen_interval_s
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 from sparkwatch.engines.families import FAMILIES, Combine, Family, Series
-from sparkwatch.engines.scrape import primary
+from sparkwatch.engines.scrape import primaries
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.align import first_overlap, told_apart, union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries, Reader
@@ -115,11 +115,8 @@ def _field(family: Family, s: Series, found: list[RawSeries], t: I64) -> tuple[F
     decided = np.zeros(len(t), dtype=bool)
     name_at = np.full(len(t), -1)
     for k, name in enumerate(s.names):
-        ranks = [
-            values_at(t, r)
-            for r in found
-            if r.labels.get("__name__") == name and primary(r.labels, family.replica_labels)
-        ]
+        named = [(r.labels, r) for r in found if r.labels.get("__name__") == name]
+        ranks = [values_at(t, r) for r in primaries(named, family)]
         if not ranks:
             continue
         stacked = np.vstack(ranks)
