@@ -16,7 +16,15 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from helpers.engine_replay import SGLANG, VLLM, EngineReplay, add_series, capture, with_values
-from sparkwatch.core.engine import COUNTERS, GAUGES, EngineSamples, attach_engine, engine_export
+from sparkwatch.core.engine import (
+    COUNTERS,
+    FAILED_GAUGE,
+    GAUGES,
+    NO_SCRAPE,
+    EngineSamples,
+    attach_engine,
+    engine_export,
+)
 from sparkwatch.engines.families import FAMILIES
 from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.scrape import ScrapeError, read_page
@@ -195,7 +203,8 @@ async def _scraped(tmp_path: pathlib.Path, replay: EngineReplay, scrapes: int) -
 
 def _samples(store: Store, t_from: int, t_to: int) -> EngineSamples:
     rows = store.engine_rows(t_from - 100 * S, t_to + 100 * S)
-    return EngineSamples.from_rows(rows, store.engine_errors(t_from, t_to), (t_from, t_to))
+    failed = store.engine_failure_times(t_from - 100 * S, t_to + 100 * S)
+    return EngineSamples.from_rows(rows, store.engine_errors(t_from, t_to), (t_from, t_to), failed_ns=failed)
 
 
 async def test_scripted_scrapes_give_each_window_its_gauges_counter_rates_and_spec_acceptance(
@@ -248,18 +257,37 @@ async def test_a_counter_that_went_down_and_a_failed_scrape_leave_unknowns(
         1
     ] == "the engine answered HTTP 503 Service Unavailable"
     samples = _samples(store, T0, T0 + 13 * S)
-    # across the restart at 6 s; after it; 3.5 s after the last answer
-    starts = np.array([T0 + 4 * S, T0 + 6 * S, T0 + 11 * S + S // 2], np.int64)
-    ends = np.array([T0 + 8 * S, T0 + 8 * S, T0 + 12 * S + S // 2], np.int64)
-    _, (across, after, gap) = engine_export(samples, starts, ends, starts, ends)
+    # across the restart at 6 s; after it; 3.5 s after the last answer; 1.2 s after it, the scrapes failing
+    starts = np.array([T0 + 4 * S, T0 + 6 * S, T0 + 11 * S + S // 2, T0 + 9 * S + S // 5], np.int64)
+    ends = np.array([T0 + 8 * S, T0 + 8 * S, T0 + 12 * S + S // 2, T0 + 10 * S + S // 2], np.int64)
+    _, (across, after, gap, down) = engine_export(samples, starts, ends, starts, ends)
     # 400, 500 | 0, 100, 200: the summed counter went down, so whether one rank of several restarted (its
     # new count is not the sum) cannot be told: unknown, never the others' lifetime totals counted again
     assert across["generation_tokens"] is None and "went down" in across["null_reasons"]["generation_tokens"]
     assert after["generation_tokens"] == pytest.approx(200.0)
     assert gap["generation_tokens"] is None and gap["running_requests"]["mean"] is None
     assert "edges" in gap["null_reasons"]["generation_tokens"]
-    assert gap["null_reasons"]["running_requests"].startswith("no engine scrape")
+    assert gap["null_reasons"]["running_requests"] == FAILED_GAUGE
+    # within the gap limit of the answer at 8 s, but every scrape since failed: before, its gauges were
+    # 8 s's, carried over the outage; now none, and the reason says the scrapes failed
+    assert down["scrapes"] == 0 and down["running_requests"] == {"mean": None, "max": None}
+    assert down["null_reasons"]["running_requests"] == FAILED_GAUGE
     store.close()
+
+
+def test_an_engine_no_scrape_of_which_succeeded_says_so_in_every_window() -> None:
+    """Before, each window's reasons said the page had no series for the field, and no speculative
+    decoding: the engine was never read at all."""
+    failed = [T0 + k * S for k in range(5)]
+    samples = EngineSamples.from_rows(
+        [], [(t, "cannot connect") for t in failed], (T0, T0 + 4 * S), failed_ns=failed
+    )
+    starts, ends = np.array([T0 + S], np.int64), np.array([T0 + 3 * S], np.int64)
+    scope, (window,) = engine_export(samples, starts, ends, starts, ends)
+    assert scope["reason"] == "no engine scrape succeeded in the run's span"
+    reasons = window["null_reasons"]
+    assert reasons["generation_tokens"] == reasons["spec_decode_acceptance_ratio"] == NO_SCRAPE, reasons
+    assert reasons["running_requests"] == NO_SCRAPE
 
 
 def _run_export(

@@ -2,12 +2,12 @@
 
 Gauges (requests running and waiting, KV-cache usage) are read as they were during the span: the scrapes
 inside it, plus the one just before its start (a gauge holds its value between scrapes; one older than
-``GAP_INTERVALS`` scrapes is a gap, not a value). Counters (tokens, prefix-cache queries and hits,
-preemptions, speculative drafts) are interpolated at the span's edges; an edge with no scrape on both
-sides within the gap limit is unknown, and so is a span across which the counter went down: the stored
-value is the sum over the engine's ranks, so a restart of one rank cannot be told from the others' totals
-(counting the new sum from zero, as Prometheus' per-series ``increase`` would, would add every other rank's
-lifetime count).
+``GAP_INTERVALS`` scrapes, or with a failed scrape after it, is a gap, not a value). Counters (tokens,
+prefix-cache queries and hits, preemptions, speculative drafts) are interpolated at the span's edges; an
+edge with no scrape on both sides within the gap limit is unknown, and so is a span across which the
+counter went down: the stored value is the sum over the engine's ranks, so a restart of one rank cannot be
+told from the others' totals (counting the new sum from zero, as Prometheus' per-series ``increase``
+would, would add every other rank's lifetime count).
 Several pieces (a scope) add their counter deltas and pool their gauge scrapes.
 """
 
@@ -47,6 +47,10 @@ COUNTERS = (
 )
 NO_SERIES = "the engine's /metrics has no series for it"
 NO_GAUGE = "no engine scrape inside the span or just before it"
+FAILED_GAUGE = (
+    "the engine's scrapes failed in the span (the scope's errors say why): no value is carried over"
+)
+NO_SCRAPE = "no engine scrape succeeded (the scope's errors say why)"
 NO_EDGES = (
     "no engine scrapes around both edges of the span (a failed or missing scrape), or the counter went down"
     " between them (a restart of the engine or of one of its ranks)"
@@ -66,6 +70,7 @@ class EngineSamples:
     unknown: tuple[str, ...]  # raw series names of an engine with no table
     errors: tuple[tuple[int, str], ...]  # (t_ns, reason) of the first failed scrapes
     present: frozenset[str] = frozenset()  # the fields any scrape had
+    failed_ns: I64 = field(default_factory=lambda: np.empty(0, np.int64))  # every failed scrape, in order
 
     @classmethod
     def from_rows(
@@ -73,6 +78,8 @@ class EngineSamples:
         rows: Sequence[tuple[int, str | None, float, Mapping[str, float], Mapping[str, str], Sequence[str]]],
         errors: Sequence[tuple[int, str]],
         span: tuple[int, int],
+        *,
+        failed_ns: Sequence[int] = (),
     ) -> EngineSamples:
         """Stored scrapes (t_ns, family, interval_s, fields, sources, unknown) of the family most scrapes
         inside ``span`` came from (another engine on the same URL before or after is left out)."""
@@ -93,6 +100,7 @@ class EngineSamples:
             unknown=tuple(sorted({n for r in mine for n in r[5]})),
             errors=tuple(errors),
             present=frozenset(f for f, column in values.items() if np.isfinite(column).any()),
+            failed_ns=np.array(sorted(failed_ns), dtype=np.int64),
         )
 
 
@@ -112,25 +120,38 @@ class Spans:
     scrapes: list[int]
     gauges: dict[str, Gauge]
     deltas: dict[str, list[float]]
+    failed: list[int]  # scrapes that failed inside the span
 
 
 def read_spans(s: EngineSamples, starts: I64, ends: I64) -> Spans:
     """Every span [start, end) at once (vectorised: an export may have 100 000 windows)."""
     i0, i1 = np.searchsorted(s.t_ns, starts, "left"), np.searchsorted(s.t_ns, ends, "left")
+    failed = np.searchsorted(s.failed_ns, ends, "left") - np.searchsorted(s.failed_ns, starts, "left")
     return Spans(
         seconds=((ends - starts).astype(np.float64) / 1e9).tolist(),
         scrapes=(i1 - i0).tolist(),
-        gauges={f: _gauge(s.t_ns, s.values[f], starts, ends, s.gap_ns) for f in GAUGES},
+        gauges={f: _gauge(s.t_ns, s.values[f], (starts, ends), s.gap_ns, s.failed_ns) for f in GAUGES},
         deltas={f: _delta(s.t_ns, s.values[f], starts, ends, s.gap_ns).tolist() for f in COUNTERS},
+        failed=failed.tolist(),
     )
 
 
-def _gauge(t_ns: I64, v: F64, starts: I64, ends: I64, gap_ns: int) -> Gauge:
+def _gauge(t_ns: I64, v: F64, span: tuple[I64, I64], gap_ns: int, failed_ns: I64) -> Gauge:
+    """Each span's reads of one gauge: its scrapes inside, and the one before its start where that is
+    held (within the gap limit, and no scrape failed between it and the span's first own read: a value
+    is not carried across scrapes that failed)."""
+    starts, ends = span
     known = np.isfinite(v)
     t, v = t_ns[known], v[known]
     i0, i1 = np.searchsorted(t, starts, "left"), np.searchsorted(t, ends, "left")
     before = np.clip(i0 - 1, 0, None)
     held = (i0 > 0) & (starts - t[before] <= gap_ns) if len(t) else np.zeros(len(starts), bool)
+    if len(t) and len(failed_ns):
+        first_read = np.where(i0 < i1, t[np.clip(i0, 0, len(t) - 1)], ends)
+        between = np.searchsorted(failed_ns, first_read, "left") - np.searchsorted(
+            failed_ns, t[before], "right"
+        )
+        held &= between == 0
     lo = i0 - held.astype(np.int64)
     sums = np.concatenate([[0.0], np.cumsum(v)])
     count = (i1 - lo).astype(np.float64)
@@ -179,6 +200,7 @@ def pooled(spans: Spans) -> Spans:
         scrapes=[sum(spans.scrapes)],
         gauges={f: Gauge(one(g.total), one(g.count), one(g.top, "max")) for f, g in spans.gauges.items()},
         deltas={f: one(d) for f, d in spans.deltas.items()},
+        failed=[sum(spans.failed)],
     )
 
 
@@ -237,7 +259,7 @@ class _Reader:
             if g.count[self.k]
             else None
         )
-        return self._noted(value, key, name, NO_GAUGE)
+        return self._noted(value, key, name, FAILED_GAUGE if self.spans.failed[self.k] else NO_GAUGE)
 
     def delta(self, name: str, key: str) -> float | None:
         value = self.spans.deltas[name][self.k]
@@ -247,7 +269,7 @@ class _Reader:
         if value is not None:
             self.used.setdefault(key, self.s.sources.get(name, name))
         elif key not in self.reasons:
-            self.reasons[key] = why if _has(self.s, name) else NO_SERIES
+            self.reasons[key] = why if _has(self.s, name) else self._absent()
         return None if value is None else float(value)
 
     def hit_ratio(self) -> float | None:
@@ -284,8 +306,12 @@ class _Reader:
             out[ratio] = _r(self.gauge("spec_accept_ratio", ratio, "mean"), 4)
             out[length] = _r(self.gauge("spec_accept_length", length, "mean"), 4)
         else:
-            self.reasons[ratio] = self.reasons[length] = NO_SPEC
+            self.reasons[ratio] = self.reasons[length] = NO_SPEC if self.s.present else self._absent()
         return out
+
+    def _absent(self) -> str:
+        """Why a field no scrape had is null: the page lacks it, or no scrape succeeded at all."""
+        return NO_SERIES if self.s.present or not (self.s.errors or len(self.s.failed_ns)) else NO_SCRAPE
 
 
 def _per_s(

@@ -203,7 +203,8 @@ def engine_input(store: Store, t_from_ns: int, t_to_ns: int) -> EngineSamples | 
     errors = store.engine_errors(t_from_ns, t_to_ns)
     if not errors and not any(t_from_ns <= r.t_ns <= t_to_ns for r in rows):
         return None
-    return EngineSamples.from_rows(rows, errors, (t_from_ns, t_to_ns))
+    failed = store.engine_failure_times(t_from_ns - ENGINE_MARGIN_NS, t_to_ns + ENGINE_MARGIN_NS)
+    return EngineSamples.from_rows(rows, errors, (t_from_ns, t_to_ns), failed_ns=failed)
 
 
 def _pick(column: np.ndarray, index: I64) -> np.ndarray:

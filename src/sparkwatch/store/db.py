@@ -218,6 +218,9 @@ class Store:
     def engine_errors(self, t_from_ns: int, t_to_ns: int) -> list[tuple[int, str]]:
         return engine_samples.errors(self._db, t_from_ns, t_to_ns)
 
+    def engine_failure_times(self, t_from_ns: int, t_to_ns: int) -> list[int]:
+        return engine_samples.failure_times(self._db, t_from_ns, t_to_ns)
+
     # ---- clock offsets ---------------------------------------------------------------------------
     def add_offset(self, node: str, boot_id: str, offset: ClockOffset, t_ns: int | None = None) -> None:
         with tx(self._db):

@@ -65,6 +65,16 @@ def errors(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[tuple[i
     ]
 
 
+def failure_times(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[int]:
+    """When every scrape in the span failed: a gauge is not held across them."""
+    return [
+        int(t)
+        for (t,) in db.execute(
+            "SELECT t_ns FROM engine_errors WHERE t_ns BETWEEN ? AND ? ORDER BY t_ns", (t_from_ns, t_to_ns)
+        )
+    ]
+
+
 def _dict(text: str) -> dict[str, Any]:
     value = json.loads(text)
     return value if isinstance(value, dict) else {}
