@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 
 from helpers.processes import free_port
+from sparkwatch_agent.shared.units import lmx_gb
 
 AGENT = [sys.executable, "-m", "sparkwatch_agent"]
 
@@ -114,6 +115,14 @@ def test_probe_with_fake_nvml_discrete(fake_nvml_dir: pathlib.Path) -> None:
     lmx = out["hardware"]["lmx"]
     assert lmx["hwClass"] == "DISCRETE_GPU" and len(lmx["gpus"]) == 2
     assert "lmx_hardware" not in out  # once, inside hardware
+    # the fields lmx's own nvidia-smi detector writes (cmd/lmx/main.go, applyNvidiaSMIHardware)
+    sizes = [g["memory_total_bytes"] for g in out["hardware"]["gpus"]]
+    assert (
+        lmx["gpuCount"] == 2
+        and lmx["gpuName"] == lmx["gpus"][0]["name"] == out["hardware"]["gpus"][0]["name"]
+    )
+    assert lmx["vramGb"] == lmx["gpus"][0]["vramGb"] == lmx_gb(sizes[0])
+    assert lmx["totalVramGb"] == lmx_gb(sum(sizes))  # the bytes summed, rounded once
 
 
 def test_stream_stdio_emits_hello_then_samples_and_takes_commands() -> None:

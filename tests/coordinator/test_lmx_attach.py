@@ -185,9 +185,26 @@ def test_cluster_hardware_sums_memory_and_keeps_what_nodes_agree_on() -> None:
     assert hw["os"] == "Ubuntu 24.04.3 LTS (kernel 6.11.0-1016-nvidia)"
 
 
+def test_cluster_hardware_of_discrete_gpus_has_the_fields_lmx_writes() -> None:
+    """Every node's GPUs listed, their count, the first one's name and size, and the total from the summed
+    bytes, rounded once (lmx's applyNvidiaSMIHardware: round1(totalVramMb / 1024))."""
+    sizes = [80 * GIB + GIB * 6 // 100] * 3  # 80.06 GiB each
+
+    def node(name: str, gpus: list[int]) -> dict[str, Any]:
+        facts = [{"name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": b} for b in gpus]
+        lmx = {"hwClass": "DISCRETE_GPU", "gpus": [], "cpu": "x", "ramGb": 1.0, "os": "linux"}
+        return {"node": name, "hardware": {"lmx": lmx, "gpus": facts, "memory_total_bytes": GIB}}
+
+    hw = cluster_hardware([node("a", sizes[:2]), node("b", sizes[2:])])
+    assert hw["gpuCount"] == 3 and hw["gpuName"] == "NVIDIA H100 80GB HBM3"
+    assert [g["vramGb"] for g in hw["gpus"]] == [80.1, 80.1, 80.1] and hw["vramGb"] == 80.1
+    assert hw["totalVramGb"] == 240.2  # 240.18 GiB rounded once; the rounded figures would sum to 240.3
+
+
 def test_cluster_hardware_refuses_mixed_chips_and_silent_nodes() -> None:
-    with pytest.raises(HardwareError, match="nodes differ in chipFamily: GB10, GH200"):
-        cluster_hardware([gb10(), gb10(family="GH200")])
+    other = {**gb10(family="GH200"), "node": "m"}
+    with pytest.raises(HardwareError, match=r"nodes differ in chipFamily: GB10 \(n\), GH200 \(m\)$"):
+        cluster_hardware([gb10(), other])
     with pytest.raises(HardwareError, match="node quiet: no hardware report: link down"):
         cluster_hardware([gb10(), {"node": "quiet", "hardware": None, "error": "link down"}])
 

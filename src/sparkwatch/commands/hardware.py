@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sparkwatch_agent.shared.lmx_fields import discrete_gpus
 from sparkwatch_agent.shared.units import lmx_gb, round1
 
 
@@ -18,12 +19,16 @@ class HardwareError(Exception):
     """The nodes did not all report, or report hardware that cannot be one lmx record."""
 
 
-def _same(values: Sequence[Any], field: str) -> Any:
+def _same(values: Sequence[Any], field: str, names: Sequence[str] = ()) -> Any:
+    """The one value the nodes agree on, or theirs joined; for a field one lmx record cannot mix, a
+    refusal naming which node has which (``names``: the nodes, in the order of ``values``)."""
     distinct = sorted({str(v) for v in values if v is not None})
     if not distinct:
         return None
     if len(distinct) > 1 and field in ("hwClass", "chipVendor", "chipFamily"):
-        raise HardwareError(f"nodes differ in {field}: {', '.join(distinct)}")
+        held = {d: [n for n, v in zip(names, values, strict=False) if str(v) == d] for d in distinct}
+        shown = [f"{d} ({', '.join(held[d])})" if held[d] else d for d in distinct]
+        raise HardwareError(f"nodes differ in {field}: {', '.join(shown)}")
     return distinct[0] if len(distinct) == 1 else " / ".join(distinct)
 
 
@@ -37,31 +42,41 @@ def _sum(values: Sequence[Any], n_bytes: Sequence[Any] = ()) -> float | None:
     return round1(float(sum(values)))
 
 
+def _gpu(gpu: Any) -> tuple[str, int | None]:
+    """(name, memory bytes) of one GPU as a hello lists it."""
+    facts = gpu if isinstance(gpu, dict) else {}
+    size = facts.get("memory_total_bytes")
+    return str(facts.get("name", "")), size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
 def cluster_hardware(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """``nodes`` as /v1/nodes lists them; every node must have said hello with an lmx object."""
     if not nodes:
         raise HardwareError("no nodes")
-    records, missing, n_bytes = [], [], []
+    records, missing, n_bytes, names = [], [], [], []
     for node in nodes:
         hardware = node.get("hardware") or {}
         lmx = hardware.get("lmx")
         if isinstance(lmx, dict):
             records.append(lmx)
+            names.append(str(node.get("node")))
             n_bytes.append(hardware.get("memory_total_bytes"))
         else:
             reason = node.get("error") or "it has not said hello (agent down or too old)"
             missing.append(f"node {node['node']}: no hardware report: {reason}")
     if missing:  # every node at fault at once: a token file shared by all is often wrong on all
         raise HardwareError("; ".join(missing))
-    hw_class = _same([r.get("hwClass") for r in records], "hwClass")
+    hw_class = _same([r.get("hwClass") for r in records], "hwClass", names)
     out: dict[str, Any] = {"hwClass": hw_class}
     if hw_class == "UNIFIED":
-        out["chipVendor"] = _same([r.get("chipVendor") for r in records], "chipVendor")
-        out["chipFamily"] = _same([r.get("chipFamily") for r in records], "chipFamily")
+        out["chipVendor"] = _same([r.get("chipVendor") for r in records], "chipVendor", names)
+        out["chipFamily"] = _same([r.get("chipFamily") for r in records], "chipFamily", names)
         out["chipVariant"] = _same([r.get("chipVariant") for r in records], "chipVariant")
         out["unifiedMemoryGb"] = _sum([r.get("unifiedMemoryGb") for r in records], n_bytes)
     elif hw_class == "DISCRETE_GPU":
-        out["gpus"] = [g for r in records for g in r.get("gpus", [])]
+        out.update(
+            discrete_gpus([_gpu(g) for node in nodes for g in (node.get("hardware") or {}).get("gpus") or ()])
+        )
     out["cpu"] = _same([r.get("cpu") for r in records], "cpu")
     out["ramGb"] = _sum([r.get("ramGb") for r in records], n_bytes)
     out["os"] = _same([r.get("os") for r in records], "os")

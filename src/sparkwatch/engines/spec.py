@@ -25,7 +25,7 @@ class EngineSpecError(TableError):
 class EngineSpec:
     url: str  # the engine's metrics page: http(s)://host:port/metrics
     interval_s: float = DEFAULT_INTERVAL_S
-    bearer_token_file: Path | None = None  # vLLM's --api-key guards /metrics too when set
+    bearer_token_file: Path | None = None  # for a /metrics that answers 401 (a proxy, some vLLM versions)
 
 
 def parse_engine(table: Any) -> EngineSpec:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sparkwatch_agent.hardware.host_facts import HostFacts
 from sparkwatch_agent.sampling.snapshot import Snapshot
+from sparkwatch_agent.shared.lmx_fields import discrete_gpus
 from sparkwatch_agent.shared.units import lmx_gb
 
 
@@ -34,11 +35,4 @@ def lmx_hardware(snap: Snapshot, host: HostFacts) -> dict[str, object]:
             "unifiedMemoryGb": ram_gb,
             **out,
         }
-    return {
-        "hwClass": "DISCRETE_GPU",
-        "gpus": [
-            {"name": g.name, "vramGb": lmx_gb(g.memory_total_bytes) if g.memory_total_bytes else None}
-            for g in gpus
-        ],
-        **out,
-    }
+    return {**discrete_gpus([(g.name, g.memory_total_bytes) for g in gpus]), **out}
