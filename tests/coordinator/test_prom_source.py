@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -446,6 +447,23 @@ def test_an_engine_that_cannot_be_reached_ends_the_detection_at_once() -> None:
         assert detect(Client(f"http://127.0.0.1:{engine.server_port}")) == "prometheus"
     finally:
         engine.shutdown()
+
+
+def test_an_end_after_now_is_warned_about_before_the_engine_is_asked(tmp_path: pathlib.Path) -> None:
+    """A date typed a day ahead, or an export asked for before the run ended: samples after now do not
+    exist yet, and those windows would read as gaps (before, exit 0 and no word)."""
+    at = (time.time_ns() // 10**9 + 3600) * 10**9
+    windows = tmp_path / "w.json"
+    windows.write_text(
+        json.dumps({"windows": [{"id": "r", "phase": "timed", "t_start_ns": at, "t_end_ns": at + 10**9}]})
+    )
+    start, end = str(at // 10**9 - 5), str(at // 10**9 + 5)
+    done = _cli(
+        "--prometheus", "http://127.0.0.1:1", "--windows", str(windows), "--start", start, "--end", end
+    )
+    warning, failure = done.stderr.splitlines()
+    assert warning.startswith("sparkwatch: warning: --end ") and "is after now" in warning, done.stderr
+    assert "cannot reach http://127.0.0.1:1" in failure and done.returncode == 2
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:

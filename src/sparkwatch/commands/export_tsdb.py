@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -80,6 +81,12 @@ def tsdb_export(
     url = check_url(args.prometheus)
     windows = load_windows(args.windows_format, args.windows)  # a file's mistakes before the engine is asked
     _check_span(windows, args.start, args.end)
+    now_ns = time.time_ns()
+    if args.end > now_ns + SPAN_SLACK_NS:  # a typo in the date, or an export asked for too early
+        say(
+            f"warning: --end {utc_stamp(args.end)} is after now ({utc_stamp(now_ns)}): there are no samples"
+            " after now yet, so what lies there reads as a gap"
+        )
     auth = Auth(args.bearer_token_file, args.basic_auth_user, args.basic_auth_password_file)
     client = Client(url, auth)
     engine: Engine = detect(client) if args.engine == "auto" else args.engine
