@@ -66,7 +66,8 @@ def errors(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[tuple[i
 
 
 def failure_times(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[int]:
-    """When every scrape in the span failed: a gauge is not held across them."""
+    """When each failed scrape in the span was (all of them, where ``errors`` keeps the first few): a gauge
+    is not held across them."""
     return [
         int(t)
         for (t,) in db.execute(
