@@ -246,6 +246,31 @@ def test_export_validates_against_the_published_schema() -> None:
         jsonschema.validate(plain(broken), run_schema())
 
 
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("totals", "completion_tokens"), -7),
+        (("lmx", "peakVramGb"), -1.0),
+        (("windows", 0, "phase"), "TIMED"),
+        (("windows", 0, "completion_tokens"), -3),
+    ],
+)
+def test_the_schema_refuses_what_no_export_can_hold(where: tuple[Any, ...], value: Any) -> None:
+    """Counts and sizes below 0, a phase no window may have: a hand edit the schema let through before."""
+    import jsonschema
+
+    from sparkwatch.core.export_schema import run_schema
+
+    export = plain(build())
+    *path, last = where
+    target = export
+    for step in path:
+        target = target[step]
+    target[last] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(export, run_schema())
+
+
 def test_decode_scope_counts_only_windows_with_token_stamps() -> None:
     run = RunSpec(id="d", name="decode", t_start_ns=T0, t_end_ns=T0 + 40 * S, interval_s=0.1, scope="decode")
     export = build_export(run, [node("spark-1", 11.0, 61.0, [(20, 25), (30, 35)], 100)], WINDOWS, "0.1.0")

@@ -7,7 +7,7 @@ from typing import Any
 from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
 from sparkwatch.core.series_schema import SERIES
 from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, REQUIRED_FIELDS, WINDOW_FIELDS
-from sparkwatch.defaults import EXPORT_SCHEMA
+from sparkwatch.defaults import EXPORT_SCHEMA, PHASE_RE
 
 
 def _nullable(kind: str, **extra: Any) -> dict[str, Any]:
@@ -16,6 +16,7 @@ def _nullable(kind: str, **extra: Any) -> dict[str, Any]:
 
 _NUM = _nullable("number")
 _INT = _nullable("integer")
+_COUNT, _AMOUNT = _nullable("integer", minimum=0), _nullable("number", minimum=0)  # never below 0
 _REASONS = {"type": "object", "additionalProperties": {"type": "string"}}
 
 
@@ -169,7 +170,7 @@ _NODE = {
 _MEAN_MAX = {
     "type": "object",
     "required": ["mean", "max"],
-    "properties": {"mean": _NUM, "max": _NUM},
+    "properties": {"mean": _AMOUNT, "max": _AMOUNT},
     "additionalProperties": False,
 }
 #: What the serving engine's /metrics said over a span (core/engine.py): optional, null without a scrape.
@@ -178,15 +179,15 @@ _ENGINE_FIGURES = {
     "scrapes": {"type": "integer", "minimum": 0},
     "running_requests": _MEAN_MAX,
     "waiting_requests": _MEAN_MAX,
-    "kv_cache_usage_ratio_max": _NUM,
-    "prefix_cache_hit_ratio": _NUM,
-    "prompt_tokens": _NUM,
-    "generation_tokens": _NUM,
-    "prompt_tokens_per_s": _NUM,
-    "generation_tokens_per_s": _NUM,
-    "preemptions": _NUM,
-    "spec_decode_acceptance_ratio": _NUM,
-    "spec_decode_mean_acceptance_length": _NUM,
+    "kv_cache_usage_ratio_max": _AMOUNT,
+    "prefix_cache_hit_ratio": _AMOUNT,
+    "prompt_tokens": _AMOUNT,
+    "generation_tokens": _AMOUNT,
+    "prompt_tokens_per_s": _AMOUNT,
+    "generation_tokens_per_s": _AMOUNT,
+    "preemptions": _AMOUNT,
+    "spec_decode_acceptance_ratio": _AMOUNT,
+    "spec_decode_mean_acceptance_length": _AMOUNT,
     "sources": _REASONS,
     "null_reasons": _REASONS,
 }
@@ -240,10 +241,10 @@ _ENGINE = {
 #: Each of the window's own fields (core.windows), as the export shows it.
 _WINDOW_FIELDS: dict[str, Any] = {
     "id": {"type": "string"},
-    "phase": {"type": "string"},
+    "phase": {"type": "string", "pattern": PHASE_RE.pattern},
     "t_start_ns": {"type": "integer"},
     "t_end_ns": {"type": "integer"},
-    **dict.fromkeys(OPTIONAL_INT_FIELDS, _INT),
+    **dict.fromkeys(OPTIONAL_INT_FIELDS, _COUNT),
     **dict.fromkeys(OPTIONAL_STR_FIELDS, _nullable("string")),
     "source": {"type": "object"},
 }
@@ -349,7 +350,7 @@ _TOTALS_FIELDS = {
     "energy_j": _NUM,
     "memory_used_bytes_peak_sum": _INT,
     "memory_used_bytes_peak_of_sum": _INT,
-    "completion_tokens": _INT,
+    "completion_tokens": _COUNT,
     "joules_per_token": _NUM,
 }
 _TOTALS = {
@@ -371,7 +372,7 @@ _LMX = {
     "required": ["gpuPowerWatts", "peakVramGb", "notes"],
     "properties": {
         "gpuPowerWatts": {"type": "array", "items": _NUM},
-        "peakVramGb": _NUM,
+        "peakVramGb": _AMOUNT,
         "notes": {"type": "string", "maxLength": LMX_NOTES_MAX_CHARS},
     },
 }
