@@ -9,13 +9,14 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from sparkwatch.cli_handlers import anchor_of, target_of
 from sparkwatch.client import CoordinatorClient
 from sparkwatch.commands.demo import DemoOptions, run_demo
 from sparkwatch.commands.embedded import nodes_now
 from sparkwatch.commands.hardware import cluster_hardware
-from sparkwatch.commands.nodes_check import check_cluster, render
+from sparkwatch.commands.nodes_check import check_cluster, check_engine, render
 from sparkwatch.commands.run import run_command
 from sparkwatch.commands.run_options import RunOptions, parse_import
 from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
@@ -143,16 +144,21 @@ def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
     standing = args.nodes is None and (args.coordinator or os.environ.get(ENV_COORDINATOR))
     target = target_of(args) if standing else None
 
-    async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
-        return await client.wait_for_clocks(timeout_s=args.wait)
+    async def settle(client: CoordinatorClient) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        nodes = await client.wait_for_clocks(timeout_s=args.wait)
+        return nodes, await client.wait_for_engine(timeout_s=args.wait)
 
-    checks = check_cluster(asyncio.run(nodes_now(target, args.nodes, settle)))
+    async def now(client: CoordinatorClient) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        return await client.nodes_and_engine()
+
+    nodes, engine = asyncio.run(nodes_now(target, args.nodes, settle, now=now, with_engine=True))
+    checks, engine_problems = check_cluster(nodes), check_engine(engine)
+    ok = not engine_problems and all(not c.problems for c in checks)
     if args.json:
-        ok = all(not c.problems for c in checks)
-        print(json.dumps({"nodes": [c.to_json() for c in checks], "ok": ok}))
+        print(json.dumps({"nodes": [c.to_json() for c in checks], "engine": engine, "ok": ok}))
     else:
-        print(render(checks))
-    return 1 if any(c.problems for c in checks) else 0
+        print(render(checks, engine))
+    return 0 if ok else 1
 
 
 def cmd_sim_model(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:

@@ -252,8 +252,14 @@ class CoordinatorClient:
             raise CoordinatorError(f"GET {self.target.url}/v1/time: {exc}") from None
 
     async def nodes(self) -> list[dict[str, Any]]:
+        return (await self.nodes_and_engine())[0]
+
+    async def nodes_and_engine(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """/v1/nodes: the nodes, and the serving engine's scraper (None: the coordinator scrapes none)."""
         answer = self._shaped(await self._call("GET", "/v1/nodes"), {"nodes": list}, "GET /v1/nodes")
-        return [self._shaped(node, NODE_SHAPE, "GET /v1/nodes") for node in answer["nodes"]]
+        engine = answer.get("engine")
+        nodes = [self._shaped(node, NODE_SHAPE, "GET /v1/nodes") for node in answer["nodes"]]
+        return nodes, engine if isinstance(engine, dict) else None
 
     # ---- waiting for the nodes -------------------------------------------------------------------
     async def wait_for_nodes(
@@ -290,6 +296,20 @@ class CoordinatorClient:
         """The nodes once every one has said hello, had its clock probed and its wall meter (if any) polled
         once, answered or not (or when the time is up)."""
         return (await self.wait_for_nodes(_preflight_ready, timeout_s))[0]
+
+    async def wait_for_engine(self, timeout_s: float) -> dict[str, Any] | None:
+        """The engine scraper once it has tried once, answered or not (or when the time is up)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            _, engine = await self.nodes_and_engine()
+            if (
+                engine is None
+                or engine.get("scrapes")
+                or engine.get("failures")
+                or time.monotonic() > deadline
+            ):
+                return engine
+            await asyncio.sleep(POLL_S)
 
 
 def _preflight_ready(node: dict[str, Any]) -> bool:

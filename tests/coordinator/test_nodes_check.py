@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import pathlib
 import socket
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from helpers.processes import free_port
-from sparkwatch.commands.nodes_check import check_cluster, check_node, render
+from sparkwatch.commands.nodes_check import check_cluster, check_engine, check_node, render
 from sparkwatch_agent.hardware.host_facts import STA_UNSYNC, TIME_ERROR, read_time_sync
 
 
@@ -143,3 +145,49 @@ def test_a_meter_that_takes_connections_but_never_answers_is_a_problem(
         f"PROBLEM sim-1: redfish meter at http://127.0.0.1:{port} does not give a reading: no answer within"
         " the timeout"
     ) in result.stdout
+
+
+def test_the_engine_page_is_checked_with_the_nodes(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    """nodes.toml's [engine]: a page that does not answer is a problem (every window's engine block would
+    be empty), one that answers shows its family; before, the check never asked it."""
+    agent = agent_factory("--backend", "sim", "--node", "sim-1")
+    page = (
+        pathlib.Path(__file__).parents[1] / "fixtures" / "engines" / "vllm_v1_openshift_ai.txt"
+    ).read_bytes()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    nodes = tmp_path / "nodes.toml"
+    cli = [sys.executable, "-m", "sparkwatch", "nodes", "check", "--nodes", str(nodes), "--wait", "10"]
+    try:
+        for port, ok in ((server.server_port, True), (free_port(), False)):
+            nodes.write_text(
+                f'[nodes.sim-1]\nurl = "ws://127.0.0.1:{agent.port}"\n[engine]\nurl = "http://127.0.0.1:{port}"\n'
+            )
+            result = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+            said = result.stdout + result.stderr
+            if ok:
+                assert result.returncode == 0, said
+                assert f"engine: vllm /metrics at http://127.0.0.1:{port}/metrics, " in result.stdout, said
+            else:
+                assert result.returncode == 1, said
+                assert f"PROBLEM engine /metrics at http://127.0.0.1:{port}/metrics does not answer: " in said
+                assert "1 of 1 node(s) ready" in result.stdout  # the nodes themselves are fine
+    finally:
+        server.shutdown()
+    unknown = {"url": "http://e/metrics", "scrapes": 3, "failures": 0, "family": None, "error": None}
+    assert check_engine(unknown) == [
+        "engine /metrics at http://e/metrics answers, but with no vLLM or SGLang series (their figures will"
+        " be null)"
+    ]
+    assert check_engine(None) == []

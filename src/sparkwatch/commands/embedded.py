@@ -15,14 +15,15 @@ import secrets
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.coordinator.serve import running_coordinator
 from sparkwatch.engines.spec import EngineSpec
-from sparkwatch.links.nodes_file import NodeSpec, load_nodes
+from sparkwatch.links.nodes_file import NodeSpec, load_nodes_file
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @contextlib.asynccontextmanager
@@ -44,12 +45,21 @@ async def embedded_coordinator(
 async def nodes_now(
     target: CoordinatorTarget | None,
     nodes_file: Path | None,
-    settle: Callable[[CoordinatorClient], Awaitable[list[dict[str, Any]]]],
-) -> list[dict[str, Any]]:
-    """/v1/nodes of the standing coordinator at ``target``, or, without one, of a coordinator embedded for
-    ``nodes_file`` (default ``nodes.toml``) once ``settle`` (a wait on the client) has returned its answer."""
+    settle: Callable[[CoordinatorClient], Awaitable[T]],
+    *,
+    now: Callable[[CoordinatorClient], Awaitable[T]] | None = None,
+    with_engine: bool = False,
+) -> T:
+    """What ``now`` reads of the standing coordinator at ``target`` (default: its nodes), or, without one,
+    what ``settle`` (a wait on the client) answers of a coordinator embedded for ``nodes_file`` (default
+    ``nodes.toml``); ``with_engine``: that coordinator also scrapes the file's ``[engine]``."""
     if target is not None:
         async with CoordinatorClient(target) as client:
-            return await client.nodes()
-    async with embedded_coordinator(load_nodes(nodes_file or Path("nodes.toml"))) as client:
+            return await (now or _nodes)(client)
+    spec = load_nodes_file(nodes_file or Path("nodes.toml"))
+    async with embedded_coordinator(spec.nodes, engine=spec.engine if with_engine else None) as client:
         return await settle(client)
+
+
+async def _nodes(client: CoordinatorClient) -> Any:
+    return await client.nodes()

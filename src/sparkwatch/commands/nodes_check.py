@@ -157,7 +157,22 @@ def _hello_of(node: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def render(checks: Sequence[NodeCheck]) -> str:
+def check_engine(engine: dict[str, Any] | None) -> list[str]:
+    """The serving engine's /metrics (nodes.toml's ``[engine]``): a page that does not answer, or that is no
+    engine's sparkwatch has a table for, would leave every window's ``engine`` block empty."""
+    if engine is None:
+        return []
+    where = f"engine /metrics at {engine.get('url')}"
+    if engine.get("error"):
+        return [f"{where} does not answer: {engine['error']}"]
+    if not engine.get("scrapes"):
+        return [f"{where} has not answered yet"]
+    if engine.get("family") is None:
+        return [f"{where} answers, but with no vLLM or SGLang series (their figures will be null)"]
+    return []
+
+
+def render(checks: Sequence[NodeCheck], engine: dict[str, Any] | None = None) -> str:
     width = max([14, *(len(c.node) for c in checks)])  # long names keep the columns aligned
     header = (
         f"{'node':<{width}} {'reach':<5} {'agent':<8} {'memory':<8} {'offset ± unc (ms)':<19}"
@@ -181,9 +196,13 @@ def render(checks: Sequence[NodeCheck]) -> str:
             lines.append(
                 f"meter {c.node}: {c.meter['kind']} {c.meter['domain']} {c.meter['last_power_w']:.1f} W"
             )
+    engine_problems = check_engine(engine)
+    if engine is not None and not engine_problems:
+        lines.append(f"engine: {engine['family']} /metrics at {engine['url']}, {engine['scrapes']} scrape(s)")
     for c in checks:
         lines += [f"PROBLEM {c.node}: {p}" for p in c.problems]
         lines += [f"warning {c.node}: {w}" for w in c.warnings]
+    lines += [f"PROBLEM {p}" for p in engine_problems]
     bad = sum(1 for c in checks if c.problems)
     lines.append(f"{len(checks) - bad} of {len(checks)} node(s) ready to measure")
     return "\n".join(lines)
