@@ -130,7 +130,14 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
     async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
         return await client.wait_for_hellos(timeout_s=args.wait)
 
-    record = cluster_hardware(asyncio.run(nodes_now(target, args.nodes, settle)))
+    nodes = asyncio.run(nodes_now(target, args.nodes, settle))
+    record = cluster_hardware(nodes)
+    for node in nodes:  # a standing coordinator keeps a node's last hello while its agent is away
+        if not node.get("connected"):
+            print(
+                f"sparkwatch: warning: node {node['node']} is not connected: its last hello is used",
+                file=sys.stderr,
+            )
     text = json.dumps(record, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)

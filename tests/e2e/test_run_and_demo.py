@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 from helpers.cli import nodes_toml, sparkwatch
-from helpers.processes import free_port
+from helpers.processes import Coordinator, free_port, wait_connected
 from sparkwatch.commands.demo import COLD_UTIL, MODEL_BYTES_PER_NODE, warm_util
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch_agent.hardware.sim import SimSpec
@@ -189,6 +189,32 @@ def test_hardware_with_a_node_down_is_one_line(tmp_path: pathlib.Path) -> None:
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]  # after the link's own log lines
     assert last.startswith("sparkwatch: error: node gone: no hardware report: ClientConnectorError"), last
+
+
+def test_hardware_from_a_standing_coordinator_says_which_agent_is_away(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    """The coordinator keeps a node's last hello after its agent stops: the record is still made from it
+    (what the node was), but the command says so (before, nothing)."""
+    agents = [agent_factory("--backend", "sim", "--node", f"n{i}") for i in range(2)]
+    coord = Coordinator(
+        tmp_path, "".join(f'[nodes.n{i}]\nurl = "ws://127.0.0.1:{a.port}"\n' for i, a in enumerate(agents))
+    )
+    coord.start()
+    try:
+        wait_connected(coord, 2)
+        agents[1].stop()
+        deadline = time.monotonic() + 15
+        while sum(n["connected"] for n in coord.call("GET", "/v1/nodes")[1]["nodes"]) != 1:
+            assert time.monotonic() < deadline, "the link never noticed its agent stop"
+            time.sleep(0.1)
+        result = sparkwatch("hardware", "--coordinator", coord.url, "--token-file", str(coord.token))
+    finally:
+        coord.stop()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["hwClass"] == "UNIFIED"
+    assert "sparkwatch: warning: node n1 is not connected: its last hello is used" in result.stderr
+    assert "node n0" not in result.stderr
 
 
 LMX_LIKE = textwrap.dedent(
