@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,11 +153,12 @@ def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
     target = target_of(args) if standing else None
 
     async def settle(client: CoordinatorClient) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        deadline = time.monotonic() + args.wait  # one --wait for the nodes and the engine together
         nodes = await client.wait_for_clocks(timeout_s=args.wait)
-        return nodes, await client.wait_for_engine(timeout_s=args.wait)
+        return nodes, await client.wait_for_engine(timeout_s=max(0.0, deadline - time.monotonic()))
 
     async def now(client: CoordinatorClient) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        return await client.nodes_and_engine()
+        return await client.nodes(), await client.wait_for_engine(timeout_s=args.wait)  # a fresh coordinator
 
     nodes, engine = asyncio.run(nodes_now(target, args.nodes, settle, now=now, with_engine=True))
     checks, engine_problems = check_cluster(nodes), check_engine(engine)

@@ -35,6 +35,10 @@ def check_output(path: Path, reads: Mapping[Path, str] = MappingProxyType({})) -
     for source, what in reads.items():
         if path.resolve() == source.resolve():
             raise OutputError(f"-o {path} is {what} itself: what is written would replace it")
+    if not_a_file(path):  # a device or a pipe is written into: its own permission is what counts
+        if not os.access(path, os.W_OK):
+            raise OutputError(f"cannot write {path}: it is not writable")
+        return
     folder = through_link(path).parent  # a link's file is written where it points
     if not folder.is_dir():
         raise OutputError(f"cannot write {path}: folder {folder} does not exist")
@@ -49,10 +53,10 @@ def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
     bits) is set before the rename. The temporary file is removed when anything fails, and the error names
     ``path``, the file asked for, not the temporary one. Into a device or a pipe (``-o /dev/null``), the
     bytes go straight in: renaming over it would replace it with a file."""
-    final = through_link(path)
-    if not_a_file(final):
-        _write_into(path, final, lambda f: f.write(data))
+    if not_a_file(path):
+        _write_into(path, lambda f: f.write(data))
         return
+    final = through_link(path)
     tmp = final.with_name(f".{final.name}.sparkwatch-tmp")
     try:
         tmp.write_bytes(data)
@@ -76,8 +80,8 @@ def size_text(size_bytes: int) -> str:
 
 
 def not_a_file(path: Path) -> bool:
-    """Whether ``path`` exists as something other than a regular file or folder: a device, a pipe, a
-    socket (written into, never replaced)."""
+    """Whether ``path`` (its links followed, /dev/stdout's too) exists as something other than a regular
+    file or folder: a device or a pipe, written into, never replaced."""
     try:
         kind = os.stat(path).st_mode
     except OSError:
@@ -85,10 +89,11 @@ def not_a_file(path: Path) -> bool:
     return not (stat.S_ISREG(kind) or stat.S_ISDIR(kind))
 
 
-def _write_into(path: Path, final: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write into ``final`` as it is (a device or a pipe); an error names ``path``, as asked."""
+def _write_into(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write into ``path`` as it is (a device or a pipe), opened by its own name: /dev/stdout's link
+    points at a pipe that has no name of its own to open."""
     try:
-        with open(final, "wb") as f:
+        with open(path, "wb") as f:
             write(f)
     except OSError as exc:
         if exc.errno is None:
@@ -158,10 +163,10 @@ def _write_all(fd: int, source: BinaryIO) -> None:
 def write_export(path: Path, export: dict[str, Any]) -> None:
     """:func:`export_text` into ``path``, whole or not at all, written as it is encoded: an 8 h run's
     export is ~50 MB of text, never held at once (nor as bytes, text and bytes again)."""
-    final = through_link(path)
-    if not_a_file(final):  # no seeking in a pipe: the export is made in a spool, then copied in
-        _write_into(path, final, lambda f: _spooled(f, export))
+    if not_a_file(path):  # no seeking in a pipe: the export is made in a spool, then copied in
+        _write_into(path, lambda f: _spooled(f, export))
         return
+    final = through_link(path)
     tmp = final.with_name(f".{final.name}.sparkwatch-tmp")
     try:
         with open(tmp, "wb") as f:

@@ -21,6 +21,8 @@ from sparkwatch.core.engine import (
     FAILED_GAUGE,
     GAUGES,
     NO_SCRAPE,
+    NO_SERIES,
+    NO_SPEC,
     EngineSamples,
     attach_engine,
     engine_export,
@@ -92,7 +94,7 @@ def test_sglang_tensor_ranks_repeat_rank_0_and_a_zero_spec_length_means_no_spec_
     (priority="") are not added to it (srt/observability/metrics_collector.py)."""
     labels = {"model_name": "m", "engine_type": "unified", "pp_rank": "0", "moe_ep_rank": "0", "priority": ""}
     page = capture(SGLANG)
-    for tp, dp, value in (("0", "0", 20.0), ("1", "0", 20.0), ("2", "1", 10.0)):  # tp 1 repeats tp 0's batch
+    for tp, dp, value in (("0", "0", 20.0), ("1", "0", 99.0), ("2", "1", 10.0)):  # tp 1: not its leader
         ep = "0" if dp == "0" else tp
         page = add_series(
             page,
@@ -258,9 +260,14 @@ async def test_a_counter_that_went_down_and_a_failed_scrape_leave_unknowns(
     ] == "the engine answered HTTP 503 Service Unavailable"
     samples = _samples(store, T0, T0 + 13 * S)
     # across the restart at 6 s; after it; 3.5 s after the last answer; 1.2 s after it, the scrapes failing
-    starts = np.array([T0 + 4 * S, T0 + 6 * S, T0 + 11 * S + S // 2, T0 + 9 * S + S // 5], np.int64)
-    ends = np.array([T0 + 8 * S, T0 + 8 * S, T0 + 12 * S + S // 2, T0 + 10 * S + S // 2], np.int64)
-    _, (across, after, gap, down) = engine_export(samples, starts, ends, starts, ends)
+    # … and one between the failed scrapes at 9 and 10 s: none inside it, the one before it failed
+    starts = np.array(
+        [T0 + 4 * S, T0 + 6 * S, T0 + 11 * S + S // 2, T0 + 9 * S + S // 5, T0 + 9 * S + S // 4], np.int64
+    )
+    ends = np.array(
+        [T0 + 8 * S, T0 + 8 * S, T0 + 12 * S + S // 2, T0 + 10 * S + S // 2, T0 + 9 * S + S // 2], np.int64
+    )
+    _, (across, after, gap, down, between) = engine_export(samples, starts, ends, starts, ends)
     # 400, 500 | 0, 100, 200: the summed counter went down, so whether one rank of several restarted (its
     # new count is not the sum) cannot be told: unknown, never the others' lifetime totals counted again
     assert across["generation_tokens"] is None and "went down" in across["null_reasons"]["generation_tokens"]
@@ -272,7 +279,22 @@ async def test_a_counter_that_went_down_and_a_failed_scrape_leave_unknowns(
     # 8 s's, carried over the outage; now none, and the reason says the scrapes failed
     assert down["scrapes"] == 0 and down["running_requests"] == {"mean": None, "max": None}
     assert down["null_reasons"]["running_requests"] == FAILED_GAUGE
+    assert between["running_requests"]["mean"] is None
+    assert between["null_reasons"]["running_requests"] == FAILED_GAUGE  # not "no scrape just before it"
     store.close()
+
+
+def test_an_engine_with_no_table_says_its_page_has_no_such_series_even_after_a_failed_scrape() -> None:
+    """Its fields are never present: one failed scrape made every reason "no scrape succeeded"."""
+    rows = [(T0 + k * S, None, 1.0, {}, {}, ("tgi_queue_size",)) for k in range(5)]
+    samples = EngineSamples.from_rows(
+        rows, [(T0 + 5 * S, "timed out")], (T0, T0 + 5 * S), failed_ns=[T0 + 5 * S]
+    )
+    starts, ends = np.array([T0 + S], np.int64), np.array([T0 + 3 * S], np.int64)
+    scope, (window,) = engine_export(samples, starts, ends, starts, ends)
+    assert scope["unknown_series"] == ["tgi_queue_size"]
+    assert window["null_reasons"]["running_requests"] == NO_SERIES
+    assert window["null_reasons"]["spec_decode_acceptance_ratio"] == NO_SPEC
 
 
 def test_an_engine_no_scrape_of_which_succeeded_says_so_in_every_window() -> None:

@@ -9,7 +9,9 @@ import json
 import os
 import pathlib
 import stat
+import subprocess
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -28,6 +30,7 @@ from sparkwatch.outputs import (
     write_atomically,
     write_export,
 )
+from sparkwatch.proxy.spill import spill_path_beside
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
 SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | TEXT
@@ -127,12 +130,22 @@ def test_a_symlink_is_written_through_not_replaced(tmp_path: pathlib.Path) -> No
         assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["p.json"]
 
 
+def _device(tmp_path: pathlib.Path, name: str, minor: int) -> pathlib.Path:
+    """A character device of the memory driver (minor 3: null, 7: full): made in ``tmp_path`` where this
+    process may make one (root: a slip cannot touch the real ones), else the system's own."""
+    if os.geteuid() != 0:
+        return pathlib.Path("/dev") / name
+    node = tmp_path / name
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    return node
+
+
 def test_a_device_or_a_pipe_is_written_into_not_replaced(tmp_path: pathlib.Path) -> None:
     """`-o /dev/null`, or a FIFO a reader waits on: before, the rename over it left a regular file in its
     place (as root, /dev/null and /dev/full were replaced). The bytes go in; the node stays what it was."""
-    null = tmp_path / "null"
-    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # the same device as /dev/null
+    null, full = _device(tmp_path, "null", 3), _device(tmp_path, "full", 7)
     for write in (lambda p: write_atomically(p, b"{}\n"), lambda p: write_export(p, {"x": 1})):
+        check_output(null)
         write(null)
         assert stat.S_ISCHR(null.stat().st_mode)
     fifo = tmp_path / "fifo"
@@ -143,12 +156,19 @@ def test_a_device_or_a_pipe_is_written_into_not_replaced(tmp_path: pathlib.Path)
     write_export(fifo, {"x": 1})
     reader.join(10)
     assert stat.S_ISFIFO(fifo.stat().st_mode) and json.loads(got[0]) == {"x": 1}
-    full = tmp_path / "full"
-    os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # /dev/full: every write fails, ENOSPC
-    with pytest.raises(OSError, match=str(full)):
+    with pytest.raises(OSError, match=str(full)):  # every write to /dev/full fails: ENOSPC
         write_export(full, {"x": 1})
     assert stat.S_ISCHR(full.stat().st_mode)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "full", "null"]  # no temporary file
+    assert not [p for p in tmp_path.iterdir() if "sparkwatch-tmp" in p.name]
+
+
+def test_dev_stdout_into_a_pipe_is_written_through_its_own_name(tmp_path: pathlib.Path) -> None:
+    """`sparkwatch export … -o /dev/stdout | jq`: its link leads to a pipe with no name to open (before, the
+    temporary file's rename failed, FileNotFoundError)."""
+    script = "import pathlib, sparkwatch.outputs as o; o.write_export(pathlib.Path('/dev/stdout'), {'x': 1})"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"x": 1}
 
 
 def test_printing_an_export_writes_the_files_bytes(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
@@ -161,10 +181,11 @@ def test_printing_an_export_writes_the_files_bytes(capfdbinary: pytest.CaptureFi
     assert text.getvalue() == export_text(export)
 
 
-def test_no_report_is_written_beside_an_export_sent_to_a_device(tmp_path: pathlib.Path) -> None:
-    """`run -o /dev/null`: the report would have gone to /dev/null.report.html, a new file in /dev."""
-    null = tmp_path / "null"
-    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+def test_nothing_is_written_beside_an_export_sent_to_a_device(tmp_path: pathlib.Path) -> None:
+    """`run -o /dev/null`: the report would have gone to /dev/null.report.html, and unsent proxy windows to
+    /dev/null.unsent-windows.json: new files in /dev."""
+    null = _device(tmp_path, "null", 3)
     said = io.StringIO()
     assert write_report_beside({}, null, said) is None and said.getvalue() == ""
-    assert [p.name for p in tmp_path.iterdir()] == ["null"]
+    assert spill_path_beside(null).parent == pathlib.Path(tempfile.gettempdir())
+    assert spill_path_beside(tmp_path / "run.json") == tmp_path / "run.unsent-windows.json"

@@ -34,7 +34,8 @@ class Paged:
         for t, page in sorted(pages.items()):
             for name, samples in samples_by_name(page).items():
                 for labels, value in samples:
-                    key = tuple(sorted({**labels, **target, "__name__": name}.items()))
+                    merged = {**labels, **target, "__name__": name}
+                    key = tuple(sorted((k, v) for k, v in merged.items() if v))  # Prometheus drops "" labels
                     stamps, values = self.series.setdefault(key, ([], []))
                     stamps.append(t)
                     values.append(value)
@@ -151,6 +152,29 @@ def test_a_tsdbs_series_give_what_the_coordinators_scrapes_of_the_same_pages_giv
         assert got.values["generation_tokens"][4] == 7.5e6 + 900.0 * 4 + 400.0  # dp ranks, not tp rank 1
         assert got.values["prefix_cache_hit_ratio"][4] == pytest.approx((0.2 + 0.44) / 2)
         assert "spec_accept_length" not in got.present  # zero means not in use
+
+
+def test_sglangs_per_priority_parts_are_left_out_in_a_tsdb_too() -> None:
+    """With --enable-priority-scheduling the queue gauges hold their total under priority="" (stored by a
+    TSDB without the label) beside a series per priority: before, the export from a TSDB refused the total
+    and a part as two engines; the coordinator's own scrapes gave the total alone. (The recorded page's
+    queue, without the label, stands for the total as a TSDB stores it.)"""
+
+    def page(k: int) -> str:
+        out = with_values(capture(SGLANG), {"sglang:num_queue_reqs": 10.0 + k})
+        for priority, value in (("1", 4.0), ("2", 6.0 + k)):
+            out = add_series(
+                out, "sglang:num_queue_reqs", {"model_name": SGLANG_MODEL, "priority": priority}, value
+            )
+        return out
+
+    scraped = pages(page, 8)
+    span = (T0 + 2 * S, T0 + 5 * S)
+    got = engine_samples(Paged(scraped, {"job": "sglang"}), 'job="sglang"', *span, MARGIN_NS)
+    assert_same(got, stored(scraped, span))
+    assert got is not None
+    waiting = got.values["waiting_requests"]
+    assert list(waiting[np.isfinite(waiting)]) == [10.0 + k for k in range(8)]  # the total, never the parts
 
 
 def test_one_engine_only_and_matchers_that_select_nothing_are_one_line() -> None:

@@ -73,7 +73,10 @@ def _check_span(windows: list[Window], start_ns: int, end_ns: int) -> None:
 
 
 def tsdb_export(
-    args: argparse.Namespace, say: Callable[[str], None], series_buckets: int | None = None
+    args: argparse.Namespace,
+    say: Callable[[str], None],
+    series_buckets: int | None = None,
+    now_ns: Callable[[], int] = time.time_ns,
 ) -> dict[str, Any]:
     """The export over ``--start`` to ``--end`` for the ``--nodes`` given, else every node the engine has
     series of; SourceError (one line) when the engine cannot be read, lacks a node named or holds nothing
@@ -81,10 +84,10 @@ def tsdb_export(
     url = check_url(args.prometheus)
     windows = load_windows(args.windows_format, args.windows)  # a file's mistakes before the engine is asked
     _check_span(windows, args.start, args.end)
-    now_ns = time.time_ns()
-    if args.end > now_ns + SPAN_SLACK_NS:  # a typo in the date, or an export asked for too early
+    now = now_ns()
+    if args.end > now + SPAN_SLACK_NS:  # a typo in the date, or an export asked for too early
         say(
-            f"warning: --end {utc_stamp(args.end)} is after now ({utc_stamp(now_ns)}): there are no samples"
+            f"warning: --end {utc_stamp(args.end)} is after now ({utc_stamp(now)}): there are no samples"
             " after now yet, so what lies there reads as a gap"
         )
     auth = Auth(args.bearer_token_file, args.basic_auth_user, args.basic_auth_password_file)

@@ -18,7 +18,6 @@ from sparkwatch.outputs import (
     check_output,
     not_a_file,
     size_text,
-    through_link,
     write_atomically,
     write_text_atomically,
 )
@@ -68,7 +67,7 @@ def _page(export: dict[str, Any]) -> str:
 def write_report_beside(export: dict[str, Any], export_path: Path, stderr: TextIO) -> Path | None:
     """`run` and `demo`: the report beside the export they wrote; a failure is a warning (the export,
     the measurement's record, is already safe)."""
-    if not_a_file(through_link(export_path)):  # -o /dev/null: nothing beside it is for the report
+    if not_a_file(export_path):  # -o /dev/null: nothing beside it is for the report
         return None
     output = report_path(export_path)
     try:

@@ -120,13 +120,15 @@ class Spans:
     scrapes: list[int]
     gauges: dict[str, Gauge]
     deltas: dict[str, list[float]]
-    failed: list[int]  # scrapes that failed inside the span
+    failed: list[int]  # scrapes that failed inside the span, or since the last good one before it
 
 
 def read_spans(s: EngineSamples, starts: I64, ends: I64) -> Spans:
     """Every span [start, end) at once (vectorised: an export may have 100 000 windows)."""
     i0, i1 = np.searchsorted(s.t_ns, starts, "left"), np.searchsorted(s.t_ns, ends, "left")
-    failed = np.searchsorted(s.failed_ns, ends, "left") - np.searchsorted(s.failed_ns, starts, "left")
+    # failed scrapes since the last good one before the span (a held value they forbid) and inside it
+    since = np.where(i0 > 0, s.t_ns[np.clip(i0 - 1, 0, None)], starts) if len(s.t_ns) else starts
+    failed = np.searchsorted(s.failed_ns, ends, "left") - np.searchsorted(s.failed_ns, since, "right")
     return Spans(
         seconds=((ends - starts).astype(np.float64) / 1e9).tolist(),
         scrapes=(i1 - i0).tolist(),
@@ -306,12 +308,12 @@ class _Reader:
             out[ratio] = _r(self.gauge("spec_accept_ratio", ratio, "mean"), 4)
             out[length] = _r(self.gauge("spec_accept_length", length, "mean"), 4)
         else:
-            self.reasons[ratio] = self.reasons[length] = NO_SPEC if self.s.present else self._absent()
+            self.reasons[ratio] = self.reasons[length] = NO_SPEC if len(self.s.t_ns) else self._absent()
         return out
 
     def _absent(self) -> str:
         """Why a field no scrape had is null: the page lacks it, or no scrape succeeded at all."""
-        return NO_SERIES if self.s.present or not (self.s.errors or len(self.s.failed_ns)) else NO_SCRAPE
+        return NO_SERIES if len(self.s.t_ns) or not (self.s.errors or len(self.s.failed_ns)) else NO_SCRAPE
 
 
 def _per_s(

@@ -11,13 +11,16 @@ from pathlib import Path
 
 from sparkwatch.core.windows import CUT_SHORT, Window
 from sparkwatch.importers.plain import FAILURE, KEYS
-from sparkwatch.outputs import write_text_atomically
+from sparkwatch.outputs import not_a_file, write_text_atomically
 
 log = logging.getLogger(__name__)
 
 
 def spill_path_beside(export: Path) -> Path:
-    """The default spill file of a run: next to its export (``run.json`` → ``run.unsent-windows.json``)."""
+    """The default spill file of a run: next to its export (``run.json`` → ``run.unsent-windows.json``);
+    in the temporary folder for an export sent to a device or a pipe (``-o /dev/null``: not into /dev)."""
+    if not_a_file(export):
+        return Path(tempfile.gettempdir()) / f"{export.stem}.unsent-windows.json"
     return export.with_name(f"{export.stem}.unsent-windows.json")
 
 

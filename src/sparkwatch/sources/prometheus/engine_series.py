@@ -2,13 +2,13 @@
 :class:`EngineSamples`: what the coordinator's ``[engine]`` scrape stores, read from a fleet's engine.
 
 The same tables (engines/families.py) map the same series to the same fields, combined the same way at
-each scrape (sums over ranks, the fullest rank, only rank "0" of the replica labels, the first name of a
-field the scrape has). The series are those the user's label matchers select (``--engine-metrics
-'{job="vllm"}'``): a fleet's engine holds many serving engines, and which one served the benchmark is not
-something sparkwatch can guess. The matchers must select one engine: two series of one name and rank at the
-same time (two pods, two scrapers without deduplication) would be summed into a count neither had, and are
-refused; one after the other (a pod restarted under a new address) are one engine's life, its counters
-starting again (the core reads no span across that drop).
+each scrape (sums over ranks, the fullest rank, each group's lowest of the replica labels, never a
+per-priority part, the first name of a field the scrape has). The series are those the user's label
+matchers select (``--engine-metrics '{job="vllm"}'``): a fleet's engine holds many serving engines, and
+which one served the benchmark is not something sparkwatch can guess. The matchers must select one engine:
+two series of one name and rank at the same time (two pods, two scrapers without deduplication) would be
+summed into a count neither had, and are refused; one after the other (a pod restarted under a new
+address) are one engine's life, its counters starting again (the core reads no span across that drop).
 """
 
 from __future__ import annotations
@@ -89,7 +89,13 @@ def _read(reader: Reader, family: Family, matchers: str, t_from_ns: int, t_to_ns
     except SourceError as exc:
         raise SourceError(f"--engine-metrics {{{matchers}}}: {exc}") from None
     wanted = set(names)
-    return [r for r in read if len(r.t_ns) and r.labels.get("__name__") in wanted]
+    return [
+        r
+        for r in read
+        if len(r.t_ns)
+        and r.labels.get("__name__") in wanted
+        and not any(r.labels.get(label) for label in family.breakdown_labels)  # a part, beside its total
+    ]
 
 
 def _one_engine(family: Family, series: list[RawSeries], matchers: str) -> None:
