@@ -44,13 +44,17 @@ def test_every_kind_of_problem_is_named() -> None:
         _export(["ok", "low_confidence", "incomplete"], [30, 0, 30]),
         nodes_behind=["spark-3"],
         failed_imports=["a.json (aiperf): not an AIPerf file"],
+        failed_checks=[
+            "lmx-status cross-check FAILED: the proxy has 3 timed window(s), lmx's status lines 1"
+        ],
     )
     assert not quality.sound
     assert quality.line() == (
         "1 of 3 timed windows ok on 1 of 3 nodes: 2 timed window(s) not ok (r1, r2);"
         " never caught up: spark-3; no samples from spark-2 in the measured time;"
-        " import failed: a.json (aiperf): not an AIPerf file"
-    )
+        " import failed: a.json (aiperf): not an AIPerf file;"
+        " lmx-status cross-check FAILED: the proxy has 3 timed window(s), lmx's status lines 1"
+    )  # a check that failed is not an import that failed
     assert exit_code(0, quality, strict=False) == 0
     assert exit_code(0, quality, strict=True) == EXIT_NOT_SOUND == 3
     assert exit_code(7, quality, strict=True) == 7  # the command's own failure wins

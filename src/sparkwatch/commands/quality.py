@@ -55,12 +55,16 @@ class Quality:
 
 
 def judge(
-    export: dict[str, Any], nodes_behind: Sequence[str] = (), failed_imports: Sequence[str] = ()
+    export: dict[str, Any],
+    nodes_behind: Sequence[str] = (),
+    failed_imports: Sequence[str] = (),
+    failed_checks: Sequence[str] = (),
 ) -> Quality:
     """The measurement's quality: every window of the run's measured phases measured and ``ok`` (one that
     failed or lacks the stamps its scope needs is not), no GPU reported by two nodes, every node caught up
-    and sampled, every import taken. ``nodes_behind`` are the nodes whose samples never reached the end of
-    the run; ``failed_imports`` one sentence per import that was skipped."""
+    and sampled, every import taken, every check passed. ``nodes_behind`` are the nodes whose samples never
+    reached the end of the run; ``failed_imports`` one sentence per import that was skipped;
+    ``failed_checks`` one per check of the windows that failed (lmx's status lines against the proxy's)."""
     phases = export["method"].get("phases", ["timed"])
     timed = [w for w in export["windows"] if w["phase"] in phases]
     not_ok = [w["id"] for w in timed if not w["in_scope"] or w["verdict"] != "ok"]
@@ -80,6 +84,7 @@ def judge(
     if silent:
         problems.append(f"no samples from {', '.join(silent)} in the measured time")
     problems += [f"import failed: {text}" for text in failed_imports]
+    problems += list(failed_checks)  # said as they are: nothing failed to import
     return Quality(
         windows_ok=len(timed) - len(not_ok),
         windows_timed=len(timed),

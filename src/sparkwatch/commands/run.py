@@ -99,7 +99,7 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
         check = check_capture(path, proxied)
         _note(opts, state, *check.notes)
         if not check.ok:
-            state.failed_imports.append(check.notes[0])
+            state.failed_checks.append(check.notes[0])
         return
     try:
         windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor, since_ns=state.opened_ns)
@@ -184,7 +184,7 @@ async def run_command(opts: RunOptions) -> int:
     if export is None:
         return _no_export(opts, state, interrupted)
     output = _write(opts, export, state.run_id)
-    quality = judge(export, state.nodes_behind, state.failed_imports)
+    quality = judge(export, state.nodes_behind, state.failed_imports, state.failed_checks)
     code = INTERRUPTED_EXIT_CODE if interrupted else exit_code(state.code or 0, quality, opts.strict)
     print_outcome(
         export, quality, output=output, exit_code=code, interrupted=interrupted, json_out=opts.json_out,

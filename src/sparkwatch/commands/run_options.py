@@ -58,6 +58,7 @@ class RunState:
     quitting: bool = False  # a second Ctrl-C: the clean-up in flight must not report its own failures
     nodes_behind: list[str] = field(default_factory=list)
     failed_imports: list[str] = field(default_factory=list)
+    failed_checks: list[str] = field(default_factory=list)  # lmx's status lines that disagree with the proxy
     notes: list[str] = field(default_factory=list)  # run.notes of the export, said on stderr too
     proxy_windows: ProxyWindows | None = None  # kept when lmx's status lines are to check them
     opened_ns: int | None = None  # this host's clock as the run was opened: harness files are newer
