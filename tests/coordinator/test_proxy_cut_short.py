@@ -249,3 +249,16 @@ async def test_a_request_still_in_flight_when_the_proxy_closes_is_not_blamed_on_
     assert "client_left_unfinished" not in w.source and "client_disconnected" not in w.source
     assert "the proxy closed (the run ended, or it was stopped)" in (w.failure() or "")
     assert "1 generation request(s) in flight as the proxy closes" in caplog.text
+
+
+async def test_window_ids_follow_the_order_requests_arrived_in(rig: Rig) -> None:
+    """A long first request and a short second one: the second's window is made first, but the ids number
+    them as they arrived (before, as their windows were made)."""
+    slow = asyncio.create_task(_read_all(rig.url, "linger"))  # its whole answer, then 0.3 s to its end
+    async with asyncio.timeout(5):
+        while not rig.upstream.seen:
+            await asyncio.sleep(0.01)
+    await _read_all(rig.url, "whole")
+    await slow
+    first_made, second_made = await _window(rig.sink, 1), await _window(rig.sink, 2)
+    assert first_made.id.endswith("-000002") and second_made.id.endswith("-000001"), rig.sink.windows

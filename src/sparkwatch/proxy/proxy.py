@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 PHASE_HEADER = "X-Sparkwatch-Phase"
 GENERATION_SUFFIXES = ("/chat/completions", "/completions")
+#: The request's place in the order generation requests arrived: its window's number (ids in arrival order).
+ARRIVAL = web.RequestKey("sparkwatch_arrival", int)
 #: How long requests in flight get to finish when the proxy closes (the runner's shutdown timeout).
 SHUTDOWN_GRACE_S = 1.0
 #: RFC 9110 §7.6.1 hop-by-hop headers, plus the ones aiohttp sets for each side itself.
@@ -89,7 +91,7 @@ class Proxy:
         self._now_ns = self._clock.now_ns
         self._instance = secrets.token_hex(3)  # window ids stay unique if the proxy restarts in a run
         self._warmup_taken = 0  # warm-up slots given to requests without a phase header
-        self._windows_made = 0
+        self._arrived = 0  # generation requests so far: a window's number is its request's arrival
         self._session: aiohttp.ClientSession | None = None
         self._in_flight = 0  # generation requests between arrival and their window
         self._closing = False  # set by closing(): a handler cancelled from now on was cut by the proxy
@@ -136,6 +138,8 @@ class Proxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if not _generation(request):
             return await self._handle(request)
+        self._arrived += 1
+        request[ARRIVAL] = self._arrived
         self._in_flight += 1
         try:
             return await self._handle(request)
@@ -288,7 +292,6 @@ class Proxy:
         t_start = span[0]
         t_end = max(span)  # a wall clock stepped back mid-request must not make an invalid window
         stamps = watcher.finish(t_end)
-        self._windows_made += 1
         source: dict[str, object] = {
             "kind": "proxy",
             "clock": self._clock.label,
@@ -300,7 +303,7 @@ class Proxy:
             source["clock_uncertainty_ns"] = self._clock.uncertainty_ns
         source.update(_notes(watcher, status, notes))
         window = Window(
-            id=f"proxy-{self._instance}-{self._windows_made:06d}",
+            id=f"proxy-{self._instance}-{request[ARRIVAL]:06d}",
             phase=phase,
             t_start_ns=t_start,
             t_end_ns=t_end,
