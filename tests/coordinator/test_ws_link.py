@@ -331,3 +331,28 @@ async def test_hostile_frames_are_skipped_and_counted_and_never_end_the_link(tmp
     assert counted == {k: float(v) for k, v in link.state.frames_rejected.items()}
     await server.close()
     store.close()
+
+
+async def test_a_rotated_agent_token_is_read_again_at_the_next_use(tmp_path: pathlib.Path) -> None:
+    """docs/coordinator.md: a node's secrets are read again where they are used. The link read its token
+    once: after a rotation (the agent restarted with the new one) it kept sending the old, and said the
+    file, byte-identical to the agent's, was refused. A file that cannot be read keeps the last token."""
+    token = tmp_path / "agent.token"
+    token.write_text("a" * 32 + "\n")
+    token.chmod(0o600)
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = WsLink(
+            NodeSpec(name="n", url="ws://unused", token_file=token),
+            store,
+            session,
+            holder="t",
+            desired_interval=lambda: None,
+            base_url="http://unused",
+        )
+        assert link._headers == {"Authorization": f"Bearer {'a' * 32}"}
+        token.write_text("b" * 32 + "\n")
+        assert link._headers == {"Authorization": f"Bearer {'b' * 32}"}
+        token.chmod(0o644)  # refused now: the last token read stays
+        assert link._headers == {"Authorization": f"Bearer {'b' * 32}"}
+    store.close()

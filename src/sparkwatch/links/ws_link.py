@@ -20,7 +20,7 @@ from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Unauthorize
 from sparkwatch.links.stream import SampleSink, StreamIngest
 from sparkwatch.store import Store, Unavailable
 from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, time_reply
-from sparkwatch_agent.shared.auth import load_token
+from sparkwatch_agent.shared.auth import TokenFileError, load_token
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 from sparkwatch_agent.shared.protocol import LEASE_TTL_S
 
@@ -81,6 +81,11 @@ class WsLink:
 
     @property
     def _headers(self) -> dict[str, str]:
+        """The token file read again at every use, so a rotated token is picked up (a file that cannot be
+        read now keeps the last token read: the agent's 401 then says which file to fix)."""
+        if self.spec.token_file is not None:
+            with contextlib.suppress(TokenFileError):
+                self._token = load_token(self.spec.token_file)
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
     def interval_changed(self) -> None:
