@@ -298,3 +298,21 @@ async def test_a_body_labelled_gzip_that_is_not_is_a_400_and_changes_nothing(
     assert "the body cannot be read" in body["reason"] and "gzip" in body["reason"]
     assert len((await api.call("GET", "/v1/runs"))[1]["runs"]) == 1 and api.rows() == 0
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+async def test_a_clients_names_cannot_forge_or_garble_log_lines(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run or mark name is a client's text: in the log it is quoted with its newline, NUL and escape
+    characters escaped (before, a name could write a line of its own, "ERROR … link unauthorized")."""
+    caplog.set_level("INFO")
+    forged = "inj\nERROR sparkwatch.links.state: node spark-1: link unauthorized\x1b[2J\x00"
+    status, run = await api.call("POST", "/v1/runs", {"name": forged})
+    assert status == 201, run
+    assert (await api.call("POST", f"/v1/runs/{run['id']}/marks", {"name": "m\nx", "event": "begin"}))[
+        0
+    ] == 201
+    assert (await api.call("POST", f"/v1/runs/{run['id']}/end"))[0] == 200
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "\nERROR sparkwatch.links.state" not in text and "\x1b" not in text and "\x00" not in text
+    assert repr(forged) in text and "'m\\nx'" in text

@@ -224,7 +224,7 @@ class Coordinator:
         )
         self.store.create_run(run)
         self._interval_changed()
-        log.info("run %s (%s) opened at %g s", run.id, run.name, run.interval_s)
+        log.info("run %s (%r) opened at %g s", run.id, run.name, run.interval_s)  # a name is a client's text
         return run
 
     def end_run(self, run_id: str, command: dict[str, Any] | None = None) -> tuple[RunRow, list[str]]:
@@ -232,7 +232,7 @@ class Coordinator:
         run = self.store.end_run(run_id, self.now_ns(), command)
         self._interval_changed()
         dropped = self.store.drop_marks(run_id)
-        said = f" with marks still open, dropped: {', '.join(dropped)}" if dropped else ""
+        said = f" with marks still open, dropped: {', '.join(map(repr, dropped))}" if dropped else ""
         log.log(logging.WARNING if dropped else logging.INFO, "run %s ended%s", run_id, said)
         return run, dropped
 
