@@ -15,7 +15,7 @@ from helpers.frames import T0, sample_frame
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.clock import ClockOffset
-from sparkwatch.store import Store
+from sparkwatch.store import Store, retention
 from sparkwatch.store.db import RunRow
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.store.retention import MARGIN_NS
@@ -222,3 +222,20 @@ async def test_the_coordinator_runs_a_retention_pass_at_start(tmp_path: pathlib.
     finally:
         await coordinator.stop()
         store.close()
+
+
+def test_handing_pages_back_counts_no_sample_block(tmp_path: pathlib.Path) -> None:
+    """The passes log how many sample blocks they dropped: the vacuum's steps said how many pages were
+    still free, and a pass that dropped 28 blocks said 17 578."""
+    db = sqlite3.connect(tmp_path / "v.db")
+    db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    db.execute("CREATE TABLE t (x BLOB)")
+    db.executemany("INSERT INTO t VALUES (?)", [(b"x" * 4000,) for _ in range(2000)])
+    db.commit()
+    db.execute("DELETE FROM t")
+    db.commit()
+    assert db.execute("PRAGMA freelist_count").fetchone()[0] > 1000
+    steps = list(retention.vacuum_steps(db))
+    assert len(steps) > 1 and set(steps) == {0}
+    assert db.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    db.close()
