@@ -35,9 +35,15 @@ def json_error(status: int, error: str, reason: Any) -> web.Response:
 @web.middleware
 async def json_refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
     """aiohttp's own refusals (no such route, a method the route lacks, a body over the size limit, a plain
-    GET on a WebSocket route) as JSON with a reason, like every other refusal; the outermost middleware."""
+    GET on a WebSocket route) as JSON with a reason, like every other refusal; the outermost middleware. A
+    client that drops its connection mid-request is no error of ours: not an ERROR with a traceback."""
     try:
         return await handler(request)
+    except ConnectionResetError:  # the client went away: its body half sent, or its answer half read
+        log.debug("client left during %s %s", request.method, request.path[:200])
+        gone = json_error(400, "client_gone", "the connection was lost")  # for nobody: it closes quietly
+        gone.force_close()
+        return gone
     except web.HTTPException as exc:
         if exc.status < 400 or exc.content_type == "application/json":  # already one of ours
             raise

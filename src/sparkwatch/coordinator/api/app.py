@@ -4,6 +4,7 @@ with a JSON reason and stores nothing."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ OPENAPI = web.AppKey("openapi", dict[str, Any])
 MAX_BODY_BYTES = 64 * 1024 * 1024
 DIGITS = re.compile(r"[0-9]{1,9}")
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 
 error = json_error
@@ -207,16 +209,19 @@ async def export(request: web.Request) -> web.StreamResponse:
     except ValueError as exc:
         return error(400, "invalid_query", str(exc))
     pieces = await request.app[COORDINATOR].export_json(request.match_info["run_id"], buckets)
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
     try:
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        response.enable_chunked_encoding()
         await response.prepare(request)
         async for piece in pieces:
             await response.write(piece)
         await response.write_eof()
-        return response
+    except ConnectionError:  # the client left mid-answer: no error of ours, and the pieces stop being made
+        log.debug("client left during the export of %s", request.match_info["run_id"])
+        response.force_close()
     finally:
         pieces.close()
+    return response
 
 
 async def report(request: web.Request) -> web.Response:
