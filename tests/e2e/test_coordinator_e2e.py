@@ -311,3 +311,33 @@ async def test_the_metrics_registry_is_built_once_and_renders_each_scrape(
     assert (
         "sparkwatch_coordinator_open_runs 0.0" in first and "sparkwatch_coordinator_open_runs 1.0" in second
     )
+
+
+def test_a_restarted_coordinator_keeps_one_lease_on_each_agent(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    """Its leases go by its host and database, not its process: before, each restart during a run left
+    another 10 Hz lease on every agent for its whole ttl (five restarts, five leases, 10 Hz for 10 min
+    after the last run ended)."""
+    agent = agent_factory("--backend", "sim", "--node", "n1")
+    nodes = f'[nodes.n1]\nurl = "ws://127.0.0.1:{agent.port}"\n'
+    for _ in range(3):
+        coord = Coordinator(tmp_path, nodes)
+        coord.start()
+        try:
+            wait_connected(coord, 1)
+            if coord.call("GET", "/v1/runs")[1]["runs"] == []:
+                assert coord.call("POST", "/v1/runs", {"name": "long", "interval_s": 0.1})[0] == 201
+            deadline = time.monotonic() + 10
+            while not _leases(agent.url):
+                assert time.monotonic() < deadline, "no lease taken"
+                time.sleep(0.1)
+        finally:
+            coord.stop()
+    leases = _leases(agent.url)
+    assert len(leases) == 1 and leases[0]["interval_s"] == 0.1, leases
+
+
+def _leases(agent_url: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{agent_url}/v1/interval", timeout=5) as answer:
+        return list(json.load(answer)["leases"])

@@ -27,7 +27,7 @@ from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.hello_facts import agent_name, misnamed, shared_identities
-from sparkwatch.links.factory import make_link
+from sparkwatch.links.factory import lease_holder, make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
 from sparkwatch.meters.factory import make_reader
@@ -61,7 +61,7 @@ class Coordinator:
         self.store = store
         self.now_ns = now_ns
         self.instance = secrets.token_hex(8)  # this process: what /v1/time calls its boot
-        self.holder = f"sparkwatch-coordinator-{self.instance[:8]}"
+        self.holder = lease_holder(store.path)
         self._link_factory = link_factory or make_link
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -1,7 +1,10 @@
-"""The link a node's entry in nodes.toml asks for."""
+"""The link a node's entry in nodes.toml asks for, and the name its interval leases go by."""
 
 from __future__ import annotations
 
+import hashlib
+import socket
+from pathlib import Path
 from typing import Any
 
 from sparkwatch.links.nodes_file import NodeSpec
@@ -14,3 +17,11 @@ def make_link(spec: NodeSpec, *args: Any, **kwargs: Any) -> WsLink:
     if spec.ssh is None:
         return WsLink(spec, *args, **kwargs)
     return SshExecLink(spec, *args, **kwargs) if spec.mode == "exec" else SshTunnelLink(spec, *args, **kwargs)
+
+
+def lease_holder(db: Path) -> str:
+    """The name this coordinator's interval leases go by: its host and database, not its process, so a
+    restarted coordinator renews (and at a run's end releases) the lease its last life took, which a new
+    name each start left on every agent for its whole ttl (sampling at 10 Hz up to 10 min after a run)."""
+    identity = f"{socket.gethostname()}:{Path(db).resolve()}".encode()
+    return f"sparkwatch-coordinator-{hashlib.sha256(identity).hexdigest()[:8]}"
