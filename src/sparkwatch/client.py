@@ -100,6 +100,12 @@ class CoordinatorTarget:
         chosen = (url or env.get(ENV_COORDINATOR) or DEFAULT_COORDINATOR).rstrip("/")
         if not chosen.startswith(("http://", "https://")):
             raise CoordinatorError(f"coordinator URL must start with http:// or https://: {chosen!r}")
+        parts = urllib.parse.urlsplit(chosen)
+        if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+            raise CoordinatorError(  # never echoed: what is there may be a secret
+                "coordinator URL must not carry credentials, a query or a fragment: give the token with"
+                f" --token-file (or ${ENV_TOKEN_FILE})"
+            )
         path = token_file or (Path(env[ENV_TOKEN_FILE]) if env.get(ENV_TOKEN_FILE) else None)
         return cls(chosen, load_token(path) if path else None)
 
@@ -129,15 +135,18 @@ class CoordinatorClient:
                 if resp.status >= 400:
                     message = f"{method} {url}: HTTP {resp.status}: {_reason(text)}"
                     raise CoordinatorError(message, resp.status, _error_code(text))
-                return json.loads(text) if text else None
+                try:
+                    return json.loads(text) if text else None
+                except ValueError:
+                    raise CoordinatorError(f"{method} {url}: the answer is not JSON") from None
         except aiohttp.ClientError as exc:
             raise CoordinatorError(
                 f"cannot reach the coordinator at {self.target.url}: {_why(exc)}"
             ) from None
         except TimeoutError:
             raise CoordinatorError(f"{method} {url}: no answer in time") from None
-        except ValueError:
-            raise CoordinatorError(f"{method} {url}: the answer is not JSON") from None
+        except ValueError as exc:  # aiohttp's own refusal of what would be sent (a header, a URL)
+            raise CoordinatorError(f"{method} {url}: cannot be sent: {exc}") from None
 
     async def create_run(
         self,

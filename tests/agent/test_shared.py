@@ -11,7 +11,7 @@ import signal
 import pytest
 from aiohttp import web
 
-from sparkwatch_agent.shared.auth import AuthConfigError, TokenFileError, token_for_bind
+from sparkwatch_agent.shared.auth import AuthConfigError, TokenFileError, load_token, token_for_bind
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 from sparkwatch_agent.shared.http import BindError, start_site
 from sparkwatch_agent.shared.lifecycle import FORCED_EXIT_CODE, StopPolicy, stop_on_signals
@@ -51,6 +51,19 @@ async def test_start_site_binds_or_fails_with_one_line_and_cleans_up() -> None:
         assert second.server is None  # cleaned up: nothing half-started is left behind
     finally:
         await first.cleanup()
+
+
+@pytest.mark.parametrize(
+    "text", ["abcdefghijklmnop\nsecondline\n", "abcdefgh ijklmnopq\n", "abcdefghijklmnop\x00q"]
+)
+def test_a_token_file_of_more_than_one_token_is_refused(tmp_path: pathlib.Path, text: str) -> None:
+    """No HTTP client can send a token with a newline, space or control character in it: the server
+    started with it, and every client then failed with a misleading "the answer is not JSON"."""
+    token_file = tmp_path / "token"
+    token_file.write_text(text)
+    token_file.chmod(0o600)
+    with pytest.raises(TokenFileError, match="must hold one token on one line, without spaces"):
+        load_token(token_file)
 
 
 def test_token_for_bind(tmp_path: pathlib.Path) -> None:

@@ -197,6 +197,10 @@ def test_runs_refusals_name_the_coordinator(tmp_path: pathlib.Path) -> None:
     )
     bad = cli("runs", "open", "--interval", "0", "--coordinator", f"http://127.0.0.1:{port}")
     assert bad.returncode == 2 and "--interval" in bad.stderr  # refused before anything is sent
+    for url in (f"http://u:SECRETPW@127.0.0.1:{port}", f"http://127.0.0.1:{port}/?api_key=SECRETPW"):
+        refused = cli("runs", "list", "--coordinator", url)  # before: sent, and the secret echoed
+        one_line_refusal(refused, "coordinator URL must not carry credentials, a query or a fragment")
+        assert "SECRETPW" not in refused.stdout + refused.stderr
 
 
 def test_run_db_exports_offline_as_the_run_wrote_it(agent_factory: Any, tmp_path: pathlib.Path) -> None:

@@ -52,6 +52,8 @@ def load_token(path: Path) -> str:
         raise TokenFileError(f"cannot read token file {path}: {exc}") from exc
     if len(token) < 16:
         raise TokenFileError(f"token file {path} must hold a token of at least 16 characters")
+    if not token.isprintable() or any(c.isspace() for c in token):  # no HTTP client could send it
+        raise TokenFileError(f"token file {path} must hold one token on one line, without spaces")
     return token
 
 
