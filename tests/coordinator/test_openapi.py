@@ -65,3 +65,36 @@ def test_a_window_the_schema_refuses_is_refused_by_the_rules_too() -> None:
         with pytest.raises(WindowError):
             check_window(Window(**{**good, **change}))
     assert not validator.is_valid({**good, "x": 1})
+
+
+async def test_what_the_server_answers_is_what_the_document_declares(tmp_path: pathlib.Path) -> None:
+    """Answers a trial found undeclared: a mark's end (200), a bad import body (400), dropping a committed
+    import (409); /healthz's 503 is its own shape, not a Refusal."""
+    store = Store(tmp_path / "c.db")
+    app = make_app(Coordinator([], store), "t0ken-0123456789")
+    doc = openapi_document()
+    health = doc["paths"]["/healthz"]["get"]["responses"]["503"]
+    assert "Refusal" not in json.dumps(health) and "disconnected" in health["description"]
+    auth = {"Authorization": "Bearer t0ken-0123456789"}
+    async with TestClient(TestServer(app)) as client:
+
+        async def answer(method: str, path: str, template: str, body: object = None) -> int:
+            response = await client.request(method, path, json=body, headers=auth)
+            declared = doc["paths"][template][method.lower()]["responses"]
+            assert str(response.status) in declared, (method, template, response.status, list(declared))
+            return response.status
+
+        run = await (await client.post("/v1/runs", json={"name": "r"}, headers=auth)).json()
+        runs = f"/v1/runs/{run['id']}"
+        marks = "/v1/runs/{run_id}/marks"
+        assert await answer("POST", f"{runs}/marks", marks, {"name": "m", "event": "begin"}) == 201
+        assert (
+            await answer("POST", f"{runs}/marks", marks, {"name": "m", "event": "end", "phase": None}) == 200
+        )
+        imports = "/v1/runs/{run_id}/imports"
+        assert await answer("POST", f"{runs}/imports", imports, {"x": 1}) == 400
+        started = await (await client.post(f"{runs}/imports", headers=auth)).json()
+        one = f"{runs}/imports/{started['import_id']}"
+        assert await answer("POST", f"{one}/commit", imports + "/{import_id}/commit", {}) == 200
+        assert await answer("DELETE", one, imports + "/{import_id}", None) == 409
+    store.close()

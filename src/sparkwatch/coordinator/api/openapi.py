@@ -40,6 +40,7 @@ class Operation:
     answer: int = 200  # the status of success
     #: refusals particular to the route (401, 404, 405, and 413 and 503 for writes, are added)
     refusals: tuple[int, ...] = ()
+    also: tuple[tuple[int, str], ...] = ()  # other answers of success, with what each means
     query: tuple[dict[str, Any], ...] = ()  # its query parameters, as OpenAPI parameter objects
 
 
@@ -60,7 +61,12 @@ SERIES_BUCKETS_QUERY: dict[str, Any] = {
 }
 
 OPERATIONS = (
-    Operation("get", "/healthz", "200 when every link streams, else 503", refusals=(503,)),
+    Operation(
+        "get",
+        "/healthz",
+        "200 when every link streams, else 503 (not a Refusal: {status, nodes, disconnected})",
+        also=((503, "degraded: {status, nodes, disconnected}, the nodes whose links are not streaming"),),
+    ),
     Operation("get", "/metrics", "Prometheus text format"),
     Operation("get", "/v1/openapi.json", "this document"),
     Operation("get", "/v1/time", "the coordinator's clocks: {t_wall_ns, t_mono_ns, boot_id}"),
@@ -81,15 +87,23 @@ OPERATIONS = (
     ),
     Operation("post", "/v1/runs/{run_id}/end", "end the run (now)", "RunEnd", 200, (400, 404, 409)),
     Operation("post", "/v1/runs/{run_id}/windows", "add windows", "WindowBatch", 201, (400, 404, 409)),
-    Operation("post", "/v1/runs/{run_id}/imports", "begin an import", None, 201, (404, 409)),
+    Operation("post", "/v1/runs/{run_id}/imports", "begin an import", None, 201, (400, 404, 409)),
     Operation(
         "post",
         "/v1/runs/{run_id}/imports/{import_id}/commit",
         "make every window of the import part of the run",
-        refusals=(404, 409),
+        refusals=(400, 404, 409),
     ),
-    Operation("delete", "/v1/runs/{run_id}/imports/{import_id}", "drop the import", refusals=(404,)),
-    Operation("post", "/v1/runs/{run_id}/marks", "begin or end a mark", "MarkIn", 201, (400, 404, 409)),
+    Operation("delete", "/v1/runs/{run_id}/imports/{import_id}", "drop the import", refusals=(404, 409)),
+    Operation(
+        "post",
+        "/v1/runs/{run_id}/marks",
+        "begin a mark (201) or end it (200, its window)",
+        "MarkIn",
+        201,
+        (400, 404, 409),
+        also=((200, "the mark ended: {name, t_start_ns, t_end_ns}, the window it made"),),
+    ),
     Operation(
         "get",
         "/v1/runs/{run_id}/export",
@@ -204,18 +218,20 @@ def _responses(op: Operation) -> dict[str, Any]:
     kinds = {"/metrics": "text/plain", "/v1/runs/{run_id}/report": "text/html"}
     kind = kinds.get(op.path, "application/json")
     out: dict[str, Any] = {str(op.answer): {"description": op.summary, "content": {kind: {}}}}
+    out.update({str(code): {"description": what, "content": {kind: {}}} for code, what in op.also})
     codes = set(op.refusals) | ({401} if op.path not in OPEN_PATHS else set()) | {404, 405}
     if op.method != "get":
         codes |= {413, 503}
-    for code in sorted(codes):
+    for code in sorted(codes - {c for c, _ in op.also}):
         out[str(code)] = {"description": _REFUSALS[code], **refusal}
-    return out
+    return dict(sorted(out.items()))
 
 
 _REFUSALS = {
     400: (
-        "invalid_body: the reason lists each finding as {loc, msg}; invalid_query (export, report): a query"
-        " parameter out of its bounds, the reason a sentence"
+        "invalid_body: the reason lists each finding as {loc, msg} where the body's shape is wrong, else a"
+        " sentence (a rule between fields or windows); invalid_query (export, report): a query parameter"
+        " out of its bounds, the reason a sentence"
     ),
     401: "unauthorized: no or a wrong bearer token",
     404: "not_found: no such run, import, mark or route",
@@ -223,7 +239,8 @@ _REFUSALS = {
     409: (
         "duplicate_window_ids: window ids the run holds already or the batch repeats (duplicate_ids,"
         " duplicates); run_ended: a mark, or a window outside its span, in an ended run (t_end_ns);"
-        " conflict: a committed import, an open mark, an open run to delete (end it first)"
+        " conflict: a committed import (to commit or drop), an open mark, an open run to delete (end it"
+        " first)"
     ),
     413: "request_entity_too_large: a body over 64 MiB",
     503: "unavailable: the database cannot take the write, nothing was stored (/healthz: a link is down)",
