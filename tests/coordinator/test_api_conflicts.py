@@ -316,3 +316,14 @@ async def test_a_clients_names_cannot_forge_or_garble_log_lines(
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "\nERROR sparkwatch.links.state" not in text and "\x1b" not in text and "\x00" not in text
     assert repr(forged) in text and "'m\\nx'" in text
+
+
+async def test_a_small_route_refuses_a_large_body_unread(api: Api) -> None:
+    """Runs, marks, a run's end: a few hundred bytes. A body announced over 1 MiB is a 413 with a JSON
+    reason before it is read (before, up to 64 MiB was read and parsed on the event loop: seconds held)."""
+    big = {"name": "x" * (2 * 1024 * 1024)}
+    response = await api.client.post("/v1/runs", json=big)
+    assert response.status == 413
+    body = await response.json()
+    assert body["error"] == "request_entity_too_large" and "1048576" in body["reason"], body
+    assert (await api.call("GET", "/v1/runs"))[1]["runs"] == []

@@ -28,6 +28,8 @@ COORDINATOR = web.AppKey("coordinator", Coordinator)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 OPENAPI = web.AppKey("openapi", dict[str, Any])
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: The most a body that is not a window batch may be (a run's name and command, a mark): generous.
+SMALL_BODY_BYTES = 1024 * 1024
 DIGITS = re.compile(r"[0-9]{1,9}")
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
@@ -37,7 +39,11 @@ error = json_error
 
 
 async def parse(request: web.Request, kind: type[M]) -> M:
-    """A small body, validated on the loop (runs, marks: a few hundred bytes)."""
+    """A small body, validated on the loop (runs, marks: a few hundred bytes). One announced over
+    ``SMALL_BODY_BYTES`` is refused unread: read and parsed here, 50 MB held the loop for seconds."""
+    size = request.content_length
+    if size is not None and size > SMALL_BODY_BYTES:
+        raise web.HTTPRequestEntityTooLarge(max_size=SMALL_BODY_BYTES, actual_size=size)
     return bodies.model(await request.read(), kind)
 
 

@@ -242,7 +242,7 @@ _REFUSALS = {
         " conflict: a committed import (to commit or drop), an open mark, an open run to delete (end it"
         " first)"
     ),
-    413: "request_entity_too_large: a body over 64 MiB",
+    413: "request_entity_too_large: a body over 64 MiB (a window batch), over 1 MiB (any other)",
     503: "unavailable: the database cannot take the write, nothing was stored (/healthz: a link is down)",
 }
 
