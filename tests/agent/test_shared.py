@@ -11,7 +11,13 @@ import signal
 import pytest
 from aiohttp import web
 
-from sparkwatch_agent.shared.auth import AuthConfigError, TokenFileError, load_token, token_for_bind
+from sparkwatch_agent.shared.auth import (
+    AuthConfigError,
+    TokenFileError,
+    bearer_ok,
+    load_token,
+    token_for_bind,
+)
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 from sparkwatch_agent.shared.http import BindError, start_site
 from sparkwatch_agent.shared.lifecycle import FORCED_EXIT_CODE, StopPolicy, stop_on_signals
@@ -64,6 +70,16 @@ def test_a_token_file_of_more_than_one_token_is_refused(tmp_path: pathlib.Path, 
     token_file.chmod(0o600)
     with pytest.raises(TokenFileError, match="must hold one token on one line, without spaces"):
         load_token(token_file)
+
+
+def test_the_bearer_scheme_is_case_insensitive() -> None:
+    """RFC 9110 §11.1: `bearer <token>` is the same as `Bearer <token>` (it got a 401 that asked for the
+    second); the token itself is compared exactly."""
+    token = "a-token-of-enough-length"
+    assert bearer_ok(f"Bearer {token}", token) and bearer_ok(f"bearer {token}", token)
+    assert bearer_ok(f"BEARER {token}", token)
+    assert not bearer_ok(f"Bearer {token.upper()}", token) and not bearer_ok(f"Basic {token}", token)
+    assert not bearer_ok(None, token) and not bearer_ok("Bearer", token)
 
 
 def test_token_for_bind(tmp_path: pathlib.Path) -> None:

@@ -219,7 +219,7 @@ def _check_url(url: Any) -> None:
     if parsed.scheme not in _URL_SCHEMES or not parsed.hostname or port == 0:
         raise _Invalid("url", f"{shape}, got {toml_shown(url)}")
     if parsed.query or parsed.fragment:
-        raise _Invalid("url", f"must not have a query or fragment, got {toml_shown(url)}")
+        raise _Invalid("url", "must not have a query or fragment (not shown: it may hold a secret)")
     if parsed.path.rstrip("/").endswith(("/v1/stream", "/v1")):  # the links add /v1/… to the base
         base = parsed._replace(path=parsed.path.rstrip("/").removesuffix("/stream").removesuffix("/v1"))
         raise _Invalid("url", f"is the agent's base, without /v1/…: {toml_shown(base.geturl())}")

@@ -58,7 +58,8 @@ def load_token(path: Path) -> str:
 
 
 def bearer_ok(header: str | None, token: str) -> bool:
-    if not header or not header.startswith("Bearer "):
+    """``Authorization: Bearer <token>``, the scheme in any case (RFC 9110 §11.1: it is case-insensitive)."""
+    if not header or header[: len("Bearer ")].lower() != "bearer ":
         return False
     return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode())
 
