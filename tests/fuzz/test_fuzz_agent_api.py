@@ -674,7 +674,7 @@ AUTH_HEADERS: st.SearchStrategy[dict[str, str]] = st.one_of(
         [
             "Bearer",
             "Bearer ",
-            f"bearer {TOKEN}",
+            f"bearer {TOKEN[::-1]}",  # (the scheme in any case is right: RFC 9110 §11.1; the token is not)
             f"Bearer{TOKEN}",
             f"Basic {TOKEN}",
             TOKEN,

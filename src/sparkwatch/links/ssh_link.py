@@ -208,6 +208,9 @@ async def _ended(process: asyncssh.SSHClientProcess[str]) -> str:
     with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
         async with asyncio.timeout(1.0):
             said = " ".join((await process.stderr.read(STDERR_CHARS)).split())
+    with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
+        async with asyncio.timeout(1.0):  # the exit status may come a moment after stderr's end
+            await process.wait_closed()
     status = "no exit status" if process.exit_status is None else f"exit {process.exit_status}"
     return f"agent process ended ({status})" + (f": {said}" if said else "")
 
