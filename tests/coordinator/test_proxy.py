@@ -92,13 +92,19 @@ def test_the_watcher_flags_a_json_answer_too_large_to_read() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(min_value=1, max_value=len(STREAM) - 1), unique=True, max_size=30))
-def test_watcher_reads_the_same_however_the_bytes_are_split(cuts: list[int]) -> None:
-    bounds = [0, *sorted(cuts), len(STREAM)]
-    chunks = [STREAM[a:b] for a, b in itertools.pairwise(bounds)]
+@given(
+    st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    st.lists(st.integers(min_value=1, max_value=len(STREAM) - 1), unique=True, max_size=30),
+)
+def test_watcher_reads_the_same_however_the_bytes_are_split(newline: bytes, cuts: list[int]) -> None:
+    """Whatever ends the lines (LF, CRLF, a lone CR: all three are the event-stream format's) and however
+    the bytes arrive: a CRLF split between two chunks is one line end, not a line and a blank line."""
+    stream = STREAM.replace(b"\n", newline)
+    bounds = [0, *sorted(c for c in cuts if c < len(stream)), len(stream)]
+    chunks = [stream[a:b] for a, b in itertools.pairwise(bounds)]
     stamps = watch(chunks).stamps
     assert (stamps.prompt_tokens, stamps.completion_tokens, stamps.cached_tokens) == (12, 3, 8)
-    assert stamps.finish_reason == "stop" and stamps.events == 5
+    assert stamps.finish_reason == "stop" and stamps.events == 5 and stamps.done
     assert stamps.t_first_token_ns is not None and stamps.t_last_token_ns is not None
     assert stamps.t_first_byte_ns == 1 <= stamps.t_first_token_ns <= stamps.t_last_token_ns
 
@@ -115,6 +121,20 @@ def test_watcher_handles_crlf_completions_and_a_missing_final_blank_line() -> No
     assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (1, 2)
     assert stamps.completion_tokens == 2 and stamps.finish_reason == "length"
     assert stamps.unparsed_events == 1
+
+
+def test_a_cr_only_event_is_read_when_its_chunk_arrives() -> None:
+    """A lone CR ends a line at once: the event is stamped with its own chunk's time, not the next one's
+    (a CR that ends a chunk is not held back to see whether a LF follows)."""
+    role, token = (sse(e).replace(b"\n", b"\r") for e in (ROLE, TOKEN))
+    stamps = watch([role, token, b"\n", sse(LAST)]).stamps
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns, stamps.events) == (2, 4, 3)
+
+
+def test_a_data_field_with_no_colon_is_an_empty_line_of_the_event() -> None:
+    event = b'data: {"choices": [{"index": 0,\ndata\ndata:"text": "x"}]}\n\n'
+    stamps = watch([event]).stamps
+    assert (stamps.t_first_token_ns, stamps.unparsed_events) == (1, 0)
 
 
 def test_non_streamed_json_gives_usage_but_no_token_times() -> None:

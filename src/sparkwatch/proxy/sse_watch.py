@@ -72,6 +72,7 @@ class ResponseWatcher:
         self.streaming = streaming
         self.stamps = ResponseStamps()
         self._partial = b""  # an SSE line not yet ended
+        self._after_cr = False  # the last chunk ended in CR: a LF that starts the next is its CRLF's
         self._data: list[bytes] = []  # data lines of the event being read
         self._body: list[bytes] | None = [] if not streaming else None
         self._body_bytes = 0
@@ -84,24 +85,35 @@ class ResponseWatcher:
         if not self.streaming:
             self._keep_body(chunk)
             return
+        if self._after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._after_cr = chunk.endswith(b"\r")
         text = self._partial + chunk if self._partial else chunk
+        if b"\r" in text:  # lines end in CRLF, LF or a lone CR (the WHATWG event-stream format)
+            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         cut = text.rfind(b"\n")
         if cut < 0:
             self._partial = text
             return
         self._partial = text[cut + 1 :]
-        for raw in text[:cut].split(b"\n"):
-            line = raw[:-1] if raw.endswith(b"\r") else raw
+        for line in text[:cut].split(b"\n"):
             if not line:
                 self._dispatch(t_ns)
-            elif line.startswith(b"data:"):
-                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            else:
+                self._field(line)
+
+    def _field(self, line: bytes) -> None:
+        """One SSE line; only ``data`` matters here (``event``, ``id``, ``retry`` and comments do not)."""
+        if line.startswith(b"data:"):
+            self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+        elif line == b"data":  # a field with no colon has the empty value
+            self._data.append(b"")
 
     def finish(self, t_ns: int) -> ResponseStamps:
         """Call once after the last chunk: flushes an event the server did not end with a blank line."""
         if self.streaming:
-            if self._partial.startswith(b"data:"):
-                self._data.append(self._partial[5:].lstrip(b" "))
+            if self._partial:
+                self._field(self._partial)
             self._partial = b""
             self._dispatch(t_ns)
         elif self._body is not None and self._body:
