@@ -20,6 +20,7 @@ from sparkwatch.defaults import (
     MAX_RUN_NAME_CHARS,
     MIN_INTERVAL_S,
     PHASE_RE,
+    check_name,
     check_phases,
     check_series_buckets,
 )
@@ -198,7 +199,10 @@ def spill_file(text: str) -> Path:
 def run_name(text: str) -> str:
     if not 1 <= len(text) <= MAX_RUN_NAME_CHARS:
         raise argparse.ArgumentTypeError(f"must be 1 to {MAX_RUN_NAME_CHARS} characters, got {len(text)}")
-    return text
+    try:
+        return check_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def phase(text: str) -> str:

@@ -24,6 +24,21 @@ DEFAULT_PHASES: tuple[str, ...] = ("timed",)
 MAX_PHASES = 16
 #: The longest run or mark name the API takes.
 MAX_RUN_NAME_CHARS = 200
+#: What a run or mark name may not hold: C0 and C1 control characters and DEL. A name is one line wherever it
+#: shows (a log line, the report's title, a table cell); a newline in one could forge a log line.
+CONTROL_CHARS_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: The same rule as a JSON Schema pattern (the API's schema, and bodies made from it).
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
+
+
+def check_name(name: str) -> str:
+    """A run or mark name, unchanged; a ValueError if it holds a control character."""
+    bad = CONTROL_CHARS_RE.search(name)
+    if bad:
+        raise ValueError(f"must not hold control characters (a newline, a tab, an escape): {bad.group()!r}")
+    return name
+
+
 #: The bounds of a run's sampling interval, enforced by the API and checked by the CLI's flags.
 MIN_INTERVAL_S = 0.01
 MAX_INTERVAL_S = 60.0

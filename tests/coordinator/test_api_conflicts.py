@@ -300,22 +300,34 @@ async def test_a_body_labelled_gzip_that_is_not_is_a_400_and_changes_nothing(
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
 
 
-async def test_a_clients_names_cannot_forge_or_garble_log_lines(
-    api: Api, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A run or mark name is a client's text: in the log it is quoted with its newline, NUL and escape
-    characters escaped (before, a name could write a line of its own, "ERROR … link unauthorized")."""
+@pytest.mark.parametrize("bad", ["\n", "\x1b[2J", "\x00", "\t", "\x7f", "\x85"])
+async def test_a_name_with_a_control_character_is_refused(api: Api, bad: str) -> None:
+    """A run or mark name is one line wherever it shows (log, report, table): a newline in one could write
+    a log line of its own ("ERROR … link unauthorized"). Refused with the reason; nothing stored."""
+    forged = f"inj{bad}ERROR sparkwatch.links.state: node spark-1: link unauthorized"
+    status, body = await api.call("POST", "/v1/runs", {"name": forged})
+    assert status == 400 and body["reason"][0]["loc"] == "name", body
+    assert "control characters" in body["reason"][0]["msg"], body
+    assert (await api.call("GET", "/v1/runs"))[1]["runs"] == []
+    status, run = await api.call("POST", "/v1/runs", {"name": "fine"})
+    marks = f"/v1/runs/{run['id']}/marks"
+    status, body = await api.call("POST", marks, {"name": f"m{bad}", "event": "begin"})
+    assert status == 400 and body["reason"][0]["loc"] == "name", body
+    status, ended = await api.call("POST", f"/v1/runs/{run['id']}/end")
+    assert status == 200 and not ended["dropped_marks"], ended  # no mark was begun
+
+
+async def test_a_clients_names_are_quoted_in_the_log(api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    """A name is a client's text: the log quotes it, so its quotes and spaces cannot pass for the log's."""
     caplog.set_level("INFO")
-    forged = "inj\nERROR sparkwatch.links.state: node spark-1: link unauthorized\x1b[2J\x00"
-    status, run = await api.call("POST", "/v1/runs", {"name": forged})
+    name = "llama 70B' node 'spark-9 \u00e9"
+    status, run = await api.call("POST", "/v1/runs", {"name": name})
     assert status == 201, run
-    assert (await api.call("POST", f"/v1/runs/{run['id']}/marks", {"name": "m\nx", "event": "begin"}))[
-        0
-    ] == 201
+    marks = f"/v1/runs/{run['id']}/marks"
+    assert (await api.call("POST", marks, {"name": "m x", "event": "begin"}))[0] == 201
     assert (await api.call("POST", f"/v1/runs/{run['id']}/end"))[0] == 200
     text = "\n".join(r.getMessage() for r in caplog.records)
-    assert "\nERROR sparkwatch.links.state" not in text and "\x1b" not in text and "\x00" not in text
-    assert repr(forged) in text and "'m\\nx'" in text
+    assert repr(name) in text and "'m x'" in text
 
 
 async def test_a_small_route_refuses_a_large_body_unread(api: Api) -> None:
@@ -326,4 +338,60 @@ async def test_a_small_route_refuses_a_large_body_unread(api: Api) -> None:
     assert response.status == 413
     body = await response.json()
     assert body["error"] == "request_entity_too_large" and "1048576" in body["reason"], body
+    assert (await api.call("GET", "/v1/runs"))[1]["runs"] == []
+
+
+async def test_a_small_route_refuses_a_large_chunked_body_at_its_limit(api: Api) -> None:
+    """Sent chunked, with no length announced, the same body is read to 1 MiB and no further."""
+
+    async def pieces() -> AsyncIterator[bytes]:
+        yield b'{"name": "'
+        for _ in range(16):
+            yield b"x" * (256 * 1024)
+        yield b'"}'
+
+    response = await api.client.post("/v1/runs", data=pieces(), headers={"Content-Type": "application/json"})
+    assert response.status == 413
+    assert (await response.json())["error"] == "request_entity_too_large"
+    assert (await api.call("GET", "/v1/runs"))[1]["runs"] == []
+
+
+async def test_a_windows_body_announced_over_64_mib_is_refused_before_it_is_sent(api: Api) -> None:
+    """The answer comes at once, from the headers alone (before, the coordinator waited for 64 MiB of a
+    body that could not be taken, and read it)."""
+    _, run = await api.call("POST", "/v1/runs", {"name": "r"})
+    url = api.client.make_url(f"/v1/runs/{run['id']}/windows")
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    head = (
+        f"POST {url.path} HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {65 * 1024 * 1024}\r\n\r\n"
+    )
+    writer.write(head.encode())
+    await writer.drain()
+    try:
+        async with asyncio.timeout(10):  # no byte of the body is ever sent
+            status_line = await reader.readline()
+    finally:
+        writer.close()
+    assert status_line.split()[1] == b"413", status_line
+    assert (await api.call("GET", f"/v1/runs/{run['id']}"))[1]["windows"] == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "loc", "msg"),
+    [
+        ('{"name": "a", "name": "b"}', "name", "given more than once in one object"),
+        ('{"name": "a", "interval_s": NaN}', "interval_s", "finite number"),
+        ('{"name": "a", "gate_threshold": Infinity}', "gate_threshold", "finite number"),
+    ],
+)
+async def test_a_run_body_with_a_repeated_key_or_a_nan_says_so(
+    api: Api, raw: str, loc: str, msg: str
+) -> None:
+    """A key given twice (before, the last was taken silently) or a NaN (before, "should be less than or
+    equal to 60": NaN's comparisons fail) is refused with what is wrong; nothing stored."""
+    response = await api.client.post("/v1/runs", data=raw, headers={"Content-Type": "application/json"})
+    body = await response.json()
+    assert response.status == 400 and body["reason"][0]["loc"] == loc, body
+    assert msg in body["reason"][0]["msg"], body
     assert (await api.call("GET", "/v1/runs"))[1]["runs"] == []

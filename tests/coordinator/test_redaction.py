@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from sparkwatch.cli_parser import make_parser
 from sparkwatch.commands.redaction import default_name, redact_argv, redact_text, secret_name
 
 KEY = "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv"  # an OpenAI-shaped key
@@ -183,6 +184,15 @@ def test_default_name_never_shows_an_unredacted_word() -> None:
     assert default_name(redact_argv(["env", "HF_TOKEN=abc123"])) == "env HF_TOKEN=***"  # env alone
     assert default_name(["env", "-u", "HOME", "-C", "/tmp", "-i", "A=1", "vllm", "bench"]) == "vllm bench"
     assert len(default_name(["x" * 500])) == 200
+    # a name is one line (the API refuses control characters): an argument's newline or tab is a space
+    assert default_name(["python", "bench.py", "a\nb\tc\x1b"]) == "python bench.py a b c "
+
+
+def test_a_name_flag_with_a_control_character_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        make_parser().parse_args(["runs", "open", "--name", "a\nb"])
+    assert exited.value.code == 2
+    assert "argument --name: must not hold control characters" in capsys.readouterr().err
 
 
 BODY = '{"messages": [' + ", ".join(['{"role": "user", "content": "' + "a'b\" " * 20 + '"}'] * 5000) + "]}"

@@ -30,6 +30,8 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from sparkwatch.defaults import CONTROL_CHARS_RE, MAX_RUN_NAME_CHARS
+
 MASK = "***"
 
 _WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -239,4 +241,4 @@ def default_name(redacted: Sequence[str]) -> str:
         if arg.startswith("-"):
             break
         name.append(arg)
-    return " ".join(name)[:200]
+    return CONTROL_CHARS_RE.sub(" ", " ".join(name))[:MAX_RUN_NAME_CHARS]  # a name is one line

@@ -30,6 +30,7 @@ OPENAPI = web.AppKey("openapi", dict[str, Any])
 MAX_BODY_BYTES = 64 * 1024 * 1024
 #: The most a body that is not a window batch may be (a run's name and command, a mark): generous.
 SMALL_BODY_BYTES = 1024 * 1024
+READ_CHUNK_BYTES = 256 * 1024
 DIGITS = re.compile(r"[0-9]{1,9}")
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
@@ -41,10 +42,23 @@ error = json_error
 async def parse(request: web.Request, kind: type[M]) -> M:
     """A small body, validated on the loop (runs, marks: a few hundred bytes). One announced over
     ``SMALL_BODY_BYTES`` is refused unread: read and parsed here, 50 MB held the loop for seconds."""
+    return bodies.model(await read_body(request, SMALL_BODY_BYTES), kind)
+
+
+async def read_body(request: web.Request, limit_bytes: int) -> bytes:
+    """The body, if it is at most ``limit_bytes``; one announced larger is a 413 before a byte is read
+    (aiohttp's own limit reads up to it first), one sent chunked is stopped at the limit."""
     size = request.content_length
-    if size is not None and size > SMALL_BODY_BYTES:
-        raise web.HTTPRequestEntityTooLarge(max_size=SMALL_BODY_BYTES, actual_size=size)
-    return bodies.model(await request.read(), kind)
+    if size is not None and size > limit_bytes:
+        raise web.HTTPRequestEntityTooLarge(max_size=limit_bytes, actual_size=size)
+    if size is not None:
+        return await request.read()
+    body = bytearray()
+    async for piece in request.content.iter_chunked(READ_CHUNK_BYTES):
+        body += piece
+        if len(body) > limit_bytes:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit_bytes, actual_size=len(body))
+    return bytes(body)
 
 
 @web.middleware
@@ -145,7 +159,7 @@ async def add_windows(request: web.Request) -> web.Response:
     windows never hold the event loop."""
     coord = request.app[COORDINATOR]
     run_id = request.match_info["run_id"]
-    batch = await asyncio.to_thread(bodies.window_batch, await request.read())
+    batch = await asyncio.to_thread(bodies.window_batch, await read_body(request, MAX_BODY_BYTES))
     count = await coord.add_windows(run_id, batch.windows, batch.import_id)
     answer: dict[str, Any] = {"stored": count}
     if batch.import_id is not None:

@@ -9,6 +9,7 @@ the body's own text, each a few milliseconds, so the loop gets its turns in betw
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -52,11 +53,40 @@ _SLICE = TypeAdapter(list[CheckedWindow], config=ConfigDict(extra="forbid", stri
 
 
 def model(raw: bytes, kind: type[M]) -> M:
-    """A small body (a run, a mark): one pydantic call."""
+    """A small body (a run, a mark): one pydantic call, after a key given twice in one object is refused
+    (pydantic would keep the last, and the client meant one of them)."""
+    repeated = _repeated_key(raw)
+    if repeated is not None:
+        raise BodyError([{"loc": repeated, "msg": "given more than once in one object"}])
     try:
         return kind.model_validate_json(raw)
     except ValidationError as exc:
         raise BodyError(_details(exc)) from None
+
+
+def _repeated_key(raw: bytes) -> str | None:
+    """The first key an object of the body repeats; None if none does or the body is not JSON (which
+    pydantic then says)."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                raise _Repeated(key)
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except _Repeated as exc:
+        return str(exc)
+    except ValueError:  # not JSON (or not UTF-8): pydantic's finding says so
+        return None
+    return None
+
+
+class _Repeated(Exception):
+    pass
 
 
 def window_batch(raw: bytes) -> WindowBatch:

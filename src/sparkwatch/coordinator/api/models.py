@@ -16,21 +16,30 @@ from sparkwatch.defaults import (
     MAX_PHASES,
     MAX_RUN_NAME_CHARS,
     MIN_INTERVAL_S,
+    NAME_PATTERN,
     PHASE_RE,
     ScopeKind,
+    check_name,
     check_phases,
 )
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    #: allow_inf_nan off: a NaN is "not a finite number", not "should be at most 60" (its comparisons fail)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 PhaseName = Annotated[str, StringConstraints(pattern=PHASE_RE.pattern)]
+#: A run's or a mark's name: one line of text (the schema states the rule as a pattern; the check says it).
+Name = Annotated[
+    str,
+    AfterValidator(check_name),
+    Field(min_length=1, max_length=MAX_RUN_NAME_CHARS, json_schema_extra={"pattern": NAME_PATTERN}),
+]
 
 
 class RunCreate(Strict):
-    name: str = Field(min_length=1, max_length=MAX_RUN_NAME_CHARS)
+    name: Name
     interval_s: float = Field(default=DEFAULT_INTERVAL_S, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S)
     gate_threshold: float = Field(default=DEFAULT_GATE_THRESHOLD, ge=0, le=1)
     scope: ScopeKind = DEFAULT_SCOPE
@@ -70,13 +79,14 @@ class MarkIn(Strict):
         extra="forbid",
         strict=True,
         frozen=True,
+        allow_inf_nan=False,
         # the validator's rule, for clients and for bodies made from the schema (tests/fuzz)
         json_schema_extra={
             "if": {"properties": {"event": {"const": "end"}}, "required": ["event"]},
             "then": {"properties": {"phase": {"type": "null"}}},  # an end has no phase: absent or null
         },
     )
-    name: str = Field(min_length=1, max_length=MAX_RUN_NAME_CHARS)
+    name: Name
     event: Literal["begin", "end"]
     phase: str | None = Field(
         default=None,
