@@ -68,8 +68,20 @@ Sub = Any  # argparse's subparsers action (its class is private)
 def _add_coordinator(sub: Sub) -> None:
     coord = sub.add_parser("coordinator", help="collect samples from every node; serve the run API")
     coord.add_argument("--nodes", type=Path, required=True, metavar="FILE", help="nodes.toml")
-    coord.add_argument("--db", type=Path, default=Path("sparkwatch.db"), metavar="PATH", help="SQLite file")
-    coord.add_argument("--listen", type=_listen_text, default="127.0.0.1:8750", metavar="HOST:PORT")
+    coord.add_argument(
+        "--db",
+        type=Path,
+        default=Path("sparkwatch.db"),
+        metavar="PATH",
+        help="SQLite file (default: sparkwatch.db in the working directory)",
+    )
+    coord.add_argument(
+        "--listen",
+        type=_listen_text,
+        default="127.0.0.1:8750",
+        metavar="HOST:PORT",
+        help="where the API listens (default: 127.0.0.1:8750)",
+    )
     coord.add_argument("--token-file", type=Path, metavar="FILE", help="bearer token for the API (mode 0600)")
     coord.add_argument(
         "--insecure-no-auth", action="store_true", help="allow an off-loopback bind without token"

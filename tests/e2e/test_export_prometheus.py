@@ -493,6 +493,21 @@ def test_a_refusing_engine_or_a_missing_label_is_one_line_and_writes_nothing(rig
     assert "/api/v1/export answered HTTP 404" in said and "--engine auto asks the engine" in said
 
 
+def test_a_forced_engine_path_reads_victoriametrics_and_names_it(rig: Rig) -> None:
+    """`--engine prometheus` against VictoriaMetrics reads by range selectors, gives the figures its
+    /api/v1/export gives, and the export still says which engine it read (before: "prometheus")."""
+    rc, auto, _ = export_cli(rig, rig.victoria)
+    assert rc == 0 and auto is not None
+    rc, forced, said = export_cli(rig, rig.victoria, "--engine", "prometheus")
+    assert rc == 0 and forced is not None, said
+    source = forced["source"]
+    assert (source["kind"], source["api"]) == ("victoriametrics", "/api/v1/query (range selectors)")
+    assert "from victoriametrics (read by /api/v1/query (range selectors), as --engine says)" in said, said
+    for node, ref in zip(forced["nodes"], auto["nodes"], strict=True):
+        assert node["power_w"]["gated_mean"] == pytest.approx(ref["power_w"]["gated_mean"], rel=1e-9), node
+        assert node["samples"] == ref["samples"]
+
+
 @pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
 def test_the_serving_engines_series_in_the_tsdb_give_its_engine_blocks(rig: Rig, engine: str) -> None:
     """`--engine-metrics '{job="vllm"}'`: the vLLM page the engine scraped every second gives the scripted

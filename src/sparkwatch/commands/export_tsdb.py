@@ -92,9 +92,10 @@ def tsdb_export(
         )
     auth = Auth(args.bearer_token_file, args.basic_auth_user, args.basic_auth_password_file)
     client = Client(url, auth)
-    engine: Engine = detect(client) if args.engine == "auto" else args.engine
+    engine: Engine = detect(client)  # what it is, for source.kind, even where --engine forces the reading
+    read_as: Engine = engine if args.engine == "auto" else args.engine
     source = TsdbSource(
-        reader(client, engine),
+        reader(client, read_as),
         FAMILIES[args.metrics],
         args.nodes_label,
         engine,
@@ -105,9 +106,10 @@ def tsdb_export(
     t_from = min([args.start, *(w.t_start_ns for w in windows)])
     t_to = max([args.end, *(w.t_end_ns for w in windows)])
     nodes = source.nodes(t_from, t_to, only=args.nodes or ())
+    forced = "" if read_as == engine else f" (read by {source.describe()['api']}, as --engine says)"
     say(
         f"exporting {len(windows)} window(s) on {len(nodes)} node(s) ({', '.join(nodes)}) from {engine}"
-        f" at {url}, {args.metrics} series"
+        f"{forced} at {url}, {args.metrics} series"
     )
     spec = RunSpec(
         id=_run_id(url, args.start, args.end, args.windows.read_bytes()),
