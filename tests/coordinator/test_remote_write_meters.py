@@ -4,7 +4,9 @@ sent on the store's stamps; what the meter did not say is not sent."""
 
 from __future__ import annotations
 
+import math
 import pathlib
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +17,7 @@ from helpers.meter_sink import Sink
 from helpers.write_receiver import HELLO, Receiver, receiver, until, writer
 from sparkwatch.coordinator.remote_write.batch import Entry, group
 from sparkwatch.coordinator.remote_write.meters import WrittenMeter
+from sparkwatch.coordinator.remote_write.series import STALE_NAN
 from sparkwatch.meters.poller import MeterError, MeterPoller, Reading
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store import Store
@@ -44,18 +47,31 @@ def clock(stamps_ns: list[int]) -> Any:
     return lambda: next(it)
 
 
-def series_of(rx: Receiver) -> dict[tuple[tuple[str, str], ...], list[tuple[int, float]]]:
-    out: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+STALE = "stale"  # Prometheus' staleness marker (a NaN of its own bits), shown as this word
+
+
+def series_of(rx: Receiver) -> dict[tuple[tuple[str, str], ...], list[tuple[int, float | str]]]:
+    out: dict[tuple[tuple[str, str], ...], list[tuple[int, float | str]]] = {}
     for _, request in rx.requests:
         for ts in request.timeseries:
             labels = tuple((label.name, label.value) for label in ts.labels)
-            out.setdefault(labels, []).extend((s.timestamp, s.value) for s in ts.samples)
+            out.setdefault(labels, []).extend((s.timestamp, _shown(s.value)) for s in ts.samples)
     return out
 
 
-async def test_stored_readings_go_out_on_the_stores_stamps_and_a_failed_poll_sends_nothing(
+def _shown(value: float) -> float | str:
+    if math.isnan(value):
+        assert struct.pack("<d", value) == struct.pack("<d", STALE_NAN)
+        return STALE
+    return value
+
+
+async def test_stored_readings_go_out_on_the_stores_stamps_and_a_failed_poll_marks_them_stale(
     receiver: Receiver,
 ) -> None:
+    """A failed poll sends no value; the meter's series are marked stale 1 ms after its last reading (else
+    the engine answers that reading for its 5 min lookback while the meter says nothing). A value a reading
+    lacks that the last one had is marked stale at that reading, as a node's frames are."""
     w = writer(receiver.url)
     w.start()
     store = Sink()
@@ -94,10 +110,10 @@ async def test_stored_readings_go_out_on_the_stores_stamps_and_a_failed_poll_sen
     # the last reading's stamp is its meter's last: sent 1 ms after it
     later = [(t0_ms + 3005, 1.0), (t0_ms + 4005, 1.0), (t0_ms + 4006, 1.0)]
     assert series_of(receiver) == {
-        named(power, "coord-name"): [(t0_ms + 5, 61.0)],
-        named(energy, "coord-name"): [(t0_ms + 5, 3600.0)],
-        named(interval, "coord-name"): [(t0_ms + 5, 1.0)],
-        named(energy, "spark-a"): [(t0_ms + 3005, 3700.0)],
+        named(power, "coord-name"): [(t0_ms + 5, 61.0), (t0_ms + 6, STALE)],
+        named(energy, "coord-name"): [(t0_ms + 5, 3600.0), (t0_ms + 6, STALE)],
+        named(interval, "coord-name"): [(t0_ms + 5, 1.0), (t0_ms + 6, STALE)],
+        named(energy, "spark-a"): [(t0_ms + 3005, 3700.0), (t0_ms + 4005, STALE)],
         named(power, "spark-a"): [(t0_ms + 4005, 88.0), (t0_ms + 4006, 89.0)],
         named(interval, "spark-a"): later,
     }

@@ -15,7 +15,7 @@ import pytest
 
 from doubles.nvml_fake import GPU_IS_LOST, FakeGpu, FakeNvml
 from helpers.frames import T0, S, sample_frame
-from sparkwatch.coordinator.remote_write.batch import BACKWARD_TOLERANCE_MS, Entry, group, rising_ms
+from sparkwatch.coordinator.remote_write.batch import BACKWARD_TOLERANCE_MS, Entry, Stamped, group, rising_ms
 from sparkwatch.coordinator.remote_write.proto import Messages
 from sparkwatch.coordinator.remote_write.series import NAME, STALE_NAN, HelloSeries, Key, frame_series
 from sparkwatch.core.clock import ClockOffset
@@ -329,3 +329,26 @@ def test_a_series_a_frame_no_longer_has_gets_a_staleness_marker_across_batches()
     request = Messages().decode(Messages().encode(batches[1]))
     values = [s.value for ts in request.timeseries for s in ts.samples]
     assert [_bits(v) for v in values if math.isnan(v)] == [0x7FF0000000000002]
+
+
+def test_a_stream_that_stops_marks_its_last_series_stale_and_what_resumes_comes_after() -> None:
+    """The link lost its agent after frame 2: every series frame 2 had gets the stale NaN 1 ms after frame
+    2's stamp (a receiver would otherwise answer frame 2's values for 5 min); a second end sends nothing
+    more; the frames a resumed link then brings from the agent's buffer (3, 4) come after the marker, in
+    order, and go on without one."""
+    frames = [sample_frame(seq, {"power_w": 50.0 + seq}) for seq in (1, 2, 3, 4)]
+    stamps = [f.t_wall_ns // 1_000_000 for f in frames]
+    last_ms: dict[Stamped, int] = {}
+    last_series: dict[Stamped, list[Key]] = {}
+    first, _ = group([Entry("n1", None, frames[:2])], last_ms, last_series)
+    ended, _ = group(
+        [Entry("n1", None, (), ended="n1"), Entry("n1", None, (), ended="n1")], last_ms, last_series
+    )
+    resumed, _ = group([Entry("n1", None, frames[2:])], last_ms, last_series)
+    assert set(ended) == set(first) and len(first) > 3  # every series the last frame had, no other
+    for series, (ts, vs) in ended.items():
+        assert ts == [stamps[1] + 1] and [_bits(v) for v in vs] == [0x7FF0000000000002], series
+    power = next(k for k in resumed if k[0][1] == "sparkwatch_gpu_power_watts")
+    assert resumed[power] == ([stamps[2], stamps[3]], [53.0, 54.0])
+    assert all(not any(math.isnan(v) for v in vs) for _, vs in resumed.values())
+    assert group([Entry("n9", None, (), ended="n9")], last_ms, last_series)[0] == {}  # never sent: nothing

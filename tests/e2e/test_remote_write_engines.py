@@ -212,6 +212,43 @@ def test_the_engine_holds_the_agents_series_and_the_coordinator_counted_no_drop(
     assert "sparkwatch_coordinator_remote_write_capacity_samples 50000.0" in text
 
 
+def test_an_agent_that_stops_goes_stale_in_prometheus_at_once(rig: Rig, tmp_path: pathlib.Path) -> None:
+    """An agent stops while its coordinator remote-writes: its series end with Prometheus' staleness marker
+    just after its last sample, so an instant query answers nothing for it (before, its last values for the
+    5 min lookback: a dashboard showed a dead node drawing power); its samples stay, and the coordinator's
+    own /metrics counts no drop."""
+    agent = AgentProcess(
+        ["--backend", "sim", "--interval", "0.1", "--node", "spark-9"], dict(os.environ), free_port()
+    )
+    coord = Coordinator(
+        tmp_path,
+        f'[nodes.spark-9]\nurl = "ws://127.0.0.1:{agent.port}"\n',
+        args=["--remote-write", rig.prometheus.write_url],
+    )
+    try:
+        agent.wait_ready()
+        coord.start()
+        wait_connected(coord, 1)
+        wait_stored(coord, agent)
+        wait_sent(coord)
+        assert rig.prometheus.values('sparkwatch_gpu_power_watts{node="spark-9"}'), "no value while it runs"
+        agent.stop()
+        deadline = time.monotonic() + 20
+        while (
+            rig.prometheus.query('sparkwatch_gpu_power_watts{node="spark-9"}') and time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
+        assert rig.prometheus.query('{node="spark-9", __name__=~"sparkwatch_gpu_.*"}') == []
+        (series,) = rig.prometheus.query('sparkwatch_gpu_power_watts{node="spark-9"}[1h]')
+        assert len(series["values"]) > 5  # what was sent is kept
+        text = metrics_text(coord)
+        for outcome in ("dropped_queue_full", "dropped_rejected", "dropped_unreadable"):
+            assert counter(text, outcome) == 0, outcome
+    finally:
+        coord.stop()
+        agent.stop()
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [

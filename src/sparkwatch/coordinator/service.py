@@ -136,7 +136,7 @@ class Coordinator:
         self.remote_writer = RemoteWriter(self.remote_write_spec)
         self.remote_writer.start()
         log.info("remote write to %s", self.remote_writer.url)
-        return {"sample_sink": self.remote_writer.offer}
+        return {"sample_sink": self.remote_writer.offer, "stream_end_sink": self.remote_writer.offer_end}
 
     def _meter_sink(self, name: str) -> MeterSink:
         """Where a node's meter readings go: the store, and with remote write the writer too."""

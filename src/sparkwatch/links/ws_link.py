@@ -62,7 +62,10 @@ class WsLink:
         base_url: str | None = None,
         unauthorized_retry_s: float = UNAUTHORIZED_RETRY_S,
         sample_sink: SampleSink | None = None,
+        stream_end_sink: Callable[[str], None] | None = None,
     ) -> None:
+        """``sample_sink``: where the samples the store took go next (remote write), if anywhere;
+        ``stream_end_sink``: told the node's name each time a session ends (its series go stale there)."""
         self.spec = spec
         self.state = LinkState(node=spec.name, transport="ws")
         self._store = store
@@ -76,7 +79,8 @@ class WsLink:
         self._base = (base_url or spec.http_base).rstrip("/")
         self._token = load_token(spec.token_file) if spec.token_file else None
         self._unauthorized_retry_s = unauthorized_retry_s
-        self._sample_sink = sample_sink  # where stored samples go next (remote write), if anywhere
+        self._sample_sink = sample_sink
+        self._stream_end_sink = stream_end_sink
         self._lease_changed = asyncio.Event()
 
     @property
@@ -98,6 +102,8 @@ class WsLink:
         try:
             while True:
                 status, error, delay = await self._one_session()
+                if self._stream_end_sink is not None:
+                    self._stream_end_sink(self.spec.name)
                 self.state.reconnects += 1
                 self.state.enter(status, error, retry_s=delay)
                 await asyncio.sleep(delay)

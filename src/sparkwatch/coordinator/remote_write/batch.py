@@ -25,6 +25,8 @@ from sparkwatch.wire import SampleFrame
 
 #: Per series: timestamps (ms, ascending) and values, ready for the WriteRequest.
 Grouped = dict[Key, tuple[list[int], list[float]]]
+#: Whose stamps are kept rising: a node's samples (its name), or one of its meters (node, domain).
+Stamped = str | tuple[str, str]
 
 
 class Entry(NamedTuple):
@@ -38,6 +40,9 @@ class Entry(NamedTuple):
     frames: Sequence[SampleFrame]
     offset: ClockOffset | None = None  # the link's latest estimate for their boot; None: none for it
     meter: MeterReading | None = None
+    #: no samples: the node's stream (its name) or one of its meters ((name, domain)) stopped, and the series
+    #: it sent last are marked stale just after their last stamp
+    ended: Stamped | None = None
 
     @property
     def samples(self) -> int:
@@ -53,31 +58,34 @@ class Entry(NamedTuple):
 BACKWARD_TOLERANCE_MS = 1000
 
 
-#: Whose stamps are kept rising: a node's samples (its name), or one of its meters (node, domain).
-Stamped = str | tuple[str, str]
-
-
 def group(
     entries: Iterable[Entry],
     last_ms: dict[Stamped, int] | None = None,
-    last_series: dict[str, list[Key]] | None = None,
+    last_series: dict[Stamped, list[Key]] | None = None,
 ) -> tuple[Grouped, int]:
     """The batch's series and how many frames could not be read back (a JSON line that the store's decoder
     took but orjson refuses, say a number no double holds): those are left out and counted. ``last_ms``:
-    each node's (and meter's) last stamp sent; ``last_series``: the series of each node's last frame;
-    both kept by the writer from batch to batch (updated here).
+    each node's (and meter's) last stamp sent; ``last_series``: the series of each node's (meter's) last
+    frame (reading); both kept by the writer from batch to batch (updated here).
 
     A series a node's previous frame had and this one has not (a value become unknown, a sensor gone, a
     new boot's ``agent_info``) gets a staleness marker at this frame's stamp, as Prometheus writes one
     for a series a scrape no longer shows: without it a receiver keeps answering the last value for its
-    lookback (5 min), where the agent's own /metrics has none."""
+    lookback (5 min), where the agent's own /metrics has none. A stream that stopped (an ``ended`` entry:
+    the link lost its agent, the meter stopped answering) gets one on each of its last series, 1 ms after
+    its last stamp: what a resumed link sends from the agent's buffer comes after it, in order."""
     grouped: Grouped = {}
     unreadable = 0
     last_ms = {} if last_ms is None else last_ms
     last_series = {} if last_series is None else last_series
     for entry in entries:
+        if entry.ended is not None:
+            _add_stale(grouped, entry.ended, last_ms, last_series)
+            continue
         if entry.meter is not None:
-            _add_meter(grouped, entry.node, entry.meter, last_ms)
+            meter = (entry.node, entry.meter.domain)
+            t_ms = last_ms[meter] = rising_ms(entry.meter.t_ns // 1_000_000, last_ms.get(meter))
+            _add(grouped, meter, t_ms, meter_series(entry.node, entry.meter), last_series)
             continue
         hello = HelloSeries.of(entry.node, entry.hello)
         for frame in entry.frames:
@@ -88,18 +96,41 @@ def group(
                 continue
             t_ms = rising_ms(coordinator_ns(frame, entry.offset) // 1_000_000, last_ms.get(entry.node))
             last_ms[entry.node] = t_ms
-            values = frame_series(data, hello)
-            now = [series for series, _ in values]
-            before = last_series.get(entry.node, now)
-            gone = () if before == now else _gone(before, now)  # the same series, mostly
-            last_series[entry.node] = now
-            for series, value in itertools.chain(values, ((series, STALE_NAN) for series in gone)):
-                pair = grouped.get(series)
-                if pair is None:
-                    pair = grouped[series] = ([], [])
-                pair[0].append(t_ms)
-                pair[1].append(value)
+            _add(grouped, entry.node, t_ms, frame_series(data, hello), last_series)
     return grouped, unreadable
+
+
+def _add(
+    grouped: Grouped,
+    who: Stamped,
+    t_ms: int,
+    values: list[tuple[Key, float]],
+    last_series: dict[Stamped, list[Key]],
+) -> None:
+    """One frame's (reading's) values at ``t_ms``, and a staleness marker on each series the last one of
+    ``who`` had and this one has not."""
+    now = [series for series, _ in values]
+    before = last_series.get(who, now)
+    gone = () if before == now else _gone(before, now)  # the same series, mostly
+    last_series[who] = now
+    for series, value in itertools.chain(values, ((series, STALE_NAN) for series in gone)):
+        pair = grouped.get(series)
+        if pair is None:
+            pair = grouped[series] = ([], [])
+        pair[0].append(t_ms)
+        pair[1].append(value)
+
+
+def _add_stale(
+    grouped: Grouped, who: Stamped, last_ms: dict[Stamped, int], last_series: dict[Stamped, list[Key]]
+) -> None:
+    """Staleness markers on the series ``who`` sent last, 1 ms after its last stamp; nothing when it sent
+    none since it last stopped."""
+    series = last_series.pop(who, None)
+    if not series or who not in last_ms:
+        return
+    t_ms = last_ms[who] = last_ms[who] + 1
+    _add(grouped, who, t_ms, [(s, STALE_NAN) for s in series], {})
 
 
 def _gone(before: list[Key], now: list[Key]) -> list[Key]:
@@ -107,15 +138,6 @@ def _gone(before: list[Key], now: list[Key]) -> list[Key]:
     depend on hashing)."""
     present = set(now)
     return [series for series in before if series not in present]
-
-
-def _add_meter(grouped: Grouped, node: str, reading: MeterReading, last_ms: dict[Stamped, int]) -> None:
-    meter = (node, reading.domain)
-    t_ms = last_ms[meter] = rising_ms(reading.t_ns // 1_000_000, last_ms.get(meter))
-    for series, value in meter_series(node, reading):
-        pair = grouped.setdefault(series, ([], []))
-        pair[0].append(t_ms)
-        pair[1].append(value)
 
 
 def rising_ms(t_ms: int, last_ms: int | None) -> int:

@@ -6,9 +6,10 @@ A reading is stamped as the store has it, on the coordinator's clock (the middle
 as ``sparkwatch_meter_power_watts{node, domain, source}`` (W), with the poll interval it was taken at
 (``sparkwatch_meter_interval_seconds``: an export reads a gap against it, as the store's does, not against
 the spacing of the readings that came back) and, when the meter has its own counter,
-``sparkwatch_meter_energy_joules_total`` (J). A failed poll sends nothing: the gap stays a gap (its reason
-is in the coordinator's store, not in the engine). ``node`` is the agent's own name for the node (what its
-samples' series carry, ``Coordinator.agent_name``).
+``sparkwatch_meter_energy_joules_total`` (J). A failed poll sends no value: the gap stays a gap (its reason
+is in the coordinator's store, not in the engine), and the meter's series are marked stale from just after
+their last reading, as Prometheus marks a target it cannot scrape. ``node`` is the agent's own name for the
+node (what its samples' series carry, ``Coordinator.agent_name``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class MeterOffer(Protocol):
 
     def offer_meter(self, node: str, reading: MeterReading) -> None: ...
 
+    def offer_end(self, node: str, domain: str | None = None) -> None: ...
+
 
 class WrittenMeter:
     """A meter poller's sink that stores each reading, then hands it to the remote writer (which never
@@ -61,4 +64,7 @@ class WrittenMeter:
         return stored
 
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
+        """Stored; and the meter's series are marked stale in the engine, which would otherwise answer the
+        last reading for its lookback (5 min) while the meter says nothing."""
         self._store.add_meter_error(node, domain, t_ns, error)
+        self._writer.offer_end(self._named(node), domain)

@@ -110,7 +110,7 @@ class RemoteWriter:
         self._task: asyncio.Task[None] | None = None
         self._messages: Messages | None = None  # built in the encoding thread, used only there
         self._last_ms: dict[Stamped, int] = {}  # each node's (meter's) last stamp encoded (encoding thread)
-        self._last_series: dict[str, list[Key]] = {}  # each node's last frame's series (encoding thread)
+        self._last_series: dict[Stamped, list[Key]] = {}  # each one's last series sent (encoding thread)
 
     # ---- the ingest side -------------------------------------------------------------------------
     def offer(
@@ -141,6 +141,13 @@ class RemoteWriter:
             self._drop("queue_full", 1)
         else:
             self._enqueue(Entry(node, None, (), meter=reading))
+
+    def offer_end(self, node: str, domain: str | None = None) -> None:
+        """The node's stream stopped (its link lost the agent) or, with ``domain``, its meter stopped
+        answering: the series they sent last are marked stale, as a receiver marks a target it can no
+        longer scrape (batch.py); never blocks, never dropped (it holds no sample)."""
+        if not self._stopping:
+            self._enqueue(Entry(node, None, (), ended=node if domain is None else (node, domain)))
 
     def _enqueue(self, entry: Entry) -> None:
         if self._overflowing and self.stats.pending + entry.samples < self.stats.capacity:
