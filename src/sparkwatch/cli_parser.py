@@ -203,7 +203,7 @@ def _add_run(sub: Sub) -> None:
 def _add_import(sub: Sub) -> None:
     imp = sub.add_parser("import", help="import request windows from a harness's result file into a run")
     imp.add_argument(
-        "format", metavar="FORMAT", help="guidellm | genai-perf | aiperf | vllm | lmx-status | plain"
+        "format", metavar="FORMAT", help="guidellm | genai-perf | aiperf | vllm | lmx-status | plain | export"
     )
     imp.add_argument("file", type=Path, metavar="FILE")
     imp.add_argument("--run", required=True, metavar="ID")

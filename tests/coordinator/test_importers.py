@@ -48,6 +48,7 @@ GOOD = [
     ("lmx-status", "lmx-status/status.jsonl"),
     ("plain", "plain/windows.csv"),
     ("plain", "plain/windows.json"),
+    ("export", "export/demo-run.json"),
 ]
 
 Row = tuple[Any, ...]
@@ -109,7 +110,7 @@ def rewrite_lines(tmp_path: Path, rel: str, change: Callable[[list[Any]], None])
 
 
 def test_registry_lists_every_format_and_only_vllm_needs_an_anchor() -> None:
-    assert set(FORMATS) == {"guidellm", "genai-perf", "aiperf", "vllm", "lmx-status", "plain"}
+    assert set(FORMATS) == {"guidellm", "genai-perf", "aiperf", "vllm", "lmx-status", "plain", "export"}
     assert [name for name, imp in FORMATS.items() if imp.needs_clock_anchor] == ["vllm"]
     with pytest.raises(TypeError):
         FORMATS["extra"] = FORMATS["plain"]  # type: ignore[index]

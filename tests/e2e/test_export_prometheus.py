@@ -493,6 +493,34 @@ def test_a_refusing_engine_or_a_missing_label_is_one_line_and_writes_nothing(rig
     assert "/api/v1/export answered HTTP 404" in said and "--engine auto asks the engine" in said
 
 
+def test_a_coordinator_runs_windows_measured_again_from_the_engine(rig: Rig) -> None:
+    """Windows from a coordinator: its run's export as the windows file (`--windows-format export`), no
+    --start/--end (the run's span, gate, scope and phases are the export's): the figures a plain windows
+    file with the span typed give, and each window says which run it came from."""
+    exported = rig.tmp / "coordinator-run.json"
+    exported.write_text(json.dumps(rig.sqlite_export))
+    out = rig.tmp / "from-coordinator-run.json"
+    argv = [sys.executable, "-m", "sparkwatch", "export", "--prometheus", rig.victoria]
+    argv += ["--windows", str(exported), "--windows-format", "export", "-o", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    export = json.loads(out.read_text())
+    rc, typed, said = export_cli(rig, rig.victoria)
+    assert rc == 0 and typed is not None, said
+    run = rig.sqlite_export["run"]
+    assert (export["run"]["t_start_ns"], export["run"]["t_end_ns"]) == (run["t_start_ns"], run["t_end_ns"])
+    assert (
+        export["method"]["gate"]["threshold_ratio"] == rig.sqlite_export["method"]["gate"]["threshold_ratio"]
+    )
+    assert [w["id"] for w in export["windows"]] == [w["id"] for w in typed["windows"]]
+    for mine, ref in zip(export["windows"], typed["windows"], strict=True):
+        assert mine["source"]["run_id"] == run["id"] and mine["verdict"] == ref["verdict"], mine
+        for node, ref_node in zip(mine["nodes"], ref["nodes"], strict=True):
+            assert node["energy_j"] == pytest.approx(ref_node["energy_j"], rel=1e-6, abs=1e-3), node
+    for node, ref in zip(export["nodes"], typed["nodes"], strict=True):
+        assert node["power_w"]["gated_mean"] == pytest.approx(ref["power_w"]["gated_mean"], rel=1e-6)
+
+
 def test_a_forced_engine_path_reads_victoriametrics_and_names_it(rig: Rig) -> None:
     """`--engine prometheus` against VictoriaMetrics reads by range selectors, gives the figures its
     /api/v1/export gives, and the export still says which engine it read (before: "prometheus")."""

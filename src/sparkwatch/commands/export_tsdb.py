@@ -17,8 +17,8 @@ from sparkwatch.core.phases import name_ids
 from sparkwatch.core.run_spec import RunSpec
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
-from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE
-from sparkwatch.importers import load_windows
+from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE, ScopeKind
+from sparkwatch.importers import load_windows, run_export
 from sparkwatch.sources import SourceError, export_from
 from sparkwatch.sources.prometheus.client import Auth, Client, check_url
 from sparkwatch.sources.prometheus.mappings import FAMILIES
@@ -42,12 +42,14 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             verb = "goes" if len(given) == 1 else "go"
             parser.error(f"{', '.join(given)} {verb} with --prometheus, not --db")
         return
-    missing = [f"--{name}" for name in TSDB_ONLY if getattr(args, name) is None]
+    spanned = args.windows_format == run_export.FORMAT  # an export's run gives the span it leaves out
+    needed = ("windows",) if spanned else TSDB_ONLY
+    missing = [f"--{name}" for name in needed if getattr(args, name) is None]
     if missing:
         parser.error(f"--prometheus needs {', '.join(missing)}")
     if args.run is not None:
         parser.error("a run id goes with --db; with --prometheus the run is --start to --end")
-    if args.end <= args.start:
+    if args.start is not None and args.end is not None and args.end <= args.start:
         parser.error("--end must be after --start")
     if args.bearer_token_file is not None and args.basic_auth_user is not None:
         parser.error("--bearer-token-file or --basic-auth-user, not both")
@@ -72,6 +74,26 @@ def _check_span(windows: list[Window], start_ns: int, end_ns: int) -> None:
     )
 
 
+def _defaults(args: argparse.Namespace) -> tuple[int, int, float, ScopeKind, frozenset[str]]:
+    """The span, gate threshold, scope and phases to measure with: the flags', and with an export's windows
+    its run's for any left out (as `export --db` takes a stored run's); else the defaults."""
+    run = run_export.exported_run(args.windows) if args.windows_format == run_export.FORMAT else None
+    start = args.start if args.start is not None or run is None else run.t_start_ns
+    end = args.end if args.end is not None or run is None else run.t_end_ns
+    if end is None:
+        raise SourceError(f"{args.windows.name}: its run was still open when exported (no end): give --end")
+    if end <= start:
+        raise SourceError(f"--end {utc_stamp(end)} is not after --start {utc_stamp(start)}")
+    threshold = args.gate_threshold if args.gate_threshold is not None or run is None else run.gate_threshold
+    return (
+        start,
+        end,
+        DEFAULT_GATE_THRESHOLD if threshold is None else threshold,
+        args.scope or (run.scope if run else DEFAULT_SCOPE),
+        frozenset(args.phases or (run.phases if run else DEFAULT_PHASES)),
+    )
+
+
 def tsdb_export(
     args: argparse.Namespace,
     say: Callable[[str], None],
@@ -83,11 +105,12 @@ def tsdb_export(
     to measure."""
     url = check_url(args.prometheus)
     windows = load_windows(args.windows_format, args.windows)  # a file's mistakes before the engine is asked
-    _check_span(windows, args.start, args.end)
+    start_ns, end_ns, threshold, scope, phases = _defaults(args)
+    _check_span(windows, start_ns, end_ns)
     now = now_ns()
-    if args.end > now + SPAN_SLACK_NS:  # a typo in the date, or an export asked for too early
+    if end_ns > now + SPAN_SLACK_NS:  # a typo in the date, or an export asked for too early
         say(
-            f"warning: --end {utc_stamp(args.end)} is after now ({utc_stamp(now)}): there are no samples"
+            f"warning: --end {utc_stamp(end_ns)} is after now ({utc_stamp(now)}): there are no samples"
             " after now yet, so what lies there reads as a gap"
         )
     auth = Auth(args.bearer_token_file, args.basic_auth_user, args.basic_auth_password_file)
@@ -103,8 +126,8 @@ def tsdb_export(
         engine_matchers=args.engine_metrics,
         series_matchers=args.series_matchers,
     )
-    t_from = min([args.start, *(w.t_start_ns for w in windows)])
-    t_to = max([args.end, *(w.t_end_ns for w in windows)])
+    t_from = min([start_ns, *(w.t_start_ns for w in windows)])
+    t_to = max([end_ns, *(w.t_end_ns for w in windows)])
     nodes = source.nodes(t_from, t_to, only=args.nodes or ())
     forced = "" if read_as == engine else f" (read by {source.describe()['api']}, as --engine says)"
     say(
@@ -112,14 +135,14 @@ def tsdb_export(
         f"{forced} at {url}, {args.metrics} series"
     )
     spec = RunSpec(
-        id=_run_id(url, args.start, args.end, args.windows.read_bytes()),
+        id=_run_id(url, start_ns, end_ns, args.windows.read_bytes()),
         name=args.windows.stem,
-        t_start_ns=args.start,
-        t_end_ns=args.end,
+        t_start_ns=start_ns,
+        t_end_ns=end_ns,
         interval_s=0.0,  # the scrape interval the samples show (sources.export_from)
-        gate_threshold=DEFAULT_GATE_THRESHOLD if args.gate_threshold is None else args.gate_threshold,
-        scope=args.scope or DEFAULT_SCOPE,
-        phases=frozenset(args.phases or DEFAULT_PHASES),
+        gate_threshold=threshold,
+        scope=scope,
+        phases=phases,
     )
     export = export_from(source, spec, nodes, windows, __version__, series_buckets=series_buckets)
     if export["method"]["interval_s"] <= 0:

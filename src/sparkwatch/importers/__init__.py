@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import Window, outside_span
-from sparkwatch.importers import aiperf, genai_perf, guidellm, lmx_status, plain, vllm
+from sparkwatch.importers import aiperf, genai_perf, guidellm, lmx_status, plain, run_export, vllm
 from sparkwatch.importers.common import ClockAnchor, ImportFormatError, Problem
 
 __all__ = ["FORMATS", "ClockAnchor", "ImportFormatError", "Importer", "load_windows", "read_windows"]
@@ -48,6 +48,9 @@ FORMATS: Mapping[str, Importer] = MappingProxyType(
             "lmx-status", lmx_status.parse, "lmx --json-status capture from sparkwatch run"
         ),
         "plain": Importer("plain", plain.parse, "sparkwatch plain windows, .csv or .json (epoch ns)"),
+        "export": Importer(
+            "export", run_export.parse, "a sparkwatch.run/1 export's windows (a coordinator's run, again)"
+        ),
     }
 )
 

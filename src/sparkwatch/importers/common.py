@@ -188,6 +188,8 @@ def looks_like(value: Any) -> str:
             return " (this looks like a guidellm benchmarks report)"
         if "start_times" in value or "ttfts" in value:
             return " (this looks like a vllm bench serve result)"
+        if "windows" in value and str(value.get("schema", "")).startswith("sparkwatch.run/"):
+            return " (this looks like a sparkwatch export: its windows are read as format export)"
         if "windows" in value:
             return " (this looks like a sparkwatch plain windows file)"
         if "metadata" in value and "metrics" in value:

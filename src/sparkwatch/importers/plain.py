@@ -98,7 +98,7 @@ def _csv_table(reader: Iterator[list[str]]) -> Iterator[tuple[str, dict[str, Any
 
 
 def _json_rows(data: Any) -> list[tuple[str, dict[str, Any]]]:
-    if not isinstance(data, dict) or "windows" not in data:
+    if not isinstance(data, dict) or "windows" not in data or "schema" in data:
         raise Problem("plain JSON must be an object with a 'windows' list" + looks_like(data))
     rows: list[tuple[str, dict[str, Any]]] = []
     for index, item in enumerate(as_list(data["windows"], "windows")):

@@ -1,0 +1,123 @@
+"""A ``sparkwatch.run/1`` export → its windows, as the run took them: a coordinator's run measured again
+elsewhere (`export --prometheus` over a fleet's engine, with the windows the coordinator's proxy or imports
+took; `sparkwatch runs export ID -o run.json` writes the file).
+
+Each window keeps its own fields; its ``source`` is this file's (``format`` export, ``run_id``) with the
+exported window's own source under ``taken`` (where it came from: the proxy, a harness file) and its notes
+of a request cut short on top, so a failed request stays unmeasured. The figures the export computed for it
+(``nodes``, ``verdict``, …) are left behind, to be computed again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from sparkwatch.core.windows import (
+    CUT_SHORT,
+    OPTIONAL_INT_FIELDS,
+    OPTIONAL_STR_FIELDS,
+    REQUIRED_FIELDS,
+    Window,
+)
+from sparkwatch.defaults import SCOPES, ScopeKind, check_phases
+from sparkwatch.importers.common import (
+    ClockAnchor,
+    ImportFormatError,
+    Problem,
+    as_int,
+    as_list,
+    as_number,
+    as_object,
+    as_str,
+    base_source,
+    checked,
+    looks_like,
+    read_json,
+)
+
+FORMAT = "export"
+MAPPING: dict[str, object] = {"kind": "identity", "rule": "the exported run's windows as it stored them"}
+SCHEMA = "sparkwatch.run/1"
+_INTS = frozenset({"t_start_ns", "t_end_ns", *OPTIONAL_INT_FIELDS})
+
+
+def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
+    data = _export(path)
+    run_id = as_str(as_object(data.get("run"), "run").get("id"), "run.id")
+    windows = []
+    for index, item in enumerate(as_list(data.get("windows"), "windows")):
+        where = f"windows[{index}]"
+        windows.append(_window(as_object(item, where), where, run_id, path))
+    return windows
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedRun:
+    """What the exported run was measured with: its span (``t_end_ns`` None: still open when exported), gate
+    threshold, scope and phases. Measured again from elsewhere, these are the defaults, as `export --db`
+    takes a stored run's."""
+
+    t_start_ns: int
+    t_end_ns: int | None
+    gate_threshold: float
+    scope: ScopeKind
+    phases: tuple[str, ...]
+
+
+def exported_run(path: Path) -> ExportedRun:
+    """The run of the export in ``path``; ImportFormatError (one line naming the file) if it is not one."""
+    try:
+        return _run(_export(path))
+    except Problem as problem:
+        raise ImportFormatError(path.name or str(path), str(problem)) from None
+
+
+def _run(data: dict[str, Any]) -> ExportedRun:
+    run, method = as_object(data.get("run"), "run"), as_object(data.get("method"), "method")
+    end = run.get("t_end_ns")
+    gate = as_object(method.get("gate"), "method.gate")
+    threshold = as_number(gate.get("threshold_ratio"), "method.gate.threshold_ratio")
+    scope, phases = method.get("scope"), as_list(method.get("phases"), "method.phases")
+    if scope not in SCOPES:
+        raise Problem(f"method.scope must be one of {', '.join(SCOPES)}, found {scope!r:.40}")
+    if not 0 <= threshold <= 1:
+        raise Problem(f"method.gate.threshold_ratio must be from 0 to 1, found {threshold}")
+    try:
+        checked_phases = tuple(check_phases([as_str(p, "method.phases[]") for p in phases]))
+    except ValueError as exc:
+        raise Problem(f"method.phases: {exc}") from None
+    return ExportedRun(
+        t_start_ns=as_int(run.get("t_start_ns"), "run.t_start_ns"),
+        t_end_ns=None if end is None else as_int(end, "run.t_end_ns"),
+        gate_threshold=threshold,
+        scope=cast(ScopeKind, scope),
+        phases=checked_phases,
+    )
+
+
+def _export(path: Path) -> dict[str, Any]:
+    data = read_json(path)
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if not isinstance(schema, str) or not schema.startswith("sparkwatch.run/"):
+        raise Problem("not a sparkwatch export: no 'schema' of sparkwatch.run/1" + looks_like(data))
+    if schema != SCHEMA:
+        raise Problem(f"an export of schema {schema!r:.40}; this sparkwatch reads {SCHEMA}")
+    return data  # type: ignore[no-any-return]
+
+
+def _window(item: dict[str, Any], where: str, run_id: str, path: Path) -> Window:
+    for key in REQUIRED_FIELDS:
+        if item.get(key) is None:
+            raise Problem(f"{where}: missing {key}")
+    fields: dict[str, Any] = {}
+    for key in (*REQUIRED_FIELDS, *OPTIONAL_INT_FIELDS, *OPTIONAL_STR_FIELDS):
+        value = item.get(key)
+        if value is not None:
+            fields[key] = as_int(value, f"{where}.{key}") if key in _INTS else as_str(value, f"{where}.{key}")
+    taken = as_object(item.get("source", {}), f"{where}.source")
+    source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
+    source.update(run_id=run_id, taken=taken)
+    source.update({note: True for note in CUT_SHORT if taken.get(note) is True})  # still not measured
+    return checked(where, Window(**fields, source=source))

@@ -1,0 +1,145 @@
+"""A coordinator's run measured again from elsewhere: the windows of a ``sparkwatch.run/1`` export (format
+``export``), and `export --prometheus` taking the run's span, gate, scope and phases from it.
+
+The fixture is the export `sparkwatch demo` wrote (tests/fixtures/harness/README.md)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkwatch.core.windows import WINDOW_FIELDS
+from sparkwatch.importers import ImportFormatError, load_windows
+from sparkwatch.importers.run_export import exported_run
+
+DEMO = Path(__file__).parents[1] / "fixtures" / "harness" / "export" / "demo-run.json"
+
+
+def demo() -> dict[str, Any]:
+    return copy.deepcopy(json.loads(DEMO.read_text()))
+
+
+def written(tmp_path: Path, data: Any, name: str = "run.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_an_exports_windows_are_the_windows_the_run_took() -> None:
+    data = demo()
+    windows = load_windows("export", DEMO)
+    assert len(windows) == len(data["windows"]) == 4
+    for window, exported in zip(windows, data["windows"], strict=True):
+        mine = window.to_json()
+        for name in WINDOW_FIELDS:
+            if name != "source":
+                assert mine[name] == exported[name], name
+        assert window.source["format"] == "export" and window.source["file"] == DEMO.name
+        assert window.source["run_id"] == data["run"]["id"]
+        assert window.source["taken"] == exported["source"]  # the proxy's, whole
+        assert not window.failed
+    assert [w.phase for w in windows] == ["warmup", "timed", "timed", "timed"]
+
+
+def test_a_request_cut_short_stays_unmeasured(tmp_path: Path) -> None:
+    data = demo()
+    data["windows"][2]["source"]["upstream_unfinished"] = True
+    data["windows"][3]["http_status"] = 503
+    windows = load_windows("export", written(tmp_path, data))
+    assert [w.failed for w in windows] == [False, False, True, True]
+    assert windows[2].source["upstream_unfinished"] is True
+
+
+def test_the_exported_run_gives_its_span_gate_scope_and_phases(tmp_path: Path) -> None:
+    data = demo()
+    run = exported_run(DEMO)
+    assert (run.t_start_ns, run.t_end_ns) == (data["run"]["t_start_ns"], data["run"]["t_end_ns"])
+    assert (run.gate_threshold, run.scope, run.phases) == (0.5, "request", ("timed",))
+    data["run"]["t_end_ns"] = None  # exported while it was open
+    data["method"].update(scope="decode", phases=["timed", "warmup"])
+    data["method"]["gate"]["threshold_ratio"] = 0.3
+    run = exported_run(written(tmp_path, data))
+    assert (run.t_end_ns, run.gate_threshold, run.scope, run.phases) == (
+        None,
+        0.3,
+        "decode",
+        ("timed", "warmup"),
+    )
+
+
+def _other_schema(d: dict[str, Any]) -> None:
+    d["schema"] = "sparkwatch.run/2"
+
+
+def _no_id(d: dict[str, Any]) -> None:
+    del d["windows"][1]["id"]
+
+
+def _string_time(d: dict[str, Any]) -> None:
+    d["windows"][0]["t_end_ns"] = "later"
+
+
+def _end_before_start(d: dict[str, Any]) -> None:
+    d["windows"][0]["t_end_ns"] = d["windows"][0]["t_start_ns"] - 1
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (_other_schema, "an export of schema 'sparkwatch.run/2'; this sparkwatch reads sparkwatch.run/1"),
+        (_no_id, "windows[1]: missing id"),
+        (_string_time, "windows[0].t_end_ns must be an integer, found a string"),
+        (_end_before_start, "windows[0]: t_end_ns: ends before it starts"),
+    ],
+)
+def test_a_broken_export_is_one_line_naming_the_file(tmp_path: Path, change: Any, said: str) -> None:
+    data = demo()
+    change(data)
+    with pytest.raises(ImportFormatError) as info:
+        load_windows("export", written(tmp_path, data))
+    assert str(info.value).startswith("run.json: ") and said in str(info.value), info.value
+
+
+def test_other_files_given_as_an_export_or_an_export_as_plain_say_what_they_are(tmp_path: Path) -> None:
+    plain = written(tmp_path, {"windows": []}, "plain.json")
+    with pytest.raises(ImportFormatError, match=r"not a sparkwatch export.*plain windows file"):
+        load_windows("export", plain)
+    with pytest.raises(ImportFormatError, match="its windows are read as format export"):
+        load_windows("plain", DEMO)
+    bad = demo()
+    bad["method"]["scope"] = "everything"
+    with pytest.raises(ImportFormatError, match=r"method\.scope must be one of request, decode, run"):
+        exported_run(written(tmp_path, bad))
+
+
+def _export(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkwatch", "export", *argv], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_export_prometheus_takes_the_span_from_the_export_and_asks_for_an_open_runs_end(
+    tmp_path: Path,
+) -> None:
+    """No --start/--end with an export's windows: its run's span (the engine is then asked: none listens
+    here); a run exported while open has no end to give, which is one line before the engine is asked."""
+    done = _export("--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO), "--windows-format", "export")
+    assert done.returncode != 0 and "cannot reach" in done.stderr and "Traceback" not in done.stderr, (
+        done.stderr
+    )
+    data = demo()
+    data["run"]["t_end_ns"] = None
+    open_run = written(tmp_path, data)
+    done = _export(
+        "--prometheus", "http://127.0.0.1:1", "--windows", str(open_run), "--windows-format", "export"
+    )
+    assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
+    assert "run.json: its run was still open when exported (no end): give --end" in done.stderr
+    done = _export("--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO))  # plain: the span is needed
+    assert done.returncode == 2 and "--prometheus needs --start, --end" in done.stderr, done.stderr
