@@ -83,7 +83,13 @@ def add_export_parser(sub: Any) -> None:
     where.add_argument(
         "--prometheus", metavar="URL", help="a Prometheus-compatible API (Prometheus, VictoriaMetrics, …)"
     )
-    export.add_argument("run", nargs="?", metavar="RUN", help="with --db: run id (default: the newest run)")
+    export.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN",
+        help="with --db: run id (default: the newest run); with --prometheus: a coordinator's run"
+        " (--coordinator), its windows and span measured from the engine, instead of --windows",
+    )
     _tsdb_args(export)
     export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the export JSON here")
     shown = export.add_mutually_exclusive_group()
@@ -184,6 +190,7 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
         help="read raw samples by range selectors (prometheus) or /api/v1/export (victoriametrics);"
         " default: ask the engine",
     )
+    coordinator_args(export, tsdb)  # where RUN is, with --prometheus
     tsdb.add_argument("--bearer-token-file", type=Path, metavar="FILE", help="the engine's bearer token")
     tsdb.add_argument("--basic-auth-user", metavar="USER", help="basic auth for the engine")
     tsdb.add_argument("--basic-auth-password-file", type=Path, metavar="FILE", help="its password")

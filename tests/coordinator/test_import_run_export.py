@@ -140,6 +140,8 @@ def test_export_prometheus_takes_the_span_from_the_export_and_asks_for_an_open_r
         "--prometheus", "http://127.0.0.1:1", "--windows", str(open_run), "--windows-format", "export"
     )
     assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
-    assert "run.json: its run was still open when exported (no end): give --end" in done.stderr
+    assert (
+        f"run {data['run']['id']} was still open when exported (it has no end yet): give --end" in done.stderr
+    )
     done = _export("--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO))  # plain: the span is needed
     assert done.returncode == 2 and "--prometheus needs --start, --end" in done.stderr, done.stderr

@@ -498,7 +498,7 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
                 "1764850002",
                 "r1",
             ],
-            "a run id goes",
+            "RUN (a coordinator's run) or --windows FILE: the windows come from one of them",
         ),
         (["--prometheus", "http://a", "--metrics", "collectd"], "invalid choice"),
         (  # milliseconds given as seconds: refused before anything is read, not at the file's writing

@@ -155,6 +155,7 @@ class Rig:
     victoria: str
     windows: pathlib.Path
     nvidia_instance: str  # the nvidia_gpu_exporter target's instance label
+    coordinator: Coordinator  # still running: its run's windows can be asked for
 
 
 def _scrape_config(
@@ -296,7 +297,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         assert status == 200
         path = tmp / "windows.json"
         path.write_text(json.dumps({"windows": windows}))
-        yield Rig(tmp, export, engines[0].url, engines[1].url, path, f"127.0.0.1:{exporters[1].port}")
+        yield Rig(tmp, export, engines[0].url, engines[1].url, path, f"127.0.0.1:{exporters[1].port}", coord)
     finally:
         if coord is not None:
             coord.stop()
@@ -493,22 +494,39 @@ def test_a_refusing_engine_or_a_missing_label_is_one_line_and_writes_nothing(rig
     assert "/api/v1/export answered HTTP 404" in said and "--engine auto asks the engine" in said
 
 
-def test_a_coordinator_runs_windows_measured_again_from_the_engine(rig: Rig) -> None:
-    """Windows from a coordinator: its run's export as the windows file (`--windows-format export`), no
-    --start/--end (the run's span, gate, scope and phases are the export's): the figures a plain windows
-    file with the span typed give, and each window says which run it came from."""
-    exported = rig.tmp / "coordinator-run.json"
-    exported.write_text(json.dumps(rig.sqlite_export))
-    out = rig.tmp / "from-coordinator-run.json"
-    argv = [sys.executable, "-m", "sparkwatch", "export", "--prometheus", rig.victoria]
-    argv += ["--windows", str(exported), "--windows-format", "export", "-o", str(out)]
+@pytest.mark.parametrize("given", ["run", "file"])
+def test_a_coordinator_runs_windows_measured_again_from_the_engine(rig: Rig, given: str) -> None:
+    """Windows from a coordinator: its RUN (asked of it: --coordinator, --token-file), or its run's export
+    as the windows file (`--windows-format export`); no --start/--end (the run's span, gate, scope and phases
+    are the run's). The figures a plain windows file with the span typed give; each window says which run
+    it came from."""
+    run = rig.sqlite_export["run"]
+    if given == "run":
+        coord = rig.coordinator
+        windows = [run["id"], "--coordinator", coord.url, "--token-file", str(coord.token)]
+    else:
+        exported = rig.tmp / "coordinator-run.json"
+        exported.write_text(json.dumps(rig.sqlite_export))
+        windows = ["--windows", str(exported), "--windows-format", "export"]
+    out = rig.tmp / f"from-coordinator-{given}.json"
+    argv = [
+        sys.executable,
+        "-m",
+        "sparkwatch",
+        "export",
+        "--prometheus",
+        rig.victoria,
+        *windows,
+        "-o",
+        str(out),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     export = json.loads(out.read_text())
     rc, typed, said = export_cli(rig, rig.victoria)
     assert rc == 0 and typed is not None, said
-    run = rig.sqlite_export["run"]
     assert (export["run"]["t_start_ns"], export["run"]["t_end_ns"]) == (run["t_start_ns"], run["t_end_ns"])
+    assert export["run"]["name"] == run["name"]
     assert (
         export["method"]["gate"]["threshold_ratio"] == rig.sqlite_export["method"]["gate"]["threshold_ratio"]
     )
@@ -519,6 +537,15 @@ def test_a_coordinator_runs_windows_measured_again_from_the_engine(rig: Rig) -> 
             assert node["energy_j"] == pytest.approx(ref_node["energy_j"], rel=1e-6, abs=1e-3), node
     for node, ref in zip(export["nodes"], typed["nodes"], strict=True):
         assert node["power_w"]["gated_mean"] == pytest.approx(ref["power_w"]["gated_mean"], rel=1e-6)
+
+
+def test_a_coordinator_run_that_is_not_there_is_one_line(rig: Rig) -> None:
+    coord = rig.coordinator
+    argv = [sys.executable, "-m", "sparkwatch", "export", "--prometheus", rig.victoria, "run-nope"]
+    argv += ["--coordinator", coord.url, "--token-file", str(coord.token)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"GET {coord.url}/v1/runs/run-nope/export: HTTP 404: no run run-nope" in done.stderr, done.stderr
 
 
 def test_a_forced_engine_path_reads_victoriametrics_and_names_it(rig: Rig) -> None:

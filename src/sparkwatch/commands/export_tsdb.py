@@ -7,18 +7,20 @@ where the samples came from and ``nodes[].samples.interval_s`` the resolution th
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 from sparkwatch import __version__
+from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.core.phases import name_ids
 from sparkwatch.core.run_spec import RunSpec
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE, ScopeKind
-from sparkwatch.importers import load_windows, run_export
+from sparkwatch.importers import export_answer, load_windows, run_export
 from sparkwatch.sources import SourceError, export_from
 from sparkwatch.sources.prometheus.client import Auth, Client, check_url
 from sparkwatch.sources.prometheus.mappings import FAMILIES
@@ -27,7 +29,9 @@ from sparkwatch.sources.prometheus.source import TsdbSource
 
 #: The flags an export from a TSDB needs, and one it may take (neither goes with a database's run).
 TSDB_ONLY = ("windows", "start", "end")
-TSDB_OPTIONAL = ("nodes", "engine_metrics", "series_matchers")
+#: How long a coordinator may take to answer RUN's export (it computes it: seconds for a long run).
+COORDINATOR_TIMEOUT_S = 600.0
+TSDB_OPTIONAL = ("nodes", "engine_metrics", "series_matchers", "coordinator", "token_file")
 
 
 def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -42,13 +46,15 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             verb = "goes" if len(given) == 1 else "go"
             parser.error(f"{', '.join(given)} {verb} with --prometheus, not --db")
         return
-    spanned = args.windows_format == run_export.FORMAT  # an export's run gives the span it leaves out
-    needed = ("windows",) if spanned else TSDB_ONLY
+    if args.run is not None and args.windows is not None:
+        parser.error("RUN (a coordinator's run) or --windows FILE: the windows come from one of them")
+    spanned = args.run is not None or args.windows_format == run_export.FORMAT  # a run gives its span
+    needed = () if args.run is not None else ("windows",) if spanned else TSDB_ONLY
     missing = [f"--{name}" for name in needed if getattr(args, name) is None]
     if missing:
-        parser.error(f"--prometheus needs {', '.join(missing)}")
-    if args.run is not None:
-        parser.error("a run id goes with --db; with --prometheus the run is --start to --end")
+        parser.error(f"--prometheus needs {', '.join(missing)} (or a coordinator's RUN)")
+    if args.run is None and (args.coordinator is not None or args.token_file is not None):
+        parser.error("--coordinator and --token-file go with a coordinator's RUN")
     if args.start is not None and args.end is not None and args.end <= args.start:
         parser.error("--end must be after --start")
     if args.bearer_token_file is not None and args.basic_auth_user is not None:
@@ -74,14 +80,42 @@ def _check_span(windows: list[Window], start_ns: int, end_ns: int) -> None:
     )
 
 
-def _defaults(args: argparse.Namespace) -> tuple[int, int, float, ScopeKind, frozenset[str]]:
-    """The span, gate threshold, scope and phases to measure with: the flags', and with an export's windows
-    its run's for any left out (as `export --db` takes a stored run's); else the defaults."""
+def _windows(args: argparse.Namespace) -> tuple[list[Window], run_export.ExportedRun | None]:
+    """The windows, and the run they were taken in when that is known: a coordinator's (RUN), or the one
+    an export file (``--windows-format export``) holds."""
+    if args.run is not None:
+        return _coordinator_run(args)
+    windows = load_windows(args.windows_format, args.windows)
     run = run_export.exported_run(args.windows) if args.windows_format == run_export.FORMAT else None
+    return windows, run
+
+
+def _coordinator_run(args: argparse.Namespace) -> tuple[list[Window], run_export.ExportedRun]:
+    """RUN's windows and settings, from its coordinator's export of it."""
+    target = CoordinatorTarget.resolve(args.coordinator, args.token_file)
+
+    async def fetch() -> dict[str, Any]:
+        async with CoordinatorClient(target, COORDINATOR_TIMEOUT_S) as client:
+            return await client.export(args.run)
+
+    try:
+        answer = asyncio.run(fetch())
+    except CoordinatorError as exc:
+        raise SourceError(str(exc)) from None
+    return export_answer(answer, f"{target.url}/v1/runs/{args.run}/export")
+
+
+def _defaults(
+    args: argparse.Namespace, run: run_export.ExportedRun | None
+) -> tuple[int, int, float, ScopeKind, frozenset[str]]:
+    """The span, gate threshold, scope and phases to measure with: the flags', and the run's (a
+    coordinator's, or an export file's) for any left out (as `export --db` takes a stored run's); else the
+    defaults."""
     start = args.start if args.start is not None or run is None else run.t_start_ns
     end = args.end if args.end is not None or run is None else run.t_end_ns
     if end is None:
-        raise SourceError(f"{args.windows.name}: its run was still open when exported (no end): give --end")
+        assert run is not None  # only a run's end can be unknown
+        raise SourceError(f"run {run.id} was still open when exported (it has no end yet): give --end")
     if end <= start:
         raise SourceError(f"--end {utc_stamp(end)} is not after --start {utc_stamp(start)}")
     threshold = args.gate_threshold if args.gate_threshold is not None or run is None else run.gate_threshold
@@ -104,8 +138,8 @@ def tsdb_export(
     series of; SourceError (one line) when the engine cannot be read, lacks a node named or holds nothing
     to measure."""
     url = check_url(args.prometheus)
-    windows = load_windows(args.windows_format, args.windows)  # a file's mistakes before the engine is asked
-    start_ns, end_ns, threshold, scope, phases = _defaults(args)
+    windows, run = _windows(args)  # a file's mistakes, or the coordinator's, before the engine is asked
+    start_ns, end_ns, threshold, scope, phases = _defaults(args, run)
     _check_span(windows, start_ns, end_ns)
     now = now_ns()
     if end_ns > now + SPAN_SLACK_NS:  # a typo in the date, or an export asked for too early
@@ -135,8 +169,8 @@ def tsdb_export(
         f"{forced} at {url}, {args.metrics} series"
     )
     spec = RunSpec(
-        id=_run_id(url, start_ns, end_ns, args.windows.read_bytes()),
-        name=args.windows.stem,
+        id=_run_id(url, start_ns, end_ns, args.windows.read_bytes() if run is None else run.id.encode()),
+        name=args.windows.stem if run is None else run.name,
         t_start_ns=start_ns,
         t_end_ns=end_ns,
         interval_s=0.0,  # the scrape interval the samples show (sources.export_from)

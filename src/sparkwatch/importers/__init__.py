@@ -14,13 +14,22 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import Window, outside_span
 from sparkwatch.importers import aiperf, genai_perf, guidellm, lmx_status, plain, run_export, vllm
 from sparkwatch.importers.common import ClockAnchor, ImportFormatError, Problem
 
-__all__ = ["FORMATS", "ClockAnchor", "ImportFormatError", "Importer", "load_windows", "read_windows"]
+__all__ = [
+    "FORMATS",
+    "ClockAnchor",
+    "ImportFormatError",
+    "Importer",
+    "export_answer",
+    "load_windows",
+    "read_windows",
+]
 
 Parser = Callable[[Path, ClockAnchor | None], Iterable[Window]]
 
@@ -80,6 +89,18 @@ def read_windows(
         raise ImportFormatError(name, vllm.NEEDS_ANCHOR_HINT)
     span = None if since_ns is None else (since_ns, now_ns)
     return _checked(name, fmt, lambda: importer.parse(path, clock_anchor), span)
+
+
+def export_answer(data: Any, label: str) -> tuple[list[Window], run_export.ExportedRun]:
+    """A coordinator's export of a run (its answer, not a file: ``label`` names the route), read as the
+    ``export`` format reads a file: its windows, checked as an import's, and its run."""
+    windows = list(
+        _checked(label, run_export.FORMAT, lambda: run_export.windows_of(run_export.export_of(data), label))
+    )
+    try:
+        return windows, run_export.run_of(run_export.export_of(data))
+    except Problem as problem:
+        raise ImportFormatError(label, str(problem)) from None
 
 
 def _checked(

@@ -44,12 +44,17 @@ _INTS = frozenset({"t_start_ns", "t_end_ns", *OPTIONAL_INT_FIELDS})
 
 
 def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
-    data = _export(path)
+    return windows_of(export_of(read_json(path)), path.name)
+
+
+def windows_of(data: dict[str, Any], label: str) -> list[Window]:
+    """The windows of an export (``export_of``'s), ``label`` naming where it came from: a file's name, or
+    the coordinator's route that answered it."""
     run_id = as_str(as_object(data.get("run"), "run").get("id"), "run.id")
     windows = []
     for index, item in enumerate(as_list(data.get("windows"), "windows")):
         where = f"windows[{index}]"
-        windows.append(_window(as_object(item, where), where, run_id, path))
+        windows.append(_window(as_object(item, where), where, run_id, label))
     return windows
 
 
@@ -59,6 +64,8 @@ class ExportedRun:
     threshold, scope and phases. Measured again from elsewhere, these are the defaults, as `export --db`
     takes a stored run's."""
 
+    id: str
+    name: str
     t_start_ns: int
     t_end_ns: int | None
     gate_threshold: float
@@ -69,12 +76,13 @@ class ExportedRun:
 def exported_run(path: Path) -> ExportedRun:
     """The run of the export in ``path``; ImportFormatError (one line naming the file) if it is not one."""
     try:
-        return _run(_export(path))
+        return run_of(export_of(read_json(path)))
     except Problem as problem:
         raise ImportFormatError(path.name or str(path), str(problem)) from None
 
 
-def _run(data: dict[str, Any]) -> ExportedRun:
+def run_of(data: dict[str, Any]) -> ExportedRun:
+    """The run of an export (``export_of``'s); a Problem says what is wrong with it."""
     run, method = as_object(data.get("run"), "run"), as_object(data.get("method"), "method")
     end = run.get("t_end_ns")
     gate = as_object(method.get("gate"), "method.gate")
@@ -89,6 +97,8 @@ def _run(data: dict[str, Any]) -> ExportedRun:
     except ValueError as exc:
         raise Problem(f"method.phases: {exc}") from None
     return ExportedRun(
+        id=as_str(run.get("id"), "run.id"),
+        name=as_str(run.get("name"), "run.name"),
         t_start_ns=as_int(run.get("t_start_ns"), "run.t_start_ns"),
         t_end_ns=None if end is None else as_int(end, "run.t_end_ns"),
         gate_threshold=threshold,
@@ -97,8 +107,8 @@ def _run(data: dict[str, Any]) -> ExportedRun:
     )
 
 
-def _export(path: Path) -> dict[str, Any]:
-    data = read_json(path)
+def export_of(data: Any) -> dict[str, Any]:
+    """``data`` if it is a ``sparkwatch.run/1`` export, else a Problem saying what it is."""
     schema = data.get("schema") if isinstance(data, dict) else None
     if not isinstance(schema, str) or not schema.startswith("sparkwatch.run/"):
         raise Problem("not a sparkwatch export: no 'schema' of sparkwatch.run/1" + looks_like(data))
@@ -107,7 +117,7 @@ def _export(path: Path) -> dict[str, Any]:
     return data  # type: ignore[no-any-return]
 
 
-def _window(item: dict[str, Any], where: str, run_id: str, path: Path) -> Window:
+def _window(item: dict[str, Any], where: str, run_id: str, label: str) -> Window:
     for key in REQUIRED_FIELDS:
         if item.get(key) is None:
             raise Problem(f"{where}: missing {key}")
@@ -117,7 +127,8 @@ def _window(item: dict[str, Any], where: str, run_id: str, path: Path) -> Window
         if value is not None:
             fields[key] = as_int(value, f"{where}.{key}") if key in _INTS else as_str(value, f"{where}.{key}")
     taken = as_object(item.get("source", {}), f"{where}.source")
-    source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
+    source = base_source(FORMAT, Path(label), "unix_ns", MAPPING, 1e-9)
+    source["file"] = label  # a file's name, or the route that answered (a URL is no path)
     source.update(run_id=run_id, taken=taken)
     source.update({note: True for note in CUT_SHORT if taken.get(note) is True})  # still not measured
     return checked(where, Window(**fields, source=source))
