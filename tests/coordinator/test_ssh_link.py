@@ -275,6 +275,11 @@ async def test_the_exec_reader_ends_when_cancelled_while_lines_keep_arriving(tmp
     [
         ("/opt/not-there/sparkwatch-agent stream --stdio", "(exit 127): "),  # the shell's words after it
         (f"{sys.executable} -m sparkwatch_agent stream --stdio --bogus", "unrecognized arguments: --bogus"),
+        (  # what nologin says, on stdout: the user the sysusers file makes has no login shell
+            "echo 'This account is currently not available.'; exit 1",
+            "(exit 1): it wrote 'This account is currently not available.' before any frame (does the SSH"
+            " user have a login shell?)",
+        ),
     ],
 )
 async def test_an_exec_command_that_ends_at_once_says_why(

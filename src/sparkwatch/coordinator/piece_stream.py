@@ -9,8 +9,11 @@ the thread stops making pieces instead of waiting for room for ever.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
+
+log = logging.getLogger(__name__)
 
 #: Chunks waiting to be written at most (each about ``CHUNK_BYTES``).
 DEPTH = 4
@@ -85,3 +88,19 @@ class PieceStream:
     def close(self) -> None:
         """The reader is done (or gone): a waiting thread stops at its next look."""
         self._closed.set()
+
+
+def settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    """On the loop: the export is computed (or failed), unless its caller went away meanwhile."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
+def log_failure(worker: asyncio.Future[None]) -> None:
+    """An export thread that failed outside what it hands over (closing its read connection)."""
+    if not worker.cancelled() and worker.exception() is not None:
+        log.error("export worker failed", exc_info=worker.exception())

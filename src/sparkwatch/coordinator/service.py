@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
+from sparkwatch.coordinator import run_pace
 from sparkwatch.coordinator.big_values import CollectorPause, let_go
 from sparkwatch.coordinator.housekeeping import Housekeeping
 from sparkwatch.coordinator.loop_lag import LoopLag
-from sparkwatch.coordinator.piece_stream import PieceStream, coalesced
+from sparkwatch.coordinator.piece_stream import PieceStream, coalesced, log_failure, settle
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.windows import Window, outside_run
@@ -86,8 +87,10 @@ class Coordinator:
         return [n.name for n in self.nodes]
 
     def desired_interval(self) -> float | None:
-        """The fastest interval any open run asks for (open runs are stored, so this survives restarts)."""
-        return min((r.interval_s for r in self.store.runs() if r.open), default=None)
+        return run_pace.desired_interval(self.store.runs())
+
+    def store_promptly(self) -> bool:
+        return run_pace.store_promptly(self.store.runs(), self.now_ns())
 
     async def start(self) -> None:
         dropped = self.store.drop_open_imports()
@@ -107,6 +110,7 @@ class Coordinator:
                 self._session,
                 holder=self.holder,
                 desired_interval=self.desired_interval,
+                store_promptly=self.store_promptly,
                 now_ns=self.now_ns,
                 **sink,
             )
@@ -363,9 +367,9 @@ class Coordinator:
             try:
                 export = self._computed_export(run_id, series_buckets)
             except BaseException as exc:
-                loop.call_soon_threadsafe(_settle, computed, exc)
+                loop.call_soon_threadsafe(settle, computed, exc)
                 return
-            loop.call_soon_threadsafe(_settle, computed, None)
+            loop.call_soon_threadsafe(settle, computed, None)
             chunks = coalesced(json_pieces(export))
             try:  # the collector paused while a chunk is made, not while the client reads it
                 if all(pieces.put(chunk) for chunk in self._collector_pause.each(chunks)):
@@ -375,26 +379,10 @@ class Coordinator:
             finally:
                 let_go(export)
 
-        loop.run_in_executor(None, work).add_done_callback(_logged)
+        loop.run_in_executor(None, work).add_done_callback(log_failure)
         try:
             await computed
         except BaseException:  # the export failed, or the caller went away meanwhile
             pieces.close()
             raise
         return pieces
-
-
-def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
-    """On the loop: the export is computed (or failed), unless its caller went away meanwhile."""
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
-
-
-def _logged(worker: asyncio.Future[None]) -> None:
-    """An export thread that failed outside what it hands over (closing its read connection)."""
-    if not worker.cancelled() and worker.exception() is not None:
-        log.error("export worker failed", exc_info=worker.exception())

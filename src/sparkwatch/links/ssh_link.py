@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 from typing import Any
 
 import aiohttp
@@ -140,9 +139,9 @@ class SshExecLink(WsLink):
         def on_hello(_hello: HelloFrame) -> None:
             self._streaming()
 
-        ingest = self._ingest(on_hello)
+        ingest = self._ingest(on_hello, hold_s=EXEC_FLUSH_S, batch=EXEC_BATCH)
         lines = _LineCutter()
-        flush_at = 0.0
+        first_line = ""  # what the process wrote first, while no hello came: a login shell's refusal
         try:
             while True:
                 chunk = None
@@ -150,23 +149,22 @@ class SshExecLink(WsLink):
                     async with asyncio.timeout(EXEC_FLUSH_S):
                         chunk = await process.stdout.read(READ_CHARS)
                 if chunk == "":
-                    raise LinkError(await _ended(process))
-                held = ingest.pending
+                    raise LinkError(await _ended(process, "" if ingest.boot else first_line))
                 text, overlong = lines.cut(chunk or "")
+                if not first_line and ingest.boot is None and text.strip():
+                    first_line = text.strip().splitlines()[0][:STDERR_CHARS]
                 if overlong:
                     ingest.reject(Rejected("too_long", f"a line of over {MAX_LINE_CHARS} characters", None))
                 for reply in ingest.feed(text):
                     future = self._pending.pop(reply.id, None)
                     if future is not None and not future.done():
                         future.set_result(reply)
-                if not held and ingest.pending:
-                    flush_at = time.monotonic() + EXEC_FLUSH_S
                 # not before the session's clock probe: what is stored goes on to remote write, stamped
                 # by the clock estimate for its boot, and each session's agent is a boot with none until then
-                if self._probed and (ingest.pending >= EXEC_BATCH or time.monotonic() >= flush_at):
-                    ingest.flush()
+                if self._probed:
+                    ingest.settle(self._promptly())
         finally:  # each exec session is a new boot: what we hold is not replayable
-            ingest.flush(offer=self._probed)
+            ingest.flush_held(offer=self._probed)
 
     async def probe_clock(self) -> tuple[ClockOffset, str]:
         probes: list[TimeProbe] = []
@@ -201,9 +199,10 @@ class SshExecLink(WsLink):
         await self._send({"type": "release", "holder": self._holder})
 
 
-async def _ended(process: asyncssh.SSHClientProcess[str]) -> str:
-    """Why the agent's process ended: its exit status and the start of what it wrote on stderr (a shell's
-    "not found", argparse's usage error)."""
+async def _ended(process: asyncssh.SSHClientProcess[str], stdout_line: str = "") -> str:
+    """Why the agent's process ended: its exit status, the start of what it wrote on stderr (a shell's
+    "not found", argparse's usage error) and ``stdout_line``, the first line it wrote instead of frames
+    (nologin's "This account is currently not available.": a user with no login shell)."""
     said = ""
     with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
         async with asyncio.timeout(1.0):
@@ -212,6 +211,9 @@ async def _ended(process: asyncssh.SSHClientProcess[str]) -> str:
         async with asyncio.timeout(1.0):  # the exit status may come a moment after stderr's end
             await process.wait_closed()
     status = "no exit status" if process.exit_status is None else f"exit {process.exit_status}"
+    if stdout_line:
+        said = f"{said}; " if said else ""
+        said += f"it wrote {stdout_line!r} before any frame (does the SSH user have a login shell?)"
     return f"agent process ended ({status})" + (f": {said}" if said else "")
 
 

@@ -63,9 +63,12 @@ class WsLink:
         unauthorized_retry_s: float = UNAUTHORIZED_RETRY_S,
         sample_sink: SampleSink | None = None,
         stream_end_sink: Callable[[str], None] | None = None,
+        store_promptly: Callable[[], bool] | None = None,
     ) -> None:
         """``sample_sink``: where the samples the store took go next (remote write), if anywhere;
-        ``stream_end_sink``: told the node's name each time a session ends (its series go stale there)."""
+        ``stream_end_sink``: told the node's name each time a session ends (its series go stale there);
+        ``store_promptly``: whether a run wants samples stored as they come (else they are held a few
+        seconds: stream.IDLE_HOLD_S); always, when not given."""
         self.spec = spec
         self.state = LinkState(node=spec.name, transport="ws")
         self._store = store
@@ -81,6 +84,7 @@ class WsLink:
         self._unauthorized_retry_s = unauthorized_retry_s
         self._sample_sink = sample_sink
         self._stream_end_sink = stream_end_sink
+        self._promptly = store_promptly or (lambda: True)
         self._lease_changed = asyncio.Event()
 
     @property
@@ -128,10 +132,20 @@ class WsLink:
     def _streaming(self) -> None:
         self.state.enter(LinkStatus.STREAMING)
 
-    def _ingest(self, on_hello: Callable[[HelloFrame], None] | None = None) -> StreamIngest:
-        """The frame core for one session; the backoff restarts only once the store took something."""
+    def _ingest(
+        self, on_hello: Callable[[HelloFrame], None] | None = None, *, hold_s: float = 0.0, batch: int = 1
+    ) -> StreamIngest:
+        """The frame core for one session; the backoff restarts only once the store took something.
+        ``hold_s``, ``batch``: the session's own pace of storing while a run wants samples (each message,
+        by default)."""
         return StreamIngest(
-            self._store, self.state, on_hello, on_stored=self._backoff.reset, sink=self._sample_sink
+            self._store,
+            self.state,
+            on_hello,
+            on_stored=self._backoff.reset,
+            sink=self._sample_sink,
+            hold_s=hold_s,
+            batch=batch,
         )
 
     async def _connected_session(self) -> None:
@@ -172,13 +186,16 @@ class WsLink:
                 raise LinkError("agent restarted between clock probe and stream; resuming from seq 0")
 
         ingest = self._ingest(on_hello)
-        while True:  # receive(), not `async for`, which hides the close message and the agent's reason
-            msg = await ws.receive()
-            if msg.type == aiohttp.WSMsgType.TEXT:
-                ingest.feed(msg.data)
-                ingest.flush()
-            elif msg.type in _STREAM_ENDS:
-                break
+        try:
+            while True:  # receive(), not `async for`, which hides the close message and the agent's reason
+                msg = await ws.receive()
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    ingest.feed(msg.data)
+                    ingest.settle(self._promptly())
+                elif msg.type in _STREAM_ENDS:
+                    break
+        finally:
+            ingest.flush_held()
         reason = f": {msg.extra}" if msg.type == aiohttp.WSMsgType.CLOSE and msg.extra else ""
         raise LinkError(f"stream closed ({ws.close_code}){reason}")
 

@@ -1,0 +1,118 @@
+"""When a link stores what its agent sent: at once while a run wants samples, held a few seconds while
+idle (a commit writes about three 16 KiB pages however little it holds), and never lost at a stream's end.
+A real Store on a temp file; the clock is a list of times."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from helpers.frames import sample_frame
+from sparkwatch.coordinator.run_pace import PROMPT_AFTER_END_NS, store_promptly
+from sparkwatch.links.state import LinkState
+from sparkwatch.links.stream import IDLE_BATCH, IDLE_HOLD_S, StreamIngest
+from sparkwatch.store import Store
+from sparkwatch.store.db import RunRow
+
+HELLO = '{"type":"hello","boot_id":"b1","node":"n1"}'
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+@pytest.fixture
+def store(tmp_path: pathlib.Path) -> Iterator[Store]:
+    s = Store(tmp_path / "c.db")
+    yield s
+    s.close()
+
+
+def _ingest(store: Store, clock: Clock, hold_s: float = 0.0, batch: int = 1) -> StreamIngest:
+    state = LinkState(node="n1", transport="test")
+    ingest = StreamIngest(store, state, mono_s=clock, hold_s=hold_s, batch=batch)
+    ingest.feed(HELLO)
+    return ingest
+
+
+def _send(ingest: StreamIngest, seq: int, promptly: bool) -> None:
+    ingest.feed(sample_frame(seq, {"power_w": 50.0}).raw)
+    ingest.settle(promptly)
+
+
+def test_idle_samples_are_held_then_stored_together_and_a_run_stores_them_at_once(store: Store) -> None:
+    clock = Clock()
+    ingest = _ingest(store, clock)
+    _send(ingest, 1, promptly=False)  # the stream's first sample: at once (a link just up is seen to work)
+    assert store.count_samples("n1") == 1
+    for seq in range(2, 6):  # one a second, idle: held
+        clock.now_s += 1.0
+        _send(ingest, seq, promptly=False)
+    assert store.count_samples("n1") == 1 and ingest.pending == 4
+    clock.now_s += IDLE_HOLD_S - 3.0  # the first held one has waited IDLE_HOLD_S
+    _send(ingest, 6, promptly=False)
+    assert store.count_samples("n1") == 6 and ingest.pending == 0
+    clock.now_s += 1.0
+    _send(ingest, 7, promptly=False)
+    assert ingest.pending == 1
+    _send(ingest, 8, promptly=True)  # a run opened: what is held goes in with it
+    assert store.count_samples("n1") == 8 and ingest.pending == 0
+
+
+def test_idle_samples_go_in_at_a_batch_and_at_the_streams_end(store: Store) -> None:
+    clock = Clock()
+    ingest = _ingest(store, clock)
+    _send(ingest, 1, promptly=False)
+    for seq in range(2, 2 + IDLE_BATCH):  # a burst (an agent's ring replayed) in no time
+        _send(ingest, seq, promptly=False)
+    assert store.count_samples("n1") == 1 + IDLE_BATCH
+    _send(ingest, 2 + IDLE_BATCH, promptly=False)
+    assert ingest.pending == 1
+    ingest.flush_held()  # the stream ends
+    assert store.count_samples("n1") == 2 + IDLE_BATCH and ingest.pending == 0
+
+
+def test_a_links_own_pace_holds_while_a_run_is_open(store: Store) -> None:
+    """SSH exec's pace (a line a sample): up to hold_s or batch frames, even while a run wants them."""
+    clock = Clock()
+    ingest = _ingest(store, clock, hold_s=0.2, batch=3)
+    _send(ingest, 1, promptly=True)
+    assert ingest.pending == 1  # 0 s held
+    clock.now_s += 0.2
+    ingest.settle(True)
+    assert store.count_samples("n1") == 1
+    for seq in (2, 3, 4):
+        _send(ingest, seq, promptly=True)
+    assert store.count_samples("n1") == 4  # the batch of 3
+
+
+def test_a_store_that_fails_at_the_streams_end_is_logged_not_raised(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    ingest = _ingest(store, clock)
+    _send(ingest, 1, promptly=False)
+    clock.now_s += 1.0
+    _send(ingest, 2, promptly=False)
+    store.close()  # a store that cannot take the write any more
+    ingest.flush_held()
+    assert "node n1: 1 held frame(s) not stored at the end of its stream" in caplog.text
+
+
+def _run(t_end_ns: int | None) -> RunRow:
+    return RunRow(id="r", name="r", t_start_ns=1, t_end_ns=t_end_ns, interval_s=0.1, gate_threshold=0.5,
+                  scope="request")  # fmt: skip
+
+
+def test_runs_want_samples_stored_at_once_while_open_and_a_minute_after() -> None:
+    now = 10**18
+    assert not store_promptly([], now)
+    assert store_promptly([_run(None)], now)
+    assert store_promptly([_run(now - PROMPT_AFTER_END_NS)], now)  # its end waits for its samples
+    assert not store_promptly([_run(now - PROMPT_AFTER_END_NS - 1)], now)
