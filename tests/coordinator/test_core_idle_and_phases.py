@@ -384,6 +384,21 @@ def test_a_window_without_a_token_count_is_named_in_the_reasons() -> None:
     assert "not divided by the other windows' tokens" in per_token
 
 
+def test_mark_windows_are_said_to_carry_no_tokens_not_blamed_on_a_client() -> None:
+    """A mark (`runs mark`) times a stretch by hand and never has tokens: before, its n/a blamed "a client
+    that disconnected before the end, or a server or importer that gave none"."""
+    mark = {"kind": "mark", "clock": "coordinator"}
+    windows = [window("m1", 30, 35, tokens=None, source=mark), window("m2", 36, 40, tokens=None, source=mark)]
+    export = build_export(RUN, [node("spark-1", steps(11.0, 61.0, [(30, 40)]))], windows, "0.1.0")
+    why = export["totals"]["null_reasons"]["completion_tokens"]
+    assert why == "2 of 2 measured window(s) are marks, which carry no token counts: m1, m2"
+    mixed = [*windows, window("r3", 41, 45, tokens=None)]
+    export = build_export(RUN, [node("spark-1", steps(11.0, 61.0, [(30, 45)]))], mixed, "0.1.0")
+    why = export["totals"]["null_reasons"]["completion_tokens"]
+    assert why.startswith("2 of 3 measured window(s) are marks, which carry no token counts: m1, m2;"), why
+    assert "1 of 3 measured window(s) have no completion token count: r3 (no finish_reason" in why
+
+
 def test_many_windows_without_counts_are_named_up_to_five() -> None:
     windows = [window(f"w{k}", 30 + k, 30.5 + k, tokens=None) for k in range(8)]
     export = build_export(RUN, [node("spark-1", steps(11.0, 61.0, [(30, 40)]))], windows, "0.1.0")

@@ -17,19 +17,35 @@ from sparkwatch.proxy.spill import spill_safely, write_spill
 from sparkwatch.settings import SettingsError, load_settings
 
 
-def _export(verdicts: list[str], counts: list[int], uuids: list[str] | None = None) -> dict[str, Any]:
+def _export(
+    verdicts: list[str], counts: list[int], uuids: list[str] | None = None, gated: list[bool] | None = None
+) -> dict[str, Any]:
     """Timed windows with these verdicts (``failed``: an HTTP error, left out of the scope), a warm-up
-    window that is not measured, and nodes with these sample counts (and one GPU UUID each)."""
+    window that is not measured, and nodes with these sample counts (and one GPU UUID each), each with a
+    gated power unless ``gated`` says not."""
     windows = [
         {"id": f"r{i}", "in_scope": v != "failed", "verdict": "ok" if v == "failed" else v, "phase": "timed"}
         for i, v in enumerate(verdicts)
     ]
     windows.append({"id": "w0", "in_scope": False, "verdict": "ok", "phase": "warmup"})
     uuids = uuids or [f"GPU-{i}" for i in range(len(counts))]
+    gated = gated or [c > 0 for c in counts]
     nodes = [
-        {"node": f"spark-{i + 1}", "samples": {"count": c}, "gpus": [{"uuid": u}]}
+        {
+            "node": f"spark-{i + 1}",
+            "samples": {"count": c},
+            "gpus": [{"uuid": u}],
+            "power_w": {"gated_mean": None},
+        }
         for i, (c, u) in enumerate(zip(counts, uuids, strict=True))
     ]
+    for node, has in zip(nodes, gated, strict=True):
+        if has:
+            node["power_w"] = {"gated_mean": 50.0}
+        else:
+            node["null_reasons"] = {
+                "power_w.gated_mean": "no interval inside the scope with utilisation >= 0.5"
+            }
     return {"method": {"phases": ["timed"]}, "windows": windows, "nodes": nodes}
 
 
@@ -154,3 +170,16 @@ def test_unsent_windows_go_to_the_temporary_folder_when_the_spill_file_cannot_be
         assert spill_safely(tmp_path / "unsent.json", windows, "run-x") is None or os.geteuid() == 0
     finally:
         tmp_path.chmod(0o700)
+
+
+def test_a_node_with_samples_but_no_gated_power_is_a_problem() -> None:
+    """The headline figure unknown (idle GPUs: a benchmark sent to the wrong endpoint): before, "2 of 2
+    timed windows ok on 2 of 2 nodes" and --strict passed, while `attach` refused the export."""
+    quality = judge(_export(["ok", "ok"], [30, 30, 30], gated=[True, False, False]))
+    assert quality.line() == (
+        "2 of 2 timed windows ok on 1 of 3 nodes: no gated GPU power on spark-2, spark-3"
+        " (no interval inside the scope with utilisation >= 0.5)"
+    )
+    assert exit_code(0, quality, strict=True) == EXIT_NOT_SOUND
+    silent = judge(_export(["ok"], [30, 0]))  # no samples at all: said once, as that
+    assert silent.problems == ["no samples from spark-2 in the measured time"]

@@ -61,18 +61,22 @@ def judge(
     failed_checks: Sequence[str] = (),
 ) -> Quality:
     """The measurement's quality: every window of the run's measured phases measured and ``ok`` (one that
-    failed or lacks the stamps its scope needs is not), no GPU reported by two nodes, every node caught up
-    and sampled, every import taken, every check passed. ``nodes_behind`` are the nodes whose samples never
-    reached the end of the run; ``failed_imports`` one sentence per import that was skipped;
-    ``failed_checks`` one per check of the windows that failed (lmx's status lines against the proxy's)."""
+    failed or lacks the stamps its scope needs is not), no GPU reported by two nodes, every node caught up,
+    sampled and with a gated power, every import taken, every check passed. ``nodes_behind`` are the nodes
+    whose samples never reached the end of the run; ``failed_imports`` one sentence per import that was
+    skipped; ``failed_checks`` one per check of the windows that failed (lmx's status lines against the
+    proxy's)."""
     phases = export["method"].get("phases", ["timed"])
     timed = [w for w in export["windows"] if w["phase"] in phases]
     not_ok = [w["id"] for w in timed if not w["in_scope"] or w["verdict"] != "ok"]
     measured = any(w["in_scope"] for w in timed)
     # a node without one sample in the measured time (with no measured time, every node has none)
     silent = [n["node"] for n in export["nodes"] if measured and not (n.get("samples") or {}).get("count")]
+    # a node with samples but no gated power: the headline figure is unknown there (an idle GPU, or a
+    # gate threshold the load never reached); `attach` refuses such an export for lmx
+    ungated = [n for n in export["nodes"] if measured and n["node"] not in silent and not _gated(n)]
     shared = shared_identities([(n["node"], _hello_of(n)) for n in export["nodes"]])
-    bad_nodes = {*nodes_behind, *silent, *(s.second for s in shared)}
+    bad_nodes = {*nodes_behind, *silent, *(n["node"] for n in ungated), *(s.second for s in shared)}
     problems: list[str] = []
     if not timed:
         problems.append(f"no {' or '.join(phases)} window was recorded")
@@ -83,6 +87,10 @@ def judge(
         problems.append(f"never caught up: {', '.join(nodes_behind)}")
     if silent:
         problems.append(f"no samples from {', '.join(silent)} in the measured time")
+    if ungated:
+        why = (ungated[0].get("null_reasons") or {}).get("power_w.gated_mean", "unknown")
+        names = ", ".join(n["node"] for n in ungated)
+        problems.append(f"no gated GPU power on {names} ({why})")
     problems += [f"import failed: {text}" for text in failed_imports]
     problems += list(failed_checks)  # said as they are: nothing failed to import
     return Quality(
@@ -92,6 +100,10 @@ def judge(
         nodes=len(export["nodes"]),
         problems=problems,
     )
+
+
+def _gated(node: dict[str, Any]) -> bool:
+    return (node.get("power_w") or {}).get("gated_mean") is not None
 
 
 def _hello_of(node: dict[str, Any]) -> dict[str, Any]:

@@ -77,12 +77,20 @@ def completion_tokens(runs: Measured) -> tuple[int | None, str | None]:
     lacking = [w for w in runs.measured if w.completion_tokens is None]
     if not lacking:
         return sum(w.completion_tokens or 0 for w in runs.measured), None
-    named = name_ids([f"{w.id} ({_ending(w)})" for w in lacking])
-    return None, (
-        f"{len(lacking)} of {len(runs.measured)} measured window(s) have no completion token count: {named};"
-        " the request reported no usage (a client that disconnected before the end, or a server or"
-        " importer that gave none)"
-    )
+    marks = [w.id for w in lacking if w.source.get("kind") == "mark"]
+    requests = [w for w in lacking if w.source.get("kind") != "mark"]
+    said = []
+    if marks:  # a mark times a stretch of the run by hand: it never has tokens
+        said.append(f"{len(marks)} of {len(runs.measured)} measured window(s) are marks, which carry no token"
+                    f" counts: {name_ids(marks)}")  # fmt: skip
+    if requests:
+        named = name_ids([f"{w.id} ({_ending(w)})" for w in requests])
+        said.append(
+            f"{len(requests)} of {len(runs.measured)} measured window(s) have no completion token count:"
+            f" {named}; the request reported no usage (a client that disconnected before the end, or a"
+            " server or importer that gave none)"
+        )
+    return None, "; ".join(said)
 
 
 def _ending(w: Window) -> str:
