@@ -221,7 +221,8 @@ def test_provisioning_files() -> None:
     datasources = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yml").read_text())
     assert datasources["apiVersion"] == 1
     (ds,) = datasources["datasources"]
-    assert ds["type"] == "prometheus" and ds["isDefault"] and ds["url"].startswith("http")
+    # not the default: copied beside a site's own default datasource, two defaults stop Grafana starting
+    assert ds["type"] == "prometheus" and ds["isDefault"] is False and ds["url"].startswith("http")
     # $__rate_interval is derived from timeInterval: it must be the agent job's scrape interval.
     prometheus = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     agent_job = next(j for j in prometheus["scrape_configs"] if j["job_name"] == "sparkwatch-agent")
