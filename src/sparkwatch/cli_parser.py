@@ -117,17 +117,29 @@ def _add_schema(sub: Sub) -> None:
 
 def _add_demo(sub: Sub) -> None:
     demo = sub.add_parser("demo", help="the whole measurement on a simulated GB10 cluster (no GPU needed)")
-    demo.add_argument("--nodes", type=_node_count, default=4, metavar="N", help=f"1..{MAX_DEMO_NODES}")
+    demo.add_argument(
+        "--nodes",
+        type=_node_count,
+        default=4,
+        metavar="N",
+        help=f"simulated nodes, 1..{MAX_DEMO_NODES} (default 4)",
+    )
     _outcome_args(demo)
-    demo.add_argument("--max-tokens", type=positive_int, default=256, metavar="N")
-    demo.add_argument("--tokens-per-s", type=positive_float, default=76.0, metavar="RATE")
+    demo.add_argument(
+        "--max-tokens", type=positive_int, default=256, metavar="N", help="tokens each request asks for (256)"
+    )
+    demo.add_argument(
+        "--tokens-per-s", type=positive_float, default=76.0, metavar="RATE", help="the model's speed (76)"
+    )
     demo.add_argument("-o", "--output", type=Path, default=Path("run.json"), metavar="FILE")
     _no_report_arg(demo)
 
 
 def _add_proxy(sub: Sub) -> None:
     proxy = sub.add_parser("proxy", help="OpenAI-compatible proxy that stamps every request as a window")
-    proxy.add_argument("--listen", type=listen, default="127.0.0.1:8899", metavar="HOST:PORT")
+    proxy.add_argument(
+        "--listen", type=listen, default="127.0.0.1:8899", metavar="HOST:PORT", help="default 127.0.0.1:8899"
+    )
     proxy.add_argument(
         "--upstream",
         type=http_url,
@@ -152,7 +164,13 @@ def _add_run(sub: Sub) -> None:
     where.add_argument("--nodes", type=Path, metavar="FILE", help="embed a coordinator for these nodes")
     coordinator_args(run, group=where)
     run.add_argument("--name", type=run_name, metavar="TEXT", help="run name (default: the command)")
-    run.add_argument("--interval", type=interval_s, default=DEFAULT_INTERVAL_S, metavar="SECONDS")
+    run.add_argument(
+        "--interval",
+        type=interval_s,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"the agents' sampling interval during the run (default {DEFAULT_INTERVAL_S:g})",
+    )
     run.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE, help="what the figures cover")
     run.add_argument(
         "--phases",
@@ -275,8 +293,16 @@ def _add_nodes(sub: Sub) -> None:
 
 def _add_sim_model(sub: Sub) -> None:
     sim = sub.add_parser("sim-model", help="a simulated OpenAI-compatible streaming model, to try things")
-    sim.add_argument("--listen", type=listen, default="127.0.0.1:8000", metavar="HOST:PORT")
-    sim.add_argument("--tokens-per-s", type=positive_float, default=76.0, metavar="RATE")
+    sim.add_argument(
+        "--listen", type=listen, default="127.0.0.1:8000", metavar="HOST:PORT", help="default 127.0.0.1:8000"
+    )
+    sim.add_argument(
+        "--tokens-per-s",
+        type=positive_float,
+        default=76.0,
+        metavar="RATE",
+        help="tokens streamed a second (76)",
+    )
 
 
 def _node_count(text: str) -> int:
@@ -296,8 +322,8 @@ def _outcome_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strict",
         action="store_true",
-        help="exit 3 when the measurement is not sound (a timed window not ok, a node behind, an import"
-        " failed); also `strict = true` in the config file",
+        help="exit 3 when the measurement is not sound (a timed window not ok, a node behind or without"
+        " gated power, an import failed); also `strict = true` in the config file",
     )
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object on stdout (the table goes to stderr)"

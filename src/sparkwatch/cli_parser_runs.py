@@ -44,7 +44,13 @@ def add_runs_parser(sub: Any) -> None:
     opening.add_argument(
         "--name", type=run_name, default="manual", metavar="TEXT", help="run name (default: manual)"
     )
-    opening.add_argument("--interval", type=interval_s, default=DEFAULT_INTERVAL_S, metavar="SECONDS")
+    opening.add_argument(
+        "--interval",
+        type=interval_s,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"the agents' sampling interval while the run is open (default {DEFAULT_INTERVAL_S:g})",
+    )
     opening.add_argument("--gate-threshold", type=ratio, default=DEFAULT_GATE_THRESHOLD, metavar="RATIO")
     opening.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE)
     opening.add_argument(

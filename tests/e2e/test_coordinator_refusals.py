@@ -173,3 +173,21 @@ def test_a_secret_file_a_node_names_that_cannot_be_used_stops_the_start_in_one_l
     wrapped = sparkwatch("run", "--nodes", str(nodes), "--db", str(db), "--", sys.executable, "-c", "pass")
     assert wrapped.returncode == 2 and said.format(missing=missing, empty=empty) in wrapped.stderr
     assert wrapped.stderr.count("\n") == 1, wrapped.stderr  # `run` embeds one: the same check, first
+
+
+@pytest.mark.parametrize("key", ["client_keys", "known_hosts"])
+def test_an_ssh_nodes_key_file_that_cannot_be_read_stops_the_start_in_one_line(
+    tmp_path: pathlib.Path, key: str
+) -> None:
+    """Before, the coordinator started and its link retried for ever, each time with asyncssh's error."""
+    missing = tmp_path / "ssh" / "id_ed25519"
+    value = f'["{missing}"]' if key == "client_keys" else f'"{missing}"'
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(f'[nodes.n0]\nssh = "sparkwatch@127.0.0.1"\n{key} = {value}\n')
+    db = tmp_path / "sparkwatch.db"
+    result = sparkwatch(
+        "coordinator", "--nodes", str(nodes), "--db", str(db), "--listen", f"127.0.0.1:{free_port()}"
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"nodes.n0.{key}: cannot read {missing}: No such file or directory" in result.stderr
+    assert not db.exists()

@@ -39,6 +39,13 @@ class Sample:
     layout: str  # "json": one document; "jsonl": a document per line; "csv"
 
 
+def _without_series(path: pathlib.Path) -> bytes:
+    """The export without its plot data: mutations land on what the importer reads, not on 20 000 points."""
+    data = json.loads(path.read_bytes())
+    data.pop("series", None)
+    return json.dumps(data).encode()
+
+
 SAMPLES = (
     Sample("guidellm", "benchmarks.json", (HARNESS / "guidellm/benchmarks.json").read_bytes(), "json"),
     Sample("guidellm", "benchmarks.json", (HARNESS / "guidellm/benchmarks_v0.2.json").read_bytes(), "json"),
@@ -53,6 +60,7 @@ SAMPLES = (
     Sample("lmx-status", "status.jsonl", (HARNESS / "lmx-status/status.jsonl").read_bytes(), "jsonl"),
     Sample("plain", "windows.json", (HARNESS / "plain/windows.json").read_bytes(), "json"),
     Sample("plain", "windows.csv", (HARNESS / "plain/windows.csv").read_bytes(), "csv"),
+    Sample("export", "run.json", _without_series(HARNESS / "export/demo-run.json"), "json"),
 )
 assert {s.fmt for s in SAMPLES} == set(FORMATS), "every importer is fuzzed"
 

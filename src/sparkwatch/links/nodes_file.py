@@ -162,6 +162,20 @@ def check_secret_files(origin: str, nodes_file: NodesFile) -> None:
                     first_line(path, "the meter's secret")
             except SecretFileError as exc:
                 raise NodesFileError(f"{where}.meter.{key}: {exc}") from None
+        _check_ssh_files(where, node)
+
+
+def _check_ssh_files(where: str, node: NodeSpec) -> None:
+    """An SSH node's known_hosts and client keys can be read now (asyncssh reads them at each connection:
+    a missing one was a link that retried for ever with the path in its error)."""
+    named = [("known_hosts", node.known_hosts)] if node.known_hosts is not None else []
+    named += [("client_keys", key) for key in node.client_keys]
+    for key, path in named:
+        try:
+            with path.open("rb") as handle:
+                handle.read(1)
+        except OSError as exc:
+            raise NodesFileError(f"{where}.{key}: cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _node(name: str, table: Any) -> NodeSpec:
