@@ -21,6 +21,7 @@ from prometheus_client import generate_latest
 
 from sparkwatch.coordinator.api.metrics import coordinator_registry
 from sparkwatch.coordinator.loop_lag import LoopLag
+from sparkwatch.coordinator.remote_write.sender import WriterStats
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
@@ -74,6 +75,11 @@ def metric_names(expr: str) -> set[str]:
 def recording_rules() -> dict[str, str]:
     groups = yaml.safe_load(RULES.read_text())["groups"]
     return {r["record"]: r["expr"] for g in groups for r in g["rules"]}
+
+
+def alert_rules() -> dict[str, str]:
+    groups = yaml.safe_load((RULES.parent / "sparkwatch.alerts.rules.yml").read_text())["groups"]
+    return {r["alert"]: r["expr"] for g in groups for r in g["rules"]}
 
 
 def exposition_names(text: str) -> set[str]:
@@ -198,7 +204,10 @@ def test_every_metric_name_exists(agent_factory: Any, fake_nvml_dir: pathlib.Pat
         with urllib.request.urlopen(f"{agent.url}/metrics", timeout=5) as r:
             served |= exposition_names(r.read().decode())
     # The coordinator announces the same families whatever its state; an empty one is enough for names.
-    idle = SimpleNamespace(now_ns=lambda: 0, states=list, runs=list, loop_lag=LoopLag(), meters={})
+    writer = SimpleNamespace(stats=WriterStats(capacity=1))  # with remote write on: its families too
+    idle = SimpleNamespace(
+        now_ns=lambda: 0, states=list, runs=list, loop_lag=LoopLag(), meters={}, remote_writer=writer
+    )
     served |= exposition_names(generate_latest(coordinator_registry(cast(Any, idle))).decode())
     assert {"sparkwatch_gpu_power_watts", "sparkwatch_coordinator_run_active"} <= served
 
@@ -211,6 +220,9 @@ def test_every_metric_name_exists(agent_factory: Any, fake_nvml_dir: pathlib.Pat
     for record, expr in rules.items():
         for metric in metric_names(expr):
             used.setdefault(metric, set()).add(f"rule {record}")
+    for alert, expr in alert_rules().items():
+        for metric in metric_names(expr):
+            used.setdefault(metric, set()).add(f"alert {alert}")
     assert len(used) > 20  # the extraction found the dashboards' names
     unknown = {m: sorted(w) for m, w in used.items() if m not in (rules if ":" in m else served)}
     assert unknown == {}

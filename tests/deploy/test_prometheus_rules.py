@@ -22,6 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROM = ROOT / "deploy" / "prometheus"
 COMPOSE = ROOT / "deploy" / "compose"
 RULES = PROM / "rules" / "sparkwatch.rules.yml"
+ALERTS = PROM / "rules" / "sparkwatch.alerts.rules.yml"
 
 #: level:metric:operations (https://prometheus.io/docs/practices/rules/); a bare leading ':' is "all nodes".
 _RULE_NAME = re.compile(r"(|node|node_gpu):(sparkwatch_[a-z0-9_]+):([a-z0-9_]+)")
@@ -89,9 +90,28 @@ def test_rule_unit_tests_pass_and_cover_every_rule() -> None:
     assert files
     code, out = promtool("test", "rules", *map(str, files))
     assert code == 0, out
-    tested = " ".join(t["expr"] for f in files for case in load(f)["tests"] for t in case["promql_expr_test"])
+    cases = [case for f in files for case in load(f)["tests"]]
+    tested = " ".join(t["expr"] for case in cases for t in case.get("promql_expr_test", []))
     untested = [r["record"] for g in load(RULES)["groups"] for r in g["rules"] if r["record"] not in tested]
     assert untested == []
+    # every alert is seen both firing and quiet
+    fired = {t["alertname"] for case in cases for t in case.get("alert_rule_test", []) if t["exp_alerts"]}
+    quiet = {t["alertname"] for case in cases for t in case.get("alert_rule_test", []) if not t["exp_alerts"]}
+    alerts = {r["alert"] for g in load(ALERTS)["groups"] for r in g["rules"]}
+    assert alerts and alerts == fired == quiet
+
+
+def test_alert_rules_are_valid_and_documented() -> None:
+    """The alerts docs/operations.md points to: valid, each with a summary, a severity and a wait long
+    enough to ride out a restart (the remote-write one counts drops over 10 minutes instead)."""
+    code, out = promtool("check", "rules", str(ALERTS))
+    assert code == 0 and "WARNING" not in out, out
+    rules = [r for g in load(ALERTS)["groups"] for r in g["rules"]]
+    assert rules and all("alert" in r for r in rules)
+    for rule in rules:
+        assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"], rule
+        assert "for" in rule or "increase(" in rule["expr"], rule
+    assert "sparkwatch.alerts.rules.yml" in (ROOT / "docs" / "operations.md").read_text()
 
 
 def _compose() -> dict[str, Any]:
