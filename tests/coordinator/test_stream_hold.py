@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 
 from helpers.frames import sample_frame
 from sparkwatch.coordinator.run_pace import PROMPT_AFTER_END_NS, store_promptly
+from sparkwatch.core.clock import ClockOffset
+from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
 from sparkwatch.links.stream import IDLE_BATCH, IDLE_HOLD_S, StreamIngest
+from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Store
 from sparkwatch.store.db import RunRow
 
 HELLO = '{"type":"hello","boot_id":"b1","node":"n1"}'
+T0_NS = 1_800_000_000_000_000_000
 
 
 class Clock:
@@ -116,3 +121,36 @@ def test_runs_want_samples_stored_at_once_while_open_and_a_minute_after() -> Non
     assert store_promptly([_run(None)], now)
     assert store_promptly([_run(now - PROMPT_AFTER_END_NS)], now)  # its end waits for its samples
     assert not store_promptly([_run(now - PROMPT_AFTER_END_NS - 1)], now)
+
+
+def test_an_idle_links_clock_estimates_are_stored_once_a_minute_a_runs_every_round(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Every round stamps what the link hands on (its state); stored, while idle, a boot's first and then
+    one a minute (each commit ~49 KiB: every 10 s it was half an idle link's writes); every round while a
+    run wants samples."""
+    stamps = iter(range(T0_NS, T0_NS + 10**12, 10**9))
+    store = Store(tmp_path / "c.db", now_ns=lambda: next(stamps))
+    clock, prompt = Clock(), [False]
+    spec = NodeSpec(name="spark-1", url="ws://127.0.0.1:9")
+    link = WsLink(spec, store, cast(Any, None), holder="h", desired_interval=lambda: None,
+                  store_promptly=lambda: prompt[0], mono_s=clock)  # fmt: skip
+
+    def rounds() -> int:
+        return sum(len(r) for r in store.offset_rounds("spark-1", 0, 2**62).values())
+
+    try:
+        for k in range(12):  # two minutes of idle rounds, one every 10 s
+            link._record_offset("b1", ClockOffset(1000 + k, 10, 5, 5))
+            assert link.state.offset is not None and link.state.offset.offset_ns == 1000 + k
+            clock.now_s += 10.0
+        assert rounds() == 2  # the first, and one at 60 s
+        link._record_offset("b2", ClockOffset(7, 10, 5, 5))  # a new boot: its first at once
+        assert rounds() == 3
+        prompt[0] = True
+        for k in range(3):
+            link._record_offset("b2", ClockOffset(8 + k, 10, 5, 5))
+            clock.now_s += 10.0
+        assert rounds() == 6
+    finally:
+        store.close()

@@ -186,8 +186,7 @@ class SshExecLink(WsLink):
             probes.append(TimeProbe(t_send, reply.t_wall_ns, self._now(), reply.t_mono_ns))
             boot = reply.boot_id
         offset = estimate_offset(probes)
-        self._store.add_offset(self.spec.name, boot, offset)
-        self.state.clocked(boot, offset)
+        self._record_offset(boot, offset)
         return offset, boot
 
     async def _put_lease(self, interval_s: float) -> None:
