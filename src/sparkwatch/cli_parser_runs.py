@@ -149,9 +149,7 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
     tsdb.add_argument(
         "--windows", type=Path, metavar="FILE", help="the request windows (any importer's file)"
     )
-    tsdb.add_argument(
-        "--windows-format", default="plain", metavar="KIND", help="the file's importer (default plain)"
-    )
+    tsdb.add_argument("--windows-format", metavar="KIND", help="the file's importer (default plain)")
     tsdb.add_argument("--start", type=epoch_ns, metavar="T", help="the run's start: Unix seconds or RFC 3339")
     tsdb.add_argument("--end", type=epoch_ns, metavar="T", help="the run's end: Unix seconds or RFC 3339")
     tsdb.add_argument(

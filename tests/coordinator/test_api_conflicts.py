@@ -5,6 +5,7 @@ run takes no marks and only windows inside its span (what `sparkwatch import` se
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import pathlib
 import sqlite3
@@ -356,6 +357,18 @@ async def test_a_small_route_refuses_a_large_chunked_body_at_its_limit(api: Api)
     assert (await api.call("GET", "/v1/runs"))[1]["runs"] == []
 
 
+async def test_a_small_route_counts_a_compressed_body_as_it_unpacks(api: Api) -> None:
+    """30 KB of gzip that unpacks to 3 MiB: refused at 1 MiB of what it unpacks to (before, its announced
+    length passed, and 3 MiB were read and parsed twice on the event loop)."""
+    packed = gzip.compress(json.dumps({"name": "x" * (3 * 1024 * 1024)}).encode())
+    assert len(packed) < 100_000
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    response = await api.client.post("/v1/runs", data=packed, headers=headers)
+    assert response.status == 413, await response.text()
+    assert (await response.json())["error"] == "request_entity_too_large"
+    assert (await api.call("GET", "/v1/runs"))[1]["runs"] == []
+
+
 async def test_a_windows_body_announced_over_64_mib_is_refused_before_it_is_sent(api: Api) -> None:
     """The answer comes at once, from the headers alone (before, the coordinator waited for 64 MiB of a
     body that could not be taken, and read it)."""
@@ -383,6 +396,8 @@ async def test_a_windows_body_announced_over_64_mib_is_refused_before_it_is_sent
         ('{"name": "a", "name": "b"}', "name", "given more than once in one object"),
         ('{"name": "a", "interval_s": NaN}', "interval_s", "finite number"),
         ('{"name": "a", "gate_threshold": Infinity}', "gate_threshold", "finite number"),
+        # nested past Python's stack: pydantic's finding, not a 500 from the repeated-key check
+        ('{"name": "a", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "", "recursion limit exceeded"),
     ],
 )
 async def test_a_run_body_with_a_repeated_key_or_a_nan_says_so(

@@ -397,6 +397,11 @@ def test_mark_windows_are_said_to_carry_no_tokens_not_blamed_on_a_client() -> No
     why = export["totals"]["null_reasons"]["completion_tokens"]
     assert why.startswith("2 of 3 measured window(s) are marks, which carry no token counts: m1, m2;"), why
     assert "1 of 3 measured window(s) have no completion token count: r3 (no finish_reason" in why
+    again = [window("m1", 30, 35, tokens=None, source={"format": "export", "taken": mark})]  # re-measured
+    export = build_export(RUN, [node("spark-1", steps(11.0, 61.0, [(30, 40)]))], again, "0.1.0")
+    assert export["totals"]["null_reasons"]["completion_tokens"].startswith(
+        "1 of 1 measured window(s) are marks"
+    )
 
 
 def test_many_windows_without_counts_are_named_up_to_five() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sparkwatch.core.windows import WINDOW_FIELDS
-from sparkwatch.importers import ImportFormatError, load_windows
+from sparkwatch.importers import ImportFormatError, export_answer, load_windows
 from sparkwatch.importers.run_export import exported_run
 
 DEMO = Path(__file__).parents[1] / "fixtures" / "harness" / "export" / "demo-run.json"
@@ -145,3 +145,18 @@ def test_export_prometheus_takes_the_span_from_the_export_and_asks_for_an_open_r
     )
     done = _export("--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO))  # plain: the span is needed
     assert done.returncode == 2 and "--prometheus needs --start, --end" in done.stderr, done.stderr
+    done = _export("--prometheus", "http://127.0.0.1:1", "run-x", "--windows-format", "export")
+    assert done.returncode == 2 and "RUN (a coordinator's run) or --windows FILE" in done.stderr, done.stderr
+
+
+def test_a_coordinator_run_without_windows_says_so() -> None:
+    data = demo()
+    data["windows"] = []
+    with pytest.raises(ImportFormatError) as info:
+        export_answer(data, "http://c:8750/v1/runs/r/export")
+    assert str(info.value) == (
+        "http://c:8750/v1/runs/r/export: the run has no windows: nothing to measure again"
+    )
+    windows, run = export_answer(demo(), "http://c:8750/v1/runs/r/export")
+    assert len(windows) == 4 and run.id == demo()["run"]["id"]
+    assert windows[0].source["file"] == "http://c:8750/v1/runs/r/export"

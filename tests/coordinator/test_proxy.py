@@ -123,6 +123,24 @@ def test_watcher_handles_crlf_completions_and_a_missing_final_blank_line() -> No
     assert stamps.unparsed_events == 1
 
 
+MULTILINE = b'data: {"choices": [{"index": 0,\ndata: "delta": {"content": "x"}}]}\n\ndata: [DONE]\n\n'
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    st.lists(st.integers(min_value=1, max_value=len(MULTILINE) - 1), unique=True, max_size=10),
+)
+def test_an_event_of_two_data_lines_is_one_event_however_split(newline: bytes, cuts: list[int]) -> None:
+    """A CRLF cut between two chunks is one line end: read as a CR and then an empty line, it ended the
+    event after its first data line (two unparsable halves)."""
+    stream = MULTILINE.replace(b"\n", newline)
+    bounds = [0, *sorted(c for c in cuts if c < len(stream)), len(stream)]
+    stamps = watch([stream[a:b] for a, b in itertools.pairwise(bounds)]).stamps
+    assert (stamps.events, stamps.unparsed_events, stamps.done) == (1, 0, True)
+    assert stamps.t_first_token_ns is not None
+
+
 def test_a_cr_only_event_is_read_when_its_chunk_arrives() -> None:
     """A lone CR ends a line at once: the event is stamped with its own chunk's time, not the next one's
     (a CR that ends a chunk is not held back to see whether a LF follows)."""

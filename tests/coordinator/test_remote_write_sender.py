@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import pathlib
 from collections.abc import Sequence
 from typing import Any
@@ -198,6 +199,25 @@ async def test_a_stop_sends_what_is_queued_before_it_ends(receiver: Receiver) ->
     assert w.stats.sent == 7 and w.stats.pending == 0
     w.offer("n1", HELLO, frames(8, 2))  # after the stop
     assert w.stats.dropped == {"stopped": 2}
+
+
+async def test_a_streams_end_alone_in_its_batch_is_posted(receiver: Receiver) -> None:
+    """A link that ends with nothing else queued (one node, or every node cut at once): its staleness
+    markers are a batch of no sample, and were built, then never posted (and could not be made again)."""
+    w = writer(receiver.url)
+    w.start()
+    w.offer("n1", HELLO, frames(1, 2))
+    await until(lambda: w.stats.sent == 2)
+    w.offer_end("n1")
+    await until(lambda: len(receiver.requests) == 2)
+    w.offer_end("n1")  # a second end: nothing left to mark, nothing posted
+    await asyncio.sleep(0.2)
+    await w.stop()
+    assert len(receiver.requests) == 2 and w.stats.sent == 2 and w.stats.pending == 0
+    first, ended = receiver.requests[0][1], receiver.requests[1][1]
+    values = [sample.value for series in ended.timeseries for sample in series.samples]
+    assert values and all(math.isnan(v) for v in values)  # one stale marker per series frame 2 had
+    assert len(values) == len(first.timeseries)
 
 
 async def test_unreadable_frames_are_left_out_and_counted(receiver: Receiver) -> None:

@@ -11,7 +11,8 @@ from typing import Any, cast
 import pytest
 
 from helpers.frames import sample_frame
-from sparkwatch.coordinator.run_pace import PROMPT_AFTER_END_NS, store_promptly
+from sparkwatch.coordinator.run_pace import FOREVER_NS, PROMPT_AFTER_END_NS, prompt_until_ns
+from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
@@ -60,9 +61,13 @@ def test_idle_samples_are_held_then_stored_together_and_a_run_stores_them_at_onc
         clock.now_s += 1.0
         _send(ingest, seq, promptly=False)
     assert store.count_samples("n1") == 1 and ingest.pending == 4
+    # what a link waiting for its next message waits at most: until the first held one is due
+    assert ingest.due_in_s(promptly=False) == pytest.approx(IDLE_HOLD_S - 3.0)
+    assert ingest.due_in_s(promptly=True) == 0.0
     clock.now_s += IDLE_HOLD_S - 3.0  # the first held one has waited IDLE_HOLD_S
     _send(ingest, 6, promptly=False)
     assert store.count_samples("n1") == 6 and ingest.pending == 0
+    assert ingest.due_in_s(promptly=False) is None  # nothing held: wait as long as it takes
     clock.now_s += 1.0
     _send(ingest, 7, promptly=False)
     assert ingest.pending == 1
@@ -116,11 +121,10 @@ def _run(t_end_ns: int | None) -> RunRow:
 
 
 def test_runs_want_samples_stored_at_once_while_open_and_a_minute_after() -> None:
-    now = 10**18
-    assert not store_promptly([], now)
-    assert store_promptly([_run(None)], now)
-    assert store_promptly([_run(now - PROMPT_AFTER_END_NS)], now)  # its end waits for its samples
-    assert not store_promptly([_run(now - PROMPT_AFTER_END_NS - 1)], now)
+    end = 10**18
+    assert prompt_until_ns([]) == 0
+    assert prompt_until_ns([_run(end), _run(None)]) == FOREVER_NS
+    assert prompt_until_ns([_run(end), _run(end - 5)]) == end + PROMPT_AFTER_END_NS  # its end waits for them
 
 
 def test_an_idle_links_clock_estimates_are_stored_once_a_minute_a_runs_every_round(
@@ -152,5 +156,27 @@ def test_an_idle_links_clock_estimates_are_stored_once_a_minute_a_runs_every_rou
             link._record_offset("b2", ClockOffset(8 + k, 10, 5, 5))
             clock.now_s += 10.0
         assert rounds() == 6
+    finally:
+        store.close()
+
+
+def test_the_coordinator_wants_samples_at_once_while_a_run_is_open_and_a_minute_after(
+    tmp_path: pathlib.Path,
+) -> None:
+    """What the coordinator hands its links as ``store_promptly``, worked out as runs open and end."""
+    now = [T0_NS]
+    store = Store(tmp_path / "c.db", now_ns=lambda: now[0])
+    coordinator = Coordinator([], store, now_ns=lambda: now[0])
+    try:
+        assert not coordinator.store_promptly()
+        run = coordinator.open_run("r", 0.1, 0.5, "request")
+        now[0] += 3600 * 10**9
+        assert coordinator.store_promptly()  # open an hour: still
+        coordinator.end_run(run.id)
+        now[0] += PROMPT_AFTER_END_NS - 1
+        assert coordinator.store_promptly()
+        now[0] += 2
+        assert not coordinator.store_promptly()
+        assert Coordinator([], store, now_ns=lambda: now[0]).store_promptly() is False  # after a restart too
     finally:
         store.close()

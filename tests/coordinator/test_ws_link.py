@@ -356,3 +356,49 @@ async def test_a_rotated_agent_token_is_read_again_at_the_next_use(tmp_path: pat
         token.chmod(0o644)  # refused now: the last token read stays
         assert link._headers == {"Authorization": f"Bearer {'b' * 32}"}
     store.close()
+
+
+async def test_an_idle_link_holds_samples_and_stores_them_with_its_streams_end(
+    agent_factory: Any, tmp_path: pathlib.Path
+) -> None:
+    """No run wants samples (``store_promptly`` False) and the link's clock stands still, so nothing is
+    due: the session's first batch is stored (a link just up is seen to work), the rest held; when the
+    agent stops, what is held is stored, handed to the sink, and then the stream's end is told (remote
+    write marks its series stale after the samples, not before)."""
+    agent = agent_factory("--backend", "sim", "--node", "spark-1", "--interval", "0.1")
+    store = Store(tmp_path / "c.db")
+    told: list[tuple[str, int]] = []
+    async with aiohttp.ClientSession() as session:
+        link = WsLink(
+            NodeSpec(name="spark-1", url=agent.url.replace("http", "ws")),
+            store,
+            session,
+            holder="test-coord",
+            desired_interval=lambda: None,
+            backoff=ExponentialBackoff(initial_s=5.0, maximum_s=5.0),
+            probe_every_s=0.5,
+            probes=3,
+            sample_sink=lambda _node, _hello, frames, _offset: told.append(("samples", len(frames))),
+            stream_end_sink=lambda node: told.append(("end", len(node))),
+            store_promptly=lambda: False,
+            mono_s=lambda: 1000.0,
+        )
+        task = asyncio.create_task(link.run())
+        try:
+            await asyncio.sleep(2.5)  # ~25 samples, in two or three messages after the first
+            first = store.count_samples("spark-1")
+            assert 0 < first < 15 and told == [("samples", first)], (first, told)
+            agent.stop()  # the stream ends: held samples go in, then the end
+            for _ in range(50):
+                if ("end", len("spark-1")) in told:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    stored = store.count_samples("spark-1")
+    _, last = store.latest_boot("spark-1") or ("", 0)
+    assert stored == last > first + 10  # every sample the agent sent, none lost
+    assert [kind for kind, _ in told] == ["samples", "samples", "end"], told
+    assert told[1][1] == stored - first
+    store.close()

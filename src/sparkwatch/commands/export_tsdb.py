@@ -46,7 +46,7 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             verb = "goes" if len(given) == 1 else "go"
             parser.error(f"{', '.join(given)} {verb} with --prometheus, not --db")
         return
-    if args.run is not None and args.windows is not None:
+    if args.run is not None and (args.windows is not None or args.windows_format is not None):
         parser.error("RUN (a coordinator's run) or --windows FILE: the windows come from one of them")
     spanned = args.run is not None or args.windows_format == run_export.FORMAT  # a run gives its span
     needed = () if args.run is not None else ("windows",) if spanned else TSDB_ONLY
@@ -85,7 +85,7 @@ def _windows(args: argparse.Namespace) -> tuple[list[Window], run_export.Exporte
     an export file (``--windows-format export``) holds."""
     if args.run is not None:
         return _coordinator_run(args)
-    windows = load_windows(args.windows_format, args.windows)
+    windows = load_windows(args.windows_format or "plain", args.windows)
     run = run_export.exported_run(args.windows) if args.windows_format == run_export.FORMAT else None
     return windows, run
 

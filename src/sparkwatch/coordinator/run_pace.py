@@ -10,6 +10,7 @@ from sparkwatch.store.db import RunRow
 
 #: After a run ends, samples are still stored at once this long: its end waits for them to be stored.
 PROMPT_AFTER_END_NS = 60 * 1_000_000_000
+FOREVER_NS = 2**63 - 1
 
 
 def desired_interval(runs: Iterable[RunRow]) -> float | None:
@@ -17,7 +18,13 @@ def desired_interval(runs: Iterable[RunRow]) -> float | None:
     return min((r.interval_s for r in runs if r.open), default=None)
 
 
-def store_promptly(runs: Iterable[RunRow], now_ns: int) -> bool:
-    """While a run is open, and for PROMPT_AFTER_END_NS after one ended."""
-    since = now_ns - PROMPT_AFTER_END_NS
-    return any(r.open or (r.t_end_ns is not None and r.t_end_ns >= since) for r in runs)
+def prompt_until_ns(runs: Iterable[RunRow]) -> int:
+    """Until when samples are stored at once: for ever while a run is open, else PROMPT_AFTER_END_NS after
+    the last run ended (0: no run ever ended). Worked out when runs open or end, not per message: the runs
+    table is read whole."""
+    until = 0
+    for run in runs:
+        if run.t_end_ns is None:
+            return FOREVER_NS
+        until = max(until, run.t_end_ns + PROMPT_AFTER_END_NS)
+    return until

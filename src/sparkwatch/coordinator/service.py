@@ -81,6 +81,7 @@ class Coordinator:
         self.remote_write_spec = remote_write  # where every stored sample is also sent (opt in)
         self.remote_writer: RemoteWriter | None = None
         store.set_nodes([n.name for n in self.nodes])
+        self._prompt_until_ns = run_pace.prompt_until_ns(store.runs())  # a run left open survives a restart
 
     @property
     def node_names(self) -> list[str]:
@@ -90,7 +91,7 @@ class Coordinator:
         return run_pace.desired_interval(self.store.runs())
 
     def store_promptly(self) -> bool:
-        return run_pace.store_promptly(self.store.runs(), self.now_ns())
+        return self.now_ns() < self._prompt_until_ns
 
     async def start(self) -> None:
         dropped = self.store.drop_open_imports()
@@ -196,6 +197,7 @@ class Coordinator:
         return self.engine.state.to_json() if self.engine is not None else None
 
     def _interval_changed(self) -> None:
+        self._prompt_until_ns = run_pace.prompt_until_ns(self.store.runs())
         for link in self.links.values():
             link.interval_changed()
 

@@ -77,8 +77,8 @@ def completion_tokens(runs: Measured) -> tuple[int | None, str | None]:
     lacking = [w for w in runs.measured if w.completion_tokens is None]
     if not lacking:
         return sum(w.completion_tokens or 0 for w in runs.measured), None
-    marks = [w.id for w in lacking if w.source.get("kind") == "mark"]
-    requests = [w for w in lacking if w.source.get("kind") != "mark"]
+    marks = [w.id for w in lacking if _is_mark(w)]
+    requests = [w for w in lacking if not _is_mark(w)]
     said = []
     if marks:  # a mark times a stretch of the run by hand: it never has tokens
         said.append(f"{len(marks)} of {len(runs.measured)} measured window(s) are marks, which carry no token"
@@ -91,6 +91,12 @@ def completion_tokens(runs: Measured) -> tuple[int | None, str | None]:
             " server or importer that gave none)"
         )
     return None, "; ".join(said)
+
+
+def _is_mark(w: Window) -> bool:
+    """A mark's window, or one re-measured from an export that took it from a mark (``source.taken``)."""
+    taken = w.source.get("taken")
+    return w.source.get("kind") == "mark" or (isinstance(taken, dict) and taken.get("kind") == "mark")
 
 
 def _ending(w: Window) -> str:

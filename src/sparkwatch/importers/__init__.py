@@ -94,6 +94,8 @@ def read_windows(
 def export_answer(data: Any, label: str) -> tuple[list[Window], run_export.ExportedRun]:
     """A coordinator's export of a run (its answer, not a file: ``label`` names the route), read as the
     ``export`` format reads a file: its windows, checked as an import's, and its run."""
+    if isinstance(data, dict) and data.get("windows") == []:
+        raise ImportFormatError(label, "the run has no windows: nothing to measure again")
     windows = list(
         _checked(label, run_export.FORMAT, lambda: run_export.windows_of(run_export.export_of(data), label))
     )

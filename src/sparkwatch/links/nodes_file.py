@@ -168,8 +168,9 @@ def check_secret_files(origin: str, nodes_file: NodesFile) -> None:
 def _check_ssh_files(where: str, node: NodeSpec) -> None:
     """An SSH node's known_hosts and client keys can be read now (asyncssh reads them at each connection:
     a missing one was a link that retried for ever with the path in its error)."""
-    named = [("known_hosts", node.known_hosts)] if node.known_hosts is not None else []
-    named += [("client_keys", key) for key in node.client_keys]
+    named: list[tuple[str, Path]] = [("client_keys", key) for key in node.client_keys]
+    if node.known_hosts is not None and not node.insecure_skip_host_key_check:  # else not read at all
+        named.insert(0, ("known_hosts", node.known_hosts))
     for key, path in named:
         try:
             with path.open("rb") as handle:

@@ -139,16 +139,24 @@ class StreamIngest:
     def settle(self, promptly: bool) -> None:
         """Store what is held once it is due: at the link's own pace (``hold_s``, ``batch``) when
         ``promptly`` (a run wants its samples now) or before this stream has stored any (a link just up is
-        seen to work), else after IDLE_HOLD_S or at IDLE_BATCH frames."""
+        seen to work), else after IDLE_HOLD_S or at IDLE_BATCH frames (or the link's batch, if larger)."""
+        due_s = self.due_in_s(promptly)
+        if due_s is not None and due_s <= 0:
+            self.flush()
+
+    def due_in_s(self, promptly: bool) -> float | None:
+        """How long until what is held is due (≤ 0: now); None when nothing is held. A link waits no longer
+        than this for its next message, so an agent sampling every 10 s is not stored 20 s late."""
         if not self.pending:
-            return
+            return None
         now = self._mono()
         if self._held_since is None:
             self._held_since = now
-        prompt = promptly or not self._stored_any
-        hold_s, batch = (self._hold_s, self._batch) if prompt else (IDLE_HOLD_S, IDLE_BATCH)
-        if now - self._held_since >= hold_s or self.pending >= batch:
-            self.flush()
+        if promptly or not self._stored_any:
+            hold_s, batch = self._hold_s, self._batch
+        else:
+            hold_s, batch = IDLE_HOLD_S, max(IDLE_BATCH, self._batch)
+        return 0.0 if self.pending >= batch else hold_s - (now - self._held_since)
 
     def flush_held(self, offer: bool = True) -> None:
         """:meth:`flush` at a stream's end: a store that fails now is logged, not raised (the stream is

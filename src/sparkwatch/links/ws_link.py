@@ -35,6 +35,8 @@ UNAUTHORIZED_RETRY_S = 60.0
 #: still stamps remote write); an export reads the rounds within 11 minutes of its run, stored every round
 #: while the run is open.
 IDLE_OFFSET_EVERY_S = 60.0
+#: The shortest wait for the next message while samples are held.
+MIN_WAIT_S = 0.05
 
 
 def unauthorized_reason(spec: NodeSpec) -> str:
@@ -196,7 +198,12 @@ class WsLink:
         ingest = self._ingest(on_hello)
         try:
             while True:  # receive(), not `async for`, which hides the close message and the agent's reason
-                msg = await ws.receive()
+                due_s = ingest.due_in_s(self._promptly())
+                try:  # no longer than until what is held is due (a 0 timeout would be none at all)
+                    msg = await ws.receive(timeout=None if due_s is None else max(due_s, MIN_WAIT_S))
+                except TimeoutError:
+                    ingest.settle(self._promptly())
+                    continue
                 if msg.type == aiohttp.WSMsgType.TEXT:
                     ingest.feed(msg.data)
                     ingest.settle(self._promptly())

@@ -80,7 +80,7 @@ def _repeated_key(raw: bytes) -> str | None:
         json.loads(raw, object_pairs_hook=pairs)
     except _Repeated as exc:
         return str(exc)
-    except ValueError:  # not JSON (or not UTF-8): pydantic's finding says so
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the stack: pydantic says so
         return None
     return None
 

@@ -241,20 +241,23 @@ class RemoteWriter:
         return taken, count
 
     # ---- the receiver side -----------------------------------------------------------------------
-    def _encode(self, entries: list[Entry]) -> tuple[bytes, int]:
-        """In the writer's thread: the body, and how many frames could not be read back."""
+    def _encode(self, entries: list[Entry]) -> tuple[bytes | None, int]:
+        """In the writer's thread: the body (None: no series at all), and how many frames could not be
+        read back."""
         if self._messages is None:
             self._messages = Messages()
         grouped, unreadable = group(entries, self._last_ms, self._last_series)
-        return self._messages.encode(grouped), unreadable
+        return (self._messages.encode(grouped) if grouped else None), unreadable
 
     async def _deliver(
         self, session: aiohttp.ClientSession, executor: ThreadPoolExecutor, entries: list[Entry], count: int
     ) -> None:
+        """A batch with any series is posted: staleness markers alone (a stream's end) count no sample, and
+        encoding them has already let go of what would make them again."""
         loop = asyncio.get_running_loop()
         body, unreadable = await loop.run_in_executor(executor, self._encode, entries)
         self._drop("unreadable", unreadable)
-        if count > unreadable:
+        if body is not None:
             await self._send(session, body, count - unreadable)
         self.stats.pending -= count
 
