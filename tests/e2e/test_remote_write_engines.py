@@ -140,6 +140,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             coords[name].start()
         for coord in coords.values():
             wait_connected(coord, len(NAMES))
+            # a run open: every clock-probe round is stored, so each stamp is one the store can name (an
+            # idle link stores a round a minute and stamps with every round, within the probes' noise)
+            coord.call("POST", "/v1/runs", {"name": "remote write", "interval_s": 0.1})
         for util in (0.8, 0.3):  # values that move
             for agent in agents:
                 sim_load(agent, util)
