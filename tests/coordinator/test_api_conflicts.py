@@ -410,3 +410,21 @@ async def test_a_run_body_with_a_repeated_key_or_a_nan_says_so(
     assert response.status == 400 and body["reason"][0]["loc"] == loc, body
     assert msg in body["reason"][0]["msg"], body
     assert (await api.call("GET", "/v1/runs"))[1]["runs"] == []
+
+
+async def test_a_window_with_a_key_given_twice_is_refused_and_nothing_stored(api: Api) -> None:
+    """Before, the last of the two was stored: a window ending where the client did not mean it to."""
+    _, run = await api.call("POST", "/v1/runs", {"name": "twice"})
+    start = run["t_start_ns"]
+    raw = (
+        f'{{"windows": [{{"id": "a", "phase": "timed", "t_start_ns": {start}, "t_end_ns": {start + 10**9}}},'
+        f' {{"id": "b", "phase": "timed", "t_start_ns": {start}, "t_end_ns": {start + 10**9},'
+        f' "t_end_ns": {start + 2 * 10**9}}}]}}'
+    )
+    response = await api.client.post(
+        f"/v1/runs/{run['id']}/windows", data=raw, headers={"Content-Type": "application/json"}
+    )
+    body = await response.json()
+    assert response.status == 400, body
+    assert body["reason"] == [{"loc": "windows.1.t_end_ns", "msg": "given more than once in one object"}]
+    assert (await api.call("GET", f"/v1/runs/{run['id']}"))[1]["windows"] == 0

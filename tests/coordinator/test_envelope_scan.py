@@ -19,8 +19,7 @@ WINDOW = {"id": "w1", "phase": "timed", "t_start_ns": T0_NS, "t_end_ns": T0_NS +
         '{"windows": [1, {"a": [2, 3]}, "x,]"], "import_id": "i"}',
         ' \n{ "windows" : [ ] , "k" : null }\t',
         '{"windows": 5}',
-        '{"windows": [1], "windows": {"a": 1}}',
-        '{"windows": {"a": 1}, "windows": [7, 8]}',
+        '{"windows": [{"a": {"a": 1}}], "k": {"a": [{"a": 2}]}}',  # a name again, but in another object
         "{}",
     ],
 )
@@ -60,6 +59,25 @@ def test_what_is_not_one_json_object_is_refused_in_one_line(raw: bytes, words: s
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("body", "loc", "msg"),
+    [
+        ('{"windows": [1], "windows": {"a": 1}}', "windows", "given more than once in one object"),
+        ('{"import_id": "a", "windows": [], "import_id": "b"}', "import_id", "given more than once"),
+        ('{"windows": [1, {"id": "w", "id": "v"}]}', "windows.1.id", "given more than once in one object"),
+        ('{"windows": [{"source": {"h": 1, "h": 2}}]}', "windows.0", "'h' given more than once"),
+        ('{"windows": [{"source": {"h": {"x": 1}}, "source": {}}]}', "windows.0.source", "given more"),
+        ('{"k": {"x": [1], "x": 2}, "windows": []}', "k.x", "given more than once in one object"),
+    ],
+)
+def test_a_key_given_twice_in_one_object_is_refused_where_it_is(body: str, loc: str, msg: str) -> None:
+    """A whole parse keeps the last of the two (and a validator after it never knows): the client meant
+    one, so neither is taken. A key again in another object is no repeat (the parametrized case above)."""
+    with pytest.raises(ScanError) as caught:
+        scan(body.encode(), 10)
+    assert (caught.value.loc, str(caught.value)[: len(msg)]) == (loc, msg)
+
+
 def test_counting_stops_one_past_the_limit() -> None:
     with pytest.raises(ScanError) as caught:
         scan(b'{"windows": [1, 2, 3, oops', 2)
@@ -80,9 +98,10 @@ def test_a_batch_is_validated_from_the_body_text() -> None:
         ({"windows": []}, "windows"),
         ({"windows": [WINDOW], "import_id": 5}, "import_id"),
         ({"windows": [WINDOW, {**WINDOW, "t_end_ns": "late"}]}, "windows.1.t_end_ns"),
+        ('{"windows": [' + json.dumps(WINDOW).replace('"id"', '"phase":"x","id"') + "]}", "windows.0.phase"),
     ],
 )
-def test_envelope_and_window_findings_name_the_field(body: dict[str, object], loc: str) -> None:
+def test_envelope_and_window_findings_name_the_field(body: dict[str, object] | str, loc: str) -> None:
     with pytest.raises(BodyError) as caught:
-        window_batch(json.dumps(body).encode())
+        window_batch((body if isinstance(body, str) else json.dumps(body)).encode())
     assert [d["loc"] for d in caught.value.details] == [loc]

@@ -4,7 +4,8 @@ Parsing a 30 MB body in one call (pydantic's or the standard library's) holds th
 second, and so stalls the event loop even from a worker thread. Here the object is walked member by member
 with the standard decoder's ``raw_decode``, and the ``windows`` array element by element: each call parses
 one small value, so the interpreter can switch threads between calls. The array's elements are returned as
-spans of the text, to be validated a slice at a time by the caller.
+spans of the text, to be validated a slice at a time by the caller. A key given twice in one object is
+refused here (a validator would keep the last, and the client meant one of them).
 """
 
 from __future__ import annotations
@@ -31,11 +32,22 @@ class _TooMany(ValueError):
     pass
 
 
+class _Repeated(ValueError):
+    pass
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _Repeated()
+    return out
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +67,8 @@ def scan(raw: bytes, max_elements: int) -> Scanned:
         raise ScanError(f"body is not UTF-8 (byte {exc.start})") from None
     try:
         return _object(text, max_elements)
+    except ScanError:
+        raise
     except _TooMany as exc:
         raise ScanError(str(exc), SPANNED) from None
     except (ValueError, RecursionError) as exc:
@@ -72,12 +86,14 @@ def _object(text: str, max_elements: int) -> Scanned:
         key, at = _DECODER.raw_decode(text, _skip(text, at))
         if not isinstance(key, str):
             raise ValueError(f"object key expected at char {at}")
+        if key in members:
+            raise ScanError("given more than once in one object", key)
         at = _skip(text, _expect(text, _skip(text, at), ":"))
         if key == SPANNED and text.startswith("[", at):
             spans, at = _elements(text, at + 1, max_elements)
             members[key] = spans
         else:
-            members[key], at = _DECODER.raw_decode(text, at)
+            members[key], at = _value(text, at, key)
             if key == SPANNED:
                 spans = None
         at = _skip(text, at)
@@ -96,7 +112,7 @@ def _elements(text: str, at: int, max_elements: int) -> tuple[list[tuple[int, in
     if text.startswith("]", at):
         return spans, at + 1
     while True:
-        _, end = _DECODER.raw_decode(text, at)
+        _, end = _value(text, at, f"{SPANNED}.{len(spans)}")
         spans.append((at, end))
         if len(spans) > max_elements:
             raise _TooMany(f"more than {max_elements} items")
@@ -104,6 +120,37 @@ def _elements(text: str, at: int, max_elements: int) -> tuple[list[tuple[int, in
         if text.startswith("]", at):
             return spans, at + 1
         at = _skip(text, _expect(text, at, ","))
+
+
+def _value(text: str, at: int, loc: str) -> tuple[Any, int]:
+    """The value at ``at`` and the index after it; a repeated key is a ScanError at ``loc`` (and the key's
+    name under it when the repeat is in the value's own object, not one nested in it)."""
+    try:
+        return _DECODER.raw_decode(text, at)
+    except _Repeated:
+        key, top = _first_repeat(text, at)
+        if top:
+            raise ScanError("given more than once in one object", f"{loc}.{key}") from None
+        raise ScanError(f"{key!r} given more than once in one object", loc) from None
+
+
+def _first_repeat(text: str, at: int) -> tuple[str, bool]:
+    """The first key repeated in the value at ``at``, and whether it is in the value's own object: objects
+    are made innermost first, so the value's own is the last made (only on a refusal: this parses again)."""
+    made: list[bool] = []
+    found: list[tuple[str, int]] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        repeated = [k for n, k in enumerate(keys) if k in keys[:n]]
+        if repeated and not found:
+            found.append((repeated[0], len(made)))
+        made.append(True)
+        return dict(items)
+
+    json.JSONDecoder(object_pairs_hook=pairs).raw_decode(text, at)
+    key, number = found[0]
+    return key, number == len(made) - 1
 
 
 def _skip(text: str, at: int) -> int:
