@@ -149,7 +149,9 @@ def _meter_domains(
     store: Store, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
 ) -> list[DomainInput]:
     """The node's meter readings (already on the coordinator's clock), one domain per meter, with the errors
-    that explain their gaps."""
+    that explain their gaps. A failed poll between two readings breaks them apart (its readings each side
+    form no interval), as a failed engine scrape does: 3 poll intervals is the gap rule for readings that
+    came late, and one failed poll in a window was bridged by a line between its neighbours."""
     rows = store.meter_rows(node, t_from_ns, t_to_ns)
     errors: dict[str, list[tuple[int, str]]] = {}
     for domain, t_ns, error in store.meter_errors(node, t_from_ns, t_to_ns):
@@ -162,9 +164,11 @@ def _meter_domains(
         # a meter's own counter is stored but not integrated: Shelly does not say how often aenergy moves,
         # and a BMC's EnergykWh is too coarse for ΔE/Δt over one poll; its power is the trapezoid
         unused = np.full(count, np.nan)
-        zeros = np.zeros(count, dtype=np.int64)
+        t_ns = rows.t_ns[mine]
+        failed = np.sort(np.array([t for t, _ in errors.get(name, ())], dtype=np.int64))
+        apart = np.searchsorted(failed, t_ns, side="right").astype(np.int64)  # failed polls before each
         power = rows.power_w[mine]
-        track = gated_track(rows.t_ns[mine], zeros, rows.interval_s[mine], power, unused, gpus=gpus)
+        track = gated_track(t_ns, apart, rows.interval_s[mine], power, unused, gpus=gpus)
         domains.append(DomainInput(name, "system", source, track, tuple(errors.pop(name, ()))))
     # a meter that never answered in the span: a domain with no samples and its errors
     nothing = np.empty(0)

@@ -1,0 +1,89 @@
+"""A wall meter's failed poll is a gap in the export, whatever the readings each side of it: a line between
+them would be a reading nobody took (a BMC that answered 404 for one poll between 374 W and 600 W put
+≈ 975 J of an invented ramp into the window's energy, which the export called ok)."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import pytest
+
+from helpers.frames import T0, sample_frame
+from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.windows import Window
+from sparkwatch.sources.store import export_run
+from sparkwatch.store import Store
+from sparkwatch.store.db import RunRow
+from sparkwatch.store.meters import MeterReading
+
+S = 1_000_000_000
+POLL_S = 1.0
+
+
+def exported(tmp_path: pathlib.Path, failed_at_s: list[float]) -> dict[str, object]:
+    """10 s of a busy node at 10 Hz and its meter polled every second (300 W, then 600 W from 5 s), each
+    poll at ``failed_at_s`` an error instead of a reading; one window over 1–9 s."""
+    store = Store(tmp_path / "c.db")
+    store.set_nodes(["n1"])
+    store.ingest("n1", "b1", [sample_frame(k, {"power_w": 50.0, "util_ratio": 0.9}) for k in range(1, 101)])
+    for t_s in range(0, 11, 5):
+        store.add_offset("n1", "b1", ClockOffset(0, 10**6, 5, 8, mono_offset_ns=T0), t_ns=T0 + t_s * S)
+    for k in range(10):
+        t_s = k + 0.5
+        t_ns = T0 + round(t_s * S)
+        if t_s in failed_at_s:
+            store.add_meter_error("n1", "wall", t_ns, "redfish answered HTTP 404 for /redfish/v1/Chassis/1U")
+        else:
+            watts = 300.0 if t_s < 5 else 600.0
+            store.add_meter_reading("n1", MeterReading("wall", "meter:redfish", POLL_S, t_ns, watts, None, 0))
+    store.create_run(RunRow("r", "meter", T0, None, 0.1, 0.5, "request"))
+    store.add_windows("r", [Window("w", "timed", T0 + S, T0 + 9 * S)])
+    store.end_run("r", T0 + 10 * S)
+    try:
+        return export_run(store, "r", ["n1"], time.time_ns)
+    finally:
+        store.close()
+
+
+def wall(export: dict[str, object]) -> tuple[dict[str, object], dict[str, object]]:
+    """The wall domain of the node's figures and of the window's."""
+    node = export["nodes"][0]  # type: ignore[index]
+    (domain,) = [d for d in node["system"]["domains"] if d["domain"] == "wall"]
+    window = export["windows"][0]  # type: ignore[index]
+    (in_window,) = [d for d in window["nodes"][0]["system"] if d["domain"] == "wall"]
+    return domain, in_window
+
+
+def test_every_poll_answered_is_measured_whole(tmp_path: pathlib.Path) -> None:
+    domain, in_window = wall(exported(tmp_path, []))
+    assert domain["samples"]["coverage_ratio"] == 1.0 and domain["samples"]["max_gap_s"] == 0.0
+    assert in_window["coverage_ratio"] == 1.0
+    # 1–4.5 s at 300 W, the ramp 4.5–5.5 s (a reading each side of it), 5.5–9 s at 600 W
+    assert in_window["energy_j"] == pytest.approx(3.5 * 300 + 450 + 3.5 * 600, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("failed_at_s", "covered_j"),
+    [
+        ([5.5], 3.5 * 300 + 2.5 * 600),  # 1–4.5 s, then 6.5–9 s: nothing between 4.5 and 6.5
+        ([4.5], 2.5 * 300 + 3.5 * 600),
+        ([4.5, 5.5], 2.5 * 300 + 2.5 * 600),
+    ],
+)
+def test_a_failed_poll_leaves_a_gap_with_its_error(
+    tmp_path: pathlib.Path, failed_at_s: list[float], covered_j: float
+) -> None:
+    export = exported(tmp_path, failed_at_s)
+    domain, in_window = wall(export)
+    gap_s = 1.0 + len(failed_at_s)
+    assert domain["samples"]["max_gap_s"] == pytest.approx(gap_s, abs=1e-6)
+    assert domain["samples"]["coverage_ratio"] < 1.0
+    assert in_window["coverage_ratio"] == pytest.approx((8 - gap_s) / 8, abs=1e-3)
+    assert in_window["energy_j"] == pytest.approx(covered_j, rel=1e-3)  # the covered time's, no ramp
+    assert [e["error"][:18] for e in domain["errors"]] == ["redfish answered H"] * len(failed_at_s)
+    window = export["windows"][0]  # type: ignore[index]
+    assert window["verdict"] == "low_confidence" and window["reasons"] == [
+        f"n1 wall: coverage {in_window['coverage_ratio']:.3f} < 0.95"
+    ]
+    assert export["totals"]["system_energy_j"] is None  # type: ignore[index]
