@@ -17,7 +17,7 @@ from doubles.shelly import ShellyPlug
 from helpers.meter_sink import Sink
 from sparkwatch.links.nodes_file import NodesFileError, parse_nodes
 from sparkwatch.meters.factory import make_reader
-from sparkwatch.meters.poller import MeterPoller
+from sparkwatch.meters.poller import MeterPoller, Reading
 from sparkwatch.meters.prometheus import PrometheusMeter
 from sparkwatch.meters.redfish import RedfishMeter
 from sparkwatch.meters.shelly import ShellyMeter
@@ -185,6 +185,11 @@ async def test_a_meter_that_does_not_answer_is_a_failure_with_a_reason() -> None
             "meter.verify_tls: must be true or false",
         ),
         ('kind = "shelly"\nurl = "http://p"\nid = -1', "meter.id: must be a non-negative integer"),
+        (
+            'kind = "redfish"\nurl = "https://bmc"\npassword_file = "/etc/pw"',
+            "meter.username: password_file goes with a username",
+        ),
+        ('kind = "redfish"\nurl = "https://bmc/redfish/v1/"', "meter.url: is the BMC's address without"),
     ],
 )
 def test_a_wrong_meter_table_is_one_line_naming_the_node(table: str, words: str) -> None:
@@ -200,11 +205,23 @@ def test_a_meter_table_is_read_with_its_defaults() -> None:
     assert node.meter == MeterSpec("redfish", "https://bmc", interval_s=1.0, domain="wall")
 
 
-def _redfish(resources: dict[str, Any], token: str | None, basic: str | None) -> web.Application:
-    """A BMC serving ``resources`` by path, wanting either a session token or basic auth (as DSP0266)."""
+def _redfish(
+    resources: dict[str, Any],
+    token: str | None,
+    basic: str | None,
+    *,
+    refuse_status: int = 204,
+    seen: list[str] | None = None,
+) -> web.Application:
+    """A BMC serving ``resources`` by path, wanting either a session token or basic auth (as DSP0266).
+    Wrong credentials posted for a session answer ``refuse_status``: 204 as sushy-static answers any login
+    without a session, 401 as a BMC refusing them. ``seen``: each login attempt ("POST", or "basic" for a
+    request with basic auth the BMC checks) is added to it."""
 
     async def get(request: web.Request) -> web.Response:
         path = request.path
+        if seen is not None and path != "/redfish/v1/" and "Authorization" in request.headers:
+            seen.append("basic")  # the service root is open to all: checked everywhere else
         wanted_token = token is not None and request.headers.get("X-Auth-Token") == token
         wanted_basic = basic is not None and request.headers.get("Authorization") == basic
         if path != "/redfish/v1/" and not (wanted_token or wanted_basic):
@@ -215,8 +232,12 @@ def _redfish(resources: dict[str, Any], token: str | None, basic: str | None) ->
 
     async def login(request: web.Request) -> web.Response:
         body = await request.json()
-        if token is None or body != {"UserName": "root", "Password": "bmc-pass"}:
+        if seen is not None:
+            seen.append("POST")
+        if token is None:
             return web.Response(status=204)  # what sushy-static answers: no session
+        if body != {"UserName": "root", "Password": "bmc-pass"}:
+            return web.Response(status=refuse_status)
         headers = {"X-Auth-Token": token, "Location": "/redfish/v1/SessionService/Sessions/1"}
         return web.json_response({"Id": "1"}, status=201, headers=headers)
 
@@ -285,3 +306,78 @@ async def test_redfish_wrong_credentials_and_an_unknown_chassis_are_errors(tmp_p
             said.append(sink.errors[0][2])
     assert "refused the credentials" in said[0] and "HTTP 401" in said[0] and "wrong" not in said[0]
     assert "has no chassis '2U'" in said[1]
+
+
+@pytest.mark.parametrize(
+    ("token", "basic", "refuse_status", "attempt"),
+    [
+        ("t", None, 401, ["POST"]),  # a session refused: not tried with basic auth too
+        (None, "Basic " + base64.b64encode(b"root:bmc-pass").decode(), 204, ["POST", "basic"]),  # no sessions
+    ],
+)
+async def test_refused_credentials_rest_until_the_password_changes_or_five_minutes_pass(
+    tmp_path: pathlib.Path, token: str | None, basic: str | None, refuse_status: int, attempt: list[str]
+) -> None:
+    """A BMC locks an account after a few failed logins: a poll a second offered the refused pair twice a
+    second (a session, then basic auth) until someone noticed."""
+    (tmp_path / "pw").write_text("wrong\n")
+    seen: list[str] = []
+    clock = [0.0]
+    async for url in _serve(_redfish(_bmc(True), token, basic, refuse_status=refuse_status, seen=seen)):
+        spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw")
+        sink = Sink()
+        meter = RedfishMeter(spec, monotonic=lambda: clock[0])
+        poller = MeterPoller("n", spec, meter, sink, now_ns=_ticking())
+        async with aiohttp.ClientSession() as session:
+            for _ in range(5):  # five polls, a second apart: one login offered
+                await poller.poll_once(session)
+                clock[0] += 1.0
+            assert seen == attempt and sink.readings == []
+            said = [e[2] for e in sink.errors]
+            assert said[0].startswith("redfish refused the credentials of user 'root' (HTTP ")
+            assert said[1].startswith(said[0] + "; not offered again for 299 s, or until the password file")
+            clock[0] += 300.0  # five minutes on: offered again, once
+            await poller.poll_once(session)
+            assert seen == attempt * 2 and len(sink.errors) == 6
+            (tmp_path / "pw").write_text("bmc-pass\n")  # mended: taken at the next poll
+            await poller.poll_once(session)
+    assert [r.power_w for r in sink.readings] == [374.0]
+
+
+async def test_a_redfish_meter_without_credentials_says_to_give_them() -> None:
+    async for url in _serve(_redfish(_bmc(True), "t", None)):
+        spec = MeterSpec("redfish", url)
+        sink = Sink()
+        async with aiohttp.ClientSession() as session:
+            await MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking()).poll_once(session)
+    (error,) = [e[2] for e in sink.errors]
+    assert error == (
+        "redfish asks for credentials (HTTP 401 for /redfish/v1/Chassis): give the meter username and"
+        " password_file"
+    )
+
+
+class _Says:
+    """A meter reader that answers these watts, one per poll."""
+
+    def __init__(self, *watts: float) -> None:
+        self._watts = list(watts)
+
+    async def read(self, session: aiohttp.ClientSession) -> Reading:
+        return Reading(power_w=self._watts.pop(0))
+
+
+async def test_a_reading_no_node_draws_is_not_stored_but_said() -> None:
+    """25 kW between two 3 kW readings averaged to 14 kW per interval, under the export's 20 kW check."""
+    spec = MeterSpec("prometheus", "http://pdu", query="w")
+    sink = Sink()
+    poller = MeterPoller("n", spec, _Says(3000.0, 25000.0, -5.0, 3000.0), sink, now_ns=_ticking())
+    async with aiohttp.ClientSession() as session:
+        for _ in range(4):
+            await poller.poll_once(session)
+    assert [r.power_w for r in sink.readings] == [3000.0, 3000.0]
+    assert [e[2] for e in sink.errors] == [
+        "prometheus read 25000 W, outside [0, 20000] W for one node: not stored",
+        "prometheus read -5 W, outside [0, 20000] W for one node: not stored",
+    ]
+    assert poller.state.failures == 2

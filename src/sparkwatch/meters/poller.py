@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from sparkwatch.core.domains import MAX_PLAUSIBLE_NODE_W
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store.meters import MeterReading
 
@@ -128,6 +129,11 @@ class MeterPoller:
             return
         except (MeterError, aiohttp.ClientError, OSError, ValueError) as exc:
             self._failed(t0, f"{type(exc).__name__}: {exc}" if not isinstance(exc, MeterError) else str(exc))
+            return
+        if reading.power_w is not None and not 0 <= reading.power_w <= MAX_PLAUSIBLE_NODE_W:
+            # one bogus reading would pass the export's check on intervals (the mean of two readings)
+            shown = f"{reading.power_w:g} W, outside [0, {MAX_PLAUSIBLE_NODE_W:g}] W for one node"
+            self._failed(t0, f"{spec.kind} read {shown}: not stored")
             return
         t1 = self._now_ns()
         refresh_ns = int((spec.refresh_s or 0.0) * 1e9)

@@ -7,12 +7,19 @@ PowerConsumedWatts``. ``PowerSubsystem`` holds capacity and allocation, not a re
 With credentials it opens a Redfish session (``POST`` to the service root's ``Links.Sessions`` with
 ``UserName``/``Password``, then the ``X-Auth-Token`` header) and falls back to HTTP basic auth when the
 service hands out no token. Nothing of a credential is logged, stored or exported.
+
+Credentials the BMC refused are not offered again for ``REFUSED_RETRY_S`` unless the password file changes:
+a BMC locks an account after a few failed logins (``AccountService.AccountLockoutThreshold``), and a poll a
+second would lock out the operator's account too.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import math
+import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -23,15 +30,20 @@ from sparkwatch.meters.spec import MeterSpec
 
 ROOT = "/redfish/v1/"
 KWH_J = 3.6e6
+#: How long refused credentials rest before they are offered again (unless the password file changes).
+REFUSED_RETRY_S = 300.0
 
 
 class RedfishMeter:
-    def __init__(self, spec: MeterSpec) -> None:
+    def __init__(self, spec: MeterSpec, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._base = spec.url
         self._spec = spec
         self._ssl = spec.verify_tls
+        self._monotonic = monotonic
         self._headers: dict[str, str] = {}
         self._logged_in = False
+        self._password_sha = ""  # of the password offered last
+        self._refused: tuple[str, float, str] | None = None  # the refused password's sha, when, what was said
         self._reading_path: tuple[str, str] | None = None  # ("env" | "power", path)
 
     async def read(self, session: aiohttp.ClientSession) -> Reading:
@@ -50,8 +62,7 @@ class RedfishMeter:
     async def _get(self, session: aiohttp.ClientSession, path: str) -> dict[str, Any]:
         async with session.get(self._base + path, headers=self._headers, ssl=self._ssl) as r:
             if r.status == 401:
-                self._logged_in = False
-                raise MeterError(f"redfish refused the credentials for {path} (HTTP 401)")
+                self._unauthorized(path)
             if r.status != 200:
                 raise MeterError(f"redfish answered HTTP {r.status} for {path}")
             body: Any = await json_answer(r, "redfish")
@@ -59,16 +70,51 @@ class RedfishMeter:
             raise MeterError(f"redfish {path} is not a JSON object")
         return body
 
+    def _unauthorized(self, path: str) -> None:
+        """A 401: no credentials given, an ended session (log in again next poll), or basic auth refused."""
+        self._logged_in = False
+        if self._spec.username is None:
+            raise MeterError(
+                f"redfish asks for credentials (HTTP 401 for {path}): give the meter username and"
+                " password_file"
+            )
+        if "X-Auth-Token" in self._headers:
+            raise MeterError(f"redfish ended the session (HTTP 401 for {path}): logging in again")
+        self._refuse(f"redfish refused the credentials of user {self._spec.username!r} (HTTP 401 for {path})")
+
+    def _refuse(self, said: str) -> None:
+        self._refused = (self._password_sha, self._monotonic(), said)
+        raise MeterError(said)
+
+    def _still_refused(self, password_sha: str) -> None:
+        """Refused credentials are not offered again for REFUSED_RETRY_S, unless the password changed."""
+        if self._refused is None:
+            return
+        refused_sha, at, said = self._refused
+        rest_s = REFUSED_RETRY_S - (self._monotonic() - at)
+        if refused_sha == password_sha and rest_s > 0:
+            again = f"not offered again for {rest_s:.0f} s, or until the password file changes"
+            raise MeterError(f"{said}; {again}")
+        self._refused = None
+
     async def _login(self, session: aiohttp.ClientSession) -> None:
         """A Redfish session when the service gives one, else basic auth on every request."""
         assert self._spec.username is not None
         password = read_secret(self._spec.password_file) if self._spec.password_file else ""
+        self._password_sha = hashlib.sha256(password.encode()).hexdigest()
+        self._still_refused(self._password_sha)
         self._headers = {}
         root = await self._get(session, ROOT)
         sessions = _link(root.get("Links", {}), "Sessions") or "/redfish/v1/SessionService/Sessions"
         credentials = {"UserName": self._spec.username, "Password": password}
         async with session.post(self._base + sessions, json=credentials, ssl=self._ssl) as r:
-            token = r.headers.get("X-Auth-Token") if r.status in (200, 201) else None
+            status = r.status
+            token = r.headers.get("X-Auth-Token") if status in (200, 201) else None
+        if status in (401, 403):  # basic auth with the same pair would be one more failed login
+            self._refuse(
+                f"redfish refused the credentials of user {self._spec.username!r}"
+                f" (HTTP {status} for POST {sessions})"
+            )
         if token:
             self._headers = {"X-Auth-Token": token}
         else:

@@ -121,6 +121,11 @@ def parse_meter(table: Any) -> MeterSpec:
     if component not in SHELLY_COMPONENTS:
         shown = toml_shown(component)
         raise MeterSpecError(f"must be one of {', '.join(SHELLY_COMPONENTS)}, got {shown}", "component")
+    url = _url(table.get("url"))
+    if kind == "redfish" and urlparse(url).path.rstrip("/").endswith("/redfish/v1"):
+        raise MeterSpecError(f"is the BMC's address without /redfish/v1 (the reader adds it): {url!r}", "url")
+    if kind == "redfish" and table.get("password_file") is not None and table.get("username") is None:
+        raise MeterSpecError("password_file goes with a username (a Redfish login is a user's)", "username")
     if kind == "prometheus" and "query" not in table:
         raise MeterSpecError('a prometheus meter needs query = "…" (one series, in watts)', "query")
     channel = table.get("id", 0)
@@ -128,7 +133,7 @@ def parse_meter(table: Any) -> MeterSpec:
         raise MeterSpecError(f"must be a non-negative integer, got {toml_shown(channel)}", "id")
     return MeterSpec(
         kind=kind,
-        url=_url(table.get("url")),
+        url=url,
         interval_s=interval,
         domain=_text(table, "domain", "wall"),
         refresh_s=None if refresh is None else float(refresh),
