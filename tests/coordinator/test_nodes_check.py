@@ -191,3 +191,12 @@ def test_the_engine_page_is_checked_with_the_nodes(tmp_path: pathlib.Path, agent
         " be null)"
     ]
     assert check_engine(None) == []
+
+
+def test_a_far_clock_is_said_to_be_behind_or_ahead_as_it_is() -> None:
+    """The offset is what the agent's clock needs added (agent + offset = coordinator): +25 200 s is an
+    agent 7 h behind, which the warning read as "+25200.000 s off"."""
+    behind = check_node(node(clock={"offset_ns": 25_200 * 10**9, "uncertainty_ns": 300_000}))
+    ahead = check_node(node(clock={"offset_ns": -5 * 10**9, "uncertainty_ns": 300_000}))
+    assert behind.warnings == ["clock 25200.000 s behind the coordinator's (corrected, but check NTP)"]
+    assert ahead.warnings == ["clock 5.000 s ahead of the coordinator's (corrected, but check NTP)"]

@@ -107,9 +107,10 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
             check.problems.append(
                 f"clock uncertainty {check.uncertainty_s * 1e3:.1f} ms > {MAX_UNCERTAINTY_S * 1e3:.0f} ms"
             )
-        if abs(check.offset_s) > WARN_OFFSET_S:
+        if abs(check.offset_s) > WARN_OFFSET_S:  # agent clock + offset = coordinator clock
+            side = "behind" if check.offset_s > 0 else "ahead of"
             check.warnings.append(
-                f"clock {check.offset_s:+.3f} s off the coordinator's (corrected, but check NTP)"
+                f"clock {abs(check.offset_s):.3f} s {side} the coordinator's (corrected, but check NTP)"
             )
     check.time_sync, synced = _time_sync(hardware)
     if synced is False:
