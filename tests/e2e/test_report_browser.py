@@ -72,6 +72,12 @@ def _check_windows(opened: OpenedPage, export: dict[str, Any]) -> None:
     row_ids = set(rows)
     assert timed and timed <= band_ids and timed <= row_ids
     assert len(row_ids) == len(export["windows"])
+    # a duration is the stamps' difference to the digits shown (ends rounded first read 9.603 for 9.602378)
+    shown = page.eval_on_selector_all(
+        "#window-table .row", "rs => rs.map(r => [r.dataset.windowId, r.children[3].textContent])"
+    )
+    want = {w["id"]: f"{round((w['t_end_ns'] - w['t_start_ns']) / 1e9, 3):.3f}" for w in export["windows"]}
+    assert [(i, text) for i, text in shown if text != want[i]] == []
 
 
 def _click_zooms(opened: OpenedPage, export: dict[str, Any], row: int) -> None:

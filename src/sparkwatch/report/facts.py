@@ -247,6 +247,8 @@ def window_rows(export: dict[str, Any]) -> dict[str, Any]:
         "in_scope": [w["in_scope"] for w in windows],
         "t_start_s": [rel(w["t_start_ns"]) for w in windows],
         "t_end_s": [rel(w["t_end_ns"]) for w in windows],
+        # from the stamps, not the rounded ends: 9.602378 s was shown as 9.603 (ends rounded, then subtracted)
+        "duration_s": [round((w["t_end_ns"] - w["t_start_ns"]) / 1e9, 3) for w in windows],
         "t_first_token_s": [rel(w.get("t_first_token_ns")) for w in windows],
         "t_last_token_s": [rel(w.get("t_last_token_ns")) for w in windows],
         "tokens": [w.get("completion_tokens") for w in windows],

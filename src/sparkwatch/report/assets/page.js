@@ -41,7 +41,7 @@
     { title: "window", key: function (i) { return w.id[i]; }, text: function (i) { return esc(w.id[i]); } },
     { title: "phase", key: function (i) { return w.phase[i]; }, text: function (i) { return esc(w.phase[i]) + (w.in_scope[i] ? "" : " (not measured)"); } },
     { title: "start s", num: true, key: function (i) { return w.t_start_s[i]; }, text: function (i) { return fmt(w.t_start_s[i], 3); } },
-    { title: "duration s", num: true, key: function (i) { return w.t_end_s[i] - w.t_start_s[i]; }, text: function (i) { return fmt(w.t_end_s[i] - w.t_start_s[i], 3); } },
+    { title: "duration s", num: true, key: function (i) { return w.duration_s[i]; }, text: function (i) { return fmt(w.duration_s[i], 3); } },
     { title: "tokens", num: true, key: function (i) { return w.tokens[i]; }, text: function (i) { return fmt(w.tokens[i], 0); } }
   ];
   w.nodes.forEach(function (name, k) {  /* per node: gated W and GPU energy J (sorted by W) */
