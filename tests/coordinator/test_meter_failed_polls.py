@@ -87,3 +87,27 @@ def test_a_failed_poll_leaves_a_gap_with_its_error(
         f"n1 wall: coverage {in_window['coverage_ratio']:.3f} < 0.95"
     ]
     assert export["totals"]["system_energy_j"] is None  # type: ignore[index]
+
+
+def test_every_failed_poll_breaks_the_readings_not_only_the_errors_kept(tmp_path: pathlib.Path) -> None:
+    """The export lists the first 20 errors of a meter in the span; the readings break at all of them. A
+    meter failing every other poll for 50 polls (25 failures) covers none of its time."""
+    store = Store(tmp_path / "c.db")
+    store.set_nodes(["n1"])
+    store.ingest("n1", "b1", [sample_frame(k, {"power_w": 50.0, "util_ratio": 0.9}) for k in range(1, 501)])
+    store.add_offset("n1", "b1", ClockOffset(0, 10**6, 5, 8, mono_offset_ns=T0), t_ns=T0)
+    for k in range(50):
+        t_ns = T0 + k * S
+        if k % 2:
+            store.add_meter_error("n1", "wall", t_ns, "shelly answered HTTP 503")
+        else:
+            store.add_meter_reading("n1", MeterReading("wall", "meter:shelly", POLL_S, t_ns, 300.0, None, 0))
+    store.create_run(RunRow("r", "meter", T0, None, 0.1, 0.5, "request"))
+    store.add_windows("r", [Window("w", "timed", T0 + S, T0 + 49 * S)])
+    store.end_run("r", T0 + 50 * S)
+    try:
+        domain, in_window = wall(export_run(store, "r", ["n1"], time.time_ns))
+    finally:
+        store.close()
+    assert len(domain["errors"]) == 20
+    assert domain["samples"]["coverage_ratio"] == 0.0 and in_window["energy_j"] is None

@@ -153,6 +153,7 @@ def _meter_domains(
     form no interval), as a failed engine scrape does: 3 poll intervals is the gap rule for readings that
     came late, and one failed poll in a window was bridged by a line between its neighbours."""
     rows = store.meter_rows(node, t_from_ns, t_to_ns)
+    failures = store.meter_failure_times(node, t_from_ns, t_to_ns)  # every one; ``errors`` the first few
     errors: dict[str, list[tuple[int, str]]] = {}
     for domain, t_ns, error in store.meter_errors(node, t_from_ns, t_to_ns):
         errors.setdefault(domain, []).append((t_ns, error))
@@ -165,7 +166,7 @@ def _meter_domains(
         # and a BMC's EnergykWh is too coarse for ΔE/Δt over one poll; its power is the trapezoid
         unused = np.full(count, np.nan)
         t_ns = rows.t_ns[mine]
-        failed = np.sort(np.array([t for t, _ in errors.get(name, ())], dtype=np.int64))
+        failed = failures.get(name, np.empty(0, np.int64))
         apart = np.searchsorted(failed, t_ns, side="right").astype(np.int64)  # failed polls before each
         power = rows.power_w[mine]
         track = gated_track(t_ns, apart, rows.interval_s[mine], power, unused, gpus=gpus)

@@ -24,6 +24,7 @@ from sparkwatch.store import windows as windows_table
 from sparkwatch.store.opening import open_database
 from sparkwatch.store.read_only import connect_read_only
 from sparkwatch.store.refusals import ended_at
+from sparkwatch.store.rows import I64
 from sparkwatch.store.sample_store import SampleBlocks
 from sparkwatch.store.schema import MIGRATIONS
 from sparkwatch.store.tx import NotFound, RunEnded, StoreError, tx
@@ -204,6 +205,9 @@ class Store:
 
     def meter_errors(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[str, int, str]]:
         return meters.errors(self._db, node, t_from_ns, t_to_ns)
+
+    def meter_failure_times(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, I64]:
+        return meters.failure_times(self._db, node, t_from_ns, t_to_ns)
 
     # ---- the serving engine's /metrics (store/engine_samples.py) ---------------------------------
     def add_engine_sample(self, row: engine_samples.EngineRow, uncertainty_ns: int) -> None:

@@ -73,6 +73,17 @@ def rows(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> Met
     )
 
 
+def failure_times(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, I64]:
+    """Each meter domain's failed polls in the span, every one (where its readings break), by time."""
+    found: dict[str, list[int]] = {}
+    for domain, t_ns in db.execute(
+        "SELECT domain, t_ns FROM meter_errors WHERE node = ? AND t_ns BETWEEN ? AND ? ORDER BY domain, t_ns",
+        (node, t_from_ns, t_to_ns),
+    ):
+        found.setdefault(str(domain), []).append(int(t_ns))
+    return {domain: np.array(times, dtype=np.int64) for domain, times in found.items()}
+
+
 def errors(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[str, int, str]]:
     """(domain, t_ns, error) of the first errors of each domain in the span."""
     return [
