@@ -21,9 +21,10 @@ S = 1_000_000_000
 POLL_S = 1.0
 
 
-def exported(tmp_path: pathlib.Path, failed_at_s: list[float]) -> dict[str, object]:
+def exported(tmp_path: pathlib.Path, failed_at_s: list[float], refresh_s: float = 0.0) -> dict[str, object]:
     """10 s of a busy node at 10 Hz and its meter polled every second (300 W, then 600 W from 5 s), each
-    poll at ``failed_at_s`` an error instead of a reading; one window over 1–9 s."""
+    poll at ``failed_at_s`` an error instead of a reading; one window over 1–9 s. ``refresh_s``: the BMC's
+    refresh period, in each reading's uncertainty as the poller stores it."""
     store = Store(tmp_path / "c.db")
     store.set_nodes(["n1"])
     store.ingest("n1", "b1", [sample_frame(k, {"power_w": 50.0, "util_ratio": 0.9}) for k in range(1, 101)])
@@ -36,7 +37,10 @@ def exported(tmp_path: pathlib.Path, failed_at_s: list[float]) -> dict[str, obje
             store.add_meter_error("n1", "wall", t_ns, "redfish answered HTTP 404 for /redfish/v1/Chassis/1U")
         else:
             watts = 300.0 if t_s < 5 else 600.0
-            store.add_meter_reading("n1", MeterReading("wall", "meter:redfish", POLL_S, t_ns, watts, None, 0))
+            age_ns = 2_000_000 + round(refresh_s * S)  # half a 4 ms round trip, and the refresh
+            store.add_meter_reading(
+                "n1", MeterReading("wall", "meter:redfish", POLL_S, t_ns, watts, None, age_ns)
+            )
     store.create_run(RunRow("r", "meter", T0, None, 0.1, 0.5, "request"))
     store.add_windows("r", [Window("w", "timed", T0 + S, T0 + 9 * S)])
     store.end_run("r", T0 + 10 * S)
@@ -56,7 +60,9 @@ def wall(export: dict[str, object]) -> tuple[dict[str, object], dict[str, object
 
 
 def test_every_poll_answered_is_measured_whole(tmp_path: pathlib.Path) -> None:
-    domain, in_window = wall(exported(tmp_path, []))
+    export = exported(tmp_path, [])
+    assert export["windows"][0]["verdict"] == "ok"  # type: ignore[index]
+    domain, in_window = wall(export)
     assert domain["samples"]["coverage_ratio"] == 1.0 and domain["samples"]["max_gap_s"] == 0.0
     assert in_window["coverage_ratio"] == 1.0
     # 1–4.5 s at 300 W, the ramp 4.5–5.5 s (a reading each side of it), 5.5–9 s at 600 W
@@ -111,3 +117,14 @@ def test_every_failed_poll_breaks_the_readings_not_only_the_errors_kept(tmp_path
         store.close()
     assert len(domain["errors"]) == 20
     assert domain["samples"]["coverage_ratio"] == 0.0 and in_window["energy_j"] is None
+
+
+def test_a_window_shorter_than_two_of_the_bmcs_refreshes_is_low_confidence(tmp_path: pathlib.Path) -> None:
+    """A BMC that refreshes its reading every 30 s answers each poll with a value up to 30 s old: over an
+    8 s window its figure is one stale value, however often it is polled."""
+    export = exported(tmp_path, [], refresh_s=30.0)
+    window = export["windows"][0]  # type: ignore[index]
+    assert window["verdict"] == "low_confidence"
+    assert window["reasons"] == ["n1 wall: shorter (8.000 s) than 2 readings (30.002 s apart)"]
+    _, in_window = wall(export)
+    assert in_window["coverage_ratio"] == 1.0  # measured all the same: the verdict says how far to trust it

@@ -44,6 +44,9 @@ class DomainInput:
     source: str  # hwmon:<chip>, sim:spbm, meter:<kind>
     track: GpuTrack
     errors: tuple[tuple[int, str], ...] = ()  # a meter's failed polls (t_ns, why): the reasons of its gaps
+    #: a meter's readings: how far apart in time what they say is (its poll interval, or the BMC's own
+    #: refresh period when longer); None for an agent's channels, judged by the run's sampling interval
+    reading_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,7 @@ class DomainFigures:
     headline_above_idle_j: float | None = None
     headline_coverage: float | None = None  # of the scope, by the headline domain's valid intervals
     headline_window_coverage: F64 | None = None  # of each window, likewise (NaN: no interval in it)
+    headline_reading_s: float | None = None  # the headline domain's DomainInput.reading_s
     null_reasons: dict[str, str] = field(default_factory=dict)  # ``system.<domain>.<field>``: why unknown
 
 
@@ -162,6 +166,7 @@ def domain_figures(
         headline_above_idle_j=dict(zip(names, above, strict=True)).get(headline) if headline else None,
         headline_coverage=stats[names.index(headline)].coverage_ratio if headline is not None else None,
         headline_window_coverage=per_window[names.index(headline)].coverage_ratio if headline else None,
+        headline_reading_s=domains[names.index(headline)].reading_s if headline is not None else None,
         null_reasons=reasons,
     )
 

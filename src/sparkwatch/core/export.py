@@ -22,7 +22,7 @@ from sparkwatch.core.power import INCOMPLETE_COVERAGE
 from sparkwatch.core.rounding import rounded
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.series import Frame, node_series, series_block, series_frame
-from sparkwatch.core.tracks import GAP_INTERVALS, MemTrack
+from sparkwatch.core.tracks import F64, GAP_INTERVALS, MemTrack
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Window, scope_for, union
 from sparkwatch.defaults import EXPORT_SCHEMA, ScopeKind
@@ -252,7 +252,8 @@ def _windows_json(
     """The export's ``windows``: each window's fields, verdict, node entries, split and engine entry, made
     a slice of windows at a time from the nodes' columns (core.window_rows)."""
     uncertainty_s = max((c.uncertainty_ns or 0 for _, c in clocks), default=0) / 1e9
-    partial = [_partial_windows(str(f.json["node"]), f.system) for f in figures]
+    lengths_s = (plan.ends - plan.starts) / 1e9
+    partial = [_partial_windows(str(f.json["node"]), f.system, lengths_s) for f in figures]
     prefill, decode = _window_splits(figures, len(windows))
     windows = list(windows)  # its own: a caller may empty its list once the export is made (let_go)
 
@@ -293,21 +294,30 @@ def _windows_json(
     return WindowRows(len(windows), make, held=(windows,))
 
 
-def _partial_windows(node: str, system: DomainFigures) -> dict[int, str]:
+def _partial_windows(node: str, system: DomainFigures, lengths_s: F64) -> dict[int, str]:
     """The windows a node's whole-node (headline) domain covers less of than a figure needs (a wall meter
-    that stopped answering, a sensor that failed), with the reason: the GPU figures are whole, the node's
-    whole draw is not, so such a window is ``low_confidence``. A rail or CPU channel's gap judges nothing.
-    Found over the coverage column at once (10 000 windows × nodes)."""
+    that stopped answering, a sensor that failed), or that are shorter than two of a meter's readings (its
+    poll interval, or the BMC's refresh period when longer: the figure is one or two readings, or a reading
+    older than the window), with the reason: the GPU figures are whole, the node's whole draw is not, so
+    such a window is ``low_confidence``. A rail or CPU channel's gap judges nothing. Found over the
+    coverage column at once (10 000 windows × nodes)."""
     coverage = system.headline_window_coverage
     if coverage is None:
         return {}
     with np.errstate(invalid="ignore"):
         short = np.flatnonzero(~(coverage >= INCOMPLETE_COVERAGE))  # NaN: no interval in it
     name = f"{node} {system.headline}"
-    return {
+    out = {
         k: f"{name}: no interval" if np.isnan(c) else f"{name}: coverage {c:.3f} < {INCOMPLETE_COVERAGE}"
         for k, c in zip(short.tolist(), coverage[short].tolist(), strict=True)
     }
+    reading_s = system.headline_reading_s
+    if reading_s is not None:
+        brief = np.flatnonzero(lengths_s < LOW_CONFIDENCE_INTERVALS * reading_s)
+        apart = f"{LOW_CONFIDENCE_INTERVALS:g} readings ({reading_s:g} s apart)"
+        for k, length_s in zip(brief.tolist(), lengths_s[brief].tolist(), strict=True):
+            out.setdefault(k, f"{name}: shorter ({length_s:.3f} s) than {apart}")
+    return out
 
 
 def _window_splits(figures: Sequence[NodeFigures], n: int) -> tuple[list[float | None], list[float | None]]:

@@ -168,9 +168,12 @@ def _meter_domains(
         t_ns = rows.t_ns[mine]
         failed = failures.get(name, np.empty(0, np.int64))
         apart = np.searchsorted(failed, t_ns, side="right").astype(np.int64)  # failed polls before each
-        power = rows.power_w[mine]
-        track = gated_track(t_ns, apart, rows.interval_s[mine], power, unused, gpus=gpus)
-        domains.append(DomainInput(name, "system", source, track, tuple(errors.pop(name, ()))))
+        power, interval_s = rows.power_w[mine], rows.interval_s[mine]
+        track = gated_track(t_ns, apart, interval_s, power, unused, gpus=gpus)
+        # a reading says what the meter last refreshed: its age bound counts when longer than the polls
+        age_s = float(np.median(rows.uncertainty_ns[mine])) / 1e9
+        reading_s = round(max(float(np.median(interval_s)), age_s), 3)
+        domains.append(DomainInput(name, "system", source, track, tuple(errors.pop(name, ())), reading_s))
     # a meter that never answered in the span: a domain with no samples and its errors
     nothing = np.empty(0)
     for name, found in errors.items():

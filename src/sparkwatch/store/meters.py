@@ -34,6 +34,7 @@ class MeterRows:
     interval_s: F64
     power_w: F64  # NaN: unknown
     energy_j: F64
+    uncertainty_ns: I64  # half the round trip, plus the meter's refresh period when known
 
 
 def add(db: sqlite3.Connection, node: str, reading: MeterReading) -> bool:
@@ -58,11 +59,11 @@ def add_error(db: sqlite3.Connection, node: str, domain: str, t_ns: int, error: 
 
 def rows(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> MeterRows:
     found = db.execute(
-        "SELECT domain, source, t_ns, interval_s, power_w, energy_j FROM meter_samples"
+        "SELECT domain, source, t_ns, interval_s, power_w, energy_j, uncertainty_ns FROM meter_samples"
         " WHERE node = ? AND t_ns BETWEEN ? AND ? ORDER BY domain, t_ns",
         (node, t_from_ns, t_to_ns),
     ).fetchall()
-    columns = list(zip(*found, strict=True)) if found else [()] * 6
+    columns = list(zip(*found, strict=True)) if found else [()] * 7
     return MeterRows(
         domain=[str(d) for d in columns[0]],
         source=[str(s) for s in columns[1]],
@@ -70,6 +71,7 @@ def rows(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> Met
         interval_s=np.array(columns[3], dtype=np.float64),
         power_w=np.array(columns[4], dtype=np.float64),
         energy_j=np.array(columns[5], dtype=np.float64),
+        uncertainty_ns=np.array(columns[6], dtype=np.int64),
     )
 
 

@@ -78,5 +78,6 @@ def meter_domains(
         interval = np.where(np.isfinite(sent) & (sent > 0), sent, median_interval(t))
         unused, zeros = np.full(len(t), np.nan), np.zeros(len(t), dtype=np.int64)
         track = gated_track(t, zeros, interval, watts.values, unused, gpus=gpus)
-        domains.append(DomainInput(name, "system", source, track))
+        reading_s = float(np.median(interval)) if len(interval) else None  # no refresh period in a TSDB
+        domains.append(DomainInput(name, "system", source, track, reading_s=reading_s))
     return domains
