@@ -9,6 +9,7 @@ import pathlib
 import sqlite3
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.frames import T0, sample_frame
@@ -116,7 +117,7 @@ def test_a_run_over_an_ntp_step_keeps_its_samples_on_both_sides(tmp_path: pathli
 def test_deleting_two_runs_close_together_leaves_neither_ones_samples(tmp_path: pathlib.Path) -> None:
     """A's samples near B stay while B covers them; deleting B then takes them too (it left them behind
     for ever: only idle retention, a week later or never, would have)."""
-    store = Store(tmp_path / "sw.db", now_ns=lambda: T0)
+    store = Store(tmp_path / "sw.db", now_ns=lambda: T0 + 3 * HOUR)
     ingest_hours(store, 0, 2)
     spans = {"a": (T0, T0 + 1800 * S), "b": (T0 + 2100 * S, T0 + 3000 * S)}  # 5 minutes apart
     for run, (start, end) in spans.items():
@@ -239,3 +240,59 @@ def test_handing_pages_back_counts_no_sample_block(tmp_path: pathlib.Path) -> No
     assert len(steps) > 1 and set(steps) == {0}
     assert db.execute("PRAGMA freelist_count").fetchone()[0] == 0
     db.close()
+
+
+def test_a_run_opened_while_a_deleted_runs_samples_go_keeps_its_lead(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`runs delete X && runs open Y`: the drop's steps knew the runs of their start only, and took the 11
+    minutes before Y (its memory baseline, its clock rounds) with X's widened span. Each step now looks at
+    the runs again (one block per step here, so Y opens between steps)."""
+    monkeypatch.setattr(retention, "DROP_BLOCKS", 1)
+    clock = [T0]
+    store = Store(tmp_path / "sw.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 1)
+    store.create_run(RunRow("x", "x", T0, None, 1.0, 0.5, "request"))
+    store.end_run("x", T0 + 3000 * S)
+    clock[0] = T0 + 3600 * S  # ten minutes after X: deleted, and Y opened at once
+    store.delete_run("x")
+    steps = store.drop_run_samples(store.deleted_run_span("x") or (0, 0))
+    assert next(steps) == 1  # the oldest block has gone when Y opens
+    store.create_run(RunRow("y", "y", clock[0], None, 1.0, 0.5, "request"))
+    sum(steps)
+    seqs = stored_seqs(store)
+    lead = (3600 * S - MARGIN_NS) // S
+    assert set(range(lead + 1, 3601)) <= set(seqs)  # Y's lead, whole
+    assert (
+        min(seqs) > lead - 1000
+    )  # X's samples went, but for a block reaching into Y's lead (blocks go whole)
+    assert rows(store.path, "clock_offsets") >= MARGIN_NS // (10 * S)  # Y's clock rounds before it
+    store.close()
+
+
+async def test_a_stop_after_a_deleted_runs_rows_went_still_drops_its_samples_at_the_next_start(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The run row went with the last of its rows, before its samples: a stop then (a delete of a run with
+    few windows is almost all sample drop) left them for ever, and the next start knew of no deletion."""
+    clock = [T0 + 3 * HOUR]
+    store = Store(tmp_path / "c.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 2)
+    store.create_run(RunRow("x", "x", T0, None, 1.0, 0.5, "request"))
+    store.end_run("x", T0 + 1800 * S)
+    store.delete_run("x")
+    while not store.purge_step("x"):  # its rows went; the coordinator stopped before its samples did
+        pass
+    assert len(stored_seqs(store)) == 2 * 3600 and store.deleted_runs() == ["x"]
+    coordinator = Coordinator([], store, now_ns=lambda: clock[0])
+    await coordinator.start()
+    try:
+        for _ in range(250):
+            if not store.deleted_runs():
+                break
+            await asyncio.sleep(0.02)
+        assert store.deleted_runs() == [] and rows(store.path, "runs") == 0
+        assert min(stored_seqs(store)) > (1800 * S + MARGIN_NS) // S - 1000  # blocks go whole
+    finally:
+        await coordinator.stop()
+        store.close()

@@ -182,7 +182,9 @@ async def test_an_unknown_run_is_a_404(api: Api) -> None:
     assert status == 404 and refusal == {"error": "not_found", "reason": "no run run-nope"}
 
 
-def test_the_purge_goes_in_short_transactions_and_the_run_row_last(tmp_path: pathlib.Path) -> None:
+def test_the_purge_goes_in_short_transactions_and_the_run_row_is_forgotten_last(
+    tmp_path: pathlib.Path,
+) -> None:
     store = Store(tmp_path / "c.db", now_ns=lambda: T0 + 2 * RUN_S * S)
     store.create_run(RunRow("r1", "r", T0, T0 + RUN_S * S, 0.1, 0.5, "request"))
     store.add_windows("r1", [Window(f"w{i}", "timed", T0 + S, T0 + 2 * S) for i in range(DIRECT)])
@@ -191,7 +193,10 @@ def test_the_purge_goes_in_short_transactions_and_the_run_row_last(tmp_path: pat
     while not store.purge_step("r1"):
         seen.append(owned_rows(tmp_path / "c.db", "r1"))
     assert [s["windows"] for s in seen] == [DIRECT, DIRECT - PURGE_ROWS, DIRECT - 2 * PURGE_ROWS, 0]
-    assert all(s["runs"] == 1 for s in seen) and owned_rows(tmp_path / "c.db", "r1")["runs"] == 0
+    assert all(s["runs"] == 1 for s in seen) and owned_rows(tmp_path / "c.db", "r1")["runs"] == 1
+    assert store.deleted_runs() == ["r1"]  # a stop now (before its samples went) is finished at the start
+    store.forget_run("r1")
+    assert owned_rows(tmp_path / "c.db", "r1")["runs"] == 0 and store.deleted_runs() == []
     assert store.purge_step("r1")  # gone already: nothing to do
     store.close()
 

@@ -290,12 +290,14 @@ class Coordinator:
 
     async def _purge(self, run_id: str) -> None:
         """One short transaction per turn of the window thread: batches and imports queued meanwhile
-        go in between, and a stop or crash part-way leaves a run nobody sees, finished at the next start."""
+        go in between, and a stop or crash part-way leaves a run nobody sees, finished at the next start
+        (its row goes last, after its samples)."""
         try:
             span = await self._in_window_thread(lambda store: store.deleted_run_span(run_id))
             while not await self._in_window_thread(lambda store: store.purge_step(run_id)):
                 pass
             await self.housekeeping.drop_run_samples(run_id, span)
+            await self._in_window_thread(lambda store: store.forget_run(run_id))
         except StoreError as exc:
             log.warning("run %s: its rows are not all removed yet (%s); the next start goes on", run_id, exc)
 

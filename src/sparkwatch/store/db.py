@@ -181,11 +181,13 @@ class Store:
         yield from retention.vacuum_steps(self._db)
 
     def deleted_run_span(self, run_id: str) -> tuple[int, int] | None:
-        """The span of a run deleted but not yet purged (its windows still there), None when unknown."""
+        """The span of a run deleted but not yet forgotten (its row widened over its windows when it was
+        deleted), None when unknown."""
         return retention.run_spans(self._db, live=False).get(run_id)
 
     def drop_run_samples(self, span: tuple[int, int]) -> Iterator[int]:
-        """Steps dropping a deleted run's samples no live run covers, then handing the pages back."""
+        """Steps dropping a deleted run's samples no live run covers (one opened meanwhile included), then
+        handing the pages back."""
         yield from retention.drop_span(self._db, span)
         yield from retention.vacuum_steps(self._db)
 
@@ -301,8 +303,12 @@ class Store:
         return windows
 
     def purge_step(self, run_id: str) -> bool:
-        """One short transaction of a deleted run's removal; True once it is gone."""
+        """One short transaction of a deleted run's rows' removal; True once none is left."""
         return deletion.purge_step(self._db, run_id)
+
+    def forget_run(self, run_id: str) -> None:
+        """The deleted run's row, last: until then a restart finishes its removal."""
+        deletion.forget(self._db, run_id)
 
     def deleted_runs(self) -> list[str]:
         """Runs deleted but not yet purged (a coordinator stopped in between)."""

@@ -1,11 +1,14 @@
 """Deleting a run without holding the write lock long and without a half-deleted run ever being seen.
 
-Step 1 (:func:`tombstone`) is one tiny transaction: it sets ``runs.deleted_at_ns``, and from then on every
-read of the store leaves the run out (``LIVE_RUNS``). Step 2 (:func:`purge_step`, called until it says the
-run is gone) deletes its windows, marks and imports ``PURGE_ROWS`` at a time, each chunk its own short
-transaction, so the links' sample inserts never wait long for the lock; the run row goes last. A crash
-between the steps leaves a tombstoned run that nobody sees, which :func:`tombstoned` lists for the next
-coordinator start to finish. Samples belong to nodes, not to runs: they stay.
+Step 1 (:func:`tombstone`) is one tiny transaction: it sets ``runs.deleted_at_ns`` (and widens the row's
+start and end over its windows, so its span is known once they are gone), and from then on every read of
+the store leaves the run out (``LIVE_RUNS``). Step 2 (:func:`purge_step`, called until it says none is
+left) deletes its windows, marks and imports ``PURGE_ROWS`` at a time, each chunk its own short
+transaction, so the links' sample inserts never wait long for the lock. Step 3 drops the samples its span
+touches that no live run covers (store/retention.py), and step 4 (:func:`forget`) the run row. A stop or
+crash anywhere before step 4 leaves a tombstoned run that nobody sees, which :func:`tombstoned` lists for
+the next coordinator start to finish from step 2 (the row went first once, and a stop during step 3 left
+the run's samples for ever).
 """
 
 from __future__ import annotations
@@ -34,19 +37,24 @@ def tombstone(db: sqlite3.Connection, run_id: str, now_ns: int) -> None:
         raise NotFound(f"no run {run_id}")
     if row[0] is None:
         raise RunOpen(f"run {run_id} is open: end it first (sparkwatch runs end {run_id}), then delete it")
+    # read before the lock; the caller is the one writer of an ended run's windows (the window thread)
+    first, last = db.execute(
+        "SELECT MIN(t_start_ns), MAX(t_end_ns) FROM windows WHERE run_id = ?", (run_id,)
+    ).fetchone()
     with tx(db):
         cursor = db.execute(
-            "UPDATE runs SET deleted_at_ns = ?"
+            "UPDATE runs SET deleted_at_ns = ?, t_start_ns = MIN(t_start_ns, COALESCE(?, t_start_ns)),"
+            " t_end_ns = MAX(t_end_ns, COALESCE(?, t_end_ns))"
             " WHERE id = ? AND deleted_at_ns IS NULL AND t_end_ns IS NOT NULL",
-            (now_ns, run_id),
+            (now_ns, first, last, run_id),
         )
     if cursor.rowcount != 1:  # deleted meanwhile through another connection
         raise NotFound(f"no run {run_id}")
 
 
 def purge_step(db: sqlite3.Connection, run_id: str) -> bool:
-    """Step 2, one short transaction: up to ``PURGE_ROWS`` of the deleted run's rows, or, once none is
-    left, the run row itself. True when the run is gone (also when it was gone already)."""
+    """Step 2, one short transaction: up to ``PURGE_ROWS`` of the deleted run's rows. True when none is
+    left (also when the run is gone already); its row stays for :func:`forget`."""
     with tx(db):
         row = db.execute("SELECT deleted_at_ns FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
@@ -60,8 +68,13 @@ def purge_step(db: sqlite3.Connection, run_id: str) -> bool:
             )
             if cursor.rowcount:
                 return False
-        db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
     return True
+
+
+def forget(db: sqlite3.Connection, run_id: str) -> None:
+    """Step 4: the deleted run's row, once its rows and samples are gone (a live run is never touched)."""
+    with tx(db):
+        db.execute("DELETE FROM runs WHERE id = ? AND deleted_at_ns IS NOT NULL", (run_id,))
 
 
 def tombstoned(db: sqlite3.Connection) -> list[str]:

@@ -78,10 +78,33 @@ _PLACED = (
 def drop_idle(db: sqlite3.Connection, before_ns: int, since_ns: int | None = None) -> Iterator[int]:
     """Steps that drop every block and timed row older than ``before_ns`` that no live run covers (timed
     rows from ``since_ns`` on: a caller that swept up to there before); each yields the blocks it dropped."""
-    spans = list(run_spans(db).values())
+    spans = LiveSpans(db)
     rows = db.execute(f"{_PLACED} WHERE wall_last_ns + high < ?", (before_ns,)).fetchall()
     yield from _drop_blocks(db, rows, spans)
     yield from _drop_timed(db, (since_ns, before_ns), spans)
+
+
+class LiveSpans:
+    """The live runs' spans, looked at again inside each step's transaction: a run opened while the steps
+    go (`runs delete X && runs open Y`) is spared from the next step on (steps that knew only the runs of
+    their start took the 11 minutes before Y with X's widened span). The runs' ids are read each time, the
+    spans only when they changed."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self._ids = self._live_ids()
+        self.spans = list(run_spans(db).values())
+
+    def _live_ids(self) -> set[str]:
+        return {str(r[0]) for r in self._db.execute("SELECT id FROM runs WHERE deleted_at_ns IS NULL")}
+
+    def changed(self) -> bool:
+        """Whether a run was opened (or deleted) since the spans were read; if so they are read again."""
+        ids = self._live_ids()
+        if ids == self._ids:
+            return False
+        self._ids, self.spans = ids, list(run_spans(self._db).values())
+        return True
 
 
 def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:
@@ -89,7 +112,7 @@ def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:
     that no live run covers, whatever their age (the run's samples go with it). Widened, because what an
     earlier deleted run left behind is what this run's widened span kept: deleting A, then B within
     ``MARGIN_NS`` of it, left A's samples near B for ever (retention ``forever``)."""
-    spans = list(run_spans(db).values())
+    spans = LiveSpans(db)
     ((lo, hi),) = _widened([span])
     rows = db.execute(
         f"{_PLACED} WHERE wall_last_ns + high >= ? AND wall_first_ns + low <= ?", (lo, hi)
@@ -98,29 +121,34 @@ def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:
     yield from _drop_timed(db, (lo, hi), spans)
 
 
-def _drop_blocks(
-    db: sqlite3.Connection, rows: list[tuple[int, int, int]], spans: Sequence[Span]
-) -> Iterator[int]:
+def _drop_blocks(db: sqlite3.Connection, rows: list[tuple[int, int, int]], live: LiveSpans) -> Iterator[int]:
     if not rows:
         return
     ids, first, last = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
-    doomed = ids[~covered(first, last, spans)].tolist()
-    for at in range(0, len(doomed), DROP_BLOCKS):
-        chunk = doomed[at : at + DROP_BLOCKS]
+    doomed = np.flatnonzero(~covered(first, last, live.spans))
+    at = 0
+    while at < len(doomed):
         with tx(db):
-            db.executemany("DELETE FROM sample_blocks WHERE id = ?", [(i,) for i in chunk])
+            if live.changed():  # what is left to drop, judged again
+                rest = doomed[at:]
+                doomed = np.concatenate([doomed[:at], rest[~covered(first[rest], last[rest], live.spans)]])
+            chunk = doomed[at : at + DROP_BLOCKS]
+            db.executemany("DELETE FROM sample_blocks WHERE id = ?", [(i,) for i in ids[chunk].tolist()])
+        at += len(chunk)
         yield len(chunk)
 
 
-def _drop_timed(
-    db: sqlite3.Connection, between: tuple[int | None, int], spans: Sequence[Span]
-) -> Iterator[int]:
+def _drop_timed(db: sqlite3.Connection, between: tuple[int | None, int], live: LiveSpans) -> Iterator[int]:
     """Timed rows in [from, to) (from None: from the first) outside every widened span, ``DROP_ROWS`` per
     transaction. The spans go into a temporary table: a condition per run would outgrow SQLite's expression
     depth (1 000) on a coordinator with that many runs."""
+
+    def keep() -> None:
+        db.execute("DELETE FROM temp.kept_spans")
+        db.executemany("INSERT INTO temp.kept_spans VALUES (?, ?)", _widened(live.spans))
+
     db.execute("CREATE TEMP TABLE IF NOT EXISTS kept_spans (lo INTEGER NOT NULL, hi INTEGER NOT NULL)")
-    db.execute("DELETE FROM temp.kept_spans")
-    db.executemany("INSERT INTO temp.kept_spans VALUES (?, ?)", _widened(spans))
+    keep()
     since, before = between
     for table, column, key in TIMED_TABLES:
         inside = f"SELECT 1 FROM temp.kept_spans k WHERE {table}.{column} BETWEEN k.lo AND k.hi"
@@ -130,6 +158,8 @@ def _drop_timed(
         )
         while True:
             with tx(db):
+                if live.changed():
+                    keep()
                 gone = db.execute(batch, (-(2**63) if since is None else since, before)).rowcount
             yield 0
             if gone < DROP_ROWS:
