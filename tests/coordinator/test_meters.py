@@ -3,6 +3,7 @@ poller's stamps and its honest failures, and the nodes.toml table."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import pathlib
 from collections.abc import AsyncIterator, Callable
@@ -16,6 +17,7 @@ from aiohttp.test_utils import TestServer
 from doubles.shelly import ShellyPlug
 from helpers.meter_sink import Sink
 from sparkwatch.links.nodes_file import NodesFileError, parse_nodes
+from sparkwatch.meters import poller as meter_poller
 from sparkwatch.meters.factory import make_reader
 from sparkwatch.meters.poller import MeterPoller, Reading
 from sparkwatch.meters.prometheus import PrometheusMeter
@@ -212,11 +214,13 @@ def _redfish(
     *,
     refuse_status: int = 204,
     seen: list[str] | None = None,
+    refuse_after_s: float = 0.0,
 ) -> web.Application:
     """A BMC serving ``resources`` by path, wanting either a session token or basic auth (as DSP0266).
     Wrong credentials posted for a session answer ``refuse_status``: 204 as sushy-static answers any login
     without a session, 401 as a BMC refusing them. ``seen``: each login attempt ("POST", or "basic" for a
-    request with basic auth the BMC checks) is added to it."""
+    request with basic auth the BMC checks) is added to it. ``refuse_after_s``: how long a refusal takes
+    (BMCs slow failed logins on purpose)."""
 
     async def get(request: web.Request) -> web.Response:
         path = request.path
@@ -225,6 +229,8 @@ def _redfish(
         wanted_token = token is not None and request.headers.get("X-Auth-Token") == token
         wanted_basic = basic is not None and request.headers.get("Authorization") == basic
         if path != "/redfish/v1/" and not (wanted_token or wanted_basic):
+            if "Authorization" in request.headers:
+                await asyncio.sleep(refuse_after_s)
             return web.json_response({"error": {"code": "Base.1.8.NoValidSession"}}, status=401)
         if path not in resources:
             return web.json_response({"error": {"code": "Base.1.8.ResourceMissingAtURI"}}, status=404)
@@ -237,6 +243,7 @@ def _redfish(
         if token is None:
             return web.Response(status=204)  # what sushy-static answers: no session
         if body != {"UserName": "root", "Password": "bmc-pass"}:
+            await asyncio.sleep(refuse_after_s)
             return web.Response(status=refuse_status)
         headers = {"X-Auth-Token": token, "Location": "/redfish/v1/SessionService/Sessions/1"}
         return web.json_response({"Id": "1"}, status=201, headers=headers)
@@ -335,7 +342,9 @@ async def test_refused_credentials_rest_until_the_password_changes_or_five_minut
             assert seen == attempt and sink.readings == []
             said = [e[2] for e in sink.errors]
             assert said[0].startswith("redfish refused the credentials of user 'root' (HTTP ")
-            assert said[1].startswith(said[0] + "; not offered again for 299 s, or until the password file")
+            again = "; not offered again for 300 s after that, or until the password file changes"
+            assert said[1] == said[0] + again
+            assert len(set(said[1:])) == 1  # the same words each poll: logged once
             clock[0] += 300.0  # five minutes on: offered again, once
             await poller.poll_once(session)
             assert seen == attempt * 2 and len(sink.errors) == 6
@@ -381,3 +390,62 @@ async def test_a_reading_no_node_draws_is_not_stored_but_said() -> None:
         "prometheus read -5 W, outside [0, 20000] W for one node: not stored",
     ]
     assert poller.state.failures == 2
+
+
+@pytest.mark.parametrize(
+    ("token", "basic", "refuse_status", "attempt", "first"),
+    [
+        ("t", None, 401, ["POST"], "no answer within the timeout"),  # the login goes on, shielded
+        (None, "Basic x", 204, ["POST", "basic"], "no answer within the timeout"),
+    ],
+)
+async def test_a_refusal_slower_than_the_polls_timeout_still_rests_the_credentials(
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    token: str | None,
+    basic: str | None,
+    refuse_status: int,
+    attempt: list[str],
+    first: str,
+) -> None:
+    """A BMC that answers a failed login after the poll's timeout: the refusal was never counted, and each
+    poll offered the pair again (3 failed logins in 3 polls against a BMC answering in 2.5 s)."""
+    monkeypatch.setattr(meter_poller, "MIN_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(meter_poller, "TIMEOUT_INTERVALS", 0.1)
+    (tmp_path / "pw").write_text("wrong\n")
+    seen: list[str] = []
+    app = _redfish(_bmc(True), token, basic, refuse_status=refuse_status, seen=seen, refuse_after_s=0.3)
+    async for url in _serve(app):
+        spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw")
+        sink = Sink()
+        poller = MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking())
+        async with aiohttp.ClientSession() as session:
+            await poller.poll_once(session)
+            await asyncio.sleep(0.5)  # the refusal arrives after the poll gave up
+            for _ in range(3):
+                await poller.poll_once(session)
+    assert seen == attempt and sink.readings == []
+    said = [e[2] for e in sink.errors]
+    assert said[0] == first and len(said) == 4
+    assert all("not offered again for 300 s" in e for e in said[1:]), said
+
+
+async def test_a_401_before_any_credential_is_sent_is_not_a_refusal(tmp_path: pathlib.Path) -> None:
+    """A BMC whose service root wants credentials: no login was offered, so none is refused or rested."""
+    (tmp_path / "pw").write_text("bmc-pass\n")
+
+    async def closed(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"code": "Base.1.8.NoValidSession"}}, status=401)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", closed)
+    async for url in _serve(app):
+        spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw")
+        sink = Sink()
+        poller = MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking())
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2):
+                await poller.poll_once(session)
+    assert [e[2] for e in sink.errors] == [
+        "redfish answered HTTP 401 for /redfish/v1/ before any credentials were sent"
+    ] * 2

@@ -15,6 +15,7 @@ second would lock out the operator's account too.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import math
@@ -44,25 +45,50 @@ class RedfishMeter:
         self._logged_in = False
         self._password_sha = ""  # of the password offered last
         self._refused: tuple[str, float, str] | None = None  # the refused password's sha, when, what was said
+        self._login_task: asyncio.Future[None] | None = None
+        self._basic_accepted = False  # basic auth's pair was answered once (not refused)
         self._reading_path: tuple[str, str] | None = None  # ("env" | "power", path)
 
     async def read(self, session: aiohttp.ClientSession) -> Reading:
         if self._spec.username is not None and not self._logged_in:
-            await self._login(session)
-        if self._reading_path is None:
-            self._reading_path = await self._discover(session)
-        kind, path = self._reading_path
+            await self._one_login(session)
         try:
-            body = await self._get(session, path)
-        except MeterError:
-            self._reading_path = None  # the BMC may have renumbered: look again next time
+            if self._reading_path is None:
+                self._reading_path = await self._discover(session)
+            kind, path = self._reading_path
+            try:
+                body = await self._get(session, path)
+            except MeterError:
+                self._reading_path = None  # the BMC may have renumbered: look again next time
+                raise
+        except asyncio.CancelledError:  # the poll's timeout
+            if "Authorization" in self._headers and not self._basic_accepted:
+                self._refused = (self._password_sha, self._monotonic(), self._unanswered())
+                self._logged_in = False  # the next poll checks the back-off before offering them again
             raise
         return _environment(body) if kind == "env" else _power_control(body)
+
+    def _unanswered(self) -> str:
+        return (
+            f"redfish did not answer user {self._spec.username!r}'s basic auth within the poll's timeout"
+            " (taken as refused: a BMC may slow its answer to a failed login)"
+        )
+
+    async def _one_login(self, session: aiohttp.ClientSession) -> None:
+        """The login, shielded from the poll's timeout: a BMC that answers a refused login late (many slow
+        it on purpose) still has the refusal counted, and the next poll waits for this login instead of
+        sending another."""
+        if self._login_task is None or self._login_task.done():
+            self._login_task = asyncio.ensure_future(self._login(session))
+            self._login_task.add_done_callback(_retrieved)
+        await asyncio.shield(self._login_task)
 
     async def _get(self, session: aiohttp.ClientSession, path: str) -> dict[str, Any]:
         async with session.get(self._base + path, headers=self._headers, ssl=self._ssl) as r:
             if r.status == 401:
                 self._unauthorized(path)
+            if "Authorization" in self._headers and path != ROOT:  # the service root is open to all
+                self._basic_accepted = True
             if r.status != 200:
                 raise MeterError(f"redfish answered HTTP {r.status} for {path}")
             body: Any = await json_answer(r, "redfish")
@@ -78,6 +104,8 @@ class RedfishMeter:
                 f"redfish asks for credentials (HTTP 401 for {path}): give the meter username and"
                 " password_file"
             )
+        if not self._headers:  # the service root, read before a login: none was offered
+            raise MeterError(f"redfish answered HTTP 401 for {path} before any credentials were sent")
         if "X-Auth-Token" in self._headers:
             raise MeterError(f"redfish ended the session (HTTP 401 for {path}): logging in again")
         self._refuse(f"redfish refused the credentials of user {self._spec.username!r} (HTTP 401 for {path})")
@@ -91,10 +119,10 @@ class RedfishMeter:
         if self._refused is None:
             return
         refused_sha, at, said = self._refused
-        rest_s = REFUSED_RETRY_S - (self._monotonic() - at)
-        if refused_sha == password_sha and rest_s > 0:
-            again = f"not offered again for {rest_s:.0f} s, or until the password file changes"
-            raise MeterError(f"{said}; {again}")
+        if refused_sha == password_sha and self._monotonic() - at < REFUSED_RETRY_S:
+            # the same words each poll: the poller logs a failure when its words change
+            again = f"not offered again for {REFUSED_RETRY_S:g} s after that, or until the password file"
+            raise MeterError(f"{said}; {again} changes")
         self._refused = None
 
     async def _login(self, session: aiohttp.ClientSession) -> None:
@@ -103,7 +131,7 @@ class RedfishMeter:
         password = read_secret(self._spec.password_file) if self._spec.password_file else ""
         self._password_sha = hashlib.sha256(password.encode()).hexdigest()
         self._still_refused(self._password_sha)
-        self._headers = {}
+        self._headers, self._basic_accepted = {}, False
         root = await self._get(session, ROOT)
         sessions = _link(root.get("Links", {}), "Sessions") or "/redfish/v1/SessionService/Sessions"
         credentials = {"UserName": self._spec.username, "Password": password}
@@ -146,6 +174,12 @@ class RedfishMeter:
         if power is not None:
             return ("power", power)
         raise MeterError(f"redfish chassis {chosen or paths[0]} has neither EnvironmentMetrics nor Power")
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    """A login no poll waited for to the end: its failure is counted (the back-off), not left unretrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _link(body: Any, key: str) -> str | None:

@@ -47,12 +47,14 @@ def run_spans(db: sqlite3.Connection, *, live: bool = True) -> dict[str, Span]:
         " LEFT JOIN windows w ON w.run_id = r.id"
         f" WHERE r.deleted_at_ns IS {'' if live else 'NOT '}NULL GROUP BY r.id"
     ).fetchall()
-    spans = {}
-    for run_id, start, end, first, last in rows:
-        lo = min(start, first) if first is not None else start
-        hi = _NEVER if end is None else max(end, last) if last is not None else end
-        spans[str(run_id)] = (int(lo), int(hi))
-    return spans
+    return {str(run_id): _span(start, end, first, last) for run_id, start, end, first, last in rows}
+
+
+def _span(start: int, end: int | None, first: int | None, last: int | None) -> Span:
+    """A run's span from its start and end (None: open) and its windows' first start and last end."""
+    lo = min(start, first) if first is not None else start
+    hi = _NEVER if end is None else max(end, last) if last is not None else end
+    return int(lo), int(hi)
 
 
 def covered(first_ns: np.ndarray, last_ns: np.ndarray, spans: Sequence[Span]) -> np.ndarray:
@@ -87,24 +89,35 @@ def drop_idle(db: sqlite3.Connection, before_ns: int, since_ns: int | None = Non
 class LiveSpans:
     """The live runs' spans, looked at again inside each step's transaction: a run opened while the steps
     go (`runs delete X && runs open Y`) is spared from the next step on (steps that knew only the runs of
-    their start took the 11 minutes before Y with X's widened span). The runs' ids are read each time, the
-    spans only when they changed."""
+    their start took the 11 minutes before Y with X's widened span). The runs' ids are read each time; a
+    new run's span alone is read (its windows, by the windows' key), under the lock only that long.
+    Windows added meanwhile to a run the steps already knew do not widen its span here."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
-        self._ids = self._live_ids()
-        self.spans = list(run_spans(db).values())
-
-    def _live_ids(self) -> set[str]:
-        return {str(r[0]) for r in self._db.execute("SELECT id FROM runs WHERE deleted_at_ns IS NULL")}
+        self._by_id = run_spans(db)
+        self.spans = list(self._by_id.values())
 
     def changed(self) -> bool:
-        """Whether a run was opened (or deleted) since the spans were read; if so they are read again."""
-        ids = self._live_ids()
-        if ids == self._ids:
+        """Whether a run was opened or deleted since the spans were read; the spans then follow."""
+        ids = {str(r[0]) for r in self._db.execute("SELECT id FROM runs WHERE deleted_at_ns IS NULL")}
+        if ids == self._by_id.keys():
             return False
-        self._ids, self.spans = ids, list(run_spans(self._db).values())
+        self._by_id = {i: span for i, span in self._by_id.items() if i in ids}
+        for run_id in ids - self._by_id.keys():
+            self._by_id[run_id] = _span_of(self._db, run_id)
+        self.spans = list(self._by_id.values())
         return True
+
+
+def _span_of(db: sqlite3.Connection, run_id: str) -> Span:
+    """One run's span, as :func:`run_spans` makes it."""
+    row = db.execute(
+        "SELECT r.t_start_ns, r.t_end_ns, (SELECT MIN(t_start_ns) FROM windows WHERE run_id = r.id),"
+        " (SELECT MAX(t_end_ns) FROM windows WHERE run_id = r.id) FROM runs r WHERE r.id = ?",
+        (run_id,),
+    ).fetchone()
+    return _span(*row)
 
 
 def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:

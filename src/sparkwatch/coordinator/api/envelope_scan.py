@@ -123,34 +123,41 @@ def _elements(text: str, at: int, max_elements: int) -> tuple[list[tuple[int, in
 
 
 def _value(text: str, at: int, loc: str) -> tuple[Any, int]:
-    """The value at ``at`` and the index after it; a repeated key is a ScanError at ``loc`` (and the key's
-    name under it when the repeat is in the value's own object, not one nested in it)."""
+    """The value at ``at`` and the index after it; a repeated key is a ScanError at its path under
+    ``loc``."""
     try:
         return _DECODER.raw_decode(text, at)
     except _Repeated:
-        key, top = _first_repeat(text, at)
-        if top:
-            raise ScanError("given more than once in one object", f"{loc}.{key}") from None
-        raise ScanError(f"{key!r} given more than once in one object", loc) from None
+        path = _first_repeat(_PAIRS.raw_decode(text, at)[0])
+        raise ScanError("given more than once in one object", ".".join([loc, *path])) from None
 
 
-def _first_repeat(text: str, at: int) -> tuple[str, bool]:
-    """The first key repeated in the value at ``at``, and whether it is in the value's own object: objects
-    are made innermost first, so the value's own is the last made (only on a refusal: this parses again)."""
-    made: list[bool] = []
-    found: list[tuple[str, int]] = []
+class _Pairs(list[tuple[str, Any]]):
+    """An object's members in the body's order, repeats kept (only to say where a refused repeat is)."""
 
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [k for k, _ in items]
-        repeated = [k for n, k in enumerate(keys) if k in keys[:n]]
-        if repeated and not found:
-            found.append((repeated[0], len(made)))
-        made.append(True)
-        return dict(items)
 
-    json.JSONDecoder(object_pairs_hook=pairs).raw_decode(text, at)
-    key, number = found[0]
-    return key, number == len(made) - 1
+_PAIRS = json.JSONDecoder(object_pairs_hook=_Pairs)
+
+
+def _first_repeat(value: Any) -> list[str]:
+    """The path to the first key repeated in ``value`` (an object's own keys before those of its members,
+    members and elements in order); [] when none is."""
+    if isinstance(value, _Pairs):
+        seen: set[str] = set()
+        for key, _ in value:
+            if key in seen:
+                return [key]
+            seen.add(key)
+        members = [(key, member) for key, member in value]
+    elif isinstance(value, list):
+        members = [(str(n), element) for n, element in enumerate(value)]
+    else:
+        return []
+    for key, member in members:
+        path = _first_repeat(member)
+        if path:
+            return [key, *path]
+    return []
 
 
 def _skip(text: str, at: int) -> int:
