@@ -292,7 +292,8 @@ def test_a_tilde_in_a_path_is_the_home_directory(
         '[nodes.a]\nssh = "h"\nknown_hosts = "~/.ssh/known_hosts"\n'
         'client_keys = ["~/.ssh/id_ed25519", "/k2"]\n'
         '[nodes.b]\nurl = "ws://b"\ntoken_file = "~/agent.token"\n'
-        '[nodes.b.meter]\nkind = "redfish"\nurl = "https://bmc"\npassword_file = "~/bmc.password"\n'
+        '[nodes.b.meter]\nkind = "redfish"\nurl = "https://bmc"\nusername = "sw"\n'
+        'password_file = "~/bmc.password"\n'
         '[nodes.c]\nssh = "c"\nclient_keys = "~/key"\nknown_hosts = "/etc/~kh"\n'
         '[nodes.c.meter]\nkind = "prometheus"\nurl = "http://p"\nquery = "q"\nbearer_token_file = "~/prom"\n'
     )
