@@ -1,5 +1,6 @@
 """The coordinator's /metrics shows each wall meter's latest reading only while it is the meter's current
-word: not after a failed poll, not once older than the gap limit, never before a first reading."""
+word: not after a failed poll, not once older than the gap limit, never before a first reading. Its failed
+polls are always shown (a scraped export breaks the readings where they rose)."""
 
 from __future__ import annotations
 
@@ -55,12 +56,14 @@ def poller(**state: Any) -> Poller:
 
 
 LABELS = '{domain="chassis",node="agent-n1",source="meter:redfish"}'
+NO_FAILURE = f"sparkwatch_meter_failed_polls_total{LABELS} 0.0"
 
 
 def test_a_fresh_reading_is_shown_under_the_agents_name() -> None:
     assert meter_lines(poller(last_t_ns=NOW - 5 * S, last_power_w=412.5)) == [
         f"sparkwatch_meter_power_watts{LABELS} 412.5",
         f"sparkwatch_meter_poll_interval_seconds{LABELS} 2.0",
+        NO_FAILURE,
     ]
 
 
@@ -69,6 +72,7 @@ def test_the_meters_own_energy_counter_is_shown_beside_its_power() -> None:
         f"sparkwatch_meter_power_watts{LABELS} 412.5",
         f"sparkwatch_meter_energy_joules_total{LABELS} 7.2e+06",
         f"sparkwatch_meter_poll_interval_seconds{LABELS} 2.0",
+        NO_FAILURE,
     ]
 
 
@@ -82,4 +86,9 @@ def test_the_meters_own_energy_counter_is_shown_beside_its_power() -> None:
     ],
 )
 def test_no_reading_is_shown_that_is_not_the_meters_current_word(state: dict[str, Any]) -> None:
-    assert meter_lines(poller(**state)) == []
+    assert meter_lines(poller(**state)) == [NO_FAILURE]
+
+
+def test_the_meters_failed_polls_are_shown_while_it_fails() -> None:
+    lines = meter_lines(poller(last_t_ns=NOW - S, last_power_w=412.5, polls=9, failures=3, error="HTTP 503"))
+    assert lines == [f"sparkwatch_meter_failed_polls_total{LABELS} 3.0"]

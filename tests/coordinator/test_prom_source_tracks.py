@@ -479,3 +479,27 @@ def test_signals_in_several_label_sets_are_merged_and_never_fail_the_export() ->
     assert (early["sm_clock_hz_mean"], early["sm_clock_ratio"]) == (1_000_000_000, 0.5)
     assert early["clock_event_reasons"] == [] and late["clock_event_reasons"] == ["sw_thermal"]
     assert "throttled:sm_clock" in early["throttle"][0] and "throttled:sw_thermal" in late["throttle"][0]
+
+
+def test_a_meters_failed_polls_break_its_readings_from_the_engine_as_sqlite_does() -> None:
+    """One failed poll of a meter polled every 0.5 s: its readings 1 s apart each side were joined (under
+    the 3-interval gap limit), where SQLite breaks them at the poll's error. The count sent with each
+    reading rose between them: now a gap there too (a reading whose count is unknown breaks as well)."""
+    t = [x * 0.5 for x in range(61)]
+    polled = [x for x in t if x != 12.0]  # the poll at 12 s failed
+    failed = [0.0 if x < 12 else 1.0 for x in polled]
+    meter = {"node": "n1", "domain": "wall", "source": "meter:shelly"}
+    found = [
+        *sparkwatch_gpu("n1", "GPU-a", [float(x) for x in range(31)], 40.0, 0.9),
+        series("sparkwatch_meter_power_watts", polled, [300.0 if x > 12 else 100.0 for x in polled], **meter),
+        series("sparkwatch_meter_interval_seconds", polled, [0.5] * len(polled), **meter),
+        series("sparkwatch_meter_failed_polls_total", polled, failed, **meter),
+    ]
+    out = export(found, [window("w", 10, 14)])
+    (node,) = out["nodes"]
+    (wall,) = node["system"]["domains"]
+    assert wall["samples"]["max_gap_s"] == pytest.approx(1.0)
+    (entry,) = out["windows"][0]["nodes"]
+    (in_window,) = entry["system"]
+    assert in_window["coverage_ratio"] == pytest.approx(3 / 4)
+    assert in_window["energy_j"] == pytest.approx(100.0 * 1.5 + 300.0 * 1.5)  # no ramp over 11.5–12.5 s

@@ -106,6 +106,7 @@ async def test_stored_readings_go_out_on_the_stores_stamps_and_a_failed_poll_mar
 
     power, energy = "sparkwatch_meter_power_watts", "sparkwatch_meter_energy_joules_total"
     interval = "sparkwatch_meter_interval_seconds"  # the poll interval (MeterSpec's default 1 s)
+    failed = "sparkwatch_meter_failed_polls_total"  # with each reading: an export breaks where it rose
     t0_ms = T0 // MS
     # the last reading's stamp is its meter's last: sent 1 ms after it
     later = [(t0_ms + 3005, 1.0), (t0_ms + 4005, 1.0), (t0_ms + 4006, 1.0)]
@@ -113,9 +114,11 @@ async def test_stored_readings_go_out_on_the_stores_stamps_and_a_failed_poll_mar
         named(power, "coord-name"): [(t0_ms + 5, 61.0), (t0_ms + 6, STALE)],
         named(energy, "coord-name"): [(t0_ms + 5, 3600.0), (t0_ms + 6, STALE)],
         named(interval, "coord-name"): [(t0_ms + 5, 1.0), (t0_ms + 6, STALE)],
+        named(failed, "coord-name"): [(t0_ms + 5, 0.0), (t0_ms + 6, STALE)],
         named(energy, "spark-a"): [(t0_ms + 3005, 3700.0), (t0_ms + 4005, STALE)],
         named(power, "spark-a"): [(t0_ms + 4005, 88.0), (t0_ms + 4006, 89.0)],
         named(interval, "spark-a"): later,
+        named(failed, "spark-a"): [(t, 1.0) for t, _ in later],  # the failed poll before them
     }
     assert w.stats.dropped == {}
 
@@ -157,7 +160,7 @@ def test_a_reading_the_store_ignored_is_not_offered(tmp_path: pathlib.Path) -> N
         def __init__(self) -> None:
             self.offered: list[tuple[str, MeterReading]] = []
 
-        def offer_meter(self, node: str, reading: MeterReading) -> None:
+        def offer_meter(self, node: str, reading: MeterReading, failed_polls: int = 0) -> None:
             self.offered.append((node, reading))
 
     store, offers = Store(tmp_path / "sw.db"), Offers()

@@ -34,6 +34,11 @@ class ShellyPlug:
     _since: float = field(default_factory=time.monotonic)
     nonces: set[str] = field(default_factory=set)
     requests: int = 0
+    down_until: float = 0.0  # time.monotonic(): until then every request answers 503 (see go_down)
+
+    def go_down(self, seconds: float) -> None:
+        """Answer 503 for ``seconds`` (a plug rebooting, a Wi-Fi drop): each poll meanwhile fails."""
+        self.down_until = time.monotonic() + seconds
 
     def set_power(self, power_w: float) -> None:
         self._advance()
@@ -85,6 +90,8 @@ class ShellyPlug:
 
     async def get_status(self, request: web.Request) -> web.Response:
         self.requests += 1
+        if time.monotonic() < self.down_until:
+            return web.Response(status=503, text="Service Unavailable")
         if not self._authorised(request):
             nonce = secrets.token_hex(4)
             self.nonces.add(nonce)

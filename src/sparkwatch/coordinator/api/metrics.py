@@ -9,7 +9,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from sparkwatch.core.tracks import GAP_INTERVALS
-from sparkwatch.meters.names import METER_ENERGY, METER_LABELS, METER_POLL_INTERVAL, METER_POWER
+from sparkwatch.meters.names import (
+    METER_ENERGY,
+    METER_FAILED_POLLS,
+    METER_LABELS,
+    METER_POLL_INTERVAL,
+    METER_POWER,
+)
 
 if TYPE_CHECKING:
     from sparkwatch.coordinator.remote_write.sender import WriterStats
@@ -124,17 +130,23 @@ def _meter_families(coord: Coordinator) -> Iterator[Metric]:
     interval = GaugeMetricFamily(
         METER_POLL_INTERVAL, "How often the coordinator polls the meter, s.", labels=labels
     )
+    failed = CounterMetricFamily(
+        METER_FAILED_POLLS,
+        "The meter's failed polls since the coordinator started (an export breaks its readings there).",
+        labels=labels,
+    )
     now = coord.now_ns()
     for name, poller in coord.meters.items():
         state, spec = poller.state, poller.spec
         fresh = state.last_t_ns is not None and now - state.last_t_ns <= GAP_INTERVALS * spec.interval_s * 1e9
+        failed.add_metric([coord.agent_name(name), spec.domain, spec.source], state.failures)
         if state.error is None and state.last_power_w is not None and fresh:
             values = [coord.agent_name(name), spec.domain, spec.source]
             power.add_metric(values, state.last_power_w)
             interval.add_metric(values, spec.interval_s)
             if state.last_energy_j is not None:
                 energy.add_metric(values, state.last_energy_j)
-    yield from (power, energy, interval)
+    yield from (power, energy, interval, failed)
 
 
 #: Every outcome a stored sample can have in the remote writer (each shown from the start, at 0).

@@ -40,6 +40,7 @@ class Entry(NamedTuple):
     frames: Sequence[SampleFrame]
     offset: ClockOffset | None = None  # the link's latest estimate for their boot; None: none for it
     meter: MeterReading | None = None
+    meter_failed_polls: int = 0  # the meter's failed polls before ``meter`` (since the start)
     #: no samples: the node's stream (its name) or one of its meters ((name, domain)) stopped, and the series
     #: it sent last are marked stale just after their last stamp
     ended: Stamped | None = None
@@ -85,7 +86,8 @@ def group(
         if entry.meter is not None:
             meter = (entry.node, entry.meter.domain)
             t_ms = last_ms[meter] = rising_ms(entry.meter.t_ns // 1_000_000, last_ms.get(meter))
-            _add(grouped, meter, t_ms, meter_series(entry.node, entry.meter), last_series)
+            series = meter_series(entry.node, entry.meter, entry.meter_failed_polls)
+            _add(grouped, meter, t_ms, series, last_series)
             continue
         hello = HelloSeries.of(entry.node, entry.hello)
         for frame in entry.frames:

@@ -18,14 +18,14 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sparkwatch.coordinator.remote_write.series import Key, key
-from sparkwatch.meters.names import METER_ENERGY, METER_INTERVAL, METER_POWER
+from sparkwatch.meters.names import METER_ENERGY, METER_FAILED_POLLS, METER_INTERVAL, METER_POWER
 from sparkwatch.meters.poller import MeterSink
 from sparkwatch.store.meters import MeterReading
 
 
-def meter_series(node: str, reading: MeterReading) -> list[tuple[Key, float]]:
-    """The series of one reading and their values: its interval with a power or energy value, and none
-    for a value the meter did not give."""
+def meter_series(node: str, reading: MeterReading, failed_polls: int = 0) -> list[tuple[Key, float]]:
+    """The series of one reading and their values: its interval and the meter's failed polls so far with a
+    power or energy value, and none for a value the meter did not give."""
     values = ((METER_POWER, reading.power_w), (METER_ENERGY, reading.energy_j))
     out = [
         (key(metric, node=node, domain=reading.domain, source=reading.source), float(value))
@@ -33,16 +33,16 @@ def meter_series(node: str, reading: MeterReading) -> list[tuple[Key, float]]:
         if value is not None
     ]
     if out:
-        out.append(
-            (key(METER_INTERVAL, node=node, domain=reading.domain, source=reading.source), reading.interval_s)
-        )
+        labels = {"node": node, "domain": reading.domain, "source": reading.source}
+        out.append((key(METER_INTERVAL, **labels), reading.interval_s))
+        out.append((key(METER_FAILED_POLLS, **labels), float(failed_polls)))
     return out
 
 
 class MeterOffer(Protocol):
     """The remote writer's side that takes a stored reading (sender.RemoteWriter)."""
 
-    def offer_meter(self, node: str, reading: MeterReading) -> None: ...
+    def offer_meter(self, node: str, reading: MeterReading, failed_polls: int = 0) -> None: ...
 
     def offer_end(self, node: str, domain: str | None = None) -> None: ...
 
@@ -56,15 +56,17 @@ class WrittenMeter:
         self._store = store
         self._writer = writer
         self._named = named
+        self._failed: dict[tuple[str, str], int] = {}  # each meter's failed polls since the start
 
     def add_meter_reading(self, node: str, reading: MeterReading) -> bool:
         stored = self._store.add_meter_reading(node, reading)
         if stored:  # what the store ignored is not sent either: the engine holds what SQLite does
-            self._writer.offer_meter(self._named(node), reading)
+            self._writer.offer_meter(self._named(node), reading, self._failed.get((node, reading.domain), 0))
         return stored
 
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
         """Stored; and the meter's series are marked stale in the engine, which would otherwise answer the
         last reading for its lookback (5 min) while the meter says nothing."""
         self._store.add_meter_error(node, domain, t_ns, error)
+        self._failed[node, domain] = self._failed.get((node, domain), 0) + 1
         self._writer.offer_end(self._named(node), domain)

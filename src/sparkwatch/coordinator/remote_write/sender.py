@@ -133,14 +133,15 @@ class RemoteWriter:
         if frames:
             self._enqueue(Entry(node, hello, frames, offset))
 
-    def offer_meter(self, node: str, reading: MeterReading) -> None:
-        """Queue one stored meter reading, ``node`` the name its series carry; never blocks."""
+    def offer_meter(self, node: str, reading: MeterReading, failed_polls: int = 0) -> None:
+        """Queue one stored meter reading, ``node`` the name its series carry, with the meter's failed
+        polls so far; never blocks."""
         if self._stopping:
             self._drop("stopped", 1)
         elif self.stats.pending >= self.stats.capacity:
             self._drop("queue_full", 1)
         else:
-            self._enqueue(Entry(node, None, (), meter=reading))
+            self._enqueue(Entry(node, None, (), meter=reading, meter_failed_polls=failed_polls))
 
     def offer_end(self, node: str, domain: str | None = None) -> None:
         """The node's stream stopped (its link lost the agent) or, with ``domain``, its meter stopped

@@ -57,12 +57,18 @@ def sensor_domains(
 
 
 def meter_domains(
-    power: ByChannel, intervals: ByChannel, labels: Sequence[str], gpus: Sequence[GpuTrack]
+    power: ByChannel,
+    intervals: ByChannel,
+    labels: Sequence[str],
+    gpus: Sequence[GpuTrack],
+    failed: ByChannel | None = None,
 ) -> list[DomainInput]:
     """One domain per meter domain, by name (as the store lists them): power by the trapezoid (a meter's
     own counter is not integrated, as from the store), gated by the node's GPU utilisation at each
     reading. A gap is read against the poll interval sent with each remote-written reading, else against
     the readings' median spacing (a scraped coordinator's, a scrape apart; or an older coordinator's).
+    The readings break where the meter's failed-poll count (``failed``) changed between them, as SQLite's
+    break at each failed poll (a count unknown at a reading breaks there too; none at all: no break).
     ``labels``: the nodes label and the source label. A meter's metric in two series at once (its readings
     remote-written and scraped) is refused (align.single)."""
     node_label, source_label = labels
@@ -76,8 +82,14 @@ def meter_domains(
             t, single(intervals[name], what, node_label, PICK_SPARKWATCH) if name in intervals else None
         )
         interval = np.where(np.isfinite(sent) & (sent > 0), sent, median_interval(t))
-        unused, zeros = np.full(len(t), np.nan), np.zeros(len(t), dtype=np.int64)
-        track = gated_track(t, zeros, interval, watts.values, unused, gpus=gpus)
+        unused = np.full(len(t), np.nan)
+        apart = np.zeros(len(t), dtype=np.int64)
+        if failed and name in failed:
+            count = values_at(t, single(failed[name], what, node_label, PICK_SPARKWATCH))
+            with np.errstate(invalid="ignore"):
+                moved = ~(count[1:] == count[:-1])  # a change, or NaN: no interval across it
+            apart[1:] = np.cumsum(moved)
+        track = gated_track(t, apart, interval, watts.values, unused, gpus=gpus)
         reading_s = float(np.median(interval)) if len(interval) else None  # no refresh period in a TSDB
         domains.append(DomainInput(name, "system", source, track, reading_s=reading_s))
     return domains

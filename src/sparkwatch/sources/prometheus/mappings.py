@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from sparkwatch.meters.names import METER_INTERVAL, METER_LABELS, METER_POWER
+from sparkwatch.meters.names import METER_FAILED_POLLS, METER_INTERVAL, METER_LABELS, METER_POWER
 from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
 
 MIB = 1024 * 1024
@@ -69,6 +69,7 @@ class Family:
     #: system domain per ``domain`` label.
     meter_power: Series | None = None
     meter_interval: Series | None = None
+    meter_failed_polls: Series | None = None
     meter_labels: tuple[str, str] = METER_LABELS
     signals: Signals | None = None
 
@@ -95,6 +96,7 @@ SPARKWATCH = Family(
     sensor_energy=Series("sparkwatch_sensor_energy_joules_total"),
     meter_power=Series(METER_POWER),  # the coordinator's series (meters/names.py)
     meter_interval=Series(METER_INTERVAL),
+    meter_failed_polls=Series(METER_FAILED_POLLS),
     signals=Signals(
         sm_clock=Series("sparkwatch_gpu_sm_clock_hertz"),
         temperature=Series("sparkwatch_gpu_temperature_celsius"),

@@ -14,6 +14,7 @@ is no sample.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -138,9 +139,16 @@ def export_piece(line: Any) -> Piece:
     if len(stamps) != len(values):
         raise ShapeError(f"an export line has {len(stamps)} timestamps for {len(values)} values")
     try:
-        return _labels(line.get("metric")), _column(stamps, np.int64, int), _column(values, np.float64, float)
+        t_ms, vs = _column(stamps, np.int64, int), _column(values, np.float64, _value)
+        return _labels(line.get("metric")), t_ms, vs
     except (TypeError, ValueError, OverflowError):
         raise ShapeError("an export line holds a timestamp or value that is not a number") from None
+
+
+def _value(item: Any) -> float:
+    """An export line's value: ``null`` is how VictoriaMetrics writes a staleness marker (seen from its
+    /api/v1/export after a remote-written stale NaN), read as NaN, which is no sample (:func:`merged`)."""
+    return math.nan if item is None else float(item)
 
 
 def _column(items: Sequence[Any], dtype: type, each: Any) -> np.ndarray:

@@ -259,11 +259,11 @@ class TsdbSource:
     ) -> list[DomainInput]:
         """The node's wall meters as the coordinator remote-wrote their readings: channels.py."""
         f = self._family
-        powers, intervals = (
+        powers, intervals, failed = (
             self._by_label(s, f.meter_labels[0], node, t_from_ns, t_to_ns)
-            for s in (f.meter_power, f.meter_interval)
+            for s in (f.meter_power, f.meter_interval, f.meter_failed_polls)
         )
-        return meter_domains(powers, intervals, (self._label, f.meter_labels[1]), gpus)
+        return meter_domains(powers, intervals, (self._label, f.meter_labels[1]), gpus, failed)
 
     def _by_label(
         self, s: Series | None, label: str, node: str, t_from_ns: int, t_to_ns: int
