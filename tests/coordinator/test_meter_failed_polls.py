@@ -34,7 +34,9 @@ def exported(tmp_path: pathlib.Path, failed_at_s: list[float], refresh_s: float 
         t_s = k + 0.5
         t_ns = T0 + round(t_s * S)
         if t_s in failed_at_s:
-            store.add_meter_error("n1", "wall", t_ns, "redfish answered HTTP 404 for /redfish/v1/Chassis/1U")
+            store.add_meter_error(
+                "n1", "wall", t_ns, "redfish answered HTTP 404 for /redfish/v1/Chassis/1U", "meter:redfish"
+            )
         else:
             watts = 300.0 if t_s < 5 else 600.0
             age_ns = 2_000_000 + round(refresh_s * S)  # half a 4 ms round trip, and the refresh
@@ -95,6 +97,13 @@ def test_a_failed_poll_leaves_a_gap_with_its_error(
     assert export["totals"]["system_energy_j"] is None  # type: ignore[index]
 
 
+def test_a_meter_that_never_answered_is_named_by_its_kind(tmp_path: pathlib.Path) -> None:
+    """Every poll failed: no reading says what the meter is, its failed polls do ("meter" before)."""
+    domain, in_window = wall(exported(tmp_path, [k + 0.5 for k in range(10)]))
+    assert domain["source"] == "meter:redfish" and in_window["energy_j"] is None
+    assert domain["samples"]["coverage_ratio"] == 0.0 and len(domain["errors"]) == 10
+
+
 def test_every_failed_poll_breaks_the_readings_not_only_the_errors_kept(tmp_path: pathlib.Path) -> None:
     """The export lists the first 20 errors of a meter in the span; the readings break at all of them. A
     meter failing every other poll for 50 polls (25 failures) covers none of its time."""
@@ -105,7 +114,7 @@ def test_every_failed_poll_breaks_the_readings_not_only_the_errors_kept(tmp_path
     for k in range(50):
         t_ns = T0 + k * S
         if k % 2:
-            store.add_meter_error("n1", "wall", t_ns, "shelly answered HTTP 503")
+            store.add_meter_error("n1", "wall", t_ns, "shelly answered HTTP 503", "meter:shelly")
         else:
             store.add_meter_reading("n1", MeterReading("wall", "meter:shelly", POLL_S, t_ns, 300.0, None, 0))
     store.create_run(RunRow("r", "meter", T0, None, 0.1, 0.5, "request"))

@@ -98,6 +98,7 @@ async def test_a_shelly_that_cannot_give_a_reading_is_an_error_never_a_zero(
         assert sink.readings == []
         ((domain, _, error),) = sink.errors
         assert domain == "wall" and words in error and "\n" not in error
+        assert sink.error_sources == ["meter:shelly"]  # what the export names a meter that never answered
         assert poller.state.failures == 1 and poller.state.error == error
 
 

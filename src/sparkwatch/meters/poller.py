@@ -55,7 +55,7 @@ class MeterSink(Protocol):
         """Whether it was stored (a reading at a time already stored is not)."""
         ...
 
-    def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None: ...
+    def add_meter_error(self, node: str, domain: str, t_ns: int, error: str, source: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -160,4 +160,4 @@ class MeterPoller:
         self.state.polls += 1
         self.state.failures += 1
         self.state.error = error
-        self._sink.add_meter_error(self.node, self.spec.domain, t_ns, error)
+        self._sink.add_meter_error(self.node, self.spec.domain, t_ns, error, self.spec.source)

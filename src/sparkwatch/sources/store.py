@@ -155,8 +155,11 @@ def _meter_domains(
     rows = store.meter_rows(node, t_from_ns, t_to_ns)
     failures = store.meter_failure_times(node, t_from_ns, t_to_ns)  # every one; ``errors`` the first few
     errors: dict[str, list[tuple[int, str]]] = {}
-    for domain, t_ns, error in store.meter_errors(node, t_from_ns, t_to_ns):
-        errors.setdefault(domain, []).append((t_ns, error))
+    kinds: dict[str, str] = {}  # the meter kind its failed polls name (the last: a meter's kind may change)
+    for e in store.meter_errors(node, t_from_ns, t_to_ns):
+        errors.setdefault(e.domain, []).append((e.t_ns, e.error))
+        if e.source is not None:
+            kinds[e.domain] = e.source
     names = np.array(rows.domain, dtype=object)
     domains = []
     for name, source in dict(zip(rows.domain, rows.source, strict=True)).items():
@@ -174,12 +177,13 @@ def _meter_domains(
         age_s = float(np.median(rows.uncertainty_ns[mine])) / 1e9
         reading_s = round(max(float(np.median(interval_s)), age_s), 3)
         domains.append(DomainInput(name, "system", source, track, tuple(errors.pop(name, ())), reading_s))
-    # a meter that never answered in the span: a domain with no samples and its errors
+    # a meter that never answered in the span: a domain with no samples and its errors, named by the kind
+    # its failed polls stored (errors stored before schema 10 name none: "meter")
     nothing = np.empty(0)
     for name, found in errors.items():
         none = np.empty(0, np.int64)
         empty = gated_track(none, none, nothing, nothing, nothing, gpus=gpus)
-        domains.append(DomainInput(name, "system", "meter", empty, tuple(found)))
+        domains.append(DomainInput(name, "system", kinds.get(name, "meter"), empty, tuple(found)))
     return domains
 
 

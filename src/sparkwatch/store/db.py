@@ -199,13 +199,13 @@ class Store:
     def add_meter_reading(self, node: str, reading: meters.MeterReading) -> bool:
         return meters.add(self._db, node, reading)
 
-    def add_meter_error(self, node: str, domain: str, t_ns: int, error: str) -> None:
-        meters.add_error(self._db, node, domain, t_ns, error)
+    def add_meter_error(self, node: str, domain: str, t_ns: int, error: str, source: str) -> None:
+        meters.add_error(self._db, node, domain, t_ns, error, source=source)
 
     def meter_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> meters.MeterRows:
         return meters.rows(self._db, node, t_from_ns, t_to_ns)
 
-    def meter_errors(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[str, int, str]]:
+    def meter_errors(self, node: str, t_from_ns: int, t_to_ns: int) -> list[meters.MeterError]:
         return meters.errors(self._db, node, t_from_ns, t_to_ns)
 
     def meter_failure_times(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, I64]:

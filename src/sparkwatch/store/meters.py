@@ -50,10 +50,12 @@ def _row(r: MeterReading) -> tuple[object, ...]:
     return (r.domain, r.t_ns, r.source, r.interval_s, r.power_w, r.energy_j, r.uncertainty_ns)
 
 
-def add_error(db: sqlite3.Connection, node: str, domain: str, t_ns: int, error: str) -> None:
+def add_error(db: sqlite3.Connection, node: str, domain: str, t_ns: int, error: str, *, source: str) -> None:
+    """A failed poll of the meter domain ``domain`` (``source``: ``meter:<kind>``, as its readings)."""
     with tx(db):
         db.execute(
-            "INSERT OR IGNORE INTO meter_errors VALUES (?, ?, ?, ?)", (node, domain, t_ns, error[:500])
+            "INSERT OR IGNORE INTO meter_errors (node, domain, t_ns, error, source) VALUES (?, ?, ?, ?, ?)",
+            (node, domain, t_ns, error[:500], source),
         )
 
 
@@ -86,13 +88,21 @@ def failure_times(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: in
     return {domain: np.array(times, dtype=np.int64) for domain, times in found.items()}
 
 
-def errors(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[str, int, str]]:
-    """(domain, t_ns, error) of the first errors of each domain in the span."""
+class MeterError(NamedTuple):
+    domain: str
+    t_ns: int
+    error: str
+    source: str | None  # meter:<kind>; None: stored before schema 10 said
+
+
+def errors(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> list[MeterError]:
+    """The first errors of each domain in the span."""
     return [
-        (str(d), int(t), str(e))
-        for d, t, e in db.execute(
-            "SELECT domain, t_ns, error FROM ("
-            " SELECT domain, t_ns, error, ROW_NUMBER() OVER (PARTITION BY domain ORDER BY t_ns) AS k"
+        MeterError(str(d), int(t), str(e), None if s is None else str(s))
+        for d, t, e, s in db.execute(
+            "SELECT domain, t_ns, error, source FROM ("
+            " SELECT domain, t_ns, error, source,"
+            " ROW_NUMBER() OVER (PARTITION BY domain ORDER BY t_ns) AS k"
             " FROM meter_errors WHERE node = ? AND t_ns BETWEEN ? AND ?) WHERE k <= ? ORDER BY domain, t_ns",
             (node, t_from_ns, t_to_ns, MAX_ERRORS),
         )

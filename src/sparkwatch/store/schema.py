@@ -195,4 +195,9 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX sample_blocks_by_time ON sample_blocks (wall_last_ns);
     CREATE INDEX clock_offsets_by_time ON clock_offsets (node, t_ns);
     """,
+    # 10: the meter kind of a failed poll (``meter:<kind>``, as its readings have it), so that a meter that
+    # never answered in a run is exported as what it is; rows stored before have none ("meter")
+    """
+    ALTER TABLE meter_errors ADD COLUMN source TEXT;
+    """,
 )
