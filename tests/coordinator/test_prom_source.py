@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from typing import Any
 
 import numpy as np
@@ -215,6 +216,52 @@ def test_an_answer_of_the_wrong_shape_names_the_url_that_gave_it(reader: Any, bo
     finally:
         engine.shutdown()
     assert str(caught.value).startswith(f"{url}/api/v1/") and said in str(caught.value), caught.value
+
+
+@pytest.mark.parametrize("reader", [QueryReader, ExportReader])
+def test_nodes_are_counted_by_the_engine_a_chunk_at_a_time(reader: Any) -> None:
+    """Listing a fleet's nodes brought every node's samples to read their labels: the engine now counts them
+    per nodes-label value over each chunk (one instant query each), and answers a number per node."""
+    asked: list[dict[str, list[str]]] = []
+    answers = iter(
+        [
+            {"resultType": "vector", "result": [{"metric": {"node": "b"}, "value": [1, "3"]}]},
+            {"resultType": "vector", "result": [{"metric": {"node": "a"}, "value": [1, "9"]}]},
+            {"resultType": "vector", "result": [{"metric": {}, "value": [1, "2"]}]},  # no label: no node
+            {"resultType": "matrix", "result": []},
+        ]
+    )
+
+    class Counting(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query))
+            body = json.dumps({"status": "success", "data": next(answers)}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    engine = _serve(Counting)
+    url = f"http://127.0.0.1:{engine.server_port}"
+    t0 = 1_796_389_455 * 10**9
+    selector = 'sparkwatch_gpu_power_watts{node!=""}'
+    try:
+        source = reader(Client(url))
+        assert source.label_values(selector, "node", t0, t0 + 70 * 60 * 10**9) == {"a", "b"}
+        with pytest.raises(SourceError) as caught:
+            source.label_values(selector, "node", t0, t0 + 10**9)
+    finally:
+        engine.shutdown()
+    assert str(caught.value) == f"{url}/api/v1/query: a count's answer must be a vector, not 'matrix'"
+    lengths = [1_800_000, 1_800_000, 600_001]  # 30 min, 30 min, the rest and the ms before the start
+    assert [q["query"] for q in asked[:3]] == [
+        [f"count by (node) (count_over_time({selector}[{n}ms]))"] for n in lengths
+    ]
+    ends_ms = [t0 // 10**6 - 1 + sum(lengths[: k + 1]) for k in range(3)]
+    assert [q["time"] for q in asked[:3]] == [[f"{t / 1000:.3f}"] for t in ends_ms]
 
 
 def test_export_lines_split_and_out_of_order_merge_into_one_series_by_label_set() -> None:

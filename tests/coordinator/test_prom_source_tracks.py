@@ -36,9 +36,23 @@ class Held:
     def __init__(self, series: list[RawSeries], label: str = "node") -> None:
         self.series, self.label = series, label
         self.selectors: list[str] = []
+        self.counted: list[str] = []  # the selectors whose label values were asked for
 
     def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
         self.selectors.append(selector)
+        return self._matching(selector)
+
+    def label_values(self, selector: str, label: str, t_from_ns: int, t_to_ns: int) -> set[str]:
+        """As the engine counts them: the series with a sample in the span."""
+        self.counted.append(selector)
+        found = self._matching(selector)
+        return {
+            r.labels[label]
+            for r in found
+            if r.labels.get(label) and bool(np.any((r.t_ns >= t_from_ns) & (r.t_ns <= t_to_ns)))
+        }
+
+    def _matching(self, selector: str) -> list[RawSeries]:
         name, _, inner = selector.partition("{")
         matchers = re.findall(r'(\w+)(!=|=)"((?:[^"\\]|\\.)*)"', inner)
         if name:
@@ -285,6 +299,9 @@ class Refusing(Held):
     def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
         raise EngineRefusal(f"http://tsdb.example/api/v1/query answered HTTP {self.status}: no", self.status)
 
+    def label_values(self, selector: str, label: str, t_from_ns: int, t_to_ns: int) -> set[str]:
+        return set(self.read(selector, t_from_ns, t_to_ns))
+
 
 def test_only_the_engines_refusal_of_the_query_is_laid_on_series_matchers() -> None:
     for status, blamed in ((400, True), (422, True), (503, False)):
@@ -429,7 +446,7 @@ class Recording(Held):
         node = selector.split("=", 1)[1] if '!=""' not in selector else ""
         self.others_alive.append(sum(1 for n, ref in self.answered if n != node and ref() is not None))
         self.selectors.append(selector)
-        out = [RawSeries(r.labels, r.t_ns.copy(), r.values.copy()) for r in super().read(selector, 0, 0)]
+        out = [RawSeries(r.labels, r.t_ns.copy(), r.values.copy()) for r in self._matching(selector)]
         wanted = json.loads(node.rstrip("}")) if node else None
         out = [r for r in out if wanted is None or r.labels.get(self.label) == wanted]
         self.answered += [(node, weakref.ref(r.t_ns)) for r in out if node]  # the source keeps its times
@@ -452,6 +469,27 @@ def test_each_node_is_read_by_its_own_selector_and_let_go_before_the_next() -> N
     assert [n["power_w"]["gated_mean"] for n in out["nodes"]] == pytest.approx([70.0, 50.0])
     assert 'sparkwatch_gpu_power_watts{node="spark \\"b\\"\\\\2 é"}' in reader.selectors
     assert reader.others_alive and max(reader.others_alive) == 0
+    # listed by the engine's count, not by reading every node's power: each node's is read once
+    assert reader.counted == ['sparkwatch_gpu_power_watts{node!=""}']
+    power = [q for q in reader.selectors if q.startswith("sparkwatch_gpu_power_watts")]
+    assert sorted(power) == sorted(set(power)) and len(power) == 2
+
+
+def test_nodes_named_are_checked_by_the_count_and_read_once() -> None:
+    """``--nodes``: each was checked by reading its power series, which the export then read again."""
+    t = [float(x) for x in range(31)]
+    found = [*sparkwatch_gpu("a", "GPU-a", t, 50.0, 0.9), *sparkwatch_gpu("b", "GPU-b", t, 70.0, 0.9)]
+    late = sparkwatch_gpu("c", "GPU-c", [x + 120 for x in t], 60.0, 0.9)  # samples after the span read
+    reader = Held([*found, *late])
+    source = TsdbSource(reader, SPARKWATCH, "node", "prometheus", "http://tsdb.example")
+    spec = RunSpec(id="r", name="r", t_start_ns=T0, t_end_ns=T0 + 30 * S, interval_s=0.0)
+    assert source.nodes(T0, T0 + 30 * S, only=["b", "a"]) == ["b", "a"]
+    out = export_from(source, spec, ["b", "a"], [window("w", 5, 25)], "test")
+    assert [n["power_w"]["gated_mean"] for n in out["nodes"]] == pytest.approx([70.0, 50.0])
+    power = [q for q in reader.selectors if q.startswith("sparkwatch_gpu_power_watts")]
+    assert sorted(power) == ['sparkwatch_gpu_power_watts{node="a"}', 'sparkwatch_gpu_power_watts{node="b"}']
+    with pytest.raises(SourceError, match=r'node="c" from .* \(nodes with them: a, b\)'):
+        source.nodes(T0, T0 + 30 * S, only=["c"])
 
 
 def test_signals_in_several_label_sets_are_merged_and_never_fail_the_export() -> None:

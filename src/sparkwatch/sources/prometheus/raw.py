@@ -15,7 +15,7 @@ is no sample.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -45,6 +45,10 @@ class Reader(Protocol):
     api: str  # the endpoint, for the export's ``source`` block
 
     def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]: ...
+
+    def label_values(self, selector: str, label: str, t_from_ns: int, t_to_ns: int) -> set[str]:
+        """The values ``label`` has on the series ``selector`` matches that hold a sample in the span."""
+        ...
 
 
 class ShapeError(SourceError):
@@ -78,18 +82,17 @@ class QueryReader:
 
     def read(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
         pieces: list[Piece] = []
-        start_ms, end_ms = t_from_ns // NS_PER_MS - 1, -(-t_to_ns // NS_PER_MS)
-        at = start_ms
-        while at < end_ms:
-            length = min(self._chunk_ms, end_ms - at)
-            at += length
-            params = {"query": f"{selector}[{length}ms]", "time": f"{at / 1000:.3f}"}
+        for length_ms, at_ms in chunks(t_from_ns, t_to_ns, self._chunk_ms):
+            params = {"query": f"{selector}[{length_ms}ms]", "time": f"{at_ms / 1000:.3f}"}
             data = self._client.get_json("/api/v1/query", params)
             try:
                 pieces.extend(matrix_pieces(data))
             except ShapeError as exc:
                 raise SourceError(f"{self._client.url}/api/v1/query: {exc}") from None
         return merged(pieces)
+
+    def label_values(self, selector: str, label: str, t_from_ns: int, t_to_ns: int) -> set[str]:
+        return counted_label_values(self._client, selector, label, (t_from_ns, t_to_ns), self._chunk_ms)
 
 
 class ExportReader:
@@ -109,6 +112,51 @@ class ExportReader:
             return merged(export_piece(line) for line in lines)
         except ShapeError as exc:
             raise SourceError(f"{self._client.url}/api/v1/export: {exc}") from None
+
+    def label_values(self, selector: str, label: str, t_from_ns: int, t_to_ns: int) -> set[str]:
+        return counted_label_values(self._client, selector, label, (t_from_ns, t_to_ns), CHUNK_MS)
+
+
+def chunks(t_from_ns: int, t_to_ns: int, chunk_ms: int) -> Iterator[tuple[int, int]]:
+    """(length, end) in ms of the range selectors that cover the span, each at most ``chunk_ms``: a range
+    ``(end - length, end]`` leaves its start out, so the first starts 1 ms before the span."""
+    at, end_ms = t_from_ns // NS_PER_MS - 1, -(-t_to_ns // NS_PER_MS)
+    while at < end_ms:
+        length = min(chunk_ms, end_ms - at)
+        at += length
+        yield length, at
+
+
+def counted_label_values(
+    client: Client, selector: str, label: str, span_ns: tuple[int, int], chunk_ms: int
+) -> set[str]:
+    """``label``'s values on the series with a sample in the span, counted by the engine a chunk at a time
+    (``count by (label) (count_over_time(selector[…]))``): a number per value comes back, where reading the
+    series to see their labels brought every sample, and the export then read each node's again."""
+    found: set[str] = set()
+    for length_ms, at_ms in chunks(*span_ns, chunk_ms):
+        query = f"count by ({label}) (count_over_time({selector}[{length_ms}ms]))"
+        data = client.get_json("/api/v1/query", {"query": query, "time": f"{at_ms / 1000:.3f}"})
+        try:
+            found.update(vector_label(data, label))
+        except ShapeError as exc:
+            raise SourceError(f"{client.url}/api/v1/query: {exc}") from None
+    return found
+
+
+def vector_label(data: Any, label: str) -> list[str]:
+    """The non-empty values of ``label`` in an instant query's answer (a vector); anything else is refused."""
+    if not isinstance(data, dict) or data.get("resultType") != "vector":
+        kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise ShapeError(f"a count's answer must be a vector, not {kind!r}")
+    out = []
+    for series in _list(data.get("result"), "result"):
+        if not isinstance(series, dict):
+            raise ShapeError("a series in the answer is not an object")
+        value = _labels(series.get("metric")).get(label)
+        if value:
+            out.append(value)
+    return out
 
 
 def matrix_pieces(data: Any) -> list[Piece]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from sparkwatch.sources.prometheus.mappings import (
 from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader
 from sparkwatch.sources.prometheus.signals import signal_track, top_hz
 
+_T = TypeVar("_T")
 #: Read beyond either edge: the scrape around each edge may be a whole (slow) scrape interval away.
 MARGIN_NS = 60 * 1_000_000_000
 #: Nodes a "no such node" error lists, of those the engine has.
@@ -104,21 +105,16 @@ class TsdbSource:
             "series_matchers": None if self._series_matchers is None else f"{{{self._series_matchers}}}",
         }
 
-    def series(self, s: Series, t_from_ns: int, t_to_ns: int, node: str | None = None) -> list[RawSeries]:
-        """The series of metric ``s`` of ``node`` (else of every node: those that carry the nodes label),
-        scaled to base units. One node's are kept while it is read, and no other's: a fleet's export holds one
-        node's samples at a time, not every node's."""
-        key = (s.metric, node or "", t_from_ns, t_to_ns)
+    def series(self, s: Series, t_from_ns: int, t_to_ns: int, node: str) -> list[RawSeries]:
+        """The series of metric ``s`` of ``node``, scaled to base units. One node's are kept while it is
+        read, and no other's: a fleet's export holds one node's samples at a time, not every node's."""
+        key = (s.metric, node, t_from_ns, t_to_ns)
         if key not in self._read:
-            if node is not None and any(k[1] != node for k in self._read):
+            if any(k[1] != node for k in self._read):
                 self._read.clear()  # the next node: the last one's series go
-            which = f"={json.dumps(node, ensure_ascii=False)}" if node is not None else '!=""'
-            selector = f"{s.metric}{{{self._label}{which}{self._also()}}}"
+            selector = f"{s.metric}{{{self._label}={json.dumps(node, ensure_ascii=False)}{self._also()}}}"
             found = self._read_series(selector, t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
-            scaled = [RawSeries(r.labels, r.t_ns, r.values * s.scale) for r in found]
-            if node is None:
-                return scaled
-            self._read[key] = scaled
+            self._read[key] = [RawSeries(r.labels, r.t_ns, r.values * s.scale) for r in found]
         return self._read[key]
 
     def _also(self) -> str:
@@ -126,20 +122,23 @@ class TsdbSource:
         return f",{self._series_matchers}" if self._series_matchers else ""
 
     def _read_series(self, selector: str, t_from_ns: int, t_to_ns: int) -> list[RawSeries]:
+        return self._asked(lambda: self._reader.read(selector, t_from_ns, t_to_ns))
+
+    def _asked(self, ask: Callable[[], _T]) -> _T:
         """The engine's answer; with ``--series-matchers``, its refusal of the query says which flag it was
         about (an unreachable or failing engine is not the flag's fault)."""
         try:
-            return self._reader.read(selector, t_from_ns, t_to_ns)
+            return ask()
         except EngineRefusal as exc:
             if self._series_matchers is None or exc.status not in (400, 422):
                 raise
             raise SourceError(f"--series-matchers {{{self._series_matchers}}}: {exc}") from None
 
     def nodes(self, t_from_ns: int, t_to_ns: int, only: Sequence[str] = ()) -> list[str]:
-        """The nodes label's values on the family's GPU power series, sorted; none is one line. (Every
-        node's power series are read for their labels, and let go.) With ``only``: those nodes, in that
-        order, each checked to have such series (a fleet's engine holds far more nodes than a benchmark
-        ran on, and a misspelt name is one line, not a node without samples)."""
+        """The nodes label's values on the family's GPU power series with a sample in the span read, sorted;
+        none is one line. (The engine counts them: no sample is read twice.) With ``only``: those nodes,
+        in that order, each checked to have such series (a fleet's engine holds far more nodes than a
+        benchmark ran on, and a misspelt name is one line, not a node without samples)."""
         if only:
             return self._named(only, t_from_ns, t_to_ns)
         names = self._listed(t_from_ns, t_to_ns)
@@ -152,14 +151,16 @@ class TsdbSource:
         return names
 
     def _listed(self, t_from_ns: int, t_to_ns: int) -> list[str]:
-        found = self.series(self._family.power, t_from_ns, t_to_ns)
-        return sorted({r.labels[self._label] for r in found if r.labels.get(self._label)})
+        """Over the span :meth:`series` reads, so a node listed is one whose samples its figures read."""
+        selector = f'{self._family.power.metric}{{{self._label}!=""{self._also()}}}'
+        span = (t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
+        return sorted(self._asked(lambda: self._reader.label_values(selector, self._label, *span)))
 
     def _named(self, only: Sequence[str], t_from_ns: int, t_to_ns: int) -> list[str]:
-        """``only``, once each node's power series were found (read as its figures will read them)."""
+        """``only``, once each node was found among those with power series."""
+        listed = self._listed(t_from_ns, t_to_ns)
         for node in only:
-            if not self.series(self._family.power, t_from_ns, t_to_ns, node):
-                listed = self._listed(t_from_ns, t_to_ns)
+            if node not in listed:
                 shown = ", ".join(listed[:NODES_SHOWN]) + (", …" if len(listed) > NODES_SHOWN else "")
                 hint = f" (nodes with them: {shown})" if listed else self._labels_hint(t_from_ns, t_to_ns)
                 raise SourceError(
