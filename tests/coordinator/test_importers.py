@@ -292,6 +292,49 @@ def test_guidellm_02_report_is_all_timed_and_keeps_the_float_exactly() -> None:
     assert [w.failed for w in windows] == [False, False, True]
 
 
+def test_guidellm_02_unset_token_stamps_are_unknown_not_before_the_request(tmp_path: Path) -> None:
+    """guidellm 0.3.1 writes a successful request's token stamps as ``first_iter_time or -1.0``: -1.0 when
+    no chunk held text (an empty answer, a reasoning model's answer). The whole file was refused."""
+    report = json.loads((HARNESS / "guidellm" / "benchmarks_v0.2.json").read_text())
+    request = report["benchmarks"][0]["requests"]["successful"][1]
+    request["first_token_time"] = request["last_token_time"] = -1.0
+    (tmp_path / "b.json").write_text(json.dumps(report))
+    windows = load_windows("guidellm", tmp_path / "b.json")
+    assert (windows[1].t_first_token_ns, windows[1].t_last_token_ns) == (None, None)
+    assert windows[1].t_end_ns == 1_745_526_103_750_000_000 and not windows[1].failed
+    assert windows[1].source["unset_token_stamps"] == ["first_token_time -1", "last_token_time -1"]
+    assert "unset_token_stamps" not in windows[0].source
+
+
+def test_a_real_aiperf_013_run_counts_the_servers_tokens_and_keeps_its_errors() -> None:
+    """The AIPerf 0.13.0 CLI's own records (fixture README): the server's usage counts are the window's
+    (AIPerf's tokenizer counted 20 and 12 for the server's 7 and 6), and its HTTP 500s are kept, failed, with
+    the end AIPerf could not know said to be unknown."""
+    windows = load("aiperf", "aiperf/profile_export_0.13_run.jsonl")
+    assert [w.phase for w in windows] == ["warmup"] * 3 + ["timed"] * 12
+    failed = [w for w in windows if w.failed]
+    assert [windows.index(w) for w in failed] == [3, 7, 11]
+    assert {
+        (w.http_status, w.prompt_tokens, w.completion_tokens, w.t_end_ns - w.t_start_ns) for w in failed
+    } == {(500, 20, None, 0)}
+    assert all(w.source["end"].startswith("unknown") for w in failed)
+    answered = [w for w in windows if not w.failed]
+    assert {(w.prompt_tokens, w.completion_tokens) for w in answered} == {(7, 6)}
+    assert {tuple(sorted(w.source["aiperf_counts"].items())) for w in answered} == {
+        (("input_sequence_length", 20), ("output_sequence_length", 12))
+    }
+    first = json.loads((HARNESS / "aiperf/profile_export_0.13_run.jsonl").read_text().splitlines()[0])
+    meta = first["metadata"]
+    assert (windows[0].t_start_ns, windows[0].t_first_byte_ns, windows[0].t_end_ns) == (
+        meta["request_start_ns"],
+        meta["request_ack_ns"],
+        meta["request_end_ns"],
+    )
+    ttft_ns = round(first["metrics"]["time_to_first_token"]["value"] * 1e6)
+    assert abs(windows[0].t_first_token_ns - (meta["request_start_ns"] + ttft_ns)) <= 1  # type: ignore[operator]
+    assert "end" not in windows[0].source
+
+
 # ---- genai-perf ----
 
 
@@ -445,14 +488,19 @@ def test_older_aiperf_request_latency_is_not_a_token_stamp(tmp_path: Path) -> No
 def test_vllm_result_is_placed_on_the_wall_clock_by_the_anchor() -> None:
     windows = load("vllm", "vllm/bench_serve_detailed.json", ANCHOR)
     # wall = 1759522400 s + (perf_counter − 8100 s): 8123.5 s → 1759522423.5 s, 8124.0 s → 1759522424.0 s
-    s0, s2 = 1_759_522_423_500_000_000, 1_759_522_424_000_000_000
+    s0, s1, s2 = 1_759_522_423_500_000_000, 1_759_522_423_507_812_500, 1_759_522_424_000_000_000
     assert [row(w) for w in windows] == [
         ("vllm-0", "timed", s0, s0 + 343_750_000, s0 + 250 * MS, None, s0 + 343_750_000, 512, 4,
          None, None, None, None),
-        # request 1 failed (errors[1] is set): vLLM has no latency for it, so no window
+        # request 1 failed (errors[1] is set) before any chunk: vLLM left its latency 0; kept, not measured
+        ("vllm-1", "timed", s1, s1, None, None, None, 512, None, None, None, None, None),
         ("vllm-2", "timed", s2, s2 + 500 * MS, s2 + 375 * MS, None, s2 + 500 * MS, 512, 5,
          None, None, None, None),
     ]  # fmt: skip
+    assert [w.failed for w in windows] == [False, True, False]
+    assert (
+        windows[1].source["error"] == "aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected"
+    )
     assert windows[0].source == {
         "format": "vllm",
         "file": "bench_serve_detailed.json",
@@ -470,7 +518,23 @@ def test_vllm_result_is_placed_on_the_wall_clock_by_the_anchor() -> None:
         "anchor_distance_s": 23.5,
         "request_index": 0,
         **vllm.NOTES,
+        "backend": "openai-chat",
     }
+
+
+def test_vllm_completions_ttft_is_the_first_token(tmp_path: Path) -> None:
+    """A completions stream (backend vllm or openai) has no role chunk: vLLM's ttft, the first chunk with
+    choices, is its first token. A chat file's ttft may be the role chunk (vLLM <= 0.15): first byte only."""
+
+    def completions(data: dict[str, Any]) -> None:
+        data["backend"] = data["endpoint_type"] = "vllm"
+
+    path = rewrite(tmp_path, "vllm/bench_serve_detailed.json", completions)
+    first, _, last = load_windows("vllm", path, clock_anchor=ANCHOR)
+    s0 = 1_759_522_423_500_000_000
+    assert (first.t_first_byte_ns, first.t_first_token_ns) == (s0 + 250 * MS, s0 + 250 * MS)
+    assert first.source["first_token"] == vllm.COMPLETIONS_NOTES["first_token"]
+    assert last.t_first_token_ns == last.t_first_byte_ns is not None
 
 
 def test_vllm_windows_move_with_the_anchor_and_nothing_else() -> None:
@@ -479,6 +543,8 @@ def test_vllm_windows_move_with_the_anchor_and_nothing_else() -> None:
     moved = load("vllm", "vllm/bench_serve_detailed.json", later)
     for a, b in zip(base, moved, strict=True):
         assert b.t_start_ns - a.t_start_ns == b.t_end_ns - a.t_end_ns == 7 * S + 3
+        if a.failed:  # no stamps but its start and end
+            continue
         assert b.t_first_byte_ns is not None and a.t_first_byte_ns is not None
         assert b.t_first_byte_ns - a.t_first_byte_ns == 7 * S + 3
 

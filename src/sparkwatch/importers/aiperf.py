@@ -86,11 +86,11 @@ def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Wind
     first_byte_ns = _stamp(meta, "request_ack_ns", f"{where}.metadata")
     if first_byte_ns is not None:
         source["first_byte"] = "request_ack_ns: HTTP response start, which may precede the first SSE chunk"
-    prompt_tokens = _count(metrics, "input_sequence_length", where)
-    if prompt_tokens is None:
-        prompt_tokens = _count(metrics, "error_isl", where)
+    prompt_tokens, completion_tokens = _token_counts(metrics, where, source)
     if error is not None:  # kept, not measured (AIPerf writes code null for a transport error)
         source["harness_failed"] = True
+        if t_end_ns == t_start_ns:  # AIPerf 0.13 falls back to the start when no response came
+            source["end"] = "unknown: AIPerf wrote the start as the end (no response)"
     request_id = source.get("x_request_id")
     return checked(
         where,
@@ -105,8 +105,7 @@ def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Wind
             t_first_token_ns=first_token_ns,
             t_last_token_ns=last_token_ns,
             prompt_tokens=prompt_tokens,
-            # output + reasoning, like usage
-            completion_tokens=_count(metrics, "output_sequence_length", where),
+            completion_tokens=completion_tokens,
             reasoning_tokens=_count(metrics, "reasoning_token_count", where),
             http_status=_http_status(error, source),
             source=source,
@@ -235,6 +234,34 @@ def _durations_ns(metrics: dict[str, Any], tag: str, where: str) -> list[int] | 
     if any(ns < 0 for ns in out):
         raise Problem(f"{where}.metrics.{tag} has a negative gap")
     return out
+
+
+#: The server's counts (its ``usage``, AIPerf 0.13) beside AIPerf's own tokenizer's (output + reasoning).
+USAGE_COUNTS = (
+    ("usage_prompt_tokens", "input_sequence_length"),
+    ("usage_completion_tokens", "output_sequence_length"),
+)
+
+
+def _token_counts(
+    metrics: dict[str, Any], where: str, source: dict[str, Any]
+) -> tuple[int | None, int | None]:
+    """Prompt and completion tokens: the server's ``usage`` where AIPerf recorded it (what the proxy and the
+    other harnesses' importers count; AIPerf's own re-tokenizing can differ, a tokenizer not the server's
+    by 2x), else AIPerf's ``input``/``output_sequence_length`` (an error record: ``error_isl``). Where the
+    two differ, AIPerf's are kept in ``source.aiperf_counts``."""
+    out: list[int | None] = []
+    differ: dict[str, int] = {}
+    for usage, own in USAGE_COUNTS:
+        server, client = _count(metrics, usage, where), _count(metrics, own, where)
+        if server is not None and client is not None and client != server:
+            differ[own] = client
+        out.append(server if server is not None else client)
+    if out[0] is None:
+        out[0] = _count(metrics, "error_isl", where)
+    if differ:
+        source["aiperf_counts"] = differ
+    return out[0], out[1]
 
 
 def _count(metrics: dict[str, Any], tag: str, where: str) -> int | None:

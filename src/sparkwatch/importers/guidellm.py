@@ -197,13 +197,27 @@ def _legacy(path: Path, stats: dict[str, Any], where: str, window_id: str) -> Wi
             phase="timed",  # this guidellm wrote only the measured requests
             t_start_ns=seconds_to_ns(start_s),
             t_end_ns=seconds_to_ns(end_s),
-            t_first_token_ns=_ns(_seconds(stats, "first_token_time", where)),
-            t_last_token_ns=_ns(_seconds(stats, "last_token_time", where)),
+            t_first_token_ns=_token_ns(stats, "first_token_time", where, source),
+            t_last_token_ns=_token_ns(stats, "last_token_time", where, source),
             prompt_tokens=_count(stats, "prompt_tokens", where),
             completion_tokens=_count(stats, "output_tokens", where),
             source=source,
         ),
     )
+
+
+#: What guidellm 0.2–0.3 writes for a successful request's token stamp when no chunk held text
+#: (``first_iter_time or -1.0``: an empty answer, or a reasoning model's answer all reasoning_content).
+UNSET_S = -1.0
+
+
+def _token_ns(stats: dict[str, Any], key: str, where: str, source: dict[str, Any]) -> int | None:
+    """A 0.2–0.3 token stamp; guidellm's unset one (negative: -1.0) is none, said in ``source``."""
+    seconds = _seconds(stats, key, where)
+    if seconds is not None and seconds < 0:
+        source.setdefault("unset_token_stamps", []).append(f"{key} {seconds:g}")
+        return None
+    return _ns(seconds)
 
 
 def _note_error(source: dict[str, Any], error: Any) -> None:

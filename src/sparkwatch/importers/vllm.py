@@ -5,10 +5,14 @@ or boots), and measures ``ttfts`` and ``latencies`` from it. A :class:`ClockAnch
 read together on the benchmark host, in the same boot — places them: wall = anchor.wall_ns + (perf_ns −
 anchor.mono_ns). On Linux ``perf_counter`` is CLOCK_MONOTONIC, the clock ``time.monotonic_ns()`` reads.
 
-vLLM's ``ttft`` is the arrival of the first streamed chunk with ``choices``, which for chat completions is the
-role-only chunk: it is recorded as the first byte, and the first token is left unknown. ``latency`` ends at
-the last chunk with ``choices`` (the trailing usage chunk and ``[DONE]`` are not timed): that is both the last
-token and the end of the window.
+vLLM's ``ttft`` for chat completions (``backend`` ``openai-chat``) is, up to at least 0.15, the arrival of the
+first chunk with ``choices`` — the role-only one — and in later releases (0.34) the first with content,
+reasoning or a tool call; the file does not say which vLLM wrote it, so it is recorded as the first byte and
+the first token is left unknown. A completions stream (``vllm``, ``openai``: every release read) has no role
+chunk: its first chunk with ``choices`` is the first token. ``latency`` ends at the last chunk with
+``choices`` (the trailing usage chunk and ``[DONE]`` are not timed): that is both the last token and the end
+of the window. A failed request (``errors[i]`` set) is kept, not measured (``harness_failed``); vLLM leaves
+its ``latency`` 0 when no chunk came (an HTTP error, a refused connection), so its end is its start then.
 """
 
 from __future__ import annotations
@@ -39,10 +43,19 @@ NEEDS_ANCHOR_HINT = (
     "vllm start_times are time.perf_counter() seconds; pass a clock anchor WALL_NS:MONO_NS[:UNCERTAINTY_NS] "
     "read on the benchmark host in the same boot"
 )
+END_NOTE = "latency ends at the last chunk with choices (= t_last_token_ns); usage chunk, [DONE] untimed"
+#: What ``ttft`` is, for a chat backend (or one the file does not name) and for a completions one.
 NOTES = {
     "first_token": "unknown: vLLM's ttft is its first chunk (a role-only one counts), kept as first byte",
-    "end": "latency ends at the last chunk with choices (= t_last_token_ns); usage chunk, [DONE] untimed",
+    "end": END_NOTE,
 }
+COMPLETIONS_NOTES = {
+    "first_token": "vLLM's ttft: the first chunk with choices, which opens a completions stream's text",
+    "end": END_NOTE,
+}
+#: ``backend`` values whose requests go to /v1/completions (vLLM's ASYNC_REQUEST_FUNCS, 0.11 to 0.34).
+COMPLETIONS_BACKENDS = frozenset({"vllm", "openai"})
+ERROR_TEXT_MAX_CHARS = 200
 
 
 def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
@@ -66,10 +79,11 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
     errors = _aligned_optional(data, "errors", count)
     if latencies is None and itls is None:
         raise Problem("needs 'latencies' (or 'itls') to know when each request ended")
+    backend = data.get("backend", data.get("endpoint_type"))
+    completions = backend in COMPLETIONS_BACKENDS
     windows: list[Window] = []
     for i in range(count):
-        if errors is not None and isinstance(errors[i], str) and errors[i]:
-            continue  # failed: vLLM records no latency for it, so there is no window to measure
+        error = errors[i] if errors is not None and isinstance(errors[i], str) and errors[i] else None
         start_s = as_number(starts[i], f"start_times[{i}]")
         ttft_s = _non_negative(ttfts[i], f"ttfts[{i}]")
         if latencies is not None:
@@ -78,23 +92,32 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
             assert itls is not None
             gaps = as_list(itls[i], f"itls[{i}]")
             latency_s = ttft_s + sum(_non_negative(g, f"itls[{i}][{j}]") for j, g in enumerate(gaps))
-        if latency_s < ttft_s:
+        if latency_s < ttft_s and error is None:
             raise Problem(
                 f"request {i}: latency {float(latency_s)} s is shorter than its ttft {float(ttft_s)} s"
             )
-        windows.append(
-            _window(
-                path,
-                clock_anchor,
-                index=i,
-                start_s=Fraction(start_s),
-                ttft_s=ttft_s,
-                latency_s=latency_s,
-                input_len=input_lens[i],
-                output_len=output_lens[i],
-            )
+        window = _window(
+            path,
+            clock_anchor,
+            index=i,
+            start_s=Fraction(start_s),
+            ttft_s=None if error is not None else ttft_s,
+            latency_s=latency_s,
+            tokens=(input_lens[i], None if error is not None else output_lens[i]),
+            completions=completions,
         )
+        if isinstance(backend, str):
+            window.source["backend"] = backend
+        if error is not None:  # kept, not measured, as the other harnesses' failed requests
+            window.source.update(harness_failed=True, error=_last_line(error))
+        windows.append(window)
     return windows
+
+
+def _last_line(error: str) -> str:
+    """A failed request's error, shortened: a traceback's last line names the exception."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    return (lines[-1] if lines else error)[:ERROR_TEXT_MAX_CHARS]
 
 
 def _window(
@@ -103,11 +126,12 @@ def _window(
     *,
     index: int,
     start_s: Fraction,
-    ttft_s: Fraction,
+    ttft_s: Fraction | None,
     latency_s: Fraction,
-    input_len: Any,
-    output_len: Any,
+    tokens: tuple[Any, Any],
+    completions: bool,
 ) -> Window:
+    """``ttft_s`` None: a failed request, whose chunks (if any came) are not its answer."""
     mono_start_ns = seconds_to_ns(start_s)
     # each float carries up to half an ulp; start, the measured stamp and their difference each add one
     rounding_ns = math.ceil(1.5 * math.ulp(float(abs(start_s) + latency_s)) * NS_PER_S) + 1
@@ -123,9 +147,11 @@ def _window(
         float_rounding_ns=rounding_ns,
         anchor_distance_s=(mono_start_ns - anchor.mono_ns) / NS_PER_S,
         request_index=index,
-        **NOTES,
+        **(COMPLETIONS_NOTES if completions else NOTES),
     )
     t_end_ns = anchor.to_wall_ns(seconds_to_ns(start_s + latency_s))
+    first_ns = None if ttft_s is None else anchor.to_wall_ns(seconds_to_ns(start_s + ttft_s))
+    input_len, output_len = tokens
     return checked(
         f"request {index}",
         Window(
@@ -133,10 +159,11 @@ def _window(
             phase="timed",  # --num-warmups requests are not saved in the result
             t_start_ns=anchor.to_wall_ns(mono_start_ns),
             t_end_ns=t_end_ns,
-            t_first_byte_ns=anchor.to_wall_ns(seconds_to_ns(start_s + ttft_s)),
-            t_last_token_ns=t_end_ns,
+            t_first_byte_ns=first_ns,
+            t_first_token_ns=first_ns if completions else None,
+            t_last_token_ns=None if ttft_s is None else t_end_ns,
             prompt_tokens=as_count(input_len, f"input_lens[{index}]"),
-            completion_tokens=as_count(output_len, f"output_lens[{index}]"),
+            completion_tokens=None if output_len is None else as_count(output_len, f"output_lens[{index}]"),
             source=source,
         ),
     )
