@@ -14,7 +14,6 @@ from sparkwatch.cli_types import (
     coordinator_args,
     count,
     engine_metrics_url,
-    http_url,
     interval_s,
     listen,
     log_level_arg,
@@ -26,6 +25,7 @@ from sparkwatch.cli_types import (
     retention_s,
     run_name,
     spill_file,
+    upstream_url,
 )
 from sparkwatch.defaults import (
     DEFAULT_GATE_THRESHOLD,
@@ -142,7 +142,7 @@ def _add_proxy(sub: Sub) -> None:
     )
     proxy.add_argument(
         "--upstream",
-        type=http_url,
+        type=upstream_url,
         required=True,
         metavar="URL",
         help="the real endpoint, e.g. http://h:30000",
@@ -187,7 +187,7 @@ def _add_run(sub: Sub) -> None:
     )
     run.add_argument(
         "--proxy-upstream",
-        type=http_url,
+        type=upstream_url,
         metavar="URL",
         help="put the proxy in front of this endpoint; {proxy} in CMD becomes the proxy's URL",
     )

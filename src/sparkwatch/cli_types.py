@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from sparkwatch.defaults import (
     DEFAULT_COORDINATOR,
@@ -103,6 +103,25 @@ def http_url(text: str) -> str:
     if port == 0:
         raise argparse.ArgumentTypeError(f"port must be 1-65535, got {text!r}")
     return text
+
+
+def upstream_url(text: str) -> str:
+    """The proxy's upstream: an http(s) URL that each request's path is appended to, so no query or fragment
+    (a request to ``…/?key=k`` went to ``…/?key=k/v1/chat/completions``), and no credentials: the client's
+    own ``Authorization`` header is forwarded as sent (aiohttp refuses both at once: every request failed)."""
+    url = http_url(text)
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise argparse.ArgumentTypeError(
+            "credentials do not belong in the upstream URL: the client's own Authorization header is"
+            " forwarded as sent (give the key to the client)"
+        )
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise argparse.ArgumentTypeError(
+            f"the upstream URL takes no query or fragment (each request's path and query are appended to"
+            f" it): give {urlunsplit(parts._replace(query='', fragment=''))!r}"
+        )
+    return url
 
 
 def remote_write_url(text: str) -> str:

@@ -20,6 +20,7 @@ from helpers.inproc_api import inproc_api
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.core.windows import Window
 from sparkwatch.proxy.sinks import RunPoster
+from sparkwatch.proxy.spill import where_kept
 from sparkwatch.store.refusals import ENDED_RUN_SLACK_NS
 from sparkwatch.store.windows import CHUNK_ROWS
 
@@ -271,6 +272,12 @@ async def test_the_proxy_counts_a_window_an_ended_run_refused_as_lost_not_stored
     assert [w.id for w in lost] == ["after"] and poster.stored == 2
     assert f"HTTP 409: run {run} ended at " in poster.refused[0][1]
     assert await api.visible(run) == 1
+    # counted as after the end, so the spill's message does not offer an import into the run that refuses it
+    assert poster.after_end == 1
+    said = where_kept(pathlib.Path("u.json"), run, poster.after_end)
+    assert f"1 of them came after run {run} ended" in said and f"--run {run}" not in said
+    plain = where_kept(pathlib.Path("u.json"), run, 0)
+    assert plain.endswith(f"(sparkwatch import plain u.json --run {run})")
 
 
 async def test_beginning_or_committing_an_import_takes_an_empty_body_or_none(api: Api) -> None:

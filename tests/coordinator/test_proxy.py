@@ -285,7 +285,7 @@ async def test_warmup_count_header_and_passthrough(upstream: tuple[Upstream, str
                 f"{url}/v1/completions", data=b"{}", headers={"X-Sparkwatch-Phase": "Bad Phase"}
             ) as resp:
                 assert resp.status == 400
-                assert (await resp.json())["error"] == "invalid_phase"
+                assert (await resp.json())["error"]["code"] == "invalid_phase"
     finally:
         await runner.cleanup()
     assert [w.phase for w in sink.windows] == ["warmup", "timed", "warmup", "timed"]
@@ -305,7 +305,9 @@ async def test_upstream_down_is_a_502_with_a_reason_and_uses_no_warmup_slot(
             answer = await r.json()
     finally:
         await runner.cleanup()
-    assert answer["error"] == "bad_gateway" and "127.0.0.1:9" in answer["reason"]
+    # an OpenAI client's error shape: the client reads error.message (a bare "bad_gateway" lost the reason)
+    assert answer["error"]["code"] == answer["error"]["type"] == "bad_gateway"
+    assert "127.0.0.1:9" in answer["error"]["message"] and answer["error"]["param"] is None
     assert "upstream http://127.0.0.1:9/v1/completions:" in caplog.text
     assert "SECRET" not in caplog.text + json.dumps(answer)
     (w,) = sink.windows  # reported (and, being a failure, never measured)

@@ -197,7 +197,7 @@ async def test_a_body_the_proxy_refuses_is_a_json_413_and_takes_no_warmup_slot(r
     ):
         assert resp.status == 413
         said = json.loads(await resp.read())
-    assert said["error"] == "body_too_large" and "67108864" in said["reason"], said
+    assert said["error"]["code"] == "body_too_large" and "67108864" in said["error"]["message"], said
     assert rig.upstream.seen == [] and rig.sink.windows == []  # nothing went upstream, nothing recorded
     await _read_all(rig.url, "whole")
     assert (await _window(rig.sink)).phase == "warmup"

@@ -235,6 +235,10 @@ def test_ctrl_c_during_the_demo_exports_without_a_traceback(tmp_path: pathlib.Pa
         (["run", "--proxy-listen", "127.0.0.1:http", "--", "true"], "--proxy-listen", "sparkwatch run"),
         (["run", "--coordinator", "localhost:8750", "--", "true"], "--coordinator", "sparkwatch run"),
         (["proxy", "--upstream", "http://h:0"], "--upstream", "sparkwatch proxy"),
+        # aiohttp refused user:password@ beside the client's Authorization: every request was a 500
+        (["proxy", "--upstream", "http://u:key@h:1"], "--upstream", "sparkwatch proxy"),
+        # the path went after the query: every request was the upstream's 404
+        (["run", "--proxy-upstream", "http://h:1/?k=v", "--", "true"], "--proxy-upstream", "sparkwatch run"),
         (["coordinator", "--nodes", "n", "--listen", "h:abc"], "--listen", "sparkwatch coordinator"),
         (["coordinator", "--nodes", "n", "--retain-idle", "30s"], "--retain-idle", "sparkwatch coordinator"),
         (["coordinator", "--nodes", "n", "--retain-idle", "7w"], "--retain-idle", "sparkwatch coordinator"),

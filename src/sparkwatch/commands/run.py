@@ -48,6 +48,7 @@ from sparkwatch.commands.run_options import (
 )
 from sparkwatch.commands.summary import live_parts
 from sparkwatch.commands.wrapped import run_wrapped
+from sparkwatch.coordinator.serve import check_listen
 from sparkwatch.core.export import with_run_notes
 from sparkwatch.engines.spec import engine_from_url
 from sparkwatch.hello_facts import misnamed
@@ -57,7 +58,7 @@ from sparkwatch.outputs import check_output, write_export
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
-from sparkwatch.proxy.spill import spill_path_beside, spill_safely
+from sparkwatch.proxy.spill import spill_path_beside, spill_safely, where_kept
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,8 @@ def _check_options(opts: RunOptions) -> None:
 async def run_command(opts: RunOptions) -> int:
     """The whole run; returns the exit code (module docstring)."""
     _check_options(opts)
+    if opts.proxy_upstream is not None:  # a port in use: one line before a coordinator starts or dials
+        await check_listen(*opts.proxy_listen)
     if opts.clock_anchor is None:
         opts = replace(opts, clock_anchor=_anchor_now())
     state = RunState()
@@ -286,7 +289,7 @@ async def _finish(
     if lost:
         spill = opts.spill or spill_path_beside(opts.output or Path(f"sparkwatch-{state.run_id}.json"))
         kept = spill_safely(spill, lost, state.run_id)
-        where = f"kept in {kept} (sparkwatch import plain {kept} --run {state.run_id})" if kept else "lost"
+        where = where_kept(kept, state.run_id, poster.after_end)
         opts.stderr.write(f"sparkwatch: {len(lost)} proxy window(s) could not be stored; {where}\n")
     if state.code is not None:
         for fmt, path in opts.imports:

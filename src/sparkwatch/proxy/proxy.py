@@ -23,8 +23,8 @@ from yarl import URL
 from sparkwatch.core.windows import Window
 from sparkwatch.defaults import PHASE_RE
 from sparkwatch.proxy.clock import WallClock
+from sparkwatch.proxy.refusals import openai_error
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
-from sparkwatch_agent.shared.http import json_error
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class Proxy:
         generation = _generation(request)
         header = request.headers.get(PHASE_HEADER)
         if generation and header is not None and not PHASE_RE.fullmatch(header):
-            return json_error(400, "invalid_phase", f"{PHASE_HEADER} must match {PHASE_RE.pattern}")
+            return openai_error(400, "invalid_phase", f"{PHASE_HEADER} must match {PHASE_RE.pattern}")
         phase = self._arrival_phase(header) if generation else "timed"
         counted_warmup = generation and header is None and phase == "warmup"
         try:
@@ -164,7 +164,7 @@ class Proxy:
         except web.HTTPRequestEntityTooLarge as exc:  # refused here: nothing went upstream, nothing warmed
             if counted_warmup:
                 self._release_warmup()
-            return json_error(413, "body_too_large", exc.text or "request body too large")
+            return openai_error(413, "body_too_large", exc.text or "request body too large")
         except asyncio.CancelledError:  # the client left while sending its body: nothing went upstream
             if counted_warmup:
                 self._release_warmup()
@@ -181,7 +181,7 @@ class Proxy:
                 self._unanswered(
                     request, phase, t_start, counted_warmup, status=502, notes={"upstream_unreachable": True}
                 )
-            return json_error(502, "bad_gateway", f"upstream {self._upstream_shown} did not answer: {exc}")
+            return openai_error(502, "bad_gateway", f"upstream {self._upstream_shown} did not answer: {exc}")
         except asyncio.CancelledError:  # the client hung up before the upstream answered
             if generation:
                 self._unanswered(

@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 
 #: The 409 that says an earlier try stored this window (its answer was lost); a 409 ``run_ended`` is a loss.
 DUPLICATE_IDS = "duplicate_window_ids"
+#: The 409 of a window outside an ended run's span: the run ended under a proxy still posting to it.
+RUN_ENDED = "run_ended"
 
 
 class PrintSink:
@@ -42,6 +44,7 @@ class RunPoster:
         self.run_id = run_id  # may be set after construction, before start()
         self.stored = 0
         self.refused: list[tuple[Window, str]] = []
+        self.after_end = 0  # of those refused, the windows that came after the run had ended
         self._client = client
         self._delay_s = batch_delay_s
         self._pending: list[Window] = []
@@ -72,6 +75,15 @@ class RunPoster:
             if len(batch) == 1:
                 if exc.code == DUPLICATE_IDS:
                     self.stored += 1  # the id is ours and unique: an earlier try stored it
+                elif exc.code == RUN_ENDED:
+                    if not self.after_end:  # said once: every later window is refused the same way
+                        log.error(
+                            "run %s has ended: this proxy's windows are no longer stored (%s); stop the"
+                            " proxy, or start it with a run that is open",
+                            self.run_id, exc,
+                        )  # fmt: skip
+                    self.after_end += 1
+                    self.refused.append((batch[0], str(exc)))
                 else:
                     log.error("window %s refused by the coordinator: %s", batch[0].id, exc)
                     self.refused.append((batch[0], str(exc)))

@@ -43,6 +43,20 @@ def _row(window: Window) -> dict[str, object]:
     return row
 
 
+def where_kept(kept: Path | None, run_id: str, after_end: int) -> str:
+    """What the spill's message says of the windows in ``kept``: how to import them, unless they are the
+    ``after_end`` windows that came after the run ended, which its import refuses as the proxy's posts were
+    (they belong to a run open when they ran)."""
+    if kept is None:
+        return "lost"
+    if after_end:
+        return (
+            f"kept in {kept}; {after_end} of them came after run {run_id} ended, which refuses them: import"
+            f" them into a run whose span holds them (sparkwatch import plain {kept} --run ID)"
+        )
+    return f"kept in {kept} (sparkwatch import plain {kept} --run {run_id})"
+
+
 def spill_safely(path: Path, windows: Sequence[Window], run_id: str) -> Path | None:
     """``write_spill`` that never stops the caller's clean-up (ending the run, the export): where ``path``
     cannot be written, the temporary folder; returns where the windows are (None: nowhere, logged)."""
