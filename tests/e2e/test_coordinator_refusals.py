@@ -53,6 +53,20 @@ def test_a_coordinator_whose_port_is_taken_leaves_no_database(
     assert list(db.parent.iterdir()) == []  # no database, no -wal, no -shm
 
 
+def test_a_run_whose_proxy_port_is_taken_stops_before_a_coordinator_starts(
+    tmp_path: pathlib.Path, taken_port: int
+) -> None:
+    """It started the embedded coordinator and dialled the nodes first (their lines before the error)."""
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[nodes.n0]\nurl = "ws://127.0.0.1:9"\n')
+    db = tmp_path / "run.db"
+    listen = f"127.0.0.1:{taken_port}"
+    args = ("--proxy-upstream", "http://127.0.0.1:9", "--proxy-listen", listen, "--db", str(db))
+    result = sparkwatch("--log-level", "info", "run", "--nodes", str(nodes), *args, "--", "true")
+    assert result.returncode == 2 and not db.exists()
+    assert result.stderr == f"sparkwatch: error: cannot listen on {listen}: Address already in use\n"
+
+
 def test_a_start_that_fails_after_the_database_was_made_removes_it(tmp_path: pathlib.Path) -> None:
     """A bad server limit is found only when the API starts, after the store was opened: the file this
     start made goes again."""
@@ -81,6 +95,36 @@ def test_a_coordinator_whose_port_is_taken_leaves_an_existing_database_as_it_was
     result = coordinator_on(tmp_path, db, taken_port)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert {path.name: path.read_bytes() for path in db.parent.iterdir()} == before  # byte for byte
+
+
+def test_a_second_coordinator_on_a_database_in_use_is_refused_and_changes_nothing(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A `sparkwatch run --db` given a standing coordinator's file linked the same agents and stored every
+    sample twice (an export counted 98 samples of a 5 s run at 10 Hz). The file is one coordinator's: the
+    second, standing or embedded, stops in one line that names the holder; the first goes on; once it
+    stops, the file is free."""
+    first = Coordinator(tmp_path, '[nodes.n0]\nurl = "ws://127.0.0.1:9"\n')
+    first.start()
+    try:
+        assert first.proc is not None
+        before = first.call("GET", "/v1/runs")
+        (tmp_path / "second").mkdir()
+        second = coordinator_on(tmp_path / "second", first.db, free_port())
+        held = f"database {first.db} is in use by another sparkwatch coordinator (pid {first.proc.pid})"
+        hint = "stop it, or give this one a --db of its own (a `sparkwatch run` can use the standing one:"
+        assert second.returncode == 2
+        assert second.stderr == f"sparkwatch: error: {held}: {hint} --coordinator URL)\n"
+        wrapped = sparkwatch("run", "--nodes", str(first.nodes), "--db", str(first.db), "--", "true")
+        assert wrapped.returncode == 2 and wrapped.stderr.count("\n") == 1 and held in wrapped.stderr
+        assert first.call("GET", "/v1/runs") == before and first.proc.poll() is None
+    finally:
+        first.stop()
+    (tmp_path / "again").mkdir()
+    again = Coordinator(tmp_path / "again", '[nodes.n0]\nurl = "ws://127.0.0.1:9"\n')
+    again.db = first.db
+    again.start()  # the lock went with the first
+    again.stop()
 
 
 REQUESTS = textwrap.dedent(

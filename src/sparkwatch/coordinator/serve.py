@@ -19,6 +19,7 @@ from sparkwatch.defaults import RETAIN_IDLE_S
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.links.nodes_file import NodeSpec, check_secret_files, load_nodes_file
 from sparkwatch.store import Store
+from sparkwatch.store.writer_lock import lock_path, writer_lock
 from sparkwatch_agent.config import parse_listen
 from sparkwatch_agent.shared.auth import token_for_bind
 from sparkwatch_agent.shared.http import BindError, start_site
@@ -57,33 +58,38 @@ async def running_coordinator(
         remote_write.check()  # an unreadable secret file ends the start before anything is opened
     await check_listen(host, port)
     created = not os.path.lexists(db_path)
-    try:
-        store = Store(db_path)
-    except BaseException:
-        if created:
-            remove_database(db_path)
-        raise
-    coordinator: Coordinator | None = None
-    runner: web.AppRunner | None = None
-    try:
-        coordinator = Coordinator(
-            nodes, store, engine=engine, retain_idle_s=retain_idle_s, remote_write=remote_write
-        )
-        runner = web.AppRunner(
-            make_app(coordinator, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
-        )
-        url = await start_site(runner, host, port)  # cleans the runner up itself when it fails
-        prompt_thread_switches()
-        await coordinator.start()
-    except BaseException:
-        await _stop(coordinator, runner if runner is not None and runner.sites else None, store)
-        if created:
-            remove_database(db_path)
-        raise
-    try:
-        yield url  # http://host:port of its API
-    finally:
-        await _stop(coordinator, runner, store)
+    with writer_lock(db_path) as lock_made:  # one coordinator per file: a second stored every sample twice
+        try:
+            store = Store(db_path)
+        except BaseException:
+            if created:
+                remove_database(db_path)
+            if lock_made:  # a file refused as a database keeps nothing of this start beside it
+                lock_path(db_path).unlink(missing_ok=True)
+            raise
+        coordinator: Coordinator | None = None
+        runner: web.AppRunner | None = None
+        try:
+            coordinator = Coordinator(
+                nodes, store, engine=engine, retain_idle_s=retain_idle_s, remote_write=remote_write
+            )
+            runner = web.AppRunner(
+                make_app(coordinator, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
+            )
+            url = await start_site(runner, host, port)  # cleans the runner up itself when it fails
+            prompt_thread_switches()
+            await coordinator.start()
+        except BaseException:
+            await _stop(coordinator, runner if runner is not None and runner.sites else None, store)
+            if created:
+                remove_database(db_path)
+            if lock_made:
+                lock_path(db_path).unlink(missing_ok=True)
+            raise
+        try:
+            yield url  # http://host:port of its API
+        finally:
+            await _stop(coordinator, runner, store)
 
 
 async def _stop(coordinator: Coordinator | None, runner: web.AppRunner | None, store: Store) -> None:
