@@ -20,7 +20,7 @@ from helpers.inproc_api import inproc_api
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.core.windows import Window
 from sparkwatch.proxy.sinks import RunPoster
-from sparkwatch.proxy.spill import where_kept
+from sparkwatch.proxy.spill import spill_lost
 from sparkwatch.store.refusals import ENDED_RUN_SLACK_NS
 from sparkwatch.store.windows import CHUNK_ROWS
 
@@ -253,9 +253,11 @@ async def test_staged_windows_past_the_end_are_not_committed_after_it(api: Api) 
     assert status == 200 and body["dropped"] == 2 and api.rows() == 0
 
 
-async def test_the_proxy_counts_a_window_an_ended_run_refused_as_lost_not_stored(api: Api) -> None:
+async def test_the_proxy_counts_a_window_an_ended_run_refused_as_lost_not_stored(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
     """The proxy's poster takes a single window's 409 for "an earlier try stored it"; a run_ended 409 is
-    not that: the window is reported lost."""
+    not that: the window is reported lost, the end said once, and later windows are not posted at all."""
     run = await api.new_run()
     client = CoordinatorClient(CoordinatorTarget(str(api.client.server.make_url("")).rstrip("/"), None))
     poster = RunPoster(client, run, batch_delay_s=0.01)
@@ -266,18 +268,37 @@ async def test_the_proxy_counts_a_window_an_ended_run_refused_as_lost_not_stored
         await api.end(run)
         poster.submit(Window("kept", "timed", T0 + S, T0 + 2 * S))  # a retry whose first answer was lost
         poster.submit(Window("after", "timed", T0 + 150 * S, T0 + 151 * S))
+        await asyncio.sleep(0.2)
+        posted: list[list[str]] = []
+        real = client.add_windows
+
+        async def recording(run_id: str, windows: list[Window]) -> int:
+            posted.append([w.id for w in windows])
+            return await real(run_id, windows)
+
+        client.add_windows = recording  # type: ignore[method-assign]
+        poster.submit(Window("later", "timed", T0 + 160 * S, T0 + 161 * S))  # refused too: not posted
         lost = await poster.close()
     finally:
         await client.close()
-    assert [w.id for w in lost] == ["after"] and poster.stored == 2
-    assert f"HTTP 409: run {run} ended at " in poster.refused[0][1]
+    assert posted == [] and [w.id for w in lost] == ["after", "later"] and poster.stored == 2
+    (said_once,) = [r.getMessage() for r in caplog.records if "has ended" in r.getMessage()]
+    assert said_once.startswith(f"run {run} has ended: the proxy's windows are no longer stored in it (")
+    assert f"HTTP 409: run {run} ended at " in said_once and poster.refused == []
     assert await api.visible(run) == 1
-    # counted as after the end, so the spill's message does not offer an import into the run that refuses it
-    assert poster.after_end == 1
-    said = where_kept(pathlib.Path("u.json"), run, poster.after_end)
-    assert f"1 of them came after run {run} ended" in said and f"--run {run}" not in said
-    plain = where_kept(pathlib.Path("u.json"), run, 0)
-    assert plain.endswith(f"(sparkwatch import plain u.json --run {run})")
+    # kept apart from the run's unsent windows: the run refuses them, so no import into it is offered
+    assert [w.id for w in poster.after_end] == ["after", "later"]
+    lost = lost[:1]
+    unsent = Window("unsent", "timed", T0 + 3 * S, T0 + 4 * S)
+    said = spill_lost(api.db.parent / "u.json", [unsent, *lost], poster.after_end, run)
+    late, kept = api.db.parent / "u.after-end.json", api.db.parent / "u.json"
+    assert said == (
+        f"1 kept in {kept} (sparkwatch import plain {kept} --run {run});"
+        f" 1 that came after run {run} ended (it refuses them) kept in {late}: import them into a run whose"
+        " span holds them"
+    )
+    assert [w["id"] for w in json.loads(late.read_text())["windows"]] == ["after"]
+    assert [w["id"] for w in json.loads(kept.read_text())["windows"]] == ["unsent"]
 
 
 async def test_beginning_or_committing_an_import_takes_an_empty_body_or_none(api: Api) -> None:

@@ -335,6 +335,18 @@ def test_a_real_aiperf_013_run_counts_the_servers_tokens_and_keeps_its_errors() 
     assert "end" not in windows[0].source
 
 
+def test_aiperf_reasoning_tokens_are_the_servers_too(tmp_path: Path) -> None:
+    """Completion tokens from the server's usage and reasoning tokens from AIPerf's tokenizer could say a
+    request reasoned more than it answered: both are the server's where it counted them."""
+    first = json.loads((HARNESS / "aiperf/profile_export_0.13_run.jsonl").read_text().splitlines()[0])
+    first["metrics"]["usage_reasoning_tokens"] = {"value": 4, "unit": "tokens"}
+    first["metrics"]["reasoning_token_count"] = {"value": 9, "unit": "tokens"}
+    (tmp_path / "r.jsonl").write_text(json.dumps(first) + "\n")
+    (window,) = load_windows("aiperf", tmp_path / "r.jsonl")
+    assert (window.completion_tokens, window.reasoning_tokens) == (6, 4)
+    assert window.source["aiperf_counts"]["reasoning_token_count"] == 9
+
+
 # ---- genai-perf ----
 
 
@@ -501,6 +513,7 @@ def test_vllm_result_is_placed_on_the_wall_clock_by_the_anchor() -> None:
     assert (
         windows[1].source["error"] == "aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected"
     )
+    assert windows[1].source["end"] == vllm.UNKNOWN_END and windows[0].source["end"] == vllm.END_NOTE
     assert windows[0].source == {
         "format": "vllm",
         "file": "bench_serve_detailed.json",
@@ -535,6 +548,20 @@ def test_vllm_completions_ttft_is_the_first_token(tmp_path: Path) -> None:
     assert (first.t_first_byte_ns, first.t_first_token_ns) == (s0 + 250 * MS, s0 + 250 * MS)
     assert first.source["first_token"] == vllm.COMPLETIONS_NOTES["first_token"]
     assert last.t_first_token_ns == last.t_first_byte_ns is not None
+
+
+def test_vllm_an_unnamed_failure_and_an_odd_backend_are_read(tmp_path: Path) -> None:
+    """vLLM writes an HTTP error with an empty reason as errors[i] == "" (ttft and latency 0): a failure, not
+    an answered zero-length request; a backend that is not a string is no backend, not a traceback."""
+
+    def odd(data: dict[str, Any]) -> None:
+        data["errors"][1] = ""
+        data["backend"] = data["endpoint_type"] = []
+
+    path = rewrite(tmp_path, "vllm/bench_serve_detailed.json", odd)
+    windows = load_windows("vllm", path, clock_anchor=ANCHOR)
+    assert [w.failed for w in windows] == [False, True, False]
+    assert windows[1].source["error"] == vllm.NO_ERROR_TEXT and "backend" not in windows[0].source
 
 
 def test_vllm_windows_move_with_the_anchor_and_nothing_else() -> None:

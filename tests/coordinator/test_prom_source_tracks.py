@@ -54,14 +54,18 @@ class Held:
 
     def _matching(self, selector: str) -> list[RawSeries]:
         name, _, inner = selector.partition("{")
-        matchers = re.findall(r'(\w+)(!=|=)"((?:[^"\\]|\\.)*)"', inner)
+        matchers = re.findall(r'(\w+)(!=|=~|=)"((?:[^"\\]|\\.)*)"', inner)
         if name:
             matchers.append(("__name__", "=", name))
-        return [
-            r
-            for r in self.series
-            if all((r.labels.get(k, "") == json.loads(f'"{v}"')) == (op == "=") for k, op, v in matchers)
-        ]
+        return [r for r in self.series if all(_matches(r.labels.get(k, ""), op, v) for k, op, v in matchers)]
+
+
+def _matches(value: str, op: str, quoted: str) -> bool:
+    """A PromQL matcher on one label's value (``=~``: anchored, as PromQL's regular expressions are)."""
+    wanted = json.loads(f'"{quoted}"')
+    if op == "=~":
+        return re.fullmatch(wanted, value) is not None
+    return (value == wanted) == (op == "=")
 
 
 def series(name: str, t_s: list[float], values: list[float], **labels: str) -> RawSeries:
@@ -488,8 +492,16 @@ def test_nodes_named_are_checked_by_the_count_and_read_once() -> None:
     assert [n["power_w"]["gated_mean"] for n in out["nodes"]] == pytest.approx([70.0, 50.0])
     power = [q for q in reader.selectors if q.startswith("sparkwatch_gpu_power_watts")]
     assert sorted(power) == ['sparkwatch_gpu_power_watts{node="a"}', 'sparkwatch_gpu_power_watts{node="b"}']
+    assert reader.counted == ['sparkwatch_gpu_power_watts{node=~"b|a"}']  # the named nodes' count alone
     with pytest.raises(SourceError, match=r'node="c" from .* \(nodes with them: a, b\)'):
         source.nodes(T0, T0 + 30 * S, only=["c"])
+    odd = 'spark "b"\\2 é.x|y'  # regex characters, a quote, a backslash, a space: each taken literally
+    named = Held(sparkwatch_gpu(odd, "GPU-o", t, 50.0, 0.9))
+    source = TsdbSource(named, SPARKWATCH, "node", "prometheus", "http://tsdb.example")
+    assert source.nodes(T0, T0 + 30 * S, only=[odd]) == [odd]
+    assert named.counted == ['sparkwatch_gpu_power_watts{node=~"spark \\"b\\"\\\\\\\\2 é\\\\.x\\\\|y"}']
+    with pytest.raises(SourceError, match="nodes with them"):
+        source.nodes(T0, T0 + 30 * S, only=['spark "b"\\2 éAx|y'])  # "." is no wildcard
 
 
 def test_signals_in_several_label_sets_are_merged_and_never_fail_the_export() -> None:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import hashlib
 import pathlib
 import sqlite3
+import time
 
 import pytest
 
 from sparkwatch.commands.export_cmd import ExportCommandError, choose_run
+from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, StoreError, Unavailable
 from sparkwatch.store.db import RunRow
-from sparkwatch.store.schema import MIGRATIONS
+from sparkwatch.store.schema import MIGRATIONS, OLDEST_READABLE
 
 T0 = 1_800_000_000 * 10**9
 
@@ -57,7 +59,7 @@ def test_it_reads_a_live_coordinators_log(tmp_path: pathlib.Path) -> None:
     ("version", "words"),
     [
         (len(MIGRATIONS) + 1, f"has schema {len(MIGRATIONS) + 1}, newer than this sparkwatch reads"),
-        (len(MIGRATIONS) - 1, "from an older sparkwatch"),
+        (OLDEST_READABLE - 1, f"from an older sparkwatch \\(this one reads {OLDEST_READABLE} to"),
         (0, "is not a sparkwatch database"),
     ],
 )
@@ -69,6 +71,29 @@ def test_another_schema_is_refused(tmp_path: pathlib.Path, version: int, words: 
     db.close()
     with pytest.raises(StoreError, match=words):
         Store.read_only(path)
+
+
+def test_a_schema_9_file_is_read_as_it_is_its_failed_polls_of_no_kind(tmp_path: pathlib.Path) -> None:
+    """Schema 10 only gave failed meter polls their kind: a schema-9 file (a kept `run --db` database) is
+    exported without a coordinator upgrading it first, and a meter that never answered reads "meter"."""
+    path = tmp_path / "c.db"
+    store = _written(path)
+    store.add_meter_error("spark-1", "wall", T0 + 10**8, "shelly answered HTTP 503", "meter:shelly")
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE meter_errors DROP COLUMN source")
+    db.execute("PRAGMA user_version = 9")
+    db.close()
+    old = Store.read_only(path)
+    try:
+        assert old.schema_version == OLDEST_READABLE == 9
+        (error,) = old.meter_errors("spark-1", T0, T0 + 10**9)
+        assert (error.domain, error.error, error.source) == ("wall", "shelly answered HTTP 503", None)
+        export = export_run(old, "r1", ["spark-1"], time.time_ns)
+    finally:
+        old.close()
+    (wall,) = [d for d in export["nodes"][0]["system"]["domains"] if d["domain"] == "wall"]
+    assert wall["source"] == "meter" and wall["errors"][0]["error"] == "shelly answered HTTP 503"
 
 
 def test_the_run_chosen_by_default_is_the_newest() -> None:

@@ -294,7 +294,7 @@ def test_proxy_windows_that_cannot_be_stored_are_spilled_for_import_plain(
             model.terminate()
             model.wait(10)
         assert proxy.returncode == 1, stderr
-        assert f"2 window(s) could not be stored; kept in {spill}" in stderr
+        assert f"2 window(s) could not be stored: 2 kept in {spill}" in stderr
         coord.start()  # the same database: the run is still open
         imported = sparkwatch(
             "import", "plain", str(spill), "--run", run["id"], "--coordinator", coord.url,

@@ -58,7 +58,7 @@ from sparkwatch.outputs import check_output, write_export
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
-from sparkwatch.proxy.spill import spill_path_beside, spill_safely, where_kept
+from sparkwatch.proxy.spill import spill_lost, spill_path_beside
 
 log = logging.getLogger(__name__)
 
@@ -288,9 +288,8 @@ async def _finish(
     lost = await poster.close()
     if lost:
         spill = opts.spill or spill_path_beside(opts.output or Path(f"sparkwatch-{state.run_id}.json"))
-        kept = spill_safely(spill, lost, state.run_id)
-        where = where_kept(kept, state.run_id, poster.after_end)
-        opts.stderr.write(f"sparkwatch: {len(lost)} proxy window(s) could not be stored; {where}\n")
+        said = spill_lost(spill, lost, poster.after_end, state.run_id)
+        opts.stderr.write(f"sparkwatch: {len(lost)} proxy window(s) could not be stored: {said}\n")
     if state.code is not None:
         for fmt, path in opts.imports:
             source = _capture_path(opts) if path == LMX_STATUS_STREAM else Path(path)

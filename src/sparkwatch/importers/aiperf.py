@@ -86,7 +86,7 @@ def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Wind
     first_byte_ns = _stamp(meta, "request_ack_ns", f"{where}.metadata")
     if first_byte_ns is not None:
         source["first_byte"] = "request_ack_ns: HTTP response start, which may precede the first SSE chunk"
-    prompt_tokens, completion_tokens = _token_counts(metrics, where, source)
+    prompt_tokens, completion_tokens, reasoning_tokens = _token_counts(metrics, where, source)
     if error is not None:  # kept, not measured (AIPerf writes code null for a transport error)
         source["harness_failed"] = True
         if t_end_ns == t_start_ns:  # AIPerf 0.13 falls back to the start when no response came
@@ -106,7 +106,7 @@ def _window(path: Path, record: dict[str, Any], where: str, number: int) -> Wind
             t_last_token_ns=last_token_ns,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            reasoning_tokens=_count(metrics, "reasoning_token_count", where),
+            reasoning_tokens=reasoning_tokens,
             http_status=_http_status(error, source),
             source=source,
         ),
@@ -240,16 +240,17 @@ def _durations_ns(metrics: dict[str, Any], tag: str, where: str) -> list[int] | 
 USAGE_COUNTS = (
     ("usage_prompt_tokens", "input_sequence_length"),
     ("usage_completion_tokens", "output_sequence_length"),
+    ("usage_reasoning_tokens", "reasoning_token_count"),  # usage.completion_tokens_details.reasoning_tokens
 )
 
 
 def _token_counts(
     metrics: dict[str, Any], where: str, source: dict[str, Any]
-) -> tuple[int | None, int | None]:
-    """Prompt and completion tokens: the server's ``usage`` where AIPerf recorded it (what the proxy and the
-    other harnesses' importers count; AIPerf's own re-tokenizing can differ, a tokenizer not the server's
-    by 2x), else AIPerf's ``input``/``output_sequence_length`` (an error record: ``error_isl``). Where the
-    two differ, AIPerf's are kept in ``source.aiperf_counts``."""
+) -> tuple[int | None, int | None, int | None]:
+    """Prompt, completion and reasoning tokens: the server's ``usage`` where AIPerf recorded it (what the
+    proxy and the other harnesses' importers count; AIPerf's own re-tokenizing can differ, a tokenizer not
+    the server's by 2x), else AIPerf's own counts (a prompt of an error record: ``error_isl``), each count
+    on its own. Where the two differ, AIPerf's are kept in ``source.aiperf_counts``."""
     out: list[int | None] = []
     differ: dict[str, int] = {}
     for usage, own in USAGE_COUNTS:
@@ -261,7 +262,7 @@ def _token_counts(
         out[0] = _count(metrics, "error_isl", where)
     if differ:
         source["aiperf_counts"] = differ
-    return out[0], out[1]
+    return out[0], out[1], out[2]
 
 
 def _count(metrics: dict[str, Any], tag: str, where: str) -> int | None:

@@ -11,8 +11,9 @@ reasoning or a tool call; the file does not say which vLLM wrote it, so it is re
 the first token is left unknown. A completions stream (``vllm``, ``openai``: every release read) has no role
 chunk: its first chunk with ``choices`` is the first token. ``latency`` ends at the last chunk with
 ``choices`` (the trailing usage chunk and ``[DONE]`` are not timed): that is both the last token and the end
-of the window. A failed request (``errors[i]`` set) is kept, not measured (``harness_failed``); vLLM leaves
-its ``latency`` 0 when no chunk came (an HTTP error, a refused connection), so its end is its start then.
+of the window. A failed request (``errors[i]`` set, or no ttft at all) is kept, not measured
+(``harness_failed``); where vLLM left its ``latency`` 0 (no chunk came, or an exception cut the stream) its
+end is its start, said in ``source.end``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ COMPLETIONS_NOTES = {
 #: ``backend`` values whose requests go to /v1/completions (vLLM's ASYNC_REQUEST_FUNCS, 0.11 to 0.34).
 COMPLETIONS_BACKENDS = frozenset({"vllm", "openai"})
 ERROR_TEXT_MAX_CHARS = 200
+#: A request vLLM marked failed without a reason (``response.reason or ""``): no ttft, no latency.
+NO_ERROR_TEXT = "failed without an error text (vLLM recorded no ttft and no latency)"
+#: A failed request whose latency vLLM left 0: no chunk came, or an exception cut the stream.
+UNKNOWN_END = "unknown: vLLM recorded no latency for this failed request (its end is its start here)"
 
 
 def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
@@ -80,7 +85,7 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
     if latencies is None and itls is None:
         raise Problem("needs 'latencies' (or 'itls') to know when each request ended")
     backend = data.get("backend", data.get("endpoint_type"))
-    completions = backend in COMPLETIONS_BACKENDS
+    backend = backend if isinstance(backend, str) else None
     windows: list[Window] = []
     for i in range(count):
         error = errors[i] if errors is not None and isinstance(errors[i], str) and errors[i] else None
@@ -92,25 +97,30 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
             assert itls is not None
             gaps = as_list(itls[i], f"itls[{i}]")
             latency_s = ttft_s + sum(_non_negative(g, f"itls[{i}][{j}]") for j, g in enumerate(gaps))
+        if error is None and ttft_s == 0:  # success needs a first chunk, a ttft above 0: an empty reason
+            error = NO_ERROR_TEXT
         if latency_s < ttft_s and error is None:
             raise Problem(
                 f"request {i}: latency {float(latency_s)} s is shorter than its ttft {float(ttft_s)} s"
             )
-        window = _window(
-            path,
-            clock_anchor,
-            index=i,
-            start_s=Fraction(start_s),
-            ttft_s=None if error is not None else ttft_s,
-            latency_s=latency_s,
-            tokens=(input_lens[i], None if error is not None else output_lens[i]),
-            completions=completions,
-        )
-        if isinstance(backend, str):
-            window.source["backend"] = backend
+        extra: dict[str, Any] = {} if backend is None else {"backend": backend}
         if error is not None:  # kept, not measured, as the other harnesses' failed requests
-            window.source.update(harness_failed=True, error=_last_line(error))
-        windows.append(window)
+            extra.update(harness_failed=True, error=_last_line(error))
+            if latency_s == 0:
+                extra["end"] = UNKNOWN_END
+        windows.append(
+            _window(
+                path,
+                clock_anchor,
+                index=i,
+                start_s=Fraction(start_s),
+                ttft_s=None if error is not None else ttft_s,
+                latency_s=latency_s,
+                tokens=(input_lens[i], None if error is not None else output_lens[i]),
+                completions=backend in COMPLETIONS_BACKENDS,
+                extra=extra,
+            )
+        )
     return windows
 
 
@@ -130,8 +140,10 @@ def _window(
     latency_s: Fraction,
     tokens: tuple[Any, Any],
     completions: bool,
+    extra: dict[str, Any],
 ) -> Window:
-    """``ttft_s`` None: a failed request, whose chunks (if any came) are not its answer."""
+    """``ttft_s`` None: a failed request, whose chunks (if any came) are not its answer; ``extra``: more of
+    its ``source`` (checked with the rest)."""
     mono_start_ns = seconds_to_ns(start_s)
     # each float carries up to half an ulp; start, the measured stamp and their difference each add one
     rounding_ns = math.ceil(1.5 * math.ulp(float(abs(start_s) + latency_s)) * NS_PER_S) + 1
@@ -149,6 +161,7 @@ def _window(
         request_index=index,
         **(COMPLETIONS_NOTES if completions else NOTES),
     )
+    source.update(extra)
     t_end_ns = anchor.to_wall_ns(seconds_to_ns(start_s + latency_s))
     first_ns = None if ttft_s is None else anchor.to_wall_ns(seconds_to_ns(start_s + ttft_s))
     input_len, output_len = tokens

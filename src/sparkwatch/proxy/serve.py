@@ -13,7 +13,7 @@ from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTa
 from sparkwatch.proxy.clock import ProxyClock, WallClock
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, ProxyConfigError, WindowSink, make_proxy_runner
 from sparkwatch.proxy.sinks import PrintSink, RunPoster
-from sparkwatch.proxy.spill import spill_safely, where_kept
+from sparkwatch.proxy.spill import spill_lost
 from sparkwatch_agent.shared.http import start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 
@@ -83,12 +83,7 @@ async def serve_proxy(
             lost = await poster.close()
             where = spill or Path(f"sparkwatch-{run_id}-unsent-windows.json")
             if lost:
-                kept = spill_safely(where, lost, run_id)
-                if kept is not None:
-                    log.warning(
-                        "%d window(s) could not be stored; %s",
-                        len(lost),
-                        where_kept(kept, run_id, poster.after_end),
-                    )
+                said = spill_lost(where, lost, poster.after_end, run_id)
+                log.warning("%d window(s) could not be stored: %s", len(lost), said)
         log.info("%d window(s) stored in run %s", poster.stored, run_id)
     return 1 if lost else 0

@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 DUPLICATE_IDS = "duplicate_window_ids"
 #: The 409 of a window outside an ended run's span: the run ended under a proxy still posting to it.
 RUN_ENDED = "run_ended"
+#: Windows kept after the run ended (a proxy left running for days would otherwise grow without bound).
+MAX_AFTER_END = 100_000
 
 
 class PrintSink:
@@ -44,7 +46,8 @@ class RunPoster:
         self.run_id = run_id  # may be set after construction, before start()
         self.stored = 0
         self.refused: list[tuple[Window, str]] = []
-        self.after_end = 0  # of those refused, the windows that came after the run had ended
+        self.after_end: list[Window] = []  # of those refused, the windows that came after the run ended
+        self.after_end_dropped = 0  # past MAX_AFTER_END: counted, not kept
         self._client = client
         self._delay_s = batch_delay_s
         self._pending: list[Window] = []
@@ -53,8 +56,19 @@ class RunPoster:
         self._task: asyncio.Task[None] | None = None
 
     def submit(self, window: Window) -> None:
+        if (
+            self.after_end and window.t_end_ns > self.after_end[0].t_end_ns
+        ):  # the run refuses it too: not posted
+            self._after_end(window)
+            return
         self._pending.append(window)
         self._wake.set()
+
+    def _after_end(self, window: Window) -> None:
+        if len(self.after_end) < MAX_AFTER_END:
+            self.after_end.append(window)
+        else:
+            self.after_end_dropped += 1
 
     def start(self) -> None:
         if self.run_id is None:
@@ -78,12 +92,11 @@ class RunPoster:
                 elif exc.code == RUN_ENDED:
                     if not self.after_end:  # said once: every later window is refused the same way
                         log.error(
-                            "run %s has ended: this proxy's windows are no longer stored (%s); stop the"
-                            " proxy, or start it with a run that is open",
-                            self.run_id, exc,
-                        )  # fmt: skip
-                    self.after_end += 1
-                    self.refused.append((batch[0], str(exc)))
+                            "run %s has ended: the proxy's windows are no longer stored in it (%s)",
+                            self.run_id,
+                            exc,
+                        )
+                    self._after_end(batch[0])
                 else:
                     log.error("window %s refused by the coordinator: %s", batch[0].id, exc)
                     self.refused.append((batch[0], str(exc)))
@@ -141,4 +154,8 @@ class RunPoster:
         if self._task is not None:
             await self._task
             self._task = None
-        return [*self._pending, *(w for w, _reason in self.refused)]
+        if self.after_end_dropped:
+            log.error(
+                "%d more window(s) after run %s ended were not kept", self.after_end_dropped, self.run_id
+            )
+        return [*self._pending, *(w for w, _reason in self.refused), *self.after_end]

@@ -43,28 +43,34 @@ def _row(window: Window) -> dict[str, object]:
     return row
 
 
-def where_kept(kept: Path | None, run_id: str, after_end: int) -> str:
-    """What the spill's message says of the windows in ``kept``: how to import them, unless they are the
-    ``after_end`` windows that came after the run ended, which its import refuses as the proxy's posts were
-    (they belong to a run open when they ran)."""
-    if kept is None:
-        return "lost"
-    if after_end:
-        return (
-            f"kept in {kept}; {after_end} of them came after run {run_id} ended, which refuses them: import"
-            f" them into a run whose span holds them (sparkwatch import plain {kept} --run ID)"
-        )
-    return f"kept in {kept} (sparkwatch import plain {kept} --run {run_id})"
+def spill_lost(path: Path, lost: Sequence[Window], after_end: Sequence[Window], run_id: str) -> str:
+    """Keeps the windows that could not be stored and says where. Those the run refused because they came
+    after it ended go to a file of their own (``<path stem>.after-end.json``): an import is all or nothing,
+    the run refuses them as it refused the proxy's posts, and the others belong to it."""
+    late_ids = {w.id for w in after_end}
+    unsent = [w for w in lost if w.id not in late_ids]
+    late = [w for w in lost if w.id in late_ids]
+    said = []
+    if unsent:
+        kept = spill_safely(path, unsent, run_id)
+        hint = f"kept in {kept} (sparkwatch import plain {kept} --run {run_id})" if kept else "lost"
+        said.append(f"{len(unsent)} {hint}")
+    if late:
+        kept = spill_safely(path.with_name(f"{path.stem}.after-end.json"), late, run_id, label="after-end")
+        where = f"kept in {kept}: import them into a run whose span holds them" if kept else "lost"
+        said.append(f"{len(late)} that came after run {run_id} ended (it refuses them) {where}")
+    return "; ".join(said)
 
 
-def spill_safely(path: Path, windows: Sequence[Window], run_id: str) -> Path | None:
+def spill_safely(path: Path, windows: Sequence[Window], run_id: str, label: str = "unsent") -> Path | None:
     """``write_spill`` that never stops the caller's clean-up (ending the run, the export): where ``path``
-    cannot be written, the temporary folder; returns where the windows are (None: nowhere, logged)."""
+    cannot be written, the temporary folder (``label`` names that file); returns where the windows are
+    (None: nowhere, logged)."""
     try:
         write_spill(path, windows)
         return path
     except OSError as exc:
-        fallback = Path(tempfile.gettempdir()) / f"sparkwatch-{run_id}.unsent-windows.json"
+        fallback = Path(tempfile.gettempdir()) / f"sparkwatch-{run_id}.{label}-windows.json"
         log.warning("cannot write %s (%s); trying %s", path, exc.strerror or exc, fallback)
     try:
         write_spill(fallback, windows)

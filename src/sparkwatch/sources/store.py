@@ -155,7 +155,7 @@ def _meter_domains(
     rows = store.meter_rows(node, t_from_ns, t_to_ns)
     failures = store.meter_failure_times(node, t_from_ns, t_to_ns)  # every one; ``errors`` the first few
     errors: dict[str, list[tuple[int, str]]] = {}
-    kinds: dict[str, str] = {}  # the meter kind its failed polls name (the last: a meter's kind may change)
+    kinds: dict[str, str] = {}  # the meter kind its failed polls listed name (the latest of them)
     for e in store.meter_errors(node, t_from_ns, t_to_ns):
         errors.setdefault(e.domain, []).append((e.t_ns, e.error))
         if e.source is not None:

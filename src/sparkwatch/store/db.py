@@ -26,7 +26,7 @@ from sparkwatch.store.read_only import connect_read_only
 from sparkwatch.store.refusals import ended_at
 from sparkwatch.store.rows import I64
 from sparkwatch.store.sample_store import SampleBlocks
-from sparkwatch.store.schema import MIGRATIONS
+from sparkwatch.store.schema import METER_ERROR_SOURCE, MIGRATIONS, OLDEST_READABLE
 from sparkwatch.store.tx import NotFound, RunEnded, StoreError, tx
 from sparkwatch.wire import GapFrame, SampleFrame
 
@@ -82,7 +82,7 @@ class Store:
         store = cls.__new__(cls)
         store._now = time.time_ns
         store.path = path
-        store._db = connect_read_only(path, len(MIGRATIONS))
+        store._db = connect_read_only(path, len(MIGRATIONS), OLDEST_READABLE)
         store._blocks = SampleBlocks(store._db)
         store._swept_until = None
         return store
@@ -206,7 +206,8 @@ class Store:
         return meters.rows(self._db, node, t_from_ns, t_to_ns)
 
     def meter_errors(self, node: str, t_from_ns: int, t_to_ns: int) -> list[meters.MeterError]:
-        return meters.errors(self._db, node, t_from_ns, t_to_ns)
+        kinds = self.schema_version >= METER_ERROR_SOURCE  # an older file read as it is has no kinds
+        return meters.errors(self._db, node, (t_from_ns, t_to_ns), with_source=kinds)
 
     def meter_failure_times(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, I64]:
         return meters.failure_times(self._db, node, t_from_ns, t_to_ns)

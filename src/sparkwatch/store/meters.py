@@ -95,13 +95,18 @@ class MeterError(NamedTuple):
     source: str | None  # meter:<kind>; None: stored before schema 10 said
 
 
-def errors(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> list[MeterError]:
-    """The first errors of each domain in the span."""
+def errors(
+    db: sqlite3.Connection, node: str, span_ns: tuple[int, int], *, with_source: bool = True
+) -> list[MeterError]:
+    """The first errors of each domain in the span; ``with_source`` False: a schema-9 file read as it is
+    (no ``source`` column: every kind unknown)."""
+    source = "source" if with_source else "NULL AS source"
+    t_from_ns, t_to_ns = span_ns
     return [
         MeterError(str(d), int(t), str(e), None if s is None else str(s))
         for d, t, e, s in db.execute(
             "SELECT domain, t_ns, error, source FROM ("
-            " SELECT domain, t_ns, error, source,"
+            f" SELECT domain, t_ns, error, {source},"
             " ROW_NUMBER() OVER (PARTITION BY domain ORDER BY t_ns) AS k"
             " FROM meter_errors WHERE node = ? AND t_ns BETWEEN ? AND ?) WHERE k <= ? ORDER BY domain, t_ns",
             (node, t_from_ns, t_to_ns, MAX_ERRORS),

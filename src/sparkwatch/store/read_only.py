@@ -18,10 +18,10 @@ from sparkwatch.store.tx import StoreError
 TABLES = frozenset({"nodes", "boots", "runs", "windows", "marks", "clock_offsets"})
 
 
-def connect_read_only(path: Path, schema_version: int) -> sqlite3.Connection:
-    """A read-only connection to the sparkwatch database at ``path`` of exactly ``schema_version``;
-    anything else (no file, not SQLite, another program's database, another schema) is a one-line
-    :class:`StoreError`."""
+def connect_read_only(path: Path, schema_version: int, oldest: int | None = None) -> sqlite3.Connection:
+    """A read-only connection to the sparkwatch database at ``path`` of ``schema_version`` (or, with
+    ``oldest``, of any schema from that one up to it); anything else (no file, not SQLite, another program's
+    database, another schema) is a one-line :class:`StoreError`."""
     if not path.exists():
         raise StoreError(f"no database at {path}")
     if path.is_dir():
@@ -33,14 +33,14 @@ def connect_read_only(path: Path, schema_version: int) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise StoreError(f"cannot read database {path}: {exc}") from None
     try:
-        _check(db, path, schema_version)
+        _check(db, path, schema_version, schema_version if oldest is None else oldest)
     except BaseException:
         db.close()
         raise
     return db
 
 
-def _check(db: sqlite3.Connection, path: Path, schema_version: int) -> None:
+def _check(db: sqlite3.Connection, path: Path, schema_version: int, oldest: int) -> None:
     try:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         (version,) = db.execute("PRAGMA user_version").fetchone()
@@ -53,8 +53,8 @@ def _check(db: sqlite3.Connection, path: Path, schema_version: int) -> None:
             f"database {path} has schema {version}, newer than this sparkwatch reads ({schema_version}):"
             " export it with the sparkwatch that wrote it"
         )
-    if version < schema_version:
+    if version < oldest:
         raise StoreError(
-            f"database {path} has schema {version}, from an older sparkwatch (this one reads"
+            f"database {path} has schema {version}, from an older sparkwatch (this one reads {oldest} to"
             f" {schema_version}): start a coordinator on it once (it upgrades the file), then export"
         )

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 #: The schema whose migration moves stored samples into blocks (store/convert.py runs inside it).
 BLOCKS_SCHEMA = 9
+#: The schema that gave each failed meter poll its meter kind (``meter_errors.source``).
+METER_ERROR_SOURCE = 10
+#: The oldest schema an offline reader (`export --db`) takes as it is: 10 only added a column, which is read
+#: as unknown before it, so a schema-9 file is exported without being upgraded first.
+OLDEST_READABLE = 9
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: samples, boots, gaps, runs, windows, marks, clock offsets
@@ -195,8 +200,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX sample_blocks_by_time ON sample_blocks (wall_last_ns);
     CREATE INDEX clock_offsets_by_time ON clock_offsets (node, t_ns);
     """,
-    # 10: the meter kind of a failed poll (``meter:<kind>``, as its readings have it), so that a meter that
-    # never answered in a run is exported as what it is; rows stored before have none ("meter")
+    # 10 (METER_ERROR_SOURCE): the meter kind of a failed poll (``meter:<kind>``, as its readings have it),
+    # so that a meter that never answered in a run is exported as what it is; rows stored before have none
     """
     ALTER TABLE meter_errors ADD COLUMN source TEXT;
     """,

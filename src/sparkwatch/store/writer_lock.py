@@ -10,10 +10,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from sparkwatch.store.tx import StoreError
+
+#: Tries at a lock file that another start removed between our open and our lock (its failed start).
+TRIES = 3
 
 
 class DatabaseInUse(StoreError):
@@ -21,21 +25,43 @@ class DatabaseInUse(StoreError):
 
 
 def lock_path(db_path: Path) -> Path:
-    return db_path.with_name(db_path.name + ".lock")
+    """Beside the database file itself: two names (a symlink) for one file share one lock."""
+    real = db_path.resolve()
+    return real.with_name(real.name + ".lock")
 
 
 @contextlib.contextmanager
 def writer_lock(db_path: Path) -> Iterator[bool]:
     """Held until the block ends; yields whether the lock file was made here. ``DatabaseInUse`` (one line,
-    with the holder's pid) when another process holds it; it is never waited for."""
+    with the holder's pid) when another process holds it, never waited for; any other trouble with the
+    lock file (a symlink or a non-file in its place, a file system without locks) a one-line StoreError."""
     path = lock_path(db_path)
-    created = not path.exists()
+    for _ in range(TRIES):
+        created = not os.path.lexists(path)
+        fd = _locked(db_path, path)
+        if _same_file(fd, path):
+            break
+        os.close(fd)  # removed (or replaced) while we locked it: the lock is on a file nobody else sees
+    else:
+        raise StoreError(f"cannot use database {db_path}: {path} keeps being replaced")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield created
+    finally:
+        os.close(fd)
+
+
+def _locked(db_path: Path, path: Path) -> int:
+    """The lock file open and exclusively locked by us."""
+    problem = f"cannot use database {db_path}: {path}"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     except OSError as exc:
-        why = exc.strerror or exc
-        raise StoreError(f"cannot use database {db_path}: cannot open {path}: {why}") from None
+        raise StoreError(f"{problem}: {exc.strerror or exc}") from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreError(f"{problem} is not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -45,8 +71,18 @@ def writer_lock(db_path: Path) -> Iterator[bool]:
                 f"database {db_path} is in use by another sparkwatch coordinator{by}: stop it, or give this"
                 " one a --db of its own (a `sparkwatch run` can use the standing one: --coordinator URL)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield created
-    finally:
+        except OSError as exc:  # ENOLCK: a network file system without flock
+            raise StoreError(f"{problem}: cannot lock it: {exc.strerror or exc}") from None
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)

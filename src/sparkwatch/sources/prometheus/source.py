@@ -112,7 +112,7 @@ class TsdbSource:
         if key not in self._read:
             if any(k[1] != node for k in self._read):
                 self._read.clear()  # the next node: the last one's series go
-            selector = f"{s.metric}{{{self._label}={json.dumps(node, ensure_ascii=False)}{self._also()}}}"
+            selector = f"{s.metric}{{{self._label}={_quoted(node)}{self._also()}}}"
             found = self._read_series(selector, t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
             self._read[key] = [RawSeries(r.labels, r.t_ns, r.values * s.scale) for r in found]
         return self._read[key]
@@ -150,17 +150,20 @@ class TsdbSource:
             )
         return names
 
-    def _listed(self, t_from_ns: int, t_to_ns: int) -> list[str]:
-        """Over the span :meth:`series` reads, so a node listed is one whose samples its figures read."""
-        selector = f'{self._family.power.metric}{{{self._label}!=""{self._also()}}}'
+    def _listed(self, t_from_ns: int, t_to_ns: int, only: Sequence[str] = ()) -> list[str]:
+        """Over the span :meth:`series` reads, so a node listed is one whose samples its figures read; with
+        ``only``, counted among those nodes alone (a fleet's count can pass an engine's sample limit)."""
+        which = f"=~{_quoted('|'.join(_literal(n) for n in only))}" if only else '!=""'
+        selector = f"{self._family.power.metric}{{{self._label}{which}{self._also()}}}"
         span = (t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
         return sorted(self._asked(lambda: self._reader.label_values(selector, self._label, *span)))
 
     def _named(self, only: Sequence[str], t_from_ns: int, t_to_ns: int) -> list[str]:
         """``only``, once each node was found among those with power series."""
-        listed = self._listed(t_from_ns, t_to_ns)
+        found = set(self._listed(t_from_ns, t_to_ns, only))
         for node in only:
-            if node not in listed:
+            if node not in found:
+                listed = self._listed(t_from_ns, t_to_ns)  # the fleet's, for the message
                 shown = ", ".join(listed[:NODES_SHOWN]) + (", …" if len(listed) > NODES_SHOWN else "")
                 hint = f" (nodes with them: {shown})" if listed else self._labels_hint(t_from_ns, t_to_ns)
                 raise SourceError(
@@ -365,6 +368,20 @@ class TsdbSource:
             used = np.sum([values_at(t, r) for r in per_gpu.values()], axis=0)  # NaN where any GPU lacks it
             return _mem(t, used), f.gpu_memory_name()
         return _mem(np.empty(0, np.int64), np.empty(0)), "none"
+
+
+#: What Go's regexp.QuoteMeta escapes (Python's re.escape also escapes a space, which RE2 refuses).
+_REGEX_META = frozenset("\\.+*?()|[]{}^$")
+
+
+def _literal(text: str) -> str:
+    """``text`` as a PromQL (RE2) regular expression that matches it alone."""
+    return "".join(f"\\{c}" if c in _REGEX_META else c for c in text)
+
+
+def _quoted(text: str) -> str:
+    """A PromQL string literal (Go's escapes, which JSON's are; non-ASCII as it is)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _mem(t_ns: I64, used: F64) -> MemTrack:
