@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from sparkwatch.defaults import (
     DEFAULT_COORDINATOR,
@@ -105,17 +105,24 @@ def http_url(text: str) -> str:
     return text
 
 
+def _without_credentials(url: str, refusal: str) -> SplitResult:
+    """``url``'s parts; ``refusal`` when it carries a user or a password."""
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise argparse.ArgumentTypeError(refusal)
+    return parts
+
+
 def upstream_url(text: str) -> str:
     """The proxy's upstream: an http(s) URL that each request's path is appended to, so no query or fragment
     (a request to ``…/?key=k`` went to ``…/?key=k/v1/chat/completions``), and no credentials: the client's
     own ``Authorization`` header is forwarded as sent (aiohttp refuses both at once: every request failed)."""
     url = http_url(text)
-    parts = urlsplit(url)
-    if parts.username is not None or parts.password is not None:
-        raise argparse.ArgumentTypeError(
-            "credentials do not belong in the upstream URL: the client's own Authorization header is"
-            " forwarded as sent (give the key to the client)"
-        )
+    parts = _without_credentials(
+        url,
+        "credentials do not belong in the upstream URL: the client's own Authorization header is forwarded"
+        " as sent (give the key to the client)",
+    )
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         raise argparse.ArgumentTypeError(
             f"the upstream URL takes no query or fragment (each request's path and query are appended to"
@@ -128,12 +135,11 @@ def remote_write_url(text: str) -> str:
     """A receiver's write endpoint: an http(s) URL without credentials (they would show in process lists
     and shell history: the token and password come from files)."""
     url = http_url(text)
-    parts = urlsplit(url)
-    if parts.username is not None or parts.password is not None:
-        raise argparse.ArgumentTypeError(
-            "credentials do not belong in the URL; use --remote-write-bearer-token-file, or"
-            " --remote-write-basic-auth-user with --remote-write-basic-auth-password-file"
-        )
+    parts = _without_credentials(
+        url,
+        "credentials do not belong in the URL; use --remote-write-bearer-token-file, or"
+        " --remote-write-basic-auth-user with --remote-write-basic-auth-password-file",
+    )
     # a bare root is taken: Vector's prometheus_remote_write source listens at "/" (a Prometheus root is
     # then a 405 whose warning says where the engines take writes)
     if parts.path.rstrip("/").endswith(READ_ENDPOINTS):
