@@ -206,13 +206,10 @@ def _legacy(path: Path, stats: dict[str, Any], where: str, window_id: str) -> Wi
     )
 
 
-#: What guidellm 0.2–0.3 writes for a successful request's token stamp when no chunk held text
-#: (``first_iter_time or -1.0``: an empty answer, or a reasoning model's answer all reasoning_content).
-UNSET_S = -1.0
-
-
 def _token_ns(stats: dict[str, Any], key: str, where: str, source: dict[str, Any]) -> int | None:
-    """A 0.2–0.3 token stamp; guidellm's unset one (negative: -1.0) is none, said in ``source``."""
+    """A 0.2–0.3 token stamp; guidellm's unset one is none, said in ``source``: a successful request whose
+    stream held no text (an empty answer, a reasoning model's answer all in reasoning_content) has
+    ``first_iter_time or -1.0`` (guidellm 0.3.1's aggregator), and no real Unix time is negative."""
     seconds = _seconds(stats, key, where)
     if seconds is not None and seconds < 0:
         source.setdefault("unset_token_stamps", []).append(f"{key} {seconds:g}")

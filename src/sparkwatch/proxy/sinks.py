@@ -56,9 +56,8 @@ class RunPoster:
         self._task: asyncio.Task[None] | None = None
 
     def submit(self, window: Window) -> None:
-        if (
-            self.after_end and window.t_end_ns > self.after_end[0].t_end_ns
-        ):  # the run refuses it too: not posted
+        # after a window the ended run refused, a later one is refused too: it is kept, not posted
+        if self.after_end and window.t_end_ns > self.after_end[0].t_end_ns:
             self._after_end(window)
             return
         self._pending.append(window)
