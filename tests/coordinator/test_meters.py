@@ -216,12 +216,15 @@ def _redfish(
     refuse_status: int = 204,
     seen: list[str] | None = None,
     refuse_after_s: float = 0.0,
+    location: str = "header",
 ) -> web.Application:
     """A BMC serving ``resources`` by path, wanting either a session token or basic auth (as DSP0266).
     Wrong credentials posted for a session answer ``refuse_status``: 204 as sushy-static answers any login
     without a session, 401 as a BMC refusing them. ``seen``: each login attempt ("POST", or "basic" for a
     request with basic auth the BMC checks) is added to it. ``refuse_after_s``: how long a refusal takes
-    (BMCs slow failed logins on purpose)."""
+    (BMCs slow failed logins on purpose). ``location``: where a new session's resource is said, the
+    ``Location`` header (DSP0266) or the body's ``@odata.id`` (some BMCs); a DELETE of it with its token
+    (a logout) is added to ``seen`` as "DELETE"."""
 
     async def get(request: web.Request) -> web.Response:
         path = request.path
@@ -246,11 +249,23 @@ def _redfish(
         if body != {"UserName": "root", "Password": "bmc-pass"}:
             await asyncio.sleep(refuse_after_s)
             return web.Response(status=refuse_status)
-        headers = {"X-Auth-Token": token, "Location": "/redfish/v1/SessionService/Sessions/1"}
-        return web.json_response({"Id": "1"}, status=201, headers=headers)
+        where = "/redfish/v1/SessionService/Sessions/1"
+        if location == "header":
+            return web.json_response(
+                {"Id": "1"}, status=201, headers={"X-Auth-Token": token, "Location": where}
+            )
+        return web.json_response({"Id": "1", "@odata.id": where}, status=201, headers={"X-Auth-Token": token})
+
+    async def logout(request: web.Request) -> web.Response:
+        if token is None or request.headers.get("X-Auth-Token") != token:
+            return web.json_response({"error": {"code": "Base.1.8.NoValidSession"}}, status=401)
+        if seen is not None:
+            seen.append("DELETE")
+        return web.Response(status=204)
 
     app = web.Application()
     app.router.add_post("/redfish/v1/SessionService/Sessions", login)
+    app.router.add_delete("/redfish/v1/SessionService/Sessions/1", logout)
     app.router.add_get("/{tail:.*}", get)
     return app
 
@@ -296,6 +311,25 @@ async def test_redfish_logs_in_follows_the_chassis_and_reads_its_power(
             await poller.poll_once(session)
         assert sink.errors == []
         assert [(r.power_w, r.energy_j) for r in sink.readings] == [expect]
+
+
+@pytest.mark.parametrize("location", ["header", "body"])
+async def test_redfish_logs_out_when_the_poller_stops(tmp_path: pathlib.Path, location: str) -> None:
+    """A BMC keeps a session until its timeout and holds only a few: a coordinator restarted a few times
+    used them all up. The session is deleted (DSP0266's logout) when the poller is stopped."""
+    (tmp_path / "pw").write_text("bmc-pass\n")
+    seen: list[str] = []
+    async for url in _serve(_redfish(_bmc(True), "session-token-1", None, seen=seen, location=location)):
+        spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw", interval_s=0.05)
+        sink = Sink()
+        poller = MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking())
+        async with aiohttp.ClientSession() as session:
+            task = asyncio.create_task(poller.run(session))
+            while len(sink.readings) < 2:
+                await asyncio.sleep(0.01)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert seen == ["POST", "DELETE"] and sink.errors == []
 
 
 async def test_redfish_wrong_credentials_and_an_unknown_chassis_are_errors(tmp_path: pathlib.Path) -> None:
@@ -375,6 +409,9 @@ class _Says:
 
     async def read(self, session: aiohttp.ClientSession) -> Reading:
         return Reading(power_w=self._watts.pop(0))
+
+    async def close(self, session: aiohttp.ClientSession) -> None:
+        pass
 
 
 async def test_a_reading_no_node_draws_is_not_stored_but_said() -> None:

@@ -40,6 +40,9 @@ class Scripted:
             raise step
         return step
 
+    async def close(self, session: aiohttp.ClientSession) -> None:
+        pass
+
 
 def clock(stamps_ns: list[int]) -> Any:
     """now_ns answering each poll's start and end in turn (the reading is stamped at their middle)."""

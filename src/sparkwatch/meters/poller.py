@@ -9,6 +9,7 @@ error says why; nothing is carried over from the last good reading.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 
 #: A request slower than this many intervals (at least this many seconds) is a failed poll.
 TIMEOUT_INTERVALS, MIN_TIMEOUT_S = 2.0, 2.0
+#: How long the stop waits for a reader to let go of the meter (a Redfish logout).
+CLOSE_TIMEOUT_S = 2.0
 
 
 class MeterError(Exception):
@@ -48,6 +51,10 @@ class Reading:
 
 class MeterReader(Protocol):
     async def read(self, session: aiohttp.ClientSession) -> Reading: ...
+
+    async def close(self, session: aiohttp.ClientSession) -> None:
+        """Let go of what the reader holds on the meter (a Redfish session) at the stop."""
+        ...
 
 
 class MeterSink(Protocol):
@@ -111,12 +118,17 @@ class MeterPoller:
         """Poll every ``interval_s`` on an absolute schedule (a slow poll skips, never bunches) until
         cancelled."""
         deadline = self._monotonic()
-        while True:
-            await self.poll_once(session)
-            deadline += self.spec.interval_s
-            now = self._monotonic()
-            deadline = max(deadline, now)
-            await asyncio.sleep(deadline - now)
+        try:
+            while True:
+                await self.poll_once(session)
+                deadline += self.spec.interval_s
+                now = self._monotonic()
+                deadline = max(deadline, now)
+                await asyncio.sleep(deadline - now)
+        finally:  # cancelled at the coordinator's stop, which waits a few seconds for its tasks
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await self._reader.close(session)
 
     async def poll_once(self, session: aiohttp.ClientSession) -> None:
         spec = self.spec

@@ -37,6 +37,9 @@ class PrometheusMeter:
                 )
         return Reading(power_w=_one_value(body.get("data")))
 
+    async def close(self, session: aiohttp.ClientSession) -> None:
+        """Nothing held: each query stands alone."""
+
 
 def _one_value(data: Any) -> float:
     if not isinstance(data, dict):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import math
 import time
@@ -46,6 +47,7 @@ class RedfishMeter:
         self._password_sha = ""  # of the password offered last
         self._refused: tuple[str, float, str] | None = None  # the refused password's sha, when, what was said
         self._login_task: asyncio.Future[None] | None = None
+        self._session_url: str | None = None  # the session's resource, deleted at the stop (a logout)
         self._basic_accepted = False  # basic auth's pair was answered once (not refused)
         self._reading_path: tuple[str, str] | None = None  # ("env" | "power", path)
 
@@ -138,6 +140,8 @@ class RedfishMeter:
         async with session.post(self._base + sessions, json=credentials, ssl=self._ssl) as r:
             status = r.status
             token = r.headers.get("X-Auth-Token") if status in (200, 201) else None
+            if token:
+                self._session_url = await self._session_resource(r)
         if status in (401, 403):  # basic auth with the same pair would be one more failed login
             self._refuse(
                 f"redfish refused the credentials of user {self._spec.username!r}"
@@ -149,6 +153,32 @@ class RedfishMeter:
             pair = base64.b64encode(f"{self._spec.username}:{password}".encode()).decode()
             self._headers = {"Authorization": f"Basic {pair}"}
         self._logged_in = True
+
+    async def _session_resource(self, r: aiohttp.ClientResponse) -> str | None:
+        """Where the new session lives: the ``Location`` header (DSP0266), else the body's ``@odata.id``
+        (a BMC that puts it there, as some do)."""
+        where = r.headers.get("Location")
+        if where is None:
+            with contextlib.suppress(aiohttp.ClientError, ValueError):
+                body = await r.json(content_type=None)
+                where = body.get("@odata.id") if isinstance(body, dict) else None
+        if not isinstance(where, str) or not where:
+            return None
+        return where if where.startswith(("http://", "https://")) else self._base + "/" + where.lstrip("/")
+
+    async def close(self, session: aiohttp.ClientSession) -> None:
+        """Log out at the coordinator's stop: a BMC keeps a session until its timeout (often 30 min) and
+        holds only a few, so a coordinator restarted a few times would use them all up. A login still
+        running (shielded from a poll's timeout) is cancelled."""
+        if self._login_task is not None and not self._login_task.done():
+            self._login_task.cancel()
+        url, token = self._session_url, self._headers.get("X-Auth-Token")
+        self._session_url, self._logged_in, self._headers = None, False, {}
+        if url is None or token is None:
+            return
+        with contextlib.suppress(aiohttp.ClientError, OSError):
+            async with session.delete(url, headers={"X-Auth-Token": token}, ssl=self._ssl):
+                pass
 
     async def _discover(self, session: aiohttp.ClientSession) -> tuple[str, str]:
         root = await self._get(session, ROOT)

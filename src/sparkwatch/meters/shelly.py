@@ -50,6 +50,9 @@ class ShellyMeter:
             raise MeterError(f"shelly answered HTTP {response.status}: {message or 'not a status object'}")
         return _reading(body)
 
+    async def close(self, session: aiohttp.ClientSession) -> None:
+        """Nothing held: digest auth keeps no session on the plug."""
+
 
 def _reading(status: dict[str, Any]) -> Reading:
     power = status.get("apower")
