@@ -147,14 +147,41 @@ def test_process_memory_none_when_driver_hides_it() -> None:
     assert backend.read()[0].process_mem_bytes == 0  # no process at all is a true zero
 
 
-def test_out_of_range_value_at_probe_marks_field_unsupported() -> None:
+def test_out_of_range_value_at_probe_is_a_gap_not_a_refusal() -> None:
+    """Only NOT_SUPPORTED, FUNCTION_NOT_FOUND and NO_PERMISSION are for the agent's life (domain.md): a bad
+    value at the probe leaves the field polled, each bad value a gap with its reason."""
     lib = gb10_fake()
     lib.gpus[0].util = 101
     backend = NvmlBackend(lib=lib)
     inventory, _ = backend.open(HOST_128G)  # must not raise: one bad field is not a device failure
-    caps = inventory.gpus[0].capabilities
-    assert caps["utilization"] == caps["utilization"].__class__("unsupported", "OUT_OF_RANGE")
-    assert backend.read()[0].power_w == 7.0
+    assert inventory.gpus[0].capabilities["utilization"].polled
+    first = backend.read()[0]
+    assert first.power_w == 7.0 and first.util_ratio is None
+    assert ("utilization", "OUT_OF_RANGE") in first.read_errors
+    lib.gpus[0].util = 80
+    assert backend.read()[0].util_ratio == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("code", [UNKNOWN, 10])  # UNKNOWN, TIMEOUT
+def test_a_call_failing_for_now_at_the_probe_is_polled_all_the_same(code: int) -> None:
+    """One TIMEOUT from the utilisation call at the agent's start switched the gate's only source on GB10
+    off until a restart: every export's gated power was null."""
+    lib = gb10_fake()
+    lib.errors["nvmlDeviceGetUtilizationRates"] = code
+    backend = NvmlBackend(lib=lib)
+    inventory, _ = backend.open(HOST_128G)
+    assert inventory.gpus[0].capabilities["utilization"].polled
+    del lib.errors["nvmlDeviceGetUtilizationRates"]
+    lib.gpus[0].util = 80
+    assert backend.read()[0].util_ratio == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("code", [NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION])
+def test_a_refusal_at_the_probe_is_for_the_agents_life(code: int) -> None:
+    lib = gb10_fake()
+    lib.errors["nvmlDeviceGetUtilizationRates"] = code
+    inventory, _ = NvmlBackend(lib=lib).open(HOST_128G)
+    assert inventory.gpus[0].capabilities["utilization"].state == "unsupported"
 
 
 def test_unexpected_probe_exception_is_a_device_error_and_closes() -> None:

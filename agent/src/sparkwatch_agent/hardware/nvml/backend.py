@@ -1,9 +1,11 @@
 """NVML through nvidia-ml-py; the only module that imports ``pynvml``.
 
-Every field is probed once at open: a field NVML refuses (NOT_SUPPORTED, FUNCTION_NOT_FOUND,
-NO_PERMISSION, …) is never polled again. After a successful probe, a failing read is a gap for that
-sample (reported with its reason); device-level codes (GPU lost, driver gone) raise ``DeviceError`` so the
-sampler can re-initialise with backoff.
+Every field is probed once at open: a field NVML refuses (NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION:
+``PERMANENT_ERRORS``) is never polled again. A field that failed for now at the probe (TIMEOUT, UNKNOWN, a
+value out of range, …) is polled all the same: one such answer at the start switched the gate's only source
+on GB10 off for the agent's life. After the probe, a failing read is a gap for that sample (reported with
+its reason); device-level codes (GPU lost, driver gone) raise ``DeviceError`` so the sampler can
+re-initialise with backoff.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import pynvml
 
 from sparkwatch_agent.hardware.gpu_backend import detect_memory_model, node_memory_model
-from sparkwatch_agent.hardware.nvml.codes import DEVICE_LEVEL_ERRORS, error_name
+from sparkwatch_agent.hardware.nvml.codes import DEVICE_LEVEL_ERRORS, PERMANENT_ERRORS, error_name
 from sparkwatch_agent.hardware.nvml.direct import (
     CLOCK_SM,
     VALUE_SLOTS,
@@ -176,10 +178,13 @@ class NvmlBackend:
             return None
 
     def _probe_fields(self, handle: Any, readers: Candidates) -> tuple[dict[str, FieldStatus], Out]:
+        """Each field's first candidate reader that answers; else the first that failed only for now
+        (polled, its failures gaps); else unsupported, with the last refusal."""
         caps: dict[str, FieldStatus] = {}
         first: Out = {}
         for field in GPU_FIELDS:
             status = FieldStatus("unsupported", "NOT_PROBED")
+            for_now: tuple[str | None, str] | None = None  # (detail, reason) of the first transient failure
             for detail, reader in readers[field]:
                 out: Out = {}
                 try:
@@ -188,11 +193,16 @@ class NvmlBackend:
                     reason = "OUT_OF_RANGE" if isinstance(exc, ValueError) else nvml_reason(exc)
                     if reason in DEVICE_LEVEL_ERRORS:
                         raise DeviceError(reason, f"probing {field}") from exc
+                    if reason not in PERMANENT_ERRORS and for_now is None:
+                        for_now = (detail, reason)
                     status = FieldStatus("unsupported", reason, status.detail)
                     continue
                 status = FieldStatus("supported", None, detail)
                 first.update(out)
                 break
+            if status.state == "unsupported" and for_now is not None:
+                log.warning("GPU field %s failed at the probe (%s): polled all the same", field, for_now[1])
+                status = FieldStatus("supported", None, for_now[0])
             caps[field] = status
         return caps, first
 

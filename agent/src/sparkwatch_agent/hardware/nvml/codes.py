@@ -38,6 +38,9 @@ NVML_ERROR_NAMES: dict[int, str] = {
 NVML_ERROR_INSUFFICIENT_SIZE = 7
 
 #: Codes that mean the device or library is gone, not that one field is missing.
+#: Refusals that hold for the agent's life (domain.md: probe once at start); any other failure at the probe
+#: is taken to be for now, and the field is polled.
+PERMANENT_ERRORS = frozenset({"NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "NO_PERMISSION"})
 DEVICE_LEVEL_ERRORS = frozenset(
     {
         "UNINITIALIZED",
