@@ -247,10 +247,29 @@ def test_host_facts_from_injected_root(tmp_path: pathlib.Path) -> None:
 
 
 def test_energy_accumulator_ignores_small_backward_jitter() -> None:
+    """The higher reading stays the base: the way back up to it was counted a second time (1.1 J here
+    for a counter that moved 1.0 J; a still counter jittering ±0.5 J gained a joule each time)."""
     acc = EnergyAccumulator()
     acc.update(10_000_000_000)
     assert acc.update(9_999_900_000) == 0.0  # 0.1 J back: jitter, not a reset adding 10 kJ
-    assert acc.update(10_001_000_000) == pytest.approx(1.1)
+    assert acc.update(10_001_000_000) == pytest.approx(1.0)
+    for raw in (10_000_500_000, 10_001_000_000, 10_000_500_000, 10_001_000_000):  # still, jittering
+        assert acc.update(raw) == pytest.approx(1.0)
+
+
+def test_energy_accumulator_tells_a_reset_in_a_moduluss_upper_half_from_a_wrap() -> None:
+    """spbm counts mJ in 32 bits, exposed in µJ: a driver reload when the count was past half of 2^32 mJ
+    was read as a wrap and added what was left to the top (here ≈ 1.1 GJ). A wrap adds about one step."""
+    step = 10_000_000  # 10 J a sample: 100 W at 10 Hz
+    near_top = 2**32 * 1000 - 5_000_000
+    wrapped = EnergyAccumulator()
+    for k in range(3):
+        wrapped.update(near_top - (2 - k) * step)
+    assert wrapped.update(5_000_000) == pytest.approx(20.0 + 10.0)  # 5 J to the top, 5 J after
+    reset = EnergyAccumulator()
+    for k in range(3):
+        reset.update(3 * 10**12 + k * step)  # 3 GJ counted: in the upper half of 2^32 mJ
+    assert reset.update(7_000_000) == pytest.approx(20.0 + 7.0)  # counted again from zero: 7 J
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,8 @@ _SYSTEM_LABELS = frozenset({"sys_total", "dc_input", "sys", "system", "total", "
 _GPU_PARTS = frozenset({"gpm", "gpc"})
 #: Moduli tried, smallest first, when an accumulator goes backwards: 32-bit counts of µJ or of mJ, 64-bit.
 _WRAP_MODULI = (2**32, 2**32 * 1000, 2**64)
+#: A wrap adds about one step; more than this many of the last step forward (at least 1 J) is a reset.
+WRAP_STEPS = 1000
 #: The frame's limits (agent.md): a sensor's name and source of 1–64 characters, at most 128 channels. A
 #: coordinator refuses a frame beyond them, so the agent keeps to them whatever the driver's labels are.
 MAX_TEXT_CHARS = 64
@@ -66,22 +68,38 @@ class EnergyAccumulator:
 
     def __init__(self) -> None:
         self._last_raw: int | None = None
+        self._step_uj = 0  # the last step forward: what one wrap can add, within WRAP_STEPS of it
         self.total_j = 0.0
 
     def update(self, raw_uj: int) -> float:
         last = self._last_raw
-        self._last_raw = raw_uj
         if last is None:
+            self._last_raw = raw_uj
             return self.total_j
         delta = raw_uj - last
         if 0 > delta >= -max(1_000_000, last // 1000):
-            delta = 0  # a small step back is read jitter (≤ 1 J or 0.1 %), not a wrap or a reset
-        elif delta < 0:
-            modulus = next((m for m in _WRAP_MODULI if m > last), None)
-            # Close to the top of a modulus it wrapped; otherwise the driver restarted counting from zero.
-            delta = raw_uj + modulus - last if modulus is not None and last > modulus // 2 else raw_uj
+            # a small step back is read jitter (≤ 1 J or 0.1 %), not a wrap or a reset: the higher reading
+            # stays the base, or the way back up to it would be counted a second time
+            return self.total_j
+        self._last_raw = raw_uj
+        if delta < 0:
+            delta = self._after_step_back(last, raw_uj)
+        else:
+            self._step_uj = delta
         self.total_j += delta / 1e6
         return self.total_j
+
+    def _after_step_back(self, last: int, raw: int) -> int:
+        """What a counter that went back from ``last`` to ``raw`` added: a wrap adds what was left below its
+        modulus plus the new count; a reset (the driver counting from zero again) the new count. A wrap is
+        taken where the modulus is the smallest above ``last``, ``last`` was in its upper half, and it adds
+        at most WRAP_STEPS of the last step forward (a reset read as a wrap of spbm's 2^32 mJ added up to
+        2 GJ that never happened)."""
+        modulus = next((m for m in _WRAP_MODULI if m > last), None)
+        if modulus is None or last <= modulus // 2:
+            return raw
+        wrapped = raw + modulus - last
+        return wrapped if wrapped <= WRAP_STEPS * max(self._step_uj, 1_000_000) else raw
 
 
 class _Attribute:
