@@ -126,6 +126,62 @@ def test_run_wraps_a_failing_command_with_proxy_and_import(
         assert node["power_w"]["gated_mean"] == pytest.approx(SPEC.idle_w + SPEC.busy_slope_w * 0.8, rel=0.01)
 
 
+#: CLIENT's requests, each written to the CSV as a harness would: the proxy's requests again.
+REQUESTS_CLIENT = textwrap.dedent(
+    """
+    import json, sys, time, urllib.request
+    proxy, agent, util, csv_path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+    def post(url, body):
+        req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read()
+    post(agent + "/v1/sim/load", {"util_ratio": util})
+    time.sleep(0.3)
+    rows = ["id,phase,t_start_ns,t_end_ns"]
+    for i in range(3):
+        body = {"messages": [{"role": "user", "content": f"hello {i}"}], "max_tokens": 40, "stream": True,
+                "stream_options": {"include_usage": True}}
+        start = time.time_ns()
+        assert post(proxy + "/v1/chat/completions", body).endswith(b"data: [DONE]\\n\\n")
+        rows.append(f"r{i},timed,{start},{time.time_ns()}")
+    post(agent + "/v1/sim/load", {"util_ratio": 0.0})
+    with open(csv_path, "w") as f:
+        f.write("\\n".join(rows) + "\\n")
+    """
+)
+
+
+def test_a_harness_file_of_the_proxys_requests_is_not_imported_twice(
+    tmp_path: pathlib.Path, agent_factory: Any, sim_model: str
+) -> None:
+    """The proxy and a harness file of the same requests both gave the run its windows: each request twice,
+    its tokens counted twice, joules per token halved. A file whose windows repeat the proxy's is noted and
+    not imported (the whole-client window of the test above is a window of its own: imported)."""
+    agents = [agent_factory("--backend", "sim", "--node", "n0")]
+    client = tmp_path / "client.py"
+    client.write_text(REQUESTS_CLIENT)
+    proxy_port = free_port()
+    out, csv = tmp_path / "run.json", tmp_path / "requests.csv"
+    result = sparkwatch(
+        "run", "--nodes", str(nodes_toml(tmp_path, agents)), "--proxy-upstream", sim_model,
+        "--proxy-listen", f"127.0.0.1:{proxy_port}", "--import", f"plain:{csv}", "-o", str(out),
+        "--no-report", "--",
+        sys.executable, str(client), f"http://127.0.0.1:{proxy_port}", agents[0].url, "0.8", str(csv),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(csv.read_text().splitlines()) == 4  # the client's three requests
+    export = json.loads(out.read_text())
+    assert (
+        sorted(w["source"].get("kind", w["source"].get("format")) for w in export["windows"]) == ["proxy"] * 3
+    )
+    (note,) = [n for n in export["run"]["notes"] if "repeat the proxy's" in n]
+    assert (
+        note.startswith(f"3 of the 3 window(s) in {csv} (plain) repeat the proxy's")
+        and "not imported" in note
+    )
+    assert export["totals"]["completion_tokens"] == 3 * 40
+
+
 def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -> None:
     result = sparkwatch("run", "--nodes", "nodes.toml")
     assert result.returncode == 2 and "give the benchmark command" in result.stderr

@@ -29,6 +29,7 @@ from sparkwatch.commands.live_view import LiveView
 from sparkwatch.commands.outcome import no_export_json, print_outcome
 from sparkwatch.commands.quality import EXIT_NO_EXPORT, exit_code, judge
 from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
+from sparkwatch.commands.repeated_windows import repeated, verdict
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
 from sparkwatch.commands.run_lmx import (
     PROXY_PLACEHOLDER,
@@ -92,7 +93,8 @@ async def _live(client: CoordinatorClient, view: LiveView, every_s: float) -> No
 
 
 async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, fmt: str, path: Path) -> None:
-    """One import; a bad file or refusal is said, the run goes on (lmx-status only checks proxy windows)."""
+    """One import; a bad file or refusal is said, the run goes on (lmx-status only checks proxy windows, and
+    a file that repeats the proxy's requests is not imported: commands/repeated_windows.py)."""
     proxied = state.proxy_windows.windows if state.proxy_windows is not None else []
     if fmt == "lmx-status":
         _note(opts, state, *capture_notes(path, tokens=not proxied))
@@ -104,6 +106,16 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
         return
     try:
         windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor, since_ns=state.opened_ns)
+        if proxied:  # held whole only beside the proxy, to be compared with its windows
+            held = list(windows)
+            take, said = verdict(fmt, str(path), repeated(proxied, held), len(held))
+            if said is not None:
+                _note(opts, state, said)
+            if not take:
+                return
+            if said is not None:  # some requests counted twice: the figures per token are not sound
+                state.failed_checks.append(said)
+            windows = iter(held)
         stored = await client.import_windows(state.run_id, windows)
     except (ImportFormatError, CoordinatorError) as exc:
         shown, text = import_failure(path, exc, _capture_path(opts) if opts.capture_dir else None)
@@ -212,7 +224,7 @@ async def _start_proxy(
     assert opts.proxy_upstream is not None
     host, port = opts.proxy_listen
     sink: RunPoster | ProxyWindows = poster
-    if any(fmt == "lmx-status" for fmt, _path in opts.imports):
+    if opts.imports:  # kept to check an import against: lmx's status lines, a harness file repeating them
         sink = state.proxy_windows = ProxyWindows(poster)
     proxy = running_proxy(host, port, ProxyConfig(opts.proxy_upstream, warmup=opts.warmup), sink, client)
     proxy_url = await stack.enter_async_context(proxy)

@@ -60,7 +60,7 @@ class RunState:
     failed_imports: list[str] = field(default_factory=list)
     failed_checks: list[str] = field(default_factory=list)  # lmx's status lines that disagree with the proxy
     notes: list[str] = field(default_factory=list)  # run.notes of the export, said on stderr too
-    proxy_windows: ProxyWindows | None = None  # kept when lmx's status lines are to check them
+    proxy_windows: ProxyWindows | None = None  # kept when an import is to be checked against them
     opened_ns: int | None = None  # this host's clock as the run was opened: harness files are newer
 
 
