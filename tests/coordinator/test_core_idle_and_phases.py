@@ -346,6 +346,25 @@ def test_constant_power_splits_in_proportion_to_the_phase_lengths(
 
 
 # ---- reasons that say what happened --------------------------------------------------------------------
+def test_in_the_run_scope_energy_is_not_divided_by_the_measured_tokens_alone() -> None:
+    """10 s of warm-up beside 10 s of timed requests at 50 W: the run scope's energy holds both, the tokens
+    only the timed ones, so per token it read twice the joules (10.0 for the request scope's 5.0)."""
+    windows = [window("warm", 10, 20, 11, 20, phase="warmup"), window("timed", 30, 40, 31, 40)]
+    busy = node("spark-1", steps(0.0, 50.0, [(10, 20), (30, 40)]))
+    request = build_export(RUN, [busy], windows, "0.1.0")["totals"]
+    assert request["joules_per_token"] == pytest.approx(500 / 100, rel=1e-3)
+    whole = build_export(dataclasses.replace(RUN, scope="run"), [busy], windows, "0.1.0")
+    totals = whole["totals"]
+    assert totals["energy_j"] == pytest.approx(1000, rel=1e-3) and totals["completion_tokens"] == 100
+    assert totals["joules_per_token"] is None
+    assert totals["null_reasons"]["joules_per_token"].startswith(
+        "the run scope's energy is the whole run's, and 1 request window(s) in it are not measured"
+    )
+    jsonschema.validate(plain(whole), run_schema())
+    alone = build_export(dataclasses.replace(RUN, scope="run"), [busy], windows[1:], "0.1.0")["totals"]
+    assert alone["joules_per_token"] == pytest.approx(alone["energy_j"] / 100)  # every request counted
+
+
 def test_a_run_without_timed_windows_says_so() -> None:
     power = steps(11.0, 61.0, [(20, 25)])
     for windows in ([], [window("warm", 20, 25, 21, 25, phase="warmup")]):

@@ -115,7 +115,9 @@ def build_export(
         "windows": [],  # made below, once the engine's entries are known (its key keeps this place)
         "totals": totals(
             figures,
-            Measured(windows, [w for w, m in zip(windows, plan.measured, strict=True) if m], run.phases),
+            Measured(
+                windows, [w for w, m in zip(windows, plan.measured, strict=True) if m], run.phases, run.scope
+            ),
             peak_of_sum(memory, plan.scope),
         ),
     }

@@ -19,6 +19,7 @@ from sparkwatch.core.phases import name_ids, no_measured_window
 from sparkwatch.core.power import INCOMPLETE_COVERAGE
 from sparkwatch.core.rounding import rounded
 from sparkwatch.core.windows import Window
+from sparkwatch.defaults import ScopeKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class Measured:
     windows: Sequence[Window]
     measured: Sequence[Window]
     phases: frozenset[str]
+    scope: ScopeKind = "request"
 
 
 def totals(figures: Sequence[NodeFigures], runs: Measured, peak_of: int | None) -> dict[str, Any]:
@@ -48,6 +50,10 @@ def totals(figures: Sequence[NodeFigures], runs: Measured, peak_of: int | None) 
     per_token = _per_token(energy, completion, reasons, "joules_per_token", "energy_j")
     system = _system_sum(figures, "headline_energy_j", "energy", reasons, "system_energy_j")
     system_per_token = _per_token(system, completion, reasons, "system_joules_per_token", "system_energy_j")
+    uncounted = _uncounted_in_run(runs)
+    if uncounted is not None and completion:
+        per_token = system_per_token = None
+        reasons["joules_per_token"] = reasons["system_joules_per_token"] = uncounted
     return {
         "power_w_gated_mean_sum": rounded(power),
         "energy_j": rounded(energy),
@@ -91,6 +97,24 @@ def completion_tokens(runs: Measured) -> tuple[int | None, str | None]:
             " server or importer that gave none)"
         )
     return None, "; ".join(said)
+
+
+def _uncounted_in_run(runs: Measured) -> str | None:
+    """In the ``run`` scope the energy is the whole run's: where requests that are not measured (warm-up,
+    failed, another phase) ran in it too, their energy is in it and their tokens are not, so per token it
+    would be the measured tokens' share of everything (10 s of warm-up beside 10 s of timed requests read
+    twice the joules per token)."""
+    if runs.scope != "run":
+        return None
+    measured = {w.id for w in runs.measured}
+    others = [w.id for w in runs.windows if w.id not in measured and not _is_mark(w)]
+    if not others:
+        return None
+    return (
+        f"the run scope's energy is the whole run's, and {len(others)} request window(s) in it are not"
+        f" measured (warm-up, failed or of another phase: {name_ids(others)}): their tokens are not"
+        " counted, so the energy is not divided by the measured windows' tokens alone"
+    )
 
 
 def _is_mark(w: Window) -> bool:
