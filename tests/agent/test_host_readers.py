@@ -92,6 +92,37 @@ def test_hwmon_discovery_by_label_and_kind(tmp_path: pathlib.Path) -> None:
     assert "coretemp" not in " ".join(sensors.names)
 
 
+@pytest.mark.parametrize("legacy", [True, False])
+def test_grace_power_meters_are_named_by_their_oem_info_and_never_the_system(
+    tmp_path: pathlib.Path, legacy: bool
+) -> None:
+    """Grace's ACPI power meters, one per socket and part, name themselves in ``power1_oem_info`` (the
+    layout NVIDIA's tools and the alumet grace-hopper plugin read: ``hwmonN/device/`` on kernels that
+    register the meter the old way, ``hwmonN/`` on newer ones). Read as ``power_meter_power1`` and as
+    system power, a Grace socket (CPU and memory, 80 W) stood for the node's whole draw."""
+    parts = {"Module Power Socket 0": 450, "Grace Power Socket 0": 80, "CPU Power Socket 0": 60}
+    parts["SysIO Power Socket 0"] = 12
+    for k, (info, watts) in enumerate(parts.items()):
+        files = {
+            "power1_average": str(watts * 10**6),
+            "power1_oem_info": info,
+            "power1_average_interval": "50",
+        }
+        if legacy:  # hwmon_device_register(): the name and attributes on the parent device only
+            _chip(tmp_path, f"hwmon{k}/device", {"name": "power_meter", **files})
+        else:
+            _chip(tmp_path, f"hwmon{k}", {"name": "power_meter", **files})
+    _chip(tmp_path, "hwmon9", {"name": "power_meter", "power1_average": "310000000"})  # a server's meter
+    readings = {r.sensor: (r.kind, r.power_w, r.source) for r in HwmonSensors(tmp_path).read()}
+    assert readings == {
+        "module_power_socket_0": ("module", 450.0, "hwmon:power_meter"),
+        "grace_power_socket_0": ("cpu", 80.0, "hwmon:power_meter"),
+        "cpu_power_socket_0": ("cpu", 60.0, "hwmon:power_meter"),
+        "sysio_power_socket_0": ("other", 12.0, "hwmon:power_meter"),
+        "power_meter_power1": ("system", 310.0, "hwmon:power_meter"),
+    }
+
+
 def test_spbm_status_attributes_are_read_as_integers_and_unknown_when_unreadable(
     tmp_path: pathlib.Path,
 ) -> None:

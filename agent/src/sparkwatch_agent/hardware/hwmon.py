@@ -19,7 +19,7 @@ from sparkwatch_agent.hardware.readings import SensorKind, SensorReading, Status
 
 log = logging.getLogger(__name__)
 
-_CHANNEL = re.compile(r"^(power|energy)(\d+)_(input|average|label)$")
+_CHANNEL = re.compile(r"^(power|energy)(\d+)_(input|average|label|oem_info)$")
 _SYSTEM_LABELS = frozenset({"sys_total", "dc_input", "sys", "system", "total", "psu", "input"})
 #: Label stems of GPU parts: one spbm fork names the GPU module's accumulator ``gpm`` and the graphics
 #: clusters' rails ``gpc_in``/``gpc_out`` (edisonchan/spark_hwmon), the other calls the accumulator ``gpu``.
@@ -35,12 +35,19 @@ MAX_CHANNELS = 128
 
 
 def classify(label: str, chip: str) -> SensorKind:
-    """Decide what a channel measures from its label and its hwmon chip name."""
+    """Decide what a channel measures from its label and its hwmon chip name. An ACPI ``power_meter`` is
+    the whole system unless its label names a part: Grace's meters are ACPI power meters too, one per
+    socket and part (``power1_oem_info``: Module, Grace, CPU or SysIO Power Socket N), and a Grace socket
+    (CPU and memory) was taken for the node's whole draw."""
     low = label.lower()
-    if chip == "power_meter" or low in _SYSTEM_LABELS:
-        return "system"
     if low.startswith("module power"):
         return "module"
+    if low.startswith(("grace power", "cpu power")):
+        return "cpu"
+    if low.startswith("sysio power"):
+        return "other"
+    if chip == "power_meter" or low in _SYSTEM_LABELS:
+        return "system"
     if "gpu" in low or low.split("_")[0] in _GPU_PARTS or chip in {"amdgpu", "nouveau"}:
         return "gpu"
     if "cpu" in low or low.startswith("grace"):
@@ -61,6 +68,26 @@ def fit(text: str) -> str:
         return text
     tail = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{text[: MAX_TEXT_CHARS - 9]}~{tail}"
+
+
+def _chip_files(chip_dir: Path) -> tuple[str, dict[tuple[str, str], dict[str, Path]]]:
+    """A hwmon directory's chip name and its channel files by (power|energy, number). A driver registered
+    the old way (``hwmon_device_register``: the ACPI power meter of older kernels, Grace's among them) keeps
+    its name and attributes in the parent device, ``hwmonN/device/``: read from there when the hwmon
+    directory has no channel of its own."""
+    found: dict[tuple[str, str], dict[str, Path]] = {}
+    for folder in (chip_dir, chip_dir / "device"):
+        try:
+            entries = sorted(folder.iterdir(), key=lambda p: p.name) if folder.is_dir() else []
+        except OSError:
+            continue
+        for entry in entries:
+            m = _CHANNEL.match(entry.name)
+            if m:
+                found.setdefault((m.group(1), m.group(2)), {})[m.group(3)] = entry
+        if found:
+            return _read_text(folder / "name") or _read_text(chip_dir / "name") or chip_dir.name, found
+    return _read_text(chip_dir / "name") or chip_dir.name, found
 
 
 class EnergyAccumulator:
@@ -224,19 +251,10 @@ class HwmonSensors:
             return ()
         channels: dict[str, Channel] = {}
         for chip_dir in chips:
-            chip = _read_text(chip_dir / "name") or chip_dir.name
-            found: dict[tuple[str, str], dict[str, Path]] = {}
-            try:
-                entries = sorted(chip_dir.iterdir(), key=lambda p: p.name)
-            except OSError:
-                continue
-            for entry in entries:
-                m = _CHANNEL.match(entry.name)
-                if m:
-                    found.setdefault((m.group(1), m.group(2)), {})[m.group(3)] = entry
+            chip, found = _chip_files(chip_dir)
             by_label: dict[str, tuple[Path | None, Path | None]] = {}
             for (kind, number), files in sorted(found.items()):
-                label_path = files.get("label")
+                label_path = files.get("label") or files.get("oem_info")
                 label = (_read_text(label_path) if label_path else None) or f"{chip}_{kind}{number}"
                 if kind == "energy":
                     label = label.removesuffix("_energy")
