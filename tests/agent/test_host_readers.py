@@ -167,7 +167,8 @@ def test_hwmon_attributes_are_read_again_in_place_and_retried_when_unreadable(
 def test_hwmon_energy_decodes_captures_in_order(tmp_path: pathlib.Path) -> None:
     _chip(tmp_path, "hwmon0", {"name": "spbm", "energy1_label": "sys_total", "energy1_input": "1000000"})
     energy = tmp_path / "hwmon0" / "energy1_input"
-    sensors = HwmonSensors(tmp_path)
+    ticks = iter(range(1000))
+    sensors = HwmonSensors(tmp_path, now_s=lambda: next(ticks) * 0.1)  # captured 0.1 s apart, decoded later
     captures = []
     for raw_uj in (1_000_000, 3_000_000, 2**32 - 1_000_000, 500_000):
         energy.write_text(f"{raw_uj}\n")
@@ -250,8 +251,23 @@ def test_a_name_taken_even_with_its_chip_added_is_left_out_with_a_warning(
     assert warning.endswith("channel 'gpu': its name 'gpu_hwmon1' is taken")
 
 
+class _Fed:
+    """An accumulator fed readings ``step_s`` apart (the sampler's interval), as the agent feeds it."""
+
+    def __init__(self, step_s: float = 0.1) -> None:
+        self.acc, self.step_s, self.t_s = EnergyAccumulator(), step_s, 0.0
+
+    def update(self, raw_uj: int) -> float:
+        self.t_s += self.step_s
+        return self.acc.update(raw_uj, self.t_s)
+
+    @property
+    def total_j(self) -> float:
+        return self.acc.total_j
+
+
 def test_energy_accumulator_handles_32bit_wrap_and_reset() -> None:
-    acc = EnergyAccumulator()
+    acc = _Fed()
     acc.update(2**32 - 1_000_000)  # µJ, near the top of a 32-bit counter
     assert acc.update(500_000) == 1.5  # wrapped: 1.0 J to the top + 0.5 J after
     assert acc.update(2_500_000) == 3.5
@@ -261,7 +277,7 @@ def test_energy_accumulator_handles_32bit_wrap_and_reset() -> None:
 
 
 def test_energy_accumulator_reset_low_counter_counts_from_zero() -> None:
-    acc = EnergyAccumulator()
+    acc = _Fed()
     acc.update(5_000_000)
     assert acc.update(1_000_000) == 1.0  # driver restarted counting: only the new 1 J is added
 
@@ -280,7 +296,7 @@ def test_host_facts_from_injected_root(tmp_path: pathlib.Path) -> None:
 def test_energy_accumulator_ignores_small_backward_jitter() -> None:
     """The higher reading stays the base: the way back up to it was counted a second time (1.1 J here
     for a counter that moved 1.0 J; a still counter jittering ±0.5 J gained a joule each time)."""
-    acc = EnergyAccumulator()
+    acc = _Fed()
     acc.update(10_000_000_000)
     assert acc.update(9_999_900_000) == 0.0  # 0.1 J back: jitter, not a reset adding 10 kJ
     assert acc.update(10_001_000_000) == pytest.approx(1.0)
@@ -290,17 +306,21 @@ def test_energy_accumulator_ignores_small_backward_jitter() -> None:
 
 def test_energy_accumulator_tells_a_reset_in_a_moduluss_upper_half_from_a_wrap() -> None:
     """spbm counts mJ in 32 bits, exposed in µJ: a driver reload when the count was past half of 2^32 mJ
-    was read as a wrap and added what was left to the top (here ≈ 1.1 GJ). A wrap adds about one step."""
+    (4.3 MJ) was read as a wrap and added what was left to the top (here ≈ 1.3 MJ in 0.1 s). A wrap adds
+    no more than 20 kW could draw since the last reading, whatever the sampler's interval."""
     step = 10_000_000  # 10 J a sample: 100 W at 10 Hz
     near_top = 2**32 * 1000 - 5_000_000
-    wrapped = EnergyAccumulator()
+    wrapped = _Fed()
     for k in range(3):
         wrapped.update(near_top - (2 - k) * step)
     assert wrapped.update(5_000_000) == pytest.approx(20.0 + 10.0)  # 5 J to the top, 5 J after
-    reset = EnergyAccumulator()
+    reset = _Fed()
     for k in range(3):
-        reset.update(3 * 10**12 + k * step)  # 3 GJ counted: in the upper half of 2^32 mJ
+        reset.update(3 * 10**12 + k * step)  # 3 MJ counted: in the upper half of 2^32 mJ
     assert reset.update(7_000_000) == pytest.approx(20.0 + 7.0)  # counted again from zero: 7 J
+    slow = _Fed(60.0)  # a lease's 60 s interval: a wrap of 6 kJ is still a wrap
+    slow.update(2**32 * 1000 - 3_000_000_000)
+    assert slow.update(3_000_000_000) == pytest.approx(6000.0)
 
 
 @pytest.mark.parametrize(

@@ -176,7 +176,37 @@ def test_a_call_failing_for_now_at_the_probe_is_polled_all_the_same(code: int) -
     assert backend.read()[0].util_ratio == pytest.approx(0.8)
 
 
-@pytest.mark.parametrize("code", [NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION])
+def test_memory_info_failing_for_now_at_the_probe_leaves_a_discrete_gpu_discrete() -> None:
+    """Polled all the same, but no total was read: that is no sign of unified memory (only NOT_SUPPORTED
+    is); taken for unified, an 80 GiB card's memory figures would have been replaced by the host's."""
+    lib = FakeNvml([FakeGpu(mem_total=80 * 2**30, mem_used=2**30)])
+    lib.errors["nvmlDeviceGetMemoryInfo"] = 10  # TIMEOUT
+    backend = NvmlBackend(lib=lib)
+    inventory, model = backend.open(HOST_128G)
+    assert model == "discrete" and inventory.gpus[0].capabilities["memory_info"].polled
+    del lib.errors["nvmlDeviceGetMemoryInfo"]
+    assert backend.read()[0].mem_used_bytes == 2**30
+
+
+def test_a_binding_without_the_function_is_a_refusal_not_a_failure_for_now() -> None:
+    """An nvidia-ml-py without ``…ClocksEventReasons``, on a GPU that refuses the older throttle call: the
+    missing function read as an impossible value, polled every tick with a gap each time."""
+
+    class OldBinding(FakeNvml):
+        def __getattribute__(self, name: str) -> object:
+            if name == "nvmlDeviceGetCurrentClocksEventReasons":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    lib = OldBinding([FakeGpu()])
+    lib.errors["nvmlDeviceGetCurrentClocksThrottleReasons"] = NOT_SUPPORTED
+    backend = NvmlBackend(lib=lib)
+    inventory, _ = backend.open(HOST_128G)
+    assert not inventory.gpus[0].capabilities["clock_events"].polled
+    assert backend.read()[0].read_errors == ()
+
+
+@pytest.mark.parametrize("code", [NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION, 26])  # 26: DEPRECATED
 def test_a_refusal_at_the_probe_is_for_the_agents_life(code: int) -> None:
     lib = gb10_fake()
     lib.errors["nvmlDeviceGetUtilizationRates"] = code

@@ -16,36 +16,50 @@ from sparkwatch.core.windows import Window
 TOLERANCE_NS = 50_000_000
 
 
-def repeated(proxy: Sequence[Window], imported: Sequence[Window], tolerance_ns: int = TOLERANCE_NS) -> int:
-    """How many of ``imported`` repeat one of ``proxy``'s windows, one for one (each side in start order,
-    paired greedily)."""
-    ours = sorted((w.t_start_ns, w.t_end_ns) for w in proxy)
-    theirs = sorted((w.t_start_ns, w.t_end_ns) for w in imported)
+def repeated(
+    proxy: Sequence[Window], imported: Sequence[Window], tolerance_ns: int = TOLERANCE_NS
+) -> list[tuple[Window, Window]]:
+    """The (proxy window, imported window) pairs that are one request, one for one (each side in start
+    order, paired greedily)."""
+    ours = sorted(proxy, key=lambda w: (w.t_start_ns, w.t_end_ns))
+    theirs = sorted(imported, key=lambda w: (w.t_start_ns, w.t_end_ns))
     used = [False] * len(ours)
-    count, lo = 0, 0
-    for start, end in theirs:
-        while lo < len(ours) and ours[lo][0] < start - tolerance_ns:
+    pairs, lo = [], 0
+    for w in theirs:
+        while lo < len(ours) and ours[lo].t_start_ns < w.t_start_ns - tolerance_ns:
             lo += 1
         k = lo
-        while k < len(ours) and ours[k][0] <= start + tolerance_ns:
-            if not used[k] and abs(ours[k][1] - end) <= tolerance_ns:
+        while k < len(ours) and ours[k].t_start_ns <= w.t_start_ns + tolerance_ns:
+            if not used[k] and abs(ours[k].t_end_ns - w.t_end_ns) <= tolerance_ns:
                 used[k] = True
-                count += 1
+                pairs.append((ours[k], w))
                 break
             k += 1
-    return count
+    return pairs
 
 
-def verdict(fmt: str, shown: str, count: int, total: int) -> tuple[bool, str | None]:
+def verdict(
+    fmt: str, shown: str, pairs: Sequence[tuple[Window, Window]], total: int
+) -> tuple[bool, str | None]:
     """Whether to import the file, and the run note that says why (None: nothing to say). At least half its
-    windows repeating the proxy's: the same requests again, not imported; fewer: imported, and said."""
-    if count == 0:
+    windows repeating the proxy's: the same requests again, not imported; fewer: imported, and said. The
+    note also says how many of the pairs the file gives another phase (a harness's warm-up that the proxy,
+    without a matching --warmup, took for timed)."""
+    if not pairs:
         return True, None
-    what = f"{count} of the {total} window(s) in {shown} ({fmt}) repeat the proxy's (start and end within"
-    tolerance = f"{TOLERANCE_NS / 1e6:g} ms)"
-    if 2 * count >= total:
+    what = f"{len(pairs)} of the {total} window(s) in {shown} ({fmt}) repeat the proxy's"
+    tolerance = f"(start and end within {TOLERANCE_NS / 1e6:g} ms)"
+    differ = sum(ours.phase != theirs.phase for ours, theirs in pairs)
+    phases = (
+        f"; {differ} of them have another phase in the file than the proxy gave them (give the proxy a"
+        " --warmup that matches the harness's)"
+        if differ
+        else ""
+    )
+    if 2 * len(pairs) >= total:
         return False, (
             f"{what} {tolerance}: the proxy's requests again, not imported (each would be counted twice);"
-            " the export keeps the proxy's windows"
+            f" the export keeps the proxy's windows{phases}"
         )
-    return True, f"{what} {tolerance} and were imported all the same: those requests are counted twice"
+    counted = "and were imported all the same: those requests are counted twice"
+    return True, f"{what} {tolerance} {counted}{phases}"

@@ -108,7 +108,8 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
         windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor, since_ns=state.opened_ns)
         if proxied:  # held whole only beside the proxy, to be compared with its windows
             held = list(windows)
-            take, said = verdict(fmt, str(path), repeated(proxied, held), len(held))
+            in_run = [w for w in proxied if w.id not in state.unstored]  # a spilled window is no repeat
+            take, said = verdict(fmt, str(path), repeated(in_run, held), len(held))
             if said is not None:
                 _note(opts, state, said)
             if not take:
@@ -298,6 +299,7 @@ async def _finish(
 ) -> dict[str, Any] | None:
     """Store what the run made, end it and fetch its export — each step even if an earlier one failed."""
     lost = await poster.close()
+    state.unstored = {w.id for w in lost}
     if lost:
         spill = opts.spill or spill_path_beside(opts.output or Path(f"sparkwatch-{state.run_id}.json"))
         said = spill_lost(spill, lost, poster.after_end, state.run_id)

@@ -59,6 +59,7 @@ class RunState:
     nodes_behind: list[str] = field(default_factory=list)
     failed_imports: list[str] = field(default_factory=list)
     failed_checks: list[str] = field(default_factory=list)  # lmx's status lines that disagree with the proxy
+    unstored: set[str] = field(default_factory=set)  # ids of the proxy's windows the run did not take
     notes: list[str] = field(default_factory=list)  # run.notes of the export, said on stderr too
     proxy_windows: ProxyWindows | None = None  # kept when an import is to be checked against them
     opened_ns: int | None = None  # this host's clock as the run was opened: harness files are newer

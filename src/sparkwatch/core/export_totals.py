@@ -51,9 +51,10 @@ def totals(figures: Sequence[NodeFigures], runs: Measured, peak_of: int | None) 
     system = _system_sum(figures, "headline_energy_j", "energy", reasons, "system_energy_j")
     system_per_token = _per_token(system, completion, reasons, "system_joules_per_token", "system_energy_j")
     uncounted = _uncounted_in_run(runs)
-    if uncounted is not None and completion:
-        per_token = system_per_token = None
-        reasons["joules_per_token"] = reasons["system_joules_per_token"] = uncounted
+    if uncounted is not None and per_token is not None:  # a figure unknown already keeps its own reason
+        per_token, reasons["joules_per_token"] = None, uncounted
+    if uncounted is not None and system_per_token is not None:
+        system_per_token, reasons["system_joules_per_token"] = None, uncounted
     return {
         "power_w_gated_mean_sum": rounded(power),
         "energy_j": rounded(energy),

@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
@@ -141,7 +142,7 @@ class RedfishMeter:
             status = r.status
             token = r.headers.get("X-Auth-Token") if status in (200, 201) else None
             if token:
-                self._session_url = await self._session_resource(r)
+                self._session_url = await self._session_resource(r, self._base + sessions)
         if status in (401, 403):  # basic auth with the same pair would be one more failed login
             self._refuse(
                 f"redfish refused the credentials of user {self._spec.username!r}"
@@ -154,9 +155,11 @@ class RedfishMeter:
             self._headers = {"Authorization": f"Basic {pair}"}
         self._logged_in = True
 
-    async def _session_resource(self, r: aiohttp.ClientResponse) -> str | None:
+    async def _session_resource(self, r: aiohttp.ClientResponse, posted_to: str) -> str | None:
         """Where the new session lives: the ``Location`` header (DSP0266), else the body's ``@odata.id``
-        (a BMC that puts it there, as some do)."""
+        (a BMC that puts it there, as some do), resolved against the URL posted to. Only its path is kept
+        when it names another place than the meter's URL (a BMC's inside address behind a tunnel, plain
+        http): the token goes nowhere else."""
         where = r.headers.get("Location")
         if where is None:
             with contextlib.suppress(aiohttp.ClientError, ValueError):
@@ -164,14 +167,19 @@ class RedfishMeter:
                 where = body.get("@odata.id") if isinstance(body, dict) else None
         if not isinstance(where, str) or not where:
             return None
-        return where if where.startswith(("http://", "https://")) else self._base + "/" + where.lstrip("/")
+        url, base = urlsplit(urljoin(posted_to, where)), urlsplit(self._base)
+        if (url.scheme, url.netloc) == (base.scheme, base.netloc):
+            return url.geturl()
+        return self._base + (url.path or "/") + (f"?{url.query}" if url.query else "")
 
     async def close(self, session: aiohttp.ClientSession) -> None:
         """Log out at the coordinator's stop: a BMC keeps a session until its timeout (often 30 min) and
         holds only a few, so a coordinator restarted a few times would use them all up. A login still
-        running (shielded from a poll's timeout) is cancelled."""
+        running (shielded from a poll's timeout) is waited for, so that a session it made is logged out
+        too (within the stop's bound, past which it is cancelled with this)."""
         if self._login_task is not None and not self._login_task.done():
-            self._login_task.cancel()
+            with contextlib.suppress(Exception):
+                await self._login_task
         url, token = self._session_url, self._headers.get("X-Auth-Token")
         self._session_url, self._logged_in, self._headers = None, False, {}
         if url is None or token is None:

@@ -11,6 +11,8 @@ import hashlib
 import logging
 import os
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -26,8 +28,9 @@ _SYSTEM_LABELS = frozenset({"sys_total", "dc_input", "sys", "system", "total", "
 _GPU_PARTS = frozenset({"gpm", "gpc"})
 #: Moduli tried, smallest first, when an accumulator goes backwards: 32-bit counts of µJ or of mJ, 64-bit.
 _WRAP_MODULI = (2**32, 2**32 * 1000, 2**64)
-#: A wrap adds about one step; more than this many of the last step forward (at least 1 J) is a reset.
-WRAP_STEPS = 1000
+#: The most power a wrap may stand for (a whole node's plausible most, as the coordinator's check): what a
+#: counter adds across a wrap is at most this much times the time since the last reading, else a reset.
+MAX_WRAP_W = 20_000.0
 #: The frame's limits (agent.md): a sensor's name and source of 1–64 characters, at most 128 channels. A
 #: coordinator refuses a frame beyond them, so the agent keeps to them whatever the driver's labels are.
 MAX_TEXT_CHARS = 64
@@ -91,42 +94,42 @@ def _chip_files(chip_dir: Path) -> tuple[str, dict[tuple[str, str], dict[str, Pa
 
 
 class EnergyAccumulator:
-    """Monotonic joules from a raw µJ counter that may wrap or reset."""
+    """Monotonic joules from a raw µJ counter that may wrap or reset, each reading with the monotonic time
+    it was taken at (what a wrap may have added is bounded by the time since the last reading)."""
 
     def __init__(self) -> None:
         self._last_raw: int | None = None
-        self._step_uj = 0  # the last step forward: what one wrap can add, within WRAP_STEPS of it
+        self._last_s = 0.0  # when the base reading was taken
         self.total_j = 0.0
 
-    def update(self, raw_uj: int) -> float:
+    def update(self, raw_uj: int, t_s: float) -> float:
         last = self._last_raw
         if last is None:
-            self._last_raw = raw_uj
+            self._last_raw, self._last_s = raw_uj, t_s
             return self.total_j
         delta = raw_uj - last
         if 0 > delta >= -max(1_000_000, last // 1000):
             # a small step back is read jitter (≤ 1 J or 0.1 %), not a wrap or a reset: the higher reading
             # stays the base, or the way back up to it would be counted a second time
             return self.total_j
-        self._last_raw = raw_uj
+        elapsed_s, self._last_raw, self._last_s = t_s - self._last_s, raw_uj, t_s
         if delta < 0:
-            delta = self._after_step_back(last, raw_uj)
-        else:
-            self._step_uj = delta
+            delta = self._after_step_back(last, raw_uj, elapsed_s)
         self.total_j += delta / 1e6
         return self.total_j
 
-    def _after_step_back(self, last: int, raw: int) -> int:
+    @staticmethod
+    def _after_step_back(last: int, raw: int, elapsed_s: float) -> int:
         """What a counter that went back from ``last`` to ``raw`` added: a wrap adds what was left below its
         modulus plus the new count; a reset (the driver counting from zero again) the new count. A wrap is
-        taken where the modulus is the smallest above ``last``, ``last`` was in its upper half, and it adds
-        at most WRAP_STEPS of the last step forward (a reset read as a wrap of spbm's 2^32 mJ added up to
-        2 GJ that never happened)."""
+        taken where the modulus is the smallest above ``last``, ``last`` was in its upper half, and what it
+        adds is no more than MAX_WRAP_W could draw in the time since the last reading (a reset read as a
+        wrap of spbm's 2^32 mJ added up to 2.1 MJ that never happened)."""
         modulus = next((m for m in _WRAP_MODULI if m > last), None)
         if modulus is None or last <= modulus // 2:
             return raw
         wrapped = raw + modulus - last
-        return wrapped if wrapped <= WRAP_STEPS * max(self._step_uj, 1_000_000) else raw
+        return wrapped if wrapped <= max(elapsed_s, 0.0) * MAX_WRAP_W * 1e6 else raw
 
 
 class _Attribute:
@@ -202,10 +205,12 @@ STATUS_FILES = ("prochot", "pl_level")
 
 class SensorCapture(NamedTuple):
     """One tick's raw bytes (``None``: absent or unreadable): per channel its power and energy attributes,
-    and each status attribute."""
+    and each status attribute; ``t_s``: when, on a monotonic clock (captures are decoded later, in
+    batches: an accumulator needs the reading's own time)."""
 
     channels: tuple[tuple[bytes | None, bytes | None], ...]
     statuses: tuple[bytes | None, ...] = ()
+    t_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -218,7 +223,10 @@ class _Status:
 class HwmonSensors:
     """Power/energy channels under a hwmon class directory (``/sys/class/hwmon``, injectable)."""
 
-    def __init__(self, root: Path = Path("/sys/class/hwmon")) -> None:
+    def __init__(
+        self, root: Path = Path("/sys/class/hwmon"), now_s: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._now_s = now_s
         self._channels = self._discover(root)
         self._statuses = self._discover_statuses(root)
 
@@ -295,12 +303,13 @@ class HwmonSensors:
                 for ch in self._channels
             ),
             tuple(status.attribute.capture() for status in self._statuses),
+            self._now_s(),
         )
 
     def decode(
         self, captured: SensorCapture, errors: list[tuple[str, str]] | None = None
     ) -> tuple[SensorReading, ...]:
-        return decode_channels(self._channels, captured.channels, errors)
+        return decode_channels(self._channels, captured, errors)
 
     def decode_status(self, captured: SensorCapture) -> tuple[StatusReading, ...]:
         """The status attributes' integers; ``None`` where one could not be read or parsed."""
@@ -322,16 +331,14 @@ class HwmonSensors:
 
 
 def decode_channels(
-    channels: tuple[Channel, ...],
-    captured: tuple[tuple[bytes | None, bytes | None], ...],
-    errors: list[tuple[str, str]] | None = None,
+    channels: tuple[Channel, ...], captured: SensorCapture, errors: list[tuple[str, str]] | None = None
 ) -> tuple[SensorReading, ...]:
     """Readings of one capture. Energy accumulates across calls, so captures go in in order. A value that
     could not be had is ``None``, with (``sensor_power:NAME`` or ``sensor_energy:NAME``, reason) added to
     ``errors`` for the read-error counters."""
     found: list[tuple[str, str]] = [] if errors is None else errors
     out = []
-    for ch, (power_raw, energy_raw) in zip(channels, captured, strict=True):
+    for ch, (power_raw, energy_raw) in zip(channels, captured.channels, strict=True):
         power_uw, power_why = _count(power_raw, attribute=ch.power is not None)
         raw_uj, energy_why = _count(energy_raw, attribute=ch.energy is not None)
         if power_why is not None:  # field names made only for an error: this runs every tick
@@ -343,7 +350,7 @@ def decode_channels(
                 sensor=ch.sensor,
                 kind=ch.kind,
                 power_w=power_uw / 1e6 if power_uw is not None else None,
-                energy_j=ch.accumulator.update(raw_uj) if raw_uj is not None else None,
+                energy_j=ch.accumulator.update(raw_uj, captured.t_s) if raw_uj is not None else None,
                 source=ch.source,
             )
         )

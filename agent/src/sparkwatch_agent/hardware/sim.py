@@ -65,6 +65,10 @@ class SimGb10:
         self._sys_energy_j = 0.0  # since the simulator started: the truth a sys_total integral should give
         self._throttle: tuple[int, int] | None = None  # scripted episode: (clock event reasons, SM clock MHz)
 
+    def mono_s(self) -> float:
+        """The simulator's monotonic clock, in seconds (what its readings are stamped with)."""
+        return self._now() / 1e9
+
     def _power_locked(self) -> float:
         s = self.spec
         idle = s.resident_idle_w if self._model_bytes > 0 else s.idle_w
@@ -186,13 +190,14 @@ class SimSpbm:
                 (b"%d\n" % round(sys_w * 1e6), None),
                 (b"%d\n" % round(sys_w * spec.dc_input_ratio * 1e6), None),
                 (b"%d\n" % round(float(state["power_w"]) * 1e6), b"%d\n" % (gpu_mj % 2**32 * 1000)),
-            )
+            ),
+            t_s=self._sim.mono_s(),
         )
 
     def decode(
         self, captured: SensorCapture, errors: list[tuple[str, str]] | None = None
     ) -> tuple[SensorReading, ...]:
-        return decode_channels(self._channels, captured.channels, errors)
+        return decode_channels(self._channels, captured, errors)
 
     def decode_status(self, captured: SensorCapture) -> tuple[StatusReading, ...]:
         return ()  # the simulated spbm has no status attributes

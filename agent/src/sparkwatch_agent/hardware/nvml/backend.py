@@ -18,7 +18,7 @@ from typing import Any
 import pynvml
 
 from sparkwatch_agent.hardware.gpu_backend import detect_memory_model, node_memory_model
-from sparkwatch_agent.hardware.nvml.codes import DEVICE_LEVEL_ERRORS, PERMANENT_ERRORS, error_name
+from sparkwatch_agent.hardware.nvml.codes import DEVICE_LEVEL_ERRORS, TRANSIENT_ERRORS, error_name
 from sparkwatch_agent.hardware.nvml.direct import (
     CLOCK_SM,
     VALUE_SLOTS,
@@ -29,7 +29,7 @@ from sparkwatch_agent.hardware.nvml.direct import (
     Out,
     Reader,
 )
-from sparkwatch_agent.hardware.nvml.readers import Candidates, candidate_readers, without_key
+from sparkwatch_agent.hardware.nvml.readers import Candidates, MissingFunction, candidate_readers, without_key
 from sparkwatch_agent.hardware.readings import (
     GPU_FIELDS,
     DeviceError,
@@ -47,6 +47,14 @@ def nvml_reason(exc: BaseException) -> str:
     """NVML error name (e.g. ``NOT_SUPPORTED``) for an NVMLError, or the exception type for anything else."""
     code = getattr(exc, "value", None)
     return error_name(code) if isinstance(code, int) else type(exc).__name__
+
+
+def _probe_reason(exc: BaseException) -> str:
+    """A failed probe read's reason: a binding without the function is FUNCTION_NOT_FOUND (for good), a value
+    no GPU can have OUT_OF_RANGE (for now), else NVML's."""
+    if isinstance(exc, MissingFunction):
+        return "FUNCTION_NOT_FOUND"
+    return "OUT_OF_RANGE" if isinstance(exc, ValueError) else nvml_reason(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +140,11 @@ class NvmlBackend:
         handle = lib.nvmlDeviceGetHandleByIndex(index)
         name = str(self._optional(lib.nvmlDeviceGetName, handle) or "unknown")
         uuid = str(self._optional(lib.nvmlDeviceGetUUID, handle) or f"index-{index}")
-        caps, first = self._probe_fields(handle, readers)
+        caps, first, for_now = self._probe_fields(handle, readers)
         gpu_total = first.get("mem_total_bytes")
-        model = detect_memory_model(caps["memory_info"].reason, gpu_total, host_mem_total_bytes)
+        # memory info that failed for now is no sign of unified memory (NOT_SUPPORTED is): discrete
+        memory_reason = caps["memory_info"].reason or for_now.get("memory_info")
+        model = detect_memory_model(memory_reason, gpu_total, host_mem_total_bytes)
         if model == "unified":
             caps = self._distrust_on_unified(caps)
         facts = GpuFacts(
@@ -177,11 +187,15 @@ class NvmlBackend:
                 raise DeviceError(reason, "probe failed") from exc
             return None
 
-    def _probe_fields(self, handle: Any, readers: Candidates) -> tuple[dict[str, FieldStatus], Out]:
+    def _probe_fields(
+        self, handle: Any, readers: Candidates
+    ) -> tuple[dict[str, FieldStatus], Out, dict[str, str]]:
         """Each field's first candidate reader that answers; else the first that failed only for now
-        (polled, its failures gaps); else unsupported, with the last refusal."""
+        (polled, its failures gaps; its reason in the third part); else unsupported, with the last
+        refusal."""
         caps: dict[str, FieldStatus] = {}
         first: Out = {}
+        failed_for_now: dict[str, str] = {}
         for field in GPU_FIELDS:
             status = FieldStatus("unsupported", "NOT_PROBED")
             for_now: tuple[str | None, str] | None = None  # (detail, reason) of the first transient failure
@@ -190,10 +204,10 @@ class NvmlBackend:
                 try:
                     reader(handle, out)
                 except (self._lib.NVMLError, FieldValueError, ValueError) as exc:
-                    reason = "OUT_OF_RANGE" if isinstance(exc, ValueError) else nvml_reason(exc)
+                    reason = _probe_reason(exc)
                     if reason in DEVICE_LEVEL_ERRORS:
                         raise DeviceError(reason, f"probing {field}") from exc
-                    if reason not in PERMANENT_ERRORS and for_now is None:
+                    if reason in TRANSIENT_ERRORS and for_now is None:
                         for_now = (detail, reason)
                     status = FieldStatus("unsupported", reason, status.detail)
                     continue
@@ -203,8 +217,9 @@ class NvmlBackend:
             if status.state == "unsupported" and for_now is not None:
                 log.warning("GPU field %s failed at the probe (%s): polled all the same", field, for_now[1])
                 status = FieldStatus("supported", None, for_now[0])
+                failed_for_now[field] = for_now[1]
             caps[field] = status
-        return caps, first
+        return caps, first, failed_for_now
 
     @staticmethod
     def _distrust_on_unified(caps: dict[str, FieldStatus]) -> dict[str, FieldStatus]:

@@ -37,10 +37,14 @@ NVML_ERROR_NAMES: dict[int, str] = {
 
 NVML_ERROR_INSUFFICIENT_SIZE = 7
 
+#: Failures at the probe that say nothing of the field for later: it is polled, each failure a gap. Any other
+#: (NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION, DEPRECATED, …) holds for the agent's life (domain.md:
+#: probe once at start). OUT_OF_RANGE is the agent's own: a value no GPU can have.
+TRANSIENT_ERRORS = frozenset(
+    {"TIMEOUT", "UNKNOWN", "IN_USE", "MEMORY", "NO_DATA", "INSUFFICIENT_RESOURCES", "NOT_READY"}
+    | {"OUT_OF_RANGE"}
+)
 #: Codes that mean the device or library is gone, not that one field is missing.
-#: Refusals that hold for the agent's life (domain.md: probe once at start); any other failure at the probe
-#: is taken to be for now, and the field is polled.
-PERMANENT_ERRORS = frozenset({"NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "NO_PERMISSION"})
 DEVICE_LEVEL_ERRORS = frozenset(
     {
         "UNINITIALIZED",

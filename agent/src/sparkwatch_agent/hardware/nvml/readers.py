@@ -114,6 +114,10 @@ def _temperature(lib: Any) -> Reader:
     return read
 
 
+class MissingFunction(ValueError):
+    """The binding lacks a function (an older or newer nvidia-ml-py): FUNCTION_NOT_FOUND, for good."""
+
+
 def _sm_clock(lib: Any) -> Reader:
     def read(h: Any, out: Out) -> None:
         out["sm_clock_hz"] = float(lib.nvmlDeviceGetClockInfo(h, CLOCK_SM)) * 1e6
@@ -127,7 +131,7 @@ def _bitmask(lib: Any, name: str) -> Reader:
     def read(h: Any, out: Out) -> None:
         fn = getattr(lib, name, None)
         if fn is None:
-            raise ValueError(f"this nvidia-ml-py has no {name}")
+            raise MissingFunction(f"this nvidia-ml-py has no {name}")
         out["clock_event_reasons"] = int(fn(h))
 
     return read
