@@ -168,7 +168,7 @@ class TsdbSource:
                 hint = f" (nodes with them: {shown})" if listed else self._labels_hint(t_from_ns, t_to_ns)
                 raise SourceError(
                     f"no {self._family.power.metric}{self._matching()} series with"
-                    f" {self._label}={json.dumps(node, ensure_ascii=False)} from {t_from_ns / 1e9:.3f} to"
+                    f" {self._label}={_quoted(node)} from {t_from_ns / 1e9:.3f} to"
                     f" {t_to_ns / 1e9:.3f} at {self._url}{hint}"
                 )
         return list(only)
