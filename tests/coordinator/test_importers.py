@@ -350,6 +350,28 @@ def test_aiperf_reasoning_tokens_are_the_servers_too(tmp_path: Path) -> None:
 # ---- genai-perf ----
 
 
+@pytest.mark.parametrize(("name", "requests", "tokens"), [("run", 10, (None, None)), ("usage", 4, (7, 6))])
+def test_real_genai_perf_runs_give_their_stamps_and_usage_when_asked(
+    name: str, requests: int, tokens: tuple[int | None, int | None]
+) -> None:
+    """genai-perf 0.0.16's own files (fixture README): start = the send, first byte = the role chunk, first
+    token = the first content chunk after it, end = [DONE]; token counts only from a usage chunk, which
+    genai-perf asks for only with --extra-inputs stream_options."""
+    rel = f"genai-perf/profile_export_0.0.16_{name}.json"
+    windows = load("genai-perf", rel)
+    raw = json.loads((HARNESS / rel).read_text())["experiments"][0]["requests"]
+    assert len(windows) == len(raw) == requests and {w.phase for w in windows} == {"timed"}
+    for w, r in zip(windows, raw, strict=True):
+        stamps = r["response_timestamps"]
+        assert (w.t_start_ns, w.t_first_byte_ns, w.t_first_token_ns, w.t_end_ns) == (
+            r["timestamp"],
+            stamps[0],
+            stamps[1],
+            stamps[-1],
+        )
+        assert (w.prompt_tokens, w.completion_tokens) == tokens
+
+
 def test_genai_perf_export_gives_exact_windows_and_skips_unanswered_requests() -> None:
     windows = load("genai-perf", "genai-perf/profile_export.json")
     t = 1_759_522_410 * S
