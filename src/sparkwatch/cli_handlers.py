@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 
-from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget, Imported
 from sparkwatch.commands.attach import attach, export_flags
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.importers import ClockAnchor, read_windows
@@ -33,12 +34,14 @@ def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     windows = read_windows(args.format, args.file, clock_anchor=anchor_of(args, parser))
     target = target_of(args)
 
-    async def post() -> int:
+    async def post() -> Imported:
         async with CoordinatorClient(target) as client:
             return await client.import_windows(args.run, windows)
 
-    stored = asyncio.run(post())
-    print(f"imported {stored} window(s) from {args.file} ({args.format}) into run {args.run}")
+    done = asyncio.run(post())
+    if done.note is not None:
+        print(f"sparkwatch: warning: {done.note}", file=sys.stderr)
+    print(f"imported {done.count} window(s) from {args.file} ({args.format}) into run {args.run}")
     return 0
 
 

@@ -86,6 +86,15 @@ class CoordinatorError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Imported:
+    """An import the coordinator committed: how many windows, and its note when some of them repeat the
+    proxy's requests (those are counted twice)."""
+
+    count: int
+    note: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class CoordinatorTarget:
     """Where the coordinator is and how to authenticate (from flags, else the environment)."""
 
@@ -224,10 +233,11 @@ class CoordinatorClient:
             stored += int(result["stored"])
         return stored
 
-    async def import_windows(self, run_id: str, windows: Iterable[Window]) -> int:
+    async def import_windows(self, run_id: str, windows: Iterable[Window]) -> Imported:
         """Every window in one import (``WINDOWS_PER_POST`` per request, read from ``windows`` as they are
         posted), committed at the end: the run gets all of them or, when anything fails on the way (a bad
-        line late in a file, a refusal, Ctrl-C), none."""
+        line late in a file, a refusal, Ctrl-C), none. The coordinator refuses an import that mostly
+        repeats the proxy's requests, and notes one that partly does (core/repeated_windows.py)."""
         path = _run_path(run_id) + "/imports"
         begun = self._shaped(await self._call("POST", path, {}), {"import_id": str}, f"POST {path}")
         import_id = str(begun["import_id"])
@@ -241,7 +251,8 @@ class CoordinatorClient:
             with contextlib.suppress(CoordinatorError):  # else the coordinator drops it after a while
                 await self._call("DELETE", _run_path(run_id) + f"/imports/{import_id}")
             raise
-        return int(done["committed"])
+        note = done.get("note")
+        return Imported(int(done["committed"]), note if isinstance(note, str) else None)
 
     async def export(self, run_id: str, series_buckets: int | None = None) -> dict[str, Any]:
         """The run's export; with ``series_buckets``, its ``series`` block in that many time buckets."""

@@ -1,12 +1,18 @@
-"""A harness file imported beside the proxy that holds the proxy's requests again (commands/repeated_windows):
-each request was stored twice, its tokens counted twice, joules per token halved."""
+"""A harness file imported beside the proxy that holds the proxy's requests again (core/repeated_windows):
+each request was stored twice, its tokens counted twice, joules per token halved. The rule, and the
+coordinator's store applying it at an import's commit."""
 
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
-from sparkwatch.commands.repeated_windows import TOLERANCE_NS, repeated, verdict
+import pytest
+
+from sparkwatch.core.repeated_windows import TOLERANCE_NS, repeated, verdict
 from sparkwatch.core.windows import Window
+from sparkwatch.store import NotFound, RepeatsProxy, Store
+from sparkwatch.store.db import RunRow
 
 MS = 1_000_000
 T0 = 1_800_000_000 * 1_000_000_000
@@ -54,3 +60,64 @@ def test_the_verdict_says_when_the_file_gives_the_requests_another_phase() -> No
     assert not take and said is not None
     assert said.endswith("; 1 of them have another phase in the file than the proxy gave them (give the proxy"
                          " a --warmup that matches the harness's)")  # fmt: skip
+
+
+def _proxied(wid: str, start_ms: float, end_ms: float) -> Window:
+    return dataclasses.replace(_w(wid, start_ms, end_ms), source={"kind": "proxy", "clock": "wall"})
+
+
+def _harness(wid: str, start_ms: float, end_ms: float, fmt: str = "guidellm") -> Window:
+    return dataclasses.replace(_w(wid, start_ms, end_ms), source={"format": fmt})
+
+
+def test_the_store_drops_an_import_of_the_proxys_requests_at_its_commit(tmp_path: pathlib.Path) -> None:
+    """`sparkwatch import` (or any API client) into a run the proxy served: the coordinator compares at the
+    commit, so a file imported after the run is judged like one `sparkwatch run --import` holds."""
+    store = Store(tmp_path / "sw.db", now_ns=lambda: T0)
+    store.create_run(RunRow("r1", "bench", T0, None, 0.1, 0.5, "request"))
+    store.add_windows("r1", [_proxied(f"p{k}", 1000 * k, 1000 * k + 500) for k in range(4)])
+    # text that reads like a proxy's source does not make a harness window the proxy's
+    decoy = dataclasses.replace(_w("decoy", 0, 500), source={"format": "plain", "x": '"kind": "proxy"'})
+    store.add_windows("r1", [decoy])
+
+    again = store.begin_import("r1")
+    store.add_windows("r1", [_harness(f"h{k}", 1000 * k + 3, 1000 * k + 498) for k in range(4)], again)
+    with pytest.raises(RepeatsProxy) as refused:
+        store.commit_import("r1", again)
+    assert (refused.value.repeats, refused.value.windows) == (4, 4)
+    assert str(refused.value).startswith(
+        f"4 of the 4 window(s) in import {again} (guidellm) repeat the proxy's"
+    )
+    assert store.count_windows("r1") == 5  # nothing of it, and the import is gone
+    with pytest.raises(NotFound):
+        store.commit_import("r1", again)
+
+    own = store.begin_import("r1")  # one request again, three of its own: taken, and said
+    store.add_windows(
+        "r1",
+        [
+            _harness("h0", 2, 501, "plain"),
+            *(_harness(f"o{k}", 200 * k, 250 * k + 3000, "plain") for k in range(3)),
+        ],
+        own,
+    )
+    count, note = store.commit_import("r1", own)
+    assert count == 4 and store.count_windows("r1") == 9
+    assert note is not None and note.startswith(f"1 of the 4 window(s) in import {own} (plain) repeat")
+    assert note.endswith("those requests are counted twice")
+
+    other_proxy = store.begin_import("r1")  # another proxy's windows (a spill file): the proxy's own kind
+    store.add_windows("r1", [_proxied("q0", 1, 501)], other_proxy)
+    assert store.commit_import("r1", other_proxy) == (1, None)
+    nothing = store.begin_import("r1")
+    store.add_windows("r1", [_harness("far", 9000, 9500)], nothing)
+    assert store.commit_import("r1", nothing) == (1, None)
+
+
+def test_without_proxy_windows_an_import_is_never_compared(tmp_path: pathlib.Path) -> None:
+    store = Store(tmp_path / "sw.db", now_ns=lambda: T0)
+    store.create_run(RunRow("r1", "bench", T0, None, 0.1, 0.5, "request"))
+    store.add_windows("r1", [_harness("plain-0", 0, 500, "plain")])
+    same = store.begin_import("r1")
+    store.add_windows("r1", [_harness("h0", 0, 500)], same)
+    assert store.commit_import("r1", same) == (1, None)

@@ -176,7 +176,7 @@ def test_an_import_is_seen_only_once_committed_and_an_abort_leaves_nothing(tmp_p
     assert store.count_windows("r1") == 0 and store.windows("r1") == []  # staged: nobody sees it yet
     with pytest.raises(StoreError, match="unique"):  # a staged id is taken: a second import cannot use it
         store.add_windows("r1", many("a", 1), store.begin_import("r1"))
-    assert store.commit_import("r1", first) == 3010
+    assert store.commit_import("r1", first) == (3010, None)
     assert store.count_windows("r1") == 3010 and len(store.windows("r1")) == 3010
     with pytest.raises(StoreError, match="already committed"):
         store.add_windows("r1", many("c", 1), first)

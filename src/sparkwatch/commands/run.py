@@ -29,7 +29,6 @@ from sparkwatch.commands.live_view import LiveView
 from sparkwatch.commands.outcome import no_export_json, print_outcome
 from sparkwatch.commands.quality import EXIT_NO_EXPORT, exit_code, judge
 from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
-from sparkwatch.commands.repeated_windows import repeated, verdict
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
 from sparkwatch.commands.run_lmx import (
     PROXY_PLACEHOLDER,
@@ -51,6 +50,7 @@ from sparkwatch.commands.summary import live_parts
 from sparkwatch.commands.wrapped import run_wrapped
 from sparkwatch.coordinator.serve import check_listen
 from sparkwatch.core.export import with_run_notes
+from sparkwatch.core.repeated_windows import repeated, verdict
 from sparkwatch.engines.spec import engine_from_url
 from sparkwatch.hello_facts import misnamed
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
@@ -94,7 +94,7 @@ async def _live(client: CoordinatorClient, view: LiveView, every_s: float) -> No
 
 async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, fmt: str, path: Path) -> None:
     """One import; a bad file or refusal is said, the run goes on (lmx-status only checks proxy windows, and
-    a file that repeats the proxy's requests is not imported: commands/repeated_windows.py)."""
+    a file that repeats the proxy's requests is not imported: core/repeated_windows.py)."""
     proxied = state.proxy_windows.windows if state.proxy_windows is not None else []
     if fmt == "lmx-status":
         _note(opts, state, *capture_notes(path, tokens=not proxied))
@@ -104,6 +104,7 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
         if not check.ok:
             state.failed_checks.append(check.notes[0])
         return
+    said: str | None = None
     try:
         windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor, since_ns=state.opened_ns)
         if proxied:  # held whole only beside the proxy, to be compared with its windows
@@ -117,13 +118,16 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
             if said is not None:  # some requests counted twice: the figures per token are not sound
                 state.failed_checks.append(said)
             windows = iter(held)
-        stored = await client.import_windows(state.run_id, windows)
+        done = await client.import_windows(state.run_id, windows)
+        if done.note is not None and said is None:  # the coordinator's check, on the proxy windows it has
+            _note(opts, state, done.note)
+            state.failed_checks.append(done.note)
     except (ImportFormatError, CoordinatorError) as exc:
         shown, text = import_failure(path, exc, _capture_path(opts) if opts.capture_dir else None)
         opts.stderr.write(f"sparkwatch: import of {shown} ({fmt}) skipped: {text}\n")
         state.failed_imports.append(f"{shown} ({fmt}): {text}")
         return
-    log.info("imported %d window(s) from %s (%s)", stored, path, fmt)
+    log.info("imported %d window(s) from %s (%s)", done.count, path, fmt)
 
 
 def _note(opts: RunOptions, state: RunState, *notes: str) -> None:

@@ -49,7 +49,7 @@ def warmup_mismatch(command: Sequence[str], proxy_warmup: int) -> str | None:
 
 class ProxyWindows:
     """The proxy's sink, keeping a copy of each window to check an import against (lmx's status lines, a
-    harness file that repeats the proxy's requests: commands/repeated_windows.py)."""
+    harness file that repeats the proxy's requests: core/repeated_windows.py)."""
 
     def __init__(self, sink: WindowSink) -> None:
         self.windows: list[Window] = []

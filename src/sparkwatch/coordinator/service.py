@@ -37,6 +37,7 @@ from sparkwatch.report.bundle import Assets
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Invalid, Store, StoreError
 from sparkwatch.store.db import RunRow
+from sparkwatch.store.windows import Committed
 
 if TYPE_CHECKING:
     from sparkwatch.coordinator.remote_write.sender import RemoteWriter
@@ -266,10 +267,13 @@ class Coordinator:
     async def begin_import(self, run_id: str) -> str:
         return await self._in_window_thread(lambda store: store.begin_import(run_id))
 
-    async def commit_import(self, run_id: str, import_id: str) -> int:
-        count = await self._in_window_thread(lambda store: store.commit_import(run_id, import_id))
-        log.info("run %s: import %s committed (%d windows)", run_id, import_id, count)
-        return count
+    async def commit_import(self, run_id: str, import_id: str) -> Committed:
+        """Commit, unless its windows mostly repeat the proxy's requests (``RepeatsProxy``, dropped)."""
+        done = await self._in_window_thread(lambda store: store.commit_import(run_id, import_id))
+        log.info("run %s: import %s committed (%d windows)", run_id, import_id, done.windows)
+        if done.note is not None:
+            log.warning("run %s: %s", run_id, done.note)
+        return done
 
     async def abort_import(self, run_id: str, import_id: str) -> int:
         return await self._in_window_thread(lambda store: store.abort_import(run_id, import_id))

@@ -1,6 +1,23 @@
 """SQLite storage for the coordinator: samples keyed by (node, boot_id, seq), runs, windows, clock offsets."""
 
 from sparkwatch.store.db import Store
-from sparkwatch.store.tx import DuplicateIds, Invalid, NotFound, RunEnded, StoreError, Unavailable
+from sparkwatch.store.tx import (
+    DuplicateIds,
+    Invalid,
+    NotFound,
+    RepeatsProxy,
+    RunEnded,
+    StoreError,
+    Unavailable,
+)
 
-__all__ = ["DuplicateIds", "Invalid", "NotFound", "RunEnded", "Store", "StoreError", "Unavailable"]
+__all__ = [
+    "DuplicateIds",
+    "Invalid",
+    "NotFound",
+    "RepeatsProxy",
+    "RunEnded",
+    "Store",
+    "StoreError",
+    "Unavailable",
+]

@@ -28,6 +28,7 @@ from sparkwatch.store.rows import I64
 from sparkwatch.store.sample_store import SampleBlocks
 from sparkwatch.store.schema import METER_ERROR_SOURCE, MIGRATIONS, OLDEST_READABLE
 from sparkwatch.store.tx import NotFound, RunEnded, StoreError, tx
+from sparkwatch.store.windows import Committed
 from sparkwatch.wire import GapFrame, SampleFrame
 
 log = logging.getLogger(__name__)
@@ -327,10 +328,12 @@ class Store:
         self.run(run_id)
         return windows_table.begin_import(self._db, run_id, self._now())
 
-    def commit_import(self, run_id: str, import_id: str) -> int:
+    def commit_import(self, run_id: str, import_id: str) -> Committed:
         """Make every window of the import part of the run at once (into an ended run only if each lies
-        inside its span); returns how many there are."""
-        return windows_table.commit_import(self._db, run_id, import_id)
+        inside its span); returns how many there are, and the note when some repeat the proxy's requests.
+        An import that mostly repeats them is dropped instead (``RepeatsProxy``: core/repeated_windows.py)."""
+        note = windows_table.proxy_repeats(self._db, run_id, import_id)
+        return Committed(windows_table.commit_import(self._db, run_id, import_id), note)
 
     def abort_import(self, run_id: str, import_id: str) -> int:
         """Drop the import and its windows; returns how many windows went."""

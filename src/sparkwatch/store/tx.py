@@ -35,6 +35,16 @@ class RunEnded(StoreError):
         self.t_end_ns = t_end_ns
 
 
+class RepeatsProxy(StoreError):
+    """An import whose windows are mostly the proxy's requests again (core/repeated_windows.py): refused and
+    dropped, since each request would count twice; ``repeats`` of its ``windows`` pair with the proxy's."""
+
+    def __init__(self, message: str, repeats: int, windows: int) -> None:
+        super().__init__(message)
+        self.repeats = repeats
+        self.windows = windows
+
+
 class Unavailable(StoreError):
     """The database cannot take a write now (disk full, locked): nothing was written; try again later."""
 

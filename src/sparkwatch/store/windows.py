@@ -13,13 +13,14 @@ import json
 import secrets
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+from sparkwatch.core.repeated_windows import repeated, verdict
 from sparkwatch.core.windows import WINDOW_FIELDS, Window
 from sparkwatch.store import refusals
 from sparkwatch.store.deletion import LIVE_RUNS
 from sparkwatch.store.refusals import STALE_IMPORT_NS
-from sparkwatch.store.tx import DuplicateIds, NotFound, StoreError, tx
+from sparkwatch.store.tx import DuplicateIds, NotFound, RepeatsProxy, StoreError, tx
 
 #: Rows per transaction: a few milliseconds of writing, the longest a sample insert waits for the lock.
 CHUNK_ROWS = 2000
@@ -30,6 +31,8 @@ _INSERT = (
     f" VALUES ({', '.join('?' * (len(WINDOW_FIELDS) + 2))})"
 )
 _SOURCE = WINDOW_FIELDS.index("source")
+#: What a proxy window's stored source holds (``_row``'s json.dumps), to narrow a read to those windows.
+_PROXY_LIKE = '%"kind": "proxy"%'
 #: A window counts once it was posted directly (no import) or its import was committed, in a run not deleted.
 _VISIBLE = (
     "(import_id IS NULL OR import_id IN (SELECT id FROM imports WHERE committed = 1))"
@@ -150,6 +153,37 @@ def commit_import(db: sqlite3.Connection, run_id: str, import_id: str) -> int:
     return int(db.execute("SELECT COUNT(*) FROM windows WHERE import_id = ?", (import_id,)).fetchone()[0])
 
 
+class Committed(NamedTuple):
+    """A committed import: how many windows it made part of the run, and the note when some of them
+    repeat the proxy's requests (``proxy_repeats``)."""
+
+    windows: int
+    note: str | None
+
+
+def proxy_repeats(db: sqlite3.Connection, run_id: str, import_id: str) -> str | None:
+    """Before an import is committed: its windows compared with the proxy's in the run (a harness file of
+    the proxy's requests would give each twice). At least half repeating: the import is dropped and
+    ``RepeatsProxy`` raised; fewer: the note that says how many (None: nothing repeats)."""
+    _open_import(db, run_id, import_id)
+    staged = [w for w in _read(db, "run_id = ? AND import_id = ?", (run_id, import_id)) if not _proxy(w)]
+    if not staged:
+        return None
+    # the text filter only narrows what is parsed; a window is the proxy's by its parsed source
+    proxy = [w for w in _read(db, f"run_id = ? AND {_VISIBLE} AND source LIKE ?", (run_id, _PROXY_LIKE))]
+    pairs = repeated([w for w in proxy if _proxy(w)], staged)
+    formats = ", ".join(sorted({str(w.source.get("format", "windows")) for w in staged}))
+    take, note = verdict(formats, f"import {import_id}", pairs, len(staged))
+    if not take:
+        abort_import(db, run_id, import_id)
+        raise RepeatsProxy(note or "", len(pairs), len(staged))
+    return note
+
+
+def _proxy(w: Window) -> bool:
+    return w.source.get("kind") == "proxy"
+
+
 def abort_import(db: sqlite3.Connection, run_id: str, import_id: str) -> int:
     _open_import(db, run_id, import_id)
     dropped = 0
@@ -184,9 +218,11 @@ def count(db: sqlite3.Connection, run_id: str) -> int:
 
 
 def read(db: sqlite3.Connection, run_id: str) -> list[Window]:
-    rows = db.execute(
-        f"SELECT {_COLUMNS} FROM windows WHERE run_id = ? AND {_VISIBLE} ORDER BY t_start_ns, id", (run_id,)
-    )
+    return _read(db, f"run_id = ? AND {_VISIBLE}", (run_id,))
+
+
+def _read(db: sqlite3.Connection, where: str, params: tuple[str, ...]) -> list[Window]:
+    rows = db.execute(f"SELECT {_COLUMNS} FROM windows WHERE {where} ORDER BY t_start_ns, id", params)
     sources: dict[str, dict[str, Any]] = {}  # windows whose source reads the same share one (a run's
     # imported or synthetic windows mostly do: 10 000 copies of one small dict were 3 MB of an export)
     return [_window(row, sources) for row in rows]

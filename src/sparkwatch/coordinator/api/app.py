@@ -21,7 +21,15 @@ from sparkwatch.coordinator.api.models import Empty, MarkIn, RunCreate, RunEnd
 from sparkwatch.coordinator.api.openapi import openapi_document
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.defaults import SERIES_BUCKETS, check_series_buckets
-from sparkwatch.store import DuplicateIds, Invalid, NotFound, RunEnded, StoreError, Unavailable
+from sparkwatch.store import (
+    DuplicateIds,
+    Invalid,
+    NotFound,
+    RepeatsProxy,
+    RunEnded,
+    StoreError,
+    Unavailable,
+)
 from sparkwatch_agent.shared.http import Handler, bearer_middleware, json_error, json_refusals
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
@@ -86,6 +94,9 @@ async def store_refusals(request: web.Request, handler: Handler) -> web.StreamRe
         return web.json_response({"error": "duplicate_window_ids", "reason": str(exc), **body}, status=409)
     except RunEnded as exc:
         body = {"error": "run_ended", "reason": str(exc), "t_end_ns": exc.t_end_ns}
+        return web.json_response(body, status=409)
+    except RepeatsProxy as exc:  # dropped: the proxy's requests again (core/repeated_windows.py)
+        body = {"error": "repeats_proxy", "reason": str(exc), "repeats": exc.repeats, "windows": exc.windows}
         return web.json_response(body, status=409)
     except StoreError as exc:
         return error(409, "conflict", str(exc))
@@ -178,8 +189,9 @@ async def commit_import(request: web.Request) -> web.Response:
     run_id, import_id = request.match_info["run_id"], request.match_info["import_id"]
     if request.can_read_body:
         await parse(request, Empty)
-    count = await request.app[COORDINATOR].commit_import(run_id, import_id)
-    return web.json_response({"run_id": run_id, "import_id": import_id, "committed": count})
+    done = await request.app[COORDINATOR].commit_import(run_id, import_id)
+    body = {"run_id": run_id, "import_id": import_id, "committed": done.windows, "note": done.note}
+    return web.json_response(body)
 
 
 async def abort_import(request: web.Request) -> web.Response:

@@ -160,6 +160,11 @@ def _schemas() -> dict[str, Any]:
             },
             "duplicates": {"type": "integer", "description": "duplicate_window_ids: how many ids in all"},
             "t_end_ns": {"type": "integer", "description": "run_ended: when the run ended"},
+            "repeats": {
+                "type": "integer",
+                "description": "repeats_proxy: how many of the import's windows repeat a proxy window",
+            },
+            "windows": {"type": "integer", "description": "repeats_proxy: how many windows the import had"},
         },
         "required": ["error", "reason"],
     }
@@ -239,6 +244,8 @@ _REFUSALS = {
     409: (
         "duplicate_window_ids: window ids the run holds already or the batch repeats (duplicate_ids,"
         " duplicates); run_ended: a mark, or a window outside its span, in an ended run (t_end_ns);"
+        " repeats_proxy: an import of which at least half the windows repeat the proxy's requests (start"
+        " and end within 50 ms), dropped (repeats, windows);"
         " conflict: a committed import (to commit or drop), an open mark, an open run to delete (end it"
         " first)"
     ),
