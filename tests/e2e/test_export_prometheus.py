@@ -59,6 +59,11 @@ SW_THERMAL = 0x20
 GENERATED_PER_S, PROMPT_PER_S = 1000.0, 400.0
 #: spark-1's wall meter: its power idle, busy and light (W), and the coordinator's poll interval (s).
 WALL_IDLE_W, WALL_BUSY_W, WALL_LIGHT_W, METER_S = 80.0, 150.0, 100.0, 0.2
+#: The recorded GPU's energy counter at the first step (mJ, the capture's value).
+ENERGY_BASE_MJ = 319159391
+#: A second dcgm-exporter, as it runs by default: it collects every HELD_COLLECT_S (its ``-c``; 30 s unless
+#: set) and serves those values to every scrape in between; its GPU draws HELD_SCALE × the script.
+HELD_HOST, HELD_COLLECT_S, HELD_SCALE = "held-a100", 4.0, 3.0
 
 
 def vllm_page(elapsed_s: float) -> str:
@@ -91,14 +96,16 @@ class GpuScript:
             step[1] * (min(t, nxt[0]) - step[0]) for step, nxt in zip(steps, [*steps[1:], (t,)], strict=True)
         )
         _, watts, util, fb, reasons = steps[-1]
-        return watts, util, fb, 319159391 + energy_j * 1000, reasons
+        return watts, util, fb, ENERGY_BASE_MJ + energy_j * 1000, reasons
 
 
-def dcgm_values(script: GpuScript) -> dict[str, str]:
-    """dcgm-exporter's units: W, %, MiB and an energy counter in mJ."""
+def dcgm_values(script: GpuScript, scale: float = 1.0) -> dict[str, str]:
+    """dcgm-exporter's units: W, %, MiB and an energy counter in mJ (power and energy ``scale`` × the
+    script's)."""
     watts, util, fb, energy_mj, _ = script.now()
+    energy_mj = ENERGY_BASE_MJ + (energy_mj - ENERGY_BASE_MJ) * scale
     return {
-        "DCGM_FI_DEV_POWER_USAGE": f"{watts:.6f}",
+        "DCGM_FI_DEV_POWER_USAGE": f"{watts * scale:.6f}",
         "DCGM_FI_DEV_GPU_UTIL": f"{util:.0f}",
         "DCGM_FI_DEV_FB_USED": f"{fb:.0f}",
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": f"{energy_mj:.0f}",
@@ -117,10 +124,29 @@ def nvidia_values(script: GpuScript) -> dict[str, str]:
     }
 
 
-def recorded_app(recorded: pathlib.Path, values: Callable[[], dict[str, str]]) -> web.Application:
+def collected(values: Callable[[], dict[str, str]], every_s: float) -> Callable[[], dict[str, str]]:
+    """``values`` as an exporter that collects on its own timer serves them: taken again only once
+    ``every_s`` has passed since the last collection (at the first scrape after it), else the last ones."""
+    last: list[tuple[float, dict[str, str]]] = []
+
+    def now() -> dict[str, str]:
+        t = time.monotonic()
+        if not last or t - last[0][0] >= every_s:
+            last[:] = [(t, values())]
+        return last[0][1]
+
+    return now
+
+
+def recorded_app(
+    recorded: pathlib.Path, values: Callable[[], dict[str, str]], host: str | None = None
+) -> web.Application:
     """A target serving a recorded exporter's page with each named series' value replaced by ``values``'s
-    at every scrape (every label set of it; the rest of the page as recorded)."""
+    at every scrape (every label set of it; the rest of the page as recorded); ``host``: the page's
+    ``Hostname`` label made that."""
     text = recorded.read_text()
+    if host is not None:
+        text = text.replace(f'Hostname="{HOST}"', f'Hostname="{host}"')
 
     async def metrics(_: web.Request) -> web.Response:
         now = values()
@@ -159,7 +185,12 @@ class Rig:
 
 
 def _scrape_config(
-    agents: list[AgentProcess], coordinator_port: int, dcgm_port: int, nvidia_port: int, vllm_port: int
+    agents: list[AgentProcess],
+    coordinator_port: int,
+    dcgm_port: int,
+    nvidia_port: int,
+    vllm_port: int,
+    held: int,
 ) -> str:
     targets = ", ".join(f"'127.0.0.1:{a.port}'" for a in agents)
     return (
@@ -169,6 +200,7 @@ def _scrape_config(
         f"  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{dcgm_port}']\n"
         f"  - job_name: nvidia\n    static_configs:\n      - targets: ['127.0.0.1:{nvidia_port}']\n"
         f"  - job_name: vllm\n    static_configs:\n      - targets: ['127.0.0.1:{vllm_port}']\n"
+        f"  - job_name: dcgm_held\n    static_configs:\n      - targets: ['127.0.0.1:{held}']\n"
     )
 
 
@@ -254,6 +286,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     ]
     plug = ShellyPlug(power_w=WALL_IDLE_W)
     exporters.append(AppThread(plug.app(), free_port()))
+    held = collected(lambda: dcgm_values(gpu, HELD_SCALE), HELD_COLLECT_S)
+    exporters.append(AppThread(recorded_app(DCGM_TEXT, held, HELD_HOST), free_port()))
     for exporter in exporters:
         exporter.start()
     names = ("spark-1", "spark-2")
@@ -267,7 +301,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             agent.wait_ready()
         config = tmp / "scrape.yml"
         coord_port = free_port()
-        config.write_text(_scrape_config(agents, coord_port, *(e.port for e in exporters[:3])))
+        config.write_text(
+            _scrape_config(agents, coord_port, *(e.port for e in exporters[:3]), exporters[4].port)
+        )
         engines = [
             Prometheus(config, tmp / "prom", tmp / "prometheus.log", remote_write_receiver=True),
             Victoria(tmp / "vm", tmp / "victoria.log", scrape_config=config),
@@ -395,7 +431,9 @@ def test_an_engine_scraping_every_second_gives_the_figures_sqlite_gives(rig: Rig
 
 
 def test_a_dcgm_exporter_target_scraped_by_prometheus_matches_its_script(rig: Rig) -> None:
-    rc, export, said = export_cli(rig, rig.prometheus, "--metrics", "dcgm", "--nodes-label", "Hostname")
+    rc, export, said = export_cli(
+        rig, rig.prometheus, "--metrics", "dcgm", "--nodes-label", "Hostname", "--nodes", HOST
+    )
     assert rc == 0, said
     assert export is not None
     jsonschema.validate(export, run_schema())
@@ -420,6 +458,35 @@ def test_a_dcgm_exporter_target_scraped_by_prometheus_matches_its_script(rig: Ri
         None,
         61.0,
     )
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+def test_a_dcgm_exporter_serving_one_collection_to_several_scrapes_keeps_its_energy(
+    rig: Rig, engine: str
+) -> None:
+    """dcgm-exporter as it runs by default serves each collection's values until the next: a 1 s scrape
+    reads one energy counter value several times, then the jump (here every 4 s, on a GPU at 900 W busy).
+    The held seconds read 0 W and each jump (3 600 W in one second) was rejected as no GPU's draw, so the
+    gated mean came out near 0 W; now each jump is spread over the seconds it covers. The figures keep the
+    collection's resolution (a collection that straddles a load change averages it), and say so: the
+    interval is the collection's."""
+    url = rig.prometheus if engine == "prometheus" else rig.victoria
+    argv = ("--metrics", "dcgm", "--nodes-label", "Hostname", "--nodes", HELD_HOST)
+    rc, export, said = export_cli(rig, url, *argv)
+    assert rc == 0 and export is not None, said
+    (node,) = export["nodes"]
+    gated, long = node["power_w"]["gated_mean"], _window(export, "long")["nodes"][0]
+    print(f"dcgm held/{engine}: gated mean {gated} W (script 900), long {long['energy_j']} J (script 4500)")
+    assert node["samples"]["implausible_intervals"] == 0
+    assert node["energy_method"] == "counter"
+    # how often the counter moved: every collection, which this target takes at the first scrape 4 s on
+    assert HELD_COLLECT_S <= node["samples"]["interval_s"] <= HELD_COLLECT_S + 1.05
+    assert export["method"]["interval_s"] == node["samples"]["interval_s"]
+    assert _window(export, "long")["verdict"] == "low_confidence"  # 5 s: under two collections
+    # every gated second sits in a collection with util >= 50 % at its end, whose mean is the busy 900 W
+    # unless it straddles the busy phase's start or end (idle 180 W, light 360 W)
+    assert 0.7 * 900.0 <= gated <= 900.0 * (1 + TOLERANCE)
+    assert long["energy_j"] == pytest.approx(900.0 * 5, rel=0.3)
 
 
 @pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])

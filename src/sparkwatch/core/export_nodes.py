@@ -69,9 +69,25 @@ def seen_interval_s(t_ns: I64, segment: I64) -> float | None:
     return median_of(spacing) / 1e9 if len(spacing) else None
 
 
+def resolution_s(track: GpuTrack) -> float | None:
+    """The interval a track's figures resolve: its samples' (``seen_interval_s``), or how often its energy
+    counter moved where that is slower — an exporter that serves one collection to several scrapes
+    (dcgm-exporter collects every 30 s by default) gives the collection's, whatever the scrape's."""
+    seen = seen_interval_s(track.t_ns, track.segment)
+    with np.errstate(invalid="ignore"):
+        step = np.diff(track.energy_j)
+    moved = np.flatnonzero(np.isfinite(step) & (step != 0)) + 1  # where each new counter value is first seen
+    same = track.segment[moved[1:]] == track.segment[moved[:-1]]
+    spacing = np.diff(track.t_ns[moved])[same]
+    if seen is None or not len(spacing):
+        return seen
+    return max(seen, median_of(spacing) / 1e9)
+
+
 def longest_interval_s(tracks: Iterable[GpuTrack]) -> float:
-    """The longest sample interval the tracks show (a TSDB's scrape interval), to the ms; 0 when none does."""
-    seen = [seen_interval_s(g.t_ns, g.segment) for g in tracks]
+    """The longest interval the tracks resolve (a TSDB's scrape or its exporter's collection), to the ms;
+    0 when none shows one."""
+    seen = [resolution_s(g) for g in tracks]
     return round(max((s for s in seen if s), default=0.0), 3)
 
 
@@ -146,9 +162,7 @@ def _node_json(
             "coverage_ratio": rounded(worst_known([s.coverage_ratio for s in stats], min), 4),
             "max_gap_s": rounded(worst_known([s.max_gap_s for s in stats], max), 3),
             "implausible_intervals": sum(s.implausible for s in stats),
-            "interval_s": rounded(
-                worst_known([seen_interval_s(g.t_ns, g.segment) for g in node.gpus], max), 4
-            ),
+            "interval_s": rounded(worst_known([resolution_s(g) for g in node.gpus], max), 4),
         },
         "gpus": [
             {
