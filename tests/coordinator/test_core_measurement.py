@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sparkwatch.core.clock import TimeProbe, estimate_offset
 from sparkwatch.core.integrals import Integrals
-from sparkwatch.core.power import scope_stats, window_stats
+from sparkwatch.core.power import scope_stats, summed_max_w, window_stats
 from sparkwatch.core.tracks import GpuPoint, GpuTrack
 from sparkwatch.core.windows import Window, scope_for, union
 
@@ -244,3 +244,28 @@ def test_negative_power_is_implausible_never_a_negative_energy() -> None:
     assert stats.implausible == 5  # every interval with a negative reading at either end
     assert stats.gated_mean_w == pytest.approx(50.0) and stats.energy_j == pytest.approx(50.0 * 3.5)
     assert stats.coverage_ratio == pytest.approx(3.5 / 4)
+
+
+def _steps(powers: list[float]) -> Integrals:
+    return Integrals.build(
+        GpuTrack.from_points(GpuPoint(T0 + k * S // 10, 0, 0.1, p, None, 1.0) for k, p in enumerate(powers)),
+        0.5,
+    )
+
+
+def test_a_nodes_maximum_is_what_its_gpus_drew_together_not_the_sum_of_their_maxima() -> None:
+    """Two GPUs that peak at different times (500 W each, 100 W otherwise): together they never drew more
+    than 600 W; the sum of their maxima said 1000 W. One GPU unknown at a time: that time does not count."""
+    first = [500.0 if 10 <= k < 20 else 100.0 for k in range(41)]
+    second = [500.0 if 25 <= k < 35 else 100.0 for k in range(41)]
+    gpus = [_steps(first), _steps(second)]
+    scope = union([(T0, T0 + 4 * S)])
+    assert [scope_stats(g, scope).max_w for g in gpus] == [500.0, 500.0]
+    assert summed_max_w(gpus, scope) == pytest.approx(600.0)
+    assert summed_max_w(gpus[:1], scope) == 500.0
+    assert summed_max_w(gpus, union([(T0 + S, T0 + S + S // 2)])) == pytest.approx(600.0)  # inside a peak
+    assert summed_max_w(gpus, union([])) is None
+    late = GpuTrack.from_points(
+        GpuPoint(T0 + 5 * S + k * S // 10, 0, 0.1, 900.0, None, 1.0) for k in range(9)
+    )
+    assert summed_max_w([gpus[0], Integrals.build(late, 0.5)], scope) is None  # never both known

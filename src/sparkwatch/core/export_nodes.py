@@ -14,7 +14,7 @@ from sparkwatch.core.domains import NO_SENSOR, DomainFigures, domain_figures
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.memory import MemoryStats, node_memory
 from sparkwatch.core.phases import TokenSpans, node_split, window_split
-from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
+from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, summed_max_w, window_stats
 from sparkwatch.core.rounding import rounded, rounded_list
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import window_signals
@@ -108,7 +108,9 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     idle = [w for w, _ in idle_and_why]
     idle_why = [why for _, why in idle_and_why if why is not None]
     memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
-    json = _node_json(node, stats, idle, memory, plan.gate_threshold)
+    json = _node_json(
+        node, stats, idle, memory, plan.gate_threshold, max_w=summed_max_w(integrals, plan.scope)
+    )
     json["null_reasons"].update(_memory_reasons(memory, plan.first_window_ns))
     json.update(_idle_and_split(json, integrals, plan, idle_why))
     split = window_split(integrals, plan.tokens)
@@ -144,6 +146,8 @@ def _node_json(
     idle: Sequence[float | None],
     memory: MemoryStats,
     threshold: float,
+    *,
+    max_w: float | None,
 ) -> dict[str, Any]:
     return {
         "node": node.node,
@@ -151,7 +155,7 @@ def _node_json(
         "memory_model": node.memory_model,
         "clock": node.clock.to_json(),
         "unsupported": node.unsupported,
-        **_node_power(stats),
+        **_node_power(stats, max_w),
         "memory_used_bytes": {
             "baseline": memory.baseline_bytes,
             "peak": memory.peak_bytes,
@@ -255,14 +259,14 @@ def _window_entries(
     return WindowRows(len(plan.starts), make)
 
 
-def _node_power(stats: Sequence[PowerStats]) -> dict[str, Any]:
+def _node_power(stats: Sequence[PowerStats], max_w: float | None) -> dict[str, Any]:
     """A node's figures: per-GPU figures summed (a GB10 has one GPU, so they are its own)."""
     methods = {s.method for s in stats if s.method != "none"}
     return {
         "power_w": {
             "gated_mean": rounded(sum_known([s.gated_mean_w for s in stats])),
             "mean": rounded(sum_known([s.mean_w for s in stats])),
-            "max": rounded(sum_known([s.max_w for s in stats])),
+            "max": rounded(max_w),  # the most the GPUs drew together, not the sum of their maxima
         },
         "energy_j": rounded(sum_known([s.energy_j for s in stats])),
         "energy_method": methods.pop() if len(methods) == 1 else ("mixed" if methods else "none"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +91,30 @@ def scope_stats(integrals: Integrals, scope: Scope) -> PowerStats:
         method=integrals.method(mask),
         implausible=int(np.sum(overlap & integrals.implausible)),
     )
+
+
+def summed_max_w(integrals: Sequence[Integrals], scope: Scope) -> float | None:
+    """The most the GPUs drew together in the scope: their interval powers summed wherever one of them
+    changes (power is constant inside an interval, so the sum's maximum is at one of those times), counted
+    only where every GPU's is known. The sum of each GPU's own maximum overstates it when they peak at
+    different times. One GPU: its own maximum."""
+    if scope.empty or not integrals:
+        return None
+    if len(integrals) == 1:
+        return scope_stats(integrals[0], scope).max_w
+    points = np.unique(np.concatenate([scope.starts, *(i.t_ns for i in integrals)]))
+    points = points[scope.contains(points)]
+    total, known = np.zeros(len(points)), np.ones(len(points), dtype=bool)
+    for each in integrals:
+        if not len(each.dt_s):
+            return None  # a GPU with no interval is never known
+        at = np.searchsorted(each.t_ns, points, side="right") - 1
+        inside = (at >= 0) & (at < len(each.dt_s))
+        at = np.clip(at, 0, len(each.dt_s) - 1)
+        inside &= each.valid[at]
+        total += np.where(inside, each.power_w[at], 0.0)
+        known &= inside
+    return float(np.max(total[known])) if known.any() else None
 
 
 @dataclass(frozen=True, slots=True)
