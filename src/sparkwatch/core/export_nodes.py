@@ -108,9 +108,8 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     idle = [w for w, _ in idle_and_why]
     idle_why = [why for _, why in idle_and_why if why is not None]
     memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
-    json = _node_json(
-        node, stats, idle, memory, plan.gate_threshold, max_w=summed_max_w(integrals, plan.scope)
-    )
+    max_w = stats[0].max_w if len(stats) == 1 else summed_max_w(integrals, plan.scope)
+    json = _node_json(node, stats, idle, memory, plan.gate_threshold, max_w=max_w)
     json["null_reasons"].update(_memory_reasons(memory, plan.first_window_ns))
     json.update(_idle_and_split(json, integrals, plan, idle_why))
     split = window_split(integrals, plan.tokens)

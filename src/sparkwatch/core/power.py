@@ -97,11 +97,9 @@ def summed_max_w(integrals: Sequence[Integrals], scope: Scope) -> float | None:
     """The most the GPUs drew together in the scope: their interval powers summed wherever one of them
     changes (power is constant inside an interval, so the sum's maximum is at one of those times), counted
     only where every GPU's is known. The sum of each GPU's own maximum overstates it when they peak at
-    different times. One GPU: its own maximum."""
+    different times. (One GPU: its own maximum, which ``scope_stats`` has already.)"""
     if scope.empty or not integrals:
         return None
-    if len(integrals) == 1:
-        return scope_stats(integrals[0], scope).max_w
     points = np.unique(np.concatenate([scope.starts, *(i.t_ns for i in integrals)]))
     points = points[scope.contains(points)]
     total, known = np.zeros(len(points)), np.ones(len(points), dtype=bool)
