@@ -27,6 +27,7 @@ from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
 from sparkwatch.store import Store
+from sparkwatch_agent.shared.server_limits import ENV_HEADER_TIMEOUT_S
 
 
 def sse(*events: dict[str, Any] | str) -> bytes:
@@ -518,3 +519,20 @@ async def test_an_upstream_given_as_a_clients_base_url_is_warned_about(
     async with running_proxy("127.0.0.1", 0, ProxyConfig("http://127.0.0.1:1"), ListSink()):
         pass
     assert "ends in /v1" not in caplog.text
+
+
+async def test_the_connection_guards_refusals_reach_an_openai_client_in_openai_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A socket that sends no request before the header deadline gets the guard's 408; an OpenAI client
+    reads ``error.message``, which sparkwatch's own ``{"error", "reason"}`` left it without."""
+    monkeypatch.setenv(ENV_HEADER_TIMEOUT_S, "0.3")
+    async with running_proxy("127.0.0.1", 0, ProxyConfig("http://127.0.0.1:1"), ListSink()) as url:
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        async with asyncio.timeout(5.0):
+            head, _, body = (await reader.read()).partition(b"\r\n\r\n")
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 408 ")
+    error = json.loads(body)["error"]
+    assert error["code"] == error["type"] == "request_timeout" and error["param"] is None
+    assert error["message"] == "the request headers did not arrive within 0.3 s"

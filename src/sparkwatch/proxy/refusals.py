@@ -1,4 +1,5 @@
-"""The proxy's own refusals (a bad phase header, a body over the limit, an upstream that did not answer),
+"""The proxy's own refusals (a bad phase header, a body over the limit, an upstream that did not answer, and
+the connection guard's 503 at the connection cap and 408 for headers that never came),
 shaped as an OpenAI-compatible server's errors: ``{"error": {"message", "type", "param", "code"}}``. The
 client is an OpenAI client, which reads ``error.message``; the coordinator API's ``{"error": code,
 "reason"}`` left it the bare code ("bad_gateway") and lost why."""
@@ -8,6 +9,10 @@ from __future__ import annotations
 from aiohttp import web
 
 
+def openai_shape(code: str, message: str) -> dict[str, object]:
+    """The body of an OpenAI-compatible error (also what the connection guard's 503 and 408 carry)."""
+    return {"error": {"message": message, "type": code, "param": None, "code": code}}
+
+
 def openai_error(status: int, code: str, message: str) -> web.Response:
-    body = {"error": {"message": message, "type": code, "param": None, "code": code}}
-    return web.json_response(body, status=status)
+    return web.json_response(openai_shape(code, message), status=status)

@@ -12,6 +12,7 @@ from yarl import URL
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.proxy.clock import ProxyClock, WallClock
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, ProxyConfigError, WindowSink, make_proxy_runner
+from sparkwatch.proxy.refusals import openai_shape
 from sparkwatch.proxy.sinks import PrintSink, RunPoster
 from sparkwatch.proxy.spill import spill_lost
 from sparkwatch_agent.shared.http import start_site
@@ -40,7 +41,7 @@ async def running_proxy(
     proxy = Proxy(config, sink, clock)
     runner = make_proxy_runner(proxy)
     try:
-        url = await start_site(runner, host, port)
+        url = await start_site(runner, host, port, refusal_shape=openai_shape)
         try:
             yield url
         finally:

@@ -24,9 +24,20 @@ from sparkwatch_agent.shared.server_limits import ServerLimits
 log = logging.getLogger(__name__)
 
 
-def http_refusal(status: int, phrase: str, error: str, reason: str) -> bytes:
+#: The JSON object a refusal's (error code, reason) is written as: the server's own error shape.
+RefusalBody = Callable[[str, str], dict[str, object]]
+
+
+def error_and_reason(error: str, reason: str) -> dict[str, object]:
+    """sparkwatch's own shape (``shared.http.json_error``'s)."""
+    return {"error": error, "reason": reason}
+
+
+def http_refusal(
+    status: int, phrase: str, error: str, reason: str, shape: RefusalBody = error_and_reason
+) -> bytes:
     """A whole HTTP/1.1 response with a JSON reason, for writing straight to a transport before closing."""
-    body = json.dumps({"error": error, "reason": reason}).encode()
+    body = json.dumps(shape(error, reason)).encode()
     head = (
         f"HTTP/1.1 {status} {phrase}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -38,7 +49,10 @@ class ConnectionGuard:
     """One server's open connections, and those among them still waiting for their first headers (oldest
     first). Counts what it refused and evicted at the cap, and says so in at most one line a minute."""
 
-    def __init__(self, limits: ServerLimits, lines: RateLimitedLog | None = None) -> None:
+    def __init__(
+        self, limits: ServerLimits, lines: RateLimitedLog | None = None, shape: RefusalBody = error_and_reason
+    ) -> None:
+        """``shape``: how the refusals' JSON reads (a server that speaks another API gives that API's)."""
         self.limits = limits
         self._open: set[GuardedConnection] = set()
         self._waiting: dict[GuardedConnection, None] = {}  # insertion order: oldest first
@@ -48,16 +62,21 @@ class ConnectionGuard:
         self.evicted = 0
         cap = limits.max_connections
         self.busy_reply = http_refusal(
-            503, "Service Unavailable", "busy", f"the server holds its maximum of {cap} connections"
+            503, "Service Unavailable", "busy", f"the server holds its maximum of {cap} connections", shape
         )
         self.evicted_reply = http_refusal(
-            408, "Request Timeout", "request_timeout", "no request arrived before the connection was needed"
+            408,
+            "Request Timeout",
+            "request_timeout",
+            "no request arrived before the connection was needed",
+            shape,
         )
         self.timeout_reply = http_refusal(
             408,
             "Request Timeout",
             "request_timeout",
             f"the request headers did not arrive within {limits.header_timeout_s:g} s",
+            shape,
         )
 
     def protocol_factory(self, make_inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:

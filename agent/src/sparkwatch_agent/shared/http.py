@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from sparkwatch_agent.shared.auth import bearer_ok
-from sparkwatch_agent.shared.conn_guard import ConnectionGuard
+from sparkwatch_agent.shared.conn_guard import ConnectionGuard, RefusalBody, error_and_reason
 from sparkwatch_agent.shared.listener import GuardedSite
 from sparkwatch_agent.shared.log_limit import install_accept_error_log
 from sparkwatch_agent.shared.server_limits import LimitsError, ServerLimits, limits_from_environ, soft_nofile
@@ -81,10 +81,17 @@ def bearer_middleware(
     return check
 
 
-async def start_site(runner: web.AppRunner, host: str, port: int, limits: ServerLimits | None = None) -> str:
+async def start_site(
+    runner: web.AppRunner,
+    host: str,
+    port: int,
+    limits: ServerLimits | None = None,
+    refusal_shape: RefusalBody = error_and_reason,
+) -> str:
     """Set the runner up and listen on host:port (0: any free port) under ``limits`` (default: the
     environment's, see ``server_limits``); returns its ``http://`` URL. A port in use, a bad address or a
-    bad limit is a :class:`BindError`, with the runner already cleaned up.
+    bad limit is a :class:`BindError`, with the runner already cleaned up. ``refusal_shape``: the JSON
+    the guard's 503 and 408 carry (the proxy answers OpenAI clients in OpenAI's error shape).
 
     Every accepted connection passes a :class:`ConnectionGuard` (the cap, the header deadline), aiohttp's
     keep-alive timeout closes connections idle between requests, and accept errors such as EMFILE are
@@ -109,7 +116,7 @@ async def start_site(runner: web.AppRunner, host: str, port: int, limits: Server
     install_accept_error_log(asyncio.get_running_loop(), log)
     await runner.setup()
     try:
-        await GuardedSite(runner, host, port, ConnectionGuard(limits)).start()
+        await GuardedSite(runner, host, port, ConnectionGuard(limits, shape=refusal_shape)).start()
     except OSError as exc:
         await runner.cleanup()
         raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
