@@ -380,3 +380,25 @@ def test_the_median_with_a_majority_shortcut_is_numpys(spread: list[int], repeat
     values = np.array([*spread, *[value] * repeats], dtype=np.int64)
     np.random.default_rng(len(spread)).shuffle(values)
     assert median_of(values) == float(np.median(values))
+
+
+def test_a_two_gpu_nodes_maximum_is_their_peak_together_and_null_with_a_reason_when_never_both_known() -> (
+    None
+):
+    """Two GPUs busy at different times: the node's maximum is what they drew together (61 + 10 W), not the
+    sum of their maxima (122 W). With their samples at disjoint times no moment has both: null, said."""
+    first, second = node("a", 10.0, 61.0, [(20, 22)], 50), node("b", 10.0, 61.0, [(23, 25)], 50)
+    both = dataclasses.replace(first, gpus=[*first.gpus, *second.gpus], gpu_uuids=["GPU-a", "GPU-b"])
+    n = build_export(RUN, [both], WINDOWS, "0.1.0")["nodes"][0]
+    assert n["power_w"]["max"] == pytest.approx(71.0) and "power_w.max" not in n["null_reasons"]
+    (whole,) = first.gpus
+    arrays = [f.name for f in dataclasses.fields(whole) if isinstance(getattr(whole, f.name), np.ndarray)]
+    # one GPU's samples up to 22.5 s, the other's from there: each covers part of r1, never both at once
+    apart = [
+        dataclasses.replace(whole, **{name: getattr(whole, name)[part] for name in arrays})
+        for part in (slice(0, 225), slice(226, None))
+    ]
+    two = dataclasses.replace(first, gpus=apart, gpu_uuids=["GPU-a", "GPU-b"])
+    n = build_export(RUN, [two], WINDOWS, "0.1.0")["nodes"][0]
+    assert n["power_w"]["max"] is None and n["power_w"]["mean"] is not None
+    assert n["null_reasons"]["power_w.max"] == "no time inside the scope at which every GPU's power is known"

@@ -1,7 +1,7 @@
-"""An energy counter that stands still while the device draws (core/integrals.py, ``_mend_held``): a counter
-that stopped counting read 0 W, and one re-served between collections (dcgm-exporter collects every 30 s
-by default; a 1 s scrape reads one value 30 times, then the jump) read 0 W for 29 s and then a step no GPU
-can draw, rejected, so its energy was lost and the gated mean came out near zero."""
+"""An energy counter that stands still while the device draws (core/held_counter.py): a counter that stopped
+counting read 0 W, and one re-served between collections (dcgm-exporter collects every 30 s by default; a
+1 s scrape reads one value 30 times, then the jump) read 0 W for 29 s and then a step no GPU can draw,
+rejected, so its energy was lost and the gated mean came out near zero."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from sparkwatch.core.export_nodes import resolution_s
-from sparkwatch.core.integrals import HELD_COUNTER_S, Integrals
+from sparkwatch.core.held_counter import HELD_COUNTER_S
+from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.power import scope_stats, window_stats
 from sparkwatch.core.tracks import GpuPoint, GpuTrack
 from sparkwatch.core.windows import union
@@ -26,8 +27,20 @@ def _track(power_w: list[float], energy_j: list[float | None], interval_s: float
     )
 
 
-def _energy(integrals: Integrals, a_ns: int, b_ns: int) -> float:
-    return scope_stats(integrals, union([(a_ns, b_ns)])).energy_j or 0.0
+def _energy(integrals: Integrals, a_s: float, b_s: float) -> float:
+    return scope_stats(integrals, union([(T0 + round(a_s * S), T0 + round(b_s * S))])).energy_j or 0.0
+
+
+def _collected(average_w: list[float], reported_w: list[float], first_s: int = 10) -> tuple[list, list]:
+    """A 1 s scrape of a dcgm-exporter collecting every 30 s: collection k (at 30 k s, k ≥ 1) serves the
+    energy counter after block k−1 (which drew ``average_w[k-1]`` on average) and the power it read then,
+    ``reported_w[k]``; the track starts ``first_s`` s before the first collection it sees."""
+    power, energy = [], []
+    for t in range(30 - first_s, 30 * len(average_w) + 1):
+        k = t // 30
+        energy.append(1e6 + 30.0 * sum(average_w[:k]))
+        power.append(reported_w[min(k, len(reported_w) - 1)])
+    return power, energy
 
 
 def test_a_counter_that_stops_counting_falls_back_to_the_readings() -> None:
@@ -38,34 +51,66 @@ def test_a_counter_that_stops_counting_falls_back_to_the_readings() -> None:
             counted += 10.0
         energy.append(counted)
     integrals = Integrals.build(_track([100.0] * 71, energy, 0.1), 0.5)
-    assert _energy(integrals, T0 + 2 * S, T0 + 5 * S) == pytest.approx(300.0)  # it read 0 J before
-    assert _energy(integrals, T0, T0 + 7 * S) == pytest.approx(700.0)
+    assert _energy(integrals, 2, 5) == pytest.approx(300.0)  # it read 0 J before
+    assert _energy(integrals, 0, 7) == pytest.approx(700.0)
     assert integrals.method(np.ones(70, bool)) == "mixed"
     assert (
         not integrals.counter[20:50].any() and integrals.counter[:20].all() and integrals.counter[50:].all()
     )
 
 
-def test_a_counter_served_between_collections_is_spread_over_the_stretch_it_covers() -> None:
-    """dcgm-exporter's default: values collected every 30 s, scraped every 1 s. Power and counter are both
-    re-served; each collection's ΔE covers the 30 s before it."""
-    block_w = [300.0, 120.0, 450.0]
-    power, energy, counted = [], [], 1e6
-    for k in range(91):
-        if k and k % 30 == 0:
-            counted += block_w[(k - 1) // 30] * 30.0  # the collection at k: the 30 s before it
-        power.append(block_w[min(k // 30, 2)])
-        energy.append(counted)
+def test_a_stuck_counter_with_a_reading_missing_is_still_mended_around_it() -> None:
+    energy = [5000.0 + 10.0 * min(k, 20) for k in range(51)]  # moves for 2 s, then stuck for good
+    power = [100.0] * 51
+    power[30] = float("nan")
+    integrals = Integrals.build(_track(power, energy, 0.1), 0.5)
+    stats = scope_stats(integrals, union([(T0 + 2 * S, T0 + 5 * S)]))
+    assert stats.energy_j == pytest.approx(280.0) and stats.covered_s == pytest.approx(2.8)  # 2 gaps of 0.1 s
+    assert stats.implausible == 0
+
+
+def test_a_counter_served_between_collections_is_spread_over_the_collection_it_covers() -> None:
+    """The collections' power readings are those read at each collection, re-served; each collection's ΔE
+    covers the 30 s before it. The first stretch is seen only from 10 s before the first collection."""
+    average = [300.0, 300.0, 120.0, 450.0]
+    power, energy = _collected(average, [310.0, 300.0, 300.0, 120.0, 450.0])
     integrals = Integrals.build(_track(power, energy, 1.0), 0.5)
-    stats = scope_stats(integrals, union([(T0, T0 + 90 * S)]))
+    stats = scope_stats(integrals, union([(T0 + 10 * S, T0 + 100 * S)]))  # the collections seen whole
     assert stats.implausible == 0  # the 30 s jump in one 1 s step was 9 000 W: rejected, its energy lost
-    assert stats.energy_j == pytest.approx((300.0 + 120.0 + 450.0) * 30.0)
+    assert stats.energy_j == pytest.approx(30.0 * (300.0 + 120.0 + 450.0))
     assert stats.gated_mean_w == pytest.approx(290.0)
-    assert integrals.method(np.ones(90, bool)) == "counter"
-    starts = np.array([T0 + 5 * S, T0 + 40 * S], dtype=np.int64)
+    assert integrals.method(np.ones(len(integrals.dt_s), bool)) == "counter"
+    first = scope_stats(integrals, union([(T0, T0 + 10 * S)]))  # seen in part: not 9 000 J in 10 s
+    assert first.energy_j is None and first.covered_s == 0.0 and first.implausible == 0  # a gap
+    starts = np.array([T0 + 15 * S, T0 + 50 * S], dtype=np.int64)
     windows = window_stats(integrals, starts, starts + 10 * S)
     assert windows.gated_mean_w == pytest.approx([300.0, 120.0])  # they read 0 W before
     assert resolution_s(_track(power, energy, 1.0)) == pytest.approx(30.0)  # the collection's, not 1 s
+
+
+def test_a_load_drop_inside_a_collection_is_counted_once() -> None:
+    """600 W read at a collection, then the GPU drops to 60 W: the re-served 600 W readings say far more
+    than the counter's advance, which is still the collection's whole energy, not a counter resuming."""
+    power, energy = _collected([600.0, 78.0, 60.0], [600.0, 600.0, 60.0, 60.0])
+    integrals = Integrals.build(_track(power, energy, 1.0), 0.5)
+    assert _energy(integrals, 10, 70) == pytest.approx(30.0 * (78.0 + 60.0))
+    assert scope_stats(integrals, union([(T0 + 10 * S, T0 + 70 * S)])).implausible == 0
+    # the same at the track's start: its first collection seen in part is a gap, not 600 W for 10 s
+    power, energy = _collected([78.0, 60.0], [600.0, 60.0, 60.0])
+    integrals = Integrals.build(_track(power, energy, 1.0), 0.5)
+    assert scope_stats(integrals, union([(T0, T0 + 10 * S)])).covered_s == 0.0
+    assert _energy(integrals, 10, 40) == pytest.approx(30.0 * 60.0)
+
+
+def test_a_stuck_counter_seen_in_part_and_its_catch_up_take_the_live_readings() -> None:
+    """The counter stands still from before the track begins; the readings are live (they vary): the
+    catch-up's advance covers time before the track, so neither it nor the stretch is the counter's."""
+    power = [100.0 + (k % 3) for k in range(31)]
+    energy = [500.0] * 21 + [500.0 + 400.0 + 10.0 * k for k in range(10)]  # a 400 J catch-up at step 20
+    integrals = Integrals.build(_track(power, energy, 0.1), 0.5)
+    assert not integrals.counter[:21].any() and integrals.counter[21:].all()
+    assert _energy(integrals, 0, 2.1) == pytest.approx(float(np.sum(integrals.power_w[:21]) * 0.1))
+    assert 200.0 < _energy(integrals, 0, 2.1) < 220.0  # the readings' ~101 W, not the 400 J squeezed in
 
 
 def test_a_counter_that_moves_less_often_than_the_samples_but_within_a_second_is_left_as_it_reads() -> None:
@@ -74,9 +119,11 @@ def test_a_counter_that_moves_less_often_than_the_samples_but_within_a_second_is
     integrals = Integrals.build(_track([200.0] * 41, energy, 0.1), 0.5)
     assert integrals.power_w[:4].tolist() == pytest.approx([0.0, 400.0, 0.0, 400.0])
     assert integrals.method(np.ones(40, bool)) == "counter"
-    assert _energy(integrals, T0, T0 + 4 * S) == pytest.approx(800.0)
+    assert _energy(integrals, 0, 4) == pytest.approx(800.0)
     assert resolution_s(_track([200.0] * 41, energy, 0.1)) == pytest.approx(0.2)
     assert resolution_s(_track([200.0] * 41, [float(k) for k in range(41)], 0.1)) == pytest.approx(0.1)
+    aliased = [float(k - (k % 50 == 49)) for k in range(41 * 5)]  # now and then a tick lands one sample late
+    assert resolution_s(_track([200.0] * len(aliased), aliased, 0.1)) == pytest.approx(0.1)
     assert resolution_s(_track([200.0] * 41, [None] * 41, 0.1)) == pytest.approx(0.1)  # no counter
 
 

@@ -254,6 +254,8 @@ def _windows_json(
     """The export's ``windows``: each window's fields, verdict, node entries, split and engine entry, made
     a slice of windows at a time from the nodes' columns (core.window_rows)."""
     uncertainty_s = max((c.uncertainty_ns or 0 for _, c in clocks), default=0) / 1e9
+    # a window is judged against the samples' interval, or a slower counter's (an exporter's collection)
+    interval_s = max([run.interval_s, *(f.counter_interval_s for f in figures if f.counter_interval_s)])
     lengths_s = (plan.ends - plan.starts) / 1e9
     partial = [_partial_windows(str(f.json["node"]), f.system, lengths_s) for f in figures]
     prefill, decode = _window_splits(figures, len(windows))
@@ -277,7 +279,7 @@ def _windows_json(
         ]
         suspects += [f"{e['node']}: {flag}" for e in entries for flag in e["throttle"]]
         suspects += [why[k] for why in partial if k in why]
-        return verdict(length_s, coverages, run.interval_s, uncertainty_s, suspects)
+        return verdict(length_s, coverages, interval_s, uncertainty_s, suspects)
 
     def make(lo: int, hi: int) -> list[dict[str, Any]]:
         out = []

@@ -23,6 +23,9 @@ from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Scope
 from sparkwatch.defaults import ScopeKind
 
+#: A counter moving at least this many times slower than its samples are taken sets what the figures resolve.
+COUNTER_SLOWER = 1.5
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -47,6 +50,7 @@ class NodeFigures:
     memory_peak_bytes: int | None
     system: DomainFigures  # the node's power domains beside the GPU rail
     split_j: tuple[F64, F64]  # per window: prefill and decode energy (NaN = unknown), for the windows' sums
+    counter_interval_s: float | None  # its slowest GPU counter's, where slower than its samples
 
 
 def sum_known(values: Sequence[float | None]) -> float | None:
@@ -69,10 +73,12 @@ def seen_interval_s(t_ns: I64, segment: I64) -> float | None:
     return median_of(spacing) / 1e9 if len(spacing) else None
 
 
-def resolution_s(track: GpuTrack) -> float | None:
-    """The interval a track's figures resolve: its samples' (``seen_interval_s``), or how often its energy
-    counter moved where that is slower — an exporter that serves one collection to several scrapes
-    (dcgm-exporter collects every 30 s by default) gives the collection's, whatever the scrape's."""
+def counter_interval_s(track: GpuTrack) -> float | None:
+    """How often the track's energy counter moved — the median spacing of its moves inside one boot —
+    where that is clearly slower than its samples (``COUNTER_SLOWER`` times or more: a counter a tick late
+    now and then is not slower); else ``None``. An exporter that serves one collection to several scrapes
+    (dcgm-exporter collects every 30 s by default) gives the collection's interval: its figures resolve no
+    finer, whatever the scrape's."""
     seen = seen_interval_s(track.t_ns, track.segment)
     with np.errstate(invalid="ignore"):
         step = np.diff(track.energy_j)
@@ -80,14 +86,20 @@ def resolution_s(track: GpuTrack) -> float | None:
     same = track.segment[moved[1:]] == track.segment[moved[:-1]]
     spacing = np.diff(track.t_ns[moved])[same]
     if seen is None or not len(spacing):
-        return seen
-    return max(seen, median_of(spacing) / 1e9)
+        return None
+    every_s = median_of(spacing) / 1e9
+    return every_s if every_s >= COUNTER_SLOWER * seen else None
+
+
+def resolution_s(track: GpuTrack) -> float | None:
+    """The interval a track's figures resolve: its samples', or its counter's where that is slower."""
+    seen = seen_interval_s(track.t_ns, track.segment)
+    return None if seen is None else max(seen, counter_interval_s(track) or 0.0)
 
 
 def longest_interval_s(tracks: Iterable[GpuTrack]) -> float:
-    """The longest interval the tracks resolve (a TSDB's scrape or its exporter's collection), to the ms;
-    0 when none shows one."""
-    seen = [resolution_s(g) for g in tracks]
+    """The longest sample interval the tracks show (a TSDB's scrape interval), to the ms; 0 when none does."""
+    seen = [seen_interval_s(g.t_ns, g.segment) for g in tracks]
     return round(max((s for s in seen if s), default=0.0), 3)
 
 
@@ -136,6 +148,7 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
         memory_peak_bytes=memory.peak_bytes,
         system=system,
         split_j=split,
+        counter_interval_s=max((c for g in node.gpus if (c := counter_interval_s(g))), default=None),
     )
 
 
@@ -179,7 +192,7 @@ def _node_json(
             }
             for uuid, s, w in zip(node.gpu_uuids, stats, idle, strict=True)
         ],
-        "null_reasons": _null_reasons(stats, threshold, _without_util(node)),
+        "null_reasons": _null_reasons(stats, threshold, _without_util(node), max_w),
     }
 
 
@@ -283,9 +296,10 @@ def _without_util(node: NodeInput) -> list[str]:
 
 
 def _null_reasons(
-    stats: Sequence[PowerStats], threshold: float, without_util: Sequence[str]
+    stats: Sequence[PowerStats], threshold: float, without_util: Sequence[str], max_w: float | None
 ) -> dict[str, str]:
-    """Why a figure is null; ``without_util``: the GPUs with no utilisation sample at all."""
+    """Why a figure is null; ``without_util``: the GPUs with no utilisation sample at all; ``max_w``: the
+    node's maximum (null where no time has every GPU's power)."""
     reasons: dict[str, str] = {}
     if not stats:
         reasons["power_w"] = "no GPU samples from this node"
@@ -293,6 +307,9 @@ def _null_reasons(
     if any(s.covered_s == 0 for s in stats):
         reasons["power_w.mean"] = "no valid sample interval inside the scope"
         reasons["energy_j"] = "no valid sample interval inside the scope"
+        reasons["power_w.max"] = "no valid sample interval inside the scope"
+    elif max_w is None:
+        reasons["power_w.max"] = "no time inside the scope at which every GPU's power is known"
     if any(s.gated_s == 0 for s in stats):
         reasons["power_w.gated_mean"] = (
             f"no utilisation sample (the gate's series) from GPU {', '.join(without_util)}"

@@ -2,10 +2,8 @@
 
 Interval k is [t_k, t_{k+1}] between consecutive samples of one boot, at most ``GAP_INTERVALS`` nominal
 intervals long. Its power is ΔE/Δt from the energy counter when both ends have it (and it did not go
-backwards), else the trapezoid of the two power readings; without either it is a gap. A counter *held*
-at one value for ``HELD_COUNTER_S`` or longer while the power readings say the device draws is not being
-updated (``_mend_held``): when the next step is the catch-up, its ΔE is spread over the held stretch and
-that step; when it is not, the stretch takes the trapezoid. Power no GPU can
+backwards), else the trapezoid of the two power readings; without either it is a gap. A counter that stood
+still while the readings say the device drew is mended first (core/held_counter.py). Power no GPU can
 draw (above ``MAX_PLAUSIBLE_GPU_W``: a counter that jumped, samples squeezed together; or a trapezoid
 over a reading below zero: a sensor or meter read wrong) is *implausible*: the interval is a gap too,
 counted, never averaged. It is *gated in* when the utilisation reported at
@@ -25,21 +23,12 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from sparkwatch.core.held_counter import mend_held
 from sparkwatch.core.tracks import F64, I64, GpuTrack
 
 EnergyMethod = Literal["counter", "trapezoid", "mixed", "none"]
 #: A ceiling no single GPU reaches (the largest accelerators draw about 1.2-1.4 kW at full load).
 MAX_PLAUSIBLE_GPU_W = 3000.0
-#: A counter unmoved this long is not being updated: NVML's moves every 10-100 ms (domain.md), and
-#: dcgm-exporter serves the values it collected every 30 s by default (``-c``, ``DCGM_EXPORTER_INTERVAL``)
-#: to every scrape in between, so a faster scrape reads one counter value many times, then the jump.
-HELD_COUNTER_S = 1.0
-#: ... while the power readings over the stretch average at least this (a rail resting near 0 W moves a
-#: millijoule counter too little to tell).
-HELD_COUNTER_MIN_W = 1.0
-#: The step after a held stretch is its catch-up when it advances by at least this share of what the power
-#: readings say the stretch and that step drew (a counter that only resumes gives about one step's worth).
-CATCH_UP_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +68,7 @@ class Integrals:
             valid = track.segment[1:] == track.segment[:-1]
             valid &= positive
             valid &= dt_ns <= np.maximum(track.max_gap_ns[1:], track.max_gap_ns[:-1])
-            _mend_held(track.power_w, d_energy, dt_s, valid, power=power, counter=counter)
+            mend_held(track.power_w, d_energy, dt_s, valid, power=power, counter=counter)
             valid &= np.isfinite(power)
             implausible = power > max_plausible_w
             # a trapezoid over a reading below zero (a counter's ΔE/Δt never is): no mean takes it
@@ -145,44 +134,6 @@ class Integrals:
         if by_counter.all():
             return "counter"
         return "trapezoid" if not by_counter.any() else "mixed"
-
-
-def _mend_held(
-    power_w: F64,
-    d_energy: F64,
-    dt_s: F64,
-    joined: npt.NDArray[np.bool_],
-    *,
-    power: F64,
-    counter: npt.NDArray[np.bool_],
-) -> None:
-    """In place: each stretch of ``joined`` intervals over which the counter stood still for at least
-    ``HELD_COUNTER_S`` while the readings (``power_w``, per sample) drew ``HELD_COUNTER_MIN_W`` or more.
-    Followed by its catch-up, the counter is right over the stretch and that step together, so their power
-    is its ΔE over their time (exact in sum, constant inside: the counter says no more); else the stretch's
-    power is the trapezoid, and not the counter's."""
-    flat = counter & joined
-    flat &= d_energy == 0
-    if not flat.any():
-        return
-    edges = np.diff(flat.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # stretches [start, end)
-    elapsed = np.concatenate(([0.0], np.cumsum(dt_s)))
-    long = elapsed[ends] - elapsed[starts] >= HELD_COUNTER_S
-    for a, b in zip(starts[long].tolist(), ends[long].tolist(), strict=True):
-        readings = 0.5 * (power_w[a:b] + power_w[a + 1 : b + 1])
-        drawn_j = float(np.dot(readings, dt_s[a:b]))
-        span_s = float(elapsed[b] - elapsed[a])
-        if not np.isfinite(drawn_j) or drawn_j < HELD_COUNTER_MIN_W * span_s:
-            continue  # no readings to tell by, or a rail at rest: the counter may be right
-        if b < len(d_energy) and joined[b] and counter[b]:
-            step = 0.5 * (power_w[b] + power_w[b + 1])
-            expected_j = drawn_j + (step if np.isfinite(step) else drawn_j / span_s) * dt_s[b]
-            if d_energy[b] >= CATCH_UP_SHARE * expected_j:
-                power[a : b + 1] = d_energy[b] / (span_s + dt_s[b])
-                continue
-        power[a:b] = readings
-        counter[a:b] = False
 
 
 def _cumulative(per_interval: F64) -> F64:
