@@ -87,8 +87,8 @@ class CoordinatorError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Imported:
-    """An import the coordinator committed: how many windows, and its note when some of them repeat the
-    proxy's requests (those are counted twice)."""
+    """An import the coordinator committed: how many windows, and its note when some of the file's
+    repeated the proxy's requests (those were left out)."""
 
     count: int
     note: str | None
@@ -237,7 +237,8 @@ class CoordinatorClient:
         """Every window in one import (``WINDOWS_PER_POST`` per request, read from ``windows`` as they are
         posted), committed at the end: the run gets all of them or, when anything fails on the way (a bad
         line late in a file, a refusal, Ctrl-C), none. The coordinator refuses an import that mostly
-        repeats the proxy's requests, and notes one that partly does (core/repeated_windows.py)."""
+        repeats the proxy's requests, and leaves out the windows of one that partly does, with a note
+        (core/repeated_windows.py)."""
         path = _run_path(run_id) + "/imports"
         begun = self._shaped(await self._call("POST", path, {}), {"import_id": str}, f"POST {path}")
         import_id = str(begun["import_id"])

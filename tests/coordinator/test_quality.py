@@ -3,6 +3,7 @@ user's config file that can make every run strict."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import tempfile
@@ -149,6 +150,13 @@ def test_a_spilled_window_cut_short_stays_unmeasured_when_imported_back(tmp_path
     assert back["left"].source["client_left_unfinished"] is True and back["left"].failed
     assert "the client hung up" in (back["left"].failure() or "")
     assert not back["whole"].failed
+    # the proxy's again (a harness file of the same requests is compared with them at its import)
+    assert {w.source.get("kind") for w in back.values()} == {"proxy"}
+    assert {w.source["format"] for w in back.values()} == {"plain"}
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"origin": "harness", "windows": []}))
+    with pytest.raises(Exception, match="origin must be 'proxy'") as caught:
+        list(read_windows("plain", other))
     bad = tmp_path / "bad.csv"
     bad.write_text(f"id,phase,t_start_ns,t_end_ns,failure\nx,timed,{T0},{T0 + 1},tired\n")
     with pytest.raises(Exception, match="failure must be one of upstream_broke_off") as caught:

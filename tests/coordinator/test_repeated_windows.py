@@ -48,7 +48,8 @@ def test_the_verdict_keeps_the_proxys_windows_when_half_or_more_repeat() -> None
     assert said.startswith("6 of the 12 window(s) in b.json (guidellm) repeat the proxy's")
     assert "not imported (each would be counted twice)" in said and "another phase" not in said
     take, said = verdict("plain", "x.csv", repeated(proxy, harness[:1]), 3)
-    assert take and said is not None and said.endswith("those requests are counted twice")
+    assert take and said is not None
+    assert said.endswith("and were left out: the proxy's windows stand for those requests")
 
 
 def test_the_verdict_says_when_the_file_gives_the_requests_another_phase() -> None:
@@ -76,8 +77,11 @@ def test_the_store_drops_an_import_of_the_proxys_requests_at_its_commit(tmp_path
     store = Store(tmp_path / "sw.db", now_ns=lambda: T0)
     store.create_run(RunRow("r1", "bench", T0, None, 0.1, 0.5, "request"))
     store.add_windows("r1", [_proxied(f"p{k}", 1000 * k, 1000 * k + 500) for k in range(4)])
-    # text that reads like a proxy's source does not make a harness window the proxy's
-    decoy = dataclasses.replace(_w("decoy", 0, 500), source={"format": "plain", "x": '"kind": "proxy"'})
+    # a source that holds a proxy's kind deeper down (the stored text matches the read's filter) is not
+    # the proxy's: nothing below may pair with it
+    decoy = dataclasses.replace(
+        _w("decoy", 5000, 5500), source={"format": "plain", "meta": {"kind": "proxy"}}
+    )
     store.add_windows("r1", [decoy])
 
     again = store.begin_import("r1")
@@ -92,21 +96,23 @@ def test_the_store_drops_an_import_of_the_proxys_requests_at_its_commit(tmp_path
     with pytest.raises(NotFound):
         store.commit_import("r1", again)
 
-    own = store.begin_import("r1")  # one request again, three of its own: taken, and said
+    own = store.begin_import("r1")  # one request again, four of its own: taken without the one, and said
     store.add_windows(
         "r1",
         [
             _harness("h0", 2, 501, "plain"),
+            _harness("near-decoy", 5002, 5499, "plain"),
             *(_harness(f"o{k}", 200 * k, 250 * k + 3000, "plain") for k in range(3)),
         ],
         own,
     )
     count, note = store.commit_import("r1", own)
     assert count == 4 and store.count_windows("r1") == 9
-    assert note is not None and note.startswith(f"1 of the 4 window(s) in import {own} (plain) repeat")
-    assert note.endswith("those requests are counted twice")
+    assert "h0" not in {w.id for w in store.windows("r1")}  # the proxy's p0 stands for that request
+    assert note is not None and note.startswith(f"1 of the 5 window(s) in import {own} (plain) repeat")
+    assert note.endswith("and were left out: the proxy's windows stand for those requests")
 
-    other_proxy = store.begin_import("r1")  # another proxy's windows (a spill file): the proxy's own kind
+    other_proxy = store.begin_import("r1")  # windows a proxy posted as an import: the proxy's own kind
     store.add_windows("r1", [_proxied("q0", 1, 501)], other_proxy)
     assert store.commit_import("r1", other_proxy) == (1, None)
     nothing = store.begin_import("r1")

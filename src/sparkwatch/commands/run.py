@@ -104,24 +104,19 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
         if not check.ok:
             state.failed_checks.append(check.notes[0])
         return
-    said: str | None = None
     try:
         windows = read_windows(fmt, path, clock_anchor=opts.clock_anchor, since_ns=state.opened_ns)
         if proxied:  # held whole only beside the proxy, to be compared with its windows
             held = list(windows)
             in_run = [w for w in proxied if w.id not in state.unstored]  # a spilled window is no repeat
             take, said = verdict(fmt, str(path), repeated(in_run, held), len(held))
-            if said is not None:
-                _note(opts, state, said)
-            if not take:
+            if not take:  # the proxy's requests again: not even sent (the coordinator would refuse them)
+                _note(opts, state, said or "")
                 return
-            if said is not None:  # some requests counted twice: the figures per token are not sound
-                state.failed_checks.append(said)
             windows = iter(held)
         done = await client.import_windows(state.run_id, windows)
-        if done.note is not None and said is None:  # the coordinator's check, on the proxy windows it has
-            _note(opts, state, done.note)
-            state.failed_checks.append(done.note)
+        if done.note is not None:  # the coordinator left out the windows that repeat the proxy's
+            _note(opts, state, f"{path}: {done.note}")
     except (ImportFormatError, CoordinatorError) as exc:
         shown, text = import_failure(path, exc, _capture_path(opts) if opts.capture_dir else None)
         opts.stderr.write(f"sparkwatch: import of {shown} ({fmt}) skipped: {text}\n")

@@ -42,9 +42,10 @@ def verdict(
     fmt: str, shown: str, pairs: Sequence[tuple[Window, Window]], total: int
 ) -> tuple[bool, str | None]:
     """Whether to import the file, and the run note that says why (None: nothing to say). At least half its
-    windows repeating the proxy's: the same requests again, not imported; fewer: imported, and said. The
-    note also says how many of the pairs the file gives another phase (a harness's warm-up that the proxy,
-    without a matching --warmup, took for timed)."""
+    windows repeating the proxy's: the same requests again, not imported; fewer: the file has requests of
+    its own, imported without the windows that repeat the proxy's (the coordinator leaves them out at the
+    import's commit). The note also says how many of the pairs the file gives another phase (a harness's
+    warm-up that the proxy, without a matching --warmup, took for timed)."""
     if not pairs:
         return True, None
     what = f"{len(pairs)} of the {total} window(s) in {shown} ({fmt}) repeat the proxy's"
@@ -61,5 +62,4 @@ def verdict(
             f"{what} {tolerance}: the proxy's requests again, not imported (each would be counted twice);"
             f" the export keeps the proxy's windows{phases}"
         )
-    counted = "and were imported all the same: those requests are counted twice"
-    return True, f"{what} {tolerance} {counted}{phases}"
+    return True, f"{what} {tolerance} and were left out: the proxy's windows stand for those requests{phases}"

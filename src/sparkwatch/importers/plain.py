@@ -41,6 +41,9 @@ FAILURE = "failure"
 KEYS = (*REQUIRED_FIELDS, *OPTIONAL_INT_FIELDS, *OPTIONAL_STR_FIELDS, FAILURE)
 INTS = ("t_start_ns", "t_end_ns", *OPTIONAL_INT_FIELDS)
 MAPPING: dict[str, object] = {"kind": "identity", "rule": "Unix epoch ns integers as written"}
+#: A JSON file's ``origin`` when the proxy spilled its windows (proxy/spill.py): imported back, they are the
+#: proxy's (``source.kind``), so a harness file of the same requests is compared with them too.
+PROXY_ORIGIN = "proxy"
 _UNSIGNED = re.compile(r"[0-9]+")
 
 
@@ -52,11 +55,20 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> Iterator[Windo
     if suffix == ".csv":
         rows = _csv_rows(path)
     elif suffix == ".json":
-        rows = _json_rows(read_json(path))
+        data = read_json(path)
+        rows = _json_rows(data)
+        origin = data.get("origin")
+        if origin is not None and origin != PROXY_ORIGIN:
+            raise Problem(
+                f"origin must be {PROXY_ORIGIN!r} (a proxy's spill file) or absent, not {origin!r:.80}"
+            )
     else:
         raise Problem(f"plain windows must be a .csv or .json file, not {path.suffix or 'no extension'!r}")
     for where, row in rows:
-        yield _window(path, suffix[1:], where, row)
+        window = _window(path, suffix[1:], where, row)
+        if suffix == ".json" and origin == PROXY_ORIGIN:
+            window.source["kind"] = PROXY_ORIGIN
+        yield window
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sparkwatch.core.windows import CUT_SHORT, Window
-from sparkwatch.importers.plain import FAILURE, KEYS
+from sparkwatch.importers.plain import FAILURE, KEYS, PROXY_ORIGIN
 from sparkwatch.outputs import not_a_file, write_text_atomically
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,14 @@ def spill_path_beside(export: Path) -> Path:
 def write_spill(path: Path, windows: Sequence[Window]) -> None:
     """``windows`` as a plain JSON window file (written whole or not at all). The plain format carries a
     window's own fields and why it did not complete (``failure``: a window cut short stays unmeasured when
-    imported back); the file says where they came from in its ``note``."""
+    imported back); the file says where they came from in its ``note``, and ``origin`` makes them the
+    proxy's again when imported (so a harness file of the same requests is compared with them)."""
     rows = [_row(w) for w in windows]
     note = (
         "windows the sparkwatch proxy measured but could not store; `sparkwatch import plain FILE --run ID`"
     )
-    write_text_atomically(path, json.dumps({"note": note, "windows": rows}, indent=1) + "\n")
+    body = {"note": note, "origin": PROXY_ORIGIN, "windows": rows}
+    write_text_atomically(path, json.dumps(body, indent=1) + "\n")
 
 
 def _row(window: Window) -> dict[str, object]:

@@ -330,8 +330,9 @@ class Store:
 
     def commit_import(self, run_id: str, import_id: str) -> Committed:
         """Make every window of the import part of the run at once (into an ended run only if each lies
-        inside its span); returns how many there are, and the note when some repeat the proxy's requests.
-        An import that mostly repeats them is dropped instead (``RepeatsProxy``: core/repeated_windows.py)."""
+        inside its span); returns how many there are, and the note when some repeated the proxy's requests
+        (those are left out). An import that mostly repeats them is dropped instead (``RepeatsProxy``:
+        core/repeated_windows.py)."""
         note = windows_table.proxy_repeats(self._db, run_id, import_id)
         return Committed(windows_table.commit_import(self._db, run_id, import_id), note)
 

@@ -154,8 +154,8 @@ def commit_import(db: sqlite3.Connection, run_id: str, import_id: str) -> int:
 
 
 class Committed(NamedTuple):
-    """A committed import: how many windows it made part of the run, and the note when some of them
-    repeat the proxy's requests (``proxy_repeats``)."""
+    """A committed import: how many windows it made part of the run, and the note when some of its
+    windows repeated the proxy's requests and were left out (``proxy_repeats``)."""
 
     windows: int
     note: str | None
@@ -163,20 +163,22 @@ class Committed(NamedTuple):
 
 def proxy_repeats(db: sqlite3.Connection, run_id: str, import_id: str) -> str | None:
     """Before an import is committed: its windows compared with the proxy's in the run (a harness file of
-    the proxy's requests would give each twice). At least half repeating: the import is dropped and
-    ``RepeatsProxy`` raised; fewer: the note that says how many (None: nothing repeats)."""
+    the proxy's requests would give each twice, and joules per token at half). At least half repeating: the
+    import is dropped and ``RepeatsProxy`` raised; fewer: those that repeat are left out of it, and the note
+    says how many (None: nothing repeats)."""
     _open_import(db, run_id, import_id)
     staged = [w for w in _read(db, "run_id = ? AND import_id = ?", (run_id, import_id)) if not _proxy(w)]
     if not staged:
         return None
     # the text filter only narrows what is parsed; a window is the proxy's by its parsed source
-    proxy = [w for w in _read(db, f"run_id = ? AND {_VISIBLE} AND source LIKE ?", (run_id, _PROXY_LIKE))]
+    proxy = _read(db, f"run_id = ? AND {_VISIBLE} AND source LIKE ?", (run_id, _PROXY_LIKE))
     pairs = repeated([w for w in proxy if _proxy(w)], staged)
     formats = ", ".join(sorted({str(w.source.get("format", "windows")) for w in staged}))
     take, note = verdict(formats, f"import {import_id}", pairs, len(staged))
     if not take:
         abort_import(db, run_id, import_id)
         raise RepeatsProxy(note or "", len(pairs), len(staged))
+    _delete_ids(db, run_id, import_id, [theirs.id for _, theirs in pairs])
     return note
 
 
