@@ -22,7 +22,9 @@ CHATTY_LOGGERS = ("asyncssh",)
 
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said with the usage of the subcommand the user typed, not the whole program's
+        getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     configure_logging(args.log_level)
     if args.log_level.lower() != "debug":
         for name in CHATTY_LOGGERS:

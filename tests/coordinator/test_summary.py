@@ -95,3 +95,24 @@ def test_each_n_a_in_a_nodes_row_says_why() -> None:
     assert "  n/a spark-2 gated W: no interval inside the scope with utilisation >= 0.5" in text
     assert "  n/a spark-2 energy J: no valid sample interval inside the scope" in text
     assert "n/a spark-1" not in text
+
+
+def test_the_wrapped_command_is_printed_as_a_shell_would_take_it_back() -> None:
+    """`sh -c 'sleep 1; exit 5'` printed as ``sh -c sleep 1; exit 5`` read as two commands."""
+    data = export([node("spark-1", 55.7, None)], [])
+    data["run"]["command"] = {"argv": ["sh", "-c", "sleep 1; exit 5", "\x1b[2J"], "exit_code": 5}
+    line = next(line for line in summary_table(data).splitlines() if line.startswith("command"))
+    assert line == "command FAILED with exit code 5: sh -c 'sleep 1; exit 5' '\\x1b[2J'"
+
+
+def test_a_failed_import_names_its_file_once(tmp_path: Any) -> None:
+    """`import failed: nofile.json (plain): nofile.json: no such file` said the file twice."""
+    from sparkwatch.commands.run_lmx import import_failure
+    from sparkwatch.importers import ImportFormatError, read_windows
+
+    missing = tmp_path / "nofile.json"
+    try:
+        list(read_windows("plain", missing))
+    except ImportFormatError as exc:
+        shown, why = import_failure(missing, exc, None)
+    assert (shown, why) == (str(missing), "no such file")

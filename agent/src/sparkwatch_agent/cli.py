@@ -66,6 +66,8 @@ def make_parser() -> argparse.ArgumentParser:
         "probe", help="print capabilities, hardware and one sample as JSON; exit 1 when no GPU was read"
     )
     _add_common(probe_p)
+    for child in (serve_p, stream_p, probe_p):  # an unknown flag is said with its subcommand's usage
+        child.set_defaults(subparser=child)
     return parser
 
 
@@ -96,7 +98,10 @@ def _probe(sampler: Sampler) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     configure_logging(args.log_level)
     try:
         config = _config_from(args)

@@ -63,8 +63,8 @@ class ProxyWindows:
 def import_failure(path: Path, exc: Exception, capture: Path | None) -> tuple[str, str]:
     """What a failed import is called and why: the command's own stderr (``capture``, a temporary file gone
     once the run ends) by that name, never the file's."""
-    if path != capture:
-        return str(path), str(exc)
+    if path != capture:  # the error begins with the file's path or name, which is said already
+        return str(path), str(exc).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")
     return "the command's stderr", str(exc).replace(str(path), path.name).removeprefix(f"{path.name}: ")
 
 

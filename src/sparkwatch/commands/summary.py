@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ def summary_table(export: dict[str, Any]) -> str:
         outcome = (
             "succeeded" if command["exit_code"] == 0 else f"FAILED with exit code {command['exit_code']}"
         )
-        lines.append(f"command {outcome}: {' '.join(command['argv'])}")
+        lines.append(f"command {outcome}: {shown(shlex.join(command['argv']))}")  # as a shell takes it back
     with_system = any(node.get("system") for node in export["nodes"])
     lines += ["", *_node_rows(export, with_system), "", *_totals_lines(export["totals"], with_system)]
     throttled = [w for w in measured if any(e.get("throttle") for e in w["nodes"])]

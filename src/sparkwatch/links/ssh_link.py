@@ -32,6 +32,8 @@ EXEC_FLUSH_S = 0.2
 PROBE_TIMEOUT_S = 5.0
 #: Of an ended agent's stderr, this much goes into the link's error (one line, whitespace folded).
 STDERR_CHARS = 300
+#: ... read from its stderr to find it (a subcommand's usage comes before argparse's error line).
+STDERR_READ_CHARS = 4096
 
 
 def connect_options(spec: NodeSpec) -> dict[str, Any]:
@@ -205,7 +207,7 @@ async def _ended(process: asyncssh.SSHClientProcess[str], stdout_line: str = "")
     said = ""
     with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
         async with asyncio.timeout(1.0):
-            said = " ".join((await process.stderr.read(STDERR_CHARS)).split())
+            said = _gist(await process.stderr.read(STDERR_READ_CHARS))
     with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
         async with asyncio.timeout(1.0):  # the exit status may come a moment after stderr's end
             await process.wait_closed()
@@ -214,6 +216,13 @@ async def _ended(process: asyncssh.SSHClientProcess[str], stdout_line: str = "")
         said = f"{said}; " if said else ""
         said += f"it wrote {stdout_line!r} before any frame (does the SSH user have a login shell?)"
     return f"agent process ended ({status})" + (f": {said}" if said else "")
+
+
+def _gist(stderr: str) -> str:
+    """What a process that ended said on stderr, on one line: an argparse error's own line (after a
+    usage that can run over many lines), else the start of it."""
+    errors = [line.strip() for line in stderr.splitlines() if ": error: " in line]
+    return (errors[-1] if errors else " ".join(stderr.split()))[:STDERR_CHARS]
 
 
 class _LineCutter:

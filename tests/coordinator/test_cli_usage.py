@@ -1,0 +1,46 @@
+"""The command line's own refusals: an unknown flag is said with the usage of the subcommand it was given
+to, as docs/cli.md says (argparse's top-level parser printed the whole program's usage instead)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkwatch.cli import main
+from sparkwatch_agent.cli import main as agent_main
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["run", "--bogus", "--", "true"], "usage: sparkwatch run "),
+        (["runs", "list", "--bogus"], "usage: sparkwatch runs list "),
+        (["export", "--db", "x.db", "--bogus"], "usage: sparkwatch export "),
+        (["--bogus"], "usage: sparkwatch "),
+    ],
+)
+def test_an_unknown_flag_is_said_with_its_subcommands_usage(
+    argv: list[str], usage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.startswith(usage), err
+    prog = usage.removeprefix("usage: ").rstrip()
+    assert err.rstrip().splitlines()[-1] == f"{prog}: error: unrecognized arguments: --bogus"
+
+
+def test_the_agents_unknown_flag_is_said_with_its_subcommands_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        agent_main(["serve", "--bogus"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.startswith("usage: sparkwatch-agent serve "), err
+
+
+def test_a_command_after_the_double_dash_keeps_its_own_flags() -> None:
+    """parse_known_args must not take a wrapped command's flags for sparkwatch's."""
+    from sparkwatch.cli_parser import make_parser
+
+    args, unknown = make_parser().parse_known_args(["run", "--", "python", "-c", "1", "--weird"])
+    assert unknown == [] and args.cmd == ["--", "python", "-c", "1", "--weird"]
