@@ -13,6 +13,7 @@ import sys
 
 from sparkwatch.cli_commands import COMMANDS, handler, is_user_error
 from sparkwatch.cli_parser import PROG, make_parser
+from sparkwatch_agent.shared.cli_flags import refuse_unknown
 from sparkwatch_agent.shared.journal_log import configure_logging
 
 #: Libraries that log every connection at INFO (asyncssh: ~17 lines per SSH dial, ~2 000 an hour for one
@@ -23,8 +24,8 @@ CHATTY_LOGGERS = ("asyncssh",)
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown:  # said with the usage of the subcommand the user typed, not the whole program's
-        getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:
+        refuse_unknown(parser, args, sys.argv[1:] if argv is None else argv, unknown)
     configure_logging(args.log_level)
     if args.log_level.lower() != "debug":
         for name in CHATTY_LOGGERS:

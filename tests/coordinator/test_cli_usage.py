@@ -16,6 +16,7 @@ from sparkwatch_agent.cli import main as agent_main
         (["runs", "list", "--bogus"], "usage: sparkwatch runs list "),
         (["export", "--db", "x.db", "--bogus"], "usage: sparkwatch export "),
         (["--bogus"], "usage: sparkwatch "),
+        (["--bogus", "runs", "list"], "usage: sparkwatch "),  # typed before the subcommand: the program's
     ],
 )
 def test_an_unknown_flag_is_said_with_its_subcommands_usage(
@@ -27,6 +28,8 @@ def test_an_unknown_flag_is_said_with_its_subcommands_usage(
     assert exited.value.code == 2 and err.startswith(usage), err
     prog = usage.removeprefix("usage: ").rstrip()
     assert err.rstrip().splitlines()[-1] == f"{prog}: error: unrecognized arguments: --bogus"
+    if argv[0] == "--bogus":
+        assert "COMMAND" in err.splitlines()[1] or "COMMAND" in err.splitlines()[0]
 
 
 def test_the_agents_unknown_flag_is_said_with_its_subcommands_usage(

@@ -60,13 +60,31 @@ def test_a_counter_that_stops_counting_falls_back_to_the_readings() -> None:
 
 
 def test_a_stuck_counter_with_a_reading_missing_is_still_mended_around_it() -> None:
+    """Live readings (they vary) while the counter stands still to the track's end: the trapezoid, and the
+    missing reading's two intervals are gaps."""
     energy = [5000.0 + 10.0 * min(k, 20) for k in range(51)]  # moves for 2 s, then stuck for good
-    power = [100.0] * 51
+    power = [100.0 + (k % 3) for k in range(51)]
     power[30] = float("nan")
     integrals = Integrals.build(_track(power, energy, 0.1), 0.5)
     stats = scope_stats(integrals, union([(T0 + 2 * S, T0 + 5 * S)]))
-    assert stats.energy_j == pytest.approx(280.0) and stats.covered_s == pytest.approx(2.8)  # 2 gaps of 0.1 s
-    assert stats.implausible == 0
+    assert stats.covered_s == pytest.approx(2.8) and stats.implausible == 0
+    assert stats.energy_j == pytest.approx(101.0 * 2.8, rel=0.01)
+
+
+def test_a_collection_whose_catch_up_is_not_seen_is_a_gap_and_a_missing_reading_changes_nothing() -> None:
+    """The track ends (or a gap comes) before a collection's catch-up: its readings are as old as its
+    counter, so it is unknown, as at the track's start. A reading missing inside a collection does not make
+    its readings live."""
+    power, energy = _collected([300.0, 120.0, 450.0], [310.0, 300.0, 120.0, 450.0])
+    cut = Integrals.build(_track(power[:-5], energy[:-5], 1.0), 0.5)  # the last collection's catch-up unseen
+    assert scope_stats(cut, union([(T0 + 40 * S, T0 + 70 * S)])).covered_s == 0.0
+    assert _energy(cut, 10, 40) == pytest.approx(30.0 * 120.0)
+    power[45] = float(
+        "nan"
+    )  # inside the collection that drew 450 W and re-serves the 120 W read at its start
+    integrals = Integrals.build(_track(power, energy, 1.0), 0.5)
+    assert _energy(integrals, 40, 70) == pytest.approx(30.0 * 450.0)
+    assert scope_stats(integrals, union([(T0 + 40 * S, T0 + 70 * S)])).implausible == 0
 
 
 def test_a_counter_served_between_collections_is_spread_over_the_collection_it_covers() -> None:
@@ -85,7 +103,7 @@ def test_a_counter_served_between_collections_is_spread_over_the_collection_it_c
     starts = np.array([T0 + 15 * S, T0 + 50 * S], dtype=np.int64)
     windows = window_stats(integrals, starts, starts + 10 * S)
     assert windows.gated_mean_w == pytest.approx([300.0, 120.0])  # they read 0 W before
-    assert resolution_s(_track(power, energy, 1.0)) == pytest.approx(30.0)  # the collection's, not 1 s
+    assert resolution_s(_track(power, energy, 1.0))[0] == pytest.approx(30.0)  # the collection's, not 1 s
 
 
 def test_a_load_drop_inside_a_collection_is_counted_once() -> None:
@@ -113,6 +131,15 @@ def test_a_stuck_counter_seen_in_part_and_its_catch_up_take_the_live_readings() 
     assert 200.0 < _energy(integrals, 0, 2.1) < 220.0  # the readings' ~101 W, not the 400 J squeezed in
 
 
+def test_a_stuck_counter_beside_a_sensor_as_still_is_not_taken_for_a_collection() -> None:
+    """Constant readings that change where the counter resumes, or one missing there, are no collection:
+    the counter resumes at one step's worth, not several, so the stretch takes the readings."""
+    energy = [1e6 + 200.0 * (k if k <= 10 else max(10, k - 10)) for k in range(31)]  # stuck for 10 s
+    for power in ([200.0] * 21 + [201.0] * 10, [200.0] * 21 + [float("nan")] + [200.0] * 9):
+        integrals = Integrals.build(_track(power, energy, 1.0), 0.5)
+        assert _energy(integrals, 10, 20) == pytest.approx(2000.0)
+
+
 def test_a_counter_that_moves_less_often_than_the_samples_but_within_a_second_is_left_as_it_reads() -> None:
     """GB10 at 10 Hz with a counter that moves every 200 ms: 0 W, then twice the power, exact in sum."""
     energy = [100.0 + 40.0 * (k // 2) for k in range(41)]
@@ -120,11 +147,11 @@ def test_a_counter_that_moves_less_often_than_the_samples_but_within_a_second_is
     assert integrals.power_w[:4].tolist() == pytest.approx([0.0, 400.0, 0.0, 400.0])
     assert integrals.method(np.ones(40, bool)) == "counter"
     assert _energy(integrals, 0, 4) == pytest.approx(800.0)
-    assert resolution_s(_track([200.0] * 41, energy, 0.1)) == pytest.approx(0.2)
-    assert resolution_s(_track([200.0] * 41, [float(k) for k in range(41)], 0.1)) == pytest.approx(0.1)
+    assert resolution_s(_track([200.0] * 41, energy, 0.1))[0] == pytest.approx(0.2)
+    assert resolution_s(_track([200.0] * 41, [float(k) for k in range(41)], 0.1))[0] == pytest.approx(0.1)
     aliased = [float(k - (k % 50 == 49)) for k in range(41 * 5)]  # now and then a tick lands one sample late
-    assert resolution_s(_track([200.0] * len(aliased), aliased, 0.1)) == pytest.approx(0.1)
-    assert resolution_s(_track([200.0] * 41, [None] * 41, 0.1)) == pytest.approx(0.1)  # no counter
+    assert resolution_s(_track([200.0] * len(aliased), aliased, 0.1))[0] == pytest.approx(0.1)
+    assert resolution_s(_track([200.0] * 41, [None] * 41, 0.1))[0] == pytest.approx(0.1)  # no counter
 
 
 @pytest.mark.parametrize(

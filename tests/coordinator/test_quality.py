@@ -141,22 +141,35 @@ def test_a_spilled_window_cut_short_stays_unmeasured_when_imported_back(tmp_path
     measured, ok window."""
     cut = {"kind": "proxy", "client_disconnected": True, "client_left_unfinished": True}
     windows = [
-        Window(id="left", phase="timed", t_start_ns=T0, t_end_ns=T0 + 10**8, http_status=200, source=cut),
-        Window(id="whole", phase="timed", t_start_ns=T0, t_end_ns=T0 + 10**9, source={"kind": "proxy"}),
+        Window(
+            id="proxy-a1-000001",
+            phase="timed",
+            t_start_ns=T0,
+            t_end_ns=T0 + 10**8,
+            http_status=200,
+            source=cut,
+        ),
+        Window(
+            id="proxy-a1-000002", phase="timed", t_start_ns=T0, t_end_ns=T0 + 10**9, source={"kind": "proxy"}
+        ),
     ]
     path = tmp_path / "unsent.json"
     write_spill(path, windows)
     back = {w.id: w for w in read_windows("plain", path)}
-    assert back["left"].source["client_left_unfinished"] is True and back["left"].failed
-    assert "the client hung up" in (back["left"].failure() or "")
-    assert not back["whole"].failed
+    assert back["proxy-a1-000001"].source["client_left_unfinished"] is True and back["proxy-a1-000001"].failed
+    assert "the client hung up" in (back["proxy-a1-000001"].failure() or "")
+    assert not back["proxy-a1-000002"].failed
     # the proxy's again (a harness file of the same requests is compared with them at its import)
     assert {w.source.get("kind") for w in back.values()} == {"proxy"}
     assert {w.source["format"] for w in back.values()} == {"plain"}
     other = tmp_path / "other.json"
-    other.write_text(json.dumps({"origin": "harness", "windows": []}))
-    with pytest.raises(Exception, match="origin must be 'proxy'") as caught:
+    row = {"id": "r-1", "phase": "timed", "t_start_ns": T0, "t_end_ns": T0 + 10**9}
+    other.write_text(json.dumps({"origin": "harness run 3", "windows": [row]}))
+    assert "kind" not in next(iter(read_windows("plain", other))).source  # another origin: as any file
+    other.write_text(json.dumps({"origin": "proxy", "windows": [row]}))  # a harness file calling itself so
+    with pytest.raises(Exception, match="id 'r-1' is no proxy window's") as caught:
         list(read_windows("plain", other))
+    assert "\n" not in str(caught.value)
     bad = tmp_path / "bad.csv"
     bad.write_text(f"id,phase,t_start_ns,t_end_ns,failure\nx,timed,{T0},{T0 + 1},tired\n")
     with pytest.raises(Exception, match="failure must be one of upstream_broke_off") as caught:
@@ -168,10 +181,16 @@ def test_unsent_windows_go_to_the_temporary_folder_when_the_spill_file_cannot_be
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    windows = [Window(id="r1", phase="timed", t_start_ns=T0, t_end_ns=T0 + 10**9, source={"kind": "proxy"})]
+    windows = [
+        Window(
+            id="proxy-a1-000003", phase="timed", t_start_ns=T0, t_end_ns=T0 + 10**9, source={"kind": "proxy"}
+        )
+    ]
     kept = spill_safely(tmp_path / "missing-folder" / "unsent.json", windows, "run-x")
     assert kept == tmp_path / "sparkwatch-run-x.unsent-windows.json"
-    assert [w.id for w in read_windows("plain", kept)] == ["r1"]  # what `import plain` reads back
+    assert [w.id for w in read_windows("plain", kept)] == [
+        "proxy-a1-000003"
+    ]  # what `import plain` reads back
     (tmp_path / "sparkwatch-run-x.unsent-windows.json").unlink()
     tmp_path.chmod(0o500)  # neither place can be written: said, not raised
     try:

@@ -17,6 +17,7 @@ from sparkwatch_agent.serving.probe import EXIT_GPU_UNREAD, probe
 from sparkwatch_agent.serving.serve import serve
 from sparkwatch_agent.serving.stdio import run_stdio
 from sparkwatch_agent.shared.auth import AuthConfigError
+from sparkwatch_agent.shared.cli_flags import refuse_unknown
 from sparkwatch_agent.shared.http import BindError
 from sparkwatch_agent.shared.journal_log import configure_logging
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        getattr(args, "subparser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        refuse_unknown(parser, args, sys.argv[1:] if argv is None else argv, unknown)
     configure_logging(args.log_level)
     try:
         config = _config_from(args)

@@ -35,7 +35,9 @@ def summary_table(export: dict[str, Any]) -> str:
         outcome = (
             "succeeded" if command["exit_code"] == 0 else f"FAILED with exit code {command['exit_code']}"
         )
-        lines.append(f"command {outcome}: {shown(shlex.join(command['argv']))}")  # as a shell takes it back
+        lines.append(
+            f"command {outcome}: {shown(shlex.join(command['argv']))}"
+        )  # quoted, control characters escaped
     with_system = any(node.get("system") for node in export["nodes"])
     lines += ["", *_node_rows(export, with_system), "", *_totals_lines(export["totals"], with_system)]
     throttled = [w for w in measured if any(e.get("throttle") for e in w["nodes"])]

@@ -53,7 +53,10 @@ def verdict(
         worst = min((c for c in coverages if c is not None), default=0.0)
         reasons.append(f"coverage {worst:.3f} < {INCOMPLETE_COVERAGE} on {len(incomplete)} node(s)")
     if length_s < LOW_CONFIDENCE_INTERVALS * interval_s:
-        reasons.append(f"shorter ({length_s:.3f} s) than {LOW_CONFIDENCE_INTERVALS:g} sampling intervals")
+        reasons.append(
+            f"shorter ({length_s:.3f} s) than {LOW_CONFIDENCE_INTERVALS:g} sampling intervals"
+            f" ({interval_s:g} s each)"
+        )
     if length_s > 0 and uncertainty_s > CLOCK_UNCERTAINTY_RATIO * length_s:
         reasons.append(f"clock uncertainty {uncertainty_s * 1e3:.2f} ms > 1 % of the window")
     reasons.extend(suspects)

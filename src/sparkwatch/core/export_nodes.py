@@ -73,28 +73,31 @@ def seen_interval_s(t_ns: I64, segment: I64) -> float | None:
     return median_of(spacing) / 1e9 if len(spacing) else None
 
 
-def counter_interval_s(track: GpuTrack) -> float | None:
+def counter_interval_s(track: GpuTrack, seen_s: float | None) -> float | None:
     """How often the track's energy counter moved — the median spacing of its moves inside one boot —
     where that is clearly slower than its samples (``COUNTER_SLOWER`` times or more: a counter a tick late
     now and then is not slower); else ``None``. An exporter that serves one collection to several scrapes
     (dcgm-exporter collects every 30 s by default) gives the collection's interval: its figures resolve no
-    finer, whatever the scrape's."""
-    seen = seen_interval_s(track.t_ns, track.segment)
+    finer, whatever the scrape's. ``seen_s``: the track's ``seen_interval_s``."""
+    if seen_s is None:
+        return None
     with np.errstate(invalid="ignore"):
         step = np.diff(track.energy_j)
     moved = np.flatnonzero(np.isfinite(step) & (step != 0)) + 1  # where each new counter value is first seen
     same = track.segment[moved[1:]] == track.segment[moved[:-1]]
     spacing = np.diff(track.t_ns[moved])[same]
-    if seen is None or not len(spacing):
+    if not len(spacing):
         return None
     every_s = median_of(spacing) / 1e9
-    return every_s if every_s >= COUNTER_SLOWER * seen else None
+    return every_s if every_s >= COUNTER_SLOWER * seen_s else None
 
 
-def resolution_s(track: GpuTrack) -> float | None:
-    """The interval a track's figures resolve: its samples', or its counter's where that is slower."""
+def resolution_s(track: GpuTrack) -> tuple[float | None, float | None]:
+    """The interval a track's figures resolve (its samples', or its counter's where that is slower), and
+    its counter's where that is the slower one."""
     seen = seen_interval_s(track.t_ns, track.segment)
-    return None if seen is None else max(seen, counter_interval_s(track) or 0.0)
+    counter = counter_interval_s(track, seen)
+    return (None if seen is None else max(seen, counter or 0.0)), counter
 
 
 def longest_interval_s(tracks: Iterable[GpuTrack]) -> float:
@@ -121,7 +124,9 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     idle_why = [why for _, why in idle_and_why if why is not None]
     memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
     max_w = stats[0].max_w if len(stats) == 1 else summed_max_w(integrals, plan.scope)
-    json = _node_json(node, stats, idle, memory, plan.gate_threshold, max_w=max_w)
+    resolved = [resolution_s(g) for g in node.gpus]
+    interval_s = worst_known([r for r, _ in resolved], max)
+    json = _node_json(node, stats, idle, memory, plan.gate_threshold, max_w=max_w, interval_s=interval_s)
     json["null_reasons"].update(_memory_reasons(memory, plan.first_window_ns))
     json.update(_idle_and_split(json, integrals, plan, idle_why))
     split = window_split(integrals, plan.tokens)
@@ -148,7 +153,7 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
         memory_peak_bytes=memory.peak_bytes,
         system=system,
         split_j=split,
-        counter_interval_s=max((c for g in node.gpus if (c := counter_interval_s(g))), default=None),
+        counter_interval_s=max((c for _, c in resolved if c), default=None),
     )
 
 
@@ -160,6 +165,7 @@ def _node_json(
     threshold: float,
     *,
     max_w: float | None,
+    interval_s: float | None,
 ) -> dict[str, Any]:
     return {
         "node": node.node,
@@ -178,7 +184,7 @@ def _node_json(
             "coverage_ratio": rounded(worst_known([s.coverage_ratio for s in stats], min), 4),
             "max_gap_s": rounded(worst_known([s.max_gap_s for s in stats], max), 3),
             "implausible_intervals": sum(s.implausible for s in stats),
-            "interval_s": rounded(worst_known([resolution_s(g) for g in node.gpus], max), 4),
+            "interval_s": rounded(interval_s, 4),
         },
         "gpus": [
             {

@@ -44,6 +44,8 @@ MAPPING: dict[str, object] = {"kind": "identity", "rule": "Unix epoch ns integer
 #: A JSON file's ``origin`` when the proxy spilled its windows (proxy/spill.py): imported back, they are the
 #: proxy's (``source.kind``), so a harness file of the same requests is compared with them too.
 PROXY_ORIGIN = "proxy"
+#: ... and the ids its windows carry (proxy/proxy.py: ``proxy-<instance>-<arrival>``).
+PROXY_ID_PREFIX = "proxy-"
 _UNSIGNED = re.compile(r"[0-9]+")
 
 
@@ -57,16 +59,17 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> Iterator[Windo
     elif suffix == ".json":
         data = read_json(path)
         rows = _json_rows(data)
-        origin = data.get("origin")
-        if origin is not None and origin != PROXY_ORIGIN:
-            raise Problem(
-                f"origin must be {PROXY_ORIGIN!r} (a proxy's spill file) or absent, not {origin!r:.80}"
-            )
+        spilled = data.get("origin") == PROXY_ORIGIN
     else:
         raise Problem(f"plain windows must be a .csv or .json file, not {path.suffix or 'no extension'!r}")
     for where, row in rows:
         window = _window(path, suffix[1:], where, row)
-        if suffix == ".json" and origin == PROXY_ORIGIN:
+        if suffix == ".json" and spilled:
+            if not window.id.startswith(PROXY_ID_PREFIX):  # only the proxy's windows are the proxy's
+                raise Problem(
+                    f"{where}: id {window.id!r:.80} is no proxy window's, in a file whose origin is"
+                    f" {PROXY_ORIGIN!r} (a proxy's spill file; leave origin out for any other)"
+                )
             window.source["kind"] = PROXY_ORIGIN
         yield window
 
