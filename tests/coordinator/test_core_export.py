@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sparkwatch.core.clock import ClockOffset, NodeClock
 from sparkwatch.core.domains import DomainInput
 from sparkwatch.core.export import build_export, digest
-from sparkwatch.core.export_nodes import median_of
+from sparkwatch.core.intervals import median_of
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GpuPoint, GpuTrack, MemPoint, MemTrack
 from sparkwatch.core.window_rows import plain

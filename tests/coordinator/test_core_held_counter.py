@@ -140,13 +140,16 @@ def test_a_stuck_counter_beside_a_sensor_as_still_is_not_taken_for_a_collection(
         assert _energy(integrals, 10, 20) == pytest.approx(2000.0)
 
 
-def test_a_counter_that_moves_less_often_than_the_samples_but_within_a_second_is_left_as_it_reads() -> None:
-    """GB10 at 10 Hz with a counter that moves every 200 ms: 0 W, then twice the power, exact in sum."""
+def test_a_counter_that_moves_every_other_sample_is_spread_over_its_moves() -> None:
+    """10 Hz samples of a counter that moves every 200 ms: it read 0 W, then twice the power. Each move's
+    advance now covers the time since the one before; before the first move the advance is not known."""
     energy = [100.0 + 40.0 * (k // 2) for k in range(41)]
     integrals = Integrals.build(_track([200.0] * 41, energy, 0.1), 0.5)
-    assert integrals.power_w[:4].tolist() == pytest.approx([0.0, 400.0, 0.0, 400.0])
+    assert np.isnan(integrals.power_w[:2]).all() and integrals.power_w[2:].tolist() == pytest.approx(
+        [200.0] * 38
+    )
     assert integrals.method(np.ones(40, bool)) == "counter"
-    assert _energy(integrals, 0, 4) == pytest.approx(800.0)
+    assert _energy(integrals, 0.2, 4) == pytest.approx(760.0)
     assert resolution_s(_track([200.0] * 41, energy, 0.1))[0] == pytest.approx(0.2)
     assert resolution_s(_track([200.0] * 41, [float(k) for k in range(41)], 0.1))[0] == pytest.approx(0.1)
     aliased = [float(k - (k % 50 == 49)) for k in range(41 * 5)]  # now and then a tick lands one sample late
@@ -171,3 +174,43 @@ def test_a_stretch_held_across_a_boot_or_a_gap_is_two_stretches() -> None:
     points += [GpuPoint(T0 + S + k * S // 10, 1, 0.1, 100.0, 50.0, 1.0) for k in range(8)]  # new boot
     integrals = Integrals.build(GpuTrack.from_points(points), 0.5)
     assert integrals.counter[integrals.valid].all() and np.nansum(integrals.power_w) == 0.0
+
+
+def _scraped(
+    average_w: list[float], reported_w: list[float], scrape_s: int, start_s: int
+) -> tuple[list, list]:
+    """Scrapes every ``scrape_s`` from ``start_s`` of 30 s collections (as ``_collected``): collection k
+    serves the counter after blocks < k and the reading ``reported_w[k]``."""
+    power, energy = [], []
+    for t in range(start_s, 30 * len(average_w) + 1, scrape_s):
+        k = t // 30
+        energy.append(1e6 + 30.0 * sum(average_w[:k]))
+        power.append(reported_w[min(k, len(reported_w) - 1)])
+    return power, energy
+
+
+@pytest.mark.parametrize("scrape_s", [1, 5, 15])
+def test_collections_at_any_scrape_interval_keep_their_energy_whatever_the_reading_said(
+    scrape_s: int,
+) -> None:
+    """A 600 W reading, then the GPU at 60 W for most of the collection: the stale readings never stand for
+    the power (they made 9-15 kJ of it at 5 s and 15 s scrapes); a counter value missing in between costs
+    nothing; the collection before the first move, seen from 15 s before its end, is a gap."""
+    power, energy = _scraped([300.0, 78.0, 60.0, 60.0], [300.0, 600.0, 60.0, 60.0, 60.0], scrape_s, 15)
+    energy[len(energy) // 2] = float("nan")
+    integrals = Integrals.build(_track(power, energy, float(scrape_s)), 0.5)
+    start = 15 // scrape_s * scrape_s  # the track's own first sample is at its t=0: 15 s here
+    stats = scope_stats(integrals, union([(T0 + (30 - 15) * S, T0 + (120 - 15) * S)]))
+    assert stats.energy_j == pytest.approx(30.0 * (78.0 + 60.0 + 60.0)) and stats.implausible == 0
+    assert scope_stats(integrals, union([(T0, T0 + (30 - start) * S)])).covered_s == 0.0
+
+
+def test_a_stuck_counter_without_readings_is_judged_by_what_the_counter_usually_says() -> None:
+    """A node domain's accumulator stuck for 10 s (no power readings) and then caught up: spread, not
+    0 W and a step of 200 kW rejected as implausible."""
+    energy = [1e5 + 200.0 * min(k, 50) + (20_000.0 if k >= 151 else 0.0) + 200.0 * max(0, k - 151)
+              for k in range(201)]  # fmt: skip
+    integrals = Integrals.build(_track([float("nan")] * 201, energy, 0.1), 0.5, 20_000.0)
+    stats = scope_stats(integrals, union([(T0, T0 + 20 * S)]))
+    assert stats.energy_j == pytest.approx(energy[-1] - energy[0]) and stats.implausible == 0
+    assert stats.covered_s == pytest.approx(20.0)

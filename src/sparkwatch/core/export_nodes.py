@@ -12,6 +12,7 @@ from sparkwatch.core.baseline import above_idle_j, idle_power_w, no_baseline
 from sparkwatch.core.columns import int_column
 from sparkwatch.core.domains import NO_SENSOR, DomainFigures, domain_figures
 from sparkwatch.core.integrals import Integrals
+from sparkwatch.core.intervals import counter_interval_s, seen_interval_s
 from sparkwatch.core.memory import MemoryStats, node_memory
 from sparkwatch.core.phases import TokenSpans, node_split, window_split
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, summed_max_w, window_stats
@@ -22,9 +23,6 @@ from sparkwatch.core.tracks import F64, I64, GpuTrack
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Scope
 from sparkwatch.defaults import ScopeKind
-
-#: A counter moving at least this many times slower than its samples are taken sets what the figures resolve.
-COUNTER_SLOWER = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +48,7 @@ class NodeFigures:
     memory_peak_bytes: int | None
     system: DomainFigures  # the node's power domains beside the GPU rail
     split_j: tuple[F64, F64]  # per window: prefill and decode energy (NaN = unknown), for the windows' sums
-    counter_interval_s: float | None  # its slowest GPU counter's, where slower than its samples
+    counter_interval_s: float | None  # its slowest counter's (GPU or power domain), where coarse
 
 
 def sum_known(values: Sequence[float | None]) -> float | None:
@@ -65,38 +63,11 @@ def worst_known(values: Sequence[float | None], pick: Callable[..., Any]) -> flo
     return float(pick(v for v in values if v is not None))
 
 
-def seen_interval_s(t_ns: I64, segment: I64) -> float | None:
-    """The sample interval a track actually has: the median spacing of consecutive samples of one boot
-    (a scrape interval, for a TSDB source), or ``None`` with fewer than two."""
-    same = (segment[1:] == segment[:-1]) & (np.diff(t_ns) > 0)
-    spacing = np.diff(t_ns)[same]
-    return median_of(spacing) / 1e9 if len(spacing) else None
-
-
-def counter_interval_s(track: GpuTrack, seen_s: float | None) -> float | None:
-    """How often the track's energy counter moved — the median spacing of its moves inside one boot —
-    where that is clearly slower than its samples (``COUNTER_SLOWER`` times or more: a counter a tick late
-    now and then is not slower); else ``None``. An exporter that serves one collection to several scrapes
-    (dcgm-exporter collects every 30 s by default) gives the collection's interval: its figures resolve no
-    finer, whatever the scrape's. ``seen_s``: the track's ``seen_interval_s``."""
-    if seen_s is None:
-        return None
-    with np.errstate(invalid="ignore"):
-        step = np.diff(track.energy_j)
-    moved = np.flatnonzero(np.isfinite(step) & (step != 0)) + 1  # where each new counter value is first seen
-    same = track.segment[moved[1:]] == track.segment[moved[:-1]]
-    spacing = np.diff(track.t_ns[moved])[same]
-    if not len(spacing):
-        return None
-    every_s = median_of(spacing) / 1e9
-    return every_s if every_s >= COUNTER_SLOWER * seen_s else None
-
-
 def resolution_s(track: GpuTrack) -> tuple[float | None, float | None]:
     """The interval a track's figures resolve (its samples', or its counter's where that is slower), and
     its counter's where that is the slower one."""
     seen = seen_interval_s(track.t_ns, track.segment)
-    counter = counter_interval_s(track, seen)
+    counter = counter_interval_s(track.t_ns, track.segment, track.energy_j, seen)
     return (None if seen is None else max(seen, counter or 0.0)), counter
 
 
@@ -104,16 +75,6 @@ def longest_interval_s(tracks: Iterable[GpuTrack]) -> float:
     """The longest sample interval the tracks show (a TSDB's scrape interval), to the ms; 0 when none does."""
     seen = [seen_interval_s(g.t_ns, g.segment) for g in tracks]
     return round(max((s for s in seen if s), default=0.0), 3)
-
-
-def median_of(values: I64) -> float:
-    """``np.median``, without its selection where one value is most of them (scrape stamps in whole ms:
-    numpy's introselect takes 10× longer on such runs of equal values): a value that more than half hold
-    covers the middle of the sorted values, so it is the median."""
-    middle = values[len(values) // 2]
-    if 2 * int(np.count_nonzero(values == middle)) > len(values):
-        return float(middle)
-    return float(np.median(values))
 
 
 def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
@@ -153,7 +114,9 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
         memory_peak_bytes=memory.peak_bytes,
         system=system,
         split_j=split,
-        counter_interval_s=max((c for _, c in resolved if c), default=None),
+        counter_interval_s=max(
+            (c for _, c in [*resolved, *(resolution_s(d.track) for d in node.domains)] if c), default=None
+        ),
     )
 
 

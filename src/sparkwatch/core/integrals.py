@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from sparkwatch.core.held_counter import mend_held
+from sparkwatch.core.held_counter import Steps
 from sparkwatch.core.tracks import F64, I64, GpuTrack
 
 EnergyMethod = Literal["counter", "trapezoid", "mixed", "none"]
@@ -68,7 +68,7 @@ class Integrals:
             valid = track.segment[1:] == track.segment[:-1]
             valid &= positive
             valid &= dt_ns <= np.maximum(track.max_gap_ns[1:], track.max_gap_ns[:-1])
-            mend_held(track.power_w, d_energy, dt_s, valid, power=power, counter=counter)
+            Steps(t, track.energy_j, d_energy, dt_s, valid).mend(track.power_w, power=power, counter=counter)
             valid &= np.isfinite(power)
             implausible = power > max_plausible_w
             # a trapezoid over a reading below zero (a counter's ΔE/Δt never is): no mean takes it

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from sparkwatch.core.export_nodes import seen_interval_s
+from sparkwatch.core.intervals import seen_interval_s
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.raw import RawSeries

@@ -20,7 +20,7 @@ from types import MappingProxyType
 import numpy as np
 
 from sparkwatch.core.engine import COUNTERS, GAUGES, EngineSamples
-from sparkwatch.core.export_nodes import seen_interval_s
+from sparkwatch.core.intervals import seen_interval_s
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 from sparkwatch.engines.families import FAMILIES, Combine, Family, Series
 from sparkwatch.engines.scrape import primaries

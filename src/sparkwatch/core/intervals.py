@@ -1,0 +1,56 @@
+"""How often a track was sampled, and how often its energy counter moved: what its figures resolve.
+
+A TSDB's scrapes set the first; an exporter that serves one collection to several scrapes (dcgm-exporter
+collects every 30 s by default) sets the second, and a window shorter than two of those has at most one
+collection's figures in it, whatever the scrape interval."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sparkwatch.core.tracks import F64, I64
+
+#: A counter whose moves are spaced this many times its samples' (median to median) or more is coarse (a
+#: counter a tick late now and then is not).
+COARSE_RATIO = 1.5
+
+
+def median_of(values: I64) -> float:
+    """``np.median``, without its selection where one value is most of them (scrape stamps in whole ms:
+    numpy's introselect takes 10× longer on such runs of equal values): a value that more than half hold
+    covers the middle of the sorted values, so it is the median."""
+    middle = values[len(values) // 2]
+    if 2 * int(np.count_nonzero(values == middle)) > len(values):
+        return float(middle)
+    return float(np.median(values))
+
+
+def seen_interval_s(t_ns: I64, segment: I64) -> float | None:
+    """The sample interval a track actually has: the median spacing of consecutive samples of one boot
+    (a scrape interval, for a TSDB source), or ``None`` with fewer than two."""
+    same = (segment[1:] == segment[:-1]) & (np.diff(t_ns) > 0)
+    spacing = np.diff(t_ns)[same]
+    return median_of(spacing) / 1e9 if len(spacing) else None
+
+
+def counter_moves(energy_j: F64, segment: I64) -> I64:
+    """The samples at which a new counter value is first seen (missing values skipped), each after an
+    earlier value of the same segment."""
+    known = np.flatnonzero(np.isfinite(energy_j))
+    values, run = energy_j[known], segment[known]
+    new = np.zeros(len(known), dtype=bool)
+    new[1:] = (values[1:] != values[:-1]) & (run[1:] == run[:-1])
+    return known[new]
+
+
+def counter_interval_s(t_ns: I64, segment: I64, energy_j: F64, seen_s: float | None) -> float | None:
+    """How often the counter moved — the median spacing of its moves inside one segment — where that is
+    ``COARSE_RATIO`` times the samples' spacing ``seen_s`` or more; else ``None``."""
+    if seen_s is None:
+        return None
+    moved = counter_moves(energy_j, segment)
+    spacing = np.diff(t_ns[moved])[segment[moved[1:]] == segment[moved[:-1]]]
+    if not len(spacing):
+        return None
+    every_s = median_of(spacing) / 1e9
+    return every_s if every_s >= COARSE_RATIO * seen_s else None
