@@ -65,12 +65,16 @@ class Steps:
     def mend(self, power_w: F64, *, power: F64, counter: Mask) -> None:
         """In place on ``power`` (per interval) and ``counter`` (interval power is the counter's), as the
         module says; ``power_w``: the readings, per sample."""
+        still = counter & self.joined
+        still &= self.d_energy == 0
+        if not still.any():
+            return  # the counter moved at every step: nothing to mend (the common case, decided in O(n))
         runs = np.concatenate(([0], np.cumsum(~self.joined)))  # a new run after each interval not joined
         seen_s = seen_interval_s(self.t_ns, runs)
         if counter_interval_s(self.t_ns, runs, self.energy_j, seen_s) is not None:
             self._mend_coarse(runs, power=power, counter=counter)
         else:
-            self._mend_stuck(power_w, power=power, counter=counter)
+            self._mend_stuck(power_w, still, power=power, counter=counter)
 
     def _mend_coarse(self, runs: I64, *, power: F64, counter: Mask) -> None:
         moved = counter_moves(self.energy_j, runs)
@@ -87,11 +91,7 @@ class Steps:
         power[a[0] : b[-1]] = spans
         counter[a[0] : b[-1]] = np.isfinite(spans)
 
-    def _mend_stuck(self, power_w: F64, *, power: F64, counter: Mask) -> None:
-        flat = counter & self.joined
-        flat &= self.d_energy == 0
-        if not flat.any():
-            return
+    def _mend_stuck(self, power_w: F64, flat: Mask, *, power: F64, counter: Mask) -> None:
         read = counter.copy()  # the counter as read, before any stretch is mended
         edges = np.diff(flat.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # stretches [start, end)
