@@ -104,6 +104,9 @@ def test_a_counter_served_between_collections_is_spread_over_the_collection_it_c
     windows = window_stats(integrals, starts, starts + 10 * S)
     assert windows.gated_mean_w == pytest.approx([300.0, 120.0])  # they read 0 W before
     assert resolution_s(_track(power, energy, 1.0))[0] == pytest.approx(30.0)  # the collection's, not 1 s
+    served, _ = _collected(average, [310.0, 300.0, 290.0, 120.0, 450.0])  # each collection's own reading
+    no_counter = _track(served, [None] * len(served), 1.0)  # re-served, with no counter beside them
+    assert resolution_s(no_counter) == (pytest.approx(30.0), pytest.approx(30.0))
 
 
 def test_a_load_drop_inside_a_collection_is_counted_once() -> None:

@@ -65,9 +65,11 @@ def worst_known(values: Sequence[float | None], pick: Callable[..., Any]) -> flo
 
 def resolution_s(track: GpuTrack) -> tuple[float | None, float | None]:
     """The interval a track's figures resolve (its samples', or its counter's where that is slower), and
-    its counter's where that is the slower one."""
+    its counter's where that is the slower one. Without a counter its power readings stand in: an exporter
+    that serves one collection to several scrapes repeats them as it would the counter."""
     seen = seen_interval_s(track.t_ns, track.segment)
-    counter = counter_interval_s(track.t_ns, track.segment, track.energy_j, seen)
+    values = track.energy_j if np.isfinite(track.energy_j).any() else track.power_w
+    counter = counter_interval_s(track.t_ns, track.segment, values, seen)
     return (None if seen is None else max(seen, counter or 0.0)), counter
 
 
