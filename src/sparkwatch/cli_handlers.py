@@ -52,10 +52,12 @@ def cmd_attach(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         print(export_flags(args.export, args.force))
         return 0
     values = attach(args.export, args.lmx, args.force, args.output)
-    watts = ", ".join(f"{w:g}" for w in values["gpuPowerWatts"])
+    watts = ", ".join(json.dumps(w) for w in values["gpuPowerWatts"])  # as the payload now holds them
     peak = values.get("peakVramGb")
     peak_text = (
-        f"peakVramGb {peak:g}" if peak is not None else "peakVramGb left as it was (unknown in the export)"
+        f"peakVramGb {json.dumps(peak)}"
+        if peak is not None
+        else "peakVramGb left as it was (unknown in the export)"
     )
     print(f"attached to {args.output or args.lmx}: gpuPowerWatts [{watts}], {peak_text}")
     return 0

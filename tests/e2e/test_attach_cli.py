@@ -43,6 +43,10 @@ def test_lmx_flags_of_a_demo_export_are_what_attach_writes(tmp_path: pathlib.Pat
     flags = result.stdout.split()
     assert flags[1] == ",".join(json.dumps(w) for w in written["gpuPowerWatts"])
     assert flags[3] == json.dumps(written["peakVramGb"])
+    said = ", ".join(json.dumps(w) for w in written["gpuPowerWatts"])  # its line shows what it wrote
+    assert attached.stdout == (
+        f"attached to {payload}: gpuPowerWatts [{said}], peakVramGb {json.dumps(written['peakVramGb'])}\n"
+    )
 
 
 def export_with(watts: list[float | None], verdict: str = "ok") -> dict[str, Any]:

@@ -48,7 +48,7 @@ class NodeFigures:
     memory_peak_bytes: int | None
     system: DomainFigures  # the node's power domains beside the GPU rail
     split_j: tuple[F64, F64]  # per window: prefill and decode energy (NaN = unknown), for the windows' sums
-    counter_interval_s: float | None  # its slowest counter's (GPU or power domain), where coarse
+    counter_interval_s: float | None  # its slowest GPU counter's, where coarse (the verdict's interval)
 
 
 def sum_known(values: Sequence[float | None]) -> float | None:
@@ -116,9 +116,7 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
         memory_peak_bytes=memory.peak_bytes,
         system=system,
         split_j=split,
-        counter_interval_s=max(
-            (c for _, c in [*resolved, *(resolution_s(d.track) for d in node.domains)] if c), default=None
-        ),
+        counter_interval_s=max((c for _, c in resolved if c), default=None),
     )
 
 
