@@ -483,7 +483,7 @@ def test_a_dcgm_exporter_serving_one_collection_to_several_scrapes_keeps_its_ene
     assert HELD_COLLECT_S <= node["samples"]["interval_s"] <= HELD_COLLECT_S + 1.05
     assert export["method"]["interval_s"] == pytest.approx(1.0, rel=0.05)  # the scrape's: gaps, series
     long_window = _window(export, "long")  # 5 s: under two collections
-    assert long_window["verdict"] == "low_confidence"
+    assert long_window["verdict"] == "low_confidence", (long_window["reasons"], long)
     assert any(r.startswith("shorter (5.000 s) than 2 sampling intervals (") for r in long_window["reasons"])
     # every gated second sits in a collection with util >= 50 % at its end, whose mean is the busy 900 W
     # unless it straddles the busy phase's start or end (idle 180 W, light 360 W)

@@ -9,10 +9,13 @@ Two sources show it.
   lost); the readings are as old as the counter and say nothing of what the device drew since. A track is
   coarse when the median spacing of its counter's moves is ``COARSE_RATIO`` times its samples' or more
   (core/intervals.py). Its power between two moves seen in a row is the second move's advance over
-  the time from the first: exact in sum, and as coarse as the counter. Time before a track's (or a
-  stretch of joined samples') first move and after its last is unknown — a gap: the first advance also
-  covers time before it, and a last value's advance is not seen. A counter value missing is no sample of
-  the counter; a move across it is taken where the counter is next seen.
+  the time from the first: exact in sum, and as coarse as the counter. A sampling gap inside such a span
+  stays a gap, and the span's samples on either side keep its average; a span that begins or ends with a
+  move first seen after a gap (it fell somewhere in the gap), or is more than ``COARSE_SPAN_MOVES`` usual
+  spacings long (it hid a move in a gap), is unknown. Time before a boot's first
+  move and after its last is unknown — a gap: the first advance also covers time before it, and a last
+  value's advance is not seen. A counter value missing is no sample of the counter; a move across it is
+  taken where the counter is next seen.
 - A counter that gets *stuck* while the power sensor goes on (domain.md: older drivers' energy is unclear)
   on a track whose counter otherwise moves with its samples. A *stretch* is a run of joined intervals over
   which it did not move, ``HELD_COUNTER_S`` or longer (NVML's moves every 10-100 ms), while the readings
@@ -48,15 +51,19 @@ HELD_COUNTER_MIN_W = 1.0
 #: The step after a stuck stretch is its catch-up when it advances by at least this share of what the
 #: readings say the stretch and that step drew.
 CATCH_UP_SHARE = 0.5
+#: A coarse counter's span between two moves longer than this many of its usual spacings hid a move in a
+#: sampling gap: where that move fell is not known, so neither is the span's power.
+COARSE_SPAN_MOVES = 2.0
 Mask = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
 class Steps:
-    """A track's steps as the counter sees them: the samples' times (for the coarse test), the counter,
-    ΔE, Δt and the joined intervals (one boot, no gap)."""
+    """A track's steps as the counter sees them: the samples' times and boots (for the coarse test), the
+    counter, ΔE, Δt and the joined intervals (one boot, no gap)."""
 
     t_ns: I64
+    segment: I64
     energy_j: F64
     d_energy: F64
     dt_s: F64
@@ -69,24 +76,32 @@ class Steps:
         still &= self.d_energy == 0
         if not still.any():
             return  # the counter moved at every step: nothing to mend (the common case, decided in O(n))
-        runs = np.concatenate(([0], np.cumsum(~self.joined)))  # a new run after each interval not joined
-        seen_s = seen_interval_s(self.t_ns, runs)
-        if counter_interval_s(self.t_ns, runs, self.energy_j, seen_s) is not None:
-            self._mend_coarse(runs, power=power, counter=counter)
+        seen_s = seen_interval_s(self.t_ns, self.segment)
+        every_s = counter_interval_s(self.t_ns, self.segment, self.energy_j, seen_s)
+        if every_s is not None:
+            self._mend_coarse(every_s, power=power, counter=counter)
         else:
             self._mend_stuck(power_w, still, power=power, counter=counter)
 
-    def _mend_coarse(self, runs: I64, *, power: F64, counter: Mask) -> None:
-        moved = counter_moves(self.energy_j, runs)
+    def _mend_coarse(self, every_s: float, *, power: F64, counter: Mask) -> None:
+        """Each span between two moves of one boot takes the second's advance over its time. A span over a
+        sampling gap keeps that average for its samples on either side (the gap itself stays a gap: the
+        track's joined intervals decide); one longer than ``COARSE_SPAN_MOVES`` moves' spacing lost a move
+        in a gap, and is unknown."""
+        moved = counter_moves(self.energy_j, self.segment)
         power[:] = np.nan  # unknown but between two moves seen in a row
         counter[:] = False
         if len(moved) < 2:
             return
         a, b = moved[:-1], moved[1:]
         elapsed = np.concatenate(([0.0], np.cumsum(self.dt_s)))
+        span_s = elapsed[b] - elapsed[a]
         with np.errstate(invalid="ignore", divide="ignore"):
-            rate = (self.energy_j[b] - self.energy_j[a]) / (elapsed[b] - elapsed[a])
-        rate[(runs[a] != runs[b]) | ~(rate >= 0)] = np.nan  # across a gap, or a counter that went back
+            rate = (self.energy_j[b] - self.energy_j[a]) / span_s
+        lost = (self.segment[a] != self.segment[b]) | (span_s > COARSE_SPAN_MOVES * every_s)
+        late = ~self.joined[moved - 1]  # a move first seen after a gap fell somewhere in it: when, unknown
+        lost |= late[:-1] | late[1:]
+        rate[lost | ~(rate >= 0)] = np.nan  # across a boot or a lost move, or a counter that went back
         spans = np.repeat(rate, b - a)
         power[a[0] : b[-1]] = spans
         counter[a[0] : b[-1]] = np.isfinite(spans)

@@ -68,7 +68,8 @@ class Integrals:
             valid = track.segment[1:] == track.segment[:-1]
             valid &= positive
             valid &= dt_ns <= np.maximum(track.max_gap_ns[1:], track.max_gap_ns[:-1])
-            Steps(t, track.energy_j, d_energy, dt_s, valid).mend(track.power_w, power=power, counter=counter)
+            steps = Steps(t, track.segment, track.energy_j, d_energy, dt_s, valid)
+            steps.mend(track.power_w, power=power, counter=counter)
             valid &= np.isfinite(power)
             implausible = power > max_plausible_w
             # a trapezoid over a reading below zero (a counter's ΔE/Δt never is): no mean takes it
