@@ -86,8 +86,8 @@ class Steps:
     def _mend_coarse(self, every_s: float, *, power: F64, counter: Mask) -> None:
         """Each span between two moves of one boot takes the second's advance over its time. A span over a
         sampling gap keeps that average for its samples on either side (the gap itself stays a gap: the
-        track's joined intervals decide); one longer than ``COARSE_SPAN_MOVES`` moves' spacing lost a move
-        in a gap, and is unknown."""
+        track's joined intervals decide); one bounded by a move first seen after a gap, or longer than
+        ``COARSE_SPAN_MOVES`` usual spacings, has a move somewhere in a gap, and is unknown."""
         moved = counter_moves(self.energy_j, self.segment)
         power[:] = np.nan  # unknown but between two moves seen in a row
         counter[:] = False
