@@ -21,6 +21,7 @@ from sparkwatch.engines.scrape import ScrapeError, read_page
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.meters.credentials import SecretFileError, first_line
 from sparkwatch.store.engine_samples import EngineRow
+from sparkwatch_agent.shared.backoff import every
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +79,7 @@ class EnginePoller:
     async def run(self, session: aiohttp.ClientSession) -> None:
         """Scrape every ``interval_s`` on an absolute schedule (a slow scrape skips, never bunches) until
         cancelled."""
-        deadline = self._monotonic()
-        while True:
-            await self.scrape_once(session)
-            deadline += self.spec.interval_s
-            now = self._monotonic()
-            deadline = max(deadline, now)
-            await asyncio.sleep(deadline - now)
+        await every(self.spec.interval_s, self._monotonic, lambda: self.scrape_once(session))
 
     async def scrape_once(self, session: aiohttp.ClientSession) -> None:
         t0 = self._now_ns()

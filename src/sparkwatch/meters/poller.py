@@ -21,6 +21,7 @@ import aiohttp
 from sparkwatch.core.domains import MAX_PLAUSIBLE_NODE_W
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store.meters import MeterReading
+from sparkwatch_agent.shared.backoff import every
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +118,8 @@ class MeterPoller:
     async def run(self, session: aiohttp.ClientSession) -> None:
         """Poll every ``interval_s`` on an absolute schedule (a slow poll skips, never bunches) until
         cancelled."""
-        deadline = self._monotonic()
         try:
-            while True:
-                await self.poll_once(session)
-                deadline += self.spec.interval_s
-                now = self._monotonic()
-                deadline = max(deadline, now)
-                await asyncio.sleep(deadline - now)
+            await every(self.spec.interval_s, self._monotonic, lambda: self.poll_once(session))
         finally:  # cancelled at the coordinator's stop, which waits a few seconds for its tasks
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):

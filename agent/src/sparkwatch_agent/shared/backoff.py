@@ -1,9 +1,24 @@
-"""Retry schedules, injected so tests can run them instantly."""
+"""Retry and polling schedules, injected so tests can run them instantly."""
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+
+
+async def every(
+    interval_s: float, monotonic: Callable[[], float], work: Callable[[], Awaitable[object]]
+) -> None:
+    """``work`` every ``interval_s`` on an absolute schedule on ``monotonic``: one that overruns skips the
+    ticks it missed, never bunches them. Runs until cancelled."""
+    deadline = monotonic()
+    while True:
+        await work()
+        deadline += interval_s
+        now = monotonic()
+        deadline = max(deadline, now)
+        await asyncio.sleep(deadline - now)
 
 
 class ExponentialBackoff:
