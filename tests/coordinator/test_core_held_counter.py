@@ -219,17 +219,18 @@ def test_a_stuck_counter_without_readings_is_judged_by_what_the_counter_usually_
     assert stats.covered_s == pytest.approx(20.0)
 
 
-def test_a_sampling_gap_inside_a_collection_costs_only_itself_and_a_lost_move_costs_its_span() -> None:
-    """Missed scrapes (5 s, over the 3-scrape gap limit) inside a collection: the collection's advance is
-    known on both sides, so only the gap is uncovered. An outage that hides a move leaves the span it falls
-    in unknown: where the move fell is not known."""
+def test_a_sampling_gap_inside_a_collection_costs_nothing_and_a_lost_move_costs_its_span() -> None:
+    """Missed scrapes (5 s, over the 3-scrape gap limit) inside a collection: the counter reads the same on
+    both sides, so no collection fell in the gap and the scrapes it lost would have read the one the others
+    read: the collection's advance covers it too (it was a gap, 6 s short of the 30). An outage that hides
+    a move leaves the spans it bounds unknown: where the move fell is not known."""
     average = [300.0, 120.0, 450.0, 200.0, 200.0]
     power, energy = _scraped(average, [310.0, 300.0, 120.0, 450.0, 200.0, 200.0], 1, 0)
     kept = [t for t in range(len(power)) if not 40 <= t < 45]
     track = GpuTrack.from_points(GpuPoint(T0 + t * S, 0, 1.0, power[t], energy[t], 1.0) for t in kept)
     integrals = Integrals.build(track, 0.5)
     stats = scope_stats(integrals, union([(T0 + 30 * S, T0 + 60 * S)]))
-    assert stats.covered_s == pytest.approx(24.0) and stats.energy_j == pytest.approx(120.0 * 24.0)
+    assert stats.covered_s == pytest.approx(30.0) and stats.energy_j == pytest.approx(120.0 * 30.0)
     assert stats.gated_mean_w == pytest.approx(120.0)
     outage = [t for t in range(len(power)) if not 35 <= t < 95]  # the moves at 60 and 90 are not seen
     track = GpuTrack.from_points(GpuPoint(T0 + t * S, 0, 1.0, power[t], energy[t], 1.0) for t in outage)

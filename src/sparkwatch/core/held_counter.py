@@ -10,9 +10,10 @@ Two sources show it.
   coarse when the median spacing of its counter's moves is ``COARSE_RATIO`` times its samples' or more
   (core/intervals.py). Its power between two moves seen in a row is the second move's advance over
   the time from the first: exact in sum, and as coarse as the counter. A sampling gap inside such a span
-  stays a gap, and the span's samples on either side keep its average; a span that begins or ends with a
-  move first seen after a gap (it fell somewhere in the gap), or is more than ``COARSE_SPAN_MOVES`` usual
-  spacings long (it hid a move in a gap), is unknown. Time before a boot's first
+  (the counter reads the same on both sides) hid no collection: the scrapes it lost would have read the
+  one collection that the samples on either side read, so it is known too, at the span's average. A span
+  that begins or ends with a move first seen after a gap (it fell somewhere in the gap), or is more than
+  ``COARSE_SPAN_MOVES`` usual spacings long (it hid a move in a gap), is unknown. Time before a boot's first
   move and after its last is unknown — a gap: the first advance also covers time before it, and a last
   value's advance is not seen. A counter value missing is no sample of the counter; a move across it is
   taken where the counter is next seen.
@@ -70,8 +71,8 @@ class Steps:
     joined: Mask
 
     def mend(self, power_w: F64, *, power: F64, counter: Mask) -> None:
-        """In place on ``power`` (per interval) and ``counter`` (interval power is the counter's), as the
-        module says; ``power_w``: the readings, per sample."""
+        """In place on ``power`` (per interval), ``counter`` (interval power is the counter's) and ``joined``
+        (a coarse span's sampling gap is known), as the module says; ``power_w``: the readings, per sample."""
         still = counter & self.joined
         still &= self.d_energy == 0
         if not still.any():
@@ -84,10 +85,9 @@ class Steps:
             self._mend_stuck(power_w, still, power=power, counter=counter)
 
     def _mend_coarse(self, every_s: float, *, power: F64, counter: Mask) -> None:
-        """Each span between two moves of one boot takes the second's advance over its time. A span over a
-        sampling gap keeps that average for its samples on either side (the gap itself stays a gap: the
-        track's joined intervals decide); one bounded by a move first seen after a gap, or longer than
-        ``COARSE_SPAN_MOVES`` usual spacings, has a move somewhere in a gap, and is unknown."""
+        """Each span between two moves of one boot takes the second's advance over its time, a sampling gap
+        inside it included (it hid no collection); one bounded by a move first seen after a gap, or longer
+        than ``COARSE_SPAN_MOVES`` usual spacings, has a move somewhere in a gap, and is unknown."""
         moved = counter_moves(self.energy_j, self.segment)
         power[:] = np.nan  # unknown but between two moves seen in a row
         counter[:] = False
@@ -103,8 +103,10 @@ class Steps:
         lost |= late[:-1] | late[1:]
         rate[lost | ~(rate >= 0)] = np.nan  # across a boot or a lost move, or a counter that went back
         spans = np.repeat(rate, b - a)
+        known = np.isfinite(spans)
         power[a[0] : b[-1]] = spans
-        counter[a[0] : b[-1]] = np.isfinite(spans)
+        counter[a[0] : b[-1]] = known
+        self.joined[a[0] : b[-1]] |= known  # the scrapes a gap lost would have read the span's collection
 
     def _mend_stuck(self, power_w: F64, flat: Mask, *, power: F64, counter: Mask) -> None:
         read = counter.copy()  # the counter as read, before any stretch is mended
