@@ -206,26 +206,41 @@ def _scrape_config(
     )
 
 
-def _sample_times_ms(url: str, selector: str, start_s: float, end_s: float) -> list[float]:
-    """The times of the raw samples a selector matches, all series together, sorted: through
+def _samples(url: str, selector: str, start_s: float, end_s: float) -> list[tuple[float, float]]:
+    """The raw samples a selector matches, (ms, value), all series together, in time order: through
     /api/v1/export, which VictoriaMetrics does not hold back (its queries leave out the last 30 s:
     -search.latencyOffset), else a range vector, as Prometheus has no export."""
     query = urllib.parse.urlencode({"match[]": selector, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"})
     try:
         with urllib.request.urlopen(f"{url}/api/v1/export?{query}", timeout=5) as r:
             lines = [json.loads(line) for line in r.read().splitlines() if line.strip()]
-        return sorted(float(t) for line in lines for t in line["timestamps"])
+        pairs = (pair for s in lines for pair in zip(s["timestamps"], s["values"], strict=True))
+        return sorted((float(t), float(v)) for t, v in pairs if v is not None)  # null: a staleness marker
     except urllib.error.HTTPError:
         ranged = f"{selector}[{max(1, round((end_s - start_s) * 1000))}ms]"
         query = urllib.parse.urlencode({"query": ranged, "time": f"{end_s:.3f}"})
         with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=5) as r:
             result = json.loads(r.read())["data"]["result"]
-        return sorted(float(t) * 1000 for series in result for t, _ in series["values"])
+        return sorted((float(t) * 1000, float(v)) for series in result for t, v in series["values"])
 
 
 def _newest_ms(url: str, metric: str) -> float:
     now = time.time()
-    return max(_sample_times_ms(url, metric, now - 60, now + 60), default=0.0)
+    return max((t for t, _ in _samples(url, metric, now - 60, now + 60)), default=0.0)
+
+
+def _wait_held_moved(urls: list[str], timeout_s: float = 15.0) -> None:
+    """Until every engine holds a move of the held target's counter: a window that starts before the first
+    move an export reads has no known power there (a gap), and this target's first collection is taken
+    at its first scrape, which may be just before the run (a real engine holds months before it)."""
+    deadline = time.monotonic() + timeout_s
+    held = f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{Hostname="{HELD_HOST}"}}'
+    while time.monotonic() < deadline:
+        now = time.time()
+        if all(len({v for _, v in _samples(u, held, now - 60, now + 60)}) >= 2 for u in urls):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the engines hold no move of {held}")
 
 
 def _wait_scraped(urls: list[str], after_ms: float, timeout_s: float = 15.0) -> None:
@@ -331,6 +346,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         for engine in engines:
             engine.wait_ready()
         _wait_scraped([e.url for e in engines], time.time() * 1000)
+        _wait_held_moved([e.url for e in engines])
         run, windows = _script(coord, agents, gpu, plug)
         wait_stored(coord, *agents)
         status, _ = coord.call("POST", f"/v1/runs/{run['id']}/end")
@@ -498,7 +514,7 @@ def test_a_dcgm_exporter_serving_one_collection_to_several_scrapes_keeps_its_ene
     # unknown, which makes the window incomplete; read what the engine scraped around the window.
     start_s, end_s = long_window["t_start_ns"] / 1e9, long_window["t_end_ns"] / 1e9
     around_s = (start_s - 2 * HELD_COLLECT_S, end_s + 2 * HELD_COLLECT_S)  # the spans that reach into it
-    scraped = _sample_times_ms(url, f'DCGM_FI_DEV_POWER_USAGE{{Hostname="{HELD_HOST}"}}', *around_s)
+    scraped = [t for t, _ in _samples(url, f'DCGM_FI_DEV_POWER_USAGE{{Hostname="{HELD_HOST}"}}', *around_s)]
     limit_ms = 0.9 * GAP_INTERVALS * 1000.0  # the engine's median spacing (1 s), give or take
     gaps = [b - a for a, b in itertools.pairwise(scraped) if b - a > limit_ms]
     print(f"dcgm held/{engine}: {len(scraped)} scrapes around the window, gaps {gaps} ms, {reasons}")
