@@ -331,6 +331,8 @@ def test_energy_accumulator_tells_a_reset_in_a_moduluss_upper_half_from_a_wrap()
         ("gpm", "spbm", "gpu"),
         ("gpc_in", "spbm", "gpu"),
         ("sys_in", "spbm", "other"),  # not one of the documented whole-node labels: never promoted
+        ("cpu_gpu", "spbm", "other"),  # both: not the GPU rail (it was classed gpu), nor the CPU's
+        ("cpu_p", "spbm", "cpu"),
         ("dc_input", "spbm", "system"),
         ("Module Power Socket 0", "grace", "module"),
     ],

@@ -240,3 +240,21 @@ def test_a_sampling_gap_inside_a_collection_costs_nothing_and_a_lost_move_costs_
     assert scope_stats(after, union([(T0 + 30 * S, T0 + 120 * S)])).covered_s == 0.0
     back = scope_stats(after, union([(T0 + 120 * S, T0 + 150 * S)]))
     assert back.covered_s == pytest.approx(30.0) and back.energy_j == pytest.approx(200.0 * 30.0)
+
+
+def test_a_move_seen_after_the_counter_went_unseen_is_late_and_a_gap_it_was_not_read_across_stays() -> None:
+    """Collections every 10 s at 100 W, scraped every 1 s: the scrapes from 34 s to 39 s are lost, and the
+    counter is missing from 40 s to 48 s (the power still read). The collection at 40 s is first seen at
+    49 s: it fell somewhere after 33 s, so neither span it bounds is known (the 1 s from 49 s to the
+    next collection at 50 s took its 10 s of energy: 1 000 W), and the gap, with no counter read at its
+    end, may hold a collection: it stays a gap."""
+    kept = [t for t in range(71) if not 34 <= t <= 39]
+    energy = [float("nan") if 40 <= t <= 48 else 1e6 + 1000.0 * (t // 10) for t in kept]
+    track = GpuTrack.from_points(
+        GpuPoint(T0 + t * S, 0, 1.0, 100.0, e, 1.0) for t, e in zip(kept, energy, strict=True)
+    )
+    integrals = Integrals.build(track, 0.5)
+    assert np.nanmax(integrals.power_w) == pytest.approx(100.0)
+    assert scope_stats(integrals, union([(T0 + 30 * S, T0 + 50 * S)])).covered_s == 0.0
+    around = scope_stats(integrals, union([(T0 + 10 * S, T0 + 70 * S)]))
+    assert around.covered_s == pytest.approx(40.0) and around.energy_j == pytest.approx(4000.0)

@@ -9,14 +9,15 @@ Two sources show it.
   lost); the readings are as old as the counter and say nothing of what the device drew since. A track is
   coarse when the median spacing of its counter's moves is ``COARSE_RATIO`` times its samples' or more
   (core/intervals.py). Its power between two moves seen in a row is the second move's advance over
-  the time from the first: exact in sum, and as coarse as the counter. A sampling gap inside such a span
-  (the counter reads the same on both sides) hid no collection: the scrapes it lost would have read the
-  one collection that the samples on either side read, so it is known too, at the span's average. A span
-  that begins or ends with a move first seen after a gap (it fell somewhere in the gap), or is more than
-  ``COARSE_SPAN_MOVES`` usual spacings long (it hid a move in a gap), is unknown. Time before a boot's first
+  the time from the first: exact in sum, and as coarse as the counter. A sampling gap inside such a span,
+  with the counter read on both sides and the same, hid no collection: the scrapes it lost would have
+  read the one the samples on either side read, so it is known too, at the span's average. A move is
+  *late* when the counter was last seen before it across a gap or longer ago than the gap limit (values
+  missing in between): it fell somewhere in that time, so the spans it bounds are unknown, as is a span
+  more than ``COARSE_SPAN_MOVES`` usual spacings long (it hid a move in a gap). Time before a boot's first
   move and after its last is unknown — a gap: the first advance also covers time before it, and a last
   value's advance is not seen. A counter value missing is no sample of the counter; a move across it is
-  taken where the counter is next seen.
+  taken where the counter is next seen, when that is within the gap limit.
 - A counter that gets *stuck* while the power sensor goes on (domain.md: older drivers' energy is unclear)
   on a track whose counter otherwise moves with its samples. A *stretch* is a run of joined intervals over
   which it did not move, ``HELD_COUNTER_S`` or longer (NVML's moves every 10-100 ms), while the readings
@@ -60,11 +61,12 @@ Mask = npt.NDArray[np.bool_]
 
 @dataclass(frozen=True, slots=True)
 class Steps:
-    """A track's steps as the counter sees them: the samples' times and boots (for the coarse test), the
-    counter, ΔE, Δt and the joined intervals (one boot, no gap)."""
+    """A track's steps as the counter sees them: the samples' times, boots and gap limits (for the coarse
+    test), the counter, ΔE, Δt and the joined intervals (one boot, no gap)."""
 
     t_ns: I64
     segment: I64
+    max_gap_ns: I64
     energy_j: F64
     d_energy: F64
     dt_s: F64
@@ -86,8 +88,8 @@ class Steps:
 
     def _mend_coarse(self, every_s: float, *, power: F64, counter: Mask) -> None:
         """Each span between two moves of one boot takes the second's advance over its time, a sampling gap
-        inside it included (it hid no collection); one bounded by a move first seen after a gap, or longer
-        than ``COARSE_SPAN_MOVES`` usual spacings, has a move somewhere in a gap, and is unknown."""
+        inside it over which the counter stood still included (it hid no collection); one bounded by a late
+        move, or longer than ``COARSE_SPAN_MOVES`` usual spacings, has a move somewhere in a gap: unknown."""
         moved = counter_moves(self.energy_j, self.segment)
         power[:] = np.nan  # unknown but between two moves seen in a row
         counter[:] = False
@@ -99,14 +101,26 @@ class Steps:
         with np.errstate(invalid="ignore", divide="ignore"):
             rate = (self.energy_j[b] - self.energy_j[a]) / span_s
         lost = (self.segment[a] != self.segment[b]) | (span_s > COARSE_SPAN_MOVES * every_s)
-        late = ~self.joined[moved - 1]  # a move first seen after a gap fell somewhere in it: when, unknown
+        late = self._late(moved)
         lost |= late[:-1] | late[1:]
         rate[lost | ~(rate >= 0)] = np.nan  # across a boot or a lost move, or a counter that went back
         spans = np.repeat(rate, b - a)
         known = np.isfinite(spans)
         power[a[0] : b[-1]] = spans
         counter[a[0] : b[-1]] = known
-        self.joined[a[0] : b[-1]] |= known  # the scrapes a gap lost would have read the span's collection
+        # a gap the counter stood still across: the scrapes it lost would have read the span's collection
+        still = (self.d_energy[a[0] : b[-1]] == 0) & (self.dt_s[a[0] : b[-1]] > 0)
+        self.joined[a[0] : b[-1]] |= known & still
+
+    def _late(self, moved: I64) -> Mask:
+        """Per move: the counter was last seen before it across a gap, or longer ago than the gap limit
+        (values missing between), so when it moved in that time is not known."""
+        seen = np.flatnonzero(np.isfinite(self.energy_j))
+        before = seen[np.searchsorted(seen, moved) - 1]  # every move follows a value of the counter
+        broken = np.concatenate(([0], np.cumsum(~self.joined)))  # unjoined intervals before each sample
+        late: Mask = broken[moved] > broken[before]
+        late |= self.t_ns[moved] - self.t_ns[before] > self.max_gap_ns[moved]
+        return late
 
     def _mend_stuck(self, power_w: F64, flat: Mask, *, power: F64, counter: Mask) -> None:
         read = counter.copy()  # the counter as read, before any stretch is mended

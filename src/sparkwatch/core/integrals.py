@@ -68,7 +68,7 @@ class Integrals:
             valid = track.segment[1:] == track.segment[:-1]
             valid &= positive
             valid &= dt_ns <= np.maximum(track.max_gap_ns[1:], track.max_gap_ns[:-1])
-            steps = Steps(t, track.segment, track.energy_j, d_energy, dt_s, valid)
+            steps = Steps(t, track.segment, track.max_gap_ns, track.energy_j, d_energy, dt_s, valid)
             steps.mend(track.power_w, power=power, counter=counter)  # on ``valid`` too: a coarse span's gap
             valid &= np.isfinite(power)
             implausible = power > max_plausible_w

@@ -167,7 +167,8 @@ def _power_line(head: dict[str, Any], power: Integrals, frame: Frame) -> dict[st
 
 
 def _sample_line(head: dict[str, Any], track: GpuTrack | MemTrack, v: F64, frame: Frame) -> dict[str, Any]:
-    """Raw samples, broken where the boot changes or a step exceeds the gap limit (as the integrals are)."""
+    """Raw samples, broken where the boot changes or a step exceeds the gap limit (as the integrals are,
+    but for a coarse counter's span across such a step: core/held_counter.py)."""
     t = track.t_ns
     breaks = np.zeros(len(t), bool)
     if len(t) > 1:

@@ -51,6 +51,8 @@ def classify(label: str, chip: str) -> SensorKind:
         return "other"
     if chip == "power_meter" or low in _SYSTEM_LABELS:
         return "system"
+    if "gpu" in low and "cpu" in low:
+        return "other"  # spbm's ``cpu_gpu``: the two together, neither the GPU rail nor the CPU's
     if "gpu" in low or low.split("_")[0] in _GPU_PARTS or chip in {"amdgpu", "nouveau"}:
         return "gpu"
     if "cpu" in low or low.startswith("grace"):
