@@ -333,6 +333,11 @@ def test_energy_accumulator_tells_a_reset_in_a_moduluss_upper_half_from_a_wrap()
         ("sys_in", "spbm", "other"),  # not one of the documented whole-node labels: never promoted
         ("cpu_gpu", "spbm", "other"),  # both: not the GPU rail (it was classed gpu), nor the CPU's
         ("cpu_p", "spbm", "cpu"),
+        ("budget_gpu", "spbm", "other"),  # what the firmware allows the GPU, not what it draws
+        ("budget_cpu_e", "spbm", "other"),
+        ("pl1", "spbm", "other"),  # a power limit
+        ("syspl2", "spbm", "other"),
+        ("ewma_pl1", "spbm", "other"),  # a smoothed draw under one controller: no one part's
         ("dc_input", "spbm", "system"),
         ("Module Power Socket 0", "grace", "module"),
     ],

@@ -26,6 +26,9 @@ _SYSTEM_LABELS = frozenset({"sys_total", "dc_input", "sys", "system", "total", "
 #: Label stems of GPU parts: one spbm fork names the GPU module's accumulator ``gpm`` and the graphics
 #: clusters' rails ``gpc_in``/``gpc_out`` (edisonchan/spark_hwmon), the other calls the accumulator ``gpu``.
 _GPU_PARTS = frozenset({"gpm", "gpc"})
+#: spbm power channels that are no part's draw: the firmware's power limits (``pl1``, ``syspl1``, …) and
+#: the budgets it gives each part (``budget_gpu``, ``budget_cpu_p``, …), in both forks.
+_NOT_A_DRAW = re.compile(r"^(budget_\w+|(sys)?pl\d)$")
 #: Moduli tried, smallest first, when an accumulator goes backwards: 32-bit counts of µJ or of mJ, 64-bit.
 _WRAP_MODULI = (2**32, 2**32 * 1000, 2**64)
 #: The most power a wrap may stand for (a whole node's plausible most, as the coordinator's check): what a
@@ -51,8 +54,8 @@ def classify(label: str, chip: str) -> SensorKind:
         return "other"
     if chip == "power_meter" or low in _SYSTEM_LABELS:
         return "system"
-    if "gpu" in low and "cpu" in low:
-        return "other"  # spbm's ``cpu_gpu``: the two together, neither the GPU rail nor the CPU's
+    if ("gpu" in low and "cpu" in low) or _NOT_A_DRAW.match(low):
+        return "other"  # spbm's ``cpu_gpu`` (the two together), or a limit or budget: no part's draw
     if "gpu" in low or low.split("_")[0] in _GPU_PARTS or chip in {"amdgpu", "nouveau"}:
         return "gpu"
     if "cpu" in low or low.startswith("grace"):
