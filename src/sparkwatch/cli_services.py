@@ -133,6 +133,14 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
 
     nodes = asyncio.run(nodes_now(target, args.nodes, settle))
     record = cluster_hardware(nodes)
+    simulated = [str(n["node"]) for n in nodes if (n.get("hardware") or {}).get("simulated")]
+    if simulated:  # the sim's GB10 beside this host's own CPU and OS: one record, neither machine's
+        print(
+            f"sparkwatch: warning: simulated node(s) {', '.join(simulated)} (--backend sim): the GPU and"
+            " memory in this record are the simulator's, the CPU and OS the host's; it describes no real"
+            " machine",
+            file=sys.stderr,
+        )
     for node in nodes:  # a standing coordinator keeps a node's last hello while its agent is away
         if not node.get("connected"):
             print(

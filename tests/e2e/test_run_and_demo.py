@@ -236,6 +236,8 @@ def test_hardware_for_the_cluster_from_the_nodes(tmp_path: pathlib.Path, agent_f
     per_node_gb = round(SPEC.mem_total_bytes / GIB, 1)
     assert hw["unifiedMemoryGb"] == pytest.approx(2 * per_node_gb)
     assert f"kernel {platform.release()}" in hw["os"]  # read from the node, not typed by hand
+    # the sim's GB10 beside this host's CPU and OS: said, so the record is not taken for a real machine's
+    assert "warning: simulated node(s) n0, n1 (--backend sim)" in result.stderr
 
 
 def test_hardware_with_a_node_down_is_one_line(tmp_path: pathlib.Path) -> None:
