@@ -133,7 +133,7 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
 
     nodes = asyncio.run(nodes_now(target, args.nodes, settle))
     record = cluster_hardware(nodes)
-    simulated = [str(n["node"]) for n in nodes if (n.get("hardware") or {}).get("simulated")]
+    simulated = [str(n["node"]) for n in nodes if _facts(n.get("hardware")).get("simulated")]
     if simulated:  # the sim's GB10 beside this host's own CPU and OS: one record, neither machine's
         print(
             f"sparkwatch: warning: simulated node(s) {', '.join(simulated)} (--backend sim): the GPU and"
@@ -154,6 +154,10 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
         write_text_atomically(args.output, text)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _facts(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
 
 
 def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
