@@ -136,9 +136,9 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
     simulated = [str(n["node"]) for n in nodes if _facts(n.get("hardware")).get("simulated")]
     if simulated:  # the sim's GB10 beside this host's own CPU and OS: one record, neither machine's
         print(
-            f"sparkwatch: warning: simulated node(s) {', '.join(simulated)} (--backend sim): the GPU and"
-            " memory in this record are the simulator's, the CPU and OS the host's; it describes no real"
-            " machine",
+            f"sparkwatch: warning: simulated node(s) {', '.join(simulated)} (--backend sim): the GPU,"
+            " driver and memory in this record are the simulator's, the CPU, OS and product name the"
+            " host's; it describes no real machine",
             file=sys.stderr,
         )
     for node in nodes:  # a standing coordinator keeps a node's last hello while its agent is away

@@ -17,7 +17,8 @@ Two sources show it.
   more than ``COARSE_SPAN_MOVES`` usual spacings long (it hid a move in a gap). Time before a boot's first
   move and after its last is unknown — a gap: the first advance also covers time before it, and a last
   value's advance is not seen. A counter value missing is no sample of the counter; a move across it is
-  taken where the counter is next seen, when that is within the gap limit.
+  taken where the counter is next seen, when that is within the gap limit (the span's power is then off by
+  as much as that time is of it: windows under two spacings are ``low_confidence`` for this too).
 - A counter that gets *stuck* while the power sensor goes on (domain.md: older drivers' energy is unclear)
   on a track whose counter otherwise moves with its samples. A *stretch* is a run of joined intervals over
   which it did not move, ``HELD_COUNTER_S`` or longer (NVML's moves every 10-100 ms), while the readings

@@ -26,8 +26,9 @@ _SYSTEM_LABELS = frozenset({"sys_total", "dc_input", "sys", "system", "total", "
 #: Label stems of GPU parts: one spbm fork names the GPU module's accumulator ``gpm`` and the graphics
 #: clusters' rails ``gpc_in``/``gpc_out`` (edisonchan/spark_hwmon), the other calls the accumulator ``gpu``.
 _GPU_PARTS = frozenset({"gpm", "gpc"})
-#: spbm power channels that are no part's draw: the firmware's power limits (``pl1``, ``syspl1``, …) and
-#: the budgets it gives each part (``budget_gpu``, ``budget_cpu_p``, …), in both forks.
+#: spbm power channels that are no one part's draw: the firmware's power-limit controllers (``pl1``,
+#: ``syspl1``, …: a limit or the average that controller holds, by fork and version) and the budgets it
+#: gives each part (``budget_gpu``, ``budget_cpu_p``, …).
 _NOT_A_DRAW = re.compile(r"^(budget_\w+|(sys)?pl\d)$")
 #: Moduli tried, smallest first, when an accumulator goes backwards: 32-bit counts of µJ or of mJ, 64-bit.
 _WRAP_MODULI = (2**32, 2**32 * 1000, 2**64)
