@@ -16,7 +16,7 @@ from sparkwatch.cli_handlers import anchor_of, target_of
 from sparkwatch.client import CoordinatorClient
 from sparkwatch.commands.demo import DemoOptions, run_demo
 from sparkwatch.commands.embedded import nodes_now
-from sparkwatch.commands.hardware import cluster_hardware
+from sparkwatch.commands.hardware import cluster_hardware, simulated_nodes
 from sparkwatch.commands.nodes_check import check_cluster, check_engine, render
 from sparkwatch.commands.run import run_command
 from sparkwatch.commands.run_options import RunOptions, parse_import
@@ -133,8 +133,8 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
 
     nodes = asyncio.run(nodes_now(target, args.nodes, settle))
     record = cluster_hardware(nodes)
-    simulated = [str(n["node"]) for n in nodes if _facts(n.get("hardware")).get("simulated")]
-    if simulated:  # the sim's GB10 beside this host's own CPU and OS: one record, neither machine's
+    simulated = simulated_nodes(nodes)
+    if simulated:
         print(
             f"sparkwatch: warning: simulated node(s) {', '.join(simulated)} (--backend sim): the GPU,"
             " driver and memory in this record are the simulator's, the CPU, OS and product name the"
@@ -154,10 +154,6 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
         write_text_atomically(args.output, text)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
-
-
-def _facts(value: object) -> dict[str, object]:
-    return value if isinstance(value, dict) else {}
 
 
 def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:

@@ -44,7 +44,7 @@ def _sum(values: Sequence[Any], n_bytes: Sequence[Any] = ()) -> float | None:
 
 def _gpu(gpu: Any) -> tuple[str, int | None]:
     """(name, memory bytes) of one GPU as a hello lists it."""
-    facts = gpu if isinstance(gpu, dict) else {}
+    facts = _facts(gpu)
     size = facts.get("memory_total_bytes")
     return str(facts.get("name", "")), size if isinstance(size, int) and not isinstance(size, bool) else None
 
@@ -82,3 +82,13 @@ def cluster_hardware(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["os"] = _same([r.get("os") for r in records], "os")
     out["driverVersion"] = _same([r.get("driverVersion") for r in records], "driverVersion")
     return out
+
+
+def simulated_nodes(nodes: Sequence[dict[str, Any]]) -> list[str]:
+    """The nodes whose hello says their GPU is the simulator's: their lmx object pairs a simulated GB10
+    with the host's own CPU and OS, so a record made from them describes no real machine."""
+    return [str(n.get("node")) for n in nodes if _facts(n.get("hardware")).get("simulated")]
+
+
+def _facts(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
