@@ -14,10 +14,10 @@ import logging
 from typing import Any
 
 import aiohttp
-import asyncssh
 import orjson
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
+from sparkwatch.links.asyncssh_quiet import asyncssh
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError
 from sparkwatch.links.ws_link import WsLink
