@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from sparkwatch.commands.summary import summary_table
 
 
@@ -103,6 +105,24 @@ def test_the_wrapped_command_is_printed_as_a_shell_would_take_it_back() -> None:
     data["run"]["command"] = {"argv": ["sh", "-c", "sleep 1; exit 5", "\x1b[2J"], "exit_code": 5}
     line = next(line for line in summary_table(data).splitlines() if line.startswith("command"))
     assert line == "command FAILED with exit code 5: sh -c 'sleep 1; exit 5' '\\x1b[2J'"
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (0, "succeeded"),
+        (1, "FAILED with exit code 1"),
+        (128, "FAILED with exit code 128"),
+        (130, "ended by SIGINT (exit code 130)"),  # Ctrl-C: an interruption, not the command failing
+        (143, "ended by SIGTERM (exit code 143)"),
+        (250, "FAILED with exit code 250"),  # 128 + 122: no such signal
+    ],
+)
+def test_a_command_ended_by_a_signal_is_not_said_to_have_failed(code: int, said: str) -> None:
+    data = export([node("spark-1", 55.7, None)], [])
+    data["run"]["command"] = {"argv": ["sleep", "30"], "exit_code": code}
+    line = next(line for line in summary_table(data).splitlines() if line.startswith("command"))
+    assert line == f"command {said}: sleep 30"
 
 
 def test_a_failed_import_names_its_file_once(tmp_path: Any) -> None:

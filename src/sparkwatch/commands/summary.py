@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import signal
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,18 @@ def _gib(value: int | None) -> str:
     return "n/a" if value is None else f"{value / GIB:.1f}"
 
 
+def command_outcome(code: int) -> str:
+    """How the wrapped command ended: a code of 128 + N is the shell's (and `run`'s) word for "ended by
+    signal N" — Ctrl-C is 130 — which is an interruption, not the command failing."""
+    if code == 0:
+        return "succeeded"
+    try:
+        name = signal.Signals(code - 128).name if code > 128 else None
+    except ValueError:
+        name = None
+    return f"ended by {name} (exit code {code})" if name else f"FAILED with exit code {code}"
+
+
 def summary_table(export: dict[str, Any]) -> str:
     """Per node gated watts, energy and peak memory, their sums, tokens, J/token and every window whose
     verdict is not ``ok`` — what a run report quotes, with unknowns shown as n/a, never as 0."""
@@ -32,9 +45,7 @@ def summary_table(export: dict[str, Any]) -> str:
     ]
     command = run.get("command")
     if command is not None:
-        outcome = (
-            "succeeded" if command["exit_code"] == 0 else f"FAILED with exit code {command['exit_code']}"
-        )
+        outcome = command_outcome(command["exit_code"])
         lines.append(
             f"command {outcome}: {shown(shlex.join(command['argv']))}"
         )  # quoted, control characters escaped
