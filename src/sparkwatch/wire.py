@@ -71,6 +71,7 @@ class SensorValues(Struct, frozen=True, gc=False):
 
 class _Memory(Struct, gc=False):
     used_bytes: _Count | None = None
+    page_cache_bytes: _Count | None = None  # Cached + SReclaimable: what competes with CUDA allocations
 
 
 class _Sample(Struct, gc=False):
@@ -108,6 +109,7 @@ class SampleFrame(NamedTuple):
     gpus: tuple[GpuValues, ...]
     raw: str  # the line as received
     sensors: tuple[SensorValues, ...] = ()
+    mem_page_cache_bytes: int | None = None
 
 
 class GapFrame(NamedTuple):
@@ -166,10 +168,10 @@ def decode_lines(text: str) -> tuple[list[Frame], list[Rejected]]:
         except (MsgspecError, UnicodeEncodeError, RecursionError):
             _slow_line(line, frames, rejected)  # a lone surrogate, deep nesting: orjson says
             continue
-        used = None if (memory := m.memory) is None else memory.used_bytes
+        used, cache = (None, None) if (mem := m.memory) is None else (mem.used_bytes, mem.page_cache_bytes)
         append(
             SampleFrame(
-                m.seq, m.boot_id, m.t_wall_ns, m.t_mono_ns, m.interval_s, used, m.gpus, line, m.sensors
+                m.seq, m.boot_id, m.t_wall_ns, m.t_mono_ns, m.interval_s, used, m.gpus, line, m.sensors, cache
             )
         )
     return frames, rejected
@@ -261,6 +263,7 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
     gpus: Any = d.get("gpus", [])
     sensors: Any = d.get("sensors", [])
     used: Any = memory.get("used_bytes") if type(memory) is dict else None
+    cache: Any = memory.get("page_cache_bytes") if type(memory) is dict else None
     if not (
         type(seq) is int
         and 0 < seq <= INT64_MAX
@@ -273,7 +276,7 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
         and (type(interval) is float or type(interval) is int)
         and 0 < interval <= MAX_INTERVAL_S
         and (memory is None or type(memory) is dict)
-        and (used is None or (type(used) is int and 0 <= used <= INT64_MAX))
+        and all(b is None or (type(b) is int and 0 <= b <= INT64_MAX) for b in (used, cache))
         and type(gpus) is list
         and type(sensors) is list
         and len(sensors) <= MAX_SENSORS
@@ -283,7 +286,7 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
         sensor_values(entry) for entry in sensors
     )  # raises the FrameError that names what is wrong
     gpu_values = tuple([_gpu(g) for g in gpus])
-    return SampleFrame(seq, boot, t_wall, t_mono, float(interval), used, gpu_values, line, channels)
+    return SampleFrame(seq, boot, t_wall, t_mono, float(interval), used, gpu_values, line, channels, cache)
 
 
 def _explain_sample(d: dict[str, Any]) -> NoReturn:
@@ -298,8 +301,10 @@ def _explain_sample(d: dict[str, Any]) -> NoReturn:
     memory = d.get("memory")
     if memory is not None and not isinstance(memory, dict):
         raise FrameError("memory must be an object or null")
-    if memory is not None:
-        _optional_int(memory, "used_bytes")
+    counts: dict[str, Any] = memory or {}
+    for key in ("used_bytes", "page_cache_bytes"):
+        if counts.get(key) is not None:
+            _int(counts, key, 0)
     if not isinstance(d.get("gpus", []), list):
         raise FrameError("gpus must be a list")
     sensors = d.get("sensors", [])
@@ -376,10 +381,6 @@ def _int(d: Mapping[str, Any], key: str, minimum: int) -> int:
     if not minimum <= value <= INT64_MAX:
         raise FrameError(f"{key} {value} is outside [{minimum}, 2^63)")
     return value
-
-
-def _optional_int(d: Mapping[str, Any], key: str) -> int | None:
-    return None if d.get(key) is None else _int(d, key, 0)
 
 
 def _number(d: Mapping[str, Any], key: str) -> float | None:

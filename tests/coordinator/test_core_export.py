@@ -24,10 +24,14 @@ from sparkwatch.defaults import EXPORT_SCHEMA
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
 GIB = 2**30
+MIB = 2**20
 
 
-def node(name: str, idle_w: float, busy_w: float, busy: list[tuple[int, int]], mem_gib: float) -> NodeInput:
-    """0.1 s samples over [T0, T0 + 40 s]: busy_w at util 0.9 inside the busy spans, idle_w at 0 outside."""
+def node(
+    name: str, idle_w: float, busy_w: float, busy: list[tuple[int, int]], mem_gib: float, cache: bool = True
+) -> NodeInput:
+    """0.1 s samples over [T0, T0 + 40 s]: busy_w at util 0.9 inside the busy spans, idle_w at 0 outside;
+    with ``cache``, a page cache of k MiB at sample k."""
     gpu, mem, energy = [], [], 0.0
     for k in range(401):
         t = T0 + k * S // 10
@@ -35,7 +39,7 @@ def node(name: str, idle_w: float, busy_w: float, busy: list[tuple[int, int]], m
         if k:
             energy += (busy_w if on else idle_w) * 0.1
         gpu.append(GpuPoint(t, 0, 0.1, busy_w if on else idle_w, energy, 0.9 if on else 0.0))
-        mem.append(MemPoint(t, 0, 0.1, int((mem_gib + (4 if on else 0)) * GIB)))
+        mem.append(MemPoint(t, 0, 0.1, int((mem_gib + (4 if on else 0)) * GIB), k * MIB if cache else None))
     return NodeInput(
         node=name,
         gpus=[GpuTrack.from_points(gpu)],
@@ -207,6 +211,26 @@ def test_unknowns_are_null_with_reasons() -> None:
     assert export["totals"]["power_w_gated_mean_sum"] is None
     assert export["lmx"]["gpuPowerWatts"] == [None]
     assert "NaN" not in json.dumps(plain(export))
+
+
+def test_the_page_cache_is_measured_beside_memory_used_and_unknown_with_a_reason_where_not_read() -> None:
+    n1 = build()["nodes"][0]
+    # the scope: r1 [20, 25 s), r2 [30, 35 s) and tiny [36, 36.05 s): samples k = 200-249, 300-349 and 360
+    inside = [*range(200, 250), *range(300, 350), 360]
+    assert n1["memory_page_cache_bytes"] == {
+        "baseline": int(149.5 * MIB),  # the median of the 10 s before r1 (k = 100-199)
+        "peak": 360 * MIB,
+        "mean": int(sum(inside) / len(inside) * MIB),
+    }
+    assert not any(k.startswith("memory_page_cache_bytes") for k in n1["null_reasons"])
+    unread = build_export(RUN, [node("old", 11.0, 61.0, [(20, 36)], 100, cache=False)], WINDOWS, "0.1.0")
+    n = unread["nodes"][0]
+    assert n["memory_page_cache_bytes"] == {"baseline": None, "peak": None, "mean": None}
+    assert n["memory_used_bytes"]["peak"] == 104 * GIB  # memory used is read as before
+    assert n["null_reasons"]["memory_page_cache_bytes"] == "no page cache reading inside the scope"
+    assert n["null_reasons"]["memory_page_cache_bytes.baseline"] == (
+        "no page cache reading in the 10 s before the first window"
+    )
 
 
 def test_a_gpu_without_any_utilisation_sample_is_not_called_idle() -> None:

@@ -67,9 +67,16 @@ def signals(reasons: list[int], clock_hz: list[float], uuid: str = "GPU-a") -> S
 
 
 def node(
-    track: GpuTrack, *, signal: list[SignalTrack] | None = None, domains: tuple[DomainInput, ...] = ()
+    track: GpuTrack,
+    *,
+    signal: list[SignalTrack] | None = None,
+    domains: tuple[DomainInput, ...] = (),
+    cache: bool = False,
 ) -> NodeInput:
-    memory = MemTrack.from_arrays(track.t_ns, track.segment, np.full(len(track), 0.1), track.power_w * 2**30)
+    """The node of ``track``, its memory (and with ``cache`` its page cache) following its power."""
+    interval_s = np.full(len(track), 0.1)
+    page_cache = track.power_w * 2**20 if cache else None
+    memory = MemTrack.from_arrays(track.t_ns, track.segment, interval_s, track.power_w * 2**30, page_cache)
     clock = NodeClock(summary=ClockOffset(0, 500_000, 5, 10), method="monotonic", rate_ppm=0.0)
     return NodeInput("spark-1", [track], ["GPU-a"], memory, clock, domains=domains, signals=signal or [])
 
@@ -86,8 +93,8 @@ def joined_steps_s(line: dict[str, Any]) -> list[float]:
 
 def test_a_gap_stays_a_break_in_every_line() -> None:
     track = gpu([(2, 8), (12, 18)], hole=(5.0, 6.0))
-    block = run_series(RUN, [node(track)], union([(T0 + 2 * S, T0 + 8 * S)]), buckets=100)
-    for kind in ("gpu_power_w", "util_ratio", "mem_used_bytes"):
+    block = run_series(RUN, [node(track, cache=True)], union([(T0 + 2 * S, T0 + 8 * S)]), buckets=100)
+    for kind in ("gpu_power_w", "util_ratio", "mem_used_bytes", "mem_page_cache_bytes"):
         (line,) = lines(block, kind)
         assert line["v"].count(None) == 1, kind
         k = line["v"].index(None)
@@ -112,6 +119,7 @@ def test_a_short_series_keeps_every_sample() -> None:
     (util,) = lines(block, "util_ratio")
     assert util["t_s"] == pytest.approx([k / 10 for k in range(201)]) and util["samples"] == 201
     assert len(lines(block, "gpu_power_w")[0]["t_s"]) == 200  # one per interval, at its middle
+    assert lines(block, "mem_page_cache_bytes") == []  # never read: no line of nothing but gaps
 
 
 def test_gated_out_is_what_the_gate_dropped_inside_the_scope() -> None:
@@ -170,7 +178,7 @@ def test_each_domain_is_its_own_line_never_summed() -> None:
     total = DomainInput("sys_total", "system", "hwmon:spbm", gpu([(2, 8)]))
     block = run_series(RUN, [node(track, domains=(total,))], union([]), buckets=100)
     (line,) = lines(block, "system_power_w")
-    assert line["key"] == "system_power_w/sys_total" and line["label"] == "sys_total"
+    assert line["key"] == "system_power_w/sys_total" and line["label"] == "sys_total (hwmon:spbm)"
     assert (line["domain"], line["domain_kind"], line["source"]) == ("sys_total", "system", "hwmon:spbm")
     assert max(v for v in line["v"] if v is not None) == pytest.approx(60.0)  # its own, not GPU + domain
 

@@ -158,6 +158,42 @@ def test_memory_comes_from_the_family_then_node_exporter_then_the_gpus() -> None
     assert out["nodes"][0]["memory_used_bytes"]["peak"] == 24_000_000_000
     assert out["source"]["memory_series"] == "node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes"
     assert out["method"]["gate"]["source"] == "DCGM_FI_DEV_GPU_UTIL or DCGM_FI_PROF_SM_ACTIVE"
+    # without node_exporter's cache series the page cache is unknown, and says why
+    assert out["nodes"][0]["memory_page_cache_bytes"] == {"baseline": None, "peak": None, "mean": None}
+    assert (
+        out["nodes"][0]["null_reasons"]["memory_page_cache_bytes"] == "no page cache reading inside the scope"
+    )
+    assert out["source"]["page_cache_series"] == "none"
+    cached = [6e9 if x < 20 else 8e9 for x in t]
+    host += [
+        series("node_memory_Cached_bytes", tn, cached, Hostname="h1"),
+        series(
+            "node_memory_SReclaimable_bytes", tn[:22] + tn[23:], [1e9] * 30, Hostname="h1"
+        ),  # not in the scrape at 22.3 s
+    ]
+    out = export([*gpu, *host], [window("w", 5, 25)], DCGM, "Hostname")
+    cache = out["nodes"][0]["memory_page_cache_bytes"]
+    # the scrapes at 5.3 … 24.3 s, but for 22.3 s (half of the sum unknown there): 7 GB at 15, 9 GB at 4
+    assert cache["peak"] == 9_000_000_000 and cache["mean"] == int((15 * 7e9 + 4 * 9e9) / 19)
+    assert out["source"]["page_cache_series"] == "node_memory_Cached_bytes + node_memory_SReclaimable_bytes"
+
+
+def test_the_agents_own_page_cache_series_is_read_at_its_memory_scrapes() -> None:
+    t = [float(x) for x in range(31)]
+    host = [
+        series("sparkwatch_memory_used_bytes", t, [50e9] * 31, node="n1"),
+        series("sparkwatch_memory_page_cache_bytes", t, [3e9 + 1e8 * x for x in t], node="n1"),
+    ]
+    out = export([*sparkwatch_gpu("n1", "GPU-a", t, 40.0, 0.9), *host], [window("w", 12, 25)])
+    (node,) = out["nodes"]
+    # the scope is [12 s, 25 s): 3.0 GB + 0.1 GB a second, 4.2 … 5.4 GB; the baseline is the median of
+    # the 10 s before it (2 … 11 s)
+    assert node["memory_page_cache_bytes"] == {
+        "baseline": 3_650_000_000,
+        "peak": 5_400_000_000,
+        "mean": 4_800_000_000,
+    }
+    assert out["source"]["page_cache_series"] == "sparkwatch_memory_page_cache_bytes"
 
 
 def test_no_series_with_the_label_or_two_series_for_one_gpu_is_one_line() -> None:

@@ -62,6 +62,7 @@ def test_every_summary_figure_is_the_exports_to_its_printed_digits(export: dict[
     # the seed's shape: per node gated W, peak memory and coverage; the totals people quote
     for i in range(len(export["nodes"])):
         assert {f"nodes.{i}.power_w.gated_mean", f"nodes.{i}.memory_used_bytes.peak"} <= keys
+        assert f"nodes.{i}.memory_page_cache_bytes.peak" in keys
     assert {"totals.power_w_gated_mean_sum", "totals.joules_per_token", "totals.energy_j"} <= keys
     for cell in parser.cells:
         value = facts.lookup(export, cell["data-key"])
@@ -110,6 +111,23 @@ def test_the_figures_read_the_series_block_and_its_gaps_stay_gaps(export: dict[s
         assert power["v"].count(None) == sum(ln["v"].count(None) for ln in wanted)
         assert figures.columns[f"n{i}_gated"]["t"] == [a for a, _ in node["gated_out"]]
     assert any(None in figures.columns[f"n{i}_power"]["v"] for i in range(len(series["nodes"])))
+    labels = set(figures.columns["n0_mem"]["l"])
+    assert labels == {"memory used", "page cache"}  # the page cache is drawn beside memory used
+
+
+def test_the_band_legend_names_only_the_kinds_of_band_the_run_has(export: dict[str, Any]) -> None:
+    """A legend entry for a kind the run has not (other phases' grey prefill) was read as the gate's grey."""
+    figures = charts.figures(export)
+    assert figures is not None
+    present = set(figures.columns["bands"]["k"]) | set(figures.columns["merged"]["k"])
+    assert "other · prefill" not in present and "timed · prefill" in present
+    domains = [
+        layer["encoding"]["fill"]["scale"]["domain"]
+        for panel in figures.per_node[0]["vconcat"][0]["vconcat"]
+        for layer in panel["layer"]
+        if "fill" in layer.get("encoding", {})
+    ]
+    assert domains and all(set(d) == present for d in domains), domains
 
 
 def test_an_export_without_series_renders_its_tables_and_says_why_there_is_no_plot(

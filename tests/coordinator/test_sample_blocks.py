@@ -19,7 +19,15 @@ from sparkwatch.core.clock import ClockOffset
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, codec
 from sparkwatch.store.db import RunRow
-from sparkwatch.store.sample_block import SMALL, SMALL_INTS, concat, decode_blob, from_frames
+from sparkwatch.store.sample_block import (
+    SMALL,
+    SMALL_INTS,
+    column_lists,
+    concat,
+    decode_blob,
+    encode_lists,
+    from_frames,
+)
 from sparkwatch.store.sample_store import TARGET
 from sparkwatch.store.schema import BLOCKS_SCHEMA, MIGRATIONS
 from sparkwatch.wire import SampleFrame
@@ -72,7 +80,15 @@ def frame(seq: int, *, boot: str = "b1", sensors: list[dict[str, object]] | None
         {"sensor": "gpu", "kind": "gpu", "power_w": None, "energy_j": 3.0 * seq},
     ]
     used = None if seq % 5 == 0 else 10**9 + seq
-    return frame_of(seq, gpus, used_bytes=used, boot=boot, sensors=channels if sensors is None else sensors)
+    cache = None if seq % 3 == 0 else 2 * 10**9 + seq
+    return frame_of(
+        seq,
+        gpus,
+        used_bytes=used,
+        page_cache_bytes=cache,
+        boot=boot,
+        sensors=channels if sensors is None else sensors,
+    )
 
 
 @pytest.mark.parametrize("count", [1, SMALL - 1, SMALL, 300])
@@ -91,6 +107,8 @@ def test_a_block_keeps_every_field_an_export_reads(count: int) -> None:
     memory = block.mem_rows()
     used = [None if s % 5 == 0 else 10**9 + s for s in range(1, count + 1)]
     assert [None if np.isnan(u) else int(u) for u in memory.used_bytes] == used
+    cache = [None if s % 3 == 0 else 2 * 10**9 + s for s in range(1, count + 1)]
+    assert [None if np.isnan(c) else int(c) for c in memory.page_cache_bytes] == cache
     sensors = block.sensor_rows()
     assert (
         sensors.text(0).tolist() == ["sys_total", "gpu"] * count
@@ -109,6 +127,25 @@ def test_a_block_keeps_every_field_an_export_reads(count: int) -> None:
         signals.reasons[0::2].tolist() == [2**63 - 1] * count
         and signals.reasons[1::2].tolist() == [-1] * count
     )
+
+
+@pytest.mark.parametrize("count", [3, SMALL])
+def test_a_block_stored_before_the_page_cache_was_kept_reads_it_as_unknown(count: int) -> None:
+    """Blocks written by an earlier coordinator (both forms) have no page cache column: unknown, not 0."""
+    frames = [frame(seq) for seq in range(1, count + 1)]
+    lists, strings = column_lists(frames)
+    del lists["mem_page_cache_bytes"]
+    if count < SMALL:
+        blob = encode_lists(lists, strings)
+    else:
+        columns = {k: v for k, v in from_frames(frames).columns.items() if k != "mem_page_cache_bytes"}
+        blob = codec.encode(columns, strings)
+    old = decode_blob(blob)
+    assert np.isnan(old.mem_rows().page_cache_bytes).all() and len(old.mem_rows().page_cache_bytes) == count
+    assert old.mem_rows().used_bytes[0] == 10**9 + 1
+    joined = concat([old, decode_blob(from_frames(frames).encode())], 2 * count)  # old beside new
+    cache = joined.mem_rows().page_cache_bytes
+    assert np.isnan(cache[:count]).all() and cache[count] == 2 * 10**9 + 1
 
 
 @settings(max_examples=40, deadline=None)

@@ -82,6 +82,8 @@ def test_a_sample_decodes_to_typed_values_with_its_line() -> None:
         ({"t_wall_ns": -1}, "t_wall_ns -1 is outside"),
         ({"gpus": [{"index": 0, "uuid": "GPU-a", "power_w": "hot"}]}, "power_w must be a finite number"),
         ({"memory": {"used_bytes": 1.5}}, "used_bytes must be an integer"),
+        ({"memory": {"used_bytes": 1, "page_cache_bytes": -1}}, "page_cache_bytes -1 is outside"),
+        ({"memory": {"page_cache_bytes": "3"}}, "page_cache_bytes must be an integer"),
     ],
 )
 def test_a_bad_sample_is_skipped_and_named_by_seq_and_field(changes: dict[str, object], why: str) -> None:
@@ -92,6 +94,16 @@ def test_a_bad_sample_is_skipped_and_named_by_seq_and_field(changes: dict[str, o
     assert bad.reason == "invalid" and why in bad.detail
     seq = changes.get("seq", 7)
     assert bad.seq == (seq if type(seq) is int and seq < 2**64 else None)  # orjson reads 2^64 as a float
+
+
+def test_the_page_cache_is_read_on_both_paths() -> None:
+    """msgspec's and the field-by-field path (a GPU's signal of another type sends a line there)."""
+    memory = {"used_bytes": 42, "page_cache_bytes": 7 * 2**30}
+    slow = {"index": 0, "uuid": "GPU-a", "power_w": 50.5, "sm_clock_hz": "fast"}
+    frames, rejected = decode_lines("\n".join([line(memory=memory), line(seq=8, memory=memory, gpus=[slow])]))
+    assert rejected == [] and [f.mem_page_cache_bytes for f in frames] == [7 * 2**30] * 2  # type: ignore[union-attr]
+    (frame,), _ = decode_lines(line(memory={"used_bytes": 42}))
+    assert isinstance(frame, SampleFrame) and frame.mem_page_cache_bytes is None  # an older agent's: unknown
 
 
 def test_lines_that_are_not_objects_too_long_or_of_unknown_type_are_skipped() -> None:

@@ -382,6 +382,10 @@ def test_an_engine_after_remote_write_gives_its_coordinators_sqlite_figures(rig:
         assert node["samples"]["interval_s"] == pytest.approx(INTERVAL_S, rel=0.05)  # the full rate
         assert node["power_w"]["gated_mean"] is not None and node["energy_j"] is not None
         assert node["energy_method"] == ref["energy_method"] == "counter"
+        # the page cache went out with every sample and reads back the same (the sim's holds still)
+        assert ref["memory_page_cache_bytes"]["peak"] is not None
+        assert node["memory_page_cache_bytes"] == ref["memory_page_cache_bytes"]
+    assert export["source"]["page_cache_series"] == "sparkwatch_memory_page_cache_bytes"
     assert _reasons(export) == _reasons(sqlite)
     assert _signals(export) == _signals(sqlite)
     _check_clocks(export, sqlite)

@@ -17,6 +17,7 @@ def frame_of(
     gpus: list[dict[str, Any]],
     *,
     used_bytes: int | None = 1000,
+    page_cache_bytes: int | None = None,
     boot: str = "b1",
     interval_s: float = 0.1,
     sensors: list[dict[str, Any]] | None = None,
@@ -34,7 +35,7 @@ def frame_of(
         "interval_s": interval_s,
         "gpu_error": None,
         "gpus": gpus,
-        "memory": {"used_bytes": used_bytes},
+        "memory": {"used_bytes": used_bytes, "page_cache_bytes": page_cache_bytes},
         "sensors": sensors or [],
     }
     frame = decode_frame(json.dumps(data), data)

@@ -40,6 +40,7 @@ MEMORY_TOTAL_BYTES = 128 * GIB
 MEMORY_START_BYTES = 20 * GIB
 MEMORY_CLIMB_BYTES = 80 * GIB
 KV_BYTES = int(1.5 * GIB)  # held while a request runs
+PAGE_CACHE_START_BYTES = 12 * GIB  # the model's files, read once; given back as memory used climbs
 GAP_S = 30.0  # the agent-down hole
 RESTART_GAP_S = 2.0  # no samples while the restarted agent comes up
 THERMAL_S = 120.0
@@ -280,7 +281,9 @@ def _node_input(rng: np.random.Generator, layout: Layout, i: int, *, last: bool)
         node=name,
         gpus=[gpu],
         gpu_uuids=[uuid],
-        memory=MemTrack.from_arrays(t, seg, interval, _memory(rng, layout, x, i)[keep]),
+        memory=MemTrack.from_arrays(
+            t, seg, interval, _memory(rng, layout, x, i)[keep], _page_cache(layout, x)[keep]
+        ),
         clock=_clock(rng, layout),
         memory_model="unified",
         hardware=_hardware(uuid),
@@ -314,6 +317,14 @@ def _memory(rng: np.random.Generator, layout: Layout, x: Readings, i: int) -> F6
     climb = np.clip((x.t_ns - layout.first_timed_ns) / span, 0.0, 1.0)
     used = MEMORY_START_BYTES + i * GIB / 2 + MEMORY_CLIMB_BYTES * climb + KV_BYTES * x.busy
     return np.round(used + rng.normal(0.0, 2**26, len(x.t_ns)))
+
+
+def _page_cache(layout: Layout, x: Readings) -> F64:
+    """The page cache: the model's files until the first timed request, a quarter of them given back as
+    memory used climbs (no noise drawn: the other readings' random draws stay as they were)."""
+    span = max(int(layout.requests.ends[-1]) - layout.first_timed_ns, 1)
+    climb = np.clip((x.t_ns - layout.first_timed_ns) / span, 0.0, 1.0)
+    return np.round(PAGE_CACHE_START_BYTES * (1.0 - 0.25 * climb))
 
 
 def _signals(rng: np.random.Generator, x: Readings, keep: np.ndarray) -> SignalTrack:

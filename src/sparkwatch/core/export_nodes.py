@@ -86,11 +86,15 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     idle = [w for w, _ in idle_and_why]
     idle_why = [why for _, why in idle_and_why if why is not None]
     memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
+    cache = node_memory(node.memory, plan.scope, plan.first_window_ns, node.memory.page_cache_bytes)
     max_w = stats[0].max_w if len(stats) == 1 else summed_max_w(integrals, plan.scope)
     resolved = [resolution_s(g) for g in node.gpus]
     interval_s = worst_known([r for r, _ in resolved], max)
-    json = _node_json(node, stats, idle, memory, plan.gate_threshold, max_w=max_w, interval_s=interval_s)
-    json["null_reasons"].update(_memory_reasons(memory, plan.first_window_ns))
+    json = _node_json(
+        node, stats, idle, (memory, cache), plan.gate_threshold, max_w=max_w, interval_s=interval_s
+    )
+    json["null_reasons"].update(_memory_reasons("memory_used_bytes", memory, plan.first_window_ns))
+    json["null_reasons"].update(_memory_reasons("memory_page_cache_bytes", cache, plan.first_window_ns))
     json.update(_idle_and_split(json, integrals, plan, idle_why))
     split = window_split(integrals, plan.tokens)
     per_gpu = [window_stats(i, plan.starts, plan.ends) for i in integrals]
@@ -124,7 +128,7 @@ def _node_json(
     node: NodeInput,
     stats: Sequence[PowerStats],
     idle: Sequence[float | None],
-    memory: MemoryStats,
+    memory: tuple[MemoryStats, MemoryStats],
     threshold: float,
     *,
     max_w: float | None,
@@ -137,10 +141,9 @@ def _node_json(
         "clock": node.clock.to_json(),
         "unsupported": node.unsupported,
         **_node_power(stats, max_w),
-        "memory_used_bytes": {
-            "baseline": memory.baseline_bytes,
-            "peak": memory.peak_bytes,
-            "mean": memory.mean_bytes,
+        **{
+            key: {"baseline": m.baseline_bytes, "peak": m.peak_bytes, "mean": m.mean_bytes}
+            for key, m in zip(("memory_used_bytes", "memory_page_cache_bytes"), memory, strict=True)
         },
         "samples": {
             "count": min([s.samples for s in stats] or [0]),
@@ -288,12 +291,14 @@ def _null_reasons(
     return reasons
 
 
-def _memory_reasons(memory: MemoryStats, before_ns: int | None) -> dict[str, str]:
+def _memory_reasons(key: str, memory: MemoryStats, before_ns: int | None) -> dict[str, str]:
+    """Why a node's memory figure ``key`` (used, or page cache) is unknown, where it is."""
+    what = "page cache reading" if key == "memory_page_cache_bytes" else "memory sample"
     reasons: dict[str, str] = {}
     if memory.peak_bytes is None:
-        reasons["memory_used_bytes"] = "no memory sample inside the scope"
+        reasons[key] = f"no {what} inside the scope"
     if memory.baseline_bytes is None:
-        reasons["memory_used_bytes.baseline"] = no_baseline("memory sample", before_ns)
+        reasons[f"{key}.baseline"] = no_baseline(what, before_ns)
     return reasons
 
 

@@ -52,6 +52,8 @@ _SAMPLES = {
 _IDLE = {"idle_power_w": _NUM, "energy_above_idle_j": _NUM}
 #: GPU energy from a window's start to its first token, and from its first to its last token (optional).
 _SPLIT = {"prefill_energy_j": _NUM, "decode_energy_j": _NUM}
+_STATS = ("baseline", "peak", "mean")  # a memory figure: the baseline before the run, its peak and mean in it
+_MEMORY = {"type": "object", "required": list(_STATS), "properties": dict.fromkeys(_STATS, _INT)}
 _KINDS = {"enum": ["system", "module", "cpu", "gpu", "other"]}
 _METHODS = {"enum": ["counter", "trapezoid", "mixed", "none"]}
 
@@ -142,11 +144,8 @@ _NODE = {
         "gated_s": {"type": "number", "minimum": 0},
         "excluded_s": {"type": "number", "minimum": 0},
         "system": _SYSTEM,
-        "memory_used_bytes": {
-            "type": "object",
-            "required": ["baseline", "peak", "mean"],
-            "properties": {"baseline": _INT, "peak": _INT, "mean": _INT},
-        },
+        "memory_used_bytes": _MEMORY,
+        "memory_page_cache_bytes": _MEMORY,
         "samples": _SAMPLES,
         "gpus": {
             "type": "array",
@@ -337,6 +336,7 @@ _SOURCE = {
         "nodes_label": {"type": "string"},
         "gate_series": {"type": "string"},
         "memory_series": {"type": "string"},
+        "page_cache_series": {"type": "string"},
         "clock": {"type": "string"},
         "energy": {"type": "string", "description": "how a window's energy is taken at its edges"},
         # the label matchers of --engine-metrics (the serving engine's series) and --series-matchers

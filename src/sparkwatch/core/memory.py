@@ -1,6 +1,7 @@
 """Memory in use per node (host MemTotal − MemAvailable, which on unified memory includes the GPU's) and
 across nodes: baseline before the run, peak and mean within the scope, the sum of peaks and the peak of
-the summed series."""
+the summed series. The page cache (Cached + SReclaimable) per node the same way: not in use, since the
+kernel can reclaim it, but what a CUDA allocation on unified memory has to wait for it to give back."""
 
 from __future__ import annotations
 
@@ -22,17 +23,20 @@ class MemoryStats:
     mean_bytes: int | None
 
 
-def node_memory(track: MemTrack, scope: Scope, baseline_before_ns: int | None) -> MemoryStats:
+def node_memory(
+    track: MemTrack, scope: Scope, baseline_before_ns: int | None, bytes_: F64 | None = None
+) -> MemoryStats:
     """Baseline = median of the samples in the baseline period (core.baseline) before
-    ``baseline_before_ns``; peak/mean within the scope."""
-    used = track.used_bytes
-    ok = np.isfinite(used)
+    ``baseline_before_ns``; peak/mean within the scope. Of the track's memory used, or of ``bytes_``, a
+    column of it (its page cache)."""
+    values = track.used_bytes if bytes_ is None else bytes_
+    ok = np.isfinite(values)
     pre = ok & baseline_mask(track.t_ns, baseline_before_ns)
-    baseline = int(np.median(used[pre])) if pre.any() else None
-    inside = ok & scope.contains(track.t_ns) if not scope.empty else np.zeros(len(used), bool)
+    baseline = int(np.median(values[pre])) if pre.any() else None
+    inside = ok & scope.contains(track.t_ns) if not scope.empty else np.zeros(len(values), bool)
     if not inside.any():
         return MemoryStats(baseline, None, None)
-    return MemoryStats(baseline, int(np.max(used[inside])), int(np.mean(used[inside])))
+    return MemoryStats(baseline, int(np.max(values[inside])), int(np.mean(values[inside])))
 
 
 def peak_of_sum(tracks: Sequence[MemTrack], scope: Scope) -> int | None:

@@ -36,6 +36,7 @@ UNITS = {
     "system_power_w": "W",
     "util_ratio": "ratio",
     "mem_used_bytes": "bytes",
+    "mem_page_cache_bytes": "bytes",
     "sm_clock_hz": "Hz",
 }
 DIGITS = {"W": 2, "ratio": 3, "bytes": 0, "Hz": 0}
@@ -114,14 +115,16 @@ def node_series(node: NodeInput, run: RunSpec, scope: Scope, frame: Frame) -> di
     index = {uuid: i for i, uuid in enumerate(node.gpu_uuids)}
     lines = []
     for i, (uuid, power) in enumerate(zip(node.gpu_uuids, gpus, strict=True)):
-        head = _head(f"gpu_power_w/{i}", "gpu_power_w", f"GPU {i}", gpu_uuid=uuid)
+        head = _head(f"gpu_power_w/{i}", "gpu_power_w", f"GPU {i} (NVML)", gpu_uuid=uuid)
         lines.append(_power_line(head, power, frame))
     for d in node.domains:
         power = Integrals.build(d.track, run.gate_threshold, MAX_PLAUSIBLE_NODE_W)
         extra = {"domain": d.domain, "domain_kind": d.kind, "source": d.source}
         lines.append(
             _power_line(
-                _head(f"system_power_w/{d.domain}", "system_power_w", d.domain, **extra), power, frame
+                _head(f"system_power_w/{d.domain}", "system_power_w", f"{d.domain} ({d.source})", **extra),
+                power,
+                frame,
             )
         )
     for i, (track, uuid) in enumerate(zip(node.gpus, node.gpu_uuids, strict=True)):
@@ -129,6 +132,9 @@ def node_series(node: NodeInput, run: RunSpec, scope: Scope, frame: Frame) -> di
         lines.append(_sample_line(head, track, track.util_ratio, frame))
     head = _head("mem_used_bytes", "mem_used_bytes", "memory used")
     lines.append(_sample_line(head, node.memory, node.memory.used_bytes, frame))
+    if np.isfinite(node.memory.page_cache_bytes).any():  # a source without it draws no empty line
+        head = _head("mem_page_cache_bytes", "mem_page_cache_bytes", "page cache")
+        lines.append(_sample_line(head, node.memory, node.memory.page_cache_bytes, frame))
     max_step_ns = round(GAP_INTERVALS * run.interval_s * 1e9)
     for j, signals in enumerate(node.signals):
         i = index.get(signals.uuid or "", j)  # a track without a UUID: by its place

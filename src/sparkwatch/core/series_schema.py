@@ -16,7 +16,10 @@ _LINE = {
         "key": {"type": "string", "description": "unique within the node: <kind>/<GPU index or domain>"},
         "kind": {"enum": list(UNITS)},
         "unit": {"enum": sorted(set(UNITS.values()))},
-        "label": {"type": "string", "description": "what a legend calls the line (GPU 0, sys_total, …)"},
+        "label": {
+            "type": "string",
+            "description": "what a legend calls the line (GPU 0 (NVML), sys_total (hwmon:spbm), …)",
+        },
         "gpu_uuid": {"type": ["string", "null"]},
         "domain": {"type": "string", "description": "system_power_w: the power domain"},
         "domain_kind": {"enum": ["system", "module", "cpu", "gpu", "other"]},

@@ -82,6 +82,7 @@ class MemPoint:
     segment: int
     interval_s: float
     used_bytes: int | None
+    page_cache_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,14 +129,25 @@ class MemTrack:
     segment: I64
     max_gap_ns: I64
     used_bytes: F64
+    page_cache_bytes: F64  # Cached + SReclaimable: reclaimable, not in use, but CUDA waits for it back
 
     @staticmethod
     def from_points(points: Iterable[MemPoint]) -> MemTrack:
         pts = list(points)
-        return MemTrack.from_arrays(*_times(pts), _floats([p.used_bytes for p in pts]))
+        return MemTrack.from_arrays(
+            *_times(pts),
+            _floats([p.used_bytes for p in pts]),
+            _floats([p.page_cache_bytes for p in pts]),
+        )
 
     @staticmethod
-    def from_arrays(t_ns: I64, segment: I64, interval_s: F64, used_bytes: F64) -> MemTrack:
-        """Arrays already aligned (NaN = unknown); sorted here by time, stably."""
+    def from_arrays(
+        t_ns: I64, segment: I64, interval_s: F64, used_bytes: F64, page_cache_bytes: F64 | None = None
+    ) -> MemTrack:
+        """Arrays already aligned (NaN = unknown; no ``page_cache_bytes``: unknown throughout); sorted here
+        by time, stably."""
         order, t, seg, max_gap = in_time_order(t_ns, segment, interval_s)
-        return MemTrack(t_ns=t, segment=seg, max_gap_ns=max_gap, used_bytes=used_bytes[order])
+        cache = np.full(len(t), np.nan) if page_cache_bytes is None else page_cache_bytes[order]
+        return MemTrack(
+            t_ns=t, segment=seg, max_gap_ns=max_gap, used_bytes=used_bytes[order], page_cache_bytes=cache
+        )

@@ -81,9 +81,12 @@ def series_start_is_run(export: dict[str, Any]) -> bool:
     return bool(export["series"]["t0_ns"] == export["run"]["t_start_ns"])
 
 
-def _bands(x: alt.X, fine: str) -> tuple[alt.Chart, alt.Chart]:
-    """Each window's own bands while ``fine`` holds (only those in view), else the merged ones."""
-    kinds, colours = zip(*BAND_KINDS, strict=True)
+def _bands(x: alt.X, fine: str, present: set[str]) -> tuple[alt.Chart, alt.Chart]:
+    """Each window's own bands while ``fine`` holds (only those in view), else the merged ones. The legend
+    names the kinds of band the run has (``present``): one of a kind it has not, such as the grey of other
+    phases' prefill, was read as the gate's grey."""
+    shown = [(k, c) for k, c in BAND_KINDS if k in present] or list(BAND_KINDS)
+    kinds, colours = zip(*shown, strict=True)
     fill = alt.Fill("k:N", title="windows", scale=alt.Scale(domain=list(kinds), range=list(colours)))
     own = (
         alt.Chart(alt.NamedData("bands"))
@@ -100,9 +103,10 @@ def _bands(x: alt.X, fine: str) -> tuple[alt.Chart, alt.Chart]:
     return own, merged
 
 
-def _line(name: str, title: str, y_scale: alt.Scale | None = None, legend: bool = False) -> alt.Chart:
-    """A panel's lines, one per label; only the power panel (GPU rail and domains) needs a legend."""
-    stroke = alt.Stroke("l:N", title="power", legend=alt.Legend() if legend else None)
+def _line(name: str, title: str, y_scale: alt.Scale | None = None, legend: str | None = None) -> alt.Chart:
+    """A panel's lines, one per label; a panel of several kinds of line (power: the GPU rail and the
+    domains; memory: used and page cache) has a legend titled ``legend``."""
+    stroke = alt.Stroke("l:N", title=legend, legend=alt.Legend() if legend else None)
     chart: alt.Chart = (
         alt.Chart(alt.NamedData(name))
         .mark_line(clip=True, strokeWidth=1.2, interpolate="linear")
@@ -135,7 +139,7 @@ def node_panels(
     p = f"n{i}_"
     columns[p + "power"] = _lines(node, ("gpu_power_w", "system_power_w"))
     columns[p + "util"] = _lines(node, ("util_ratio",))
-    columns[p + "mem"] = _lines(node, ("mem_used_bytes",), GIB)
+    columns[p + "mem"] = _lines(node, ("mem_used_bytes", "mem_page_cache_bytes"), GIB)
     columns[p + "clock"] = _lines(node, ("sm_clock_hz",), 1e6)
     columns[p + "gated"] = _spans(node.get("gated_out", []))
     columns[p + "throttle"] = _spans([e["t_s"] for e in node.get("throttle", [])])
@@ -144,19 +148,20 @@ def node_panels(
     baseline = (entry.get("memory_used_bytes") or {}).get("baseline")
     total = a_number(an_object(entry.get("hardware")).get("memory_total_bytes"))
     since = "the run started" if series_start_is_run(export) else "the first window started"
-    bands = _bands(_x(duration_s, titled=False, since=since), fine)
-    bottom = _bands(_x(duration_s, titled=True, since=since), fine)
+    present = {*columns["bands"]["k"], *columns["merged"]["k"]}
+    bands = _bands(_x(duration_s, titled=False, since=since), fine, present)
+    bottom = _bands(_x(duration_s, titled=True, since=since), fine, present)
     mem_scale = alt.Scale(domain=[0, total / GIB]) if total else alt.Scale(zero=True)
     baseline_rule = [] if baseline is None else [_rule(baseline / GIB, "#2ca02c")]
     panels = [
-        [*bands, _line(p + "power", "power W", legend=True)],
+        [*bands, _line(p + "power", "power W", legend="power")],
         [
             *bands,
             _shade(p + "gated", GATED_OUT_FILL, 0.45),
             _line(p + "util", "SM util", alt.Scale(domain=[0, 1])),
             _rule(threshold, "#333333"),
         ],
-        [*bands, _line(p + "mem", "memory GiB", mem_scale), *baseline_rule],
+        [*bands, _line(p + "mem", "memory GiB", mem_scale, legend="memory"), *baseline_rule],
         [*bottom, _shade(p + "throttle", THROTTLE_FILL, 0.35), _line(p + "clock", "SM MHz")],
     ]
     return {

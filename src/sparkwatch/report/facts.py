@@ -130,18 +130,24 @@ def has_system(export: dict[str, Any]) -> bool:
     return any(node.get("system") for node in export["nodes"])
 
 
+def has_page_cache(export: dict[str, Any]) -> bool:
+    """Whether the export measured the page cache (those made before it did not)."""
+    return any("memory_page_cache_bytes" in node for node in export["nodes"])
+
+
 def node_rows(export: dict[str, Any]) -> list[list[Cell]]:
-    """Per node: name, gated GPU W, system W (when any node has a domain), peak memory GiB, coverage."""
-    with_system = has_system(export)
+    """Per node: name, gated GPU W, system W (when any node has a domain), peak memory GiB, peak page
+    cache GiB (when measured), coverage."""
+    with_system, with_cache = has_system(export), has_page_cache(export)
     rows = []
     for i, node in enumerate(export["nodes"]):
         row = [Cell(node["node"]), figure(export, f"nodes.{i}.power_w.gated_mean", 1)]
         if with_system:
             row.append(_system_cell(export, i))
-        row += [
-            figure(export, f"nodes.{i}.memory_used_bytes.peak", 1, GIB),
-            figure(export, f"nodes.{i}.samples.coverage_ratio", 3),
-        ]
+        row.append(figure(export, f"nodes.{i}.memory_used_bytes.peak", 1, GIB))
+        if with_cache:
+            row.append(figure(export, f"nodes.{i}.memory_page_cache_bytes.peak", 1, GIB))
+        row.append(figure(export, f"nodes.{i}.samples.coverage_ratio", 3))
         rows.append(row)
     return rows
 
@@ -159,7 +165,8 @@ def _system_cell(export: dict[str, Any], i: int) -> Cell:
 
 def node_columns(export: dict[str, Any]) -> list[str]:
     system = ["system W (whole node)"] if has_system(export) else []
-    return ["node", "gated GPU W", *system, "peak memory GiB", "coverage"]
+    cache = ["peak page cache GiB"] if has_page_cache(export) else []
+    return ["node", "gated GPU W", *system, "peak memory GiB", *cache, "coverage"]
 
 
 def total_rows(export: dict[str, Any]) -> list[tuple[str, Cell]]:

@@ -80,7 +80,9 @@ def _plots_html(export: dict[str, Any], figures: charts.Figures | None) -> str:
         " double-click to reset; click a window in the table to zoom to it. Bands: request windows"
         " (prefill: start to first token; decode: first to last token). Grey on the utilisation panel: time"
         " the gate left out inside the measured windows (dashed line: the threshold). Red on the clock panel:"
-        " throttle episodes. Green dashed line: the memory baseline before the first window.</p>"
+        " throttle episodes. Memory panel: memory in use (MemTotal − MemAvailable) and, beside it, the page"
+        " cache (Cached + SReclaimable), which the kernel can give back but a CUDA allocation waits for;"
+        " green dashed line: the memory baseline before the first window.</p>"
         '<p><button id="reset-zoom" type="button">show the whole run</button>'
         ' <span id="resolution-note" class="note" hidden>This view is narrower than a few buckets: between'
         " a bucket's min and max the lines are straight, not measured detail (export with a larger"

@@ -41,6 +41,7 @@ class NodeRead:
     memory_t_ns: I64
     memory_interval_s: F64
     used_bytes: F64
+    page_cache_bytes: F64
     sensor_counts: I64  # power channel rows per sample
     sensor_power_w: F64
     sensor_energy_j: F64
@@ -69,6 +70,7 @@ _COLUMNS: dict[str, tuple[Callable[[BootRead], np.ndarray], Any]] = {
     "memory_t_ns": (lambda r: r.memory_t_ns, np.int64),
     "memory_interval_s": (lambda r: r.memory.interval_s, np.float64),
     "used_bytes": (lambda r: r.memory.used_bytes, np.float64),
+    "page_cache_bytes": (lambda r: r.memory.page_cache_bytes, np.float64),
     "sensor_counts": (lambda r: r.sensors.counts, None),
     "sensor_power_w": (lambda r: r.sensors.power_w, np.float64),
     "sensor_energy_j": (lambda r: r.sensors.energy_j, np.float64),
@@ -115,6 +117,7 @@ def join_reads(reads: list[BootRead]) -> NodeRead:
         memory_t_ns=c["memory_t_ns"],
         memory_interval_s=c["memory_interval_s"],
         used_bytes=c["used_bytes"],
+        page_cache_bytes=c["page_cache_bytes"],
         sensor_counts=c["sensor_counts"],
         sensor_power_w=c["sensor_power_w"],
         sensor_energy_j=c["sensor_energy_j"],

@@ -56,7 +56,11 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
             )
         )
     memory = MemTrack.from_arrays(
-        read.memory_t_ns, segments.of(read.samples), read.memory_interval_s, read.used_bytes
+        read.memory_t_ns,
+        segments.of(read.samples),
+        read.memory_interval_s,
+        read.used_bytes,
+        read.page_cache_bytes,
     )
     return NodeInput(
         node=node,

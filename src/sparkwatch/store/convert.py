@@ -16,6 +16,7 @@ import orjson
 
 from sparkwatch.store.sample_store import TARGET, SampleBlocks
 from sparkwatch.wire import (
+    INT64_MAX,
     FrameError,
     GpuValues,
     SampleFrame,
@@ -72,7 +73,14 @@ def _frame(boot: str, row: tuple[Any, ...], extra: dict[int, list[GpuValues]]) -
     }
     first = [GpuValues(0, uuid, power, energy, util)] if uuid is not None else []
     gpus = tuple(_with_signals(g, signals.get(g.uuid)) for g in (*first, *extra.get(seq, ())))
-    return SampleFrame(seq, boot, wall, mono, interval, used, gpus, "", _checked_sensors(data.get("sensors")))
+    sensors, cache = _checked_sensors(data.get("sensors")), _page_cache(data.get("memory"))
+    return SampleFrame(seq, boot, wall, mono, interval, used, gpus, "", sensors, cache)
+
+
+def _page_cache(memory: Any) -> int | None:
+    """The raw frame's page cache, read leniently (the old rows never checked it): a count, else unknown."""
+    cache = memory.get("page_cache_bytes") if isinstance(memory, dict) else None
+    return cache if type(cache) is int and 0 <= cache <= INT64_MAX else None
 
 
 def _with_signals(gpu: GpuValues, frame_gpu: dict[str, Any] | None) -> GpuValues:

@@ -24,6 +24,7 @@ class MemRows:
     t_mono_ns: I64
     interval_s: F64
     used_bytes: F64
+    page_cache_bytes: F64
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,10 @@
 """A run of one boot's samples held as columns: what the store keeps of each sample, and nothing more.
 
-Exactly the fields an export reads: the sample's clocks, interval and memory used; per GPU its index, UUID,
-power, energy counter, utilisation and clock signals (SM clock, temperature, clock event reasons: read
-leniently, a value of the wrong type is unknown, as the export always read them); per power channel its
-name, kind, source, power and energy. Rows of a GPU or a channel belong to their sample by a per-sample
-count. Unknown floats are NaN, unknown memory and reasons -1.
+Exactly the fields an export reads: the sample's clocks, interval, memory used and page cache; per GPU its
+index, UUID, power, energy counter, utilisation and clock signals (SM clock, temperature, clock event
+reasons: read leniently, a value of the wrong type is unknown, as the export always read them); per power
+channel its name, kind, source, power and energy. Rows of a GPU or a channel belong to their sample by a
+per-sample count. Unknown floats are NaN, unknown memory and reasons -1.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ NAN = float("nan")
 SMALL = 64
 JSON_MAGIC = b"SWJ1"
 
-SAMPLE_COLUMNS = ("seq", "t_wall_ns", "t_mono_ns", "interval_s", "mem_used_bytes")
+SAMPLE_COLUMNS = ("seq", "t_wall_ns", "t_mono_ns", "interval_s", "mem_used_bytes", "mem_page_cache_bytes")
+#: Columns added after blocks were first stored: a block written before has none, read as all unknown (-1).
+LATER_COLUMNS = frozenset({"mem_page_cache_bytes"})
 #: Row groups: the per-sample count column, then the group's columns (``*_str`` index the string table).
 #: A channel's string is its name, kind and source as a JSON array: one code per channel and sample.
 GROUPS: Mapping[str, tuple[str, ...]] = MappingProxyType(
@@ -76,7 +78,7 @@ class SampleBlock:
     @classmethod
     def decode(cls, blob: bytes) -> SampleBlock:
         columns, strings = codec.decode(blob)
-        return cls(columns, strings)
+        return cls(_with_later(columns) if "seq" in columns else columns, strings)
 
     def take(self, index: np.ndarray) -> SampleBlock:
         """The samples at ``index`` (positions, or a boolean mask), in that order, with their rows."""
@@ -130,9 +132,8 @@ class SampleBlock:
 
     def mem_rows(self) -> MemRows:
         c = self.columns
-        used = c["mem_used_bytes"].astype(np.float64)
-        used[c["mem_used_bytes"] < 0] = np.nan
-        return MemRows(c["t_wall_ns"], c["t_mono_ns"], c["interval_s"], used)
+        used, cache = (_known_bytes(c[name]) for name in ("mem_used_bytes", "mem_page_cache_bytes"))
+        return MemRows(c["t_wall_ns"], c["t_mono_ns"], c["interval_s"], used, cache)
 
     def sensor_rows(self) -> SensorRows:
         c = self.columns
@@ -162,6 +163,21 @@ class SampleBlock:
             temperature_c=c["gpu_temperature_c"],
             reasons=c["gpu_reasons"],
         )
+
+
+def _known_bytes(column: np.ndarray) -> np.ndarray:
+    """A byte count column as floats, unknown (-1) as NaN."""
+    out = column.astype(np.float64)
+    out[column < 0] = np.nan
+    return out
+
+
+def _with_later(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``columns`` with each of ``LATER_COLUMNS`` it lacks (a block stored before that column was) as
+    unknowns, one per sample."""
+    for name in LATER_COLUMNS - columns.keys():
+        columns[name] = np.full(len(columns["seq"]), -1, np.int64)
+    return columns
 
 
 def _table(values: Sequence[str | None]) -> Text:
@@ -276,6 +292,7 @@ def column_lists(frames: Sequence[SampleFrame]) -> tuple[dict[str, list[Any]], l
         "t_mono_ns": [f.t_mono_ns for f in frames],
         "interval_s": [f.interval_s for f in frames],
         "mem_used_bytes": [-1 if f.mem_used_bytes is None else f.mem_used_bytes for f in frames],
+        "mem_page_cache_bytes": [-1 if (b := f.mem_page_cache_bytes) is None else b for f in frames],
         "gpu_n": [len(f.gpus) for f in frames],
         "sensor_n": [len(f.sensors) for f in frames],
         "gpu_index": [g.gpu_index for g in gpus],
@@ -300,9 +317,11 @@ def column_lists(frames: Sequence[SampleFrame]) -> tuple[dict[str, list[Any]], l
 def from_lists(lists: dict[str, list[Any]], strings: list[str]) -> SampleBlock:
     """Column lists (from :func:`column_lists`, or a small block's JSON, where NaN was written as null)."""
     columns = {
-        name: np.array(lists[name], dtype=np.float64 if name in _FLOATS else np.int64) for name in COLUMNS
+        name: np.array(lists[name], dtype=np.float64 if name in _FLOATS else np.int64)
+        for name in COLUMNS
+        if name in lists or name not in LATER_COLUMNS
     }
-    return SampleBlock(columns, strings)
+    return SampleBlock(_with_later(columns), strings)
 
 
 def arrays_of(lists: dict[str, list[Any]], strings: list[str]) -> SampleBlock:

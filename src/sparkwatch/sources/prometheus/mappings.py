@@ -72,6 +72,8 @@ class Family:
     meter_failed_polls: Series | None = None
     meter_labels: tuple[str, str] = METER_LABELS
     signals: Signals | None = None
+    #: The node's page cache (Cached + SReclaimable), bytes, scraped with ``host_memory``: these summed.
+    host_page_cache: tuple[Series, ...] = ()
 
     def gpu_memory_name(self) -> str:
         """How a node's memory reads when it is its GPUs' device memory summed."""
@@ -89,6 +91,7 @@ SPARKWATCH = Family(
     util=(Series("sparkwatch_gpu_utilization_ratio"),),
     gpu_memory=Series("sparkwatch_gpu_memory_used_bytes"),
     host_memory=Series("sparkwatch_memory_used_bytes"),
+    host_page_cache=(Series("sparkwatch_memory_page_cache_bytes"),),
     info=Series("sparkwatch_gpu_info"),
     name_label="name",
     read_in="agent/src/sparkwatch_agent/serving/metrics.py",
@@ -170,8 +173,10 @@ NVIDIA_GPU_EXPORTER = Family(
 
 #: prometheus/node_exporter's meminfo collector (/proc/meminfo fields in bytes as
 #: ``node_memory_<Field>_bytes``, collector/meminfo.go): used memory as the agent computes it,
-#: MemTotal − MemAvailable (on unified memory, the GPU's too).
+#: MemTotal − MemAvailable (on unified memory, the GPU's too), and the page cache as the agent reads it,
+#: Cached + SReclaimable.
 NODE_MEM_TOTAL = Series("node_memory_MemTotal_bytes")
 NODE_MEM_AVAILABLE = Series("node_memory_MemAvailable_bytes")
+NODE_PAGE_CACHE = (Series("node_memory_Cached_bytes"), Series("node_memory_SReclaimable_bytes"))
 
 FAMILIES = MappingProxyType({f.name: f for f in (SPARKWATCH, DCGM, NVIDIA_GPU_EXPORTER)})

@@ -39,6 +39,7 @@ from sparkwatch.sources.prometheus.gpus import gpu_tracks
 from sparkwatch.sources.prometheus.mappings import (
     NODE_MEM_AVAILABLE,
     NODE_MEM_TOTAL,
+    NODE_PAGE_CACHE,
     Family,
     ReasonFlags,
     Series,
@@ -88,6 +89,7 @@ class TsdbSource:
         self._url = url
         self._read: dict[tuple[str, str, int, int], list[RawSeries]] = {}  # the node being read's only
         self._memory_used: dict[str, str] = {}  # node → the series its memory was read from
+        self._page_cache: dict[str, str] = {}  # node → the series its page cache was read from
 
     def describe(self) -> dict[str, Any]:
         f = self._family
@@ -99,6 +101,7 @@ class TsdbSource:
             "nodes_label": self._label,
             "gate_series": " or ".join(s.metric for s in f.util),
             "memory_series": "; ".join(sorted(set(self._memory_used.values()))) or "none",
+            "page_cache_series": "; ".join(sorted(set(self._page_cache.values()))) or "none",
             "clock": CLOCK_NOTE,
             "energy": ENERGY_NOTE,
             "engine_series": None if self._engine_matchers is None else f"{{{self._engine_matchers}}}",
@@ -193,7 +196,9 @@ class TsdbSource:
         keys = [key for key, _ in gpus]
         info = self._info(node, t_from_ns, t_to_ns)
         tracks = [track for _, track in gpus]
-        memory, self._memory_used[node] = self._memory(node, t_from_ns, t_to_ns, len(gpus))
+        t_ns, used, self._memory_used[node] = self._memory(node, t_from_ns, t_to_ns, len(gpus))
+        cache, self._page_cache[node] = self._cache(node, t_from_ns, t_to_ns, t_ns)
+        memory = MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), np.int64), median_interval(t_ns), used, cache)
         models = [labels["memory_model"] for labels in info.values() if labels.get("memory_model")]
         model = models[0] if models else None
         if model is None:
@@ -344,14 +349,15 @@ class TsdbSource:
             out.setdefault(self._gpu_key(r), r.labels)
         return out
 
-    def _memory(self, node: str, t_from_ns: int, t_to_ns: int, gpus: int) -> tuple[MemTrack, str]:
-        """The node's used memory: the family's own host series, else node_exporter's MemTotal −
-        MemAvailable, else its GPUs' device memory summed at the scrapes where every GPU has it."""
+    def _memory(self, node: str, t_from_ns: int, t_to_ns: int, gpus: int) -> tuple[I64, F64, str]:
+        """The node's used memory (times, bytes, what it was read from): the family's own host series,
+        else node_exporter's MemTotal − MemAvailable, else its GPUs' device memory summed at the scrapes
+        where every GPU has it."""
         f = self._family
         own = self._mine(f.host_memory, node, t_from_ns, t_to_ns)
         if own:
             host = single(own, "the memory", self._label, self._pick)
-            return _mem(host.t_ns, host.values), f.host_memory.metric if f.host_memory else ""
+            return host.t_ns, host.values, f.host_memory.metric if f.host_memory else ""
         total = self._mine(NODE_MEM_TOTAL, node, t_from_ns, t_to_ns)
         available = self._mine(NODE_MEM_AVAILABLE, node, t_from_ns, t_to_ns)
         if total and available:
@@ -361,13 +367,23 @@ class TsdbSource:
             t = total_b.t_ns
             used = total_b.values - values_at(t, available_b)
             name = f"{NODE_MEM_TOTAL.metric} - {NODE_MEM_AVAILABLE.metric}"
-            return _mem(t, used), name
+            return t, used, name
         per_gpu = self._by_gpu(self._mine(f.gpu_memory, node, t_from_ns, t_to_ns))
         if per_gpu and len(per_gpu) == gpus:
             t = union_times([r.t_ns for r in per_gpu.values()])
             used = np.sum([values_at(t, r) for r in per_gpu.values()], axis=0)  # NaN where any GPU lacks it
-            return _mem(t, used), f.gpu_memory_name()
-        return _mem(np.empty(0, np.int64), np.empty(0)), "none"
+            return t, used, f.gpu_memory_name()
+        return np.empty(0, np.int64), np.empty(0), "none"
+
+    def _cache(self, node: str, t_from_ns: int, t_to_ns: int, t_ns: I64) -> tuple[F64, str]:
+        """The node's page cache at the memory's times (scraped with it; NaN where it was not), and what it
+        was read from: the family's own series, else node_exporter's Cached + SReclaimable."""
+        for candidate in (self._family.host_page_cache, NODE_PAGE_CACHE):
+            found = [self._mine(s, node, t_from_ns, t_to_ns) for s in candidate]
+            if candidate and all(found):
+                parts = [values_at(t_ns, single(x, "the page cache", self._label, self._pick)) for x in found]
+                return np.sum(parts, axis=0), " + ".join(s.metric for s in candidate)
+        return np.full(len(t_ns), np.nan), "none"
 
 
 #: What Go's regexp.QuoteMeta escapes (Python's re.escape also escapes a space, which RE2 refuses).
@@ -382,7 +398,3 @@ def _literal(text: str) -> str:
 def _quoted(text: str) -> str:
     """A PromQL string literal (Go's escapes, which JSON's are; non-ASCII as it is)."""
     return json.dumps(text, ensure_ascii=False)
-
-
-def _mem(t_ns: I64, used: F64) -> MemTrack:
-    return MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), dtype=np.int64), median_interval(t_ns), used)
