@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Annotated, Any, Literal, NamedTuple, NoReturn, cast, get_args
 
 import orjson
-from msgspec import Meta, MsgspecError, Struct, field
+from msgspec import Meta, MsgspecError, Raw, Struct, field
 from msgspec.json import Decoder
 
 from sparkwatch_agent.shared.protocol import FRAME_GAP, FRAME_HELLO, FRAME_SAMPLE, FRAME_TIME, MAX_INTERVAL_S
@@ -71,7 +71,14 @@ class SensorValues(Struct, frozen=True, gc=False):
 
 class _Memory(Struct, gc=False):
     used_bytes: _Count | None = None
-    page_cache_bytes: _Count | None = None  # Cached + SReclaimable: what competes with CUDA allocations
+    page_cache_bytes: Raw = Raw()  # Cached + SReclaimable: unparsed, a bad one is unknown (page_cache)
+
+
+def page_cache(memory: _Memory) -> int | None:
+    """The page cache of a sample msgspec took: a JSON integer within int64, else unknown (read leniently,
+    as the clock signals are: a bad one costs the sample nothing, as it did while it was not read)."""
+    raw = bytes(memory.page_cache_bytes)
+    return int(raw) if raw.isdigit() and len(raw) <= 19 and int(raw) <= INT64_MAX else None
 
 
 class _Sample(Struct, gc=False):
@@ -168,7 +175,7 @@ def decode_lines(text: str) -> tuple[list[Frame], list[Rejected]]:
         except (MsgspecError, UnicodeEncodeError, RecursionError):
             _slow_line(line, frames, rejected)  # a lone surrogate, deep nesting: orjson says
             continue
-        used, cache = (None, None) if (mem := m.memory) is None else (mem.used_bytes, mem.page_cache_bytes)
+        used, cache = (None, None) if (mem := m.memory) is None else (mem.used_bytes, page_cache(mem))
         append(
             SampleFrame(
                 m.seq, m.boot_id, m.t_wall_ns, m.t_mono_ns, m.interval_s, used, m.gpus, line, m.sensors, cache
@@ -264,6 +271,7 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
     sensors: Any = d.get("sensors", [])
     used: Any = memory.get("used_bytes") if type(memory) is dict else None
     cache: Any = memory.get("page_cache_bytes") if type(memory) is dict else None
+    cache = cache if type(cache) is int and 0 <= cache <= INT64_MAX else None  # leniently: see _Memory
     if not (
         type(seq) is int
         and 0 < seq <= INT64_MAX
@@ -276,7 +284,7 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
         and (type(interval) is float or type(interval) is int)
         and 0 < interval <= MAX_INTERVAL_S
         and (memory is None or type(memory) is dict)
-        and all(b is None or (type(b) is int and 0 <= b <= INT64_MAX) for b in (used, cache))
+        and (used is None or (type(used) is int and 0 <= used <= INT64_MAX))
         and type(gpus) is list
         and type(sensors) is list
         and len(sensors) <= MAX_SENSORS
@@ -301,21 +309,14 @@ def _explain_sample(d: dict[str, Any]) -> NoReturn:
     memory = d.get("memory")
     if memory is not None and not isinstance(memory, dict):
         raise FrameError("memory must be an object or null")
-    counts: dict[str, Any] = memory or {}
-    for key in ("used_bytes", "page_cache_bytes"):
-        if counts.get(key) is not None:
-            _int(counts, key, 0)
+    if memory is not None and memory.get("used_bytes") is not None:
+        _int(memory, "used_bytes", 0)
     if not isinstance(d.get("gpus", []), list):
         raise FrameError("gpus must be a list")
     sensors = d.get("sensors", [])
     if not isinstance(sensors, list) or len(sensors) > MAX_SENSORS:
         raise FrameError(f"sensors must be a list of at most {MAX_SENSORS}")
     raise FrameError("malformed sample")  # not reached while the checks above mirror the fast path
-
-
-def _value(value: Any) -> bool:
-    """A JSON number or null, as a GPU value may be."""
-    return value is None or type(value) is float or type(value) is int
 
 
 def sensor_values(entry: Any) -> SensorValues:
@@ -330,16 +331,11 @@ def sensor_values(entry: Any) -> SensorValues:
             raise FrameError(f"a sensor's {what} must be a string of 1 to {MAX_SENSOR_TEXT} characters")
     if type(kind) is not str or kind not in SENSOR_KINDS:
         raise FrameError(f"sensor kind must be one of {', '.join(sorted(SENSOR_KINDS))}")
-    power, energy = entry.get("power_w"), entry.get("energy_j")
-    if not (_value(power) and _value(energy)):
+    values = (entry.get("power_w"), entry.get("energy_j"))
+    if not all(v is None or type(v) is float or type(v) is int for v in values):  # JSON numbers or null
         raise FrameError("sensor power_w and energy_j must be numbers or null")
-    return SensorValues(
-        str(name),
-        cast(SensorKind, kind),
-        str(source),
-        None if power is None else float(power),
-        None if energy is None else float(energy),
-    )
+    power, energy = (None if v is None else float(v) for v in values)
+    return SensorValues(str(name), cast(SensorKind, kind), str(source), power, energy)
 
 
 def _gpu(g: Any) -> GpuValues:

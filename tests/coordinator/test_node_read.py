@@ -26,7 +26,9 @@ def frame(seq: int, boot: str, gpus: list[str], channels: list[str]) -> SampleFr
         {"sensor": name, "kind": "system", "source": f"hwmon:{boot}", "power_w": 50.0 + seq}
         for name in channels
     ]
-    return frame_of(seq, values, used_bytes=1000 + seq, boot=boot, sensors=sensors)
+    return frame_of(
+        seq, values, used_bytes=1000 + seq, page_cache_bytes=500 + seq, boot=boot, sensors=sensors
+    )
 
 
 def boot_read(frames: list[SampleFrame], shift_ns: int) -> BootRead:
@@ -82,6 +84,9 @@ def test_boots_join_into_one_read_with_channels_numbered_as_first_streamed() -> 
     every = np.arange(len(read.sensor_channel))
     assert read.sensor_samples(every).tolist() == row_samples.tolist()
     assert read.used_bytes.tolist() == [1000.0 + s for frames in boots for s in range(1, len(frames) + 1)]
+    assert read.page_cache_bytes.tolist() == [
+        500.0 + s for frames in boots for s in range(1, len(frames) + 1)
+    ]
 
 
 def test_one_boot_is_read_as_it_is() -> None:

@@ -194,6 +194,16 @@ def test_the_agents_own_page_cache_series_is_read_at_its_memory_scrapes() -> Non
         "mean": 4_800_000_000,
     }
     assert out["source"]["page_cache_series"] == "sparkwatch_memory_page_cache_bytes"
+    # an agent without the page cache series beside a node_exporter (its own scrape times): memory used is
+    # the agent's, so node_exporter's cache, read at other moments, is not taken for it
+    tn = [x + 0.3 for x in t]
+    other = [
+        series(name, tn, [1e9] * 31, node="n1")
+        for name in ("node_memory_Cached_bytes", "node_memory_SReclaimable_bytes")
+    ]
+    out = export([*sparkwatch_gpu("n1", "GPU-a", t, 40.0, 0.9), host[0], *other], [window("w", 12, 25)])
+    assert out["nodes"][0]["memory_page_cache_bytes"]["peak"] is None
+    assert out["source"]["page_cache_series"] == "none"
 
 
 def test_no_series_with_the_label_or_two_series_for_one_gpu_is_one_line() -> None:

@@ -115,6 +115,24 @@ def test_the_figures_read_the_series_block_and_its_gaps_stay_gaps(export: dict[s
     assert labels == {"memory used", "page cache"}  # the page cache is drawn beside memory used
 
 
+def test_the_page_cache_column_is_shown_where_some_node_measured_it(export: dict[str, Any]) -> None:
+    assert "peak page cache GiB" in facts.node_columns(export)
+    unmeasured = {
+        **export,
+        "nodes": [
+            {**n, "memory_page_cache_bytes": dict.fromkeys(("baseline", "peak", "mean"))}
+            for n in export["nodes"]
+        ],
+    }
+    older = {
+        **export,
+        "nodes": [{k: v for k, v in n.items() if k != "memory_page_cache_bytes"} for n in export["nodes"]],
+    }
+    for made in (unmeasured, older):  # no column of n/a
+        assert "peak page cache GiB" not in facts.node_columns(made)
+        assert len(facts.node_rows(made)[0]) == len(facts.node_columns(made))
+
+
 def test_the_band_legend_names_only_the_kinds_of_band_the_run_has(export: dict[str, Any]) -> None:
     """A legend entry for a kind the run has not (other phases' grey prefill) was read as the gate's grey."""
     figures = charts.figures(export)

@@ -92,9 +92,12 @@ def frame(seq: int, *, boot: str = "b1", sensors: list[dict[str, object]] | None
 
 
 @pytest.mark.parametrize("count", [1, SMALL - 1, SMALL, 300])
-def test_a_block_keeps_every_field_an_export_reads(count: int) -> None:
+@pytest.mark.parametrize("small", [False, True])
+def test_a_block_keeps_every_field_an_export_reads(count: int, small: bool) -> None:
+    """In either stored form: the column codec's, or a live link's small JSON block."""
     frames = [frame(seq) for seq in range(1, count + 1)]
-    block = decode_blob(from_frames(frames).encode())
+    blob = encode_lists(*column_lists(frames)) if small else from_frames(frames).encode()
+    block = decode_blob(blob)
     gpu = block.gpu_rows()
     assert gpu.uuid.tolist() == ["GPU-a", "GPU-b"] * count and gpu.gpu_index.tolist() == [0, 1] * count
     assert gpu.power_w[0::2].tolist() == [40.0 + s % 7 for s in range(1, count + 1)]
@@ -219,6 +222,10 @@ def test_a_live_links_small_batches_merge_into_one_block(tmp_path: pathlib.Path)
     assert store.count_samples("n1") == TARGET + 5
     block = store.boot_samples("n1", "b1").read("t_mono_ns", 0, 10**15)
     assert block.seq.tolist() == list(range(1, TARGET + 6))
+    cache = block.mem_rows().page_cache_bytes  # merged as it came: unknown stays unknown
+    assert [None if np.isnan(c) else int(c) for c in cache] == [
+        None if s % 3 == 0 else 2 * 10**9 + s for s in range(1, TARGET + 6)
+    ]
 
 
 def test_replays_and_filled_holes_are_stored_once(tmp_path: pathlib.Path) -> None:

@@ -115,6 +115,8 @@ def test_the_wrapped_command_is_printed_as_a_shell_would_take_it_back() -> None:
         (128, "FAILED with exit code 128"),
         (130, "ended by SIGINT (exit code 130)"),  # Ctrl-C: an interruption, not the command failing
         (143, "ended by SIGTERM (exit code 143)"),
+        (137, "FAILED with exit code 137 (killed by SIGKILL)"),  # the OOM killer's: a failure
+        (139, "FAILED with exit code 139 (killed by SIGSEGV)"),
         (250, "FAILED with exit code 250"),  # 128 + 122: no such signal
     ],
 )

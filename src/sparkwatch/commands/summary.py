@@ -20,16 +20,22 @@ def _gib(value: int | None) -> str:
     return "n/a" if value is None else f"{value / GIB:.1f}"
 
 
+#: Signals that stop a command on purpose (Ctrl-C, a kill, a closed terminal): an interruption. Any other
+#: (SIGKILL from the OOM killer, SIGSEGV, SIGABRT) is the command failing.
+STOPPED_BY = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
 def command_outcome(code: int) -> str:
-    """How the wrapped command ended: a code of 128 + N is the shell's (and `run`'s) word for "ended by
-    signal N" — Ctrl-C is 130 — which is an interruption, not the command failing."""
+    """How the wrapped command ended; a code of 128 + N is the shell's (and `run`'s) "ended by signal N"."""
     if code == 0:
         return "succeeded"
     try:
-        name = signal.Signals(code - 128).name if code > 128 else None
+        sig = signal.Signals(code - 128) if code > 128 else None
     except ValueError:
-        name = None
-    return f"ended by {name} (exit code {code})" if name else f"FAILED with exit code {code}"
+        sig = None
+    if sig in STOPPED_BY:
+        return f"ended by {sig.name} (exit code {code})"
+    return f"FAILED with exit code {code}" + (f" (killed by {sig.name})" if sig else "")
 
 
 def summary_table(export: dict[str, Any]) -> str:

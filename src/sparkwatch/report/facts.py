@@ -131,8 +131,11 @@ def has_system(export: dict[str, Any]) -> bool:
 
 
 def has_page_cache(export: dict[str, Any]) -> bool:
-    """Whether the export measured the page cache (those made before it did not)."""
-    return any("memory_page_cache_bytes" in node for node in export["nodes"])
+    """Whether some node's page cache was measured (not in exports made before it was, nor from samples
+    stored before it was kept, nor from a TSDB without its series)."""
+    return any(
+        (node.get("memory_page_cache_bytes") or {}).get("peak") is not None for node in export["nodes"]
+    )
 
 
 def node_rows(export: dict[str, Any]) -> list[list[Cell]]:

@@ -75,6 +75,10 @@ class Family:
     #: The node's page cache (Cached + SReclaimable), bytes, scraped with ``host_memory``: these summed.
     host_page_cache: tuple[Series, ...] = ()
 
+    def host_memory_name(self) -> str:
+        """How a node's memory reads when it is the family's own host series."""
+        return self.host_memory.metric if self.host_memory else ""
+
     def gpu_memory_name(self) -> str:
         """How a node's memory reads when it is its GPUs' device memory summed."""
         return f"sum of {self.gpu_memory.metric}" if self.gpu_memory else "none"
@@ -177,6 +181,7 @@ NVIDIA_GPU_EXPORTER = Family(
 #: Cached + SReclaimable.
 NODE_MEM_TOTAL = Series("node_memory_MemTotal_bytes")
 NODE_MEM_AVAILABLE = Series("node_memory_MemAvailable_bytes")
+NODE_MEM_USED = f"{NODE_MEM_TOTAL.metric} - {NODE_MEM_AVAILABLE.metric}"  # what memory_series names
 NODE_PAGE_CACHE = (Series("node_memory_Cached_bytes"), Series("node_memory_SReclaimable_bytes"))
 
 FAMILIES = MappingProxyType({f.name: f for f in (SPARKWATCH, DCGM, NVIDIA_GPU_EXPORTER)})

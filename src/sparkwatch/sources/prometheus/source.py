@@ -39,6 +39,7 @@ from sparkwatch.sources.prometheus.gpus import gpu_tracks
 from sparkwatch.sources.prometheus.mappings import (
     NODE_MEM_AVAILABLE,
     NODE_MEM_TOTAL,
+    NODE_MEM_USED,
     NODE_PAGE_CACHE,
     Family,
     ReasonFlags,
@@ -197,7 +198,7 @@ class TsdbSource:
         info = self._info(node, t_from_ns, t_to_ns)
         tracks = [track for _, track in gpus]
         t_ns, used, self._memory_used[node] = self._memory(node, t_from_ns, t_to_ns, len(gpus))
-        cache, self._page_cache[node] = self._cache(node, t_from_ns, t_to_ns, t_ns)
+        cache, self._page_cache[node] = self._cache(node, t_from_ns, t_to_ns, t_ns, self._memory_used[node])
         memory = MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), np.int64), median_interval(t_ns), used, cache)
         models = [labels["memory_model"] for labels in info.values() if labels.get("memory_model")]
         model = models[0] if models else None
@@ -357,17 +358,14 @@ class TsdbSource:
         own = self._mine(f.host_memory, node, t_from_ns, t_to_ns)
         if own:
             host = single(own, "the memory", self._label, self._pick)
-            return host.t_ns, host.values, f.host_memory.metric if f.host_memory else ""
+            return host.t_ns, host.values, f.host_memory_name()
         total = self._mine(NODE_MEM_TOTAL, node, t_from_ns, t_to_ns)
         available = self._mine(NODE_MEM_AVAILABLE, node, t_from_ns, t_to_ns)
         if total and available:
             total_b, available_b = (
                 single(x, "the memory", self._label, self._pick) for x in (total, available)
             )
-            t = total_b.t_ns
-            used = total_b.values - values_at(t, available_b)
-            name = f"{NODE_MEM_TOTAL.metric} - {NODE_MEM_AVAILABLE.metric}"
-            return t, used, name
+            return total_b.t_ns, total_b.values - values_at(total_b.t_ns, available_b), NODE_MEM_USED
         per_gpu = self._by_gpu(self._mine(f.gpu_memory, node, t_from_ns, t_to_ns))
         if per_gpu and len(per_gpu) == gpus:
             t = union_times([r.t_ns for r in per_gpu.values()])
@@ -375,15 +373,17 @@ class TsdbSource:
             return t, used, f.gpu_memory_name()
         return np.empty(0, np.int64), np.empty(0), "none"
 
-    def _cache(self, node: str, t_from_ns: int, t_to_ns: int, t_ns: I64) -> tuple[F64, str]:
-        """The node's page cache at the memory's times (scraped with it; NaN where it was not), and what it
-        was read from: the family's own series, else node_exporter's Cached + SReclaimable."""
-        for candidate in (self._family.host_page_cache, NODE_PAGE_CACHE):
-            found = [self._mine(s, node, t_from_ns, t_to_ns) for s in candidate]
-            if candidate and all(found):
-                parts = [values_at(t_ns, single(x, "the page cache", self._label, self._pick)) for x in found]
-                return np.sum(parts, axis=0), " + ".join(s.metric for s in candidate)
-        return np.full(len(t_ns), np.nan), "none"
+    def _cache(self, node: str, t_from_ns: int, t_to_ns: int, t_ns: I64, used: str) -> tuple[F64, str]:
+        """The node's page cache at the memory's times (NaN where it was not read), and what it was read
+        from: the series scraped with the memory ``used`` was read from (the family's own host series, or
+        node_exporter's Cached + SReclaimable beside its MemTotal − MemAvailable); none beside GPU memory."""
+        f = self._family
+        wanted = {f.host_memory_name(): f.host_page_cache, NODE_MEM_USED: NODE_PAGE_CACHE}.get(used, ())
+        found = [self._mine(s, node, t_from_ns, t_to_ns) for s in wanted]
+        if not wanted or not all(found):
+            return np.full(len(t_ns), np.nan), "none"
+        parts = [values_at(t_ns, single(x, "the page cache", self._label, self._pick)) for x in found]
+        return np.sum(parts, axis=0), " + ".join(s.metric for s in wanted)
 
 
 #: What Go's regexp.QuoteMeta escapes (Python's re.escape also escapes a space, which RE2 refuses).
