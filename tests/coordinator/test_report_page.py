@@ -137,8 +137,9 @@ def test_the_band_legend_names_only_the_kinds_of_band_the_run_has(export: dict[s
     """A legend entry for a kind the run has not (other phases' grey prefill) was read as the gate's grey."""
     figures = charts.figures(export)
     assert figures is not None
-    present = set(figures.columns["bands"]["k"]) | set(figures.columns["merged"]["k"])
+    present = set(figures.columns["bands"]["k"])  # 40 windows: drawn one by one, never merged
     assert "other · prefill" not in present and "timed · prefill" in present
+    assert "timed · request" not in present  # each of them has token stamps: never one request band
     domains = [
         layer["encoding"]["fill"]["scale"]["domain"]
         for panel in figures.per_node[0]["vconcat"][0]["vconcat"]

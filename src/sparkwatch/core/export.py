@@ -147,7 +147,7 @@ def _measured(
     figures, memory, clocks, plotted, seen = [], [], [], [], []
     for node in nodes:
         figures.append(node_figures(node, plan))
-        memory.append(node.memory)
+        memory.append(node.memory.used_only())
         clocks.append((node.node, node.clock))
         if frame is not None:
             plotted.append(node_series(node, run, plan.scope, frame))

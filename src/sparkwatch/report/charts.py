@@ -148,7 +148,8 @@ def node_panels(
     baseline = (entry.get("memory_used_bytes") or {}).get("baseline")
     total = a_number(an_object(entry.get("hardware")).get("memory_total_bytes"))
     since = "the run started" if series_start_is_run(export) else "the first window started"
-    present = {*columns["bands"]["k"], *columns["merged"]["k"]}
+    merged = columns["merged"]["k"] if fine != "true" else []  # a run always drawn window by window
+    present = {*columns["bands"]["k"], *merged}
     bands = _bands(_x(duration_s, titled=False, since=since), fine, present)
     bottom = _bands(_x(duration_s, titled=True, since=since), fine, present)
     mem_scale = alt.Scale(domain=[0, total / GIB]) if total else alt.Scale(zero=True)
