@@ -133,6 +133,15 @@ def test_the_page_cache_column_is_shown_where_some_node_measured_it(export: dict
         assert len(facts.node_rows(made)[0]) == len(facts.node_columns(made))
 
 
+def test_the_memory_baseline_is_drawn_under_the_memory_lines(export: dict[str, Any]) -> None:
+    """While memory holds at its baseline, a rule drawn over the line hid it."""
+    figures = charts.figures(export)
+    assert figures is not None
+    memory_panel = figures.per_node[0]["vconcat"][0]["vconcat"][2]
+    marks = [layer["mark"]["type"] for layer in memory_panel["layer"]]
+    assert marks.index("rule") < marks.index("line"), marks
+
+
 def test_the_band_legend_names_only_the_kinds_of_band_the_run_has(export: dict[str, Any]) -> None:
     """A legend entry for a kind the run has not (other phases' grey prefill) was read as the gate's grey."""
     figures = charts.figures(export)

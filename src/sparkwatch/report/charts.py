@@ -162,7 +162,8 @@ def node_panels(
             _line(p + "util", "SM util", alt.Scale(domain=[0, 1])),
             _rule(threshold, "#333333"),
         ],
-        [*bands, _line(p + "mem", "memory GiB", mem_scale, legend="memory"), *baseline_rule],
+        # the baseline under the lines: while memory holds at its baseline the rule hid the line
+        [*bands, *baseline_rule, _line(p + "mem", "memory GiB", mem_scale, legend="memory")],
         [*bottom, _shade(p + "throttle", THROTTLE_FILL, 0.35), _line(p + "clock", "SM MHz")],
     ]
     return {
