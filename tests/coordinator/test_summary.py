@@ -3,10 +3,13 @@ a warning when a measured window ran throttled."""
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import pytest
 
+from sparkwatch.commands.outcome import outcome_json
+from sparkwatch.commands.quality import Quality
 from sparkwatch.commands.summary import summary_table
 
 
@@ -138,3 +141,13 @@ def test_a_failed_import_names_its_file_once(tmp_path: Any) -> None:
     except ImportFormatError as exc:
         shown, why = import_failure(missing, exc, None)
     assert (shown, why) == (str(missing), "no such file")
+
+
+def test_the_json_outcome_carries_each_nodes_peak_page_cache_and_null_where_unread() -> None:
+    measured = {**node("spark-1", 55.7, None), "memory_page_cache_bytes": {"peak": 3 * 2**30}}
+    unread = {**node("spark-2", 50.0, None), "memory_page_cache_bytes": {"peak": None}}
+    data = export([measured, unread, node("spark-3", 50.0, None)], [])  # spark-3: an older export's node
+    data["run"]["command"] = {"argv": ["true"], "exit_code": 0}
+    out = outcome_json(data, Quality(1, 1, 3, 3), pathlib.Path("run.json"), 0, False)
+    assert [n["memory_page_cache_bytes_peak"] for n in out["nodes"]] == [3 * 2**30, None, None]
+    assert [n["memory_used_bytes_peak"] for n in out["nodes"]] == [2**34] * 3

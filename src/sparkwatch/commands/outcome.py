@@ -35,6 +35,7 @@ def outcome_json(
                 "system_power_w_gated_mean": system_watts(node),
                 "energy_j": node["energy_j"],
                 "memory_used_bytes_peak": node["memory_used_bytes"]["peak"],
+                "memory_page_cache_bytes_peak": (node.get("memory_page_cache_bytes") or {}).get("peak"),
                 "coverage_ratio": node["samples"]["coverage_ratio"],
             }
             for node in export["nodes"]
