@@ -247,12 +247,25 @@ async def _greet(client: CoordinatorClient, opts: RunOptions) -> None:
     """Wait (bounded) for every agent's hello before the run opens, so the coordinator can refuse a run
     in which one agent is listed twice; an agent that calls itself by another name is a warning."""
     nodes = await client.wait_for_hellos(opts.wait_nodes_s)
+    for node in nodes:  # before the command starts, not only in the quality line after it
+        if not node.get("hardware"):
+            opts.stderr.write(f"sparkwatch: warning: {unheard(node, opts.wait_nodes_s)}\n")
     if opts.nodes_file is not None:
         return  # the embedded coordinator logs the warning itself, on this stderr
     for node in nodes:
         hello = {"node": node.get("agent_node")} if node.get("hardware") else None
         if (warning := misnamed(node["node"], hello)) is not None:
             opts.stderr.write(f"sparkwatch: warning: {warning}\n")
+
+
+def unheard(node: dict[str, Any], waited_s: float) -> str:
+    """What to say of a node whose agent has not said hello when the run opens (its link's state)."""
+    status, error = node.get("status") or "unknown", node.get("error")
+    state = f"{status}: {error}" if error else status
+    return (
+        f"node {node['node']} has not said hello after {waited_s:g} s ({state}); the run goes on without"
+        " its samples until it does (--strict fails such a run)"
+    )
 
 
 def _write(opts: RunOptions, export: dict[str, Any], run_id: str) -> Path:
