@@ -26,7 +26,15 @@ from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.align import merged as merged_parts
 from sparkwatch.sources.prometheus.client import Auth, Client, Unreachable, check_url, public_url
-from sparkwatch.sources.prometheus.mappings import DCGM, FAMILIES, NVIDIA_GPU_EXPORTER, SPARKWATCH
+from sparkwatch.sources.prometheus.mappings import (
+    DCGM,
+    FAMILIES,
+    NODE_MEM_AVAILABLE,
+    NODE_MEM_TOTAL,
+    NODE_PAGE_CACHE,
+    NVIDIA_GPU_EXPORTER,
+    SPARKWATCH,
+)
 from sparkwatch.sources.prometheus.raw import (
     ExportReader,
     QueryReader,
@@ -42,6 +50,7 @@ from sparkwatch_agent.serving import metrics as agent_metrics
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "dcgm" / "dcgm-exporter-a100.prom"
 NVIDIA_FIXTURE = ROOT / "tests" / "fixtures" / "nvidia_gpu_exporter" / "h200-load.metrics"
+NODE_EXPORTER_FIXTURE = ROOT / "tests" / "fixtures" / "node_exporter" / "e2e-output-meminfo.prom"
 #: One line of VictoriaMetrics 1.79.5's /api/v1/export, as the real server answered it (it scraped itself).
 VM_LINE = (
     '{"metric":{"__name__":"vm_app_version","job":"self","instance":"127.0.0.1:18428"},'
@@ -70,6 +79,7 @@ def test_the_sparkwatch_table_names_series_the_agent_exposes() -> None:
     exposed = set(re.findall(r'"(sparkwatch_[a-z_]+)"', source))
     counters = {name for name, _, _, counter in agent_metrics._GPU_VALUES if counter}
     names = {SPARKWATCH.power.metric, SPARKWATCH.host_memory.metric, SPARKWATCH.info.metric}  # type: ignore[union-attr]
+    names |= {s.metric for s in SPARKWATCH.host_page_cache}
     names |= {s.metric for s in SPARKWATCH.util} | {SPARKWATCH.gpu_memory.metric}  # type: ignore[union-attr]
     assert names <= exposed
     assert SPARKWATCH.energy is not None
@@ -83,6 +93,15 @@ def test_the_sparkwatch_table_names_series_the_agent_exposes() -> None:
     assert {signals.sm_clock.metric, signals.reason_flags.metric, signals.max_sm_clock.metric} <= exposed
     assert signals.temperature is not None and signals.temperature.metric in exposed
     assert f'"{signals.reason_flags.label}"' in source  # the label naming the reason
+
+
+def test_the_node_exporter_memory_series_are_named_as_node_exporter_names_them() -> None:
+    """Its own end-to-end output (no MemAvailable in that fixture's meminfo: README.md there)."""
+    text = NODE_EXPORTER_FIXTURE.read_text()
+    for series in (NODE_MEM_TOTAL, *NODE_PAGE_CACHE):
+        assert re.search(rf"^# TYPE {series.metric} gauge$", text, re.M), series.metric
+        assert re.search(rf"^{series.metric} [0-9.e+]+$", text, re.M), series.metric
+    assert NODE_MEM_AVAILABLE.metric == "node_memory_MemAvailable_bytes"  # meminfo_linux.go's field name
 
 
 def test_the_nvidia_gpu_exporter_table_matches_its_recorded_page() -> None:

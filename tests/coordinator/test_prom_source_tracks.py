@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import pathlib
 import re
 import weakref
 
@@ -24,6 +25,8 @@ from sparkwatch.sources.prometheus.source import TsdbSource
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 
 
 class Held:
@@ -176,6 +179,20 @@ def test_memory_comes_from_the_family_then_node_exporter_then_the_gpus() -> None
     # the scrapes at 5.3 … 24.3 s, but for 22.3 s (half of the sum unknown there): 7 GB at 15, 9 GB at 4
     assert cache["peak"] == 9_000_000_000 and cache["mean"] == int((15 * 7e9 + 4 * 9e9) / 19)
     assert out["source"]["page_cache_series"] == "node_memory_Cached_bytes + node_memory_SReclaimable_bytes"
+
+
+def test_node_exporters_recorded_cache_values_sum_to_the_page_cache() -> None:
+    """The values of node_exporter's own output (tests/fixtures/node_exporter), held over the run."""
+    text = (FIXTURES / "node_exporter" / "e2e-output-meminfo.prom").read_text()
+    recorded = {name: float(value) for name, value in re.findall(r"^(node_memory_\w+) (\S+)$", text, re.M)}
+    t = [float(x) for x in range(31)]
+    gpu = sparkwatch_gpu("n1", "GPU-a", t, 40.0, 0.9)
+    host = [series(name, t, [value] * 31, node="n1") for name, value in recorded.items()]
+    available = series("node_memory_MemAvailable_bytes", t, [1e9] * 31, node="n1")  # not in that page
+    out = export([*gpu, *host, available], [window("w", 5, 25)])
+    (node,) = out["nodes"]
+    assert node["memory_page_cache_bytes"]["peak"] == 953_229_312 + 45_846_528  # Cached + SReclaimable
+    assert node["memory_used_bytes"]["peak"] == 3_831_959_552 - 1_000_000_000  # MemTotal - MemAvailable
 
 
 def test_the_agents_own_page_cache_series_is_read_at_its_memory_scrapes() -> None:
