@@ -14,9 +14,11 @@ the export is ``export_run(store, run_id, nodes, now_ns)`` over ``Store.read_onl
 and the export written to a file by ``outputs.write_export``, what `sparkwatch export --db F -o OUT` does;
 the floor, one SELECT of the span's blocks per node decoded into numpy (``sample_block.decode_blob``,
 concatenate) and a join of every window's [start, end] against the node's GPU sample times
-(np.searchsorted, power summed per window by cumsum). Each reports wall and CPU seconds of that work, the
-child's peak RSS after its imports and at the end (VmHWM: ``ru_maxrss`` would carry this parent's own peak
-into the child, see ``_rss_mib``). Medians over --rounds, the kinds interleaved.
+(np.searchsorted, power summed per window by cumsum); "windows", what the coordinator makes for
+``GET /v1/runs/{id}/windows`` (``run_windows`` encoded), all `export --prometheus URL RUN` asks of it.
+Each reports wall and CPU seconds of that work, the child's peak RSS after its imports and at the end
+(VmHWM: ``ru_maxrss`` would carry this parent's own peak into the child, see ``_rss_mib``). Medians over
+--rounds, the kinds interleaved.
 
     python benchmarks/export_store.py [--rounds 5] [--sizes 1,8] [--rebuild]
 """
@@ -83,6 +85,25 @@ def child_export(path: pathlib.Path, *, written: bool = False) -> dict[str, Any]
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     gated = [n["power_w"]["gated_mean"] for n in export["nodes"]]
     return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": _rss_mib(), "check": gated}
+
+
+def child_windows(path: pathlib.Path) -> dict[str, Any]:
+    """What the coordinator makes for ``GET /v1/runs/{id}/windows`` (the run and its windows as stored, all
+    that `export --prometheus RUN` asks of it): ``run_windows`` encoded by ``json_pieces``, as the route
+    encodes it; before that route, the same command had the coordinator compute and encode the export."""
+    from sparkwatch.core.json_pieces import json_pieces
+    from sparkwatch.sources.store import run_windows
+    from sparkwatch.store import Store
+
+    base = _rss_mib()
+    t0, c0 = time.perf_counter(), _cpu_s()
+    store = Store.read_only(path)
+    answer = run_windows(store, RUN_ID)
+    store.close()
+    size = sum(len(piece) for piece in json_pieces(answer))
+    wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    check = [len(answer["windows"]), size]
+    return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": _rss_mib(), "check": check}
 
 
 def _export_run() -> Any:
@@ -187,7 +208,7 @@ def in_child(kind: str, path: pathlib.Path) -> dict[str, Any]:
 
 def measure(path: pathlib.Path, rounds: int) -> dict[str, dict[str, Any]]:
     """Medians per kind over ``rounds`` (the kinds interleaved); the last round's check values."""
-    runs: dict[str, list[dict[str, Any]]] = {"export": [], "export -o": [], "floor": []}
+    runs: dict[str, list[dict[str, Any]]] = {"export": [], "export -o": [], "floor": [], "windows": []}
     for _ in range(rounds):
         for kind, results in runs.items():
             results.append(in_child(kind, path))
@@ -215,6 +236,7 @@ def main() -> None:
             "export": child_export,
             "export -o": lambda p: child_export(p, written=True),
             "floor": child_floor,
+            "windows": child_windows,
         }
         print(json.dumps(children[kind](pathlib.Path(path))))
         return
@@ -228,20 +250,24 @@ def main() -> None:
         results[hours] = (path, measure(path, args.rounds))
     print(f"export_run from SQLite vs the floor; {NODES} nodes, 10 Hz; medians of {args.rounds} rounds")
     print(
-        f"{'run':<22} {'':<7} {'wall s':>7} {'cpu s':>6} {'RSS base':>9} {'RSS peak':>9} {'wall/floor':>11}"
+        f"{'run':<22} {'':<9} {'wall s':>7} {'cpu s':>6} {'RSS base':>9} {'RSS peak':>9} {'wall/floor':>11}"
     )
     for hours, (path, m) in results.items():
         label = f"{hours:g} h, {round(WINDOWS_PER_HOUR * hours):,} windows"
-        for kind in ("floor", "export", "export -o"):
+        for kind in ("floor", "export", "export -o", "windows"):
             r = m[kind]
             ratio = f"{r['wall_s'] / m['floor']['wall_s']:>10.2f}x"
             print(
-                f"{label:<22} {kind:<7} {r['wall_s']:>7.2f} {r['cpu_s']:>6.2f} {r['rss_base_mib']:>6.0f} MiB"
+                f"{label:<22} {kind:<9} {r['wall_s']:>7.2f} {r['cpu_s']:>6.2f} {r['rss_base_mib']:>6.0f} MiB"
                 f" {r['rss_peak_mib']:>5.0f} MiB {ratio}"
             )
             label = f"({path.stat().st_size / 2**20:.0f} MiB file)" if kind == "floor" else ""
         gated, floor = _rounded(m["export"]["check"]), _rounded(m["floor"]["check"])
         print(f"{'':<22} check: export gated mean W {gated}; floor mean of window means W {floor}")
+        count, size = m["windows"]["check"]
+        print(
+            f"{'':<22} windows: {count:,} windows, {size / 2**20:.1f} MiB of JSON (GET /v1/runs/ID/windows)"
+        )
 
 
 def _rounded(values: list[float | None]) -> list[float | None]:

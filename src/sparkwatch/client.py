@@ -265,6 +265,10 @@ class CoordinatorClient:
             )
         return answer
 
+    async def run_windows(self, run_id: str) -> Any:
+        """The run as stored and its windows, none measured (``importers.windows_answer`` reads it)."""
+        return await self._call("GET", _run_path(run_id) + "/windows")
+
     async def time(self) -> TimeFrame:
         """The coordinator's clocks now (``GET /v1/time``)."""
         try:

@@ -20,7 +20,7 @@ from sparkwatch.core.run_spec import RunSpec
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE, ScopeKind
-from sparkwatch.importers import export_answer, load_windows, run_export
+from sparkwatch.importers import export_answer, load_windows, run_export, windows_answer
 from sparkwatch.sources import SourceError, export_from
 from sparkwatch.sources.prometheus.client import Auth, Client, check_url
 from sparkwatch.sources.prometheus.mappings import FAMILIES
@@ -29,7 +29,7 @@ from sparkwatch.sources.prometheus.source import TsdbSource
 
 #: The flags an export from a TSDB needs, and one it may take (neither goes with a database's run).
 TSDB_ONLY = ("windows", "start", "end")
-#: How long a coordinator may take to answer RUN's export (it computes it: seconds for a long run).
+#: How long a coordinator may take to answer RUN's windows (or, an older one, its export: it computes it).
 COORDINATOR_TIMEOUT_S = 600.0
 TSDB_OPTIONAL = ("nodes", "engine_metrics", "series_matchers", "coordinator", "token_file")
 
@@ -91,18 +91,25 @@ def _windows(args: argparse.Namespace) -> tuple[list[Window], run_export.Exporte
 
 
 def _coordinator_run(args: argparse.Namespace) -> tuple[list[Window], run_export.ExportedRun]:
-    """RUN's windows and settings, from its coordinator's export of it."""
+    """RUN's windows and settings, as its coordinator stored them (``/windows``); from its export of the run
+    where the coordinator predates that route (it then measures the whole run first)."""
     target = CoordinatorTarget.resolve(args.coordinator, args.token_file)
+    route = f"{target.url}/v1/runs/{args.run}"
 
-    async def fetch() -> dict[str, Any]:
+    async def fetch() -> tuple[list[Window], run_export.ExportedRun]:
         async with CoordinatorClient(target, COORDINATOR_TIMEOUT_S) as client:
-            return await client.export(args.run)
+            await client.run(args.run)  # every coordinator has this route: a 404 here is no such run
+            try:
+                return windows_answer(await client.run_windows(args.run), f"{route}/windows")
+            except CoordinatorError as exc:
+                if exc.status != 404:  # 404: the run is there, the route is not (an older coordinator)
+                    raise
+            return export_answer(await client.export(args.run), f"{route}/export")
 
     try:
-        answer = asyncio.run(fetch())
+        return asyncio.run(fetch())
     except CoordinatorError as exc:
         raise SourceError(str(exc)) from None
-    return export_answer(answer, f"{target.url}/v1/runs/{args.run}/export")
 
 
 def _defaults(

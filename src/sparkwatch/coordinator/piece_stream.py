@@ -11,7 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any
+
+from sparkwatch.coordinator.big_values import CollectorPause, let_go
+from sparkwatch.core.json_pieces import json_pieces
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +108,37 @@ def log_failure(worker: asyncio.Future[None]) -> None:
     """An export thread that failed outside what it hands over (closing its read connection)."""
     if not worker.cancelled() and worker.exception() is not None:
         log.error("export worker failed", exc_info=worker.exception())
+
+
+async def computed_json(compute: Callable[[], Any], pause: CollectorPause) -> PieceStream:
+    """``compute()``'s value as JSON pieces, computed and encoded in a worker thread, the collector paused
+    while each chunk is made (big_values.py says why). Returns once the value is computed (its errors
+    raised here, before an answer starts), the pieces then made while they are read; the caller closes
+    the stream. ``compute`` runs under ``pause`` itself where it builds a large value."""
+    loop = asyncio.get_running_loop()
+    pieces = PieceStream(loop)
+    computed: asyncio.Future[None] = loop.create_future()
+
+    def work() -> None:
+        try:
+            value = compute()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(settle, computed, exc)
+            return
+        loop.call_soon_threadsafe(settle, computed, None)
+        chunks = coalesced(json_pieces(value))
+        try:  # the collector paused while a chunk is made, not while the client reads it
+            if all(pieces.put(chunk) for chunk in pause.each(chunks)):
+                pieces.finish()
+        except Exception as exc:  # the answer has begun: the reader ends it unfinished
+            pieces.finish(exc)
+        finally:
+            let_go(value)
+
+    loop.run_in_executor(None, work).add_done_callback(log_failure)
+    try:
+        await computed
+    except BaseException:  # the computation failed, or the caller went away meanwhile
+        pieces.close()
+        raise
+    return pieces

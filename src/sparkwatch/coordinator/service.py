@@ -20,9 +20,8 @@ from sparkwatch.coordinator import run_pace
 from sparkwatch.coordinator.big_values import CollectorPause, let_go
 from sparkwatch.coordinator.housekeeping import Housekeeping
 from sparkwatch.coordinator.loop_lag import LoopLag
-from sparkwatch.coordinator.piece_stream import PieceStream, coalesced, log_failure, settle
+from sparkwatch.coordinator.piece_stream import PieceStream, computed_json
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
-from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
@@ -34,7 +33,7 @@ from sparkwatch.links.state import LinkState
 from sparkwatch.meters.factory import make_reader
 from sparkwatch.meters.poller import MeterPoller, MeterSink
 from sparkwatch.report.bundle import Assets
-from sparkwatch.sources.store import export_run
+from sparkwatch.sources.store import export_run, run_windows
 from sparkwatch.store import Invalid, Store, StoreError
 from sparkwatch.store.db import RunRow
 from sparkwatch.store.windows import Committed
@@ -363,34 +362,22 @@ class Coordinator:
     async def export_json(self, run_id: str, series_buckets: int | None = None) -> PieceStream:
         """The export as JSON pieces, computed and encoded in a worker thread on its own read connection
         (WAL readers do not block the writer): a long run's numpy, SQLite and encoding work never stalls
-        ingest or the agents' heartbeats (big_values.py says why the collector pauses meanwhile). Returns
-        once the export is computed (its errors raised here, before an answer starts), the pieces then
-        made while they are read (piece_stream.py); the caller closes the stream. With ``series_buckets``,
-        the export's ``series`` block in that many buckets."""
-        loop = asyncio.get_running_loop()
-        pieces = PieceStream(loop)
-        computed: asyncio.Future[None] = loop.create_future()
+        ingest or the agents' heartbeats (piece_stream.computed_json). With ``series_buckets``, the
+        export's ``series`` block in that many buckets."""
+        return await computed_json(
+            lambda: self._computed_export(run_id, series_buckets), self._collector_pause
+        )
 
-        def work() -> None:
+    async def windows_json(self, run_id: str) -> PieceStream:
+        """``{"run": …, "windows": […]}``: the run's settings and its windows as stored, none measured (what
+        `export --prometheus RUN` measures again from a fleet's engine), made as the export is."""
+
+        def work() -> dict[str, Any]:
+            reader = Store(self.store.path)
             try:
-                export = self._computed_export(run_id, series_buckets)
-            except BaseException as exc:
-                loop.call_soon_threadsafe(settle, computed, exc)
-                return
-            loop.call_soon_threadsafe(settle, computed, None)
-            chunks = coalesced(json_pieces(export))
-            try:  # the collector paused while a chunk is made, not while the client reads it
-                if all(pieces.put(chunk) for chunk in self._collector_pause.each(chunks)):
-                    pieces.finish()
-            except Exception as exc:  # the answer has begun: the reader ends it unfinished
-                pieces.finish(exc)
+                with self._collector_pause:
+                    return run_windows(reader, run_id)
             finally:
-                let_go(export)
+                reader.close()
 
-        loop.run_in_executor(None, work).add_done_callback(log_failure)
-        try:
-            await computed
-        except BaseException:  # the export failed, or the caller went away meanwhile
-            pieces.close()
-            raise
-        return pieces
+        return await computed_json(work, self._collector_pause)

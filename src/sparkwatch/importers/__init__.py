@@ -19,7 +19,7 @@ from typing import Any
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import Window, outside_span
 from sparkwatch.importers import aiperf, genai_perf, guidellm, lmx_status, plain, run_export, vllm
-from sparkwatch.importers.common import ClockAnchor, ImportFormatError, Problem
+from sparkwatch.importers.common import ClockAnchor, ImportFormatError, Problem, as_object
 
 __all__ = [
     "FORMATS",
@@ -29,6 +29,7 @@ __all__ = [
     "export_answer",
     "load_windows",
     "read_windows",
+    "windows_answer",
 ]
 
 Parser = Callable[[Path, ClockAnchor | None], Iterable[Window]]
@@ -94,13 +95,26 @@ def read_windows(
 def export_answer(data: Any, label: str) -> tuple[list[Window], run_export.ExportedRun]:
     """A coordinator's export of a run (its answer, not a file: ``label`` names the route), read as the
     ``export`` format reads a file: its windows, checked as an import's, and its run."""
+    return _answer(data, label, run_export.export_of, run_export.run_of)
+
+
+def windows_answer(data: Any, label: str) -> tuple[list[Window], run_export.ExportedRun]:
+    """A coordinator's ``GET /v1/runs/{id}/windows`` answer (the run as stored and its windows, none
+    measured), read as :func:`export_answer` reads its export."""
+    return _answer(data, label, lambda value: as_object(value, "the answer"), run_export.stored_run_of)
+
+
+def _answer(
+    data: Any,
+    label: str,
+    shaped: Callable[[Any], dict[str, Any]],
+    run_of: Callable[[dict[str, Any]], run_export.ExportedRun],
+) -> tuple[list[Window], run_export.ExportedRun]:
     if isinstance(data, dict) and data.get("windows") == []:
         raise ImportFormatError(label, "the run has no windows: nothing to measure again")
-    windows = list(
-        _checked(label, run_export.FORMAT, lambda: run_export.windows_of(run_export.export_of(data), label))
-    )
+    windows = list(_checked(label, run_export.FORMAT, lambda: run_export.windows_of(shaped(data), label)))
     try:
-        return windows, run_export.run_of(run_export.export_of(data))
+        return windows, run_of(shaped(data))
     except Problem as problem:
         raise ImportFormatError(label, str(problem)) from None
 

@@ -84,18 +84,34 @@ def exported_run(path: Path) -> ExportedRun:
 def run_of(data: dict[str, Any]) -> ExportedRun:
     """The run of an export (``export_of``'s); a Problem says what is wrong with it."""
     run, method = as_object(data.get("run"), "run"), as_object(data.get("method"), "method")
-    end = run.get("t_end_ns")
     gate = as_object(method.get("gate"), "method.gate")
-    threshold = as_number(gate.get("threshold_ratio"), "method.gate.threshold_ratio")
-    scope, phases = method.get("scope"), as_list(method.get("phases"), "method.phases")
+    settings = (gate.get("threshold_ratio"), method.get("scope"), method.get("phases"))
+    return _run(run, settings, ("method.gate.threshold_ratio", "method.scope", "method.phases"))
+
+
+def stored_run_of(data: dict[str, Any]) -> ExportedRun:
+    """The run of a coordinator's ``GET /v1/runs/{id}/windows`` answer, whose ``run`` is the run as stored
+    (its gate threshold, scope and phases beside its span); a Problem says what is wrong with it."""
+    run = as_object(data.get("run"), "run")
+    settings = (run.get("gate_threshold"), run.get("scope"), run.get("phases"))
+    return _run(run, settings, ("run.gate_threshold", "run.scope", "run.phases"))
+
+
+def _run(run: dict[str, Any], settings: tuple[Any, Any, Any], names: tuple[str, str, str]) -> ExportedRun:
+    """The run's span from ``run``, and its gate threshold, scope and phases from ``settings`` (read from
+    where ``names`` say, for the Problem that says which is wrong)."""
+    threshold_name, scope_name, phases_name = names
+    threshold = as_number(settings[0], threshold_name)
+    scope, phases = settings[1], as_list(settings[2], phases_name)
     if scope not in SCOPES:
-        raise Problem(f"method.scope must be one of {', '.join(SCOPES)}, found {scope!r:.40}")
+        raise Problem(f"{scope_name} must be one of {', '.join(SCOPES)}, found {scope!r:.40}")
     if not 0 <= threshold <= 1:
-        raise Problem(f"method.gate.threshold_ratio must be from 0 to 1, found {threshold}")
+        raise Problem(f"{threshold_name} must be from 0 to 1, found {threshold}")
     try:
-        checked_phases = tuple(check_phases([as_str(p, "method.phases[]") for p in phases]))
+        checked_phases = tuple(check_phases([as_str(p, f"{phases_name}[]") for p in phases]))
     except ValueError as exc:
-        raise Problem(f"method.phases: {exc}") from None
+        raise Problem(f"{phases_name}: {exc}") from None
+    end = run.get("t_end_ns")
     return ExportedRun(
         id=as_str(run.get("id"), "run.id"),
         name=as_str(run.get("name"), "run.name"),

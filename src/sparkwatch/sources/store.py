@@ -18,6 +18,7 @@ from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import I64, GpuTrack, MemTrack, repeated
+from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.defaults import SCOPES, ScopeKind
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
 from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, export_from
@@ -289,6 +290,14 @@ def export_run(
         )
     finally:
         let_go(windows)
+
+
+def run_windows(store: Store, run_id: str) -> dict[str, Any]:
+    """``{"run": …, "windows": […]}``: the run as stored and its windows, none measured (the coordinator's
+    ``GET /v1/runs/{id}/windows``, which importers.windows_answer reads), each made as it is encoded."""
+    run, windows = store.run(run_id), store.windows(run_id)
+    rows = WindowRows(len(windows), lambda lo, hi: [w.to_json() for w in windows[lo:hi]], (windows,))
+    return {"run": run.to_json(), "windows": rows}
 
 
 class StoreSource:

@@ -19,6 +19,7 @@ from sparkwatch.coordinator.api import bodies
 from sparkwatch.coordinator.api.metrics import coordinator_registry
 from sparkwatch.coordinator.api.models import Empty, MarkIn, RunCreate, RunEnd
 from sparkwatch.coordinator.api.openapi import openapi_document
+from sparkwatch.coordinator.piece_stream import PieceStream
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.defaults import SERIES_BUCKETS, check_series_buckets
 from sparkwatch.store import (
@@ -239,7 +240,18 @@ async def export(request: web.Request) -> web.StreamResponse:
         buckets = series_buckets(request.query)
     except ValueError as exc:
         return error(400, "invalid_query", str(exc))
-    pieces = await request.app[COORDINATOR].export_json(request.match_info["run_id"], buckets)
+    return await _streamed(
+        request, await request.app[COORDINATOR].export_json(request.match_info["run_id"], buckets)
+    )
+
+
+async def run_windows(request: web.Request) -> web.StreamResponse:
+    """The run and its windows as stored, none measured: read and written out as the export is."""
+    return await _streamed(request, await request.app[COORDINATOR].windows_json(request.match_info["run_id"]))
+
+
+async def _streamed(request: web.Request, pieces: PieceStream) -> web.StreamResponse:
+    """``pieces`` written out chunked while they are made; a client that leaves stops their making."""
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()
     try:
@@ -248,7 +260,7 @@ async def export(request: web.Request) -> web.StreamResponse:
             await response.write(piece)
         await response.write_eof()
     except ConnectionError:  # the client left mid-answer: no error of ours, and the pieces stop being made
-        log.debug("client left during the export of %s", request.match_info["run_id"])
+        log.debug("client left during %s", request.path)
         response.force_close()
     finally:
         pieces.close()
@@ -294,5 +306,6 @@ def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     app.router.add_delete("/v1/runs/{run_id}/imports/{import_id}", abort_import)
     app.router.add_post("/v1/runs/{run_id}/marks", marks)
     app.router.add_get("/v1/runs/{run_id}/export", export)
+    app.router.add_get("/v1/runs/{run_id}/windows", run_windows)
     app.router.add_get("/v1/runs/{run_id}/report", report)
     return app

@@ -113,6 +113,13 @@ OPERATIONS = (
     ),
     Operation(
         "get",
+        "/v1/runs/{run_id}/windows",
+        "the run and its windows as stored, none measured: {run, windows} (what export --prometheus RUN"
+        " measures again)",
+        refusals=(404,),
+    ),
+    Operation(
+        "get",
         "/v1/runs/{run_id}/report",
         "the run report: one self-contained HTML page (figures from the series block)",
         refusals=(400, 404),
