@@ -31,7 +31,25 @@ DRAWN_BANDS = """() => {
   })(sparkwatchReport.view.scenegraph().root);
   return [...out.values()];
 }"""
+#: Where each node's first panel lies on the canvas, [x1, y1, x2, y2] per node in order: its first layer's
+#: marks (the bands, named ``n<node>_p0_marks``), their group offsets summed from the root.
+FIRST_PANELS = """() => {
+  const out = [];
+  (function walk(mark, ox, oy) {
+    const own = /^n(\\d+)_p0_marks$/.exec(mark.name || "");
+    if (own && mark.bounds) {
+      out[+own[1]] = [ox + mark.bounds.x1, oy + mark.bounds.y1, ox + mark.bounds.x2, oy + mark.bounds.y2];
+    }
+    for (const item of mark.items || []) {
+      if (mark.marktype !== "group") continue;
+      for (const child of item.items || []) walk(child, ox + (item.x || 0), oy + (item.y || 0));
+    }
+  })(sparkwatchReport.view.scenegraph().root, ...sparkwatchReport.view.origin());
+  return out;
+}"""
 MAX_REPORT_BYTES = 10 * 1024 * 1024
+#: The page's width in the tests (helpers/browser.open_page's default): the figure fits it, legends and all.
+PAGE_WIDTH_PX = 1400
 
 
 def _check_clean(opened: OpenedPage, page_path: pathlib.Path) -> None:
@@ -102,19 +120,30 @@ def _wheel_zooms_every_node(opened: OpenedPage) -> None:
     """The mouse wheel over any node's first panel zooms the shared axis (each panel holds the zoom)."""
     page = opened.page
     canvas = page.locator("#vis canvas")
-    for k in range(4):
+    panels = page.evaluate(FIRST_PANELS)
+    assert len(panels) == 4 and all(panels), panels
+    for _, y1, _, y2 in panels:
         page.evaluate("sparkwatchReport.resetZoom()")
         whole = page.evaluate("sparkwatchReport.xDomain()")
         box = canvas.bounding_box()
         assert box is not None
-        offset = k * box["height"] / 4 + 50  # node k's first panel: below its title
-        page.evaluate("y => window.scrollBy(0, y)", box["y"] + offset - 300)
+        middle = (y1 + y2) / 2  # on the canvas
+        page.evaluate("y => window.scrollBy(0, y)", box["y"] + middle - 300)
         box = canvas.bounding_box()
         assert box is not None
-        page.mouse.move(box["x"] + box["width"] / 3, box["y"] + offset)
+        page.mouse.move(box["x"] + box["width"] / 3, box["y"] + middle)
         page.mouse.wheel(0, -400)
         narrower = "w => sparkwatchReport.xDomain()[1] - sparkwatchReport.xDomain()[0] < w"
         page.wait_for_function(narrower, arg=whole[1] - whole[0] - 1e-6)
+
+
+def _fits_the_page(opened: OpenedPage) -> None:
+    """Nothing of the figure (its legends included) lies beyond the page's width: the windows legend, right
+    of the panels' own, was cut at a 1 400 px page's edge."""
+    page = opened.page
+    assert page.evaluate("document.documentElement.scrollWidth") <= PAGE_WIDTH_PX
+    box = page.locator("#vis canvas").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= PAGE_WIDTH_PX, box
 
 
 def test_the_demo_report_opens_offline_and_says_the_exports_numbers(
@@ -127,11 +156,12 @@ def test_the_demo_report_opens_offline_and_says_the_exports_numbers(
     assert f"report written to {report}" in result.stderr
     export = json.loads(out.read_text())
     assert export["series"]["buckets"] > 0
-    with open_page(report) as opened:
+    with open_page(report, width=PAGE_WIDTH_PX) as opened:
         opened.page.wait_for_selector(READY)
         _check_clean(opened, report)
         assert _check_summary(opened, export) >= 4 * 3 + 6
         _check_windows(opened, export)
+        _fits_the_page(opened)
         opened.screenshot(artifacts_dir / "demo-report.png")
         _click_zooms(opened, export, row=1)
         opened.screenshot(artifacts_dir / "demo-report-zoomed.png")
@@ -150,13 +180,14 @@ def test_an_8_hour_run_with_10000_windows_stays_light(
     report = tmp_path / "long.html"
     size = report.stat().st_size
     assert size < MAX_REPORT_BYTES, size
-    with open_page(report, timeout_s=120) as opened:
+    with open_page(report, width=PAGE_WIDTH_PX, timeout_s=120) as opened:
         t0 = time.monotonic()
         opened.page.wait_for_selector(READY, timeout=120_000)
         ready_s = time.monotonic() - t0  # reported, not asserted: benchmarks/report_render.py times it
         _check_clean(opened, report)
         _check_summary(opened, export)
         _check_windows(opened, export)
+        _fits_the_page(opened)
         opened.screenshot(artifacts_dir / "8h-report.png")
         _click_zooms(opened, export, row=5000)
         opened.screenshot(artifacts_dir / "8h-report-zoomed.png")

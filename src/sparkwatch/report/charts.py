@@ -87,7 +87,11 @@ def _bands(x: alt.X, fine: str, present: set[str]) -> tuple[alt.Chart, alt.Chart
     phases' prefill, was read as the gate's grey."""
     shown = [(k, c) for k, c in BAND_KINDS if k in present] or list(BAND_KINDS)
     kinds, colours = zip(*shown, strict=True)
-    fill = alt.Fill("k:N", title="windows", scale=alt.Scale(domain=list(kinds), range=list(colours)))
+    scale = alt.Scale(domain=list(kinds), range=list(colours))
+    # one legend for the figure, above it in a row (the band scale is shared by every panel of every node):
+    # right of the panels' own legends it made the figure 1 450 px wide, cut on a 1 400 px page
+    legend = alt.Legend(orient="top", direction="horizontal")
+    fill = alt.Fill("k:N", title="windows", scale=scale, legend=legend)
     own = (
         alt.Chart(alt.NamedData("bands"))
         .transform_filter(f"{fine} && {in_view(ZOOM)}")
