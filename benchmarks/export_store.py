@@ -15,7 +15,8 @@ and the export written to a file by ``outputs.write_export``, what `sparkwatch e
 the floor, one SELECT of the span's blocks per node decoded into numpy (``sample_block.decode_blob``,
 concatenate) and a join of every window's [start, end] against the node's GPU sample times
 (np.searchsorted, power summed per window by cumsum); "windows", what the coordinator makes for
-``GET /v1/runs/{id}/windows`` (``run_windows`` encoded), all `export --prometheus URL RUN` asks of it.
+``GET /v1/runs/{id}/windows`` (``run_windows`` encoded): what `export --prometheus URL RUN` asks of it
+(beside the run's row, ``GET /v1/runs/{id}``).
 Each reports wall and CPU seconds of that work, the child's peak RSS after its imports and at the end
 (VmHWM: ``ru_maxrss`` would carry this parent's own peak into the child, see ``_rss_mib``). Medians over
 --rounds, the kinds interleaved.
@@ -88,9 +89,9 @@ def child_export(path: pathlib.Path, *, written: bool = False) -> dict[str, Any]
 
 
 def child_windows(path: pathlib.Path) -> dict[str, Any]:
-    """What the coordinator makes for ``GET /v1/runs/{id}/windows`` (the run and its windows as stored, all
-    that `export --prometheus RUN` asks of it): ``run_windows`` encoded by ``json_pieces``, as the route
-    encodes it; before that route, the same command had the coordinator compute and encode the export."""
+    """What the coordinator makes for ``GET /v1/runs/{id}/windows`` (the run and its windows as stored: what
+    `export --prometheus RUN` asks of it besides the run's row): ``run_windows`` encoded by ``json_pieces``,
+    as the route encodes it; before that route, the command had the coordinator compute the export."""
     from sparkwatch.core.json_pieces import json_pieces
     from sparkwatch.sources.store import run_windows
     from sparkwatch.store import Store

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import json
 import pathlib
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from helpers.app_thread import AppThread
 from helpers.export_api import T0, Api, S, ended_run, with_node
 from helpers.processes import free_port
-from sparkwatch.commands.export_tsdb import _coordinator_run
+from sparkwatch.commands.export_tsdb import _coordinator_run, _defaults
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.importers import ImportFormatError, export_answer, windows_answer
 from sparkwatch.sources import SourceError
@@ -209,9 +210,12 @@ def test_export_prometheus_asks_a_coordinator_for_the_windows_not_the_export(
     assert str(info.value) == f"GET {served.url}/v1/runs/run-nope: HTTP 404: no run run-nope"
 
 
-def test_a_coordinator_without_the_route_is_asked_for_its_export() -> None:
-    """An older coordinator (no ``/windows``: aiohttp's 404, as its JSON refusal middleware words it) still
-    gives RUN's windows, from its export; its run read first, so a missing run is no fallback."""
+@pytest.mark.parametrize("posts", [True, False], ids=["405", "404"])
+def test_a_coordinator_without_the_route_is_asked_for_its_export(posts: bool) -> None:
+    """An older coordinator (no ``GET /windows``: 405 where it has the route's POST, as every one does, 404
+    without; its JSON refusal middleware words either) still gives RUN's windows, from its export; its run
+    read first, so a missing run is no fallback. An open run's export ends at the coordinator's "now": the
+    run's own ``open`` makes it a run without an end, as ``/windows`` gives it."""
     export = json.loads(DEMO.read_text())
     run_id = export["run"]["id"]
     stored = {"windows": len(export["windows"]), **_stored()["run"], "id": run_id}
@@ -224,15 +228,54 @@ def test_a_coordinator_without_the_route_is_asked_for_its_export() -> None:
     async def exported(request: web.Request) -> web.Response:
         return web.json_response(copy.deepcopy(export))
 
+    async def added(request: web.Request) -> web.Response:
+        return web.json_response({"stored": 0}, status=201)
+
     app = web.Application(middlewares=[json_refusals])
     app.router.add_get("/v1/runs/{run_id}", run)
     app.router.add_get("/v1/runs/{run_id}/export", exported)
+    if posts:
+        app.router.add_post("/v1/runs/{run_id}/windows", added)
     with _Recorded(app) as served:
         windows, settings = _coordinator_run(_asked(served.url, run_id))
         asked = list(served.paths)
         with pytest.raises(SourceError, match="HTTP 404: no run x"):
             _coordinator_run(_asked(served.url, "other"))
+        stored.update(open=True, t_end_ns=None)
+        _, still_open = _coordinator_run(_asked(served.url, run_id))
     assert asked == [f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/windows", f"/v1/runs/{run_id}/export"]
     assert [w.id for w in windows] == [w["id"] for w in export["windows"]]
     assert windows[0].source["file"] == f"{served.url}/v1/runs/{run_id}/export"
-    assert settings.t_end_ns == export["run"]["t_end_ns"]
+    assert settings.t_end_ns == export["run"]["t_end_ns"] and still_open.t_end_ns is None
+    assert still_open == dataclasses.replace(settings, t_end_ns=None)
+
+
+def test_an_open_coordinator_run_asks_for_its_end(tmp_path: pathlib.Path) -> None:
+    """RUN still open: the coordinator's answer has no end, and the command says to give one (before the
+    engine is asked); the same run with --end is measured up to it."""
+    clock = [T0]
+    store, coordinator = with_node(tmp_path / "c.db", clock)
+    with _Recorded(make_app(coordinator, None)) as served:
+
+        async def opened() -> str:
+            async with aiohttp.ClientSession(served.url) as session:
+                run_id = str((await (await session.post("/v1/runs", json={"name": "r"})).json())["id"])
+                window = {"id": "w1", "phase": "timed", "t_start_ns": T0 + 2 * S, "t_end_ns": T0 + 7 * S}
+                answer = await session.post(f"/v1/runs/{run_id}/windows", json={"windows": [window]})
+                assert answer.status == 201
+                return run_id
+
+        run_id = asyncio.run(opened())
+        windows, run = _coordinator_run(_asked(served.url, run_id))
+        asyncio.run_coroutine_threadsafe(coordinator.stop(), served.thread.loop).result(10)
+    store.close()
+    assert run.t_end_ns is None and [w.id for w in windows] == ["w1"]
+    flags = {"start": None, "end": None, "gate_threshold": None, "scope": None, "phases": None}
+    with pytest.raises(SourceError) as info:
+        _defaults(argparse.Namespace(**flags, run=run_id), run)
+    assert str(info.value) == f"run {run_id} is still open (it has no end yet): give --end"
+    end = T0 + 9 * S
+    assert _defaults(argparse.Namespace(**{**flags, "end": end}, run=run_id), run)[:2] == (
+        run.t_start_ns,
+        end,
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable
@@ -32,6 +33,9 @@ TSDB_ONLY = ("windows", "start", "end")
 #: How long a coordinator may take to answer RUN's windows (or, an older one, its export: it computes it).
 COORDINATOR_TIMEOUT_S = 600.0
 TSDB_OPTIONAL = ("nodes", "engine_metrics", "series_matchers", "coordinator", "token_file")
+#: How a coordinator older than ``GET /v1/runs/{id}/windows`` answers it: 405 (it has the route's POST, which
+#: adds windows), or 404.
+OLDER_ROUTE = (404, 405)
 
 
 def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -92,19 +96,21 @@ def _windows(args: argparse.Namespace) -> tuple[list[Window], run_export.Exporte
 
 def _coordinator_run(args: argparse.Namespace) -> tuple[list[Window], run_export.ExportedRun]:
     """RUN's windows and settings, as its coordinator stored them (``/windows``); from its export of the run
-    where the coordinator predates that route (it then measures the whole run first)."""
+    where the coordinator predates that route (it then measures the whole run first, and an open run's
+    export ends at its "now": the run's own ``open`` says it has no end, as ``/windows`` does)."""
     target = CoordinatorTarget.resolve(args.coordinator, args.token_file)
     route = f"{target.url}/v1/runs/{args.run}"
 
     async def fetch() -> tuple[list[Window], run_export.ExportedRun]:
         async with CoordinatorClient(target, COORDINATOR_TIMEOUT_S) as client:
-            await client.run(args.run)  # every coordinator has this route: a 404 here is no such run
+            stored = await client.run(args.run)  # every coordinator has this route: a 404 is no such run
             try:
                 return windows_answer(await client.run_windows(args.run), f"{route}/windows")
             except CoordinatorError as exc:
-                if exc.status != 404:  # 404: the run is there, the route is not (an older coordinator)
+                if exc.status not in OLDER_ROUTE:
                     raise
-            return export_answer(await client.export(args.run), f"{route}/export")
+            windows, run = export_answer(await client.export(args.run), f"{route}/export")
+            return windows, dataclasses.replace(run, t_end_ns=None) if stored["open"] else run
 
     try:
         return asyncio.run(fetch())
@@ -122,7 +128,8 @@ def _defaults(
     end = args.end if args.end is not None or run is None else run.t_end_ns
     if end is None:
         assert run is not None  # only a run's end can be unknown
-        raise SourceError(f"run {run.id} was still open when exported (it has no end yet): give --end")
+        when = "is still open" if args.run is not None else "was still open when exported"
+        raise SourceError(f"run {run.id} {when} (it has no end yet): give --end")
     if end <= start:
         raise SourceError(f"--end {utc_stamp(end)} is not after --start {utc_stamp(start)}")
     threshold = args.gate_threshold if args.gate_threshold is not None or run is None else run.gate_threshold

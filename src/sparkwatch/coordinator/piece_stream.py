@@ -105,9 +105,10 @@ def settle(future: asyncio.Future[None], error: BaseException | None) -> None:
 
 
 def log_failure(worker: asyncio.Future[None]) -> None:
-    """An export thread that failed outside what it hands over (closing its read connection)."""
+    """A worker thread (an export's, a run's windows') that failed outside what it hands over (closing its
+    read connection)."""
     if not worker.cancelled() and worker.exception() is not None:
-        log.error("export worker failed", exc_info=worker.exception())
+        log.error("answer worker failed", exc_info=worker.exception())
 
 
 async def computed_json(compute: Callable[[], Any], pause: CollectorPause) -> PieceStream:
