@@ -158,6 +158,34 @@ def test_the_band_legend_names_only_the_kinds_of_band_the_run_has(export: dict[s
     assert domains and all(set(d) == present for d in domains), domains
 
 
+def test_the_gpu_rail_is_solid_and_each_system_domain_dashed_in_one_legend(export: dict[str, Any]) -> None:
+    """A domain that reads the rail again (spbm's ``gpu`` beside NVML's, the same values) drew over it in
+    one colour, and the rail seemed missing: domains are dashed, and the legend (one: stroke and dash share
+    their field, title and domain) shows which is which."""
+    export = copy.deepcopy(export)
+    for node in export["series"]["nodes"]:  # spbm's gpu channel beside the rail, reading the same values
+        rail = next(x for x in node["lines"] if x["kind"] == "gpu_power_w")
+        node["lines"].append({**rail, "kind": "system_power_w", "label": "gpu (hwmon:spbm)"})
+    figures = charts.figures(export)
+    assert figures is not None
+    for i, node in enumerate(export["series"]["nodes"]):
+        (line,) = [
+            layer
+            for layer in figures.per_node[i]["vconcat"][0]["vconcat"][0]["layer"]
+            if layer["mark"]["type"] == "line"
+        ]
+        stroke, dash = line["encoding"]["stroke"], line["encoding"]["strokeDash"]
+        kinds = {x["label"]: x["kind"] for x in node["lines"] if x["kind"].endswith("power_w")}
+        assert {"gpu_power_w", "system_power_w"} <= set(kinds.values()), kinds
+        assert stroke["scale"]["domain"] == dash["scale"]["domain"] == sorted(kinds)
+        assert (stroke["field"], stroke["title"]) == (dash["field"], dash["title"]) == ("l", "power")
+        drawn = dict(zip(dash["scale"]["domain"], dash["scale"]["range"], strict=True))
+        assert {label: kinds[label] for label, d in drawn.items() if d == charts.SOLID} == {
+            label: kind for label, kind in kinds.items() if kind == "gpu_power_w"
+        }
+        assert all(d == charts.DASHED for label, d in drawn.items() if kinds[label] == "system_power_w")
+
+
 def test_an_export_without_series_renders_its_tables_and_says_why_there_is_no_plot(
     export: dict[str, Any],
 ) -> None:

@@ -32,6 +32,7 @@ HMS_LABEL = (
 )
 GATED_OUT_FILL = "#7f7f7f"
 THROTTLE_FILL = "#d62728"
+SOLID, DASHED = [1, 0], [5, 3]
 Columns = dict[str, list[Any]]
 #: The datasets every node's panels read (the rest are named ``n<index>_<panel>``).
 SHARED = ("bands", "merged", "one")
@@ -107,16 +108,38 @@ def _bands(x: alt.X, fine: str, present: set[str]) -> tuple[alt.Chart, alt.Chart
     return own, merged
 
 
-def _line(name: str, title: str, y_scale: alt.Scale | None = None, legend: str | None = None) -> alt.Chart:
+def _line(
+    name: str,
+    title: str,
+    y_scale: alt.Scale | None = None,
+    legend: str | None = None,
+    dashes: dict[str, list[int]] | None = None,
+) -> alt.Chart:
     """A panel's lines, one per label; a panel of several kinds of line (power: the GPU rail and the
-    domains; memory: used and page cache) has a legend titled ``legend``."""
-    stroke = alt.Stroke("l:N", title=legend, legend=alt.Legend() if legend else None)
+    domains; memory: used and page cache) has a legend titled ``legend``; ``dashes``: each label's dash
+    pattern, in the same legend."""
+    labels = sorted(dashes or ())  # one domain, in the order the colours were given before: one legend
+    colours = alt.Scale(domain=labels) if labels else alt.Undefined
+    stroke = alt.Stroke("l:N", title=legend, scale=colours, legend=alt.Legend() if legend else None)
     chart: alt.Chart = (
         alt.Chart(alt.NamedData(name))
         .mark_line(clip=True, strokeWidth=1.2, interpolate="linear")
         .encode(x="t:Q", y=alt.Y("v:Q", title=title, scale=y_scale or alt.Scale(zero=False)), stroke=stroke)
     )
+    if dashes:
+        scale = alt.Scale(domain=labels, range=[dashes[label] for label in labels])
+        chart = chart.encode(strokeDash=alt.StrokeDash("l:N", title=legend, scale=scale))
     return chart
+
+
+def _power_dashes(node: dict[str, Any]) -> dict[str, list[int]]:
+    """The GPU rail solid, each system domain dashed: a domain that reads the rail again (spbm's ``gpu``
+    beside NVML's) drew over it, the same values in one colour, and the rail seemed missing."""
+    return {
+        line["label"]: SOLID if line["kind"] == "gpu_power_w" else DASHED
+        for line in node["lines"]
+        if line["kind"] in ("gpu_power_w", "system_power_w")
+    }
 
 
 def _shade(name: str, colour: str, opacity: float) -> alt.Chart:
@@ -159,7 +182,7 @@ def node_panels(
     mem_scale = alt.Scale(domain=[0, total / GIB]) if total else alt.Scale(zero=True)
     baseline_rule = [] if baseline is None else [_rule(baseline / GIB, "#2ca02c")]
     panels = [
-        [*bands, _line(p + "power", "power W", legend="power")],
+        [*bands, _line(p + "power", "power W", legend="power", dashes=_power_dashes(node))],
         [
             *bands,
             _shade(p + "gated", GATED_OUT_FILL, 0.45),
@@ -177,7 +200,7 @@ def node_panels(
         ],
         "spacing": 6,
         "title": {"text": node["node"], "anchor": "start", "fontSize": 14},
-        "resolve": {"scale": {"stroke": "independent"}},
+        "resolve": {"scale": {"stroke": "independent", "strokeDash": "independent"}},
     }
 
 
@@ -194,7 +217,7 @@ def figures(export: dict[str, Any]) -> Figures | None:
     bands = {"bands": band_columns(export, t0), "merged": merged_columns(export, t0, series["bucket_s"])}
     out = Figures(spec={}, columns={**bands, "one": {"o": [0]}})
     nodes = [node_panels(export, i, node, duration_s, out.columns) for i, node in enumerate(series["nodes"])]
-    resolve = {"scale": {"x": "shared", "stroke": "independent"}}
+    resolve = {"scale": {"x": "shared", "stroke": "independent", "strokeDash": "independent"}}
     views = _name_panels(nodes)
     top = {"$schema": alt.SCHEMA_URL, "resolve": resolve}
     out.spec = {**top, "vconcat": nodes, "spacing": 28, "params": [_zoom([v for n in views for v in n])]}
