@@ -6,21 +6,20 @@ reason (or the connection error), so a CLI can print it as it is.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
 import logging
 import os
-import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from sparkwatch.client_waits import NodeWaits
 from sparkwatch.core.windows import Window
 from sparkwatch.defaults import (
     DEFAULT_COORDINATOR,
@@ -37,9 +36,6 @@ from sparkwatch_agent.shared.auth import load_token
 log = logging.getLogger(__name__)
 
 WINDOWS_PER_POST = 10_000
-POLL_S = 0.1
-#: The /v1/nodes status of a link whose agent answered 401 (links.state.LinkStatus.UNAUTHORIZED).
-REFUSED_STATUS = "unauthorized"
 
 
 #: The keys of a run the CLI reads, and their types.
@@ -119,7 +115,7 @@ class CoordinatorTarget:
         return cls(chosen, load_token(path) if path else None)
 
 
-class CoordinatorClient:
+class CoordinatorClient(NodeWaits):
     """One aiohttp session to one coordinator; use as ``async with CoordinatorClient(target) as c``."""
 
     def __init__(self, target: CoordinatorTarget, timeout_s: float = 30.0) -> None:
@@ -285,77 +281,6 @@ class CoordinatorClient:
         engine = answer.get("engine")
         nodes = [self._shaped(node, NODE_SHAPE, "GET /v1/nodes") for node in answer["nodes"]]
         return nodes, engine if isinstance(engine, dict) else None
-
-    # ---- waiting for the nodes -------------------------------------------------------------------
-    async def wait_for_nodes(
-        self, ready: Callable[[dict[str, Any]], bool], timeout_s: float
-    ) -> tuple[list[dict[str, Any]], bool]:
-        """The nodes once ``ready`` holds for every one (True), or as they are when the time is up or when
-        every node that is not ready has been refused (False): waiting longer would not change that."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            nodes = await self.nodes()
-            if all(ready(n) for n in nodes):
-                return nodes, True
-            if time.monotonic() > deadline or all(ready(n) or refused(n) for n in nodes):
-                return nodes, False
-            await asyncio.sleep(POLL_S)
-
-    async def wait_caught_up(
-        self, t_wall_ns: int, timeout_s: float, interval_s: float | None = None
-    ) -> list[str]:
-        """Until every node's newest stored sample is from ``t_wall_ns`` or later (and, given ``interval_s``,
-        was taken at that interval): a run's last window is covered only once its samples have arrived.
-        Returns the nodes still behind when the time was up (none: all caught up)."""
-        nodes, ok = await self.wait_for_nodes(lambda n: _caught_up(n, t_wall_ns, interval_s), timeout_s)
-        behind = [] if ok else [str(n["node"]) for n in nodes if not _caught_up(n, t_wall_ns, interval_s)]
-        if behind:
-            log.warning("nodes %s have not caught up after %.0f s", behind, timeout_s)
-        return behind
-
-    async def wait_for_hellos(self, timeout_s: float) -> list[dict[str, Any]]:
-        """The nodes once every one has said hello (or as they are when the time is up)."""
-        return (await self.wait_for_nodes(lambda n: bool(n.get("hardware")), timeout_s))[0]
-
-    async def wait_for_clocks(self, timeout_s: float) -> list[dict[str, Any]]:
-        """The nodes once every one has said hello, had its clock probed and its wall meter (if any) polled
-        once, answered or not (or when the time is up)."""
-        return (await self.wait_for_nodes(_preflight_ready, timeout_s))[0]
-
-    async def wait_for_engine(self, timeout_s: float) -> dict[str, Any] | None:
-        """The engine scraper once it has tried once, answered or not (or when the time is up)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            _, engine = await self.nodes_and_engine()
-            if (
-                engine is None
-                or engine.get("scrapes")
-                or engine.get("failures")
-                or time.monotonic() > deadline
-            ):
-                return engine
-            await asyncio.sleep(POLL_S)
-
-
-def _preflight_ready(node: dict[str, Any]) -> bool:
-    meter = node.get("meter")
-    polled = not isinstance(meter, dict) or bool(meter.get("polls"))
-    return bool(node.get("hardware") and node.get("clock")) and polled
-
-
-def refused(node: dict[str, Any]) -> bool:
-    """The node's agent refused the coordinator's token (``/v1/nodes`` status ``unauthorized``): a mistake
-    in nodes.toml or the token file that the link's slow retries will not mend while a command waits."""
-    return node.get("status") == REFUSED_STATUS
-
-
-def _caught_up(node: dict[str, Any], t_wall_ns: int, interval_s: float | None) -> bool:
-    latest = node.get("latest") or {}
-    offset = (node.get("clock") or {}).get("offset_ns") or 0
-    stamp = latest.get("t_wall_ns")
-    if not node["connected"] or stamp is None or stamp + offset < t_wall_ns:  # corrected to our clock
-        return False
-    return interval_s is None or (latest.get("interval_s") or 1e9) <= interval_s
 
 
 def _error_code(text: str) -> str | None:

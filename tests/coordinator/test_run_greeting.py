@@ -7,6 +7,7 @@ import asyncio
 import io
 from typing import Any
 
+from sparkwatch.client_waits import NodeWaits
 from sparkwatch.commands.run import _greet
 from sparkwatch.commands.run_options import RunOptions
 
@@ -23,10 +24,12 @@ class Nodes:
         return self.nodes
 
 
-def greet(nodes: list[dict[str, Any]]) -> str:
+def greet(nodes: list[dict[str, Any]], silent: set[str] | None = None) -> str:
+    """What `_greet` says of ``nodes``; it returns the nodes not heard from, ``silent`` (none by default)."""
     err = io.StringIO()
     client = Nodes(nodes)
-    asyncio.run(_greet(client, RunOptions(command=["true"], wait_nodes_s=15.0, stderr=err)))  # type: ignore[arg-type]
+    opts = RunOptions(command=["true"], wait_nodes_s=15.0, stderr=err)
+    assert asyncio.run(_greet(client, opts)) == (silent or set())  # type: ignore[arg-type]
     assert client.waited_s == 15.0
     return err.getvalue()
 
@@ -42,7 +45,8 @@ def test_a_node_without_a_hello_is_named_with_its_links_state_before_the_command
                 "error": "Cannot connect to host 127.0.0.1:9 [Connection refused]",
             },
             {"node": "locked", "status": "unauthorized", "error": None},
-        ]
+        ],
+        silent={"ghost", "locked"},
     )
     assert said.splitlines() == [
         "sparkwatch: warning: node ghost has not said hello after 15 s (connecting: Cannot connect to host"
@@ -55,3 +59,28 @@ def test_a_node_without_a_hello_is_named_with_its_links_state_before_the_command
 
 def test_nodes_that_all_said_hello_get_no_warning() -> None:
     assert greet([{"node": "spark-1", "hardware": {"gpus": []}, "agent_node": "spark-1"}]) == ""
+
+
+class Behind(NodeWaits):
+    """/v1/nodes with one node caught up to every time asked and one whose agent never said hello."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        self.reads += 1
+        latest = {"t_wall_ns": 2**62, "interval_s": 0.1}
+        return [
+            {"node": "spark-1", "connected": True, "latest": latest, "clock": {"offset_ns": 0}},
+            {"node": "ghost", "connected": False, "latest": None},
+        ]
+
+
+def test_the_wait_for_samples_before_the_command_skips_a_node_never_heard_from() -> None:
+    """A node that has not said hello cannot catch up either: the trial's run of `true` with such a node
+    waited 15 s for its hello, then 15 s more for its samples, before the command started."""
+    waits = Behind()
+    behind = asyncio.run(waits.wait_caught_up(1, timeout_s=10.0, interval_s=0.1, skip=frozenset({"ghost"})))
+    assert behind == [] and waits.reads == 1  # ready at the first read: no waiting for the time to be up
+    assert asyncio.run(waits.wait_caught_up(1, timeout_s=0.3, interval_s=0.1)) == ["ghost"]
+    assert waits.reads > 2  # without the skip: polled until the time was up

@@ -49,6 +49,7 @@ ROOT_STAGES: dict[str, float] = {
     "importers": 1,
     "report": 1,  # built from an export alone: the core's shapes, never the store or the coordinator
     "client": 1,
+    "client_waits": 1,  # the client's waits for the nodes, over its reads
     "links": 2,
     "meters": 2,
     "engines": 2,

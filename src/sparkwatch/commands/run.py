@@ -175,7 +175,7 @@ async def run_command(opts: RunOptions) -> int:
         poster = RunPoster(client)
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
             opts = await _start_proxy(opts, state, poster, client, proxy_stack)
-        await _greet(client, opts)
+        state.unheard = await _greet(client, opts)
         state.opened_ns = time.time_ns()
         run = await client.create_run(
             _run_name(opts),
@@ -243,19 +243,21 @@ def _no_export(opts: RunOptions, state: RunState, interrupted: bool) -> int:
     return code
 
 
-async def _greet(client: CoordinatorClient, opts: RunOptions) -> None:
+async def _greet(client: CoordinatorClient, opts: RunOptions) -> frozenset[str]:
     """Wait (bounded) for every agent's hello before the run opens, so the coordinator can refuse a run
-    in which one agent is listed twice; an agent that calls itself by another name is a warning."""
+    in which one agent is listed twice; an agent that calls itself by another name is a warning. Returns
+    the nodes not heard from (named on stderr: their samples are not waited for before the command)."""
     nodes = await client.wait_for_hellos(opts.wait_nodes_s)
+    silent = frozenset(str(node["node"]) for node in nodes if not node.get("hardware"))
     for node in nodes:  # before the command starts, not only in the quality line after it
-        if not node.get("hardware"):
+        if node["node"] in silent:
             opts.stderr.write(f"sparkwatch: warning: {unheard(node, opts.wait_nodes_s)}\n")
-    if opts.nodes_file is not None:
-        return  # the embedded coordinator logs the warning itself, on this stderr
-    for node in nodes:
-        hello = {"node": node.get("agent_node")} if node.get("hardware") else None
-        if (warning := misnamed(node["node"], hello)) is not None:
-            opts.stderr.write(f"sparkwatch: warning: {warning}\n")
+    if opts.nodes_file is None:  # else the embedded coordinator logs the warning itself, on this stderr
+        for node in nodes:
+            hello = {"node": node.get("agent_node")} if node.get("hardware") else None
+            if (warning := misnamed(node["node"], hello)) is not None:
+                opts.stderr.write(f"sparkwatch: warning: {warning}\n")
+    return silent
 
 
 def unheard(node: dict[str, Any], waited_s: float) -> str:
@@ -289,7 +291,7 @@ async def _measure(
     """Wait for the nodes, then run CMD with the live line going; returns CMD's exit code (None: a Ctrl-C
     came before it started)."""
     await interrupts.unless_requested(
-        client.wait_caught_up(time.time_ns(), opts.wait_nodes_s, interval_s=opts.interval_s)
+        client.wait_caught_up(time.time_ns(), opts.wait_nodes_s, opts.interval_s, skip=state.unheard)
     )
     tty = opts.stderr.isatty()
     every_s = opts.status_every_s or (1.0 if tty else 5.0)

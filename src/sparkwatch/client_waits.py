@@ -1,0 +1,103 @@
+"""Waiting on the coordinator's ``/v1/nodes`` until the nodes are as a command needs them (every agent said
+hello, clocks probed, samples caught up to a time): polled, bounded, and cut short where waiting longer
+could not help (an agent that refused the coordinator's token)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1
+#: The /v1/nodes status of a link whose agent answered 401 (links.state.LinkStatus.UNAUTHORIZED).
+REFUSED_STATUS = "unauthorized"
+
+
+class NodeWaits:
+    """The waits of :class:`sparkwatch.client.CoordinatorClient`, over its ``nodes`` and
+    ``nodes_and_engine`` reads."""
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    async def nodes_and_engine(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        raise NotImplementedError
+
+    async def wait_for_nodes(
+        self, ready: Callable[[dict[str, Any]], bool], timeout_s: float
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The nodes once ``ready`` holds for every one (True), or as they are when the time is up or when
+        every node that is not ready has been refused (False): waiting longer would not change that."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            nodes = await self.nodes()
+            if all(ready(n) for n in nodes):
+                return nodes, True
+            if time.monotonic() > deadline or all(ready(n) or refused(n) for n in nodes):
+                return nodes, False
+            await asyncio.sleep(POLL_S)
+
+    async def wait_caught_up(
+        self, t_wall_ns: int, timeout_s: float, interval_s: float | None = None, skip: Collection[str] = ()
+    ) -> list[str]:
+        """Until every node's newest stored sample is from ``t_wall_ns`` or later (and, given ``interval_s``,
+        was taken at that interval): a run's last window is covered only once its samples have arrived.
+        ``skip``: nodes not waited for (an agent not heard from at all, already said). Returns the nodes
+        still behind when the time was up (none: all caught up)."""
+
+        def ready(node: dict[str, Any]) -> bool:
+            return node["node"] in skip or _caught_up(node, t_wall_ns, interval_s)
+
+        nodes, ok = await self.wait_for_nodes(ready, timeout_s)
+        behind = [] if ok else [str(n["node"]) for n in nodes if not ready(n)]
+        if behind:
+            log.warning("nodes %s have not caught up after %.0f s", behind, timeout_s)
+        return behind
+
+    async def wait_for_hellos(self, timeout_s: float) -> list[dict[str, Any]]:
+        """The nodes once every one has said hello (or as they are when the time is up)."""
+        return (await self.wait_for_nodes(lambda n: bool(n.get("hardware")), timeout_s))[0]
+
+    async def wait_for_clocks(self, timeout_s: float) -> list[dict[str, Any]]:
+        """The nodes once every one has said hello, had its clock probed and its wall meter (if any) polled
+        once, answered or not (or when the time is up)."""
+        return (await self.wait_for_nodes(_preflight_ready, timeout_s))[0]
+
+    async def wait_for_engine(self, timeout_s: float) -> dict[str, Any] | None:
+        """The engine scraper once it has tried once, answered or not (or when the time is up)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            _, engine = await self.nodes_and_engine()
+            if (
+                engine is None
+                or engine.get("scrapes")
+                or engine.get("failures")
+                or time.monotonic() > deadline
+            ):
+                return engine
+            await asyncio.sleep(POLL_S)
+
+
+def _preflight_ready(node: dict[str, Any]) -> bool:
+    meter = node.get("meter")
+    polled = not isinstance(meter, dict) or bool(meter.get("polls"))
+    return bool(node.get("hardware") and node.get("clock")) and polled
+
+
+def refused(node: dict[str, Any]) -> bool:
+    """The node's agent refused the coordinator's token (``/v1/nodes`` status ``unauthorized``): a mistake
+    in nodes.toml or the token file that the link's slow retries will not mend while a command waits."""
+    return node.get("status") == REFUSED_STATUS
+
+
+def _caught_up(node: dict[str, Any], t_wall_ns: int, interval_s: float | None) -> bool:
+    latest = node.get("latest") or {}
+    offset = (node.get("clock") or {}).get("offset_ns") or 0
+    stamp = latest.get("t_wall_ns")
+    if not node["connected"] or stamp is None or stamp + offset < t_wall_ns:  # corrected to our clock
+        return False
+    return interval_s is None or (latest.get("interval_s") or 1e9) <= interval_s
