@@ -567,6 +567,33 @@ def test_nodes_named_are_checked_by_the_count_and_read_once() -> None:
         source.nodes(T0, T0 + 30 * S, only=['spark "b"\\2 éAx|y'])  # "." is no wildcard
 
 
+def test_matchers_that_select_nothing_are_named_as_the_cause() -> None:
+    """``--series-matchers`` that exclude every series the engine holds (a new user's '{job=""}' on an
+    engine that only scraped): the line says the series are there but the matchers select none, not that
+    the engine lacks the family; the span in the line is in RFC 3339, as --start and --end are typed."""
+    t = [float(x) for x in range(31)]
+    scraped = [
+        RawSeries({**r.labels, "job": "agents"}, r.t_ns, r.values)
+        for r in sparkwatch_gpu("a", "GPU-a", t, 50.0, 0.9)
+    ]
+    source = TsdbSource(
+        Held(scraped), SPARKWATCH, "node", "prometheus", "http://tsdb.example", series_matchers='job=""'
+    )
+    with pytest.raises(SourceError) as caught:
+        source.nodes(T0, T0 + 30 * S)
+    said = str(caught.value)
+    assert 'the engine holds them, but none match --series-matchers job=""' in said, said
+    assert re.search(r"from \d{4}-\d\d-\d\dT[\d:.]+Z to \d{4}-\d\d-\d\dT[\d:.]+Z", said), said
+    with pytest.raises(SourceError) as named:
+        source.nodes(T0, T0 + 30 * S, only=["a"])
+    assert "none match --series-matchers" in str(named.value)
+    empty = TsdbSource(
+        Held([]), SPARKWATCH, "node", "prometheus", "http://tsdb.example", series_matchers='job=""'
+    )
+    with pytest.raises(SourceError, match="does the engine hold the --metrics sparkwatch family's series"):
+        empty.nodes(T0, T0 + 30 * S)
+
+
 def test_signals_in_several_label_sets_are_merged_and_never_fail_the_export() -> None:
     """A relabel rule or an exporter upgrade mid-span splits a GPU's SM clock and one clock-event reason
     into two label sets each: the window still reads one SM clock and one set of reasons (where the power

@@ -152,7 +152,7 @@ def _measured(
         if frame is not None:
             plotted.append(node_series(node, run, plan.scope, frame))
         if run.interval_s <= 0:
-            seen.append(longest_interval_s(node.gpus))
+            seen.append(longest_interval_s(node.gpus, (run.t_start_ns, run.t_end_ns)))
         del node  # not held while the next is read
     if run.interval_s <= 0:
         run = dataclasses.replace(run, interval_s=max(seen, default=0.0))
@@ -179,6 +179,7 @@ def _plan(run: RunSpec, windows: Sequence[Window]) -> Plan:
         starts=starts,
         ends=ends,
         tokens=token_spans(windows, measured, run.phases),
+        span_ns=(run.t_start_ns, run.t_end_ns),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ class Plan:
     starts: I64
     ends: I64
     tokens: TokenSpans  # each window's prefill and decode spans, and the run's unions of them
+    span_ns: tuple[int, int] | None = None  # the run's: where the sample interval is seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,20 +65,44 @@ def worst_known(values: Sequence[float | None], pick: Callable[..., Any]) -> flo
     return float(pick(v for v in values if v is not None))
 
 
-def resolution_s(track: GpuTrack) -> tuple[float | None, float | None]:
+def resolution_s(
+    track: GpuTrack, span_ns: tuple[int, int] | None = None
+) -> tuple[float | None, float | None]:
     """The interval a track's figures resolve (its samples', or its counter's where that is slower), and
-    its counter's where that is the slower one. Without a counter its power readings stand in: an exporter
-    that serves one collection to several scrapes repeats them as it would the counter."""
-    seen = seen_interval_s(track.t_ns, track.segment)
-    values = track.energy_j if np.isfinite(track.energy_j).any() else track.power_w
-    counter = counter_interval_s(track.t_ns, track.segment, values, seen)
+    its counter's where that is the slower one, seen inside ``span_ns`` (the run's). Without a counter its
+    power readings stand in: an exporter that serves one collection to several scrapes repeats them as it
+    would the counter."""
+    part = _inside(track, span_ns)
+    seen = seen_interval_s(part.t_ns, part.segment)
+    values = part.energy_j if np.isfinite(part.energy_j).any() else part.power_w
+    counter = counter_interval_s(part.t_ns, part.segment, values, seen)
     return (None if seen is None else max(seen, counter or 0.0)), counter
 
 
-def longest_interval_s(tracks: Iterable[GpuTrack]) -> float:
-    """The longest sample interval the tracks show (a TSDB's scrape interval), to the ms; 0 when none does."""
-    seen = [seen_interval_s(g.t_ns, g.segment) for g in tracks]
+def longest_interval_s(tracks: Iterable[GpuTrack], span_ns: tuple[int, int] | None = None) -> float:
+    """The longest sample interval the tracks show inside ``span_ns`` (the run's: a TSDB's scrape interval,
+    or the run's rate remote-written, not an idle agent's before it), to the ms; 0 when none does."""
+    seen = [seen_interval_s(part.t_ns, part.segment) for part in (_inside(g, span_ns) for g in tracks)]
     return round(max((s for s in seen if s), default=0.0), 3)
+
+
+def _inside(track: GpuTrack, span_ns: tuple[int, int] | None) -> GpuTrack:
+    """The track's samples inside ``span_ns``; the whole track without a span, or where fewer than two
+    samples fall inside it (a run shorter than two scrapes: the spacing around it is all there is)."""
+    if span_ns is None:
+        return track
+    lo, hi = np.searchsorted(track.t_ns, span_ns[0], "left"), np.searchsorted(track.t_ns, span_ns[1], "right")
+    if hi - lo < 2:
+        return track
+    return dataclasses.replace(
+        track,
+        t_ns=track.t_ns[lo:hi],
+        segment=track.segment[lo:hi],
+        max_gap_ns=track.max_gap_ns[lo:hi],
+        power_w=track.power_w[lo:hi],
+        energy_j=track.energy_j[lo:hi],
+        util_ratio=track.util_ratio[lo:hi],
+    )
 
 
 def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
@@ -88,7 +114,7 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     memory = node_memory(node.memory, plan.scope, plan.first_window_ns)
     cache = node_memory(node.memory, plan.scope, plan.first_window_ns, node.memory.page_cache_bytes)
     max_w = stats[0].max_w if len(stats) == 1 else summed_max_w(integrals, plan.scope)
-    resolved = [resolution_s(g) for g in node.gpus]
+    resolved = [resolution_s(g, plan.span_ns) for g in node.gpus]
     interval_s = worst_known([r for r, _ in resolved], max)
     json = _node_json(
         node, stats, idle, (memory, cache), plan.gate_threshold, max_w=max_w, interval_s=interval_s

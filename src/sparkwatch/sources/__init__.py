@@ -65,7 +65,8 @@ def export_from(
     inputs: Iterable[NodeInput] = (source.node_input(n, t_from, t_to) for n in nodes)  # one at a time
     if spec.interval_s <= 0 and series_buckets is not None:  # the series' gap limit needs it first: every
         inputs = list(inputs)  # node read at once (without a series block the core finds it node by node)
-        interval_s = max((longest_interval_s(node.gpus) for node in inputs), default=0.0)
+        span = (spec.t_start_ns, spec.t_end_ns)
+        interval_s = max((longest_interval_s(node.gpus, span) for node in inputs), default=0.0)
         spec = dataclasses.replace(spec, interval_s=interval_s)
     return build_export(
         spec, inputs, windows, version, engine, series_buckets=series_buckets, source=source.describe

@@ -41,9 +41,37 @@ def spacing_s(t_ns: I64) -> float:
     return seen_interval_s(t_ns, np.zeros(len(t_ns), dtype=np.int64)) or 0.0
 
 
-def median_interval(t_ns: I64) -> F64:
-    """Every sample's nominal interval, as a track takes it: the series' usual spacing."""
-    return np.full(len(t_ns), spacing_s(t_ns))
+#: Intervals on each side of a sample's own whose median is its nominal interval.
+NEIGHBOURS = 4
+#: Spacing within this fraction of the read's median is that median's (a scrape's jitter, a timer's).
+STEADY_RATIO = 0.25
+#: Intervals whose neighbourhoods are taken at once (each a row of 2 × NEIGHBOURS + 1): bounds the copy.
+CHUNK = 1 << 16
+
+
+def local_interval(t_ns: I64) -> F64:
+    """Every sample's nominal interval, as a track takes it (its gap limit is GAP_INTERVALS times that): the
+    median spacing of the interval that ends at it and the ``NEIGHBOURS`` on either side (the first sample
+    takes the next one's). One long interval among short ones stays a gap, while a read whose rate changes
+    keeps each stretch's own: a 10 Hz run's samples remote-written between an idle agent's 1 Hz ones took
+    one median over the whole read, 1 s for a short run (its gap limit 3 s, its windows judged against
+    1 s), and flipped between the rates as the margins of the read moved. Where every interval around is
+    within STEADY_RATIO of the read's median, that median is taken (the same within the jitter, and an
+    8 h read at one rate costs one median, not one per sample)."""
+    if len(t_ns) < 2:
+        return np.zeros(len(t_ns))
+    spacing = np.diff(t_ns) / 1e9
+    usual = float(np.median(spacing))
+    odd = np.abs(spacing - usual) > STEADY_RATIO * usual
+    medians = np.full(len(spacing), usual)
+    if odd.any():
+        width = 2 * NEIGHBOURS + 1
+        near = np.flatnonzero(np.convolve(odd, np.ones(width), "same") > 0)  # an odd one in reach
+        padded = np.concatenate([np.full(NEIGHBOURS, np.nan), spacing, np.full(NEIGHBOURS, np.nan)])
+        for lo in range(0, len(near), CHUNK):
+            rows = near[lo : lo + CHUNK]
+            medians[rows] = np.nanmedian(padded[rows[:, None] + np.arange(width)], axis=1)
+    return np.concatenate([medians[:1], medians])
 
 
 def merged(parts: Sequence[RawSeries]) -> RawSeries:

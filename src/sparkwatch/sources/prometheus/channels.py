@@ -11,7 +11,7 @@ from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.tracks import GpuTrack
 from sparkwatch.sources.prometheus.align import (
     PICK_SPARKWATCH,
-    median_interval,
+    local_interval,
     single,
     union_times,
     values_at,
@@ -49,7 +49,7 @@ def sensor_domains(
         )
         latest = max(found[name], key=lambda r: int(r.t_ns[-1])).labels
         zeros = np.zeros(len(t), dtype=np.int64)
-        track = gated_track(t, zeros, median_interval(t), watts, joules, gpus=gpus)
+        track = gated_track(t, zeros, local_interval(t), watts, joules, gpus=gpus)
         # series written before the source label (older agents and coordinators): as the store has them
         kind, source = latest.get(kind_label, ""), latest.get(source_label) or LEGACY_SENSOR_SOURCE
         domains.append(DomainInput(name, kind, source, track))
@@ -81,7 +81,7 @@ def meter_domains(
         sent = values_at(
             t, single(intervals[name], what, node_label, PICK_SPARKWATCH) if name in intervals else None
         )
-        interval = np.where(np.isfinite(sent) & (sent > 0), sent, median_interval(t))
+        interval = np.where(np.isfinite(sent) & (sent > 0), sent, local_interval(t))
         unused = np.full(len(t), np.nan)
         apart = np.zeros(len(t), dtype=np.int64)
         if failed and name in failed:

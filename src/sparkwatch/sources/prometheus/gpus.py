@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from sparkwatch.core.tracks import GpuTrack
-from sparkwatch.sources.prometheus.align import median_interval, union_times, values_at
+from sparkwatch.sources.prometheus.align import local_interval, union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries
 
 #: A metric's one series per GPU, by the GPU's key (its UUID label).
@@ -25,7 +25,7 @@ def gpu_tracks(power: ByGpu, energy: ByGpu, util: ByGpu) -> list[tuple[str, GpuT
         track = GpuTrack.from_arrays(
             t,
             np.zeros(len(t), dtype=np.int64),
-            median_interval(t),
+            local_interval(t),
             power_w=values_at(t, power.get(key)),
             energy_j=values_at(t, energy.get(key)),
             util_ratio=values_at(t, util.get(key)),

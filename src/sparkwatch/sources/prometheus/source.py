@@ -10,7 +10,6 @@ energy and utilisation of a GPU are joined (a value missing at a time is unknown
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -20,13 +19,14 @@ from sparkwatch.core.clock import NodeClock
 from sparkwatch.core.domains import DomainInput
 from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.run_spec import NodeInput
+from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
 from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, SourceError
 from sparkwatch.sources.prometheus.align import (
     PICK_ONE,
     PICK_SPARKWATCH,
-    median_interval,
+    local_interval,
     merged,
     single,
     union_times,
@@ -45,6 +45,7 @@ from sparkwatch.sources.prometheus.mappings import (
     ReasonFlags,
     Series,
 )
+from sparkwatch.sources.prometheus.promql import literal, quoted
 from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader
 from sparkwatch.sources.prometheus.signals import signal_track, top_hz
 
@@ -116,7 +117,7 @@ class TsdbSource:
         if key not in self._read:
             if any(k[1] != node for k in self._read):
                 self._read.clear()  # the next node: the last one's series go
-            selector = f"{s.metric}{{{self._label}={_quoted(node)}{self._also()}}}"
+            selector = f"{s.metric}{{{self._label}={quoted(node)}{self._also()}}}"
             found = self._read_series(selector, t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
             self._read[key] = [RawSeries(r.labels, r.t_ns, r.values * s.scale) for r in found]
         return self._read[key]
@@ -150,14 +151,14 @@ class TsdbSource:
             hint = self._labels_hint(t_from_ns, t_to_ns)
             raise SourceError(
                 f"no {self._family.power.metric}{self._matching()} series labelled {self._label!r} from"
-                f" {t_from_ns / 1e9:.3f} to {t_to_ns / 1e9:.3f} at {self._url}{hint}"
+                f" {utc_stamp(t_from_ns)} to {utc_stamp(t_to_ns)} at {self._url}{hint}"
             )
         return names
 
     def _listed(self, t_from_ns: int, t_to_ns: int, only: Sequence[str] = ()) -> list[str]:
         """Over the span :meth:`series` reads, so a node listed is one whose samples its figures read; with
         ``only``, counted among those nodes alone (a fleet's count can pass an engine's sample limit)."""
-        which = f"=~{_quoted('|'.join(_literal(n) for n in only))}" if only else '!=""'
+        which = f"=~{quoted('|'.join(literal(n) for n in only))}" if only else '!=""'
         selector = f"{self._family.power.metric}{{{self._label}{which}{self._also()}}}"
         span = (t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
         return sorted(self._asked(lambda: self._reader.label_values(selector, self._label, *span)))
@@ -172,8 +173,8 @@ class TsdbSource:
                 hint = f" (nodes with them: {shown})" if listed else self._labels_hint(t_from_ns, t_to_ns)
                 raise SourceError(
                     f"no {self._family.power.metric}{self._matching()} series with"
-                    f" {self._label}={_quoted(node)} from {t_from_ns / 1e9:.3f} to"
-                    f" {t_to_ns / 1e9:.3f} at {self._url}{hint}"
+                    f" {self._label}={quoted(node)} from {utc_stamp(t_from_ns)} to"
+                    f" {utc_stamp(t_to_ns)} at {self._url}{hint}"
                 )
         return list(only)
 
@@ -184,10 +185,13 @@ class TsdbSource:
         """The labels the power series do carry (when it has any without the nodes label), else that there
         are none of that family's at all."""
         selector = f'{{__name__="{self._family.power.metric}"{self._also()}}}'
-        found = self._read_series(selector, t_from_ns - LEAD_NS, t_to_ns + MARGIN_NS)
+        span = (t_from_ns - LEAD_NS, t_to_ns + MARGIN_NS)
+        found = self._read_series(selector, *span)
         labels = sorted({k for r in found for k in r.labels if k != "__name__"})
         if labels:
             return f" (its series carry: {', '.join(labels)}; see --nodes-label)"
+        if self._series_matchers and self._read_series(selector.replace(self._also(), ""), *span):
+            return f" (the engine holds them, but none match --series-matchers {self._series_matchers})"
         family = self._family.name
         return f" (none at all in the span: does the engine hold the --metrics {family} family's series?)"
 
@@ -199,7 +203,7 @@ class TsdbSource:
         tracks = [track for _, track in gpus]
         t_ns, used, self._memory_used[node] = self._memory(node, t_from_ns, t_to_ns, len(gpus))
         cache, self._page_cache[node] = self._cache(node, t_from_ns, t_to_ns, t_ns, self._memory_used[node])
-        memory = MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), np.int64), median_interval(t_ns), used, cache)
+        memory = MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), np.int64), local_interval(t_ns), used, cache)
         models = [labels["memory_model"] for labels in info.values() if labels.get("memory_model")]
         model = models[0] if models else None
         if model is None:
@@ -384,17 +388,3 @@ class TsdbSource:
             return np.full(len(t_ns), np.nan), "none"
         parts = [values_at(t_ns, single(x, "the page cache", self._label, self._pick)) for x in found]
         return np.sum(parts, axis=0), " + ".join(s.metric for s in wanted)
-
-
-#: What Go's regexp.QuoteMeta escapes (Python's re.escape also escapes a space, which RE2 refuses).
-_REGEX_META = frozenset("\\.+*?()|[]{}^$")
-
-
-def _literal(text: str) -> str:
-    """``text`` as a PromQL (RE2) regular expression that matches it alone."""
-    return "".join(f"\\{c}" if c in _REGEX_META else c for c in text)
-
-
-def _quoted(text: str) -> str:
-    """A PromQL string literal (Go's escapes, which JSON's are; non-ASCII as it is)."""
-    return json.dumps(text, ensure_ascii=False)

@@ -1,0 +1,97 @@
+"""A TSDB's samples at more than one rate: a coordinator remote-writes an agent's 1 Hz while idle and its
+10 Hz during a run, and an export reads a baseline before the run and a minute either side. Each sample's
+nominal interval is its own stretch's spacing (align.local_interval), and the run's interval is the one
+seen inside the run: one median over the whole read said 1 s for a short 10 Hz run (a new user's trial:
+its 1.2 s window ``low_confidence``, its gap limit 3 s), and flipped between the rates as the read moved."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from test_core_export import RUN, T0, S
+
+from sparkwatch.core.clock import NodeClock
+from sparkwatch.core.engine import EngineSamples
+from sparkwatch.core.run_spec import NodeInput
+from sparkwatch.core.tracks import GAP_INTERVALS, GpuTrack, MemTrack
+from sparkwatch.core.windows import Window
+from sparkwatch.sources import export_from
+from sparkwatch.sources.prometheus.align import NEIGHBOURS, local_interval, spacing_s
+
+MS = 1_000_000
+
+
+def _times(*stretches: tuple[int, int, int]) -> np.ndarray:
+    """Sample times over each (from, to, step) in ms after T0, the ends included once."""
+    parts = [T0 + np.arange(a, b, step, dtype=np.int64) * MS for a, b, step in stretches]
+    return np.unique(np.concatenate([*parts, [T0 + stretches[-1][1] * MS]]))
+
+
+def test_each_stretch_keeps_its_own_spacing_and_a_hole_stays_a_gap() -> None:
+    # 1 Hz for 75 s, 10 Hz for 2 s, 1 Hz for 60 s: one median over all of it is 1 s
+    t = _times((-75_000, 0, 1000), (0, 2000, 100), (2000, 62_000, 1000))
+    assert spacing_s(t) == 1.0
+    nominal = local_interval(t)
+    inside = (t > T0 + 500 * MS) & (t < T0 + 1500 * MS)
+    assert np.all(nominal[inside] == pytest.approx(0.1))
+    assert np.all(nominal[t < T0 - 10 * S] == 1.0) and np.all(nominal[t > T0 + 10 * S] == 1.0)
+    # a 0.5 s hole among 10 Hz samples, and one at the very first interval: each a gap (> 3 × 0.1 s)
+    holed = _times((-500, -400, 100), (0, 900, 100), (1400, 3000, 100))
+    nominal = local_interval(holed)
+    hole = int(np.searchsorted(holed, T0 + 1400 * MS))
+    assert (holed[hole] - holed[hole - 1]) / 1e9 > GAP_INTERVALS * nominal[hole]
+    assert (holed[1] - holed[0]) / 1e9 > GAP_INTERVALS * nominal[1]  # the very first interval
+    # fewer intervals than a whole neighbourhood: the median of those there are
+    short = _times((0, 300, 100))
+    assert list(local_interval(short)) == pytest.approx([0.1] * 4) and len(short) - 1 < 2 * NEIGHBOURS + 1
+    assert list(local_interval(t[:1])) == [0.0]
+
+
+class _Source:
+    """One node as a TSDB source gives it: a GPU track on its scrape times, every sample's interval local."""
+
+    def __init__(self, t_ns: np.ndarray, busy: tuple[int, int]) -> None:
+        on = (t_ns >= busy[0]) & (t_ns <= busy[1])
+        power = np.where(on, 60.0, 10.0)
+        energy = np.concatenate([[0.0], np.cumsum(power[1:] * np.diff(t_ns) / 1e9)])
+        zeros = np.zeros(len(t_ns), np.int64)
+        self.gpu = GpuTrack.from_arrays(
+            t_ns,
+            zeros,
+            local_interval(t_ns),
+            power_w=power,
+            energy_j=energy,
+            util_ratio=np.where(on, 0.9, 0.0),
+        )
+        used = np.full(len(t_ns), 40.0 * 2**30)
+        self.memory = MemTrack.from_arrays(
+            t_ns, zeros, local_interval(t_ns), used, np.full(len(t_ns), np.nan)
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "prometheus", "metrics": "sparkwatch"}
+
+    def node_input(self, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
+        clock = NodeClock(summary=None, method="tsdb", rate_ppm=None)
+        return NodeInput(node=node, gpus=[self.gpu], gpu_uuids=["GPU-a"], memory=self.memory, clock=clock)
+
+    def engine_input(self, t_from_ns: int, t_to_ns: int) -> EngineSamples | None:
+        return None
+
+
+@pytest.mark.parametrize("series", [None, 40])
+def test_a_short_run_at_10_hz_between_idle_1_hz_is_judged_at_its_own_rate(series: int | None) -> None:
+    t = _times((-75_000, 0, 1000), (0, 2000, 100), (2000, 62_000, 1000))
+    source = _Source(t, (T0, T0 + 2 * S))
+    spec = dataclasses.replace(RUN, t_start_ns=T0, t_end_ns=T0 + 2 * S, interval_s=0.0)
+    window = Window("q-1", "timed", T0 + 400 * MS, T0 + 1600 * MS, completion_tokens=12)
+    export = export_from(source, spec, ["spark-1"], [window], "0.1.0", series_buckets=series)
+    assert export["method"]["interval_s"] == 0.1
+    (node,) = export["nodes"]
+    assert node["samples"]["interval_s"] == 0.1
+    (judged,) = export["windows"]
+    assert judged["verdict"] == "ok", judged["reasons"]
+    assert judged["nodes"][0]["energy_j"] == pytest.approx(60.0 * 1.2)
