@@ -138,8 +138,14 @@ class CoordinatorClient(NodeWaits):
             async with self._session.request(method, url, json=body) as resp:
                 text = await resp.text()
                 if resp.status >= 400:
-                    message = f"{method} {url}: HTTP {resp.status}: {_reason(text)}"
-                    raise CoordinatorError(message, resp.status, _error_code(text))
+                    code = _error_code(text)  # every refusal of a coordinator's has one: else, not one
+                    hint = (
+                        ""
+                        if code
+                        else f" (not a sparkwatch coordinator's refusal: is {self.target.url} one?)"
+                    )
+                    message = f"{method} {url}: HTTP {resp.status}: {_reason(text)}{hint}"
+                    raise CoordinatorError(message, resp.status, code)
                 try:
                     return json.loads(text) if text else None
                 except ValueError:

@@ -1,6 +1,7 @@
 """Why the CLI could not reach a coordinator, in the words that help: the system's reason for a refused
 connection (aiohttp's own text says ``ssl:default`` of plain http too), the resolver's for a name that does
-not resolve, and the TLS library's for a certificate that fails."""
+not resolve, and the TLS library's for a certificate that fails; and a refusal that is not a
+coordinator's, from a URL that names another service."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import socket
 import ssl
 
 import aiohttp
+import pytest
+from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
+from aiohttp.test_utils import TestServer
 
-from sparkwatch.client import _why
+from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget, _why
 
 #: A connection key as aiohttp builds one (only its host and port are printed).
 KEY = ConnectionKey(*(["coordinator.example", 8750] + [None] * (len(ConnectionKey._fields) - 2)))
@@ -30,3 +34,35 @@ def test_a_certificate_that_fails_names_its_cause() -> None:
     failed = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
     said = _why(aiohttp.ClientConnectorCertificateError(KEY, failed))
     assert "CERTIFICATE_VERIFY_FAILED" in said and "Operation not permitted" not in said
+
+
+async def test_a_refusal_that_is_not_a_coordinators_says_so() -> None:
+    """A URL that names another service (a new user gave Prometheus's as --coordinator and read only
+    `HTTP 404: 404 page not found`): its refusal is not a coordinator's JSON one, and the line says so; a
+    coordinator's own refusal is said as it is."""
+
+    async def prometheus_like(request: web.Request) -> web.Response:
+        return web.Response(status=404, text="404 page not found\n")
+
+    async def refusing(request: web.Request) -> web.Response:
+        return web.json_response({"error": "not_found", "reason": "no run r1"}, status=404)
+
+    app = web.Application()
+    app.router.add_get("/v1/runs/other", prometheus_like)
+    app.router.add_get("/v1/runs/r1", refusing)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        async with CoordinatorClient(CoordinatorTarget(str(server.make_url("")).rstrip("/"), None)) as client:
+            with pytest.raises(CoordinatorError) as foreign:
+                await client.run("other")
+            with pytest.raises(CoordinatorError) as ours:
+                await client.run("r1")
+    finally:
+        await server.close()
+    url = client.target.url
+    assert str(foreign.value) == (
+        f"GET {url}/v1/runs/other: HTTP 404: 404 page not found (not a sparkwatch coordinator's refusal:"
+        f" is {url} one?)"
+    )
+    assert str(ours.value) == f"GET {url}/v1/runs/r1: HTTP 404: no run r1" and ours.value.code == "not_found"

@@ -110,7 +110,9 @@ def test_other_files_given_as_an_export_or_an_export_as_plain_say_what_they_are(
     plain = written(tmp_path, {"windows": []}, "plain.json")
     with pytest.raises(ImportFormatError, match=r"not a sparkwatch export.*plain windows file"):
         load_windows("export", plain)
-    with pytest.raises(ImportFormatError, match="its windows are read as format export"):
+    with pytest.raises(
+        ImportFormatError, match="this looks like a sparkwatch export: read its windows with format export"
+    ):
         load_windows("plain", DEMO)
     bad = demo()
     bad["method"]["scope"] = "everything"
@@ -145,6 +147,7 @@ def test_export_prometheus_takes_the_span_from_the_export_and_asks_for_an_open_r
     )
     done = _export("--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO))  # plain: the span is needed
     assert done.returncode == 2 and "--prometheus needs --start, --end" in done.stderr, done.stderr
+    assert "a run's export file as --windows with --windows-format export" in done.stderr
     done = _export("--prometheus", "http://127.0.0.1:1", "run-x", "--windows-format", "export")
     assert done.returncode == 2 and "RUN (a coordinator's run) or --windows FILE" in done.stderr, done.stderr
 

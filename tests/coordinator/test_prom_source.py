@@ -461,23 +461,26 @@ def _self_signed(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     return cert_file, key_file
 
 
+class BuildInfo(http.server.BaseHTTPRequestHandler):
+    """An engine that answers every GET with Prometheus's build information."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"status":"success","data":{"version":"2.42.0"}}')
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
 def test_tls_is_verified_and_a_private_ca_is_added_with_ssl_cert_file(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An HTTPS engine whose certificate no system CA signed: refused in one line that says how to add
     its CA; with SSL_CERT_FILE naming it, the same client reads the engine."""
 
-    class Engine(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b'{"status":"success","data":{"version":"2.42.0"}}')
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
     cert_file, key_file = _self_signed(tmp_path)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), BuildInfo)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     server.socket = context.wrap_socket(server.socket, server_side=True)
@@ -491,6 +494,21 @@ def test_tls_is_verified_and_a_private_ca_is_added_with_ssl_cert_file(
         assert "CERTIFICATE_VERIFY_FAILED" in said and "point SSL_CERT_FILE at its certificate" in said, said
         monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
         assert Client(url).get_json("/api/v1/status/buildinfo", {}) == {"version": "2.42.0"}
+    finally:
+        server.shutdown()
+
+
+def test_https_to_a_plain_http_engine_says_so() -> None:
+    """`https://` typed for an engine that speaks plain HTTP: OpenSSL's `WRONG_VERSION_NUMBER` alone (what a
+    new user read) does not say which way round it is; the line does."""
+
+    server = _serve(BuildInfo)
+    try:
+        with pytest.raises(Unreachable) as caught:
+            Client(f"https://127.0.0.1:{server.server_port}").get_json("/api/v1/status/buildinfo", {})
+        said = str(caught.value)
+        assert "WRONG_VERSION_NUMBER" in said and "does its URL start with http://, not https://?" in said
+        assert Client(f"http://127.0.0.1:{server.server_port}").get_json("/api/v1/status/buildinfo", {})
     finally:
         server.shutdown()
 

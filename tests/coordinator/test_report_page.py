@@ -193,6 +193,9 @@ def test_an_export_without_series_renders_its_tables_and_says_why_there_is_no_pl
     page = build_page(bare, Assets())
     assert 'id="no-series"' in page and "sparkwatch export --db FILE --series" in page
     assert "sparkwatch runs export ID --series" in page
+    from_tsdb = build_page({**bare, "source": {"kind": "prometheus", "metrics": "sparkwatch"}}, Assets())
+    assert "sparkwatch export --prometheus URL … --series" in from_tsdb  # a database's commands lack the run
+    assert "export --db" not in from_tsdb and "runs export" not in from_tsdb
     assert _page_data(page)["spec"] is None
     assert "vegaEmbed=" not in page  # no 900 kB of plotting code for nothing
 

@@ -29,6 +29,8 @@ from sparkwatch.sources import SourceError
 from sparkwatch_agent.shared.http import json_refusals
 
 DEMO = pathlib.Path(__file__).parents[1] / "fixtures" / "harness" / "export" / "demo-run.json"
+#: What `sparkwatch run` wrapped, as it ends a run.
+COMMAND = {"argv": ["./bench.sh", "--rate", "4"], "exit_code": 0}
 
 
 def _fields(windows: list[Any]) -> list[dict[str, Any]]:
@@ -184,7 +186,7 @@ def coordinator_run(tmp_path: pathlib.Path) -> Iterator[tuple[_Recorded, str, di
                 window = {"id": "w1", "phase": "timed", "t_start_ns": T0 + 2 * S, "t_end_ns": T0 + 7 * S}
                 await session.post(f"/v1/runs/{run_id}/windows", json={"windows": [window]})
                 clock[0] = T0 + 10 * S
-                await session.post(f"/v1/runs/{run_id}/end")
+                await session.post(f"/v1/runs/{run_id}/end", json={"command": COMMAND})
                 return run_id, await (await session.get(f"/v1/runs/{run_id}/export")).json()
 
         run_id, export = asyncio.run(made())
@@ -201,7 +203,7 @@ def test_export_prometheus_asks_a_coordinator_for_the_windows_not_the_export(
     windows, run = _coordinator_run(_asked(served.url, run_id))
     assert served.paths == [f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/windows"]  # no export computed
     from_export, export_run = export_answer(export, "x")
-    assert run == export_run
+    assert run == export_run and run.command == COMMAND  # a TSDB export of the run names its command too
     assert [{**w, "source": None} for w in _fields(windows)] == [
         {**w, "source": None} for w in _fields(from_export)
     ]

@@ -56,7 +56,11 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     needed = () if args.run is not None else ("windows",) if spanned else TSDB_ONLY
     missing = [f"--{name}" for name in needed if getattr(args, name) is None]
     if missing:
-        parser.error(f"--prometheus needs {', '.join(missing)} (or a coordinator's RUN)")
+        others = (
+            "a coordinator's RUN" if spanned else "a coordinator's RUN, or a run's export file as --windows"
+        )
+        also = "" if spanned else " with --windows-format export, whose run gives the span"
+        parser.error(f"--prometheus needs {', '.join(missing)} (or {others}{also})")
     if args.run is None and (args.coordinator is not None or args.token_file is not None):
         parser.error("--coordinator and --token-file go with a coordinator's RUN")
     if args.start is not None and args.end is not None and args.end <= args.start:
@@ -74,11 +78,11 @@ def _check_span(windows: list[Window], start_ns: int, end_ns: int) -> None:
     outside = outside_span(windows, start_ns, end_ns)
     if not outside:
         return
-    verb = "lies" if len(outside) == 1 else "lie"
+    noun, verb = ("window", "lies") if len(outside) == 1 else ("windows", "lie")
     first = min(w.t_start_ns for w in windows)
     last = -(-max(w.t_end_ns for w in windows) // 10**6) * 10**6  # up to the ms: the span it names holds it
     raise SourceError(
-        f"window {name_ids([w.id for w in outside], len(outside), quoted=True)} {verb} outside --start"
+        f"{noun} {name_ids([w.id for w in outside], len(outside), quoted=True)} {verb} outside --start"
         f" {utc_stamp(start_ns)} --end {utc_stamp(end_ns)} (give or take {SPAN_SLACK_NS / 1e9:g} s); the"
         f" windows run from {utc_stamp(first)} to {utc_stamp(last)}: give a span that holds them"
     )
@@ -183,7 +187,12 @@ def tsdb_export(
         f"{forced} at {url}, {args.metrics} series"
     )
     spec = RunSpec(
-        id=_run_id(url, start_ns, end_ns, args.windows.read_bytes() if run is None else run.id.encode()),
+        id=_run_id(
+            url,
+            _selection(args),
+            (start_ns, end_ns),
+            args.windows.read_bytes() if run is None else run.id.encode(),
+        ),
         name=args.windows.stem if run is None else run.name,
         t_start_ns=start_ns,
         t_end_ns=end_ns,
@@ -191,6 +200,7 @@ def tsdb_export(
         gate_threshold=threshold,
         scope=scope,
         phases=phases,
+        command=None if run is None else run.command,
     )
     export = export_from(source, spec, nodes, windows, __version__, series_buckets=series_buckets)
     if export["method"]["interval_s"] <= 0:
@@ -198,7 +208,15 @@ def tsdb_export(
     return export
 
 
-def _run_id(url: str, start_ns: int, end_ns: int, windows: bytes) -> str:
-    """The same engine, span and windows give the same id (a re-export compares with the last)."""
-    sha = hashlib.sha256(f"{url}|{start_ns}|{end_ns}|".encode() + windows).hexdigest()
-    return f"tsdb-{sha[:12]}"
+def _run_id(url: str, selection: str, span_ns: tuple[int, int], windows: bytes) -> str:
+    """The same engine, series, span and windows give the same id (a re-export compares with the last);
+    other series of the same engine (a coordinator's remote write against the scrapes of the same agents,
+    another exporter's family) are another measurement, with another id. The method (gate, scope, phases)
+    is not in it, as a database run's id is the same whatever `export --db` measures it with."""
+    head = f"{url}|{selection}|{span_ns[0]}|{span_ns[1]}|"
+    return f"tsdb-{hashlib.sha256(head.encode() + windows).hexdigest()[:12]}"
+
+
+def _selection(args: argparse.Namespace) -> str:
+    """What picks the samples out of the engine: the family, the nodes label and nodes, the matchers."""
+    return "|".join([args.metrics, args.nodes_label, ",".join(args.nodes or ()), args.series_matchers or ""])

@@ -21,6 +21,7 @@ from sparkwatch.outputs import (
     write_atomically,
     write_text_atomically,
 )
+from sparkwatch.report.facts import series_commands
 
 
 class ReportError(Exception):
@@ -88,8 +89,7 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
     if (png or svg) and not export.get("series"):
         raise ReportError(
             f"{args.export} has no series block, so there are no figures to draw: export the run with"
-            " `sparkwatch export --db FILE --series` or `sparkwatch runs export ID --series` (run and demo"
-            " include it unless --no-report)"
+            f" {_again(export)} (run and demo include it unless --no-report)"
         )
     try:
         page = _page(export)
@@ -103,7 +103,7 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
     if not export.get("series"):
         _say(
             f"warning: {args.export} has no series block: the report has tables but no figures"
-            " (export the run with `export --db FILE --series` or `runs export ID --series`)"
+            f" (export the run with {_again(export)})"
         )
     for folder, fmt, images in made:
         folder.mkdir(exist_ok=True)
@@ -121,3 +121,8 @@ def _figures(export: dict[str, Any], fmt: str) -> list[tuple[str, bytes]]:
 
 def _say(line: str) -> None:
     print(f"sparkwatch: {line}", file=sys.stderr)
+
+
+def _again(export: dict[str, Any]) -> str:
+    """The commands that export the run again with its series block, quoted for a line of text."""
+    return " or ".join(f"`{command}`" for command in series_commands(export))

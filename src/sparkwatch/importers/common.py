@@ -189,7 +189,7 @@ def looks_like(value: Any) -> str:
         if "start_times" in value or "ttfts" in value:
             return " (this looks like a vllm bench serve result)"
         if "windows" in value and str(value.get("schema", "")).startswith("sparkwatch.run/"):
-            return " (this looks like a sparkwatch export: its windows are read as format export)"
+            return " (this looks like a sparkwatch export: read its windows with format export)"
         if "windows" in value:
             return " (this looks like a sparkwatch plain windows file)"
         if "metadata" in value and "metrics" in value:

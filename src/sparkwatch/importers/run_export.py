@@ -61,8 +61,8 @@ def windows_of(data: dict[str, Any], label: str) -> list[Window]:
 @dataclass(frozen=True, slots=True)
 class ExportedRun:
     """What the exported run was measured with: its span (``t_end_ns`` None: still open when exported), gate
-    threshold, scope and phases. Measured again from elsewhere, these are the defaults, as `export --db`
-    takes a stored run's."""
+    threshold, scope and phases, and the command it wrapped. Measured again from elsewhere, these are the
+    defaults, as `export --db` takes a stored run's (and the command is the run's again)."""
 
     id: str
     name: str
@@ -71,6 +71,7 @@ class ExportedRun:
     gate_threshold: float
     scope: ScopeKind
     phases: tuple[str, ...]
+    command: dict[str, Any] | None = None  # the benchmark's argv and exit code, where the run knew them
 
 
 def exported_run(path: Path) -> ExportedRun:
@@ -120,6 +121,7 @@ def _run(run: dict[str, Any], settings: tuple[Any, Any, Any], names: tuple[str, 
         gate_threshold=threshold,
         scope=cast(ScopeKind, scope),
         phases=checked_phases,
+        command=command if isinstance(command := run.get("command"), dict) else None,
     )
 
 

@@ -65,6 +65,14 @@ def an_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def series_commands(export: dict[str, Any]) -> list[str]:
+    """What exports this run again with its ``series`` block: the same `export --prometheus` where a TSDB
+    was its source (a database's commands would not find the run), else `export --db` or `runs export`."""
+    if an_object(export.get("source")).get("kind") not in (None, "sqlite"):
+        return ["sparkwatch export --prometheus URL … --series"]
+    return ["sparkwatch export --db FILE --series", "sparkwatch runs export ID --series"]
+
+
 def a_number(value: Any) -> float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 

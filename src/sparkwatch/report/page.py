@@ -67,10 +67,10 @@ def _plots_html(export: dict[str, Any], figures: charts.Figures | None) -> str:
     if figures is None and export.get("series"):
         return '<p class="note" id="no-series">The export measured no node, so there is nothing to plot.</p>'
     if figures is None:
+        again = " or ".join(f"<code>{html.escape(c)}</code>" for c in facts.series_commands(export))
         return (
             '<p class="note" id="no-series">This export carries no <code>series</code> block, so there is'
-            " nothing to plot. Export the run again with <code>sparkwatch export --db FILE --series</code>"
-            " or <code>sparkwatch runs export ID --series</code> (or let <code>sparkwatch run</code> write"
+            f" nothing to plot. Export the run again with {again} (or let <code>sparkwatch run</code> write"
             " its report) and build the report from that.</p>"
         )
     series = export["series"]

@@ -21,6 +21,7 @@ import numpy as np
 
 from sparkwatch.core.engine import COUNTERS, GAUGES, EngineSamples
 from sparkwatch.core.intervals import seen_interval_s
+from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 from sparkwatch.engines.families import FAMILIES, Combine, Family, Series
 from sparkwatch.engines.scrape import primaries
@@ -49,8 +50,8 @@ def engine_samples(
     families = [f for f in FAMILIES if found[f.name]]
     if not families:
         raise SourceError(
-            f"no vLLM or SGLang series match {{{matchers}}} from {(t_from_ns - margin_ns) / 1e9:.3f} to"
-            f" {(t_to_ns + margin_ns) / 1e9:.3f} (--engine-metrics)"
+            f"no vLLM or SGLang series match {{{matchers}}} from {utc_stamp(t_from_ns - margin_ns)} to"
+            f" {utc_stamp(t_to_ns + margin_ns)} (--engine-metrics)"
         )
     if len(families) > 1:
         raise SourceError(f"{{{matchers}}} selects both vLLM and SGLang series: {ONE_ENGINE}")
