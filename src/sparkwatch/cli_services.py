@@ -102,6 +102,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         command=command,
         nodes_file=args.nodes,
         target=None if args.nodes else target_of(args),
+        token_file=None if args.nodes else args.token_file,
         name=args.name,
         interval_s=args.interval,
         scope=args.scope,

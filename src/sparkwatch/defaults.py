@@ -58,6 +58,8 @@ RETENTION_EVERY_S = 600.0
 #: Where the CLI finds a standing coordinator and its token when no flag says.
 ENV_COORDINATOR = "SPARKWATCH_COORDINATOR"
 ENV_TOKEN_FILE = "SPARKWATCH_TOKEN_FILE"
+#: What `sparkwatch run` tells CMD (beside those two): the run it is measured in, for marks it posts itself.
+ENV_RUN_ID = "SPARKWATCH_RUN_ID"
 DEFAULT_COORDINATOR = "http://127.0.0.1:8750"
 
 #: The most simulated nodes `sparkwatch demo` starts in one process.

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
 import re
 import sqlite3
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -17,6 +19,8 @@ import pytest
 
 from helpers.cli import sparkwatch as cli
 from helpers.processes import Coordinator, free_port, sim_load, wait_connected
+from sparkwatch.commands.run import command_env
+from sparkwatch.commands.run_options import RunOptions
 from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.windows import Window
@@ -340,3 +344,35 @@ def test_a_database_whose_rows_were_damaged_is_one_line_and_writes_nothing(
     *_progress, last = done.stderr.splitlines()  # after the line that says which run it exports
     assert last.startswith("sparkwatch: error: ") and said in last, done.stderr
     assert not out.exists()
+
+
+def test_the_wrapped_command_posts_its_own_marks_to_its_run(standing: Any, tmp_path: pathlib.Path) -> None:
+    """`run` on a standing coordinator tells CMD its run, the coordinator and the --token-file given
+    (SPARKWATCH_RUN_ID, _COORDINATOR, _TOKEN_FILE): a benchmark script marks its own requests with `runs
+    mark` (a new user found no way to learn the run's id). With `--nodes`, CMD learns the run's id alone:
+    the embedded coordinator's token is never handed to it."""
+    coord, _agent, _env = standing
+    mark = f"{sys.executable} -m sparkwatch runs mark"
+    script = tmp_path / "bench.sh"
+    script.write_text(
+        f'#!/bin/sh\nset -e\n{mark} "$SPARKWATCH_RUN_ID" req-1 begin\nsleep 0.5\n'
+        f'{mark} "$SPARKWATCH_RUN_ID" req-1 end\n'
+    )
+    script.chmod(0o755)
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
+    out = tmp_path / "r.json"
+    args = ["run", "--coordinator", coord.url, "--token-file", str(coord.token), "-o", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkwatch", *args, "--", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=bare,
+    )
+    assert done.returncode == 0, done.stderr
+    export = json.loads(out.read_text())
+    (window,) = export["windows"]
+    assert (window["id"], window["phase"], window["source"]["kind"]) == ("req-1", "timed", "mark")
+    assert 0.4e9 < window["t_end_ns"] - window["t_start_ns"] < 5e9
+    embedded = command_env(RunOptions(command=["x"], nodes_file=tmp_path / "n.toml"), coord.url, "run-x")
+    assert embedded["SPARKWATCH_RUN_ID"] == "run-x" and embedded.get("SPARKWATCH_COORDINATOR") != coord.url

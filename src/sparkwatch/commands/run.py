@@ -51,6 +51,7 @@ from sparkwatch.commands.wrapped import run_wrapped
 from sparkwatch.coordinator.serve import check_listen
 from sparkwatch.core.export import with_run_notes
 from sparkwatch.core.repeated_windows import repeated, verdict
+from sparkwatch.defaults import ENV_COORDINATOR, ENV_RUN_ID, ENV_TOKEN_FILE
 from sparkwatch.engines.spec import engine_from_url
 from sparkwatch.hello_facts import misnamed
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
@@ -260,6 +261,19 @@ async def _greet(client: CoordinatorClient, opts: RunOptions) -> frozenset[str]:
     return silent
 
 
+def command_env(opts: RunOptions, url: str, run_id: str) -> dict[str, str]:
+    """CMD's environment: ours, and the run it is measured in; on a standing coordinator also where that is
+    (and the --token-file given), so that a benchmark can post its own marks (`sparkwatch runs mark
+    "$SPARKWATCH_RUN_ID" NAME begin`). An embedded coordinator's token is never handed to CMD
+    (embedded.py): its URL is not either, as it would refuse CMD."""
+    env = {**os.environ, ENV_RUN_ID: run_id}
+    if opts.nodes_file is None:
+        env[ENV_COORDINATOR] = url
+        if opts.token_file is not None:
+            env[ENV_TOKEN_FILE] = str(opts.token_file)
+    return env
+
+
 def unheard(node: dict[str, Any], waited_s: float) -> str:
     """What to say of a node whose agent has not said hello when the run opens (its link's state)."""
     status, error = node.get("status") or "unknown", node.get("error")
@@ -298,10 +312,13 @@ async def _measure(
     view = LiveView(opts.stderr, tty)
     live = asyncio.create_task(_live(client, view, every_s))
     try:
+        env = command_env(opts, client.target.url, state.run_id)
         if any(p == LMX_STATUS_STREAM for _f, p in opts.imports):
             with _capture_path(opts).open("w") as capture:
-                return await run_wrapped(opts.command, capture, interrupts, opts.stderr, opts.json_out)
-        return await run_wrapped(opts.command, None, interrupts, opts.stderr, opts.json_out)
+                return await run_wrapped(
+                    opts.command, capture, interrupts, opts.stderr, opts.json_out, env=env
+                )
+        return await run_wrapped(opts.command, None, interrupts, opts.stderr, opts.json_out, env=env)
     finally:
         live.cancel()
         await asyncio.gather(live, return_exceptions=True)

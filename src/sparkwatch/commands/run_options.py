@@ -25,6 +25,7 @@ class RunOptions:
     command: Sequence[str]
     nodes_file: Path | None = None
     target: CoordinatorTarget | None = None
+    token_file: Path | None = None  # --token-file, passed on to CMD (SPARKWATCH_TOKEN_FILE) for its marks
     name: str | None = None
     interval_s: float = DEFAULT_INTERVAL_S
     scope: ScopeKind = DEFAULT_SCOPE

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 import orjson
@@ -38,10 +38,12 @@ async def run_wrapped(
     interrupts: Interrupts,
     stderr: TextIO,
     stdout_to_stderr: bool = False,
+    *,
+    env: Mapping[str, str] | None = None,
 ) -> int | None:
-    """Run CMD to its end; its exit code (128 + N when signal N ended it, 127 when it could not start;
-    None when a Ctrl-C came first and it was never started). ``stdout_to_stderr``: CMD's stdout goes to
-    our stderr, so that ours carries nothing but ``--json``'s one object."""
+    """Run CMD (in ``env``, else ours) to its end; its exit code (128 + N when signal N ended it, 127 when it
+    could not start; None when a Ctrl-C came first and it was never started). ``stdout_to_stderr``: CMD's
+    stdout goes to our stderr, so that ours carries nothing but ``--json``'s one object."""
     if interrupts.requested.is_set():
         stderr.write("sparkwatch: interrupted before the command started\n")
         return None
@@ -56,6 +58,7 @@ async def run_wrapped(
             stdout=sys.stderr.fileno() if stdout_to_stderr else None,
             stderr=write_fd if capture else None,
             process_group=0,
+            env=env,
         )
     except OSError as exc:
         if capture is not None:
