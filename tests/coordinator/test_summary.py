@@ -11,6 +11,7 @@ import pytest
 from sparkwatch.commands.outcome import outcome_json
 from sparkwatch.commands.quality import Quality
 from sparkwatch.commands.summary import summary_table
+from sparkwatch.report import facts
 
 
 def node(name: str, gated_w: float, system_w: float | None) -> dict[str, Any]:
@@ -100,6 +101,28 @@ def test_each_n_a_in_a_nodes_row_says_why() -> None:
     assert "  n/a spark-2 gated W: no interval inside the scope with utilisation >= 0.5" in text
     assert "  n/a spark-2 energy J: no valid sample interval inside the scope" in text
     assert "n/a spark-1" not in text
+
+
+def test_a_total_unknown_for_the_reason_of_another_says_that_reason_once() -> None:
+    """The export's reasons stand alone (``needs system_energy_j, which is unknown: <its reason>``); the
+    table and the report say each root reason once (a new user read one sentence three times)."""
+    data = export([node("spark-1", 55.7, None)], [])
+    root = "no whole-node power domain with a known energy on spark-1"
+    tokens = "no measured window reports completion tokens"
+    data["totals"]["null_reasons"] = {
+        "completion_tokens": tokens,
+        "system_energy_j": root,
+        "joules_per_token": f"the completion token count is unknown ({tokens}); the energy covers all",
+        "system_joules_per_token": f"needs system_energy_j, which is unknown: {root}",
+    }
+    lines = [line for line in summary_table(data).splitlines() if line.startswith("  n/a ")]
+    assert lines == [
+        f"  n/a completion_tokens: {tokens}",
+        f"  n/a system_energy_j: {root}",
+        "  n/a joules_per_token: the completion token count is unknown (above); the energy covers all",
+        "  n/a system_joules_per_token: needs system_energy_j, which is unknown (above)",
+    ]
+    assert [f"  n/a {r}" for r in facts.null_reasons(data)] == lines  # the report's list, the same
 
 
 def test_the_wrapped_command_is_printed_as_a_shell_would_take_it_back() -> None:

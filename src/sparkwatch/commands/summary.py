@@ -9,6 +9,7 @@ from typing import Any
 
 from sparkwatch.core.domains import headline_entry
 from sparkwatch.outputs import shown
+from sparkwatch.report.facts import said_once
 from sparkwatch_agent.shared.units import GIB
 
 
@@ -133,7 +134,7 @@ def _totals_lines(totals: dict[str, Any], with_system: bool) -> list[str]:
             f"system energy J {_num(totals.get('system_energy_j'), '.1f')},"
             f" system J/token {_num(totals.get('system_joules_per_token'), '.3f')}"
         )
-    lines += [f"  n/a {name}: {reason}" for name, reason in totals["null_reasons"].items()]
+    lines += [f"  n/a {reason}" for reason in said_once(totals["null_reasons"])]
     return lines
 
 

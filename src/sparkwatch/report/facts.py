@@ -199,8 +199,23 @@ def total_rows(export: dict[str, Any]) -> list[tuple[str, Cell]]:
 
 
 def null_reasons(export: dict[str, Any]) -> list[str]:
-    """Why each unknown total is unknown, as the export says."""
-    return [f"{name}: {why}" for name, why in export["totals"].get("null_reasons", {}).items()]
+    """Why each unknown total is unknown, as the export says, each root reason said once."""
+    return said_once(export["totals"].get("null_reasons", {}))
+
+
+def said_once(reasons: dict[str, str]) -> list[str]:
+    """``name: why`` per reason, where a reason that quotes an earlier one whole (the export's reasons stand
+    alone: ``needs system_energy_j, which is unknown: <its reason>``) says ``(above)`` instead: a table
+    repeated one sentence three times."""
+    out: list[str] = []
+    earlier: list[str] = []
+    for name, why in reasons.items():
+        told = why
+        for before in earlier:
+            told = told.replace(f": {before}", " (above)").replace(f"({before})", "(above)")
+        out.append(f"{name}: {told}")
+        earlier.append(why)
+    return out
 
 
 def node_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
