@@ -142,7 +142,7 @@ class CoordinatorClient(NodeWaits):
                     hint = (
                         ""
                         if code
-                        else f" (not a sparkwatch coordinator's refusal: is {self.target.url} one?)"
+                        else f" (no coordinator's JSON reason: is {self.target.url} another service?)"
                     )
                     message = f"{method} {url}: HTTP {resp.status}: {_reason(text)}{hint}"
                     raise CoordinatorError(message, resp.status, code)

@@ -62,7 +62,7 @@ async def test_a_refusal_that_is_not_a_coordinators_says_so() -> None:
         await server.close()
     url = client.target.url
     assert str(foreign.value) == (
-        f"GET {url}/v1/runs/other: HTTP 404: 404 page not found (not a sparkwatch coordinator's refusal:"
-        f" is {url} one?)"
+        f"GET {url}/v1/runs/other: HTTP 404: 404 page not found (no coordinator's JSON reason: is {url}"
+        " another service?)"
     )
     assert str(ours.value) == f"GET {url}/v1/runs/r1: HTTP 404: no run r1" and ours.value.code == "not_found"

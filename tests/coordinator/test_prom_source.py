@@ -507,7 +507,7 @@ def test_https_to_a_plain_http_engine_says_so() -> None:
         with pytest.raises(Unreachable) as caught:
             Client(f"https://127.0.0.1:{server.server_port}").get_json("/api/v1/status/buildinfo", {})
         said = str(caught.value)
-        assert "WRONG_VERSION_NUMBER" in said and "does its URL start with http://, not https://?" in said
+        assert "does its URL start with http://, not https://?" in said, said  # OpenSSL's words vary
         assert Client(f"http://127.0.0.1:{server.server_port}").get_json("/api/v1/status/buildinfo", {})
     finally:
         server.shutdown()

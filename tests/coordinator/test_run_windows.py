@@ -144,6 +144,25 @@ def test_a_broken_answer_is_one_line_naming_the_route(data: Any, said: str) -> N
     assert [w.id for w in windows] == ["w1"] and run.scope == "request"
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        None,
+        "./bench.sh",
+        {"argv": []},
+        {"argv": ["a", 1], "exit_code": 0},
+        {"argv": ["a"], "exit_code": True},
+    ],
+)
+def test_a_command_of_another_shape_is_left_out(command: Any) -> None:
+    """A hand-edited run's command the export's schema would refuse is not carried into an export."""
+    data = _stored()
+    data["run"]["command"] = command
+    assert windows_answer(data, "x")[1].command is None
+    data["run"]["command"] = {"argv": ["./bench.sh", "-n", "4"], "exit_code": 3, "extra": 1}
+    assert windows_answer(data, "x")[1].command == {"argv": ["./bench.sh", "-n", "4"], "exit_code": 3}
+
+
 class _Recorded:
     """A coordinator's app on a loopback port, each request's path kept."""
 

@@ -15,11 +15,12 @@ from test_core_export import RUN, T0, S
 
 from sparkwatch.core.clock import NodeClock
 from sparkwatch.core.engine import EngineSamples
+from sparkwatch.core.export_nodes import resolution_s
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.tracks import GAP_INTERVALS, GpuTrack, MemTrack
 from sparkwatch.core.windows import Window
 from sparkwatch.sources import export_from
-from sparkwatch.sources.prometheus.align import NEIGHBOURS, local_interval, spacing_s
+from sparkwatch.sources.prometheus.align import NEIGHBOURS, STEADY_RATIO, local_interval, spacing_s
 
 MS = 1_000_000
 
@@ -48,6 +49,45 @@ def test_each_stretch_keeps_its_own_spacing_and_a_hole_stays_a_gap() -> None:
     short = _times((0, 300, 100))
     assert list(local_interval(short)) == pytest.approx([0.1] * 4) and len(short) - 1 < 2 * NEIGHBOURS + 1
     assert list(local_interval(t[:1])) == [0.0]
+
+
+def _reference(t_ns: np.ndarray) -> np.ndarray:
+    """local_interval as its docstring says it, one sample at a time."""
+    spacing = np.diff(t_ns) / 1e9
+    usual = float(np.median(spacing))
+    odd = np.abs(spacing - usual) > STEADY_RATIO * usual
+    out = []
+    for j in range(len(spacing)):
+        lo, hi = max(0, j - NEIGHBOURS), j + NEIGHBOURS + 1
+        out.append(float(np.median(spacing[lo:hi])) if odd[lo:hi].any() else usual)
+    return np.array([out[0], *out])
+
+
+def test_reads_of_any_length_and_spacing_match_the_rule_sample_by_sample() -> None:
+    """Short uneven reads too (a first cut indexed past the end below a whole neighbourhood: a traceback
+    for 60 s scrapes around a short run, or a meter's few readings with one missed)."""
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        n = int(rng.integers(2, 40))
+        steps = rng.choice([100, 100, 100, 1000, 5000], size=n - 1) + rng.integers(-3, 4, size=n - 1)
+        t = T0 + np.concatenate([[0], np.cumsum(steps)]).astype(np.int64) * MS
+        assert local_interval(t) == pytest.approx(_reference(t)), steps
+    for steps in ([1000, 100], [1000, 1000, 5000], [1000] * 6 + [100] * 2):
+        t = T0 + np.concatenate([[0], np.cumsum(steps)]).astype(np.int64) * MS
+        assert local_interval(t) == pytest.approx(_reference(t))
+
+
+def test_a_slow_counter_is_seen_over_the_whole_read_for_a_short_run() -> None:
+    """Scrapes every 1 s of a counter that moves every 30 s (dcgm-exporter's default collection): a 20 s
+    run holds one move or none, so the counter's interval is read over the whole read, not the run's."""
+    t = T0 + np.arange(0, 200, dtype=np.int64) * S
+    energy = (np.arange(200) // 30) * 300.0
+    zeros = np.zeros(len(t), np.int64)
+    track = GpuTrack.from_arrays(
+        t, zeros, local_interval(t), power_w=np.full(200, 10.0), energy_j=energy, util_ratio=np.ones(200)
+    )
+    assert resolution_s(track, (T0 + 100 * S, T0 + 120 * S)) == (pytest.approx(30.0), pytest.approx(30.0))
+    assert resolution_s(track, (T0 + 100 * S, T0 + 100 * S)) == resolution_s(track)  # one sample inside
 
 
 class _Source:

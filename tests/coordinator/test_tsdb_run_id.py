@@ -31,6 +31,7 @@ def test_the_samples_chosen_are_in_the_id_and_the_method_is_not() -> None:
     ]
     assert len({same, *chosen}) == 1 + len(chosen)
     assert _id("--gate-threshold", "0.3", "--scope", "decode", "--phases", "timed,warmup") == same
+    assert _id("--nodes", "spark-2,spark-1") == _id("--nodes", "spark-1,spark-2")
     args = make_parser().parse_args(BASE)
     assert _run_id(args.prometheus, _selection(args), (SPAN[0], SPAN[1] + 1), b"run-1") != same
     assert _run_id("http://127.0.0.1:8428", _selection(args), SPAN, b"run-1") != same

@@ -346,7 +346,9 @@ def test_a_database_whose_rows_were_damaged_is_one_line_and_writes_nothing(
     assert not out.exists()
 
 
-def test_the_wrapped_command_posts_its_own_marks_to_its_run(standing: Any, tmp_path: pathlib.Path) -> None:
+def test_the_wrapped_command_posts_its_own_marks_to_its_run(
+    standing: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`run` on a standing coordinator tells CMD its run, the coordinator and the --token-file given
     (SPARKWATCH_RUN_ID, _COORDINATOR, _TOKEN_FILE): a benchmark script marks its own requests with `runs
     mark` (a new user found no way to learn the run's id). With `--nodes`, CMD learns the run's id alone:
@@ -374,5 +376,8 @@ def test_the_wrapped_command_posts_its_own_marks_to_its_run(standing: Any, tmp_p
     (window,) = export["windows"]
     assert (window["id"], window["phase"], window["source"]["kind"]) == ("req-1", "timed", "mark")
     assert 0.4e9 < window["t_end_ns"] - window["t_start_ns"] < 5e9
-    embedded = command_env(RunOptions(command=["x"], nodes_file=tmp_path / "n.toml"), coord.url, "run-x")
-    assert embedded["SPARKWATCH_RUN_ID"] == "run-x" and embedded.get("SPARKWATCH_COORDINATOR") != coord.url
+    monkeypatch.setenv("SPARKWATCH_COORDINATOR", coord.url)  # a standing coordinator's, not the run's
+    monkeypatch.setenv("SPARKWATCH_TOKEN_FILE", str(coord.token))
+    embedded = command_env(RunOptions(command=["x"], nodes_file=tmp_path / "n.toml"), "http://e", "run-x")
+    assert embedded["SPARKWATCH_RUN_ID"] == "run-x"
+    assert "SPARKWATCH_COORDINATOR" not in embedded and "SPARKWATCH_TOKEN_FILE" not in embedded

@@ -219,4 +219,5 @@ def _run_id(url: str, selection: str, span_ns: tuple[int, int], windows: bytes) 
 
 def _selection(args: argparse.Namespace) -> str:
     """What picks the samples out of the engine: the family, the nodes label and nodes, the matchers."""
-    return "|".join([args.metrics, args.nodes_label, ",".join(args.nodes or ()), args.series_matchers or ""])
+    nodes = ",".join(sorted(args.nodes or ()))  # the same nodes in another order: the same samples
+    return "|".join([args.metrics, args.nodes_label, nodes, args.series_matchers or ""])

@@ -176,7 +176,7 @@ async def run_command(opts: RunOptions) -> int:
         poster = RunPoster(client)
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
             opts = await _start_proxy(opts, state, poster, client, proxy_stack)
-        state.unheard = await _greet(client, opts)
+        state.silent = await _greet(client, opts)
         state.opened_ns = time.time_ns()
         run = await client.create_run(
             _run_name(opts),
@@ -267,10 +267,11 @@ def command_env(opts: RunOptions, url: str, run_id: str) -> dict[str, str]:
     "$SPARKWATCH_RUN_ID" NAME begin`). An embedded coordinator's token is never handed to CMD
     (embedded.py): its URL is not either, as it would refuse CMD."""
     env = {**os.environ, ENV_RUN_ID: run_id}
-    if opts.nodes_file is None:
-        env[ENV_COORDINATOR] = url
-        if opts.token_file is not None:
-            env[ENV_TOKEN_FILE] = str(opts.token_file)
+    if opts.nodes_file is not None:  # a standing coordinator's, from our environment, has not this run
+        return {k: v for k, v in env.items() if k not in (ENV_COORDINATOR, ENV_TOKEN_FILE)}
+    env[ENV_COORDINATOR] = url
+    if opts.token_file is not None:
+        env[ENV_TOKEN_FILE] = str(opts.token_file)
     return env
 
 
@@ -305,7 +306,7 @@ async def _measure(
     """Wait for the nodes, then run CMD with the live line going; returns CMD's exit code (None: a Ctrl-C
     came before it started)."""
     await interrupts.unless_requested(
-        client.wait_caught_up(time.time_ns(), opts.wait_nodes_s, opts.interval_s, skip=state.unheard)
+        client.wait_caught_up(time.time_ns(), opts.wait_nodes_s, opts.interval_s, skip=state.silent)
     )
     tty = opts.stderr.isatty()
     every_s = opts.status_every_s or (1.0 if tty else 5.0)

@@ -64,7 +64,7 @@ class RunState:
     notes: list[str] = field(default_factory=list)  # run.notes of the export, said on stderr too
     proxy_windows: ProxyWindows | None = None  # kept when an import is to be checked against them
     opened_ns: int | None = None  # this host's clock as the run was opened: harness files are newer
-    unheard: frozenset[str] = frozenset()  # nodes whose agent had not said hello when the run opened
+    silent: frozenset[str] = frozenset()  # nodes whose agent had not said hello when the run opened
 
 
 def parse_import(text: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from sparkwatch.core.baseline import above_idle_j, idle_power_w, no_baseline
 from sparkwatch.core.columns import int_column
 from sparkwatch.core.domains import NO_SENSOR, DomainFigures, domain_figures
 from sparkwatch.core.integrals import Integrals
-from sparkwatch.core.intervals import counter_interval_s, seen_interval_s
+from sparkwatch.core.intervals import counter_interval_s, counter_moves, seen_interval_s
 from sparkwatch.core.memory import MemoryStats, node_memory
 from sparkwatch.core.phases import TokenSpans, node_split, window_split
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, summed_max_w, window_stats
@@ -65,6 +65,10 @@ def worst_known(values: Sequence[float | None], pick: Callable[..., Any]) -> flo
     return float(pick(v for v in values if v is not None))
 
 
+#: Counter moves inside the run that tell its counter's spacing; with fewer, the whole read's is taken.
+COUNTER_MOVES = 3
+
+
 def resolution_s(
     track: GpuTrack, span_ns: tuple[int, int] | None = None
 ) -> tuple[float | None, float | None]:
@@ -73,8 +77,11 @@ def resolution_s(
     power readings stand in: an exporter that serves one collection to several scrapes repeats them as it
     would the counter."""
     part = _inside(track, span_ns)
-    seen = seen_interval_s(part.t_ns, part.segment)
-    values = part.energy_j if np.isfinite(part.energy_j).any() else part.power_w
+    seen = seen_interval_s(part.t_ns, part.segment) or seen_interval_s(track.t_ns, track.segment)
+    values = part.energy_j if np.isfinite(track.energy_j).any() else part.power_w
+    if len(counter_moves(values, part.segment)) < COUNTER_MOVES:  # a run shorter than a few collections:
+        part = track  # its counter's spacing is read over the whole read (an idle agent's around it too)
+        values = track.energy_j if np.isfinite(track.energy_j).any() else track.power_w
     counter = counter_interval_s(part.t_ns, part.segment, values, seen)
     return (None if seen is None else max(seen, counter or 0.0)), counter
 
@@ -82,7 +89,10 @@ def resolution_s(
 def longest_interval_s(tracks: Iterable[GpuTrack], span_ns: tuple[int, int] | None = None) -> float:
     """The longest sample interval the tracks show inside ``span_ns`` (the run's: a TSDB's scrape interval,
     or the run's rate remote-written, not an idle agent's before it), to the ms; 0 when none does."""
-    seen = [seen_interval_s(part.t_ns, part.segment) for part in (_inside(g, span_ns) for g in tracks)]
+    seen = [
+        seen_interval_s(part.t_ns, part.segment) or seen_interval_s(g.t_ns, g.segment)
+        for g, part in ((g, _inside(g, span_ns)) for g in tracks)
+    ]
     return round(max((s for s in seen if s), default=0.0), 3)
 
 

@@ -57,7 +57,9 @@ def local_interval(t_ns: I64) -> F64:
     one median over the whole read, 1 s for a short run (its gap limit 3 s, its windows judged against
     1 s), and flipped between the rates as the margins of the read moved. Where every interval around is
     within STEADY_RATIO of the read's median, that median is taken (the same within the jitter, and an
-    8 h read at one rate costs one median, not one per sample)."""
+    8 h read at one rate costs one median, not one per sample). ``t_ns`` is sorted and unique (union_times,
+    raw.py). A stretch of five or more long intervals in a row is a slower rate here, not a gap: an engine
+    holds no nominal interval to judge it against (SQLite holds the agent's own)."""
     if len(t_ns) < 2:
         return np.zeros(len(t_ns))
     spacing = np.diff(t_ns) / 1e9
@@ -66,7 +68,8 @@ def local_interval(t_ns: I64) -> F64:
     medians = np.full(len(spacing), usual)
     if odd.any():
         width = 2 * NEIGHBOURS + 1
-        near = np.flatnonzero(np.convolve(odd, np.ones(width), "same") > 0)  # an odd one in reach
+        reach = np.convolve(odd, np.ones(width))[NEIGHBOURS : NEIGHBOURS + len(spacing)]  # any length
+        near = np.flatnonzero(reach > 0)  # an odd interval within NEIGHBOURS
         padded = np.concatenate([np.full(NEIGHBOURS, np.nan), spacing, np.full(NEIGHBOURS, np.nan)])
         for lo in range(0, len(near), CHUNK):
             rows = near[lo : lo + CHUNK]

@@ -117,6 +117,8 @@ class EngineRefusal(SourceError):
 #: What a certificate that does not verify most likely needs (verification is never switched off).
 CA_HINT = " (an engine with a private CA: point SSL_CERT_FILE at its certificate)"
 PLAIN_HINT = " (the engine answered without TLS: does its URL start with http://, not https://?)"
+#: OpenSSL's reason for an answer that is no TLS record: before 3.2, and from 3.2 on.
+NO_TLS_REASONS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE")
 #: What a 404 from an endpoint most likely means.
 NOT_FOUND_HINTS = {
     "/api/v1/export": " (no VictoriaMetrics export here: --engine auto asks the engine which it is)",
@@ -152,7 +154,7 @@ class Client:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             why = getattr(exc, "reason", None) or exc
             hint = CA_HINT if isinstance(why, ssl.SSLCertVerificationError) else ""
-            if isinstance(why, ssl.SSLError) and getattr(why, "reason", None) == "WRONG_VERSION_NUMBER":
+            if isinstance(why, ssl.SSLError) and getattr(why, "reason", None) in NO_TLS_REASONS:
                 hint = PLAIN_HINT  # TLS spoken to a plain-http port: the answer is no TLS record
             raise Unreachable(
                 f"cannot reach {self.url}{path}: {str(why) or type(why).__name__}{hint}"
