@@ -20,7 +20,14 @@ from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.tracks import GAP_INTERVALS, GpuTrack, MemTrack
 from sparkwatch.core.windows import Window
 from sparkwatch.sources import export_from
-from sparkwatch.sources.prometheus.align import NEIGHBOURS, STEADY_RATIO, local_interval, spacing_s
+from sparkwatch.sources.prometheus.align import (
+    NEIGHBOURS,
+    STEADY_RATIO,
+    local_interval,
+    nominal_interval,
+    spacing_s,
+)
+from sparkwatch.sources.prometheus.raw import RawSeries
 
 MS = 1_000_000
 
@@ -75,6 +82,29 @@ def test_reads_of_any_length_and_spacing_match_the_rule_sample_by_sample() -> No
     for steps in ([1000, 100], [1000, 1000, 5000], [1000] * 6 + [100] * 2):
         t = T0 + np.concatenate([[0], np.cumsum(steps)]).astype(np.int64) * MS
         assert local_interval(t) == pytest.approx(_reference(t))
+
+
+def _said(t_ns: np.ndarray, interval_s: np.ndarray) -> RawSeries:
+    return RawSeries({"__name__": "sparkwatch_agent_interval_seconds", "node": "n"}, t_ns, interval_s)
+
+
+def test_the_agents_own_interval_judges_its_remote_written_samples_and_not_its_scrapes() -> None:
+    """Remote-written at the agent's rate, a stalled agent's late samples (six 2 s steps in a row, a slower
+    'rate' to the spacing alone) are gaps against the 0.1 s it said, as the store judges them; scraped every
+    1 s, the same 0.1 s is the agent's, not the scrapes': their own spacing judges them."""
+    stalled = _times((0, 5000, 100), (5000, 17_000, 2000), (17_000, 20_000, 100))
+    said = _said(stalled, np.full(len(stalled), 0.1))
+    nominal = nominal_interval(stalled, said)
+    late = (stalled > T0 + 5000 * MS) & (stalled <= T0 + 17_000 * MS)
+    assert np.all(nominal[late] == 0.1) and np.all(np.diff(stalled)[late[1:]] / 1e9 > GAP_INTERVALS * 0.1)
+    assert np.all(local_interval(stalled)[late][1:-1] == 2.0)  # the spacing alone: no gap there
+    scraped = _times((0, 60_000, 1000))
+    assert np.all(nominal_interval(scraped, _said(scraped, np.full(len(scraped), 0.1))) == 1.0)
+    # idle 1 Hz, then the run at 10 Hz, both remote-written: each at its own, as the agent said
+    mixed = _times((-20_000, 0, 1000), (0, 3000, 100))
+    rate = np.where(mixed > T0, 0.1, 1.0)
+    assert list(nominal_interval(mixed, _said(mixed, rate))) == pytest.approx(list(rate))
+    assert np.all(nominal_interval(mixed, None) == local_interval(mixed))  # no such series: the spacing's
 
 
 def test_a_slow_counter_is_seen_over_the_whole_read_for_a_short_run() -> None:

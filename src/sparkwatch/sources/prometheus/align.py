@@ -45,6 +45,8 @@ def spacing_s(t_ns: I64) -> float:
 NEIGHBOURS = 4
 #: Spacing within this fraction of the read's median is that median's (a scrape's jitter, a timer's).
 STEADY_RATIO = 0.25
+#: A spacing this many times the agent's own interval or less is a sample at the agent's rate (its jitter).
+AT_RATE = 1.5
 #: Intervals whose neighbourhoods are taken at once (each a row of 2 × NEIGHBOURS + 1): bounds the copy.
 CHUNK = 1 << 16
 
@@ -75,6 +77,23 @@ def local_interval(t_ns: I64) -> F64:
             rows = near[lo : lo + CHUNK]
             medians[rows] = np.nanmedian(padded[rows[:, None] + np.arange(width)], axis=1)
     return np.concatenate([medians[:1], medians])
+
+
+def nominal_interval(t_ns: I64, said: RawSeries | None) -> F64:
+    """Every sample's nominal interval: the agent's own where the read holds its samples at the agent's rate
+    (a coordinator's remote write of ``sparkwatch_agent_interval_seconds`` beside them: most spacings no
+    longer than AT_RATE times the interval the agent says it sampled at), as the store judges them, so a
+    stalled agent's late samples are gaps here too; else (scrapes, coarser than the agent; no such series)
+    the spacing around each sample (:func:`local_interval`)."""
+    local = local_interval(t_ns)
+    if said is None or len(t_ns) < 2:
+        return local
+    sent = values_at(t_ns, said)
+    known = np.isfinite(sent) & (sent > 0)
+    at_rate = known[1:] & (np.diff(t_ns) / 1e9 <= AT_RATE * np.where(known[1:], sent[1:], 0.0))
+    if 2 * np.count_nonzero(at_rate) <= len(t_ns) - 1:
+        return local
+    return np.where(known, sent, local)
 
 
 def merged(parts: Sequence[RawSeries]) -> RawSeries:

@@ -9,15 +9,18 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from sparkwatch.core.tracks import GpuTrack
-from sparkwatch.sources.prometheus.align import local_interval, union_times, values_at
+from sparkwatch.sources.prometheus.align import nominal_interval, union_times, values_at
 from sparkwatch.sources.prometheus.raw import RawSeries
 
 #: A metric's one series per GPU, by the GPU's key (its UUID label).
 ByGpu = Mapping[str, RawSeries]
 
 
-def gpu_tracks(power: ByGpu, energy: ByGpu, util: ByGpu) -> list[tuple[str, GpuTrack]]:
-    """Each GPU that has power or energy series, with its track on the union of their scrape times."""
+def gpu_tracks(
+    power: ByGpu, energy: ByGpu, util: ByGpu, said: RawSeries | None = None
+) -> list[tuple[str, GpuTrack]]:
+    """Each GPU that has power or energy series, with its track on the union of their scrape times; ``said``:
+    the node's sampling interval as the agent gave it (align.nominal_interval), where the engine has it."""
     out = []
     for key in sorted({*power, *energy}, key=_gpu_order(power)):
         parts = [x for x in (power.get(key), energy.get(key)) if x is not None]
@@ -25,7 +28,7 @@ def gpu_tracks(power: ByGpu, energy: ByGpu, util: ByGpu) -> list[tuple[str, GpuT
         track = GpuTrack.from_arrays(
             t,
             np.zeros(len(t), dtype=np.int64),
-            local_interval(t),
+            nominal_interval(t, said),
             power_w=values_at(t, power.get(key)),
             energy_j=values_at(t, energy.get(key)),
             util_ratio=values_at(t, util.get(key)),

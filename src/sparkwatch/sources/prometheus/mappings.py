@@ -74,6 +74,8 @@ class Family:
     signals: Signals | None = None
     #: The node's page cache (Cached + SReclaimable), bytes, scraped with ``host_memory``: these summed.
     host_page_cache: tuple[Series, ...] = ()
+    #: The interval the node's agent says each sample was taken at (s): gaps judged as the store judges them.
+    sample_interval: Series | None = None
 
     def host_memory_name(self) -> str:
         """How a node's memory reads when it is the family's own host series."""
@@ -96,6 +98,7 @@ SPARKWATCH = Family(
     gpu_memory=Series("sparkwatch_gpu_memory_used_bytes"),
     host_memory=Series("sparkwatch_memory_used_bytes"),
     host_page_cache=(Series("sparkwatch_memory_page_cache_bytes"),),
+    sample_interval=Series("sparkwatch_agent_interval_seconds"),
     info=Series("sparkwatch_gpu_info"),
     name_label="name",
     read_in="agent/src/sparkwatch_agent/serving/metrics.py",

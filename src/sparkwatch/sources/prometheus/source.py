@@ -26,8 +26,8 @@ from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, SourceError
 from sparkwatch.sources.prometheus.align import (
     PICK_ONE,
     PICK_SPARKWATCH,
-    local_interval,
     merged,
+    nominal_interval,
     single,
     union_times,
     values_at,
@@ -203,7 +203,8 @@ class TsdbSource:
         tracks = [track for _, track in gpus]
         t_ns, used, self._memory_used[node] = self._memory(node, t_from_ns, t_to_ns, len(gpus))
         cache, self._page_cache[node] = self._cache(node, t_from_ns, t_to_ns, t_ns, self._memory_used[node])
-        memory = MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), np.int64), local_interval(t_ns), used, cache)
+        nominal = nominal_interval(t_ns, self._said_interval(node, t_from_ns, t_to_ns))
+        memory = MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), np.int64), nominal, used, cache)
         models = [labels["memory_model"] for labels in info.values() if labels.get("memory_model")]
         model = models[0] if models else None
         if model is None:
@@ -254,7 +255,13 @@ class TsdbSource:
         f = self._family
         power = self._by_gpu(self._mine(f.power, node, t_from_ns, t_to_ns))
         energy = self._by_gpu(self._mine(f.energy, node, t_from_ns, t_to_ns))
-        return gpu_tracks(power, energy, self._first_by_gpu(f.util, node, t_from_ns, t_to_ns, self._by_gpu))
+        util = self._first_by_gpu(f.util, node, t_from_ns, t_to_ns, self._by_gpu)
+        return gpu_tracks(power, energy, util, self._said_interval(node, t_from_ns, t_to_ns))
+
+    def _said_interval(self, node: str, t_from_ns: int, t_to_ns: int) -> RawSeries | None:
+        """The node's agent's own sampling interval per sample (the sparkwatch family), or None."""
+        found = self._mine(self._family.sample_interval, node, t_from_ns, t_to_ns)
+        return single(found, "the sampling interval", self._label, self._pick) if found else None
 
     def _domains(
         self, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
