@@ -60,8 +60,8 @@ def local_interval(t_ns: I64) -> F64:
     1 s), and flipped between the rates as the margins of the read moved. Where every interval around is
     within STEADY_RATIO of the read's median, that median is taken (the same within the jitter, and an
     8 h read at one rate costs one median, not one per sample). ``t_ns`` is sorted and unique (union_times,
-    raw.py). A stretch of five or more long intervals in a row is a slower rate here, not a gap: an engine
-    holds no nominal interval to judge it against (SQLite holds the agent's own)."""
+    raw.py). A stretch of five or more long intervals in a row is a slower rate here, not a gap: no nominal
+    interval to judge it against (where the engine holds the agent's own, nominal_interval takes that)."""
     if len(t_ns) < 2:
         return np.zeros(len(t_ns))
     spacing = np.diff(t_ns) / 1e9
