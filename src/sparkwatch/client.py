@@ -111,6 +111,8 @@ class CoordinatorTarget:
                 "coordinator URL must not carry credentials, a query or a fragment: give the token with"
                 f" --token-file (or ${ENV_TOKEN_FILE})"
             )
+        if parts.path.endswith(("/v1", "/api/v1")):  # the API's routes are below the base: /v1/v1/runs
+            raise CoordinatorError(f"coordinator URL is its base, without {parts.path}: {chosen!r}")
         path = token_file or (Path(env[ENV_TOKEN_FILE]) if env.get(ENV_TOKEN_FILE) else None)
         return cls(chosen, load_token(path) if path else None)
 
@@ -139,12 +141,9 @@ class CoordinatorClient(NodeWaits):
                 text = await resp.text()
                 if resp.status >= 400:
                     code = _error_code(text)  # every refusal of a coordinator's has one: else, not one
-                    hint = (
-                        ""
-                        if code
-                        else f" (no coordinator's JSON reason: is {self.target.url} another service?)"
+                    message = (
+                        f"{method} {url}: HTTP {resp.status}: {_reason(text)}{self._hint(resp.status, code)}"
                     )
-                    message = f"{method} {url}: HTTP {resp.status}: {_reason(text)}{hint}"
                     raise CoordinatorError(message, resp.status, code)
                 try:
                     return json.loads(text) if text else None
@@ -158,6 +157,15 @@ class CoordinatorClient(NodeWaits):
             raise CoordinatorError(f"{method} {url}: no answer in time") from None
         except ValueError as exc:  # aiohttp's own refusal of what would be sent (a header, a URL)
             raise CoordinatorError(f"{method} {url}: cannot be sent: {exc}") from None
+
+    def _hint(self, status: int, code: str | None) -> str:
+        """What a refusal's line adds: a refusal without a coordinator's JSON reason came from another
+        service; a 401 to a request that carried no token says where one is given."""
+        if not code:
+            return f" (no coordinator's JSON reason: is {self.target.url} another service?)"
+        if status == 401 and self.target.token is None:
+            return f" (no token was sent: give --token-file, or set ${ENV_TOKEN_FILE})"
+        return ""
 
     async def create_run(
         self,

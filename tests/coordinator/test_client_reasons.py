@@ -66,3 +66,40 @@ async def test_a_refusal_that_is_not_a_coordinators_says_so() -> None:
         " another service?)"
     )
     assert str(ours.value) == f"GET {url}/v1/runs/r1: HTTP 404: no run r1" and ours.value.code == "not_found"
+
+
+async def test_a_401_to_a_request_without_a_token_says_where_one_is_given() -> None:
+    """A new user with no token file anywhere read only `send 'Authorization: Bearer <token>'`."""
+
+    async def locked(request: web.Request) -> web.Response:
+        return web.json_response({"error": "unauthorized", "reason": "send a bearer token"}, status=401)
+
+    app = web.Application()
+    app.router.add_get("/v1/runs", locked)
+    server = TestServer(app)
+    await server.start_server()
+    url = str(server.make_url("")).rstrip("/")
+    try:
+        said = []
+        for token in (None, "wrong"):
+            async with CoordinatorClient(CoordinatorTarget(url, token)) as client:
+                with pytest.raises(CoordinatorError) as refused:
+                    await client.runs()
+                said.append(str(refused.value))
+    finally:
+        await server.close()
+    assert said[0] == (
+        f"GET {url}/v1/runs: HTTP 401: send a bearer token (no token was sent: give --token-file, or set"
+        " $SPARKWATCH_TOKEN_FILE)"
+    )
+    assert said[1] == f"GET {url}/v1/runs: HTTP 401: send a bearer token"  # one was sent: the reason is all
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8750/v1", "http://127.0.0.1:8750/v1/", "http://h/x/api/v1"]
+)
+def test_a_coordinator_url_with_the_apis_prefix_is_refused(url: str) -> None:
+    """`--coordinator http://host:8750/v1` asked for /v1/v1/runs and read `no route for GET /v1/v1/runs`."""
+    with pytest.raises(CoordinatorError, match="coordinator URL is its base, without /"):
+        CoordinatorTarget.resolve(url, None, {})
+    assert CoordinatorTarget.resolve("http://127.0.0.1:8750/sparkwatch", None, {}).url.endswith("/sparkwatch")

@@ -19,8 +19,7 @@ import pytest
 
 from helpers.cli import sparkwatch as cli
 from helpers.processes import Coordinator, free_port, sim_load, wait_connected
-from sparkwatch.commands.run import command_env
-from sparkwatch.commands.run_options import RunOptions
+from sparkwatch.commands.wrapped import command_env
 from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.windows import Window
@@ -349,35 +348,40 @@ def test_a_database_whose_rows_were_damaged_is_one_line_and_writes_nothing(
 def test_the_wrapped_command_posts_its_own_marks_to_its_run(
     standing: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`run` on a standing coordinator tells CMD its run, the coordinator and the --token-file given
-    (SPARKWATCH_RUN_ID, _COORDINATOR, _TOKEN_FILE): a benchmark script marks its own requests with `runs
-    mark` (a new user found no way to learn the run's id). With `--nodes`, CMD learns the run's id alone:
-    the embedded coordinator's token is never handed to it."""
+    """`run` on a standing coordinator tells CMD its run, the coordinator and the --token-file given, made
+    absolute (SPARKWATCH_RUN_ID, _COORDINATOR, _TOKEN_FILE): a benchmark script marks its own requests with
+    `runs mark` (a new user found no way to learn the run's id, and then a relative token file lost once
+    the script changed directory). A mark it leaves open is said. With `--nodes`, CMD learns the run's id
+    alone: the embedded coordinator's token is never handed to it."""
     coord, _agent, _env = standing
     mark = f"{sys.executable} -m sparkwatch runs mark"
     script = tmp_path / "bench.sh"
-    script.write_text(
-        f'#!/bin/sh\nset -e\n{mark} "$SPARKWATCH_RUN_ID" req-1 begin\nsleep 0.5\n'
-        f'{mark} "$SPARKWATCH_RUN_ID" req-1 end\n'
+    script.write_text(  # in another directory: the token file given relative still reads
+        f'#!/bin/sh\nset -e\ncd /\n{mark} "$SPARKWATCH_RUN_ID" req-1 begin\nsleep 0.5\n'
+        f'{mark} "$SPARKWATCH_RUN_ID" req-1 end\n{mark} "$SPARKWATCH_RUN_ID" left begin\n'
     )
     script.chmod(0o755)
     bare = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
     out = tmp_path / "r.json"
-    args = ["run", "--coordinator", coord.url, "--token-file", str(coord.token), "-o", str(out)]
+    args = ["run", "--coordinator", coord.url, "--token-file", coord.token.name, "-o", str(out)]
     done = subprocess.run(
         [sys.executable, "-m", "sparkwatch", *args, "--", str(script)],
         capture_output=True,
         text=True,
         timeout=120,
         env=bare,
+        cwd=coord.token.parent,
     )
     assert done.returncode == 0, done.stderr
     export = json.loads(out.read_text())
     (window,) = export["windows"]
     assert (window["id"], window["phase"], window["source"]["kind"]) == ("req-1", "timed", "mark")
     assert 0.4e9 < window["t_end_ns"] - window["t_start_ns"] < 5e9
+    # a mark left open is dropped at the run's end, and said (it was said in the coordinator's log alone)
+    dropped = "mark(s) still open when the run ended, dropped without a window: left"
+    assert f"sparkwatch: note: {dropped}" in done.stderr and dropped in export["run"]["notes"]
     monkeypatch.setenv("SPARKWATCH_COORDINATOR", coord.url)  # a standing coordinator's, not the run's
     monkeypatch.setenv("SPARKWATCH_TOKEN_FILE", str(coord.token))
-    embedded = command_env(RunOptions(command=["x"], nodes_file=tmp_path / "n.toml"), "http://e", "run-x")
+    embedded = command_env("run-x", None, None)
     assert embedded["SPARKWATCH_RUN_ID"] == "run-x"
     assert "SPARKWATCH_COORDINATOR" not in embedded and "SPARKWATCH_TOKEN_FILE" not in embedded

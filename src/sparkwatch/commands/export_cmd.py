@@ -128,7 +128,8 @@ def _notes(
     notes = []
     if run.open:
         notes.append(
-            f"run {run.id} was never ended (its coordinator stopped first, or runs): exported up to now"
+            f"run {run.id} was not ended (it is still open, or its coordinator stopped first): exported up to"
+            " now"
         )
     if gate_threshold is not None or scope is not None or phases is not None:
         gate = run.gate_threshold if gate_threshold is None else gate_threshold

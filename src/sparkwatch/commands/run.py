@@ -47,11 +47,10 @@ from sparkwatch.commands.run_options import (
     RunState,
 )
 from sparkwatch.commands.summary import live_parts
-from sparkwatch.commands.wrapped import run_wrapped
+from sparkwatch.commands.wrapped import command_env, run_wrapped
 from sparkwatch.coordinator.serve import check_listen
 from sparkwatch.core.export import with_run_notes
 from sparkwatch.core.repeated_windows import repeated, verdict
-from sparkwatch.defaults import ENV_COORDINATOR, ENV_RUN_ID, ENV_TOKEN_FILE
 from sparkwatch.engines.spec import engine_from_url
 from sparkwatch.hello_facts import misnamed
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
@@ -261,20 +260,6 @@ async def _greet(client: CoordinatorClient, opts: RunOptions) -> frozenset[str]:
     return silent
 
 
-def command_env(opts: RunOptions, url: str, run_id: str) -> dict[str, str]:
-    """CMD's environment: ours, and the run it is measured in; on a standing coordinator also where that is
-    (and the --token-file given), so that a benchmark can post its own marks (`sparkwatch runs mark
-    "$SPARKWATCH_RUN_ID" NAME begin`). An embedded coordinator's token is never handed to CMD
-    (embedded.py): its URL is not either, as it would refuse CMD."""
-    env = {**os.environ, ENV_RUN_ID: run_id}
-    if opts.nodes_file is not None:  # a standing coordinator's, from our environment, has not this run
-        return {k: v for k, v in env.items() if k not in (ENV_COORDINATOR, ENV_TOKEN_FILE)}
-    env[ENV_COORDINATOR] = url
-    if opts.token_file is not None:
-        env[ENV_TOKEN_FILE] = str(opts.token_file)
-    return env
-
-
 def unheard(node: dict[str, Any], waited_s: float) -> str:
     """What to say of a node whose agent has not said hello when the run opens (its link's state)."""
     status, error = node.get("status") or "unknown", node.get("error")
@@ -313,7 +298,8 @@ async def _measure(
     view = LiveView(opts.stderr, tty)
     live = asyncio.create_task(_live(client, view, every_s))
     try:
-        env = command_env(opts, client.target.url, state.run_id)
+        standing = None if opts.nodes_file else client.target.url  # an embedded one's: never told to CMD
+        env = command_env(state.run_id, standing, opts.token_file)
         if any(p == LMX_STATUS_STREAM for _f, p in opts.imports):
             with _capture_path(opts).open("w") as capture:
                 return await run_wrapped(
@@ -344,7 +330,10 @@ async def _finish(
     try:
         # a node late at the start is only logged; one whose samples never reach the end spoils the run
         state.nodes_behind = await client.wait_caught_up(time.time_ns(), timeout_s=5.0)
-        await client.end_run(state.run_id, command)
+        ended = await client.end_run(state.run_id, command)
+        if dropped := ended.get("dropped_marks"):  # CMD's own marks, begun and never ended
+            names = ", ".join(map(str, dropped))
+            _note(opts, state, f"mark(s) still open when the run ended, dropped without a window: {names}")
         return with_run_notes(await client.export(state.run_id, series_for(opts.report)), state.notes)
     except CoordinatorError as exc:
         if not state.quitting:  # else the second Ctrl-C ended the run under us, and says so

@@ -18,11 +18,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TextIO
 
 import orjson
 
 from sparkwatch.commands.interrupts import Interrupts, signal_group
+from sparkwatch.defaults import ENV_COORDINATOR, ENV_RUN_ID, ENV_TOKEN_FILE
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,21 @@ log = logging.getLogger(__name__)
 TEE_DRAIN_S = 2.0
 #: A longer stderr "line" is a progress bar redrawn with \r, not a status line.
 MAX_STATUS_LINE_BYTES = 1 << 20
+
+
+def command_env(run_id: str, coordinator: str | None, token_file: Path | None) -> dict[str, str]:
+    """CMD's environment: ours, and the run it is measured in; on a standing ``coordinator`` also where that
+    is (and the --token-file given, absolute: CMD may change its directory), so that a benchmark can post
+    its own marks (`sparkwatch runs mark "$SPARKWATCH_RUN_ID" NAME begin`). An embedded coordinator (None)
+    is not named, nor its token handed over (embedded.py); a standing one's from our environment would
+    not hold this run, so it is taken out."""
+    env = {**os.environ, ENV_RUN_ID: run_id}
+    if coordinator is None:
+        return {k: v for k, v in env.items() if k not in (ENV_COORDINATOR, ENV_TOKEN_FILE)}
+    env[ENV_COORDINATOR] = coordinator
+    if token_file is not None:
+        env[ENV_TOKEN_FILE] = str(token_file.absolute())
+    return env
 
 
 async def run_wrapped(
