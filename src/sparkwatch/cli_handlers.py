@@ -12,6 +12,7 @@ from sparkwatch.client import CoordinatorClient, CoordinatorTarget, Imported
 from sparkwatch.commands.attach import attach, export_flags
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.importers import ClockAnchor, read_windows
+from sparkwatch.outputs import check_output
 
 
 def target_of(args: argparse.Namespace) -> CoordinatorTarget:
@@ -51,6 +52,8 @@ def cmd_attach(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             parser.error("-o/--output: --lmx-flags prints to stdout and writes no file")
         print(export_flags(args.export, args.force))
         return 0
+    if args.output is not None:  # refused as every command refuses it, before anything is read
+        check_output(args.output, {args.export: "the export"})
     values = attach(args.export, args.lmx, args.force, args.output)
     watts = ", ".join(json.dumps(w) for w in values["gpuPowerWatts"])  # as the payload now holds them
     peak = values.get("peakVramGb")

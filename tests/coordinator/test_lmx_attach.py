@@ -43,7 +43,7 @@ def export(
     return attachable_export(watts, verdicts or ["ok", "ok"], peak)
 
 
-def write(tmp: pathlib.Path, exp: dict[str, Any]) -> tuple[pathlib.Path, pathlib.Path]:
+def write(tmp: pathlib.Path, exp: Any) -> tuple[pathlib.Path, pathlib.Path]:
     e, p = tmp / "run.json", tmp / "payload.json"
     e.write_text(json.dumps(exp))
     p.write_text(PAYLOAD)
@@ -98,6 +98,8 @@ def test_refusals_leave_the_payload_untouched(
     ("exp", "message"),
     [
         ({"schema": "other/1"}, "is not a sparkwatch.run/1 export (schema: 'other/1')"),
+        ([export()], "is not a sparkwatch.run/1 export (an array, not a JSON object)"),
+        ({"a": 1}, "is not a sparkwatch.run/1 export (it has no 'schema')"),
         (
             {**export(), "nodes": 5},
             "is not a valid sparkwatch.run/1 export: at nodes: 5 is not of type 'array'",
@@ -109,7 +111,7 @@ def test_refusals_leave_the_payload_untouched(
     ],
 )
 def test_an_export_file_of_another_shape_is_one_line_and_changes_nothing(
-    tmp_path: pathlib.Path, exp: dict[str, Any], message: str
+    tmp_path: pathlib.Path, exp: Any, message: str
 ) -> None:
     """attach reads its export as report does (schema checked): a file of another shape is refused before
     any of its fields is read (it used to end in a TypeError from ``nodes`` as a number)."""

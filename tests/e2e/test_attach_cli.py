@@ -96,3 +96,15 @@ def test_attach_with_an_unknown_peak_says_the_payloads_value_was_left(tmp_path: 
         " peakVramGb left as it was (unknown in the export)\n"
     )
     assert json.loads(payload.read_text())["peakVramGb"] == 12.5
+
+
+def test_an_output_in_a_missing_folder_is_refused_as_every_command_refuses_it(tmp_path: pathlib.Path) -> None:
+    """A new user read `…/p.json: cannot write (No such file or directory)` from attach alone; the others say
+    which folder is missing. The payload is left as it was."""
+    run, payload = tmp_path / "run.json", tmp_path / "payload.json"
+    run.write_text(json.dumps(export_with([55.7])))
+    payload.write_text('{"peakVramGb": 12.5}\n')
+    target = tmp_path / "nope" / "p.json"
+    line = refusal(sparkwatch("attach", str(run), "--lmx", str(payload), "-o", str(target), timeout=60))
+    assert f"cannot write {target}: folder {target.parent} does not exist" in line, line
+    assert payload.read_text() == '{"peakVramGb": 12.5}\n' and not target.parent.exists()

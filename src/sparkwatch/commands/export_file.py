@@ -29,9 +29,15 @@ def load_export(path: Path) -> dict[str, Any]:
         raise ExportFileError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise ExportFileError(f"{path} is not JSON ({exc})") from None
-    if not isinstance(export, dict) or export.get("schema") != EXPORT_SCHEMA:
-        found = export.get("schema") if isinstance(export, dict) else type(export).__name__
-        raise ExportFileError(f"{path} is not a {EXPORT_SCHEMA} export (schema: {found!r})")
+    if not isinstance(export, dict):  # what JSON calls it: a list read as "schema: 'list'"
+        kind = (
+            "an array" if isinstance(export, list) else "a string" if isinstance(export, str) else "a value"
+        )
+        raise ExportFileError(f"{path} is not a {EXPORT_SCHEMA} export ({kind}, not a JSON object)")
+    if export.get("schema") != EXPORT_SCHEMA:
+        found = export.get("schema")
+        said = "it has no 'schema'" if found is None else f"schema: {found!r}"
+        raise ExportFileError(f"{path} is not a {EXPORT_SCHEMA} export ({said})")
     schema = run_schema()
     validator = jsonschema.validators.validator_for(schema)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(_sample(export)))
