@@ -78,11 +78,14 @@ def resolution_s(
     would the counter."""
     part = _inside(track, span_ns)
     seen = seen_interval_s(part.t_ns, part.segment) or seen_interval_s(track.t_ns, track.segment)
-    values = part.energy_j if np.isfinite(track.energy_j).any() else part.power_w
-    if len(counter_moves(values, part.segment)) < COUNTER_MOVES:  # a run shorter than a few collections:
-        part = track  # its counter's spacing is read over the whole read (an idle agent's around it too)
-        values = track.energy_j if np.isfinite(track.energy_j).any() else track.power_w
-    counter = counter_interval_s(part.t_ns, part.segment, values, seen)
+    has_counter = bool(np.isfinite(track.energy_j).any())
+
+    def moving(t: GpuTrack) -> F64:
+        return t.energy_j if has_counter else t.power_w
+
+    if len(counter_moves(moving(part), part.segment)) < COUNTER_MOVES:  # a run shorter than a few
+        part = track  # collections: its counter's spacing is read over the whole read (idle time too)
+    counter = counter_interval_s(part.t_ns, part.segment, moving(part), seen)
     return (None if seen is None else max(seen, counter or 0.0)), counter
 
 
