@@ -32,6 +32,7 @@ from sparkwatch.defaults import (
 )
 from sparkwatch.wire import FrameError, TimeFrame, time_reply
 from sparkwatch_agent.shared.auth import load_token
+from sparkwatch_agent.shared.http import COORDINATOR_SERVER, other_service
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,8 @@ class CoordinatorTarget:
 
     url: str
     token: str | None
+    #: Where ``token`` was read (a flag or $SPARKWATCH_TOKEN_FILE), for a 401 to name; None: given as is.
+    token_file: Path | None = None
 
     @classmethod
     def resolve(
@@ -114,7 +117,7 @@ class CoordinatorTarget:
         if parts.path.endswith(("/v1", "/api/v1")):  # the API's routes are below the base: /v1/v1/runs
             raise CoordinatorError(f"coordinator URL is its base, without {parts.path}: {chosen!r}")
         path = token_file or (Path(env[ENV_TOKEN_FILE]) if env.get(ENV_TOKEN_FILE) else None)
-        return cls(chosen, load_token(path) if path else None)
+        return cls(chosen, load_token(path), path) if path else cls(chosen, None)
 
 
 class CoordinatorClient(NodeWaits):
@@ -141,9 +144,8 @@ class CoordinatorClient(NodeWaits):
                 text = await resp.text()
                 if resp.status >= 400:
                     code = _error_code(text)  # every refusal of a coordinator's has one: else, not one
-                    message = (
-                        f"{method} {url}: HTTP {resp.status}: {_reason(text)}{self._hint(resp.status, code)}"
-                    )
+                    hint = self._hint(resp.status, code, other_service(resp.headers, COORDINATOR_SERVER))
+                    message = f"{method} {url}: HTTP {resp.status}: {_reason(text)}{hint}"
                     raise CoordinatorError(message, resp.status, code)
                 try:
                     return json.loads(text) if text else None
@@ -158,13 +160,24 @@ class CoordinatorClient(NodeWaits):
         except ValueError as exc:  # aiohttp's own refusal of what would be sent (a header, a URL)
             raise CoordinatorError(f"{method} {url}: cannot be sent: {exc}") from None
 
-    def _hint(self, status: int, code: str | None) -> str:
-        """What a refusal's line adds: a refusal without a coordinator's JSON reason came from another
-        service; a 401 to a request that carried no token says where one is given."""
+    def _hint(self, status: int, code: str | None, service: str | None) -> str:
+        """What a refusal's line adds: which other sparkwatch service answered (an agent's port given as
+        the coordinator's), or that a refusal without a coordinator's JSON reason came from another
+        service; for a 401, where a token is given, or which file the refused one came from."""
+        if service is not None:
+            return (
+                f" ({self.target.url} is a {service}, not the coordinator: the coordinator listens on"
+                f" {DEFAULT_COORDINATOR.rsplit(':', 1)[1]} unless its --listen says otherwise)"
+            )
         if not code:
             return f" (no coordinator's JSON reason: is {self.target.url} another service?)"
         if status == 401 and self.target.token is None:
             return f" (no token was sent: give --token-file, or set ${ENV_TOKEN_FILE})"
+        if status == 401 and self.target.token_file is not None:
+            return (
+                f" (the token sent is the one in {self.target.token_file}: give the file the coordinator's"
+                " --token-file reads)"
+            )
         return ""
 
     async def create_run(

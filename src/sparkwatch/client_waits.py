@@ -13,8 +13,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 POLL_S = 0.1
-#: The /v1/nodes status of a link whose agent answered 401 (links.state.LinkStatus.UNAUTHORIZED).
-REFUSED_STATUS = "unauthorized"
+#: The /v1/nodes statuses of a link that waiting cannot bring up (links.state.Misconfigured): its agent
+#: answered 401, or another sparkwatch service answers at its address.
+REFUSED_STATUSES = ("unauthorized", "misaddressed")
 
 
 class NodeWaits:
@@ -89,9 +90,10 @@ def _preflight_ready(node: dict[str, Any]) -> bool:
 
 
 def refused(node: dict[str, Any]) -> bool:
-    """The node's agent refused the coordinator's token (``/v1/nodes`` status ``unauthorized``): a mistake
-    in nodes.toml or the token file that the link's slow retries will not mend while a command waits."""
-    return node.get("status") == REFUSED_STATUS
+    """The node's agent refused the coordinator's token, or another sparkwatch service answers at its
+    address (``/v1/nodes`` status ``unauthorized``, ``misaddressed``): a mistake in nodes.toml or the token
+    file that the link's slow retries will not mend while a command waits."""
+    return node.get("status") in REFUSED_STATUSES
 
 
 def _caught_up(node: dict[str, Any], t_wall_ns: int, interval_s: float | None) -> bool:

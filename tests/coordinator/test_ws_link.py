@@ -214,7 +214,7 @@ async def test_a_refused_token_is_a_configuration_error_retried_slowly(
     server = await serve_app(app)
     store = Store(tmp_path / "c.db")
     async with aiohttp.ClientSession() as session:
-        link = quick_link(store, session, str(server.make_url("")), unauthorized_retry_s=0.4)
+        link = quick_link(store, session, str(server.make_url("")), misconfigured_retry_s=0.4)
         with caplog.at_level("DEBUG", logger="sparkwatch.links.state"):
             await run_link(link, 1.0)
     assert 2 <= len(asked) <= 3  # at 0, 0.4, 0.8 s; the backoff alone would have asked ~50 times

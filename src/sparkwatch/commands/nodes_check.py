@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkwatch.client_waits import refused
 from sparkwatch.hello_facts import capability_gaps, misnamed, shared_identities
 
 #: A clock uncertainty above this is more than 1 % of a one-second window.
@@ -73,8 +74,8 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
     _check_meter(check, node.get("meter"))
     if not check.reachable:
         error = node.get("error") or "no hello yet"
-        refused = node.get("status") == "unauthorized"  # the error names the token file it sent
-        check.problems.append(error if refused else f"not reachable: {error}")
+        # the error names the token file it sent, or the service at the address: it was reached
+        check.problems.append(error if refused(node) else f"not reachable: {error}")
         return check
     check.agent_version = node.get("agent_version")
     check.memory_model = node.get("memory_model")

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sparkwatch_agent.shared.http import json_error, start_site
+from sparkwatch_agent.shared.http import SIM_MODEL_SERVER, json_error, name_server, start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,7 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> int:
 
 def make_sim_model_app(model: SimModel) -> web.Application:
     app = web.Application()
+    name_server(app, SIM_MODEL_SERVER)
     app.router.add_post("/v1/chat/completions", model.handle)
     app.router.add_post("/v1/completions", model.handle)
 

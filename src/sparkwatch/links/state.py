@@ -14,20 +14,38 @@ from sparkwatch.wire import SampleFrame
 log = logging.getLogger(__name__)
 
 
-class LinkError(Exception):
-    """The agent answered, but not in a way we can use (not an agent, a broken stream, …)."""
-
-
-class Unauthorized(LinkError):
-    """The agent refused our token: a configuration error that retrying soon cannot fix."""
-
-
 class LinkStatus(enum.Enum):
     CONNECTING = "connecting"  # not streamed yet
     STREAMING = "streaming"
     DOWN = "down"  # lost or refused; redialled with backoff
     UNAUTHORIZED = "unauthorized"  # the agent refused our token; redialled slowly
+    MISADDRESSED = (
+        "misaddressed"  # another sparkwatch service answers at the node's address; redialled slowly
+    )
     STOPPED = "stopped"  # the coordinator is shutting down
+
+
+class LinkError(Exception):
+    """The agent answered, but not in a way we can use (not an agent, a broken stream, …)."""
+
+
+class Misconfigured(LinkError):
+    """A mistake in nodes.toml or a token file that retrying soon cannot fix: the link says which (its
+    ``status``), redials slowly, and a command waiting on the node stops waiting."""
+
+    status = LinkStatus.DOWN
+
+
+class Unauthorized(Misconfigured):
+    """The agent refused our token."""
+
+    status = LinkStatus.UNAUTHORIZED
+
+
+class Misaddressed(Misconfigured):
+    """Another sparkwatch service (a coordinator) answers at the node's address, not an agent."""
+
+    status = LinkStatus.MISADDRESSED
 
 
 _LEVELS = {
@@ -35,6 +53,7 @@ _LEVELS = {
     LinkStatus.STREAMING: logging.INFO,
     LinkStatus.DOWN: logging.WARNING,
     LinkStatus.UNAUTHORIZED: logging.ERROR,
+    LinkStatus.MISADDRESSED: logging.ERROR,
     LinkStatus.STOPPED: logging.DEBUG,  # every link stops with its coordinator: nothing to tell
 }
 

@@ -16,12 +16,14 @@ import aiohttp
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Unauthorized
+from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Misaddressed, Misconfigured, Unauthorized
 from sparkwatch.links.stream import SampleSink, StreamIngest
 from sparkwatch.store import Store, Unavailable
 from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, time_reply
+from sparkwatch_agent.config import DEFAULT_LISTEN
 from sparkwatch_agent.shared.auth import TokenFileError, load_token
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
+from sparkwatch_agent.shared.http import AGENT_SERVER, other_service
 from sparkwatch_agent.shared.protocol import LEASE_TTL_S
 
 log = logging.getLogger(__name__)
@@ -29,8 +31,9 @@ log = logging.getLogger(__name__)
 LEASE_RENEW_S = 120.0
 #: Clock-probe rounds failing in a row that end a session as stalled (30 s at the 10 s default).
 STALLED_PROBES = 3
-#: A refused token is a configuration error: ask again this seldom, not on the backoff schedule.
-UNAUTHORIZED_RETRY_S = 60.0
+#: A refused token or another service at the address is a configuration error: ask again this seldom,
+#: not on the backoff schedule.
+MISCONFIGURED_RETRY_S = 60.0
 #: While no run wants samples at once, a boot's clock estimate is stored at most this often (every round
 #: still stamps remote write); an export reads the rounds within 11 minutes of its run, stored every round
 #: while the run is open.
@@ -45,6 +48,17 @@ def unauthorized_reason(spec: NodeSpec) -> str:
     if spec.token_file is None:
         return "the agent requires a token (HTTP 401) and none is set; check token_file in nodes.toml"
     return f"the agent refused the token in {spec.token_file} (HTTP 401); check token_file in nodes.toml"
+
+
+def not_an_agent(spec: NodeSpec, service: str) -> str:
+    """Why a node's address is refused when another sparkwatch service answers there (a coordinator's
+    port in nodes.toml): the setting to fix, in URL or SSH tunnel mode."""
+    port = DEFAULT_LISTEN.rsplit(":", 1)[1]
+    where = f"url {spec.url}" if spec.url is not None else f"agent_port {spec.agent_port}"
+    return (
+        f"a {service} answers at {where}, not an agent: check nodes.toml (an agent listens on {port}"
+        " unless its --listen says otherwise)"
+    )
 
 
 _STREAM_ENDS = frozenset(
@@ -66,7 +80,7 @@ class WsLink:
         probe_every_s: float = 10.0,
         probes: int = 8,
         base_url: str | None = None,
-        unauthorized_retry_s: float = UNAUTHORIZED_RETRY_S,
+        misconfigured_retry_s: float = MISCONFIGURED_RETRY_S,
         sample_sink: SampleSink | None = None,
         stream_end_sink: Callable[[str], None] | None = None,
         store_promptly: Callable[[], bool] | None = None,
@@ -88,7 +102,7 @@ class WsLink:
         self._probes = probes
         self._base = (base_url or spec.http_base).rstrip("/")
         self._token = load_token(spec.token_file) if spec.token_file else None
-        self._unauthorized_retry_s = unauthorized_retry_s
+        self._misconfigured_retry_s = misconfigured_retry_s
         self._sample_sink = sample_sink
         self._stream_end_sink = stream_end_sink
         self._promptly = store_promptly or (lambda: True)
@@ -129,8 +143,8 @@ class WsLink:
         try:
             await self._connected_session()
             raise LinkError("session ended")  # sessions end by raising; this keeps the loop honest
-        except Unauthorized as exc:
-            return LinkStatus.UNAUTHORIZED, str(exc), self._unauthorized_retry_s
+        except Misconfigured as exc:
+            return exc.status, str(exc), self._misconfigured_retry_s
         except (aiohttp.ClientError, OSError, TimeoutError, LinkError, ValueError, Unavailable) as exc:
             error = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug or a store failure must not end collection for good
@@ -224,6 +238,9 @@ class WsLink:
             async with self._session.get(
                 f"{self._base}/v1/time", headers=self._headers, timeout=aiohttp.ClientTimeout(total=5)
             ) as r:
+                service = other_service(r.headers, AGENT_SERVER)
+                if service is not None:  # a coordinator has /v1/time too: its answer would be read as one
+                    raise Misaddressed(not_an_agent(self.spec, service))
                 if r.status == 401:
                     raise Unauthorized(unauthorized_reason(self.spec))
                 if r.status != 200:

@@ -27,7 +27,13 @@ from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.hello import capabilities_json, hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor, beyond_newest
-from sparkwatch_agent.shared.http import bearer_middleware, json_error, json_refusals
+from sparkwatch_agent.shared.http import (
+    AGENT_SERVER,
+    bearer_middleware,
+    json_error,
+    json_refusals,
+    name_server,
+)
 from sparkwatch_agent.shared.protocol import CLOSE_AFTER_BEYOND_NEWEST
 
 log = logging.getLogger(__name__)
@@ -306,6 +312,7 @@ def make_app(ctx: AgentContext) -> web.Application:
     app[CONTEXT] = ctx
     app[WEBSOCKETS] = weakref.WeakSet()
     app.on_shutdown.append(_close_websockets)
+    name_server(app, AGENT_SERVER)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/time", time_probe)

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import math
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -22,9 +22,32 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+#: What each sparkwatch server says it is in its ``Server`` header (:func:`name_server`).
+AGENT_SERVER = "sparkwatch-agent"
+COORDINATOR_SERVER = "sparkwatch-coordinator"
+SIM_MODEL_SERVER = "sparkwatch-sim-model"
+
 
 class BindError(Exception):
     """A server could not listen as asked (port in use, bad address, a bad limit); one line for the user."""
+
+
+def name_server(app: web.Application, name: str) -> None:
+    """Every answer of ``app`` names the sparkwatch service that sent it (``Server: sparkwatch-agent``): a
+    client pointed at the wrong one (an agent's port given as the coordinator's) can say which it reached
+    instead of echoing a bare "no route". The name only: no version for a scanner to match."""
+
+    async def named(_request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["Server"] = name
+
+    app.on_response_prepare.append(named)
+
+
+def other_service(headers: Mapping[str, str], expected: str) -> str | None:
+    """The sparkwatch service an answer's ``Server`` header names when it is not ``expected`` (None: the
+    expected one, or something that is no sparkwatch service, which the caller judges by its answer)."""
+    name = headers.get("Server", "")
+    return name if name.startswith("sparkwatch-") and name != expected else None
 
 
 def json_error(status: int, error: str, reason: Any) -> web.Response:

@@ -31,7 +31,14 @@ from sparkwatch.store import (
     StoreError,
     Unavailable,
 )
-from sparkwatch_agent.shared.http import Handler, bearer_middleware, json_error, json_refusals
+from sparkwatch_agent.shared.http import (
+    COORDINATOR_SERVER,
+    Handler,
+    bearer_middleware,
+    json_error,
+    json_refusals,
+    name_server,
+)
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -290,6 +297,7 @@ def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
     app[COORDINATOR] = coordinator
     app[REGISTRY] = coordinator_registry(coordinator)  # built once, like the agent's
     app[OPENAPI] = openapi_document()
+    name_server(app, COORDINATOR_SERVER)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/openapi.json", openapi)
