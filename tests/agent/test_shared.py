@@ -14,6 +14,7 @@ from aiohttp import web
 from sparkwatch_agent.shared.auth import (
     AuthConfigError,
     TokenFileError,
+    access_said,
     bearer_ok,
     load_token,
     token_for_bind,
@@ -106,6 +107,19 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
         )
     finally:
         os.close(read)
+
+
+def test_the_listening_line_says_who_may_use_the_api() -> None:
+    """An open API is said as one, and one open to the network as a warning (--insecure-no-auth)."""
+    assert access_said("0.0.0.0", "a-token") == (logging.INFO, "API: bearer token required")
+    assert access_said("127.0.0.1", None) == (
+        logging.INFO,
+        "API: no token, open to every local user (--token-file to require one)",
+    )
+    assert access_said("0.0.0.0", None) == (
+        logging.WARNING,
+        "API: NO TOKEN, open to the network (--insecure-no-auth)",
+    )
 
 
 def test_backoff_jitter_spreads_retries_that_failed_together() -> None:

@@ -21,7 +21,7 @@ from sparkwatch.links.nodes_file import NodeSpec, check_secret_files, load_nodes
 from sparkwatch.store import Store
 from sparkwatch.store.writer_lock import lock_path, writer_lock
 from sparkwatch_agent.config import parse_listen
-from sparkwatch_agent.shared.auth import token_for_bind
+from sparkwatch_agent.shared.auth import access_said, token_for_bind
 from sparkwatch_agent.shared.http import BindError, start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 from sparkwatch_agent.shared.listener import bind_listeners
@@ -158,7 +158,8 @@ async def serve(
         retain_idle_s=retain_idle_s,
         remote_write=remote_write,
     ) as url:
-        log.info("coordinator listening on %s (%d nodes, db %s)", url, len(nodes), db_path)
+        level, access = access_said(host, token)
+        log.log(level, "coordinator listening on %s (%d nodes, db %s; %s)", url, len(nodes), db_path, access)
         notifier.ready(f"{len(nodes)} nodes")
         watchdog = asyncio.create_task(_watchdog(notifier))
         try:

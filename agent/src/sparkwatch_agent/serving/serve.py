@@ -21,7 +21,7 @@ from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.http_app import AgentContext, make_app
 from sparkwatch_agent.serving.metrics import make_registry
-from sparkwatch_agent.shared.auth import token_for_bind
+from sparkwatch_agent.shared.auth import access_said, token_for_bind
 from sparkwatch_agent.shared.http import start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 from sparkwatch_agent.shared.systemd_notify import SystemdNotifier
@@ -69,7 +69,10 @@ async def serve(config: AgentConfig, sampler: Sampler, sim: SimGb10 | None) -> i
         async with serve_http(sampler, sim, config.host, config.port, token) as url:
             while sampler.snapshot.sample is None and not stop.is_set():
                 await asyncio.sleep(0.01)
-            log.info("listening on %s (node %s, backend %s)", url, config.node, config.backend)
+            level, access = access_said(config.host, token)
+            log.log(
+                level, "listening on %s (node %s, backend %s; %s)", url, config.node, config.backend, access
+            )
             reporter.ready()
             try:
                 await stop.wait()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 import stat
 from pathlib import Path
@@ -71,6 +72,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def access_said(host: str, token: str | None) -> tuple[int, str]:
+    """Who may use the API, for a server's "listening on" line, and that line's log level: an operator
+    reading the log sees an open API for what it is, at once (one served to the network with
+    --insecure-no-auth as a warning)."""
+    if token is not None:
+        return logging.INFO, "API: bearer token required"
+    if is_loopback(host):
+        return logging.INFO, "API: no token, open to every local user (--token-file to require one)"
+    return logging.WARNING, "API: NO TOKEN, open to the network (--insecure-no-auth)"
 
 
 def token_for_bind(host: str, token_file: Path | None, insecure_no_auth: bool) -> str | None:
