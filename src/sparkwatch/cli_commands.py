@@ -47,6 +47,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("sparkwatch.commands.attach", "AttachError"),
     ("sparkwatch.commands.hardware", "HardwareError"),
     ("sparkwatch.commands.demo", "DemoError"),
+    ("sparkwatch.commands.sim_drive", "SimDriveError"),
     ("sparkwatch.settings", "SettingsError"),
     ("sparkwatch.coordinator.remote_write.spec", "RemoteWriteError"),
     ("sparkwatch.commands.export_cmd", "ExportCommandError"),

@@ -11,6 +11,7 @@ from sparkwatch import __version__
 from sparkwatch.cli_parser_runs import add_export_parser, add_runs_parser
 from sparkwatch.cli_types import (
     Once,
+    agent_urls,
     coordinator_args,
     count,
     engine_metrics_url,
@@ -284,7 +285,7 @@ def _add_nodes(sub: Sub) -> None:
         "--nodes",
         type=Path,
         metavar="FILE",
-        help="dial these nodes (default: the coordinator, else nodes.toml)",
+        help="dial these nodes (default nodes.toml; --coordinator or $SPARKWATCH_COORDINATOR: ask it)",
     )
     coordinator_args(check, group=check_where)
     check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -302,6 +303,16 @@ def _add_sim_model(sub: Sub) -> None:
         default=76.0,
         metavar="RATE",
         help="tokens streamed a second (76)",
+    )
+    sim.add_argument(
+        "--agents",
+        type=agent_urls,
+        default=(),
+        metavar="URL,URL",
+        help="sim agents (http://HOST:PORT) whose GPUs it keeps busy while it generates, in TP rank order",
+    )
+    sim.add_argument(
+        "--agent-token-file", type=Path, metavar="FILE", help="the agents' API token (their --token-file)"
     )
 
 

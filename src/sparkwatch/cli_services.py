@@ -20,6 +20,7 @@ from sparkwatch.commands.hardware import cluster_hardware, simulated_nodes
 from sparkwatch.commands.nodes_check import check_cluster, check_engine, render
 from sparkwatch.commands.run import run_command
 from sparkwatch.commands.run_options import RunOptions, parse_import
+from sparkwatch.commands.sim_drive import DrivenAgents
 from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.coordinator.serve import serve
@@ -179,6 +180,9 @@ def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
     return 0 if ok else 1
 
 
-def cmd_sim_model(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+def cmd_sim_model(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     host, port = args.listen
-    return asyncio.run(serve_sim_model(host, port, SimModelSpec(tokens_per_s=args.tokens_per_s)))
+    if args.agent_token_file is not None and not args.agents:
+        parser.error("--agent-token-file is the token of the --agents it drives: give --agents")
+    agents = DrivenAgents(args.agents, args.agent_token_file)
+    return asyncio.run(serve_sim_model(host, port, SimModelSpec(tokens_per_s=args.tokens_per_s), agents))

@@ -105,6 +105,19 @@ def http_url(text: str) -> str:
     return text
 
 
+def agent_urls(text: str) -> tuple[str, ...]:
+    """Agents' bases, comma-separated: each an http(s) URL with a host and no path beyond ``/`` (the agent's
+    routes are below it), without credentials (its token comes from a file)."""
+    urls = []
+    for item in (u.strip() for u in text.split(",")):
+        url = http_url(item).rstrip("/")
+        parts = _without_credentials(url, "an agent URL must not carry credentials: give --agent-token-file")
+        if parts.path or parts.query or parts.fragment:
+            raise argparse.ArgumentTypeError(f"an agent URL is its base, http://HOST:PORT, got {item!r}")
+        urls.append(url)
+    return tuple(urls)
+
+
 def _without_credentials(url: str, refusal: str) -> SplitResult:
     """``url``'s parts; ``refusal`` when it carries a user or a password."""
     parts = urlsplit(url)

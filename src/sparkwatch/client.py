@@ -145,7 +145,7 @@ class CoordinatorClient(NodeWaits):
                 if resp.status >= 400:
                     code = _error_code(text)  # every refusal of a coordinator's has one: else, not one
                     hint = self._hint(resp.status, code, other_service(resp.headers, COORDINATOR_SERVER))
-                    message = f"{method} {url}: HTTP {resp.status}: {_reason(text)}{hint}"
+                    message = f"{method} {url}: HTTP {resp.status}: {refusal_reason(text)}{hint}"
                     raise CoordinatorError(message, resp.status, code)
                 try:
                     return json.loads(text) if text else None
@@ -153,7 +153,7 @@ class CoordinatorClient(NodeWaits):
                     raise CoordinatorError(f"{method} {url}: the answer is not JSON") from None
         except aiohttp.ClientError as exc:
             raise CoordinatorError(
-                f"cannot reach the coordinator at {self.target.url}: {_why(exc)}"
+                f"cannot reach the coordinator at {self.target.url}: {unreachable_reason(exc)}"
             ) from None
         except TimeoutError:
             raise CoordinatorError(f"{method} {url}: no answer in time") from None
@@ -320,7 +320,7 @@ def _error_code(text: str) -> str | None:
     return code if isinstance(code, str) else None
 
 
-def _why(exc: aiohttp.ClientError) -> str:
+def unreachable_reason(exc: aiohttp.ClientError) -> str:
     """Why a request failed: the system's words for a connection that could not be made (aiohttp's own
     say ``ssl:default`` of a plain-http URL too), else aiohttp's (a TLS failure names its cause there)."""
     if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc, aiohttp.ClientSSLError):
@@ -331,8 +331,8 @@ def _why(exc: aiohttp.ClientError) -> str:
     return str(exc)
 
 
-def _reason(text: str) -> str:
-    """The coordinator's JSON reason in one line (or the start of whatever else it sent)."""
+def refusal_reason(text: str) -> str:
+    """A sparkwatch server's JSON reason in one line (or the start of whatever else it sent)."""
     try:
         body = json.loads(text)
     except ValueError:

@@ -114,11 +114,11 @@ def test_the_listening_line_says_who_may_use_the_api() -> None:
     assert access_said("0.0.0.0", "a-token") == (logging.INFO, "API: bearer token required")
     assert access_said("127.0.0.1", None) == (
         logging.INFO,
-        "API: no token, open to every local user (--token-file to require one)",
+        "API: open to every local user, no --token-file",
     )
     assert access_said("0.0.0.0", None) == (
         logging.WARNING,
-        "API: NO TOKEN, open to the network (--insecure-no-auth)",
+        "API: OPEN TO THE NETWORK, no token (--insecure-no-auth)",
     )
 
 

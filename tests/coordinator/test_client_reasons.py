@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.test_utils import TestServer
 
-from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget, _why
+from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget, unreachable_reason
 
 #: A connection key as aiohttp builds one (only its host and port are printed).
 KEY = ConnectionKey(*(["coordinator.example", 8750] + [None] * (len(ConnectionKey._fields) - 2)))
@@ -22,17 +22,17 @@ KEY = ConnectionKey(*(["coordinator.example", 8750] + [None] * (len(ConnectionKe
 
 def test_a_refused_connection_is_the_systems_reason() -> None:
     refused = ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 8750)")
-    assert _why(aiohttp.ClientConnectorError(KEY, refused)) == "Connection refused"
+    assert unreachable_reason(aiohttp.ClientConnectorError(KEY, refused)) == "Connection refused"
 
 
 def test_a_name_that_does_not_resolve_is_the_resolvers_reason() -> None:
     unresolved = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-    assert _why(aiohttp.ClientConnectorError(KEY, unresolved)) == "Name or service not known"
+    assert unreachable_reason(aiohttp.ClientConnectorError(KEY, unresolved)) == "Name or service not known"
 
 
 def test_a_certificate_that_fails_names_its_cause() -> None:
     failed = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
-    said = _why(aiohttp.ClientConnectorCertificateError(KEY, failed))
+    said = unreachable_reason(aiohttp.ClientConnectorCertificateError(KEY, failed))
     assert "CERTIFICATE_VERIFY_FAILED" in said and "Operation not permitted" not in said
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from helpers.cli import nodes_toml, sparkwatch
 from helpers.processes import Coordinator, free_port, wait_connected
-from sparkwatch.commands.demo import COLD_UTIL, MODEL_BYTES_PER_NODE, warm_util
+from sparkwatch.commands.sim_drive import COLD_UTIL, MODEL_BYTES_PER_NODE, warm_util
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch_agent.hardware.sim import SimSpec
 

@@ -68,7 +68,7 @@ def test_the_cli_and_the_links_say_which_service_answered(agent_factory: Any, tm
     assert coord.proc is not None and coord.proc.stderr is not None
     assert f"coordinator listening on {coord.url} (1 nodes, db" in (logged := coord.proc.stderr.read())
     assert "; API: bearer token required)" in logged
-    assert "(node spark-1, backend sim; API: no token, open to every local user" in agent.stop()
+    assert "(node spark-1, backend sim; API: open to every local user, no --token-file)" in agent.stop()
     assert checked.returncode == 1, checked
     assert took_s < QUICK_S, f"waited {took_s:.1f} s for a node whose address is a coordinator's"
     assert (

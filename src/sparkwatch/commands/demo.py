@@ -29,6 +29,7 @@ from sparkwatch.commands.interrupts import INTERRUPTED_EXIT_CODE, Interrupts
 from sparkwatch.commands.outcome import print_outcome
 from sparkwatch.commands.quality import exit_code, judge
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
+from sparkwatch.commands.sim_drive import COLD_UTIL, MODEL_BYTES_PER_NODE, node_util, warm_util
 from sparkwatch.commands.sim_model import SimModel, SimModelSpec, running_sim_model
 from sparkwatch.defaults import DEFAULT_INTERVAL_S
 from sparkwatch.links.nodes_file import NodeSpec
@@ -38,18 +39,8 @@ from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
 from sparkwatch_agent.assemble import SimGb10, assemble, running_agent
 from sparkwatch_agent.config import build_config
-from sparkwatch_agent.shared.units import GIB
 
 log = logging.getLogger(__name__)
-
-COLD_UTIL = 1.0  # the first request also captures graphs: every GPU flat out
-MODEL_BYTES_PER_NODE = 28 * GIB  # a ~110 GB model split four ways
-
-
-def warm_util(node_index: int) -> float:
-    """Tensor-parallel ranks are not equally busy; the sim gives each node its own steady utilisation
-    (0.90, 0.86, … 0.62, then round again: always above the 0.5 gate)."""
-    return round(0.90 - 0.04 * (node_index % 8), 2)
 
 
 class DemoError(Exception):
@@ -208,7 +199,6 @@ async def _measure(
 def _load_driver(agents: Sequence[SimAgent]) -> Callable[[str], None]:
     def on_load(level: str) -> None:
         for i, agent in enumerate(agents):
-            util = {"cold": COLD_UTIL, "warm": warm_util(i)}.get(level, 0.0)
-            agent.sim.set_load(util_ratio=util)
+            agent.sim.set_load(util_ratio=node_util(level, i))
 
     return on_load

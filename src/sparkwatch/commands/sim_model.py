@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sparkwatch.commands.sim_drive import DrivenAgents, driving
 from sparkwatch_agent.shared.http import SIM_MODEL_SERVER, json_error, name_server, start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 
@@ -192,10 +193,16 @@ async def running_sim_model(model: SimModel, host: str = "127.0.0.1", port: int 
         await runner.cleanup()
 
 
-async def serve_sim_model(host: str, port: int, spec: SimModelSpec) -> int:
-    """`sparkwatch sim-model`: the simulated model on its own, until SIGINT/SIGTERM."""
+async def serve_sim_model(
+    host: str, port: int, spec: SimModelSpec, agents: DrivenAgents | None = None
+) -> int:
+    """`sparkwatch sim-model`: the simulated model, driving ``agents``' simulated GPUs while it generates
+    (sim_drive), until SIGINT/SIGTERM."""
     stop = stop_on_signals(logger=log)
-    async with running_sim_model(SimModel(spec), host, port) as url:
-        log.info("simulated model on %s/v1 (%g tok/s)", url, spec.tokens_per_s)
-        await stop.wait()
+    async with driving(agents) as driver:
+        model = SimModel(spec, on_load=driver.on_load if driver is not None else None)
+        async with running_sim_model(model, host, port) as url:
+            driven = f", driving {len(agents.urls)} sim agent(s)" if driver is not None and agents else ""
+            log.info("simulated model on %s/v1 (%g tok/s%s)", url, spec.tokens_per_s, driven)
+            await stop.wait()
     return 0

@@ -81,8 +81,8 @@ def access_said(host: str, token: str | None) -> tuple[int, str]:
     if token is not None:
         return logging.INFO, "API: bearer token required"
     if is_loopback(host):
-        return logging.INFO, "API: no token, open to every local user (--token-file to require one)"
-    return logging.WARNING, "API: NO TOKEN, open to the network (--insecure-no-auth)"
+        return logging.INFO, "API: open to every local user, no --token-file"
+    return logging.WARNING, "API: OPEN TO THE NETWORK, no token (--insecure-no-auth)"
 
 
 def token_for_bind(host: str, token_file: Path | None, insecure_no_auth: bool) -> str | None:
