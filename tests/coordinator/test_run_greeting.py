@@ -1,5 +1,6 @@
 """`run` says, before the command starts, which node's agent has not said hello (the quality line after the
-benchmark said it too late: a long benchmark ran without that node)."""
+benchmark said it too late: a long benchmark ran without that node), and, while it waits for one, which and
+why (a new user's run sat 15 s silent on an agent that refused the connection)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import io
 from typing import Any
 
 from sparkwatch.client_waits import NodeWaits
-from sparkwatch.commands.run import _greet
+from sparkwatch.commands.run_greeting import GREET_QUIET_S, greet
 from sparkwatch.commands.run_options import RunOptions
 
 
@@ -17,25 +18,26 @@ class Nodes:
 
     def __init__(self, nodes: list[dict[str, Any]]) -> None:
         self.nodes = nodes
-        self.waited_s: float | None = None
+        self.waited_s: list[float] = []
 
     async def wait_for_hellos(self, timeout_s: float) -> list[dict[str, Any]]:
-        self.waited_s = timeout_s
+        self.waited_s.append(timeout_s)
         return self.nodes
 
 
-def greet(nodes: list[dict[str, Any]], silent: set[str] | None = None) -> str:
-    """What `_greet` says of ``nodes``; it returns the nodes not heard from, ``silent`` (none by default)."""
+def greeted(nodes: list[dict[str, Any]], silent: set[str] | None = None, waits: int = 1) -> str:
+    """What `greet` says of ``nodes``; it returns the nodes not heard from, ``silent`` (none by default),
+    after ``waits`` waits that add up to at most the 15 s the options give."""
     err = io.StringIO()
     client = Nodes(nodes)
     opts = RunOptions(command=["true"], wait_nodes_s=15.0, stderr=err)
-    assert asyncio.run(_greet(client, opts)) == (silent or set())  # type: ignore[arg-type]
-    assert client.waited_s == 15.0
+    assert asyncio.run(greet(client, opts)) == (silent or set())  # type: ignore[arg-type]
+    assert client.waited_s == [GREET_QUIET_S, 15.0 - GREET_QUIET_S][:waits]
     return err.getvalue()
 
 
 def test_a_node_without_a_hello_is_named_with_its_links_state_before_the_command_starts() -> None:
-    said = greet(
+    said = greeted(
         [
             {"node": "spark-1", "hardware": {"gpus": []}, "agent_node": "spark-1", "status": "streaming"},
             {
@@ -47,18 +49,27 @@ def test_a_node_without_a_hello_is_named_with_its_links_state_before_the_command
             {"node": "locked", "status": "unauthorized", "error": None},
         ],
         silent={"ghost", "locked"},
+        waits=2,
     )
     assert said.splitlines() == [
+        f"sparkwatch: waiting up to {15 - GREET_QUIET_S:g} s more for node ghost to say hello (connecting:"
+        " Cannot connect to host 127.0.0.1:9 [Connection refused])",
         "sparkwatch: warning: node ghost has not said hello after 15 s (connecting: Cannot connect to host"
         " 127.0.0.1:9 [Connection refused]); the run goes on without its samples until it does (--strict"
         " fails such a run)",
-        "sparkwatch: warning: node locked has not said hello after 15 s (unauthorized); the run goes on"
-        " without its samples until it does (--strict fails such a run)",
+        "sparkwatch: warning: node locked has not said hello (unauthorized); the run goes on without its"
+        " samples until it does (--strict fails such a run)",
     ]
 
 
 def test_nodes_that_all_said_hello_get_no_warning() -> None:
-    assert greet([{"node": "spark-1", "hardware": {"gpus": []}, "agent_node": "spark-1"}]) == ""
+    assert greeted([{"node": "spark-1", "hardware": {"gpus": []}, "agent_node": "spark-1"}]) == ""
+
+
+def test_a_node_that_refused_the_token_is_not_waited_for() -> None:
+    """Its link will not come up while the run waits: said once, with no wait for it."""
+    said = greeted([{"node": "locked", "status": "unauthorized", "error": None}], silent={"locked"})
+    assert said.startswith("sparkwatch: warning: node locked has not said hello (unauthorized)")
 
 
 class Behind(NodeWaits):

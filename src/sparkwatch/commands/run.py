@@ -30,6 +30,7 @@ from sparkwatch.commands.outcome import no_export_json, print_outcome
 from sparkwatch.commands.quality import EXIT_NO_EXPORT, exit_code, judge
 from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
+from sparkwatch.commands.run_greeting import greet
 from sparkwatch.commands.run_lmx import (
     PROXY_PLACEHOLDER,
     ProxyWindows,
@@ -52,7 +53,6 @@ from sparkwatch.coordinator.serve import check_listen
 from sparkwatch.core.export import with_run_notes
 from sparkwatch.core.repeated_windows import repeated, verdict
 from sparkwatch.engines.spec import engine_from_url
-from sparkwatch.hello_facts import misnamed
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
 from sparkwatch.links.nodes_file import check_secret_files, load_nodes_file
 from sparkwatch.outputs import check_output, write_export
@@ -175,7 +175,7 @@ async def run_command(opts: RunOptions) -> int:
         poster = RunPoster(client)
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
             opts = await _start_proxy(opts, state, poster, client, proxy_stack)
-        state.silent = await _greet(client, opts)
+        state.silent = await greet(client, opts)
         state.opened_ns = time.time_ns()
         run = await client.create_run(
             _run_name(opts),
@@ -243,33 +243,6 @@ def _no_export(opts: RunOptions, state: RunState, interrupted: bool) -> int:
     return code
 
 
-async def _greet(client: CoordinatorClient, opts: RunOptions) -> frozenset[str]:
-    """Wait (bounded) for every agent's hello before the run opens, so the coordinator can refuse a run
-    in which one agent is listed twice; an agent that calls itself by another name is a warning. Returns
-    the nodes not heard from (named on stderr: their samples are not waited for before the command)."""
-    nodes = await client.wait_for_hellos(opts.wait_nodes_s)
-    silent = frozenset(str(node["node"]) for node in nodes if not node.get("hardware"))
-    for node in nodes:  # before the command starts, not only in the quality line after it
-        if node["node"] in silent:
-            opts.stderr.write(f"sparkwatch: warning: {unheard(node, opts.wait_nodes_s)}\n")
-    if opts.nodes_file is None:  # else the embedded coordinator logs the warning itself, on this stderr
-        for node in nodes:
-            hello = {"node": node.get("agent_node")} if node.get("hardware") else None
-            if (warning := misnamed(node["node"], hello)) is not None:
-                opts.stderr.write(f"sparkwatch: warning: {warning}\n")
-    return silent
-
-
-def unheard(node: dict[str, Any], waited_s: float) -> str:
-    """What to say of a node whose agent has not said hello when the run opens (its link's state)."""
-    status, error = node.get("status") or "unknown", node.get("error")
-    state = f"{status}: {error}" if error else status
-    return (
-        f"node {node['node']} has not said hello after {waited_s:g} s ({state}); the run goes on without"
-        " its samples until it does (--strict fails such a run)"
-    )
-
-
 def _write(opts: RunOptions, export: dict[str, Any], run_id: str) -> Path:
     """Write the export where asked, else (that failing) to the temporary folder; returns where."""
     output = opts.output or Path(f"sparkwatch-{run_id}.json")
@@ -328,8 +301,11 @@ async def _finish(
             await _import(client, opts, state, fmt, source)
     command = None if state.code is None else {"argv": redact_argv(opts.command), "exit_code": state.code}
     try:
-        # a node late at the start is only logged; one whose samples never reach the end spoils the run
-        state.nodes_behind = await client.wait_caught_up(time.time_ns(), timeout_s=5.0)
+        # a node late at the start is only logged; one whose samples never reach the end spoils the run (one
+        # never heard from at all is not waited for: it is behind, said in the quality line)
+        unheard_now = frozenset(str(n["node"]) for n in await client.nodes() if not n.get("hardware"))
+        behind = await client.wait_caught_up(time.time_ns(), timeout_s=5.0, skip=unheard_now)
+        state.nodes_behind = sorted({*behind, *unheard_now})
         ended = await client.end_run(state.run_id, command)
         if dropped := ended.get("dropped_marks"):  # CMD's own marks, begun and never ended
             names = ", ".join(map(str, dropped))

@@ -1,0 +1,57 @@
+"""`run`'s greeting of the nodes before the run opens: every agent's hello waited for (bounded), a node
+still silent after a moment named at once with why, and one never heard from named before the command
+starts (the quality line after the benchmark would say it too late: a long benchmark ran without it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkwatch.client import CoordinatorClient
+from sparkwatch.client_waits import refused
+from sparkwatch.commands.run_options import RunOptions
+from sparkwatch.hello_facts import misnamed
+
+#: How long the greeting waits quietly before it names the nodes it is still waiting for.
+GREET_QUIET_S = 2.0
+
+
+async def greet(client: CoordinatorClient, opts: RunOptions) -> frozenset[str]:
+    """Wait (bounded) for every agent's hello before the run opens, so the coordinator can refuse a run
+    in which one agent is listed twice; an agent that calls itself by another name is a warning. Returns
+    the nodes not heard from (named on stderr: their samples are not waited for before the command). A node
+    still silent after a moment is named at once, with why, so the wait is not a silent one."""
+    first_s = min(GREET_QUIET_S, opts.wait_nodes_s)
+    nodes = await client.wait_for_hellos(first_s)
+    waiting = [n for n in nodes if not n.get("hardware") and not refused(n)]  # refused: waiting cannot help
+    if waiting and opts.wait_nodes_s > first_s:
+        for node in waiting:
+            opts.stderr.write(
+                f"sparkwatch: waiting up to {opts.wait_nodes_s - first_s:g} s more for node {node['node']} to"
+                f" say hello ({link_state(node)})\n"
+            )
+        nodes = await client.wait_for_hellos(opts.wait_nodes_s - first_s)
+    silent = frozenset(str(node["node"]) for node in nodes if not node.get("hardware"))
+    for node in nodes:  # before the command starts, not only in the quality line after it
+        if node["node"] in silent:
+            opts.stderr.write(f"sparkwatch: warning: {unheard(node, opts.wait_nodes_s)}\n")
+    if opts.nodes_file is None:  # else the embedded coordinator logs the warning itself, on this stderr
+        for node in nodes:
+            hello = {"node": node.get("agent_node")} if node.get("hardware") else None
+            if (warning := misnamed(node["node"], hello)) is not None:
+                opts.stderr.write(f"sparkwatch: warning: {warning}\n")
+    return silent
+
+
+def link_state(node: dict[str, Any]) -> str:
+    """A node's link as /v1/nodes says it: its status, and its error when it has one."""
+    status, error = node.get("status") or "unknown", node.get("error")
+    return f"{status}: {error}" if error else str(status)
+
+
+def unheard(node: dict[str, Any], waited_s: float) -> str:
+    """What to say of a node whose agent has not said hello when the run opens (its link's state)."""
+    after = "" if refused(node) else f" after {waited_s:g} s"  # refused: not waited for
+    return (
+        f"node {node['node']} has not said hello{after} ({link_state(node)}); the run goes on without its"
+        " samples until it does (--strict fails such a run)"
+    )
