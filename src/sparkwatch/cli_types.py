@@ -54,7 +54,11 @@ def positive_float(text: str) -> float:
 
 
 def interval_s(text: str) -> float:
-    value = positive_float(text)
+    """Seconds within the agents' bounds; 0, a negative or NaN is said as the range too, as 0.001 is."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
         raise argparse.ArgumentTypeError(
             f"must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g} seconds, got {text}"

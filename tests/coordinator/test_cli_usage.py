@@ -3,9 +3,12 @@ to, as docs/cli.md says (argparse's top-level parser printed the whole program's
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from sparkwatch.cli import main
+from sparkwatch.cli_types import interval_s
 from sparkwatch_agent.cli import main as agent_main
 
 
@@ -47,3 +50,15 @@ def test_a_command_after_the_double_dash_keeps_its_own_flags() -> None:
 
     args, unknown = make_parser().parse_known_args(["run", "--", "python", "-c", "1", "--weird"])
     assert unknown == [] and args.cmd == ["--", "python", "-c", "1", "--weird"]
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "0.001", "5000"])
+def test_an_interval_out_of_range_is_said_as_the_range(text: str) -> None:
+    """`--interval 0` said "must be a positive number" where 0.001 said the range: both say the range."""
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        interval_s(text)
+    assert str(refused.value) == f"must be between 0.01 and 60 seconds, got {text}"
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        interval_s("fast")
+    assert str(refused.value) == "not a number: 'fast'"
+    assert interval_s("0.1") == 0.1
