@@ -32,6 +32,7 @@ from sparkwatch.defaults import (
     DEFAULT_GATE_THRESHOLD,
     DEFAULT_INTERVAL_S,
     DEFAULT_SCOPE,
+    DEMO_EXPORT,
     MAX_DEMO_NODES,
     RETAIN_IDLE_S,
     SCOPES,
@@ -132,7 +133,9 @@ def _add_demo(sub: Sub) -> None:
     demo.add_argument(
         "--tokens-per-s", type=positive_float, default=76.0, metavar="RATE", help="the model's speed (76)"
     )
-    demo.add_argument("-o", "--output", type=Path, default=Path("run.json"), metavar="FILE")
+    demo.add_argument(
+        "-o", "--output", type=Path, default=Path(DEMO_EXPORT), metavar="FILE", help=f"default {DEMO_EXPORT}"
+    )
     _no_report_arg(demo)
 
 

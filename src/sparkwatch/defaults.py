@@ -64,6 +64,8 @@ DEFAULT_COORDINATOR = "http://127.0.0.1:8750"
 
 #: The most simulated nodes `sparkwatch demo` starts in one process.
 MAX_DEMO_NODES = 64
+#: Where `sparkwatch demo` writes its export by default: not run.json, which a real run may have written.
+DEMO_EXPORT = "demo.json"
 
 #: A window phase's name: `timed`, `warmup` or another short lower-case word.
 PHASE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")

@@ -4,10 +4,12 @@ to, as docs/cli.md says (argparse's top-level parser printed the whole program's
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
 from sparkwatch.cli import main
+from sparkwatch.cli_parser import make_parser
 from sparkwatch.cli_types import interval_s
 from sparkwatch_agent.cli import main as agent_main
 
@@ -62,3 +64,9 @@ def test_an_interval_out_of_range_is_said_as_the_range(text: str) -> None:
         interval_s("fast")
     assert str(refused.value) == "not a number: 'fast'"
     assert interval_s("0.1") == 0.1
+
+
+def test_the_demo_does_not_write_over_a_real_runs_export_by_default() -> None:
+    """The README's real benchmark writes run.json; the demo's default once was the same file."""
+    assert make_parser().parse_args(["demo"]).output == Path("demo.json")
+    assert make_parser().parse_args(["run", "--", "true"]).output is None  # run: sparkwatch-RUN.json

@@ -31,7 +31,7 @@ from sparkwatch.commands.quality import exit_code, judge
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
 from sparkwatch.commands.sim_drive import COLD_UTIL, MODEL_BYTES_PER_NODE, node_util, warm_util
 from sparkwatch.commands.sim_model import SimModel, SimModelSpec, running_sim_model
-from sparkwatch.defaults import DEFAULT_INTERVAL_S
+from sparkwatch.defaults import DEFAULT_INTERVAL_S, DEMO_EXPORT
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.outputs import write_export
 from sparkwatch.proxy.proxy import ProxyConfig
@@ -54,7 +54,7 @@ class DemoOptions:
     tokens_per_s: float = 76.0
     warmup: int = 1
     timed: int = 3
-    output: Path = Path("run.json")
+    output: Path = Path(DEMO_EXPORT)
     strict: bool = False
     json_out: bool = False
     report: bool = True  # the series block in the export, and EXPORT.report.html beside it
