@@ -30,6 +30,7 @@ from sparkwatch.defaults import (
     ENV_TOKEN_FILE,
     EXPORT_SCHEMA,
 )
+from sparkwatch.http_reasons import refusal_reason, unreachable_reason
 from sparkwatch.wire import FrameError, TimeFrame, time_reply
 from sparkwatch_agent.shared.auth import load_token
 from sparkwatch_agent.shared.http import COORDINATOR_SERVER, other_service
@@ -318,31 +319,6 @@ def _error_code(text: str) -> str | None:
         return None
     code = body.get("error") if isinstance(body, dict) else None
     return code if isinstance(code, str) else None
-
-
-def unreachable_reason(exc: aiohttp.ClientError) -> str:
-    """Why a request failed: the system's words for a connection that could not be made (aiohttp's own
-    say ``ssl:default`` of a plain-http URL too), else aiohttp's (a TLS failure names its cause there)."""
-    if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc, aiohttp.ClientSSLError):
-        error = exc.os_error
-        if error.errno is not None and error.errno > 0:  # a resolver's are negative: its own words
-            return os.strerror(error.errno)
-        return error.strerror or str(error)
-    return str(exc)
-
-
-def refusal_reason(text: str) -> str:
-    """A sparkwatch server's JSON reason in one line (or the start of whatever else it sent)."""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return " ".join(text.split())[:200] or "(empty body)"
-    if isinstance(body, dict) and "reason" in body:
-        reason = body["reason"]
-        if isinstance(reason, list):
-            return "; ".join(f"{r.get('loc', '')}: {r.get('msg', '')}" for r in reason if isinstance(r, dict))
-        return str(reason)
-    return json.dumps(body)[:200]
 
 
 def _batches(items: Iterable[Window], size: int) -> Iterator[list[Window]]:

@@ -10,6 +10,7 @@ import signal
 
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from sparkwatch_agent.shared.auth import (
     AuthConfigError,
@@ -20,7 +21,7 @@ from sparkwatch_agent.shared.auth import (
     token_for_bind,
 )
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
-from sparkwatch_agent.shared.http import BindError, start_site
+from sparkwatch_agent.shared.http import BindError, other_service, start_site
 from sparkwatch_agent.shared.lifecycle import FORCED_EXIT_CODE, StopPolicy, stop_on_signals
 
 
@@ -120,6 +121,23 @@ def test_the_listening_line_says_who_may_use_the_api() -> None:
         logging.WARNING,
         "API: OPEN TO THE NETWORK, no token (--insecure-no-auth)",
     )
+
+
+def test_another_sparkwatch_service_is_known_by_its_server_header() -> None:
+    """Only a name of ours other than the one expected: a version, a proxy's list, another product or an
+    older server's aiohttp default say nothing."""
+
+    def seen(*values: str) -> str | None:
+        return other_service(CIMultiDict(("Server", v) for v in values), "sparkwatch-agent")
+
+    assert seen("sparkwatch-coordinator") == "sparkwatch-coordinator"
+    assert seen("sparkwatch-coordinator/0.2, Caddy") == "sparkwatch-coordinator"
+    assert seen("Caddy", "sparkwatch-sim-model") == "sparkwatch-sim-model"
+    assert seen("sparkwatch-agent/0.2") is None and seen("sparkwatch-agent, sparkwatch-coordinator") is None
+    assert (
+        seen("Python/3.11 aiohttp/3.9.5") is None and seen("sparkwatch-exporter") is None and seen() is None
+    )
+    assert other_service({"Server": "sparkwatch-agent"}, "sparkwatch-coordinator") == "sparkwatch-agent"
 
 
 def test_backoff_jitter_spreads_retries_that_failed_together() -> None:

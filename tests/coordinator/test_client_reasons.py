@@ -14,7 +14,8 @@ from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.test_utils import TestServer
 
-from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget, unreachable_reason
+from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
+from sparkwatch.http_reasons import host_port, unreachable_reason
 
 #: A connection key as aiohttp builds one (only its host and port are printed).
 KEY = ConnectionKey(*(["coordinator.example", 8750] + [None] * (len(ConnectionKey._fields) - 2)))
@@ -34,6 +35,19 @@ def test_a_certificate_that_fails_names_its_cause() -> None:
     failed = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
     said = unreachable_reason(aiohttp.ClientConnectorCertificateError(KEY, failed))
     assert "CERTIFICATE_VERIFY_FAILED" in said and "Operation not permitted" not in said
+
+
+def test_a_tls_failure_is_the_tls_librarys_words_without_aiohttps_address() -> None:
+    """A link to an agent behind TLS that fails: the cause once, not the address twice with "ssl:…"."""
+    failed = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)")
+    said = unreachable_reason(aiohttp.ClientConnectorSSLError(KEY, failed))
+    assert said == "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)"
+    assert unreachable_reason(aiohttp.ClientConnectorError(KEY, OSError())) == "OSError"  # never empty
+
+
+def test_an_ipv6_host_is_written_as_a_url_writes_it() -> None:
+    assert host_port("::1", 9464) == "[::1]:9464"
+    assert host_port("10.0.0.12", 9464) == "10.0.0.12:9464" and host_port("spark-1", None) == "spark-1"
 
 
 async def test_a_refusal_that_is_not_a_coordinators_says_so() -> None:

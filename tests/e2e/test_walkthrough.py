@@ -46,21 +46,24 @@ def test_the_walkthrough_block_pastes_into_a_shell(tmp_path: pathlib.Path) -> No
     bin_dir = pathlib.Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    proc = subprocess.Popen(
-        ["bash", "-e", "-c", script],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        start_new_session=True,  # its background jobs in its own group: killed below if it fails
-    )
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        left = stopped_within(proc.pid, 15.0)
-        if left:
-            os.killpg(proc.pid, signal.SIGKILL)
+    out_path, err_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out_path.open("w") as out_file, err_path.open("w") as err_file:
+        # files, not pipes: a background job the block failed to stop would hold a pipe open
+        proc = subprocess.Popen(
+            ["bash", "-e", "-c", script],
+            stdout=out_file,
+            stderr=err_file,
+            cwd=tmp_path,
+            env=env,
+            start_new_session=True,  # its background jobs in its own group: killed below if it fails
+        )
+        try:
+            proc.wait(timeout=150)
+        finally:
+            left = stopped_within(proc.pid, 15.0 if proc.returncode == 0 else 0.0)
+            if left:
+                os.killpg(proc.pid, signal.SIGKILL)
+    out, err = out_path.read_text(), err_path.read_text()
     logs = "".join(f"\n{p.name}: {p.read_text()[-2000:]}" for p in tmp_path.glob("*.log"))
     assert proc.returncode == 0, err + logs
     assert left == [], "the block's background jobs outlived its kill"

@@ -48,6 +48,7 @@ ROOT_STAGES: dict[str, float] = {
     "store": 1,
     "importers": 1,
     "report": 1,  # built from an export alone: the core's shapes, never the store or the coordinator
+    "http_reasons": 0,  # why a request failed, in words: for the client, the links, the sim driver
     "client": 1,
     "client_waits": 1,  # the client's waits for the nodes, over its reads
     "links": 2,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
-from sparkwatch.client import refusal_reason, unreachable_reason
+from sparkwatch.http_reasons import refusal_reason, unreachable_reason
 from sparkwatch_agent.shared.auth import load_token
 from sparkwatch_agent.shared.http import AGENT_SERVER, other_service
 from sparkwatch_agent.shared.units import GIB
@@ -55,18 +55,23 @@ class DrivenAgents:
 
 
 class SimDriver:
-    """Sends the model's load to every agent; :meth:`on_load` is :class:`SimModel`'s callback."""
+    """Sends the model's load to every agent; :meth:`on_load` is :class:`SimModel`'s callback. Each agent
+    has its own sender, so one slow to answer delays no other's GPU."""
 
-    def __init__(self, session: aiohttp.ClientSession, urls: Sequence[str]) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, urls: Sequence[str], token_given: bool = False
+    ) -> None:
         self._session = session
         self._urls = tuple(urls)
-        self._wanted = asyncio.Event()
+        self._token_given = token_given
+        self._wanted = [asyncio.Event() for _ in self._urls]
         self._level = "idle"
-        self._failing: set[str] = set()
 
     def on_load(self, level: str) -> None:
+        """The model is now ``level`` (cold, warm, idle): every agent's sender sends it, or a newer one."""
         self._level = level
-        self._wanted.set()
+        for wanted in self._wanted:
+            wanted.set()
 
     async def load_model(self) -> None:
         """Every agent idle with the model's share of the weights resident (as a server that has loaded
@@ -76,31 +81,31 @@ class SimDriver:
             if said is not None:
                 raise SimDriveError(f"cannot drive the simulated GPU at {url}: {said}")
 
-    async def run(self) -> None:
-        """Until cancelled: each time the load changes, the newest level to every agent at once."""
-        while True:
-            await self._wanted.wait()
-            self._wanted.clear()
-            level = self._level
-            said = await asyncio.gather(*(self._send(i, u, level) for i, u in enumerate(self._urls)))
-            for url, why in zip(self._urls, said, strict=True):
-                if why is None and url in self._failing:
-                    log.info("driving the simulated GPU at %s again", url)
-                    self._failing.discard(url)
-                elif why is not None and url not in self._failing:
-                    log.warning("cannot drive the simulated GPU at %s: %s", url, why)
-                    self._failing.add(url)
-
     async def unload_model(self) -> None:
         """Every agent idle with no weights resident, as far as they answer (the model server stops)."""
         await asyncio.gather(*(self._send(i, url, "idle", 0) for i, url in enumerate(self._urls)))
 
-    async def _send(self, index: int, url: str, level: str, model_bytes: int | None = None) -> str | None:
-        """None when the agent took the load (and ``model_bytes`` resident, when given), else why not, in a
-        few words."""
-        body: dict[str, float | int] = {"util_ratio": node_util(level, index)}
-        if model_bytes is not None:
-            body["model_bytes"] = model_bytes
+    async def run(self) -> None:
+        """Until cancelled: each agent's sender, each sending the newest level whenever it changes."""
+        await asyncio.gather(*(self._sender(i) for i in range(len(self._urls))))
+
+    async def _sender(self, index: int) -> None:
+        """The newest level to one agent each time it changes, the weights with it (an agent restarted
+        meanwhile has them again); a failure is logged once, and once more when the agent answers again."""
+        url, wanted, failing = self._urls[index], self._wanted[index], False
+        while True:
+            await wanted.wait()
+            wanted.clear()
+            why = await self._send(index, url, self._level, MODEL_BYTES_PER_NODE)
+            if why is None and failing:
+                log.info("driving the simulated GPU at %s again", url)
+            elif why is not None and not failing:
+                log.warning("cannot drive the simulated GPU at %s: %s", url, why)
+            failing = why is not None
+
+    async def _send(self, index: int, url: str, level: str, model_bytes: int) -> str | None:
+        """None when the agent took the load and ``model_bytes`` resident, else why not, in a few words."""
+        body = {"util_ratio": node_util(level, index), "model_bytes": model_bytes}
         try:
             async with self._session.post(f"{url}/v1/sim/load", json=body) as r:
                 if r.status == 200:
@@ -108,7 +113,10 @@ class SimDriver:
                 service = other_service(r.headers, AGENT_SERVER)
                 if service is not None:
                     return f"it is a {service}, not an agent"
-                return f"HTTP {r.status}: {refusal_reason(await r.text())}"
+                said = f"HTTP {r.status}: {refusal_reason(await r.text(errors='replace'))}"
+                if r.status == 401 and not self._token_given:
+                    said += " (give the agents' token with --agent-token-file)"
+                return said
         except aiohttp.ClientError as exc:
             return unreachable_reason(exc)
         except TimeoutError:
@@ -118,7 +126,7 @@ class SimDriver:
 @contextlib.asynccontextmanager
 async def driving(agents: DrivenAgents | None) -> AsyncIterator[SimDriver | None]:
     """A :class:`SimDriver` running until the block ends, the model loaded on every agent (None: no agents
-    to drive); the agents are left idle, the model unloaded."""
+    to drive); the agents are left idle, the model unloaded (also when one could not be driven at start)."""
     if agents is None or not agents.urls:
         yield None
         return
@@ -126,13 +134,15 @@ async def driving(agents: DrivenAgents | None) -> AsyncIterator[SimDriver | None
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
-        driver = SimDriver(session, agents.urls)
-        await driver.load_model()
-        task = asyncio.create_task(driver.run())
+        driver = SimDriver(session, agents.urls, token_given=token is not None)
+        task: asyncio.Task[None] | None = None
         try:
+            await driver.load_model()
+            task = asyncio.create_task(driver.run())
             yield driver
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await driver.unload_model()

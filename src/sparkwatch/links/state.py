@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.wire import SampleFrame
@@ -19,9 +19,8 @@ class LinkStatus(enum.Enum):
     STREAMING = "streaming"
     DOWN = "down"  # lost or refused; redialled with backoff
     UNAUTHORIZED = "unauthorized"  # the agent refused our token; redialled slowly
-    MISADDRESSED = (
-        "misaddressed"  # another sparkwatch service answers at the node's address; redialled slowly
-    )
+    # another sparkwatch service (a coordinator) answers at the node's address; redialled slowly
+    MISADDRESSED = "misaddressed"
     STOPPED = "stopped"  # the coordinator is shutting down
 
 
@@ -33,19 +32,19 @@ class Misconfigured(LinkError):
     """A mistake in nodes.toml or a token file that retrying soon cannot fix: the link says which (its
     ``status``), redials slowly, and a command waiting on the node stops waiting."""
 
-    status = LinkStatus.DOWN
+    status: ClassVar[LinkStatus] = LinkStatus.DOWN
 
 
 class Unauthorized(Misconfigured):
     """The agent refused our token."""
 
-    status = LinkStatus.UNAUTHORIZED
+    status: ClassVar[LinkStatus] = LinkStatus.UNAUTHORIZED
 
 
 class Misaddressed(Misconfigured):
     """Another sparkwatch service (a coordinator) answers at the node's address, not an agent."""
 
-    status = LinkStatus.MISADDRESSED
+    status: ClassVar[LinkStatus] = LinkStatus.MISADDRESSED
 
 
 _LEVELS = {

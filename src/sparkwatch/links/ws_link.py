@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import aiohttp
 
-from sparkwatch.client import unreachable_reason
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
+from sparkwatch.http_reasons import host_port, unreachable_reason
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Misaddressed, Misconfigured, Unauthorized
 from sparkwatch.links.stream import SampleSink, StreamIngest
@@ -147,7 +147,7 @@ class WsLink:
         except Misconfigured as exc:
             return exc.status, str(exc), self._misconfigured_retry_s
         except aiohttp.ClientConnectorError as exc:  # aiohttp's words say "ssl:default" of plain http too
-            error = f"cannot connect to {exc.host}:{exc.port}: {unreachable_reason(exc)}"
+            error = f"cannot connect to {host_port(exc.host, exc.port)}: {unreachable_reason(exc)}"
         except (aiohttp.ClientError, OSError, TimeoutError, LinkError, ValueError, Unavailable) as exc:
             error = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug or a store failure must not end collection for good

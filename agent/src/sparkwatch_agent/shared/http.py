@@ -26,6 +26,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 AGENT_SERVER = "sparkwatch-agent"
 COORDINATOR_SERVER = "sparkwatch-coordinator"
 SIM_MODEL_SERVER = "sparkwatch-sim-model"
+SERVER_NAMES = (AGENT_SERVER, COORDINATOR_SERVER, SIM_MODEL_SERVER)
 
 
 class BindError(Exception):
@@ -44,10 +45,15 @@ def name_server(app: web.Application, name: str) -> None:
 
 
 def other_service(headers: Mapping[str, str], expected: str) -> str | None:
-    """The sparkwatch service an answer's ``Server`` header names when it is not ``expected`` (None: the
-    expected one, or something that is no sparkwatch service, which the caller judges by its answer)."""
-    name = headers.get("Server", "")
-    return name if name.startswith("sparkwatch-") and name != expected else None
+    """The sparkwatch service an answer's ``Server`` header(s) name when it is not ``expected`` (None: the
+    expected one, or no sparkwatch service at all, which the caller judges by its answer). Each name is
+    read without a version (``sparkwatch-agent/0.2``), in a list a proxy may have made of several."""
+    getall = getattr(headers, "getall", None)
+    values = getall("Server", []) if getall is not None else [headers.get("Server", "")]
+    names = {part.split("/", 1)[0].strip() for value in values for part in value.split(",")}
+    if expected in names:
+        return None
+    return next((name for name in SERVER_NAMES if name in names), None)
 
 
 def json_error(status: int, error: str, reason: Any) -> web.Response:
