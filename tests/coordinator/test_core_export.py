@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sparkwatch.core.clock import ClockOffset, NodeClock
 from sparkwatch.core.domains import DomainInput
-from sparkwatch.core.export import build_export, digest
+from sparkwatch.core.export import build_export, digest, verdict
 from sparkwatch.core.intervals import median_of
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GpuPoint, GpuTrack, MemPoint, MemTrack
@@ -117,6 +117,14 @@ def test_verdicts() -> None:
     assert any("clock uncertainty" in r for r in tiny["reasons"])  # 0.6 ms > 1 % of 50 ms
 
 
+def test_a_node_without_any_sample_in_a_window_is_its_worst_coverage() -> None:
+    """A node that sent nothing (its coverage None) beside a whole one read "coverage 1.000 < 0.95": the
+    whole node's figure given as the missing one's."""
+    assert verdict(10.0, [1.0, None], 0.1, 0.0) == ("incomplete", ["coverage 0.000 < 0.95 on 1 node(s)"])
+    assert verdict(10.0, [1.0, 0.5, None], 0.1, 0.0)[1] == ["coverage 0.000 < 0.95 on 2 node(s)"]
+    assert verdict(10.0, [1.0, 0.5], 0.1, 0.0)[1] == ["coverage 0.500 < 0.95 on 1 node(s)"]
+
+
 def test_incomplete_when_a_node_has_a_gap() -> None:
     gappy = node("spark-3", 11.0, 61.0, [(20, 25)], 80)
     track = gappy.gpus[0]
@@ -147,6 +155,14 @@ def test_incomplete_when_a_node_has_a_gap() -> None:
     )
     for key in ("energy_above_idle_j", "prefill_energy_j", "decode_energy_j"):  # every energy total
         assert totals[key] is None and "spark-3 (0.560)" in totals["null_reasons"][key], key
+    # nor its gated mean, of 0.56 of the scope, summed with the whole node's as the cluster's draw (a new
+    # user's table read 107.8 W beside a node at coverage 0.020); the node's own mean stays, with its coverage
+    assert export["nodes"][1]["power_w"]["gated_mean"] == pytest.approx(61.0)
+    assert totals["power_w_gated_mean_sum"] is None
+    assert totals["null_reasons"]["power_w_gated_mean_sum"] == (
+        "the GPU samples of spark-3 (0.560) cover less than 0.95 of the scope: a mean over the covered time"
+        " only, summed with the other nodes', is not the cluster's draw"
+    )
 
 
 def _rail(gpu: GpuTrack, extra_w: float, keep: Any = slice(None)) -> GpuTrack:

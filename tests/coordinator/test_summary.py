@@ -70,6 +70,24 @@ def test_the_system_column_shows_the_headline_domain_and_n_a_for_a_node_without_
     assert "never added to it" in text and "WARNING" not in text
 
 
+def test_a_node_whose_whole_node_domain_covers_a_sliver_is_not_summed_as_the_clusters_draw() -> None:
+    """A new user's table summed a node at coverage 0.020 into "sum 170.6" system W, a figure that read as
+    publishable: the sum is n/a, and the line under the table says whose coverage made it so."""
+    cut = node("spark-2", 52.1, 84.1)
+    cut["system"]["domains"][1]["samples"] = {"coverage_ratio": 0.02}
+    whole = node("spark-1", 55.7, 86.5)
+    whole["system"]["domains"][1]["samples"] = {"coverage_ratio": 1.0}
+    lines = summary_table(export([whole, cut], [])).splitlines()
+    total = next(line for line in lines if line.startswith("sum"))
+    assert total.split()[1:3] == ["107.8", "n/a"]  # GPU W from the totals (the core's own rule), system n/a
+    assert (
+        "  n/a sum system W: the whole-node domain of spark-2 (0.020) covers less than 0.95 of the scope"
+        in lines
+    )
+    whole_again = summary_table(export([whole, node("spark-3", 52.1, 84.1)], [])).splitlines()
+    assert next(line for line in whole_again if line.startswith("sum")).split()[2] == "170.6"
+
+
 def test_no_system_column_without_a_domain_and_a_warning_for_a_throttled_window() -> None:
     text = summary_table(
         export([node("spark-1", 55.7, None)], ["throttled:hw_power_brake (40% of the window's samples)"])

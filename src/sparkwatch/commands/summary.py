@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkwatch.core.domains import headline_entry
+from sparkwatch.core.power import INCOMPLETE_COVERAGE
 from sparkwatch.outputs import shown
 from sparkwatch.report.facts import said_once
 from sparkwatch_agent.shared.units import GIB
@@ -89,7 +90,9 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
         )
     lines.append("-" * len(header))
     known = [w for w in systems if w is not None]
-    cell = f" {_num(sum(known) if len(known) == len(systems) else None, '.1f'):>9}" if with_system else ""
+    short = _short_headlines(export["nodes"])  # a node's mean over a sliver of the scope: not summed
+    system_sum = sum(known) if len(known) == len(systems) and not short else None
+    cell = f" {_num(system_sum, '.1f'):>9}" if with_system else ""
     lines.append(
         f"{'sum':<{width}} {_num(totals['power_w_gated_mean_sum'], '.1f'):>8}{cell}"
         f" {_num(totals['energy_j'], '.1f'):>10} {_gib(totals['memory_used_bytes_peak_sum']):>13}"
@@ -99,7 +102,23 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
             "system W: each node's whole-node domain (a wall meter, else dc_input, sys_total or power_meter),"
             " gated like GPU W; it contains the GPU rail and is never added to it"
         )
+    if with_system and short:
+        lines.append(
+            f"  n/a sum system W: the whole-node domain of {', '.join(short)} covers less than"
+            f" {INCOMPLETE_COVERAGE} of the scope"
+        )
     return lines + _node_reasons(export["nodes"])
+
+
+def _short_headlines(nodes: Sequence[dict[str, Any]]) -> list[str]:
+    """The nodes whose headline domain covers less of the scope than a whole figure needs, with how much."""
+    short = []
+    for node in nodes:
+        entry = headline_entry(node)
+        coverage = None if entry is None else (entry.get("samples") or {}).get("coverage_ratio")
+        if isinstance(coverage, float | int) and coverage < INCOMPLETE_COVERAGE:
+            short.append(f"{node['node']} ({coverage:.3f})")
+    return short
 
 
 #: The node figures the table shows, by their keys in a node's ``null_reasons`` (a parent key says it too).

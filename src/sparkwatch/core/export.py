@@ -50,7 +50,7 @@ def verdict(
     reasons: list[str] = []
     incomplete = [c for c in coverages if c is None or c < INCOMPLETE_COVERAGE]
     if incomplete:
-        worst = min((c for c in coverages if c is not None), default=0.0)
+        worst = min(0.0 if c is None else c for c in incomplete)  # None: the node sent no sample in it
         reasons.append(f"coverage {worst:.3f} < {INCOMPLETE_COVERAGE} on {len(incomplete)} node(s)")
     if length_s < LOW_CONFIDENCE_INTERVALS * interval_s:
         reasons.append(

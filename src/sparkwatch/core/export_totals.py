@@ -43,6 +43,8 @@ def totals(figures: Sequence[NodeFigures], runs: Measured, peak_of: int | None) 
         reasons["completion_tokens"] = why_tokens
     if power is None:
         reasons["power_w_gated_mean_sum"] = "a node's gated power is unknown (see its null_reasons)"
+    elif partial := _partial(figures, _gpu_coverage(figures), "GPU samples", NOT_WHOLE_POWER):
+        power, reasons["power_w_gated_mean_sum"] = None, partial
     if peak_sum is None:
         reasons["memory_used_bytes_peak_sum"] = "a node has no memory sample inside the scope"
     if peak_of is None:
@@ -160,15 +162,25 @@ def _node_sum(figures: Sequence[NodeFigures], key: str, reasons: dict[str, str])
         why = f": {shared.pop()}" if len(shared) == 1 and None not in shared else " (see its null_reasons)"
         reasons[key] = f"unknown on {name_ids(lacking)}{why}" if lacking else "no node"
         return value
-    partial = _partial(figures, [f.json["samples"]["coverage_ratio"] for f in figures], "GPU samples")
+    partial = _partial(figures, _gpu_coverage(figures), "GPU samples")
     if partial:
         reasons[key] = partial
         return None
     return value
 
 
-def _partial(figures: Sequence[NodeFigures], coverage: Sequence[float | None], what: str) -> str | None:
-    """Why a sum of energies would not be the whole: the nodes whose ``what`` cover less of the scope."""
+#: Why a sum over nodes of an energy, or of a mean power, is left unknown when a node covers too little.
+NOT_WHOLE_ENERGY = "the energy of the covered time only is not the whole"
+NOT_WHOLE_POWER = "a mean over the covered time only, summed with the other nodes', is not the cluster's draw"
+
+
+def _partial(
+    figures: Sequence[NodeFigures],
+    coverage: Sequence[float | None],
+    what: str,
+    why: str = NOT_WHOLE_ENERGY,
+) -> str | None:
+    """Why a sum over nodes would not be the whole: the nodes whose ``what`` cover less of the scope."""
     short = [
         f"{f.json['node']} ({c:.3f})"
         for f, c in zip(figures, coverage, strict=True)
@@ -176,10 +188,11 @@ def _partial(figures: Sequence[NodeFigures], coverage: Sequence[float | None], w
     ]
     if not short:
         return None
-    return (
-        f"the {what} of {name_ids(short)} cover less than {INCOMPLETE_COVERAGE} of the scope: the energy"
-        " of the covered time only is not the whole"
-    )
+    return f"the {what} of {name_ids(short)} cover less than {INCOMPLETE_COVERAGE} of the scope: {why}"
+
+
+def _gpu_coverage(figures: Sequence[NodeFigures]) -> list[float | None]:
+    return [f.json["samples"]["coverage_ratio"] for f in figures]
 
 
 def _system_sum(
