@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from sparkwatch.links.nodes_file import NodesFileError, NodeSpec, load_nodes, parse_nodes
+from sparkwatch.links.nodes_file import (
+    NodesFileError,
+    NodeSpec,
+    check_secret_files,
+    load_nodes,
+    load_nodes_file,
+    parse_nodes,
+)
 from sparkwatch.meters.spec import MeterSpec
 
 WS = 'url = "ws://10.0.0.1:9464"\n'
@@ -342,3 +349,35 @@ def test_the_cli_reads_a_token_file_under_the_home_directory(
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 of 1 node(s) ready to measure" in result.stdout
     assert "HTTP 401" not in result.stdout + result.stderr
+
+
+def test_relative_paths_are_the_nodes_files_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's `nodes check --nodes /tmp/t/good.toml` run from /tmp read `cannot read token file
+    agent.token`: a relative path is taken from the file's folder, as Prometheus takes its config's."""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    nodes = folder / "nodes.toml"
+    nodes.write_text(
+        '[engine]\nurl = "http://127.0.0.1:8000/metrics"\nbearer_token_file = "secrets/engine.token"\n'
+        '[nodes.a]\nurl = "ws://a:9464"\ntoken_file = "agent.token"\n'
+        '[nodes.a.meter]\nkind = "shelly"\nurl = "http://p:8080/"\npassword_file = "shelly.pw"\n'
+        '[nodes.b]\nssh = "sw@b"\nknown_hosts = "ssh/known_hosts"\nclient_keys = ["ssh/id", "/etc/k"]\n'
+        '[nodes.c]\nurl = "ws://c:9464"\ntoken_file = "/etc/sparkwatch/agent.token"\n'
+    )
+    monkeypatch.chdir(tmp_path)  # another working folder than the file's
+    loaded = load_nodes_file(Path("site/nodes.toml"))
+    a, b, c = loaded.nodes
+    base = Path("site")
+    assert a.token_file == base / "agent.token" and a.meter is not None
+    assert a.meter.password_file == base / "shelly.pw"
+    assert loaded.engine is not None and loaded.engine.bearer_token_file == base / "secrets/engine.token"
+    assert b.known_hosts == base / "ssh/known_hosts" and b.client_keys == (base / "ssh/id", Path("/etc/k"))
+    assert c.token_file == Path("/etc/sparkwatch/agent.token")  # an absolute path as written
+    with pytest.raises(NodesFileError, match=r"engine\.bearer_token_file: .* site/secrets/engine\.token"):
+        check_secret_files("site/nodes.toml", loaded)  # a missing one named by its key, where it was looked
+    (folder / "secrets").mkdir()
+    for name in ("secrets/engine.token", "agent.token"):
+        (folder / name).write_text("a-token-of-enough-length\n")
+        (folder / name).chmod(0o600)
+    with pytest.raises(NodesFileError, match=r"nodes\.a\.meter\.password_file: .*site/shelly\.pw"):
+        check_secret_files("site/nodes.toml", loaded)  # those two found from another working folder

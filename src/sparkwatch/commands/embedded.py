@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.coordinator.serve import running_coordinator
 from sparkwatch.engines.spec import EngineSpec
-from sparkwatch.links.nodes_file import NodeSpec, load_nodes_file
+from sparkwatch.links.nodes_file import NodeSpec, check_secret_files, load_nodes_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,7 +56,9 @@ async def nodes_now(
     if target is not None:
         async with CoordinatorClient(target) as client:
             return await (now or _nodes)(client)
-    spec = load_nodes_file(nodes_file or Path("nodes.toml"))
+    path = nodes_file or Path("nodes.toml")
+    spec = load_nodes_file(path)
+    check_secret_files(str(path), spec)  # a missing token file named with its key, before any link dials
     async with embedded_coordinator(spec.nodes, engine=spec.engine if with_engine else None) as client:
         return await settle(client)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import urlparse
@@ -126,7 +126,37 @@ def load_nodes_file(path: Path) -> NodesFile:
         raise NodesFileError(f"cannot read nodes file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise NodesFileError(f"{path}: not valid TOML: not UTF-8 text") from None
-    return parse_nodes_file(text, str(path))
+    return anchored(parse_nodes_file(text, str(path)), path.parent)
+
+
+def anchored(nodes_file: NodesFile, base: Path) -> NodesFile:
+    """The file's relative paths (token, password and key files, known_hosts) taken from ``base``, the nodes
+    file's folder, as Prometheus takes those of its config: the same file read from another working folder,
+    or by a service, names the same files."""
+
+    def at(path: Path | None) -> Path | None:
+        return path if path is None or path.is_absolute() else base / path
+
+    def node(spec: NodeSpec) -> NodeSpec:
+        meter = spec.meter
+        if meter is not None:
+            meter = replace(
+                meter,
+                password_file=at(meter.password_file),
+                bearer_token_file=at(meter.bearer_token_file),
+            )
+        return replace(
+            spec,
+            token_file=at(spec.token_file),
+            known_hosts=at(spec.known_hosts),
+            client_keys=tuple(k if k.is_absolute() else base / k for k in spec.client_keys),
+            meter=meter,
+        )
+
+    engine = nodes_file.engine
+    if engine is not None:
+        engine = replace(engine, bearer_token_file=at(engine.bearer_token_file))
+    return NodesFile([node(n) for n in nodes_file.nodes], engine)
 
 
 def check_secret_files(origin: str, nodes_file: NodesFile) -> None:
