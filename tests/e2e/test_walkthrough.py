@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +28,17 @@ def block() -> str:
     return DOC.read_text().split("```sh\n", 1)[1].split("```", 1)[0]
 
 
+def moved(script: str, ports: dict[str, str]) -> str:
+    """The block with its ports moved as ``ports`` says: in its check that each is free, and in each URL."""
+    check = f"for port in {' '.join(PORTS)}; do"
+    assert check in script
+    script = script.replace(check, f"for port in {' '.join(ports.values())}; do")
+    for port, new in ports.items():
+        assert f"127.0.0.1:{port}" in script, port
+        script = script.replace(f"127.0.0.1:{port}", f"127.0.0.1:{new}")
+    return script
+
+
 def stopped_within(group: int, timeout_s: float) -> list[str]:
     """The processes of ``group`` still running once they have had ``timeout_s`` to stop (the block's
     `kill` asks them to; each takes a moment to close its connections and files)."""
@@ -39,10 +51,7 @@ def stopped_within(group: int, timeout_s: float) -> list[str]:
 
 
 def test_the_walkthrough_block_pastes_into_a_shell(tmp_path: pathlib.Path) -> None:
-    script = block()
-    for port in PORTS:
-        assert f"127.0.0.1:{port}" in script, port
-        script = script.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}")
+    script = moved(block(), {port: str(free_port()) for port in PORTS})
     bin_dir = pathlib.Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
@@ -82,3 +91,21 @@ def test_the_walkthrough_block_pastes_into_a_shell(tmp_path: pathlib.Path) -> No
     assert "API: open to every local user" in (tmp_path / "spark-1.log").read_text()
     assert "API: bearer token required" in (tmp_path / "coordinator.log").read_text()
     assert "driving 2 sim agent(s)" in (tmp_path / "model.log").read_text()
+
+
+def test_the_block_says_which_port_is_in_use_before_it_starts_anything(tmp_path: pathlib.Path) -> None:
+    """A new user's agent already on the block's first port answered the block's wait, and was measured
+    in place of the block's own (which could not listen): the block stops at once, naming the port."""
+    ports = {port: str(free_port()) for port in PORTS}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", int(ports["8750"])))
+        busy.listen()
+        result = subprocess.run(
+            ["bash", "-e", "-c", moved(block(), ports)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+        )
+    assert result.returncode != 0 and f"port {ports['8750']} is in use" in result.stderr, result
+    assert not list(tmp_path.glob("*.log"))  # nothing was started
