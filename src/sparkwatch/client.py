@@ -146,7 +146,9 @@ class CoordinatorClient(NodeWaits):
                 if resp.status >= 400:
                     code = _error_code(text)  # every refusal of a coordinator's has one: else, not one
                     hint = self._hint(resp.status, code, other_service(resp.headers, COORDINATOR_SERVER))
-                    message = f"{method} {url}: HTTP {resp.status}: {refusal_reason(text)}{hint}"
+                    # aiohttp's own plain refusals begin with their status: "404: Not Found"
+                    reason = refusal_reason(text).removeprefix(f"{resp.status}: ")
+                    message = f"{method} {url}: HTTP {resp.status}: {reason}{hint}"
                     raise CoordinatorError(message, resp.status, code)
                 try:
                     return json.loads(text) if text else None

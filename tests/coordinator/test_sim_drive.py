@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import pathlib
 from collections.abc import Callable
 
 import aiohttp
@@ -111,7 +112,7 @@ async def test_a_slow_agent_gets_only_the_newest_load_and_holds_no_other_back() 
     assert quick.loads == [(COLD_UTIL, M), (warm_util(1), M), (0.0, M)]
 
 
-async def test_an_agent_that_cannot_be_driven_is_refused_at_start_in_words() -> None:
+async def test_an_agent_that_cannot_be_driven_is_refused_at_start_in_words(tmp_path: pathlib.Path) -> None:
     good, coordinator, refusing = (
         await FakeAgent().start(),
         await FakeAgent(COORDINATOR_SERVER).start(),
@@ -128,6 +129,12 @@ async def test_an_agent_that_cannot_be_driven_is_refused_at_start_in_words() -> 
                 async with driving(DrivenAgents((good.url, agent.url))):
                     raise AssertionError("driven")
             assert str(refused.value) == f"cannot drive the simulated GPU at {agent.url}: {said}"
+        token = tmp_path / "agents.token"
+        token.write_text("not-the-agents-token-0123456789")
+        token.chmod(0o600)
+        with pytest.raises(SimDriveError, match=r"HTTP 401: .* \(the token in --agent-token-file is not the"):
+            async with driving(DrivenAgents((refusing.url,), token)):
+                raise AssertionError("driven")
     finally:
         for agent in (good, coordinator, refusing):
             await agent.server.close()

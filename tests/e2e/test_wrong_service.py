@@ -81,7 +81,7 @@ def test_the_cli_and_the_links_say_which_service_answered(agent_factory: Any, tm
 def test_the_simulated_model_given_as_the_coordinator_is_named(sim_model: str) -> None:
     """Its 404 is aiohttp's plain text, no JSON reason: the header still says what answered."""
     said = one_line(sparkwatch("runs", "list", "--coordinator", sim_model))
-    assert f"GET {sim_model}/v1/runs: HTTP 404: " in said
+    assert f"GET {sim_model}/v1/runs: HTTP 404: Not Found (" in said  # not aiohttp's "404: 404: Not Found"
     assert f"({sim_model} is a sparkwatch-sim-model, not the coordinator" in said
 
 

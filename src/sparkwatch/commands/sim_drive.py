@@ -114,8 +114,12 @@ class SimDriver:
                 if service is not None:
                     return f"it is a {service}, not an agent"
                 said = f"HTTP {r.status}: {refusal_reason(await r.text(errors='replace'))}"
-                if r.status == 401 and not self._token_given:
-                    said += " (give the agents' token with --agent-token-file)"
+                if r.status == 401:  # the agent's reason names its own flag, --token-file
+                    said += (
+                        " (the token in --agent-token-file is not the agent's)"
+                        if self._token_given
+                        else " (give the agents' token with --agent-token-file)"
+                    )
                 return said
         except aiohttp.ClientError as exc:
             return unreachable_reason(exc)
