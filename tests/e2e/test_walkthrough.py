@@ -76,7 +76,7 @@ def test_the_walkthrough_block_pastes_into_a_shell(tmp_path: pathlib.Path) -> No
     logs = "".join(f"\n{p.name}: {p.read_text()[-2000:]}" for p in tmp_path.glob("*.log"))
     assert proc.returncode == 0, err + logs
     assert left == [], "the block's background jobs outlived its kill"
-    assert "2 of 2 node(s) ready to measure" in out
+    assert "2 of 2 node(s) ready to measure" in out and "no --proxy-upstream" not in err
     assert "measurement: 3 of 3 timed windows ok on 2 of 2 nodes" in out
     assert "completion tokens 384," in out  # 3 timed requests × max_tokens 128, from the usage chunk
     assert "  try   ended  " in out  # runs list: the run, ended, in the coordinator's database

@@ -106,3 +106,6 @@ def test_a_node_whose_agent_is_not_there_is_named_while_run_waits_and_not_waited
     assert f"sparkwatch: warning: node ghost has not said hello after 15 s (down: {why})" in result.stderr
     assert "never caught up: ghost" in result.stdout + result.stderr  # still said in the quality line
     assert "have not caught up" not in result.stderr  # the end's wait did not wait on it
+    # nothing makes windows but the command (no proxy, no import): said before it runs, not only after
+    note = "sparkwatch: note: no --proxy-upstream and no --import: only the marks the command posts itself"
+    assert result.stderr.index(" open on http://") < result.stderr.index(note)

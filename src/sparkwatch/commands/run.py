@@ -52,6 +52,7 @@ from sparkwatch.commands.wrapped import command_env, run_wrapped
 from sparkwatch.coordinator.serve import check_listen
 from sparkwatch.core.export import with_run_notes
 from sparkwatch.core.repeated_windows import repeated, verdict
+from sparkwatch.defaults import ENV_RUN_ID
 from sparkwatch.engines.spec import engine_from_url
 from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
 from sparkwatch.links.nodes_file import check_secret_files, load_nodes_file
@@ -62,6 +63,12 @@ from sparkwatch.proxy.sinks import RunPoster
 from sparkwatch.proxy.spill import spill_lost, spill_path_beside
 
 log = logging.getLogger(__name__)
+
+#: What `run` says at once when nothing will make windows but the command itself.
+NO_WINDOW_SOURCE = (
+    "no --proxy-upstream and no --import: only the marks the command posts itself make windows to measure"
+    f" (${ENV_RUN_ID}, docs/cli.md), else every figure is n/a; --scope run measures the whole run instead"
+)
 
 
 @contextlib.asynccontextmanager
@@ -187,6 +194,8 @@ async def run_command(opts: RunOptions) -> int:
         state.run_id = poster.run_id = run["id"]
         poster.start()
         opts.stderr.write(f"sparkwatch: run {state.run_id} open on {client.target.url}\n")
+        if opts.proxy_upstream is None and not opts.imports and opts.scope != "run":  # before CMD, not after
+            opts.stderr.write(f"sparkwatch: note: {NO_WINDOW_SOURCE}\n")
         interrupts.on_force = lambda: _quit_now(opts, client, state)
         interrupts.install()
         try:
