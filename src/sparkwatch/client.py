@@ -7,6 +7,7 @@ reason (or the connection error), so a CLI can print it as it is.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import logging
@@ -121,6 +122,13 @@ class CoordinatorTarget:
         return cls(chosen, load_token(path), path) if path else cls(chosen, None)
 
 
+#: What a refused connection to the coordinator adds: nothing listens there, and what a user may mean.
+NOT_RUNNING_HINT = (
+    " (is `sparkwatch coordinator` running there? `run`, `nodes check` and `hardware` start their own with"
+    " --nodes FILE)"
+)
+
+
 class CoordinatorClient(NodeWaits):
     """One aiohttp session to one coordinator; use as ``async with CoordinatorClient(target) as c``."""
 
@@ -155,8 +163,12 @@ class CoordinatorClient(NodeWaits):
                 except ValueError:
                     raise CoordinatorError(f"{method} {url}: the answer is not JSON") from None
         except aiohttp.ClientError as exc:
+            refused = (
+                isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno == errno.ECONNREFUSED
+            )
             raise CoordinatorError(
                 f"cannot reach the coordinator at {self.target.url}: {unreachable_reason(exc)}"
+                + (NOT_RUNNING_HINT if refused else "")
             ) from None
         except TimeoutError:
             raise CoordinatorError(f"{method} {url}: no answer in time") from None
