@@ -309,7 +309,10 @@ async def test_upstream_down_is_a_502_with_a_reason_and_uses_no_warmup_slot(
     # an OpenAI client's error shape: the client reads error.message (a bare "bad_gateway" lost the reason)
     assert answer["error"]["code"] == answer["error"]["type"] == "bad_gateway"
     assert "127.0.0.1:9" in answer["error"]["message"] and answer["error"]["param"] is None
-    assert "upstream http://127.0.0.1:9/v1/completions:" in caplog.text
+    assert (
+        "upstream http://127.0.0.1:9/v1/completions: Connection refused" in caplog.text
+    )  # not "ssl:default"
+    assert answer["error"]["message"] == "upstream http://127.0.0.1:9 did not answer: Connection refused"
     assert "SECRET" not in caplog.text + json.dumps(answer)
     (w,) = sink.windows  # reported (and, being a failure, never measured)
     assert (w.http_status, w.phase, w.source["upstream_unreachable"]) == (502, "warmup", True)

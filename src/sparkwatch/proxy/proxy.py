@@ -22,6 +22,7 @@ from yarl import URL
 
 from sparkwatch.core.windows import Window
 from sparkwatch.defaults import PHASE_RE
+from sparkwatch.http_reasons import unreachable_reason
 from sparkwatch.proxy.clock import WallClock
 from sparkwatch.proxy.refusals import openai_error
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
@@ -176,12 +177,13 @@ class Proxy:
                 request.method, url, headers=_forwarded(request), data=body or None, allow_redirects=False
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("upstream %s%s: %s", self._upstream_shown, request.path, exc)
+            why = unreachable_reason(exc) if isinstance(exc, aiohttp.ClientError) else "no answer in time"
+            log.warning("upstream %s%s: %s", self._upstream_shown, request.path, why)
             if generation:
                 self._unanswered(
                     request, phase, t_start, counted_warmup, status=502, notes={"upstream_unreachable": True}
                 )
-            return openai_error(502, "bad_gateway", f"upstream {self._upstream_shown} did not answer: {exc}")
+            return openai_error(502, "bad_gateway", f"upstream {self._upstream_shown} did not answer: {why}")
         except asyncio.CancelledError:  # the client hung up before the upstream answered
             if generation:
                 self._unanswered(

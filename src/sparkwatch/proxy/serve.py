@@ -31,7 +31,7 @@ async def running_proxy(
         raise ProxyConfigError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
     if config.upstream.rstrip("/").endswith("/v1"):  # a client's base URL, given where the server's root goes
         log.warning(
-            "--upstream ends in /v1: a request to the proxy's /v1/chat/completions goes to"
+            "the upstream URL ends in /v1: a request to the proxy's /v1/chat/completions goes to"
             " %s/v1/chat/completions; give the server's root (without /v1) unless that is meant",
             URL(config.upstream.rstrip("/")).with_user(None).with_query(None),  # never its credentials
         )
