@@ -8,7 +8,10 @@ import os
 from sparkwatch.commands.live_view import LiveView
 from sparkwatch.commands.nodes_check import NodeCheck, render
 
-PARTS = ["spark-1: 55.8 W 90% 34.0 GiB 120 smp lag 0.1 s", "spark-2: 53.8 W 86% 34.0 GiB 120 smp lag 0.2 s"]
+PARTS = [
+    "spark-1: 55.8 W 90% 34.0 GiB 120 samples, lag 0.1 s",
+    "spark-2: 53.8 W 86% 34.0 GiB 120 samples, lag 0.2 s",
+]
 
 
 def _view(columns: int, rows: int) -> tuple[LiveView, io.StringIO]:
@@ -33,6 +36,13 @@ def test_a_short_terminal_gets_one_line_and_a_narrow_one_cut_lines() -> None:
     assert "\n" not in line and len(line) == 39 and line.endswith("…")
     view.show(PARTS)
     assert out.getvalue()[len(line) :].startswith("\r\x1b[J")
+
+
+def test_a_terminal_that_says_no_size_is_taken_as_80_by_24() -> None:
+    """`script` and some CI terminals report 0 columns: every line was cut to one character and "…"."""
+    view, out = _view(0, 0)
+    view.show(PARTS)
+    assert out.getvalue() == "\n".join(PARTS)
 
 
 def test_no_terminal_gets_plain_lines_never_redrawn() -> None:

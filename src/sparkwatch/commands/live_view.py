@@ -35,7 +35,8 @@ class LiveView:
         try:
             columns, rows = self._size()
         except OSError:
-            columns, rows = 80, 24
+            columns, rows = 0, 0
+        columns, rows = columns or 80, rows or 24  # 0: a terminal that does not say (`script`, some CI)
         lines = list(parts) if len(parts) + SPARE_LINES <= rows else [" | ".join(parts)]
         cut = [line if len(line) < columns else line[: max(1, columns - 2)] + "…" for line in lines]
         self._out.write(self._erase() + "\n".join(cut))

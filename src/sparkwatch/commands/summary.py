@@ -177,6 +177,6 @@ def live_parts(nodes: Sequence[dict[str, Any]]) -> list[str]:
             f"{n['node']}: {_num(latest.get('power_w'), '.1f')} W"
             f" {'n/a' if util is None else f'{util * 100:.0f}'}%"
             f" {_gib(latest.get('memory_used_bytes'))} GiB"
-            f" {n.get('samples_ingested', 0)} smp lag {_num(lag, '.1f')} s"
+            f" {n.get('samples_ingested', 0)} samples, lag {_num(lag, '.1f')} s"
         )
     return parts
