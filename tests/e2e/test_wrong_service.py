@@ -6,6 +6,7 @@ coordinator refuses is named by the file it came from. Real processes: a sim age
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import time
@@ -109,3 +110,25 @@ def test_a_node_whose_agent_is_not_there_is_named_while_run_waits_and_not_waited
     # nothing makes windows but the command (no proxy, no import): said before it runs, not only after
     note = "sparkwatch: note: no --proxy-upstream and no --import: only the marks the command posts itself"
     assert result.stderr.index(" open on http://") < result.stderr.index(note)
+
+
+def test_strict_does_not_start_the_command_when_a_node_was_never_heard_from(
+    agent_factory: Any, tmp_path: pathlib.Path
+) -> None:
+    """`--strict` with a node down ran the whole benchmark, then exited 3: now it exits 3 before it."""
+    agent = agent_factory("--backend", "sim", "--node", "spark-1")
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(
+        f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\n'
+        f'[nodes.ghost]\nurl = "ws://127.0.0.1:{free_port()}"\n'
+    )
+    ran = tmp_path / "ran"
+    result = sparkwatch("run", "--nodes", str(nodes), "--strict", "--json", "--", "touch", str(ran))
+    assert result.returncode == 3, result.stderr
+    assert (
+        "sparkwatch: --strict: the command was not started: node(s) ghost have not said hello"
+        in result.stderr
+    )
+    assert not ran.exists()
+    outcome = json.loads(result.stdout)
+    assert (outcome["exit_code"], outcome["export"], outcome["run_id"]) == (3, None, None)

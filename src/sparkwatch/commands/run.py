@@ -30,7 +30,7 @@ from sparkwatch.commands.outcome import no_export_json, print_outcome
 from sparkwatch.commands.quality import EXIT_NO_EXPORT, exit_code, judge
 from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
-from sparkwatch.commands.run_greeting import greet
+from sparkwatch.commands.run_greeting import greet, strict_refusal
 from sparkwatch.commands.run_lmx import (
     PROXY_PLACEHOLDER,
     ProxyWindows,
@@ -183,6 +183,8 @@ async def run_command(opts: RunOptions) -> int:
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
             opts = await _start_proxy(opts, state, poster, client, proxy_stack)
         state.silent = await greet(client, opts)
+        if (refused := strict_refusal(opts, state.silent)) is not None:
+            return refused
         state.opened_ns = time.time_ns()
         run = await client.create_run(
             _run_name(opts),

@@ -4,10 +4,13 @@ starts (the quality line after the benchmark would say it too late: a long bench
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sparkwatch.client import CoordinatorClient
 from sparkwatch.client_waits import refused
+from sparkwatch.commands.outcome import no_export_json
+from sparkwatch.commands.quality import EXIT_NOT_SOUND
 from sparkwatch.commands.run_options import RunOptions
 from sparkwatch.hello_facts import misnamed
 
@@ -55,3 +58,18 @@ def unheard(node: dict[str, Any], waited_s: float) -> str:
         f"node {node['node']} has not said hello{after} ({link_state(node)}); the run goes on without its"
         " samples until it does (--strict fails such a run)"
     )
+
+
+def strict_refusal(opts: RunOptions, silent: frozenset[str]) -> int | None:
+    """With ``--strict``, the exit code of a run that is not started because a node was never heard from
+    (it could not be sound: a long benchmark would run only to exit 3); None: go on. ``--json`` still
+    prints its object, with no run and no export."""
+    if not opts.strict or not silent:
+        return None
+    opts.stderr.write(
+        f"sparkwatch: --strict: the command was not started: node(s) {', '.join(sorted(silent))} have not"
+        " said hello, so the run could not be sound\n"
+    )
+    if opts.json_out:
+        print(json.dumps(no_export_json("", EXIT_NOT_SOUND, None, False)))
+    return EXIT_NOT_SOUND
