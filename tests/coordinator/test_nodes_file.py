@@ -381,3 +381,22 @@ def test_relative_paths_are_the_nodes_files_folders(tmp_path: Path, monkeypatch:
         (folder / name).chmod(0o600)
     with pytest.raises(NodesFileError, match=r"nodes\.a\.meter\.password_file: .*site/shelly\.pw"):
         check_secret_files("site/nodes.toml", loaded)  # those two found from another working folder
+
+
+async def test_a_command_that_scrapes_no_engine_does_not_ask_for_its_token_file(tmp_path: Path) -> None:
+    """`hardware --nodes` was refused over the [engine]'s missing bearer token file, which it never reads;
+    `nodes check`, which scrapes the engine, is still refused with the key named."""
+    from sparkwatch.commands.embedded import nodes_now
+
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(
+        '[engine]\nurl = "http://127.0.0.1:9/metrics"\nbearer_token_file = "missing.token"\n'
+        '[nodes.a]\nurl = "ws://127.0.0.1:9"\n'
+    )
+
+    async def settle(client: Any) -> str:
+        return "settled"
+
+    assert await nodes_now(None, nodes, settle) == "settled"
+    with pytest.raises(NodesFileError, match=r"engine\.bearer_token_file: .*missing\.token"):
+        await nodes_now(None, nodes, settle, with_engine=True)

@@ -1,7 +1,7 @@
-"""docs/walkthrough.md's block, run by bash as pasted (its ports moved to free ones): two sim agents, a
-standing coordinator with a token, `sim-model --agents` keeping their GPUs busy while it generates, `nodes
-check` and `run` through the proxy against that coordinator. The run's gated figures are the simulation's
-truth, its windows ok, and every process the block started is gone at its end."""
+"""docs/walkthrough.md's script, run by `bash -e` as the page says (its ports moved to free ones): two sim
+agents, a standing coordinator with a token, `sim-model --agents` keeping their GPUs busy while it
+generates, `nodes check` and `run` through the proxy against that coordinator. The run's gated figures are
+the simulation's truth, its windows ok, and every process the script started is gone at its end."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def stopped_within(group: int, timeout_s: float) -> list[str]:
         time.sleep(0.1)
 
 
-def test_the_walkthrough_block_pastes_into_a_shell(tmp_path: pathlib.Path) -> None:
+def test_the_walkthrough_script_runs_as_the_page_says(tmp_path: pathlib.Path) -> None:
     script = moved(block(), {port: str(free_port()) for port in PORTS})
     bin_dir = pathlib.Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}

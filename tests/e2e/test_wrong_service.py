@@ -107,8 +107,9 @@ def test_a_node_whose_agent_is_not_there_is_named_while_run_waits_and_not_waited
     assert f"sparkwatch: warning: node ghost has not said hello after 15 s (down: {why})" in result.stderr
     assert "never caught up: ghost" in result.stdout + result.stderr  # still said in the quality line
     assert "have not caught up" not in result.stderr  # the end's wait did not wait on it
-    # nothing makes windows but the command (no proxy, no import): said before it runs, not only after
-    note = "sparkwatch: note: no --proxy-upstream and no --import: only the marks the command posts itself"
+    # nothing can make windows (no proxy, no import, and with --nodes the command cannot post marks): said
+    # before the command runs, not only after it
+    note = "sparkwatch: note: no --proxy-upstream and no --import: with --nodes the command cannot post marks"
     assert result.stderr.index(" open on http://") < result.stderr.index(note)
 
 
@@ -130,5 +131,11 @@ def test_strict_does_not_start_the_command_when_a_node_was_never_heard_from(
         in result.stderr
     )
     assert not ran.exists()
+    assert (
+        "node ghost has not said hello after 15 s" in result.stderr
+        and "--strict does not start" in result.stderr
+    )
     outcome = json.loads(result.stdout)
     assert (outcome["exit_code"], outcome["export"], outcome["run_id"]) == (3, None, None)
+    assert outcome["quality"]["sound"] is False and outcome["quality"]["nodes_ok"] == 1
+    assert outcome["quality"]["problems"] == ["not started: no hello from ghost"]

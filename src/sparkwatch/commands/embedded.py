@@ -14,6 +14,7 @@ import logging
 import secrets
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,8 +59,10 @@ async def nodes_now(
             return await (now or _nodes)(client)
     path = nodes_file or Path("nodes.toml")
     spec = load_nodes_file(path)
+    if not with_engine:  # its engine is not scraped here: its token file is no concern of this command
+        spec = replace(spec, engine=None)
     check_secret_files(str(path), spec)  # a missing token file named with its key, before any link dials
-    async with embedded_coordinator(spec.nodes, engine=spec.engine if with_engine else None) as client:
+    async with embedded_coordinator(spec.nodes, engine=spec.engine) as client:
         return await settle(client)
 
 

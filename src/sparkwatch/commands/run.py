@@ -30,7 +30,7 @@ from sparkwatch.commands.outcome import no_export_json, print_outcome
 from sparkwatch.commands.quality import EXIT_NO_EXPORT, exit_code, judge
 from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
-from sparkwatch.commands.run_greeting import greet, strict_refusal
+from sparkwatch.commands.run_greeting import greet, silent_of, strict_refusal
 from sparkwatch.commands.run_lmx import (
     PROXY_PLACEHOLDER,
     ProxyWindows,
@@ -64,10 +64,15 @@ from sparkwatch.proxy.spill import spill_lost, spill_path_beside
 
 log = logging.getLogger(__name__)
 
-#: What `run` says at once when nothing will make windows but the command itself.
+#: What `run` says at once when nothing but the command itself, on a standing coordinator, makes windows.
 NO_WINDOW_SOURCE = (
     "no --proxy-upstream and no --import: only the marks the command posts itself make windows to measure"
     f" (${ENV_RUN_ID}, docs/cli.md), else every figure is n/a; --scope run measures the whole run instead"
+)
+#: ... and with --nodes, where the command is not given the embedded coordinator's token: nothing does.
+NO_WINDOW_SOURCE_EMBEDDED = (
+    "no --proxy-upstream and no --import: with --nodes the command cannot post marks, so nothing will make"
+    " windows to measure and every figure will be n/a; give --proxy-upstream, --import or --scope run"
 )
 
 
@@ -182,9 +187,10 @@ async def run_command(opts: RunOptions) -> int:
         poster = RunPoster(client)
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
             opts = await _start_proxy(opts, state, poster, client, proxy_stack)
-        state.silent = await greet(client, opts)
-        if (refused := strict_refusal(opts, state.silent)) is not None:
+        greeted = await greet(client, opts)
+        if (refused := strict_refusal(opts, greeted)) is not None:
             return refused
+        state.silent = silent_of(greeted)
         state.opened_ns = time.time_ns()
         run = await client.create_run(
             _run_name(opts),
@@ -197,7 +203,8 @@ async def run_command(opts: RunOptions) -> int:
         poster.start()
         opts.stderr.write(f"sparkwatch: run {state.run_id} open on {client.target.url}\n")
         if opts.proxy_upstream is None and not opts.imports and opts.scope != "run":  # before CMD, not after
-            opts.stderr.write(f"sparkwatch: note: {NO_WINDOW_SOURCE}\n")
+            said = NO_WINDOW_SOURCE if opts.nodes_file is None else NO_WINDOW_SOURCE_EMBEDDED
+            opts.stderr.write(f"sparkwatch: note: {said}\n")
         interrupts.on_force = lambda: _quit_now(opts, client, state)
         interrupts.install()
         try:

@@ -5,12 +5,13 @@ starts (the quality line after the benchmark would say it too late: a long bench
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from sparkwatch.client import CoordinatorClient
 from sparkwatch.client_waits import refused
 from sparkwatch.commands.outcome import no_export_json
-from sparkwatch.commands.quality import EXIT_NOT_SOUND
+from sparkwatch.commands.quality import EXIT_NOT_SOUND, Quality
 from sparkwatch.commands.run_options import RunOptions
 from sparkwatch.hello_facts import misnamed
 
@@ -18,10 +19,11 @@ from sparkwatch.hello_facts import misnamed
 GREET_QUIET_S = 2.0
 
 
-async def greet(client: CoordinatorClient, opts: RunOptions) -> frozenset[str]:
+async def greet(client: CoordinatorClient, opts: RunOptions) -> list[dict[str, Any]]:
     """Wait (bounded) for every agent's hello before the run opens, so the coordinator can refuse a run
     in which one agent is listed twice; an agent that calls itself by another name is a warning. Returns
-    the nodes not heard from (named on stderr: their samples are not waited for before the command). A node
+    the nodes as /v1/nodes says them; those not heard from (:func:`silent_of`) are named on stderr (their
+    samples are not waited for before the command). A node
     still silent after a moment is named at once, with why, so the wait is not a silent one."""
     first_s = min(GREET_QUIET_S, opts.wait_nodes_s)
     nodes = await client.wait_for_hellos(first_s)
@@ -33,16 +35,21 @@ async def greet(client: CoordinatorClient, opts: RunOptions) -> frozenset[str]:
                 f" say hello ({link_state(node)})\n"
             )
         nodes = await client.wait_for_hellos(opts.wait_nodes_s - first_s)
-    silent = frozenset(str(node["node"]) for node in nodes if not node.get("hardware"))
+    silent = silent_of(nodes)
     for node in nodes:  # before the command starts, not only in the quality line after it
         if node["node"] in silent:
-            opts.stderr.write(f"sparkwatch: warning: {unheard(node, opts.wait_nodes_s)}\n")
+            opts.stderr.write(f"sparkwatch: warning: {unheard(node, opts.wait_nodes_s, opts.strict)}\n")
     if opts.nodes_file is None:  # else the embedded coordinator logs the warning itself, on this stderr
         for node in nodes:
             hello = {"node": node.get("agent_node")} if node.get("hardware") else None
             if (warning := misnamed(node["node"], hello)) is not None:
                 opts.stderr.write(f"sparkwatch: warning: {warning}\n")
-    return silent
+    return nodes
+
+
+def silent_of(nodes: Sequence[dict[str, Any]]) -> frozenset[str]:
+    """The nodes whose agent has not said hello."""
+    return frozenset(str(node["node"]) for node in nodes if not node.get("hardware"))
 
 
 def link_state(node: dict[str, Any]) -> str:
@@ -51,25 +58,29 @@ def link_state(node: dict[str, Any]) -> str:
     return f"{status}: {error}" if error else str(status)
 
 
-def unheard(node: dict[str, Any], waited_s: float) -> str:
+def unheard(node: dict[str, Any], waited_s: float, strict: bool = False) -> str:
     """What to say of a node whose agent has not said hello when the run opens (its link's state)."""
     after = "" if refused(node) else f" after {waited_s:g} s"  # refused: not waited for
-    return (
-        f"node {node['node']} has not said hello{after} ({link_state(node)}); the run goes on without its"
-        " samples until it does (--strict fails such a run)"
+    then = (
+        "--strict does not start the command"
+        if strict
+        else "the run goes on without its samples until it does (--strict fails such a run)"
     )
+    return f"node {node['node']} has not said hello{after} ({link_state(node)}); {then}"
 
 
-def strict_refusal(opts: RunOptions, silent: frozenset[str]) -> int | None:
+def strict_refusal(opts: RunOptions, nodes: Sequence[dict[str, Any]]) -> int | None:
     """With ``--strict``, the exit code of a run that is not started because a node was never heard from
-    (it could not be sound: a long benchmark would run only to exit 3); None: go on. ``--json`` still
-    prints its object, with no run and no export."""
+    when it would open (a long benchmark would most likely run only to exit 3); None: go on. ``--json``
+    still prints its object: no run, no export, and a quality that says why."""
+    silent = silent_of(nodes)
     if not opts.strict or not silent:
         return None
+    names = ", ".join(sorted(silent))
     opts.stderr.write(
-        f"sparkwatch: --strict: the command was not started: node(s) {', '.join(sorted(silent))} have not"
-        " said hello, so the run could not be sound\n"
+        f"sparkwatch: --strict: the command was not started: node(s) {names} have not said hello\n"
     )
     if opts.json_out:
-        print(json.dumps(no_export_json("", EXIT_NOT_SOUND, None, False)))
+        quality = Quality(0, 0, len(nodes) - len(silent), len(nodes), [f"not started: no hello from {names}"])
+        print(json.dumps({**no_export_json("", EXIT_NOT_SOUND, None, False), "quality": quality.to_json()}))
     return EXIT_NOT_SOUND

@@ -50,7 +50,7 @@ def verdict(
     reasons: list[str] = []
     incomplete = [c for c in coverages if c is None or c < INCOMPLETE_COVERAGE]
     if incomplete:
-        worst = min(0.0 if c is None else c for c in incomplete)  # None: the node sent no sample in it
+        worst = min(0.0 if c is None else c for c in incomplete)  # None: nothing to cover it with
         reasons.append(f"coverage {worst:.3f} < {INCOMPLETE_COVERAGE} on {len(incomplete)} node(s)")
     if length_s < LOW_CONFIDENCE_INTERVALS * interval_s:
         reasons.append(

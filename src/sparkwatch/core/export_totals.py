@@ -5,7 +5,8 @@ The rule for a missing value is the same everywhere: a total is a sum over every
 window) or it is ``null`` — never a sum over the ones that happen to be known, which would be a smaller
 figure presented as the whole. The reason names what was missing. An energy total is ``null`` too when a
 node's samples cover less of the scope than INCOMPLETE_COVERAGE: its energy is that of the covered time
-only, the same smaller figure.
+only, the same smaller figure; so is the sum of gated mean powers, where that node's mean is of the covered
+time only.
 """
 
 from __future__ import annotations

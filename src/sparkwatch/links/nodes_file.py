@@ -76,6 +76,8 @@ def parse_nodes(text: str, origin: str = "nodes.toml") -> list[NodeSpec]:
 
 
 def parse_nodes_file(text: str, origin: str = "nodes.toml") -> NodesFile:
+    """The file's text, checked; its relative paths as written (:func:`load_nodes_file` anchors them to
+    the file's folder: read a file through it)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
