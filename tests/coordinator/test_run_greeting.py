@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import pathlib
 from typing import Any
 
+import pytest
+
 from sparkwatch.client_waits import NodeWaits
+from sparkwatch.commands.run import run_command
 from sparkwatch.commands.run_greeting import GREET_QUIET_S, greet, silent_of
 from sparkwatch.commands.run_options import RunOptions
 
@@ -95,3 +100,64 @@ def test_the_wait_for_samples_before_the_command_skips_a_node_never_heard_from()
     assert behind == [] and waits.reads == 1  # ready at the first read: no waiting for the time to be up
     assert asyncio.run(waits.wait_caught_up(1, timeout_s=0.3, interval_s=0.1)) == ["ghost"]
     assert waits.reads > 2  # without the skip: polled until the time was up
+
+
+async def test_strict_does_not_start_the_command_when_a_node_was_never_heard_from(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--strict` with a node down ran the whole benchmark, then exited 3: now `run` exits 3 before it, with
+    no run opened, and `--json` says why. The real flow (an embedded coordinator dialling a port where
+    nothing listens), its hello wait cut short."""
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[nodes.ghost]\nurl = "ws://127.0.0.1:9"\n')  # the discard port: refused
+    ran, err = tmp_path / "ran", io.StringIO()
+    opts = RunOptions(
+        command=["touch", str(ran)],
+        nodes_file=nodes,
+        strict=True,
+        json_out=True,
+        report=False,
+        wait_nodes_s=GREET_QUIET_S + 0.5,
+        output=tmp_path / "r.json",
+        stderr=err,
+    )
+    assert await run_command(opts) == 3
+    assert not ran.exists() and not (tmp_path / "r.json").exists()
+    said = err.getvalue()
+    assert "node ghost has not said hello after 2.5 s (down: cannot connect to 127.0.0.1:9" in said
+    assert "); --strict does not start the command" in said and " open on " not in said  # no run opened
+    assert "sparkwatch: --strict: the command was not started: node(s) ghost have not said hello" in said
+    outcome = json.loads(capsys.readouterr().out)
+    assert (outcome["exit_code"], outcome["export"], outcome["run_id"]) == (3, None, None)
+    assert outcome["quality"]["sound"] is False and outcome["quality"]["nodes"] == 1
+    assert outcome["quality"]["problems"] == ["not started: no hello from ghost"]
+
+
+async def test_a_node_whose_agent_is_not_there_is_named_while_run_waits_and_not_waited_for_at_the_end(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new user's `run` with a mistyped port sat silent for 15 s (the hello wait), and after the command
+    5 s more for samples that could never come. Now the wait says at once which node and why (in the
+    system's words, not aiohttp's "ssl:default"), the end does not wait on a node never heard from, and
+    that nothing can make windows (no proxy, no import; with --nodes the command cannot post marks) is
+    said before the command runs. The real flow, its hello wait cut short."""
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[nodes.ghost]\nurl = "ws://127.0.0.1:9"\n')  # the discard port: refused
+    err = io.StringIO()
+    opts = RunOptions(
+        command=["true"],
+        nodes_file=nodes,
+        report=False,
+        wait_nodes_s=GREET_QUIET_S + 0.5,
+        output=tmp_path / "r.json",
+        stderr=err,
+    )
+    with caplog.at_level("WARNING", logger="sparkwatch.client_waits"):
+        assert await run_command(opts) == 0
+    said, why = err.getvalue(), "down: cannot connect to 127.0.0.1:9: Connection refused"
+    assert f"sparkwatch: waiting up to 0.5 s more for node ghost to say hello ({why})" in said
+    assert f"sparkwatch: warning: node ghost has not said hello after 2.5 s ({why}); the run goes on" in said
+    note = "sparkwatch: note: no --proxy-upstream and no --import: with --nodes the command cannot post marks"
+    assert said.index(" open on http://") < said.index(note)
+    assert "never caught up: ghost" in said + capsys.readouterr().out  # still said in the quality line
+    assert "have not caught up" not in caplog.text  # the end's wait did not wait on it

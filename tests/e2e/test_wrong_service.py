@@ -6,7 +6,6 @@ coordinator refuses is named by the file it came from. Real processes: a sim age
 
 from __future__ import annotations
 
-import json
 import pathlib
 import subprocess
 import time
@@ -14,7 +13,7 @@ import urllib.request
 from typing import Any
 
 from helpers.cli import sparkwatch
-from helpers.processes import Coordinator, free_port, wait_connected
+from helpers.processes import Coordinator, wait_connected
 
 #: Well under the 30 s --wait given, with room for a loaded machine's interpreter starts.
 QUICK_S = 15
@@ -84,58 +83,3 @@ def test_the_simulated_model_given_as_the_coordinator_is_named(sim_model: str) -
     said = one_line(sparkwatch("runs", "list", "--coordinator", sim_model))
     assert f"GET {sim_model}/v1/runs: HTTP 404: Not Found (" in said  # not aiohttp's "404: 404: Not Found"
     assert f"({sim_model} is a sparkwatch-sim-model, not the coordinator" in said
-
-
-def test_a_node_whose_agent_is_not_there_is_named_while_run_waits_and_not_waited_for_at_the_end(
-    agent_factory: Any, tmp_path: pathlib.Path
-) -> None:
-    """A new user's `run` with a mistyped port sat silent for 15 s (the hello wait), and after the command
-    5 s more for samples that could never come. Now the wait says at once which node and why (in the
-    system's words, not aiohttp's "ssl:default"), and the end does not wait on a node never heard from."""
-    agent = agent_factory("--backend", "sim", "--node", "spark-1")
-    dead = free_port()
-    nodes = tmp_path / "nodes.toml"
-    nodes.write_text(
-        f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\n[nodes.ghost]\nurl = "ws://127.0.0.1:{dead}"\n'
-    )
-    result = sparkwatch(
-        "run", "--nodes", str(nodes), "--no-report", "-o", str(tmp_path / "r.json"), "--", "true"
-    )
-    assert result.returncode == 0, result.stderr
-    why = f"cannot connect to 127.0.0.1:{dead}: Connection refused"
-    assert f"sparkwatch: waiting up to 13 s more for node ghost to say hello (down: {why})" in result.stderr
-    assert f"sparkwatch: warning: node ghost has not said hello after 15 s (down: {why})" in result.stderr
-    assert "never caught up: ghost" in result.stdout + result.stderr  # still said in the quality line
-    assert "have not caught up" not in result.stderr  # the end's wait did not wait on it
-    # nothing can make windows (no proxy, no import, and with --nodes the command cannot post marks): said
-    # before the command runs, not only after it
-    note = "sparkwatch: note: no --proxy-upstream and no --import: with --nodes the command cannot post marks"
-    assert result.stderr.index(" open on http://") < result.stderr.index(note)
-
-
-def test_strict_does_not_start_the_command_when_a_node_was_never_heard_from(
-    agent_factory: Any, tmp_path: pathlib.Path
-) -> None:
-    """`--strict` with a node down ran the whole benchmark, then exited 3: now it exits 3 before it."""
-    agent = agent_factory("--backend", "sim", "--node", "spark-1")
-    nodes = tmp_path / "nodes.toml"
-    nodes.write_text(
-        f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\n'
-        f'[nodes.ghost]\nurl = "ws://127.0.0.1:{free_port()}"\n'
-    )
-    ran = tmp_path / "ran"
-    result = sparkwatch("run", "--nodes", str(nodes), "--strict", "--json", "--", "touch", str(ran))
-    assert result.returncode == 3, result.stderr
-    assert (
-        "sparkwatch: --strict: the command was not started: node(s) ghost have not said hello"
-        in result.stderr
-    )
-    assert not ran.exists()
-    assert (
-        "node ghost has not said hello after 15 s" in result.stderr
-        and "--strict does not start" in result.stderr
-    )
-    outcome = json.loads(result.stdout)
-    assert (outcome["exit_code"], outcome["export"], outcome["run_id"]) == (3, None, None)
-    assert outcome["quality"]["sound"] is False and outcome["quality"]["nodes_ok"] == 1
-    assert outcome["quality"]["problems"] == ["not started: no hello from ghost"]
