@@ -23,8 +23,8 @@ async def greet(client: CoordinatorClient, opts: RunOptions) -> list[dict[str, A
     """Wait (bounded) for every agent's hello before the run opens, so the coordinator can refuse a run
     in which one agent is listed twice; an agent that calls itself by another name is a warning. Returns
     the nodes as /v1/nodes says them; those not heard from (:func:`silent_of`) are named on stderr (their
-    samples are not waited for before the command). A node
-    still silent after a moment is named at once, with why, so the wait is not a silent one."""
+    samples are not waited for before the command). A node still silent after a moment is named at once,
+    with why, so the wait is not a silent one."""
     first_s = min(GREET_QUIET_S, opts.wait_nodes_s)
     nodes = await client.wait_for_hellos(first_s)
     waiting = [n for n in nodes if not n.get("hardware") and not refused(n)]  # refused: waiting cannot help
