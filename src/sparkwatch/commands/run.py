@@ -321,7 +321,7 @@ async def _finish(
     try:
         # a node late at the start is only logged; one whose samples never reach the end spoils the run (one
         # never heard from at all is not waited for: it is behind, said in the quality line)
-        unheard_now = frozenset(str(n["node"]) for n in await client.nodes() if not n.get("hardware"))
+        unheard_now = silent_of(await client.nodes())
         behind = await client.wait_caught_up(time.time_ns(), timeout_s=5.0, skip=unheard_now)
         state.nodes_behind = sorted({*behind, *unheard_now})
         ended = await client.end_run(state.run_id, command)

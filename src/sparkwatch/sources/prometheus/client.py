@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from sparkwatch.http_reasons import host_port
 from sparkwatch.meters.credentials import SecretFileError, first_line
 from sparkwatch.sources import SourceError
 
@@ -63,10 +64,7 @@ class Auth:
 def public_url(url: str) -> str:
     """``url`` without user information, query or fragment: what may be printed and exported."""
     parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    netloc = host_port(parts.hostname or "", parts.port)
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
