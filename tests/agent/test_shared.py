@@ -138,6 +138,11 @@ def test_another_sparkwatch_service_is_known_by_its_server_header() -> None:
         seen("Python/3.11 aiohttp/3.9.5") is None and seen("sparkwatch-exporter") is None and seen() is None
     )
     assert other_service({"Server": "sparkwatch-agent"}, "sparkwatch-coordinator") == "sparkwatch-agent"
+    # an answer sparkwatch's proxy relayed: the proxy is what was reached, not the server behind it
+    relayed = CIMultiDict([("Server", "sparkwatch-sim-model"), ("Via", "1.0 edge, 1.1 sparkwatch-proxy")])
+    assert other_service(relayed, "sparkwatch-coordinator") == "sparkwatch-proxy"
+    assert other_service(CIMultiDict(Via="1.1 sparkwatch-proxy"), "sparkwatch-agent") == "sparkwatch-proxy"
+    assert other_service(CIMultiDict(Via="sparkwatch-proxy"), "sparkwatch-agent") is None  # not a Via entry
 
 
 def test_backoff_jitter_spreads_retries_that_failed_together() -> None:

@@ -16,6 +16,9 @@ from aiohttp.test_utils import TestServer
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.http_reasons import host_port, unreachable_reason
+from sparkwatch.proxy.proxy import ProxyConfig
+from sparkwatch.proxy.serve import running_proxy
+from sparkwatch.proxy.sinks import PrintSink
 
 #: A connection key as aiohttp builds one (only its host and port are printed).
 KEY = ConnectionKey(*(["coordinator.example", 8750] + [None] * (len(ConnectionKey._fields) - 2)))
@@ -80,6 +83,32 @@ async def test_a_refusal_that_is_not_a_coordinators_says_so() -> None:
         " another service?)"
     )
     assert str(ours.value) == f"GET {url}/v1/runs/r1: HTTP 404: no run r1" and ours.value.code == "not_found"
+
+
+async def test_the_proxys_port_given_as_the_coordinators_is_named_as_the_proxy() -> None:
+    """The proxy relays a /v1/runs it is sent to the model server, whose refusal named that server (a
+    sim-model behind it read as "is a sparkwatch-sim-model"): the proxy's Via names what was reached."""
+
+    async def model_server(request: web.Request) -> web.Response:
+        return web.json_response({"detail": "Not Found"}, status=404)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", model_server)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        upstream = str(server.make_url("")).rstrip("/")
+        async with running_proxy("127.0.0.1", 0, ProxyConfig(upstream), PrintSink()) as proxy_url:
+            client = CoordinatorClient(CoordinatorTarget(proxy_url, None))
+            async with client:
+                with pytest.raises(CoordinatorError) as wrong:
+                    await client.runs()
+    finally:
+        await server.close()
+    assert str(wrong.value) == (
+        f'GET {proxy_url}/v1/runs: HTTP 404: {{"detail": "Not Found"}} ({proxy_url} is a sparkwatch-proxy,'
+        " not the coordinator: the coordinator listens on 8750 unless its --listen says otherwise)"
+    )
 
 
 async def test_a_401_to_a_request_without_a_token_says_where_one_is_given() -> None:

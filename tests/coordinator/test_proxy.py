@@ -255,12 +255,15 @@ async def test_stream_passes_unchanged_and_unbuffered(upstream: tuple[Upstream, 
                 got += chunk
                 up.client_saw.set()
             assert resp.headers["X-Upstream"] == "yes"
+            # RFC 9110 §7.6.3: the hop is said in Via both ways; the answer keeps its origin's Server
+            assert resp.headers["Via"] == "1.1 sparkwatch-proxy"
+            assert resp.headers["Server"].startswith("Python/")  # the upstream's aiohttp, not the proxy
     finally:
         await runner.cleanup()
     assert got == STREAM
     path, received, headers = up.received[0]
     assert (path, received) == ("/v1/chat/completions?x=1", body)
-    assert headers["Authorization"] == "Bearer upstream-key"
+    assert headers["Authorization"] == "Bearer upstream-key" and headers["Via"] == "1.1 sparkwatch-proxy"
     assert "X-Sparkwatch-Phase" not in headers  # our header is ours
     (w,) = sink.windows
     assert w.phase == "timed" and w.http_status == 200 and w.finish_reason == "stop"
@@ -285,8 +288,8 @@ async def test_warmup_count_header_and_passthrough(upstream: tuple[Upstream, str
             async with session.post(
                 f"{url}/v1/completions", data=b"{}", headers={"X-Sparkwatch-Phase": "Bad Phase"}
             ) as resp:
-                assert resp.status == 400
-                assert (await resp.json())["error"]["code"] == "invalid_phase"
+                assert resp.status == 400 and resp.headers["Server"] == "sparkwatch-proxy"  # its own answer
+                assert (await resp.json())["error"]["code"] == "invalid_phase" and "Via" not in resp.headers
     finally:
         await runner.cleanup()
     assert [w.phase for w in sink.windows] == ["warmup", "timed", "warmup", "timed"]
@@ -522,6 +525,38 @@ async def test_an_upstream_given_as_a_clients_base_url_is_warned_about(
     async with running_proxy("127.0.0.1", 0, ProxyConfig("http://127.0.0.1:1"), ListSink()):
         pass
     assert "ends in /v1" not in caplog.text
+
+
+async def test_an_upstream_that_does_not_answer_is_said_once_when_the_proxy_starts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A model server not up yet, or a wrong port, was found by the benchmark's first request's 502: the
+    start now says so, once, in the system's words and without the URL's credentials. Any HTTP answer
+    (here a 404 to a HEAD of the root, after one that warned nothing) is an upstream that is there."""
+    async with running_proxy("127.0.0.1", 0, ProxyConfig("http://user:pw@127.0.0.1:1"), ListSink()):
+        pass
+    (said,) = [r.getMessage() for r in caplog.records if "does not answer" in r.getMessage()]
+    assert said == (
+        "the upstream http://127.0.0.1:1 does not answer (Connection refused):"
+        " requests through the proxy get 502 until it does"
+    )
+    caplog.clear()
+    asked: list[tuple[str, str]] = []
+
+    async def not_found(request: web.Request) -> web.Response:
+        asked.append((request.method, request.path))
+        return web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", not_found)
+    runner, url = await serve(app)
+    try:
+        async with running_proxy("127.0.0.1", 0, ProxyConfig(url), ListSink()):
+            pass
+    finally:
+        await runner.cleanup()
+    assert "does not answer" not in caplog.text
+    assert asked == [("HEAD", "/")]  # one HEAD, nothing more
 
 
 async def test_the_connection_guards_refusals_reach_an_openai_client_in_openai_shape(

@@ -24,33 +24,17 @@ from sparkwatch.core.windows import Window
 from sparkwatch.defaults import PHASE_RE
 from sparkwatch.http_reasons import unreachable_reason
 from sparkwatch.proxy.clock import WallClock
+from sparkwatch.proxy.headers import PHASE_HEADER, forwarded, name_own_answers, relayed
 from sparkwatch.proxy.refusals import openai_error
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
 
 log = logging.getLogger(__name__)
 
-PHASE_HEADER = "X-Sparkwatch-Phase"
 GENERATION_SUFFIXES = ("/chat/completions", "/completions")
 #: The request's place in the order generation requests arrived: its window's number (ids in arrival order).
 ARRIVAL = web.RequestKey("sparkwatch_arrival", int)
 #: How long requests in flight get to finish when the proxy closes (the runner's shutdown timeout).
 SHUTDOWN_GRACE_S = 1.0
-#: RFC 9110 §7.6.1 hop-by-hop headers, plus the ones aiohttp sets for each side itself.
-HOP_BY_HOP = frozenset(
-    h.lower()
-    for h in (
-        "Connection",
-        "Keep-Alive",
-        "Proxy-Authenticate",
-        "Proxy-Authorization",
-        "TE",
-        "Trailer",
-        "Transfer-Encoding",
-        "Upgrade",
-        "Host",
-        "Content-Length",
-    )
-)
 
 
 class ProxyConfigError(Exception):
@@ -174,7 +158,7 @@ class Proxy:
         url = URL(self.upstream + request.raw_path, encoded=True)
         try:
             upstream = await self._session.request(
-                request.method, url, headers=_forwarded(request), data=body or None, allow_redirects=False
+                request.method, url, headers=forwarded(request), data=body or None, allow_redirects=False
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             why = unreachable_reason(exc) if isinstance(exc, aiohttp.ClientError) else "no answer in time"
@@ -236,9 +220,8 @@ class Proxy:
         learns whether the client hung up (the handler is cancelled then: make_proxy_runner) or the upstream
         broke off or timed out, which the client then sees too: its connection is cut, never ended cleanly."""
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for k, v in upstream.headers.items():
-            if k.lower() not in HOP_BY_HOP:
-                response.headers.add(k, v)
+        for k, v in relayed(upstream):
+            response.headers.add(k, v)
         if upstream.content_length is not None:
             response.content_length = upstream.content_length
         try:
@@ -361,12 +344,6 @@ def _unfinished_stream(watcher: ResponseWatcher, status: int | None, notes: Mapp
     return watcher.streaming and status is not None and 200 <= status < 300 and not cut
 
 
-def _forwarded(request: web.Request) -> list[tuple[str, str]]:
-    """The client's headers as the upstream gets them: hop-by-hop ones and our phase header dropped."""
-    phase = PHASE_HEADER.lower()
-    return [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != phase]
-
-
 def _within(t_ns: int | None, lo: int, hi: int) -> int | None:
     return None if t_ns is None else min(max(t_ns, lo), hi)
 
@@ -374,6 +351,7 @@ def _within(t_ns: int | None, lo: int, hi: int) -> int | None:
 def make_proxy_app(proxy: Proxy) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    name_own_answers(app)
 
     async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
         await proxy.start()

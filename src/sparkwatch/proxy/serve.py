@@ -15,6 +15,7 @@ from sparkwatch.proxy.proxy import Proxy, ProxyConfig, ProxyConfigError, WindowS
 from sparkwatch.proxy.refusals import openai_shape
 from sparkwatch.proxy.sinks import PrintSink, RunPoster
 from sparkwatch.proxy.spill import spill_lost
+from sparkwatch.proxy.upstream_probe import upstream_unanswered
 from sparkwatch_agent.shared.http import start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 
@@ -29,11 +30,12 @@ async def running_proxy(
     coordinator) they are stamped on the coordinator's clock, else on this host's wall clock."""
     if not config.upstream.startswith(("http://", "https://")):
         raise ProxyConfigError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
+    shown = URL(config.upstream.rstrip("/")).with_user(None).with_query(None)  # never its credentials
     if config.upstream.rstrip("/").endswith("/v1"):  # a client's base URL, given where the server's root goes
         log.warning(
             "the upstream URL ends in /v1: a request to the proxy's /v1/chat/completions goes to"
             " %s/v1/chat/completions; give the server's root (without /v1) unless that is meant",
-            URL(config.upstream.rstrip("/")).with_user(None).with_query(None),  # never its credentials
+            shown,
         )
     clock: ProxyClock | WallClock = WallClock() if client is None else ProxyClock(client)
     if isinstance(clock, ProxyClock):
@@ -42,6 +44,12 @@ async def running_proxy(
     runner = make_proxy_runner(proxy)
     try:
         url = await start_site(runner, host, port, refusal_shape=openai_shape)
+        if (why := await upstream_unanswered(config.upstream)) is not None:
+            log.warning(
+                "the upstream %s does not answer (%s): requests through the proxy get 502 until it does",
+                shown,
+                why,
+            )
         try:
             yield url
         finally:

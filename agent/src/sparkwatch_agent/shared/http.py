@@ -26,7 +26,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 AGENT_SERVER = "sparkwatch-agent"
 COORDINATOR_SERVER = "sparkwatch-coordinator"
 SIM_MODEL_SERVER = "sparkwatch-sim-model"
-SERVER_NAMES = (AGENT_SERVER, COORDINATOR_SERVER, SIM_MODEL_SERVER)
+#: The proxy names itself in ``Via`` on what it relays and in ``Server`` on its own answers.
+PROXY_SERVER = "sparkwatch-proxy"
+SERVER_NAMES = (AGENT_SERVER, COORDINATOR_SERVER, SIM_MODEL_SERVER, PROXY_SERVER)
 
 
 class BindError(Exception):
@@ -47,13 +49,23 @@ def name_server(app: web.Application, name: str) -> None:
 def other_service(headers: Mapping[str, str], expected: str) -> str | None:
     """The sparkwatch service an answer's ``Server`` header(s) name when it is not ``expected`` (None: the
     expected one, or no sparkwatch service at all, which the caller judges by its answer). Each name is
-    read without a version (``sparkwatch-agent/0.2``), in a list a proxy may have made of several."""
-    getall = getattr(headers, "getall", None)
-    values = getall("Server", []) if getall is not None else [headers.get("Server", "")]
-    names = {part.split("/", 1)[0].strip() for value in values for part in value.split(",")}
+    read without a version (``sparkwatch-agent/0.2``), in a list a proxy may have made of several. An
+    answer sparkwatch's proxy relayed names it in ``Via`` (``1.1 sparkwatch-proxy``): the proxy is what
+    was reached, whatever its upstream calls itself."""
+    hops = {fields[1] for part in _parts(headers, "Via") if len(fields := part.split()) > 1}
+    if PROXY_SERVER in hops and expected != PROXY_SERVER:
+        return PROXY_SERVER
+    names = {part.split("/", 1)[0].strip() for part in _parts(headers, "Server")}
     if expected in names:
         return None
     return next((name for name in SERVER_NAMES if name in names), None)
+
+
+def _parts(headers: Mapping[str, str], name: str) -> list[str]:
+    """The comma-separated parts of every value of header ``name`` (a multidict has several)."""
+    getall = getattr(headers, "getall", None)
+    values = getall(name, []) if getall is not None else [headers.get(name, "")]
+    return [part for value in values for part in value.split(",")]
 
 
 def json_error(status: int, error: str, reason: Any) -> web.Response:
