@@ -30,6 +30,7 @@ from sparkwatch.cli_types import (
 )
 from sparkwatch.defaults import (
     DEFAULT_GATE_THRESHOLD,
+    DEFAULT_HELLO_WAIT_S,
     DEFAULT_INTERVAL_S,
     DEFAULT_SCOPE,
     DEMO_EXPORT,
@@ -169,26 +170,13 @@ def _add_run(sub: Sub) -> None:
     coordinator_args(run, group=where)
     run.add_argument("--name", type=run_name, metavar="TEXT", help="run name (default: the command)")
     run.add_argument(
-        "--interval",
-        type=interval_s,
-        default=DEFAULT_INTERVAL_S,
+        "--wait",
+        type=positive_float,
+        default=DEFAULT_HELLO_WAIT_S,
         metavar="SECONDS",
-        help=f"the agents' sampling interval during the run (default {DEFAULT_INTERVAL_S:g})",
+        help=f"for every node's hello before the run opens (default {DEFAULT_HELLO_WAIT_S:g})",
     )
-    run.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE, help="what the figures cover")
-    run.add_argument(
-        "--phases",
-        type=phases,
-        metavar="LIST",
-        help="window phases measured, e.g. timed,warmup (default timed)",
-    )
-    run.add_argument(
-        "--gate-threshold",
-        type=ratio,
-        default=DEFAULT_GATE_THRESHOLD,
-        metavar="RATIO",
-        help="GPU utilisation a sample needs to count in gated figures",
-    )
+    _method_args(run)
     run.add_argument(
         "--proxy-upstream",
         type=upstream_url,
@@ -220,6 +208,31 @@ def _add_run(sub: Sub) -> None:
     _outcome_args(run)
     _no_report_arg(run)
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+
+
+def _method_args(run: argparse.ArgumentParser) -> None:
+    """What a run measures and how: its sampling interval, scope, phases and gate."""
+    run.add_argument(
+        "--interval",
+        type=interval_s,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"the agents' sampling interval during the run (default {DEFAULT_INTERVAL_S:g})",
+    )
+    run.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE, help="what the figures cover")
+    run.add_argument(
+        "--phases",
+        type=phases,
+        metavar="LIST",
+        help="window phases measured, e.g. timed,warmup (default timed)",
+    )
+    run.add_argument(
+        "--gate-threshold",
+        type=ratio,
+        default=DEFAULT_GATE_THRESHOLD,
+        metavar="RATIO",
+        help="GPU utilisation a sample needs to count in gated figures",
+    )
 
 
 def _add_import(sub: Sub) -> None:

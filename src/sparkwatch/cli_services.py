@@ -121,6 +121,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         strict=args.strict or load_settings().strict,
         json_out=args.json,
         report=args.report,
+        wait_nodes_s=args.wait,
     )
     return asyncio.run(run_command(opts))
 

@@ -18,6 +18,9 @@ SCOPES: tuple[ScopeKind, ...] = ("request", "decode", "run")
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_GATE_THRESHOLD = 0.5
 DEFAULT_SCOPE: ScopeKind = "request"
+#: How long `run` waits for every node's hello before the run opens (a node still silent then is measured
+#: from when it says hello; --strict does not start the command).
+DEFAULT_HELLO_WAIT_S = 15.0
 #: The window phases a run measures unless it names others (warm-up and other phases are kept, unmeasured),
 #: and the most one run may name.
 DEFAULT_PHASES: tuple[str, ...] = ("timed",)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sparkwatch.cli import main
 from sparkwatch.client_waits import NodeWaits
 from sparkwatch.commands.run import run_command
 from sparkwatch.commands.run_greeting import GREET_QUIET_S, greet, silent_of
@@ -161,3 +162,25 @@ async def test_a_node_whose_agent_is_not_there_is_named_while_run_waits_and_not_
     assert said.index(" open on http://") < said.index(note)
     assert "never caught up: ghost" in said + capsys.readouterr().out  # still said in the quality line
     assert "have not caught up" not in caplog.text  # the end's wait did not wait on it
+
+
+def test_run_wait_says_how_long_the_hellos_are_waited_for(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 15 s hello wait had no flag: a cluster whose SSH links take longer to dial had no way to wait
+    for them. `run --wait SECONDS`, through the command line, with the real flow (a refused port, so the
+    wait runs its whole length) and --strict, so nothing is started; a wait of 0 is refused by the flag."""
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[nodes.ghost]\nurl = "ws://127.0.0.1:9"\n')  # the discard port: refused
+    ran = tmp_path / "ran"
+    wait = f"{GREET_QUIET_S + 0.7:g}"
+    argv = ["run", "--nodes", str(nodes), "--wait", wait, "--strict", "--no-report", "--", "touch", str(ran)]
+    assert main(argv) == 3 and not ran.exists()
+    err = capsys.readouterr().err
+    assert "waiting up to 0.7 s more for node ghost to say hello" in err
+    assert f"node ghost has not said hello after {wait} s" in err
+    with pytest.raises(SystemExit) as refused:
+        main(["run", "--wait", "0", "--", "true"])
+    assert refused.value.code == 2
+    said = capsys.readouterr().err
+    assert "sparkwatch run: error: argument --wait: must be a positive number, got '0'" in said

@@ -10,7 +10,13 @@ from typing import TextIO
 
 from sparkwatch.client import CoordinatorTarget
 from sparkwatch.commands.run_lmx import ProxyWindows
-from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_SCOPE, ScopeKind
+from sparkwatch.defaults import (
+    DEFAULT_GATE_THRESHOLD,
+    DEFAULT_HELLO_WAIT_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_SCOPE,
+    ScopeKind,
+)
 from sparkwatch.importers import ClockAnchor
 
 LMX_STATUS_STREAM = "-"  # --import lmx-status:- reads CMD's own stderr, where lmx writes --json-status
@@ -43,10 +49,10 @@ class RunOptions:
     strict: bool = False
     json_out: bool = False
     report: bool = True  # the series block in the export, and EXPORT.report.html beside it
-    wait_nodes_s: float = 15.0
+    wait_nodes_s: float = DEFAULT_HELLO_WAIT_S
     status_every_s: float | None = None  # None: 1 s on a TTY, 5 s otherwise
     capture_dir: Path | None = None  # set by run_command: a temporary folder for the lmx-status capture
-    stderr: TextIO = field(default=sys.stderr)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)  # the stream when made, not at import
 
 
 @dataclass(slots=True)
