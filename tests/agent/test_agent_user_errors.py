@@ -279,6 +279,29 @@ def test_unknown_paths_and_wrong_methods_are_json_on_a_real_agent(
     assert "Traceback" not in agent.stop()
 
 
+def test_a_rotated_token_is_in_force_at_the_next_request_and_a_bad_one_changes_nothing(
+    agent_factory: Any, token_file: pathlib.Path
+) -> None:
+    """The agent read its token once at start: rotating one meant a restart of every agent (and a gap in
+    their samples). The file is read again when it changes; a file that is no longer a valid token (here
+    readable by others) keeps the token in force and says why in the log."""
+    agent = agent_factory("--backend", "sim", "--interval", "0.5", "--token-file", str(token_file))
+    new = "rotated-token-" + "x" * 20
+    staged = token_file.with_name("token.new")
+    staged.write_text(new + "\n")
+    staged.chmod(0o600)
+    staged.replace(token_file)  # as an operator's `install -m 0600` or an atomic rename would
+    assert raw_request(agent.port, http("GET", "/v1/time", new))[0] == 200
+    _refusal(raw_request(agent.port, http("GET", "/v1/time", TOKEN)), 401, "unauthorized")
+    token_file.chmod(0o644)  # a mistake: the file is refused, the token in force stays
+    for _ in range(3):
+        assert raw_request(agent.port, http("GET", "/v1/time", new))[0] == 200
+    logged = agent.stop()
+    assert f"token file {token_file} read again: its token is in force from now" in logged
+    assert f"token file {token_file} is accessible by group or others (mode 0644)" in logged
+    assert logged.count("the token read before stays in force") == 1 and "Traceback" not in logged
+
+
 @pytest.mark.parametrize(
     ("request_bytes", "what"),
     [

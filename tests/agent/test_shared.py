@@ -93,7 +93,8 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("a-token-of-enough-length\n")
     token_file.chmod(0o600)
-    assert token_for_bind("0.0.0.0", token_file, insecure_no_auth=False) == "a-token-of-enough-length"
+    bound = token_for_bind("0.0.0.0", token_file, insecure_no_auth=False)
+    assert bound is not None and bound.current() == "a-token-of-enough-length"
     folder = tmp_path / "shared"
     folder.mkdir(mode=0o1777)
     with pytest.raises(TokenFileError, match=rf"^token file {folder} is a folder, not a file$"):
@@ -102,10 +103,9 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
     os.write(write, b"a-token-from-a-pipe-0123\n")
     os.close(write)
     try:
-        assert (
-            token_for_bind("0.0.0.0", pathlib.Path(f"/proc/self/fd/{read}"), False)
-            == "a-token-from-a-pipe-0123"
-        )
+        piped = token_for_bind("0.0.0.0", pathlib.Path(f"/proc/self/fd/{read}"), False)
+        assert piped is not None and piped.current() == "a-token-from-a-pipe-0123"
+        assert piped.current() == "a-token-from-a-pipe-0123"  # read once: its stat is unchanged
     finally:
         os.close(read)
 

@@ -21,7 +21,7 @@ from sparkwatch.links.nodes_file import NodeSpec, check_secret_files, load_nodes
 from sparkwatch.store import Store
 from sparkwatch.store.writer_lock import lock_path, writer_lock
 from sparkwatch_agent.config import parse_listen
-from sparkwatch_agent.shared.auth import access_said, token_for_bind
+from sparkwatch_agent.shared.auth import ServerToken, access_said, token_for_bind
 from sparkwatch_agent.shared.http import BindError, start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 from sparkwatch_agent.shared.listener import bind_listeners
@@ -39,7 +39,7 @@ async def running_coordinator(
     db_path: Path,
     host: str,
     port: int,
-    token: str | None,
+    token: ServerToken | None,
     *,
     engine: EngineSpec | None = None,
     retain_idle_s: float | None = RETAIN_IDLE_S,

@@ -27,6 +27,7 @@ from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.hello import capabilities_json, hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor, beyond_newest
+from sparkwatch_agent.shared.auth import ServerToken
 from sparkwatch_agent.shared.http import (
     AGENT_SERVER,
     bearer_middleware,
@@ -52,7 +53,7 @@ STREAM_POLL_S = 1.0
 class AgentContext:
     sampler: Sampler
     registry: CollectorRegistry
-    token: str | None
+    token: ServerToken | None
     sim: SimGb10 | None
     wall_ns: Callable[[], int]
     mono_ns: Callable[[], int]

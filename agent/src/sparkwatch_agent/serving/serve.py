@@ -21,7 +21,7 @@ from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.http_app import AgentContext, make_app
 from sparkwatch_agent.serving.metrics import make_registry
-from sparkwatch_agent.shared.auth import access_said, token_for_bind
+from sparkwatch_agent.shared.auth import ServerToken, access_said, token_for_bind
 from sparkwatch_agent.shared.http import start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 from sparkwatch_agent.shared.systemd_notify import SystemdNotifier
@@ -29,7 +29,7 @@ from sparkwatch_agent.shared.systemd_notify import SystemdNotifier
 log = logging.getLogger(__name__)
 
 
-def agent_context(sampler: Sampler, sim: SimGb10 | None, token: str | None) -> AgentContext:
+def agent_context(sampler: Sampler, sim: SimGb10 | None, token: ServerToken | None) -> AgentContext:
     """What the HTTP handlers share: the sampler, its metrics registry, the simulator, auth."""
     return AgentContext(
         sampler=sampler,
@@ -43,7 +43,7 @@ def agent_context(sampler: Sampler, sim: SimGb10 | None, token: str | None) -> A
 
 @asynccontextmanager
 async def serve_http(
-    sampler: Sampler, sim: SimGb10 | None, host: str, port: int, token: str | None
+    sampler: Sampler, sim: SimGb10 | None, host: str, port: int, token: ServerToken | None
 ) -> AsyncIterator[str]:
     """The HTTP API on host:port and the sampler thread, until the block ends; yields the URL. A port that
     cannot be bound raises ``BindError`` before the sampler starts."""

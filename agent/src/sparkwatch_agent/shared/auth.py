@@ -9,6 +9,8 @@ import os
 import stat
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 
 class AuthConfigError(Exception):
     """Authentication set up in a way the server refuses to run with; one line for the user."""
@@ -16,6 +18,42 @@ class AuthConfigError(Exception):
 
 class TokenFileError(AuthConfigError):
     """A token file that is missing, empty or readable by others."""
+
+
+class TokenFile:
+    """The token a server requires, read again when its file changes, so a rotated token is in force at
+    the next request without a restart (as Prometheus reads its credentials files). Each request costs one
+    ``stat``; a changed file that is no longer a valid token (too short, a wrong mode, gone) keeps the
+    last token read, said once in the log until the file changes again. Only a regular file is read again:
+    a pipe (``--token-file <(pass show agent)``) holds its token once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen = self._version()  # before the read: a change while it reads is read again
+        self._token = load_token(path)  # a bad file at start is the server's refusal to start
+        self._again = self._seen is not None and stat.S_ISREG(self._seen[3])
+
+    def _version(self) -> tuple[int, int, int, int] | None:
+        """What changes when the file is replaced or rewritten (None: it cannot be stat'ed now)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode
+
+    def current(self) -> str:
+        if not self._again:
+            return self._token
+        version = self._version()
+        if version != self._seen:
+            self._seen = version
+            try:
+                self._token = load_token(self.path)
+            except TokenFileError as exc:
+                log.error("%s; the token read before stays in force", exc)
+            else:
+                log.info("token file %s read again: its token is in force from now", self.path)
+        return self._token
 
 
 def _systemd_credential(path: Path) -> bool:
@@ -74,7 +112,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def access_said(host: str, token: str | None) -> tuple[int, str]:
+def access_said(host: str, token: ServerToken | None) -> tuple[int, str]:
     """Who may use the API, for a server's "listening on" line, and that line's log level: an operator
     reading the log sees an open API for what it is, at once (one served to the network with
     --insecure-no-auth as a warning)."""
@@ -85,10 +123,19 @@ def access_said(host: str, token: str | None) -> tuple[int, str]:
     return logging.WARNING, "API: OPEN TO THE NETWORK, no token (--insecure-no-auth)"
 
 
-def token_for_bind(host: str, token_file: Path | None, insecure_no_auth: bool) -> str | None:
-    """The token a server listening on ``host`` requires (``None``: none), loaded from ``token_file``; a
-    bind off loopback without one is refused unless ``insecure_no_auth`` says so explicitly."""
-    token = load_token(token_file) if token_file else None
+#: What a server checks a bearer token against: a fixed one (tests, the embedded coordinator) or a file's.
+ServerToken = str | TokenFile
+
+
+def expected_token(token: ServerToken) -> str:
+    """The token in force now."""
+    return token if isinstance(token, str) else token.current()
+
+
+def token_for_bind(host: str, token_file: Path | None, insecure_no_auth: bool) -> TokenFile | None:
+    """The token a server listening on ``host`` requires (``None``: none), from ``token_file`` (read again
+    when it changes); a bind off loopback without one is refused unless ``insecure_no_auth`` says so."""
+    token = TokenFile(token_file) if token_file else None
     if token is None and not is_loopback(host) and not insecure_no_auth:
         raise AuthConfigError(
             f"refusing to listen on {host} without a token: pass --token-file FILE"

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sparkwatch_agent.shared.auth import bearer_ok
+from sparkwatch_agent.shared.auth import ServerToken, bearer_ok, expected_token
 from sparkwatch_agent.shared.conn_guard import ConnectionGuard, RefusalBody, error_and_reason
 from sparkwatch_agent.shared.listener import GuardedSite
 from sparkwatch_agent.shared.log_limit import install_accept_error_log
@@ -102,14 +102,15 @@ async def json_refusals(request: web.Request, handler: Handler) -> web.StreamRes
 
 
 def bearer_middleware(
-    token: str | None, protected: Callable[[str], bool]
+    token: ServerToken | None, protected: Callable[[str], bool]
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """401 with a JSON reason for a protected path without the right bearer token (none configured: open)."""
+    """401 with a JSON reason for a protected path without the right bearer token (none configured: open);
+    a token file's token is the one in force at each request (auth.TokenFile)."""
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         header = request.headers.get("Authorization")
-        if token is not None and protected(request.path) and not bearer_ok(header, token):
+        if token is not None and protected(request.path) and not bearer_ok(header, expected_token(token)):
             if header is None or not header.startswith("Bearer "):
                 return json_error(
                     401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)"

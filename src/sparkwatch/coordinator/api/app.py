@@ -31,6 +31,7 @@ from sparkwatch.store import (
     StoreError,
     Unavailable,
 )
+from sparkwatch_agent.shared.auth import ServerToken
 from sparkwatch_agent.shared.http import (
     COORDINATOR_SERVER,
     Handler,
@@ -290,7 +291,7 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(request.app[OPENAPI])
 
 
-def make_app(coordinator: Coordinator, token: str | None) -> web.Application:
+def make_app(coordinator: Coordinator, token: ServerToken | None) -> web.Application:
     middleware = bearer_middleware(token, lambda path: path not in ("/healthz", "/metrics"))
     middlewares = [json_refusals, middleware, store_refusals]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
