@@ -8,20 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch import __version__
-from sparkwatch.cli_parser_runs import add_export_parser, add_runs_parser
+from sparkwatch.cli_parser_runs import add_export_parser, add_runs_parser, method_args
 from sparkwatch.cli_types import (
     Once,
     agent_urls,
     coordinator_args,
     count,
     engine_metrics_url,
-    interval_s,
     listen,
     log_level_arg,
-    phases,
     positive_float,
     positive_int,
-    ratio,
     remote_write_url,
     retention_s,
     run_name,
@@ -29,14 +26,10 @@ from sparkwatch.cli_types import (
     upstream_url,
 )
 from sparkwatch.defaults import (
-    DEFAULT_GATE_THRESHOLD,
     DEFAULT_HELLO_WAIT_S,
-    DEFAULT_INTERVAL_S,
-    DEFAULT_SCOPE,
     DEMO_EXPORT,
     MAX_DEMO_NODES,
     RETAIN_IDLE_S,
-    SCOPES,
 )
 
 PROG = "sparkwatch"
@@ -176,7 +169,7 @@ def _add_run(sub: Sub) -> None:
         metavar="SECONDS",
         help=f"for every node's hello before the run opens (default {DEFAULT_HELLO_WAIT_S:g})",
     )
-    _method_args(run)
+    method_args(run)
     run.add_argument(
         "--proxy-upstream",
         type=upstream_url,
@@ -208,31 +201,6 @@ def _add_run(sub: Sub) -> None:
     _outcome_args(run)
     _no_report_arg(run)
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
-
-
-def _method_args(run: argparse.ArgumentParser) -> None:
-    """What a run measures and how: its sampling interval, scope, phases and gate."""
-    run.add_argument(
-        "--interval",
-        type=interval_s,
-        default=DEFAULT_INTERVAL_S,
-        metavar="SECONDS",
-        help=f"the agents' sampling interval during the run (default {DEFAULT_INTERVAL_S:g})",
-    )
-    run.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE, help="what the figures cover")
-    run.add_argument(
-        "--phases",
-        type=phases,
-        metavar="LIST",
-        help="window phases measured, e.g. timed,warmup (default timed)",
-    )
-    run.add_argument(
-        "--gate-threshold",
-        type=ratio,
-        default=DEFAULT_GATE_THRESHOLD,
-        metavar="RATIO",
-        help="GPU utilisation a sample needs to count in gated figures",
-    )
 
 
 def _add_import(sub: Sub) -> None:

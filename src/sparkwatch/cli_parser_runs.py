@@ -28,6 +28,32 @@ from sparkwatch.defaults import (
 )
 
 
+def method_args(parser: argparse.ArgumentParser) -> None:
+    """A run's method, the same flags for `run` and `runs open`: its sampling interval, scope, phases and
+    gate."""
+    parser.add_argument(
+        "--interval",
+        type=interval_s,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"the agents' sampling interval while the run is open (default {DEFAULT_INTERVAL_S:g})",
+    )
+    parser.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE, help="what the figures cover")
+    parser.add_argument(
+        "--phases",
+        type=phases,
+        metavar="LIST",
+        help="window phases measured, e.g. timed,warmup (default timed)",
+    )
+    parser.add_argument(
+        "--gate-threshold",
+        type=ratio,
+        default=DEFAULT_GATE_THRESHOLD,
+        metavar="RATIO",
+        help="GPU utilisation a sample needs to count in gated figures",
+    )
+
+
 def add_runs_parser(sub: Any) -> None:
     runs = sub.add_parser(
         "runs", help="a coordinator's runs by hand: list, show, open, end, export, mark, delete"
@@ -44,18 +70,7 @@ def add_runs_parser(sub: Any) -> None:
     opening.add_argument(
         "--name", type=run_name, default="manual", metavar="TEXT", help="run name (default: manual)"
     )
-    opening.add_argument(
-        "--interval",
-        type=interval_s,
-        default=DEFAULT_INTERVAL_S,
-        metavar="SECONDS",
-        help=f"the agents' sampling interval while the run is open (default {DEFAULT_INTERVAL_S:g})",
-    )
-    opening.add_argument("--gate-threshold", type=ratio, default=DEFAULT_GATE_THRESHOLD, metavar="RATIO")
-    opening.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE)
-    opening.add_argument(
-        "--phases", type=phases, metavar="LIST", help="window phases measured (default timed)"
-    )
+    method_args(opening)
     end = actions.add_parser("end", help="end a run now, then wait for the nodes' samples up to its end")
     end.add_argument("run_id", metavar="ID")
     export = actions.add_parser("export", help="a run's sparkwatch.run/1 export (stdout, or -o FILE)")
