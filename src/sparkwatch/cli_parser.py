@@ -167,7 +167,7 @@ def _add_run(sub: Sub) -> None:
         type=positive_float,
         default=DEFAULT_HELLO_WAIT_S,
         metavar="SECONDS",
-        help=f"for every node's hello before the run opens (default {DEFAULT_HELLO_WAIT_S:g})",
+        help=f"for each node's hello, then its samples, before CMD starts (default {DEFAULT_HELLO_WAIT_S:g})",
     )
     method_args(run)
     run.add_argument(

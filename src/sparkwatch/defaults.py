@@ -19,7 +19,7 @@ DEFAULT_INTERVAL_S = 0.1
 DEFAULT_GATE_THRESHOLD = 0.5
 DEFAULT_SCOPE: ScopeKind = "request"
 #: How long `run` waits for every node's hello before the run opens (a node still silent then is measured
-#: from when it says hello; --strict does not start the command).
+#: from when it says hello; --strict does not start the command), and as long again for their samples.
 DEFAULT_HELLO_WAIT_S = 15.0
 #: The window phases a run measures unless it names others (warm-up and other phases are kept, unmeasured),
 #: and the most one run may name.

@@ -7,6 +7,7 @@ import logging
 import os
 import pathlib
 import signal
+import threading
 
 import pytest
 from aiohttp import web
@@ -14,6 +15,7 @@ from multidict import CIMultiDict
 
 from sparkwatch_agent.shared.auth import (
     AuthConfigError,
+    TokenFile,
     TokenFileError,
     access_said,
     bearer_ok,
@@ -105,9 +107,42 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
     try:
         piped = token_for_bind("0.0.0.0", pathlib.Path(f"/proc/self/fd/{read}"), False)
         assert piped is not None and piped.current() == "a-token-from-a-pipe-0123"
-        assert piped.current() == "a-token-from-a-pipe-0123"  # read once: its stat is unchanged
     finally:
         os.close(read)
+
+
+def test_a_token_file_is_read_again_on_any_change_and_never_opened_once_not_a_file(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused file fixed by chmod or chown changes only its ctime; a path replaced by a FIFO would
+    block the server in open() until a writer came: it keeps the token in force instead."""
+    caplog.set_level(logging.INFO, logger="sparkwatch_agent.shared.auth")
+    path = tmp_path / "token"
+    path.write_text("first-token-0123456789\n")
+    path.chmod(0o600)
+    token = TokenFile(path)
+    path.chmod(0o640)  # a mistake: refused, the token stays
+    assert token.current() == "first-token-0123456789"
+    assert f"token file {path} is accessible by group or others (mode 0640)" in caplog.text
+    path.chmod(0o600)  # fixed: the contents and mtime did not change
+    os.chown(path, os.getuid(), os.getgid())  # an owner set (here to the same one): read again too
+    assert token.current() == "first-token-0123456789"
+    assert caplog.text.count("read again: its token is in force from now") == 1
+    os.chown(path, os.getuid(), os.getgid())
+    assert token.current() == "first-token-0123456789"
+    assert caplog.text.count("read again: its token is in force from now") == 2
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    fifo.replace(path)
+    asked = threading.Thread(target=token.current, daemon=True)
+    asked.start()
+    asked.join(5.0)
+    blocked = asked.is_alive()
+    if blocked:  # let the blocked open() go before failing
+        os.close(os.open(path, os.O_RDWR))
+    assert not blocked, "current() opened the FIFO and blocked"
+    assert token.current() == "first-token-0123456789"
+    assert f"token file {path} is no longer a regular file; the token read before stays" in caplog.text
 
 
 def test_the_listening_line_says_who_may_use_the_api() -> None:

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import pathlib
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,6 +27,7 @@ from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_app, make_prox
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
+from sparkwatch.proxy.upstream_probe import upstream_warning
 from sparkwatch.store import Store
 from sparkwatch_agent.shared.server_limits import ENV_HEADER_TIMEOUT_S
 
@@ -206,7 +208,8 @@ class Upstream:
             return web.json_response({"error": "overloaded"}, status=500)
         if "slow" in request.query:
             await asyncio.sleep(float(request.query["slow"]))
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": "yes"})
+        headers = {"Content-Type": "text/event-stream", "X-Upstream": "yes", "Server": "upstream-llm/1.0"}
+        resp = web.StreamResponse(headers=headers)
         await resp.prepare(request)
         try:
             for piece in self.pieces:
@@ -257,7 +260,7 @@ async def test_stream_passes_unchanged_and_unbuffered(upstream: tuple[Upstream, 
             assert resp.headers["X-Upstream"] == "yes"
             # RFC 9110 §7.6.3: the hop is said in Via both ways; the answer keeps its origin's Server
             assert resp.headers["Via"] == "1.1 sparkwatch-proxy"
-            assert resp.headers["Server"].startswith("Python/")  # the upstream's aiohttp, not the proxy
+            assert resp.headers["Server"] == "upstream-llm/1.0"  # the upstream's, not the proxy's
     finally:
         await runner.cleanup()
     assert got == STREAM
@@ -535,10 +538,10 @@ async def test_an_upstream_that_does_not_answer_is_said_once_when_the_proxy_star
     (here a 404 to a HEAD of the root, after one that warned nothing) is an upstream that is there."""
     async with running_proxy("127.0.0.1", 0, ProxyConfig("http://user:pw@127.0.0.1:1"), ListSink()):
         pass
-    (said,) = [r.getMessage() for r in caplog.records if "does not answer" in r.getMessage()]
+    (said,) = [r.getMessage() for r in caplog.records if "the upstream " in r.getMessage()]
     assert said == (
-        "the upstream http://127.0.0.1:1 does not answer (Connection refused):"
-        " requests through the proxy get 502 until it does"
+        "the upstream http://127.0.0.1:1 cannot be reached (Connection refused):"
+        " requests through the proxy get 502 until it can"
     )
     caplog.clear()
     asked: list[tuple[str, str]] = []
@@ -555,8 +558,43 @@ async def test_an_upstream_that_does_not_answer_is_said_once_when_the_proxy_star
             pass
     finally:
         await runner.cleanup()
-    assert "does not answer" not in caplog.text
+    assert "the upstream " not in caplog.text
     assert asked == [("HEAD", "/")]  # one HEAD, nothing more
+
+
+async def test_an_upstream_that_takes_the_connection_but_never_answers_is_said_as_that_and_let_go() -> None:
+    """No answer in the probe's time is not said to mean 502s (the proxy waits longer than the probe); and
+    a proxy whose start is cancelled while it probes lets its port go."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # held open, never answered
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    upstream = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        said = await upstream_warning(upstream, upstream, timeout_s=0.3)
+        assert said == f"the upstream {upstream} did not answer a HEAD within 0.3 s: check that it is up"
+        with socket.socket() as probe:  # a port for the proxy, known before it binds
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+
+        async def start() -> None:
+            async with running_proxy("127.0.0.1", port, ProxyConfig(upstream), ListSink()):
+                pass
+
+        starting = asyncio.create_task(start())
+        await asyncio.sleep(0.5)  # listening, and inside the 3 s probe
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        with socket.socket() as again:  # the listener was closed on the way out
+            again.bind(("127.0.0.1", port))
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
 
 
 async def test_the_connection_guards_refusals_reach_an_openai_client_in_openai_shape(

@@ -12,7 +12,7 @@ import textwrap
 from typing import Any
 
 from helpers.cli import sparkwatch
-from helpers.processes import Coordinator
+from helpers.processes import Coordinator, free_port
 
 #: Three requests through the proxy, each also written to a CSV as a harness writes its own file.
 CLIENT = textwrap.dedent(
@@ -46,7 +46,8 @@ def test_an_import_of_the_proxys_requests_is_refused_and_a_partial_repeat_is_war
     script.write_text(CLIENT)
     try:
         ran = sparkwatch(
-            "run", "--proxy-upstream", sim_model, "-o", str(out), "--no-report", "--",
+            "run", "--proxy-upstream", sim_model, "--proxy-listen", f"127.0.0.1:{free_port()}",
+            "-o", str(out), "--no-report", "--",
             sys.executable, str(script), "{proxy}", str(csv), env=env,
         )  # fmt: skip
         assert ran.returncode == 0, ran.stderr

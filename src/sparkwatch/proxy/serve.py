@@ -15,7 +15,7 @@ from sparkwatch.proxy.proxy import Proxy, ProxyConfig, ProxyConfigError, WindowS
 from sparkwatch.proxy.refusals import openai_shape
 from sparkwatch.proxy.sinks import PrintSink, RunPoster
 from sparkwatch.proxy.spill import spill_lost
-from sparkwatch.proxy.upstream_probe import upstream_unanswered
+from sparkwatch.proxy.upstream_probe import upstream_warning
 from sparkwatch_agent.shared.http import start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 
@@ -44,13 +44,9 @@ async def running_proxy(
     runner = make_proxy_runner(proxy)
     try:
         url = await start_site(runner, host, port, refusal_shape=openai_shape)
-        if (why := await upstream_unanswered(config.upstream)) is not None:
-            log.warning(
-                "the upstream %s does not answer (%s): requests through the proxy get 502 until it does",
-                shown,
-                why,
-            )
         try:
+            if (warning := await upstream_warning(config.upstream, str(shown))) is not None:
+                log.warning("%s", warning)
             yield url
         finally:
             proxy.closing()

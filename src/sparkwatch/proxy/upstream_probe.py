@@ -1,6 +1,6 @@
-"""Whether the proxy's upstream answers at all when the proxy starts: a server that is not up, a wrong
-port or a certificate that fails is said once, before the benchmark starts, not found by its first
-request's 502 (or by a whole benchmark of them)."""
+"""Whether the proxy's upstream can be reached when the proxy starts: a server that is not up, a wrong port
+or a certificate that fails is said once, before the benchmark starts, not found by its first request's
+502 (or by a whole benchmark of them)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,21 @@ from sparkwatch.http_reasons import unreachable_reason
 PROBE_TIMEOUT_S = 3.0
 
 
-async def upstream_unanswered(upstream: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """Why ``upstream`` gives no HTTP answer now; None when it answers, whatever the status (a HEAD of its
-    URL: a model server's 404 or 405 there still proves it is up and speaks HTTP). It is not a refusal to
-    start: the command may start the server itself."""
+async def upstream_warning(upstream: str, shown: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """What to say of ``upstream`` (written ``shown``: no credentials) when the proxy starts; None when it
+    answers a HEAD of its URL, whatever the status (a model server's 404 or 405 there still proves it up).
+    Only a connection that cannot be made (refused, a name that does not resolve, TLS) is said to mean
+    502s, since the proxy's own requests fail the same way; no answer in time is said as that (the proxy
+    itself waits 10 s to connect and an hour for an answer). It is never a refusal to start: the command
+    may start the server itself."""
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
             session.head(upstream, allow_redirects=False),
         ):
             return None
-    except aiohttp.ClientError as exc:
-        return unreachable_reason(exc)
-    except TimeoutError:
-        return f"no answer in {timeout_s:g} s"
+    except aiohttp.ClientConnectorError as exc:
+        why, then = unreachable_reason(exc), "requests through the proxy get 502 until it can"
+        return f"the upstream {shown} cannot be reached ({why}): {then}"
+    except (aiohttp.ClientError, TimeoutError):
+        return f"the upstream {shown} did not answer a HEAD within {timeout_s:g} s: check that it is up"

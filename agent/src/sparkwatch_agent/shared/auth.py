@@ -23,36 +23,43 @@ class TokenFileError(AuthConfigError):
 class TokenFile:
     """The token a server requires, read again when its file changes, so a rotated token is in force at
     the next request without a restart (as Prometheus reads its credentials files). Each request costs one
-    ``stat``; a changed file that is no longer a valid token (too short, a wrong mode, gone) keeps the
-    last token read, said once in the log until the file changes again. Only a regular file is read again:
-    a pipe (``--token-file <(pass show agent)``) holds its token once."""
+    ``stat``; a change is any of the file's inode, contents or attributes (ctime: a ``chown`` or ``chmod``
+    that fixes a refused file counts). A changed file that is not a valid token (too short, a mode others
+    can read, unreadable, gone) keeps the last token read, said once in the log until it changes again.
+    Only a regular file is read: a pipe (``--token-file <(pass show agent)``) holds its token once, and a
+    path that becomes one later would block the server in ``open``. A connection already let in (the
+    coordinator's stream from an agent) is not closed by a new token."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._seen = self._version()  # before the read: a change while it reads is read again
         self._token = load_token(path)  # a bad file at start is the server's refusal to start
-        self._again = self._seen is not None and stat.S_ISREG(self._seen[3])
+        self._again = self._seen is not None and self._seen[0]  # a regular file at start
 
-    def _version(self) -> tuple[int, int, int, int] | None:
-        """What changes when the file is replaced or rewritten (None: it cannot be stat'ed now)."""
+    def _version(self) -> tuple[bool, int, int, int, int, int] | None:
+        """Whether the path is a regular file, and what changes when it is replaced, rewritten or has its
+        owner or mode changed (None: it cannot be stat'ed now)."""
         try:
             st = os.stat(self.path)
         except OSError:
             return None
-        return st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode
+        return stat.S_ISREG(st.st_mode), st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size
 
     def current(self) -> str:
         if not self._again:
             return self._token
         version = self._version()
-        if version != self._seen:
-            self._seen = version
-            try:
-                self._token = load_token(self.path)
-            except TokenFileError as exc:
-                log.error("%s; the token read before stays in force", exc)
-            else:
-                log.info("token file %s read again: its token is in force from now", self.path)
+        if version == self._seen:
+            return self._token
+        self._seen = version
+        try:
+            if version is not None and not version[0]:
+                raise TokenFileError(f"token file {self.path} is no longer a regular file")
+            self._token = load_token(self.path)
+        except TokenFileError as exc:
+            log.error("%s; the token read before stays in force", exc)
+        else:
+            log.info("token file %s read again: its token is in force from now", self.path)
         return self._token
 
 
