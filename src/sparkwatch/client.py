@@ -33,7 +33,7 @@ from sparkwatch.defaults import (
 )
 from sparkwatch.http_reasons import refusal_reason, unreachable_reason
 from sparkwatch.wire import FrameError, TimeFrame, time_reply
-from sparkwatch_agent.shared.auth import load_token
+from sparkwatch_agent.shared.auth import ServerToken, TokenFile, bearer_headers, load_token
 from sparkwatch_agent.shared.http import COORDINATOR_SERVER, other_service
 
 log = logging.getLogger(__name__)
@@ -134,8 +134,11 @@ class CoordinatorClient(NodeWaits):
 
     def __init__(self, target: CoordinatorTarget, timeout_s: float = 30.0) -> None:
         self.target = target
-        headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
-        self._session = aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s))
+        # a token from a file is the file's at each request: a long `run` outlives a rotated token
+        self._token: ServerToken | None = (
+            TokenFile(target.token_file, target.token) if target.token_file and target.token else target.token
+        )
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
 
     async def __aenter__(self) -> CoordinatorClient:
         return self
@@ -149,7 +152,8 @@ class CoordinatorClient(NodeWaits):
     async def _call(self, method: str, path: str, body: Any = None) -> Any:
         url = f"{self.target.url}{path}"
         try:
-            async with self._session.request(method, url, json=body) as resp:
+            auth = bearer_headers(self._token)
+            async with self._session.request(method, url, json=body, headers=auth) as resp:
                 text = await resp.text()
                 if resp.status >= 400:
                     code = _error_code(text)  # every refusal of a coordinator's has one: else, not one

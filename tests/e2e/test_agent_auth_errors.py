@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any
 
+from helpers.processes import Coordinator, wait_connected
+
 WAIT_S = 30
 #: Well under WAIT_S, with room for a loaded machine's interpreter starts and a first hello.
 QUICK_S = 12
@@ -93,3 +95,33 @@ def test_hardware_names_every_refused_node_at_once(tmp_path: pathlib.Path, agent
         "the agent requires a token (HTTP 401) and none is set; check token_file in nodes.toml"
     )
     assert result.stdout == ""
+
+
+def test_a_token_rotated_on_the_agent_alone_is_said_when_a_run_asks_for_its_interval(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    """The agent reads its token file again when it changes; until the coordinator's copy is rotated too,
+    the link's stream (let in with the old token) kept streaming while the run's interval lease was refused,
+    logged at INFO: the run was sampled at the idle 1 s and the link said "streaming". The refused lease
+    now ends the session: the link is `unauthorized`, with the file to fix."""
+    agent, _ = guarded_agent(tmp_path, agent_factory)
+    copy = token_file(tmp_path / "coordinator-copy.token", "the-agents-own-token-0123456789")
+    node_toml = f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{copy}"\n'
+    coord = Coordinator(tmp_path, node_toml)
+    coord.start()
+    try:
+        wait_connected(coord, 1)
+        staged = token_file(tmp_path / "agent.token.new", "a-rotated-agent-token-0123456789")
+        staged.replace(tmp_path / "agent.token")  # the agent's file only
+        status, run = coord.call("POST", "/v1/runs", {"name": "rotated", "interval_s": 0.1})
+        assert status == 201, run
+        deadline, node = time.monotonic() + QUICK_S, {}
+        while time.monotonic() < deadline:
+            (node,) = coord.call("GET", "/v1/nodes")[1]["nodes"]
+            if node["status"] != "streaming":
+                break
+            time.sleep(0.1)
+        assert node["status"] == "unauthorized", node
+        assert f"the agent refused the token in {copy}" in node["error"]
+    finally:
+        coord.stop()

@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 
 from sparkwatch.http_reasons import refusal_reason, unreachable_reason
-from sparkwatch_agent.shared.auth import load_token
+from sparkwatch_agent.shared.auth import ServerToken, TokenFile, bearer_headers
 from sparkwatch_agent.shared.http import AGENT_SERVER, other_service
 from sparkwatch_agent.shared.units import GIB
 
@@ -59,11 +59,11 @@ class SimDriver:
     has its own sender, so one slow to answer delays no other's GPU."""
 
     def __init__(
-        self, session: aiohttp.ClientSession, urls: Sequence[str], token_given: bool = False
+        self, session: aiohttp.ClientSession, urls: Sequence[str], token: ServerToken | None = None
     ) -> None:
         self._session = session
         self._urls = tuple(urls)
-        self._token_given = token_given
+        self._token = token
         self._wanted = [asyncio.Event() for _ in self._urls]
         self._level = "idle"
 
@@ -107,7 +107,8 @@ class SimDriver:
         """None when the agent took the load and ``model_bytes`` resident, else why not, in a few words."""
         body = {"util_ratio": node_util(level, index), "model_bytes": model_bytes}
         try:
-            async with self._session.post(f"{url}/v1/sim/load", json=body) as r:
+            auth = bearer_headers(self._token)
+            async with self._session.post(f"{url}/v1/sim/load", json=body, headers=auth) as r:
                 if r.status == 200:
                     return None
                 service = other_service(r.headers, AGENT_SERVER)
@@ -117,7 +118,7 @@ class SimDriver:
                 if r.status == 401:  # the agent's reason names its own flag, --token-file
                     said += (
                         " (the token in --agent-token-file is not the agent's)"
-                        if self._token_given
+                        if self._token is not None
                         else " (give the agents' token with --agent-token-file)"
                     )
                 return said
@@ -134,11 +135,9 @@ async def driving(agents: DrivenAgents | None) -> AsyncIterator[SimDriver | None
     if agents is None or not agents.urls:
         yield None
         return
-    token = load_token(agents.token_file) if agents.token_file is not None else None
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
-    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
-        driver = SimDriver(session, agents.urls, token_given=token is not None)
+    token = TokenFile(agents.token_file) if agents.token_file is not None else None  # rotated: read again
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as session:
+        driver = SimDriver(session, agents.urls, token)
         task: asyncio.Task[None] | None = None
         try:
             await driver.load_model()

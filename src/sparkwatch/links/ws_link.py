@@ -195,10 +195,15 @@ class WsLink:
     async def _run_helpers(self, consumer: asyncio.Future[None]) -> None:
         """Run the clock-probe and lease loops for as long as ``consumer`` (the frame reader) runs."""
         prober = asyncio.create_task(self._probe_loop(), name=f"probe-{self.spec.name}")
-        helpers = [prober, asyncio.create_task(self._lease_loop(), name=f"lease-{self.spec.name}")]
-        try:  # until the reader ends, or the probes say the link is stalled: either's error ends the session
-            await asyncio.wait({consumer, prober}, return_when=asyncio.FIRST_COMPLETED)
-            (consumer if consumer.done() else prober).result()
+        leaser = asyncio.create_task(self._lease_loop(), name=f"lease-{self.spec.name}")
+        helpers = [prober, leaser]
+        # until the reader ends, the probes say the link is stalled, or a probe or lease is refused our
+        # token (rotated on the agent only): any one's error ends the session, and the link says why
+        try:
+            await asyncio.wait({consumer, *helpers}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (consumer, *helpers):
+                if task.done():
+                    task.result()
         finally:
             for task in (*helpers, consumer):
                 task.cancel()
@@ -276,6 +281,8 @@ class WsLink:
             try:
                 await self.probe_clock()
                 failures = 0
+            except Misconfigured:
+                raise  # a refused token, another service: no retry fixes it
             except Exception as exc:
                 failures += 1
                 why = str(exc) or type(exc).__name__
@@ -298,6 +305,8 @@ class WsLink:
                 elif held is not None:
                     await self._release_lease()
                     held = None
+            except Misconfigured:
+                raise  # its run would be sampled at the idle interval while the link looked well
             except (aiohttp.ClientError, OSError, TimeoutError, LinkError) as exc:
                 log.info("node %s: interval lease update failed: %s", self.spec.name, exc)
             self.state.lease_interval_s = held
@@ -308,6 +317,8 @@ class WsLink:
     async def _put_lease(self, interval_s: float) -> None:
         body = {"holder": self._holder, "interval_s": interval_s, "ttl_s": LEASE_TTL_S}
         async with self._session.put(f"{self._base}/v1/interval", json=body, headers=self._headers) as r:
+            if r.status == 401:
+                raise Unauthorized(unauthorized_reason(self.spec))
             if r.status != 200:
                 raise LinkError(f"/v1/interval answered {r.status}: {await r.text()}")
 
@@ -315,5 +326,7 @@ class WsLink:
         async with self._session.delete(
             f"{self._base}/v1/interval", params={"holder": self._holder}, headers=self._headers
         ) as r:
+            if r.status == 401:
+                raise Unauthorized(unauthorized_reason(self.spec))
             if r.status != 200:
                 raise LinkError(f"/v1/interval DELETE answered {r.status}")

@@ -30,10 +30,11 @@ class TokenFile:
     path that becomes one later would block the server in ``open``. A connection already let in (the
     coordinator's stream from an agent) is not closed by a new token."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, token: str | None = None) -> None:
+        """``token``: the one already read from ``path`` (a pipe cannot be read twice); else read now."""
         self.path = path
         self._seen = self._version()  # before the read: a change while it reads is read again
-        self._token = load_token(path)  # a bad file at start is the server's refusal to start
+        self._token = load_token(path) if token is None else token  # a bad file at start: refused
         self._again = self._seen is not None and self._seen[0]  # a regular file at start
 
     def _version(self) -> tuple[bool, int, int, int, int, int] | None:
@@ -137,6 +138,11 @@ ServerToken = str | TokenFile
 def expected_token(token: ServerToken) -> str:
     """The token in force now."""
     return token if isinstance(token, str) else token.current()
+
+
+def bearer_headers(token: ServerToken | None) -> dict[str, str]:
+    """A client's ``Authorization`` header for the token in force now (none without a token)."""
+    return {"Authorization": f"Bearer {expected_token(token)}"} if token is not None else {}
 
 
 def token_for_bind(host: str, token_file: Path | None, insecure_no_auth: bool) -> TokenFile | None:
