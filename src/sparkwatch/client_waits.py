@@ -56,7 +56,8 @@ class NodeWaits:
         nodes, ok = await self.wait_for_nodes(ready, timeout_s)
         behind = [] if ok else [str(n["node"]) for n in nodes if not ready(n)]
         if behind:
-            log.warning("nodes %s have not caught up after %.0f s", behind, timeout_s)
+            said = ", ".join(f"{n['node']} ({link_state(n)})" for n in nodes if n["node"] in behind)
+            log.warning("not caught up after %.0f s: %s", timeout_s, said)
         return behind
 
     async def wait_for_hellos(self, timeout_s: float) -> list[dict[str, Any]]:
@@ -103,3 +104,9 @@ def _caught_up(node: dict[str, Any], t_wall_ns: int, interval_s: float | None) -
     if not node["connected"] or stamp is None or stamp + offset < t_wall_ns:  # corrected to our clock
         return False
     return interval_s is None or (latest.get("interval_s") or 1e9) <= interval_s
+
+
+def link_state(node: dict[str, Any]) -> str:
+    """A node's link as /v1/nodes says it: its status, and its error when it has one."""
+    status, error = node.get("status") or "unknown", node.get("error")
+    return f"{status}: {error}" if error else str(status)

@@ -29,6 +29,7 @@ from sparkwatch.proxy.sinks import RunPoster
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
 from sparkwatch.proxy.upstream_probe import upstream_warning
 from sparkwatch.store import Store
+from sparkwatch_agent.shared.http import COORDINATOR_SERVER, name_server
 from sparkwatch_agent.shared.server_limits import ENV_HEADER_TIMEOUT_S
 
 
@@ -560,6 +561,17 @@ async def test_an_upstream_that_does_not_answer_is_said_once_when_the_proxy_star
         await runner.cleanup()
     assert "the upstream " not in caplog.text
     assert asked == [("HEAD", "/")]  # one HEAD, nothing more
+    # a coordinator's port given as the model server's (the CLI knows one by its Server header)
+    coordinator = web.Application()
+    name_server(coordinator, COORDINATOR_SERVER)
+    runner, url = await serve(coordinator)
+    try:
+        said = await upstream_warning(url, url)
+    finally:
+        await runner.cleanup()
+    assert said == (
+        f"the upstream {url} is a sparkwatch-coordinator, not a model server: check the upstream URL"
+    )
 
 
 async def test_an_upstream_that_takes_the_connection_but_never_answers_is_said_as_that_and_let_go() -> None:

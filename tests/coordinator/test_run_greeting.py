@@ -89,11 +89,13 @@ class Behind(NodeWaits):
         latest = {"t_wall_ns": 2**62, "interval_s": 0.1}
         return [
             {"node": "spark-1", "connected": True, "latest": latest, "clock": {"offset_ns": 0}},
-            {"node": "ghost", "connected": False, "latest": None},
+            {"node": "ghost", "connected": False, "latest": None, "status": "down", "error": "refused"},
         ]
 
 
-def test_the_wait_for_samples_before_the_command_skips_a_node_never_heard_from() -> None:
+def test_the_wait_for_samples_before_the_command_skips_a_node_never_heard_from(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A node that has not said hello cannot catch up either: the trial's run of `true` with such a node
     waited 15 s for its hello, then 15 s more for its samples, before the command started."""
     waits = Behind()
@@ -101,6 +103,8 @@ def test_the_wait_for_samples_before_the_command_skips_a_node_never_heard_from()
     assert behind == [] and waits.reads == 1  # ready at the first read: no waiting for the time to be up
     assert asyncio.run(waits.wait_caught_up(1, timeout_s=0.3, interval_s=0.1)) == ["ghost"]
     assert waits.reads > 2  # without the skip: polled until the time was up
+    # which node, and why, as a user reads it (it said "nodes ['ghost'] have not caught up after 0 s")
+    assert "not caught up after 0 s: ghost (down: refused)" in caplog.text
 
 
 async def test_strict_does_not_start_the_command_when_a_node_was_never_heard_from(
@@ -161,7 +165,7 @@ async def test_a_node_whose_agent_is_not_there_is_named_while_run_waits_and_not_
     note = "sparkwatch: note: no --proxy-upstream and no --import: with --nodes the command cannot post marks"
     assert said.index(" open on http://") < said.index(note)
     assert "never caught up: ghost" in said + capsys.readouterr().out  # still said in the quality line
-    assert "have not caught up" not in caplog.text  # the end's wait did not wait on it
+    assert "not caught up after" not in caplog.text  # the end's wait did not wait on it
 
 
 def test_run_wait_says_how_long_the_hellos_are_waited_for(

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkwatch.client import CoordinatorClient
-from sparkwatch.client_waits import refused
+from sparkwatch.client_waits import link_state, refused
 from sparkwatch.commands.outcome import no_export_json
 from sparkwatch.commands.quality import EXIT_NOT_SOUND, Quality
 from sparkwatch.commands.run_options import RunOptions
@@ -50,12 +50,6 @@ async def greet(client: CoordinatorClient, opts: RunOptions) -> list[dict[str, A
 def silent_of(nodes: Sequence[dict[str, Any]]) -> frozenset[str]:
     """The nodes whose agent has not said hello."""
     return frozenset(str(node["node"]) for node in nodes if not node.get("hardware"))
-
-
-def link_state(node: dict[str, Any]) -> str:
-    """A node's link as /v1/nodes says it: its status, and its error when it has one."""
-    status, error = node.get("status") or "unknown", node.get("error")
-    return f"{status}: {error}" if error else str(status)
 
 
 def unheard(node: dict[str, Any], waited_s: float, strict: bool = False) -> str:
