@@ -64,6 +64,11 @@ class NodeWaits:
         """The nodes once every one has said hello (or as they are when the time is up)."""
         return (await self.wait_for_nodes(lambda n: bool(n.get("hardware")), timeout_s))[0]
 
+    async def wait_for_connected(self, timeout_s: float) -> list[dict[str, Any]]:
+        """The nodes once every one has said hello and is connected now (or as they are when the time is
+        up): what a run about to open needs."""
+        return (await self.wait_for_nodes(connected, timeout_s))[0]
+
     async def wait_for_clocks(self, timeout_s: float) -> list[dict[str, Any]]:
         """The nodes once every one has said hello, had its clock probed and its wall meter (if any) polled
         once, answered or not (or when the time is up)."""
@@ -110,3 +115,9 @@ def link_state(node: dict[str, Any]) -> str:
     """A node's link as /v1/nodes says it: its status, and its error when it has one."""
     status, error = node.get("status") or "unknown", node.get("error")
     return f"{status}: {error}" if error else str(status)
+
+
+def connected(node: dict[str, Any]) -> bool:
+    """The node's agent has said hello and its link is up now: a standing coordinator keeps a node's last
+    hello while its agent is away, which alone would pass a node that is down."""
+    return bool(node.get("hardware")) and node.get("connected", True) is not False

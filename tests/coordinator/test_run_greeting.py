@@ -15,7 +15,7 @@ import pytest
 from sparkwatch.cli import main
 from sparkwatch.client_waits import NodeWaits
 from sparkwatch.commands.run import run_command
-from sparkwatch.commands.run_greeting import GREET_QUIET_S, greet, silent_of
+from sparkwatch.commands.run_greeting import GREET_QUIET_S, greet, silent_of, strict_refusal
 from sparkwatch.commands.run_options import RunOptions
 
 
@@ -26,7 +26,7 @@ class Nodes:
         self.nodes = nodes
         self.waited_s: list[float] = []
 
-    async def wait_for_hellos(self, timeout_s: float) -> list[dict[str, Any]]:
+    async def wait_for_connected(self, timeout_s: float) -> list[dict[str, Any]]:
         self.waited_s.append(timeout_s)
         return self.nodes
 
@@ -66,6 +66,35 @@ def test_a_node_without_a_hello_is_named_with_its_links_state_before_the_command
         "sparkwatch: warning: node locked has not said hello (unauthorized); the run goes on without its"
         " samples until it does (--strict fails such a run)",
     ]
+
+
+def test_a_standing_coordinators_node_that_is_down_is_waited_for_and_named_though_it_said_hello_before() -> (
+    None
+):
+    """A standing coordinator keeps a node's last hello while its agent is away: `run --strict` with that
+    node down started the command with no word of it, then exited 3 after the benchmark."""
+    down = {
+        "node": "spark-2",
+        "hardware": {"gpus": []},
+        "agent_node": "spark-2",
+        "connected": False,
+        "status": "down",
+        "error": "cannot connect to 10.0.0.12:9464: Connection refused",
+    }
+    said = greeted([down], silent=set(), waits=2)
+    why = "down: cannot connect to 10.0.0.12:9464: Connection refused"
+    assert said.splitlines() == [
+        f"sparkwatch: waiting up to {15 - GREET_QUIET_S:g} s more for node spark-2 to connect ({why})",
+        f"sparkwatch: warning: node spark-2 is not connected after 15 s ({why}); the run goes on without its"
+        " samples until it reconnects (--strict fails such a run)",
+    ]
+    err = io.StringIO()
+    opts = RunOptions(command=["true"], strict=True, stderr=err)
+    assert strict_refusal(opts, [down]) == 3
+    assert (
+        err.getvalue()
+        == "sparkwatch: --strict: the command was not started: node(s) spark-2 are not connected\n"
+    )
 
 
 def test_nodes_that_all_said_hello_get_no_warning() -> None:

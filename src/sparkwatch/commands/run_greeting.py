@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkwatch.client import CoordinatorClient
-from sparkwatch.client_waits import link_state, refused
+from sparkwatch.client_waits import connected, link_state, refused
 from sparkwatch.commands.outcome import no_export_json
 from sparkwatch.commands.quality import EXIT_NOT_SOUND, Quality
 from sparkwatch.commands.run_options import RunOptions
@@ -22,22 +22,23 @@ GREET_QUIET_S = 2.0
 async def greet(client: CoordinatorClient, opts: RunOptions) -> list[dict[str, Any]]:
     """Wait (bounded) for every agent's hello before the run opens, so the coordinator can refuse a run
     in which one agent is listed twice; an agent that calls itself by another name is a warning. Returns
-    the nodes as /v1/nodes says them; those not heard from (:func:`silent_of`) are named on stderr (their
-    samples are not waited for before the command). A node still silent after a moment is named at once,
-    with why, so the wait is not a silent one."""
+    the nodes as /v1/nodes says them; those not heard from (:func:`silent_of`: their samples are not
+    waited for before the command) or not connected now (a standing coordinator's node that is down) are
+    named on stderr. A node still missing after a moment is named at once, with why, so the wait is not a
+    silent one."""
     first_s = min(GREET_QUIET_S, opts.wait_nodes_s)
-    nodes = await client.wait_for_hellos(first_s)
-    waiting = [n for n in nodes if not n.get("hardware") and not refused(n)]  # refused: waiting cannot help
+    nodes = await client.wait_for_connected(first_s)
+    waiting = [n for n in nodes if not connected(n) and not refused(n)]  # refused: waiting cannot help
     if waiting and opts.wait_nodes_s > first_s:
         for node in waiting:
+            awaited = "connect" if node.get("hardware") else "say hello"  # a standing coordinator's, known
             opts.stderr.write(
                 f"sparkwatch: waiting up to {opts.wait_nodes_s - first_s:g} s more for node {node['node']} to"
-                f" say hello ({link_state(node)})\n"
+                f" {awaited} ({link_state(node)})\n"
             )
-        nodes = await client.wait_for_hellos(opts.wait_nodes_s - first_s)
-    silent = silent_of(nodes)
+        nodes = await client.wait_for_connected(opts.wait_nodes_s - first_s)
     for node in nodes:  # before the command starts, not only in the quality line after it
-        if node["node"] in silent:
+        if not connected(node):
             opts.stderr.write(f"sparkwatch: warning: {unheard(node, opts.wait_nodes_s, opts.strict)}\n")
     if opts.nodes_file is None:  # else the embedded coordinator logs the warning itself, on this stderr
         for node in nodes:
@@ -53,28 +54,34 @@ def silent_of(nodes: Sequence[dict[str, Any]]) -> frozenset[str]:
 
 
 def unheard(node: dict[str, Any], waited_s: float, strict: bool = False) -> str:
-    """What to say of a node whose agent has not said hello when the run opens (its link's state)."""
+    """What to say of a node whose agent has not said hello, or is not connected (a standing coordinator
+    keeps a node's last hello), when the run opens (its link's state)."""
     after = "" if refused(node) else f" after {waited_s:g} s"  # refused: not waited for
+    known = node.get("hardware")  # a standing coordinator's node that said hello before
+    state, until = ("is not connected", "it reconnects") if known else ("has not said hello", "it does")
     then = (
         "--strict does not start the command"
         if strict
-        else "the run goes on without its samples until it does (--strict fails such a run)"
+        else f"the run goes on without its samples until {until} (--strict fails such a run)"
     )
-    return f"node {node['node']} has not said hello{after} ({link_state(node)}); {then}"
+    return f"node {node['node']} {state}{after} ({link_state(node)}); {then}"
 
 
 def strict_refusal(opts: RunOptions, nodes: Sequence[dict[str, Any]]) -> int | None:
     """With ``--strict``, the exit code of a run that is not started because a node was never heard from
     when it would open (a long benchmark would most likely run only to exit 3); None: go on. ``--json``
     still prints its object: no run, no export, and a quality that says why."""
-    silent = silent_of(nodes)
-    if not opts.strict or not silent:
+    absent = [n for n in nodes if not connected(n)]
+    if not opts.strict or not absent:
         return None
-    names = ", ".join(sorted(silent))
-    opts.stderr.write(
-        f"sparkwatch: --strict: the command was not started: node(s) {names} have not said hello\n"
-    )
+    silent = sorted(n["node"] for n in absent if not n.get("hardware"))
+    away = sorted(n["node"] for n in absent if n.get("hardware"))
+    said = [f"node(s) {', '.join(silent)} have not said hello"] if silent else []
+    said += [f"node(s) {', '.join(away)} are not connected"] if away else []
+    opts.stderr.write(f"sparkwatch: --strict: the command was not started: {'; '.join(said)}\n")
     if opts.json_out:
-        quality = Quality(0, 0, len(nodes) - len(silent), len(nodes), [f"not started: no hello from {names}"])
+        problems = [f"not started: no hello from {', '.join(silent)}"] if silent else []
+        problems += [f"not started: not connected: {', '.join(away)}"] if away else []
+        quality = Quality(0, 0, len(nodes) - len(absent), len(nodes), problems)
         print(json.dumps({**no_export_json("", EXIT_NOT_SOUND, None, False), "quality": quality.to_json()}))
     return EXIT_NOT_SOUND
