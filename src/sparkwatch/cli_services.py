@@ -17,6 +17,7 @@ from sparkwatch.client import CoordinatorClient
 from sparkwatch.commands.demo import DemoOptions, run_demo
 from sparkwatch.commands.embedded import nodes_now
 from sparkwatch.commands.hardware import cluster_hardware, simulated_nodes
+from sparkwatch.commands.interrupts import term_as_interrupt
 from sparkwatch.commands.nodes_check import check_cluster, check_engine, render
 from sparkwatch.commands.run import run_command
 from sparkwatch.commands.run_options import RunOptions, parse_import
@@ -69,6 +70,7 @@ def cmd_demo(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
         json_out=args.json,
         report=args.report,
     )
+    term_as_interrupt()
     return asyncio.run(run_demo(opts))
 
 
@@ -123,6 +125,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         report=args.report,
         wait_nodes_s=args.wait,
     )
+    term_as_interrupt()
     return asyncio.run(run_command(opts))
 
 

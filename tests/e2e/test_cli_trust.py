@@ -154,6 +154,30 @@ def test_ctrl_c_ends_the_run_with_its_export(tmp_path: pathlib.Path, agent_facto
     assert "measurement:" in stdout and "gated W" in stdout
 
 
+def test_sigterm_while_run_waits_for_the_hellos_unwinds_as_ctrl_c_does(tmp_path: pathlib.Path) -> None:
+    """Before the run opened, SIGTERM killed `run` where it stood: exit -15, no word, and the embedded
+    coordinator's temporary database (a 7.6 MB WAL in a trial) left in the temporary folder."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    nodes = tmp_path / "ghost.toml"
+    nodes.write_text('[nodes.ghost]\nurl = "ws://127.0.0.1:9"\n')  # the discard port: refused, waited for
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}, "TMPDIR": str(scratch)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkwatch", "run", "--nodes", str(nodes), "--wait", "60",
+         "-o", str(tmp_path / "r.json"), "--", "true"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the wait has begun
+        if "more for node ghost to say hello" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    _no_traceback(stderr)
+    assert list(scratch.iterdir()) == [] and not (tmp_path / "r.json").exists()
+
+
 def test_a_second_ctrl_c_quits_at_once_kills_the_command_and_keeps_the_data(
     tmp_path: pathlib.Path, agent_factory: Any
 ) -> None:

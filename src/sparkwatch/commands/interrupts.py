@@ -29,6 +29,13 @@ def signal_group(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
 
 
+def term_as_interrupt() -> None:
+    """SIGTERM as Ctrl-C until :meth:`Interrupts.install` takes over: a `run` stopped while it waits for
+    the nodes' hellos was killed where it stood (its embedded coordinator's temporary database left
+    behind), while a Ctrl-C there unwound it and exited 130."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
 class Interrupts:
     def __init__(
         self,
