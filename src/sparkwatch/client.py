@@ -157,9 +157,12 @@ class CoordinatorClient(NodeWaits):
                 text = await resp.text()
                 if resp.status >= 400:
                     code = _error_code(text)  # every refusal of a coordinator's has one: else, not one
-                    hint = self._hint(resp.status, code, other_service(resp.headers, COORDINATOR_SERVER))
+                    service = other_service(resp.headers, COORDINATOR_SERVER)
+                    hint = self._hint(resp.status, code, service)
                     # aiohttp's own plain refusals begin with their status: "404: Not Found"
                     reason = refusal_reason(text).removeprefix(f"{resp.status}: ")
+                    if service is not None and resp.status == 401:  # its token, not the coordinator's
+                        reason = f"refused by the {service}"
                     message = f"{method} {url}: HTTP {resp.status}: {reason}{hint}"
                     raise CoordinatorError(message, resp.status, code)
                 try:

@@ -19,6 +19,7 @@ from sparkwatch.http_reasons import host_port, unreachable_reason
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import PrintSink
+from sparkwatch_agent.shared.http import AGENT_SERVER, name_server
 
 #: A connection key as aiohttp builds one (only its host and port are printed).
 KEY = ConnectionKey(*(["coordinator.example", 8750] + [None] * (len(ConnectionKey._fields) - 2)))
@@ -108,6 +109,31 @@ async def test_the_proxys_port_given_as_the_coordinators_is_named_as_the_proxy()
     assert str(wrong.value) == (
         f'GET {proxy_url}/v1/runs: HTTP 404: {{"detail": "Not Found"}} ({proxy_url} is a sparkwatch-proxy,'
         " not the coordinator: the coordinator listens on 8750 unless its --listen says otherwise)"
+    )
+
+
+async def test_an_agents_401_to_the_coordinators_token_is_not_said_as_a_token_to_fix() -> None:
+    """An agent's port given as the coordinator's, with the coordinator's token: the agent's "the bearer
+    token sent is not this server's" came first and sent the user to fix a token that was right."""
+
+    async def refusing(request: web.Request) -> web.Response:
+        reason = "the bearer token sent is not this server's (see --token-file)"
+        return web.json_response({"error": "unauthorized", "reason": reason}, status=401)
+
+    app = web.Application()
+    app.router.add_get("/v1/runs", refusing)
+    name_server(app, AGENT_SERVER)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        url = str(server.make_url("")).rstrip("/")
+        async with CoordinatorClient(CoordinatorTarget(url, "the-coordinators-token-0123")) as client:
+            with pytest.raises(CoordinatorError) as wrong:
+                await client.runs()
+    finally:
+        await server.close()
+    assert str(wrong.value).startswith(
+        f"GET {url}/v1/runs: HTTP 401: refused by the sparkwatch-agent ({url} is a sparkwatch-agent, not the"
     )
 
 

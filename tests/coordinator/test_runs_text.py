@@ -28,7 +28,10 @@ def test_control_characters_in_a_name_are_shown_escaped_and_nothing_else_is() ->
         assert "a\\x00b \\x1b[31mred" in text
     assert "\\x9b2J\\x0asecond line ü" in run_details(RUN)  # the table cuts the name at 40 characters
     wrapped = {**RUN, "command": {"argv": ["bench", "--tag", "x\x1b]0;title\x07"], "exit_code": 0}}
-    assert "bench --tag x\\x1b]0;title\\x07 (exit code 0)" in run_details(wrapped)
+    assert "bench --tag 'x\\x1b]0;title\\x07' (exit code 0)" in run_details(wrapped)
+    # the command as a shell takes it back, not its words run together
+    looped = {**RUN, "command": {"argv": ["sh", "-c", "for i in 1 2; do curl {proxy}; done"], "exit_code": 0}}
+    assert "sh -c 'for i in 1 2; do curl {proxy}; done' (exit code 0)" in run_details(looped)
     assert "nvml.utilization.gpu >= 0.5" in run_details(RUN)  # the gate as the export and report name it
     assert (
         len(runs_table([RUN], [3]).splitlines()) == 3

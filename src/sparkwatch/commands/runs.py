@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -164,7 +165,9 @@ def run_details(run: dict[str, Any]) -> str:
     else:
         end = f"{utc_stamp(run['t_end_ns'])} ({(run['t_end_ns'] - run['t_start_ns']) / 1e9:.1f} s)"
     command = run.get("command")
-    wrapped = "-" if not command else f"{shown(' '.join(command['argv']))} (exit code {command['exit_code']})"
+    # as a shell would take it back: `sh -c 'for i in 1 2; do …'`, not its words run together
+    argv = shlex.join(command["argv"]) if command else ""
+    wrapped = "-" if not command else f"{shown(argv)} (exit code {command['exit_code']})"
     fields = [
         ("id", shown(run["id"])),
         ("name", shown(run["name"])),
