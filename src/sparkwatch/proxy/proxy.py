@@ -37,6 +37,12 @@ ARRIVAL = web.RequestKey("sparkwatch_arrival", int)
 SHUTDOWN_GRACE_S = 1.0
 
 
+def upstream_shown(upstream: str) -> str:
+    """The upstream URL as logs, warnings and error answers show it: no user:password@, no query (either
+    can hold a key), no trailing slash."""
+    return str(URL(upstream.rstrip("/")).with_user(None).with_query(None))
+
+
 class ProxyConfigError(Exception):
     """A proxy set up in a way it cannot run (an upstream that is not an http(s) URL); one line."""
 
@@ -70,7 +76,7 @@ class Proxy:
         self.config = config
         self.upstream = config.upstream.rstrip("/")
         # what logs and error answers show of it: no user:password@, no query (either can hold a key)
-        self._upstream_shown = str(URL(self.upstream).with_user(None).with_query(None))
+        self._upstream_shown = upstream_shown(self.upstream)
         self._sink = sink
         self._clock = clock or WallClock()
         self._now_ns = self._clock.now_ns

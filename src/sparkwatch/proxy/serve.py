@@ -7,11 +7,16 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from yarl import URL
-
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.proxy.clock import ProxyClock, WallClock
-from sparkwatch.proxy.proxy import Proxy, ProxyConfig, ProxyConfigError, WindowSink, make_proxy_runner
+from sparkwatch.proxy.proxy import (
+    Proxy,
+    ProxyConfig,
+    ProxyConfigError,
+    WindowSink,
+    make_proxy_runner,
+    upstream_shown,
+)
 from sparkwatch.proxy.refusals import openai_shape
 from sparkwatch.proxy.sinks import PrintSink, RunPoster
 from sparkwatch.proxy.spill import spill_lost
@@ -30,7 +35,7 @@ async def running_proxy(
     coordinator) they are stamped on the coordinator's clock, else on this host's wall clock."""
     if not config.upstream.startswith(("http://", "https://")):
         raise ProxyConfigError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
-    shown = URL(config.upstream.rstrip("/")).with_user(None).with_query(None)  # never its credentials
+    shown = upstream_shown(config.upstream)
     if config.upstream.rstrip("/").endswith("/v1"):  # a client's base URL, given where the server's root goes
         log.warning(
             "the upstream URL ends in /v1: a request to the proxy's /v1/chat/completions goes to"
@@ -45,7 +50,7 @@ async def running_proxy(
     try:
         url = await start_site(runner, host, port, refusal_shape=openai_shape)
         try:
-            if (warning := await upstream_warning(config.upstream, str(shown))) is not None:
+            if (warning := await upstream_warning(config.upstream, shown)) is not None:
                 log.warning("%s", warning)
             yield url
         finally:
