@@ -1,5 +1,5 @@
 """The `sparkwatch` command line's shape: one ``_add_<command>`` per subcommand, and the argument types that
-turn a wrong flag into argparse's one-line usage error."""
+turn a wrong flag into the parser's one-line error (shared.cli_flags.OneLineParser)."""
 
 from __future__ import annotations
 
@@ -31,12 +31,13 @@ from sparkwatch.defaults import (
     MAX_DEMO_NODES,
     RETAIN_IDLE_S,
 )
+from sparkwatch_agent.shared.cli_flags import OneLineParser
 
 PROG = "sparkwatch"
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description=(
             "Measured GPU power and unified memory for LLM benchmark runs. "

@@ -17,7 +17,7 @@ from sparkwatch_agent.serving.probe import EXIT_GPU_UNREAD, probe
 from sparkwatch_agent.serving.serve import serve
 from sparkwatch_agent.serving.stdio import run_stdio
 from sparkwatch_agent.shared.auth import AuthConfigError
-from sparkwatch_agent.shared.cli_flags import refuse_unknown
+from sparkwatch_agent.shared.cli_flags import OneLineParser, refuse_unknown
 from sparkwatch_agent.shared.http import BindError
 from sparkwatch_agent.shared.journal_log import configure_logging
 
@@ -45,7 +45,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="sparkwatch per-node telemetry agent")
+    parser = OneLineParser(prog=PROG, description="sparkwatch per-node telemetry agent")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve_p = sub.add_parser("serve", help="sample continuously; serve /metrics, /healthz and /v1/*")

@@ -1,14 +1,25 @@
-"""A flag no parser takes, refused in one line with the usage it belongs to.
+"""Flag errors in one line: a parser class whose refusals are one line naming where ``--help`` is, and a
+flag no parser takes refused under the command it was typed for.
 
-argparse's top-level parser reports an unknown flag with the whole program's usage, wherever it was typed;
-each subcommand parser here carries itself as the ``subparser`` default, so the refusal can name the
-subcommand a flag was typed after — and the program, for one typed before the subcommand."""
+argparse prints the parser's whole usage (up to a dozen lines for `sparkwatch run`) before its error; a
+user who typed one wrong flag needs the error, and the place to read the rest. argparse's top-level parser
+also reports an unknown flag under the program's name wherever it was typed; each subcommand parser here
+carries itself as the ``subparser`` default, so the refusal can name the subcommand a flag was typed after
+— and the program, for one typed before the subcommand."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
 from typing import NoReturn
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr, exit 2: ``PROG CMD: error: WHAT (see `PROG CMD
+    --help`)``. Its subcommand parsers are of this class too (``add_subparsers`` makes its own type)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def refuse_unknown(
