@@ -24,6 +24,7 @@ from sparkwatch.cli_types import (
     run_name,
     spill_file,
     upstream_url,
+    wait_s,
 )
 from sparkwatch.defaults import (
     DEFAULT_HELLO_WAIT_S,
@@ -165,7 +166,7 @@ def _add_run(sub: Sub) -> None:
     run.add_argument("--name", type=run_name, metavar="TEXT", help="run name (default: the command)")
     run.add_argument(
         "--wait",
-        type=positive_float,
+        type=wait_s,
         default=DEFAULT_HELLO_WAIT_S,
         metavar="SECONDS",
         help=f"for each node's hello, then its samples, before CMD starts (default {DEFAULT_HELLO_WAIT_S:g})",
@@ -256,7 +257,7 @@ def _add_hardware(sub: Sub) -> None:
     hw_where.add_argument("--nodes", type=Path, metavar="FILE", help="ask these nodes (embedded coordinator)")
     coordinator_args(hw, group=hw_where)
     hw.add_argument("-o", "--output", type=Path, metavar="FILE", help="hardware.json (default: stdout)")
-    hw.add_argument("--wait", type=positive_float, default=15.0, metavar="SECONDS", help="for every hello")
+    hw.add_argument("--wait", type=wait_s, default=15.0, metavar="SECONDS", help="for every hello")
 
 
 def _add_nodes(sub: Sub) -> None:
@@ -274,7 +275,7 @@ def _add_nodes(sub: Sub) -> None:
     )
     coordinator_args(check, group=check_where)
     check.add_argument("--json", action="store_true", help="machine-readable output")
-    check.add_argument("--wait", type=positive_float, default=10.0, metavar="SECONDS", help="for every node")
+    check.add_argument("--wait", type=wait_s, default=10.0, metavar="SECONDS", help="for every node")
 
 
 def _add_sim_model(sub: Sub) -> None:

@@ -53,6 +53,19 @@ def positive_float(text: str) -> float:
     return value
 
 
+#: The longest wait a flag takes: a day. A model server may take half an hour to load; a larger figure is a
+#: typo (``--wait 1e9`` was taken and said back as ``1e+09 s``).
+MAX_WAIT_S = 86_400.0
+
+
+def wait_s(text: str) -> float:
+    """Seconds to wait for nodes: positive, at most MAX_WAIT_S."""
+    value = positive_float(text)
+    if value > MAX_WAIT_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_WAIT_S:.0f} seconds (a day), got {text}")
+    return value
+
+
 def interval_s(text: str) -> float:
     """Seconds within the agents' bounds; 0, a negative or NaN is said as the range too, as 0.001 is."""
     try:

@@ -217,3 +217,20 @@ def test_run_wait_says_how_long_the_hellos_are_waited_for(
     assert refused.value.code == 2
     said = capsys.readouterr().err
     assert "sparkwatch run: error: argument --wait: must be a positive number, got '0'" in said
+
+
+@pytest.mark.parametrize(
+    "argv", [["run", "--wait", "1e9", "--", "true"], ["nodes", "check", "--wait", "86401"]]
+)
+def test_a_wait_past_a_day_is_refused_as_a_typo(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--wait 1e9` was taken and said back as `1e+09 s`: every wait flag stops at a day."""
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2
+    said = capsys.readouterr().err
+    assert (
+        f"argument --wait: must be at most 86400 seconds (a day), got {argv[argv.index('--wait') + 1]}"
+        in said
+    )
+    assert main(["nodes", "check", "--wait", "86400", "--nodes", "/nonexistent.toml"]) == 2  # a day is taken
+    assert "--wait" not in capsys.readouterr().err
