@@ -67,9 +67,7 @@ def test_strict_and_json_judge_a_run_without_timed_windows(
     out = tmp_path / "run.json"
     plain = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--", "true")
     assert plain.returncode == 0, plain.stderr  # the command's code, by default
-    assert "WARNING: measurement: 0 of 0 timed windows ok on 1 of 1 nodes: no timed window was recorded" in (
-        plain.stdout
-    )
+    assert "WARNING: measurement: 0 of 0 timed windows ok: no timed window was recorded" in (plain.stdout)
     chatty = ["sh", "-c", "echo the benchmark talks on stdout"]
     strict = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--strict", "--json", "--", *chatty)
     assert strict.returncode == 3, strict.stderr

@@ -34,12 +34,12 @@ class Quality:
         return not self.problems
 
     def line(self) -> str:
-        """E.g. "3 of 3 timed windows ok on 4 of 4 nodes", then each problem."""
+        """E.g. "3 of 3 timed windows ok on 4 of 4 nodes", then each problem. With no timed window the
+        nodes are not counted: nothing was measured on them, so "on 2 of 2 nodes" would vouch for nothing."""
         noun = "window" if self.windows_timed == 1 else "windows"
-        text = (
-            f"{self.windows_ok} of {self.windows_timed} timed {noun} ok"
-            f" on {self.nodes_ok} of {self.nodes} nodes"
-        )
+        text = f"{self.windows_ok} of {self.windows_timed} timed {noun} ok"
+        if self.windows_timed:
+            text += f" on {self.nodes_ok} of {self.nodes} nodes"
         return f"{text}: {'; '.join(self.problems)}" if self.problems else text
 
     def to_json(self) -> dict[str, Any]:
