@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from sparkwatch_agent.shared.http import BindError, start_site
+from sparkwatch_agent.shared.http import AGENT_SERVER, BindError, name_server, start_site
 from sparkwatch_agent.shared.log_limit import AcceptErrorLog, RateLimitedLog, install_accept_error_log
 from sparkwatch_agent.shared.server_limits import (
     DEFAULT_HEADER_TIMEOUT_S,
@@ -63,6 +63,7 @@ async def server() -> AsyncIterator[tuple[str, int]]:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/events", quiet_events)
     app.router.add_get("/ws", quiet_socket)
+    name_server(app, AGENT_SERVER)
     runner = web.AppRunner(app, access_log=None)
     url = await start_site(runner, "127.0.0.1", 0, LIMITS)
     yield url, int(url.rsplit(":", 1)[1])
@@ -108,6 +109,7 @@ async def test_idle_sockets_beyond_the_cap_make_room_and_healthz_still_answers(
     evicted = [r for r in replies[: -LIMITS.max_connections] if r]
     assert len(evicted) >= 2 * LIMITS.max_connections  # the oldest went first, with a 408 and its reason
     assert all(r.startswith(b"HTTP/1.1 408 ") and b"connection was needed" in r for r in evicted)
+    assert all(b"\r\nServer: sparkwatch-agent\r\n" in r.partition(b"\r\n\r\n")[0] for r in evicted)
     for _, writer in idle:
         writer.close()
 
@@ -125,6 +127,7 @@ async def test_at_the_cap_of_busy_connections_a_new_one_gets_503_and_the_others_
         head, _, body = (await _read_until_closed(reader, 2.0)).partition(b"\r\n\r\n")
         writer.close()
         assert head.startswith(b"HTTP/1.1 503 ")
+        assert b"\r\nServer: sparkwatch-agent\r\n" in head  # named as the server's other answers are
         assert json.loads(body)["error"] == "busy"
         # the streams outlive both timeouts: a response in progress is never cut
         for r in streams:

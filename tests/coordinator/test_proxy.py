@@ -621,6 +621,7 @@ async def test_the_connection_guards_refusals_reach_an_openai_client_in_openai_s
             head, _, body = (await reader.read()).partition(b"\r\n\r\n")
         writer.close()
     assert head.startswith(b"HTTP/1.1 408 ")
+    assert b"\r\nServer: sparkwatch-proxy\r\n" in head  # the proxy's own answer, named as its others are
     error = json.loads(body)["error"]
     assert error["code"] == error["type"] == "request_timeout" and error["param"] is None
     assert error["message"] == "the request headers did not arrive within 0.3 s"

@@ -128,6 +128,7 @@ def test_idle_flood_beyond_the_open_files_leaves_the_agent_answering_and_quiet(l
         took_s, reply = slowloris_closed_after_s(agent.port)
         assert HEADER_TIMEOUT_S - 0.2 < took_s < HEADER_TIMEOUT_S + 1.0
         assert reply.startswith(b"HTTP/1.1 408 ") and b"request_timeout" in reply
+        assert b"\r\nServer: sparkwatch-agent\r\n" in reply.partition(b"\r\n\r\n")[0]
         assert healthz_within(agent.url, 4.0) < 2.5
     stderr = agent.stop()
     assert "Traceback" not in stderr and "Too many open files" not in stderr, stderr[-2000:]
@@ -161,6 +162,7 @@ def test_the_coordinator_closes_a_slowloris_socket(
         took_s, reply = slowloris_closed_after_s(coord.port)
         assert HEADER_TIMEOUT_S - 0.2 < took_s < HEADER_TIMEOUT_S + 1.0
         assert reply.startswith(b"HTTP/1.1 408 ")
+        assert b"\r\nServer: sparkwatch-coordinator\r\n" in reply.partition(b"\r\n\r\n")[0]
         assert coord.call("GET", "/v1/nodes")[0] == 200
     finally:
         coord.stop()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
-from sparkwatch_agent.shared.http import PROXY_SERVER
+from sparkwatch_agent.shared.http import PROXY_SERVER, SERVER_NAME
 
 PHASE_HEADER = "X-Sparkwatch-Phase"
 #: RFC 9110 §7.6.1 hop-by-hop headers, plus the ones aiohttp sets for each side itself.
@@ -52,6 +52,7 @@ def relayed(upstream: aiohttp.ClientResponse) -> list[tuple[str, str]]:
 def name_own_answers(app: web.Application) -> None:
     """The proxy's own answers (a refused phase header, a 502) say ``Server: sparkwatch-proxy``; a relayed
     one keeps the upstream's (it carries the proxy's ``Via`` instead)."""
+    app[SERVER_NAME] = PROXY_SERVER  # the connection guard's refusals too
 
     async def named(_request: web.Request, response: web.StreamResponse) -> None:
         if not any(PROXY_SERVER in value for value in response.headers.getall("Via", ())):

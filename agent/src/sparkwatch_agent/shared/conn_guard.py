@@ -34,12 +34,20 @@ def error_and_reason(error: str, reason: str) -> dict[str, object]:
 
 
 def http_refusal(
-    status: int, phrase: str, error: str, reason: str, shape: RefusalBody = error_and_reason
+    status: int,
+    phrase: str,
+    error: str,
+    reason: str,
+    *,
+    shape: RefusalBody = error_and_reason,
+    server: str | None = None,
 ) -> bytes:
-    """A whole HTTP/1.1 response with a JSON reason, for writing straight to a transport before closing."""
+    """A whole HTTP/1.1 response with a JSON reason, for writing straight to a transport before closing;
+    ``server``: the ``Server`` header it carries, as the server's own answers do."""
     body = json.dumps(shape(error, reason)).encode()
+    named = f"Server: {server}\r\n" if server else ""
     head = (
-        f"HTTP/1.1 {status} {phrase}\r\nContent-Type: application/json\r\n"
+        f"HTTP/1.1 {status} {phrase}\r\n{named}Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + body
@@ -50,9 +58,14 @@ class ConnectionGuard:
     first). Counts what it refused and evicted at the cap, and says so in at most one line a minute."""
 
     def __init__(
-        self, limits: ServerLimits, lines: RateLimitedLog | None = None, shape: RefusalBody = error_and_reason
+        self,
+        limits: ServerLimits,
+        lines: RateLimitedLog | None = None,
+        shape: RefusalBody = error_and_reason,
+        server: str | None = None,
     ) -> None:
-        """``shape``: how the refusals' JSON reads (a server that speaks another API gives that API's)."""
+        """``shape``: how the refusals' JSON reads (a server that speaks another API gives that API's);
+        ``server``: the name its refusals give in ``Server`` (the service's, as on its other answers)."""
         self.limits = limits
         self._open: set[GuardedConnection] = set()
         self._waiting: dict[GuardedConnection, None] = {}  # insertion order: oldest first
@@ -62,21 +75,28 @@ class ConnectionGuard:
         self.evicted = 0
         cap = limits.max_connections
         self.busy_reply = http_refusal(
-            503, "Service Unavailable", "busy", f"the server holds its maximum of {cap} connections", shape
+            503,
+            "Service Unavailable",
+            "busy",
+            f"the server holds its maximum of {cap} connections",
+            shape=shape,
+            server=server,
         )
         self.evicted_reply = http_refusal(
             408,
             "Request Timeout",
             "request_timeout",
             "no request arrived before the connection was needed",
-            shape,
+            shape=shape,
+            server=server,
         )
         self.timeout_reply = http_refusal(
             408,
             "Request Timeout",
             "request_timeout",
             f"the request headers did not arrive within {limits.header_timeout_s:g} s",
-            shape,
+            shape=shape,
+            server=server,
         )
 
     def protocol_factory(self, make_inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:

@@ -29,6 +29,9 @@ SIM_MODEL_SERVER = "sparkwatch-sim-model"
 #: The proxy names itself in ``Via`` on what it relays and in ``Server`` on its own answers.
 PROXY_SERVER = "sparkwatch-proxy"
 SERVER_NAMES = (AGENT_SERVER, COORDINATOR_SERVER, SIM_MODEL_SERVER, PROXY_SERVER)
+#: The name an application's answers give in ``Server``, kept on it for :func:`start_site`: the connection
+#: guard's refusals, written before aiohttp sees the connection, give it too.
+SERVER_NAME = web.AppKey("server_name", str)
 
 
 class BindError(Exception):
@@ -39,6 +42,7 @@ def name_server(app: web.Application, name: str) -> None:
     """Every answer of ``app`` names the sparkwatch service that sent it (``Server: sparkwatch-agent``): a
     client pointed at the wrong one (an agent's port given as the coordinator's) can say which it reached
     instead of echoing a bare "no route". The name only: no version for a scanner to match."""
+    app[SERVER_NAME] = name
 
     async def named(_request: web.Request, response: web.StreamResponse) -> None:
         response.headers["Server"] = name
@@ -133,7 +137,8 @@ async def start_site(
     """Set the runner up and listen on host:port (0: any free port) under ``limits`` (default: the
     environment's, see ``server_limits``); returns its ``http://`` URL. A port in use, a bad address or a
     bad limit is a :class:`BindError`, with the runner already cleaned up. ``refusal_shape``: the JSON
-    the guard's 503 and 408 carry (the proxy answers OpenAI clients in OpenAI's error shape).
+    the guard's 503 and 408 carry (the proxy answers OpenAI clients in OpenAI's error shape); they name the
+    app's server as its other answers do (:data:`SERVER_NAME`).
 
     Every accepted connection passes a :class:`ConnectionGuard` (the cap, the header deadline), aiohttp's
     keep-alive timeout closes connections idle between requests, and accept errors such as EMFILE are
@@ -158,7 +163,8 @@ async def start_site(
     install_accept_error_log(asyncio.get_running_loop(), log)
     await runner.setup()
     try:
-        await GuardedSite(runner, host, port, ConnectionGuard(limits, shape=refusal_shape)).start()
+        guard = ConnectionGuard(limits, shape=refusal_shape, server=runner.app.get(SERVER_NAME))
+        await GuardedSite(runner, host, port, guard).start()
     except OSError as exc:
         await runner.cleanup()
         raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
