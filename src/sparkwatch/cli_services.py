@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch.cli_handlers import anchor_of, target_of
-from sparkwatch.client import CoordinatorClient
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.demo import DemoOptions, run_demo
 from sparkwatch.commands.embedded import nodes_now
 from sparkwatch.commands.hardware import cluster_hardware, simulated_nodes
@@ -162,10 +163,24 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
     return 0
 
 
+#: The links' state changes: what `nodes check` prints as a PROBLEM per node once it has waited.
+LINK_STATE_LOGGER = "sparkwatch.links.state"
+
+
 def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
     standing = args.nodes is None and (args.coordinator or os.environ.get(ENV_COORDINATOR))
     target = target_of(args) if standing else None
+    links = logging.getLogger(LINK_STATE_LOGGER)
+    level = links.level
+    if not standing and args.log_level.lower() != "debug":  # its own coordinator's links: each node that is
+        links.setLevel(logging.CRITICAL)  # down was said twice, logged as well as shown
+    try:
+        return _check_nodes(args, target)
+    finally:
+        links.setLevel(level)
 
+
+def _check_nodes(args: argparse.Namespace, target: CoordinatorTarget | None) -> int:
     async def settle(client: CoordinatorClient) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         deadline = time.monotonic() + args.wait  # one --wait for the nodes and the engine together
         nodes = await client.wait_for_clocks(timeout_s=args.wait)

@@ -167,7 +167,8 @@ def test_agent_cli_warnings_carry_priority_4_under_the_journal(
 def test_coordinator_cli_errors_carry_priority_3_under_the_journal(
     agent_factory: Any, tmp_path: pathlib.Path, journal: bool
 ) -> None:
-    """`sparkwatch nodes check` against an agent that refuses our token logs the link's error line."""
+    """`sparkwatch nodes check --log-level debug` against an agent that refuses our token logs the link's
+    error line (without debug the check's PROBLEM line alone says it)."""
     (tmp_path / "agent.token").write_text("the-agents-own-token-0123456789")
     (tmp_path / "wrong.token").write_text("not-the-agents-token-0123456789")
     for token in ("agent.token", "wrong.token"):
@@ -180,6 +181,7 @@ def test_coordinator_cli_errors_carry_priority_3_under_the_journal(
         f'[nodes.spark-2]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{tmp_path / "wrong.token"}"\n'
     )
     args = ["-m", "sparkwatch", "nodes", "check", "--nodes", str(nodes), "--wait", "30"]
+    args += ["--log-level", "debug"]
     result, lines = run_with_stderr_file(args, tmp_path / "stderr", clean_env(), journal)
     assert result.returncode == 1, lines
     (error,) = [line for line in lines if "link unauthorized" in line]
