@@ -135,9 +135,9 @@ class CoordinatorClient(NodeWaits):
     def __init__(self, target: CoordinatorTarget, timeout_s: float = 30.0) -> None:
         self.target = target
         # a token from a file is the file's at each request: a long `run` outlives a rotated token
-        self._token: ServerToken | None = (
-            TokenFile(target.token_file, target.token) if target.token_file and target.token else target.token
-        )
+        self._token: ServerToken | None = target.token
+        if target.token_file and target.token:
+            self._token = TokenFile(target.token_file, target.token, logger=log)
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
 
     async def __aenter__(self) -> CoordinatorClient:

@@ -111,6 +111,24 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
         os.close(read)
 
 
+def test_a_token_files_reloads_are_said_by_the_service_it_belongs_to(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coordinator's reloads were logged as ``sparkwatch_agent.shared.auth``: an agent's name."""
+    caplog.set_level(logging.INFO)
+    path = tmp_path / "token"
+    path.write_text("first-token-0123456789\n")
+    path.chmod(0o600)
+    token = token_for_bind("127.0.0.1", path, False, logging.getLogger("sparkwatch.coordinator.serve"))
+    assert token is not None
+    path.write_text("second-token-0123456789\n")
+    assert token.current() == "second-token-0123456789"
+    path.chmod(0o644)
+    assert token.current() == "second-token-0123456789"
+    said = [(r.name, r.levelname) for r in caplog.records if "token file" in r.getMessage()]
+    assert said == [("sparkwatch.coordinator.serve", "INFO"), ("sparkwatch.coordinator.serve", "ERROR")]
+
+
 def test_a_token_file_is_read_again_on_any_change_and_never_opened_once_not_a_file(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:

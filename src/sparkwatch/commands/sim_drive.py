@@ -135,7 +135,8 @@ async def driving(agents: DrivenAgents | None) -> AsyncIterator[SimDriver | None
     if agents is None or not agents.urls:
         yield None
         return
-    token = TokenFile(agents.token_file) if agents.token_file is not None else None  # rotated: read again
+    # rotated: read again
+    token = TokenFile(agents.token_file, logger=log) if agents.token_file is not None else None
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as session:
         driver = SimDriver(session, agents.urls, token)
         task: asyncio.Task[None] | None = None

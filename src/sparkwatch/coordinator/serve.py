@@ -145,7 +145,7 @@ async def serve(
     nodes = nodes_file.nodes
     check_secret_files(str(nodes_path), nodes_file)
     host, port = parse_listen(listen)
-    token = token_for_bind(host, token_file, insecure_no_auth)
+    token = token_for_bind(host, token_file, insecure_no_auth, log)
     stop = stop_on_signals(logger=log)
     notifier = SystemdNotifier()
     async with running_coordinator(

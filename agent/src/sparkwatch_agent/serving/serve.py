@@ -59,7 +59,7 @@ async def serve_http(
 
 
 async def serve(config: AgentConfig, sampler: Sampler, sim: SimGb10 | None) -> int:
-    token = token_for_bind(config.host, config.token_file, config.insecure_no_auth)
+    token = token_for_bind(config.host, config.token_file, config.insecure_no_auth, log)
     notifier = SystemdNotifier()
     reporter = SystemdReporter(notifier, lambda: sampler.snapshot)
     if notifier.enabled:

@@ -30,9 +30,12 @@ class TokenFile:
     path that becomes one later would block the server in ``open``. A connection already let in (the
     coordinator's stream from an agent) is not closed by a new token."""
 
-    def __init__(self, path: Path, token: str | None = None) -> None:
-        """``token``: the one already read from ``path`` (a pipe cannot be read twice); else read now."""
+    def __init__(self, path: Path, token: str | None = None, *, logger: logging.Logger = log) -> None:
+        """``token``: the one already read from ``path`` (a pipe cannot be read twice); else read now.
+        ``logger``: the service whose token it is, as its reloads are logged (this module's name said the
+        agent's for the coordinator's too)."""
         self.path = path
+        self._log = logger
         self._seen = self._version()  # before the read: a change while it reads is read again
         self._token = load_token(path) if token is None else token  # a bad file at start: refused
         self._again = self._seen is not None and self._seen[0]  # a regular file at start
@@ -58,9 +61,9 @@ class TokenFile:
                 raise TokenFileError(f"token file {self.path} is no longer a regular file")
             self._token = load_token(self.path)
         except TokenFileError as exc:
-            log.error("%s; the token read before stays in force", exc)
+            self._log.error("%s; the token read before stays in force", exc)
         else:
-            log.info("token file %s read again: its token is in force from now", self.path)
+            self._log.info("token file %s read again: its token is in force from now", self.path)
         return self._token
 
 
@@ -145,10 +148,13 @@ def bearer_headers(token: ServerToken | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {expected_token(token)}"} if token is not None else {}
 
 
-def token_for_bind(host: str, token_file: Path | None, insecure_no_auth: bool) -> TokenFile | None:
+def token_for_bind(
+    host: str, token_file: Path | None, insecure_no_auth: bool, logger: logging.Logger = log
+) -> TokenFile | None:
     """The token a server listening on ``host`` requires (``None``: none), from ``token_file`` (read again
-    when it changes); a bind off loopback without one is refused unless ``insecure_no_auth`` says so."""
-    token = TokenFile(token_file) if token_file else None
+    when it changes, said in ``logger``); a bind off loopback without one is refused unless
+    ``insecure_no_auth`` says so."""
+    token = TokenFile(token_file, logger=logger) if token_file else None
     if token is None and not is_loopback(host) and not insecure_no_auth:
         raise AuthConfigError(
             f"refusing to listen on {host} without a token: pass --token-file FILE"
