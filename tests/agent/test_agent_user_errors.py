@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -29,6 +30,7 @@ from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.serving.probe import EXIT_GPU_UNREAD, probe
 from sparkwatch_agent.shared.http import json_refusals, start_site
+from sparkwatch_agent.shared.protocol import CLOSE_TOKEN_ROTATED
 from sparkwatch_agent.shared.server_limits import ServerLimits
 
 AGENT = [sys.executable, "-m", "sparkwatch_agent"]
@@ -258,6 +260,47 @@ def token_file(tmp_path: pathlib.Path) -> pathlib.Path:
     path.write_text(TOKEN)
     path.chmod(0o600)
     return path
+
+
+def test_a_rotated_token_closes_the_streams_the_old_one_opened(
+    agent_factory: Any, token_file: pathlib.Path
+) -> None:
+    """A stream let in with a token stayed open after the token was rotated (a leaked token's stream went
+    on for as long as the agent ran). It is closed within about a second, with its own code and reason;
+    the new token opens a stream, the old one does not."""
+    agent = agent_factory("--backend", "sim", "--interval", "0.5", "--token-file", str(token_file))
+    url, new = f"ws://127.0.0.1:{agent.port}/v1/stream", "rotated-token-" + "y" * 20
+
+    def bearer(token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    async def scenario() -> tuple[int | None, str, float]:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url, headers=bearer(TOKEN)) as ws:
+                assert json.loads((await ws.receive(timeout=5)).data.splitlines()[0])["type"] == "hello"
+                staged = token_file.with_name("token.new")
+                staged.write_text(new + "\n")
+                staged.chmod(0o600)
+                staged.replace(token_file)
+                t0 = time.monotonic()
+                async with asyncio.timeout(5):
+                    while (msg := await ws.receive()).type == aiohttp.WSMsgType.TEXT:
+                        pass
+                closed = (ws.close_code, str(msg.extra), time.monotonic() - t0)
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(url, headers=bearer(TOKEN))
+            assert refused.value.status == 401
+            async with session.ws_connect(url, headers=bearer(new)) as ws:
+                assert json.loads((await ws.receive(timeout=5)).data.splitlines()[0])["type"] == "hello"
+        return closed
+
+    code, reason, took_s = asyncio.run(scenario())
+    assert (
+        code == CLOSE_TOKEN_ROTATED
+        and reason == "the agent's API token changed: connect again with the new one"
+    )
+    assert took_s < 3.0  # looked at once a second (and at the next frame's poll)
+    assert "Traceback" not in agent.stop()
 
 
 def test_unknown_paths_and_wrong_methods_are_json_on_a_real_agent(

@@ -14,6 +14,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from sparkwatch_agent.shared.auth import (
+    Admission,
     AuthConfigError,
     TokenFile,
     TokenFileError,
@@ -109,6 +110,30 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
         assert piped is not None and piped.current() == "a-token-from-a-pipe-0123"
     finally:
         os.close(read)
+
+
+def test_a_connection_let_in_with_a_token_is_revoked_once_another_is_in_force(tmp_path: pathlib.Path) -> None:
+    """A stream let in with the old token stayed open after a rotation (a leaked token's too): it is
+    revoked once the file holds another, looked at once a second; a bad file keeps the token, so not."""
+    path = tmp_path / "token"
+    path.write_text("first-token-0123456789\n")
+    path.chmod(0o600)
+    token, now_s = TokenFile(path), [0.0]
+    admission = Admission(token, lambda: now_s[0])
+    staged = tmp_path / "token.new"
+    staged.write_text("second-token-0123456789\n")
+    staged.chmod(0o600)
+    staged.replace(path)
+    now_s[0] = 0.9
+    assert not admission.revoked()  # not looked at yet
+    now_s[0] = 1.0
+    assert admission.revoked()
+    later = Admission(token, lambda: now_s[0])  # let in with the second
+    path.chmod(0o644)  # refused: the second stays in force
+    now_s[0] = 5.0
+    assert not later.revoked()
+    for fixed in (None, "a-token-given-as-text-0123"):  # no token, or one that cannot change
+        assert not Admission(fixed, lambda: now_s[0], every_s=0.0).revoked()
 
 
 def test_a_token_files_reloads_are_said_by_the_service_it_belongs_to(

@@ -128,3 +128,33 @@ def test_a_token_rotated_on_the_agent_alone_is_said_when_a_run_asks_for_its_inte
         assert f"the agent refused the token in {copy}" in node["error"]
     finally:
         coord.stop()
+
+
+def test_a_token_rotated_on_both_sides_closes_the_old_stream_and_the_link_redials_with_the_new(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    """The documented rotation, the coordinator's copy and then the agent's file: the stream the old token
+    opened was left open (so a leaked token's stayed too). The agent closes it; the link redials with its
+    copy's new token and streams again, its samples going on."""
+    agent, _ = guarded_agent(tmp_path, agent_factory)
+    copy = token_file(tmp_path / "coordinator-copy.token", "the-agents-own-token-0123456789")
+    node_toml = f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{copy}"\n'
+    coord = Coordinator(tmp_path, node_toml)
+    coord.start()
+    try:
+        (before,) = wait_connected(coord, 1)
+        new = "a-rotated-agent-token-0123456789"
+        token_file(tmp_path / "copy.new", new).replace(copy)
+        token_file(tmp_path / "agent.token.new", new).replace(tmp_path / "agent.token")
+        deadline, node = time.monotonic() + QUICK_S, before
+        while time.monotonic() < deadline:
+            (node,) = coord.call("GET", "/v1/nodes")[1]["nodes"]
+            redialled = node["reconnects"] > before["reconnects"] and node["status"] == "streaming"
+            if redialled and node["samples_ingested"] > before["samples_ingested"] + 2:
+                break
+            time.sleep(0.2)
+        assert node["reconnects"] == before["reconnects"] + 1, node  # closed by the agent, once
+        assert node["status"] == "streaming", node
+        assert node["samples_ingested"] > before["samples_ingested"] + 2, node
+    finally:
+        coord.stop()

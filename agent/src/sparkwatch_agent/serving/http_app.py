@@ -27,7 +27,7 @@ from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.hello import capabilities_json, hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor, beyond_newest
-from sparkwatch_agent.shared.auth import ServerToken
+from sparkwatch_agent.shared.auth import Admission, ServerToken
 from sparkwatch_agent.shared.http import (
     AGENT_SERVER,
     bearer_middleware,
@@ -35,7 +35,7 @@ from sparkwatch_agent.shared.http import (
     json_refusals,
     name_server,
 )
-from sparkwatch_agent.shared.protocol import CLOSE_AFTER_BEYOND_NEWEST
+from sparkwatch_agent.shared.protocol import CLOSE_AFTER_BEYOND_NEWEST, CLOSE_TOKEN_ROTATED
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,8 @@ MAX_SEQ = 2**63 - 1
 #: per poll whatever the sampling rate; waking per sample cost ~0.3 % of a core at 10 Hz (more than the
 #: sampling itself), polling at 0.5 s ~0.12 %, at 1 s ~0.06 %. Live latency is at most this.
 STREAM_POLL_S = 1.0
+#: The close reason of a stream whose token was rotated (CLOSE_TOKEN_ROTATED), as the coordinator logs it.
+TOKEN_ROTATED_REASON = b"the agent's API token changed: connect again with the new one"
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +295,11 @@ async def _send_frames(
         await ws.close(code=CLOSE_AFTER_BEYOND_NEWEST, message=reason.encode())
         return
     cursor = StreamCursor(after, snap.inventory_rev)
+    admission = Admission(ctx.token, asyncio.get_running_loop().time)  # the token this stream came in with
     while not ws.closed and not reader.done():
+        if admission.revoked():
+            await ws.close(code=CLOSE_TOKEN_ROTATED, message=TOKEN_ROTATED_REASON)
+            return
         lines = cursor.next_lines(sampler, STREAM_BATCH, hello)
         if lines:
             await ws.send_str(b"\n".join(lines).decode())

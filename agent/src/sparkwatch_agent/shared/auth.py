@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -27,8 +28,8 @@ class TokenFile:
     that fixes a refused file counts). A changed file that is not a valid token (too short, a mode others
     can read, unreadable, gone) keeps the last token read, said once in the log until it changes again.
     Only a regular file is read: a pipe (``--token-file <(pass show agent)``) holds its token once, and a
-    path that becomes one later would block the server in ``open``. A connection already let in (the
-    coordinator's stream from an agent) is not closed by a new token."""
+    path that becomes one later would block the server in ``open``. A connection already let in is the
+    server's to end when the token changes (:class:`Admission`)."""
 
     def __init__(self, path: Path, token: str | None = None, *, logger: logging.Logger = log) -> None:
         """``token``: the one already read from ``path`` (a pipe cannot be read twice); else read now.
@@ -141,6 +142,26 @@ ServerToken = str | TokenFile
 def expected_token(token: ServerToken) -> str:
     """The token in force now."""
     return token if isinstance(token, str) else token.current()
+
+
+class Admission:
+    """The token a long-lived connection was let in with, compared with the one in force at most once per
+    ``every_s`` (a ``stat`` each time): a rotated token ends what the old one opened, a leaked one's
+    stream included, rather than leaving it open until a restart."""
+
+    def __init__(self, token: ServerToken | None, now_s: Callable[[], float], every_s: float = 1.0) -> None:
+        self._token = token
+        self._admitted = None if token is None else expected_token(token)
+        self._now_s = now_s
+        self._every_s = every_s
+        self._next_s = now_s() + every_s
+
+    def revoked(self) -> bool:
+        """Whether the token in force is no longer the one this connection was let in with."""
+        if self._token is None or self._now_s() < self._next_s:
+            return False
+        self._next_s = self._now_s() + self._every_s
+        return expected_token(self._token) != self._admitted
 
 
 def bearer_headers(token: ServerToken | None) -> dict[str, str]:

@@ -12,6 +12,9 @@ FRAME_ERROR = "error"  # the agent refuses the stream: ``error`` (a code) and ``
 #: WebSocket close code after an ``error`` frame for ``?after=`` beyond the newest seq (4000 + HTTP 416,
 #: "range not satisfiable"); the close reason repeats the frame's reason, cut to the 123 bytes allowed.
 CLOSE_AFTER_BEYOND_NEWEST = 4416
+#: WebSocket close code when the API token the stream was let in with is no longer the one in force (4000 +
+#: HTTP 401): a rotated token also ends what the old one opened. The client connects again with the new one.
+CLOSE_TOKEN_ROTATED = 4401
 
 #: How long an interval lease lasts unless renewed; a holder renews well before (the coordinator every 2 min).
 LEASE_TTL_S = 600.0
