@@ -82,6 +82,9 @@ def test_a_failed_timed_request_is_not_ok_though_it_is_out_of_the_scope() -> Non
     assert quality.line() == "2 of 3 timed windows ok on 2 of 2 nodes: 1 timed window(s) not ok (r1)"
     every = judge(_export(["failed", "failed"], [0, 0]))
     assert every.problems == ["2 timed window(s) not ok (r0, r1)"]  # recorded, but none measured
+    # and so no node vouched for: "0 of 2 timed windows ok on 2 of 2 nodes" was said of all-n/a figures
+    assert every.line() == "0 of 2 timed windows ok: 2 timed window(s) not ok (r0, r1)"
+    assert not every.measured and every.to_json()["measured"] is False and quality.to_json()["measured"]
 
 
 def test_one_gpu_reported_by_two_nodes_is_a_problem() -> None:

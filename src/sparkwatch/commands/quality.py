@@ -21,24 +21,27 @@ EXIT_NO_EXPORT = 4
 
 @dataclass(frozen=True, slots=True)
 class Quality:
-    """What a run measured, counted: timed windows that are ``ok`` and nodes that delivered samples."""
+    """What a run measured, counted: timed windows that are ``ok`` and nodes that delivered samples;
+    ``measured``: whether any timed window was measured at all (in scope), so the nodes were judged."""
 
     windows_ok: int
     windows_timed: int
     nodes_ok: int
     nodes: int
     problems: list[str] = field(default_factory=list)
+    measured: bool = True
 
     @property
     def sound(self) -> bool:
         return not self.problems
 
     def line(self) -> str:
-        """E.g. "3 of 3 timed windows ok on 4 of 4 nodes", then each problem. With no timed window the
-        nodes are not counted: nothing was measured on them, so "on 2 of 2 nodes" would vouch for nothing."""
+        """E.g. "3 of 3 timed windows ok on 4 of 4 nodes", then each problem. With no timed window measured
+        (none recorded, or each one failed or interrupted) the nodes are not counted: nothing was measured
+        on them, so "on 2 of 2 nodes" would vouch for nothing."""
         noun = "window" if self.windows_timed == 1 else "windows"
         text = f"{self.windows_ok} of {self.windows_timed} timed {noun} ok"
-        if self.windows_timed:
+        if self.measured:
             text += f" on {self.nodes_ok} of {self.nodes} nodes"
         return f"{text}: {'; '.join(self.problems)}" if self.problems else text
 
@@ -50,6 +53,7 @@ class Quality:
             "windows_timed": self.windows_timed,
             "nodes_ok": self.nodes_ok,
             "nodes": self.nodes,
+            "measured": self.measured,
             "problems": list(self.problems),
         }
 
@@ -99,6 +103,7 @@ def judge(
         nodes_ok=len([n for n in export["nodes"] if n["node"] not in bad_nodes]),
         nodes=len(export["nodes"]),
         problems=problems,
+        measured=measured,
     )
 
 
