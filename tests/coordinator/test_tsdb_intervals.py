@@ -107,6 +107,23 @@ def test_the_agents_own_interval_judges_its_remote_written_samples_and_not_its_s
     assert np.all(nominal_interval(mixed, None) == local_interval(mixed))  # no such series: the spacing's
 
 
+def test_scrapes_that_match_the_idle_agents_rate_are_still_scrapes_during_its_run() -> None:
+    """Scraped every 1 s, an agent idle at 1 s and then sampling a 13 s run at 0.1 s: the read's idle lead
+    and tail (at the agent's rate by their spacing) outvoted the run, whose scrapes were then judged against
+    0.1 s, every one a gap (a new user's short run read `coverage 0.000`, later than it had read
+    one node's). Each interval the agent said is voted on alone: the run's scrapes take their spacing."""
+    scraped = _times((-75_000, 73_000, 1000))
+    rate = np.where((scraped >= T0) & (scraped < T0 + 13_000 * MS), 0.1, 1.0)
+    for tail in (scraped <= T0 + 13_000 * MS, np.ones(len(scraped), bool)):  # soon after the run, and later
+        t = scraped[tail]
+        assert np.all(nominal_interval(t, _said(t, rate[tail])) == 1.0)
+    # remote-written: idle at 1 s, the run at 0.1 s with a stall of six 2 s steps, a shorter tail
+    written = _times((-75_000, 0, 1000), (0, 4000, 100), (4000, 16_000, 2000), (16_000, 20_000, 100))
+    rate = np.where((written >= T0) & (written <= T0 + 20_000 * MS), 0.1, 1.0)
+    nominal = nominal_interval(written, _said(written, rate))
+    assert list(nominal) == pytest.approx(list(rate))  # the stall's samples are gaps against 0.1 s
+
+
 def test_a_slow_counter_is_seen_over_the_whole_read_for_a_short_run() -> None:
     """Scrapes every 1 s of a counter that moves every 30 s (dcgm-exporter's default collection): a 20 s
     run holds one move or none, so the counter's interval is read over the whole read, not the run's."""

@@ -81,19 +81,24 @@ def local_interval(t_ns: I64) -> F64:
 
 def nominal_interval(t_ns: I64, said: RawSeries | None) -> F64:
     """Every sample's nominal interval: the agent's own where the read holds its samples at the agent's rate
-    (a coordinator's remote write of ``sparkwatch_agent_interval_seconds`` beside them: most spacings no
-    longer than AT_RATE times the interval the agent says it sampled at), as the store judges them, so a
-    stalled agent's late samples are gaps here too; else (scrapes, coarser than the agent; no such series)
-    the spacing around each sample (:func:`local_interval`)."""
+    (a coordinator's remote write of ``sparkwatch_agent_interval_seconds`` beside them), as the store judges
+    them, so a stalled agent's late samples are gaps here too; else (scrapes, coarser than the agent; no
+    such series) the spacing around each sample (:func:`local_interval`).
+
+    At the agent's rate is voted for each interval the agent said it sampled at: most of the spacings that
+    end at a sample taken at that interval are no longer than AT_RATE times it. One vote over the whole
+    read took 1 s scrapes for the agent's own samples when they matched its idle 1 s (the lead and margins
+    of a short run's read are mostly idle), and then judged the run's scrapes against the 0.1 s it sampled
+    at during the run: every one a gap, and the verdict flipped as the read's idle tail grew."""
     local = local_interval(t_ns)
     if said is None or len(t_ns) < 2:
         return local
     sent = values_at(t_ns, said)
     known = np.isfinite(sent) & (sent > 0)
     at_rate = known[1:] & (np.diff(t_ns) / 1e9 <= AT_RATE * np.where(known[1:], sent[1:], 0.0))
-    if 2 * np.count_nonzero(at_rate) <= len(t_ns) - 1:
-        return local
-    return np.where(known, sent, local)
+    rates, voter = np.unique(np.where(known, sent, 0.0)[1:], return_inverse=True)
+    trusted = rates[2 * np.bincount(voter, weights=at_rate, minlength=len(rates)) > np.bincount(voter)]
+    return np.where(known & np.isin(sent, trusted[trusted > 0]), sent, local)
 
 
 def merged(parts: Sequence[RawSeries]) -> RawSeries:
