@@ -37,9 +37,12 @@ def count(text: str) -> int:
 
 
 def positive_int(text: str) -> int:
-    value = count(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be at least 1")
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:  # one sentence for 0 and -1 alike ("must not be negative" was said of -1 only)
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 

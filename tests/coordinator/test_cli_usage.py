@@ -90,3 +90,14 @@ def test_the_demo_does_not_write_over_a_real_runs_export_by_default() -> None:
     """The README's real benchmark writes run.json; the demo's default once was the same file."""
     assert make_parser().parse_args(["demo"]).output == Path("demo.json")
     assert make_parser().parse_args(["run", "--", "true"]).output is None  # run: sparkwatch-RUN.json
+
+
+@pytest.mark.parametrize("text", ["0", "-1"])
+def test_a_count_that_must_be_positive_says_so_for_zero_and_negatives_alike(text: str) -> None:
+    """`demo --max-tokens -1` said "must not be negative" where 0 said "must be at least 1"."""
+    from sparkwatch.cli_types import positive_int
+
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        positive_int(text)
+    assert str(refused.value) == f"must be at least 1, got {text}"
+    assert positive_int("1") == 1

@@ -4,6 +4,10 @@ in it (a NUL, an ESC starting a terminal escape sequence, a newline that would b
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+from typing import Any
+
 import pytest
 
 from sparkwatch.commands.runs import run_details, runs_table
@@ -62,3 +66,18 @@ def test_runs_list_gives_times_as_export_prometheus_takes_them() -> None:
     row = runs_table([{**RUN, "t_start_ns": RUN["t_start_ns"] + 400_000_000}], [3]).splitlines()[2]
     start, end = (cell for cell in row.split() if cell.endswith("Z"))
     assert (epoch_ns(start), epoch_ns(end)) == (RUN["t_start_ns"], RUN["t_end_ns"])  # to the second
+
+
+@pytest.mark.parametrize(("windows", "said"), [(1, "1 window"), (0, "0 windows"), (3, "3 windows")])
+def test_a_deleted_runs_windows_are_counted_in_words(
+    windows: int, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`deleted run r1 (1 windows)` was printed for one window."""
+    from sparkwatch.commands.runs import _delete
+
+    class Client:
+        async def delete_run(self, run_id: str) -> dict[str, Any]:
+            return {"deleted": run_id, "windows": windows}
+
+    assert asyncio.run(_delete(Client(), argparse.Namespace(run_id="r1"))) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr().out == f"deleted run r1 ({said})\n"

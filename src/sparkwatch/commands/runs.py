@@ -123,7 +123,8 @@ async def _mark(client: CoordinatorClient, args: argparse.Namespace) -> int:
 
 async def _delete(client: CoordinatorClient, args: argparse.Namespace) -> int:
     answer = await client.delete_run(args.run_id)
-    print(f"deleted run {answer['deleted']} ({answer['windows']} windows)")
+    windows = answer["windows"]
+    print(f"deleted run {answer['deleted']} ({windows} window{'' if windows == 1 else 's'})")
     return 0
 
 

@@ -282,7 +282,7 @@ class Coordinator:
         in the background; returns how many windows it had. In the window thread, the one writer of an
         ended run's windows, so the count is exact."""
         windows = await self._in_window_thread(lambda store: store.delete_run(run_id))
-        log.info("run %s deleted (%d windows)", run_id, windows)
+        log.info("run %s deleted (%d window%s)", run_id, windows, "" if windows == 1 else "s")
         self._purge_later(run_id)
         return windows
 
