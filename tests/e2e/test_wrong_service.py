@@ -6,6 +6,7 @@ coordinator refuses is named by the file it came from. Real processes: a sim age
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import time
@@ -52,6 +53,15 @@ def test_the_cli_and_the_links_say_which_service_answered(agent_factory: Any, tm
         assert f"(the token sent is the one in {wrong}: give the file the coordinator's --token-file" in said
         right = sparkwatch("runs", "list", "--coordinator", coord.url, "--token-file", str(coord.token))
         assert right.returncode == 0, right
+
+        # the coordinator given as a TSDB: its 401 was said as "the engine wants credentials"
+        windows = tmp_path / "windows.json"
+        one = {"id": "w", "phase": "timed", "t_start_ns": 1796400010 * 10**9, "t_end_ns": 1796400020 * 10**9}
+        windows.write_text(json.dumps({"windows": [one]}))
+        span = ["--start", "1796400000", "--end", "1796400060", "--engine", "prometheus"]
+        said = one_line(sparkwatch("export", "--prometheus", coord.url, "--windows", str(windows), *span))
+        assert f"({coord.url} is a sparkwatch-coordinator, not a Prometheus-compatible engine:" in said, said
+        assert "wants credentials" not in said
 
         # nodes.toml naming the coordinator's port for a node: the embedded coordinator's link says so
         nodes = tmp_path / "mixed.toml"

@@ -22,6 +22,7 @@ import orjson
 from sparkwatch.http_reasons import host_port
 from sparkwatch.meters.credentials import SecretFileError, first_line
 from sparkwatch.sources import SourceError
+from sparkwatch_agent.shared.http import other_service
 
 TIMEOUT_S = 60.0
 #: The most of an error body quoted in a message.
@@ -112,6 +113,8 @@ class EngineRefusal(SourceError):
         self.status = status
 
 
+#: What to give instead when --prometheus names a sparkwatch service.
+SERVICE_HINT = "give --prometheus the engine's URL, and a coordinator's URL to --coordinator"
 #: What a certificate that does not verify most likely needs (verification is never switched off).
 CA_HINT = " (an engine with a private CA: point SSL_CERT_FILE at its certificate)"
 PLAIN_HINT = " (the engine answered without TLS: does its URL start with http://, not https://?)"
@@ -147,6 +150,11 @@ class Client:
                 raise EngineRefusal(self._redirected(path, exc), exc.code) from None
             body = exc.read(4096).decode("utf-8", "replace")
             hint = NOT_FOUND_HINTS.get(path, "") if exc.code == 404 else self._auth.refusal_hint(exc.code)
+            said = exc.headers
+            named = {h: ", ".join(said.get_all(h) or ()) for h in ("Server", "Via")} if said else {}
+            service = other_service(named, expected="")  # none of sparkwatch's services is an engine
+            if service is not None:  # its 401 said "the engine wants credentials"
+                hint = f" ({self.url} is a {service}, not a Prometheus-compatible engine: {SERVICE_HINT})"
             message = f"{self.url}{path} answered HTTP {exc.code}: {_reason(body)}{hint}"
             raise EngineRefusal(message, exc.code) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
