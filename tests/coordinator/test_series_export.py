@@ -140,6 +140,29 @@ def test_runs_export_asks_a_standing_coordinator_for_the_block(tmp_path: pathlib
         store.close()
 
 
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("/v1/runs/{run}/export?gate_threshold=0.9", "parameter 'gate_threshold': this route takes series,"),
+        ("/v1/runs/{run}/export?serie=true", "unknown query parameter 'serie'"),
+        ("/v1/runs/{run}/report?series=true", "'series': this route takes series_buckets"),
+        ("/v1/runs?b=1&a=2", "unknown query parameter 'a', 'b': this route takes none"),
+        ("/v1/runs/{run}?x=1", "this route takes none"),
+    ],
+)
+async def test_a_query_parameter_a_route_does_not_take_is_refused(api: Api, path: str, words: str) -> None:
+    """`?gate_threshold=0.9` on an export answered 200 with the run's own threshold, as if it had been
+    taken; a typo (`?serie=true`) left the block out without a word. Each route takes what the OpenAPI
+    document declares for it."""
+    run_id = await ended_run(api)
+    status, answer = await api.get(path.format(run=run_id))
+    assert status == 400 and answer["error"] == "invalid_query" and words in answer["reason"], answer
+    status, _ = await api.get(f"/v1/runs/{run_id}/export?series_buckets=200")
+    assert status == 200
+    status, missing = await api.get("/v1/no-such-route?x=1")
+    assert status == 404, missing  # an unknown route is its own 404
+
+
 async def test_the_coordinator_serves_the_run_report(api: Api) -> None:
     """``GET /v1/runs/ID/report``: the page, built from the export with its series block; a bad query is a
     400 and an unknown run a 404, both JSON."""
