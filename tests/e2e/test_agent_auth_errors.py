@@ -40,6 +40,16 @@ def guarded_agent(tmp_path: pathlib.Path, agent_factory: Any) -> tuple[Any, path
     return agent, token_file(tmp_path / "wrong.token", "not-the-agents-token-0123456789")
 
 
+def coordinated_agent(tmp_path: pathlib.Path, agent_factory: Any) -> tuple[Coordinator, pathlib.Path]:
+    """A guarded agent and a started coordinator whose node reads the agent's token from its own copy."""
+    agent, _ = guarded_agent(tmp_path, agent_factory)
+    copy = token_file(tmp_path / "coordinator-copy.token", "the-agents-own-token-0123456789")
+    node_toml = f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{copy}"\n'
+    coord = Coordinator(tmp_path, node_toml)
+    coord.start()
+    return coord, copy
+
+
 def test_nodes_check_names_the_refused_token_file_at_once(tmp_path: pathlib.Path, agent_factory: Any) -> None:
     agent, wrong = guarded_agent(tmp_path, agent_factory)
     right = tmp_path / "agent.token"
@@ -107,11 +117,7 @@ def test_a_token_rotated_on_the_agent_alone_is_said_when_a_run_asks_for_its_inte
     the link's stream (let in with the old token) kept streaming while the run's interval lease was refused,
     logged at INFO: the run was sampled at the idle 1 s and the link said "streaming". The refused lease
     now ends the session: the link is `unauthorized`, with the file to fix."""
-    agent, _ = guarded_agent(tmp_path, agent_factory)
-    copy = token_file(tmp_path / "coordinator-copy.token", "the-agents-own-token-0123456789")
-    node_toml = f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{copy}"\n'
-    coord = Coordinator(tmp_path, node_toml)
-    coord.start()
+    coord, copy = coordinated_agent(tmp_path, agent_factory)
     try:
         wait_connected(coord, 1)
         staged = token_file(tmp_path / "agent.token.new", "a-rotated-agent-token-0123456789")
@@ -136,11 +142,7 @@ def test_a_token_rotated_on_both_sides_closes_the_old_stream_and_the_link_redial
     """The documented rotation, the coordinator's copy and then the agent's file: the stream the old token
     opened was left open (so a leaked token's stayed too). The agent closes it; the link redials with its
     copy's new token and streams again, its samples going on."""
-    agent, _ = guarded_agent(tmp_path, agent_factory)
-    copy = token_file(tmp_path / "coordinator-copy.token", "the-agents-own-token-0123456789")
-    node_toml = f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{copy}"\n'
-    coord = Coordinator(tmp_path, node_toml)
-    coord.start()
+    coord, copy = coordinated_agent(tmp_path, agent_factory)
     try:
         (before,) = wait_connected(coord, 1)
         new = "a-rotated-agent-token-0123456789"
