@@ -134,6 +134,13 @@ def test_a_connection_let_in_with_a_token_is_revoked_once_another_is_in_force(tm
     assert not later.revoked()
     for fixed in (None, "a-token-given-as-text-0123"):  # no token, or one that cannot change
         assert not Admission(fixed, lambda: now_s[0], every_s=0.0).revoked()
+    # let in with the first, the file rotated before the stream's admission was made: the token presented
+    # counts, not the one read then (it would be the new one, and the stream never revoked)
+    raced = Admission(token, lambda: now_s[0], every_s=0.0, presented="bearer first-token-0123456789")
+    assert raced.revoked()
+    assert not Admission(
+        token, lambda: now_s[0], every_s=0.0, presented="Bearer second-token-0123456789"
+    ).revoked()
 
 
 def test_a_token_files_reloads_are_said_by_the_service_it_belongs_to(

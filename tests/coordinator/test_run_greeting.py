@@ -165,6 +165,7 @@ async def test_strict_does_not_start_the_command_when_a_node_was_never_heard_fro
     assert (outcome["exit_code"], outcome["export"], outcome["run_id"]) == (3, None, None)
     assert outcome["quality"]["sound"] is False and outcome["quality"]["nodes"] == 1
     assert outcome["quality"]["problems"] == ["not started: no hello from ghost"]
+    assert outcome["quality"]["measured"] is False  # nothing started, so no node vouched for
 
 
 async def test_a_node_whose_agent_is_not_there_is_named_while_run_waits_and_not_waited_for_at_the_end(

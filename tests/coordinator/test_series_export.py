@@ -146,7 +146,7 @@ def test_runs_export_asks_a_standing_coordinator_for_the_block(tmp_path: pathlib
         ("/v1/runs/{run}/export?gate_threshold=0.9", "parameter 'gate_threshold': this route takes series,"),
         ("/v1/runs/{run}/export?serie=true", "unknown query parameter 'serie'"),
         ("/v1/runs/{run}/report?series=true", "'series': this route takes series_buckets"),
-        ("/v1/runs?b=1&a=2", "unknown query parameter 'a', 'b': this route takes none"),
+        ("/v1/runs?b=1&a=2", "unknown query parameters 'a', 'b': this route takes none"),
         ("/v1/runs/{run}?x=1", "this route takes none"),
     ],
 )

@@ -82,6 +82,6 @@ def strict_refusal(opts: RunOptions, nodes: Sequence[dict[str, Any]]) -> int | N
     if opts.json_out:
         problems = [f"not started: no hello from {', '.join(silent)}"] if silent else []
         problems += [f"not started: not connected: {', '.join(away)}"] if away else []
-        quality = Quality(0, 0, len(nodes) - len(absent), len(nodes), problems)
+        quality = Quality(0, 0, len(nodes) - len(absent), len(nodes), problems, measured=False)
         print(json.dumps({**no_export_json("", EXIT_NOT_SOUND, None, False), "quality": quality.to_json()}))
     return EXIT_NOT_SOUND

@@ -254,6 +254,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
             raise ValueError
     except ValueError:
         return json_error(400, "bad_request", "after must be a non-negative integer seq")
+    # the token this stream came in with, as the request presented it: the stream ends when it is rotated
+    admission = Admission(
+        ctx.token, asyncio.get_running_loop().time, presented=request.headers.get("Authorization")
+    )
     ws = web.WebSocketResponse(
         heartbeat=20.0, max_msg_size=1 << 20, compress=False
     )  # deflate costs more CPU than it saves
@@ -261,7 +265,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     request.app[WEBSOCKETS].add(ws)
     reader = asyncio.create_task(_drain(ws))
     try:
-        await _send_frames(ws, ctx, after, reader)
+        await _send_frames(ws, ctx, after, reader, admission)
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
@@ -278,7 +282,11 @@ async def _drain(ws: web.WebSocketResponse) -> None:
 
 
 async def _send_frames(
-    ws: web.WebSocketResponse, ctx: AgentContext, after: int, reader: asyncio.Task[None]
+    ws: web.WebSocketResponse,
+    ctx: AgentContext,
+    after: int,
+    reader: asyncio.Task[None],
+    admission: Admission,
 ) -> None:
     sampler = ctx.sampler
     snap = sampler.snapshot
@@ -295,7 +303,6 @@ async def _send_frames(
         await ws.close(code=CLOSE_AFTER_BEYOND_NEWEST, message=reason.encode())
         return
     cursor = StreamCursor(after, snap.inventory_rev)
-    admission = Admission(ctx.token, asyncio.get_running_loop().time)  # the token this stream came in with
     while not ws.closed and not reader.done():
         if admission.revoked():
             await ws.close(code=CLOSE_TOKEN_ROTATED, message=TOKEN_ROTATED_REASON)

@@ -110,9 +110,15 @@ def load_token(path: Path) -> str:
 
 def bearer_ok(header: str | None, token: str) -> bool:
     """``Authorization: Bearer <token>``, the scheme in any case (RFC 9110 §11.1: it is case-insensitive)."""
+    presented = _bearer(header)
+    return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
+
+
+def _bearer(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer`` header (None: no such header)."""
     if not header or header[: len("Bearer ")].lower() != "bearer ":
-        return False
-    return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode())
+        return None
+    return header[len("Bearer ") :].strip()
 
 
 def is_loopback(host: str) -> bool:
@@ -149,9 +155,17 @@ class Admission:
     ``every_s`` (a ``stat`` each time): a rotated token ends what the old one opened, a leaked one's
     stream included, rather than leaving it open until a restart."""
 
-    def __init__(self, token: ServerToken | None, now_s: Callable[[], float], every_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        token: ServerToken | None,
+        now_s: Callable[[], float],
+        every_s: float = 1.0,
+        presented: str | None = None,
+    ) -> None:
+        """``presented``: the request's ``Authorization`` header, which the server checked against the token
+        in force then (a token read now could already be the next one: the stream would never end)."""
         self._token = token
-        self._admitted = None if token is None else expected_token(token)
+        self._admitted = None if token is None else _bearer(presented) or expected_token(token)
         self._now_s = now_s
         self._every_s = every_s
         self._next_s = now_s() + every_s

@@ -25,7 +25,7 @@ class OneLineParser(argparse.ArgumentParser):
 def refuse_unknown(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str], unknown: Sequence[str]
 ) -> NoReturn:
-    """Exit 2 with ``unknown`` named, under the usage of the parser the flags were typed for."""
+    """Exit 2 with ``unknown`` named in one line, under the name of the parser the flags were typed for."""
     owner: argparse.ArgumentParser = getattr(args, "subparser", parser)
     command = getattr(args, "command", None)
     typed = list(argv)

@@ -85,7 +85,8 @@ async def known_queries(request: web.Request, handler: Handler) -> web.StreamRes
     if unknown:
         names = ", ".join(repr(name[:40]) for name in unknown[:5]) + (", …" if len(unknown) > 5 else "")
         takes = f"this route takes {', '.join(taken)}" if taken else "this route takes none"
-        return error(400, "invalid_query", f"unknown query parameter {names}: {takes}")
+        noun = "parameter" if len(unknown) == 1 else "parameters"
+        return error(400, "invalid_query", f"unknown query {noun} {names}: {takes}")
     return await handler(request)
 
 

@@ -232,6 +232,8 @@ def _responses(op: Operation) -> dict[str, Any]:
     out: dict[str, Any] = {str(op.answer): {"description": op.summary, "content": {kind: {}}}}
     out.update({str(code): {"description": what, "content": {kind: {}}} for code, what in op.also})
     codes = set(op.refusals) | ({401} if op.path not in OPEN_PATHS else set()) | {404, 405}
+    if op.path.startswith("/v1/"):
+        codes.add(400)  # invalid_query: a query parameter the route does not declare
     if op.method != "get":
         codes |= {413, 503}
     for code in sorted(codes - {c for c, _ in op.also}):
@@ -242,8 +244,8 @@ def _responses(op: Operation) -> dict[str, Any]:
 _REFUSALS = {
     400: (
         "invalid_body: the reason lists each finding as {loc, msg} where the body's shape is wrong, else a"
-        " sentence (a rule between fields or windows); invalid_query (export, report): a query parameter"
-        " out of its bounds, the reason a sentence"
+        " sentence (a rule between fields or windows); invalid_query: a query parameter the route does not"
+        " declare (any /v1/ route), or one out of its bounds (export, report), the reason a sentence"
     ),
     401: "unauthorized: no or a wrong bearer token",
     404: "not_found: no such run, import, mark or route",
