@@ -67,8 +67,12 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
     node = export["nodes"][0]
     seen = node["samples"]  # a sampler starved by the machine shows here as max_gap_s, not as a lost seq
     assert node["power_w"]["gated_mean"] == pytest.approx(BUSY_W, rel=2e-3)
-    assert node["energy_j"] == pytest.approx(BUSY_W * export["method"]["scope_s"], rel=3e-3), seen
-    assert seen["coverage_ratio"] == pytest.approx(1.0, abs=1e-3), seen
+    # A 20 Hz sampler starved for a tick or two by the other worker of a loaded 2-core machine leaves a gap
+    # (coverage 0.98 in one CI run: energy_j is the covered time's, nothing is invented across it). A step
+    # that moved samples shows as a second or more in a ~3 s scope: uncovered, or counted twice.
+    covered_s = export["method"]["scope_s"] * seen["coverage_ratio"]
+    assert node["energy_j"] == pytest.approx(BUSY_W * covered_s, rel=3e-3), seen
+    assert seen["coverage_ratio"] > 0.9, seen
     assert node["clock"]["method"] == "monotonic"
     by_id = {w["id"]: w for w in export["windows"]}
     for w in by_id.values():
