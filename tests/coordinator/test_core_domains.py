@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sparkwatch.core.domains import DomainInput, domain_figures, gate_util, headline_domain
+from sparkwatch.core.domains import DomainInput, domain_figures, gate_util, headline_domain, listed
 from sparkwatch.core.tracks import GpuPoint, GpuTrack
 from sparkwatch.core.windows import union
 
@@ -42,6 +42,27 @@ def test_headline_prefers_a_wall_meter_then_dc_input_then_sys_total_then_power_m
     assert headline_domain([domain("power_meter_power1", source="hwmon:power_meter")]) == "power_meter_power1"
     assert headline_domain([domain("gpu", "gpu"), domain("cpu_p", "cpu")]) is None
     assert headline_domain([domain("dc_input", "gpu")]) is None  # the name alone does not make it system
+
+
+def test_domains_are_listed_headline_first_then_by_kind_and_name_whatever_order_a_source_found_them() -> None:
+    """The store keeps the order the agent first streamed its channels, a TSDB its own: the export's listing
+    (``domains[0]``) is the same from either."""
+    found = [
+        domain("gpu_rail", "gpu"),
+        domain("sys_total"),
+        domain("cpu_p", "cpu"),
+        domain("wall", source="meter:shelly"),
+        domain("dc_input"),
+        domain("module_power_socket_0", "module"),
+    ]
+    order = ["wall", "dc_input", "sys_total", "module_power_socket_0", "cpu_p", "gpu_rail"]
+    assert [d.domain for d in listed(found)] == order
+    assert [d.domain for d in listed(found[::-1])] == order
+    starts, ends = np.array([0], np.int64), np.array([S], np.int64)
+    figures = [domain_figures(f, union([(0, S)]), 0.5, starts, ends) for f in (found, found[::-1])]
+    assert figures[0].system == figures[1].system
+    assert [d["domain"] for d in (figures[0].system or {})["domains"]] == order
+    assert [[d["domain"] for d in w] for w in figures[1].windows] == [order]
 
 
 def test_a_domain_is_gated_by_the_nodes_gpu_and_measured_like_one() -> None:

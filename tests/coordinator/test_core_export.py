@@ -211,8 +211,8 @@ def test_a_gap_in_a_channel_that_is_not_the_whole_node_judges_no_window() -> Non
     export = build_export(RUN, [dataclasses.replace(sensed, domains=domains)], WINDOWS[:2], "0.1.0")
     r1 = export["windows"][1]
     assert (r1["verdict"], r1["reasons"]) == ("ok", [])
-    assert [d["coverage_ratio"] for d in r1["nodes"][0]["system"]] == [0.56, 1.0]
-    dc_input = export["nodes"][0]["system"]["domains"][1]
+    assert [d["coverage_ratio"] for d in r1["nodes"][0]["system"]] == [1.0, 0.56]  # the headline first
+    dc_input = export["nodes"][0]["system"]["domains"][0]
     assert (
         dc_input["domain"] == "dc_input" and export["totals"]["system_energy_j"] == dc_input["energy_j"] > 0
     )

@@ -464,9 +464,9 @@ def test_the_coordinators_meter_readings_are_a_wall_domain_by_the_trapezoid_with
     out = export(found, [window("busy", 11, 19), window("silent", 21, 24)])
     n1 = next(n for n in out["nodes"] if n["node"] == "n1")
     system = n1["system"]
-    assert [d["domain"] for d in system["domains"]] == ["sys_total", "pdu", "wall"]  # then by name
+    assert [d["domain"] for d in system["domains"]] == ["wall", "pdu", "sys_total"]  # the headline first
     assert system["headline_domain"] == "wall"
-    wall, pdu = system["domains"][2], system["domains"][1]
+    wall, pdu = system["domains"][0], system["domains"][1]
     assert pdu["energy_j"] is None and pdu["samples"]["coverage_ratio"] == 0.0
     assert (wall["kind"], wall["source"], wall["energy_method"]) == ("system", "meter:shelly", "trapezoid")
     assert wall["samples"]["max_gap_s"] == pytest.approx(3.0)  # the silent window, all of it

@@ -117,6 +117,19 @@ def headline_domain(domains: Sequence[DomainInput]) -> str | None:
     return next((d.domain for d in domains if d.kind == "system" and d.source == HEADLINE_SOURCE), None)
 
 
+#: How a node's domains are listed (``nodes[].system.domains``, the windows' entries, the series' lines):
+#: the headline first, then by kind in this order, then by name. Not the order a source found them in: the
+#: store keeps the order the agent first streamed its channels, a TSDB keeps none.
+KIND_ORDER = ("system", "module", "cpu", "gpu", "other")
+
+
+def listed(domains: Sequence[DomainInput]) -> list[DomainInput]:
+    """``domains`` in the order every source lists them (:data:`KIND_ORDER`)."""
+    headline = headline_domain(domains)
+    rank = {kind: n for n, kind in enumerate(KIND_ORDER)}
+    return sorted(domains, key=lambda d: (d.domain != headline, rank.get(d.kind, len(rank)), d.domain))
+
+
 def headline_entry(node: dict[str, Any]) -> dict[str, Any] | None:
     """An exported node's headline domain entry (from ``nodes[].system``); None without one."""
     system = node.get("system") or {}
@@ -135,6 +148,7 @@ def domain_figures(
 ) -> DomainFigures:
     """Each domain over the scope and every window, with its idle power over the baseline period (core.
     baseline: the time before the first measured window, less every request's) and its energy above it."""
+    domains = listed(domains)
     if not domains:
         none: WindowRows[list[dict[str, Any]]] = WindowRows(
             len(starts), lambda lo, hi: [[] for _ in range(lo, hi)]

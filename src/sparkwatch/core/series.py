@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from sparkwatch.core.decimate import Mask, decimate
-from sparkwatch.core.domains import MAX_PLAUSIBLE_NODE_W
+from sparkwatch.core.domains import MAX_PLAUSIBLE_NODE_W, listed
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import MIN_CLOCK_RATIO, SLOWDOWN_BITS, SignalTrack, not_idle, reason_names
@@ -117,7 +117,7 @@ def node_series(node: NodeInput, run: RunSpec, scope: Scope, frame: Frame) -> di
     for i, (uuid, power) in enumerate(zip(node.gpu_uuids, gpus, strict=True)):
         head = _head(f"gpu_power_w/{i}", "gpu_power_w", f"GPU {i} (NVML)", gpu_uuid=uuid)
         lines.append(_power_line(head, power, frame))
-    for d in node.domains:
+    for d in listed(node.domains):
         power = Integrals.build(d.track, run.gate_threshold, MAX_PLAUSIBLE_NODE_W)
         extra = {"domain": d.domain, "domain_kind": d.kind, "source": d.source}
         lines.append(
