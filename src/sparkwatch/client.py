@@ -101,6 +101,9 @@ class CoordinatorTarget:
     token: str | None
     #: Where ``token`` was read (a flag or $SPARKWATCH_TOKEN_FILE), for a 401 to name; None: given as is.
     token_file: Path | None = None
+    #: What its messages call it where its URL means nothing to the user (a command's own coordinator, on a
+    #: loopback port of the moment); None: its URL.
+    label: str | None = None
 
     @classmethod
     def resolve(
@@ -151,6 +154,7 @@ class CoordinatorClient(NodeWaits):
 
     async def _call(self, method: str, path: str, body: Any = None) -> Any:
         url = f"{self.target.url}{path}"
+        where = f"{method} {path} on {self.target.label}" if self.target.label else f"{method} {url}"
         try:
             auth = bearer_headers(self._token)
             async with self._session.request(method, url, json=body, headers=auth) as resp:
@@ -163,12 +167,12 @@ class CoordinatorClient(NodeWaits):
                     reason = refusal_reason(text).removeprefix(f"{resp.status}: ")
                     if service is not None and resp.status == 401:  # its token, not the coordinator's
                         reason = f"refused by the {service}"
-                    message = f"{method} {url}: HTTP {resp.status}: {reason}{hint}"
+                    message = f"{where}: HTTP {resp.status}: {reason}{hint}"
                     raise CoordinatorError(message, resp.status, code)
                 try:
                     return json.loads(text) if text else None
                 except ValueError:
-                    raise CoordinatorError(f"{method} {url}: the answer is not JSON") from None
+                    raise CoordinatorError(f"{where}: the answer is not JSON") from None
         except aiohttp.ClientError as exc:
             refused = (
                 isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno == errno.ECONNREFUSED
@@ -178,9 +182,9 @@ class CoordinatorClient(NodeWaits):
                 + (NOT_RUNNING_HINT if refused else "")
             ) from None
         except TimeoutError:
-            raise CoordinatorError(f"{method} {url}: no answer in time") from None
+            raise CoordinatorError(f"{where}: no answer in time") from None
         except ValueError as exc:  # aiohttp's own refusal of what would be sent (a header, a URL)
-            raise CoordinatorError(f"{method} {url}: cannot be sent: {exc}") from None
+            raise CoordinatorError(f"{where}: cannot be sent: {exc}") from None
 
     def _hint(self, status: int, code: str | None, service: str | None) -> str:
         """What a refusal's line adds: which other sparkwatch service answered (an agent's port given as

@@ -24,6 +24,8 @@ from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.links.nodes_file import NodeSpec, check_secret_files, load_nodes_file
 
 log = logging.getLogger(__name__)
+#: What a refusal's line calls the embedded coordinator: its URL, a loopback port of the moment, is no help.
+EMBEDDED_LABEL = "the command's own coordinator"
 T = TypeVar("T")
 
 
@@ -39,7 +41,8 @@ async def embedded_coordinator(
         path = db or Path(tmp) / "sparkwatch.db"
         async with running_coordinator(nodes, path, "127.0.0.1", 0, token, engine=engine) as url:
             log.info("embedded coordinator on %s (%d nodes, db %s)", url, len(nodes), path)
-            async with CoordinatorClient(CoordinatorTarget(url, token)) as client:
+            target = CoordinatorTarget(url, token, label=EMBEDDED_LABEL)
+            async with CoordinatorClient(target) as client:
                 yield client
 
 
