@@ -102,6 +102,8 @@ def test_token_for_bind(tmp_path: pathlib.Path) -> None:
     folder.mkdir(mode=0o1777)
     with pytest.raises(TokenFileError, match=rf"^token file {folder} is a folder, not a file$"):
         token_for_bind("0.0.0.0", folder, insecure_no_auth=False)  # not "run: chmod 600" on a folder
+    with pytest.raises(TokenFileError, match=r"^token file /dev/null is a device or socket, not a file$"):
+        token_for_bind("0.0.0.0", pathlib.Path("/dev/null"), insecure_no_auth=False)  # nor on /dev/null
     read, write = os.pipe()  # --token-file <(pass show agent): a pipe of mode 0600 still works
     os.write(write, b"a-token-from-a-pipe-0123\n")
     os.close(write)

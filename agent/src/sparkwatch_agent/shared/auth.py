@@ -88,8 +88,11 @@ def load_token(path: Path) -> str:
         st = os.stat(path)
     except OSError as exc:
         raise TokenFileError(f"cannot read token file {path}: {exc.strerror}") from exc
-    if stat.S_ISDIR(st.st_mode):  # before the mode: "chmod 600" is no advice for a folder (a pipe is fine)
+    # before the mode: "chmod 600" is no advice for a folder or /dev/null (a pipe is fine: <(pass show x))
+    if stat.S_ISDIR(st.st_mode):
         raise TokenFileError(f"token file {path} is a folder, not a file")
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        raise TokenFileError(f"token file {path} is a device or socket, not a file")
     # a systemd credential's ACL mask shows as group bits; others' bits are refused everywhere
     excused = stat.S_IRWXG if _systemd_credential(path) else 0
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) & ~excused:
