@@ -322,6 +322,26 @@ def test_unknown_paths_and_wrong_methods_are_json_on_a_real_agent(
     assert "Traceback" not in agent.stop()
 
 
+def test_a_query_parameter_a_route_does_not_take_is_refused_not_ignored(
+    agent_factory: Any, token_file: pathlib.Path
+) -> None:
+    """``?interval_s=0.01`` on ``GET /v1/interval`` answered 200 with the interval unchanged, as if taken."""
+    agent = agent_factory("--backend", "sim", "--interval", "0.5", "--token-file", str(token_file))
+    for method, path, said in (
+        ("GET", "/v1/interval?interval_s=0.01", "parameter 'interval_s': this route takes none"),
+        ("GET", "/v1/capabilities?a=1&b=2", "parameters 'a', 'b': this route takes none"),
+        ("DELETE", "/v1/interval?holder=x&ttl_s=5", "parameter 'ttl_s': this route takes holder"),
+        ("GET", "/v1/stream?after=0&since=1", "parameter 'since': this route takes after"),
+    ):
+        answer = raw_request(agent.port, http(method, path, TOKEN))
+        assert _refusal(answer, 400, "invalid_query") == f"unknown query {said}"
+    status, _, body = raw_request(agent.port, http("DELETE", "/v1/interval?holder=nobody", TOKEN))
+    assert status == 200 and json.loads(body)["released"] is False  # the route's own parameter is taken
+    assert raw_request(agent.port, http("GET", "/metrics?name[]=x"))[0] == 200  # not /v1/: a scrape's params
+    assert _refusal(raw_request(agent.port, http("GET", "/v1/nope?x=1", TOKEN)), 404, "not_found")
+    assert "Traceback" not in agent.stop()
+
+
 def test_a_rotated_token_is_in_force_at_the_next_request_and_a_bad_one_changes_nothing(
     agent_factory: Any, token_file: pathlib.Path
 ) -> None:

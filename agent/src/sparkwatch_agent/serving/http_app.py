@@ -11,8 +11,9 @@ import json
 import logging
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -34,6 +35,7 @@ from sparkwatch_agent.shared.http import (
     json_error,
     json_refusals,
     name_server,
+    query_middleware,
 )
 from sparkwatch_agent.shared.protocol import CLOSE_AFTER_BEYOND_NEWEST, CLOSE_TOKEN_ROTATED
 
@@ -320,9 +322,24 @@ async def _close_websockets(app: web.Application) -> None:
         await ws.close(code=1001, message=b"agent shutting down")
 
 
+#: The query parameters each route takes (method, path); a route not listed takes none.
+QUERIES: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
+    {("GET", "/v1/stream"): ("after",), ("DELETE", "/v1/interval"): ("holder",)}
+)
+
+
+def _declared_queries(request: web.Request) -> tuple[str, ...] | None:
+    resource = request.match_info.route.resource
+    if resource is None:
+        return None
+    method = "GET" if request.method == "HEAD" else request.method
+    return QUERIES.get((method, resource.canonical), ())
+
+
 def make_app(ctx: AgentContext) -> web.Application:
     middleware = bearer_middleware(ctx.token, lambda path: path.startswith("/v1/"))
-    app = web.Application(middlewares=[json_refusals, middleware], client_max_size=64 * 1024)
+    queries = query_middleware(_declared_queries)
+    app = web.Application(middlewares=[json_refusals, middleware, queries], client_max_size=64 * 1024)
     app[CONTEXT] = ctx
     app[WEBSOCKETS] = weakref.WeakSet()
     app.on_shutdown.append(_close_websockets)

@@ -1,5 +1,5 @@
-"""HTTP pieces both distributions use: JSON errors, the bearer-token middleware, and bind-or-fail with the
-connection limits every server gets."""
+"""HTTP pieces both distributions use: JSON errors, the bearer-token and query-parameter middlewares, and
+bind-or-fail with the connection limits every server gets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import logging
 import math
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -103,6 +103,27 @@ async def json_refusals(request: web.Request, handler: Handler) -> web.StreamRes
             if name in exc.headers:
                 refusal.headers[name] = exc.headers[name]
         return refusal
+
+
+def query_middleware(
+    declared: Callable[[web.Request], Sequence[str] | None],
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """``400 invalid_query`` for a query parameter a ``/v1/`` route does not take, naming it and those the
+    route takes (``declared``: its names; None where no route matched, whose 404 says more). Refused, not
+    ignored: an ignored ``?gate_threshold=0.9`` answered as if it had been taken."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        taken = declared(request) if request.query and request.path.startswith("/v1/") else None
+        unknown = sorted(set(request.query) - set(taken)) if taken is not None else []
+        if unknown:
+            names = ", ".join(repr(name[:40]) for name in unknown[:5]) + (", …" if len(unknown) > 5 else "")
+            takes = f"this route takes {', '.join(taken or ())}" if taken else "this route takes none"
+            noun = "parameter" if len(unknown) == 1 else "parameters"
+            return json_error(400, "invalid_query", f"unknown query {noun} {names}: {takes}")
+        return await handler(request)
+
+    return check
 
 
 def bearer_middleware(

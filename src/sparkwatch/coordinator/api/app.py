@@ -39,6 +39,7 @@ from sparkwatch_agent.shared.http import (
     json_error,
     json_refusals,
     name_server,
+    query_middleware,
 )
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
@@ -77,31 +78,16 @@ async def read_body(request: web.Request, limit_bytes: int) -> bytes:
     return bytes(body)
 
 
-@web.middleware
-async def known_queries(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A query parameter the route does not take (by the OpenAPI document) is refused, not ignored:
-    ``?gate_threshold=5`` on an export answered with the run's own settings, as if it had been taken."""
-    unknown, taken = _unknown_queries(request)
-    if unknown:
-        names = ", ".join(repr(name[:40]) for name in unknown[:5]) + (", …" if len(unknown) > 5 else "")
-        takes = f"this route takes {', '.join(taken)}" if taken else "this route takes none"
-        noun = "parameter" if len(unknown) == 1 else "parameters"
-        return error(400, "invalid_query", f"unknown query {noun} {names}: {takes}")
-    return await handler(request)
-
-
-def _unknown_queries(request: web.Request) -> tuple[list[str], list[str]]:
-    """The query's names the matched route does not declare, and those it does (none for an unknown route:
-    its 404 says more)."""
+def _declared_queries(request: web.Request) -> list[str] | None:
+    """The query parameters the matched route declares in the OpenAPI document (None: no route matched)."""
     resource = request.match_info.route.resource
-    if not request.query or resource is None or not request.path.startswith("/v1/"):
-        return [], []
+    if resource is None:
+        return None
     method = "get" if request.method == "HEAD" else request.method.lower()
     operation = request.app[OPENAPI]["paths"].get(resource.canonical, {}).get(method)
     if operation is None:
-        return [], []
-    taken = [p["name"] for p in operation.get("parameters", []) if p.get("in") == "query"]
-    return sorted(set(request.query) - set(taken)), taken
+        return None
+    return [p["name"] for p in operation.get("parameters", []) if p.get("in") == "query"]
 
 
 @web.middleware
@@ -320,7 +306,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 def make_app(coordinator: Coordinator, token: ServerToken | None) -> web.Application:
     middleware = bearer_middleware(token, lambda path: path not in ("/healthz", "/metrics"))
-    middlewares = [json_refusals, middleware, known_queries, store_refusals]
+    middlewares = [json_refusals, middleware, query_middleware(_declared_queries), store_refusals]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[COORDINATOR] = coordinator
     app[REGISTRY] = coordinator_registry(coordinator)  # built once, like the agent's
