@@ -268,6 +268,42 @@ def test_clock_offsets(tmp_path: pathlib.Path) -> None:
     }
 
 
+def test_a_boot_placed_inside_or_before_the_span_takes_no_round_after_it(tmp_path: pathlib.Path) -> None:
+    """The nearest round after the span arrives up to a probe interval after the run's end: only a boot
+    with nothing else to be placed by takes it."""
+    store = Store(tmp_path / "sw.db", now_ns=lambda: T0)
+    store.add_offset("n1", "b1", ClockOffset(0, 900, 5, 10), t_ns=T0 - 5 * S)  # before: kept
+    store.add_offset("n1", "b1", ClockOffset(0, 800, 5, 10), t_ns=T0 + 5 * S)  # after: not for b1
+    store.add_offset("n1", "b2", ClockOffset(0, 700, 5, 10), t_ns=T0 + S)  # inside
+    store.add_offset("n1", "b2", ClockOffset(0, 600, 5, 10), t_ns=T0 + 4 * S)  # after: not for b2
+    store.add_offset("n1", "b3", ClockOffset(0, 500, 5, 10), t_ns=T0 + 3 * S)  # after, and b3 has no other
+    store.add_offset("n1", "b3", ClockOffset(0, 400, 5, 10), t_ns=T0 + 6 * S)  # nor this, not the nearest
+    assert store.offset_rounds("n1", T0, T0 + 2 * S) == {
+        "b1": [OffsetRound(T0 - 5 * S, 0, 900)],
+        "b2": [OffsetRound(T0 + S, 0, 700)],
+        "b3": [OffsetRound(T0 + 3 * S, 0, 500)],
+    }
+
+
+def test_an_export_at_the_runs_end_is_the_export_made_later(tmp_path: pathlib.Path) -> None:
+    """`sparkwatch run` exports as the run ends; `runs export` later, after the link's next probe round:
+    the same bytes (that round moved the clock fit, every figure's last digits and the digest)."""
+    from sparkwatch.sources.store import export_run
+
+    store = Store(tmp_path / "sw.db")
+    store.record_hello("n1", {"boot_id": "b1", "capabilities": {"gpus": [{"uuid": "GPU-x", "fields": {}}]}})
+    store.ingest("n1", "b1", [sample(i) for i in range(1, 301)])  # 0.1 s .. 30 s
+    for t, offset in ((T0, 0), (T0 + 10 * S, 3_000)):  # the agent's clock drifts 300 ppm
+        store.add_offset("n1", "b1", ClockOffset(offset, 1000, 5, 8, mono_offset_ns=T0 + offset), t_ns=t)
+    store.create_run(RunRow("r1", "demo", T0 + 2 * S, None, 0.1, 0.5, "request"))
+    store.add_windows("r1", [Window("w", "timed", T0 + 5 * S, T0 + 14 * S)])
+    store.end_run("r1", T0 + 15 * S)
+    at_end = export_run(store, "r1", ["n1"], lambda: T0 + 15 * S)
+    store.add_offset("n1", "b1", ClockOffset(9_000, 1000, 5, 8, mono_offset_ns=T0 + 9_000), t_ns=T0 + 20 * S)
+    later = export_run(store, "r1", ["n1"], lambda: T0 + 60 * S)
+    assert later == at_end and at_end["nodes"][0]["clock"]["probes_total"] == 2
+
+
 def test_export_reads_windows_past_the_run_end_and_keeps_one_entry_per_gpu(tmp_path: pathlib.Path) -> None:
     from sparkwatch.sources.store import export_run
 

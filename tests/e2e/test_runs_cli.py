@@ -3,7 +3,9 @@ coordinator and `sparkwatch run --db` leave behind — all through the real entr
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import io
 import json
 import os
 import pathlib
@@ -19,6 +21,9 @@ import pytest
 
 from helpers.cli import sparkwatch as cli
 from helpers.processes import Coordinator, free_port, sim_load, wait_connected
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.commands.run import run_command
+from sparkwatch.commands.run_options import RunOptions
 from sparkwatch.commands.wrapped import command_env
 from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.export_schema import run_schema
@@ -386,3 +391,39 @@ def test_the_wrapped_command_posts_its_own_marks_to_its_run(
     embedded = command_env("run-x", None, None)
     assert embedded["SPARKWATCH_RUN_ID"] == "run-x"
     assert "SPARKWATCH_COORDINATOR" not in embedded and "SPARKWATCH_TOKEN_FILE" not in embedded
+
+
+async def test_a_runs_own_export_waits_for_the_samples_up_to_its_end(
+    standing: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sparkwatch run` waited for its nodes to catch up to a moment before it ended the run, then
+    exported at once: the sample that closes the run's last interval could still be on its way, and a
+    later `runs export` of the same run measured one interval more, with another digest. It now ends the
+    run first and waits for the samples up to the end's own stamp."""
+    coord, _, _ = standing
+    calls: list[tuple[str, int]] = []
+    end_run, wait = CoordinatorClient.end_run, CoordinatorClient.wait_caught_up
+
+    async def ending(self: CoordinatorClient, run_id: str, command: Any = None) -> dict[str, Any]:
+        ended = await end_run(self, run_id, command)
+        calls.append(("end", ended["t_end_ns"]))
+        return ended
+
+    async def waiting(self: CoordinatorClient, t_wall_ns: int, *args: Any, **kwargs: Any) -> list[str]:
+        behind = await wait(self, t_wall_ns, *args, **kwargs)
+        calls.append(("caught up", t_wall_ns))
+        return behind
+
+    monkeypatch.setattr(CoordinatorClient, "end_run", ending)
+    monkeypatch.setattr(CoordinatorClient, "wait_caught_up", waiting)
+    own, err = tmp_path / "own.json", io.StringIO()
+    target = CoordinatorTarget(coord.url, coord.token.read_text().strip())
+    opts = RunOptions(["sleep", "1"], target=target, scope="run", interval_s=0.5, output=own, report=False)
+    assert await run_command(dataclasses.replace(opts, stderr=err)) == 0, err.getvalue()
+    (_, end_ns), last = calls[-2], calls[-1]
+    assert calls[-2][0] == "end" and last == ("caught up", end_ns), calls  # up to the end, after it
+    exported = json.loads(own.read_text())
+    async with CoordinatorClient(target) as client:
+        later = await client.export(exported["run"]["id"])
+    assert later["nodes"][0]["samples"] == exported["nodes"][0]["samples"]
+    assert later["lmx"]["notes"] == exported["lmx"]["notes"]  # it quotes the digest: the same measurement

@@ -191,8 +191,9 @@ async def _measure(
     lost = await poster.close()
     if lost:
         raise DemoError(f"{len(lost)} window(s) were not stored: {lost[0].id} first")
-    behind = await client.wait_caught_up(time.time_ns(), timeout_s=10.0)
-    await client.end_run(run["id"])
+    ended = await client.end_run(run["id"])
+    # caught up to the end's stamp: to a moment before it, the export could miss the last interval
+    behind = await client.wait_caught_up(ended["t_end_ns"] or time.time_ns(), timeout_s=10.0)
     return await client.export(run["id"], series_for(opts.report)), behind
 
 

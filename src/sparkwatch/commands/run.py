@@ -320,11 +320,13 @@ async def _finish(
     command = None if state.code is None else {"argv": redact_argv(opts.command), "exit_code": state.code}
     try:
         # a node late at the start is only logged; one whose samples never reach the end spoils the run (one
-        # never heard from at all is not waited for: it is behind, said in the quality line)
+        # never heard from at all is not waited for: it is behind, said in the quality line). Waited for
+        # after the end, up to its stamp: caught up to a moment before it, the export missed the last interval
         unheard_now = silent_of(await client.nodes())
-        behind = await client.wait_caught_up(time.time_ns(), timeout_s=5.0, skip=unheard_now)
-        state.nodes_behind = sorted({*behind, *unheard_now})
         ended = await client.end_run(state.run_id, command)
+        end_ns = ended["t_end_ns"] or time.time_ns()
+        behind = await client.wait_caught_up(end_ns, timeout_s=5.0, skip=unheard_now)
+        state.nodes_behind = sorted({*behind, *unheard_now})
         if dropped := ended.get("dropped_marks"):  # CMD's own marks, begun and never ended
             names = ", ".join(map(str, dropped))
             _note(opts, state, f"mark(s) still open when the run ended, dropped without a window: {names}")

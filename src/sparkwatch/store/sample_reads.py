@@ -32,8 +32,12 @@ class BootSamples:
 def offset_rounds(
     db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int
 ) -> dict[str, list[OffsetRound]]:
-    """The node's probe rounds in [t_from_ns, t_to_ns] by boot, oldest first; a boot with none inside
-    but some around keeps the nearest one on each side."""
+    """The node's probe rounds in [t_from_ns, t_to_ns] by boot, oldest first, with each boot's nearest
+    round before the span; a boot with neither (its link first probed it after the span: a coordinator
+    down at the run's end) keeps its nearest round after. Not the nearest after of every boot: that round
+    arrives up to a probe interval after the run ends, so an export made at the end (`sparkwatch run`'s)
+    and one made later (`runs export`) fitted different clocks and differed in every figure's last digits
+    and in the digest."""
     rows = db.execute(
         "SELECT boot_id, t_ns, offset_ns, uncertainty_ns, mono_offset_ns FROM clock_offsets"
         " WHERE node = ? AND t_ns BETWEEN ? AND ? ORDER BY t_ns",
@@ -41,11 +45,19 @@ def offset_rounds(
     ).fetchall()
     rows += db.execute(
         "SELECT boot_id, MAX(t_ns), offset_ns, uncertainty_ns, mono_offset_ns FROM clock_offsets"
-        " WHERE node = ? AND t_ns >= ? AND t_ns < ? GROUP BY boot_id"
-        " UNION ALL SELECT boot_id, MIN(t_ns), offset_ns, uncertainty_ns, mono_offset_ns FROM clock_offsets"
-        " WHERE node = ? AND t_ns > ? AND t_ns <= ? GROUP BY boot_id",
-        (node, t_from_ns - NEAREST_NS, t_from_ns, node, t_to_ns, t_to_ns + NEAREST_NS),
+        " WHERE node = ? AND t_ns >= ? AND t_ns < ? GROUP BY boot_id",
+        (node, t_from_ns - NEAREST_NS, t_from_ns),
     ).fetchall()
+    placed = {str(row[0]) for row in rows}
+    rows += [
+        row
+        for row in db.execute(
+            "SELECT boot_id, MIN(t_ns), offset_ns, uncertainty_ns, mono_offset_ns FROM clock_offsets"
+            " WHERE node = ? AND t_ns > ? AND t_ns <= ? GROUP BY boot_id",
+            (node, t_to_ns, t_to_ns + NEAREST_NS),
+        ).fetchall()
+        if str(row[0]) not in placed
+    ]
     by_boot: dict[str, list[OffsetRound]] = {}
     for boot, t_ns, offset, uncertainty, mono in sorted(rows, key=lambda r: r[1]):
         by_boot.setdefault(str(boot), []).append(OffsetRound(t_ns, offset, uncertainty, mono))
