@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkwatch.core.clock import NodeClock
-from sparkwatch.core.rounding import round_figure, rounded, rounded_list
+from sparkwatch.core.rounding import floored_list, ratio_text, round_figure, rounded, rounded_list
 
 
 def by_round(values: list[float], digits: int) -> list[float | None]:
@@ -57,3 +57,25 @@ def test_every_figure_the_export_rounds_one_by_one_is_never_minus_zero() -> None
 
 def test_unknown_is_none() -> None:
     assert rounded_list(np.array([np.nan, np.inf, -np.inf, 1.23456])) == [None, None, None, 1.235]
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1.0), max_size=50), st.integers(1, 6))
+def test_a_ratio_is_floored_to_the_largest_decimal_not_above_it(values: list[float], digits: int) -> None:
+    """Never rounded up: a coverage of 0.99996 written 1.0 reads as whole, 0.94996 as 0.95 as enough."""
+    for value, low in zip(values, floored_list(values, digits), strict=True):
+        assert low is not None and low <= value and round(low, digits) == low
+        assert value - low < 10.0**-digits * (1 + 1e-9)  # the largest such: one step more is above it
+        assert round(low + 10.0**-digits, digits) > value
+
+
+def test_floored_ratios_keep_their_side_of_a_threshold() -> None:
+    assert floored_list([0.99996, 0.94996, 0.95, 0.29, 1.0, 0.0, float("nan")]) == [
+        0.9999,
+        0.9499,
+        0.95,
+        0.29,
+        1.0,
+        0.0,
+        None,
+    ]
+    assert [ratio_text(c) for c in (0.9496, 0.95, 0.9999, 1.0)] == ["0.949", "0.950", "0.999", "1.000"]

@@ -86,6 +86,12 @@ def test_a_node_whose_whole_node_domain_covers_a_sliver_is_not_summed_as_the_clu
     )
     whole_again = summary_table(export([whole, node("spark-3", 52.1, 84.1)], [])).splitlines()
     assert next(line for line in whole_again if line.startswith("sum")).split()[2] == "170.6"
+    # just short of the threshold (exported floored, 0.9499): not summed, and not said as "0.950 < 0.95"
+    cut["system"]["domains"][1]["samples"] = {"coverage_ratio": 0.9499}
+    cut["samples"]["coverage_ratio"] = 0.9999  # and the table's coverage column never rounds it up to whole
+    lines = summary_table(export([whole, cut], [])).splitlines()
+    assert "(0.949) covers less than 0.95 of the scope" in next(line for line in lines if "n/a sum" in line)
+    assert next(line for line in lines if line.startswith("spark-2")).split()[-1] == "0.999"
 
 
 def test_no_system_column_without_a_domain_and_a_warning_for_a_throttled_window() -> None:

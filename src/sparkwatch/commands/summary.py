@@ -9,6 +9,7 @@ from typing import Any
 
 from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.power import INCOMPLETE_COVERAGE
+from sparkwatch.core.rounding import ratio_text
 from sparkwatch.outputs import shown
 from sparkwatch.report.facts import said_once
 from sparkwatch_agent.shared.units import GIB
@@ -16,6 +17,11 @@ from sparkwatch_agent.shared.units import GIB
 
 def _num(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
+
+
+def _ratio(value: float | None) -> str:
+    """A coverage to 3 decimals, never rounded up (0.9999 is not 1.000: whole)."""
+    return "n/a" if value is None else ratio_text(value)
 
 
 def _gib(value: int | None) -> str:
@@ -86,7 +92,7 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
         lines.append(
             f"{node['node']:<{width}} {_num(node['power_w']['gated_mean'], '.1f'):>8}{cell}"
             f" {_num(node['energy_j'], '.1f'):>10} {_gib(node['memory_used_bytes']['peak']):>13}"
-            f" {_num(node['samples']['coverage_ratio'], '.3f'):>9}"
+            f" {_ratio(node['samples']['coverage_ratio']):>9}"
         )
     lines.append("-" * len(header))
     known = [w for w in systems if w is not None]
@@ -117,7 +123,7 @@ def _short_headlines(nodes: Sequence[dict[str, Any]]) -> list[str]:
         entry = headline_entry(node)
         coverage = None if entry is None else (entry.get("samples") or {}).get("coverage_ratio")
         if isinstance(coverage, float | int) and coverage < INCOMPLETE_COVERAGE:
-            short.append(f"{node['node']} ({coverage:.3f})")
+            short.append(f"{node['node']} ({ratio_text(coverage)})")
     return short
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from sparkwatch.core.baseline import above_idle_j, idle_power_w
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
-from sparkwatch.core.rounding import rounded, rounded_list
+from sparkwatch.core.rounding import floored, floored_list, rounded, rounded_list
 from sparkwatch.core.tracks import F64, I64, GpuTrack, in_time_order
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Scope
@@ -220,7 +220,7 @@ def _domain_json(
         "gated_s": rounded(s.gated_s),
         "samples": {
             "count": s.samples,
-            "coverage_ratio": rounded(s.coverage_ratio, 4),
+            "coverage_ratio": floored(s.coverage_ratio),
             "max_gap_s": rounded(s.max_gap_s),
             "implausible_intervals": s.implausible,
         },
@@ -240,7 +240,7 @@ def _window_entries(
                 for g, e, c in zip(
                     rounded_list(wp.gated_mean_w[lo:hi]),
                     rounded_list(wp.energy_j[lo:hi]),
-                    rounded_list(wp.coverage_ratio[lo:hi], 4),
+                    floored_list(wp.coverage_ratio[lo:hi]),
                     strict=True,
                 )
             ]

@@ -19,7 +19,7 @@ from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.memory import peak_of_sum
 from sparkwatch.core.phases import as_known, token_spans
 from sparkwatch.core.power import INCOMPLETE_COVERAGE
-from sparkwatch.core.rounding import rounded
+from sparkwatch.core.rounding import ratio_text, rounded
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.series import Frame, node_series, series_block, series_frame
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, MemTrack
@@ -51,7 +51,7 @@ def verdict(
     incomplete = [c for c in coverages if c is None or c < INCOMPLETE_COVERAGE]
     if incomplete:
         worst = min(0.0 if c is None else c for c in incomplete)  # None: nothing to cover it with
-        reasons.append(f"coverage {worst:.3f} < {INCOMPLETE_COVERAGE} on {len(incomplete)} node(s)")
+        reasons.append(f"coverage {ratio_text(worst)} < {INCOMPLETE_COVERAGE} on {len(incomplete)} node(s)")
     if length_s < LOW_CONFIDENCE_INTERVALS * interval_s:
         reasons.append(
             f"shorter ({length_s:.3f} s) than {LOW_CONFIDENCE_INTERVALS:g} sampling intervals"
@@ -314,9 +314,9 @@ def _partial_windows(node: str, system: DomainFigures, lengths_s: F64) -> dict[i
         return {}
     with np.errstate(invalid="ignore"):
         short = np.flatnonzero(~(coverage >= INCOMPLETE_COVERAGE))  # NaN: no interval in it
-    name = f"{node} {system.headline}"
+    name, threshold = f"{node} {system.headline}", INCOMPLETE_COVERAGE
     out = {
-        k: f"{name}: no interval" if np.isnan(c) else f"{name}: coverage {c:.3f} < {INCOMPLETE_COVERAGE}"
+        k: f"{name}: no interval" if np.isnan(c) else f"{name}: coverage {ratio_text(c)} < {threshold}"
         for k, c in zip(short.tolist(), coverage[short].tolist(), strict=True)
     }
     reading_s = system.headline_reading_s

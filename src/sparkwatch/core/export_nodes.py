@@ -17,7 +17,7 @@ from sparkwatch.core.intervals import counter_interval_s, counter_moves, seen_in
 from sparkwatch.core.memory import MemoryStats, node_memory
 from sparkwatch.core.phases import TokenSpans, node_split, window_split
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, summed_max_w, window_stats
-from sparkwatch.core.rounding import rounded, rounded_list
+from sparkwatch.core.rounding import floored, floored_list, rounded, rounded_list
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.throttle import window_signals
 from sparkwatch.core.tracks import F64, I64, GpuTrack
@@ -186,7 +186,7 @@ def _node_json(
         },
         "samples": {
             "count": min([s.samples for s in stats] or [0]),
-            "coverage_ratio": rounded(worst_known([s.coverage_ratio for s in stats], min), 4),
+            "coverage_ratio": floored(worst_known([s.coverage_ratio for s in stats], min)),
             "max_gap_s": rounded(worst_known([s.max_gap_s for s in stats], max), 3),
             "implausible_intervals": sum(s.implausible for s in stats),
             "interval_s": rounded(interval_s, 4),
@@ -271,7 +271,7 @@ def _window_entries(
                 rounded_list(energy[lo:hi]),
                 rounded_list(split[0][lo:hi]),
                 rounded_list(split[1][lo:hi]),
-                rounded_list(coverage[lo:hi], 4),
+                floored_list(coverage[lo:hi]),
                 implausible[lo:hi].tolist(),
                 per_domain,
                 signals.between(lo, hi),

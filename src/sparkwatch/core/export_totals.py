@@ -18,7 +18,7 @@ from typing import Any
 from sparkwatch.core.export_nodes import NodeFigures, sum_known
 from sparkwatch.core.phases import name_ids, no_measured_window
 from sparkwatch.core.power import INCOMPLETE_COVERAGE
-from sparkwatch.core.rounding import rounded
+from sparkwatch.core.rounding import ratio_text, rounded
 from sparkwatch.core.windows import Window
 from sparkwatch.defaults import ScopeKind
 
@@ -183,7 +183,7 @@ def _partial(
 ) -> str | None:
     """Why a sum over nodes would not be the whole: the nodes whose ``what`` cover less of the scope."""
     short = [
-        f"{f.json['node']} ({c:.3f})"
+        f"{f.json['node']} ({ratio_text(c)})"
         for f, c in zip(figures, coverage, strict=True)
         if c is not None and c < INCOMPLETE_COVERAGE
     ]

@@ -44,3 +44,28 @@ def round_figure(value: float, digits: int = 3) -> float:
 def rounded(value: float | None, digits: int = 3) -> float | None:
     """A figure as the export writes it: :func:`round_figure`, ``None`` (unknown) kept."""
     return None if value is None else round_figure(float(value), digits)
+
+
+def floored_list(values: npt.ArrayLike, digits: int = 4) -> list[float | None]:
+    """Each value as the largest ``digits``-decimal figure not above it (unknown as ``None``): how a ratio
+    judged against a threshold is written (a coverage of 0.99996 is not 1.0, whole, and 0.94996 not 0.95,
+    enough), so that a reader comparing the figure with the threshold judges as the export did."""
+    x = np.asarray(values, dtype=np.float64)
+    scale = 10.0**digits
+    with np.errstate(invalid="ignore", over="ignore"):
+        steps = np.rint(x * scale)
+        steps = np.where(steps / scale > x, steps - 1, steps)  # k / 10^d: the double nearest that decimal
+        out: list[float | None] = (steps / scale + 0.0).tolist()
+    for i in np.flatnonzero(~np.isfinite(x)).tolist():
+        out[i] = None
+    return out
+
+
+def floored(value: float | None, digits: int = 4) -> float | None:
+    """:func:`floored_list` of one figure."""
+    return None if value is None else floored_list([value], digits)[0]
+
+
+def ratio_text(value: float, digits: int = 3) -> str:
+    """A ratio in a sentence beside its threshold (``coverage 0.949 < 0.95``), never rounded up to it."""
+    return f"{floored(value, digits):.{digits}f}"

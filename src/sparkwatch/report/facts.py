@@ -158,7 +158,7 @@ def node_rows(export: dict[str, Any]) -> list[list[Cell]]:
         row.append(figure(export, f"nodes.{i}.memory_used_bytes.peak", 1, GIB))
         if with_cache:
             row.append(figure(export, f"nodes.{i}.memory_page_cache_bytes.peak", 1, GIB))
-        row.append(figure(export, f"nodes.{i}.samples.coverage_ratio", 3))
+        row.append(figure(export, f"nodes.{i}.samples.coverage_ratio", 4))  # as exported: never rounded up
         rows.append(row)
     return rows
 

@@ -49,7 +49,7 @@
   });
   columns.push(
     { title: "GPU energy J (sum)", num: true, key: function (i) { return sumKnown(w.energy_j[i]); }, text: function (i) { return fmt(sumKnown(w.energy_j[i]), 1); } },
-    { title: "coverage", num: true, key: function (i) { return w.coverage[i]; }, text: function (i) { return fmt(w.coverage[i], 3); } },
+    { title: "coverage", num: true, key: function (i) { return w.coverage[i]; }, text: function (i) { return fmt(w.coverage[i], 4); } },
     { title: "verdict", key: function (i) { return w.verdict[i]; }, text: function (i) { return '<span class="verdict ' + esc(w.verdict[i]) + '">' + esc(w.verdict[i]) + "</span>"; } },
     { title: "reasons", key: function (i) { return w.reasons[i]; }, text: function (i) { return esc(w.reasons[i]); } }
   );
