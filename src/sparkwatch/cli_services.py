@@ -61,7 +61,7 @@ def _remote_write(args: argparse.Namespace) -> RemoteWriteSpec | None:
 
 
 def cmd_demo(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    check_output(args.output)
+    check_output(args.output, json_on_stdout=args.json)
     opts = DemoOptions(
         nodes=args.nodes,
         max_tokens=args.max_tokens,

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -29,12 +30,17 @@ class OutputError(Exception):
     """An output path that cannot be written; one line naming it and why."""
 
 
-def check_output(path: Path, reads: Mapping[Path, str] = MappingProxyType({})) -> None:
+def check_output(
+    path: Path, reads: Mapping[Path, str] = MappingProxyType({}), *, json_on_stdout: bool = False
+) -> None:
     """Refuse before anything starts when a file could not be written at the end, or would replace one the
-    command reads (``reads``: each such file and what to call it)."""
+    command reads (``reads``: each such file and what to call it), or is stdout where the command prints
+    its one JSON object (``json_on_stdout``: ``--json``)."""
     for source, what in reads.items():
         if path.resolve() == source.resolve():
             raise OutputError(f"-o {path} is {what} itself: what is written would replace it")
+    if json_on_stdout and own_descriptor(path) == 1:
+        raise OutputError(f"-o {path} is stdout, where --json prints its one JSON object: give -o a file")
     if not_a_file(path):  # a device or a pipe is written into: its own permission is what counts
         if not os.access(path, os.W_OK):
             raise OutputError(f"cannot write {path}: it is not writable")
@@ -46,6 +52,12 @@ def check_output(path: Path, reads: Mapping[Path, str] = MappingProxyType({})) -
         raise OutputError(f"cannot write {path}: folder {folder} is not writable")
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder")
+    try:  # root passes every access check: /proc, a read-only mount or a full disk say no only when tried
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".sparkwatch-check-"):
+            pass
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise OutputError(f"cannot write {path}: folder {folder} takes no new file ({why})") from None
 
 
 def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
@@ -80,8 +92,12 @@ def size_text(size_bytes: int) -> str:
 
 
 def not_a_file(path: Path) -> bool:
-    """Whether ``path`` (its links followed, /dev/stdout's too) exists as something other than a regular
-    file or folder: a device or a pipe, written into, never replaced."""
+    """Whether ``path`` is written into, never replaced: one of this process's open descriptors
+    (/dev/stdout, /dev/fd/N: a shell's ``> log`` or ``>> log`` is a file, and renaming over it lost what
+    was there and all that was printed after), or something that exists (its links followed) as other than
+    a regular file or folder: a device or a pipe."""
+    if own_descriptor(path) is not None:
+        return True
     try:
         kind = os.stat(path).st_mode
     except OSError:
@@ -89,11 +105,37 @@ def not_a_file(path: Path) -> bool:
     return not (stat.S_ISREG(kind) or stat.S_ISDIR(kind))
 
 
+#: A link to an open descriptor, as the kernel shows it: /proc/self/fd/N (/dev/stdout's, /dev/fd's).
+_DESCRIPTOR = re.compile(r"/proc/(?:self|thread-self|(\d+))(?:/task/\d+)?/fd/(\d+)")
+
+
+def own_descriptor(path: Path) -> int | None:
+    """The descriptor of this process that ``path`` names through its links (/dev/stdout → 1), else None."""
+    at = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        folder, name = os.path.split(at)
+        named = _DESCRIPTOR.fullmatch(os.path.join(os.path.realpath(folder), name))
+        if named is not None and (named[1] is None or int(named[1]) == os.getpid()):
+            return int(named[2])
+        if named is not None or not os.path.islink(at):
+            return None
+        at = os.path.normpath(os.path.join(folder, os.readlink(at)))
+    return None
+
+
 def _write_into(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write into ``path`` as it is (a device or a pipe), opened by its own name: /dev/stdout's link
-    points at a pipe that has no name of its own to open."""
+    """Write into ``path`` as it is (a device or a pipe) opened by its own name (/dev/stdout's link points
+    at a pipe that has no name of its own to open); one of this process's descriptors is written through
+    itself, where what this process printed already is (opened again, a file would be cut to nothing)."""
+    fd = own_descriptor(path)
     try:
-        with open(path, "wb") as f:
+        if fd is None:
+            with open(path, "wb") as f:
+                write(f)
+            return
+        for stream in (sys.stdout, sys.stderr):  # what was printed goes first
+            stream.flush()
+        with os.fdopen(os.dup(fd), "wb") as f:
             write(f)
     except OSError as exc:
         if exc.errno is None:

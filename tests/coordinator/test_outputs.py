@@ -171,6 +171,40 @@ def test_dev_stdout_into_a_pipe_is_written_through_its_own_name(tmp_path: pathli
     assert json.loads(done.stdout) == {"x": 1}
 
 
+@pytest.mark.parametrize("append", [False, True], ids=["> file", ">> file"])
+def test_dev_stdout_into_a_file_is_written_through_stdout_not_replaced(
+    tmp_path: pathlib.Path, append: bool
+) -> None:
+    """`sparkwatch export … -o /dev/stdout >> log`: /dev/stdout's link led to the file, which the rename
+    replaced: the log's earlier lines were gone, and what was printed after went to the deleted file. The
+    export goes through stdout itself, after what was printed before it, and before what is printed after."""
+    log = tmp_path / "log"
+    log.write_text("keep me\n")
+    script = (
+        "import pathlib, sparkwatch.outputs as o; print('before'); "
+        "o.write_export(pathlib.Path('/dev/stdout'), {'x': 1}); print('after')"
+    )
+    with open(log, "a" if append else "w") as out:
+        done = subprocess.run([sys.executable, "-c", script], stdout=out, stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = log.read_text()
+    assert text == ("keep me\n" if append else "") + 'before\n{\n  "x": 1\n}\nafter\n'
+    assert not [p for p in tmp_path.iterdir() if p.name != "log"]
+
+
+def test_stdout_as_the_output_of_a_command_printing_json_is_refused(tmp_path: pathlib.Path) -> None:
+    """`run --json -o /dev/stdout`: the export and the outcome object, two JSON documents on one stdout."""
+    with pytest.raises(OutputError, match=r"^-o /dev/stdout is stdout, where --json prints its one JSON"):
+        check_output(pathlib.Path("/dev/stdout"), json_on_stdout=True)
+    check_output(pathlib.Path("/dev/stdout"))  # without --json: stdout is the export's
+
+
+def test_a_folder_that_takes_no_new_file_is_refused_before_anything_starts() -> None:
+    """As root every access check passes: `run -o /proc/x` measured a whole run, then could not write."""
+    with pytest.raises(OutputError, match=r"^cannot write /proc/x\.json: folder /proc takes no new file \("):
+        check_output(pathlib.Path("/proc/x.json"))
+
+
 def test_printing_an_export_writes_the_files_bytes(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     """To stdout through its buffer (never the whole text as str); a text-only stream gets the same text."""
     export = {"run": {"name": "é"}, "windows": [{"id": n, "w": 0.5} for n in range(LIST_ITEMS_AT_ONCE + 2)]}

@@ -166,7 +166,7 @@ def _check_options(opts: RunOptions) -> None:
         raise RunCommandError(
             f"the command uses {PROXY_PLACEHOLDER}, the proxy's URL, but no --proxy-upstream URL is given"
         )
-    check_output(opts.output or Path("sparkwatch-run.json"))
+    check_output(opts.output or Path("sparkwatch-run.json"), json_on_stdout=opts.json_out)
     if opts.spill is not None:
         check_output(opts.spill)
     check_command(opts.command)
