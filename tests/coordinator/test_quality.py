@@ -56,6 +56,26 @@ def test_a_sound_run_in_words() -> None:
     assert exit_code(0, quality, strict=True) == 0
 
 
+def test_a_whole_run_is_judged_by_its_own_span_and_coverage_not_by_windows() -> None:
+    """`run --scope run` measures the run itself: it was judged by its timed windows, of which it has none,
+    so every such run read "0 of 0 timed windows ok: no timed window was recorded" and `--strict` failed."""
+    export = _export([], [30, 30])
+    export["method"] |= {"scope": "run", "scope_s": 12.34}
+    for node in export["nodes"]:
+        node["samples"]["coverage_ratio"] = 0.99
+    quality = judge(export)
+    assert quality.sound and quality.line() == "the whole run (12.3 s) on 2 of 2 nodes"
+    assert quality.measured and exit_code(0, quality, strict=True) == 0
+    export["nodes"][1]["samples"]["coverage_ratio"] = 0.9426  # the run's tail never arrived, say
+    export["windows"].append({"id": "r9", "in_scope": True, "verdict": "low_confidence", "phase": "timed"})
+    quality = judge(export)  # a window's verdict is its own: the run's figures are not the window's
+    assert quality.line() == (
+        "the whole run (12.3 s) on 1 of 2 nodes: samples cover less than 0.95 of the run on spark-2 (0.942)"
+    )
+    export["method"]["scope_s"] = 0.0
+    assert judge(export).problems[0] == "the run has no length to measure" and not judge(export).measured
+
+
 def test_every_kind_of_problem_is_named() -> None:
     quality = judge(
         _export(["ok", "low_confidence", "incomplete"], [30, 0, 30]),

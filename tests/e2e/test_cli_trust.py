@@ -101,12 +101,16 @@ def test_run_takes_the_method_from_its_flags(tmp_path: pathlib.Path, agent_facto
     out = tmp_path / "r.json"
     args = ["--scope", "run", "--gate-threshold", "0.25", "--phases", "warmup,timed", "--interval", "0.5"]
     result = sparkwatch(
-        "run", "--nodes", str(nodes_toml(tmp_path, [agent])), *args, "-o", str(out), "--", "true"
+        "run", "--nodes", str(nodes_toml(tmp_path, [agent])), *args, "-o", str(out), "--", "sleep", "1"
     )
     assert result.returncode == 0, result.stderr
     method = json.loads(out.read_text())["method"]
     assert (method["scope"], method["gate"]["threshold_ratio"], method["interval_s"]) == ("run", 0.25, 0.5)
     assert method["phases"] == ["timed", "warmup"]
+    # the whole run is what was measured, not its (absent) windows; the idle sim's GPU is under the gate
+    said = f"WARNING: measurement: the whole run ({method['scope_s']:.1f} s) on 0 of 1 nodes: "
+    assert said in result.stdout and "no gated GPU power on n0" in result.stdout, result.stdout
+    assert "timed windows ok" not in result.stdout
 
 
 def test_strict_fails_a_run_whose_import_failed_but_a_failing_command_keeps_its_code(
@@ -126,7 +130,9 @@ def test_strict_fails_a_run_whose_import_failed_but_a_failing_command_keeps_its_
 
 
 def _start_run(tmp_path: pathlib.Path, nodes: str, *command: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}
+    scratch = tmp_path / "tmp"  # its temporary folder (a database kept after a second Ctrl-C): not /tmp's
+    scratch.mkdir(exist_ok=True)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SPARKWATCH_")}, "TMPDIR": str(scratch)}
     return subprocess.Popen(
         [sys.executable, "-m", "sparkwatch", "run", "--nodes", nodes, "-o", str(tmp_path / "r.json"),
          "--", *command],

@@ -541,7 +541,8 @@ def _check_granted(api: AgentApi, body: bytes, sent: dict[str, str], answer: Ans
 @dataclass(frozen=True, slots=True)
 class After:
     """How ``?after=`` is built from the newest seq when the case runs: ``valid`` (a seq the agent has,
-    or none), ``beyond`` (a seq far beyond the newest, at most MAX_SEQ) or ``hostile`` (anything else)."""
+    or none), ``beyond`` (a seq far beyond the newest, at most MAX_SEQ), ``unknown`` (a parameter the route
+    does not take: refused, not ignored) or ``hostile`` (anything else)."""
 
     kind: str
     query: str
@@ -549,12 +550,16 @@ class After:
 
 @st.composite
 def after_queries(draw: st.DrawFn, newest: int) -> After:
-    choice = draw(st.sampled_from(["valid", "beyond", "near", "hostile", "repeated", "absent"]))
+    choice = draw(st.sampled_from(["valid", "beyond", "near", "hostile", "repeated", "absent", "unknown"]))
     if choice == "valid":
         back = draw(st.one_of(st.sampled_from([0, 1, 10**6]), st.integers(0, 2000)))
         return After("valid", f"?after={max(0, newest - back)}")
     if choice == "absent":
-        return After("valid", draw(st.sampled_from(["", "?", "?AFTER=1", "?x=1", "?after[]=1"])))
+        return After("valid", draw(st.sampled_from(["", "?"])))
+    if choice == "unknown":
+        names = st.one_of(st.sampled_from(["AFTER", "x", "after[]", "since", "after "]), texts(10))
+        name = draw(names.filter(lambda n: n != "after" and encode(n) != "after"))
+        return After("unknown", f"?{encode(name)}=1" + draw(st.sampled_from(["", "&after=0"])))
     if choice == "beyond":  # far enough that the sampler cannot catch up during the case
         ahead = draw(st.one_of(st.sampled_from([10**6, MAX_SEQ]), st.integers(10**6, MAX_SEQ)))
         return After("beyond", f"?after={min(newest + ahead, MAX_SEQ)}")
@@ -610,8 +615,10 @@ def test_hostile_after_on_the_stream(agent_api: AgentApi, data: st.DataObject) -
         f"{after.kind} -> "
         + (f"refused {got.refused.status}" if got.refused else f"{len(got.messages)} messages")
     )
+    if after.kind == "unknown":
+        assert got.refused is not None and got.refused.status == 400, f"served an unknown parameter: {got}"
     if got.refused is not None:
-        assert after.kind == "hostile", f"refused a stream it must serve: {got}"
+        assert after.kind in ("hostile", "unknown"), f"refused a stream it must serve: {got}"
         assert got.handshake_status == got.refused.status, f"{got.handshake_status}: {got}"
         assert 400 <= got.refused.status < 500, str(got)
         check_refusal(got.refused)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkwatch.core.phases import name_ids
+from sparkwatch.core.power import INCOMPLETE_COVERAGE
+from sparkwatch.core.rounding import ratio_text
 from sparkwatch.hello_facts import shared_identities
 
 #: ``--strict``: the command succeeded (or there was none) but the measurement is not sound. Distinct from
@@ -30,17 +32,21 @@ class Quality:
     nodes: int
     problems: list[str] = field(default_factory=list)
     measured: bool = True
+    #: ``--scope run``: the run's length, which is what was measured (its windows judge nothing); else None
+    whole_run_s: float | None = None
 
     @property
     def sound(self) -> bool:
         return not self.problems
 
     def line(self) -> str:
-        """E.g. "3 of 3 timed windows ok on 4 of 4 nodes", then each problem. With no timed window measured
-        (none recorded, or each one failed or interrupted) the nodes are not counted: nothing was measured
-        on them, so "on 2 of 2 nodes" would vouch for nothing."""
+        """E.g. "3 of 3 timed windows ok on 4 of 4 nodes" (``--scope run``: "the whole run (12.3 s) on 4 of
+        4 nodes"), then each problem. With nothing measured (no timed window, or each one failed or was
+        interrupted; an empty run) the nodes are not counted: "on 2 of 2 nodes" would vouch for nothing."""
         noun = "window" if self.windows_timed == 1 else "windows"
         text = f"{self.windows_ok} of {self.windows_timed} timed {noun} ok"
+        if self.whole_run_s is not None:
+            text = f"the whole run ({self.whole_run_s:.1f} s)"
         if self.measured:
             text += f" on {self.nodes_ok} of {self.nodes} nodes"
         return f"{text}: {'; '.join(self.problems)}" if self.problems else text
@@ -70,10 +76,12 @@ def judge(
     whose samples never reached the end of the run; ``failed_imports`` one sentence per import that was
     skipped; ``failed_checks`` one per check of the windows that failed (lmx's status lines against the
     proxy's)."""
-    phases = export["method"].get("phases", ["timed"])
+    method = export["method"]
+    phases = method.get("phases", ["timed"])
     timed = [w for w in export["windows"] if w["phase"] in phases]
-    not_ok = [w["id"] for w in timed if not w["in_scope"] or w["verdict"] != "ok"]
-    measured = any(w["in_scope"] for w in timed)
+    whole_run = method.get("scope") == "run"  # the run is the measured time: its windows judge nothing
+    not_ok = [] if whole_run else [w["id"] for w in timed if not w["in_scope"] or w["verdict"] != "ok"]
+    measured = (method.get("scope_s") or 0) > 0 if whole_run else any(w["in_scope"] for w in timed)
     # a node without one sample in the measured time (with no measured time, every node has none)
     silent = [n["node"] for n in export["nodes"] if measured and not (n.get("samples") or {}).get("count")]
     # a node with samples but no gated power: the headline figure is unknown there (an idle GPU, or a
@@ -81,8 +89,13 @@ def judge(
     ungated = [n for n in export["nodes"] if measured and n["node"] not in silent and not _gated(n)]
     shared = shared_identities([(n["node"], _hello_of(n)) for n in export["nodes"]])
     bad_nodes = {*nodes_behind, *silent, *(n["node"] for n in ungated), *(s.second for s in shared)}
+    # the whole run's figures, short of samples (a window's verdict says so for its own)
+    short = [n for n in export["nodes"] if whole_run and n["node"] not in silent and not _covered(n)]
+    bad_nodes |= {n["node"] for n in short}
     problems: list[str] = []
-    if not timed:
+    if whole_run and not measured:
+        problems.append("the run has no length to measure")
+    if not timed and not whole_run:
         problems.append(f"no {' or '.join(phases)} window was recorded")
     if not_ok:
         problems.append(f"{len(not_ok)} timed window(s) not ok ({name_ids(not_ok)})")
@@ -95,6 +108,9 @@ def judge(
         why = (ungated[0].get("null_reasons") or {}).get("power_w.gated_mean", "unknown")
         names = ", ".join(n["node"] for n in ungated)
         problems.append(f"no gated GPU power on {names} ({why})")
+    if short:
+        said = ", ".join(f"{n['node']} ({ratio_text(n['samples']['coverage_ratio'])})" for n in short)
+        problems.append(f"samples cover less than {INCOMPLETE_COVERAGE} of the run on {said}")
     problems += [f"import failed: {text}" for text in failed_imports]
     problems += list(failed_checks)  # said as they are: nothing failed to import
     return Quality(
@@ -104,11 +120,17 @@ def judge(
         nodes=len(export["nodes"]),
         problems=problems,
         measured=measured,
+        whole_run_s=float(method.get("scope_s") or 0.0) if whole_run else None,
     )
 
 
 def _gated(node: dict[str, Any]) -> bool:
     return (node.get("power_w") or {}).get("gated_mean") is not None
+
+
+def _covered(node: dict[str, Any]) -> bool:
+    coverage = (node.get("samples") or {}).get("coverage_ratio")
+    return coverage is not None and coverage >= INCOMPLETE_COVERAGE
 
 
 def _hello_of(node: dict[str, Any]) -> dict[str, Any]:

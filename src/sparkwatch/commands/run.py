@@ -88,10 +88,16 @@ async def _client(opts: RunOptions, state: RunState) -> AsyncIterator[Coordinato
     nodes_file = load_nodes_file(opts.nodes_file)
     check_secret_files(str(opts.nodes_file), nodes_file)
     engine = engine_from_url(opts.engine_metrics) if opts.engine_metrics else nodes_file.engine
-    with tempfile.TemporaryDirectory(prefix="sparkwatch-run-") as tmp:
-        state.db = opts.db or Path(tmp) / "sparkwatch.db"
+    tmp = Path(tempfile.mkdtemp(prefix="sparkwatch-run-"))
+    try:
+        state.db = opts.db or tmp / "sparkwatch.db"
         async with embedded_coordinator(nodes_file.nodes, state.db, engine=engine) as client:
             yield client
+    finally:
+        # kept after a second Ctrl-C, which said where: the command's own ending (its end refused, the run
+        # ended by the Ctrl-C) could unwind to here before the Ctrl-C's exit, and took the data with it
+        if not state.quitting:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 async def _live(client: CoordinatorClient, view: LiveView, every_s: float) -> None:

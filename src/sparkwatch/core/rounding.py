@@ -46,6 +46,11 @@ def rounded(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round_figure(float(value), digits)
 
 
+#: How far below a decimal a ratio may lie and still be written as it: sums of float intervals miss a whole
+#: 1.0 by a few ulps (1e-9 of an 8 h scope is 29 µs, far below any sampling interval).
+NOISE = 1e-9
+
+
 def floored_list(values: npt.ArrayLike, digits: int = 4) -> list[float | None]:
     """Each value as the largest ``digits``-decimal figure not above it (unknown as ``None``): how a ratio
     judged against a threshold is written (a coverage of 0.99996 is not 1.0, whole, and 0.94996 not 0.95,
@@ -54,7 +59,9 @@ def floored_list(values: npt.ArrayLike, digits: int = 4) -> list[float | None]:
     scale = 10.0**digits
     with np.errstate(invalid="ignore", over="ignore"):
         steps = np.rint(x * scale)
-        steps = np.where(steps / scale > x, steps - 1, steps)  # k / 10^d: the double nearest that decimal
+        # k / 10^d: the double nearest that decimal; float noise below it (a whole coverage summed to
+        # 0.9999999999) is not a shortfall
+        steps = np.where(steps / scale > x + NOISE, steps - 1, steps)
         out: list[float | None] = (steps / scale + 0.0).tolist()
     for i in np.flatnonzero(~np.isfinite(x)).tolist():
         out[i] = None

@@ -21,7 +21,7 @@ from sparkwatch.core.tracks import I64, GpuTrack, MemTrack, repeated
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.defaults import SCOPES, ScopeKind
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
-from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, export_from
+from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, TAIL_NS, export_from
 from sparkwatch.sources.node_read import NodeRead, join_reads
 from sparkwatch.store import Store, StoreError
 
@@ -29,8 +29,15 @@ from sparkwatch.store import Store, StoreError
 def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
     """One node's tracks on the coordinator's clock, how they got there, and what its hello said."""
     rounds = store.offset_rounds(node, t_from_ns - LEAD_NS, t_to_ns)
+    # past the end for a boot that was up by then: the sample after it closes the span's last interval (read
+    # to the end, the last stretch was never covered); a boot first probed after the end places nothing
     reads = [
-        read_boot(store.boot_samples(node, boot), boot_rounds, t_from_ns - LEAD_NS, t_to_ns)
+        read_boot(
+            store.boot_samples(node, boot),
+            boot_rounds,
+            t_from_ns - LEAD_NS,
+            t_to_ns + TAIL_NS if boot_rounds[0].t_ns <= t_to_ns else t_to_ns,
+        )
         for boot, boot_rounds in rounds.items()
     ]
     read = join_reads(reads)  # the boots' columns, joined (and each boot's let go as it is)
@@ -68,7 +75,7 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         gpus=tracks,
         domains=[
             *_sensor_domains(read, tracks, segments),
-            *_meter_domains(store, node, t_from_ns - LEAD_NS, t_to_ns, tracks),
+            *_meter_domains(store, node, t_from_ns - LEAD_NS, t_to_ns + TAIL_NS, tracks),
         ],
         signals=_signal_tracks(read, hello),
         gpu_uuids=uuids,
@@ -208,7 +215,7 @@ def _node_clock(
         summary=summarise(every, t_from_ns, t_to_ns),
         method=method if fitted else "none",
         rate_ppm=fits[-1].rate * 1e6 if fits else None,
-        steps=read.steps,
+        steps=tuple(s for s in read.steps if s.t_ns <= t_to_ns),  # not one in the samples read past the end
         disagreements=tuple(d for f in fits for d in f.disagreements),
     )
 
