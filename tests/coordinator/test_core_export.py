@@ -231,6 +231,23 @@ def test_unknowns_are_null_with_reasons() -> None:
     assert "NaN" not in json.dumps(plain(export))
 
 
+def test_a_node_down_through_the_scope_is_not_said_to_have_idled() -> None:
+    """Its agent stopped before the first window: its gated power was "no interval inside the scope with
+    utilisation >= 0.5", which reads as an idle GPU (a benchmark sent elsewhere), not a node that was down."""
+    full = node("down", 9.0, 60.0, [(0, 40)], 50)
+    early = full.gpus[0].t_ns < T0 + 15 * S  # every sample before r1 (20 s) and the baseline's
+    gpu = dataclasses.replace(
+        full.gpus[0],
+        **{
+            f: getattr(full.gpus[0], f)[early]
+            for f in ("t_ns", "segment", "max_gap_ns", "power_w", "energy_j", "util_ratio")
+        },
+    )
+    n = build_export(RUN, [dataclasses.replace(full, gpus=[gpu])], WINDOWS, "0.1.0")["nodes"][0]
+    assert n["power_w"]["gated_mean"] is None and n["samples"]["coverage_ratio"] == 0.0
+    assert n["null_reasons"]["power_w.gated_mean"] == "no valid sample interval inside the scope"
+
+
 def test_the_page_cache_is_measured_beside_memory_used_and_unknown_with_a_reason_where_not_read() -> None:
     n1 = build()["nodes"][0]
     # the scope: r1 [20, 25 s), r2 [30, 35 s) and tiny [36, 36.05 s): samples k = 200-249, 300-349 and 360

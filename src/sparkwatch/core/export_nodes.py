@@ -321,7 +321,9 @@ def _null_reasons(
         reasons["power_w.max"] = "no valid sample interval inside the scope"
     elif max_w is None:
         reasons["power_w.max"] = "no time inside the scope at which every GPU's power is known"
-    if any(s.gated_s == 0 for s in stats):
+    if any(s.covered_s == 0 for s in stats):  # a node down through the scope: not a GPU that idled
+        reasons["power_w.gated_mean"] = "no valid sample interval inside the scope"
+    elif any(s.gated_s == 0 for s in stats):
         reasons["power_w.gated_mean"] = (
             f"no utilisation sample (the gate's series) from GPU {', '.join(without_util)}"
             if without_util
