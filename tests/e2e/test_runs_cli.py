@@ -427,3 +427,23 @@ async def test_a_runs_own_export_waits_for_the_samples_up_to_its_end(
         later = await client.export(exported["run"]["id"])
     assert later["nodes"][0]["samples"] == exported["nodes"][0]["samples"]
     assert later["lmx"]["notes"] == exported["lmx"]["notes"]  # it quotes the digest: the same measurement
+
+
+def test_a_run_ended_by_someone_else_is_still_exported(standing: Any, tmp_path: pathlib.Path) -> None:
+    """`sparkwatch runs end ID` while `sparkwatch run` still ran: its own end was refused (409 run_ended) and
+    it exited 4 with no export, though the run and its samples were there. It exports the run as it was
+    ended, and says so."""
+    coord, _, env = standing
+    out = tmp_path / "r.json"
+    ends_it = 'sleep 1; sparkwatch runs end "$SPARKWATCH_RUN_ID"; sleep 1'
+    result = cli(
+        "run", "--token-file", str(coord.token), "--scope", "run", "--no-report", "-o", str(out),
+        "--", "sh", "-c", f"PATH={pathlib.Path(sys.executable).parent}:$PATH; {ends_it}",
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    note = "the run was ended by someone else while the command ran; its end is theirs"
+    assert f"sparkwatch: note: {note}" in result.stderr
+    export = json.loads(out.read_text())
+    assert note in export["run"]["notes"] and export["run"]["command"] is None  # theirs: no outcome given
+    assert 0.9 < (export["run"]["t_end_ns"] - export["run"]["t_start_ns"]) / 1e9 < 2.0  # at their end

@@ -329,7 +329,7 @@ async def _finish(
         # never heard from at all is not waited for: it is behind, said in the quality line). Waited for
         # after the end, up to its stamp: caught up to a moment before it, the export missed the last interval
         unheard_now = silent_of(await client.nodes())
-        ended = await client.end_run(state.run_id, command)
+        ended = await _end(client, opts, state, command)
         end_ns = ended["t_end_ns"] or time.time_ns()
         behind = await client.wait_caught_up(end_ns, timeout_s=5.0, skip=unheard_now)
         state.nodes_behind = sorted({*behind, *unheard_now})
@@ -341,6 +341,21 @@ async def _finish(
         if not state.quitting:  # else the second Ctrl-C ended the run under us, and says so
             opts.stderr.write(f"sparkwatch: run {state.run_id} could not be ended and exported: {exc}\n")
         return None
+
+
+async def _end(
+    client: CoordinatorClient, opts: RunOptions, state: RunState, command: dict[str, Any] | None
+) -> dict[str, Any]:
+    """End the run; one already ended by someone else (`sparkwatch runs end ID`, the API) is exported as it
+    was ended, and the note says so (the command's outcome is not recorded on it)."""
+    try:
+        return await client.end_run(state.run_id, command)
+    except CoordinatorError as exc:
+        if exc.code != "run_ended" or state.quitting:
+            raise
+    run = await client.run(state.run_id)
+    _note(opts, state, "the run was ended by someone else while the command ran; its end is theirs")
+    return run
 
 
 async def _quit_now(opts: RunOptions, client: CoordinatorClient, state: RunState) -> None:
