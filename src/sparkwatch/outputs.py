@@ -6,11 +6,12 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO, TextIO
@@ -280,6 +281,12 @@ def _close(out: BinaryIO, export: dict[str, Any], empty: bool) -> None:
 
 #: C0 controls, DEL and the C1 controls (a terminal may read 0x9b as CSI).
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """A wrapped command's words as a shell takes them back (``sh -c 'for i in 1 2; do …'``, not its words
+    run together), :func:`shown` for a terminal."""
+    return shown(shlex.join(argv))
 
 
 def shown(text: str) -> str:

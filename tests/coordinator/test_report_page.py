@@ -207,6 +207,17 @@ def test_the_header_checks_the_digest_the_lmx_notes_quote(export: dict[str, Any]
     assert "edited since" in dict(facts.header(edited))["export sha256"]
 
 
+def test_the_command_is_shown_as_a_shell_takes_it_back(export: dict[str, Any]) -> None:
+    """`sh -c for i in 1 2; do curl … done` read as other words than the ones run (the CLI quoted them)."""
+    quoted = copy.deepcopy(export)
+    quoted["run"]["command"] = {
+        "argv": ["sh", "-c", "for i in 1 2; do true; done", "\x1b[2J"],
+        "exit_code": 0,
+    }
+    said = dict(facts.header(quoted))["command"]
+    assert said == "sh -c 'for i in 1 2; do true; done' '\\x1b[2J' (exit code 0)"
+
+
 def test_text_from_the_export_cannot_break_out_of_the_page(export: dict[str, Any]) -> None:
     hostile = copy.deepcopy(export)
     hostile["run"]["name"] = "</script><script>alert(1)</script>"

@@ -65,7 +65,8 @@ def import_failure(path: Path, exc: Exception, capture: Path | None) -> tuple[st
     once the run ends) by that name, never the file's."""
     if path != capture:  # the error begins with the file's path or name, which is said already
         return str(path), str(exc).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")
-    return "the command's stderr", str(exc).replace(str(path), path.name).removeprefix(f"{path.name}: ")
+    why = str(exc).replace(str(path), path.name).removeprefix(f"{path.name}: ")
+    return "the command's stderr", "it is empty" if why == "file is empty" else why  # no file of the user's
 
 
 def capture_notes(path: Path, *, tokens: bool = True) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -20,7 +19,7 @@ from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import wanted_series
 from sparkwatch.core.export import OPEN_RUN_NOTE, UTIL_SOURCE
 from sparkwatch.core.stamps import utc_stamp
-from sparkwatch.outputs import check_output, print_export, shown, size_text, write_export
+from sparkwatch.outputs import check_output, command_line, print_export, shown, size_text, write_export
 
 Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
 
@@ -166,9 +165,7 @@ def run_details(run: dict[str, Any]) -> str:
     else:
         end = f"{utc_stamp(run['t_end_ns'])} ({(run['t_end_ns'] - run['t_start_ns']) / 1e9:.1f} s)"
     command = run.get("command")
-    # as a shell would take it back: `sh -c 'for i in 1 2; do …'`, not its words run together
-    argv = shlex.join(command["argv"]) if command else ""
-    wrapped = "-" if not command else f"{shown(argv)} (exit code {command['exit_code']})"
+    wrapped = "-" if not command else f"{command_line(command['argv'])} (exit code {command['exit_code']})"
     fields = [
         ("id", shown(run["id"])),
         ("name", shown(run["name"])),

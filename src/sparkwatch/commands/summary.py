@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import signal
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.power import INCOMPLETE_COVERAGE
 from sparkwatch.core.rounding import ratio_text
-from sparkwatch.outputs import shown
+from sparkwatch.outputs import command_line, shown
 from sparkwatch.report.facts import said_once
 from sparkwatch_agent.shared.units import GIB
 
@@ -24,8 +23,9 @@ def _ratio(value: float | None) -> str:
     return "n/a" if value is None else ratio_text(value)
 
 
-def _gib(value: int | None) -> str:
-    return "n/a" if value is None else f"{value / GIB:.1f}"
+def _gib(value: int | None, *, unit: bool = False) -> str:
+    """GiB to one decimal (``unit``: with its unit, which an unknown, ``n/a``, goes without)."""
+    return "n/a" if value is None else f"{value / GIB:.1f}" + (" GiB" if unit else "")
 
 
 #: Signals that stop a command on purpose (Ctrl-C, a kill, a closed terminal): an interruption. Any other
@@ -61,7 +61,7 @@ def summary_table(export: dict[str, Any]) -> str:
     if command is not None:
         outcome = command_outcome(command["exit_code"])
         lines.append(
-            f"command {outcome}: {shown(shlex.join(command['argv']))}"
+            f"command {outcome}: {command_line(command['argv'])}"
         )  # quoted, control characters escaped
     with_system = any(node.get("system") for node in export["nodes"])
     lines += ["", *_node_rows(export, with_system), "", *_totals_lines(export["totals"], with_system)]
@@ -152,7 +152,7 @@ def _totals_lines(totals: dict[str, Any], with_system: bool) -> list[str]:
     lines = [
         f"completion tokens {tokens if tokens is not None else 'n/a'},"
         f" J/token {_num(totals['joules_per_token'], '.3f')},"
-        f" peak of summed memory {_gib(totals['memory_used_bytes_peak_of_sum'])} GiB"
+        f" peak of summed memory {_gib(totals['memory_used_bytes_peak_of_sum'], unit=True)}"
     ]
     if with_system:
         lines.append(

@@ -14,6 +14,7 @@ from typing import Any
 
 from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.export import digest
+from sparkwatch.outputs import command_line
 from sparkwatch_agent.shared.units import GIB
 
 NA = "n/a"
@@ -98,7 +99,7 @@ def header(export: dict[str, Any]) -> list[tuple[str, str]]:
     if command:
         code = command.get("exit_code")
         outcome = "" if code is None else f" (exit code {code})"
-        command_text = " ".join(str(a) for a in command.get("argv", [])) + outcome
+        command_text = command_line([str(a) for a in command.get("argv", [])]) + outcome
     else:
         command_text = "none (windows came from the API, the proxy or an import)"
     duration_s = (run["t_end_ns"] - run["t_start_ns"]) / 1e9
