@@ -21,7 +21,7 @@ from sparkwatch.commands.hardware import cluster_hardware, simulated_nodes
 from sparkwatch.commands.interrupts import term_as_interrupt
 from sparkwatch.commands.nodes_check import check_cluster, check_engine, render
 from sparkwatch.commands.run import run_command
-from sparkwatch.commands.run_options import RunOptions, parse_import
+from sparkwatch.commands.run_options import RunOptions, parse_imports
 from sparkwatch.commands.sim_drive import DrivenAgents
 from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
@@ -102,6 +102,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             "--db keeps the embedded coordinator's database, so it needs --nodes; a standing coordinator"
             " (--coordinator) keeps its own"
         )
+    imports = parse_imports(args.imports)
     opts = RunOptions(
         command=command,
         nodes_file=args.nodes,
@@ -116,8 +117,8 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         engine_metrics=args.engine_metrics,
         proxy_listen=args.proxy_listen,
         warmup=args.warmup,
-        imports=[parse_import(text) for text in args.imports],
-        clock_anchor=anchor_of(args, parser),
+        imports=imports,
+        clock_anchor=anchor_of(args, parser, [fmt for fmt, _ in imports]),
         output=args.output,
         spill=args.spill,
         db=args.db,

@@ -188,8 +188,18 @@ def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -
     result = sparkwatch("run", "--import", "bogus:file", "--", "true")
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "unknown import format 'bogus'" in result.stderr
-    result = sparkwatch("run", "--clock-anchor", "yesterday", "--", "true")
+    result = sparkwatch("run", "--clock-anchor", "yesterday", "--import", "vllm:x.json", "--", "true")
     assert result.returncode == 2 and "--clock-anchor" in result.stderr
+    # taken by vllm files alone: with any other it was ignored without a word
+    result = sparkwatch("run", "--clock-anchor", "1:2", "--import", "plain:x.csv", "--", "true")
+    assert result.stderr == (
+        "sparkwatch run: error: --clock-anchor is for vllm files (their monotonic stamps), not for plain"
+        " (see `sparkwatch run --help`)\n"
+    )
+    result = sparkwatch("import", "plain", "x.csv", "--run", "r", "--clock-anchor", "1:2")
+    assert result.returncode == 2 and "--clock-anchor is for vllm files" in result.stderr
+    result = sparkwatch("run", "--import", "lmx-status:-", "--import", "lmx-status:-", "--", "true")
+    assert result.stderr == "sparkwatch: error: --import lmx-status:- is given twice\n"
     result = sparkwatch(
         "run", "--coordinator", "http://127.0.0.1:9", "--db", str(tmp_path / "x.db"), "--", "true"
     )

@@ -73,6 +73,16 @@ class RunState:
     silent: frozenset[str] = frozenset()  # nodes whose agent had not said hello when the run opened
 
 
+def parse_imports(texts: Sequence[str]) -> list[tuple[str, str]]:
+    """Every ``--import FORMAT:FILE``, each once: a second would import the same windows again (the
+    coordinator refuses their ids) or, for the command's stderr, read it twice."""
+    imports = [parse_import(text) for text in texts]
+    for n, item in enumerate(imports):
+        if item in imports[:n]:
+            raise RunCommandError(f"--import {texts[n]} is given twice")
+    return imports
+
+
 def parse_import(text: str) -> tuple[str, str]:
     fmt, sep, path = text.partition(":")
     if not sep or not fmt or not path:
