@@ -148,6 +148,11 @@ def test_runs_export_asks_a_standing_coordinator_for_the_block(tmp_path: pathlib
         ("/v1/runs/{run}/report?series=true", "'series': this route takes series_buckets"),
         ("/v1/runs?b=1&a=2", "unknown query parameters 'a', 'b': this route takes none"),
         ("/v1/runs/{run}?x=1", "this route takes none"),
+        # which one counts is no client's guess: the first was taken
+        (
+            "/v1/runs/{run}/report?series_buckets=100&series_buckets=200",
+            "'series_buckets' given more than once",
+        ),
     ],
 )
 async def test_a_query_parameter_a_route_does_not_take_is_refused(api: Api, path: str, words: str) -> None:

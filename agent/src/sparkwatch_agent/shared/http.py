@@ -109,8 +109,8 @@ def query_middleware(
     declared: Callable[[web.Request], Sequence[str] | None],
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
     """``400 invalid_query`` for a query parameter a ``/v1/`` route does not take, naming it and those the
-    route takes (``declared``: its names; None where no route matched, whose 404 says more). Refused, not
-    ignored: an ignored ``?gate_threshold=0.9`` answered as if it had been taken."""
+    route takes (``declared``: its names; None where no route matched, whose 404 says more), or one given
+    twice. Refused, not ignored: an ignored ``?gate_threshold=0.9`` answered as if it had been taken."""
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -121,6 +121,10 @@ def query_middleware(
             takes = f"this route takes {', '.join(taken or ())}" if taken else "this route takes none"
             noun = "parameter" if len(unknown) == 1 else "parameters"
             return json_error(400, "invalid_query", f"unknown query {noun} {names}: {takes}")
+        again = sorted({name for name in request.query if len(request.query.getall(name)) > 1})
+        if again and taken is not None:  # which of them counts is no client's guess (?x=1&x=2 took the first)
+            said = ", ".join(repr(name[:40]) for name in again[:5])
+            return json_error(400, "invalid_query", f"query parameter {said} given more than once")
         return await handler(request)
 
     return check
