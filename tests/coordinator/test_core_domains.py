@@ -93,3 +93,32 @@ def test_a_domain_is_gated_by_the_nodes_gpu_and_measured_like_one() -> None:
     assert figures.headline_energy_j == pytest.approx(entry["energy_j"])
     assert figures.windows[0][0]["energy_j"] == pytest.approx(0.9 * 80.0)
     assert domain_figures([], scope, 0.5, starts, ends).system is None
+
+
+def test_a_domains_unknown_gated_mean_says_why() -> None:
+    """Gated by the node's GPUs: a threshold they never reached leaves every domain's gated mean unknown,
+    which the table's system W column showed as n/a without a word."""
+    times = [0.1 * k for k in range(21)]
+    idle = GpuTrack.from_points(GpuPoint(int(t * S), 0, 0.1, 25.0, None, 0.2) for t in times)
+    figures = domain_figures(
+        [DomainInput("dc_input", "system", "hwmon:spbm", idle)],
+        union([(0, 2 * S)]),
+        0.88,
+        np.array([0], np.int64),
+        np.array([S], np.int64),
+    )
+    assert figures.system is not None and figures.system["domains"][0]["power_w"]["gated_mean"] is None
+    assert figures.null_reasons["system.dc_input.power_w.gated_mean"] == (
+        "no interval inside the scope with the node's GPU utilisation >= 0.88"
+    )
+    later = domain_figures(
+        [DomainInput("dc_input", "system", "hwmon:spbm", idle)],
+        union([(5 * S, 6 * S)]),  # after its last sample: nothing covers it
+        0.5,
+        np.array([5 * S], np.int64),
+        np.array([6 * S], np.int64),
+    )
+    assert (
+        later.null_reasons["system.dc_input.power_w.gated_mean"]
+        == "no valid sample interval inside the scope"
+    )

@@ -127,6 +127,18 @@ def test_each_n_a_in_a_nodes_row_says_why() -> None:
     assert "n/a spark-1" not in text
 
 
+def test_a_system_w_n_a_says_why_from_its_headline_domain() -> None:
+    """`export --gate-threshold 0.88 --table` showed system W n/a on two nodes and explained only their
+    gated W. The headline domain's own reason is printed; a node without a domain says no more than n/a."""
+    high = node("spark-2", 50.0, 0.0)
+    high["system"]["domains"][1]["power_w"]["gated_mean"] = None
+    why = "no interval inside the scope with the node's GPU utilisation >= 0.88"
+    high["null_reasons"] = {"system.dc_input.power_w.gated_mean": why, "system.gpu.power_w.gated_mean": "x"}
+    text = summary_table(export([node("spark-1", 55.7, 86.1), high, node("spark-3", 50.0, None)], []))
+    assert f"  n/a spark-2 system W: {why}" in text.splitlines()
+    assert "spark-2 system W: x" not in text and "n/a spark-3" not in text  # not a rail's; no sensor: n/a
+
+
 def test_a_total_unknown_for_the_reason_of_another_says_that_reason_once() -> None:
     """The export's reasons stand alone (``needs system_energy_j, which is unknown: <its reason>``); the
     table and the report say each root reason once (a new user read one sentence three times)."""

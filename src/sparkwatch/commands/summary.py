@@ -136,11 +136,14 @@ _SHOWN: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def _node_reasons(nodes: list[dict[str, Any]]) -> list[str]:
-    """Why each n/a in a node's row is n/a, from the node's own ``null_reasons``."""
+    """Why each n/a in a node's row is n/a, from the node's own ``null_reasons`` (system W: its headline
+    domain's; a node without a domain is n/a there for want of a sensor, which its row says already)."""
     lines = []
     for node in nodes:
         reasons = node.get("null_reasons") or {}
-        for label, keys in _SHOWN:
+        headline = (node.get("system") or {}).get("headline_domain")
+        system = (("system W", (f"system.{headline}.power_w.gated_mean",)),) if headline else ()
+        for label, keys in (*_SHOWN[:1], *system, *_SHOWN[1:]):
             why = next((reasons[k] for k in keys if isinstance(reasons.get(k), str)), None)
             if why is not None:
                 lines.append(f"  n/a {node['node']} {label}: {why}")

@@ -167,6 +167,7 @@ def domain_figures(
     names = [d.domain for d in domains]
     energy = dict(zip(names, [s.energy_j for s in stats], strict=True))
     reasons = _idle_reasons(names, [why for _, why in idle_and_why], above)
+    reasons |= _gated_reasons(names, stats, threshold)
     return DomainFigures(
         system={
             "headline_domain": headline,
@@ -183,6 +184,20 @@ def domain_figures(
         headline_reading_s=domains[names.index(headline)].reading_s if headline is not None else None,
         null_reasons=reasons,
     )
+
+
+def _gated_reasons(names: Sequence[str], stats: Sequence[PowerStats], threshold: float) -> dict[str, str]:
+    """Why a domain's gated mean is unknown: nothing covered the scope, or the node's GPUs never reached the
+    gate in it (the domain is gated by them)."""
+    reasons = {}
+    for name, s in zip(names, stats, strict=True):
+        if s.covered_s == 0:
+            reasons[f"system.{name}.power_w.gated_mean"] = "no valid sample interval inside the scope"
+        elif s.gated_s == 0:
+            reasons[f"system.{name}.power_w.gated_mean"] = (
+                f"no interval inside the scope with the node's GPU utilisation >= {threshold:g}"
+            )
+    return reasons
 
 
 def _idle_reasons(
