@@ -116,6 +116,12 @@ def test_registry_lists_every_format_and_only_vllm_needs_an_anchor() -> None:
         FORMATS["extra"] = FORMATS["plain"]  # type: ignore[index]
 
 
+def test_a_clock_anchor_read_here_is_the_tightest_of_five_reads() -> None:
+    mono = iter([100, 110, 200, 205, 300, 330, 400, 402, 500, 520]).__next__  # around each wall read
+    wall = iter(range(10**18, 10**18 + 5)).__next__
+    assert ClockAnchor.read_now(wall, mono) == ClockAnchor(10**18 + 3, 401, 1)  # 400..402: the fourth
+
+
 def test_clock_anchor_parses_two_or_three_integers() -> None:
     assert ClockAnchor.parse("1759522400000000000:8100000000000") == ClockAnchor(
         1759522400000000000, 8100000000000, 0

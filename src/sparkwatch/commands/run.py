@@ -184,7 +184,7 @@ async def run_command(opts: RunOptions) -> int:
     if opts.proxy_upstream is not None:  # a port in use: one line before a coordinator starts or dials
         await check_listen(*opts.proxy_listen)
     if opts.clock_anchor is None:
-        opts = replace(opts, clock_anchor=_anchor_now())
+        opts = replace(opts, clock_anchor=ClockAnchor.read_now())
     state = RunState()
     interrupts = Interrupts(opts.stderr)
     async with _client(opts, state) as client, contextlib.AsyncExitStack() as stack:
@@ -389,17 +389,3 @@ def _capture_path(opts: RunOptions) -> Path:
     """Where `--import lmx-status:-` collects CMD's status lines."""
     assert opts.capture_dir is not None
     return opts.capture_dir / "lmx-status.jsonl"
-
-
-def _anchor_now() -> ClockAnchor:
-    """A (wall, monotonic) pair read here, where CMD runs: what a vLLM result file's perf_counter times
-    need. Python's perf_counter is CLOCK_MONOTONIC on Linux, the same clock for every process."""
-    best: tuple[int, int, int] | None = None
-    for _ in range(5):
-        m0 = time.monotonic_ns()
-        wall = time.time_ns()
-        m1 = time.monotonic_ns()
-        if best is None or m1 - m0 < best[2]:
-            best = (wall, (m0 + m1) // 2, m1 - m0)
-    assert best is not None
-    return ClockAnchor(wall_ns=best[0], mono_ns=best[1], uncertainty_ns=max(1, best[2] // 2))
