@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return handler(args.command)(args, getattr(args, "subparser", parser))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a Ctrl-C no command part handled (one a run handles says what it kept)
+        print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly, as a shell's tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush

@@ -182,6 +182,7 @@ def test_sigterm_while_run_waits_for_the_hellos_unwinds_as_ctrl_c_does(tmp_path:
     _stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
     _no_traceback(stderr)
+    assert stderr.endswith("sparkwatch: interrupted\n")  # not a silent exit
     assert list(scratch.iterdir()) == [] and not (tmp_path / "r.json").exists()
 
 
