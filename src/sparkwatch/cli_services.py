@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +141,8 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
     async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
         return await client.wait_for_hellos(timeout_s=args.wait)
 
-    nodes = asyncio.run(nodes_now(target, args.nodes, settle))
+    with _links_quiet(args, target is None, logging.WARNING):  # a link coming up is no news in a record
+        nodes = asyncio.run(nodes_now(target, args.nodes, settle))
     record = cluster_hardware(nodes)
     simulated = simulated_nodes(nodes)
     if simulated:
@@ -168,17 +171,25 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
 LINK_STATE_LOGGER = "sparkwatch.links.state"
 
 
+@contextlib.contextmanager
+def _links_quiet(args: argparse.Namespace, embedded: bool, below: int) -> Iterator[None]:
+    """A command's own (embedded) coordinator's link-state lines below ``below``, kept for --log-level
+    debug: the command says what it found of each node itself."""
+    links = logging.getLogger(LINK_STATE_LOGGER)
+    level = links.level
+    if embedded and args.log_level.lower() != "debug":
+        links.setLevel(below)
+    try:
+        yield
+    finally:
+        links.setLevel(level)
+
+
 def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
     standing = args.nodes is None and (args.coordinator or os.environ.get(ENV_COORDINATOR))
     target = target_of(args) if standing else None
-    links = logging.getLogger(LINK_STATE_LOGGER)
-    level = links.level
-    if not standing and args.log_level.lower() != "debug":  # its own coordinator's links: each node that is
-        links.setLevel(logging.CRITICAL)  # down was said twice, logged as well as shown
-    try:
+    with _links_quiet(args, not standing, logging.CRITICAL):  # a node that is down: said once, as shown
         return _check_nodes(args, target)
-    finally:
-        links.setLevel(level)
 
 
 def _check_nodes(args: argparse.Namespace, target: CoordinatorTarget | None) -> int:

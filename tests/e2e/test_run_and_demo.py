@@ -346,13 +346,15 @@ def test_a_refused_import_still_ends_the_run_and_writes_the_export(
     agent = agent_factory("--backend", "sim", "--node", "n0")
     csv = tmp_path / "w.csv"
     bench = tmp_path / "bench.py"  # the harness: writes its result file while the run is open
+    again = tmp_path / "again.csv"  # the same windows in another file (the same --import twice is refused)
     bench.write_text(
         "import sys, time\nt = time.time_ns()\n"
-        f"open({str(csv)!r}, 'w').write(f'id,phase,t_start_ns,t_end_ns\\nw1,timed,{{t}},{{t + 10**8}}\\n')\n"
+        f"for f in ({str(csv)!r}, {str(again)!r}):\n"
+        f"    open(f, 'w').write(f'id,phase,t_start_ns,t_end_ns\\nw1,timed,{{t}},{{t + 10**8}}\\n')\n"
     )
     out = tmp_path / "run.json"
     nodes = str(nodes_toml(tmp_path, [agent]))
-    imports = ["--import", f"plain:{csv}", "--import", f"plain:{csv}"]  # the second repeats window ids
+    imports = ["--import", f"plain:{csv}", "--import", f"plain:{again}"]  # the second repeats window ids
     secret = ["--api-key", "sk-secret", "--token=abc"]
     command = [sys.executable, str(bench), *secret]
     result = sparkwatch("run", "--nodes", nodes, *imports, "-o", str(out), "--", *command)
