@@ -16,6 +16,15 @@ POLL_S = 0.1
 #: The /v1/nodes statuses of a link that waiting cannot bring up (links.state.Misconfigured): its agent
 #: answered 401, or another sparkwatch service answers at its address.
 REFUSED_STATUSES = ("unauthorized", "misaddressed")
+#: The least and the most a command waits for its nodes' samples up to a run's end.
+END_WAIT_S = (5.0, 60.0)
+
+
+def end_wait_s(nodes: Collection[dict[str, Any]]) -> float:
+    """How long to wait for every node's first sample after a run's end: once the run's lease is released,
+    an agent samples at its own interval again (a node idling at 10 s was named behind after 5 s)."""
+    slowest = max((float(n.get("interval_s") or 0.0) for n in nodes), default=0.0)
+    return min(END_WAIT_S[1], max(END_WAIT_S[0], 1.5 * slowest + 1.0))
 
 
 class NodeWaits:

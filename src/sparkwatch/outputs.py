@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -53,12 +54,24 @@ def check_output(
         raise OutputError(f"cannot write {path}: folder {folder} is not writable")
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder")
-    try:  # root passes every access check: /proc, a read-only mount or a full disk say no only when tried
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".sparkwatch-check-"):
-            pass
+    try:  # root passes every access check: /proc or a read-only mount says no only when tried
+        _try_a_file_in(folder)
     except OSError as exc:
         why = exc.strerror or str(exc)
         raise OutputError(f"cannot write {path}: folder {folder} takes no new file ({why})") from None
+
+
+def _try_a_file_in(folder: Path) -> None:
+    """Make a file in ``folder`` and let it go: an unnamed one (O_TMPFILE) where the file system has them,
+    so nothing is left behind even where a file can be made but not removed (``chattr +a``)."""
+    try:
+        os.close(os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600))
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".sparkwatch-check-"):
+        pass
 
 
 def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
@@ -116,12 +129,17 @@ def own_descriptor(path: Path) -> int | None:
     for _ in range(40):  # the kernel's own limit on links followed
         folder, name = os.path.split(at)
         named = _DESCRIPTOR.fullmatch(os.path.join(os.path.realpath(folder), name))
-        if named is not None and (named[1] is None or int(named[1]) == os.getpid()):
+        if named is not None and named[1] in (None, str(os.getpid()), _proc_self()):
             return int(named[2])
         if named is not None or not os.path.islink(at):
             return None
         at = os.path.normpath(os.path.join(folder, os.readlink(at)))
     return None
+
+
+def _proc_self() -> str:
+    """This process's pid as the mounted /proc numbers it (another pid namespace's /proc may differ)."""
+    return os.path.basename(os.path.realpath("/proc/self"))
 
 
 def _write_into(path: Path, write: Callable[[BinaryIO], object]) -> None:

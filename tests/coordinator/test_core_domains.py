@@ -122,3 +122,14 @@ def test_a_domains_unknown_gated_mean_says_why() -> None:
         later.null_reasons["system.dc_input.power_w.gated_mean"]
         == "no valid sample interval inside the scope"
     )
+    blind = GpuTrack.from_points(GpuPoint(int(t * S), 0, 0.1, 25.0, None, None) for t in times)  # no gate
+    unknown = domain_figures(
+        [DomainInput("dc_input", "system", "hwmon:spbm", blind)],
+        union([(0, 2 * S)]),
+        0.5,
+        np.array([0], np.int64),
+        np.array([S], np.int64),
+    )
+    assert unknown.null_reasons["system.dc_input.power_w.gated_mean"] == (
+        "no utilisation sample (the gate's series) from the node's GPUs"
+    )

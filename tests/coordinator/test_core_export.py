@@ -125,6 +125,8 @@ def test_a_node_without_any_sample_in_a_window_is_its_worst_coverage() -> None:
     assert verdict(10.0, [1.0, 0.5], 0.1, 0.0)[1] == ["coverage 0.500 < 0.95 on 1 node(s)"]
     # written "coverage 0.950 < 0.95" when rounded: a ratio beside its threshold is never rounded up to it
     assert verdict(10.0, [0.9496], 0.1, 0.0)[1] == ["coverage 0.949 < 0.95 on 1 node(s)"]
+    # float noise under the threshold (a sum of 0.1 s intervals) is judged as written: 0.95, enough
+    assert verdict(10.0, [0.9499999999999998], 0.1, 0.0) == ("ok", [])
 
 
 def test_incomplete_when_a_node_has_a_gap() -> None:

@@ -59,18 +59,29 @@ def test_a_sound_run_in_words() -> None:
 def test_a_whole_run_is_judged_by_its_own_span_and_coverage_not_by_windows() -> None:
     """`run --scope run` measures the run itself: it was judged by its timed windows, of which it has none,
     so every such run read "0 of 0 timed windows ok: no timed window was recorded" and `--strict` failed."""
-    export = _export([], [30, 30])
+    export = _export([], [30, 30, 30])
     export["method"] |= {"scope": "run", "scope_s": 12.34}
+    export["run"] = {"t_start_ns": 10**18, "t_end_ns": 10**18 + 12_340_000_000}
     for node in export["nodes"]:
-        node["samples"]["coverage_ratio"] = 0.99
+        node["samples"] |= {"coverage_ratio": 0.99, "implausible_intervals": 0}
+        node["clock"] = {
+            "steps": [{"t_ns": 10**18 - 5 * 10**9, "size_ns": 10**9}]
+        }  # before the run: no matter
     quality = judge(export)
-    assert quality.sound and quality.line() == "the whole run (12.3 s) on 2 of 2 nodes"
+    assert quality.sound and quality.line() == "the whole run (12.3 s) on 3 of 3 nodes"
     assert quality.measured and exit_code(0, quality, strict=True) == 0
     export["nodes"][1]["samples"]["coverage_ratio"] = 0.9426  # the run's tail never arrived, say
+    export["nodes"][1]["samples"]["implausible_intervals"] = 2
+    export["nodes"][2]["system"] = {
+        "headline_domain": "wall",
+        "domains": [{"domain": "wall", "samples": {"coverage_ratio": 0.5}}],  # the plug stopped answering
+    }
+    export["nodes"][2]["clock"]["steps"].append({"t_ns": 10**18 + 10**9, "size_ns": -(10**9)})
     export["windows"].append({"id": "r9", "in_scope": True, "verdict": "low_confidence", "phase": "timed"})
     quality = judge(export)  # a window's verdict is its own: the run's figures are not the window's
     assert quality.line() == (
-        "the whole run (12.3 s) on 1 of 2 nodes: samples cover less than 0.95 of the run on spark-2 (0.942)"
+        "the whole run (12.3 s) on 1 of 3 nodes: spark-2: GPU samples cover 0.942 < 0.95; 2 implausible"
+        " interval(s) rejected; spark-3: wall covers 0.500 < 0.95; its wall clock stepped 1 time(s)"
     )
     export["method"]["scope_s"] = 0.0
     assert judge(export).problems[0] == "the run has no length to measure" and not judge(export).measured

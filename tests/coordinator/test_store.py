@@ -311,7 +311,7 @@ def test_the_sample_after_the_end_closes_the_last_interval(tmp_path: pathlib.Pat
 
     store = Store(tmp_path / "sw.db")
     store.record_hello("n1", {"boot_id": "b1", "capabilities": {"gpus": [{"uuid": "GPU-x", "fields": {}}]}})
-    store.ingest("n1", "b1", [sample(i) for i in range(1, 301)])  # 0.1 s .. 30 s, 10 J/s on the counter
+    store.ingest("n1", "b1", [sample(i) for i in range(1, 151)])  # 0.1 s .. 15 s, 10 J/s on the counter
     store.add_offset("n1", "b1", ClockOffset(0, 1000, 5, 8, mono_offset_ns=T0), t_ns=T0)
     store.create_run(RunRow("r1", "whole", T0 + 2 * S, None, 0.1, 0.0, "run"))
     store.add_windows("r1", [Window("w", "timed", T0 + 5 * S, T0 + 14_950_000_000)])  # ends mid-interval
@@ -321,6 +321,9 @@ def test_the_sample_after_the_end_closes_the_last_interval(tmp_path: pathlib.Pat
     assert node["samples"]["coverage_ratio"] == 1.0 and window["coverage_ratio"] == 1.0
     assert node["energy_j"] == pytest.approx(10.0 * 12.95) and window["energy_j"] == pytest.approx(99.5)
     assert node["samples"]["count"] == 130  # the scope's own: 2.0 s .. 14.9 s, not the one read past it
+    # only the sample that closes the last interval is read past the end: what comes later changes nothing
+    store.ingest("n1", "b1", [sample(i) for i in range(151, 301)])
+    assert export_run(store, "r1", ["n1"], lambda: T0 + 60 * S) == export
 
 
 def test_export_reads_windows_past_the_run_end_and_keeps_one_entry_per_gpu(tmp_path: pathlib.Path) -> None:

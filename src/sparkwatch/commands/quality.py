@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.phases import name_ids
 from sparkwatch.core.power import INCOMPLETE_COVERAGE
 from sparkwatch.core.rounding import ratio_text
@@ -89,9 +90,8 @@ def judge(
     ungated = [n for n in export["nodes"] if measured and n["node"] not in silent and not _gated(n)]
     shared = shared_identities([(n["node"], _hello_of(n)) for n in export["nodes"]])
     bad_nodes = {*nodes_behind, *silent, *(n["node"] for n in ungated), *(s.second for s in shared)}
-    # the whole run's figures, short of samples (a window's verdict says so for its own)
-    short = [n for n in export["nodes"] if whole_run and n["node"] not in silent and not _covered(n)]
-    bad_nodes |= {n["node"] for n in short}
+    run_problems, run_bad = _whole_run(export, silent) if whole_run else ([], set())
+    bad_nodes |= run_bad
     problems: list[str] = []
     if whole_run and not measured:
         problems.append("the run has no length to measure")
@@ -108,9 +108,7 @@ def judge(
         why = (ungated[0].get("null_reasons") or {}).get("power_w.gated_mean", "unknown")
         names = ", ".join(n["node"] for n in ungated)
         problems.append(f"no gated GPU power on {names} ({why})")
-    if short:
-        said = ", ".join(f"{n['node']} ({ratio_text(n['samples']['coverage_ratio'])})" for n in short)
-        problems.append(f"samples cover less than {INCOMPLETE_COVERAGE} of the run on {said}")
+    problems += run_problems
     problems += [f"import failed: {text}" for text in failed_imports]
     problems += list(failed_checks)  # said as they are: nothing failed to import
     return Quality(
@@ -128,9 +126,44 @@ def _gated(node: dict[str, Any]) -> bool:
     return (node.get("power_w") or {}).get("gated_mean") is not None
 
 
-def _covered(node: dict[str, Any]) -> bool:
-    coverage = (node.get("samples") or {}).get("coverage_ratio")
-    return coverage is not None and coverage >= INCOMPLETE_COVERAGE
+#: What a node's coverage of the whole run must reach (``--scope run``): a window's, of its own time.
+NEEDED = INCOMPLETE_COVERAGE
+
+
+def _whole_run(export: dict[str, Any], silent: Sequence[str]) -> tuple[list[str], set[str]]:
+    """What a window's verdict says of its own time, said of the whole run (``--scope run``): a node's GPU
+    samples or its headline (whole-node) domain covering less of it than a figure needs, implausible
+    intervals rejected in it, its wall clock stepping inside it; the problems, and the nodes they spoil."""
+    run = export["run"]
+    found: dict[str, list[str]] = {}
+    for node in export["nodes"]:
+        name, said = node["node"], []
+        if name in silent:
+            continue
+        samples = node.get("samples") or {}
+        if _short(samples.get("coverage_ratio")):
+            said.append(f"GPU samples cover {ratio_text(samples.get('coverage_ratio') or 0.0)} < {NEEDED}")
+        headline = headline_entry(node)
+        if headline is not None and _short((headline.get("samples") or {}).get("coverage_ratio")):
+            coverage = headline["samples"]["coverage_ratio"] or 0.0
+            said.append(f"{headline['domain']} covers {ratio_text(coverage)} < {NEEDED}")
+        if samples.get("implausible_intervals"):
+            said.append(f"{samples['implausible_intervals']} implausible interval(s) rejected")
+        steps = [s for s in (node.get("clock") or {}).get("steps") or [] if _inside(s["t_ns"], run)]
+        if steps:
+            said.append(f"its wall clock stepped {len(steps)} time(s)")
+        if said:
+            found[name] = said
+    return [f"{name}: {'; '.join(said)}" for name, said in found.items()], set(found)
+
+
+def _short(coverage: float | None) -> bool:
+    """A written coverage (rounded down) below the threshold, or none at all."""
+    return coverage is None or coverage < NEEDED
+
+
+def _inside(t_ns: int, run: dict[str, Any]) -> bool:
+    return bool(run["t_start_ns"] <= t_ns <= (run.get("t_end_ns") or t_ns))
 
 
 def _hello_of(node: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError
+from sparkwatch.client_waits import end_wait_s
 from sparkwatch.commands.embedded import embedded_coordinator
 from sparkwatch.commands.interrupts import INTERRUPTED_EXIT_CODE, Interrupts
 from sparkwatch.commands.live_view import LiveView
@@ -88,15 +89,15 @@ async def _client(opts: RunOptions, state: RunState) -> AsyncIterator[Coordinato
     nodes_file = load_nodes_file(opts.nodes_file)
     check_secret_files(str(opts.nodes_file), nodes_file)
     engine = engine_from_url(opts.engine_metrics) if opts.engine_metrics else nodes_file.engine
-    tmp = Path(tempfile.mkdtemp(prefix="sparkwatch-run-"))
+    tmp = None if opts.db else Path(tempfile.mkdtemp(prefix="sparkwatch-run-"))  # --db: none to leave
+    state.db = opts.db if tmp is None else tmp / "sparkwatch.db"
     try:
-        state.db = opts.db or tmp / "sparkwatch.db"
         async with embedded_coordinator(nodes_file.nodes, state.db, engine=engine) as client:
             yield client
     finally:
         # kept after a second Ctrl-C, which said where: the command's own ending (its end refused, the run
         # ended by the Ctrl-C) could unwind to here before the Ctrl-C's exit, and took the data with it
-        if not state.quitting:
+        if tmp is not None and not state.quitting:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -328,10 +329,11 @@ async def _finish(
         # a node late at the start is only logged; one whose samples never reach the end spoils the run (one
         # never heard from at all is not waited for: it is behind, said in the quality line). Waited for
         # after the end, up to its stamp: caught up to a moment before it, the export missed the last interval
-        unheard_now = silent_of(await client.nodes())
+        nodes = await client.nodes()
+        unheard_now = silent_of(nodes)
         ended = await _end(client, opts, state, command)
         end_ns = ended["t_end_ns"] or time.time_ns()
-        behind = await client.wait_caught_up(end_ns, timeout_s=5.0, skip=unheard_now)
+        behind = await client.wait_caught_up(end_ns, end_wait_s(nodes), skip=unheard_now)
         state.nodes_behind = sorted({*behind, *unheard_now})
         if dropped := ended.get("dropped_marks"):  # CMD's own marks, begun and never ended
             names = ", ".join(map(str, dropped))

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.client_waits import end_wait_s
 from sparkwatch.commands.export_cmd import wanted_series
 from sparkwatch.core.export import OPEN_RUN_NOTE, UTIL_SOURCE
 from sparkwatch.core.stamps import utc_stamp
@@ -23,9 +24,6 @@ from sparkwatch.outputs import check_output, command_line, print_export, shown, 
 
 Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
 
-#: `runs end` then waits this long for every node's samples up to the run's end, so an export made right
-#: after it covers the run's last moments.
-CATCH_UP_S = 5.0
 #: How long one request may take; an export of a long run is computed while the client waits.
 REQUEST_TIMEOUT_S = 30.0
 EXPORT_TIMEOUT_S = 600.0
@@ -86,9 +84,10 @@ async def _open(client: CoordinatorClient, args: argparse.Namespace) -> int:
 
 async def _end(client: CoordinatorClient, args: argparse.Namespace) -> int:
     run = await client.end_run(args.run_id)
-    # the end is on the coordinator's clock, as are the nodes' corrected stamps; a node still behind after
-    # CATCH_UP_S is named in a warning, and the export says what it lacks
-    await client.wait_caught_up(run["t_end_ns"], CATCH_UP_S)
+    # then waits for every node's samples up to it (the end is on the coordinator's clock, as are the nodes'
+    # corrected stamps), so an export made right after covers the run's last moments; a node still behind
+    # after end_wait_s is named in a warning, and the export says what it lacks
+    await client.wait_caught_up(run["t_end_ns"], end_wait_s(await client.nodes()))
     took_s = (run["t_end_ns"] - run["t_start_ns"]) / 1e9
     print(f"run {run['id']} ({run['name']}) ended after {took_s:.1f} s")
     dropped = run.get("dropped_marks")

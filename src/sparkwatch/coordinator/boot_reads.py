@@ -35,11 +35,14 @@ class BootRead:
     steps: list[ClockStep]
 
 
-def read_boot(samples: BootSamples, rounds: Sequence[OffsetRound], t_from_ns: int, t_to_ns: int) -> BootRead:
-    """The boot's samples taken between coordinator times ``t_from_ns`` and ``t_to_ns``."""
+def read_boot(
+    samples: BootSamples, rounds: Sequence[OffsetRound], t_from_ns: int, t_to_ns: int, next_within_ns: int = 0
+) -> BootRead:
+    """The boot's samples taken between coordinator times ``t_from_ns`` and ``t_to_ns``, and with
+    ``next_within_ns`` the first one after, at most that much later (placed by the monotonic clock)."""
     fit = fit_monotonic(rounds)
     if fit is not None:
-        block = samples.read("t_mono_ns", fit.to_mono(t_from_ns), fit.to_mono(t_to_ns))
+        block = samples.read("t_mono_ns", fit.to_mono(t_from_ns), fit.to_mono(t_to_ns), next_within_ns)
     else:
         shift = int(np.median([r.offset_ns for r in rounds]))
         block = samples.read("t_wall_ns", t_from_ns - shift, t_to_ns - shift)

@@ -18,7 +18,7 @@ from sparkwatch.core.integrals import MAX_PLAUSIBLE_GPU_W
 from sparkwatch.core.json_pieces import canonical, json_pieces
 from sparkwatch.core.memory import peak_of_sum
 from sparkwatch.core.phases import as_known, token_spans
-from sparkwatch.core.power import INCOMPLETE_COVERAGE
+from sparkwatch.core.power import INCOMPLETE_COVERAGE, falls_short
 from sparkwatch.core.rounding import ratio_text, rounded
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.series import Frame, node_series, series_block, series_frame
@@ -48,7 +48,7 @@ def verdict(
     stepped or whose probes disagree around it, power rejected as implausible) or ``incomplete`` (a node
     did not cover it), with the reasons."""
     reasons: list[str] = []
-    incomplete = [c for c in coverages if c is None or c < INCOMPLETE_COVERAGE]
+    incomplete = [c for c in coverages if c is None or bool(falls_short(c))]
     if incomplete:
         worst = min(0.0 if c is None else c for c in incomplete)  # None: nothing to cover it with
         reasons.append(f"coverage {ratio_text(worst)} < {INCOMPLETE_COVERAGE} on {len(incomplete)} node(s)")
@@ -313,7 +313,7 @@ def _partial_windows(node: str, system: DomainFigures, lengths_s: F64) -> dict[i
     if coverage is None:
         return {}
     with np.errstate(invalid="ignore"):
-        short = np.flatnonzero(~(coverage >= INCOMPLETE_COVERAGE))  # NaN: no interval in it
+        short = np.flatnonzero(falls_short(coverage))  # NaN: no interval in it
     name, threshold = f"{node} {system.headline}", INCOMPLETE_COVERAGE
     out = {
         k: f"{name}: no interval" if np.isnan(c) else f"{name}: coverage {ratio_text(c)} < {threshold}"

@@ -17,7 +17,7 @@ from typing import Any
 
 from sparkwatch.core.export_nodes import NodeFigures, sum_known
 from sparkwatch.core.phases import name_ids, no_measured_window
-from sparkwatch.core.power import INCOMPLETE_COVERAGE
+from sparkwatch.core.power import INCOMPLETE_COVERAGE, falls_short
 from sparkwatch.core.rounding import ratio_text, rounded
 from sparkwatch.core.windows import Window
 from sparkwatch.defaults import ScopeKind
@@ -185,7 +185,7 @@ def _partial(
     short = [
         f"{f.json['node']} ({ratio_text(c)})"
         for f, c in zip(figures, coverage, strict=True)
-        if c is not None and c < INCOMPLETE_COVERAGE
+        if c is not None and bool(falls_short(c))
     ]
     if not short:
         return None

@@ -6,14 +6,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from sparkwatch.core.integrals import EnergyMethod, Integrals
+from sparkwatch.core.rounding import NOISE
 from sparkwatch.core.tracks import F64, I64
 from sparkwatch.core.windows import Scope
 
 #: A figure covering less of its time than this is not the whole: a window is ``incomplete`` when a node's
 #: GPUs cover less of it, and a run's energy total is not summed over a node that covers less of the scope.
 INCOMPLETE_COVERAGE = 0.95
+
+
+def falls_short(coverage: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """Which coverages are below :data:`INCOMPLETE_COVERAGE` (NaN: nothing covered, so short), float noise
+    under it not counted: judged as the export writes them (``rounding.floored``), so that a reader who
+    compares a written 0.95 with the threshold judges as the export did."""
+    with np.errstate(invalid="ignore"):
+        return ~(np.asarray(coverage, dtype=np.float64) + NOISE >= INCOMPLETE_COVERAGE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,9 @@ from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
 #: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
 #: (and a few seconds more, for the clock offset and a window that starts before the run).
 LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
-#: Samples read past the span's end: the first one after it closes the span's last interval (an agent back at
-#: its idle interval once the run's lease is released, 1 s by default, is well within it). A TSDB source reads
-#: a wider margin still (its scrapes are slower).
-TAIL_NS = 15 * 1_000_000_000
+#: How far past the span's end its first sample after is looked for: it closes the span's last interval (an
+#: agent back at its idle interval once the run's lease is released, 1 s by default, is well within it).
+TAIL_NS = 60 * 1_000_000_000
 #: Engine scrapes read beyond the span: the scrape around each edge may be as far as the gap limit at the
 #: slowest scrape interval.
 ENGINE_MARGIN_NS = int(GAP_INTERVALS * ENGINE_MAX_INTERVAL_S * 1e9)

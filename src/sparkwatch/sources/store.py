@@ -29,14 +29,15 @@ from sparkwatch.store import Store, StoreError
 def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
     """One node's tracks on the coordinator's clock, how they got there, and what its hello said."""
     rounds = store.offset_rounds(node, t_from_ns - LEAD_NS, t_to_ns)
-    # past the end for a boot that was up by then: the sample after it closes the span's last interval (read
-    # to the end, the last stretch was never covered); a boot first probed after the end places nothing
+    # and the first sample after the end, of a boot up by then: it closes the span's last interval (read to
+    # the end, the last stretch was never covered); only it, so that a later export reads what `run`'s did
     reads = [
         read_boot(
             store.boot_samples(node, boot),
             boot_rounds,
             t_from_ns - LEAD_NS,
-            t_to_ns + TAIL_NS if boot_rounds[0].t_ns <= t_to_ns else t_to_ns,
+            t_to_ns,
+            TAIL_NS if boot_rounds[0].t_ns <= t_to_ns else 0,
         )
         for boot, boot_rounds in rounds.items()
     ]
@@ -75,7 +76,7 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         gpus=tracks,
         domains=[
             *_sensor_domains(read, tracks, segments),
-            *_meter_domains(store, node, t_from_ns - LEAD_NS, t_to_ns + TAIL_NS, tracks),
+            *_meter_domains(store, node, t_from_ns - LEAD_NS, t_to_ns, tracks),
         ],
         signals=_signal_tracks(read, hello),
         gpu_uuids=uuids,

@@ -22,11 +22,12 @@ class BootSamples:
         self._blocks = blocks
         self._key = (node, boot)
 
-    def read(self, clock: str, t_from: int, t_to: int) -> SampleBlock:
-        """The samples from the first whose ``clock`` is ≥ t_from to the last whose ``clock`` is ≤ t_to."""
+    def read(self, clock: str, t_from: int, t_to: int, next_within: int = 0) -> SampleBlock:
+        """The samples from the first whose ``clock`` is ≥ t_from to the last whose ``clock`` is ≤ t_to (and
+        with ``next_within``, the first after t_to that is at most that much later)."""
         if clock not in CLOCKS:
             raise ValueError(f"no clock column {clock!r}")
-        return self._blocks.read(*self._key, clock, t_from, t_to)
+        return self._blocks.read(*self._key, clock, t_from, t_to, next_within=next_within)
 
 
 def offset_rounds(

@@ -161,22 +161,29 @@ class SampleBlocks:
         )
         return [(str(n), str(b)) for n, b in rows]
 
-    def read(self, node: str, boot: str, clock: str, t_from: int, t_to: int) -> SampleBlock:
+    def read(
+        self, node: str, boot: str, clock: str, t_from: int, t_to: int, *, next_within: int = 0
+    ) -> SampleBlock:
         """The boot's samples from the first whose ``clock`` is ≥ ``t_from`` to the last whose ``clock`` is
         ≤ ``t_to``, in seq order, among the blocks whose range of that clock meets the span (by the monotonic
-        clock, every sample in it; by a wall clock that stepped, a block lying wholly outside is left out)."""
+        clock, every sample in it; by a wall clock that stepped, a block lying wholly outside is left out);
+        with ``next_within``, the first sample after ``t_to`` too, where it is at most that much later (by a
+        clock that only grows: the one that closes the span's last interval, and no other)."""
         first, last = CLOCKS[clock]
         bounds = (_int64(t_from), _int64(t_to))  # a clock fit far out of range must not overflow SQLite
         where = f"FROM sample_blocks WHERE node = ? AND boot_id = ? AND {last} >= ? AND {first} <= ?"
-        (samples,) = self._db.execute(f"SELECT SUM(count) {where}", (node, boot, *bounds)).fetchone()
+        asked = (node, boot, bounds[0], _int64(t_to + next_within))
+        (samples,) = self._db.execute(f"SELECT SUM(count) {where}", asked).fetchone()
         if not samples:
             return empty()
         # one blob at a time, each decoded straight into the whole span's columns
-        rows = self._db.execute(f"SELECT data {where} ORDER BY seq_first", (node, boot, *bounds))
+        rows = self._db.execute(f"SELECT data {where} ORDER BY seq_first", asked)
         block = in_seq_order(concat((decode_blob(data) for (data,) in rows), int(samples)))
         t = block.columns[clock]
         if bool(np.all(t[1:] >= t[:-1])):  # the monotonic clock (a wall clock that never stepped back)
             lo, hi = int(np.searchsorted(t, bounds[0])), int(np.searchsorted(t, bounds[1], side="right"))
+            if next_within and hi < len(t) and int(t[hi]) <= bounds[1] + next_within:
+                hi += 1
         else:
             inside = np.flatnonzero((t >= bounds[0]) & (t <= bounds[1]))
             lo, hi = (int(inside[0]), int(inside[-1]) + 1) if len(inside) else (0, 0)
