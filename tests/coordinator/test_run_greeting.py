@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sparkwatch.cli import main
-from sparkwatch.client_waits import NodeWaits
+from sparkwatch.client_waits import NodeWaits, end_wait_s
 from sparkwatch.commands.run import run_command
 from sparkwatch.commands.run_greeting import GREET_QUIET_S, greet, silent_of, strict_refusal
 from sparkwatch.commands.run_options import RunOptions
@@ -235,3 +235,11 @@ def test_a_wait_past_a_day_is_refused_as_a_typo(argv: list[str], capsys: pytest.
     )
     assert main(["nodes", "check", "--wait", "86400", "--nodes", "/nonexistent.toml"]) == 2  # a day is taken
     assert "--wait" not in capsys.readouterr().err
+
+
+def test_the_wait_after_the_end_allows_for_an_agent_idling_slower() -> None:
+    """Once the run's lease is released an agent samples at its own interval: one idling at 10 s was named
+    behind after 5 s, its last interval left open."""
+    assert end_wait_s([]) == 5.0 and end_wait_s([{"interval_s": 1.0}, {"interval_s": None}]) == 5.0
+    assert end_wait_s([{"interval_s": 1.0}, {"interval_s": 10.0}]) == 16.0
+    assert end_wait_s([{"interval_s": 3600.0}]) == 60.0  # at most a minute: beyond it, named behind
