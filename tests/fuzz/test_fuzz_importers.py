@@ -14,6 +14,7 @@ import io
 import json
 import pathlib
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -110,8 +111,11 @@ def hostile_file(sample: Sample) -> st.SearchStrategy[bytes]:
 
 
 @pytest.fixture(scope="module")
-def workdir() -> pathlib.Path:
-    return pathlib.Path(tempfile.mkdtemp(prefix="sparkwatch-import-fuzz-"))
+def workdir() -> Iterator[pathlib.Path]:
+    """One folder for the module's cases (hypothesis runs each example in the same test call), removed
+    after them: it was left in /tmp by every run."""
+    with tempfile.TemporaryDirectory(prefix="sparkwatch-import-fuzz-") as folder:
+        yield pathlib.Path(folder)
 
 
 @fuzz_settings()
