@@ -10,7 +10,7 @@ from typing import Any
 
 from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.phases import name_ids
-from sparkwatch.core.power import INCOMPLETE_COVERAGE
+from sparkwatch.core.power import INCOMPLETE_COVERAGE, falls_short
 from sparkwatch.core.rounding import ratio_text
 from sparkwatch.hello_facts import shared_identities
 
@@ -126,10 +126,6 @@ def _gated(node: dict[str, Any]) -> bool:
     return (node.get("power_w") or {}).get("gated_mean") is not None
 
 
-#: What a node's coverage of the whole run must reach (``--scope run``): a window's, of its own time.
-NEEDED = INCOMPLETE_COVERAGE
-
-
 def _whole_run(export: dict[str, Any], silent: Sequence[str]) -> tuple[list[str], set[str]]:
     """What a window's verdict says of its own time, said of the whole run (``--scope run``): a node's GPU
     samples or its headline (whole-node) domain covering less of it than a figure needs, implausible
@@ -142,11 +138,12 @@ def _whole_run(export: dict[str, Any], silent: Sequence[str]) -> tuple[list[str]
             continue
         samples = node.get("samples") or {}
         if _short(samples.get("coverage_ratio")):
-            said.append(f"GPU samples cover {ratio_text(samples.get('coverage_ratio') or 0.0)} < {NEEDED}")
+            coverage = samples.get("coverage_ratio") or 0.0
+            said.append(f"GPU samples cover {ratio_text(coverage)} < {INCOMPLETE_COVERAGE}")
         headline = headline_entry(node)
         if headline is not None and _short((headline.get("samples") or {}).get("coverage_ratio")):
             coverage = headline["samples"]["coverage_ratio"] or 0.0
-            said.append(f"{headline['domain']} covers {ratio_text(coverage)} < {NEEDED}")
+            said.append(f"{headline['domain']} covers {ratio_text(coverage)} < {INCOMPLETE_COVERAGE}")
         if samples.get("implausible_intervals"):
             said.append(f"{samples['implausible_intervals']} implausible interval(s) rejected")
         steps = [s for s in (node.get("clock") or {}).get("steps") or [] if _inside(s["t_ns"], run)]
@@ -158,8 +155,8 @@ def _whole_run(export: dict[str, Any], silent: Sequence[str]) -> tuple[list[str]
 
 
 def _short(coverage: float | None) -> bool:
-    """A written coverage (rounded down) below the threshold, or none at all."""
-    return coverage is None or coverage < NEEDED
+    """A written coverage below a window's threshold (judged by the core's rule), or none at all."""
+    return coverage is None or bool(falls_short(coverage))
 
 
 def _inside(t_ns: int, run: dict[str, Any]) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkwatch.core.domains import headline_entry
-from sparkwatch.core.power import INCOMPLETE_COVERAGE
+from sparkwatch.core.power import INCOMPLETE_COVERAGE, falls_short
 from sparkwatch.core.rounding import ratio_text
 from sparkwatch.outputs import command_line, shown
 from sparkwatch.report.facts import said_once
@@ -122,7 +122,7 @@ def _short_headlines(nodes: Sequence[dict[str, Any]]) -> list[str]:
     for node in nodes:
         entry = headline_entry(node)
         coverage = None if entry is None else (entry.get("samples") or {}).get("coverage_ratio")
-        if isinstance(coverage, float | int) and coverage < INCOMPLETE_COVERAGE:
+        if isinstance(coverage, float | int) and bool(falls_short(coverage)):
             short.append(f"{node['node']} ({ratio_text(coverage)})")
     return short
 

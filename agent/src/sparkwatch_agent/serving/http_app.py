@@ -328,12 +328,8 @@ QUERIES: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
 )
 
 
-def _declared_queries(request: web.Request) -> tuple[str, ...] | None:
-    resource = request.match_info.route.resource
-    if resource is None:
-        return None
-    method = "GET" if request.method == "HEAD" else request.method
-    return QUERIES.get((method, resource.canonical), ())
+def _declared_queries(_request: web.Request, method: str, route: str) -> tuple[str, ...]:
+    return QUERIES.get((method, route), ())
 
 
 def make_app(ctx: AgentContext) -> web.Application:

@@ -106,15 +106,23 @@ async def json_refusals(request: web.Request, handler: Handler) -> web.StreamRes
 
 
 def query_middleware(
-    declared: Callable[[web.Request], Sequence[str] | None],
+    declared: Callable[[web.Request, str, str], Sequence[str] | None],
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
     """``400 invalid_query`` for a query parameter a ``/v1/`` route does not take, naming it and those the
-    route takes (``declared``: its names; None where no route matched, whose 404 says more), or one given
-    twice. Refused, not ignored: an ignored ``?gate_threshold=0.9`` answered as if it had been taken."""
+    route takes, or one given twice. ``declared(request, METHOD, route)``: the names the matched route
+    (its canonical path; HEAD as GET) takes, None where it has no such method (whose 405 says more); no
+    route matched is left to its 404. Refused, not ignored: an ignored ``?gate_threshold=0.9`` answered as
+    if it had been taken."""
+
+    def taken_by(request: web.Request) -> Sequence[str] | None:
+        resource = request.match_info.route.resource
+        if not request.query or not request.path.startswith("/v1/") or resource is None:
+            return None
+        return declared(request, "GET" if request.method == "HEAD" else request.method, resource.canonical)
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        taken = declared(request) if request.query and request.path.startswith("/v1/") else None
+        taken = taken_by(request)
         unknown = sorted(set(request.query) - set(taken)) if taken is not None else []
         if unknown:
             names = ", ".join(repr(name[:40]) for name in unknown[:5]) + (", …" if len(unknown) > 5 else "")

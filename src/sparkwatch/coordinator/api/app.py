@@ -78,13 +78,9 @@ async def read_body(request: web.Request, limit_bytes: int) -> bytes:
     return bytes(body)
 
 
-def _declared_queries(request: web.Request) -> list[str] | None:
-    """The query parameters the matched route declares in the OpenAPI document (None: no route matched)."""
-    resource = request.match_info.route.resource
-    if resource is None:
-        return None
-    method = "get" if request.method == "HEAD" else request.method.lower()
-    operation = request.app[OPENAPI]["paths"].get(resource.canonical, {}).get(method)
+def _declared_queries(request: web.Request, method: str, route: str) -> list[str] | None:
+    """The query parameters the route declares in the OpenAPI document (None: no such operation)."""
+    operation = request.app[OPENAPI]["paths"].get(route, {}).get(method.lower())
     if operation is None:
         return None
     return [p["name"] for p in operation.get("parameters", []) if p.get("in") == "query"]
