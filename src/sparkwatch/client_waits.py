@@ -21,9 +21,10 @@ END_WAIT_S = (5.0, 60.0)
 
 
 def end_wait_s(nodes: Collection[dict[str, Any]]) -> float:
-    """How long to wait for every node's first sample after a run's end: once the run's lease is released,
-    an agent samples at its own interval again (a node idling at 10 s was named behind after 5 s)."""
-    slowest = max((float(n.get("interval_s") or 0.0) for n in nodes), default=0.0)
+    """How long to wait for every node's first sample and meter reading after a run's end: once the run's
+    lease is released, an agent samples at its own interval again (a node idling at 10 s was named behind
+    after 5 s), and a meter is polled at its own."""
+    slowest = max((max(float(n.get("interval_s") or 0.0), _meter_interval_s(n)) for n in nodes), default=0.0)
     return min(END_WAIT_S[1], max(END_WAIT_S[0], 1.5 * slowest + 1.0))
 
 
@@ -52,21 +53,35 @@ class NodeWaits:
             await asyncio.sleep(POLL_S)
 
     async def wait_caught_up(
-        self, t_wall_ns: int, timeout_s: float, interval_s: float | None = None, skip: Collection[str] = ()
+        self,
+        t_wall_ns: int,
+        timeout_s: float,
+        interval_s: float | None = None,
+        skip: Collection[str] = (),
+        *,
+        meters: bool = False,
     ) -> list[str]:
         """Until every node's newest stored sample is from ``t_wall_ns`` or later (and, given ``interval_s``,
         was taken at that interval): a run's last window is covered only once its samples have arrived.
-        ``skip``: nodes not waited for (an agent not heard from at all, already said). Returns the nodes
-        still behind when the time was up (none: all caught up)."""
+        With ``meters`` (a run's end), until each wall meter has read from then on too, or fails: its
+        reading after the end closes its last interval. ``skip``: nodes not waited for (an agent not heard
+        from at all, already said). Returns the nodes whose samples are still behind when the time is up
+        (none: all caught up); a meter still behind is only warned of (its domain's coverage says it)."""
 
-        def ready(node: dict[str, Any]) -> bool:
+        def sampled(node: dict[str, Any]) -> bool:
             return node["node"] in skip or _caught_up(node, t_wall_ns, interval_s)
 
-        nodes, ok = await self.wait_for_nodes(ready, timeout_s)
-        behind = [] if ok else [str(n["node"]) for n in nodes if not ready(n)]
+        def metered(node: dict[str, Any]) -> bool:
+            return not meters or node["node"] in skip or _meter_read_since(node, t_wall_ns)
+
+        nodes, ok = await self.wait_for_nodes(lambda n: sampled(n) and metered(n), timeout_s)
+        behind = [] if ok else [str(n["node"]) for n in nodes if not sampled(n)]
         if behind:
             said = ", ".join(f"{n['node']} ({link_state(n)})" for n in nodes if n["node"] in behind)
             log.warning("not caught up after %.0f s: %s", timeout_s, said)
+        if late := [] if ok else [n for n in nodes if not metered(n)]:
+            said = ", ".join(f"{n['node']}'s {n['meter']['kind']} meter" for n in late)
+            log.warning("no meter reading since the end after %.0f s: %s", timeout_s, said)
         return behind
 
     async def wait_for_hellos(self, timeout_s: float) -> list[dict[str, Any]]:
@@ -118,6 +133,21 @@ def _caught_up(node: dict[str, Any], t_wall_ns: int, interval_s: float | None) -
     if not node["connected"] or stamp is None or stamp + offset < t_wall_ns:  # corrected to our clock
         return False
     return interval_s is None or (latest.get("interval_s") or 1e9) <= interval_s
+
+
+def _meter_interval_s(node: dict[str, Any]) -> float:
+    meter = node.get("meter")
+    return float(meter.get("interval_s") or 0.0) if isinstance(meter, dict) else 0.0
+
+
+def _meter_read_since(node: dict[str, Any], t_wall_ns: int) -> bool:
+    """The node has no wall meter, its meter has read from ``t_wall_ns`` on (stamped on the coordinator's
+    own clock), or its latest poll failed: waiting on a meter that does not answer closes nothing."""
+    meter = node.get("meter")
+    if not isinstance(meter, dict) or meter.get("error"):
+        return True
+    last = meter.get("last_t_ns")
+    return isinstance(last, int) and last >= t_wall_ns
 
 
 def link_state(node: dict[str, Any]) -> str:

@@ -137,3 +137,55 @@ def test_a_window_shorter_than_two_of_the_bmcs_refreshes_is_low_confidence(tmp_p
     assert window["reasons"] == ["n1 wall: shorter (8.000 s) than 2 readings (30.002 s apart)"]
     _, in_window = wall(export)
     assert in_window["coverage_ratio"] == 1.0  # measured all the same: the verdict says how far to trust it
+
+
+def _whole_run(tmp_path: pathlib.Path, polls_s: list[float], failed_at_s: tuple[float, ...] = ()) -> Store:
+    """12 s of a busy node at 10 Hz, its meter read at 300 W at ``polls_s`` (a failed poll at
+    ``failed_at_s``), and a run measured whole from 1 s to 9.95 s: between two polls, 9.5 s and 10.5 s."""
+    store = Store(tmp_path / "c.db")
+    store.set_nodes(["n1"])
+    store.ingest("n1", "b1", [sample_frame(k, {"power_w": 50.0, "util_ratio": 0.9}) for k in range(1, 121)])
+    store.add_offset("n1", "b1", ClockOffset(0, 10**6, 5, 8, mono_offset_ns=T0), t_ns=T0)
+    for t_s in polls_s:
+        reading = MeterReading("wall", "meter:redfish", POLL_S, T0 + round(t_s * S), 300.0, None, 2_000_000)
+        store.add_meter_reading("n1", reading)
+    for t_s in failed_at_s:
+        store.add_meter_error(
+            "n1", "wall", T0 + round(t_s * S), "no answer within the timeout", "meter:redfish"
+        )
+    store.create_run(RunRow("r", "whole", T0 + S, None, 0.1, 0.0, "run"))
+    store.end_run("r", T0 + 9_950_000_000)
+    return store
+
+
+def _wall_of(store: Store) -> dict[str, object]:
+    export = export_run(store, "r", ["n1"], lambda: T0 + 60 * S)
+    (domain,) = [d for d in export["nodes"][0]["system"]["domains"] if d["domain"] == "wall"]
+    return domain
+
+
+def test_the_meters_reading_after_the_end_closes_the_runs_last_interval(tmp_path: pathlib.Path) -> None:
+    """Meters were read up to the run's end: the stretch from the last poll before it to the end was never
+    covered (up to a poll interval of every run, 0.45 s of this one), though the next poll was stored."""
+    store = _whole_run(tmp_path, [k + 0.5 for k in range(11)])  # 0.5 s .. 10.5 s
+    domain = _wall_of(store)
+    assert domain["samples"]["coverage_ratio"] == 1.0 and domain["samples"]["max_gap_s"] == 0.0
+    assert domain["energy_j"] == pytest.approx(300.0 * 8.95)
+    # only that one reading is read past the end: the polls stored later change nothing
+    for t_s in (11.5, 12.5):
+        store.add_meter_reading(
+            "n1", MeterReading("wall", "meter:redfish", POLL_S, T0 + round(t_s * S), 900.0, None, 0)
+        )
+    store.add_meter_error("n1", "wall", T0 + 13 * S, "no answer within the timeout", "meter:redfish")
+    assert _wall_of(store) == domain
+    store.close()
+
+
+def test_a_failed_poll_after_the_end_leaves_the_last_interval_open(tmp_path: pathlib.Path) -> None:
+    """The first reading after the end closes the last interval only as readings close any: a failed poll
+    between them is a gap, not a line drawn across it."""
+    store = _whole_run(tmp_path, [k + 0.5 for k in range(10)] + [10.8], failed_at_s=(10.3,))
+    domain = _wall_of(store)
+    assert domain["samples"]["coverage_ratio"] == pytest.approx(8.5 / 8.95, abs=1e-4)  # 1 s .. 9.5 s
+    assert domain["energy_j"] == pytest.approx(300.0 * 8.5)  # the covered part's, nothing across the gap
+    store.close()

@@ -243,3 +243,54 @@ def test_the_wait_after_the_end_allows_for_an_agent_idling_slower() -> None:
     assert end_wait_s([]) == 5.0 and end_wait_s([{"interval_s": 1.0}, {"interval_s": None}]) == 5.0
     assert end_wait_s([{"interval_s": 1.0}, {"interval_s": 10.0}]) == 16.0
     assert end_wait_s([{"interval_s": 3600.0}]) == 60.0  # at most a minute: beyond it, named behind
+
+
+class Metered(NodeWaits):
+    """/v1/nodes with one node whose samples are caught up and whose meter reads at T_END from the third
+    read of /v1/nodes on (``reads_at`` None: never again; ``error``: its latest poll failed)."""
+
+    T_END = 5_000
+
+    def __init__(self, reads_at: int | None = 3, error: str | None = None) -> None:
+        self.reads, self._reads_at, self._error = 0, reads_at, error
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        self.reads += 1
+        fresh = self._reads_at is not None and self.reads >= self._reads_at
+        meter = {
+            "kind": "redfish",
+            "interval_s": 10.0,
+            "last_t_ns": self.T_END if fresh else 10,
+            "error": self._error,
+        }
+        latest = {"t_wall_ns": 2**62, "interval_s": 0.1}
+        return [{"node": "spark-1", "connected": True, "latest": latest, "clock": {}, "meter": meter}]
+
+
+def test_the_wait_after_the_end_waits_for_each_meters_reading_after_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Meters were not waited for: the export made at a run's end lacked the meter's reading after it, so
+    the stretch from its last poll before the end was not covered (and a later export covered it)."""
+    waits = Metered()
+    assert asyncio.run(waits.wait_caught_up(Metered.T_END, timeout_s=10.0)) == [] and waits.reads == 1
+    waits = Metered()
+    assert asyncio.run(waits.wait_caught_up(Metered.T_END, timeout_s=10.0, meters=True)) == []
+    assert waits.reads == 3  # until the meter read at the end or later
+    failing = Metered(reads_at=None, error="no answer within the timeout")
+    assert asyncio.run(failing.wait_caught_up(Metered.T_END, timeout_s=10.0, meters=True)) == []
+    assert failing.reads == 1  # a meter that fails closes nothing by being waited on
+    silent = Metered(reads_at=None)
+    assert (
+        asyncio.run(silent.wait_caught_up(Metered.T_END, timeout_s=0.3, meters=True)) == []
+    )  # samples are in
+    assert (
+        silent.reads > 2
+        and "no meter reading since the end after 0 s: spark-1's redfish meter" in caplog.text
+    )
+    assert "not caught up" not in caplog.text
+    # and the wait allows for a meter polled slower than the agents sample
+    assert (
+        end_wait_s([{"interval_s": 1.0, "meter": {"interval_s": 10.0}}, {"interval_s": 1.0, "meter": None}])
+        == 16.0
+    )

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from doubles.shelly import ShellyPlug
 from helpers.app_thread import AppThread
+from helpers.cli import sparkwatch as cli
 from helpers.meter_sink import Sink
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
 from helpers.prometheus import PROMETHEUS, Prometheus
@@ -300,3 +301,25 @@ def test_a_prometheus_meter_reads_one_series_from_a_real_prometheus(tmp_path: pa
     finally:
         prom.stop()
         exporter.stop()
+
+
+def test_runs_end_waits_for_each_meters_reading_after_the_end(rig: Rig) -> None:
+    """A run measured whole: the meters were read to its end only, and `runs end` did not wait for their
+    next poll, so the stretch from each meter's last poll before the end to the end was never covered (up to
+    a poll interval of every run). Now each meter's first reading after the end closes it, `runs end`
+    waits for that reading, and an export made right after is the one made later."""
+    env = {"SPARKWATCH_COORDINATOR": rig.coord.url, "SPARKWATCH_TOKEN_FILE": str(rig.coord.token)}
+    opened = cli("runs", "open", "--name", "whole", "--scope", "run", env=env)
+    assert opened.returncode == 0, opened.stderr
+    run_id = opened.stdout.strip()
+    time.sleep(2.2)
+    ended = cli("runs", "end", run_id, env=env)
+    assert ended.returncode == 0 and "meter" not in ended.stderr, ended.stderr
+    first = cli("runs", "export", run_id, env=env)
+    assert first.returncode == 0, first.stderr
+    export = json.loads(first.stdout)
+    for node in export["nodes"]:
+        (wall,) = node["system"]["domains"]
+        assert wall["samples"]["coverage_ratio"] == 1.0, (node["node"], wall["samples"])
+    time.sleep(3 * POLL_S)  # more polls stored after the end change nothing
+    assert json.loads(cli("runs", "export", run_id, env=env).stdout) == export

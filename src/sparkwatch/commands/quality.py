@@ -156,7 +156,7 @@ def _whole_run(export: dict[str, Any], silent: Sequence[str]) -> tuple[list[str]
 
 def _short(coverage: float | None) -> bool:
     """A written coverage below a window's threshold (judged by the core's rule), or none at all."""
-    return coverage is None or bool(falls_short(coverage))
+    return coverage is None or falls_short(coverage)
 
 
 def _inside(t_ns: int, run: dict[str, Any]) -> bool:

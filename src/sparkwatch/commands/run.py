@@ -333,7 +333,7 @@ async def _finish(
         unheard_now = silent_of(nodes)
         ended = await _end(client, opts, state, command)
         end_ns = ended["t_end_ns"] or time.time_ns()
-        behind = await client.wait_caught_up(end_ns, end_wait_s(nodes), skip=unheard_now)
+        behind = await client.wait_caught_up(end_ns, end_wait_s(nodes), skip=unheard_now, meters=True)
         state.nodes_behind = sorted({*behind, *unheard_now})
         if dropped := ended.get("dropped_marks"):  # CMD's own marks, begun and never ended
             names = ", ".join(map(str, dropped))

@@ -84,10 +84,10 @@ async def _open(client: CoordinatorClient, args: argparse.Namespace) -> int:
 
 async def _end(client: CoordinatorClient, args: argparse.Namespace) -> int:
     run = await client.end_run(args.run_id)
-    # then waits for every node's samples up to it (the end is on the coordinator's clock, as are the nodes'
-    # corrected stamps), so an export made right after covers the run's last moments; a node still behind
-    # after end_wait_s is named in a warning, and the export says what it lacks
-    await client.wait_caught_up(run["t_end_ns"], end_wait_s(await client.nodes()))
+    # then waits for every node's samples and meter reading up to it (the end is on the coordinator's clock,
+    # as are the nodes' corrected stamps), so an export made right after covers the run's last moments; a
+    # node or meter still behind after end_wait_s is named in a warning, and the export says what it lacks
+    await client.wait_caught_up(run["t_end_ns"], end_wait_s(await client.nodes()), meters=True)
     took_s = (run["t_end_ns"] - run["t_start_ns"]) / 1e9
     print(f"run {run['id']} ({run['name']}) ended after {took_s:.1f} s")
     dropped = run.get("dropped_marks")

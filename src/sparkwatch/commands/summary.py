@@ -122,7 +122,7 @@ def _short_headlines(nodes: Sequence[dict[str, Any]]) -> list[str]:
     for node in nodes:
         entry = headline_entry(node)
         coverage = None if entry is None else (entry.get("samples") or {}).get("coverage_ratio")
-        if isinstance(coverage, float | int) and bool(falls_short(coverage)):
+        if isinstance(coverage, float | int) and falls_short(coverage):
             short.append(f"{node['node']} ({ratio_text(coverage)})")
     return short
 

@@ -48,7 +48,7 @@ def verdict(
     stepped or whose probes disagree around it, power rejected as implausible) or ``incomplete`` (a node
     did not cover it), with the reasons."""
     reasons: list[str] = []
-    incomplete = [c for c in coverages if c is None or bool(falls_short(c))]
+    incomplete = [c for c in coverages if c is None or falls_short(c)]
     if incomplete:
         worst = min(0.0 if c is None else c for c in incomplete)  # None: nothing to cover it with
         reasons.append(f"coverage {ratio_text(worst)} < {INCOMPLETE_COVERAGE} on {len(incomplete)} node(s)")

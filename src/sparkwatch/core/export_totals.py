@@ -185,7 +185,7 @@ def _partial(
     short = [
         f"{f.json['node']} ({ratio_text(c)})"
         for f, c in zip(figures, coverage, strict=True)
-        if c is not None and bool(falls_short(c))
+        if c is not None and falls_short(c)
     ]
     if not short:
         return None

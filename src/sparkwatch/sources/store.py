@@ -165,8 +165,10 @@ def _meter_domains(
     that explain their gaps. A failed poll between two readings breaks them apart (its readings each side
     form no interval), as a failed engine scrape does: 3 poll intervals is the gap rule for readings that
     came late, and one failed poll in a window was bridged by a line between its neighbours."""
-    rows = store.meter_rows(node, t_from_ns, t_to_ns)
-    failures = store.meter_failure_times(node, t_from_ns, t_to_ns)  # every one; ``errors`` the first few
+    # and each meter's first reading after the end, as for the samples: it closes the last interval (a failed
+    # poll between breaks it, as anywhere)
+    rows = store.meter_rows(node, t_from_ns, t_to_ns, TAIL_NS)
+    failures = store.meter_failure_times(node, t_from_ns, t_to_ns + TAIL_NS)  # ``errors``: the span's first
     errors: dict[str, list[tuple[int, str]]] = {}
     kinds: dict[str, str] = {}  # the meter kind its failed polls listed name (the latest of them)
     for e in store.meter_errors(node, t_from_ns, t_to_ns):

@@ -203,8 +203,10 @@ class Store:
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str, source: str) -> None:
         meters.add_error(self._db, node, domain, t_ns, error, source=source)
 
-    def meter_rows(self, node: str, t_from_ns: int, t_to_ns: int) -> meters.MeterRows:
-        return meters.rows(self._db, node, t_from_ns, t_to_ns)
+    def meter_rows(
+        self, node: str, t_from_ns: int, t_to_ns: int, next_within_ns: int = 0
+    ) -> meters.MeterRows:
+        return meters.rows(self._db, node, t_from_ns, t_to_ns, next_within_ns)
 
     def meter_errors(self, node: str, t_from_ns: int, t_to_ns: int) -> list[meters.MeterError]:
         kinds = self.schema_version >= METER_ERROR_SOURCE  # an older file read as it is has no kinds

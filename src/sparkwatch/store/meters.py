@@ -59,11 +59,24 @@ def add_error(db: sqlite3.Connection, node: str, domain: str, t_ns: int, error: 
         )
 
 
-def rows(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int) -> MeterRows:
+_COLUMNS = "domain, source, t_ns, interval_s, power_w, energy_j, uncertainty_ns"
+
+
+def rows(
+    db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: int, next_within_ns: int = 0
+) -> MeterRows:
+    """The readings in [t_from_ns, t_to_ns] by domain and time; with ``next_within_ns``, each of those
+    domains' first reading after ``t_to_ns`` too, when it is at most that much later: it closes the span's
+    last interval, and no later reading is read (an export made later reads the same)."""
+    span = (node, t_from_ns, t_to_ns)
     found = db.execute(
-        "SELECT domain, source, t_ns, interval_s, power_w, energy_j, uncertainty_ns FROM meter_samples"
-        " WHERE node = ? AND t_ns BETWEEN ? AND ? ORDER BY domain, t_ns",
-        (node, t_from_ns, t_to_ns),
+        f"SELECT {_COLUMNS} FROM meter_samples WHERE node = ? AND t_ns BETWEEN ? AND ?"
+        # SQLite takes a bare column of an aggregate query from the row MIN() chose: the first reading after
+        " UNION ALL SELECT domain, source, MIN(t_ns), interval_s, power_w, energy_j, uncertainty_ns"
+        " FROM meter_samples WHERE node = ? AND t_ns > ? AND t_ns <= ? AND domain IN"
+        " (SELECT domain FROM meter_samples WHERE node = ? AND t_ns BETWEEN ? AND ?) GROUP BY domain"
+        " ORDER BY domain, t_ns",
+        (*span, node, t_to_ns, t_to_ns + next_within_ns, *span),
     ).fetchall()
     columns = list(zip(*found, strict=True)) if found else [()] * 7
     return MeterRows(
