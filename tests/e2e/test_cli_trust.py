@@ -212,6 +212,17 @@ def test_a_second_ctrl_c_quits_at_once_kills_the_command_and_keeps_the_data(
     assert len(kept) == 1, stderr
     db = pathlib.Path(kept[0].split("kept at ")[1].split(";")[0])
     assert db.exists()
+    store = Store.read_only(db)
+    try:
+        (run,) = store.runs()
+    finally:
+        store.close()
+    # ended with what it wrapped, as any run is: the second Ctrl-C's SIGKILL is the command's end (the run
+    # was ended with no command at all, and read as one no command ran under)
+    assert run.t_end_ns is not None and json.loads(run.command or "null") == {
+        "argv": ["sh", "-c", stubborn],
+        "exit_code": -signal.SIGKILL,
+    }
     with pytest.raises(OSError):
         (tmp_path / "r.json").read_text()  # no export: it quit at once
     lease = json.loads(_get(f"{agent.url}/v1/interval"))

@@ -19,6 +19,8 @@ from typing import Any, TextIO, TypeVar
 
 #: What the second signal's clean-up may take before the process exits regardless.
 FORCE_BOUND_S = 3.0
+#: How long the second signal's clean-up waits for the killed command to be reaped (its exit code).
+REAP_S = 1.0
 INTERRUPTED_EXIT_CODE = 130
 T = TypeVar("T")
 
@@ -72,6 +74,16 @@ class Interrupts:
         if task.cancelled():
             return None
         return task.result()
+
+    async def reaped_exit_code(self) -> int | None:
+        """The command's exit code once it has exited (-9: killed by the second signal), waited for a
+        moment at most; None when it never started or has not been reaped by then."""
+        if self.proc is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REAP_S):
+                await self.proc.wait()
+        return self.proc.returncode
 
     @property
     def _running(self) -> bool:

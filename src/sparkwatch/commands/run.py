@@ -212,7 +212,7 @@ async def run_command(opts: RunOptions) -> int:
         if opts.proxy_upstream is None and not opts.imports and opts.scope != "run":  # before CMD, not after
             said = NO_WINDOW_SOURCE if opts.nodes_file is None else NO_WINDOW_SOURCE_EMBEDDED
             opts.stderr.write(f"sparkwatch: note: {said}\n")
-        interrupts.on_force = lambda: _quit_now(opts, client, state)
+        interrupts.on_force = lambda: _quit_now(opts, client, state, interrupts)
         interrupts.install()
         try:
             state.code = await _measure(opts, client, interrupts, state)
@@ -360,9 +360,12 @@ async def _end(
     return run
 
 
-async def _quit_now(opts: RunOptions, client: CoordinatorClient, state: RunState) -> None:
-    """A second Ctrl-C: say where the data is kept, then end the run (so the agents' interval leases are
-    released) and, on an embedded coordinator, give the release a moment; the caller bounds the time."""
+async def _quit_now(
+    opts: RunOptions, client: CoordinatorClient, state: RunState, interrupts: Interrupts
+) -> None:
+    """A second Ctrl-C: say where the data is kept, then end the run with the command's argv and exit code
+    (-9 where that Ctrl-C killed it), so that the agents' interval leases are released, and, on an embedded
+    coordinator, give the release a moment; the caller bounds the time."""
     state.quitting = True
     if state.db is not None:
         opts.stderr.write(
@@ -376,7 +379,9 @@ async def _quit_now(opts: RunOptions, client: CoordinatorClient, state: RunState
         )
     opts.stderr.flush()
     with contextlib.suppress(CoordinatorError):
-        await client.end_run(state.run_id)
+        code = state.code if state.code is not None else await interrupts.reaped_exit_code()
+        command = None if code is None else {"argv": redact_argv(opts.command), "exit_code": code}
+        await client.end_run(state.run_id, command)
     if state.db is not None:
         await client.wait_for_nodes(lambda n: n.get("lease_interval_s") is None, timeout_s=2.0)
 
