@@ -152,14 +152,35 @@ def test_export_prometheus_takes_the_span_from_the_export_and_asks_for_an_open_r
     assert done.returncode == 2 and "RUN (a coordinator's run) or --windows FILE" in done.stderr, done.stderr
 
 
-def test_a_coordinator_run_without_windows_says_so() -> None:
+def test_a_run_without_windows_is_measured_from_a_tsdb_only_in_the_run_scope(tmp_path: Path) -> None:
+    """A run measured whole (`run --scope run`, which `run` itself suggests) has no windows: it exported from
+    the database, and was refused from Prometheus (`the run has no windows: nothing to measure again`),
+    from a coordinator's RUN, an export file or an empty plain file alike. Now only a scope that measures
+    windows refuses, before the engine is asked."""
     data = demo()
     data["windows"] = []
-    with pytest.raises(ImportFormatError) as info:
-        export_answer(data, "http://c:8750/v1/runs/r/export")
-    assert str(info.value) == (
-        "http://c:8750/v1/runs/r/export: the run has no windows: nothing to measure again"
-    )
+    data["method"]["scope"] = "run"
+    windows, run = export_answer(data, "http://c:8750/v1/runs/r/export")
+    assert windows == [] and run.scope == "run"
+    empty = written(tmp_path, data)
+    plain = written(tmp_path, {"windows": []}, "plain.json")
+    span = ("--start", "1700000000", "--end", "1700000060")
+    for argv, what in (
+        (("--windows", str(empty), "--windows-format", "export", "--scope", "request"), "run.json"),
+        (("--windows", str(plain), *span), "plain.json"),
+    ):
+        done = _export("--prometheus", "http://127.0.0.1:1", *argv)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert f"{what} holds no requests: nothing to measure in scope request (--scope run measures the" in (
+            done.stderr
+        )
+    for argv in (
+        ("--windows", str(empty), "--windows-format", "export"),
+        ("--windows", str(plain), *span, "--scope", "run"),
+    ):
+        done = _export("--prometheus", "http://127.0.0.1:1", *argv)  # taken: the engine is asked, and down
+        assert done.returncode == 2 and "nothing to measure" not in done.stderr, done.stderr
+        assert "127.0.0.1:1" in done.stderr and "Traceback" not in done.stderr
     windows, run = export_answer(demo(), "http://c:8750/v1/runs/r/export")
     assert len(windows) == 4 and run.id == demo()["run"]["id"]
     assert windows[0].source["file"] == "http://c:8750/v1/runs/r/export"

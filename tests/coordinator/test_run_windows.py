@@ -125,7 +125,7 @@ def _changed(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     ("data", "said"),
     [
         ([], "the answer must be a JSON object, found a list"),
-        ({"windows": []}, "the run has no windows: nothing to measure again"),
+        ({"windows": []}, "run must be a JSON object"),
         (_changed(("run",), "r1"), "run must be a JSON object, found a string"),
         (_changed(("run", "scope"), "tokens"), "run.scope must be one of"),
         (_changed(("run", "gate_threshold"), 1.5), "run.gate_threshold must be from 0 to 1, found 1.5"),

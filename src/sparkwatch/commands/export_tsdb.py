@@ -93,7 +93,7 @@ def _windows(args: argparse.Namespace) -> tuple[list[Window], run_export.Exporte
     an export file (``--windows-format export``) holds."""
     if args.run is not None:
         return _coordinator_run(args)
-    windows = load_windows(args.windows_format or "plain", args.windows)
+    windows = load_windows(args.windows_format or "plain", args.windows, allow_empty=True)  # judged by scope
     run = run_export.exported_run(args.windows) if args.windows_format == run_export.FORMAT else None
     return windows, run
 
@@ -120,6 +120,14 @@ def _coordinator_run(args: argparse.Namespace) -> tuple[list[Window], run_export
         return asyncio.run(fetch())
     except CoordinatorError as exc:
         raise SourceError(str(exc)) from None
+
+
+def _nothing_to_measure(args: argparse.Namespace, scope: ScopeKind) -> str:
+    """Why windows are needed, where there are none: only ``--scope run`` measures a span without them."""
+    what = (
+        f"run {args.run} has no windows" if args.run is not None else f"{args.windows.name} holds no requests"
+    )
+    return f"{what}: nothing to measure in scope {scope} (--scope run measures the whole span without them)"
 
 
 def _defaults(
@@ -158,6 +166,8 @@ def tsdb_export(
     url = check_url(args.prometheus)
     windows, run = _windows(args)  # a file's mistakes, or the coordinator's, before the engine is asked
     start_ns, end_ns, threshold, scope, phases = _defaults(args, run)
+    if not windows and scope != "run":
+        raise SourceError(_nothing_to_measure(args, scope))
     _check_span(windows, start_ns, end_ns)
     now = now_ns()
     if end_ns > now + SPAN_SLACK_NS:  # a typo in the date, or an export asked for too early

@@ -65,9 +65,12 @@ FORMATS: Mapping[str, Importer] = MappingProxyType(
 )
 
 
-def load_windows(fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = None) -> list[Window]:
-    """Every request window in ``path``, read as format ``fmt``; ImportFormatError if any of it is wrong."""
-    return list(read_windows(fmt, path, clock_anchor=clock_anchor))
+def load_windows(
+    fmt: str, path: Path, *, clock_anchor: ClockAnchor | None = None, allow_empty: bool = False
+) -> list[Window]:
+    """Every request window in ``path``, read as format ``fmt``; ImportFormatError if any of it is wrong, or
+    if it has none unless ``allow_empty`` (a whole run measured from a TSDB needs none)."""
+    return list(read_windows(fmt, path, clock_anchor=clock_anchor, allow_empty=allow_empty))
 
 
 def read_windows(
@@ -77,6 +80,7 @@ def read_windows(
     clock_anchor: ClockAnchor | None = None,
     since_ns: int | None = None,
     now_ns: Callable[[], int] = time.time_ns,
+    allow_empty: bool = False,
 ) -> Iterator[Window]:
     """The windows of ``path`` as they are read. A wrong format or a missing clock anchor fails here; a
     problem inside the file fails where the iteration meets it. ``since_ns``: every window must lie between
@@ -89,7 +93,7 @@ def read_windows(
     if importer.needs_clock_anchor and clock_anchor is None:
         raise ImportFormatError(name, vllm.NEEDS_ANCHOR_HINT)
     span = None if since_ns is None else (since_ns, now_ns)
-    return _checked(name, fmt, lambda: importer.parse(path, clock_anchor), span)
+    return _checked(name, fmt, lambda: importer.parse(path, clock_anchor), span, allow_empty=allow_empty)
 
 
 def export_answer(data: Any, label: str) -> tuple[list[Window], run_export.ExportedRun]:
@@ -110,9 +114,10 @@ def _answer(
     shaped: Callable[[Any], dict[str, Any]],
     run_of: Callable[[dict[str, Any]], run_export.ExportedRun],
 ) -> tuple[list[Window], run_export.ExportedRun]:
-    if isinstance(data, dict) and data.get("windows") == []:
-        raise ImportFormatError(label, "the run has no windows: nothing to measure again")
-    windows = list(_checked(label, run_export.FORMAT, lambda: run_export.windows_of(shaped(data), label)))
+    windows_of = run_export.windows_of  # none: a run measured whole (the caller judges by its scope)
+    windows = list(
+        _checked(label, run_export.FORMAT, lambda: windows_of(shaped(data), label), allow_empty=True)
+    )
     try:
         return windows, run_of(shaped(data))
     except Problem as problem:
@@ -124,6 +129,8 @@ def _checked(
     fmt: str,
     parse: Callable[[], Iterable[Window]],
     span: tuple[int, Callable[[], int]] | None = None,
+    *,
+    allow_empty: bool = False,
 ) -> Iterator[Window]:
     seen: set[str] = set()
     try:
@@ -143,7 +150,7 @@ def _checked(
         raise ImportFormatError(
             name, f"unexpected structure for {fmt} ({type(exc).__name__}: {exc})"
         ) from exc
-    if not seen:
+    if not seen and not allow_empty:
         raise ImportFormatError(name, f"no requests found in this {fmt} file")
 
 
