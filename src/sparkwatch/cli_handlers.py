@@ -29,8 +29,12 @@ def anchor_of(
         return None
     if not any(FORMATS[f].needs_clock_anchor for f in formats if f in FORMATS):
         takes = ", ".join(name for name, i in FORMATS.items() if i.needs_clock_anchor)
-        said = ", ".join(dict.fromkeys(formats)) or "no import"
-        parser.error(f"--clock-anchor is for {takes} files (their monotonic stamps), not for {said}")
+        said = (
+            f"not for {', '.join(dict.fromkeys(formats))}"
+            if formats
+            else f"and no --import {takes}:FILE was given"
+        )
+        parser.error(f"--clock-anchor is for {takes} files (their monotonic stamps), {said}")
     try:
         return ClockAnchor.parse(args.clock_anchor)
     except ValueError as exc:

@@ -134,7 +134,9 @@ def test_a_window_shorter_than_two_of_the_bmcs_refreshes_is_low_confidence(tmp_p
     export = exported(tmp_path, [], refresh_s=30.0)
     window = export["windows"][0]  # type: ignore[index]
     assert window["verdict"] == "low_confidence"
-    assert window["reasons"] == ["n1 wall: shorter (8.000 s) than 2 readings (30.002 s apart)"]
+    assert window["reasons"] == [
+        "n1 wall: shorter (8.000 s) than 2 reading intervals (60.004 s: a reading every 30.002 s)"
+    ]
     _, in_window = wall(export)
     assert in_window["coverage_ratio"] == 1.0  # measured all the same: the verdict says how far to trust it
 

@@ -196,6 +196,11 @@ def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -
         "sparkwatch run: error: --clock-anchor is for vllm files (their monotonic stamps), not for plain"
         " (see `sparkwatch run --help`)\n"
     )
+    result = sparkwatch("run", "--clock-anchor", "1:2", "--", "true")  # it said "not for no import"
+    assert result.stderr == (
+        "sparkwatch run: error: --clock-anchor is for vllm files (their monotonic stamps), and no --import"
+        " vllm:FILE was given (see `sparkwatch run --help`)\n"
+    )
     result = sparkwatch("import", "plain", "x.csv", "--run", "r", "--clock-anchor", "1:2")
     assert result.returncode == 2 and "--clock-anchor is for vllm files" in result.stderr
     result = sparkwatch("run", "--import", "lmx-status:-", "--import", "lmx-status:-", "--", "true")

@@ -76,7 +76,7 @@ def test_the_cli_and_the_links_say_which_service_answered(agent_factory: Any, tm
         coord.stop()
     # and each says in its listening line who may use its API
     assert coord.proc is not None and coord.proc.stderr is not None
-    assert f"coordinator listening on {coord.url} (1 nodes, db" in (logged := coord.proc.stderr.read())
+    assert f"coordinator listening on {coord.url} (1 node, db" in (logged := coord.proc.stderr.read())
     assert "; API: bearer token required)" in logged
     assert "(node spark-1, backend sim; API: open to every local user, no --token-file)" in agent.stop()
     assert checked.returncode == 1, checked

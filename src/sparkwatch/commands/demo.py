@@ -168,7 +168,7 @@ def _truth_notes(agents: Sequence[SimAgent], export: dict[str, Any]) -> list[str
     return [
         f"\nsimulation truth while generating (timed requests): {expected}",
         f"system (dc_input) truth while generating: {system}",
-        f"the warm-up request ran at utilisation {COLD_UTIL:g} on every node and is excluded",
+        f"the warm-up request ran at {COLD_UTIL:.0%} utilisation on every node and is excluded",
     ]
 
 

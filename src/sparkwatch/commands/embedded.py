@@ -40,7 +40,8 @@ async def embedded_coordinator(
     with tempfile.TemporaryDirectory(prefix="sparkwatch-") as tmp:
         path = db or Path(tmp) / "sparkwatch.db"
         async with running_coordinator(nodes, path, "127.0.0.1", 0, token, engine=engine) as url:
-            log.info("embedded coordinator on %s (%d nodes, db %s)", url, len(nodes), path)
+            counted = f"{len(nodes)} node{'' if len(nodes) == 1 else 's'}"
+            log.info("embedded coordinator on %s (%s, db %s)", url, counted, path)
             target = CoordinatorTarget(url, token, label=EMBEDDED_LABEL)
             async with CoordinatorClient(target) as client:
                 yield client

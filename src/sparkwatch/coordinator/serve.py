@@ -159,8 +159,9 @@ async def serve(
         remote_write=remote_write,
     ) as url:
         level, access = access_said(host, token)
-        log.log(level, "coordinator listening on %s (%d nodes, db %s; %s)", url, len(nodes), db_path, access)
-        notifier.ready(f"{len(nodes)} nodes")
+        counted = f"{len(nodes)} node{'' if len(nodes) == 1 else 's'}"
+        log.log(level, "coordinator listening on %s (%s, db %s; %s)", url, counted, db_path, access)
+        notifier.ready(counted)
         watchdog = asyncio.create_task(_watchdog(notifier))
         try:
             await stop.wait()

@@ -26,7 +26,7 @@ from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.spec import EngineSpec
-from sparkwatch.hello_facts import agent_name, misnamed, shared_identities
+from sparkwatch.hello_facts import agent_name, shared_identities
 from sparkwatch.links.factory import lease_holder, make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkState
@@ -214,9 +214,6 @@ class Coordinator:
         duplicates = shared_identities(hellos)
         if duplicates:
             raise StoreError(f"refusing to open a run: {'; '.join(map(str, duplicates))}")
-        for node, hello in hellos:
-            if (warning := misnamed(node, hello)) is not None:
-                log.warning("%s", warning)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.now_ns() / 1e9))
         run = RunRow(
             id=f"run-{stamp}-{secrets.token_hex(3)}",

@@ -322,7 +322,9 @@ def _partial_windows(node: str, system: DomainFigures, lengths_s: F64) -> dict[i
     reading_s = system.headline_reading_s
     if reading_s is not None:
         brief = np.flatnonzero(lengths_s < LOW_CONFIDENCE_INTERVALS * reading_s)
-        apart = f"{LOW_CONFIDENCE_INTERVALS:g} readings ({reading_s:g} s apart)"
+        # "than 2 readings (1 s apart)" read as a contradiction for a 1.7 s window, which holds two readings
+        n, need_s = LOW_CONFIDENCE_INTERVALS, LOW_CONFIDENCE_INTERVALS * reading_s
+        apart = f"{n:g} reading intervals ({need_s:g} s: a reading every {reading_s:g} s)"
         for k, length_s in zip(brief.tolist(), lengths_s[brief].tolist(), strict=True):
             out.setdefault(k, f"{name}: shorter ({length_s:.3f} s) than {apart}")
     return out

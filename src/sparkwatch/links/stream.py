@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sparkwatch.core.clock import ClockOffset
+from sparkwatch.hello_facts import misnamed
 from sparkwatch.links.state import LinkState, latest_summary
 from sparkwatch.store import Store
 from sparkwatch.wire import (
@@ -224,6 +225,8 @@ class StreamIngest:
         self._store.record_hello(state.node, hello.data)
         if state.boot_id not in (None, hello.boot_id):
             log.warning("node %s: agent restarted (boot %s -> %s)", state.node, state.boot_id, hello.boot_id)
+        if state.boot_id != hello.boot_id and (warning := misnamed(state.node, hello.data)) is not None:
+            log.warning("%s", warning)  # once per agent boot, not at each reconnection
         state.boot_id = hello.boot_id
         state.hello = hello.data
         if self._on_hello is not None:

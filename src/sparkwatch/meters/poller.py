@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from sparkwatch.core.domains import MAX_PLAUSIBLE_NODE_W
+from sparkwatch.http_reasons import host_port, unreachable_reason
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store.meters import MeterReading
 from sparkwatch_agent.shared.backoff import every
@@ -133,6 +134,9 @@ class MeterPoller:
                 reading = await self._reader.read(session)
         except TimeoutError:
             self._failed(t0, "no answer within the timeout")
+            return
+        except aiohttp.ClientConnectorError as exc:  # aiohttp's words say "ssl:default" of plain http too
+            self._failed(t0, f"cannot connect to {host_port(exc.host, exc.port)}: {unreachable_reason(exc)}")
             return
         except (MeterError, aiohttp.ClientError, OSError, ValueError) as exc:
             self._failed(t0, f"{type(exc).__name__}: {exc}" if not isinstance(exc, MeterError) else str(exc))

@@ -102,7 +102,8 @@ def parse_meter(table: Any) -> MeterSpec:
         raise MeterSpecError(f"must be a table, got {toml_shown(table)}")
     kind = table.get("kind")
     if kind not in KINDS:
-        raise MeterSpecError(f"must be one of {', '.join(KINDS)}, got {toml_shown(kind)}", "kind")
+        got = "it is missing" if kind is None else f"got {toml_shown(kind)}"
+        raise MeterSpecError(f"must be one of {', '.join(KINDS)}; {got}", "kind")
     kind = cast(MeterKind, kind)
     unknown = sorted(set(table) - _COMMON - _KEYS[kind])
     if len(unknown) == 1:
