@@ -64,7 +64,7 @@ def export(nodes: list[dict[str, Any]], throttle: list[str]) -> dict[str, Any]:
 def test_the_system_column_shows_the_headline_domain_and_n_a_for_a_node_without_one() -> None:
     text = summary_table(export([node("spark-1", 55.7, 86.1), node("spark-2", 53.7, None)], []))
     header = next(line for line in text.splitlines() if line.startswith("node"))
-    assert "gated W  system W" in header
+    assert "gated GPU W  system W  GPU energy J" in header  # GPU, beside the whole node
     assert any(line.startswith("spark-1") and " 86.1 " in line for line in text.splitlines())
     assert any(line.startswith("spark-2") and " n/a " in line for line in text.splitlines())
     assert "never added to it" in text and "WARNING" not in text
@@ -108,7 +108,7 @@ def test_the_columns_stay_aligned_for_long_node_names() -> None:
     table = summary_table(export([node(long_name, 55.8, 86.1), node("n1", 53.8, None)], [])).splitlines()
     header = next(line for line in table if line.startswith("node "))
     rows = [line for line in table if line.startswith((long_name, "n1 ", "sum "))]
-    end = header.index("gated W") + len("gated W")  # right-aligned numbers end under their heading
+    end = header.index("gated GPU W") + len("gated GPU W")  # right-aligned numbers end under their heading
     assert [row[end - 4 : end] for row in rows] == ["55.8", "53.8", "09.6"]
 
 
@@ -122,8 +122,8 @@ def test_each_n_a_in_a_nodes_row_says_why() -> None:
     }
     data = export([node("spark-1", 55.7, None), idle], [])
     text = summary_table(data)
-    assert "  n/a spark-2 gated W: no interval inside the scope with utilisation >= 0.5" in text
-    assert "  n/a spark-2 energy J: no valid sample interval inside the scope" in text
+    assert "  n/a spark-2 gated GPU W: no interval inside the scope with utilisation >= 0.5" in text
+    assert "  n/a spark-2 GPU energy J: no valid sample interval inside the scope" in text
     assert "n/a spark-1" not in text
 
 

@@ -82,7 +82,7 @@ def test_strict_and_json_judge_a_run_without_timed_windows(
     assert outcome["quality"]["sound"] is False
     assert outcome["quality"]["problems"] == ["no timed window was recorded"]
     assert outcome["export"] == str(out) and json.loads(out.read_text())["run"]["id"] == outcome["run_id"]
-    assert "gated W" in strict.stderr  # the table went to stderr
+    assert "gated GPU W" in strict.stderr  # the table went to stderr
     config = tmp_path / "config.toml"
     config.write_text("strict = true\n")
     by_config = sparkwatch(
@@ -159,7 +159,7 @@ def test_ctrl_c_ends_the_run_with_its_export(tmp_path: pathlib.Path, agent_facto
     _no_traceback(stderr)
     export = json.loads((tmp_path / "r.json").read_text())
     assert export["run"]["command"]["exit_code"] == 130  # sh died of the SIGINT relayed to its group
-    assert "measurement:" in stdout and "gated W" in stdout
+    assert "measurement:" in stdout and "gated GPU W" in stdout
 
 
 def test_sigterm_while_run_waits_for_the_hellos_unwinds_as_ctrl_c_does(tmp_path: pathlib.Path) -> None:

@@ -54,7 +54,7 @@ def test_demo_measures_the_simulation_and_excludes_the_warmup(tmp_path: pathlib.
     assert totals["joules_per_token"] == pytest.approx(totals["energy_j"] / 768, rel=1e-3)
     assert totals["memory_used_bytes_peak_sum"] == 4 * (SPEC.base_used_bytes + MODEL_BYTES_PER_NODE)
     assert len(export["lmx"]["gpuPowerWatts"]) == 4
-    assert "gated W" in result.stdout and "simulation truth" in result.stdout
+    assert "gated GPU W" in result.stdout and "simulation truth" in result.stdout
 
 
 CLIENT = textwrap.dedent(

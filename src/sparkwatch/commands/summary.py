@@ -85,13 +85,15 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
     systems = [system_watts(node) for node in export["nodes"]]
     column = f" {'system W':>9}" if with_system else ""
     width = max([16, *(len(node["node"]) for node in export["nodes"])])  # long names keep the columns
-    header = f"{'node':<{width}} {'gated W':>8}{column} {'energy J':>10} {'peak mem GiB':>13} {'coverage':>9}"
+    # named as the report names them: beside "system W", "energy J" read as the whole node's energy
+    figures = f"{'gated GPU W':>11}{column} {'GPU energy J':>13} {'peak mem GiB':>13} {'coverage':>9}"
+    header = f"{'node':<{width}} {figures}"
     lines = [header, "-" * len(header)]
     for node, system_w in zip(export["nodes"], systems, strict=True):
         cell = f" {_num(system_w, '.1f'):>9}" if with_system else ""
         lines.append(
-            f"{node['node']:<{width}} {_num(node['power_w']['gated_mean'], '.1f'):>8}{cell}"
-            f" {_num(node['energy_j'], '.1f'):>10} {_gib(node['memory_used_bytes']['peak']):>13}"
+            f"{node['node']:<{width}} {_num(node['power_w']['gated_mean'], '.1f'):>11}{cell}"
+            f" {_num(node['energy_j'], '.1f'):>13} {_gib(node['memory_used_bytes']['peak']):>13}"
             f" {_ratio(node['samples']['coverage_ratio']):>9}"
         )
     lines.append("-" * len(header))
@@ -100,8 +102,8 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
     system_sum = sum(known) if len(known) == len(systems) and not short else None
     cell = f" {_num(system_sum, '.1f'):>9}" if with_system else ""
     lines.append(
-        f"{'sum':<{width}} {_num(totals['power_w_gated_mean_sum'], '.1f'):>8}{cell}"
-        f" {_num(totals['energy_j'], '.1f'):>10} {_gib(totals['memory_used_bytes_peak_sum']):>13}"
+        f"{'sum':<{width}} {_num(totals['power_w_gated_mean_sum'], '.1f'):>11}{cell}"
+        f" {_num(totals['energy_j'], '.1f'):>13} {_gib(totals['memory_used_bytes_peak_sum']):>13}"
     )
     if with_system:
         lines.append(
@@ -129,8 +131,8 @@ def _short_headlines(nodes: Sequence[dict[str, Any]]) -> list[str]:
 
 #: The node figures the table shows, by their keys in a node's ``null_reasons`` (a parent key says it too).
 _SHOWN: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("gated W", ("power_w.gated_mean", "power_w")),
-    ("energy J", ("energy_j", "power_w")),
+    ("gated GPU W", ("power_w.gated_mean", "power_w")),
+    ("GPU energy J", ("energy_j", "power_w")),
     ("peak mem", ("memory_used_bytes",)),
 )
 
@@ -154,7 +156,7 @@ def _totals_lines(totals: dict[str, Any], with_system: bool) -> list[str]:
     tokens = totals["completion_tokens"]
     lines = [
         f"completion tokens {tokens if tokens is not None else 'n/a'},"
-        f" J/token {_num(totals['joules_per_token'], '.3f')},"
+        f" GPU J/token {_num(totals['joules_per_token'], '.3f')},"
         f" peak of summed memory {_gib(totals['memory_used_bytes_peak_of_sum'], unit=True)}"
     ]
     if with_system:
