@@ -184,6 +184,8 @@ def _offline_matches_online(
     assert json.loads(again.stdout)["nodes"][0]["power_w"]["gated_mean"] < busy_w - 5
     table = cli("export", "--db", str(coord.db), run_id, "--table")
     assert table.stdout.startswith(f"run {run_id} (by-hand): 1 measured window(s) of 2")
+    # ended by the quality line `run` ends its table with (it was left out)
+    assert table.stdout.splitlines()[-1].startswith(("measurement: ", "WARNING: measurement: ")), table.stdout
     for onto in (coord.db, coord.db.with_name(coord.db.name + "-wal")):  # the running coordinator's own
         one_line_refusal(cli("export", "--db", str(coord.db), run_id, "-o", str(onto)), " itself: what is")
     assert state_of(coord.db.parent) == before  # nothing written, not even a -wal or -shm beside it

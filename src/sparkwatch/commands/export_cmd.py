@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from sparkwatch.commands.export_tsdb import check_tsdb_args, tsdb_export
+from sparkwatch.commands.outcome import quality_line
+from sparkwatch.commands.quality import judge
 from sparkwatch.commands.summary import summary_table
 from sparkwatch.defaults import SERIES_BUCKETS, ScopeKind
 from sparkwatch.outputs import check_output, print_export, write_export
@@ -59,8 +61,9 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if args.output is not None:
         write_export(args.output, export)
         _say(f"export written to {args.output}")
-    if args.table:
+    if args.table:  # judged as `run` judges its own (what only `run` knew, a node behind at its end, aside)
         print(summary_table(export))
+        print(quality_line(judge(export)))
     elif args.json or args.output is None:
         print_export(export, sys.stdout)
     return 0

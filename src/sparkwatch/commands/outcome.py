@@ -61,6 +61,11 @@ def no_export_json(
     }
 
 
+def quality_line(quality: Quality) -> str:
+    """``measurement: …``, marked when the measurement is not sound: the line a table ends with."""
+    return f"{'' if quality.sound else 'WARNING: '}measurement: {quality.line()}"
+
+
 def print_outcome(
     export: dict[str, Any],
     quality: Quality,
@@ -78,8 +83,7 @@ def print_outcome(
     text.write(summary_table(export) + "\n")
     for note in notes:
         text.write(note + "\n")
-    marker = "" if quality.sound else "WARNING: "
-    text.write(f"{marker}measurement: {quality.line()}\n")
+    text.write(quality_line(quality) + "\n")
     if json_out:
         stdout.write(json.dumps(outcome_json(export, quality, output, exit_code, interrupted)) + "\n")
     stdout.flush()
