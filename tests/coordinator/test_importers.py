@@ -607,6 +607,13 @@ def test_vllm_windows_move_with_the_anchor_and_nothing_else() -> None:
 def test_vllm_without_an_anchor_is_refused_with_the_way_to_get_one() -> None:
     message = refused("vllm", HARNESS / "vllm/bench_serve_detailed.json")
     assert "perf_counter" in message and "WALL_NS:MONO_NS" in message
+    # another harness's report is named as such, not asked for an anchor it does not need (with one given
+    # it was named; without, the user fetched an anchor only to be told the file was not vLLM's)
+    message = refused("vllm", HARNESS / "guidellm/benchmarks_v0.2.json")
+    assert message == (
+        "benchmarks_v0.2.json: not a vllm bench serve result: no 'start_times' list"
+        " (this looks like a guidellm benchmarks report)"
+    )
 
 
 def test_vllm_without_latencies_ends_each_request_at_ttft_plus_its_itls(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def read_windows(
     if importer is None:
         raise ImportFormatError(name, f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if importer.needs_clock_anchor and clock_anchor is None:
-        raise ImportFormatError(name, vllm.NEEDS_ANCHOR_HINT)
+        raise ImportFormatError(name, vllm.missing_anchor(path))
     span = None if since_ns is None else (since_ns, now_ns)
     return _checked(name, fmt, lambda: importer.parse(path, clock_anchor), span, allow_empty=allow_empty)
 

@@ -63,17 +63,35 @@ NO_ERROR_TEXT = "failed without an error text (vLLM recorded no ttft and no late
 UNKNOWN_END = "unknown: vLLM recorded no latency for this failed request (its end is its start here)"
 
 
-def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
-    if clock_anchor is None:
-        raise Problem(NEEDS_ANCHOR_HINT)
-    data = read_json(path)
+def missing_anchor(path: Path) -> str:
+    """Why ``path`` cannot be read without a clock anchor: the anchor, unless the file is not a vllm result
+    at all (another harness's report was asked for a clock anchor it does not need)."""
+    try:
+        _shaped(read_json(path))
+    except Problem as problem:
+        if str(problem).startswith(NOT_VLLM):
+            return str(problem)
+    return NEEDS_ANCHOR_HINT
+
+
+NOT_VLLM = "not a vllm bench serve result"
+
+
+def _shaped(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict) or "start_times" not in data:
         if isinstance(data, dict) and "ttfts" in data:
             raise Problem(
                 "vllm result has no per-request 'start_times': rerun with --save-result --save-detailed "
                 "on a vLLM that records start_times"
             )
-        raise Problem("not a vllm bench serve result: no 'start_times' list" + looks_like(data))
+        raise Problem(f"{NOT_VLLM}: no 'start_times' list" + looks_like(data))
+    return data
+
+
+def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
+    if clock_anchor is None:
+        raise Problem(NEEDS_ANCHOR_HINT)
+    data = _shaped(read_json(path))
     starts = as_list(data["start_times"], "start_times")
     count = len(starts)
     ttfts = _aligned(data, "ttfts", count)
