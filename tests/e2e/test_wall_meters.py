@@ -1,7 +1,7 @@
-"""Wall meters end to end: a real coordinator polls a Redfish BMC (sushy-static serving a mockup tree the
-test writes and changes, shaped like DMTF's public-rackmount1) for one node and a Shelly plug (digest auth)
-for another; each becomes its node's ``wall`` domain and headline. Killing a meter mid-run leaves a gap
-with its reason, never a carried-over value."""
+"""Wall meters end to end: a real coordinator polls a Redfish BMC (sushy-static serving the mockup tree
+deploy/redfish-mockup ships, shaped like DMTF's public-rackmount1, copied and changed by the test) for one
+node and a Shelly plug (digest auth) for another; each becomes its node's ``wall`` domain and headline.
+Killing a meter mid-run leaves a gap with its reason, never a carried-over value."""
 
 from __future__ import annotations
 
@@ -41,57 +41,21 @@ def _write(path: pathlib.Path, body: dict[str, object]) -> None:
     os.replace(tmp, path / "index.json")  # sushy-static opens the file afresh on every request
 
 
+#: The Redfish mockup shipped for trying a wall meter without a BMC (docs/power-domains.md, *Try it*): the
+#: resources a BMC serves for chassis power, DMTF public-rackmount1 trimmed. Copied, then changed here.
+MOCKUP = pathlib.Path(__file__).parents[2] / "deploy" / "redfish-mockup"
+
+
 def write_mockup(root: pathlib.Path, watts: float) -> None:
-    """The resources a BMC serves for chassis power (DMTF public-rackmount1, trimmed)."""
-    _write(
-        root,
-        {
-            "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot",
-            "Id": "RootService",
-            "Name": "Root Service",
-            "RedfishVersion": "1.15.0",
-            "Chassis": {"@odata.id": "/redfish/v1/Chassis"},
-            "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
-            "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
-            "@odata.id": "/redfish/v1/",
-        },
-    )
-    _write(
-        root / "Chassis",
-        {
-            "@odata.type": "#ChassisCollection.ChassisCollection",
-            "Name": "Chassis Collection",
-            "Members@odata.count": 1,
-            "Members": [{"@odata.id": "/redfish/v1/Chassis/1U"}],
-            "@odata.id": "/redfish/v1/Chassis",
-        },
-    )
-    _write(
-        root / "Chassis" / "1U",
-        {
-            "@odata.type": "#Chassis.v1_22_0.Chassis",
-            "Id": "1U",
-            "PowerSubsystem": {"@odata.id": "/redfish/v1/Chassis/1U/PowerSubsystem"},
-            "EnvironmentMetrics": {"@odata.id": "/redfish/v1/Chassis/1U/EnvironmentMetrics"},
-            "Power@Redfish.Deprecated": "Please migrate to use /redfish/v1/Chassis/1U/PowerSubsystem",
-            "Power": {"@odata.id": "/redfish/v1/Chassis/1U/Power"},
-            "@odata.id": "/redfish/v1/Chassis/1U",
-        },
-    )
+    shutil.copytree(MOCKUP, root)
     set_bmc_watts(root, watts)
 
 
 def set_bmc_watts(root: pathlib.Path, watts: float) -> None:
-    _write(
-        root / "Chassis" / "1U" / "EnvironmentMetrics",
-        {
-            "@odata.type": "#EnvironmentMetrics.v1_3_0.EnvironmentMetrics",
-            "Name": "Chassis Environment Metrics",
-            "TemperatureCelsius": {"Reading": 39, "DataSourceUri": "/redfish/v1/Chassis/1U/Sensors/CPU1Temp"},
-            "PowerWatts": {"Reading": watts, "DataSourceUri": "/redfish/v1/Chassis/1U/Sensors/TotalPower"},
-            "@odata.id": "/redfish/v1/Chassis/1U/EnvironmentMetrics",
-        },
-    )
+    metrics = root / "Chassis" / "1U" / "EnvironmentMetrics"
+    body = json.loads((metrics / "index.json").read_text())
+    body["PowerWatts"]["Reading"] = watts
+    _write(metrics, body)
 
 
 def _wait_http(url: str, timeout_s: float = 15.0) -> None:
