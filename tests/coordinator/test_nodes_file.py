@@ -167,7 +167,7 @@ def test_each_wrong_key_is_named_with_its_node(body: str, expected: str) -> None
             'kind = "tasmota"\nurl = "http://p"',
             'kind: must be one of redfish, shelly, prometheus; got "tasmota"',
         ),
-        ('url = "http://p"', "kind: must be one of redfish, shelly, prometheus; it is missing"),  # not "got None"
+        ('url = "http://p"', "kind: must be one of redfish, shelly, prometheus; it is missing"),  # not None
         (
             'kind = "shelly"\nurl = "http://p:70000"',
             'url: must be http(s)://host[:port] with a port 1–65535, got "http://p:70000"',

@@ -122,12 +122,21 @@ def _coordinator_run(args: argparse.Namespace) -> tuple[list[Window], run_export
         raise SourceError(str(exc)) from None
 
 
-def _nothing_to_measure(args: argparse.Namespace, scope: ScopeKind) -> str:
-    """Why windows are needed, where there are none: only ``--scope run`` measures a span without them."""
-    what = (
-        f"run {args.run} has no windows" if args.run is not None else f"{args.windows.name} holds no requests"
-    )
-    return f"{what}: nothing to measure in scope {scope} (--scope run measures the whole span without them)"
+def _check_windows(
+    args: argparse.Namespace, windows: list[Window], scope: ScopeKind, span_ns: tuple[int, int]
+) -> None:
+    """Windows to measure (none only where ``--scope run`` measures the span without them), each inside the
+    span (:func:`_check_span`)."""
+    if not windows and scope != "run":
+        what = (
+            f"run {args.run} has no windows"
+            if args.run is not None
+            else f"{args.windows.name} holds no requests"
+        )
+        raise SourceError(
+            f"{what}: nothing to measure in scope {scope} (--scope run measures the whole span without them)"
+        )
+    _check_span(windows, *span_ns)
 
 
 def _defaults(
@@ -166,9 +175,7 @@ def tsdb_export(
     url = check_url(args.prometheus)
     windows, run = _windows(args)  # a file's mistakes, or the coordinator's, before the engine is asked
     start_ns, end_ns, threshold, scope, phases = _defaults(args, run)
-    if not windows and scope != "run":
-        raise SourceError(_nothing_to_measure(args, scope))
-    _check_span(windows, start_ns, end_ns)
+    _check_windows(args, windows, scope, (start_ns, end_ns))
     now = now_ns()
     if end_ns > now + SPAN_SLACK_NS:  # a typo in the date, or an export asked for too early
         say(
