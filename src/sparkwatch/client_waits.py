@@ -23,9 +23,13 @@ END_WAIT_S = (5.0, 60.0)
 def end_wait_s(nodes: Collection[dict[str, Any]]) -> float:
     """How long to wait for every node's first sample and meter reading after a run's end: once the run's
     lease is released, an agent samples at its own interval again (a node idling at 10 s was named behind
-    after 5 s), and a meter is polled at its own."""
-    slowest = max((max(float(n.get("interval_s") or 0.0), _meter_interval_s(n)) for n in nodes), default=0.0)
-    return min(END_WAIT_S[1], max(END_WAIT_S[0], 1.5 * slowest + 1.0))
+    after 5 s), at most a minute; a meter is polled at its own interval, which nodes.toml keeps to a minute
+    (up to 91 s then)."""
+    slowest = max((float(n.get("interval_s") or 0.0) for n in nodes), default=0.0)
+    meter = max((_meter_interval_s(n) for n in nodes), default=0.0)
+    return max(
+        min(END_WAIT_S[1], max(END_WAIT_S[0], 1.5 * slowest + 1.0)), 1.5 * meter + 1.0 if meter else 0.0
+    )
 
 
 class NodeWaits:
@@ -74,6 +78,14 @@ class NodeWaits:
         def metered(node: dict[str, Any]) -> bool:
             return not meters or node["node"] in skip or _meter_read_since(node, t_wall_ns)
 
+        slow = (
+            [n for n in await self.nodes() if 1.5 * _meter_interval_s(n) + 1 > END_WAIT_S[0]]
+            if meters
+            else []
+        )
+        if slow:  # a meter polled every 40 s can hold a run's end that long: said, not a silent pause
+            names = ", ".join(f"{n['node']}'s (every {_meter_interval_s(n):g} s)" for n in slow)
+            log.info("waiting up to %.0f s for the wall meters' readings after the end: %s", timeout_s, names)
         nodes, ok = await self.wait_for_nodes(lambda n: sampled(n) and metered(n), timeout_s)
         behind = [] if ok else [str(n["node"]) for n in nodes if not sampled(n)]
         if behind:
@@ -136,6 +148,7 @@ def _caught_up(node: dict[str, Any], t_wall_ns: int, interval_s: float | None) -
 
 
 def _meter_interval_s(node: dict[str, Any]) -> float:
+    """The poll interval of the node's wall meter; 0 without one."""
     meter = node.get("meter")
     return float(meter.get("interval_s") or 0.0) if isinstance(meter, dict) else 0.0
 

@@ -614,6 +614,15 @@ def test_vllm_without_an_anchor_is_refused_with_the_way_to_get_one() -> None:
         "benchmarks_v0.2.json: not a vllm bench serve result: no 'start_times' list"
         " (this looks like a guidellm benchmarks report)"
     )
+    assert refused("vllm", HARNESS / "vllm/none.json") == "none.json: no such file"  # nor a missing one
+
+
+def test_vllm_without_an_anchor_reads_a_file_nested_too_deep_as_one_line(tmp_path: Path) -> None:
+    """The file is read to say what it is before the anchor is asked for: outside the importers' guard, a
+    RecursionError would have ended `run` before its run was ended."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)
+    assert refused("vllm", deep) == "deep.json: not a vllm bench serve result: JSON nested too deep to read"
 
 
 def test_vllm_without_latencies_ends_each_request_at_ttft_plus_its_itls(tmp_path: Path) -> None:

@@ -186,8 +186,11 @@ def test_the_meters_reading_after_the_end_closes_the_runs_last_interval(tmp_path
 def test_a_failed_poll_after_the_end_leaves_the_last_interval_open(tmp_path: pathlib.Path) -> None:
     """The first reading after the end closes the last interval only as readings close any: a failed poll
     between them is a gap, not a line drawn across it."""
-    store = _whole_run(tmp_path, [k + 0.5 for k in range(10)] + [10.8], failed_at_s=(10.3,))
+    store = _whole_run(tmp_path, [k + 0.5 for k in range(10)] + [10.8], failed_at_s=(10.3, 11.3))
     domain = _wall_of(store)
     assert domain["samples"]["coverage_ratio"] == pytest.approx(8.5 / 8.95, abs=1e-4)  # 1 s .. 9.5 s
+    # the failure that leaves it open says why, as one inside the span does; one after the closing
+    # reading is not the run's
+    assert [e["t_ns"] for e in domain["errors"]] == [T0 + 10_300_000_000]
     assert domain["energy_j"] == pytest.approx(300.0 * 8.5)  # the covered part's, nothing across the gap
     store.close()

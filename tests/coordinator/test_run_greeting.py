@@ -275,11 +275,19 @@ def test_the_wait_after_the_end_waits_for_each_meters_reading_after_it(
     waits = Metered()
     assert asyncio.run(waits.wait_caught_up(Metered.T_END, timeout_s=10.0)) == [] and waits.reads == 1
     waits = Metered()
-    assert asyncio.run(waits.wait_caught_up(Metered.T_END, timeout_s=10.0, meters=True)) == []
+    with caplog.at_level("INFO", logger="sparkwatch.client_waits"):
+        assert asyncio.run(waits.wait_caught_up(Metered.T_END, timeout_s=16.0, meters=True)) == []
     assert waits.reads == 3  # until the meter read at the end or later
+    # a meter polled every 10 s holds the end that long: said, not a silent pause
+    assert (
+        "waiting up to 16 s for the wall meters' readings after the end: spark-1's (every 10 s)"
+        in caplog.text
+    )
     failing = Metered(reads_at=None, error="no answer within the timeout")
     assert asyncio.run(failing.wait_caught_up(Metered.T_END, timeout_s=10.0, meters=True)) == []
-    assert failing.reads == 1  # a meter that fails closes nothing by being waited on
+    assert (
+        failing.reads == 2
+    )  # the note's read, then one: a meter that fails closes nothing by being waited on
     silent = Metered(reads_at=None)
     assert (
         asyncio.run(silent.wait_caught_up(Metered.T_END, timeout_s=0.3, meters=True)) == []
@@ -294,3 +302,4 @@ def test_the_wait_after_the_end_waits_for_each_meters_reading_after_it(
         end_wait_s([{"interval_s": 1.0, "meter": {"interval_s": 10.0}}, {"interval_s": 1.0, "meter": None}])
         == 16.0
     )
+    assert end_wait_s([{"interval_s": 1.0, "meter": {"interval_s": 60.0}}]) == 91.0  # its next poll: no cap

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
-from sparkwatch.coordinator.serve import running_coordinator
+from sparkwatch.coordinator.serve import nodes_counted, running_coordinator
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.links.nodes_file import NodeSpec, check_secret_files, load_nodes_file
 
@@ -40,8 +40,7 @@ async def embedded_coordinator(
     with tempfile.TemporaryDirectory(prefix="sparkwatch-") as tmp:
         path = db or Path(tmp) / "sparkwatch.db"
         async with running_coordinator(nodes, path, "127.0.0.1", 0, token, engine=engine) as url:
-            counted = f"{len(nodes)} node{'' if len(nodes) == 1 else 's'}"
-            log.info("embedded coordinator on %s (%s, db %s)", url, counted, path)
+            log.info("embedded coordinator on %s (%s, db %s)", url, nodes_counted(nodes), path)
             target = CoordinatorTarget(url, token, label=EMBEDDED_LABEL)
             async with CoordinatorClient(target) as client:
                 yield client

@@ -31,6 +31,12 @@ def signal_group(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
 
 
+def shell_exit_code(returncode: int) -> int:
+    """A process's exit code as a shell says it: 128 + N where signal N ended it (asyncio says -N), the
+    code the export records and `run` exits with whichever way the command ended."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
 def term_as_interrupt() -> None:
     """SIGTERM as Ctrl-C until :meth:`Interrupts.install` takes over: a `run` stopped while it waits for
     the nodes' hellos was killed where it stood (its embedded coordinator's temporary database left
@@ -76,14 +82,15 @@ class Interrupts:
         return task.result()
 
     async def reaped_exit_code(self) -> int | None:
-        """The command's exit code once it has exited (-9: killed by the second signal), waited for a
-        moment at most; None when it never started or has not been reaped by then."""
+        """The command's exit code once it has exited (137: killed by the second signal's SIGKILL), waited
+        for a moment at most; None when it never started or has not been reaped by then."""
         if self.proc is None:
             return None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(REAP_S):
                 await self.proc.wait()
-        return self.proc.returncode
+        code = self.proc.returncode
+        return None if code is None else shell_exit_code(code)
 
     @property
     def _running(self) -> bool:

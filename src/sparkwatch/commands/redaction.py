@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from sparkwatch.defaults import CONTROL_CHARS_RE, MAX_RUN_NAME_CHARS
 
@@ -242,3 +243,9 @@ def default_name(redacted: Sequence[str]) -> str:
             break
         name.append(arg)
     return CONTROL_CHARS_RE.sub(" ", " ".join(name))[:MAX_RUN_NAME_CHARS]  # a name is one line
+
+
+def command_record(argv: Sequence[str], exit_code: int | None) -> dict[str, Any] | None:
+    """What a run's end records of the command it wrapped: its argv, redacted, and exit code; None when it
+    never ran."""
+    return None if exit_code is None else {"argv": redact_argv(argv), "exit_code": exit_code}

@@ -29,7 +29,7 @@ from sparkwatch.commands.interrupts import INTERRUPTED_EXIT_CODE, Interrupts
 from sparkwatch.commands.live_view import LiveView
 from sparkwatch.commands.outcome import no_export_json, print_outcome
 from sparkwatch.commands.quality import EXIT_NO_EXPORT, exit_code, judge
-from sparkwatch.commands.redaction import default_name, redact_argv, redact_text
+from sparkwatch.commands.redaction import command_record, default_name, redact_argv, redact_text
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
 from sparkwatch.commands.run_greeting import greet, silent_of, strict_refusal
 from sparkwatch.commands.run_lmx import (
@@ -324,7 +324,7 @@ async def _finish(
         for fmt, path in opts.imports:
             source = _capture_path(opts) if path == LMX_STATUS_STREAM else Path(path)
             await _import(client, opts, state, fmt, source)
-    command = None if state.code is None else {"argv": redact_argv(opts.command), "exit_code": state.code}
+    command = command_record(opts.command, state.code)
     try:
         # a node late at the start is only logged; one whose samples never reach the end spoils the run (one
         # never heard from at all is not waited for: it is behind, said in the quality line). Waited for
@@ -380,8 +380,7 @@ async def _quit_now(
     opts.stderr.flush()
     with contextlib.suppress(CoordinatorError):
         code = state.code if state.code is not None else await interrupts.reaped_exit_code()
-        command = None if code is None else {"argv": redact_argv(opts.command), "exit_code": code}
-        await client.end_run(state.run_id, command)
+        await client.end_run(state.run_id, command_record(opts.command, code))
     if state.db is not None:
         await client.wait_for_nodes(lambda n: n.get("lease_interval_s") is None, timeout_s=2.0)
 

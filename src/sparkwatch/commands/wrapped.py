@@ -23,7 +23,7 @@ from typing import TextIO
 
 import orjson
 
-from sparkwatch.commands.interrupts import Interrupts, signal_group
+from sparkwatch.commands.interrupts import Interrupts, shell_exit_code, signal_group
 from sparkwatch.defaults import ENV_COORDINATOR, ENV_RUN_ID, ENV_TOKEN_FILE
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ async def run_wrapped(
         if pipe is not None:
             pipe.close()
         await _stop(proc)
-    return code if code >= 0 else 128 - code
+    return shell_exit_code(code)
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence, Sized
 from pathlib import Path
 
 from aiohttp import web
@@ -159,9 +159,10 @@ async def serve(
         remote_write=remote_write,
     ) as url:
         level, access = access_said(host, token)
-        counted = f"{len(nodes)} node{'' if len(nodes) == 1 else 's'}"
-        log.log(level, "coordinator listening on %s (%s, db %s; %s)", url, counted, db_path, access)
-        notifier.ready(counted)
+        log.log(
+            level, "coordinator listening on %s (%s, db %s; %s)", url, nodes_counted(nodes), db_path, access
+        )
+        notifier.ready(nodes_counted(nodes))
         watchdog = asyncio.create_task(_watchdog(notifier))
         try:
             await stop.wait()
@@ -178,3 +179,8 @@ async def _watchdog(notifier: SystemdNotifier) -> None:
     while True:
         notifier.watchdog()
         await asyncio.sleep(period_s)
+
+
+def nodes_counted(nodes: Sized) -> str:
+    """``1 node``, ``4 nodes``: how a coordinator's start line counts its nodes."""
+    return f"{len(nodes)} node{'' if len(nodes) == 1 else 's'}"

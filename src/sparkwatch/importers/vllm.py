@@ -63,21 +63,25 @@ NO_ERROR_TEXT = "failed without an error text (vLLM recorded no ttft and no late
 UNKNOWN_END = "unknown: vLLM recorded no latency for this failed request (its end is its start here)"
 
 
-def missing_anchor(path: Path) -> str:
-    """Why ``path`` cannot be read without a clock anchor: the anchor, unless the file is not a vllm result
-    at all (another harness's report was asked for a clock anchor it does not need)."""
-    try:
-        _shaped(read_json(path))
-    except Problem as problem:
-        if str(problem).startswith(NOT_VLLM):
-            return str(problem)
-    return NEEDS_ANCHOR_HINT
-
-
 NOT_VLLM = "not a vllm bench serve result"
 
 
+def missing_anchor(path: Path) -> str:
+    """Why ``path`` cannot be read without a clock anchor: the anchor, unless the file could not be read
+    with one either (missing, not JSON, another harness's report, a result without ``start_times``): the
+    user is not sent to fetch an anchor only to be told that next."""
+    try:
+        _shaped(read_json(path))
+    except Problem as problem:
+        return str(problem)
+    except RecursionError:  # nesting deeper than the parser goes, as the importers' guard says it
+        return f"{NOT_VLLM}: JSON nested too deep to read"
+    return NEEDS_ANCHOR_HINT
+
+
 def _shaped(data: Any) -> dict[str, Any]:
+    """The result's top level, where it has each request's ``start_times``; else the Problem naming what
+    the file is instead."""
     if not isinstance(data, dict) or "start_times" not in data:
         if isinstance(data, dict) and "ttfts" in data:
             raise Problem(

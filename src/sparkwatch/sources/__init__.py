@@ -17,6 +17,7 @@ from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GAP_INTERVALS
 from sparkwatch.core.windows import Window
 from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
+from sparkwatch.meters.spec import MAX_INTERVAL_S as METER_MAX_INTERVAL_S
 
 #: Samples read before the run's start: the memory baseline needs the BASELINE_S before the first window
 #: (and a few seconds more, for the clock offset and a window that starts before the run).
@@ -24,6 +25,9 @@ LEAD_NS = int((BASELINE_S + 5.0) * 1e9)
 #: How far past the span's end its first sample after is looked for: it closes the span's last interval (an
 #: agent back at its idle interval once the run's lease is released, 1 s by default, is well within it).
 TAIL_NS = 60 * 1_000_000_000
+#: The same for a wall meter's readings: its next poll starts at most one poll interval after the end, and is
+#: stamped at the middle of its request (a timeout of two intervals at most), so up to 2 intervals later.
+METER_TAIL_NS = int(2 * METER_MAX_INTERVAL_S * 1e9)
 #: Engine scrapes read beyond the span: the scrape around each edge may be as far as the gap limit at the
 #: slowest scrape interval.
 ENGINE_MARGIN_NS = int(GAP_INTERVALS * ENGINE_MAX_INTERVAL_S * 1e9)

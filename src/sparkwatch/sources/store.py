@@ -21,7 +21,7 @@ from sparkwatch.core.tracks import I64, GpuTrack, MemTrack, repeated
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.defaults import SCOPES, ScopeKind
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
-from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, TAIL_NS, export_from
+from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, METER_TAIL_NS, TAIL_NS, export_from
 from sparkwatch.sources.node_read import NodeRead, join_reads
 from sparkwatch.store import Store, StoreError
 
@@ -166,12 +166,15 @@ def _meter_domains(
     form no interval), as a failed engine scrape does: 3 poll intervals is the gap rule for readings that
     came late, and one failed poll in a window was bridged by a line between its neighbours."""
     # and each meter's first reading after the end, as for the samples: it closes the last interval (a failed
-    # poll between breaks it, as anywhere)
-    rows = store.meter_rows(node, t_from_ns, t_to_ns, TAIL_NS)
-    failures = store.meter_failure_times(node, t_from_ns, t_to_ns + TAIL_NS)  # ``errors``: the span's first
+    # poll between breaks it, as anywhere, and is one of the errors that say why)
+    rows = store.meter_rows(node, t_from_ns, t_to_ns, METER_TAIL_NS)
+    failures = store.meter_failure_times(node, t_from_ns, t_to_ns + METER_TAIL_NS)
+    closing = {d: max(t_to_ns, int(t)) for d, t in zip(rows.domain, rows.t_ns.tolist(), strict=True)}
     errors: dict[str, list[tuple[int, str]]] = {}
     kinds: dict[str, str] = {}  # the meter kind its failed polls listed name (the latest of them)
-    for e in store.meter_errors(node, t_from_ns, t_to_ns):
+    for e in store.meter_errors(node, t_from_ns, t_to_ns + METER_TAIL_NS):
+        if e.t_ns > closing.get(e.domain, t_to_ns):
+            continue  # after the reading that closes the span (or after the end, with none): not the run's
         errors.setdefault(e.domain, []).append((e.t_ns, e.error))
         if e.source is not None:
             kinds[e.domain] = e.source

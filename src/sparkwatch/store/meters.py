@@ -68,16 +68,22 @@ def rows(
     """The readings in [t_from_ns, t_to_ns] by domain and time; with ``next_within_ns``, each of those
     domains' first reading after ``t_to_ns`` too, when it is at most that much later: it closes the span's
     last interval, and no later reading is read (an export made later reads the same)."""
-    span = (node, t_from_ns, t_to_ns)
     found = db.execute(
-        f"SELECT {_COLUMNS} FROM meter_samples WHERE node = ? AND t_ns BETWEEN ? AND ?"
-        # SQLite takes a bare column of an aggregate query from the row MIN() chose: the first reading after
-        " UNION ALL SELECT domain, source, MIN(t_ns), interval_s, power_w, energy_j, uncertainty_ns"
-        " FROM meter_samples WHERE node = ? AND t_ns > ? AND t_ns <= ? AND domain IN"
-        " (SELECT domain FROM meter_samples WHERE node = ? AND t_ns BETWEEN ? AND ?) GROUP BY domain"
-        " ORDER BY domain, t_ns",
-        (*span, node, t_to_ns, t_to_ns + next_within_ns, *span),
+        f"SELECT {_COLUMNS} FROM meter_samples WHERE node = ? AND t_ns BETWEEN ? AND ? ORDER BY domain, t_ns",
+        (node, t_from_ns, t_to_ns),
     ).fetchall()
+    if next_within_ns:
+        closing = [
+            db.execute(  # by the whole key: one row read
+                f"SELECT {_COLUMNS} FROM meter_samples"
+                " WHERE node = ? AND domain = ? AND t_ns > ? AND t_ns <= ? ORDER BY t_ns LIMIT 1",
+                (node, domain, t_to_ns, t_to_ns + next_within_ns),
+            ).fetchone()
+            for domain in dict.fromkeys(row[0] for row in found)
+        ]
+        found = sorted(
+            [*found, *(row for row in closing if row is not None)], key=lambda row: (row[0], row[2])
+        )
     columns = list(zip(*found, strict=True)) if found else [()] * 7
     return MeterRows(
         domain=[str(d) for d in columns[0]],
