@@ -152,8 +152,11 @@ def test_concurrency_two_gives_two_windows_per_iteration(
         rebuilt = sorted((w for w in windows if w["source"]["lmx"]["iteration"] == i), key=lambda w: w["id"])
         true = sorted((t for t in truth if t["iteration"] == i), key=lambda t: t["printed"])
         for window, request in zip(rebuilt, true, strict=True):
-            check_timed(window, request)
-            assert "matched by" in window["source"]["tokens_from"]
+            check_timed(window, request)  # which holds the one documented ambiguity (below) too
+            tokens_from = window["source"]["tokens_from"]
+            # matched to its payload sample, or two requests shared one ttftMs (lmx rounds it to 0.01 ms; a
+            # fresh-clone CI run at c520bf8 had two at 22.06 ms): then neither is matched, and says why
+            assert "matched by" in tokens_from or tokens_from.startswith("several samples have ttftMs")
         assert rebuilt[0]["t_end_ns"] == rebuilt[1]["t_end_ns"] >= max(t["completed"] for t in true)
 
 
