@@ -73,7 +73,11 @@ def test_attach_into_an_empty_and_a_compact_payload() -> None:
 @pytest.mark.parametrize(
     ("exp", "message"),
     [
-        (export(["ok", "incomplete"]), "1 window(s) are not ok (e.g. w1: incomplete, coverage 0.5)"),
+        (
+            export(["ok", "incomplete"]),
+            "the measurement is not sound (1 timed window(s) not ok (w1); w1: incomplete, coverage 0.5);"
+            " pass --force",
+        ),
         (
             export(watts=[55.0, None]),
             "node spark-2 (GPU GPU-1, gpuPowerWatts[1]) has no measured GPU power:"
@@ -155,6 +159,28 @@ def test_force_attaches_despite_windows_not_ok_and_the_cli_says_one_line(tmp_pat
     forced = subprocess.run([*cli, "--force"], capture_output=True, text=True, timeout=60)
     assert forced.returncode == 0, forced.stderr
     assert json.loads(p.read_text())["gpuPowerWatts"] == [55.8, 53.8]
+
+
+def test_attach_judges_the_measurement_as_run_strict_does(tmp_path: pathlib.Path) -> None:
+    """A warm-up window the figures leave out no longer blocks attach (every window was judged, so a cold
+    first request refused a sound export), while one GPU listed under two nodes (its watts counted twice),
+    which attach took, is refused: the same verdict as `run --strict` (commands.quality)."""
+    warm = export(["incomplete", "ok"])
+    warm["windows"][0]["phase"] = "warmup"
+    warm["windows"][0]["in_scope"] = False
+    e, p = write(tmp_path, warm)
+    assert attach(e, p, force=False)["gpuPowerWatts"] == [55.8, 53.8]
+    twice = export()
+    twice["nodes"][1]["gpus"][0]["uuid"] = twice["nodes"][0]["gpus"][0]["uuid"]
+    e, p = write(tmp_path, twice)
+    with pytest.raises(AttachError, match=r"not sound \(nodes spark-1 and spark-2 share GPU GPU-0"):
+        attach(e, p, force=False)
+    assert p.read_text() == PAYLOAD
+    out_of_scope = export()
+    out_of_scope["windows"][1]["in_scope"] = False  # a timed request the figures lack
+    e, p = write(tmp_path, out_of_scope)
+    with pytest.raises(AttachError, match=r"1 timed window\(s\) not ok \(w1\); w1: out of scope\)"):
+        attach(e, p, force=False)
 
 
 def test_a_malformed_payload_is_refused(tmp_path: pathlib.Path) -> None:

@@ -69,9 +69,15 @@ def test_strict_and_json_judge_a_run_without_timed_windows(
     agent = agent_factory("--backend", "sim", "--node", "n0")
     nodes = str(nodes_toml(tmp_path, [agent]))
     out = tmp_path / "run.json"
-    plain = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--", "true")
+    db = tmp_path / "kept.db"
+    plain = sparkwatch("run", "--nodes", nodes, "--db", str(db), "-o", str(out), "--", "true")
     assert plain.returncode == 0, plain.stderr  # the command's code, by default
-    assert "WARNING: measurement: 0 of 0 timed windows ok: no timed window was recorded" in (plain.stdout)
+    unsound = "WARNING: measurement: 0 of 0 timed windows ok: no timed window was recorded"
+    assert f"{unsound} (--scope run measures the whole run)" in plain.stdout
+    # the same run exported again from its file: the all-n/a export is not written in silence
+    again = sparkwatch("export", "--db", str(db), "-o", str(tmp_path / "again.json"))
+    assert again.returncode == 0, again.stderr
+    assert f"sparkwatch: {unsound}" in again.stderr
     chatty = ["sh", "-c", "echo the benchmark talks on stdout"]
     strict = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--strict", "--json", "--", *chatty)
     assert strict.returncode == 3, strict.stderr
@@ -80,7 +86,9 @@ def test_strict_and_json_judge_a_run_without_timed_windows(
     assert outcome["schema"] == "sparkwatch.outcome/1"
     assert outcome["exit_code"] == 3 and outcome["command_exit_code"] == 0
     assert outcome["quality"]["sound"] is False
-    assert outcome["quality"]["problems"] == ["no timed window was recorded"]
+    assert outcome["quality"]["problems"] == [
+        "no timed window was recorded (--scope run measures the whole run)"
+    ]
     assert outcome["export"] == str(out) and json.loads(out.read_text())["run"]["id"] == outcome["run_id"]
     assert "gated GPU W" in strict.stderr  # the table went to stderr
     config = tmp_path / "config.toml"

@@ -122,6 +122,7 @@ def test_a_run_by_hand_open_mark_end_export_list_and_offline(standing: Any, tmp_
     online = json.loads(out.read_text())
     jsonschema.validate(online, run_schema())
     assert "notes" not in online["run"] and "warning" not in exported.stderr  # ended: no such note
+    assert "sparkwatch: measurement: 1 of 1 timed window ok on 1 of 1 nodes\n" in exported.stderr
     assert json.loads(cli("runs", "export", run_id, env=env).stdout) == online  # stdout without -o
     assert sorted((w["id"], w["phase"], w["in_scope"]) for w in online["windows"]) == [
         ("cold", "warmup", False),

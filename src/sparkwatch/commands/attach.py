@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch.commands.export_file import load_export
+from sparkwatch.commands.quality import judge
 from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
 from sparkwatch.outputs import write_atomically
 from sparkwatch_agent.shared.units import lmx_gb
@@ -81,14 +82,10 @@ def lmx_values(export: dict[str, Any], name: str, force: bool) -> dict[str, Any]
     lmx = export.get("lmx")
     if not isinstance(lmx, dict) or any(k not in lmx for k in LMX_FIELDS):
         raise AttachError(f"{name}: the export has no lmx section")
-    bad = [w for w in export.get("windows", []) if w.get("verdict") != "ok"]
-    if bad and not force:
-        first = bad[0]
-        raise AttachError(
-            f"{name}: {len(bad)} window(s) are not ok (e.g. {first['id']}: {first['verdict']},"
-            f" {'; '.join(first.get('reasons', []))}); pass --force to attach anyway"
-        )
-    watts = gpu_watts(export, lmx["gpuPowerWatts"], name)
+    watts = gpu_watts(export, lmx["gpuPowerWatts"], name)  # --force never makes up a power
+    unsound = _unsound(export, name)
+    if unsound and not force:
+        raise AttachError(f"{name}: the measurement is not sound ({unsound}); pass --force to attach anyway")
     peak = peak_gb(export, lmx["peakVramGb"])
     if peak is None and not force:
         raise AttachError(
@@ -99,6 +96,27 @@ def lmx_values(export: dict[str, Any], name: str, force: bool) -> dict[str, Any]
     if peak is None:
         del values["peakVramGb"]
     return values
+
+
+def _unsound(export: dict[str, Any], name: str) -> str | None:
+    """Why the figures are not fit to publish, as `run --strict` judges them (commands.quality: a window of
+    the measured phases not ok or out of scope, one GPU under two nodes, a silent node), with the first such
+    window's reasons; None when sound. A warm-up window is not judged: the figures do not include it."""
+    try:
+        quality = judge(export)
+    except (KeyError, TypeError, AttributeError):  # past the windows the schema check samples
+        raise AttachError(f"{name}: a window lacks the fields every export window has") from None
+    if quality.sound:
+        return None
+    phases = export["method"].get("phases", ["timed"])
+    measured = [w for w in export["windows"] if w.get("phase") in phases]
+    bad = next((w for w in measured if not w.get("in_scope") or w.get("verdict") != "ok"), None)
+    detail = ""
+    if bad is not None and not bad.get("in_scope"):
+        detail = f"; {bad.get('id')}: out of scope"
+    elif bad is not None:
+        detail = f"; {bad.get('id')}: {bad.get('verdict')}, {'; '.join(bad.get('reasons') or [])}"
+    return "; ".join(quality.problems) + detail
 
 
 def gpu_watts(export: dict[str, Any], watts: Any, name: str) -> list[float]:

@@ -61,11 +61,16 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if args.output is not None:
         write_export(args.output, export)
         _say(f"export written to {args.output}")
-    if args.table:  # judged as `run` judges its own (what only `run` knew, a node behind at its end, aside)
+    # judged as `run` judges its own (what only `run` knew, a node behind at its end, aside): an all-n/a
+    # export (a run with no windows in scope) says so instead of being written in silence
+    quality = quality_line(judge(export))
+    if args.table:
         print(summary_table(export))
-        print(quality_line(judge(export)))
-    elif args.json or args.output is None:
-        print_export(export, sys.stdout)
+        print(quality)
+    else:
+        _say(quality)
+        if args.json or args.output is None:
+            print_export(export, sys.stdout)
     return 0
 
 

@@ -96,7 +96,7 @@ def judge(
     if whole_run and not measured:
         problems.append("the run has no length to measure")
     if not timed and not whole_run:
-        problems.append(f"no {' or '.join(phases)} window was recorded")
+        problems.append(f"no {' or '.join(phases)} window was recorded (--scope run measures the whole run)")
     if not_ok:
         problems.append(f"{len(not_ok)} timed window(s) not ok ({name_ids(not_ok)})")
     problems += [str(s) for s in shared]

@@ -18,6 +18,8 @@ from typing import Any
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.client_waits import end_wait_s
 from sparkwatch.commands.export_cmd import wanted_series
+from sparkwatch.commands.outcome import quality_line
+from sparkwatch.commands.quality import judge
 from sparkwatch.core.export import OPEN_RUN_NOTE, UTIL_SOURCE
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.outputs import check_output, command_line, print_export, shown, size_text, write_export
@@ -106,6 +108,7 @@ async def _export(client: CoordinatorClient, args: argparse.Namespace) -> int:
     else:
         write_export(args.output, export)
         print(f"sparkwatch: export of run {args.run_id} written to {args.output}", file=sys.stderr)
+    print(f"sparkwatch: {quality_line(judge(export))}", file=sys.stderr)  # as `export --db` says it
     return 0
 
 
