@@ -12,10 +12,13 @@ import pathlib
 import re
 import weakref
 
+import jsonschema
 import numpy as np
 import pytest
 
+from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.run_spec import RunSpec
+from sparkwatch.core.window_rows import plain
 from sparkwatch.core.windows import Window
 from sparkwatch.sources import SourceError, export_from
 from sparkwatch.sources.prometheus.client import EngineRefusal
@@ -119,6 +122,35 @@ def test_a_missed_scrape_run_is_a_gap_and_nothing_is_invented_across_it() -> Non
     assert w["verdict"] == "incomplete"
     assert short["verdict"] == "low_confidence"  # 1.5 s < 2 scrapes
     assert node["samples"]["max_gap_s"] == pytest.approx(6.0)
+
+
+def test_a_null_in_a_window_entry_says_why() -> None:
+    """A window inside one 1 s scrape interval the gate left out (found by a user: the 0.43 s requests of a
+    scraped run had null gated means and nothing saying why), one inside a gap, and one the gate let in:
+    the entry's ``null_reasons`` name each null, its domains' keyed by domain, and a whole entry has none."""
+    t = [x for x in range(31) if not 10 < x < 16]  # 1 s scrapes, none from 11 s to 15 s
+    gpu = sparkwatch_gpu("n1", "GPU-a", t, 100.0, 0.9)
+    util = [0.0 if x <= 5 else 0.9 for x in t]  # idle up to 5 s
+    gpu[2] = series("sparkwatch_gpu_utilization_ratio", t, util, node="n1", uuid="GPU-a", gpu="0")
+    channel = sensor(
+        "sparkwatch_sensor_power_watts", "n1", "sys_total", "system", "hwmon:spbm", t, [90.0] * 26
+    )
+    out = export([*gpu, channel], [window("idle", 3.2, 3.6), window("gap", 12, 13), window("busy", 20, 24)])
+    idle, gap, busy = (w["nodes"][0] for w in out["windows"])
+    assert idle["energy_j"] == pytest.approx(40.0) and idle["power_w_gated_mean"] is None
+    gate = "no interval in the window with the node's GPU utilisation >= 0.5"
+    assert idle["null_reasons"] == {
+        "power_w_gated_mean": gate,
+        "system.sys_total.power_w_gated_mean": gate,
+    }
+    no_interval = "no valid sample interval in the window"
+    assert gap["null_reasons"] == {
+        field: no_interval
+        for prefix in ("", "system.sys_total.")
+        for field in (f"{prefix}energy_j", f"{prefix}power_w_gated_mean")
+    }
+    assert busy["power_w_gated_mean"] == pytest.approx(100.0) and "null_reasons" not in busy
+    jsonschema.validate(plain(out), run_schema())
 
 
 def test_gpus_join_on_the_scrape_timestamp_and_a_missing_value_is_unknown_there() -> None:

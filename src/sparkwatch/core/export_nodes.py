@@ -25,6 +25,8 @@ from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Scope
 from sparkwatch.defaults import ScopeKind
 
+NO_WINDOW_INTERVAL = "no valid sample interval in the window"
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -151,7 +153,13 @@ def node_figures(node: NodeInput, plan: Plan) -> NodeFigures:
     if system.system is None:
         json["null_reasons"]["system"] = NO_SENSOR
     signals = window_signals(node.signals, plan.starts, plan.ends)
-    windows = _window_entries(node.node, per_gpu, plan, split, (system, signals))
+    no_util = json["null_reasons"].get("power_w.gated_mean", "")
+    gate_why = (  # why a window's gated mean is unknown where its energy is known
+        no_util
+        if no_util.startswith("no utilisation sample")
+        else f"no interval in the window with the node's GPU utilisation >= {plan.gate_threshold:g}"
+    )
+    windows = _window_entries(node.node, per_gpu, plan, split, (system, signals), gate_why=gate_why)
     return NodeFigures(
         json=json,
         windows=windows,
@@ -239,9 +247,12 @@ def _window_entries(
     plan: Plan,
     split: tuple[F64, F64],
     beside: tuple[DomainFigures, WindowRows[dict[str, Any]]],
+    *,
+    gate_why: str,
 ) -> WindowRows[dict[str, Any]]:
     """The node's entry in each window: its GPUs' figures summed (unknown when any GPU's is), the worst
-    coverage, its domains' and its clock signals' entries; kept as columns, made a slice at a time."""
+    coverage, its domains' and its clock signals' entries, and why a power or energy in it is null
+    (``gate_why`` where only the gate left it so); kept as columns, made a slice at a time."""
     unknown = np.full(len(plan.starts), np.nan)
     gated, energy, coverage = (
         reduce([getattr(wp, field) for wp in per_gpu], axis=0) if per_gpu else unknown
@@ -254,7 +265,7 @@ def _window_entries(
 
     def make(lo: int, hi: int) -> list[dict[str, Any]]:
         per_domain = domains.between(lo, hi) if domains is not None else [None] * (hi - lo)
-        return [
+        rows = [
             {
                 "node": name,
                 "power_w_gated_mean": g,
@@ -278,8 +289,26 @@ def _window_entries(
                 strict=True,
             )
         ]
+        for row in rows:
+            why = _entry_reasons(row, gate_why)
+            if why:  # only where a figure is null: 40 000 empty objects would say nothing
+                row["null_reasons"] = why
+        return rows
 
     return WindowRows(len(plan.starts), make)
+
+
+def _entry_reasons(entry: dict[str, Any], gate_why: str) -> dict[str, str]:
+    """Why a node's power or energy in a window is null, its domains' keyed ``system.DOMAIN.FIELD``: no
+    valid sample interval in the window (a gap, a window of no length), or none the gate let in (a window
+    inside one scrape interval of an idle sample). The clock signals' nulls have no reasons of their own."""
+    out: dict[str, str] = {}
+    for prefix, part in [("", entry), *((f"system.{d['domain']}.", d) for d in entry["system"] or ())]:
+        if part["energy_j"] is None:
+            out[f"{prefix}energy_j"] = out[f"{prefix}power_w_gated_mean"] = NO_WINDOW_INTERVAL
+        elif part["power_w_gated_mean"] is None:
+            out[f"{prefix}power_w_gated_mean"] = gate_why
+    return out
 
 
 def _node_power(stats: Sequence[PowerStats], max_w: float | None) -> dict[str, Any]:

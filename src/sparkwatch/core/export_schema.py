@@ -23,11 +23,8 @@ _REASONS = {"type": "object", "additionalProperties": {"type": "string"}}
 def _at_time(*integers: str) -> dict[str, Any]:
     """An event at coordinator time ``t_ns`` with integer fields (a clock step, a probe disagreement)."""
     fields = ("t_ns", *integers)
-    return {
-        "type": "object",
-        "required": list(fields),
-        "properties": {f: {"type": "integer"} for f in fields},
-    }
+    integer = {f: {"type": "integer"} for f in fields}
+    return {"type": "object", "required": list(fields), "properties": integer}
 
 
 _POWER_W = {
@@ -277,6 +274,7 @@ _WINDOW = {
                     "temperature_c_max": _NUM,
                     "clock_event_reasons": {"type": ["array", "null"], "items": {"type": "string"}},
                     "throttle": {"type": "array", "items": {"type": "string"}},
+                    "null_reasons": _REASONS,
                 },
             },
         },
