@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
@@ -213,6 +214,20 @@ async def test_stream_after_beyond_the_newest_seq_is_refused_with_a_reason(agent
     ws = await agent.ws_connect("/v1/stream", params={"after": str(sampler.last_seq)})
     frames = await read_frames(ws, 3)
     assert frames[0]["type"] == "hello" and {f["type"] for f in frames[1:]} == {"sample"}
+    await ws.close()
+
+
+async def test_another_sites_page_cannot_open_the_stream_or_post(agent: TestClient) -> None:
+    """A page of another site in a browser (cross-site WebSocket hijacking, a forged POST) gets 403; a
+    client that is not a browser sends no Origin and is answered as before."""
+    evil = {"Origin": "https://evil.example"}
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await agent.ws_connect("/v1/stream", headers=evil)
+    assert refused.value.status == 403
+    forged = await agent.post("/v1/sim/load", json={"util_ratio": 1.0}, headers=evil)
+    assert forged.status == 403 and (await forged.json())["error"] == "cross_origin"
+    assert (await agent.get("/metrics", headers=evil)).status == 200  # reading: the browser keeps it
+    ws = await agent.ws_connect("/v1/stream")
     await ws.close()
 
 

@@ -74,7 +74,10 @@ async def running_coordinator(
                 nodes, store, engine=engine, retain_idle_s=retain_idle_s, remote_write=remote_write
             )
             runner = web.AppRunner(
-                make_app(coordinator, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
+                make_app(coordinator, token, listen_host=host),
+                handle_signals=False,
+                access_log=None,
+                shutdown_timeout=1.0,
             )
             url = await start_site(runner, host, port)  # cleans the runner up itself when it fails
             prompt_thread_switches()

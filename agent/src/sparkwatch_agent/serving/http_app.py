@@ -32,6 +32,7 @@ from sparkwatch_agent.shared.auth import Admission, ServerToken
 from sparkwatch_agent.shared.http import (
     AGENT_SERVER,
     bearer_middleware,
+    browser_guard,
     json_error,
     json_refusals,
     name_server,
@@ -335,7 +336,10 @@ def _declared_queries(_request: web.Request, method: str, route: str) -> tuple[s
 def make_app(ctx: AgentContext) -> web.Application:
     middleware = bearer_middleware(ctx.token, lambda path: path.startswith("/v1/"))
     queries = query_middleware(_declared_queries)
-    app = web.Application(middlewares=[json_refusals, middleware, queries], client_max_size=64 * 1024)
+    browsers = browser_guard(hosts_by_address=False)  # Prometheus may scrape it by any name
+    app = web.Application(
+        middlewares=[json_refusals, browsers, middleware, queries], client_max_size=64 * 1024
+    )
     app[CONTEXT] = ctx
     app[WEBSOCKETS] = weakref.WeakSet()
     app.on_shutdown.append(_close_websockets)

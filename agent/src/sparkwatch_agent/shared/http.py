@@ -4,6 +4,7 @@ bind-or-fail with the connection limits every server gets."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import math
 import os
@@ -158,6 +159,60 @@ def bearer_middleware(
         return await handler(request)
 
     return check
+
+
+#: Methods a page of another site may send without asking first: the ones that change nothing here.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def browser_guard(hosts_by_address: bool) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """403 with a JSON reason for what only a browser sends on a page's behalf. A request that changes
+    state, or opens a WebSocket, with an ``Origin`` other than this server's: a page of another site (a
+    ``text/plain`` POST needs no CORS preflight, so without this any page could open or end runs on an
+    API open without a token). ``hosts_by_address``: also a ``Host`` that is not an IP address or
+    ``localhost`` (DNS rebinding: a name that now resolves to 127.0.0.1 makes another site's page
+    same-origin to the browser), for an API on loopback without a token. Clients that are not browsers
+    send no ``Origin`` and address the server as they were told."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        changes = (
+            request.method not in SAFE_METHODS or request.headers.get("Upgrade", "").lower() == "websocket"
+        )
+        if origin is not None and changes and _origin_host(origin) != request.host.lower():
+            return json_error(
+                403,
+                "cross_origin",
+                f"a request from a page of {origin} is refused (another site, in a browser)",
+            )
+        if hosts_by_address and not _address_or_localhost(request.host):
+            return json_error(
+                403,
+                "host_not_allowed",
+                f"Host {request.host!r}: an API open without a token answers to an IP address or localhost"
+                " only (a name could be another site's, rebound to this address); use the address",
+            )
+        return await handler(request)
+
+    return check
+
+
+def _origin_host(origin: str) -> str | None:
+    """``host[:port]`` of an ``Origin`` (``null``, or one without a host: None)."""
+    scheme, _, rest = origin.partition("://")
+    return rest.lower() or None if scheme in ("http", "https") and "/" not in rest else None
+
+
+def _address_or_localhost(host: str) -> bool:
+    name = host.rsplit("]", 1)[0].lstrip("[") if host.startswith("[") else host.rsplit(":", 1)[0]
+    if name.lower() == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 async def start_site(

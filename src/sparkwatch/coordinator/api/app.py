@@ -31,11 +31,12 @@ from sparkwatch.store import (
     StoreError,
     Unavailable,
 )
-from sparkwatch_agent.shared.auth import ServerToken
+from sparkwatch_agent.shared.auth import ServerToken, is_loopback
 from sparkwatch_agent.shared.http import (
     COORDINATOR_SERVER,
     Handler,
     bearer_middleware,
+    browser_guard,
     json_error,
     json_refusals,
     name_server,
@@ -300,9 +301,14 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(request.app[OPENAPI])
 
 
-def make_app(coordinator: Coordinator, token: ServerToken | None) -> web.Application:
+def make_app(
+    coordinator: Coordinator, token: ServerToken | None, *, listen_host: str = "127.0.0.1"
+) -> web.Application:
+    """The API; ``listen_host``: where it listens (on loopback without a token, only an address or
+    localhost is answered as ``Host``: shared.http.browser_guard)."""
     middleware = bearer_middleware(token, lambda path: path not in ("/healthz", "/metrics"))
-    middlewares = [json_refusals, middleware, query_middleware(_declared_queries), store_refusals]
+    browsers = browser_guard(hosts_by_address=token is None and is_loopback(listen_host))
+    middlewares = [json_refusals, browsers, middleware, query_middleware(_declared_queries), store_refusals]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[COORDINATOR] = coordinator
     app[REGISTRY] = coordinator_registry(coordinator)  # built once, like the agent's
