@@ -379,6 +379,43 @@ def test_auth_headers_come_from_files_and_a_bad_file_is_one_line(tmp_path: pathl
     assert "\n" not in str(caught.value)
 
 
+def test_an_answer_cut_short_is_one_line_naming_the_url() -> None:
+    """An engine that promises 1000 bytes and closes after 15 (a traceback from http.client before, found by
+    a bad-input sweep), and a JSON-lines answer whose last line stops mid-way (it read "line 2 is not
+    JSON"): each says the answer was cut short, and where from."""
+
+    class Short(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            lines = "/api/v1/export" in self.path
+            payload = (
+                b'{"metric":{},"values":[1],"timestamps":[1]}\n{"metric":{"__na'
+                if lines
+                else b'{"status":"succ'
+            )
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload) if lines else 1000))
+            self.end_headers()
+            self.wfile.write(payload)
+            self.close_connection = True
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    engine = _serve(Short)
+    url = f"http://127.0.0.1:{engine.server_port}"
+    try:
+        with pytest.raises(SourceError) as json_cut:
+            Client(url).get_json("/api/v1/query", {})
+        with pytest.raises(SourceError) as lines_cut:
+            list(Client(url).get_lines("/api/v1/export", {}))
+    finally:
+        engine.shutdown()
+        engine.server_close()
+    said = f"{url}/api/v1/query: the answer was cut short (15 of 1000 bytes)"
+    assert str(json_cut.value) == said
+    assert str(lines_cut.value) == f"{url}/api/v1/export: the answer was cut short (in line 2)"
+
+
 def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.ThreadingHTTPServer:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

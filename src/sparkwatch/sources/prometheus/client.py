@@ -5,6 +5,7 @@ from files and never appear in a message or in the export."""
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import math
 import re
@@ -178,8 +179,12 @@ class Client:
         """The ``data`` of a ``{"status": "success"}`` answer."""
         with self._open(path, params) as response:
             try:
-                body = json.loads(response.read())
-            except (ValueError, OSError) as exc:
+                raw = response.read()
+            except (http.client.HTTPException, OSError) as exc:
+                raise self._cut_short(path, exc) from None
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
                 raise SourceError(f"{self.url}{path} answered something that is not JSON ({exc})") from None
         if not isinstance(body, dict) or body.get("status") != "success":
             raise SourceError(f"{self.url}{path} refused: {_reason(json.dumps(body))}")
@@ -188,7 +193,7 @@ class Client:
     def get_lines(self, path: str, params: Mapping[str, str | list[str]]) -> Iterator[Any]:
         """Each line of a JSON-lines answer, parsed (VictoriaMetrics' export), as it arrives."""
         with self._open(path, params) as response:
-            for number, line in enumerate(response, 1):
+            for number, line in enumerate(self._lines(path, response), 1):
                 if not line.strip():
                     continue
                 try:
@@ -197,8 +202,23 @@ class Client:
                     try:
                         parsed = json.loads(_json_constants(line), parse_constant=_constant)
                     except ValueError as exc:
+                        if not line.endswith(b"\n"):  # the last line, unfinished: the answer ended early
+                            raise self._cut_short(path, f"in line {number}") from None
                         raise SourceError(f"{self.url}{path} line {number} is not JSON ({exc})") from None
                 yield parsed
+
+    def _lines(self, path: str, response: Any) -> Iterator[bytes]:
+        """The answer's lines as they arrive; a connection that breaks or stalls between them is one line."""
+        try:
+            yield from response
+        except (http.client.HTTPException, OSError) as exc:
+            raise self._cut_short(path, exc) from None
+
+    def _cut_short(self, path: str, why: object) -> SourceError:
+        """The engine's answer ended before its end (a dropped connection, a stall past the timeout)."""
+        if isinstance(why, http.client.IncompleteRead):
+            why = f"{len(why.partial)} of {len(why.partial) + (why.expected or 0)} bytes"
+        return SourceError(f"{self.url}{path}: the answer was cut short ({str(why) or type(why).__name__})")
 
 
 #: A values array of VictoriaMetrics' export, which writes ±Inf as Go does (``[+Inf]``, ``-Inf``: seen from
