@@ -131,3 +131,22 @@ def test_odd_values_the_schema_allows_are_reported_as_they_are(
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     page = (tmp_path / "odd.html").read_text()
     assert f"{10**300} ns (not a date)" in page and "n/a (n/a), n/a (n/a), n/a (n/a)" in page
+
+
+def test_a_figure_that_cannot_be_written_leaves_nothing_behind(
+    export_file: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A figure's name already a folder (as a full disk, found by a bad-input sweep): the page was written
+    first and stayed, with an empty folder of figures. Now it is one line and nothing is written: no page,
+    no folder made, no figure staged."""
+    export = json.loads(export_file.read_text())
+    last = f"{export['run']['id']}-{export['nodes'][-1]['node']}.svg"
+    svgs = tmp_path / "svg"
+    (svgs / last).mkdir(parents=True)
+    page = tmp_path / "page.html"
+    result = sparkwatch(
+        "report", str(export_file), "-o", str(page), "--png", str(tmp_path / "png"), "--svg", str(svgs)
+    )
+    _one_line_refusal(result, f"cannot write {svgs / last}: it is a folder")
+    assert not page.exists() and not (tmp_path / "png").exists()  # the PNGs, made first, are gone again
+    assert [p.name for p in svgs.iterdir()] == [last]  # the folder that was there, and nothing else

@@ -7,6 +7,8 @@ starts without it."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
 import sys
 from pathlib import Path
@@ -18,7 +20,6 @@ from sparkwatch.outputs import (
     check_output,
     not_a_file,
     size_text,
-    write_atomically,
     write_text_atomically,
 )
 from sparkwatch.report.facts import series_commands
@@ -98,7 +99,14 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
         ]
     except (KeyError, TypeError, ValueError, IndexError) as exc:  # a part the sampled schema check missed
         raise ReportError(f"cannot build the report of {args.export}: {type(exc).__name__} {exc}") from None
-    write_text_atomically(output, page)
+    staged = _stage_figures(made)  # first: a figure that cannot be written leaves no page behind either
+    try:
+        write_text_atomically(output, page)
+    except OSError:
+        _unstage(staged)
+        raise
+    for tmp, final in staged[0]:
+        tmp.replace(final)
     _say(f"report written to {output} ({size_text(len(page.encode()))})")
     if not export.get("series"):
         _say(
@@ -106,11 +114,45 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
             f" (export the run with {_again(export)})"
         )
     for folder, fmt, images in made:
-        folder.mkdir(exist_ok=True)
-        for name, data in images:
-            write_atomically(folder / name, data)
         _say(f"{len(images)} {fmt.upper()} figure(s) written to {folder}")
     return 0
+
+
+Staged = tuple[list[tuple[Path, Path]], list[Path]]
+
+
+def _stage_figures(made: list[tuple[Path, str, list[tuple[str, bytes]]]]) -> Staged:
+    """Every figure written beside its name (renamed into place once the page is written too), and the
+    folders made for them; nothing of either is left when one fails (a full disk, a name that is a
+    folder): one line."""
+    staged: Staged = ([], [])
+    try:
+        for folder, _fmt, images in made:
+            if not folder.is_dir():
+                folder.mkdir()
+                staged[1].append(folder)
+            for name, data in images:
+                final = folder / name
+                if final.is_dir():
+                    raise IsADirectoryError(errno.EISDIR, "it is a folder", str(final))
+                tmp = final.with_name(f".{name}.sparkwatch-tmp")
+                staged[0].append((tmp, final))
+                try:
+                    tmp.write_bytes(data)
+                except OSError as exc:  # named as the figure asked for, not its staging name
+                    raise OSError(exc.errno, exc.strerror, str(final)) from None
+    except OSError as exc:
+        _unstage(staged)
+        raise ReportError(f"cannot write {exc.filename or 'a figure'}: {exc.strerror or exc}") from None
+    return staged
+
+
+def _unstage(staged: Staged) -> None:
+    for tmp, _final in staged[0]:
+        tmp.unlink(missing_ok=True)
+    for folder in staged[1]:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _figures(export: dict[str, Any], fmt: str) -> list[tuple[str, bytes]]:
