@@ -63,6 +63,18 @@ def shared_identities(nodes: Sequence[tuple[str, Mapping[str, Any] | None]]) -> 
     return list(found.values())
 
 
+def listed_hello(node: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The parts of a node's hello that /v1/nodes shows, as ``shared_identities`` reads a hello (None before
+    the agent said hello)."""
+    if node.get("hardware") is None:
+        return None
+    return {
+        "boot_id": node.get("boot_id"),
+        "node": node.get("agent_node"),
+        "capabilities": node.get("capabilities"),
+    }
+
+
 def agent_name(name: str, hello: Mapping[str, Any] | None) -> str:
     """The name the agent calls itself (the ``node`` label of its series), else ``name`` (its nodes.toml
     entry's)."""

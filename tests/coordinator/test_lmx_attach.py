@@ -237,6 +237,17 @@ def test_cluster_hardware_refuses_mixed_chips_and_silent_nodes() -> None:
         cluster_hardware([gb10(), {"node": "quiet", "hardware": None, "error": "link down"}])
 
 
+def test_cluster_hardware_refuses_one_agent_listed_twice() -> None:
+    """Two nodes.toml entries that reach one agent (a bad-input sweep: 238.4 GB for one 119.2 GB machine,
+    exit 0, while `nodes check` said so): refused as `nodes check` finds it, by the agent's boot id."""
+    a, b = ({**gb10(), "node": name, "boot_id": "boot-1"} for name in ("a", "b"))
+    with pytest.raises(
+        HardwareError, match=r"^nodes a and b share agent boot id boot-1: one agent listed twice"
+    ):
+        cluster_hardware([a, b])
+    assert cluster_hardware([a, {**b, "boot_id": "boot-2"}])["unifiedMemoryGb"] == pytest.approx(243.4)
+
+
 # ---- lmx's arithmetic: "Gb" is GiB, rounded by round1 ----
 
 

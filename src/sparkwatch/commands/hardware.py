@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sparkwatch.hello_facts import listed_hello, shared_identities
 from sparkwatch_agent.shared.lmx_fields import discrete_gpus
 from sparkwatch_agent.shared.units import lmx_gb, round1
 
@@ -66,6 +67,9 @@ def cluster_hardware(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
             missing.append(f"node {node['node']}: no hardware report: {reason}")
     if missing:  # every node at fault at once: a token file shared by all is often wrong on all
         raise HardwareError("; ".join(missing))
+    shared = shared_identities([(str(n.get("node")), listed_hello(n)) for n in nodes])
+    if shared:  # as `nodes check` finds it: the record would count that machine's memory twice
+        raise HardwareError("; ".join(map(str, shared)) + " (its memory would be counted twice)")
     hw_class = _same([r.get("hwClass") for r in records], "hwClass", names)
     out: dict[str, Any] = {"hwClass": hw_class}
     if hw_class == "UNIFIED":

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkwatch.client_waits import refused
-from sparkwatch.hello_facts import capability_gaps, misnamed, shared_identities
+from sparkwatch.hello_facts import capability_gaps, listed_hello, misnamed, shared_identities
 
 #: A clock uncertainty above this is more than 1 % of a one-second window.
 MAX_UNCERTAINTY_S = 0.010
@@ -133,7 +133,7 @@ def _check_meter(check: NodeCheck, meter: dict[str, Any] | None) -> None:
 
 def check_cluster(nodes: Sequence[dict[str, Any]]) -> list[NodeCheck]:
     checks = [check_node(n) for n in nodes]
-    hellos = [(n["node"], _hello_of(n)) for n in nodes]
+    hellos = [(n["node"], listed_hello(n)) for n in nodes]
     for shared in shared_identities(hellos):
         for c in checks:
             if c.node in (shared.first, shared.second):
@@ -146,17 +146,6 @@ def check_cluster(nodes: Sequence[dict[str, Any]]) -> list[NodeCheck]:
         for c in checks:
             c.warnings.append(f"agent versions differ across nodes: {', '.join(sorted(versions))}")
     return checks
-
-
-def _hello_of(node: dict[str, Any]) -> dict[str, Any] | None:
-    """The parts of a node's hello that /v1/nodes shows (None before the agent said hello)."""
-    if node.get("hardware") is None:
-        return None
-    return {
-        "boot_id": node.get("boot_id"),
-        "node": node.get("agent_node"),
-        "capabilities": node.get("capabilities"),
-    }
 
 
 def check_engine(engine: dict[str, Any] | None) -> list[str]:
