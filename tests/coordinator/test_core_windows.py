@@ -37,6 +37,9 @@ def test_the_field_groups_cover_the_model_exactly() -> None:
     [
         ({"id": ""}, "id", "must be 1..200 characters"),
         ({"id": "x" * 201}, "id", "must be 1..200 characters"),
+        ({"id": "a\nb"}, "id", "must not hold control characters"),  # it forged lines of the table
+        ({"id": "x\x1b[31mred"}, "id", "must not hold control characters"),  # a terminal escape
+        ({"finish_reason": "stop\r"}, "finish_reason", "must not hold control characters"),
         ({"phase": "Timed"}, "phase", "must match"),
         ({"t_start_ns": 10, "t_end_ns": 20}, "t_start_ns", "not Unix epoch nanoseconds"),
         ({"t_end_ns": 2**63}, "t_end_ns", "not Unix epoch nanoseconds"),

@@ -30,6 +30,10 @@ PHASE_WORD = r"[a-z][a-z0-9_-]{0,31}"
 DOC = openapi_document()
 
 
+#: Characters a window's id or finish reason may hold: any but controls (and lone surrogates, as ever).
+ONE_LINE = st.characters(exclude_categories=("Cc", "Cs"))
+
+
 def body_schema(name: str, max_items: int = 8) -> dict[str, Any]:
     """A request body's schema from the document, its lists kept short (100 000 windows are for the
     benchmarks)."""
@@ -59,7 +63,7 @@ def valid_window(draw: st.DrawFn) -> dict[str, JSON]:
     start = draw(st.integers(REFERENCE_NS - 3600 * S, REFERENCE_NS))
     end = start + draw(st.integers(0, 600 * S))
     window: dict[str, JSON] = {
-        "id": draw(st.text(min_size=1, max_size=ID_MAX_CHARS)),
+        "id": draw(st.text(ONE_LINE, min_size=1, max_size=ID_MAX_CHARS)),
         "phase": draw(st.sampled_from(["timed", "warmup"]) | st.from_regex(PHASE_WORD, fullmatch=True)),
         "t_start_ns": start,
         "t_end_ns": end,
@@ -74,7 +78,7 @@ def valid_window(draw: st.DrawFn) -> dict[str, JSON]:
     for name, value in stamps.items():
         if value is not None or draw(st.booleans()):
             window[name] = value
-    reason = draw(st.none() | st.text(min_size=1, max_size=FINISH_REASON_MAX_CHARS))
+    reason = draw(st.none() | st.text(ONE_LINE, min_size=1, max_size=FINISH_REASON_MAX_CHARS))
     if reason is not None:
         window["finish_reason"] = reason
     if draw(st.booleans()):

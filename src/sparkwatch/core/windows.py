@@ -17,7 +17,7 @@ import numpy.typing as npt
 import orjson
 
 from sparkwatch.core.columns import int_column
-from sparkwatch.defaults import PHASE_RE, ScopeKind
+from sparkwatch.defaults import CONTROL_CHARS_RE, PHASE_RE, ScopeKind
 
 NS_MAX = 2**63 - 1  # the store keeps 64-bit signed integers
 EPOCH_NS_MIN = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z: anything earlier is not a Unix epoch ns stamp
@@ -124,6 +124,12 @@ def check_window(w: Window) -> Window:
     """``w`` if it obeys every rule a stored window obeys, else :class:`WindowError` for the first broken."""
     if not 1 <= len(w.id) <= ID_MAX_CHARS:
         raise WindowError("id", f"must be 1..{ID_MAX_CHARS} characters, found {len(w.id)}")
+    for name in ("id", "finish_reason"):  # one line wherever they show, as a run's name (defaults.check_name)
+        text = getattr(w, name)
+        if text is not None and (bad := CONTROL_CHARS_RE.search(text)):
+            raise WindowError(
+                name, f"must not hold control characters (a newline, a tab, an escape): {bad[0]!r}"
+            )
     if not PHASE_RE.fullmatch(w.phase):  # not .match: its "$" also takes a trailing newline
         raise WindowError("phase", f"{w.phase!r} must match {PHASE_RE.pattern}")
     for name in ("t_start_ns", "t_end_ns"):

@@ -24,7 +24,7 @@ from sparkwatch.core.windows import (
     NS_MAX,
     STAMP_FIELDS,
 )
-from sparkwatch.defaults import MAX_SERIES_BUCKETS, MIN_SERIES_BUCKETS, PHASE_RE, SERIES_BUCKETS
+from sparkwatch.defaults import MAX_SERIES_BUCKETS, MIN_SERIES_BUCKETS, NAME_PATTERN, PHASE_RE, SERIES_BUCKETS
 
 REF = "#/components/schemas/{model}"
 #: The routes without a token (a Prometheus scrape, a load balancer's health check).
@@ -186,14 +186,19 @@ def _window_schema() -> dict[str, Any]:
     props = schema["properties"]
     epoch = {"type": "integer", "minimum": EPOCH_NS_MIN, "maximum": EPOCH_NS_MAX - 1}
     bounds: dict[str, dict[str, Any]] = {
-        "id": {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS},
+        "id": {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS, "pattern": NAME_PATTERN},
         "phase": {"type": "string", "pattern": PHASE_RE.pattern},
         "t_start_ns": dict(epoch),
         "t_end_ns": dict(epoch),
         **{name: dict(epoch) for name in STAMP_FIELDS},
         **{name: {"type": "integer", "minimum": 0, "maximum": NS_MAX} for name in COUNT_FIELDS},
         "http_status": {"type": "integer", "minimum": 100, "maximum": 599},
-        "finish_reason": {"type": "string", "minLength": 1, "maxLength": FINISH_REASON_MAX_CHARS},
+        "finish_reason": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": FINISH_REASON_MAX_CHARS,
+            "pattern": NAME_PATTERN,
+        },
     }
     for name, bound in bounds.items():
         prop = props[name]
