@@ -169,7 +169,6 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
     tsdb.add_argument("--end", type=epoch_ns, metavar="T", help="the run's end: Unix seconds or RFC 3339")
     tsdb.add_argument(
         "--nodes-label",
-        default="node",
         type=label_name,
         metavar="LABEL",
         help="the label naming each node (default node)",
@@ -199,13 +198,11 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
     tsdb.add_argument(
         "--metrics",
         choices=METRIC_FAMILIES,
-        default="sparkwatch",
         help="the exporter family (default sparkwatch)",
     )
     tsdb.add_argument(
         "--engine",
         choices=("auto", "prometheus", "victoriametrics"),
-        default="auto",
         help="read raw samples by range selectors (prometheus) or /api/v1/export (victoriametrics);"
         " default: ask the engine",
     )

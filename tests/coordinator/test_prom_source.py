@@ -635,6 +635,14 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
             "argument --nodes-label: 'bad label': a",
         ),
         (["--db", "x.db", "--nodes", "a"], "--nodes goes with --prometheus, not --db"),
+        (  # each was taken with --db and did nothing (a bad-input sweep), a token file that is not there too
+            ["--db", "x.db", "--metrics", "dcgm", "--engine", "auto", "--nodes-label", "node"],
+            "--nodes-label, --metrics, --engine go with --prometheus, not --db",
+        ),
+        (
+            ["--db", "x.db", "--windows-format", "guidellm", "--bearer-token-file", "/nope"],
+            "--windows-format, --bearer-token-file go with --prometheus, not --db",
+        ),
         (["--prometheus", "http://a", "--nodes", "a,,b"], "argument --nodes: 'a,,b': node names separated"),
         (
             ["--db", "x.db", "--engine-metrics", '{job="v"}'],

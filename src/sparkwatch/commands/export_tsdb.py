@@ -32,7 +32,22 @@ from sparkwatch.sources.prometheus.source import TsdbSource
 TSDB_ONLY = ("windows", "start", "end")
 #: How long a coordinator may take to answer RUN's windows (or, an older one, its export: it computes it).
 COORDINATOR_TIMEOUT_S = 600.0
-TSDB_OPTIONAL = ("nodes", "engine_metrics", "series_matchers", "coordinator", "token_file")
+TSDB_OPTIONAL = (
+    "windows_format",
+    "nodes_label",
+    "nodes",
+    "metrics",
+    "engine",
+    "engine_metrics",
+    "series_matchers",
+    "coordinator",
+    "token_file",
+    "bearer_token_file",
+    "basic_auth_user",
+    "basic_auth_password_file",
+)
+#: The defaults of those that have one (None in the parser: a flag given with --db is found, and refused).
+TSDB_DEFAULTS = {"nodes_label": "node", "metrics": "sparkwatch", "engine": "auto"}
 #: How a coordinator older than ``GET /v1/runs/{id}/windows`` answers it: 405 (it has the route's POST, which
 #: adds windows), or 404.
 OLDER_ROUTE = (404, 405)
@@ -50,6 +65,9 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             verb = "goes" if len(given) == 1 else "go"
             parser.error(f"{', '.join(given)} {verb} with --prometheus, not --db")
         return
+    for name, default in TSDB_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if args.run is not None and (args.windows is not None or args.windows_format is not None):
         parser.error("RUN (a coordinator's run) or --windows FILE: the windows come from one of them")
     spanned = args.run is not None or args.windows_format == run_export.FORMAT  # a run gives its span
