@@ -23,6 +23,8 @@ import pytest
 from sparkwatch.cli_parser_runs import METRIC_FAMILIES
 from sparkwatch.cli_types import epoch_ns
 from sparkwatch.core.stamps import utc_stamp
+from sparkwatch.importers import load_windows
+from sparkwatch.importers.common import ClockAnchor
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.align import merged as merged_parts
 from sparkwatch.sources.prometheus.client import Auth, Client, Unreachable, check_url, public_url
@@ -593,6 +595,28 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sparkwatch", "export", *argv], capture_output=True, text=True, timeout=60
     )
+
+
+def test_vllm_windows_take_a_clock_anchor() -> None:
+    """`--windows-format vllm` said "pass a clock anchor", and export had no flag to pass it with (a
+    bad-input sweep): with --clock-anchor the windows are read and the engine is asked next; the flag is
+    refused for another format, and with --db."""
+    vllm = ROOT / "tests" / "fixtures" / "harness" / "vllm" / "bench_serve_detailed.json"
+    s = 10**9
+    anchor = ClockAnchor(wall_ns=1_759_522_400 * s, mono_ns=8_100 * s, uncertainty_ns=2_000)
+    windows = load_windows("vllm", vllm, clock_anchor=anchor)
+    span = [str(min(w.t_start_ns for w in windows) // s - 5), str(max(w.t_end_ns for w in windows) // s + 5)]
+    given = ["--prometheus", "http://127.0.0.1:1", "--windows", str(vllm), "--windows-format", "vllm"]
+    argv = [*given, "--start", span[0], "--end", span[1]]
+    without = _cli(*argv)
+    assert without.returncode == 2 and "pass a clock anchor" in without.stderr, without.stderr
+    good = "1759522400000000000:8100000000000:2000"
+    taken = _cli(*argv, "--clock-anchor", good)
+    assert taken.returncode == 2 and "cannot reach http://127.0.0.1:1" in taken.stderr, taken.stderr
+    plain = _cli(*given[:4], "--start", span[0], "--end", span[1], "--clock-anchor", good)
+    assert plain.returncode == 2 and "--clock-anchor is for vllm files" in plain.stderr, plain.stderr
+    db = _cli("--db", "x.db", "--clock-anchor", good)
+    assert db.returncode == 2 and "--clock-anchor goes with --prometheus, not --db" in db.stderr
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from sparkwatch.core.run_spec import RunSpec
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE, ScopeKind
-from sparkwatch.importers import export_answer, load_windows, run_export, windows_answer
+from sparkwatch.importers import FORMATS, export_answer, load_windows, run_export, windows_answer
 from sparkwatch.sources import SourceError, export_from
 from sparkwatch.sources.prometheus.client import Auth, Client, check_url
 from sparkwatch.sources.prometheus.mappings import FAMILIES
@@ -34,6 +34,7 @@ TSDB_ONLY = ("windows", "start", "end")
 COORDINATOR_TIMEOUT_S = 600.0
 TSDB_OPTIONAL = (
     "windows_format",
+    "clock_anchor",
     "nodes_label",
     "nodes",
     "metrics",
@@ -111,7 +112,10 @@ def _windows(args: argparse.Namespace) -> tuple[list[Window], run_export.Exporte
     an export file (``--windows-format export``) holds."""
     if args.run is not None:
         return _coordinator_run(args)
-    windows = load_windows(args.windows_format or "plain", args.windows, allow_empty=True)  # judged by scope
+    fmt = args.windows_format or "plain"
+    if args.clock_anchor is not None and not getattr(FORMATS.get(fmt), "needs_clock_anchor", True):
+        raise SourceError(f"--clock-anchor is for vllm files (their monotonic stamps), not {fmt}")
+    windows = load_windows(fmt, args.windows, clock_anchor=args.clock_anchor, allow_empty=True)  # by scope
     run = run_export.exported_run(args.windows) if args.windows_format == run_export.FORMAT else None
     return windows, run
 
