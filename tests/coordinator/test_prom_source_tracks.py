@@ -153,6 +153,23 @@ def test_a_null_in_a_window_entry_says_why() -> None:
     jsonschema.validate(plain(out), run_schema())
 
 
+def test_a_value_no_such_series_can_hold_is_refused_naming_it() -> None:
+    """A utilisation of 50 where the family reads a ratio (it passed the 0.5 gate with no word) and a
+    negative memory in use (it became a negative peak), found by a bad-input sweep: one line naming the
+    series and the value, nothing measured."""
+    t = [float(x) for x in range(31)]
+    percent = sparkwatch_gpu("n1", "GPU-a", t, 100.0, 0.9)
+    percent[2] = series("sparkwatch_gpu_utilization_ratio", t, [50.0] * 31, node="n1", uuid="GPU-a", gpu="0")
+    named = 'sparkwatch_gpu_utilization_ratio{gpu="0",node="n1",uuid="GPU-a"}'
+    with pytest.raises(SourceError, match=rf"^{re.escape(named)} holds 50, outside \[0, 1\]: the gate reads"):
+        export(percent, [window("w", 2, 8)])
+    memory = series("sparkwatch_memory_used_bytes", t, [8e9] * 30 + [-5e9], node="n1")
+    with pytest.raises(
+        SourceError, match=r"holds -5e\+09, outside \[0, inf\]: memory in use is never negative"
+    ):
+        export([*sparkwatch_gpu("n1", "GPU-a", t, 100.0, 0.9), memory], [window("w", 2, 8)])
+
+
 def test_gpus_join_on_the_scrape_timestamp_and_a_missing_value_is_unknown_there() -> None:
     t = [float(x) for x in range(31)]
     a = sparkwatch_gpu("n1", "GPU-a", t, 100.0, 0.9)

@@ -10,7 +10,7 @@ import numpy as np
 
 from sparkwatch.core.tracks import GpuTrack
 from sparkwatch.sources.prometheus.align import nominal_interval, union_times, values_at
-from sparkwatch.sources.prometheus.raw import RawSeries
+from sparkwatch.sources.prometheus.raw import RawSeries, refuse_outside
 
 #: A metric's one series per GPU, by the GPU's key (its UUID label).
 ByGpu = Mapping[str, RawSeries]
@@ -21,6 +21,7 @@ def gpu_tracks(
 ) -> list[tuple[str, GpuTrack]]:
     """Each GPU that has power or energy series, with its track on the union of their scrape times; ``said``:
     the node's sampling interval as the agent gave it (align.nominal_interval), where the engine has it."""
+    refuse_outside(util.values(), 0.0, 1 + 1e-9, "the gate reads a ratio (a percentage? check --metrics)")
     out = []
     for key in sorted({*power, *energy}, key=_gpu_order(power)):
         parts = [x for x in (power.get(key), energy.get(key)) if x is not None]

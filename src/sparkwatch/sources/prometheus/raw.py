@@ -41,6 +41,21 @@ class RawSeries:
     values: F64
 
 
+def refuse_outside(series: Iterable[RawSeries], lo: float, hi: float, why: str) -> None:
+    """A :class:`SourceError` naming the first series with a value outside [lo, hi] (NaN is no sample):
+    a unit the family's table does not read (a percentage where a ratio is, ``why``), or a broken exporter.
+    Nothing is measured from it; a figure from it would be wrong without a word."""
+    for r in series:
+        values = r.values[~np.isnan(r.values)]
+        bad = values[(values < lo) | (values > hi)]
+        if bad.size:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(r.labels.items()) if k != "__name__")
+            raise SourceError(
+                f"{r.labels.get('__name__', 'a series')}{{{labels}}} holds {bad[0]:g}, outside"
+                f" [{lo:g}, {hi:g}]: {why}"
+            )
+
+
 class Reader(Protocol):
     api: str  # the endpoint, for the export's ``source`` block
 

@@ -10,6 +10,7 @@ energy and utilisation of a GPU are joined (a value missing at a time is unknown
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -46,7 +47,7 @@ from sparkwatch.sources.prometheus.mappings import (
     Series,
 )
 from sparkwatch.sources.prometheus.promql import literal, quoted
-from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader
+from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader, refuse_outside
 from sparkwatch.sources.prometheus.signals import signal_track, top_hz
 
 _T = TypeVar("_T")
@@ -367,6 +368,7 @@ class TsdbSource:
         where every GPU has it."""
         f = self._family
         own = self._mine(f.host_memory, node, t_from_ns, t_to_ns)
+        refuse_outside(own, 0.0, math.inf, "memory in use is never negative")
         if own:
             host = single(own, "the memory", self._label, self._pick)
             return host.t_ns, host.values, f.host_memory_name()
