@@ -108,7 +108,7 @@ def ratio(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"must be a ratio between 0 and 1, got {text}")
-    return value
+    return value + 0.0  # -0 is 0 ("recomputed with gate -0" was said)
 
 
 def http_url(text: str) -> str:

@@ -127,8 +127,8 @@ class CoordinatorTarget:
 
 #: What a refused connection to the coordinator adds: nothing listens there, and what a user may mean.
 NOT_RUNNING_HINT = (
-    " (is `sparkwatch coordinator` running there? `run`, `nodes check` and `hardware` start their own with"
-    " --nodes FILE)"
+    " (is `sparkwatch coordinator` running there? its URL: --coordinator or $SPARKWATCH_COORDINATOR;"
+    " `run`, `nodes check` and `hardware` can embed one instead: --nodes nodes.toml)"
 )
 
 

@@ -101,3 +101,10 @@ def test_a_count_that_must_be_positive_says_so_for_zero_and_negatives_alike(text
         positive_int(text)
     assert str(refused.value) == f"must be at least 1, got {text}"
     assert positive_int("1") == 1
+
+
+def test_a_ratio_of_minus_zero_is_zero() -> None:
+    """`--gate-threshold -0` was taken as -0.0, and said so: "recomputed with gate -0"."""
+    from sparkwatch.cli_types import ratio
+
+    assert str(ratio("-0")) == "0.0" and ratio("0.5") == 0.5

@@ -663,6 +663,9 @@ def test_a_coordinator_run_that_is_not_there_is_one_line(rig: Rig) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert f"GET {coord.url}/v1/runs/run-nope: HTTP 404: no run run-nope" in done.stderr, done.stderr
+    assert (
+        "(a run's export file gives its windows too: --windows FILE --windows-format export)" in done.stderr
+    )
 
 
 def test_a_forced_engine_path_reads_victoriametrics_and_names_it(rig: Rig) -> None:

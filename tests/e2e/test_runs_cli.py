@@ -198,7 +198,10 @@ def test_runs_refusals_name_the_coordinator(tmp_path: pathlib.Path) -> None:
     down = cli("runs", "list", "--coordinator", f"http://127.0.0.1:{port}")
     one_line_refusal(down, f"cannot reach the coordinator at http://127.0.0.1:{port}: Connection refused")
     assert "ssl:default" not in down.stderr  # aiohttp's words for any URL, plain http too
-    assert "(is `sparkwatch coordinator` running there? `run`, `nodes check` and `hardware`" in down.stderr
+    assert (
+        "(is `sparkwatch coordinator` running there? its URL: --coordinator or $SPARKWATCH_COORDINATOR;"
+        in (down.stderr)
+    )
     env = {"SPARKWATCH_COORDINATOR": f"http://127.0.0.1:{port}"}
     one_line_refusal(cli("runs", "open", env=env), f"http://127.0.0.1:{port}")
     flag = cli("runs", "list", "--coordinator", "ftp://x")  # the flag: the parser's one line names it

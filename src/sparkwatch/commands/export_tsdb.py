@@ -141,7 +141,9 @@ def _coordinator_run(args: argparse.Namespace) -> tuple[list[Window], run_export
     try:
         return asyncio.run(fetch())
     except CoordinatorError as exc:
-        raise SourceError(str(exc)) from None
+        # a run deleted from the coordinator: its samples may be in the engine still, its windows in a file
+        hint = " (a run's export file gives its windows too: --windows FILE --windows-format export)"
+        raise SourceError(str(exc) + (hint if exc.status == 404 else "")) from None
 
 
 def _check_windows(
