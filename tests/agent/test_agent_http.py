@@ -227,6 +227,8 @@ async def test_another_sites_page_cannot_open_the_stream_or_post(agent: TestClie
     forged = await agent.post("/v1/sim/load", json={"util_ratio": 1.0}, headers=evil)
     assert forged.status == 403 and (await forged.json())["error"] == "cross_origin"
     assert (await agent.get("/metrics", headers=evil)).status == 200  # reading: the browser keeps it
+    rebound = await agent.get("/metrics", headers={"Host": f"evil.example:{agent.port}"})
+    assert rebound.status == 403 and (await rebound.json())["error"] == "host_not_allowed"  # DNS rebinding
     ws = await agent.ws_connect("/v1/stream")
     await ws.close()
 

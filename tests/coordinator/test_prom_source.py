@@ -415,6 +415,28 @@ def test_an_answer_cut_short_is_one_line_naming_the_url() -> None:
         engine.server_close()
     said = f"{url}/api/v1/query: the answer was cut short (15 of 1000 bytes)"
     assert str(json_cut.value) == said
+
+    class Chunked(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # a chunk of 40 bytes announced, 15 sent
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b'28\r\n{"status":"succ')
+            self.close_connection = True
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    chunked = _serve(Chunked)
+    try:
+        with pytest.raises(SourceError, match=r"the answer was cut short \(a chunk of it ended early\)$"):
+            Client(f"http://127.0.0.1:{chunked.server_port}").get_json("/api/v1/query", {})
+    finally:
+        chunked.shutdown()
+        chunked.server_close()
+    assert str(json_cut.value) == said
     assert str(lines_cut.value) == f"{url}/api/v1/export: the answer was cut short (in line 2)"
 
 
@@ -615,6 +637,8 @@ def test_vllm_windows_take_a_clock_anchor() -> None:
     assert taken.returncode == 2 and "cannot reach http://127.0.0.1:1" in taken.stderr, taken.stderr
     plain = _cli(*given[:4], "--start", span[0], "--end", span[1], "--clock-anchor", good)
     assert plain.returncode == 2 and "--clock-anchor is for vllm files" in plain.stderr, plain.stderr
+    run = _cli("--prometheus", "http://127.0.0.1:1", "r1", "--clock-anchor", good)  # its windows are placed
+    assert run.returncode == 2 and "--clock-anchor goes with --windows FILE of vllm" in run.stderr
     db = _cli("--db", "x.db", "--clock-anchor", good)
     assert db.returncode == 2 and "--clock-anchor goes with --prometheus, not --db" in db.stderr
 

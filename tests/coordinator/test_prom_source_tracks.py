@@ -161,7 +161,9 @@ def test_a_value_no_such_series_can_hold_is_refused_naming_it() -> None:
     percent = sparkwatch_gpu("n1", "GPU-a", t, 100.0, 0.9)
     percent[2] = series("sparkwatch_gpu_utilization_ratio", t, [50.0] * 31, node="n1", uuid="GPU-a", gpu="0")
     named = 'sparkwatch_gpu_utilization_ratio{gpu="0",node="n1",uuid="GPU-a"}'
-    with pytest.raises(SourceError, match=rf"^{re.escape(named)} holds 50, outside \[0, 1\]: the gate reads"):
+    with pytest.raises(
+        SourceError, match=rf"^{re.escape(named)} holds 50, outside \[0, 1.01\]: the gate reads"
+    ):
         export(percent, [window("w", 2, 8)])
     memory = series("sparkwatch_memory_used_bytes", t, [8e9] * 30 + [-5e9], node="n1")
     with pytest.raises(

@@ -22,7 +22,7 @@ from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.sim_model import SimModel, SimModelSpec, make_sim_model_app
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import Window, check_window
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_app, make_proxy_runner
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
@@ -625,3 +625,17 @@ async def test_the_connection_guards_refusals_reach_an_openai_client_in_openai_s
     error = json.loads(body)["error"]
     assert error["code"] == error["type"] == "request_timeout" and error["param"] is None
     assert error["message"] == "the request headers did not arrive within 0.3 s"
+
+
+def test_a_finish_reason_the_window_rules_refuse_is_made_one_they_take() -> None:
+    """An engine's finish_reason with a control character, or longer than 64 characters: the window rules
+    refuse either, and the coordinator then refused the proxy's window (found in review). It is kept with
+    each control character as '?', cut to 64 characters, and the window passes check_window."""
+    for said, kept in (("stop\n", "stop?"), ("x" * 80, "x" * 64)):
+        watcher = ResponseWatcher(streaming=False)
+        watcher.feed(
+            json.dumps({"choices": [{"message": {"content": "x"}, "finish_reason": said}]}).encode(), 5
+        )
+        stamps = watcher.finish(7)
+        assert stamps.finish_reason == kept
+        check_window(Window("w", "timed", 10**18, 10**18 + 5, finish_reason=stamps.finish_reason))

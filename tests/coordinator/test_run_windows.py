@@ -228,7 +228,10 @@ def test_export_prometheus_asks_a_coordinator_for_the_windows_not_the_export(
     ]
     with pytest.raises(SourceError) as info:
         _coordinator_run(_asked(served.url, "run-nope"))
-    assert str(info.value) == f"GET {served.url}/v1/runs/run-nope: HTTP 404: no run run-nope"
+    assert str(info.value) == (
+        f"GET {served.url}/v1/runs/run-nope: HTTP 404: no run run-nope"
+        " (a run's export file gives its windows too: --windows FILE --windows-format export)"
+    )
 
 
 @pytest.mark.parametrize("posts", [True, False], ids=["405", "404"])

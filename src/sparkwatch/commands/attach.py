@@ -83,8 +83,8 @@ def lmx_values(export: dict[str, Any], name: str, force: bool) -> dict[str, Any]
     if not isinstance(lmx, dict) or any(k not in lmx for k in LMX_FIELDS):
         raise AttachError(f"{name}: the export has no lmx section")
     watts = gpu_watts(export, lmx["gpuPowerWatts"], name)  # --force never makes up a power
-    unsound = _unsound(export, name)
-    if unsound and not force:
+    unsound = None if force else _unsound(export, name)
+    if unsound:
         raise AttachError(f"{name}: the measurement is not sound ({unsound}); pass --force to attach anyway")
     peak = peak_gb(export, lmx["peakVramGb"])
     if peak is None and not force:
@@ -109,7 +109,8 @@ def _unsound(export: dict[str, Any], name: str) -> str | None:
     if quality.sound:
         return None
     phases = export["method"].get("phases", ["timed"])
-    measured = [w for w in export["windows"] if w.get("phase") in phases]
+    whole_run = export["method"].get("scope") == "run"  # the run is measured: its windows judge nothing
+    measured = [] if whole_run else [w for w in export["windows"] if w.get("phase") in phases]
     bad = next((w for w in measured if not w.get("in_scope") or w.get("verdict") != "ok"), None)
     detail = ""
     if bad is not None and not bad.get("in_scope"):

@@ -71,6 +71,8 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             setattr(args, name, default)
     if args.run is not None and (args.windows is not None or args.windows_format is not None):
         parser.error("RUN (a coordinator's run) or --windows FILE: the windows come from one of them")
+    if args.run is not None and args.clock_anchor is not None:
+        parser.error("--clock-anchor goes with --windows FILE of vllm, not a coordinator's RUN")
     spanned = args.run is not None or args.windows_format == run_export.FORMAT  # a run gives its span
     needed = () if args.run is not None else ("windows",) if spanned else TSDB_ONLY
     missing = [f"--{name}" for name in needed if getattr(args, name) is None]
@@ -228,12 +230,7 @@ def tsdb_export(
         f"{forced} at {url}, {args.metrics} series"
     )
     spec = RunSpec(
-        id=_run_id(
-            url,
-            _selection(args),
-            (start_ns, end_ns),
-            args.windows.read_bytes() if run is None else run.id.encode(),
-        ),
+        id=_run_id(url, _selection(args), (start_ns, end_ns), _windows_identity(args, run)),
         name=args.windows.stem if run is None else run.name,
         t_start_ns=start_ns,
         t_end_ns=end_ns,
@@ -256,6 +253,16 @@ def _run_id(url: str, selection: str, span_ns: tuple[int, int], windows: bytes) 
     is not in it, as a database run's id is the same whatever `export --db` measures it with."""
     head = f"{url}|{selection}|{span_ns[0]}|{span_ns[1]}|"
     return f"tsdb-{hashlib.sha256(head.encode() + windows).hexdigest()[:12]}"
+
+
+def _windows_identity(args: argparse.Namespace, run: run_export.ExportedRun | None) -> bytes:
+    """The windows in the run id: the run's id, else the file's bytes and the clock anchor that places a
+    vllm file's times (another anchor, other windows)."""
+    if run is not None:
+        return run.id.encode()
+    anchor = args.clock_anchor
+    placed = f"|{anchor.wall_ns}:{anchor.mono_ns}".encode() if anchor else b""
+    return bytes(args.windows.read_bytes()) + placed
 
 
 def _selection(args: argparse.Namespace) -> str:

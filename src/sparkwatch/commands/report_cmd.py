@@ -20,6 +20,7 @@ from sparkwatch.outputs import (
     check_output,
     not_a_file,
     size_text,
+    through_link,
     write_text_atomically,
 )
 from sparkwatch.report.facts import series_commands
@@ -105,8 +106,12 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
     except OSError:
         _unstage(staged)
         raise
-    for tmp, final in staged[0]:
-        tmp.replace(final)
+    try:
+        for tmp, final in staged[0]:
+            tmp.replace(final)
+    except OSError as exc:  # the page is written: what was not put in place is not left staged either
+        _unstage(staged)
+        raise ReportError(f"cannot write {exc.filename}: {exc.strerror}") from None
     _say(f"report written to {output} ({size_text(len(page.encode()))})")
     if not export.get("series"):
         _say(
@@ -132,7 +137,7 @@ def _stage_figures(made: list[tuple[Path, str, list[tuple[str, bytes]]]]) -> Sta
                 folder.mkdir()
                 staged[1].append(folder)
             for name, data in images:
-                final = folder / name
+                final = through_link(folder / name)  # a figure that is a link: where it points, as -o
                 if final.is_dir():
                     raise IsADirectoryError(errno.EISDIR, "it is a folder", str(final))
                 tmp = final.with_name(f".{name}.sparkwatch-tmp")
@@ -148,6 +153,7 @@ def _stage_figures(made: list[tuple[Path, str, list[tuple[str, bytes]]]]) -> Sta
 
 
 def _unstage(staged: Staged) -> None:
+    """Every staged figure not yet in place, and the folders made for them (emptied: removed)."""
     for tmp, _final in staged[0]:
         tmp.unlink(missing_ok=True)
     for folder in staged[1]:

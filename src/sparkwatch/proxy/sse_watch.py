@@ -14,6 +14,9 @@ from typing import Any
 
 import orjson
 
+from sparkwatch.core.windows import FINISH_REASON_MAX_CHARS
+from sparkwatch.defaults import CONTROL_CHARS_RE
+
 TEXT_KEYS = ("content", "reasoning_content", "reasoning")
 #: A non-streamed JSON answer is parsed at its end; past this size it is forwarded but not parsed.
 MAX_JSON_BODY_BYTES = 8 * 1024 * 1024
@@ -164,8 +167,10 @@ class ResponseWatcher:
                         stamps.t_first_token_ns = t_ns
                     stamps.t_last_token_ns = t_ns
                 reason = choice.get("finish_reason")
-                if isinstance(reason, str) and reason:
-                    stamps.finish_reason = reason
+                if (
+                    isinstance(reason, str) and reason
+                ):  # a control character would lose the window (check_window)
+                    stamps.finish_reason = CONTROL_CHARS_RE.sub("?", reason)[:FINISH_REASON_MAX_CHARS]
         usage = event.get("usage")
         if isinstance(usage, dict):
             self._usage(usage)

@@ -28,7 +28,7 @@ from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.serving.hello import capabilities_json, hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor, beyond_newest
-from sparkwatch_agent.shared.auth import Admission, ServerToken
+from sparkwatch_agent.shared.auth import Admission, ServerToken, is_loopback
 from sparkwatch_agent.shared.http import (
     AGENT_SERVER,
     bearer_middleware,
@@ -333,10 +333,13 @@ def _declared_queries(_request: web.Request, method: str, route: str) -> tuple[s
     return QUERIES.get((method, route), ())
 
 
-def make_app(ctx: AgentContext) -> web.Application:
+def make_app(ctx: AgentContext, listen_host: str = "127.0.0.1") -> web.Application:
+    """The agent's API; ``listen_host``: where it listens (on loopback without a token, only an address or
+    localhost is answered as ``Host``, as the coordinator's: shared.http.browser_guard; off loopback
+    Prometheus may scrape it by any name)."""
     middleware = bearer_middleware(ctx.token, lambda path: path.startswith("/v1/"))
     queries = query_middleware(_declared_queries)
-    browsers = browser_guard(hosts_by_address=False)  # Prometheus may scrape it by any name
+    browsers = browser_guard(hosts_by_address=ctx.token is None and is_loopback(listen_host))
     app = web.Application(
         middlewares=[json_refusals, browsers, middleware, queries], client_max_size=64 * 1024
     )

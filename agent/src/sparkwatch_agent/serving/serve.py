@@ -47,7 +47,7 @@ async def serve_http(
 ) -> AsyncIterator[str]:
     """The HTTP API on host:port and the sampler thread, until the block ends; yields the URL. A port that
     cannot be bound raises ``BindError`` before the sampler starts."""
-    app = make_app(agent_context(sampler, sim, token))
+    app = make_app(agent_context(sampler, sim, token), listen_host=host)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     url = await start_site(runner, host, port)
     sampler.start()

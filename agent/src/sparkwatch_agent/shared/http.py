@@ -205,6 +205,8 @@ def _origin_host(origin: str) -> str | None:
 
 
 def _address_or_localhost(host: str) -> bool:
+    """Whether a ``Host`` (``name[:port]``, ``[v6]:port``) names an IP address or localhost: no DNS name
+    another site could point at this address."""
     name = host.rsplit("]", 1)[0].lstrip("[") if host.startswith("[") else host.rsplit(":", 1)[0]
     if name.lower() == "localhost":
         return True

@@ -236,7 +236,7 @@ def _responses(op: Operation) -> dict[str, Any]:
     kind = kinds.get(op.path, "application/json")
     out: dict[str, Any] = {str(op.answer): {"description": op.summary, "content": {kind: {}}}}
     out.update({str(code): {"description": what, "content": {kind: {}}} for code, what in op.also})
-    codes = set(op.refusals) | ({401} if op.path not in OPEN_PATHS else set()) | {404, 405}
+    codes = set(op.refusals) | ({401} if op.path not in OPEN_PATHS else set()) | {403, 404, 405}
     if op.path.startswith("/v1/"):
         codes.add(400)  # invalid_query: a query parameter the route does not declare
     if op.method != "get":
@@ -253,6 +253,10 @@ _REFUSALS = {
         " declare (any /v1/ route), or one out of its bounds (export, report), the reason a sentence"
     ),
     401: "unauthorized: no or a wrong bearer token",
+    403: (
+        "cross_origin: a request that changes state from another site's page (its Origin); host_not_allowed:"
+        " on loopback without a token, a Host that is not an IP address or localhost"
+    ),
     404: "not_found: no such run, import, mark or route",
     405: "method_not_allowed",
     409: (

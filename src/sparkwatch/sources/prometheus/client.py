@@ -216,8 +216,13 @@ class Client:
 
     def _cut_short(self, path: str, why: object) -> SourceError:
         """The engine's answer ended before its end (a dropped connection, a stall past the timeout)."""
-        if isinstance(why, http.client.IncompleteRead):
-            why = f"{len(why.partial)} of {len(why.partial) + (why.expected or 0)} bytes"
+        if isinstance(why, http.client.IncompleteRead):  # expected is None in a chunked answer
+            got = len(why.partial)
+            why = (
+                "a chunk of it ended early"
+                if why.expected is None
+                else f"{got} of {got + why.expected} bytes"
+            )
         return SourceError(f"{self.url}{path}: the answer was cut short ({str(why) or type(why).__name__})")
 
 

@@ -21,7 +21,8 @@ def gpu_tracks(
 ) -> list[tuple[str, GpuTrack]]:
     """Each GPU that has power or energy series, with its track on the union of their scrape times; ``said``:
     the node's sampling interval as the agent gave it (align.nominal_interval), where the engine has it."""
-    refuse_outside(util.values(), 0.0, 1 + 1e-9, "the gate reads a ratio (a percentage? check --metrics)")
+    # 1 % above 1 is slack (a profiling ratio may read a hair over); a percentage is far above
+    refuse_outside(util.values(), 0.0, 1.01, "the gate reads a ratio (a percentage? check --metrics)")
     out = []
     for key in sorted({*power, *energy}, key=_gpu_order(power)):
         parts = [x for x in (power.get(key), energy.get(key)) if x is not None]

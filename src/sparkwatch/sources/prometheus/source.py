@@ -203,6 +203,8 @@ class TsdbSource:
         info = self._info(node, t_from_ns, t_to_ns)
         tracks = [track for _, track in gpus]
         t_ns, used, self._memory_used[node] = self._memory(node, t_from_ns, t_to_ns, len(gpus))
+        read = RawSeries({"__name__": self._memory_used[node], self._label: node}, t_ns, used)
+        refuse_outside([read], 0.0, math.inf, "memory in use is never negative")
         cache, self._page_cache[node] = self._cache(node, t_from_ns, t_to_ns, t_ns, self._memory_used[node])
         nominal = nominal_interval(t_ns, self._said_interval(node, t_from_ns, t_to_ns))
         memory = MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), np.int64), nominal, used, cache)
@@ -368,7 +370,6 @@ class TsdbSource:
         where every GPU has it."""
         f = self._family
         own = self._mine(f.host_memory, node, t_from_ns, t_to_ns)
-        refuse_outside(own, 0.0, math.inf, "memory in use is never negative")
         if own:
             host = single(own, "the memory", self._label, self._pick)
             return host.t_ns, host.values, f.host_memory_name()
