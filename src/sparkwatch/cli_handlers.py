@@ -7,38 +7,17 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget, Imported
+from sparkwatch.commands.anchor_flag import anchor_of
 from sparkwatch.commands.attach import attach, export_flags
 from sparkwatch.core.export_schema import run_schema
-from sparkwatch.importers import FORMATS, ClockAnchor, read_windows
+from sparkwatch.importers import read_windows
 from sparkwatch.outputs import check_output
 
 
 def target_of(args: argparse.Namespace) -> CoordinatorTarget:
     return CoordinatorTarget.resolve(args.coordinator, args.token_file)
-
-
-def anchor_of(
-    args: argparse.Namespace, parser: argparse.ArgumentParser, formats: Sequence[str]
-) -> ClockAnchor | None:
-    """``--clock-anchor``, for the ``formats`` imported; refused where none of them takes one (a wall-clock
-    file's times would not move: the flag was silently ignored)."""
-    if not args.clock_anchor:
-        return None
-    if not any(FORMATS[f].needs_clock_anchor for f in formats if f in FORMATS):
-        takes = ", ".join(name for name, i in FORMATS.items() if i.needs_clock_anchor)
-        said = (
-            f"not for {', '.join(dict.fromkeys(formats))}"
-            if formats
-            else f"and no --import {takes}:FILE was given"
-        )
-        parser.error(f"--clock-anchor is for {takes} files (their monotonic stamps), {said}")
-    try:
-        return ClockAnchor.parse(args.clock_anchor)
-    except ValueError as exc:
-        parser.error(f"--clock-anchor: {exc}")
 
 
 def cmd_schema(_args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:

@@ -6,10 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from sparkwatch.importers.common import ClockAnchor
+from typing import Any
 
 from sparkwatch.cli_types import (
     coordinator_args,
@@ -161,15 +158,6 @@ def label_matchers(text: str) -> str:
     return inner[1:-1].strip()
 
 
-def clock_anchor(text: str) -> ClockAnchor:
-    from sparkwatch.importers.common import ClockAnchor  # noqa: PLC0415 — numpy: not for --help
-
-    try:
-        return ClockAnchor.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _tsdb_args(export: argparse.ArgumentParser) -> None:
     """What an export from a TSDB needs besides the engine's URL (docs/fleets.md)."""
     tsdb = export.add_argument_group("with --prometheus")
@@ -179,7 +167,6 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
     tsdb.add_argument("--windows-format", metavar="KIND", help="the file's importer (default plain)")
     tsdb.add_argument(
         "--clock-anchor",
-        type=clock_anchor,
         metavar="WALL_NS:MONO_NS[:UNC_NS]",
         help="vllm windows: a wall/monotonic pair read on the benchmark host in the same boot",
     )

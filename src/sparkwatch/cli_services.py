@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sparkwatch.cli_handlers import anchor_of, target_of
+from sparkwatch.cli_handlers import target_of
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.commands.anchor_flag import anchor_of
 from sparkwatch.commands.demo import DemoOptions, run_demo
 from sparkwatch.commands.embedded import nodes_now
 from sparkwatch.commands.hardware import cluster_hardware, simulated_nodes

@@ -108,10 +108,8 @@ def _unsound(export: dict[str, Any], name: str) -> str | None:
         raise AttachError(f"{name}: a window lacks the fields every export window has") from None
     if quality.sound:
         return None
-    phases = export["method"].get("phases", ["timed"])
-    whole_run = export["method"].get("scope") == "run"  # the run is measured: its windows judge nothing
-    measured = [] if whole_run else [w for w in export["windows"] if w.get("phase") in phases]
-    bad = next((w for w in measured if not w.get("in_scope") or w.get("verdict") != "ok"), None)
+    first = quality.not_ok[0] if quality.not_ok else None
+    bad = next((w for w in export["windows"] if w.get("id") == first), None)
     detail = ""
     if bad is not None and not bad.get("in_scope"):
         detail = f"; {bad.get('id')}: out of scope"

@@ -16,12 +16,13 @@ from typing import Any
 
 from sparkwatch import __version__
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
+from sparkwatch.commands.anchor_flag import anchor_of
 from sparkwatch.core.phases import name_ids
 from sparkwatch.core.run_spec import RunSpec
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE, ScopeKind
-from sparkwatch.importers import FORMATS, export_answer, load_windows, run_export, windows_answer
+from sparkwatch.importers import export_answer, load_windows, run_export, windows_answer
 from sparkwatch.sources import SourceError, export_from
 from sparkwatch.sources.prometheus.client import Auth, Client, check_url
 from sparkwatch.sources.prometheus.mappings import FAMILIES
@@ -73,6 +74,7 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         parser.error("RUN (a coordinator's run) or --windows FILE: the windows come from one of them")
     if args.run is not None and args.clock_anchor is not None:
         parser.error("--clock-anchor goes with --windows FILE of vllm, not a coordinator's RUN")
+    args.clock_anchor = anchor_of(args, parser, [args.windows_format or "plain"])  # as `import` takes it
     spanned = args.run is not None or args.windows_format == run_export.FORMAT  # a run gives its span
     needed = () if args.run is not None else ("windows",) if spanned else TSDB_ONLY
     missing = [f"--{name}" for name in needed if getattr(args, name) is None]
@@ -115,8 +117,6 @@ def _windows(args: argparse.Namespace) -> tuple[list[Window], run_export.Exporte
     if args.run is not None:
         return _coordinator_run(args)
     fmt = args.windows_format or "plain"
-    if args.clock_anchor is not None and not getattr(FORMATS.get(fmt), "needs_clock_anchor", True):
-        raise SourceError(f"--clock-anchor is for vllm files (their monotonic stamps), not {fmt}")
     windows = load_windows(fmt, args.windows, clock_anchor=args.clock_anchor, allow_empty=True)  # by scope
     run = run_export.exported_run(args.windows) if args.windows_format == run_export.FORMAT else None
     return windows, run

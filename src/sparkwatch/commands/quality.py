@@ -35,6 +35,8 @@ class Quality:
     measured: bool = True
     #: ``--scope run``: the run's length, which is what was measured (its windows judge nothing); else None
     whole_run_s: float | None = None
+    #: The ids of the measured phases' windows that are out of scope or not ``ok``, in export order
+    not_ok: tuple[str, ...] = ()
 
     @property
     def sound(self) -> bool:
@@ -119,6 +121,7 @@ def judge(
         problems=problems,
         measured=measured,
         whole_run_s=float(method.get("scope_s") or 0.0) if whole_run else None,
+        not_ok=tuple(not_ok),
     )
 
 

@@ -21,7 +21,7 @@ def gpu_tracks(
 ) -> list[tuple[str, GpuTrack]]:
     """Each GPU that has power or energy series, with its track on the union of their scrape times; ``said``:
     the node's sampling interval as the agent gave it (align.nominal_interval), where the engine has it."""
-    # 1 % above 1 is slack (a profiling ratio may read a hair over); a percentage is far above
+    # 1 % above 1 is slack for an exporter's rounding (not seen, not ruled out); a percentage is far above
     refuse_outside(util.values(), 0.0, 1.01, "the gate reads a ratio (a percentage? check --metrics)")
     out = []
     for key in sorted({*power, *energy}, key=_gpu_order(power)):
