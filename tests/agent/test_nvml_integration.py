@@ -18,7 +18,7 @@ import pytest
 from doubles.fake_nvml import write_control
 from sparkwatch_agent.hardware.nvml import direct as nvml_direct
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
-from sparkwatch_agent.hardware.readings import DeviceError
+from sparkwatch_agent.hardware.readings import READ_ORDER, DeviceError
 
 HOST_TOTAL = 24 * 2**30
 
@@ -131,11 +131,12 @@ def test_direct_readers_read_what_the_wrappers_read(nvml_profile: Any, profile: 
             assert d.energy_j is None or w.energy_j is None or abs(d.energy_j - w.energy_j) < 1.0
         # each polled field really is read directly (none fell back to its wrapper), and not by accident
         assert direct.wrapped_fields == {gpu.index: () for gpu in direct_inventory.gpus}
-        assert wrapped.wrapped_fields[0] == tuple(
-            f
-            for f, s in direct_inventory.gpus[0].capabilities.items()
-            if s.polled and f != "memory_utilization"
-        )
+        caps = direct_inventory.gpus[0].capabilities
+        polled = tuple(f for f in READ_ORDER if caps[f].polled and f != "memory_utilization")
+        assert wrapped.wrapped_fields[0] == polled
+        # both read the energy counter first, right after the sample's stamp (no GIL hand-over between)
+        assert direct.read_order[0] == wrapped.read_order[0] == polled
+        assert (polled[0] == "energy") == (profile != "gb10-noenergy")
     finally:
         direct.close()
         wrapped.close()

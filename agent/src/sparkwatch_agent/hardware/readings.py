@@ -23,6 +23,10 @@ GPU_FIELDS: tuple[str, ...] = (
     "clock_events",
     "process_memory",
 )
+#: The order a capture reads a GPU's fields in: the energy counter first, right after the sample's stamp,
+#: because power is ΔE/Δt over the stamps. Every NVML call hands the GIL to the agent's other threads, which
+#: may keep it for Python's 5 ms switch interval: behind two calls, the counter could be read 10 ms late.
+READ_ORDER: tuple[str, ...] = ("energy", *(field for field in GPU_FIELDS if field != "energy"))
 
 FieldState = Literal["supported", "unsupported", "untrusted"]
 MemoryModel = Literal["unified", "discrete", "none", "unknown"]

@@ -57,19 +57,24 @@ class GpuKeeper:
         """Attempts to open the backend after the first one."""
         return max(0, self._attempts - 1)
 
-    def capture(
+    def due(self, now_ns: int) -> bool:
+        """Whether the backend is closed and its (re)open time has come."""
+        return self._gpu is not None and not self._open and now_ns >= self._retry_ns
+
+    def open_if_due(
         self, now_ns: int, seq: int, host_total: Callable[[], int | None], retries: bool = True
-    ) -> Any:
-        """The backend's capture for sample ``seq`` (``None`` without a usable GPU). Opens the backend when
-        it is closed and its retry time has come; ``host_total`` (MemTotal) decides the memory model.
+    ) -> None:
+        """Open the backend for sample ``seq`` when ``due``; ``host_total`` (MemTotal) decides the memory
+        model. Apart from ``capture``, so the sample's stamp is taken after an open's slow calls.
         ``retries`` False: a one-shot capture (the probe) whose failure is logged without promising a retry
         that nothing will make."""
-        if self._gpu is None:
-            return None
-        if not self._open:
+        if self.due(now_ns):
             self._open_now(now_ns, seq, host_total, retries)
-            if not self._open:
-                return None
+
+    def capture(self, now_ns: int, retries: bool = True) -> Any:
+        """The backend's capture (``None`` without an open GPU); a device-level failure closes it."""
+        if self._gpu is None or not self._open:
+            return None
         try:
             return self._gpu.capture()
         except DeviceError as exc:
@@ -86,8 +91,6 @@ class GpuKeeper:
 
     def _open_now(self, now_ns: int, seq: int, host_total: Callable[[], int | None], retries: bool) -> None:
         assert self._gpu is not None
-        if now_ns < self._retry_ns:
-            return
         self._attempts += 1
         try:
             inventory, model = self._gpu.open(host_total())

@@ -1,10 +1,11 @@
 """The sampling loop: absolute deadlines on the monotonic clock, run in its own thread.
 
-A tick is split in two. ``capture`` runs on the deadline and only reads: two clocks, /proc/meminfo's
-bytes, the GPUs' raw NVML results and the sensors' raw attributes. ``settle`` decodes what was captured,
-in order and in batches: it parses, builds the ``Sample``, counts read errors, appends to the ring and
-publishes an immutable snapshot. Reading the snapshot settles first, so HTTP handlers, the stream and the
-systemd hook always see every sample taken; the loop settles on its own at least once a second.
+A tick is split in two. ``capture`` runs on the deadline and only reads: two clocks, the GPUs' raw NVML
+results (the energy counter first), the sensors' raw attributes and /proc/meminfo's bytes. ``settle``
+decodes what was captured, in order and in batches: it parses, builds the ``Sample``, counts read errors,
+appends to the ring and publishes an immutable snapshot. Reading the snapshot settles first, so HTTP
+handlers, the stream and the systemd hook always see every sample taken; the loop settles on its own at
+least once a second.
 
 Why: after each sleep the CPU's caches are cold, and a tick costs what the distinct code it runs costs
 cold, ~10x its warm cost on the VMs measured. Decoding a batch runs that code once, warm.
@@ -22,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sparkwatch_agent.hardware.gpu_backend import GpuBackend
 from sparkwatch_agent.hardware.hwmon import SensorCapture
@@ -30,6 +31,7 @@ from sparkwatch_agent.hardware.meminfo import memory_of
 from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading, StatusReading
 from sparkwatch_agent.sampling.gpu_session import GpuKeeper, GpuSession
 from sparkwatch_agent.sampling.leases import IntervalLeases
+from sparkwatch_agent.sampling.readers import MemoryReader, SensorReader
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sample import Sample, encode_sample
 from sparkwatch_agent.sampling.snapshot import Counters, Snapshot
@@ -41,29 +43,6 @@ MAX_WAIT_S = 1.0
 MAX_WAIT_NS = 1_000_000_000
 #: The loop settles (decodes) its captures at least this often when nobody reads the snapshot.
 SETTLE_EVERY_NS = 1_000_000_000
-
-
-class MemoryReader(Protocol):
-    def capture(self) -> bytes: ...
-
-    def decode(self, raw: bytes) -> HostMemory: ...
-
-    def close(self) -> None: ...
-
-
-class SensorReader(Protocol):
-    @property
-    def names(self) -> tuple[str, ...]: ...
-
-    def capture(self) -> SensorCapture: ...
-
-    def decode(
-        self, captured: SensorCapture, errors: list[tuple[str, str]] | None = None
-    ) -> tuple[SensorReading, ...]: ...
-
-    def decode_status(self, captured: SensorCapture) -> tuple[StatusReading, ...]: ...
-
-    def close(self) -> None: ...
 
 
 #: One tick as captured: (seq, t_wall_ns, t_mono_ns, read_duration_s, interval_s, meminfo bytes or the
@@ -197,6 +176,12 @@ class Sampler:
                 log.exception("decoding host memory for the GPU's memory model failed")
         return self._last_host_total
 
+    def _memory_capture(self) -> bytes | OSError:
+        try:
+            return self._memory.capture()
+        except OSError as exc:
+            return exc
+
     # ---- one tick ----------------------------------------------------------------------------------
     def tick(self) -> Sample:
         """Take one sample now and settle it (the loop captures on its deadlines and settles in batches;
@@ -209,18 +194,25 @@ class Sampler:
         return sample
 
     def _capture(self, retries: bool = True) -> float:
-        """Read everything, decode nothing; queue it for ``settle``. Returns the interval in effect."""
+        """Read everything, decode nothing; queue it for ``settle``. Returns the interval in effect.
+
+        Power is ΔE/Δt over the samples' stamps, so the stamp is taken just before the GPU reads, which
+        begin with the energy counter (``READ_ORDER``), and nothing between the two hands the GIL over or
+        makes a system call: a GPU (re)open and the wall clock come before the stamp; the hwmon files
+        (energy counters too) after the GPU, then /proc/meminfo (a level, not a counter). Every file read
+        and NVML call lets the agent's other threads keep the GIL for up to 5 ms: a counter read 5 ms late
+        is 10 % of a 20 Hz interval's power."""
         clocks = self._clocks
-        t_mono = clocks.mono_ns()
+        memory: bytes | OSError | None = None
+        if self._gpus.due(now_ns := clocks.mono_ns()):  # opening: its MemTotal decides the memory model
+            memory = opening = self._memory_capture()
+            self._gpus.open_if_due(now_ns, self._seq + 1, lambda: self._host_total(opening), retries)
         t_wall = clocks.wall_ns()
+        t_mono = clocks.mono_ns()
         t0 = time.perf_counter()
-        memory: bytes | OSError
-        try:
-            memory = self._memory.capture()
-        except OSError as exc:
-            memory = exc
-        gpus = self._gpus.capture(t_mono, self._seq + 1, lambda: self._host_total(memory), retries)
+        gpus = self._gpus.capture(t_mono, retries)
         sensors = self._sensors.capture() if self._sensors is not None else None
+        memory = self._memory_capture() if memory is None else memory
         duration = time.perf_counter() - t0
         interval_s = self.leases.current_s(t_mono)
         self._seq += 1

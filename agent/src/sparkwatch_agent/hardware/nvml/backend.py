@@ -32,6 +32,7 @@ from sparkwatch_agent.hardware.nvml.direct import (
 from sparkwatch_agent.hardware.nvml.readers import Candidates, MissingFunction, candidate_readers, without_key
 from sparkwatch_agent.hardware.readings import (
     GPU_FIELDS,
+    READ_ORDER,
     DeviceError,
     FieldStatus,
     GpuFacts,
@@ -242,10 +243,10 @@ class NvmlBackend:
         """The device's readers: direct for what nvml_direct covers, else the probe's wrapper reader.
         Utilisation rates are read once for both ratios."""
         with_memory_util = caps["memory_utilization"].polled
-        polled = {
-            field: status.detail
-            for field, status in caps.items()
-            if status.polled and not (field == "memory_utilization" and caps["utilization"].polled)
+        polled = {  # in READ_ORDER, which the direct calls follow too
+            field: caps[field].detail
+            for field in READ_ORDER
+            if caps[field].polled and not (field == "memory_utilization" and caps["utilization"].polled)
         }
         direct = (
             DirectReaders(self._lib).device(handle, polled, with_memory_util=with_memory_util)
@@ -254,7 +255,7 @@ class NvmlBackend:
         )
         covered = direct.fields if direct is not None else ()
         pairs: list[tuple[str, Reader]] = []
-        for field in GPU_FIELDS:
+        for field in READ_ORDER:
             if field not in polled or field in covered:
                 continue
             for detail, reader in readers[field]:
@@ -268,6 +269,14 @@ class NvmlBackend:
     def wrapped_fields(self) -> dict[int, tuple[str, ...]]:
         """Per GPU index, the polled fields read through nvidia-ml-py's wrappers rather than directly."""
         return {dev.index: tuple(field for field, _ in dev.pairs) for dev in self._devices}
+
+    @property
+    def read_order(self) -> dict[int, tuple[str, ...]]:
+        """Per GPU index, the polled fields in the order a capture reads them (direct, then wrapped)."""
+        return {
+            dev.index: (dev.direct.fields if dev.direct is not None else ()) + tuple(f for f, _ in dev.pairs)
+            for dev in self._devices
+        }
 
     # ---- sampling --------------------------------------------------------------------------------
     def capture(self) -> GpuCapture:
