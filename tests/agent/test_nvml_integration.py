@@ -137,6 +137,8 @@ def test_direct_readers_read_what_the_wrappers_read(nvml_profile: Any, profile: 
         # both read the energy counter first, right after the sample's stamp (no GIL hand-over between)
         assert direct.read_order[0] == wrapped.read_order[0] == polled
         assert (polled[0] == "energy") == (profile != "gb10-noenergy")
+        first_call = direct._devices[0].direct._calls[0][0]  # type: ignore[union-attr]  # what C is called first
+        assert (first_call.__name__ == "nvmlDeviceGetTotalEnergyConsumption") == (profile != "gb10-noenergy")
     finally:
         direct.close()
         wrapped.close()

@@ -214,20 +214,33 @@ class HeldUpMemory(SimMeminfoReader):
         return super().capture()
 
 
-def sim_sampler(clock: FakeClock, memory_holdups_s: list[float], wall_holdups_s: list[float]) -> Sampler:
-    """A sim GB10 at 45 W on ``clock``, its meminfo and wall-clock reads held up as listed, read by read."""
+class HeldUpSimNvml(SimNvml):
+    """The sim's NVML, whose power calls may be held up as ``HeldUpMemory``'s reads are."""
+
+    def __init__(self, sim: SimGb10, clock: FakeClock, holdups_s: list[float]) -> None:
+        super().__init__(sim)
+        self.clock, self.holdups_s = clock, holdups_s
+
+    def nvmlDeviceGetPowerUsage(self, handle: object) -> int:
+        self.clock.advance(self.holdups_s.pop(0) if self.holdups_s else 0.0)
+        return super().nvmlDeviceGetPowerUsage(handle)
+
+
+def sim_sampler(clock: FakeClock, holdups_s: dict[str, list[float]]) -> Sampler:
+    """A sim GB10 at 45 W on ``clock``, its meminfo reads, power calls and wall-clock reads held up as
+    listed (``holdups_s["memory" | "power" | "wall"]``), read by read."""
     sim = SimGb10("n1", lambda: clock.mono)
     sim.set_load(util_ratio=0.8)
 
     def wall_ns() -> int:
-        clock.advance(wall_holdups_s.pop(0) if wall_holdups_s else 0.0)
+        clock.advance(holdups_s["wall"].pop(0) if holdups_s["wall"] else 0.0)
         return clock.wall
 
     return Sampler(
         node="n1",
         boot_id="b",
-        gpu=NvmlBackend(lib=SimNvml(sim), name="sim", simulated=True),
-        memory=HeldUpMemory(sim, clock, memory_holdups_s),
+        gpu=NvmlBackend(lib=HeldUpSimNvml(sim, clock, holdups_s["power"]), name="sim", simulated=True),
+        memory=HeldUpMemory(sim, clock, holdups_s["memory"]),
         sensors=None,
         leases=IntervalLeases(1.0),
         ring=SampleRing(10),
@@ -242,24 +255,22 @@ def power_between(a: Sample, b: Sample) -> float:
     return (energy_b - energy_a) / ((b.t_mono_ns - a.t_mono_ns) / 1e9)
 
 
-@pytest.mark.parametrize("held_up", ["memory", "wall"])
+@pytest.mark.parametrize("held_up", ["memory", "wall", "power"])
 def test_nothing_held_up_in_a_capture_comes_between_its_stamp_and_its_energy_read(held_up: str) -> None:
-    """Reads held up 20 ms (the thread preempted, or the GIL kept by another thread) on the tick that opens
-    the GPU and on the next: between the stamp and the energy counter, as /proc/meminfo and the wall clock
-    were, they made a 1 s interval read 44.1 W for 45 W (at 20 Hz: 0.6x). Now every interval's power is
-    the sim's, to the counter's mJ."""
+    """One read held up 20 ms on the third tick, none on the others (the thread preempted, or the GIL kept
+    by another thread): between the stamp and the energy counter, as /proc/meminfo, the wall clock and the
+    power call were, it made the 1 s interval before it read 45.9 W for 45 W and the one after 44.1 W
+    (at 20 Hz: 1.4x and 0.6x). Now every interval's power is the sim's, to the counter's mJ."""
     clock = FakeClock()
-    holdups = {"memory": [0.0, 0.0], "wall": [0.0, 0.0]}
-    holdups[held_up] = [0.020, 0.020]
-    sampler = sim_sampler(clock, holdups["memory"], holdups["wall"])
-    first = sampler.tick()
-    holdups[held_up][:] = [0.0, 0.020]
-    clock.advance(1)
-    second = sampler.tick()
-    clock.advance(1)
-    third = sampler.tick()
-    assert power_between(first, second) == pytest.approx(45.0, abs=2e-3)
-    assert power_between(second, third) == pytest.approx(45.0, abs=2e-3)
+    holdups: dict[str, list[float]] = {"memory": [], "wall": [], "power": []}
+    sampler = sim_sampler(clock, holdups)
+    samples = [sampler.tick()]  # the first opens the GPU (its probe calls power, too)
+    for held in (False, True, False):
+        clock.advance(1)
+        holdups[held_up][:] = [0.020 if held else 0.0] * 2
+        samples.append(sampler.tick())
+    for a, b in itertools.pairwise(samples):
+        assert power_between(a, b) == pytest.approx(45.0, abs=2e-3)
 
 
 def test_loop_keeps_absolute_deadlines_and_follows_interval_changes() -> None:
@@ -355,7 +366,8 @@ def test_the_loop_settles_on_its_own_in_batches_at_least_once_a_second() -> None
 
 
 class DecodeFailsForOneCapture(StaticMemory):
-    """Each capture's bytes carry its number; decoding the second capture's bytes raises."""
+    """Each capture's bytes carry its number; decoding the third capture's bytes (the second tick's: the
+    first tick also reads once to open the GPU) raises."""
 
     def __init__(self) -> None:
         self.captures = 0
@@ -365,7 +377,7 @@ class DecodeFailsForOneCapture(StaticMemory):
         return super().capture() + b"Capture: %d\n" % self.captures
 
     def decode(self, raw: bytes) -> HostMemory:
-        if raw.endswith(b"Capture: 2\n"):
+        if raw.endswith(b"Capture: 3\n"):
             raise ValueError("bad bytes")
         return super().decode(raw)
 

@@ -197,22 +197,21 @@ class Sampler:
         """Read everything, decode nothing; queue it for ``settle``. Returns the interval in effect.
 
         Power is ΔE/Δt over the samples' stamps, so the stamp is taken just before the GPU reads, which
-        begin with the energy counter (``READ_ORDER``), and nothing between the two hands the GIL over or
+        begin with the energy counter (``READ_ORDER``), and nothing between the two releases the GIL or
         makes a system call: a GPU (re)open and the wall clock come before the stamp; the hwmon files
         (energy counters too) after the GPU, then /proc/meminfo (a level, not a counter). Every file read
         and NVML call lets the agent's other threads keep the GIL for up to 5 ms: a counter read 5 ms late
         is 10 % of a 20 Hz interval's power."""
         clocks = self._clocks
-        memory: bytes | OSError | None = None
-        if self._gpus.due(now_ns := clocks.mono_ns()):  # opening: its MemTotal decides the memory model
-            memory = opening = self._memory_capture()
+        t0 = time.perf_counter()  # the read's duration includes an open, as it always has
+        if self._gpus.due(now_ns := clocks.mono_ns()):  # opening: MemTotal now decides the memory model
+            opening = self._memory_capture()
             self._gpus.open_if_due(now_ns, self._seq + 1, lambda: self._host_total(opening), retries)
         t_wall = clocks.wall_ns()
         t_mono = clocks.mono_ns()
-        t0 = time.perf_counter()
         gpus = self._gpus.capture(t_mono, retries)
         sensors = self._sensors.capture() if self._sensors is not None else None
-        memory = self._memory_capture() if memory is None else memory
+        memory = self._memory_capture()
         duration = time.perf_counter() - t0
         interval_s = self.leases.current_s(t_mono)
         self._seq += 1
