@@ -164,7 +164,7 @@ def build_store(path: pathlib.Path, hours: float, seed: int) -> None:
     and renamed onto it once whole."""
     from _agent_frames import busy_run, decoded, interleaved
     from sparkwatch.store import Store
-    from sparkwatch.store.db import RunRow
+    from sparkwatch.store.run_rows import RunRow
 
     windows = round(WINDOWS_PER_HOUR * hours)
     run = busy_run(hours, NODES, windows, seed=seed)

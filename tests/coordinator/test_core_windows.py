@@ -18,7 +18,7 @@ from sparkwatch.core.windows import (
     duplicate_id,
 )
 from sparkwatch.store import Store
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 
 T0 = 1_800_000_000 * 10**9
 GOOD = Window(

@@ -14,8 +14,8 @@ from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
-from sparkwatch.store.db import RunRow
 from sparkwatch.store.meters import MeterReading
+from sparkwatch.store.run_rows import RunRow
 
 S = 1_000_000_000
 POLL_S = 1.0

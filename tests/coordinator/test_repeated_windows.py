@@ -12,7 +12,7 @@ import pytest
 from sparkwatch.core.repeated_windows import TOLERANCE_NS, repeated, verdict
 from sparkwatch.core.windows import Window
 from sparkwatch.store import NotFound, RepeatsProxy, Store
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 
 MS = 1_000_000
 T0 = 1_800_000_000 * 1_000_000_000

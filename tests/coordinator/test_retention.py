@@ -17,9 +17,9 @@ from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.store import Store, retention
-from sparkwatch.store.db import RunRow
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.store.retention import MARGIN_NS
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch.wire import SampleFrame
 
 S = 1_000_000_000

@@ -21,8 +21,8 @@ from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.windows import Window
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import NotFound, Store
-from sparkwatch.store.db import RunRow
 from sparkwatch.store.deletion import PURGE_ROWS
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch.wire import SampleFrame
 
 S = 1_000_000_000

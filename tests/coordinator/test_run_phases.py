@@ -23,7 +23,7 @@ from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, StoreError
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.schema import MIGRATIONS
 from sparkwatch.wire import SampleFrame
 
@@ -203,6 +203,39 @@ def test_phases_the_store_cannot_read_are_a_store_error(tmp_path: pathlib.Path) 
             ).connection.commit()
             with pytest.raises(StoreError, match="run r1 has unreadable phases"):
                 store.run("r1")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "stored", "said"),
+    [
+        ("interval_s", "abc", "interval_s 'abc' is not in [0.01, 60.0] seconds"),
+        ("interval_s", 0.0, "interval_s 0.0 is not in [0.01, 60.0] seconds"),
+        ("gate_threshold", 7, "gate_threshold 7.0 is not a number in [0, 1]"),
+        ("gate_threshold", -0.5, "gate_threshold -0.5 is not a number in [0, 1]"),
+        ("scope", "all", "scope 'all' is not one of request, decode, run"),
+        ("t_start_ns", "x" * 60, "t_start_ns 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... is not an integer"),
+        ("t_end_ns", T0 - 1, f"t_end_ns {T0 - 1} is not an integer at or after t_start_ns"),
+        ("name", "", "name '' is not a name of 1-200 characters"),
+        ("command", "[1]", "command '[1]' is not a JSON object"),
+    ],
+)
+def test_a_run_row_damaged_outside_sparkwatch_is_a_store_error(
+    tmp_path: pathlib.Path, column: str, stored: object, said: str
+) -> None:
+    """Before, ``interval_s = 'abc'`` reached the export as a TypeError and a gate of 7 was measured."""
+    store = Store(tmp_path / "c.db")
+    try:
+        store.create_run(RunRow("r1", "run", T0, T0 + S, 0.1, 0.5, "request"))
+        assert store.run("r1").gate_threshold == 0.5
+        db = sqlite3.connect(tmp_path / "c.db")
+        db.execute(f"UPDATE runs SET {column} = ?", (stored,)).connection.commit()
+        with pytest.raises(StoreError) as refused:
+            store.run("r1")
+        assert str(refused.value) == f"run r1 is damaged in the database: {said}"
+        with pytest.raises(StoreError):
+            store.runs()
     finally:
         store.close()
 

@@ -18,7 +18,7 @@ from helpers.frames import T0, frame_of
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, codec
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.sample_block import (
     SMALL,
     SMALL_INTS,

@@ -24,7 +24,7 @@ from sparkwatch.core.export import digest
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.window_rows import plain
 from sparkwatch.defaults import SERIES_BUCKETS
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 
 KINDS = ["gpu_power_w", "util_ratio", "mem_used_bytes", "sm_clock_hz"]
 

@@ -15,7 +15,7 @@ from helpers.frames import sample_frame
 from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
 from sparkwatch.store import NotFound, Store, StoreError
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.schema import MIGRATIONS
 from sparkwatch.store.windows import CHUNK_ROWS, STALE_IMPORT_NS
 from sparkwatch.wire import GapFrame, SampleFrame

@@ -13,7 +13,7 @@ import pytest
 from sparkwatch.commands.export_cmd import ExportCommandError, choose_run
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, StoreError, Unavailable
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.schema import MIGRATIONS, OLDEST_READABLE
 
 T0 = 1_800_000_000 * 10**9

@@ -19,7 +19,7 @@ from sparkwatch.links.state import LinkState
 from sparkwatch.links.stream import IDLE_BATCH, IDLE_HOLD_S, StreamIngest
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Store
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 
 HELLO = '{"type":"hello","boot_id":"b1","node":"n1"}'
 T0_NS = 1_800_000_000_000_000_000

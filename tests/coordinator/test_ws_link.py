@@ -20,7 +20,7 @@ from sparkwatch.links.state import LinkError
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch.wire import SampleFrame
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 

@@ -21,7 +21,7 @@ from helpers.frames import T0, S, sample_frame
 from helpers.processes import TOKEN, Coordinator, free_port, wait_connected
 from sparkwatch.core.windows import Window
 from sparkwatch.store import Store
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 
 
 def _no_traceback(stderr: str) -> None:

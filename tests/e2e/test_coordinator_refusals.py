@@ -19,7 +19,7 @@ from helpers.cli import sparkwatch
 from helpers.processes import Coordinator, free_port
 from sparkwatch.core.windows import Window
 from sparkwatch.store import Store
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch_agent.shared.server_limits import ENV_MAX_CONNECTIONS
 
 S = 1_000_000_000

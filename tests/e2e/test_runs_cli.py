@@ -30,6 +30,7 @@ from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.windows import Window
 from sparkwatch.outputs import size_text
 from sparkwatch.store import Store
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch_agent.hardware.sim import SimSpec
 
 SPEC = SimSpec()
@@ -332,7 +333,7 @@ def test_a_database_whose_rows_were_damaged_is_one_line_and_writes_nothing(
     ending before it starts an export of nothing with exit 0, before."""
     from helpers.frames import T0, sample_frame
     from sparkwatch.core.clock import ClockOffset
-    from sparkwatch.store.db import RunRow
+    from sparkwatch.store.run_rows import RunRow
 
     path = tmp_path / "c.db"
     store = Store(path, now_ns=lambda: T0 + 30 * 10**9)
@@ -453,3 +454,22 @@ def test_a_run_ended_by_someone_else_is_still_exported(standing: Any, tmp_path: 
     export = json.loads(out.read_text())
     assert note in export["run"]["notes"] and export["run"]["command"] is None  # theirs: no outcome given
     assert 0.9 < (export["run"]["t_end_ns"] - export["run"]["t_start_ns"]) / 1e9 < 2.0  # at their end
+
+
+def test_an_export_of_a_damaged_run_row_is_one_line_and_writes_nothing(tmp_path: pathlib.Path) -> None:
+    """A row edited outside sparkwatch: before, a TypeError's traceback (``interval_s = 'abc'``), or a run
+    gated at 7 (no API accepts it) exported as if sound."""
+    db = tmp_path / "c.db"
+    store = Store(db)
+    try:
+        store.create_run(RunRow("r1", "edited", 1_800_000_000 * 10**9, None, 0.1, 0.5, "request"))
+    finally:
+        store.close()
+    for column, stored, said in (("interval_s", "abc", "interval_s 'abc'"), ("gate_threshold", 7, "7.0")):
+        sqlite3.connect(db).execute(f"UPDATE runs SET {column} = ?", (stored,)).connection.commit()
+        out = tmp_path / "out.json"
+        one_line_refusal(cli("export", "--db", str(db), "r1", "-o", str(out)), "run r1 is damaged", said)
+        assert not out.exists()
+        sqlite3.connect(db).execute(
+            "UPDATE runs SET interval_s = 0.1, gate_threshold = 0.5"
+        ).connection.commit()

@@ -36,7 +36,7 @@ from sparkwatch.links.state import LinkState
 from sparkwatch.links.stream import StreamIngest
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.sample_block import decode_blob
 from sparkwatch_agent.assemble import assemble
 from sparkwatch_agent.config import build_config

@@ -27,7 +27,7 @@ from sparkwatch.outputs import check_output, print_export, write_export
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 
 #: Run ids named in a refusal of an unknown one (the newest first).
 NAMED_RUNS = 5

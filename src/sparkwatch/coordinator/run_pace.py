@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 
 #: After a run ends, samples are still stored at once this long: its end waits for them to be stored.
 PROMPT_AFTER_END_NS = 60 * 1_000_000_000

@@ -35,7 +35,7 @@ from sparkwatch.meters.poller import MeterPoller, MeterSink
 from sparkwatch.report.bundle import Assets
 from sparkwatch.sources.store import export_run, run_windows
 from sparkwatch.store import Invalid, Store, StoreError
-from sparkwatch.store.db import RunRow
+from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.windows import Committed
 
 if TYPE_CHECKING:

@@ -12,19 +12,18 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
-from sparkwatch.defaults import DEFAULT_PHASES
 from sparkwatch.store import deletion, engine_samples, meters, retention, sample_reads
 from sparkwatch.store import windows as windows_table
 from sparkwatch.store.opening import open_database
 from sparkwatch.store.read_only import connect_read_only
 from sparkwatch.store.refusals import ended_at
 from sparkwatch.store.rows import I64
+from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_row
 from sparkwatch.store.sample_store import SampleBlocks
 from sparkwatch.store.schema import METER_ERROR_SOURCE, MIGRATIONS, OLDEST_READABLE
 from sparkwatch.store.tx import NotFound, RunEnded, StoreError, tx
@@ -32,37 +31,6 @@ from sparkwatch.store.windows import Committed
 from sparkwatch.wire import GapFrame, SampleFrame
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RunRow:
-    id: str
-    name: str
-    t_start_ns: int
-    t_end_ns: int | None
-    interval_s: float
-    gate_threshold: float
-    scope: str
-    command: str | None = None  # JSON: what `sparkwatch run` wrapped (argv, exit code), None otherwise
-    phases: tuple[str, ...] = DEFAULT_PHASES  # the window phases the run measures
-
-    @property
-    def open(self) -> bool:
-        return self.t_end_ns is None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "t_start_ns": self.t_start_ns,
-            "t_end_ns": self.t_end_ns,
-            "interval_s": self.interval_s,
-            "gate_threshold": self.gate_threshold,
-            "scope": self.scope,
-            "phases": list(self.phases),
-            "open": self.open,
-            "command": json.loads(self.command) if self.command else None,
-        }
 
 
 class Store:
@@ -285,17 +253,17 @@ class Store:
 
     def run(self, run_id: str) -> RunRow:
         row = self._db.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ? AND deleted_at_ns IS NULL", (run_id,)
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ? AND deleted_at_ns IS NULL", (run_id,)
         ).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id}")
-        return _run_row(row)
+        return run_row(row)
 
     def runs(self) -> list[RunRow]:
         return [
-            _run_row(row)
+            run_row(row)
             for row in self._db.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE deleted_at_ns IS NULL ORDER BY t_start_ns"
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE deleted_at_ns IS NULL ORDER BY t_start_ns"
             )
         ]
 
@@ -364,18 +332,3 @@ class Store:
     def windows(self, run_id: str) -> list[Window]:
         """The run's windows, committed imports included, by start time."""
         return windows_table.read(self._db, run_id)
-
-
-_RUN_COLUMNS = "id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope, command, phases"
-
-
-def _run_row(row: tuple[Any, ...]) -> RunRow:
-    """A ``runs`` row (columns as ``_RUN_COLUMNS``); its phases are stored as a JSON array of names."""
-    run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, phases = row
-    try:
-        names = json.loads(phases)
-    except ValueError:
-        names = None
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise StoreError(f"run {run_id} has unreadable phases {phases!r}")
-    return RunRow(run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, tuple(names))

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sparkwatch.coordinator.remote_write.sender import WriterStats
     from sparkwatch.coordinator.service import Coordinator
     from sparkwatch.links.state import LinkState
-    from sparkwatch.store.db import RunRow
+    from sparkwatch.store.run_rows import RunRow
 
 
 class CoordinatorCollector(Collector):

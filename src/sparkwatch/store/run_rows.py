@@ -1,0 +1,106 @@
+"""A run as the ``runs`` table holds it, and its row read back with every column checked.
+
+Why check what the store wrote itself: the file is the user's, and a row edited or damaged outside
+sparkwatch (``interval_s = 'abc'``, a gate of 7) would otherwise reach the export as a traceback or as a
+figure gated at a threshold no API accepts. A damaged row is refused with one line that names the column.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sparkwatch.defaults import DEFAULT_PHASES, MAX_INTERVAL_S, MAX_RUN_NAME_CHARS, MIN_INTERVAL_S, SCOPES
+from sparkwatch.store.tx import StoreError
+
+RUN_COLUMNS = "id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope, command, phases"
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    id: str
+    name: str
+    t_start_ns: int
+    t_end_ns: int | None
+    interval_s: float
+    gate_threshold: float
+    scope: str
+    command: str | None = None  # JSON: what `sparkwatch run` wrapped (argv, exit code), None otherwise
+    phases: tuple[str, ...] = DEFAULT_PHASES  # the window phases the run measures
+
+    @property
+    def open(self) -> bool:
+        return self.t_end_ns is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "t_start_ns": self.t_start_ns,
+            "t_end_ns": self.t_end_ns,
+            "interval_s": self.interval_s,
+            "gate_threshold": self.gate_threshold,
+            "scope": self.scope,
+            "phases": list(self.phases),
+            "open": self.open,
+            "command": json.loads(self.command) if self.command else None,
+        }
+
+
+def run_row(row: tuple[Any, ...]) -> RunRow:
+    """A ``runs`` row (columns as ``RUN_COLUMNS``), checked as the API checks a new run; its phases are
+    stored as a JSON array of names, its command as a JSON object."""
+    run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, phases = row
+    try:
+        names = json.loads(phases)
+    except (TypeError, ValueError):
+        names = None
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise StoreError(f"run {run_id} has unreadable phases {phases!r}")
+    problem = _problem(row)
+    if problem is not None:
+        raise StoreError(f"run {run_id} is damaged in the database: {problem}")
+    return RunRow(run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, tuple(names))
+
+
+def _problem(row: tuple[Any, ...]) -> str | None:
+    """What is wrong with a run row's columns (but its phases), or ``None``."""
+    _, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, _ = row
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_RUN_NAME_CHARS:
+        return f"name {_shown(name)} is not a name of 1-{MAX_RUN_NAME_CHARS} characters"
+    if not _integer(t_start_ns):
+        return f"t_start_ns {_shown(t_start_ns)} is not an integer"
+    if t_end_ns is not None and (not _integer(t_end_ns) or t_end_ns < t_start_ns):
+        return f"t_end_ns {_shown(t_end_ns)} is not an integer at or after t_start_ns"
+    if not _number(interval_s) or not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
+        return f"interval_s {_shown(interval_s)} is not in [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] seconds"
+    if not _number(gate) or not 0 <= gate <= 1:
+        return f"gate_threshold {_shown(gate)} is not a number in [0, 1]"
+    if scope not in SCOPES:
+        return f"scope {_shown(scope)} is not one of {', '.join(SCOPES)}"
+    if command is not None and not _json_object(command):
+        return f"command {_shown(command)} is not a JSON object"
+    return None
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _json_object(text: Any) -> bool:
+    try:
+        return isinstance(text, str) and isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def _shown(value: Any) -> str:
+    """A column's value for a one-line message: repr, cut at 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
