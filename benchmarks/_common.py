@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import pathlib
 import socket
 import statistics
@@ -21,6 +23,14 @@ def fake_nvml_dir() -> pathlib.Path:
     out = pathlib.Path(tempfile.mkdtemp(prefix="sparkwatch-bench-nvml-"))
     build_fake_nvml(out)
     return out
+
+
+def load_fake_nvml_gb10() -> None:
+    """Compile the fake libnvidia-ml.so.1 and load it into this process (GB10 profile, no control file),
+    so the real nvidia-ml-py finds it."""
+    ctypes.CDLL(str(fake_nvml_dir() / "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
+    os.environ["FAKE_NVML_PROFILE"] = "gb10"
+    os.environ.pop("FAKE_NVML_CONTROL", None)
 
 
 def free_port() -> int:

@@ -14,14 +14,12 @@ fake counts whole mJ: at its 7 W a 50 ms interval holds 350 mJ, so about 0.3 % i
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
 import multiprocessing
-import os
 import threading
 from typing import Any
 
-from _common import fake_nvml_dir, median, percentile
+from _common import load_fake_nvml_gb10, median, percentile
 
 
 def spin(stop: Any) -> None:
@@ -102,10 +100,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.05)
     args = parser.parse_args()
 
-    lib_dir = fake_nvml_dir()
-    ctypes.CDLL(str(lib_dir / "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
-    os.environ["FAKE_NVML_PROFILE"] = "gb10"
-    os.environ.pop("FAKE_NVML_CONTROL", None)
+    load_fake_nvml_gb10()
 
     stop = multiprocessing.Event()
     hogs = [multiprocessing.Process(target=spin, args=(stop,)) for _ in range(args.hogs)]

@@ -11,12 +11,10 @@ capture line is the part of a tick that runs on its deadline; the sampler decode
 from __future__ import annotations
 
 import argparse
-import ctypes
-import os
 import time
 from collections.abc import Callable
 
-from _common import fake_nvml_dir, median
+from _common import load_fake_nvml_gb10, median
 
 
 def main() -> None:
@@ -25,10 +23,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
 
-    lib_dir = fake_nvml_dir()
-    ctypes.CDLL(str(lib_dir / "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
-    os.environ["FAKE_NVML_PROFILE"] = "gb10"
-    os.environ.pop("FAKE_NVML_CONTROL", None)
+    load_fake_nvml_gb10()
     import pynvml
 
     from sparkwatch_agent.hardware.meminfo import MeminfoReader
