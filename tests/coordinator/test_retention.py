@@ -16,7 +16,7 @@ from helpers.frames import T0, sample_frame
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.clock import ClockOffset
-from sparkwatch.store import Store, retention
+from sparkwatch.store import Damaged, Store, retention
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.store.retention import MARGIN_NS
 from sparkwatch.store.run_rows import RunRow
@@ -223,6 +223,53 @@ async def test_the_coordinator_runs_a_retention_pass_at_start(tmp_path: pathlib.
     finally:
         await coordinator.stop()
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "stored", "said"),
+    [
+        ("t_start_ns", "abc", "t_start_ns 'abc' is not an integer"),
+        ("t_end_ns", T0 + 2 * HOUR - S, f"t_end_ns {T0 + 2 * HOUR - S} is before t_start_ns {T0 + 2 * HOUR}"),
+    ],
+)
+async def test_a_live_runs_row_damaged_outside_sparkwatch_makes_retention_drop_nothing(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture, column: str, stored: object, said: str
+) -> None:
+    """A run's span read from a row edited by hand: 'abc' was a ValueError traceback in the log at every
+    pass, and an end an hour before the start a span of a second, so the run's hour of samples went."""
+    clock = [T0]
+    store = Store(tmp_path / "c.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 4)
+    store.create_run(RunRow("r1", "kept", T0 + 2 * HOUR, None, 1.0, 0.5, "request"))
+    store.end_run("r1", T0 + 3 * HOUR)
+    with sqlite3.connect(store.path) as db:
+        db.execute(f"UPDATE runs SET {column} = ?", (stored,))
+    clock[0] = T0 + 4 * HOUR + WEEK
+    with pytest.raises(Damaged, match=f"^run r1 is damaged in the database: {said}$"):
+        retain(store, WEEK)
+    assert len(stored_seqs(store)) == 4 * 3600  # nothing went
+    coordinator = Coordinator([], store, now_ns=lambda: clock[0], retain_idle_s=WEEK / S)
+    await coordinator.start()
+    try:
+        for _ in range(300):
+            if coordinator.housekeeping.passes:
+                break
+            await asyncio.sleep(0.02)
+        warned = [r for r in caplog.records if r.name.endswith("housekeeping")]
+        assert [(r.getMessage(), r.exc_info) for r in warned] == [
+            (
+                f"retention waits, dropping nothing: run r1 is damaged in the database: {said}"
+                " (mend the row, or delete the run)",
+                None,
+            )
+        ]
+    finally:
+        await coordinator.stop()
+    assert len(stored_seqs(store)) == 4 * 3600
+    with sqlite3.connect(store.path) as db:  # mended: the next pass drops what no run covers
+        db.execute("UPDATE runs SET t_start_ns = ?, t_end_ns = ?", (T0 + 2 * HOUR, T0 + 3 * HOUR))
+    assert retain(store, WEEK) > 0 and set(range(2 * 3600, 3 * 3600 + 1)) <= set(stored_seqs(store))
+    store.close()
 
 
 def test_handing_pages_back_counts_no_sample_block(tmp_path: pathlib.Path) -> None:

@@ -230,3 +230,33 @@ async def test_a_delete_cut_short_is_invisible_and_finished_at_the_next_start(tm
         assert (await second.ok("GET", f"/v1/runs/{kept}"))["windows"] == DIRECT + 3
     finally:
         await shut(second, store)
+
+
+async def test_a_run_whose_row_was_damaged_outside_sparkwatch_can_still_be_deleted(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The way out of a 409 "damaged in the database": the run's deletion reads its span to drop its
+    samples, and a `t_start_ns` of 'abc' made that a ValueError that ended the purge, so the run was
+    hidden but its rows stayed for good (and every later start failed at it again)."""
+    run = str(
+        (await api.ok("POST", "/v1/runs", {"name": "edited"}))["id"]
+    )  # no window: its span is its row's
+    api.clock[0] = T0 + RUN_S * S
+    await api.ok("POST", f"/v1/runs/{run}/end")
+    conn = sqlite3.connect(api.db)
+    with conn:
+        conn.execute("UPDATE runs SET t_start_ns = 'abc' WHERE id = ?", (run,))
+    conn.close()
+    listed = await api.ok("GET", "/v1/runs")  # the list was a 409 for the one row: no run shown at all
+    assert listed["runs"] == [] and listed["damaged"] == [
+        {"id": run, "reason": f"run {run} is damaged in the database: t_start_ns 'abc' is not an integer"}
+    ]
+    status, refusal = await api.call("GET", f"/v1/runs/{run}")
+    assert status == 409 and refusal["reason"] == listed["damaged"][0]["reason"]
+    status, answer = await api.call("DELETE", f"/v1/runs/{run}")
+    assert status == 202 and answer["deleted"] == run
+    await purged(api.db, run)
+    assert await api.ok("GET", "/v1/runs") == {"runs": [], "damaged": []}
+    assert samples_in(api.db) == 50  # no span to trust: left to idle retention, not dropped by a guess
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"run {run}: run {run} is damaged in the database: t_start_ns 'abc' is not an integer;" in said[-1]

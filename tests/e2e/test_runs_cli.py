@@ -473,3 +473,44 @@ def test_an_export_of_a_damaged_run_row_is_one_line_and_writes_nothing(tmp_path:
         sqlite3.connect(db).execute(
             "UPDATE runs SET interval_s = 0.1, gate_threshold = 0.5"
         ).connection.commit()
+
+
+def test_a_damaged_run_row_leaves_the_other_runs_listed_exported_and_itself_deletable(
+    standing: Any, tmp_path: pathlib.Path
+) -> None:
+    """One run row edited by hand made `runs` a 409 for every run, a coordinator restarted on the file
+    refused to start, and its deletion never finished (its span was a ValueError): the way out was sqlite3."""
+    coord, _agent, env = standing
+    token = ["--token-file", str(coord.token)]
+    sound, edited = (
+        cli("runs", "open", "--name", name, *token, env=env).stdout.split()[0] for name in ("sound", "edited")
+    )
+    for run in (sound, edited):
+        assert cli("runs", "end", run, *token, env=env).returncode == 0
+    with sqlite3.connect(coord.db) as db:
+        db.execute("UPDATE runs SET interval_s = 'abc' WHERE id = ?", (edited,))
+    listed = cli("runs", "list", *token, env=env)
+    assert listed.returncode == 0 and sound in listed.stdout and edited not in listed.stdout, listed
+    assert listed.stderr == (
+        f"sparkwatch: run {edited} is damaged in the database: interval_s 'abc' is not in [0.01, 60.0]"
+        f" seconds (mend the row, or remove the run: sparkwatch runs delete {edited})\n"
+    )
+    out = tmp_path / "sound.json"
+    assert cli("export", "--db", str(coord.db), sound, "-o", str(out)).returncode == 0
+    assert json.loads(out.read_text())["run"]["id"] == sound
+    newest = cli("export", "--db", str(coord.db), "-o", str(tmp_path / "newest.json"))  # no guess around it
+    one_line_refusal(newest, f"run {edited} is damaged in the database: interval_s 'abc'")
+    coord.stop()
+    coord.start()  # a restart on the file
+    wait_connected(coord, 1)
+    deleted = cli("runs", "delete", edited, *token, env=env)
+    assert deleted.returncode == 0 and deleted.stdout == f"deleted run {edited} (0 windows)\n", deleted
+    for _ in range(100):
+        with sqlite3.connect(coord.db) as db:
+            if not db.execute("SELECT COUNT(*) FROM runs WHERE id = ?", (edited,)).fetchone()[0]:
+                break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"run {edited}'s row is still in the file")
+    again = cli("runs", "list", *token, env=env)
+    assert again.stderr == "" and sound in again.stdout

@@ -100,6 +100,9 @@ def offline_export(
     with its ``series`` block in ``series_buckets`` buckets when given."""
     store = Store.read_only(path)
     try:
+        for run_id, damaged in store.damaged_runs().items():  # the newest may be one of them: no guess
+            if wanted in (None, run_id):
+                raise damaged
         run, which = choose_run(store.runs(), wanted, path)
         say(f"exporting run {run.id} ({run.name}) from {path}" + (f", {which} in it" if which else ""))
         for note in _notes(run, gate_threshold, scope, phases):

@@ -63,7 +63,12 @@ async def _list(client: CoordinatorClient, args: argparse.Namespace) -> int:
             return int((await client.run(run_id))["windows"])
 
     counts = await asyncio.gather(*(count(r["id"]) for r in runs))
-    print(runs_table(runs, counts) if runs else f"no runs on {client.target.url}")
+    damaged = answer.get("damaged", [])  # an older coordinator: none said
+    if runs or not damaged:
+        print(runs_table(runs, counts) if runs else f"no runs on {client.target.url}")
+    for run in damaged:
+        remedy = f"mend the row, or remove the run: sparkwatch runs delete {shown(run['id'])}"
+        print(f"sparkwatch: {shown(run['reason'])} ({remedy})", file=sys.stderr)
     return 0
 
 

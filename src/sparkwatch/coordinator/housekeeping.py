@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from sparkwatch.defaults import RETENTION_EVERY_S
-from sparkwatch.store import Store, StoreError
+from sparkwatch.store import Damaged, Store, StoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,6 +44,8 @@ class Housekeeping:
                 dropped = await self._steps(lambda store: store.retention_steps(retain_ns))
                 if dropped:
                     log.info("retention: dropped %d sample blocks no run covers", dropped)
+            except Damaged as exc:  # no span to trust: drop nothing rather than a misread run's samples
+                log.warning("retention waits, dropping nothing: %s (mend the row, or delete the run)", exc)
             except StoreError as exc:
                 log.warning("retention pass cut short (%s); the next one goes on", exc)
             except Exception:  # a bug must not end retention for good: said once per pass, with its trace

@@ -34,7 +34,7 @@ from sparkwatch.meters.factory import make_reader
 from sparkwatch.meters.poller import MeterPoller, MeterSink
 from sparkwatch.report.bundle import Assets
 from sparkwatch.sources.store import export_run, run_windows
-from sparkwatch.store import Invalid, Store, StoreError
+from sparkwatch.store import Damaged, Invalid, Store, StoreError
 from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.windows import Committed
 
@@ -82,6 +82,10 @@ class Coordinator:
         self.remote_writer: RemoteWriter | None = None
         store.set_nodes([n.name for n in self.nodes])
         self._prompt_until_ns = run_pace.prompt_until_ns(store.runs())  # a run left open survives a restart
+        for damaged in store.damaged_runs().values():
+            log.warning(
+                "%s: left out of every run list and of the sampling pace until mended or deleted", damaged
+            )
 
     @property
     def node_names(self) -> list[str]:
@@ -242,6 +246,10 @@ class Coordinator:
     def runs(self) -> list[RunRow]:
         return self.store.runs()
 
+    def damaged_runs(self) -> dict[str, Damaged]:
+        """Runs whose rows were damaged outside sparkwatch, by id: listed apart, with why."""
+        return self.store.damaged_runs()
+
     async def run_sizes(self) -> dict[str, int]:
         """Bytes of stored samples by run, on the window thread's connection: it reads every block's row
         (a few hundred milliseconds with months of them), which must not stall the event loop."""
@@ -293,13 +301,22 @@ class Coordinator:
         go in between, and a stop or crash part-way leaves a run nobody sees, finished at the next start
         (its row goes last, after its samples)."""
         try:
-            span = await self._in_window_thread(lambda store: store.deleted_run_span(run_id))
+            span = await self._deleted_span(run_id)
             while not await self._in_window_thread(lambda store: store.purge_step(run_id)):
                 pass
             await self.housekeeping.drop_run_samples(run_id, span)
             await self._in_window_thread(lambda store: store.forget_run(run_id))
         except StoreError as exc:
             log.warning("run %s: its rows are not all removed yet (%s); the next start goes on", run_id, exc)
+
+    async def _deleted_span(self, run_id: str) -> tuple[int, int] | None:
+        """The deleted run's span, for its samples; a row damaged outside sparkwatch has none to trust, so
+        its rows still go and its samples are left to idle retention (not dropped by a guessed span)."""
+        try:
+            return await self._in_window_thread(lambda store: store.deleted_run_span(run_id))
+        except Damaged as exc:
+            log.warning("run %s: %s; its samples are left to idle retention", run_id, exc)
+            return None
 
     async def _in_window_thread(self, work: Callable[[Store], T]) -> T:
         if self._window_thread is None:

@@ -2,6 +2,7 @@
 
 from sparkwatch.store.db import Store
 from sparkwatch.store.tx import (
+    Damaged,
     DuplicateIds,
     Invalid,
     NotFound,
@@ -12,6 +13,7 @@ from sparkwatch.store.tx import (
 )
 
 __all__ = [
+    "Damaged",
     "DuplicateIds",
     "Invalid",
     "NotFound",

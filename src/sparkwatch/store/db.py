@@ -26,7 +26,7 @@ from sparkwatch.store.rows import I64
 from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_row
 from sparkwatch.store.sample_store import SampleBlocks
 from sparkwatch.store.schema import METER_ERROR_SOURCE, MIGRATIONS, OLDEST_READABLE
-from sparkwatch.store.tx import NotFound, RunEnded, StoreError, tx
+from sparkwatch.store.tx import Damaged, NotFound, RunEnded, StoreError, tx
 from sparkwatch.store.windows import Committed
 from sparkwatch.wire import GapFrame, SampleFrame
 
@@ -151,8 +151,8 @@ class Store:
 
     def deleted_run_span(self, run_id: str) -> tuple[int, int] | None:
         """The span of a run deleted but not yet forgotten (its row widened over its windows when it was
-        deleted), None when unknown."""
-        return retention.run_spans(self._db, live=False).get(run_id)
+        deleted), None when unknown; a StoreError when its row is damaged."""
+        return retention.span_of(self._db, run_id)
 
     def drop_run_samples(self, span: tuple[int, int]) -> Iterator[int]:
         """Steps dropping a deleted run's samples no live run covers (one opened meanwhile included), then
@@ -162,7 +162,7 @@ class Store:
 
     def run_sizes(self) -> dict[str, int]:
         """Bytes of stored samples each live run's span touches (a block two runs share counts in both)."""
-        return retention.sizes(self._db, retention.run_spans(self._db))
+        return retention.sizes(self._db, retention.run_spans(self._db, skip_damaged=True))
 
     # ---- meters ----------------------------------------------------------------------------------
     def add_meter_reading(self, node: str, reading: meters.MeterReading) -> bool:
@@ -260,12 +260,24 @@ class Store:
         return run_row(row)
 
     def runs(self) -> list[RunRow]:
-        return [
-            run_row(row)
-            for row in self._db.execute(
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE deleted_at_ns IS NULL ORDER BY t_start_ns"
-            )
-        ]
+        """The live runs whose rows read, by start; :meth:`damaged_runs` has the others, so that one row
+        edited outside sparkwatch neither stops the coordinator nor hides its runs."""
+        return [run for run in self._read_runs().values() if isinstance(run, RunRow)]
+
+    def damaged_runs(self) -> dict[str, Damaged]:
+        """The live runs whose rows do not read (edited or damaged outside sparkwatch), by id: why."""
+        return {i: run for i, run in self._read_runs().items() if isinstance(run, Damaged)}
+
+    def _read_runs(self) -> dict[str, RunRow | Damaged]:
+        read: dict[str, RunRow | Damaged] = {}
+        for row in self._db.execute(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE deleted_at_ns IS NULL ORDER BY t_start_ns"
+        ):
+            try:
+                read[str(row[0])] = run_row(row)
+            except Damaged as exc:
+                read[str(row[0])] = exc
+        return read
 
     def delete_run(self, run_id: str) -> int:
         """Step 1 of a delete (store/deletion.py): the ended run is gone from every read at once, its rows

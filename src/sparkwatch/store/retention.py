@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
+from sparkwatch.store.run_rows import is_integer, shown
 from sparkwatch.store.sample_reads import NEAREST_NS
-from sparkwatch.store.tx import tx
+from sparkwatch.store.tx import Damaged, tx
 
 #: Around each run's span: the memory baseline (≤ 60 s), and the nearest probe rounds (≤ 600 s) of its boots.
 MARGIN_NS = NEAREST_NS + 60 * 1_000_000_000
@@ -40,18 +42,34 @@ _NEVER = 2**63 - 1
 Span = tuple[int, int]
 
 
-def run_spans(db: sqlite3.Connection, *, live: bool = True) -> dict[str, Span]:
-    """Each run's span (not widened); ``live``: the runs not deleted, else the deleted ones."""
+def run_spans(db: sqlite3.Connection, *, skip_damaged: bool = False) -> dict[str, Span]:
+    """Each live run's span (not widened); a damaged row is a ``Damaged`` error, or left out."""
     rows = db.execute(
         "SELECT r.id, r.t_start_ns, r.t_end_ns, MIN(w.t_start_ns), MAX(w.t_end_ns) FROM runs r"
-        " LEFT JOIN windows w ON w.run_id = r.id"
-        f" WHERE r.deleted_at_ns IS {'' if live else 'NOT '}NULL GROUP BY r.id"
+        " LEFT JOIN windows w ON w.run_id = r.id WHERE r.deleted_at_ns IS NULL GROUP BY r.id"
     ).fetchall()
-    return {str(run_id): _span(start, end, first, last) for run_id, start, end, first, last in rows}
+    spans: dict[str, Span] = {}
+    for row in rows:
+        try:
+            spans[str(row[0])] = _span(*row)
+        except Damaged:
+            if not skip_damaged:
+                raise
+    return spans
 
 
-def _span(start: int, end: int | None, first: int | None, last: int | None) -> Span:
-    """A run's span from its start and end (None: open) and its windows' first start and last end."""
+def _span(run_id: str, start: Any, end: Any, first: Any, last: Any) -> Span:
+    """A run's span from its start and end (None: open) and its windows' first start and last end. A
+    value that is not an integer (a row edited outside sparkwatch) is a StoreError naming it: a pass must
+    not guess a span, and drop the samples of a run it misread."""
+    named = (("t_start_ns", start), ("t_end_ns", end), ("its first window's t_start_ns", first))
+    for column, value in (*named, ("its last window's t_end_ns", last)):
+        if not is_integer(value) and (value is not None or column == "t_start_ns"):
+            raise Damaged(
+                f"run {run_id} is damaged in the database: {column} {shown(value)} is not an integer"
+            )
+    if end is not None and end < start:
+        raise Damaged(f"run {run_id} is damaged in the database: t_end_ns {end} is before t_start_ns {start}")
     lo = min(start, first) if first is not None else start
     hi = _NEVER if end is None else max(end, last) if last is not None else end
     return int(lo), int(hi)
@@ -105,19 +123,20 @@ class LiveSpans:
             return False
         self._by_id = {i: span for i, span in self._by_id.items() if i in ids}
         for run_id in ids - self._by_id.keys():
-            self._by_id[run_id] = _span_of(self._db, run_id)
+            if (span := span_of(self._db, run_id)) is not None:  # None: deleted and forgotten meanwhile
+                self._by_id[run_id] = span
         self.spans = list(self._by_id.values())
         return True
 
 
-def _span_of(db: sqlite3.Connection, run_id: str) -> Span:
-    """One run's span, as :func:`run_spans` makes it."""
+def span_of(db: sqlite3.Connection, run_id: str) -> Span | None:
+    """One run's span, live or deleted, as :func:`run_spans` makes it; None for no such run."""
     row = db.execute(
         "SELECT r.t_start_ns, r.t_end_ns, (SELECT MIN(t_start_ns) FROM windows WHERE run_id = r.id),"
         " (SELECT MAX(t_end_ns) FROM windows WHERE run_id = r.id) FROM runs r WHERE r.id = ?",
         (run_id,),
     ).fetchone()
-    return _span(*row)
+    return None if row is None else _span(run_id, *row)
 
 
 def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:

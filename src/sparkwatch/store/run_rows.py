@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkwatch.defaults import DEFAULT_PHASES, MAX_INTERVAL_S, MAX_RUN_NAME_CHARS, MIN_INTERVAL_S, SCOPES
-from sparkwatch.store.tx import StoreError
+from sparkwatch.store.tx import Damaged
 
 RUN_COLUMNS = "id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope, command, phases"
 
@@ -58,10 +58,10 @@ def run_row(row: tuple[Any, ...]) -> RunRow:
     except (TypeError, ValueError):
         names = None
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise StoreError(f"run {run_id} has unreadable phases {phases!r}")
+        raise Damaged(f"run {run_id} has unreadable phases {phases!r}")
     problem = _problem(row)
     if problem is not None:
-        raise StoreError(f"run {run_id} is damaged in the database: {problem}")
+        raise Damaged(f"run {run_id} is damaged in the database: {problem}")
     return RunRow(run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, tuple(names))
 
 
@@ -69,23 +69,23 @@ def _problem(row: tuple[Any, ...]) -> str | None:
     """What is wrong with a run row's columns (but its phases), or ``None``."""
     _, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, _ = row
     if not isinstance(name, str) or not 0 < len(name) <= MAX_RUN_NAME_CHARS:
-        return f"name {_shown(name)} is not a name of 1-{MAX_RUN_NAME_CHARS} characters"
-    if not _integer(t_start_ns):
-        return f"t_start_ns {_shown(t_start_ns)} is not an integer"
-    if t_end_ns is not None and (not _integer(t_end_ns) or t_end_ns < t_start_ns):
-        return f"t_end_ns {_shown(t_end_ns)} is not an integer at or after t_start_ns"
+        return f"name {shown(name)} is not a name of 1-{MAX_RUN_NAME_CHARS} characters"
+    if not is_integer(t_start_ns):
+        return f"t_start_ns {shown(t_start_ns)} is not an integer"
+    if t_end_ns is not None and (not is_integer(t_end_ns) or t_end_ns < t_start_ns):
+        return f"t_end_ns {shown(t_end_ns)} is not an integer at or after t_start_ns"
     if not _number(interval_s) or not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
-        return f"interval_s {_shown(interval_s)} is not in [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] seconds"
+        return f"interval_s {shown(interval_s)} is not in [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] seconds"
     if not _number(gate) or not 0 <= gate <= 1:
-        return f"gate_threshold {_shown(gate)} is not a number in [0, 1]"
+        return f"gate_threshold {shown(gate)} is not a number in [0, 1]"
     if scope not in SCOPES:
-        return f"scope {_shown(scope)} is not one of {', '.join(SCOPES)}"
+        return f"scope {shown(scope)} is not one of {', '.join(SCOPES)}"
     if command is not None and not _json_object(command):
-        return f"command {_shown(command)} is not a JSON object"
+        return f"command {shown(command)} is not a JSON object"
     return None
 
 
-def _integer(value: Any) -> bool:
+def is_integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -100,7 +100,7 @@ def _json_object(text: Any) -> bool:
         return False
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A column's value for a one-line message: repr, cut at 40 characters."""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -17,6 +17,11 @@ class Invalid(StoreError):
     """What was asked cannot be right for this run (a window a day away from it)."""
 
 
+class Damaged(StoreError):
+    """A row the store would never write (the file edited or damaged outside sparkwatch): refused with one
+    line that names it, never measured or guessed around."""
+
+
 class DuplicateIds(StoreError):
     """Window ids a run holds already (or that one batch repeats): ``ids`` are the first few, ``count`` all
     of them, so a client can act on the refusal without SQLite's wording."""

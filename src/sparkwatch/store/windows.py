@@ -20,7 +20,7 @@ from sparkwatch.core.windows import WINDOW_FIELDS, Window
 from sparkwatch.store import refusals
 from sparkwatch.store.deletion import LIVE_RUNS
 from sparkwatch.store.refusals import STALE_IMPORT_NS
-from sparkwatch.store.tx import DuplicateIds, NotFound, RepeatsProxy, StoreError, tx
+from sparkwatch.store.tx import Damaged, DuplicateIds, NotFound, RepeatsProxy, StoreError, tx
 
 #: Rows per transaction: a few milliseconds of writing, the longest a sample insert waits for the lock.
 CHUNK_ROWS = 2000
@@ -308,7 +308,7 @@ def _window(row: tuple[Any, ...], sources: dict[str, dict[str, Any]]) -> Window:
     values[_SOURCE] = source
     window = Window(*values)
     if not isinstance(source, dict):
-        raise StoreError(f"damaged window {window.id!r} in the database: its source is not a JSON object")
+        raise Damaged(f"damaged window {window.id!r} in the database: its source is not a JSON object")
     if not window.t_start_ns <= window.t_end_ns:
-        raise StoreError(f"damaged window {window.id!r} in the database: it ends before it starts")
+        raise Damaged(f"damaged window {window.id!r} in the database: it ends before it starts")
     return window

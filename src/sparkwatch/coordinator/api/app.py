@@ -156,11 +156,14 @@ async def create_run(request: web.Request) -> web.Response:
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    """Every run, each with ``size_bytes``: its stored samples (blocks its span touches, on every node)."""
+    """Every run, each with ``size_bytes``: its stored samples (blocks its span touches, on every node);
+    ``damaged``: the runs whose rows were damaged outside sparkwatch, with why (one such row once made the
+    whole list a 409)."""
     coordinator = request.app[COORDINATOR]
     sizes = await coordinator.run_sizes()
     runs = [{**r.to_json(), "size_bytes": sizes.get(r.id, 0)} for r in coordinator.runs()]
-    return web.json_response({"runs": runs})
+    damaged = [{"id": run_id, "reason": str(why)} for run_id, why in coordinator.damaged_runs().items()]
+    return web.json_response({"runs": runs, "damaged": damaged})
 
 
 async def get_run(request: web.Request) -> web.Response:
