@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import pathlib
 import time
@@ -230,6 +231,25 @@ def test_a_binding_without_a_borrowed_struct_keeps_that_fields_wrapper(nvml_prof
     try:
         assert backend.wrapped_fields == {0: ("memory_info",), 1: ("memory_info",)}
         assert backend.read()[1].mem_used_bytes == 21 * 2**30
+    finally:
+        backend.close()
+
+
+def test_a_binding_whose_value_union_lacks_a_member_keeps_power_instants_wrapper(nvml_profile: Any) -> None:
+    """A KeyError for the missing member escaped the direct path's build (it caught AttributeError and
+    ValueError only), and so the backend's open: no GPU was read at all."""
+    nvml_profile("gb10")
+
+    class Value(ctypes.Union):
+        _fields_ = [(n, t) for n, t in pynvml.c_nvmlValue_t._fields_ if n != "sllVal"]
+
+    names = [n for n in dir(pynvml) if not n.startswith("__") and n != "c_nvmlValue_t"]
+    partial = types.SimpleNamespace(**{n: getattr(pynvml, n) for n in names}, c_nvmlValue_t=Value)
+    backend = NvmlBackend(lib=partial)
+    backend.open(HOST_TOTAL)
+    try:
+        assert backend.wrapped_fields == {0: ("power_instant",)}
+        assert backend.read()[0].power_instant_w is not None
     finally:
         backend.close()
 

@@ -234,6 +234,8 @@ class DirectDevice:
         uint = self._layout.decode(offset + entry.value.offset, ctypes.sizeof(ctypes.c_uint))
         members = dict(value._fields_)
         at = offset + entry.value.offset
+        if not set(VALUE_MEMBERS) <= members.keys():  # a binding whose union lacks one: the wrapper reads it
+            return False
         call = self._call(fn, (self._handle, ctypes.c_int32(1), self._at(offset)))
         self._instant = (call, kind, ret, uint, tuple((members[m], at) for m in VALUE_MEMBERS))
         ret_at = offset + entry.nvmlReturn.offset
