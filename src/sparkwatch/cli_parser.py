@@ -178,7 +178,13 @@ def _add_run(sub: Sub) -> None:
         metavar="URL",
         help="put the proxy in front of this endpoint; {proxy} in CMD becomes the proxy's URL",
     )
-    run.add_argument("--proxy-listen", type=listen, default="127.0.0.1:8899", metavar="HOST:PORT")
+    run.add_argument(
+        "--proxy-listen",
+        type=listen,
+        default="127.0.0.1:8899",
+        metavar="HOST:PORT",
+        help="where the proxy listens (default 127.0.0.1:8899)",
+    )
     run.add_argument(
         "--engine-metrics",
         type=engine_metrics_url,
@@ -196,7 +202,9 @@ def _add_run(sub: Sub) -> None:
     )
     run.add_argument("--clock-anchor", metavar="WALL_NS:MONO_NS", help="for vllm files from another host")
     run.add_argument("--db", type=Path, metavar="PATH", help="keep the embedded coordinator's SQLite file")
-    run.add_argument("-o", "--output", type=Path, metavar="FILE", help="export path")
+    run.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="export path (default sparkwatch-RUN_ID.json, here)"
+    )
     run.add_argument(
         "--spill", type=spill_file, metavar="FILE.json", help="proxy windows not stored (default: beside -o)"
     )

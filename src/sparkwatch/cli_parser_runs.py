@@ -38,7 +38,12 @@ def method_args(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"the agents' sampling interval while the run is open (default {DEFAULT_INTERVAL_S:g})",
     )
-    parser.add_argument("--scope", choices=SCOPES, default=DEFAULT_SCOPE, help="what the figures cover")
+    parser.add_argument(
+        "--scope",
+        choices=SCOPES,
+        default=DEFAULT_SCOPE,
+        help=f"what the figures cover (default {DEFAULT_SCOPE})",
+    )
     parser.add_argument(
         "--phases",
         type=phases,
@@ -50,7 +55,7 @@ def method_args(parser: argparse.ArgumentParser) -> None:
         type=ratio,
         default=DEFAULT_GATE_THRESHOLD,
         metavar="RATIO",
-        help="GPU utilisation a sample needs to count in gated figures",
+        help=f"GPU utilisation a sample needs to count in gated figures (default {DEFAULT_GATE_THRESHOLD:g})",
     )
 
 

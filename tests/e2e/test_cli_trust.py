@@ -221,6 +221,7 @@ def test_a_second_ctrl_c_quits_at_once_kills_the_command_and_keeps_the_data(
     assert len(kept) == 1, stderr
     db = pathlib.Path(kept[0].split("kept at ")[1].split(";")[0])
     assert db.exists()
+    assert [f.name for f in (tmp_path / "tmp").iterdir()] == [db.parent.name]  # no empty folder beside it
     store = Store.read_only(db)
     try:
         (run,) = store.runs()

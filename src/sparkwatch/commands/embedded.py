@@ -37,8 +37,11 @@ async def embedded_coordinator(
     the serving engine it scrapes (`run --engine-metrics URL`, or ``[engine]`` of the nodes file). The client
     carries the coordinator's token (``client.target.token``), a fresh one per coordinator."""
     token = secrets.token_urlsafe(32)
-    with tempfile.TemporaryDirectory(prefix="sparkwatch-") as tmp:
-        path = db or Path(tmp) / "sparkwatch.db"
+    with contextlib.ExitStack() as stack:  # a folder only when no file is given: a quit at once left it
+        path = (
+            db
+            or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sparkwatch-"))) / "sparkwatch.db"
+        )
         async with running_coordinator(nodes, path, "127.0.0.1", 0, token, engine=engine) as url:
             log.info("embedded coordinator on %s (%s, db %s)", url, nodes_counted(nodes), path)
             target = CoordinatorTarget(url, token, label=EMBEDDED_LABEL)

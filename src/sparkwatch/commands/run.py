@@ -189,7 +189,8 @@ async def run_command(opts: RunOptions) -> int:
     state = RunState()
     interrupts = Interrupts(opts.stderr)
     async with _client(opts, state) as client, contextlib.AsyncExitStack() as stack:
-        opts = replace(opts, capture_dir=Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        capture = stack.enter_context(tempfile.TemporaryDirectory(prefix="sparkwatch-capture-"))
+        opts = replace(opts, capture_dir=Path(capture))
         proxy_stack = await stack.enter_async_context(contextlib.AsyncExitStack())
         poster = RunPoster(client)
         if opts.proxy_upstream is not None:  # bind first: a port in use must not leave a run behind
@@ -383,6 +384,8 @@ async def _quit_now(
         await client.end_run(state.run_id, command_record(opts.command, code))
     if state.db is not None:
         await client.wait_for_nodes(lambda n: n.get("lease_interval_s") is None, timeout_s=2.0)
+    if opts.capture_dir is not None:  # CMD's captured output, which no import will read now
+        shutil.rmtree(opts.capture_dir, ignore_errors=True)
 
 
 def _run_name(opts: RunOptions) -> str:
