@@ -174,6 +174,33 @@ async def test_a_mark_whose_name_a_window_took_meanwhile_is_dropped_when_it_ends
     assert api.rows() == 1
 
 
+async def test_a_mark_that_cannot_end_as_a_window_is_refused_and_stays_open(api: Api) -> None:
+    """The coordinator's clock stepped back past a mark's begin (or its row was edited): the mark ended as
+    a window that ends before it starts, stored unchecked, after which the run's windows and export were a
+    409 "damaged window" for good. Refused now, with nothing stored; the mark stays open to end later."""
+    run = await api.new_run()
+    path = f"/v1/runs/{run}/marks"
+    api.clock[0] = T0 + 10 * S
+    assert (await api.call("POST", path, {"name": "m", "event": "begin"}))[0] == 201
+    api.clock[0] = T0 + 5 * S  # stepped back 5 s
+    status, body = await api.call("POST", path, {"name": "m", "event": "end"})
+    assert status == 400 and body["reason"] == (
+        f"mark 'm' of run {run} cannot end as a window: t_end_ns: ends before it starts"
+        f" ({T0 + 5 * S} < t_start_ns {T0 + 10 * S})"
+    )
+    assert api.rows() == 0 and (await api.call("GET", f"/v1/runs/{run}/windows"))[0] == 200
+    with sqlite3.connect(api.db) as db:
+        db.execute("UPDATE marks SET t_begin_ns = 'abc'")
+    status, body = await api.call("POST", path, {"name": "m", "event": "end"})
+    assert status == 409 and body["reason"] == (
+        f"mark 'm' of run {run} is damaged in the database: t_begin_ns 'abc'"
+    )
+    with sqlite3.connect(api.db) as db:
+        db.execute("UPDATE marks SET t_begin_ns = ?", (T0 + 2 * S,))
+    api.clock[0] = T0 + 20 * S
+    assert (await api.call("POST", path, {"name": "m", "event": "end"}))[0] == 200 and api.rows() == 1
+
+
 async def test_a_phase_goes_with_a_mark_that_begins(api: Api) -> None:
     run = await api.new_run()
     path = f"/v1/runs/{run}/marks"

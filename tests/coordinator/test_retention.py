@@ -272,6 +272,29 @@ async def test_a_live_runs_row_damaged_outside_sparkwatch_makes_retention_drop_n
     store.close()
 
 
+@pytest.mark.parametrize("column", ["wall_first_ns", "wall_last_ns"])
+def test_a_block_whose_stamps_were_edited_to_text_is_kept(tmp_path: pathlib.Path, column: str) -> None:
+    """SQLite's arithmetic takes 'abc' as 0: a run's block whose last stamp read 'abc' seemed to end in
+    1970, outside every run, and went with the idle samples."""
+    clock = [T0]
+    store = Store(tmp_path / "c.db", now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 4)
+    store.create_run(RunRow("r1", "kept", T0 + 2 * HOUR, None, 1.0, 0.5, "request"))
+    store.end_run("r1", T0 + 3 * HOUR)
+    with sqlite3.connect(store.path) as db:
+        db.execute(f"UPDATE sample_blocks SET {column} = 'abc' WHERE seq_first <= 9000 AND seq_last >= 9000")
+        db.execute("UPDATE clock_offsets SET offset_ns = 'x' WHERE rowid = 5")  # takes no part either
+    clock[0] = T0 + 4 * HOUR + WEEK
+    with sqlite3.connect(store.path) as db:
+        (before,) = db.execute("SELECT COUNT(*) FROM sample_blocks").fetchone()
+    assert retain(store, WEEK) > 0
+    with sqlite3.connect(store.path) as db:
+        kept = db.execute("SELECT seq_first, seq_last FROM sample_blocks ORDER BY seq_first").fetchall()
+    assert len(kept) < before and any(first <= 9000 <= last for first, last in kept)
+    assert kept[0][0] > 3600  # hour 0 went as idle
+    store.close()
+
+
 def test_handing_pages_back_counts_no_sample_block(tmp_path: pathlib.Path) -> None:
     """The passes log how many sample blocks they dropped: the vacuum's steps said how many pages were
     still free, and a pass that dropped 28 blocks said 17 578."""

@@ -324,6 +324,36 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
             "damaged window 'w1' in the database: it ends before",
         ),
         ("UPDATE sample_blocks SET data = 'xx'", "damaged sample block: a str, not a blob"),
+        # counts and stamps the figures rest on: -50 tokens made a J/token three times too high, 'abc' a
+        # traceback, an import marked committed 'yes' or a window of an import not there hid windows
+        (
+            "UPDATE windows SET completion_tokens = -50",
+            "damaged window 'w1' in the database: completion_tokens: must be a non-negative 64-bit integer",
+        ),
+        (
+            "UPDATE windows SET prompt_tokens = 'abc'",
+            "damaged window 'w1' in the database: prompt_tokens 'abc' is not an integer",
+        ),
+        (
+            "UPDATE windows SET t_start_ns = 'abc'",
+            "damaged window 'w1' in the database: t_start_ns 'abc' is not",
+        ),
+        (
+            "UPDATE windows SET http_status = 7",
+            "damaged window 'w1' in the database: http_status: 7 is not an",
+        ),
+        (
+            "UPDATE windows SET t_first_token_ns = t_end_ns + 1",
+            "damaged window 'w1' in the database: t_first_token_ns:",
+        ),
+        (
+            "INSERT INTO imports VALUES ('i1', 'r1', 0, 0, 'yes')",
+            "import 'i1' of run r1 is damaged in the database: committed 'yes' is not 0 or 1",
+        ),
+        (
+            "UPDATE windows SET import_id = 'nope'",
+            "damaged window 'w1' in the database: its import 'nope' is not in it",
+        ),
     ],
 )
 def test_a_database_whose_rows_were_damaged_is_one_line_and_writes_nothing(

@@ -134,6 +134,17 @@ def check_window(w: Window) -> Window:
         raise WindowError("phase", f"{w.phase!r} must match {PHASE_RE.pattern}")
     for name in ("t_start_ns", "t_end_ns"):
         _epoch_ns(name, getattr(w, name))
+    check_numbers(w)
+    if w.finish_reason is not None and not 1 <= len(w.finish_reason) <= FINISH_REASON_MAX_CHARS:
+        raise WindowError("finish_reason", f"must be 1..{FINISH_REASON_MAX_CHARS} characters")
+    check_source(w.source)
+    return w
+
+
+def check_numbers(w: Window) -> None:
+    """The rules of ``check_window`` that the figures rest on (the stamps' order, the counts, the status),
+    for a window already typed: what a store checks again as it reads one (its other rules only shape text
+    and were added over time; a window stored before one was must still read)."""
     if w.t_end_ns < w.t_start_ns:
         raise WindowError("t_end_ns", f"ends before it starts ({w.t_end_ns} < t_start_ns {w.t_start_ns})")
     for name in STAMP_FIELDS:
@@ -151,16 +162,17 @@ def check_window(w: Window) -> Window:
             raise WindowError(name, f"must be a non-negative 64-bit integer, found {count}")
     if w.http_status is not None and not 100 <= w.http_status <= 599:
         raise WindowError("http_status", f"{w.http_status} is not an HTTP status code")
-    if w.finish_reason is not None and not 1 <= len(w.finish_reason) <= FINISH_REASON_MAX_CHARS:
-        raise WindowError("finish_reason", f"must be 1..{FINISH_REASON_MAX_CHARS} characters")
-    try:  # what the export's encoder carries: no NaN, 64-bit integers, no lone surrogate, and nesting that
-        # leaves room inside orjson's 254 levels for the export around it (8 levels kept: 246 left)
-        json.dumps(w.source, allow_nan=False)
-        orjson.dumps([[[[[[[[w.source]]]]]]]])
+
+
+def check_source(source: dict[str, Any]) -> None:
+    """A window's source as the export's encoder carries it: no NaN, 64-bit integers, no lone surrogate, and
+    nesting that leaves room inside orjson's 254 levels for the export around it (8 levels kept: 246 left)."""
+    try:
+        json.dumps(source, allow_nan=False)
+        orjson.dumps([[[[[[[[source]]]]]]]])
     except (TypeError, ValueError) as exc:
         why = "no NaN, infinity, integer beyond 64 bits, lone surrogate or nesting past 246 levels"
         raise WindowError("source", f"is not JSON the export can carry ({why}): {exc}") from None
-    return w
 
 
 def epoch_ns_problem(value: int) -> str | None:

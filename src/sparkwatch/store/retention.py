@@ -87,11 +87,14 @@ def covered(first_ns: np.ndarray, last_ns: np.ndarray, spans: Sequence[Span]) ->
 #: the largest offset (coordinator − agent) measured in its boot (none probed: as stamped). Runs are on the
 #: coordinator's clock; an agent clock hours off, or stepped by NTP in the middle of a boot, must not put a
 #: run's samples outside the run (the export places them by the monotonic fit, which rides over a step).
+#: Only integers place anything: a block or offset edited outside sparkwatch to 'abc' (which SQLite's
+#: arithmetic takes as 0) is never dropped for where it seemed to be, nor moves another.
 _PLACED = (
     "SELECT id, wall_first_ns + low, wall_last_ns + high FROM (SELECT b.id, b.wall_first_ns,"
     " b.wall_last_ns, COALESCE(o.low, 0) AS low, COALESCE(o.high, 0) AS high FROM sample_blocks b"
     " LEFT JOIN (SELECT node, boot_id, MIN(offset_ns) AS low, MAX(offset_ns) AS high FROM clock_offsets"
-    " GROUP BY node, boot_id) o USING (node, boot_id))"
+    " WHERE typeof(offset_ns) = 'integer' GROUP BY node, boot_id) o USING (node, boot_id)"
+    " WHERE typeof(b.wall_first_ns) = 'integer' AND typeof(b.wall_last_ns) = 'integer')"
 )
 
 

@@ -16,11 +16,21 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from sparkwatch.core.repeated_windows import repeated, verdict
-from sparkwatch.core.windows import WINDOW_FIELDS, Window
+from sparkwatch.core.windows import (
+    COUNT_FIELDS,
+    STAMP_FIELDS,
+    WINDOW_FIELDS,
+    Window,
+    WindowError,
+    check_numbers,
+    check_source,
+    check_window,
+)
 from sparkwatch.store import refusals
 from sparkwatch.store.deletion import LIVE_RUNS
 from sparkwatch.store.refusals import STALE_IMPORT_NS
-from sparkwatch.store.tx import Damaged, DuplicateIds, NotFound, RepeatsProxy, StoreError, tx
+from sparkwatch.store.run_rows import is_integer, shown
+from sparkwatch.store.tx import Damaged, DuplicateIds, Invalid, NotFound, RepeatsProxy, StoreError, tx
 
 #: Rows per transaction: a few milliseconds of writing, the longest a sample insert waits for the lock.
 CHUNK_ROWS = 2000
@@ -31,6 +41,11 @@ _INSERT = (
     f" VALUES ({', '.join('?' * (len(WINDOW_FIELDS) + 2))})"
 )
 _SOURCE = WINDOW_FIELDS.index("source")
+#: The columns as the store writes them (a row edited outside sparkwatch may hold anything): never NULL, or
+#: an integer, or text, where not NULL.
+_NEEDED = frozenset({"id", "phase", "t_start_ns", "t_end_ns"})
+_INTEGERS = ("t_start_ns", "t_end_ns", *STAMP_FIELDS, *COUNT_FIELDS, "http_status")
+_TEXTS = ("id", "phase", "finish_reason")
 #: What a proxy window's stored source holds (``_row``'s json.dumps), to narrow a read to those windows.
 _PROXY_LIKE = '%"kind": "proxy"%'
 #: A window counts once it was posted directly (no import) or its import was committed, in a run not deleted.
@@ -220,7 +235,31 @@ def count(db: sqlite3.Connection, run_id: str) -> int:
 
 
 def read(db: sqlite3.Connection, run_id: str) -> list[Window]:
+    _check_imports(db, run_id)
     return _read(db, f"run_id = ? AND {_VISIBLE}", (run_id,))
+
+
+def _check_imports(db: sqlite3.Connection, run_id: str) -> None:
+    """Which windows count hangs on the run's imports' rows: a `committed` of 'yes' or a window naming an
+    import that is not there (rows edited outside sparkwatch) hid committed windows from the export, whose
+    figures then left them out in silence. ``Damaged`` instead."""
+    bad = db.execute(
+        "SELECT id, committed FROM imports WHERE run_id = ? AND committed NOT IN (0, 1) LIMIT 1", (run_id,)
+    ).fetchone()
+    if bad is not None:
+        raise Damaged(
+            f"import {bad[0]!r} of run {run_id} is damaged in the database:"
+            f" committed {shown(bad[1])} is not 0 or 1"
+        )
+    orphan = db.execute(
+        "SELECT id, import_id FROM windows WHERE run_id = ? AND import_id IS NOT NULL"
+        " AND import_id NOT IN (SELECT id FROM imports) LIMIT 1",
+        (run_id,),
+    ).fetchone()
+    if orphan is not None:
+        raise Damaged(
+            f"damaged window {orphan[0]!r} in the database: its import {shown(orphan[1])} is not in it"
+        )
 
 
 def _read(db: sqlite3.Connection, where: str, params: tuple[str, ...]) -> list[Window]:
@@ -270,7 +309,14 @@ def end_mark(db: sqlite3.Connection, run_id: str, name: str, t_ns: int, source: 
     ).fetchone()
     if row is None:
         raise NotFound(f"no open mark {name!r} in run {run_id}")
-    window = Window(id=name, phase=str(row[0]), t_start_ns=int(row[1]), t_end_ns=t_ns, source=source)
+    if not is_integer(row[1]) or not isinstance(row[0], str):
+        column, value = ("t_begin_ns", row[1]) if not is_integer(row[1]) else ("phase", row[0])
+        raise Damaged(f"mark {name!r} of run {run_id} is damaged in the database: {column} {shown(value)}")
+    window = Window(id=name, phase=row[0], t_start_ns=row[1], t_end_ns=t_ns, source=source)
+    try:  # as every stored window is (a clock stepped back since the mark began: its end before its begin)
+        check_window(window)
+    except WindowError as exc:
+        raise Invalid(f"mark {name!r} of run {run_id} cannot end as a window: {exc}") from None
     try:
         with tx(db):
             _refuse_ended(db, run_id, name)  # again inside the transaction that writes the window
@@ -295,20 +341,44 @@ def _row(w: Window) -> tuple[Any, ...]:
 
 
 def _window(row: tuple[Any, ...], sources: dict[str, dict[str, Any]]) -> Window:
-    """A stored window; a row this store would never have written (a file edited or damaged) is a
-    StoreError naming it, not a traceback or a window measured backwards."""
+    """A stored window, checked by the rules every window was stored under (``check_window``; each distinct
+    source once): a row this store would never have written (a file edited or damaged) is ``Damaged``
+    naming it, not a traceback, a window measured backwards or a count of -50 tokens in a J/token."""
     values = list(row)
     text = values[_SOURCE]
     source = sources.get(text)
     if source is None:
         try:
-            source = sources[text] = json.loads(text)
-        except (TypeError, ValueError):
+            source = json.loads(text)
+            check_source(source)
+        except (TypeError, ValueError):  # WindowError too
             source = None
+        if isinstance(source, dict):
+            sources[text] = source
     values[_SOURCE] = source
     window = Window(*values)
-    if not isinstance(source, dict):
-        raise Damaged(f"damaged window {window.id!r} in the database: its source is not a JSON object")
-    if not window.t_start_ns <= window.t_end_ns:
-        raise Damaged(f"damaged window {window.id!r} in the database: it ends before it starts")
-    return window
+    problem = _type_problem(window)
+    if problem is None and not window.t_start_ns <= window.t_end_ns:
+        problem = "it ends before it starts"
+    if problem is None:
+        try:
+            check_numbers(window)
+            return window
+        except WindowError as exc:
+            problem = str(exc)
+    raise Damaged(f"damaged window {window.id!r} in the database: {problem}")
+
+
+def _type_problem(window: Window) -> str | None:
+    """Which column does not hold what the store writes there, if one does not."""
+    if not isinstance(window.source, dict):
+        return "its source is not a JSON object the export can carry"
+    for name in _INTEGERS:
+        value = getattr(window, name)
+        if (value is not None or name in _NEEDED) and not is_integer(value):
+            return f"{name} {shown(value)} is not an integer"
+    for name in _TEXTS:
+        value = getattr(window, name)
+        if (value is not None or name in _NEEDED) and not isinstance(value, str):
+            return f"{name} {shown(value)} is not text"
+    return None
