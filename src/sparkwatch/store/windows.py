@@ -357,7 +357,7 @@ def _window(row: tuple[Any, ...], sources: dict[str, dict[str, Any]]) -> Window:
             sources[text] = source
     values[_SOURCE] = source
     window = Window(*values)
-    problem = _type_problem(window)
+    problem = _type_problem(window) if isinstance(source, dict) else "its source is not a JSON object"
     if problem is None and not window.t_start_ns <= window.t_end_ns:
         problem = "it ends before it starts"
     if problem is None:
@@ -370,9 +370,7 @@ def _window(row: tuple[Any, ...], sources: dict[str, dict[str, Any]]) -> Window:
 
 
 def _type_problem(window: Window) -> str | None:
-    """Which column does not hold what the store writes there, if one does not."""
-    if not isinstance(window.source, dict):
-        return "its source is not a JSON object the export can carry"
+    """Which column does not hold what the store writes there, if one does not (its source aside)."""
     for name in _INTEGERS:
         value = getattr(window, name)
         if (value is not None or name in _NEEDED) and not is_integer(value):
