@@ -1,10 +1,25 @@
 """What an agent's hello says of its GPUs: the ones it probed, and the fields some GPU does not measure
-(read by the export and by ``nodes check``; the hello's parts were type-checked by the wire)."""
+(read by the export and by ``nodes check``; the hello's parts were type-checked by the wire, and a stored
+one again as it is read back: ``hello_problem``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
+
+from sparkwatch.wire import FrameError, decode_frame
+from sparkwatch_agent.shared.protocol import FRAME_HELLO
+
+
+def hello_problem(hello: dict[str, Any]) -> str | None:
+    """Why a hello read back from the store is not one the wire takes, from "hello", or None. Its readers
+    trust the wire's checks, and a file edited outside sparkwatch may hold anything."""
+    try:
+        decode_frame("", {**hello, "type": FRAME_HELLO})
+    except FrameError as exc:
+        said = str(exc)
+        return said if said.startswith("hello ") else f"hello {said}"
+    return None
 
 
 def announced_gpus(hello: Mapping[str, Any] | None) -> list[str]:

@@ -19,7 +19,7 @@ from sparkwatch.http_reasons import host_port, unreachable_reason
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Misaddressed, Misconfigured, Unauthorized
 from sparkwatch.links.stream import SampleSink, StreamIngest
-from sparkwatch.store import Store, Unavailable
+from sparkwatch.store import Damaged, Store, Unavailable
 from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, time_reply
 from sparkwatch_agent.config import DEFAULT_LISTEN
 from sparkwatch_agent.shared.auth import TokenFileError, load_token
@@ -148,7 +148,15 @@ class WsLink:
             return exc.status, str(exc), self._misconfigured_retry_s
         except aiohttp.ClientConnectorError as exc:  # aiohttp's words say "ssl:default" of plain http too
             error = f"cannot connect to {host_port(exc.host, exc.port)}: {unreachable_reason(exc)}"
-        except (aiohttp.ClientError, OSError, TimeoutError, LinkError, ValueError, Unavailable) as exc:
+        except (
+            aiohttp.ClientError,
+            OSError,
+            TimeoutError,
+            LinkError,
+            ValueError,
+            Unavailable,
+            Damaged,
+        ) as exc:
             error = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug or a store failure must not end collection for good
             log.exception("node %s: link failed", self.spec.name)

@@ -17,13 +17,14 @@ from typing import Any
 
 from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.windows import Window
+from sparkwatch.hello_facts import hello_problem
 from sparkwatch.store import deletion, engine_samples, meters, retention, sample_reads
 from sparkwatch.store import windows as windows_table
 from sparkwatch.store.opening import open_database
 from sparkwatch.store.read_only import connect_read_only
 from sparkwatch.store.refusals import ended_at
 from sparkwatch.store.rows import I64
-from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_row
+from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_row, shown
 from sparkwatch.store.sample_store import SampleBlocks
 from sparkwatch.store.schema import METER_ERROR_SOURCE, MIGRATIONS, OLDEST_READABLE
 from sparkwatch.store.tx import Damaged, NotFound, RunEnded, StoreError, tx
@@ -114,10 +115,34 @@ class Store:
         return str(row[0]), self.last_seq(node, str(row[0]))
 
     def hello(self, node: str, boot_id: str) -> dict[str, Any] | None:
+        """The boot's hello (None: no such boot). ``Damaged`` where its row is not a hello the wire takes
+        (edited outside sparkwatch): its readers, the export's first, trust the wire's checks."""
         row = self._db.execute(
             "SELECT hello FROM boots WHERE node = ? AND boot_id = ?", (node, boot_id)
         ).fetchone()
-        return json.loads(row[0]) if row else None
+        if row is None:
+            return None
+        try:
+            hello: object = json.loads(row[0])
+        except (TypeError, ValueError, RecursionError):  # not text, not JSON, or nested past reading
+            hello = None
+        if not isinstance(hello, dict):
+            problem = f"hello {shown(row[0])} is not a JSON object"
+        elif (checked := hello_problem(hello)) is None:
+            return hello
+        else:
+            problem = checked
+        raise Damaged(f"boot {boot_id} of node {node} is damaged in the database: {problem}")
+
+    def hello_or_absent(self, node: str, boot_id: str) -> dict[str, Any] | None:
+        """:meth:`hello`, or None with one warning where its row is damaged: for a reader to which a boot
+        without a hello is safe (the coordinator's start: a metered node's series are then labelled with its
+        nodes.toml name until its agent says hello again), where a refusal would stop the coordinator."""
+        try:
+            return self.hello(node, boot_id)
+        except Damaged as exc:
+            log.warning("%s; read as no hello", exc)
+            return None
 
     def count_samples(self, node: str | None = None) -> int:
         return self._blocks.count(node)

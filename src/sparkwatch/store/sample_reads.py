@@ -4,10 +4,13 @@ seq within a boot, and each sample block records their range), and a node's cloc
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from sparkwatch.core.clock import OffsetRound
+from sparkwatch.store.run_rows import is_integer, shown
 from sparkwatch.store.sample_block import SampleBlock
 from sparkwatch.store.sample_store import CLOCKS, SampleBlocks
+from sparkwatch.store.tx import Damaged
 
 #: How far outside the asked span the nearest round of a boot is looked for (links probe every 10 s).
 NEAREST_NS = 600 * 1_000_000_000
@@ -60,6 +63,31 @@ def offset_rounds(
         if str(row[0]) not in placed
     ]
     by_boot: dict[str, list[OffsetRound]] = {}
-    for boot, t_ns, offset, uncertainty, mono in sorted(rows, key=lambda r: r[1]):
-        by_boot.setdefault(str(boot), []).append(OffsetRound(t_ns, offset, uncertainty, mono))
+    for row in sorted(rows, key=lambda r: r[1]):
+        by_boot.setdefault(str(row[0]), []).append(_round(node, row))
     return by_boot
+
+
+def _round(node: str, row: tuple[Any, ...]) -> OffsetRound:
+    """A ``clock_offsets`` row as a round, checked as ``Store.add_offset`` writes it: a row edited outside
+    sparkwatch would reach the clock fit as a traceback, or place every sample nowhere without a word."""
+    boot, t_ns, offset, uncertainty, mono = row
+    problem = _offset_problem(t_ns, offset, uncertainty, mono)
+    if problem is not None:
+        where = f"clock offset of node {node}, boot {boot} at t_ns {shown(t_ns)}"
+        raise Damaged(f"{where} is damaged in the database: {problem}")
+    return OffsetRound(t_ns, offset, uncertainty, mono)
+
+
+def _offset_problem(t_ns: Any, offset: Any, uncertainty: Any, mono: Any) -> str | None:
+    """What is wrong with a round's columns, or ``None``: integers all, the uncertainty half a round trip
+    (never negative), the monotonic offset absent only in rounds stored before it was kept."""
+    if not is_integer(t_ns):
+        return f"t_ns {shown(t_ns)} is not an integer"
+    if not is_integer(offset):
+        return f"offset_ns {shown(offset)} is not an integer"
+    if not is_integer(uncertainty) or uncertainty < 0:
+        return f"uncertainty_ns {shown(uncertainty)} is not an integer of 0 or more"
+    if mono is not None and not is_integer(mono):
+        return f"mono_offset_ns {shown(mono)} is not an integer"
+    return None

@@ -15,13 +15,14 @@ from __future__ import annotations
 import itertools
 import operator
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sparkwatch.store.rows import I64
+from sparkwatch.store.run_rows import is_integer, shown
 from sparkwatch.store.sample_block import (
     SMALL,
     SampleBlock,
@@ -32,10 +33,15 @@ from sparkwatch.store.sample_block import (
     empty,
     encode_lists,
 )
+from sparkwatch.store.tx import Damaged
 from sparkwatch.wire import SampleFrame
 
 #: Samples in a block merged from small ones (100 s at 10 Hz; ~15 KB of blob for a GB10 node).
 TARGET = 1000
+#: A block holds TARGET samples from one batch, fewer than TARGET + SMALL merged from small ones; a count
+#: past this bound (headroom for any other writer, past or future) is damage, which a read would size its
+#: columns by (a count of 1e11 asked for 745 GiB).
+MAX_COUNT = 1 << 16
 #: The clock columns a span can be read by, with the block columns that bound them.
 CLOCKS: Mapping[str, tuple[str, str]] = MappingProxyType(
     {"t_mono_ns": ("mono_first_ns", "mono_last_ns"), "t_wall_ns": ("wall_first_ns", "wall_last_ns")}
@@ -115,13 +121,18 @@ class SampleBlocks:
         )
 
     def top_seq(self, node: str, boot: str) -> int:
-        """The boot's highest stored seq (0: none)."""
+        """The boot's highest stored seq (0: none); ``Damaged`` where a block's seq range is not integers,
+        which would otherwise fail every batch of the boot (a link retrying it for ever) or let one repeat."""
         key = (node, boot)
         if key not in self._top:
-            row = self._db.execute(
-                "SELECT MAX(seq_last) FROM sample_blocks WHERE node = ? AND boot_id = ?", key
+            top, whole = self._db.execute(
+                "SELECT MAX(seq_last), MIN(typeof(seq_first) = 'integer' AND typeof(seq_last) = 'integer')"
+                " FROM sample_blocks WHERE node = ? AND boot_id = ?",
+                key,
             ).fetchone()
-            self._top[key] = int(row[0]) if row[0] is not None else 0
+            if whole == 0:
+                raise self._damaged(key, {"seq_first": _not_integer, "seq_last": _not_integer})
+            self._top[key] = top if top is not None else 0
         return self._top[key]
 
     def _loose_count(self, key: tuple[str, str]) -> int:
@@ -173,7 +184,12 @@ class SampleBlocks:
         bounds = (_int64(t_from), _int64(t_to))  # a clock fit far out of range must not overflow SQLite
         where = f"FROM sample_blocks WHERE node = ? AND boot_id = ? AND {last} >= ? AND {first} <= ?"
         asked = (node, boot, bounds[0], _int64(t_to + next_within))
-        (samples,) = self._db.execute(f"SELECT SUM(count) {where}", asked).fetchone()
+        # the span's columns are sized by the counts: each checked (TOTAL: a damaged one cannot overflow)
+        samples, least, most, whole = self._db.execute(
+            f"SELECT TOTAL(count), MIN(count), MAX(count), MIN(typeof(count) = 'integer') {where}", asked
+        ).fetchone()
+        if whole == 0 or (whole == 1 and not 1 <= least <= most <= MAX_COUNT):
+            raise self._damaged((node, boot), {"count": _not_a_count})
         if not samples:
             return empty()
         # one blob at a time, each decoded straight into the whole span's columns
@@ -189,12 +205,36 @@ class SampleBlocks:
             lo, hi = (int(inside[0]), int(inside[-1]) + 1) if len(inside) else (0, 0)
         return block.between(lo, hi) if hi > lo else empty()
 
+    def _damaged(self, key: tuple[str, str], checks: Mapping[str, Callable[[Any], str | None]]) -> Damaged:
+        """The refusal naming the first of the boot's blocks a column of which fails its check (a read found
+        one: only then are the boot's rows read one by one)."""
+        columns = ", ".join(checks)
+        rows = self._db.execute(
+            f"SELECT id, {columns} FROM sample_blocks WHERE node = ? AND boot_id = ? ORDER BY id", key
+        )
+        for block_id, *values in rows:
+            for (column, check), value in zip(checks.items(), values, strict=True):
+                if (problem := check(value)) is not None:
+                    where = f"sample block {block_id} of node {key[0]}, boot {key[1]}"
+                    return Damaged(f"{where} is damaged in the database: {column} {shown(value)} {problem}")
+        return Damaged(f"a sample block of node {key[0]}, boot {key[1]} is damaged in the database")
+
     def count(self, node: str | None = None) -> int:
         if node is None:
             row = self._db.execute("SELECT SUM(count) FROM sample_blocks").fetchone()
         else:
             row = self._db.execute("SELECT SUM(count) FROM sample_blocks WHERE node = ?", (node,)).fetchone()
         return int(row[0] or 0)
+
+
+def _not_integer(value: Any) -> str | None:
+    return None if is_integer(value) else "is not an integer"
+
+
+def _not_a_count(value: Any) -> str | None:
+    if is_integer(value) and 1 <= value <= MAX_COUNT:
+        return None
+    return f"is not a number of samples from 1 to {MAX_COUNT}"
 
 
 def _int64(t: int) -> int:
