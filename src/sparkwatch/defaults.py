@@ -46,6 +46,12 @@ def check_name(name: str) -> str:
 MIN_INTERVAL_S = 0.01
 MAX_INTERVAL_S = 60.0
 
+#: The serving engines' scrape interval bounds (engines/spec.py: faster scrapes only re-read values the
+#: engine updates once per batch; slower ones blur short windows) and the metric families scraped
+#: (engines/families.py): here, so a store's read can check its rows by the rules their writer followed.
+ENGINE_MIN_INTERVAL_S, ENGINE_MAX_INTERVAL_S = 0.2, 60.0
+ENGINE_FAMILY_NAMES = ("vllm", "sglang")
+
 #: The export's optional ``series`` block (what the run report plots): time buckets over the run by default
 #: (2 per pixel of the report's 1100 px plot: min/max per bucket keeps every peak a screen can show), and the
 #: bounds a request or flag may ask for.

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from sparkwatch.defaults import ENGINE_FAMILY_NAMES
+
 Kind = Literal["gauge", "counter"]
 Combine = Literal["sum", "max", "mean"]
 
@@ -101,6 +103,8 @@ SGLANG = Family(
 )
 
 FAMILIES: tuple[Family, ...] = (VLLM, SGLANG)
+if tuple(f.name for f in FAMILIES) != ENGINE_FAMILY_NAMES:  # the names a store's read takes (defaults.py)
+    raise ImportError(f"engine families {[f.name for f in FAMILIES]} differ from {ENGINE_FAMILY_NAMES}")
 
 
 def family_of(names: set[str]) -> Family | None:

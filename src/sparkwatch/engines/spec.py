@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkwatch.defaults import ENGINE_MAX_INTERVAL_S, ENGINE_MIN_INTERVAL_S
 from sparkwatch.meters.spec import TableError, checked_http_url, toml_shown
 
-#: Faster scrapes only re-read values the engine updates once per batch; slower ones blur short windows.
-MIN_INTERVAL_S, MAX_INTERVAL_S = 0.2, 60.0
+MIN_INTERVAL_S, MAX_INTERVAL_S = ENGINE_MIN_INTERVAL_S, ENGINE_MAX_INTERVAL_S  # defaults.py says why
 DEFAULT_INTERVAL_S = 1.0
 METRICS_PATH = "/metrics"
 _KEYS = frozenset({"url", "interval_s", "bearer_token_file"})

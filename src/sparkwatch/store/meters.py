@@ -1,16 +1,23 @@
 """Readings of the meters the coordinator polls (stamped on its own clock, so no offset applies), and the
-errors that explain their gaps."""
+errors that explain their gaps.
+
+A reading is read back checked against what ``add`` writes: the file is the user's, and a row edited or
+damaged outside sparkwatch (a power of 'abc', an infinite energy) would otherwise reach the export as a
+traceback or as a NaN read as "unknown". It is refused with one line that names the row and the column.
+A finite power of any size is no damage: the export's interval checks already refuse implausible ones."""
 
 from __future__ import annotations
 
 import sqlite3
+import sys
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sparkwatch.store.rows import F64, I64
-from sparkwatch.store.tx import tx
+from sparkwatch.store.run_rows import shown
+from sparkwatch.store.tx import Damaged, tx
 
 #: Errors kept per meter in a span: the first ones say why a gap began.
 MAX_ERRORS = 20
@@ -59,7 +66,23 @@ def add_error(db: sqlite3.Connection, node: str, domain: str, t_ns: int, error: 
         )
 
 
-_COLUMNS = "domain, source, t_ns, interval_s, power_w, energy_j, uncertainty_ns"
+#: A finite REAL or INTEGER (or NULL): not ±inf, which SQLite holds (NaN it stores as NULL), nor text.
+_NUMBER = f"BETWEEN {-sys.float_info.max!r} AND {sys.float_info.max!r}"
+#: Each column's test for a value ``add`` never writes, and what the refusal says of it.
+_DAMAGE = {
+    "interval_s": ("interval_s NOT {n}", "is not a finite number"),
+    "power_w": ("power_w NOT {n}", "is not a finite number or null"),
+    "energy_j": ("energy_j NOT {n}", "is not a finite number or null"),
+    "uncertainty_ns": ("typeof(uncertainty_ns) != 'integer'", "is not an integer"),
+    "domain": ("typeof(domain) != 'text'", "is not text"),
+    "source": ("typeof(source) != 'text'", "is not text"),
+}
+#: The first damaged column of each row, or NULL: found by SQLite as the rows are read, not per row in Python.
+_DAMAGED = "CASE {} END".format(
+    " ".join(f"WHEN {test.format(n=_NUMBER)} THEN '{column}'" for column, (test, _) in _DAMAGE.items())
+)
+_READ = ("domain", "source", "t_ns", "interval_s", "power_w", "energy_j", "uncertainty_ns")
+_COLUMNS = f"{', '.join(_READ)}, {_DAMAGED}"
 
 
 def rows(
@@ -84,7 +107,9 @@ def rows(
         found = sorted(
             [*found, *(row for row in closing if row is not None)], key=lambda row: (row[0], row[2])
         )
-    columns = list(zip(*found, strict=True)) if found else [()] * 7
+    columns = list(zip(*found, strict=True)) if found else [()] * (len(_READ) + 1)
+    if any(columns[-1]):
+        raise _damaged(node, next(row for row in found if row[-1]))
     return MeterRows(
         domain=[str(d) for d in columns[0]],
         source=[str(s) for s in columns[1]],
@@ -93,6 +118,16 @@ def rows(
         power_w=np.array(columns[4], dtype=np.float64),
         energy_j=np.array(columns[5], dtype=np.float64),
         uncertainty_ns=np.array(columns[6], dtype=np.int64),
+    )
+
+
+def _damaged(node: str, row: tuple[Any, ...]) -> Damaged:
+    """The one-line refusal of a row (as ``_COLUMNS`` reads it, its damaged column last)."""
+    column = row[len(_READ)]
+    value = row[_READ.index(column)]
+    key = f"node {shown(node)}, domain {shown(row[0])}, t_ns {row[2]}"
+    return Damaged(
+        f"meter_samples row ({key}) is damaged in the database: {column} {shown(value)} {_DAMAGE[column][1]}"
     )
 
 
