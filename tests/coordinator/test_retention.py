@@ -62,6 +62,22 @@ def retain(store: Store, age_ns: int) -> int:
     return sum(store.retention_steps(age_ns))
 
 
+def four_hours_with_a_run_over_the_third(path: pathlib.Path, clock: list[int]) -> Store:
+    store = Store(path, now_ns=lambda: clock[0])
+    ingest_hours(store, 0, 4)
+    store.create_run(RunRow("r1", "kept", T0 + 2 * HOUR, None, 1.0, 0.5, "request"))
+    store.end_run("r1", T0 + 3 * HOUR)
+    return store
+
+
+async def first_pass(coordinator: Coordinator) -> None:
+    """Until the coordinator's first retention pass (it runs one at its start) is over."""
+    for _ in range(300):
+        if coordinator.housekeeping.passes:
+            return
+        await asyncio.sleep(0.02)
+
+
 def test_idle_samples_go_after_the_retention_age_and_a_runs_stay(tmp_path: pathlib.Path) -> None:
     clock = [T0]
     store = Store(tmp_path / "sw.db", now_ns=lambda: clock[0])
@@ -214,10 +230,7 @@ async def test_the_coordinator_runs_a_retention_pass_at_start(tmp_path: pathlib.
     coordinator = Coordinator([], store, now_ns=lambda: clock[0], retain_idle_s=WEEK / S)
     await coordinator.start()
     try:
-        for _ in range(300):
-            if coordinator.housekeeping.passes:
-                break
-            await asyncio.sleep(0.02)
+        await first_pass(coordinator)
         assert coordinator.housekeeping.passes == 1 and store.count_samples() == 0
         assert rows(store.path, "clock_offsets") == 0 and rows(store.path, "meter_samples") == 0
     finally:
@@ -238,10 +251,7 @@ async def test_a_live_runs_row_damaged_outside_sparkwatch_makes_retention_drop_n
     """A run's span read from a row edited by hand: 'abc' was a ValueError traceback in the log at every
     pass, and an end an hour before the start a span of a second, so the run's hour of samples went."""
     clock = [T0]
-    store = Store(tmp_path / "c.db", now_ns=lambda: clock[0])
-    ingest_hours(store, 0, 4)
-    store.create_run(RunRow("r1", "kept", T0 + 2 * HOUR, None, 1.0, 0.5, "request"))
-    store.end_run("r1", T0 + 3 * HOUR)
+    store = four_hours_with_a_run_over_the_third(tmp_path / "c.db", clock)
     with sqlite3.connect(store.path) as db:
         db.execute(f"UPDATE runs SET {column} = ?", (stored,))
     clock[0] = T0 + 4 * HOUR + WEEK
@@ -251,10 +261,7 @@ async def test_a_live_runs_row_damaged_outside_sparkwatch_makes_retention_drop_n
     coordinator = Coordinator([], store, now_ns=lambda: clock[0], retain_idle_s=WEEK / S)
     await coordinator.start()
     try:
-        for _ in range(300):
-            if coordinator.housekeeping.passes:
-                break
-            await asyncio.sleep(0.02)
+        await first_pass(coordinator)
         warned = [r for r in caplog.records if r.name.endswith("housekeeping")]
         assert [(r.getMessage(), r.exc_info) for r in warned] == [
             (
@@ -277,10 +284,7 @@ def test_a_block_whose_stamps_were_edited_to_text_is_kept(tmp_path: pathlib.Path
     """SQLite's arithmetic takes 'abc' as 0: a run's block whose last stamp read 'abc' seemed to end in
     1970, outside every run, and went with the idle samples."""
     clock = [T0]
-    store = Store(tmp_path / "c.db", now_ns=lambda: clock[0])
-    ingest_hours(store, 0, 4)
-    store.create_run(RunRow("r1", "kept", T0 + 2 * HOUR, None, 1.0, 0.5, "request"))
-    store.end_run("r1", T0 + 3 * HOUR)
+    store = four_hours_with_a_run_over_the_third(tmp_path / "c.db", clock)
     with sqlite3.connect(store.path) as db:
         db.execute(f"UPDATE sample_blocks SET {column} = 'abc' WHERE seq_first <= 9000 AND seq_last >= 9000")
         db.execute("UPDATE clock_offsets SET offset_ns = 'x' WHERE rowid = 5")  # takes no part either
