@@ -224,3 +224,11 @@ async def test_the_api_refuses_the_export_with_409_and_the_line(
         await client.close()
         await coordinator.stop()
         store.close()
+
+
+def test_the_stores_engine_families_are_the_scraped_ones() -> None:
+    """The store checks a row's family by the names in defaults.py (it may not import the engines)."""
+    from sparkwatch.defaults import ENGINE_FAMILY_NAMES
+    from sparkwatch.engines.families import FAMILIES
+
+    assert tuple(f.name for f in FAMILIES) == ENGINE_FAMILY_NAMES

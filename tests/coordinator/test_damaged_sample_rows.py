@@ -78,10 +78,6 @@ def damaged(path: pathlib.Path, damage: str) -> pathlib.Path:
             HELLO + "hello hardware must be an object",
         ),
         (
-            "UPDATE sample_blocks SET seq_last = 'abc' WHERE id = 1",
-            BLOCK + "seq_last 'abc' is not an integer",
-        ),
-        (
             "UPDATE sample_blocks SET count = 100000000000 WHERE id = 1",
             BLOCK + f"count 100000000000 is not a number of samples from 1 to {MAX_COUNT}",
         ),
@@ -116,14 +112,17 @@ def test_a_damaged_seq_range_refuses_ingest_and_resume(tmp_path: pathlib.Path) -
     """A link resumes from the boot's highest seq and stores every batch past it: with a ``seq_last`` of
     'abc', each raised a ValueError and the link retried for ever, storing nothing."""
     path = damaged(stored(tmp_path / "c.db"), "UPDATE sample_blocks SET seq_last = 'abc' WHERE id = 2")
-    store = Store(path)
+    store = Store(path, now_ns=lambda: T0 + 60 * S)  # after stored()'s hello: a later boot is the latest
     said = "sample block 2 of node n1, boot b1 is damaged in the database: seq_last 'abc' is not an integer"
     with pytest.raises(Damaged) as resume:
         store.latest_boot("n1")
+    assert store.latest_boot_id("n1") == "b1"  # what the hello's readers ask: no seq, no refusal
     with pytest.raises(Damaged) as ingest:
         store.ingest("n1", "b1", frames(300, 310))
     assert str(resume.value) == str(ingest.value) == said
     assert store.count_samples("n1") == 299  # nothing of the refused batch
+    store.record_hello("n1", {"type": "hello", "boot_id": "b2", "node": "n1", "hardware": {"gpus": []}})
+    assert store.latest_boot("n1") == ("b2", 0)  # the agent's next boot resumes from its start, not refused
     store.close()
 
 

@@ -287,7 +287,6 @@ def test_a_block_whose_stamps_were_edited_to_text_is_kept(tmp_path: pathlib.Path
     store = four_hours_with_a_run_over_the_third(tmp_path / "c.db", clock)
     with sqlite3.connect(store.path) as db:
         db.execute(f"UPDATE sample_blocks SET {column} = 'abc' WHERE seq_first <= 9000 AND seq_last >= 9000")
-        db.execute("UPDATE clock_offsets SET offset_ns = 'x' WHERE rowid = 5")  # takes no part either
     clock[0] = T0 + 4 * HOUR + WEEK
     with sqlite3.connect(store.path) as db:
         (before,) = db.execute("SELECT COUNT(*) FROM sample_blocks").fetchone()

@@ -239,6 +239,17 @@ def test_a_run_row_damaged_outside_sparkwatch_is_a_store_error(
         store.close()
 
 
+def test_a_run_ended_after_the_clock_stepped_back_ends_at_its_start(tmp_path: pathlib.Path) -> None:
+    """Its end was stored before its start: a row no read takes, so the run (and retention) stopped."""
+    store = Store(tmp_path / "c.db")
+    try:
+        store.create_run(RunRow("r1", "run", T0, None, 0.1, 0.5, "request"))
+        assert store.end_run("r1", T0 - 5 * S).t_end_ns == T0
+        assert [r.id for r in store.runs()] == ["r1"] and store.damaged_runs() == {}
+    finally:
+        store.close()
+
+
 def test_an_offline_re_export_can_measure_other_phases(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "c.db"
     store = Store(path)

@@ -101,8 +101,12 @@ def offline_export(
     store = Store.read_only(path)
     try:
         for run_id, damaged in store.damaged_runs().items():  # the newest may be one of them: no guess
-            if wanted in (None, run_id):
+            if wanted == run_id:
                 raise damaged
+            if wanted is None:
+                raise ExportCommandError(
+                    f"{damaged}; which run is the newest is unknown: name the run to export"
+                )
         run, which = choose_run(store.runs(), wanted, path)
         say(f"exporting run {run.id} ({run.name}) from {path}" + (f", {which} in it" if which else ""))
         for note in _notes(run, gate_threshold, scope, phases):

@@ -185,8 +185,10 @@ class WsLink:
 
     async def _connected_session(self) -> None:
         _, agent_boot = await self.probe_clock()
-        resume = self._store.latest_boot(self.spec.name)
-        after = resume[1] if resume is not None and resume[0] == agent_boot else 0
+        same_boot = (
+            self._store.latest_boot_id(self.spec.name) == agent_boot
+        )  # else a new boot: from its start
+        after = self._store.last_seq(self.spec.name, agent_boot) if same_boot else 0
         url = f"{self._base}/v1/stream?after={after}"
         try:
             ws = await self._session.ws_connect(

@@ -42,8 +42,8 @@ def node_input(store: Store, node: str, t_from_ns: int, t_to_ns: int) -> NodeInp
         for boot, boot_rounds in rounds.items()
     ]
     read = join_reads(reads)  # the boots' columns, joined (and each boot's let go as it is)
-    latest = store.latest_boot(node)
-    hello = store.hello(node, latest[0]) if latest else None
+    latest = store.latest_boot_id(node)
+    hello = store.hello(node, latest) if latest else None
     segments = _Segments()
     gpu_seg = segments.of(read.gpu_rows)
     # one track per GPU, keyed by UUID (an index can change when the GPU backend re-opens); GPUs the agent

@@ -107,12 +107,16 @@ class Store:
 
     def latest_boot(self, node: str) -> tuple[str, int] | None:
         """The node's most recently seen boot and the last seq stored for it (where a link resumes)."""
+        boot = self.latest_boot_id(node)
+        return None if boot is None else (boot, self.last_seq(node, boot))
+
+    def latest_boot_id(self, node: str) -> str | None:
+        """The node's most recently seen boot, without reading its blocks: a reader that needs no seq (the
+        hello's, a link dialling an agent now on another boot) is not refused for a boot's damaged blocks."""
         row = self._db.execute(
             "SELECT boot_id FROM boots WHERE node = ? ORDER BY first_seen_ns DESC LIMIT 1", (node,)
         ).fetchone()
-        if row is None:
-            return None
-        return str(row[0]), self.last_seq(node, str(row[0]))
+        return None if row is None else str(row[0])
 
     def hello(self, node: str, boot_id: str) -> dict[str, Any] | None:
         """The boot's hello (None: no such boot). ``Damaged`` where its row is not a hello the wire takes
@@ -266,9 +270,12 @@ class Store:
         return run
 
     def end_run(self, run_id: str, t_end_ns: int, command: dict[str, Any] | None = None) -> RunRow:
+        """The run ended at ``t_end_ns``, or at its start where a clock stepped back since it began (an end
+        before the start is a row no read takes: the run, and retention with it, would stop for good)."""
         run = self.run(run_id)
         if run.t_end_ns is not None:
             raise RunEnded(f"run {run_id} has already ended, at {ended_at(run.t_end_ns)}", run.t_end_ns)
+        t_end_ns = max(t_end_ns, run.t_start_ns)
         encoded = json.dumps(command) if command is not None else None
         with tx(self._db):
             self._db.execute(

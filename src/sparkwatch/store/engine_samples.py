@@ -74,6 +74,8 @@ def rows(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[EngineRow
     if not _sound(family, interval_s, values, names, raw):
         for row, parsed in zip(found, zip(values, names, raw, strict=True), strict=True):
             _refuse_damaged(row, *parsed)
+        # the column checks found damage that no row's check names: refused all the same
+        raise Damaged("an engine_samples row in the span is damaged in the database")
     return [
         EngineRow(*row)
         for row in zip(t_ns, family, map(float, interval_s), values, names, map(tuple, raw), strict=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -69,14 +70,16 @@ def add_error(db: sqlite3.Connection, node: str, domain: str, t_ns: int, error: 
 #: A finite REAL or INTEGER (or NULL): not ±inf, which SQLite holds (NaN it stores as NULL), nor text.
 _NUMBER = f"BETWEEN {-sys.float_info.max!r} AND {sys.float_info.max!r}"
 #: Each column's test for a value ``add`` never writes, and what the refusal says of it.
-_DAMAGE = {
-    "interval_s": ("interval_s NOT {n}", "is not a finite number"),
-    "power_w": ("power_w NOT {n}", "is not a finite number or null"),
-    "energy_j": ("energy_j NOT {n}", "is not a finite number or null"),
-    "uncertainty_ns": ("typeof(uncertainty_ns) != 'integer'", "is not an integer"),
-    "domain": ("typeof(domain) != 'text'", "is not text"),
-    "source": ("typeof(source) != 'text'", "is not text"),
-}
+_DAMAGE = MappingProxyType(
+    {
+        "interval_s": ("interval_s NOT {n}", "is not a finite number"),
+        "power_w": ("power_w NOT {n}", "is not a finite number or null"),
+        "energy_j": ("energy_j NOT {n}", "is not a finite number or null"),
+        "uncertainty_ns": ("typeof(uncertainty_ns) != 'integer'", "is not an integer"),
+        "domain": ("typeof(domain) != 'text'", "is not text"),
+        "source": ("typeof(source) != 'text'", "is not text"),
+    }
+)
 #: The first damaged column of each row, or NULL: found by SQLite as the rows are read, not per row in Python.
 _DAMAGED = "CASE {} END".format(
     " ".join(f"WHEN {test.format(n=_NUMBER)} THEN '{column}'" for column, (test, _) in _DAMAGE.items())
@@ -95,6 +98,8 @@ def rows(
         f"SELECT {_COLUMNS} FROM meter_samples WHERE node = ? AND t_ns BETWEEN ? AND ? ORDER BY domain, t_ns",
         (node, t_from_ns, t_to_ns),
     ).fetchall()
+    if (bad := next((row for row in found if row[-1]), None)) is not None:  # before a sort by its domain
+        raise _damaged(node, bad)
     if next_within_ns:
         closing = [
             db.execute(  # by the whole key: one row read

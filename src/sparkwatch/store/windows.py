@@ -346,18 +346,23 @@ def _window(row: tuple[Any, ...], sources: dict[str, dict[str, Any]]) -> Window:
     naming it, not a traceback, a window measured backwards or a count of -50 tokens in a J/token."""
     values = list(row)
     text = values[_SOURCE]
-    source = sources.get(text)
+    source, problem = sources.get(text), None
     if source is None:
         try:
             source = json.loads(text)
-            check_source(source)
-        except (TypeError, ValueError):  # WindowError too
+        except (TypeError, ValueError):
             source = None
-        if isinstance(source, dict):
+        try:
+            if isinstance(source, dict):
+                check_source(source)
+        except WindowError as exc:  # a number past 64 bits, a NaN: stored before windows were held to it
+            problem = str(exc)
+        if isinstance(source, dict) and problem is None:
             sources[text] = source
     values[_SOURCE] = source
     window = Window(*values)
-    problem = _type_problem(window) if isinstance(source, dict) else "its source is not a JSON object"
+    if problem is None:
+        problem = _type_problem(window) if isinstance(source, dict) else "its source is not a JSON object"
     if problem is None and not window.t_start_ns <= window.t_end_ns:
         problem = "it ends before it starts"
     if problem is None:
