@@ -341,9 +341,9 @@ def _row(w: Window) -> tuple[Any, ...]:
 
 
 def _window(row: tuple[Any, ...], sources: dict[str, dict[str, Any]]) -> Window:
-    """A stored window, checked by the rules every window was stored under (``check_window``; each distinct
-    source once): a row this store would never have written (a file edited or damaged) is ``Damaged``
-    naming it, not a traceback, a window measured backwards or a count of -50 tokens in a J/token."""
+    """A stored window, checked by the rules the figures rest on (types, ``check_numbers``; each distinct
+    source by ``check_source`` once): a row this store would never have written (a file edited or damaged)
+    is ``Damaged`` naming it, not a traceback, a window measured backwards or -50 tokens in a J/token."""
     values = list(row)
     text = values[_SOURCE]
     source, problem = sources.get(text), None
