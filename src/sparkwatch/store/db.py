@@ -23,8 +23,9 @@ from sparkwatch.store import windows as windows_table
 from sparkwatch.store.opening import open_database
 from sparkwatch.store.read_only import connect_read_only
 from sparkwatch.store.refusals import ended_at
+from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.rows import I64
-from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_row, shown
+from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_row
 from sparkwatch.store.sample_store import SampleBlocks
 from sparkwatch.store.schema import METER_ERROR_SOURCE, MIGRATIONS, OLDEST_READABLE
 from sparkwatch.store.tx import Damaged, NotFound, RunEnded, StoreError, tx
@@ -131,7 +132,7 @@ class Store:
         except (TypeError, ValueError, RecursionError):  # not text, not JSON, or nested past reading
             hello = None
         if not isinstance(hello, dict):
-            problem = f"hello {shown(row[0])} is not a JSON object"
+            problem = f"hello {shown_value(row[0])} is not a JSON object"
         elif (checked := hello_problem(hello)) is None:
             return hello
         else:

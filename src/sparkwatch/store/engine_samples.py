@@ -21,7 +21,7 @@ import numpy as np
 from sparkwatch.defaults import ENGINE_FAMILY_NAMES as _FAMILIES
 from sparkwatch.defaults import ENGINE_MAX_INTERVAL_S as MAX_INTERVAL_S
 from sparkwatch.defaults import ENGINE_MIN_INTERVAL_S as MIN_INTERVAL_S
-from sparkwatch.store.run_rows import shown
+from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.tx import Damaged, tx
 
 #: Errors kept in a span: the first ones say why a gap began.
@@ -138,7 +138,8 @@ def _refuse_damaged(row: tuple[Any, ...], values: Any, names: Any, raw: Any) -> 
 
     def damaged(column: str, value: Any, what: str) -> Damaged:
         return Damaged(
-            f"engine_samples row (t_ns {t_ns}) is damaged in the database: {column} {shown(value)} {what}"
+            f"engine_samples row (t_ns {t_ns}) is damaged in the database:"
+            f" {column} {shown_value(value)} {what}"
         )
 
     if family is not None and family not in _FAMILIES:
@@ -149,12 +150,12 @@ def _refuse_damaged(row: tuple[Any, ...], values: Any, names: Any, raw: Any) -> 
         raise damaged("fields", fields, "is not a JSON object")
     for name, value in values.items():
         if not _finite(value):
-            raise damaged(f"fields[{shown(name)}]", value, "is not a finite number")
+            raise damaged(f"fields[{shown_value(name)}]", value, "is not a finite number")
     if not isinstance(names, dict):
         raise damaged("sources", sources, "is not a JSON object")
     for name, value in names.items():
         if type(value) is not str:
-            raise damaged(f"sources[{shown(name)}]", value, "is not a series name")
+            raise damaged(f"sources[{shown_value(name)}]", value, "is not a series name")
     if not isinstance(raw, list) or not all(type(n) is str for n in raw):
         raise damaged("unknown", unknown, "is not a JSON array of series names or null")
 

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.rows import F64, I64
-from sparkwatch.store.run_rows import shown
 from sparkwatch.store.tx import Damaged, tx
 
 #: Errors kept per meter in a span: the first ones say why a gap began.
@@ -130,9 +130,10 @@ def _damaged(node: str, row: tuple[Any, ...]) -> Damaged:
     """The one-line refusal of a row (as ``_COLUMNS`` reads it, its damaged column last)."""
     column = row[len(_READ)]
     value = row[_READ.index(column)]
-    key = f"node {shown(node)}, domain {shown(row[0])}, t_ns {row[2]}"
+    key = f"node {shown_value(node)}, domain {shown_value(row[0])}, t_ns {row[2]}"
     return Damaged(
-        f"meter_samples row ({key}) is damaged in the database: {column} {shown(value)} {_DAMAGE[column][1]}"
+        f"meter_samples row ({key}) is damaged in the database:"
+        f" {column} {shown_value(value)} {_DAMAGE[column][1]}"
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sparkwatch.store.run_rows import is_integer, shown
+from sparkwatch.store.row_values import is_integer, shown_value
 from sparkwatch.store.sample_reads import NEAREST_NS
 from sparkwatch.store.tx import Damaged, tx
 
@@ -66,7 +66,7 @@ def _span(run_id: str, start: Any, end: Any, first: Any, last: Any) -> Span:
     for column, value in (*named, ("its last window's t_end_ns", last)):
         if not is_integer(value) and (value is not None or column == "t_start_ns"):
             raise Damaged(
-                f"run {run_id} is damaged in the database: {column} {shown(value)} is not an integer"
+                f"run {run_id} is damaged in the database: {column} {shown_value(value)} is not an integer"
             )
     if end is not None and end < start:
         raise Damaged(f"run {run_id} is damaged in the database: t_end_ns {end} is before t_start_ns {start}")

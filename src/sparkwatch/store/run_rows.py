@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkwatch.defaults import DEFAULT_PHASES, MAX_INTERVAL_S, MAX_RUN_NAME_CHARS, MIN_INTERVAL_S, SCOPES
+from sparkwatch.store.row_values import is_integer, shown_value
 from sparkwatch.store.tx import Damaged
 
 RUN_COLUMNS = "id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope, command, phases"
@@ -69,24 +70,20 @@ def _problem(row: tuple[Any, ...]) -> str | None:
     """What is wrong with a run row's columns (but its phases), or ``None``."""
     _, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, _ = row
     if not isinstance(name, str) or not 0 < len(name) <= MAX_RUN_NAME_CHARS:
-        return f"name {shown(name)} is not a name of 1-{MAX_RUN_NAME_CHARS} characters"
+        return f"name {shown_value(name)} is not a name of 1-{MAX_RUN_NAME_CHARS} characters"
     if not is_integer(t_start_ns):
-        return f"t_start_ns {shown(t_start_ns)} is not an integer"
+        return f"t_start_ns {shown_value(t_start_ns)} is not an integer"
     if t_end_ns is not None and (not is_integer(t_end_ns) or t_end_ns < t_start_ns):
-        return f"t_end_ns {shown(t_end_ns)} is not an integer at or after t_start_ns"
+        return f"t_end_ns {shown_value(t_end_ns)} is not an integer at or after t_start_ns"
     if not _number(interval_s) or not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
-        return f"interval_s {shown(interval_s)} is not in [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] seconds"
+        return f"interval_s {shown_value(interval_s)} is not in [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] seconds"
     if not _number(gate) or not 0 <= gate <= 1:
-        return f"gate_threshold {shown(gate)} is not a number in [0, 1]"
+        return f"gate_threshold {shown_value(gate)} is not a number in [0, 1]"
     if scope not in SCOPES:
-        return f"scope {shown(scope)} is not one of {', '.join(SCOPES)}"
+        return f"scope {shown_value(scope)} is not one of {', '.join(SCOPES)}"
     if command is not None and not _json_object(command):
-        return f"command {shown(command)} is not a JSON object"
+        return f"command {shown_value(command)} is not a JSON object"
     return None
-
-
-def is_integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _number(value: Any) -> bool:
@@ -98,9 +95,3 @@ def _json_object(text: Any) -> bool:
         return isinstance(text, str) and isinstance(json.loads(text), dict)
     except ValueError:
         return False
-
-
-def shown(value: Any) -> str:
-    """A column's value for a one-line message: repr, cut at 40 characters."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -7,7 +7,7 @@ import sqlite3
 from typing import Any
 
 from sparkwatch.core.clock import OffsetRound
-from sparkwatch.store.run_rows import is_integer, shown
+from sparkwatch.store.row_values import is_integer, shown_value
 from sparkwatch.store.sample_block import SampleBlock
 from sparkwatch.store.sample_store import CLOCKS, SampleBlocks
 from sparkwatch.store.tx import Damaged
@@ -74,7 +74,7 @@ def _round(node: str, row: tuple[Any, ...]) -> OffsetRound:
     boot, t_ns, offset, uncertainty, mono = row
     problem = _offset_problem(t_ns, offset, uncertainty, mono)
     if problem is not None:
-        where = f"clock offset of node {node}, boot {boot} at t_ns {shown(t_ns)}"
+        where = f"clock offset of node {node}, boot {boot} at t_ns {shown_value(t_ns)}"
         raise Damaged(f"{where} is damaged in the database: {problem}")
     return OffsetRound(t_ns, offset, uncertainty, mono)
 
@@ -83,11 +83,11 @@ def _offset_problem(t_ns: Any, offset: Any, uncertainty: Any, mono: Any) -> str 
     """What is wrong with a round's columns, or ``None``: integers all, the uncertainty half a round trip
     (never negative), the monotonic offset absent only in rounds stored before it was kept."""
     if not is_integer(t_ns):
-        return f"t_ns {shown(t_ns)} is not an integer"
+        return f"t_ns {shown_value(t_ns)} is not an integer"
     if not is_integer(offset):
-        return f"offset_ns {shown(offset)} is not an integer"
+        return f"offset_ns {shown_value(offset)} is not an integer"
     if not is_integer(uncertainty) or uncertainty < 0:
-        return f"uncertainty_ns {shown(uncertainty)} is not an integer of 0 or more"
+        return f"uncertainty_ns {shown_value(uncertainty)} is not an integer of 0 or more"
     if mono is not None and not is_integer(mono):
-        return f"mono_offset_ns {shown(mono)} is not an integer"
+        return f"mono_offset_ns {shown_value(mono)} is not an integer"
     return None

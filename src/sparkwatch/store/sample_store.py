@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sparkwatch.store.row_values import is_integer, shown_value
 from sparkwatch.store.rows import I64
-from sparkwatch.store.run_rows import is_integer, shown
 from sparkwatch.store.sample_block import (
     SMALL,
     SampleBlock,
@@ -216,7 +216,9 @@ class SampleBlocks:
             for (column, check), value in zip(checks.items(), values, strict=True):
                 if (problem := check(value)) is not None:
                     where = f"sample block {block_id} of node {key[0]}, boot {key[1]}"
-                    return Damaged(f"{where} is damaged in the database: {column} {shown(value)} {problem}")
+                    return Damaged(
+                        f"{where} is damaged in the database: {column} {shown_value(value)} {problem}"
+                    )
         return Damaged(f"a sample block of node {key[0]}, boot {key[1]} is damaged in the database")
 
     def count(self, node: str | None = None) -> int:

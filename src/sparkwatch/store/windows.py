@@ -29,7 +29,7 @@ from sparkwatch.core.windows import (
 from sparkwatch.store import refusals
 from sparkwatch.store.deletion import LIVE_RUNS
 from sparkwatch.store.refusals import STALE_IMPORT_NS
-from sparkwatch.store.run_rows import is_integer, shown
+from sparkwatch.store.row_values import is_integer, shown_value
 from sparkwatch.store.tx import Damaged, DuplicateIds, Invalid, NotFound, RepeatsProxy, StoreError, tx
 
 #: Rows per transaction: a few milliseconds of writing, the longest a sample insert waits for the lock.
@@ -249,7 +249,7 @@ def _check_imports(db: sqlite3.Connection, run_id: str) -> None:
     if bad is not None:
         raise Damaged(
             f"import {bad[0]!r} of run {run_id} is damaged in the database:"
-            f" committed {shown(bad[1])} is not 0 or 1"
+            f" committed {shown_value(bad[1])} is not 0 or 1"
         )
     orphan = db.execute(
         "SELECT id, import_id FROM windows WHERE run_id = ? AND import_id IS NOT NULL"
@@ -258,7 +258,7 @@ def _check_imports(db: sqlite3.Connection, run_id: str) -> None:
     ).fetchone()
     if orphan is not None:
         raise Damaged(
-            f"damaged window {orphan[0]!r} in the database: its import {shown(orphan[1])} is not in it"
+            f"damaged window {orphan[0]!r} in the database: its import {shown_value(orphan[1])} is not in it"
         )
 
 
@@ -311,7 +311,9 @@ def end_mark(db: sqlite3.Connection, run_id: str, name: str, t_ns: int, source: 
         raise NotFound(f"no open mark {name!r} in run {run_id}")
     if not is_integer(row[1]) or not isinstance(row[0], str):
         column, value = ("t_begin_ns", row[1]) if not is_integer(row[1]) else ("phase", row[0])
-        raise Damaged(f"mark {name!r} of run {run_id} is damaged in the database: {column} {shown(value)}")
+        raise Damaged(
+            f"mark {name!r} of run {run_id} is damaged in the database: {column} {shown_value(value)}"
+        )
     window = Window(id=name, phase=row[0], t_start_ns=row[1], t_end_ns=t_ns, source=source)
     try:  # as every stored window is (a clock stepped back since the mark began: its end before its begin)
         check_window(window)
@@ -379,9 +381,9 @@ def _type_problem(window: Window) -> str | None:
     for name in _INTEGERS:
         value = getattr(window, name)
         if (value is not None or name in _NEEDED) and not is_integer(value):
-            return f"{name} {shown(value)} is not an integer"
+            return f"{name} {shown_value(value)} is not an integer"
     for name in _TEXTS:
         value = getattr(window, name)
         if (value is not None or name in _NEEDED) and not isinstance(value, str):
-            return f"{name} {shown(value)} is not text"
+            return f"{name} {shown_value(value)} is not text"
     return None
