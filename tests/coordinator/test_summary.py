@@ -38,6 +38,8 @@ def export(nodes: list[dict[str, Any]], throttle: list[str]) -> dict[str, Any]:
         "phase": "timed",
         "in_scope": True,
         "verdict": "low_confidence" if throttle else "ok",
+        "t_start_ns": 0,
+        "t_end_ns": 3 * 10**9,
     }
     window |= {"reasons": [f"spark-1: {t}" for t in throttle], "nodes": [{"throttle": throttle}]}
     totals = {
@@ -210,3 +212,37 @@ def test_the_json_outcome_carries_each_nodes_peak_page_cache_and_null_where_unre
     out = outcome_json(data, Quality(1, 1, 3, 3), pathlib.Path("run.json"), 0, False)
     assert [n["memory_page_cache_bytes_peak"] for n in out["nodes"]] == [3 * 2**30, None, None]
     assert [n["memory_used_bytes_peak"] for n in out["nodes"]] == [2**34] * 3
+
+
+def timed(wid: str, length_s: float, verdict: str) -> dict[str, Any]:
+    reasons = [] if verdict == "ok" else ["shorter (0.062 s) than 2 sampling intervals (0.1 s each)"]
+    window = {"id": wid, "phase": "timed", "in_scope": True, "verdict": verdict, "reasons": reasons}
+    return window | {"t_start_ns": 0, "t_end_ns": int(length_s * 1e9), "nodes": [{"throttle": []}]}
+
+
+def test_figures_resting_mostly_on_windows_not_ok_are_marked_and_said_so() -> None:
+    """A demo of 4-token requests (each window shorter than two samples) printed 26.6 gated W against
+    56 W of truth with nothing in the table to say so; the figures are now marked where the windows not
+    ok hold most of the measured time, and not where they are a sliver of it."""
+    data = export([node("spark-1", 26.6, 59.4), node("spark-2", 26.3, None)], [])
+    data["windows"] = [timed("a", 0.063, "low_confidence"), timed("b", 0.062, "low_confidence")]
+    lines = summary_table(data).splitlines()
+    row = next(line for line in lines if line.startswith("spark-1"))
+    assert row.split()[1:4] == ["26.6*", "59.4*", "100.0*"]
+    assert next(line for line in lines if line.startswith("spark-2")).split()[1:4] == [
+        "26.3*",
+        "n/a",
+        "100.0*",
+    ]
+    assert next(line for line in lines if line.startswith("sum")).split()[1] == "52.9*"
+    assert "GPU J/token 2.000*," in "\n".join(lines)
+    assert (
+        "* low confidence: 2 of 2 measured window(s), 100% of their time, are not ok (below), and these"
+        " figures are mostly theirs: do not quote them as measured"
+    ) in lines
+    header, row = next(line for line in lines if line.startswith("node ")), lines[lines.index(row)]
+    assert len(row) <= len(header)  # the marks keep the columns
+    data["windows"] = [timed("long", 30.0, "ok"), timed("short", 0.063, "low_confidence")]
+    text = summary_table(data)
+    assert "*" not in text.replace("window short", "") and "low confidence:" not in text
+    assert "window short (timed): low_confidence: shorter (0.062 s)" in text  # still listed below

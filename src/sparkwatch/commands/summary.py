@@ -64,7 +64,15 @@ def summary_table(export: dict[str, Any]) -> str:
             f"command {outcome}: {command_line(command['argv'])}"
         )  # quoted, control characters escaped
     with_system = any(node.get("system") for node in export["nodes"])
-    lines += ["", *_node_rows(export, with_system), "", *_totals_lines(export["totals"], with_system)]
+    mark = DOUBT_MARK if doubtful_share(measured) > DOUBTFUL_SHARE else ""
+    lines += [
+        "",
+        *_node_rows(export, with_system, mark),
+        "",
+        *_totals_lines(export["totals"], with_system, mark),
+    ]
+    if mark:
+        lines.append(_doubt_note(measured))
     throttled = [w for w in measured if any(e.get("throttle") for e in w["nodes"])]
     if throttled:
         lines.append(
@@ -79,8 +87,34 @@ def summary_table(export: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
-    """The per-node table with its sum row (and the system W column when any node has a domain)."""
+#: The table marks its power and energy figures when windows not ``ok`` hold more than this share of the
+#: measured time: the figures are then mostly theirs (a run of 4-token requests shorter than two samples
+#: read 26 W against 56 W of truth, and the table said nothing).
+DOUBTFUL_SHARE = 0.5
+DOUBT_MARK = "*"
+
+
+def doubtful_share(measured: Sequence[dict[str, Any]]) -> float:
+    """The share of the measured windows' time in windows whose verdict is not ``ok`` (0 without any)."""
+    lengths = [(int(w["t_end_ns"]) - int(w["t_start_ns"]), w["verdict"] != "ok") for w in measured]
+    whole = sum(length for length, _ in lengths)
+    if whole <= 0:
+        return 1.0 if any(doubt for _, doubt in lengths) else 0.0
+    return sum(length for length, doubt in lengths if doubt) / whole
+
+
+def _doubt_note(measured: Sequence[dict[str, Any]]) -> str:
+    doubtful = [w for w in measured if w["verdict"] != "ok"]
+    return (
+        f"{DOUBT_MARK} low confidence: {len(doubtful)} of {len(measured)} measured window(s),"
+        f" {doubtful_share(measured):.0%} of their time, are not ok (below), and these figures are mostly"
+        " theirs: do not quote them as measured"
+    )
+
+
+def _node_rows(export: dict[str, Any], with_system: bool, mark: str = "") -> list[str]:
+    """The per-node table with its sum row (and the system W column when any node has a domain); ``mark``
+    after each power and energy figure when they rest on windows that are not ``ok``."""
     totals = export["totals"]
     systems = [system_watts(node) for node in export["nodes"]]
     column = f" {'system W':>9}" if with_system else ""
@@ -90,20 +124,20 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
     header = f"{'node':<{width}} {figures}"
     lines = [header, "-" * len(header)]
     for node, system_w in zip(export["nodes"], systems, strict=True):
-        cell = f" {_num(system_w, '.1f'):>9}" if with_system else ""
+        cell = f" {_marked(system_w, mark):>9}" if with_system else ""
         lines.append(
-            f"{node['node']:<{width}} {_num(node['power_w']['gated_mean'], '.1f'):>11}{cell}"
-            f" {_num(node['energy_j'], '.1f'):>13} {_gib(node['memory_used_bytes']['peak']):>13}"
+            f"{node['node']:<{width}} {_marked(node['power_w']['gated_mean'], mark):>11}{cell}"
+            f" {_marked(node['energy_j'], mark):>13} {_gib(node['memory_used_bytes']['peak']):>13}"
             f" {_ratio(node['samples']['coverage_ratio']):>9}"
         )
     lines.append("-" * len(header))
     known = [w for w in systems if w is not None]
     short = _short_headlines(export["nodes"])  # a node's mean over a sliver of the scope: not summed
     system_sum = sum(known) if len(known) == len(systems) and not short else None
-    cell = f" {_num(system_sum, '.1f'):>9}" if with_system else ""
+    cell = f" {_marked(system_sum, mark):>9}" if with_system else ""
     lines.append(
-        f"{'sum':<{width}} {_num(totals['power_w_gated_mean_sum'], '.1f'):>11}{cell}"
-        f" {_num(totals['energy_j'], '.1f'):>13} {_gib(totals['memory_used_bytes_peak_sum']):>13}"
+        f"{'sum':<{width}} {_marked(totals['power_w_gated_mean_sum'], mark):>11}{cell}"
+        f" {_marked(totals['energy_j'], mark):>13} {_gib(totals['memory_used_bytes_peak_sum']):>13}"
     )
     if with_system:
         lines.append(
@@ -116,6 +150,11 @@ def _node_rows(export: dict[str, Any], with_system: bool) -> list[str]:
             f" {INCOMPLETE_COVERAGE} of the scope"
         )
     return lines + _node_reasons(export["nodes"])
+
+
+def _marked(value: float | None, mark: str, fmt: str = ".1f") -> str:
+    """A figure with ``mark`` after it (an unknown, n/a, is not marked: there is nothing to doubt)."""
+    return _num(value, fmt) + (mark if value is not None else "")
 
 
 def _short_headlines(nodes: Sequence[dict[str, Any]]) -> list[str]:
@@ -152,17 +191,17 @@ def _node_reasons(nodes: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _totals_lines(totals: dict[str, Any], with_system: bool) -> list[str]:
+def _totals_lines(totals: dict[str, Any], with_system: bool, mark: str = "") -> list[str]:
     tokens = totals["completion_tokens"]
     lines = [
         f"completion tokens {tokens if tokens is not None else 'n/a'},"
-        f" GPU J/token {_num(totals['joules_per_token'], '.3f')},"
+        f" GPU J/token {_marked(totals['joules_per_token'], mark, '.3f')},"
         f" peak of summed memory {_gib(totals['memory_used_bytes_peak_of_sum'], unit=True)}"
     ]
     if with_system:
         lines.append(
-            f"system energy J {_num(totals.get('system_energy_j'), '.1f')},"
-            f" system J/token {_num(totals.get('system_joules_per_token'), '.3f')}"
+            f"system energy J {_marked(totals.get('system_energy_j'), mark)},"
+            f" system J/token {_marked(totals.get('system_joules_per_token'), mark, '.3f')}"
         )
     lines += [f"  n/a {reason}" for reason in said_once(totals["null_reasons"])]
     return lines
