@@ -219,7 +219,7 @@ async def test_the_api_refuses_the_export_with_409_and_the_line(
     try:
         response = await client.get("/v1/runs/r1/export")
         assert response.status == 409
-        assert (await response.json()) == {"error": "conflict", "reason": said}
+        assert (await response.json()) == {"error": "damaged", "reason": said}
     finally:
         await client.close()
         await coordinator.stop()

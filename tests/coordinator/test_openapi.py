@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import sqlite3
 
 import jsonschema
 import pytest
@@ -97,4 +98,32 @@ async def test_what_the_server_answers_is_what_the_document_declares(tmp_path: p
         one = f"{runs}/imports/{started['import_id']}"
         assert await answer("POST", f"{one}/commit", imports + "/{import_id}/commit", {}) == 200
         assert await answer("DELETE", one, imports + "/{import_id}", None) == 409
+    store.close()
+
+
+async def test_a_damaged_runs_answers_are_declared(tmp_path: pathlib.Path) -> None:
+    """A run row edited outside sparkwatch makes its reads a 409 ``damaged``, which the document did not
+    declare for the run, its export, windows and report; ``GET /v1/runs`` lists it under ``damaged``."""
+    store = Store(tmp_path / "c.db")
+    app = make_app(Coordinator([], store), None)
+    doc = openapi_document()
+    async with TestClient(TestServer(app)) as client:
+        run = await (await client.post("/v1/runs", json={"name": "r"})).json()
+        with sqlite3.connect(tmp_path / "c.db") as conn:
+            conn.execute("UPDATE runs SET scope = 'everything' WHERE id = ?", (run["id"],))
+        conn.close()
+        listed = await (await client.get("/v1/runs")).json()
+        assert [d["id"] for d in listed["damaged"]] == [run["id"]]
+        assert "damaged" in doc["paths"]["/v1/runs"]["get"]["responses"]["200"]["description"]
+        base = f"/v1/runs/{run['id']}"
+        for template, suffix in (
+            ("", ""),
+            ("/export", "/export"),
+            ("/windows", "/windows"),
+            ("/report", "/report"),
+        ):
+            response = await client.get(base + suffix)
+            assert response.status == 409 and (await response.json())["error"] == "damaged"
+            declared = doc["paths"]["/v1/runs/{run_id}" + template]["get"]["responses"]
+            assert "409" in declared and "damaged" in declared["409"]["description"], template
     store.close()

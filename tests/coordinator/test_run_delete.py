@@ -260,3 +260,23 @@ async def test_a_run_whose_row_was_damaged_outside_sparkwatch_can_still_be_delet
     assert samples_in(api.db) == 50  # no span to trust: left to idle retention, not dropped by a guess
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert f"run {run}: run {run} is damaged in the database: t_start_ns 'abc' is not an integer;" in said[-1]
+
+
+async def test_an_open_run_whose_row_was_damaged_can_be_deleted_and_the_refusals_say_damaged(
+    api: Api,
+) -> None:
+    """Such a run could be neither ended (its row does not read: 409) nor deleted (open: 409, "end it
+    first"), so it stayed for good. Deleting is the way out; its refusals say ``damaged``, not ``conflict``
+    (no retry mends them). Its start and windows read, so its samples go with it as any deleted run's."""
+    run = await api.run_with_rows("edited while open", end=False)
+    with sqlite3.connect(api.db) as conn:
+        conn.execute("UPDATE runs SET interval_s = 'abc' WHERE id = ?", (run,))
+    conn.close()
+    said = f"run {run} is damaged in the database: interval_s 'abc' is not in [0.01, 60.0] seconds"
+    for method, path in (("POST", f"/v1/runs/{run}/end"), ("GET", f"/v1/runs/{run}/export")):
+        assert await api.call(method, path) == (409, {"error": "damaged", "reason": said})
+    assert (await api.ok("DELETE", f"/v1/runs/{run}")) == {"deleted": run, "windows": DIRECT + 3}
+    await purged(api.db, run)
+    assert await api.ok("GET", "/v1/runs") == {"runs": [], "damaged": []}
+    assert owned_rows(api.db, run) == {"windows": 0, "marks": 0, "imports": 0, "runs": 0}
+    assert samples_in(api.db) == 0

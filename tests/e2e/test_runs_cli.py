@@ -523,7 +523,7 @@ def test_a_damaged_run_row_leaves_the_other_runs_listed_exported_and_itself_dele
     assert listed.returncode == 0 and sound in listed.stdout and edited not in listed.stdout, listed
     assert listed.stderr == (
         f"sparkwatch: run {edited} is damaged in the database: interval_s 'abc' is not in [0.01, 60.0]"
-        f" seconds (mend the row, or remove the run once it has ended: sparkwatch runs delete {edited})\n"
+        f" seconds (mend the row, or remove the run: sparkwatch runs delete {edited})\n"
     )
     out = tmp_path / "sound.json"
     assert cli("export", "--db", str(coord.db), sound, "-o", str(out)).returncode == 0

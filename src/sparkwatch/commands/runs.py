@@ -67,9 +67,7 @@ async def _list(client: CoordinatorClient, args: argparse.Namespace) -> int:
     if runs or not damaged:
         print(runs_table(runs, counts) if runs else f"no runs on {client.target.url}")
     for run in damaged:
-        remedy = (
-            f"mend the row, or remove the run once it has ended: sparkwatch runs delete {shown(run['id'])}"
-        )
+        remedy = f"mend the row, or remove the run: sparkwatch runs delete {shown(run['id'])}"
         print(f"sparkwatch: {shown(run['reason'])} ({remedy})", file=sys.stderr)
     return 0
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from sparkwatch.store.tx import NotFound, StoreError, tx
+from sparkwatch.store.run_rows import RUN_COLUMNS, run_row
+from sparkwatch.store.tx import Damaged, NotFound, StoreError, tx
 
 #: Rows per purge transaction (like an aborted import's cleanup): a few milliseconds of writing.
 PURGE_ROWS = 500
@@ -31,11 +32,14 @@ class RunOpen(StoreError):
 
 def tombstone(db: sqlite3.Connection, run_id: str, now_ns: int) -> None:
     """Step 1: hide an ended run from every read. Refused for an unknown or already deleted run
-    (``NotFound``) and for an open one (``RunOpen``)."""
-    row = db.execute(f"SELECT t_end_ns FROM runs WHERE id = ? AND id IN {LIVE_RUNS}", (run_id,)).fetchone()
+    (``NotFound``) and for an open one (``RunOpen``), but one whose row was damaged outside sparkwatch: it
+    cannot be ended (its row does not read), so deleting it is the only way out, and nothing measures it."""
+    row = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ? AND id IN {LIVE_RUNS}", (run_id,)
+    ).fetchone()
     if row is None:
         raise NotFound(f"no run {run_id}")
-    if row[0] is None:
+    if row[3] is None and not _damaged(row):
         raise RunOpen(f"run {run_id} is open: end it first (sparkwatch runs end {run_id}), then delete it")
     # read before the lock; the caller is the one writer of an ended run's windows (the window thread)
     first, last = db.execute(
@@ -45,11 +49,19 @@ def tombstone(db: sqlite3.Connection, run_id: str, now_ns: int) -> None:
         cursor = db.execute(
             "UPDATE runs SET deleted_at_ns = ?, t_start_ns = MIN(t_start_ns, COALESCE(?, t_start_ns)),"
             " t_end_ns = MAX(t_end_ns, COALESCE(?, t_end_ns))"
-            " WHERE id = ? AND deleted_at_ns IS NULL AND t_end_ns IS NOT NULL",
-            (now_ns, first, last, run_id),
+            " WHERE id = ? AND deleted_at_ns IS NULL AND (t_end_ns IS NOT NULL OR ?)",
+            (now_ns, first, last, run_id, row[3] is None),
         )
     if cursor.rowcount != 1:  # deleted meanwhile through another connection
         raise NotFound(f"no run {run_id}")
+
+
+def _damaged(row: tuple[object, ...]) -> bool:
+    try:
+        run_row(row)
+    except Damaged:
+        return True
+    return False
 
 
 def purge_step(db: sqlite3.Connection, run_id: str) -> bool:

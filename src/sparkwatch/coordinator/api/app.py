@@ -23,6 +23,7 @@ from sparkwatch.coordinator.piece_stream import PieceStream
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.defaults import SERIES_BUCKETS, check_series_buckets
 from sparkwatch.store import (
+    Damaged,
     DuplicateIds,
     Invalid,
     NotFound,
@@ -117,6 +118,8 @@ async def store_refusals(request: web.Request, handler: Handler) -> web.StreamRe
     except RepeatsProxy as exc:  # dropped: the proxy's requests again (core/repeated_windows.py)
         body = {"error": "repeats_proxy", "reason": str(exc), "repeats": exc.repeats, "windows": exc.windows}
         return web.json_response(body, status=409)
+    except Damaged as exc:  # a row edited outside sparkwatch: no conflict of the client's, no retry mends it
+        return error(409, "damaged", str(exc))
     except StoreError as exc:
         return error(409, "conflict", str(exc))
 

@@ -75,13 +75,19 @@ OPERATIONS = (
         "/v1/nodes",
         "every node's link, clock, capabilities and latest sample; the engine scraper's state",
     ),
-    Operation("get", "/v1/runs", "every run, with the bytes of samples its span holds (size_bytes)"),
+    Operation(
+        "get",
+        "/v1/runs",
+        "{runs, damaged}: every run, with the bytes of samples its span holds (size_bytes); the runs whose"
+        " rows were damaged outside sparkwatch, each {id, reason}",
+    ),
     Operation("post", "/v1/runs", "start a run", "RunCreate", 201, (400,)),
-    Operation("get", "/v1/runs/{run_id}", "one run with its window count", refusals=(404,)),
+    Operation("get", "/v1/runs/{run_id}", "one run with its window count", refusals=(404, 409)),
     Operation(
         "delete",
         "/v1/runs/{run_id}",
-        "delete an ended run: {deleted, windows}; gone from every read at once, its rows go afterwards",
+        "delete an ended run, or a damaged one (open or not): {deleted, windows}; gone from every read at"
+        " once, its rows go afterwards",
         answer=202,
         refusals=(404, 409),
     ),
@@ -108,7 +114,7 @@ OPERATIONS = (
         "get",
         "/v1/runs/{run_id}/export",
         "the sparkwatch.run/1 export",
-        refusals=(400, 404),
+        refusals=(400, 404, 409),
         query=(SERIES_QUERY, SERIES_BUCKETS_QUERY),
     ),
     Operation(
@@ -116,13 +122,13 @@ OPERATIONS = (
         "/v1/runs/{run_id}/windows",
         "the run and its windows as stored, none measured: {run, windows} (what export --prometheus RUN"
         " measures again)",
-        refusals=(404,),
+        refusals=(404, 409),
     ),
     Operation(
         "get",
         "/v1/runs/{run_id}/report",
         "the run report: one self-contained HTML page (figures from the series block)",
-        refusals=(400, 404),
+        refusals=(400, 404, 409),
         query=(SERIES_BUCKETS_QUERY,),
     ),
 )
@@ -265,7 +271,8 @@ _REFUSALS = {
         " repeats_proxy: an import of which at least half the windows repeat the proxy's requests (start"
         " and end within 50 ms), dropped (repeats, windows);"
         " conflict: a committed import (to commit or drop), an open mark, an open run to delete (end it"
-        " first)"
+        " first); damaged: a row the request reads was edited or damaged outside sparkwatch (the reason"
+        " names the table, row and column; docs/cli.md, damaged rows)"
     ),
     413: "request_entity_too_large: a body over 64 MiB (a window batch), over 1 MiB (any other)",
     503: "unavailable: the database cannot take the write, nothing was stored (/healthz: a link is down)",
