@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Literal, TypeVar
 
 #: What an export says it is (its ``schema``; core/export.py makes it, the CLI's client checks it).
@@ -51,6 +52,24 @@ MAX_INTERVAL_S = 60.0
 #: (engines/families.py): here, so a store's read can check its rows by the rules their writer followed.
 ENGINE_MIN_INTERVAL_S, ENGINE_MAX_INTERVAL_S = 0.2, 60.0
 ENGINE_FAMILY_NAMES = ("vllm", "sglang")
+#: What a scraped engine value may be, by our field (engines/scrape.py leaves any other out of its scrape as
+#: if the page lacked it; store/engine_samples.py refuses a row that holds one). Every field is a count, a
+#: rate or a ratio: never negative. A count is at most 2**53, above which a float no longer holds every
+#: integer (a sum over ranks, or a column's running sum, would lose the smaller values or overflow). A ratio
+#: (vLLM's kv_cache_usage_perc, 1 = full; SGLang's token_usage, cache_hit_rate and spec_accept_rate, all
+#: fractions) is at most 1, give or take an engine's float32 rounding.
+ENGINE_MAX_COUNT = float(2**53)
+ENGINE_MAX_RATIO = 1.0 + 1e-6
+ENGINE_RATIO_FIELDS = ("kv_cache_usage_ratio", "prefix_cache_hit_ratio", "spec_accept_ratio")
+#: The largest value by field, where it is not ENGINE_MAX_COUNT (a mapping: the store checks a column of
+#: values with ``map(ENGINE_FIELD_MAX.get, …)``, no Python per value).
+ENGINE_FIELD_MAX = MappingProxyType(dict.fromkeys(ENGINE_RATIO_FIELDS, ENGINE_MAX_RATIO))
+
+
+def engine_value_max(field: str) -> float:
+    """The largest value an engine field may hold (the least is 0): one rule for the scrape and the store."""
+    return ENGINE_FIELD_MAX.get(field, ENGINE_MAX_COUNT)
+
 
 #: The export's optional ``series`` block (what the run report plots): time buckets over the run by default
 #: (2 per pixel of the report's 1100 px plot: min/max per bucket keeps every peak a screen can show), and the

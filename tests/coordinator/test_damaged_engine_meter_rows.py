@@ -2,7 +2,8 @@
 module): `export --db` and ``GET /v1/runs/{id}/export`` refuse them with one line that names the table, the
 row and the column. They were a traceback (fields that are not JSON, a token count or a power of 'abc'), or
 an export of a value nobody read (an infinite power made the window not ok, a power of 'nan' read as none).
-A value the poller could have written itself (any finite number an engine's page says) is no damage."""
+A value the poller could have written itself (one within defaults.py's engine bounds) is no damage; one
+outside them is refused by the same rule the poller's scrape follows (engines/scrape.py)."""
 
 from __future__ import annotations
 
@@ -154,6 +155,19 @@ def test_a_damaged_engine_or_meter_row_is_one_line_and_writes_nothing(
         (engine("unknown = '[1]'"), "unknown '[1]' is not a JSON array of series names or null"),
         (engine("family = 'trtllm'"), "family 'trtllm' is not one of vllm, sglang or null"),
         (engine("interval_s = 0.01"), "interval_s 0.01 is not in [0.2, 60.0] seconds"),
+        # out of the bounds the scrape leaves out (defaults.engine_value_max): a 1e308 spoiled other windows
+        (
+            engine("fields = json_set(fields, '$.running_requests', -50)"),
+            "fields['running_requests'] -50 is outside [0, 9007199254740992]",
+        ),
+        (
+            engine("""fields = '{"prompt_tokens": 1e308}'"""),
+            "fields['prompt_tokens'] 1e+308 is outside [0, 9007199254740992]",
+        ),
+        (
+            engine("fields = json_set(fields, '$.kv_cache_usage_ratio', 7.0)"),
+            "fields['kv_cache_usage_ratio'] 7.0 is outside [0, 1.000001]",
+        ),
         (meter("power_w = 'nan'"), "power_w 'nan' is not a finite number or null"),
         (meter("energy_j = -1e999"), "energy_j -inf is not a finite number or null"),
         (meter("interval_s = x'00'"), "interval_s b'\\x00' is not a finite number"),
@@ -181,20 +195,22 @@ def test_every_value_the_pollers_never_write_is_refused_by_the_reads(
 def test_values_the_poller_could_have_written_are_read_as_they_are(
     sound: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    """The engine poller stores any finite value a page says (engines/scrape.py bounds none, a negative
-    gauge included), and an integer is a number too: no damage. A meter's negative power is the export's
-    to judge (an implausible interval), as the meter poller's check keeps such readings out."""
-    path = damaged(sound, tmp_path, engine("fields = json_set(fields, '$.running_requests', -50)"))
+    """The engine poller stores any value within the bounds (0 and 2**53 for a count, 1 for a ratio,
+    exactly), and an integer is a number too: no damage. A meter's negative power is the export's to judge
+    (an implausible interval), as the meter poller's check keeps such readings out."""
+    path = damaged(sound, tmp_path, engine("fields = json_set(fields, '$.running_requests', 0)"))
     db = sqlite3.connect(path)
     with db:
-        db.execute(engine("fields = json_set(fields, '$.kv_cache_usage_ratio', 7.0, '$.prompt_tokens', 50)"))
+        db.execute(
+            engine(f"fields = json_set(fields, '$.kv_cache_usage_ratio', 1.0, '$.prompt_tokens', {2**53})")
+        )
         db.execute(meter("power_w = -5, energy_j = NULL"))
     db.close()
     store = Store(path)
     try:
         (row,) = [r for r in store.engine_rows(T0, T0 + 30 * S) if r.t_ns == T5]
         read = {f: row.fields[f] for f in ("running_requests", "kv_cache_usage_ratio", "prompt_tokens")}
-        assert read == {"running_requests": -50, "kv_cache_usage_ratio": 7.0, "prompt_tokens": 50}
+        assert read == {"running_requests": 0, "kv_cache_usage_ratio": 1.0, "prompt_tokens": 2**53}
         readings = store.meter_rows("n1", T0, T0 + 30 * S)
         assert readings.power_w[5] == -5.0 and math.isnan(readings.energy_j[5])  # NULL: none read
     finally:

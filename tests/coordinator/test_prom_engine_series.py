@@ -154,6 +154,31 @@ def test_a_tsdbs_series_give_what_the_coordinators_scrapes_of_the_same_pages_giv
         assert "spec_accept_length" not in got.present  # zero means not in use
 
 
+def test_values_no_engine_can_mean_are_left_out_of_a_tsdbs_series_as_of_a_scrape() -> None:
+    """A negative gauge, a ratio of 7 and ranks whose counters add up past 2**53 are left out at their
+    scrapes by the coordinator's scrape (engines/scrape.py); read from a TSDB they were taken as they were
+    (1e308 tokens, -50 running requests), and the window's figures with them."""
+
+    def page(k: int) -> str:
+        out = vllm_page(k)
+        if k == 3:
+            out = with_values(out, {"vllm:num_requests_running": -50.0})
+        if k == 4:
+            out = add_series(out, "vllm:generation_tokens_total", {"engine": "2", **MODEL}, 1e308)
+        if k == 6:
+            out = with_values(out, {"vllm:kv_cache_usage_perc": 7.0})
+        return out
+
+    scraped = pages(page, 10)
+    span = (T0 + 2 * S, T0 + 8 * S)
+    got = engine_samples(Paged(scraped, {"job": "vllm"}), 'job="vllm"', *span, MARGIN_NS)
+    assert_same(got, stored(scraped, span))
+    assert got is not None
+    assert np.isnan(got.values["running_requests"][3]) and got.values["running_requests"][2] == 2.0 + 2.0
+    assert np.isnan(got.values["generation_tokens"][4]) and got.values["generation_tokens"][5] == 1500.0 * 5
+    assert got.values["kv_cache_usage_ratio"][6] == pytest.approx(max(0.6, 0.8))  # the older name, in bounds
+
+
 def test_sglangs_per_priority_parts_are_left_out_in_a_tsdb_too() -> None:
     """With --enable-priority-scheduling the queue gauges hold their total under priority="" (stored by a
     TSDB without the label) beside a series per priority: before, the export from a TSDB refused the total

@@ -155,15 +155,17 @@ def _gauge(t_ns: I64, v: F64, span: tuple[I64, I64], gap_ns: int, failed_ns: I64
         )
         held &= between == 0
     lo = i0 - held.astype(np.int64)
-    sums = np.concatenate([[0.0], np.cumsum(v)])
     count = (i1 - lo).astype(np.float64)
-    top = np.full(len(starts), np.nan)
+    total, top = np.zeros(len(starts)), np.full(len(starts), np.nan)
     some = count > 0
     if some.any():
+        # each span's own values summed, not a difference of running sums: one huge value elsewhere would
+        # swallow every smaller one after it
         padded = np.append(v, np.nan)
         pairs = np.column_stack([lo[some], i1[some]]).ravel()
+        total[some] = np.add.reduceat(padded, pairs)[::2]
         top[some] = np.maximum.reduceat(padded, pairs)[::2]
-    return Gauge((sums[i1] - sums[lo]).tolist(), count.tolist(), top.tolist())
+    return Gauge(total.tolist(), count.tolist(), top.tolist())
 
 
 def _delta(t_ns: I64, v: F64, starts: I64, ends: I64, gap_ns: int) -> F64:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,6 +75,7 @@ class EnginePoller:
         self._now_ns = now_ns
         self._monotonic = monotonic
         self.state = EngineState(spec.url, spec.interval_s)
+        self._refused: tuple[str, ...] = ()  # the series the latest scrape left out as out of bounds
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         """Scrape every ``interval_s`` on an absolute schedule (a slow scrape skips, never bunches) until
@@ -94,7 +95,8 @@ class EnginePoller:
         except ScrapeError as exc:
             self._failed(t0, str(exc))
             return
-        except (aiohttp.ClientError, OSError, UnicodeDecodeError, ValueError) as exc:
+        except (aiohttp.ClientError, OSError, UnicodeDecodeError, ValueError, ArithmeticError) as exc:
+            # ArithmeticError: an OverflowError in combining a page's values would otherwise end the task
             self._failed(t0, f"{type(exc).__name__}: {exc}")
             return
         row = EngineRow(
@@ -105,6 +107,7 @@ class EnginePoller:
             log.info("engine metrics at %s answer again", self.spec.url)
         if scrape.family is None and (self.state.family is not None or self.state.last_t_ns is None):
             log.warning("engine metrics at %s: no vLLM or SGLang series; raw names kept", self.spec.url)
+        self._report_refused(scrape.refused)
         self.state.scrapes += 1
         self.state.family, self.state.last_t_ns, self.state.error = scrape.family, (t0 + t1) // 2, None
 
@@ -121,6 +124,17 @@ class EnginePoller:
         if len(body) > MAX_PAGE_BYTES:
             raise ScrapeError(f"the page is larger than {MAX_PAGE_BYTES} bytes: not an engine's metrics")
         return body.decode("utf-8")
+
+    def _report_refused(self, refused: Mapping[str, float]) -> None:
+        """Values out of bounds (scrape.py) are warned of as a failed scrape is, once while the same series
+        carry them, not at every scrape; the rest of the scrape is stored as usual, and no failure counted."""
+        names = tuple(sorted(refused))
+        if names and names != self._refused:
+            shown = ", ".join(f"{name} {refused[name]!r}" for name in names)
+            log.warning("engine metrics at %s: values out of bounds left out: %s", self.spec.url, shown[:300])
+        elif self._refused and not names:
+            log.info("engine metrics at %s: every value within bounds again", self.spec.url)
+        self._refused = names
 
     def _failed(self, t_ns: int, error: str) -> None:
         error = " ".join(error.split())[:300] or "failed"

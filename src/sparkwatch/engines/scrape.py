@@ -1,7 +1,10 @@
 """One ``/metrics`` page to our fields, by the family's table (families.py).
 
 The page is parsed by ``prometheus_client``'s own text parser (the library both engines expose through),
-so escaping, label order and exponent forms are the library's business, not ours."""
+so escaping, label order and exponent forms are the library's business, not ours. A value no engine can
+mean (a negative count, a count above 2**53, a ratio above 1: defaults.py) is left out of the scrape as if
+the page lacked its series, and named in ``Scrape.refused``: the store would refuse it, and one such value
+spoiled every sum it entered (two ranks of 1e308 overflowed ``fsum``)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkwatch.defaults import engine_value_max
 from sparkwatch.engines.families import Family, Series, family_of
 
 T = TypeVar("T")
@@ -33,6 +37,7 @@ class Scrape:
     values: dict[str, float] = field(default_factory=dict)  # our field → the combined value
     sources: dict[str, str] = field(default_factory=dict)  # our field → the engine's series it came from
     unknown: tuple[str, ...] = ()  # the raw series names of an engine with no table
+    refused: dict[str, float] = field(default_factory=dict)  # a series left out → its value out of bounds
 
 
 def samples_by_name(text: str) -> dict[str, Labelled]:
@@ -56,29 +61,43 @@ def read_page(text: str) -> Scrape:
     if family is None:
         return Scrape(None, unknown=tuple(sorted(samples)[:MAX_UNKNOWN_NAMES]))
     values, sources = {}, {}
+    refused: dict[str, float] = {}
     for series in family.series:
-        found = _combined(family, series, samples)
+        found = _combined(family, series, samples, refused)
         if found is not None:
             values[series.field], sources[series.field] = found
-    return Scrape(family.name, values, sources)
+    return Scrape(family.name, values, sources, refused=refused)
 
 
-def _combined(family: Family, series: Series, samples: dict[str, Labelled]) -> tuple[float, str] | None:
-    """The first of the series' names the page has, its rank series combined; None when it has none."""
+def _combined(
+    family: Family, series: Series, samples: dict[str, Labelled], refused: dict[str, float]
+) -> tuple[float, str] | None:
+    """The first of the series' names the page has, its rank series combined; None when it has none. A name
+    with a value read, or a combined value, outside the field's bounds is passed over as if the page lacked
+    it (never a partial sum over the other ranks), the value noted in ``refused``."""
+    most = engine_value_max(series.field)
     for name in series.names:
         kept = primaries(samples.get(name, ()), family)
         if not kept:
             continue
-        if series.combine == "sum":
-            value = math.fsum(kept)
-        elif series.combine == "max":
-            value = max(kept)
-        else:
-            value = math.fsum(kept) / len(kept)
+        bad = next((v for v in kept if not 0 <= v <= most), None)  # bounded inputs: fsum cannot overflow
+        value = _combine(series, kept) if bad is None else math.nan
+        if not 0 <= value <= most:  # a value read out of bounds, or a sum over ranks beyond them
+            refused[name] = value if bad is None else bad
+            continue
         if series.zero_is_absent and value == 0:
             return None
         return value, name
     return None
+
+
+def _combine(series: Series, kept: list[float]) -> float:
+    """The rank series' values as one, as the table's ``combine`` says."""
+    if series.combine == "sum":
+        return math.fsum(kept)
+    if series.combine == "max":
+        return max(kept)
+    return math.fsum(kept) / len(kept)
 
 
 def primaries(labelled: Iterable[tuple[Mapping[str, str], T]], family: Family) -> list[T]:

@@ -4,8 +4,9 @@ and the errors that explain their gaps. Kept by time, not by run: a run reads th
 A row is read back checked against what the poller writes (engines/): the file is the user's, and a row
 edited or damaged outside sparkwatch (``fields`` that are not JSON, a token count of 'abc', a scrape
 interval of 'abc') would otherwise reach the export as a traceback. It is refused with one line that names
-the row and the column. The values themselves are not bounded: the poller stores any finite number an
-engine's page says (a negative gauge included), so such a row may be sparkwatch's own."""
+the row and the column. Its values are bounded by the rule the poller's scrape follows (defaults.py,
+``engine_value_max``: never negative, a count at most 2**53, a ratio at most 1), so a row outside it was
+not written by sparkwatch, and a 1e308 would spoil the sums over other scrapes."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import json
 import math
 import sqlite3
 import sys
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from sparkwatch.defaults import ENGINE_FAMILY_NAMES as _FAMILIES
+from sparkwatch.defaults import ENGINE_FIELD_MAX, ENGINE_MAX_COUNT, engine_value_max
 from sparkwatch.defaults import ENGINE_MAX_INTERVAL_S as MAX_INTERVAL_S
 from sparkwatch.defaults import ENGINE_MIN_INTERVAL_S as MIN_INTERVAL_S
 from sparkwatch.store.row_values import shown_value
@@ -110,8 +112,8 @@ _NUMBERS = frozenset({float, int})  # not bool: true is no count
 
 def _sound(family: Any, interval_s: Any, values: list[Any], names: list[Any], raw: list[Any]) -> bool:
     """Whether every row is as the poller writes it: a known family or none, its scrape interval within
-    engines/spec.py's bounds, finite numbers by field and series names as JSON. Types are compared as sets
-    and numbers as arrays, so no Python runs per row or value."""
+    engines/spec.py's bounds, numbers within their field's bounds and series names as JSON. Types are
+    compared as sets and numbers as arrays, so no Python runs per row or value."""
     if not set(family) <= {None, *_FAMILIES} or not set(map(type, interval_s)) <= _NUMBERS:
         return False
     if not set(map(type, values)) | set(map(type, names)) <= {dict} or not set(map(type, raw)) <= {list}:
@@ -122,12 +124,15 @@ def _sound(family: Any, interval_s: Any, values: list[Any], names: list[Any], ra
     series = chain(chain.from_iterable(map(dict.values, names)), chain.from_iterable(raw))
     if not set(map(type, series)) <= {str}:
         return False
+    fields = chain.from_iterable(map(dict.keys, values))  # in the order of ``numbers``
+    most = np.fromiter(map(ENGINE_FIELD_MAX.get, fields, repeat(ENGINE_MAX_COUNT)), np.float64, len(numbers))
     try:
         every, intervals = np.array(numbers, np.float64), np.array(interval_s, np.float64)
     except OverflowError:  # an integer of 400 digits
         return False
     return bool(
-        np.isfinite(every).all() and ((intervals >= MIN_INTERVAL_S) & (intervals <= MAX_INTERVAL_S)).all()
+        ((every >= 0) & (every <= most)).all()  # NaN and inf fail too
+        and ((intervals >= MIN_INTERVAL_S) & (intervals <= MAX_INTERVAL_S)).all()
     )
 
 
@@ -151,6 +156,9 @@ def _refuse_damaged(row: tuple[Any, ...], values: Any, names: Any, raw: Any) -> 
     for name, value in values.items():
         if not _finite(value):
             raise damaged(f"fields[{shown_value(name)}]", value, "is not a finite number")
+        most = engine_value_max(name)
+        if not 0 <= value <= most:
+            raise damaged(f"fields[{shown_value(name)}]", value, f"is outside [0, {most:.16g}]")
     if not isinstance(names, dict):
         raise damaged("sources", sources, "is not a JSON object")
     for name, value in names.items():

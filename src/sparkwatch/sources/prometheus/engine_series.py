@@ -23,6 +23,7 @@ from sparkwatch.core.engine import COUNTERS, GAUGES, EngineSamples
 from sparkwatch.core.intervals import seen_interval_s
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
+from sparkwatch.defaults import engine_value_max
 from sparkwatch.engines.families import FAMILIES, Combine, Family, Series
 from sparkwatch.engines.scrape import primaries
 from sparkwatch.sources import SourceError
@@ -127,10 +128,15 @@ def _field(family: Family, s: Series, found: list[RawSeries], t: I64) -> tuple[F
         if not ranks:
             continue
         stacked = np.vstack(ranks)
-        has = np.isfinite(stacked).any(axis=0) & ~decided
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: masked out by ``has``
             combined = COMBINE[s.combine](stacked)
+        # a value no engine can mean (defaults.engine_value_max), or ranks that add up past it: at that
+        # scrape the name is left out as the coordinator's scrape leaves it out (engines/scrape.py)
+        top = engine_value_max(s.field)
+        with np.errstate(invalid="ignore"):
+            refused = ((stacked < 0) | (stacked > top)).any(axis=0) | (combined > top)
+        has = np.isfinite(stacked).any(axis=0) & ~decided & ~refused
         out[has] = combined[has]
         name_at[has] = k
         decided |= has
