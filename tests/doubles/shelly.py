@@ -3,11 +3,13 @@ gen2 Switch/PM1 GetStatus; aioshelly's device fixtures): ``GET /rpc/Switch.GetSt
 switch's status with ``apower`` (W) and ``aenergy.total`` (Wh), an unknown id answers
 ``{"code": -105, "message": "Argument 'id', value N not found!"}``, and with a password every RPC needs HTTP
 digest authentication, SHA-256 as RFC 7616, user ``admin``, realm the device id, a 401 with an empty body
-and the challenge in ``WWW-Authenticate``."""
+and the challenge in ``WWW-Authenticate``. ``raw`` answers fields with JSON text of a test's choosing, as a
+firmware could write it (``1e999``, which parses to inf; ``true``; ``"300"``)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import secrets
 import time
@@ -35,6 +37,8 @@ class ShellyPlug:
     nonces: set[str] = field(default_factory=set)
     requests: int = 0
     down_until: float = 0.0  # time.monotonic(): until then every request answers 503 (see go_down)
+    #: Fields (dotted: ``aenergy.total``) answered with this JSON text instead of their value.
+    raw: dict[str, str] = field(default_factory=dict)
 
     def go_down(self, seconds: float) -> None:
         """Answer 503 for ``seconds`` (a plug rebooting, a Wi-Fi drop): each poll meanwhile fails."""
@@ -100,9 +104,26 @@ class ShellyPlug:
         if request.query.get("id") != "0":
             body = {"code": -105, "message": f"Argument 'id', value {request.query.get('id')} not found!"}
             return web.json_response(body, status=400)
-        return web.json_response(self.status())
+        return web.Response(text=json_with_raw(self.status(), self.raw), content_type="application/json")
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/rpc/Switch.GetStatus", self.get_status)
         return app
+
+
+def json_with_raw(body: dict[str, Any], raw: dict[str, str]) -> str:
+    """``body`` as JSON, each field that ``raw`` names (dotted for a nested one, a number for an array's
+    element: ``PowerControl.0.PowerConsumedWatts``) written as ``raw``'s text: what ``json.dumps`` cannot
+    write (``1e999``, an integer of 400 digits)."""
+    body = json.loads(json.dumps(body))  # a copy to write into
+    for path in raw:
+        *parents, key = path.split(".")
+        at: Any = body
+        for parent in parents:
+            at = at[int(parent)] if isinstance(at, list) else at.setdefault(parent, {})
+        at[key] = f"@raw:{path}@"
+    text = json.dumps(body)
+    for path, value in raw.items():
+        text = text.replace(json.dumps(f"@raw:{path}@"), value)
+    return text

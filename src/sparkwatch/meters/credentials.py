@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkwatch.meters.poller import MeterError
+from sparkwatch.meters.readings import MeterError
 
 
 class SecretFileError(Exception):

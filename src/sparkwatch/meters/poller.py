@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from sparkwatch.core.domains import MAX_PLAUSIBLE_NODE_W
 from sparkwatch.http_reasons import host_port, unreachable_reason
+from sparkwatch.meters.readings import MeterError, Reading, refused
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store.meters import MeterReading
 from sparkwatch_agent.shared.backoff import every
@@ -32,10 +32,6 @@ TIMEOUT_INTERVALS, MIN_TIMEOUT_S = 2.0, 2.0
 CLOSE_TIMEOUT_S = 2.0
 
 
-class MeterError(Exception):
-    """The meter answered, but not with a reading (the message says what it answered, in one line)."""
-
-
 async def json_answer(response: aiohttp.ClientResponse, kind: str) -> Any:
     """The answer's JSON. A body that is not JSON (a web server's HTML error page, a login portal) names
     the HTTP status, not a decoder's position in it."""
@@ -43,12 +39,6 @@ async def json_answer(response: aiohttp.ClientResponse, kind: str) -> Any:
         return await response.json(content_type=None)
     except ValueError:  # JSONDecodeError, or bytes that are not text
         raise MeterError(f"{kind} answered HTTP {response.status} with a body that is not JSON") from None
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    power_w: float | None
-    energy_j: float | None = None  # the meter's own energy counter, J
 
 
 class MeterReader(Protocol):
@@ -141,10 +131,8 @@ class MeterPoller:
         except (MeterError, aiohttp.ClientError, OSError, ValueError) as exc:
             self._failed(t0, f"{type(exc).__name__}: {exc}" if not isinstance(exc, MeterError) else str(exc))
             return
-        if reading.power_w is not None and not 0 <= reading.power_w <= MAX_PLAUSIBLE_NODE_W:
-            # one bogus reading would pass the export's check on intervals (the mean of two readings)
-            shown = f"{reading.power_w:g} W, outside [0, {MAX_PLAUSIBLE_NODE_W:g}] W for one node"
-            self._failed(t0, f"{spec.kind} read {shown}: not stored")
+        if (why := refused(reading)) is not None:  # the readers' rule (readings.py), whoever read it
+            self._failed(t0, f"{spec.kind} read {why}: not stored")
             return
         t1 = self._now_ns()
         refresh_ns = int((spec.refresh_s or 0.0) * 1e9)

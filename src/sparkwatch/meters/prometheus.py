@@ -9,7 +9,8 @@ from typing import Any
 import aiohttp
 
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import MeterError, Reading, json_answer
+from sparkwatch.meters.poller import json_answer
+from sparkwatch.meters.readings import MeterError, Reading
 from sparkwatch.meters.spec import MeterSpec
 
 
@@ -53,10 +54,13 @@ def _one_value(data: Any) -> float:
     else:
         count = len(result) if isinstance(result, list) else "no"
         raise MeterError(f"the meter's query must return one series, it returned {count} ({kind})")
-    try:
-        value = float(sample[1])
-    except (TypeError, ValueError, IndexError):
-        raise MeterError(f"prometheus value is not a number: {sample!r:.80}") from None
+    raw: Any = sample[1] if isinstance(sample, list) and len(sample) == 2 else None
+    try:  # the API writes the value as a string: "301.5", "NaN", "+Inf"
+        value = float(raw) if isinstance(raw, str | int | float) and not isinstance(raw, bool) else None
+    except (ValueError, OverflowError):  # OverflowError: an integer of hundreds of digits
+        value = None
+    if value is None:
+        raise MeterError(f"prometheus value is not a number: {sample!r:.80}")
     if not math.isfinite(value) or value < 0:
         raise MeterError(f"the meter's query gave {value} W")
     return value

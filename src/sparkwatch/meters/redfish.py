@@ -4,6 +4,11 @@ From the service root ``/redfish/v1/`` the reader follows ``Chassis`` to the cha
 ``chassis``, else the first member), then reads ``EnvironmentMetrics`` → ``PowerWatts.Reading`` (W) and
 ``EnergykWh.Reading`` where the chassis has them, else the older ``Power`` → ``PowerControl[0].
 PowerConsumedWatts``. ``PowerSubsystem`` holds capacity and allocation, not a reading, so it is not used.
+``PowerConsumedWatts`` is at least 0 by its schema and ``PowerWatts`` is the chassis' draw: a value that
+readings.py refuses (negative, not a finite number, ``true``, a string) is a failed poll naming the
+property, as is an ``EnergykWh.Reading`` it refuses. A ``null`` reading (the schema allows it) is no power
+(a failed poll), or no counter.
+
 With credentials it opens a Redfish session (``POST`` to the service root's ``Links.Sessions`` with
 ``UserName``/``Password``, then the ``X-Auth-Token`` header) and falls back to HTTP basic auth when the
 service hands out no token. Nothing of a credential is logged, stored or exported.
@@ -19,7 +24,6 @@ import asyncio
 import base64
 import contextlib
 import hashlib
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +32,8 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import MeterError, Reading, json_answer
+from sparkwatch.meters.poller import json_answer
+from sparkwatch.meters.readings import MeterError, Reading, counter_j, number
 from sparkwatch.meters.spec import MeterSpec
 
 ROOT = "/redfish/v1/"
@@ -207,7 +212,7 @@ class RedfishMeter:
         environment, power = _link(chassis, "EnvironmentMetrics"), _link(chassis, "Power")
         if environment is not None:
             body = await self._get(session, environment)
-            if _number((body.get("PowerWatts") or {}).get("Reading")) is not None or power is None:
+            if _usable(_member(body, "PowerWatts").get("Reading")) or power is None:
                 return ("env", environment)
         if power is not None:
             return ("power", power)
@@ -226,28 +231,35 @@ def _link(body: Any, key: str) -> str | None:
     return target if isinstance(target, str) and target.startswith("/redfish/") else None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
+def _member(body: dict[str, Any], key: str) -> dict[str, Any]:
+    """The object ``body[key]``; one that is absent or not an object has no properties."""
+    value = body.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _usable(value: Any) -> bool:
+    """Whether a reading is one readings.py takes: at discovery, else the older ``Power`` is read."""
+    try:
+        number(value, "", "W")
+    except MeterError:
+        return False
+    return True
 
 
 def _environment(body: dict[str, Any]) -> Reading:
-    power = _number((body.get("PowerWatts") or {}).get("Reading"))
+    power = _member(body, "PowerWatts").get("Reading")
     if power is None:
         raise MeterError("redfish EnvironmentMetrics has no PowerWatts.Reading")
-    if power < 0:
-        raise MeterError(f"redfish EnvironmentMetrics PowerWatts.Reading is negative ({power:g} W)")
-    energy = _number((body.get("EnergykWh") or {}).get("Reading"))
-    return Reading(power_w=power, energy_j=None if energy is None else energy * KWH_J)
+    power_w = number(power, "redfish EnvironmentMetrics PowerWatts.Reading", "W")
+    energy = _member(body, "EnergykWh").get("Reading")
+    what = "redfish EnvironmentMetrics EnergykWh.Reading"
+    return Reading(power_w, None if energy is None else counter_j(energy, what, "kWh", KWH_J))
 
 
 def _power_control(body: dict[str, Any]) -> Reading:
     controls = body.get("PowerControl")
     first = controls[0] if isinstance(controls, list) and controls and isinstance(controls[0], dict) else {}
-    power = _number(first.get("PowerConsumedWatts"))
+    power = first.get("PowerConsumedWatts")
     if power is None:
         raise MeterError("redfish Power has no PowerControl[0].PowerConsumedWatts")
-    if power < 0:
-        raise MeterError(f"redfish Power PowerControl[0].PowerConsumedWatts is negative ({power:g} W)")
-    return Reading(power_w=power)
+    return Reading(power_w=number(power, "redfish Power PowerControl[0].PowerConsumedWatts", "W"))

@@ -4,17 +4,22 @@
 Gen2 devices with a password want HTTP digest authentication (SHA-256, RFC 7616) as user ``admin``; an
 error comes back as ``{"code": -105, "message": "Argument 'id', value 1 not found!"}`` with a status the
 docs leave open. A switch without metering has no ``apower``: that is an error here, not a 0 W reading.
+
+``apower`` is signed on devices that measure returned energy (``ret_aenergy``; the ``reverse`` option flips
+the sign), and ``aenergy.total`` then counts both directions. A node only draws, so a negative ``apower``
+is a failed poll that says so (the meter is wired the other way, or meters more than the node), not a
+reading taken as its magnitude; so is any value readings.py refuses, in ``apower`` or ``aenergy.total``.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import aiohttp
 
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import MeterError, Reading, json_answer
+from sparkwatch.meters.poller import json_answer
+from sparkwatch.meters.readings import MeterError, Reading, counter_j, number
 from sparkwatch.meters.spec import MeterSpec
 
 #: Shelly's digest user is always this one.
@@ -56,12 +61,11 @@ class ShellyMeter:
 
 def _reading(status: dict[str, Any]) -> Reading:
     power = status.get("apower")
-    if isinstance(power, bool) or not isinstance(power, int | float) or not math.isfinite(power):
+    if power is None:
         raise MeterError("shelly status has no apower: this component does not meter power")
-    energy = status.get("aenergy")
-    total = energy.get("total") if isinstance(energy, dict) else None
-    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total):
-        total = None
-    if power < 0:  # a meter that also measures export reads below zero; a node only draws
-        raise MeterError(f"shelly apower is negative ({power:g} W): not a node's draw; check what it meters")
-    return Reading(power_w=float(power), energy_j=None if total is None else float(total) * WH_J)
+    power_w = number(power, "shelly apower", "W")
+    energy = status.get("aenergy")  # absent: a device without a counter
+    if energy is not None and not isinstance(energy, dict):
+        raise MeterError("shelly aenergy is not an object")
+    total = None if energy is None else energy.get("total")
+    return Reading(power_w, None if total is None else counter_j(total, "shelly aenergy.total", "Wh", WH_J))
