@@ -1,28 +1,37 @@
-"""Rows of the sample tables edited or damaged outside sparkwatch (``clock_offsets``, ``boots.hello``,
+"""Rows of the sample tables edited or damaged outside sparkwatch (``clock_offsets``, ``boots``,
 ``sample_blocks``): each a one-line refusal that names its table, row and column, never a traceback, a link
 retrying for ever, an allocation of hundreds of GiB, or an export of nonsense with exit 0."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import pathlib
 import sqlite3
 
+import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.cli import sparkwatch
 from helpers.frames import T0, sample_frame
+from sparkwatch.coordinator.api.app import make_app
+from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
+from sparkwatch.links.nodes_file import NodeSpec
+from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Damaged, Store
 from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.sample_store import MAX_COUNT
 from sparkwatch.wire import SampleFrame
+from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 S = 1_000_000_000
 OFFSET = "clock offset of node n1, boot b1 at t_ns 1800000000000000000 is damaged in the database: "
-HELLO = "boot b1 of node n1 is damaged in the database: "
+BOOT = "boot b1 of node n1 is damaged in the database: "
 BLOCK = "sample block 1 of node n1, boot b1 is damaged in the database: "
 
 
@@ -48,7 +57,7 @@ def stored(path: pathlib.Path) -> pathlib.Path:
 
 def damaged(path: pathlib.Path, damage: str) -> pathlib.Path:
     db = sqlite3.connect(path)
-    db.execute(damage)
+    db.executescript(damage)
     db.commit()
     db.close()
     return path
@@ -71,11 +80,11 @@ def damaged(path: pathlib.Path, damage: str) -> pathlib.Path:
             OFFSET + "mono_offset_ns 'abc' is not an integer",
         ),
         ("UPDATE clock_offsets SET mono_offset_ns = 1.5", OFFSET + "mono_offset_ns 1.5 is not an integer"),
-        ("UPDATE boots SET hello = 'not json'", HELLO + "hello 'not json' is not a JSON object"),
-        ("UPDATE boots SET hello = '[1,2]'", HELLO + "hello '[1,2]' is not a JSON object"),
+        ("UPDATE boots SET hello = 'not json'", BOOT + "hello 'not json' is not a JSON object"),
+        ("UPDATE boots SET hello = '[1,2]'", BOOT + "hello '[1,2]' is not a JSON object"),
         (
             """UPDATE boots SET hello = '{"boot_id": "b1", "hardware": "x"}'""",
-            HELLO + "hello hardware must be an object",
+            BOOT + "hello hardware must be an object",
         ),
         (
             "UPDATE sample_blocks SET count = 100000000000 WHERE id = 1",
@@ -85,13 +94,36 @@ def damaged(path: pathlib.Path, damage: str) -> pathlib.Path:
             "UPDATE sample_blocks SET count = -5 WHERE id = 1",
             BLOCK + f"count -5 is not a number of samples from 1 to {MAX_COUNT}",
         ),
+        # the bounds a read finds a run's blocks by: text sorts after every number, a REAL falls anywhere
+        (
+            "UPDATE sample_blocks SET mono_first_ns = 'abc' WHERE id = 1",
+            BLOCK + "mono_first_ns 'abc' is not an integer",
+        ),
+        (
+            "UPDATE sample_blocks SET mono_first_ns = 1e30 WHERE id = 1",
+            BLOCK + "mono_first_ns 1e+30 is not an integer",
+        ),
+        (
+            "UPDATE clock_offsets SET mono_offset_ns = NULL;"  # a boot placed by its wall clock
+            " UPDATE sample_blocks SET wall_first_ns = 'abc' WHERE id = 1",
+            BLOCK + "wall_first_ns 'abc' is not an integer",
+        ),
+        (
+            "UPDATE sample_blocks SET seq_first = 'abc' WHERE id = 1",
+            BLOCK + "seq_first 'abc' is not an integer",
+        ),
+        ("UPDATE sample_blocks SET seq_first = 1.5 WHERE id = 1", BLOCK + "seq_first 1.5 is not an integer"),
+        ("UPDATE boots SET first_seen_ns = 'abc'", BOOT + "first_seen_ns 'abc' is not an integer"),
+        ("UPDATE boots SET first_seen_ns = 1.5", BOOT + "first_seen_ns 1.5 is not an integer"),
     ],
 )
 def test_an_export_of_a_damaged_sample_row_is_one_line_and_writes_nothing(
     tmp_path: pathlib.Path, damage: str, said: str
 ) -> None:
     """Before: a traceback each (an allocation of 745 GiB for the count), or an export with exit 0 of a
-    clock placing no sample ("no samples from n1") or an uncertainty of -5 ns."""
+    clock placing no sample ("no samples from n1"), an uncertainty of -5 ns, a block left out (a first
+    bound of 'abc' or 1e30: "no samples from n1") or read though its seq range is not one, or of the hello
+    of a boot read as the latest for a first_seen_ns of 'abc'."""
     path = damaged(stored(tmp_path / "c.db"), damage)
     out = tmp_path / "out.json"
     done = sparkwatch("export", "--db", str(path), "r1", "-o", str(out))
@@ -150,10 +182,161 @@ def test_a_damaged_hello_at_the_coordinators_start_is_a_warning_and_no_hello(
     path = damaged(stored(tmp_path / "c.db"), "UPDATE boots SET hello = 'not json'")
     store = Store(path)
     with caplog.at_level(logging.WARNING, logger="sparkwatch.store.db"):
-        assert store.hello_or_absent("n1", "b1") is None
+        assert store.latest_hello_or_absent("n1") is None
     assert [r.getMessage() for r in caplog.records] == [
-        HELLO + "hello 'not json' is not a JSON object; read as no hello"
+        BOOT + "hello 'not json' is not a JSON object; read as no hello"
     ]
-    assert store.hello_or_absent("n1", "b2") is None  # no such boot: no warning
+    assert store.latest_hello_or_absent("n2") is None  # no such node: no warning
     assert len(caplog.records) == 1
+    damaged(path, "UPDATE boots SET first_seen_ns = 'abc'")
+    with caplog.at_level(logging.WARNING, logger="sparkwatch.store.db"):
+        assert (
+            store.latest_hello_or_absent("n1") is None
+        )  # it stopped the start of a metered node's coordinator
+    assert caplog.records[-1].getMessage() == BOOT + "first_seen_ns 'abc' is not an integer; read as no hello"
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (
+            "UPDATE sample_blocks SET mono_first_ns = 'abc' WHERE id = 1",
+            BLOCK + "mono_first_ns 'abc' is not an integer",
+        ),
+        (
+            "UPDATE sample_blocks SET seq_first = 'abc' WHERE id = 1",
+            BLOCK + "seq_first 'abc' is not an integer",
+        ),
+        ("UPDATE boots SET first_seen_ns = 'abc'", BOOT + "first_seen_ns 'abc' is not an integer"),
+    ],
+)
+async def test_the_api_refuses_the_export_with_409_and_the_line(
+    tmp_path: pathlib.Path, damage: str, said: str
+) -> None:
+    """The coordinator's export answers the refusal (it was a 200 of a run missing a block's samples)."""
+    store = Store(damaged(stored(tmp_path / "c.db"), damage), now_ns=lambda: T0 + 60 * S)
+    coordinator = Coordinator([NodeSpec("n1", url="ws://unused")], store, now_ns=lambda: T0 + 60 * S)
+    client = TestClient(TestServer(make_app(coordinator, None)))
+    await client.start_server()
+    try:
+        response = await client.get("/v1/runs/r1/export")
+        assert response.status == 409
+        assert (await response.json()) == {"error": "damaged", "reason": said}
+    finally:
+        await client.close()
+        await coordinator.stop()
+        store.close()
+
+
+def test_a_seq_range_damaged_while_the_store_is_open_refuses_a_batch_sent_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A resumed link (or a replayed ring) sends samples the store has: which it has is found by the blocks'
+    seq ranges, and one edited to text after this connection's first batch of the boot passed its block over
+    (its 50 samples of the batch were stored a second time)."""
+    path = stored(tmp_path / "c.db")
+    store = Store(path)
+    store.ingest("n1", "b1", frames(300, 310))  # the boot's highest seq, remembered from here on
+    damaged(path, "UPDATE sample_blocks SET seq_first = 'abc' WHERE id = 1")
+    with pytest.raises(Damaged) as refused:
+        store.ingest("n1", "b1", frames(100, 320))
+    assert str(refused.value) == BLOCK + "seq_first 'abc' is not an integer"
+    assert store.count_samples("n1") == 309
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (
+            "UPDATE boots SET first_seen_ns = 'abc' WHERE boot_id = 'b1'",
+            BOOT + "first_seen_ns 'abc' is not an integer",
+        ),
+        (
+            "UPDATE boots SET first_seen_ns = 1.5 WHERE boot_id = 'b2'",
+            "boot b2 of node n1 is damaged in the database: first_seen_ns 1.5 is not an integer",
+        ),
+    ],
+)
+def test_a_damaged_first_seen_refuses_the_latest_boot(tmp_path: pathlib.Path, damage: str, said: str) -> None:
+    """Before: b1 read as the latest of b1 and b2 ('abc' sorts after every number, 1.5 before them)."""
+    path = stored(tmp_path / "c.db")
+    store = Store(path, now_ns=lambda: T0 + 60 * S)
+    store.record_hello("n1", {"type": "hello", "boot_id": "b2", "node": "n1", "hardware": {"gpus": []}})
+    assert store.latest_boot_id("n1") == "b2"
+    damaged(path, damage)
+    with pytest.raises(Damaged) as refused:
+        store.latest_boot_id("n1")
+    assert str(refused.value) == said
+    store.close()
+
+
+async def test_a_link_to_a_node_whose_latest_boot_is_unknown_resumes_its_agents_boot_with_one_warning(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A link resumes the agent's boot after its last stored seq where that boot is the node's latest. With
+    b1's first_seen_ns 'abc' which boot is latest is unknown: the link still resumes b1 (the agent's) after
+    its own last stored seq, and says why once, not at every session: collection goes on."""
+    asked: list[str] = []
+
+    async def time_probe(_r: web.Request) -> web.Response:
+        return web.json_response({"t_wall_ns": T0, "t_mono_ns": 1, "boot_id": "b1"})
+
+    async def stream(request: web.Request) -> web.Response:
+        asked.append(request.query["after"])
+        return web.Response(status=500)
+
+    app = web.Application()
+    app.router.add_get("/v1/time", time_probe)
+    app.router.add_get("/v1/stream", stream)
+    server = TestServer(app)
+    await server.start_server()
+    path = stored(tmp_path / "c.db")
+    store = Store(path, now_ns=lambda: T0 + 60 * S)
+    store.record_hello("n1", {"type": "hello", "boot_id": "b2", "node": "n1", "hardware": {"gpus": []}})
+    last = store.last_seq("n1", "b1")
+    damaged(path, "UPDATE boots SET first_seen_ns = 'abc' WHERE boot_id = 'b1'")
+    async with aiohttp.ClientSession() as session:
+        link = WsLink(
+            NodeSpec(name="n1", url="ws://unused"),
+            store,
+            session,
+            holder="t",
+            desired_interval=lambda: None,
+            base_url=str(server.make_url("")),
+            backoff=ExponentialBackoff(initial_s=0.01, maximum_s=0.02),
+            probes=1,
+        )
+        with caplog.at_level(logging.WARNING, logger="sparkwatch.links.ws_link"):
+            task = asyncio.create_task(link.run())
+            await asyncio.sleep(0.3)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    said = f"node n1: {BOOT}first_seen_ns 'abc' is not an integer; boot b1 resumes after its last stored seq"
+    assert last > 0 and len(asked) >= 2 and set(asked) == {str(last)}
+    warned = [r.getMessage() for r in caplog.records if r.name == "sparkwatch.links.ws_link"]
+    assert warned == [said]
+    await server.close()
+    store.close()
+
+
+def test_counts_past_sqlites_integers_stop_no_ingest_and_are_refused_by_name(tmp_path: pathlib.Path) -> None:
+    """Two counts of -(2**63 - 1), summed as the boot's small blocks, raised SQLite's integer overflow: every
+    batch of the boot failed as "the database cannot take a write" (a link retrying for ever), and counting
+    the samples was a traceback. A damaged count says nothing of which samples are stored: ingest goes on,
+    small blocks merge without it (a merge rewrote the row unseen), and what reads a count refuses it."""
+    path = damaged(stored(tmp_path / "c.db"), f"UPDATE sample_blocks SET count = {-(2**63 - 1)}")
+    said = BLOCK + f"count {-(2**63 - 1)} is not a number of samples from 1 to {MAX_COUNT}"
+    store = Store(path)
+    assert store.ingest("n1", "b1", frames(300, 305)) == 5
+    assert store.ingest("n1", "b1", frames(305, 310)) == 5
+    assert sum(store.retention_steps(10**18)) == 0  # the two small blocks merged, no block dropped
+    with pytest.raises(Damaged) as counted:
+        store.count_samples("n1")
+    assert str(counted.value) == said
+    store.close()
+    rows = sqlite3.connect(path).execute("SELECT id, count FROM sample_blocks ORDER BY id").fetchall()
+    assert rows[:2] == [(1, -(2**63 - 1)), (2, -(2**63 - 1))] and [n for _, n in rows[2:]] == [10]
+    done = sparkwatch("export", "--db", str(path), "r1", "-o", str(tmp_path / "out.json"))
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"sparkwatch: error: {said}", done.stderr

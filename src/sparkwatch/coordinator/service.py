@@ -149,8 +149,7 @@ class Coordinator:
 
     def _meter_sink(self, name: str) -> MeterSink:
         """Where a node's meter readings go: the store, and with remote write the writer too."""
-        latest = self.store.latest_boot_id(name)
-        self._meter_hellos[name] = self.store.hello_or_absent(name, latest) if latest else None
+        self._meter_hellos[name] = self.store.latest_hello_or_absent(name)
         if self.remote_writer is None:
             return self.store
         from sparkwatch.coordinator.remote_write.meters import WrittenMeter  # noqa: PLC0415 — opt in

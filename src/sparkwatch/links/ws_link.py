@@ -99,6 +99,7 @@ class WsLink:
         self._desired = desired_interval
         self._now = now_ns
         self._backoff = backoff or ExponentialBackoff(initial_s=0.5, maximum_s=30.0, jitter=0.5)
+        self._boot_damage = ""  # the damage of the boots' rows last warned of (once, not per session)
         self._probe_every_s = probe_every_s
         self._probes = probes
         self._base = (base_url or spec.http_base).rstrip("/")
@@ -185,10 +186,7 @@ class WsLink:
 
     async def _connected_session(self) -> None:
         _, agent_boot = await self.probe_clock()
-        same_boot = (
-            self._store.latest_boot_id(self.spec.name) == agent_boot
-        )  # else a new boot: from its start
-        after = self._store.last_seq(self.spec.name, agent_boot) if same_boot else 0
+        after = self._store.last_seq(self.spec.name, agent_boot) if self._resumes(agent_boot) else 0
         url = f"{self._base}/v1/stream?after={after}"
         try:
             ws = await self._session.ws_connect(
@@ -201,6 +199,21 @@ class WsLink:
         async with ws:
             self._streaming()
             await self._run_helpers(asyncio.ensure_future(self._consume(ws, agent_boot)))
+
+    def _resumes(self, agent_boot: str) -> bool:
+        """Whether the agent's boot is the node's latest stored one, streamed on after its last stored seq
+        (else a new boot: from its start). Where the boots' rows are damaged outside sparkwatch (which is
+        latest is unknown) it is resumed too, with one warning: its own stored seqs say where it stopped, and
+        collection goes on (a boot asked from its start again would only be sent twice and stored once)."""
+        try:
+            return self._store.latest_boot_id(self.spec.name) == agent_boot
+        except Damaged as exc:
+            if str(exc) != self._boot_damage:
+                log.warning(
+                    "node %s: %s; boot %s resumes after its last stored seq", self.spec.name, exc, agent_boot
+                )
+            self._boot_damage = str(exc)
+            return True
 
     async def _run_helpers(self, consumer: asyncio.Future[None]) -> None:
         """Run the clock-probe and lease loops for as long as ``consumer`` (the frame reader) runs."""

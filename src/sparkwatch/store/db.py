@@ -113,11 +113,9 @@ class Store:
 
     def latest_boot_id(self, node: str) -> str | None:
         """The node's most recently seen boot, without reading its blocks: a reader that needs no seq (the
-        hello's, a link dialling an agent now on another boot) is not refused for a boot's damaged blocks."""
-        row = self._db.execute(
-            "SELECT boot_id FROM boots WHERE node = ? ORDER BY first_seen_ns DESC LIMIT 1", (node,)
-        ).fetchone()
-        return None if row is None else str(row[0])
+        hello's, a link dialling an agent now on another boot) is not refused for a boot's damaged blocks;
+        ``Damaged`` where a boot's first_seen_ns is (store/sample_reads.py)."""
+        return sample_reads.latest_boot_id(self._db, node)
 
     def hello(self, node: str, boot_id: str) -> dict[str, Any] | None:
         """The boot's hello (None: no such boot). ``Damaged`` where its row is not a hello the wire takes
@@ -139,12 +137,14 @@ class Store:
             problem = checked
         raise Damaged(f"boot {boot_id} of node {node} is damaged in the database: {problem}")
 
-    def hello_or_absent(self, node: str, boot_id: str) -> dict[str, Any] | None:
-        """:meth:`hello`, or None with one warning where its row is damaged: for a reader to which a boot
-        without a hello is safe (the coordinator's start: a metered node's series are then labelled with its
-        nodes.toml name until its agent says hello again), where a refusal would stop the coordinator."""
+    def latest_hello_or_absent(self, node: str) -> dict[str, Any] | None:
+        """The hello of the node's latest boot; None without one, or with one warning where the boots' rows
+        are damaged: for a reader to which a boot without a hello is safe (the coordinator's start: a metered
+        node's series are then labelled with its nodes.toml name until its agent says hello again), where a
+        refusal would stop the coordinator."""
         try:
-            return self.hello(node, boot_id)
+            latest = self.latest_boot_id(node)
+            return self.hello(node, latest) if latest else None
         except Damaged as exc:
             log.warning("%s; read as no hello", exc)
             return None

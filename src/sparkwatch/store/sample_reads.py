@@ -1,5 +1,6 @@
 """Reading one boot's samples for an export (by the agent's monotonic or wall clock: both only grow with
-seq within a boot, and each sample block records their range), and a node's clock-probe rounds."""
+seq within a boot, and each sample block records their range), a node's clock-probe rounds, and its latest
+boot."""
 
 from __future__ import annotations
 
@@ -31,6 +32,25 @@ class BootSamples:
         if clock not in CLOCKS:
             raise ValueError(f"no clock column {clock!r}")
         return self._blocks.read(*self._key, clock, t_from, t_to, next_within=next_within)
+
+
+def latest_boot_id(db: sqlite3.Connection, node: str) -> str | None:
+    """The node's most recently seen boot (None: none yet). ``Damaged`` where a boot's first_seen_ns is not
+    an integer (edited outside sparkwatch): which boot is the latest is then unknown (SQLite sorts text
+    after every number, a REAL where it falls), and an export would take another boot's hello, a link ask
+    the agent's boot for its whole ring again."""
+    row = db.execute(
+        "SELECT boot_id, first_seen_ns FROM boots WHERE node = ?"
+        " ORDER BY typeof(first_seen_ns) = 'integer', first_seen_ns DESC LIMIT 1",
+        (node,),
+    ).fetchone()
+    if row is None:
+        return None
+    boot, seen = row
+    if not is_integer(seen):
+        problem = f"first_seen_ns {shown_value(seen)} is not an integer"
+        raise Damaged(f"boot {boot} of node {node} is damaged in the database: {problem}")
+    return str(boot)
 
 
 def offset_rounds(

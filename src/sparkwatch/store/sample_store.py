@@ -46,6 +46,13 @@ MAX_COUNT = 1 << 16
 CLOCKS: Mapping[str, tuple[str, str]] = MappingProxyType(
     {"t_mono_ns": ("mono_first_ns", "mono_last_ns"), "t_wall_ns": ("wall_first_ns", "wall_last_ns")}
 )
+#: The columns that place a block, integers in every row the store writes: one of text in the span's bound
+#: would pass the block over (SQLite sorts text after every number), read as no samples or stored again.
+BOUNDS = ("seq_first", "seq_last", "wall_first_ns", "wall_last_ns", "mono_first_ns", "mono_last_ns")
+_WHOLE_BOUNDS = " AND ".join(f"typeof({column}) = 'integer'" for column in BOUNDS)
+#: A small block by its count, as the store writes one: a damaged count is none (counts of -2**63 summed
+#: past SQLite's integers, and a merge would have rewritten the row unseen).
+_SMALL = f"typeof(count) = 'integer' AND count BETWEEN 1 AND {SMALL - 1}"
 _BOOT = operator.attrgetter("boot_id")
 _SEQ = operator.attrgetter("seq")
 
@@ -106,6 +113,10 @@ class SampleBlocks:
         return [f for f in ordered if f.seq not in stored]
 
     def _stored_seqs(self, key: tuple[str, str], lo: int, hi: int) -> set[int]:
+        """The seqs in [lo, hi] stored already, the boot's seq ranges checked again first: one edited to
+        text since this connection's first batch of the boot (no longer compared as a number) would pass its
+        block over, and its samples would be stored twice."""
+        self._checked_top(key)
         rows = self._db.execute(
             "SELECT data FROM sample_blocks WHERE node = ? AND boot_id = ?"
             " AND seq_first <= ? AND seq_last >= ?",
@@ -125,21 +136,23 @@ class SampleBlocks:
         which would otherwise fail every batch of the boot (a link retrying it for ever) or let one repeat."""
         key = (node, boot)
         if key not in self._top:
-            top, whole = self._db.execute(
-                "SELECT MAX(seq_last), MIN(typeof(seq_first) = 'integer' AND typeof(seq_last) = 'integer')"
-                " FROM sample_blocks WHERE node = ? AND boot_id = ?",
-                key,
-            ).fetchone()
-            if whole == 0:
-                raise self._damaged(key, {"seq_first": _not_integer, "seq_last": _not_integer})
-            self._top[key] = top if top is not None else 0
+            self._top[key] = self._checked_top(key)
         return self._top[key]
+
+    def _checked_top(self, key: tuple[str, str]) -> int:
+        top, whole = self._db.execute(
+            "SELECT MAX(seq_last), MIN(typeof(seq_first) = 'integer' AND typeof(seq_last) = 'integer')"
+            " FROM sample_blocks WHERE node = ? AND boot_id = ?",
+            key,
+        ).fetchone()
+        if whole == 0:
+            raise self._damaged(key, {"seq_first": _not_integer, "seq_last": _not_integer})
+        return top if top is not None else 0
 
     def _loose_count(self, key: tuple[str, str]) -> int:
         if key not in self._loose:
             row = self._db.execute(
-                "SELECT SUM(count) FROM sample_blocks WHERE node = ? AND boot_id = ? AND count < ?",
-                (*key, SMALL),
+                f"SELECT SUM(count) FROM sample_blocks WHERE node = ? AND boot_id = ? AND {_SMALL}", key
             ).fetchone()
             self._loose[key] = int(row[0] or 0)
         return self._loose[key]
@@ -149,9 +162,9 @@ class SampleBlocks:
         blocks went into it."""
         key = (node, boot)
         rows = self._db.execute(
-            "SELECT id, data FROM sample_blocks WHERE node = ? AND boot_id = ? AND count < ?"
+            f"SELECT id, data FROM sample_blocks WHERE node = ? AND boot_id = ? AND {_SMALL}"
             " ORDER BY seq_first",
-            (*key, SMALL),
+            key,
         ).fetchall()
         self._loose[key] = 0
         if len(rows) < 2:
@@ -166,9 +179,8 @@ class SampleBlocks:
         """Boots holding more than one small block: one that stopped before they added up, or a live one
         (merging its small blocks early costs nothing but a smaller block)."""
         rows = self._db.execute(
-            "SELECT node, boot_id FROM sample_blocks WHERE count < ?"
-            " GROUP BY node, boot_id HAVING COUNT(*) > 1",
-            (SMALL,),
+            f"SELECT node, boot_id FROM sample_blocks WHERE {_SMALL}"
+            " GROUP BY node, boot_id HAVING COUNT(*) > 1"
         )
         return [(str(n), str(b)) for n, b in rows]
 
@@ -179,21 +191,30 @@ class SampleBlocks:
         ≤ ``t_to``, in seq order, among the blocks whose range of that clock meets the span (by the monotonic
         clock, every sample in it; by a wall clock that stepped, a block lying wholly outside is left out);
         with ``next_within``, the first sample after ``t_to`` too, where it is at most that much later (by a
-        clock that only grows: the one that closes the span's last interval, and no other)."""
+        clock that only grows: the one that closes the span's last interval, and no other). ``Damaged`` where
+        a block of the boot has a bound that is not an integer, or one of the span a count the store never
+        writes."""
         first, last = CLOCKS[clock]
         bounds = (_int64(t_from), _int64(t_to))  # a clock fit far out of range must not overflow SQLite
-        where = f"FROM sample_blocks WHERE node = ? AND boot_id = ? AND {last} >= ? AND {first} <= ?"
-        asked = (node, boot, bounds[0], _int64(t_to + next_within))
-        # the span's columns are sized by the counts: each checked (TOTAL: a damaged one cannot overflow)
-        samples, least, most, whole = self._db.execute(
-            f"SELECT TOTAL(count), MIN(count), MAX(count), MIN(typeof(count) = 'integer') {where}", asked
+        boot_rows = "FROM sample_blocks WHERE node = :node AND boot_id = :boot"
+        span = f"{last} >= :lo AND {first} <= :hi"
+        asked = {"node": node, "boot": boot, "lo": bounds[0], "hi": _int64(t_to + next_within)}
+        # one pass over the boot's rows (the index's node, boot prefix: what the span's read walks anyway):
+        # every block's bounds checked, a damaged one could lie in the span; the span's columns are sized by
+        # its counts, each checked (TOTAL: a damaged one cannot overflow)
+        samples, counted, placed = self._db.execute(
+            f"SELECT TOTAL(n), MIN(n IS NULL OR {_a_count('n')}), MIN(placed)"
+            f" FROM (SELECT CASE WHEN {span} THEN count END AS n, {_WHOLE_BOUNDS} AS placed {boot_rows})",
+            asked,
         ).fetchone()
-        if whole == 0 or (whole == 1 and not 1 <= least <= most <= MAX_COUNT):
+        if placed == 0:
+            raise self._damaged((node, boot), dict.fromkeys(BOUNDS, _not_integer))
+        if counted == 0:
             raise self._damaged((node, boot), {"count": _not_a_count})
         if not samples:
             return empty()
         # one blob at a time, each decoded straight into the whole span's columns
-        rows = self._db.execute(f"SELECT data {where} ORDER BY seq_first", asked)
+        rows = self._db.execute(f"SELECT data {boot_rows} AND {span} ORDER BY seq_first", asked)
         block = in_seq_order(concat((decode_blob(data) for (data,) in rows), int(samples)))
         t = block.columns[clock]
         if bool(np.all(t[1:] >= t[:-1])):  # the monotonic clock (a wall clock that never stepped back)
@@ -222,11 +243,16 @@ class SampleBlocks:
         return Damaged(f"a sample block of node {key[0]}, boot {key[1]} is damaged in the database")
 
     def count(self, node: str | None = None) -> int:
-        if node is None:
-            row = self._db.execute("SELECT SUM(count) FROM sample_blocks").fetchone()
-        else:
-            row = self._db.execute("SELECT SUM(count) FROM sample_blocks WHERE node = ?", (node,)).fetchone()
-        return int(row[0] or 0)
+        """The samples stored (of one node); ``Damaged`` where a block's count is not one the store writes
+        (their SUM raised SQLite's integer overflow, or said a number of samples nobody stored)."""
+        picked, args = ("FROM sample_blocks WHERE node = ?", (node,)) if node else ("FROM sample_blocks", ())
+        whole = _a_count("count")
+        total, counted = self._db.execute(f"SELECT TOTAL(count), MIN({whole}) {picked}", args).fetchone()
+        if counted == 0:
+            rows = self._db.execute(f"SELECT node, boot_id, {whole} {picked} ORDER BY id", args)
+            key = next((str(n), str(b)) for n, b, ok in rows if not ok)
+            raise self._damaged(key, {"count": _not_a_count})
+        return int(total)
 
 
 def _not_integer(value: Any) -> str | None:
@@ -237,6 +263,11 @@ def _not_a_count(value: Any) -> str | None:
     if is_integer(value) and 1 <= value <= MAX_COUNT:
         return None
     return f"is not a number of samples from 1 to {MAX_COUNT}"
+
+
+def _a_count(column: str) -> str:
+    """SQL: the column is a count as the store writes one (``_not_a_count``'s rule)."""
+    return f"(typeof({column}) = 'integer' AND {column} BETWEEN 1 AND {MAX_COUNT})"
 
 
 def _int64(t: int) -> int:
