@@ -77,7 +77,7 @@ class Api:
 
 @pytest.fixture
 async def api(tmp_path: pathlib.Path) -> AsyncIterator[Api]:
-    async with inproc_api(tmp_path / "c.db", T0) as (client, store, clock):
+    async with inproc_api(tmp_path / "c.db", T0, ["n1"]) as (client, store, clock):
         yield Api(client, store, clock)
 
 

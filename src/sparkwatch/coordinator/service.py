@@ -228,7 +228,7 @@ class Coordinator:
             scope=scope,
             phases=tuple(phases),
         )
-        self.store.create_run(run)
+        self.store.create_run(run, self.node_names)
         self._interval_changed()
         log.info("run %s (%r) opened at %g s", run.id, run.name, run.interval_s)  # a name is a client's text
         return run

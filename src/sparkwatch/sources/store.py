@@ -275,10 +275,13 @@ def export_run(
     phases: Sequence[str] | None = None,
     series_buckets: int | None = None,
 ) -> dict[str, Any]:
-    """The run's export; ``gate_threshold``, ``scope`` and ``phases``, when given, replace the run's own
+    """The run's export, of the nodes it was opened with (``nodes``: those of a run stored before they were
+    kept, the coordinator's); ``gate_threshold``, ``scope`` and ``phases``, when given, replace the run's own
     (an offline re-export with another method: `sparkwatch export --db`); the export's ``method`` says
     which were used. ``series_buckets``: add the ``series`` block in that many buckets."""
     run = store.run(run_id)
+    recorded = store.run_nodes(run_id)
+    nodes = nodes if recorded is None else recorded
     t_end = run.t_end_ns if run.t_end_ns is not None else now_ns()
     if scope is None:
         if run.scope not in SCOPES:

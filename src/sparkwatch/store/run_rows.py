@@ -66,6 +66,24 @@ def run_row(row: tuple[Any, ...]) -> RunRow:
     return RunRow(run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, tuple(names))
 
 
+def run_nodes(run_id: str, stored: Any) -> list[str] | None:
+    """A run's ``nodes`` column: a JSON array of distinct node names, or NULL (a run stored before it)."""
+    if stored is None:
+        return None
+    try:
+        names = json.loads(stored) if isinstance(stored, str) else None
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        names = None
+    if names is None or len(set(names)) < len(names):
+        shown = shown_value(stored)
+        raise Damaged(
+            f"run {run_id} is damaged in the database: nodes {shown} is not a JSON array of node names"
+        )
+    return names
+
+
 def _problem(row: tuple[Any, ...]) -> str | None:
     """What is wrong with a run row's columns (but its phases), or ``None``."""
     _, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, _ = row

@@ -6,6 +6,9 @@ from __future__ import annotations
 BLOCKS_SCHEMA = 9
 #: The schema that gave each failed meter poll its meter kind (``meter_errors.source``).
 METER_ERROR_SOURCE = 10
+#: The schema that records the nodes a run was opened with (``runs.nodes``): a run's export is of them, not
+#: of whatever nodes file the coordinator has today.
+RUN_NODES = 11
 #: The oldest schema an offline reader (`export --db`) takes as it is: 10 only added a column, which is read
 #: as unknown before it, so a schema-9 file is exported without being upgraded first.
 OLDEST_READABLE = 9
@@ -204,5 +207,12 @@ MIGRATIONS: tuple[str, ...] = (
     # so that a meter that never answered in a run is exported as what it is; rows stored before have none
     """
     ALTER TABLE meter_errors ADD COLUMN source TEXT;
+    """,
+    # 11 (RUN_NODES): the nodes a run was opened with, a JSON array of names in the nodes file's order.
+    # Its export was of the nodes the coordinator had at the export: a node added to the nodes file since
+    # made the old run's windows incomplete, a node removed left the run's export without it. Runs stored
+    # before have none (NULL), and are exported as before.
+    """
+    ALTER TABLE runs ADD COLUMN nodes TEXT;
     """,
 )

@@ -1,0 +1,104 @@
+"""A run's export is of the nodes it was opened with (``runs.nodes``, schema 11), not of the nodes file the
+coordinator has at the export: a node added since made an ended run's windows incomplete (coverage 0 on
+it), a node removed since left it out of the run's export, and `export --db` did the same from the file."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sqlite3
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from helpers.cli import sparkwatch as cli
+from helpers.frames import T0
+from sparkwatch.coordinator.api.app import make_app
+from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.links.nodes_file import NodeSpec
+from sparkwatch.store import Store
+
+S = 1_000_000_000
+
+
+def coordinator(db: pathlib.Path, names: list[str], clock: list[int]) -> tuple[Coordinator, Store]:
+    """A coordinator with the nodes file ``names`` (its links are never started), as a restart with that
+    file makes it: the store's nodes are the file's."""
+    store = Store(db, now_ns=lambda: clock[0])
+    store.set_nodes(names)
+    nodes = [NodeSpec(name, url="ws://unused") for name in names]
+    return Coordinator(nodes, store, now_ns=lambda: clock[0]), store
+
+
+async def call(
+    db: pathlib.Path, names: list[str], clock: list[int], method: str, path: str, body: Any = None
+) -> tuple[int, Any]:
+    coord, store = coordinator(db, names, clock)
+    client = TestClient(TestServer(make_app(coord, None)))
+    await client.start_server()
+    try:
+        response = await client.request(method, path, json=body)
+        return response.status, await response.json()
+    finally:
+        await client.close()
+        await coord.stop()
+        store.close()
+
+
+async def opened_and_ended(db: pathlib.Path, names: list[str]) -> str:
+    clock = [T0]
+    status, run = await call(db, names, clock, "POST", "/v1/runs", {"name": "r"})
+    assert status == 201, run
+    clock[0] = T0 + 30 * S
+    assert (await call(db, names, clock, "POST", f"/v1/runs/{run['id']}/end"))[0] == 200
+    return str(run["id"])
+
+
+def exported_nodes(export: dict[str, Any]) -> list[str]:
+    return [node["node"] for node in export["nodes"]]
+
+
+async def test_a_runs_export_keeps_its_nodes_after_the_nodes_file_changes(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "c.db"
+    run = await opened_and_ended(db, ["spark-1", "spark-2"])
+    later = [T0 + 60 * S]
+    for names in (["spark-1", "spark-3"], ["spark-2", "spark-1", "spark-9"], []):
+        status, export = await call(db, names, later, "GET", f"/v1/runs/{run}/export")
+        assert status == 200 and exported_nodes(export) == ["spark-1", "spark-2"], names
+    out = tmp_path / "out.json"
+    done = cli("export", "--db", str(db), run, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert exported_nodes(json.loads(out.read_text())) == ["spark-1", "spark-2"]
+
+
+async def test_a_run_stored_before_its_nodes_were_kept_takes_the_coordinators(tmp_path: pathlib.Path) -> None:
+    """A run of schema 10 or before has no nodes: its export is of the coordinator's, as it always was."""
+    db = tmp_path / "c.db"
+    run = await opened_and_ended(db, ["spark-1", "spark-2"])
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET nodes = NULL")
+    conn.close()
+    status, export = await call(db, ["spark-3"], [T0 + 60 * S], "GET", f"/v1/runs/{run}/export")
+    assert status == 200 and exported_nodes(export) == ["spark-3"]
+
+
+@pytest.mark.parametrize(
+    ("stored", "shown"),
+    [("'abc'", "'abc'"), ("'[1]'", "'[1]'"), ('\'["a", "a"]\'', '\'["a", "a"]\''), ("7", "'7'")],
+)
+async def test_damaged_nodes_are_refused_with_one_line(
+    tmp_path: pathlib.Path, stored: str, shown: str
+) -> None:
+    db = tmp_path / "c.db"
+    run = await opened_and_ended(db, ["spark-1"])
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"UPDATE runs SET nodes = {stored}")
+    conn.close()
+    said = f"run {run} is damaged in the database: nodes {shown} is not a JSON array of node names"
+    status, refusal = await call(db, ["spark-1"], [T0 + 60 * S], "GET", f"/v1/runs/{run}/export")
+    assert (status, refusal) == (409, {"error": "damaged", "reason": said})
+    out = tmp_path / "out.json"
+    done = cli("export", "--db", str(db), run, "-o", str(out))
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.strip().splitlines()[-1] == f"sparkwatch: error: {said}"
