@@ -155,19 +155,6 @@ def test_a_damaged_engine_or_meter_row_is_one_line_and_writes_nothing(
         (engine("unknown = '[1]'"), "unknown '[1]' is not a JSON array of series names or null"),
         (engine("family = 'trtllm'"), "family 'trtllm' is not one of vllm, sglang or null"),
         (engine("interval_s = 0.01"), "interval_s 0.01 is not in [0.2, 60.0] seconds"),
-        # out of the bounds the scrape leaves out (defaults.engine_value_max): a 1e308 spoiled other windows
-        (
-            engine("fields = json_set(fields, '$.running_requests', -50)"),
-            "fields['running_requests'] -50 is outside [0, 9007199254740992]",
-        ),
-        (
-            engine("""fields = '{"prompt_tokens": 1e308}'"""),
-            "fields['prompt_tokens'] 1e+308 is outside [0, 9007199254740992]",
-        ),
-        (
-            engine("fields = json_set(fields, '$.kv_cache_usage_ratio', 7.0)"),
-            "fields['kv_cache_usage_ratio'] 7.0 is outside [0, 1.000001]",
-        ),
         (meter("power_w = 'nan'"), "power_w 'nan' is not a finite number or null"),
         (meter("energy_j = -1e999"), "energy_j -inf is not a finite number or null"),
         (meter("interval_s = x'00'"), "interval_s b'\\x00' is not a finite number"),
@@ -190,6 +177,33 @@ def test_every_value_the_pollers_never_write_is_refused_by_the_reads(
         assert str(refused.value).startswith(row + said), refused.value
     finally:
         store.close()
+
+
+def test_values_a_poller_before_the_bounds_stored_are_left_out_as_the_scrape_leaves_them_out(
+    sound: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A poller before the bounds (defaults.engine_value_max) stored any finite value: such a row is no
+    damage, so its run still exports, but its value is no count either (a 1e308 spoiled the sums over other
+    windows): read as today's scrape would have stored it, without that value, the row's others kept."""
+    path = damaged(sound, tmp_path, engine("fields = json_set(fields, '$.running_requests', -50)"))
+    db = sqlite3.connect(path)
+    with db:
+        db.execute(
+            engine("fields = json_set(fields, '$.kv_cache_usage_ratio', 7.0, '$.prompt_tokens', 1e308)")
+        )
+    db.close()
+    store = Store(path)
+    try:
+        (row,) = [r for r in store.engine_rows(T0, T0 + 30 * S) if r.t_ns == T5]
+        assert list(row.fields) == ["generation_tokens"] and row.fields["generation_tokens"] >= 0
+        assert row.sources == {"generation_tokens": "vllm:generation_tokens_total"}
+        (other,) = [r for r in store.engine_rows(T0, T0 + 30 * S) if r.t_ns == T5 + S]
+        assert set(other.fields) == set(FIELDS) and other.sources == SOURCES
+    finally:
+        store.close()
+    out = tmp_path / "out.json"
+    done = cli("export", "--db", str(path), "r1", "-o", str(out))
+    assert done.returncode == 0, done.stderr
 
 
 def test_values_the_poller_could_have_written_are_read_as_they_are(

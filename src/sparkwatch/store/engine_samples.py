@@ -4,9 +4,10 @@ and the errors that explain their gaps. Kept by time, not by run: a run reads th
 A row is read back checked against what the poller writes (engines/): the file is the user's, and a row
 edited or damaged outside sparkwatch (``fields`` that are not JSON, a token count of 'abc', a scrape
 interval of 'abc') would otherwise reach the export as a traceback. It is refused with one line that names
-the row and the column. Its values are bounded by the rule the poller's scrape follows (defaults.py,
-``engine_value_max``: never negative, a count at most 2**53, a ratio at most 1), so a row outside it was
-not written by sparkwatch, and a 1e308 would spoil the sums over other scrapes."""
+the row and the column. A finite value outside the bounds the poller's scrape now follows (defaults.py,
+``engine_value_max``: never negative, a count at most 2**53, a ratio at most 1) is left out of its scrape,
+as the scrape leaves it out: no damage (a poller before them stored the engine's -50 as it was), but no
+count either (a 1e308 would spoil the sums over other scrapes)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ def rows(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[EngineRow
             _refuse_damaged(row, *parsed)
         # the column checks found damage that no row's check names: refused all the same
         raise Damaged("an engine_samples row in the span is damaged in the database")
+    _leave_out_of_bounds(values, names)
     return [
         EngineRow(*row)
         for row in zip(t_ns, family, map(float, interval_s), values, names, map(tuple, raw), strict=True)
@@ -111,9 +113,9 @@ _NUMBERS = frozenset({float, int})  # not bool: true is no count
 
 
 def _sound(family: Any, interval_s: Any, values: list[Any], names: list[Any], raw: list[Any]) -> bool:
-    """Whether every row is as the poller writes it: a known family or none, its scrape interval within
-    engines/spec.py's bounds, numbers within their field's bounds and series names as JSON. Types are
-    compared as sets and numbers as arrays, so no Python runs per row or value."""
+    """Whether every row is as a poller writes it: a known family or none, its scrape interval within
+    engines/spec.py's bounds, finite numbers and series names as JSON. Types are compared as sets and
+    numbers as arrays, so no Python runs per row or value."""
     if not set(family) <= {None, *_FAMILIES} or not set(map(type, interval_s)) <= _NUMBERS:
         return False
     if not set(map(type, values)) | set(map(type, names)) <= {dict} or not set(map(type, raw)) <= {list}:
@@ -124,16 +126,28 @@ def _sound(family: Any, interval_s: Any, values: list[Any], names: list[Any], ra
     series = chain(chain.from_iterable(map(dict.values, names)), chain.from_iterable(raw))
     if not set(map(type, series)) <= {str}:
         return False
-    fields = chain.from_iterable(map(dict.keys, values))  # in the order of ``numbers``
-    most = np.fromiter(map(ENGINE_FIELD_MAX.get, fields, repeat(ENGINE_MAX_COUNT)), np.float64, len(numbers))
     try:
         every, intervals = np.array(numbers, np.float64), np.array(interval_s, np.float64)
     except OverflowError:  # an integer of 400 digits
         return False
     return bool(
-        ((every >= 0) & (every <= most)).all()  # NaN and inf fail too
-        and ((intervals >= MIN_INTERVAL_S) & (intervals <= MAX_INTERVAL_S)).all()
+        np.isfinite(every).all() and ((intervals >= MIN_INTERVAL_S) & (intervals <= MAX_INTERVAL_S)).all()
     )
+
+
+def _leave_out_of_bounds(values: list[dict[str, Any]], names: list[dict[str, Any]]) -> None:
+    """Each value outside its field's bounds left out of its row (with its series' name), in place: the
+    row as today's scrape would have stored it. Checked as one array; rows are walked only where one is."""
+    numbers = list(chain.from_iterable(map(dict.values, values)))
+    fields = chain.from_iterable(map(dict.keys, values))  # in the order of ``numbers``
+    most = np.fromiter(map(ENGINE_FIELD_MAX.get, fields, repeat(ENGINE_MAX_COUNT)), np.float64, len(numbers))
+    every = np.array(numbers, np.float64)
+    if ((every >= 0) & (every <= most)).all():
+        return
+    for fields_of_row, names_of_row in zip(values, names, strict=True):
+        for field in [f for f, v in fields_of_row.items() if not 0 <= v <= engine_value_max(f)]:
+            del fields_of_row[field]
+            names_of_row.pop(field, None)
 
 
 def _refuse_damaged(row: tuple[Any, ...], values: Any, names: Any, raw: Any) -> None:
@@ -156,9 +170,6 @@ def _refuse_damaged(row: tuple[Any, ...], values: Any, names: Any, raw: Any) -> 
     for name, value in values.items():
         if not _finite(value):
             raise damaged(f"fields[{shown_value(name)}]", value, "is not a finite number")
-        most = engine_value_max(name)
-        if not 0 <= value <= most:
-            raise damaged(f"fields[{shown_value(name)}]", value, f"is outside [0, {most:.16g}]")
     if not isinstance(names, dict):
         raise damaged("sources", sources, "is not a JSON object")
     for name, value in names.items():
