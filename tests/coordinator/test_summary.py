@@ -246,3 +246,19 @@ def test_figures_resting_mostly_on_windows_not_ok_are_marked_and_said_so() -> No
     text = summary_table(data)
     assert "*" not in text.replace("window short", "") and "low confidence:" not in text
     assert "window short (timed): low_confidence: shorter (0.062 s)" in text  # still listed below
+
+
+def test_the_mark_follows_the_scope_and_needs_more_than_half() -> None:
+    """In the ``run`` scope the figures are the whole run's, not the windows': no mark. In ``decode`` what
+    is measured of a window is first to last token. Exactly half of the time not ok is not "mostly"."""
+    data = export([node("spark-1", 26.6, None)], [])
+    data["windows"] = [timed("a", 1.0, "low_confidence"), timed("b", 1.0, "ok")]
+    assert "*" not in summary_table(data)  # half
+    data["windows"][1]["t_end_ns"] = int(0.9e9)
+    assert "26.6*" in summary_table(data)  # more than half
+    data["method"]["scope"] = "run"
+    assert "*" not in summary_table(data)
+    data["method"]["scope"] = "decode"
+    for window, tokens_s in zip(data["windows"], (0.1, 0.8), strict=True):
+        window |= {"t_first_token_ns": 0, "t_last_token_ns": int(tokens_s * 1e9)}
+    assert "*" not in summary_table(data)  # 0.1 s of 0.9 s decoding not ok

@@ -64,7 +64,8 @@ def summary_table(export: dict[str, Any]) -> str:
             f"command {outcome}: {command_line(command['argv'])}"
         )  # quoted, control characters escaped
     with_system = any(node.get("system") for node in export["nodes"])
-    mark = DOUBT_MARK if doubtful_share(measured) > DOUBTFUL_SHARE else ""
+    scope = method["scope"]
+    mark = DOUBT_MARK if scope != "run" and doubtful_share(measured, scope) > DOUBTFUL_SHARE_RATIO else ""
     lines += [
         "",
         *_node_rows(export, with_system, mark),
@@ -72,7 +73,7 @@ def summary_table(export: dict[str, Any]) -> str:
         *_totals_lines(export["totals"], with_system, mark),
     ]
     if mark:
-        lines.append(_doubt_note(measured))
+        lines.append(_doubt_note(measured, scope))
     throttled = [w for w in measured if any(e.get("throttle") for e in w["nodes"])]
     if throttled:
         lines.append(
@@ -89,26 +90,35 @@ def summary_table(export: dict[str, Any]) -> str:
 
 #: The table marks its power and energy figures when windows not ``ok`` hold more than this share of the
 #: measured time: the figures are then mostly theirs (a run of 4-token requests shorter than two samples
-#: read 26 W against 56 W of truth, and the table said nothing).
-DOUBTFUL_SHARE = 0.5
+#: read 26 W against 56 W of truth, and the table said nothing). Not in the ``run`` scope, whose figures are
+#: the whole run's, not the windows'.
+DOUBTFUL_SHARE_RATIO = 0.5
 DOUBT_MARK = "*"
 
 
-def doubtful_share(measured: Sequence[dict[str, Any]]) -> float:
-    """The share of the measured windows' time in windows whose verdict is not ``ok`` (0 without any)."""
-    lengths = [(int(w["t_end_ns"]) - int(w["t_start_ns"]), w["verdict"] != "ok") for w in measured]
+def doubtful_share(measured: Sequence[dict[str, Any]], scope: str = "request") -> float:
+    """The share of the measured windows' time (in the ``decode`` scope, first to last token: what is
+    measured of each) in windows whose verdict is not ``ok`` (0 without any)."""
+    lengths = [(_measured_ns(w, scope), w["verdict"] != "ok") for w in measured]
     whole = sum(length for length, _ in lengths)
     if whole <= 0:
         return 1.0 if any(doubt for _, doubt in lengths) else 0.0
     return sum(length for length, doubt in lengths if doubt) / whole
 
 
-def _doubt_note(measured: Sequence[dict[str, Any]]) -> str:
+def _measured_ns(window: dict[str, Any], scope: str) -> int:
+    start, end = ("t_first_token_ns", "t_last_token_ns") if scope == "decode" else ("t_start_ns", "t_end_ns")
+    if window.get(start) is None or window.get(end) is None:
+        return 0  # no decode stamps: nothing of it measured in that scope
+    return int(window[end]) - int(window[start])
+
+
+def _doubt_note(measured: Sequence[dict[str, Any]], scope: str) -> str:
     doubtful = [w for w in measured if w["verdict"] != "ok"]
     return (
         f"{DOUBT_MARK} low confidence: {len(doubtful)} of {len(measured)} measured window(s),"
-        f" {doubtful_share(measured):.0%} of their time, are not ok (below), and these figures are mostly"
-        " theirs: do not quote them as measured"
+        f" {doubtful_share(measured, scope):.0%} of their time, are not ok (below), and these figures are"
+        " mostly theirs: do not quote them as measured"
     )
 
 
