@@ -9,6 +9,7 @@ Redfish mockup under sushy-static, a Prometheus query API."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -119,25 +120,6 @@ NOT_FINITE = "not a finite number"
         ("apower", "true", "shelly apower is true, not a number"),
         ("apower", '"82.4"', 'shelly apower is "82.4", not a number'),
         ("apower", HUGE, f"shelly apower is an integer past a float's range, {NOT_FINITE}"),
-        ("aenergy", "5", "shelly aenergy is not an object"),
-        ("aenergy.total", "1e999", f"shelly aenergy.total is inf, {NOT_FINITE}"),
-        (
-            "aenergy.total",
-            "1e305",
-            "shelly aenergy.total is 1e+305 Wh, more than a meter counts (9.0072e+15 J)",
-        ),
-        (
-            "aenergy.total",
-            "3e12",
-            "shelly aenergy.total is 3e+12 Wh, more than a meter counts (9.0072e+15 J)",
-        ),
-        ("aenergy.total", "false", "shelly aenergy.total is false, not a number"),
-        ("aenergy.total", '"7258.589"', 'shelly aenergy.total is "7258.589", not a number'),
-        (
-            "aenergy.total",
-            "-3.5",
-            "shelly aenergy.total is negative (-3.5 Wh): not a node's draw; check what it meters",
-        ),
     ],
     ids=_ids,
 )
@@ -234,25 +216,6 @@ def _power(path: pathlib.Path, watts: float, raw: dict[str, str] | None = None) 
             f"PowerWatts.Reading is an integer past a float's range, {NOT_FINITE}",
         ),
         ("EnvironmentMetrics", "PowerWatts", "374", "has no PowerWatts.Reading"),  # was a traceback
-        ("EnvironmentMetrics", "EnergykWh.Reading", "1e999", f"EnergykWh.Reading is inf, {NOT_FINITE}"),
-        (
-            "EnvironmentMetrics",
-            "EnergykWh.Reading",
-            "1e303",
-            "EnergykWh.Reading is 1e+303 kWh, more than a meter counts (9.0072e+15 J)",
-        ),
-        (
-            "EnvironmentMetrics",
-            "EnergykWh.Reading",
-            "-1",
-            "EnergykWh.Reading is negative (-1 kWh): not a node's draw; check what it meters",
-        ),
-        (
-            "EnvironmentMetrics",
-            "EnergykWh.Reading",
-            '"325.675"',
-            'EnergykWh.Reading is "325.675", not a number',
-        ),
         ("Power", "PowerConsumedWatts", "1e999", f"PowerConsumedWatts is inf, {NOT_FINITE}"),
         ("Power", "PowerConsumedWatts", "NaN", f"PowerConsumedWatts is nan, {NOT_FINITE}"),
         ("Power", "PowerConsumedWatts", "false", "PowerConsumedWatts is false, not a number"),
@@ -312,4 +275,116 @@ async def test_a_prometheus_value_sparkwatch_cannot_hold_is_a_failed_poll(
 
         poller = await _good_bad_good(spec, store, lambda: value.__setitem__(0, text), good)
     _assert_refused_then_read(store, poller, reason, [301.5, 320.0], "meter:prometheus")
+    store.close()
+
+
+# ---- a counter that is not one: left out, the power kept (the export integrates the power) ----
+
+
+def _assert_counter_left_out(
+    store: Store, poller: MeterPoller, reason: str, watts: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every poll's power is stored, the bad poll's without a counter; no poll failed; one warning says
+    why the counter was left out."""
+    rows = store.meter_rows("n1", T0, T0 + 60 * S)
+    assert list(rows.power_w) == watts
+    assert np.isnan(rows.energy_j[1]) and np.isfinite(rows.energy_j[[0, 2]]).all()
+    assert store.meter_errors("n1", T0, T0 + 60 * S) == []
+    assert (poller.state.polls, poller.state.failures, poller.state.error) == (3, 0, None)
+    said = [r.getMessage() for r in caplog.records if "energy counter left out" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith(f"energy counter left out, power stored: {reason}"), said
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "reason"),
+    [
+        ("aenergy", "5", "shelly aenergy is not an object"),
+        ("aenergy.total", "1e999", f"shelly aenergy.total is inf, {NOT_FINITE}"),
+        (
+            "aenergy.total",
+            "1e305",
+            "shelly aenergy.total is 1e+305 Wh, more than a meter counts (9.0072e+15 J)",
+        ),
+        (
+            "aenergy.total",
+            "3e12",
+            "shelly aenergy.total is 3e+12 Wh, more than a meter counts (9.0072e+15 J)",
+        ),
+        ("aenergy.total", "false", "shelly aenergy.total is false, not a number"),
+        ("aenergy.total", '"7258.589"', 'shelly aenergy.total is "7258.589", not a number'),
+        (
+            "aenergy.total",
+            "-3.5",
+            "shelly aenergy.total is negative (-3.5 Wh): not a node's draw; check what it meters",
+        ),
+    ],
+    ids=_ids,
+)
+async def test_a_shelly_counter_sparkwatch_cannot_hold_is_left_out_and_its_power_kept(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture, field: str, text: str, reason: str
+) -> None:
+    """Such a counter failed the whole poll, its good power lost with it (before that, some were stored
+    and made the run's export refuse the row, others dropped unsaid)."""
+    plug = ShellyPlug(power_w=82.4)
+    store = _store(tmp_path)
+    async for url in _serve(plug.app()):
+
+        def good() -> None:
+            plug.raw.clear()
+            plug.set_power(90.0)
+
+        with caplog.at_level(logging.WARNING, logger="sparkwatch.meters.poller"):
+            poller = await _good_bad_good(
+                MeterSpec("shelly", url), store, lambda: plug.raw.update({field: text}), good
+            )
+    _assert_counter_left_out(store, poller, reason, [82.4, 82.4, 90.0], caplog)
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("resource", "field", "text", "reason"),
+    [
+        ("EnvironmentMetrics", "EnergykWh.Reading", "1e999", f"EnergykWh.Reading is inf, {NOT_FINITE}"),
+        (
+            "EnvironmentMetrics",
+            "EnergykWh.Reading",
+            "1e303",
+            "EnergykWh.Reading is 1e+303 kWh, more than a meter counts (9.0072e+15 J)",
+        ),
+        (
+            "EnvironmentMetrics",
+            "EnergykWh.Reading",
+            "-1",
+            "EnergykWh.Reading is negative (-1 kWh): not a node's draw; check what it meters",
+        ),
+        (
+            "EnvironmentMetrics",
+            "EnergykWh.Reading",
+            '"325.675"',
+            'EnergykWh.Reading is "325.675", not a number',
+        ),
+    ],
+    ids=_ids,
+)
+async def test_a_redfish_counter_sparkwatch_cannot_hold_is_left_out_and_its_power_kept(
+    tmp_path: pathlib.Path,
+    bmc: tuple[str, pathlib.Path],
+    caplog: pytest.LogCaptureFixture,
+    resource: str,
+    field: str,
+    text: str,
+    reason: str,
+) -> None:
+    url, root = bmc
+    path = _chassis(root, resource)
+    _environment(path, 374.0)
+    store = _store(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="sparkwatch.meters.poller"):
+        poller = await _good_bad_good(
+            MeterSpec("redfish", url),
+            store,
+            lambda: _environment(path, 380.0, {field: text}),
+            lambda: _environment(path, 400.0),
+        )
+    _assert_counter_left_out(store, poller, f"redfish {resource} {reason}", [374.0, 380.0, 400.0], caplog)
     store.close()

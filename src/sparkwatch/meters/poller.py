@@ -105,6 +105,7 @@ class MeterPoller:
         self._now_ns = now_ns
         self._monotonic = monotonic
         self.state = MeterState(spec.kind, spec.domain, spec.url, spec.interval_s)
+        self._counter_said: str | None = None  # why the counter was last left out, warned of once
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         """Poll every ``interval_s`` on an absolute schedule (a slow poll skips, never bunches) until
@@ -146,6 +147,12 @@ class MeterPoller:
             (t1 - t0) // 2 + refresh_ns,
         )
         self._sink.add_meter_reading(self.node, stamp)
+        if reading.counter_left_out not in (None, self._counter_said):
+            log.warning(
+                "node %s: %s meter at %s: energy counter left out, power stored: %s",
+                *(self.node, spec.kind, spec.url, reading.counter_left_out),
+            )
+        self._counter_said = reading.counter_left_out
         if self.state.error is not None:
             log.info("node %s: %s meter answers again", self.node, spec.kind)
         self.state.polls += 1

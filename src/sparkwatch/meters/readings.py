@@ -33,6 +33,7 @@ class MeterError(Exception):
 class Reading:
     power_w: float | None
     energy_j: float | None = None  # the meter's own energy counter, J
+    counter_left_out: str | None = None  # why the meter's counter was not taken (its power was)
 
 
 def number(value: Any, what: str, unit: str) -> float:
@@ -59,6 +60,18 @@ def counter_j(value: Any, what: str, unit: str, unit_j: float) -> float:
     if not joules <= MAX_COUNTER_J:
         raise MeterError(f"{what} is {found:g} {unit}, more than a meter counts ({MAX_COUNTER_J:g} J)")
     return joules
+
+
+def with_counter(power_w: float, value: Any, what: str, unit: str, unit_j: float) -> Reading:
+    """A power with the meter's energy counter ``value`` where it is one (None: the meter has none). A
+    counter that is not one (inf, 1e305 Wh, a string) is left out, why said, and the power kept: the export
+    integrates the power; the counter feeds only /metrics and remote write."""
+    if value is None:
+        return Reading(power_w)
+    try:
+        return Reading(power_w, counter_j(value, what, unit, unit_j))
+    except MeterError as exc:
+        return Reading(power_w, None, str(exc))
 
 
 def refused(reading: Reading) -> str | None:

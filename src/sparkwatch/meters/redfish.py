@@ -33,7 +33,7 @@ import aiohttp
 
 from sparkwatch.meters.credentials import read_secret
 from sparkwatch.meters.poller import json_answer
-from sparkwatch.meters.readings import MeterError, Reading, counter_j, number
+from sparkwatch.meters.readings import MeterError, Reading, number, with_counter
 from sparkwatch.meters.spec import MeterSpec
 
 ROOT = "/redfish/v1/"
@@ -253,7 +253,7 @@ def _environment(body: dict[str, Any]) -> Reading:
     power_w = number(power, "redfish EnvironmentMetrics PowerWatts.Reading", "W")
     energy = _member(body, "EnergykWh").get("Reading")
     what = "redfish EnvironmentMetrics EnergykWh.Reading"
-    return Reading(power_w, None if energy is None else counter_j(energy, what, "kWh", KWH_J))
+    return with_counter(power_w, energy, what, "kWh", KWH_J)
 
 
 def _power_control(body: dict[str, Any]) -> Reading:

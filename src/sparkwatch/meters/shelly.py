@@ -19,7 +19,7 @@ import aiohttp
 
 from sparkwatch.meters.credentials import read_secret
 from sparkwatch.meters.poller import json_answer
-from sparkwatch.meters.readings import MeterError, Reading, counter_j, number
+from sparkwatch.meters.readings import MeterError, Reading, number, with_counter
 from sparkwatch.meters.spec import MeterSpec
 
 #: Shelly's digest user is always this one.
@@ -66,6 +66,6 @@ def _reading(status: dict[str, Any]) -> Reading:
     power_w = number(power, "shelly apower", "W")
     energy = status.get("aenergy")  # absent: a device without a counter
     if energy is not None and not isinstance(energy, dict):
-        raise MeterError("shelly aenergy is not an object")
+        return Reading(power_w, None, "shelly aenergy is not an object")
     total = None if energy is None else energy.get("total")
-    return Reading(power_w, None if total is None else counter_j(total, "shelly aenergy.total", "Wh", WH_J))
+    return with_counter(power_w, total, "shelly aenergy.total", "Wh", WH_J)
