@@ -91,7 +91,7 @@ def add_runs_parser(sub: Any) -> None:
     mark.add_argument(
         "--phase", type=phase, metavar="PHASE", help="with begin: timed (default), warmup or another word"
     )
-    delete = actions.add_parser("delete", help="delete an ended run: its windows, marks and imports")
+    delete = actions.add_parser("delete", help="delete an ended (or damaged) run and its windows")
     delete.add_argument("run_id", metavar="ID")
     for action in (listing, show, opening, end, export, mark, delete):
         coordinator_args(action)

@@ -264,7 +264,7 @@ class CoordinatorClient(NodeWaits):
         return self._shaped(await self._call("POST", path, body), LISTED_SHAPE, f"POST {path}")
 
     async def delete_run(self, run_id: str) -> dict[str, Any]:
-        """Delete an ended run: ``{"deleted": id, "windows": N}``; an open run is refused (409)."""
+        """Delete an ended (or damaged) run: ``{"deleted": id, "windows": N}``; an open one is a 409."""
         path = _run_path(run_id)
         return self._shaped(
             await self._call("DELETE", path), {"deleted": str, "windows": int}, f"DELETE {path}"

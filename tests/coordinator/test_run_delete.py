@@ -267,8 +267,10 @@ async def test_an_open_run_whose_row_was_damaged_can_be_deleted_and_the_refusals
 ) -> None:
     """Such a run could be neither ended (its row does not read: 409) nor deleted (open: 409, "end it
     first"), so it stayed for good. Deleting is the way out; its refusals say ``damaged``, not ``conflict``
-    (no retry mends them). Its start and windows read, so its samples go with it as any deleted run's."""
+    (no retry mends them). Its start and windows read, so its samples go with it as any deleted run's: it
+    ends where it is deleted, not never (an open end dropped every later sample no live run covered)."""
     run = await api.run_with_rows("edited while open", end=False)
+    api.coordinator.store.ingest("n1", "b1", [sample(seq) for seq in range(1000, 1010)])  # 800 s later
     with sqlite3.connect(api.db) as conn:
         conn.execute("UPDATE runs SET interval_s = 'abc' WHERE id = ?", (run,))
     conn.close()
@@ -279,4 +281,4 @@ async def test_an_open_run_whose_row_was_damaged_can_be_deleted_and_the_refusals
     await purged(api.db, run)
     assert await api.ok("GET", "/v1/runs") == {"runs": [], "damaged": []}
     assert owned_rows(api.db, run) == {"windows": 0, "marks": 0, "imports": 0, "runs": 0}
-    assert samples_in(api.db) == 0
+    assert samples_in(api.db) == 10  # the run's 50 went; those of 800 s after its deletion stay

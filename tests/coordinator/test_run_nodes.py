@@ -98,7 +98,24 @@ async def test_damaged_nodes_are_refused_with_one_line(
     said = f"run {run} is damaged in the database: nodes {shown} is not a JSON array of node names"
     status, refusal = await call(db, ["spark-1"], [T0 + 60 * S], "GET", f"/v1/runs/{run}/export")
     assert (status, refusal) == (409, {"error": "damaged", "reason": said})
+    # a run whose every read refuses it is listed as damaged, not as a sound run (nor the newest to export)
+    status, listed = await call(db, ["spark-1"], [T0 + 60 * S], "GET", "/v1/runs")
+    assert status == 200 and listed == {"runs": [], "damaged": [{"id": run, "reason": said}]}
+    assert await call(db, ["spark-1"], [T0 + 60 * S], "GET", f"/v1/runs/{run}") == (409, refusal)
     out = tmp_path / "out.json"
     done = cli("export", "--db", str(db), run, "-o", str(out))
     assert done.returncode == 2 and not out.exists()
     assert done.stderr.strip().splitlines()[-1] == f"sparkwatch: error: {said}"
+
+
+async def test_an_open_run_whose_nodes_are_damaged_can_be_deleted(tmp_path: pathlib.Path) -> None:
+    """Its row does not read, so it cannot be ended; deleting it is the way out."""
+    db = tmp_path / "c.db"
+    clock = [T0]
+    status, run = await call(db, ["spark-1"], clock, "POST", "/v1/runs", {"name": "r"})
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET nodes = 'abc'")
+    conn.close()
+    assert (await call(db, ["spark-1"], clock, "POST", f"/v1/runs/{run['id']}/end"))[0] == 409
+    status, answer = await call(db, ["spark-1"], clock, "DELETE", f"/v1/runs/{run['id']}")
+    assert status == 202 and answer["deleted"] == run["id"]

@@ -3,7 +3,7 @@ delete.
 
 For scripts that measure without `sparkwatch run`: ``ID=$(sparkwatch runs open)`` prints the id alone, and
 the rest of what a person reads goes to stderr. A refusal is the client's one line (the URL and the API's
-reason) and exit code 2. ``delete`` takes an ended run only (docs/cli.md says why it is safe).
+reason) and exit code 2. ``delete`` takes an ended run, or a damaged one (docs/cli.md says why it is safe).
 """
 
 from __future__ import annotations

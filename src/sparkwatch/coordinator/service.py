@@ -282,9 +282,9 @@ class Coordinator:
         return await self._in_window_thread(lambda store: store.abort_import(run_id, import_id))
 
     async def delete_run(self, run_id: str) -> int:
-        """Delete an ended run (store/deletion.py): gone from every read once this returns, its rows removed
-        in the background; returns how many windows it had. In the window thread, the one writer of an
-        ended run's windows, so the count is exact."""
+        """Delete an ended or damaged run (store/deletion.py): gone from every read once this returns, its
+        rows removed in the background; returns how many windows it had. In the window thread, the one
+        writer of an ended run's windows, so the count is exact."""
         windows = await self._in_window_thread(lambda store: store.delete_run(run_id))
         log.info("run %s deleted (%d window%s)", run_id, windows, "" if windows == 1 else "s")
         self._purge_later(run_id)

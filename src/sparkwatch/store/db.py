@@ -289,7 +289,7 @@ class Store:
 
     def run(self, run_id: str) -> RunRow:
         row = self._db.execute(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ? AND deleted_at_ns IS NULL", (run_id,)
+            f"{self._runs_select()} WHERE id = ? AND deleted_at_ns IS NULL", (run_id,)
         ).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id}")
@@ -316,11 +316,13 @@ class Store:
         """The live runs whose rows do not read (edited or damaged outside sparkwatch), by id: why."""
         return {i: run for i, run in self._read_runs().items() if isinstance(run, Damaged)}
 
+    def _runs_select(self) -> str:
+        """Runs with their nodes checked (a file of an older schema, read as it is, has none)."""
+        return f"SELECT {RUN_COLUMNS}, {'nodes' if self.schema_version >= RUN_NODES else 'NULL'} FROM runs"
+
     def _read_runs(self) -> dict[str, RunRow | Damaged]:
         read: dict[str, RunRow | Damaged] = {}
-        for row in self._db.execute(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE deleted_at_ns IS NULL ORDER BY t_start_ns"
-        ):
+        for row in self._db.execute(f"{self._runs_select()} WHERE deleted_at_ns IS NULL ORDER BY t_start_ns"):
             try:
                 read[str(row[0])] = run_row(row)
             except Damaged as exc:
@@ -328,8 +330,8 @@ class Store:
         return read
 
     def delete_run(self, run_id: str) -> int:
-        """Step 1 of a delete (store/deletion.py): the ended run is gone from every read at once, its rows
-        stay until :meth:`purge_step` has removed them; returns how many windows it had."""
+        """Step 1 of a delete (store/deletion.py): the ended (or damaged) run is gone from every read at
+        once, its rows stay until :meth:`purge_step` has removed them; returns how many windows it had."""
         windows = windows_table.count(self._db, run_id)  # counted before the lock is taken
         deletion.tombstone(self._db, run_id, self._now())
         return windows

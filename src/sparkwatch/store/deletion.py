@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from sparkwatch.store.run_rows import RUN_COLUMNS, run_row
+from sparkwatch.store.run_rows import RUN_COLUMNS_NODES, run_row
 from sparkwatch.store.tx import Damaged, NotFound, StoreError, tx
 
 #: Rows per purge transaction (like an aborted import's cleanup): a few milliseconds of writing.
@@ -33,13 +33,16 @@ class RunOpen(StoreError):
 def tombstone(db: sqlite3.Connection, run_id: str, now_ns: int) -> None:
     """Step 1: hide an ended run from every read. Refused for an unknown or already deleted run
     (``NotFound``) and for an open one (``RunOpen``), but one whose row was damaged outside sparkwatch: it
-    cannot be ended (its row does not read), so deleting it is the only way out, and nothing measures it."""
+    cannot be ended (its row does not read), so deleting it is the only way out, and nothing measures it.
+    Such a run ends where it is deleted (or at its last window), as if ended first: an open end would make
+    its span reach for ever, and its samples' drop take what every later run needs."""
     row = db.execute(
-        f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ? AND id IN {LIVE_RUNS}", (run_id,)
+        f"SELECT {RUN_COLUMNS_NODES} FROM runs WHERE id = ? AND id IN {LIVE_RUNS}", (run_id,)
     ).fetchone()
     if row is None:
         raise NotFound(f"no run {run_id}")
-    if row[3] is None and not _damaged(row):
+    is_open = row[3] is None  # t_end_ns
+    if is_open and not _damaged(row):
         raise RunOpen(f"run {run_id} is open: end it first (sparkwatch runs end {run_id}), then delete it")
     # read before the lock; the caller is the one writer of an ended run's windows (the window thread)
     first, last = db.execute(
@@ -47,10 +50,11 @@ def tombstone(db: sqlite3.Connection, run_id: str, now_ns: int) -> None:
     ).fetchone()
     with tx(db):
         cursor = db.execute(
-            "UPDATE runs SET deleted_at_ns = ?, t_start_ns = MIN(t_start_ns, COALESCE(?, t_start_ns)),"
-            " t_end_ns = MAX(t_end_ns, COALESCE(?, t_end_ns))"
-            " WHERE id = ? AND deleted_at_ns IS NULL AND (t_end_ns IS NOT NULL OR ?)",
-            (now_ns, first, last, run_id, row[3] is None),
+            "UPDATE runs SET deleted_at_ns = :now,"
+            " t_start_ns = MIN(t_start_ns, COALESCE(:first, t_start_ns)),"
+            " t_end_ns = MAX(COALESCE(t_end_ns, :now), COALESCE(:last, t_end_ns, :now))"
+            " WHERE id = :id AND deleted_at_ns IS NULL AND (t_end_ns IS NOT NULL OR :open)",
+            {"now": now_ns, "first": first, "last": last, "id": run_id, "open": is_open},
         )
     if cursor.rowcount != 1:  # deleted meanwhile through another connection
         raise NotFound(f"no run {run_id}")

@@ -17,6 +17,8 @@ from sparkwatch.store.row_values import is_integer, shown_value
 from sparkwatch.store.tx import Damaged
 
 RUN_COLUMNS = "id, name, t_start_ns, t_end_ns, interval_s, gate_threshold, scope, command, phases"
+#: The columns with the nodes the run was opened with (schema 11; a file of an older schema: ``NULL``).
+RUN_COLUMNS_NODES = RUN_COLUMNS + ", nodes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,18 +53,21 @@ class RunRow:
 
 
 def run_row(row: tuple[Any, ...]) -> RunRow:
-    """A ``runs`` row (columns as ``RUN_COLUMNS``), checked as the API checks a new run; its phases are
-    stored as a JSON array of names, its command as a JSON object."""
-    run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, phases = row
+    """A ``runs`` row (columns as ``RUN_COLUMNS``, or ``RUN_COLUMNS_NODES``: its nodes checked too, see
+    :func:`run_nodes`), checked as the API checks a new run; its phases are stored as a JSON array of names,
+    its command as a JSON object."""
+    run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, phases, *nodes = row
     try:
         names = json.loads(phases)
     except (TypeError, ValueError):
         names = None
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise Damaged(f"run {run_id} has unreadable phases {phases!r}")
-    problem = _problem(row)
+    problem = _problem(row[:9])
     if problem is not None:
         raise Damaged(f"run {run_id} is damaged in the database: {problem}")
+    if nodes:
+        run_nodes(run_id, nodes[0])
     return RunRow(run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, tuple(names))
 
 

@@ -245,7 +245,8 @@ class SampleBlocks:
     def count(self, node: str | None = None) -> int:
         """The samples stored (of one node); ``Damaged`` where a block's count is not one the store writes
         (their SUM raised SQLite's integer overflow, or said a number of samples nobody stored)."""
-        picked, args = ("FROM sample_blocks WHERE node = ?", (node,)) if node else ("FROM sample_blocks", ())
+        one = node is not None
+        picked, args = ("FROM sample_blocks WHERE node = ?", (node,)) if one else ("FROM sample_blocks", ())
         whole = _a_count("count")
         total, counted = self._db.execute(f"SELECT TOTAL(count), MIN({whole}) {picked}", args).fetchone()
         if counted == 0:
