@@ -227,8 +227,9 @@ class Coordinator:
             gate_threshold=gate_threshold,
             scope=scope,
             phases=tuple(phases),
+            nodes=tuple(self.node_names),
         )
-        self.store.create_run(run, self.node_names)
+        self.store.create_run(run)
         self._interval_changed()
         log.info("run %s (%r) opened at %g s", run.id, run.name, run.interval_s)  # a name is a client's text
         return run

@@ -280,8 +280,7 @@ def export_run(
     (an offline re-export with another method: `sparkwatch export --db`); the export's ``method`` says
     which were used. ``series_buckets``: add the ``series`` block in that many buckets."""
     run = store.run(run_id)
-    recorded = store.run_nodes(run_id)
-    nodes = nodes if recorded is None else recorded
+    nodes = nodes if run.nodes is None else run.nodes
     t_end = run.t_end_ns if run.t_end_ns is not None else now_ns()
     if scope is None:
         if run.scope not in SCOPES:

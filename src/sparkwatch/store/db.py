@@ -25,7 +25,7 @@ from sparkwatch.store.read_only import connect_read_only
 from sparkwatch.store.refusals import ended_at
 from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.rows import I64
-from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_nodes, run_row
+from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_row
 from sparkwatch.store.sample_store import SampleBlocks
 from sparkwatch.store.schema import METER_ERROR_SOURCE, MIGRATIONS, OLDEST_READABLE, RUN_NODES
 from sparkwatch.store.tx import Damaged, NotFound, RunEnded, StoreError, tx
@@ -248,9 +248,9 @@ class Store:
             )
 
     # ---- runs and windows ------------------------------------------------------------------------
-    def create_run(self, run: RunRow, nodes: Sequence[str] | None = None) -> RunRow:
-        """``nodes``: the nodes the run measures (the coordinator's, in its nodes file's order), which its
-        export is of; None: the export takes the nodes it is given (a run stored before schema 11)."""
+    def create_run(self, run: RunRow) -> RunRow:
+        """``run.nodes``: the nodes the run measures (the coordinator's, in its nodes file's order), which its
+        export is of; None: the export takes the nodes it is given (as a run stored before schema 11)."""
         try:
             with tx(self._db):
                 self._db.execute(
@@ -266,7 +266,7 @@ class Store:
                         run.gate_threshold,
                         run.scope,
                         json.dumps(list(run.phases)),
-                        None if nodes is None else json.dumps(list(nodes)),
+                        None if run.nodes is None else json.dumps(list(run.nodes)),
                     ),
                 )
         except sqlite3.IntegrityError as exc:
@@ -294,18 +294,6 @@ class Store:
         if row is None:
             raise NotFound(f"no run {run_id}")
         return run_row(row)
-
-    def run_nodes(self, run_id: str) -> list[str] | None:
-        """The nodes the run was opened with; None for a run stored before they were kept (or a file of an
-        older schema read as it is)."""
-        if self.schema_version < RUN_NODES:
-            return None
-        row = self._db.execute(
-            "SELECT nodes FROM runs WHERE id = ? AND deleted_at_ns IS NULL", (run_id,)
-        ).fetchone()
-        if row is None:
-            raise NotFound(f"no run {run_id}")
-        return run_nodes(run_id, row[0])
 
     def runs(self) -> list[RunRow]:
         """The live runs whose rows read, by start; :meth:`damaged_runs` has the others, so that one row

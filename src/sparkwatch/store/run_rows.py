@@ -32,6 +32,7 @@ class RunRow:
     scope: str
     command: str | None = None  # JSON: what `sparkwatch run` wrapped (argv, exit code), None otherwise
     phases: tuple[str, ...] = DEFAULT_PHASES  # the window phases the run measures
+    nodes: tuple[str, ...] | None = None  # the nodes it was opened with; None: stored before they were kept
 
     @property
     def open(self) -> bool:
@@ -66,9 +67,19 @@ def run_row(row: tuple[Any, ...]) -> RunRow:
     problem = _problem(row[:9])
     if problem is not None:
         raise Damaged(f"run {run_id} is damaged in the database: {problem}")
-    if nodes:
-        run_nodes(run_id, nodes[0])
-    return RunRow(run_id, name, t_start_ns, t_end_ns, interval_s, gate, scope, command, tuple(names))
+    kept = run_nodes(run_id, nodes[0]) if nodes else None
+    return RunRow(
+        run_id,
+        name,
+        t_start_ns,
+        t_end_ns,
+        interval_s,
+        gate,
+        scope,
+        command,
+        tuple(names),
+        None if kept is None else tuple(kept),
+    )
 
 
 def run_nodes(run_id: str, stored: Any) -> list[str] | None:
