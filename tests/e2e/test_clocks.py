@@ -77,7 +77,12 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
     by_id = {w["id"]: w for w in export["windows"]}
     for w in by_id.values():
         assert w["nodes"][0]["power_w_gated_mean"] == pytest.approx(BUSY_W, rel=3e-3), w["id"]
-    assert by_id["before"]["verdict"] == by_id["after"]["verdict"] == "ok"
+    for name in ("before", "after"):  # nothing stepped inside them
+        w = by_id[name]
+        if w["verdict"] != "ok":  # a 20 Hz sampler starved on a loaded machine (one CI run): a gap in the
+            # samples, not a moved one (its power, asserted above, is the busy phase's; energy the covered's)
+            assert w["verdict"] == "incomplete" and w["nodes"][0]["coverage_ratio"] > 0.5, w
+            assert w["reasons"] and all(r.startswith("coverage ") for r in w["reasons"]), w
     if "x" in change:  # slewing, not a step
         assert node["clock"]["steps"] == [] and by_id["across"]["verdict"] == "ok"
         return

@@ -67,6 +67,8 @@ ENERGY_BASE_MJ = 319159391
 #: A second dcgm-exporter, as it runs by default: it collects every HELD_COLLECT_S (its ``-c``; 30 s unless
 #: set) and serves those values to every scrape in between; its GPU draws HELD_SCALE × the script.
 HELD_HOST, HELD_COLLECT_S, HELD_SCALE = "held-a100", 4.0, 3.0
+#: How far an engine's stamp of a scrape may sit from when the target answered it (a scrape started late).
+STAMP_JITTER_S = 0.2
 
 
 def vllm_page(elapsed_s: float) -> str:
@@ -504,8 +506,10 @@ def test_a_dcgm_exporter_serving_one_collection_to_several_scrapes_keeps_its_ene
     print(f"dcgm held/{engine}: gated mean {gated} W (script 900), long {long['energy_j']} J (script 4500)")
     assert node["samples"]["implausible_intervals"] == 0
     assert node["energy_method"] == "counter"
-    # how often the counter moved: every collection, which this target takes at the first scrape 4 s on
-    assert HELD_COLLECT_S <= node["samples"]["interval_s"] <= HELD_COLLECT_S + 1.05
+    # how often the counter moved: every collection, which this target takes at the first scrape 4 s on by
+    # its own clock when the scrape arrives; the engine stamps a scrape when it starts it, so a scrape sent
+    # late on a loaded machine puts the engine's spacing a little under 4 s (3.975 s in one CI run)
+    assert HELD_COLLECT_S - STAMP_JITTER_S <= node["samples"]["interval_s"] <= HELD_COLLECT_S + 1.05
     assert export["method"]["interval_s"] == pytest.approx(1.0, rel=0.05)  # the scrape's: gaps, series
     long_window = _window(export, "long")  # 5 s: under two collections
     reasons = long_window["reasons"]
