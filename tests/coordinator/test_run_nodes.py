@@ -66,6 +66,8 @@ async def test_a_runs_export_keeps_its_nodes_after_the_nodes_file_changes(tmp_pa
     for names in (["spark-1", "spark-3"], ["spark-2", "spark-1", "spark-9"], []):
         status, export = await call(db, names, later, "GET", f"/v1/runs/{run}/export")
         assert status == 200 and exported_nodes(export) == ["spark-1", "spark-2"], names
+        status, shown = await call(db, names, later, "GET", f"/v1/runs/{run}")
+        assert status == 200 and shown["nodes"] == ["spark-1", "spark-2"], names  # what it measures
     out = tmp_path / "out.json"
     done = cli("export", "--db", str(db), run, "-o", str(out))
     assert done.returncode == 0, done.stderr
@@ -81,6 +83,8 @@ async def test_a_run_stored_before_its_nodes_were_kept_takes_the_coordinators(tm
     conn.close()
     status, export = await call(db, ["spark-3"], [T0 + 60 * S], "GET", f"/v1/runs/{run}/export")
     assert status == 200 and exported_nodes(export) == ["spark-3"]
+    status, shown = await call(db, ["spark-3"], [T0 + 60 * S], "GET", f"/v1/runs/{run}")
+    assert status == 200 and shown["nodes"] is None  # not kept: the coordinator's, whichever they are then
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,8 @@ class RunRow:
             "phases": list(self.phases),
             "open": self.open,
             "command": json.loads(self.command) if self.command else None,
+            # the nodes its export measures (a node added or removed since changes nothing of it)
+            "nodes": list(self.nodes) if self.nodes is not None else None,
         }
 
 

@@ -82,7 +82,12 @@ OPERATIONS = (
         " rows were damaged outside sparkwatch, each {id, reason}",
     ),
     Operation("post", "/v1/runs", "start a run", "RunCreate", 201, (400,)),
-    Operation("get", "/v1/runs/{run_id}", "one run with its window count", refusals=(404, 409)),
+    Operation(
+        "get",
+        "/v1/runs/{run_id}",
+        "one run with its window count and the nodes it was opened with (null: stored before they were kept)",
+        refusals=(404, 409),
+    ),
     Operation(
         "delete",
         "/v1/runs/{run_id}",
