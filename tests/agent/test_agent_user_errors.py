@@ -183,7 +183,23 @@ def test_a_hwmon_root_from_the_config_file_is_named_as_the_files(tmp_path: pathl
     assert f"error: hwmon_root (config file) {tmp_path / 'nope'}: not a directory" in result.stderr
 
 
-# ---- 3. the probe's exit code ----------------------------------------------------------------------------
+@pytest.mark.parametrize("size", ["9", "10000001", "100000000000000000000"])
+def test_a_ring_size_out_of_bounds_is_a_usage_error(tmp_path: pathlib.Path, size: str) -> None:
+    """Too small to replay anything, or a zero too many: a ring that grows for as long as the agent runs."""
+    result = run_agent("probe", "--backend", "sim", "--ring-size", size)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line == f"sparkwatch-agent: error: --ring-size must be 10 to 10000000 samples, got {size}"
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[agent]\nbackend = "sim"\nring_size = {size}\n')
+    result = run_agent("probe", "--config", str(config))
+    assert result.returncode == 2
+    assert f"error: ring_size (config file) must be 10 to 10000000 samples, got {size}" in result.stderr
+    config.write_text('[agent]\nbackend = "sim"\nring_size = 10000000\n')
+    assert run_agent("probe", "--config", str(config)).returncode == 0
+
+
+# ---- 3. the probe's exit code ---------------------------------------------------------------------------
 def test_probe_exits_zero_when_the_gpu_was_read(fake_nvml_dir: pathlib.Path) -> None:
     result = run_agent("probe", env=clean_env(LD_LIBRARY_PATH=str(fake_nvml_dir), FAKE_NVML_PROFILE="gb10"))
     assert result.returncode == 0, result.stderr

@@ -13,6 +13,9 @@ from sparkwatch_agent.sampling.leases import validate_interval
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_RING_SIZE = 36_000  # one hour at 10 Hz
+#: The most frames a ring keeps: ≈ 300 MB at ≈ 30 B a sample (a day at 100 Hz, eleven days at 10 Hz). A
+#: size past it is a zero too many, not a plan: the ring would grow for as long as the agent runs.
+MAX_RING_SIZE = 10_000_000
 #: The longest node name the agent takes (it labels every series and names the node in exports).
 NODE_MAX_CHARS = 128
 BACKENDS = ("nvml", "sim")
@@ -136,8 +139,9 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
     if backend == "sim":
         _refuse_host_paths_with_sim(flags, file_values)
     ring_size = int(pick("ring_size", DEFAULT_RING_SIZE))
-    if ring_size < 10:
-        raise ConfigError(f"ring_size must be at least 10, got {ring_size}")
+    if not 10 <= ring_size <= MAX_RING_SIZE:
+        named = "--ring-size" if flags.get("ring_size") is not None else "ring_size (config file)"
+        raise ConfigError(f"{named} must be 10 to {MAX_RING_SIZE} samples, got {ring_size}")
     given = pick("node", None)
     node = socket.gethostname() if given is None else given  # an empty --node is a mistake, not "default"
     if not node or len(node) > NODE_MAX_CHARS or any(c.isspace() or not c.isprintable() for c in node):
