@@ -123,3 +123,27 @@ async def test_an_open_run_whose_nodes_are_damaged_can_be_deleted(tmp_path: path
     assert (await call(db, ["spark-1"], clock, "POST", f"/v1/runs/{run['id']}/end"))[0] == 409
     status, answer = await call(db, ["spark-1"], clock, "DELETE", f"/v1/runs/{run['id']}")
     assert status == 202 and answer["deleted"] == run["id"]
+
+
+async def test_a_restart_with_another_nodes_file_says_what_an_open_run_measures(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The open run keeps measuring the nodes it was opened with: the start says so, once per open run,
+    rather than the export leaving an added node out in silence. An ended run, or the same nodes, say
+    nothing."""
+    db, clock = tmp_path / "c.db", [T0]
+    _, ended = await call(db, ["spark-1", "spark-2"], clock, "POST", "/v1/runs", {"name": "ended"})
+    assert (await call(db, ["spark-1", "spark-2"], clock, "POST", f"/v1/runs/{ended['id']}/end"))[0] == 200
+    _, run = await call(db, ["spark-1", "spark-2"], clock, "POST", "/v1/runs", {"name": "open"})
+    caplog.clear()
+    coordinator(db, ["spark-1", "spark-2"], clock)[1].close()
+    assert not [r for r in caplog.records if "measures the nodes" in r.getMessage()]
+    coordinator(db, ["spark-3", "spark-1"], clock)[1].close()
+    (said,) = [r.getMessage() for r in caplog.records if "measures the nodes" in r.getMessage()]
+    assert said == (
+        f"run {run['id']} (open) measures the nodes it was opened with (spark-1, spark-2): spark-3 (added to"
+        " the nodes file since) not in its export; spark-2 (no longer in the nodes file) still in it, and its"
+        " windows from now on incomplete there; end it and open another to measure this nodes file's"
+    )
+    status, shown = await call(db, ["spark-3", "spark-1"], clock, "GET", f"/v1/runs/{run['id']}")
+    assert status == 200 and shown["nodes"] == ["spark-1", "spark-2"]
