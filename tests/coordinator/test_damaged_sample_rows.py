@@ -113,6 +113,20 @@ def damaged(path: pathlib.Path, damage: str) -> pathlib.Path:
             BLOCK + "seq_first 'abc' is not an integer",
         ),
         ("UPDATE sample_blocks SET seq_first = 1.5 WHERE id = 1", BLOCK + "seq_first 1.5 is not an integer"),
+        # a first bound past its last (the store writes extremes): the block was passed over, or read
+        (
+            "UPDATE sample_blocks SET mono_first_ns = mono_last_ns + 1 WHERE id = 1",
+            BLOCK + "mono_first_ns 14900000001 is past mono_last_ns 14900000000",
+        ),
+        (
+            "UPDATE clock_offsets SET mono_offset_ns = NULL;"
+            " UPDATE sample_blocks SET wall_last_ns = wall_first_ns - 1 WHERE id = 1",
+            BLOCK + "wall_first_ns 1800000000100000000 is past wall_last_ns 1800000000099999999",
+        ),
+        (
+            "UPDATE sample_blocks SET seq_first = 500 WHERE id = 1",
+            BLOCK + "seq_first 500 is past seq_last 149",
+        ),
         ("UPDATE boots SET first_seen_ns = 'abc'", BOOT + "first_seen_ns 'abc' is not an integer"),
         ("UPDATE boots SET first_seen_ns = 1.5", BOOT + "first_seen_ns 1.5 is not an integer"),
     ],

@@ -49,7 +49,12 @@ CLOCKS: Mapping[str, tuple[str, str]] = MappingProxyType(
 #: The columns that place a block, integers in every row the store writes: one of text in the span's bound
 #: would pass the block over (SQLite sorts text after every number), read as no samples or stored again.
 BOUNDS = ("seq_first", "seq_last", "wall_first_ns", "wall_last_ns", "mono_first_ns", "mono_last_ns")
-_WHOLE_BOUNDS = " AND ".join(f"typeof({column}) = 'integer'" for column in BOUNDS)
+#: Each first bound at or before its last (the store writes a block's extremes): a first past its last
+#: places the block nowhere its samples are, so a span's read passed it over.
+PAIRS = (("seq_first", "seq_last"), ("wall_first_ns", "wall_last_ns"), ("mono_first_ns", "mono_last_ns"))
+_WHOLE_BOUNDS = " AND ".join(
+    [*(f"typeof({column}) = 'integer'" for column in BOUNDS), *(f"{a} <= {b}" for a, b in PAIRS)]
+)
 #: A small block by its count, as the store writes one: a damaged count is none (counts of -2**63 summed
 #: past SQLite's integers, and a merge would have rewritten the row unseen).
 _SMALL = f"typeof(count) = 'integer' AND count BETWEEN 1 AND {SMALL - 1}"
@@ -208,7 +213,7 @@ class SampleBlocks:
             asked,
         ).fetchone()
         if placed == 0:
-            raise self._damaged((node, boot), dict.fromkeys(BOUNDS, _not_integer))
+            raise self._damaged((node, boot), dict.fromkeys(BOUNDS, _not_integer), PAIRS)
         if counted == 0:
             raise self._damaged((node, boot), {"count": _not_a_count})
         if not samples:
@@ -226,20 +231,29 @@ class SampleBlocks:
             lo, hi = (int(inside[0]), int(inside[-1]) + 1) if len(inside) else (0, 0)
         return block.between(lo, hi) if hi > lo else empty()
 
-    def _damaged(self, key: tuple[str, str], checks: Mapping[str, Callable[[Any], str | None]]) -> Damaged:
-        """The refusal naming the first of the boot's blocks a column of which fails its check (a read found
-        one: only then are the boot's rows read one by one)."""
-        columns = ", ".join(checks)
+    def _damaged(
+        self,
+        key: tuple[str, str],
+        checks: Mapping[str, Callable[[Any], str | None]],
+        pairs: Sequence[tuple[str, str]] = (),
+    ) -> Damaged:
+        """The refusal naming the first of the boot's blocks a column of which fails its check, or whose
+        first bound of one of ``pairs`` (columns of ``checks``) is past its last (a read found one: only
+        then are the boot's rows read one by one)."""
         rows = self._db.execute(
-            f"SELECT id, {columns} FROM sample_blocks WHERE node = ? AND boot_id = ? ORDER BY id", key
+            f"SELECT id, {', '.join(checks)} FROM sample_blocks WHERE node = ? AND boot_id = ? ORDER BY id",
+            key,
         )
         for block_id, *values in rows:
-            for (column, check), value in zip(checks.items(), values, strict=True):
-                if (problem := check(value)) is not None:
-                    where = f"sample block {block_id} of node {key[0]}, boot {key[1]}"
-                    return Damaged(
-                        f"{where} is damaged in the database: {column} {shown_value(value)} {problem}"
-                    )
+            row = dict(zip(checks, values, strict=True))
+            problems = [
+                f"{column} {shown_value(row[column])} {problem}"
+                for column, check in checks.items()
+                if (problem := check(row[column])) is not None
+            ] or [f"{a} {row[a]} is past {b} {row[b]}" for a, b in pairs if row[a] > row[b]]
+            if problems:
+                where = f"sample block {block_id} of node {key[0]}, boot {key[1]}"
+                return Damaged(f"{where} is damaged in the database: {problems[0]}")
         return Damaged(f"a sample block of node {key[0]}, boot {key[1]} is damaged in the database")
 
     def count(self, node: str | None = None) -> int:
