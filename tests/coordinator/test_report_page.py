@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from helpers.synthetic_run import synthetic_export
+from sparkwatch.commands.summary import summary_table
 from sparkwatch.core.export import digest
 from sparkwatch.report import charts, facts
 from sparkwatch.report.bundle import BUNDLE_END, Assets
@@ -262,3 +263,72 @@ def test_an_export_of_no_node_renders_without_figures_and_says_why(export: dict[
     page = build_page(empty, Assets())
     assert "The export measured no node, so there is nothing to plot." in page
     assert _page_data(page)["spec"] is None
+
+
+#: The summary cells of the power and energy figures (and J/token): those the doubt mark goes on.
+_DOUBTED = re.compile(
+    r"nodes\.\d+\.(power_w\.gated_mean|system\.domains\.\d+\.power_w\.gated_mean)$|totals\.("
+    r"power_w_gated_mean_sum|energy_j|joules_per_token|system_energy_j|system_joules_per_token)$"
+)
+
+
+def _verdicts(export: dict[str, Any], verdict: str, scope: str = "request") -> dict[str, Any]:
+    """The export with every measured window's verdict ``verdict`` but its longest's ``ok`` (or the
+    reverse for ``ok``), in ``scope``, and its totals known (one node's coverage left them n/a)."""
+    windows = [dict(w) for w in export["windows"]]
+    measured = [w for w in windows if w["in_scope"]]
+    longest = max(measured, key=lambda w: w["t_end_ns"] - w["t_start_ns"])
+    for w in measured:
+        w["verdict"] = verdict if w is not longest else ("low_confidence" if verdict == "ok" else "ok")
+    known = {"power_w_gated_mean_sum": 208.3, "energy_j": 51234.5, "joules_per_token": 2.992}
+    known |= {"system_energy_j": 80123.4, "system_joules_per_token": 4.679, "null_reasons": {}}
+    return {
+        **export,
+        "windows": windows,
+        "method": {**export["method"], "scope": scope},
+        "totals": {**export["totals"], **known},
+    }
+
+
+def _summary_cells(export: dict[str, Any]) -> list[dict[str, Any]]:
+    parser = Cells()
+    parser.feed(summary_html(export))
+    return parser.cells
+
+
+def test_power_and_energy_figures_resting_mostly_on_windows_not_ok_are_marked_and_said_so(
+    export: dict[str, Any],
+) -> None:
+    """The text table marked a demo's 27 W (against 56 W of truth) while the report showed the same
+    figures bare; the report now marks them and says why under its tables, in the table's words."""
+    doubtful = _verdicts(export, "low_confidence")
+    cells = _summary_cells(doubtful)
+    marked = {c["data-key"] for c in cells if c["text"].endswith(" *")}
+    known = {
+        c["data-key"] for c in cells if _DOUBTED.match(c["data-key"]) and not c["text"].startswith("n/a")
+    }
+    assert {"nodes.0.power_w.gated_mean", "nodes.0.system.domains.0.power_w.gated_mean"} <= known
+    assert {f"totals.{k}" for k in ("energy_j", "joules_per_token", "system_energy_j")} <= known
+    assert marked == known  # every power and energy figure, nothing else (memory, coverage, tokens, n/a)
+    measured = [w for w in doubtful["windows"] if w["in_scope"]]
+    share = sum(w["t_end_ns"] - w["t_start_ns"] for w in measured if w["verdict"] != "ok") / sum(
+        w["t_end_ns"] - w["t_start_ns"] for w in measured
+    )
+    note = (
+        f"* low confidence: {len(measured) - 1} of {len(measured)} measured window(s), {share:.0%} of their"
+        " time, are not ok (below), and these figures are mostly theirs: do not quote them as measured"
+    )
+    page = build_page(doubtful, Assets())
+    assert f'<p class="note doubt" id="doubt-note">{note}</p>' in page
+    assert page.index('id="doubt-note"') < page.index('class="method"')  # by the tables, not at the foot
+    assert note in summary_table(doubtful).splitlines()  # the same words as the text table's
+
+
+def test_figures_resting_mostly_on_ok_windows_or_on_the_whole_run_are_not_marked(
+    export: dict[str, Any],
+) -> None:
+    for unmarked in (_verdicts(export, "ok"), _verdicts(export, "low_confidence", scope="run")):
+        page = build_page(unmarked, Assets())
+        assert [c for c in _summary_cells(unmarked) if c["text"].endswith("*")] == []
+        assert "doubt" not in page.split('id="summary"', 1)[1].split("</section>", 1)[0]
+        assert "low confidence:" not in page and "do not quote them" not in page

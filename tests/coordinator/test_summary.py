@@ -3,12 +3,13 @@ a warning when a measured window ran throttled."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
 import pytest
 
-from sparkwatch.commands.outcome import outcome_json
+from sparkwatch.commands.outcome import no_export_json, outcome_json
 from sparkwatch.commands.quality import Quality
 from sparkwatch.commands.summary import summary_table
 from sparkwatch.report import facts
@@ -262,3 +263,40 @@ def test_the_mark_follows_the_scope_and_needs_more_than_half() -> None:
     for window, tokens_s in zip(data["windows"], (0.1, 0.8), strict=True):
         window |= {"t_first_token_ns": 0, "t_last_token_ns": int(tokens_s * 1e9)}
     assert "*" not in summary_table(data)  # 0.1 s of 0.9 s decoding not ok
+
+
+def test_the_json_outcome_says_whether_the_figures_are_marked_and_the_share_they_rest_on() -> None:
+    """A script read the 27 W the table marked as a figure like any other: ``figures_doubtful`` says what the
+    mark says, ``doubtful_share_ratio`` the share of the measured time in windows not ok (null in the
+    ``run`` scope, whose figures are the whole run's)."""
+    data = export([node("spark-1", 26.6, 59.4)], [])
+
+    def outcome() -> dict[str, Any]:
+        return outcome_json(data, Quality(0, 2, 0, 1), pathlib.Path("run.json"), 0, False)
+
+    data["windows"] = [timed("a", 0.063, "low_confidence"), timed("b", 0.062, "low_confidence")]
+    assert (outcome()["figures_doubtful"], outcome()["doubtful_share_ratio"]) == (True, 1.0)
+    assert "26.6*" in summary_table(data)
+    data["windows"] = [timed("long", 3.0, "ok"), timed("short", 1.0, "low_confidence")]
+    assert (outcome()["figures_doubtful"], outcome()["doubtful_share_ratio"]) == (False, 0.25)
+    assert "*" not in summary_table(data)
+    data["windows"] = [timed("a", 1.0, "ok"), timed("b", 1.0, "low_confidence")]
+    assert (outcome()["figures_doubtful"], outcome()["doubtful_share_ratio"]) == (False, 0.5)  # not "mostly"
+    data["windows"][0]["verdict"] = "incomplete"
+    data["method"]["scope"] = "run"
+    assert (outcome()["figures_doubtful"], outcome()["doubtful_share_ratio"]) == (False, None)
+    data["windows"][0]["verdict"] = "ok"
+    data["method"]["scope"] = "decode"  # what is measured of a window: first to last token
+    for window, tokens_s in zip(data["windows"], (0.1, 0.9), strict=True):
+        window |= {"t_first_token_ns": 0, "t_last_token_ns": int(tokens_s * 1e9)}
+    said = json.loads(json.dumps(outcome()))
+    assert said["figures_doubtful"] is True and said["doubtful_share_ratio"] == pytest.approx(0.9)
+
+
+def test_the_json_outcome_without_an_export_has_the_same_keys_with_nothing_judged() -> None:
+    data = export([node("spark-1", 55.7, None)], [])
+    full = outcome_json(data, Quality(1, 1, 1, 1), pathlib.Path("run.json"), 0, False)
+    bare = no_export_json("run-1", 4, 0, False)
+    assert list(bare) == list(full)
+    assert (bare["figures_doubtful"], bare["doubtful_share_ratio"]) == (None, None)
+    assert (full["figures_doubtful"], full["doubtful_share_ratio"]) == (False, 0.0)

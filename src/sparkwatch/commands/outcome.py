@@ -10,8 +10,10 @@ from typing import Any, TextIO
 
 from sparkwatch.commands.quality import Quality
 from sparkwatch.commands.summary import summary_table, system_watts
+from sparkwatch.report.doubt import export_doubtful_share, figures_doubtful
 
-#: The shape of the ``--json`` object (docs/cli.md); bumped when a key changes meaning or goes away.
+#: The shape of the ``--json`` object (docs/cli.md); bumped when a key changes meaning or goes away (a key
+#: added leaves it as it is: a script reads the keys it knows).
 OUTCOME_SCHEMA = "sparkwatch.outcome/1"
 
 
@@ -28,6 +30,9 @@ def outcome_json(
         "command_exit_code": None if command is None else command["exit_code"],
         "interrupted": interrupted,
         "quality": quality.to_json(),
+        # the table's (and the report's) mark on the power and energy figures, for a script to read
+        "figures_doubtful": figures_doubtful(export),
+        "doubtful_share_ratio": export_doubtful_share(export),
         "nodes": [
             {
                 "node": node["node"],
@@ -56,6 +61,8 @@ def no_export_json(
         "command_exit_code": command_code,
         "interrupted": interrupted,
         "quality": None,
+        "figures_doubtful": None,
+        "doubtful_share_ratio": None,
         "nodes": [],
         "totals": None,
     }

@@ -10,6 +10,7 @@ from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.power import INCOMPLETE_COVERAGE, falls_short
 from sparkwatch.core.rounding import ratio_text
 from sparkwatch.outputs import command_line, shown
+from sparkwatch.report.doubt import doubt_mark, doubt_note, measured_windows
 from sparkwatch.report.facts import said_once
 from sparkwatch_agent.shared.units import GIB
 
@@ -49,8 +50,9 @@ def command_outcome(code: int) -> str:
 def summary_table(export: dict[str, Any]) -> str:
     """Per node gated watts, energy and peak memory, their sums, tokens, J/token and every window whose
     verdict is not ``ok`` — what a run report quotes, with unknowns shown as n/a, never as 0."""
+    export = {**export, "windows": list(export["windows"])}  # read several times: made once (WindowRows)
     run, method = export["run"], export["method"]
-    measured = [w for w in export["windows"] if w["in_scope"]]
+    measured = measured_windows(export)
     lines = [
         f"run {shown(run['id'])} ({shown(run['name'])}): {len(measured)} measured window(s) of"
         f" {len(export['windows'])},"
@@ -64,8 +66,7 @@ def summary_table(export: dict[str, Any]) -> str:
             f"command {outcome}: {command_line(command['argv'])}"
         )  # quoted, control characters escaped
     with_system = any(node.get("system") for node in export["nodes"])
-    scope = method["scope"]
-    mark = DOUBT_MARK if scope != "run" and doubtful_share(measured, scope) > DOUBTFUL_SHARE_RATIO else ""
+    mark = doubt_mark(export)
     lines += [
         "",
         *_node_rows(export, with_system, mark),
@@ -73,7 +74,7 @@ def summary_table(export: dict[str, Any]) -> str:
         *_totals_lines(export["totals"], with_system, mark),
     ]
     if mark:
-        lines.append(_doubt_note(measured, scope))
+        lines.append(doubt_note(export))
     throttled = [w for w in measured if any(e.get("throttle") for e in w["nodes"])]
     if throttled:
         lines.append(
@@ -86,40 +87,6 @@ def summary_table(export: dict[str, Any]) -> str:
     if len(not_ok) > 20:
         lines.append(f"... and {len(not_ok) - 20} more window(s) not ok")
     return "\n".join(lines)
-
-
-#: The table marks its power and energy figures when windows not ``ok`` hold more than this share of the
-#: measured time: the figures are then mostly theirs (a run of 4-token requests shorter than two samples
-#: read 26 W against 56 W of truth, and the table said nothing). Not in the ``run`` scope, whose figures are
-#: the whole run's, not the windows'.
-DOUBTFUL_SHARE_RATIO = 0.5
-DOUBT_MARK = "*"
-
-
-def doubtful_share(measured: Sequence[dict[str, Any]], scope: str = "request") -> float:
-    """The share of the measured windows' time (in the ``decode`` scope, first to last token: what is
-    measured of each) in windows whose verdict is not ``ok`` (0 without any)."""
-    lengths = [(_measured_ns(w, scope), w["verdict"] != "ok") for w in measured]
-    whole = sum(length for length, _ in lengths)
-    if whole <= 0:
-        return 1.0 if any(doubt for _, doubt in lengths) else 0.0
-    return sum(length for length, doubt in lengths if doubt) / whole
-
-
-def _measured_ns(window: dict[str, Any], scope: str) -> int:
-    start, end = ("t_first_token_ns", "t_last_token_ns") if scope == "decode" else ("t_start_ns", "t_end_ns")
-    if window.get(start) is None or window.get(end) is None:
-        return 0  # no decode stamps: nothing of it measured in that scope
-    return int(window[end]) - int(window[start])
-
-
-def _doubt_note(measured: Sequence[dict[str, Any]], scope: str) -> str:
-    doubtful = [w for w in measured if w["verdict"] != "ok"]
-    return (
-        f"{DOUBT_MARK} low confidence: {len(doubtful)} of {len(measured)} measured window(s),"
-        f" {doubtful_share(measured, scope):.0%} of their time, are not ok (below), and these figures are"
-        " mostly theirs: do not quote them as measured"
-    )
 
 
 def _node_rows(export: dict[str, Any], with_system: bool, mark: str = "") -> list[str]:

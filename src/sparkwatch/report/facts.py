@@ -7,6 +7,7 @@ printed to, so a reader (and the browser test) can check the page against the ex
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.export import digest
 from sparkwatch.outputs import command_line
+from sparkwatch.report.doubt import doubt_mark
 from sparkwatch_agent.shared.units import GIB
 
 NA = "n/a"
@@ -30,6 +32,12 @@ class Cell:
     key: str | None = None
     digits: int | None = None
     scale: float = 1.0  # the export value is divided by this before printing (bytes → GiB)
+    mark: str = ""  # shown after the text: report.doubt's mark on a figure resting on windows not ok
+
+
+def marked(cell: Cell, mark: str) -> Cell:
+    """``cell`` carrying ``mark`` (an unknown, n/a, is not marked: there is nothing to doubt)."""
+    return cell if not mark or cell.text.startswith(NA) else dataclasses.replace(cell, mark=mark)
 
 
 def figure(export: dict[str, Any], key: str, digits: int, scale: float = 1.0) -> Cell:
@@ -149,13 +157,14 @@ def has_page_cache(export: dict[str, Any]) -> bool:
 
 def node_rows(export: dict[str, Any]) -> list[list[Cell]]:
     """Per node: name, gated GPU W, system W (when any node has a domain), peak memory GiB, peak page
-    cache GiB (when measured), coverage."""
+    cache GiB (when measured), coverage; the power figures marked when they rest on windows not ok."""
     with_system, with_cache = has_system(export), has_page_cache(export)
+    mark = doubt_mark(export)
     rows = []
     for i, node in enumerate(export["nodes"]):
-        row = [Cell(node["node"]), figure(export, f"nodes.{i}.power_w.gated_mean", 1)]
+        row = [Cell(node["node"]), marked(figure(export, f"nodes.{i}.power_w.gated_mean", 1), mark)]
         if with_system:
-            row.append(_system_cell(export, i))
+            row.append(marked(_system_cell(export, i), mark))
         row.append(figure(export, f"nodes.{i}.memory_used_bytes.peak", 1, GIB))
         if with_cache:
             row.append(figure(export, f"nodes.{i}.memory_page_cache_bytes.peak", 1, GIB))
@@ -182,19 +191,21 @@ def node_columns(export: dict[str, Any]) -> list[str]:
 
 
 def total_rows(export: dict[str, Any]) -> list[tuple[str, Cell]]:
-    """The run's totals, label and figure: what the seed line quotes, and the system figures when known."""
+    """The run's totals, label and figure: what the seed line quotes, and the system figures when known;
+    the power and energy figures (and J/token) marked when they rest on windows not ok."""
+    mark = doubt_mark(export)
     rows = [
-        ("sum of gated GPU W", figure(export, "totals.power_w_gated_mean_sum", 1)),
-        ("GPU energy J", figure(export, "totals.energy_j", 1)),
+        ("sum of gated GPU W", marked(figure(export, "totals.power_w_gated_mean_sum", 1), mark)),
+        ("GPU energy J", marked(figure(export, "totals.energy_j", 1), mark)),
         ("completion tokens", figure(export, "totals.completion_tokens", 0)),
-        ("GPU J/token", figure(export, "totals.joules_per_token", 3)),
+        ("GPU J/token", marked(figure(export, "totals.joules_per_token", 3), mark)),
         ("peak of summed memory GiB", figure(export, "totals.memory_used_bytes_peak_of_sum", 1, GIB)),
         ("sum of per-node peak memory GiB", figure(export, "totals.memory_used_bytes_peak_sum", 1, GIB)),
     ]
     if has_system(export):
         rows += [
-            ("system energy J", figure(export, "totals.system_energy_j", 1)),
-            ("system J/token", figure(export, "totals.system_joules_per_token", 3)),
+            ("system energy J", marked(figure(export, "totals.system_energy_j", 1), mark)),
+            ("system J/token", marked(figure(export, "totals.system_joules_per_token", 3), mark)),
         ]
     return rows
 

@@ -11,6 +11,7 @@ from typing import Any
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.report import charts, facts
 from sparkwatch.report.bundle import Assets
+from sparkwatch.report.doubt import doubt_note, figures_doubtful
 
 CSP = (
     "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline';"
@@ -31,7 +32,9 @@ def _cell(cell: facts.Cell, numeric: bool = True) -> str:
     if cell.key is not None:
         attrs = f' data-key="{html.escape(cell.key)}" data-digits="{cell.digits}" data-scale="{cell.scale!r}"'
     cls = ' class="num"' if numeric and cell.key is not None else ""
-    return f"<td{cls}{attrs}>{html.escape(cell.text)}</td>"
+    # after a space, in its own element: the figure's text stays the export's to its digits
+    mark = f' <span class="doubt">{html.escape(cell.mark)}</span>' if cell.mark else ""
+    return f"<td{cls}{attrs}>{html.escape(cell.text)}{mark}</td>"
 
 
 def _dl(pairs: list[tuple[str, str]]) -> str:
@@ -40,7 +43,8 @@ def _dl(pairs: list[tuple[str, str]]) -> str:
 
 
 def summary_html(export: dict[str, Any]) -> str:
-    """The summary in the shape people publish: per node, then the totals, the method, the unknowns."""
+    """The summary in the shape people publish: per node, then the totals (and, where their power and
+    energy figures are marked, why), the method, the unknowns."""
     columns = facts.node_columns(export)
     head = "".join(f'<th class="{"num" if k else ""}">{html.escape(c)}</th>' for k, c in enumerate(columns))
     body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in facts.node_rows(export))
@@ -54,10 +58,15 @@ def summary_html(export: dict[str, Any]) -> str:
         if facts.has_system(export)
         else '<p class="note">GPU-domain power only: no node has a whole-node power sensor or meter.</p>'
     )
+    doubt = (
+        f'<p class="note doubt" id="doubt-note">{html.escape(doubt_note(export))}</p>'
+        if figures_doubtful(export)
+        else ""
+    )
     return (
         f'<table id="summary-nodes"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
         f"{system_note}"
-        f'<table id="summary-totals"><tbody>{totals}</tbody></table>'
+        f'<table id="summary-totals"><tbody>{totals}</tbody></table>{doubt}'
         f'<p class="method">Method: {html.escape(facts.method_line(export))}</p>'
         + (f'<ul class="reasons">{reasons}</ul>' if reasons else "")
     )
