@@ -268,7 +268,7 @@ def test_the_mark_follows_the_scope_and_needs_more_than_half() -> None:
 def test_the_json_outcome_says_whether_the_figures_are_marked_and_the_share_they_rest_on() -> None:
     """A script read the 27 W the table marked as a figure like any other: ``figures_doubtful`` says what the
     mark says, ``doubtful_share_ratio`` the share of the measured time in windows not ok (null in the
-    ``run`` scope, whose figures are the whole run's)."""
+    ``run`` scope, whose figures are the whole run's, and where no window was measured)."""
     data = export([node("spark-1", 26.6, 59.4)], [])
 
     def outcome() -> dict[str, Any]:
@@ -291,6 +291,8 @@ def test_the_json_outcome_says_whether_the_figures_are_marked_and_the_share_they
         window |= {"t_first_token_ns": 0, "t_last_token_ns": int(tokens_s * 1e9)}
     said = json.loads(json.dumps(outcome()))
     assert said["figures_doubtful"] is True and said["doubtful_share_ratio"] == pytest.approx(0.9)
+    data["windows"] = [{**timed("out", 1.0, "incomplete"), "in_scope": False}]  # none measured: no share
+    assert (outcome()["figures_doubtful"], outcome()["doubtful_share_ratio"]) == (False, None)
 
 
 def test_the_json_outcome_without_an_export_has_the_same_keys_with_nothing_judged() -> None:

@@ -89,6 +89,7 @@ def test_strict_and_json_judge_a_run_without_timed_windows(
     assert outcome["quality"]["problems"] == [
         "no timed window was recorded (--scope run measures the whole run)"
     ]
+    assert outcome["figures_doubtful"] is False and outcome["doubtful_share_ratio"] is None  # none measured
     assert outcome["export"] == str(out) and json.loads(out.read_text())["run"]["id"] == outcome["run_id"]
     assert "gated GPU W" in strict.stderr  # the table went to stderr
     config = tmp_path / "config.toml"
@@ -412,6 +413,7 @@ def test_a_coordinator_lost_mid_run_is_exit_4_and_said_in_json(
     assert "could not be ended and exported" in stderr
     outcome = json.loads(stdout)
     assert outcome["export"] is None and outcome["exit_code"] == 4 and outcome["command_exit_code"] == 0
+    assert outcome["figures_doubtful"] is None and outcome["doubtful_share_ratio"] is None  # nothing judged
     assert not (tmp_path / "r.json").exists()
 
 

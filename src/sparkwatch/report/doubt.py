@@ -38,9 +38,10 @@ def _measured_ns(window: dict[str, Any], scope: str) -> int:
 
 def export_doubtful_share(export: dict[str, Any]) -> float | None:
     """:func:`doubtful_share` of the export's measured windows in its scope; ``None`` in the ``run`` scope,
-    where the figures do not rest on the windows at all."""
-    scope = export["method"]["scope"]
-    return None if scope == "run" else doubtful_share(measured_windows(export), scope)
+    where the figures do not rest on the windows at all, and where no window was measured (no share of
+    nothing: not 0 %)."""
+    scope, measured = export["method"]["scope"], measured_windows(export)
+    return None if scope == "run" or not measured else doubtful_share(measured, scope)
 
 
 def figures_doubtful(export: dict[str, Any]) -> bool:
