@@ -354,3 +354,18 @@ def test_counts_past_sqlites_integers_stop_no_ingest_and_are_refused_by_name(tmp
     assert rows[:2] == [(1, -(2**63 - 1)), (2, -(2**63 - 1))] and [n for _, n in rows[2:]] == [10]
     done = sparkwatch("export", "--db", str(path), "r1", "-o", str(tmp_path / "out.json"))
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"sparkwatch: error: {said}", done.stderr
+
+
+def test_a_seq_range_past_itself_refuses_ingest_and_resume(tmp_path: pathlib.Path) -> None:
+    """A block whose first seq is past its last is passed over when a batch's stored seqs are looked for:
+    a replay of its samples would be stored twice. The boot is refused as a text bound is."""
+    path = damaged(stored(tmp_path / "c.db"), "UPDATE sample_blocks SET seq_first = 400 WHERE id = 2")
+    store = Store(path, now_ns=lambda: T0 + 60 * S)
+    said = "sample block 2 of node n1, boot b1 is damaged in the database: seq_first 400 is past seq_last 299"
+    with pytest.raises(Damaged) as resume:
+        store.latest_boot("n1")
+    with pytest.raises(Damaged) as ingest:
+        store.ingest("n1", "b1", frames(150, 160))  # block 2's own seqs again
+    assert str(resume.value) == str(ingest.value) == said
+    assert store.count_samples("n1") == 299
+    store.close()

@@ -137,8 +137,9 @@ class SampleBlocks:
         )
 
     def top_seq(self, node: str, boot: str) -> int:
-        """The boot's highest stored seq (0: none); ``Damaged`` where a block's seq range is not integers,
-        which would otherwise fail every batch of the boot (a link retrying it for ever) or let one repeat."""
+        """The boot's highest stored seq (0: none); ``Damaged`` where a block's seq range is not integers
+        or its first past its last, which would otherwise fail every batch of the boot (a link retrying it
+        for ever) or let one repeat (a block passed over when the stored seqs are looked for)."""
         key = (node, boot)
         if key not in self._top:
             self._top[key] = self._checked_top(key)
@@ -146,12 +147,12 @@ class SampleBlocks:
 
     def _checked_top(self, key: tuple[str, str]) -> int:
         top, whole = self._db.execute(
-            "SELECT MAX(seq_last), MIN(typeof(seq_first) = 'integer' AND typeof(seq_last) = 'integer')"
-            " FROM sample_blocks WHERE node = ? AND boot_id = ?",
+            "SELECT MAX(seq_last), MIN(typeof(seq_first) = 'integer' AND typeof(seq_last) = 'integer'"
+            " AND seq_first <= seq_last) FROM sample_blocks WHERE node = ? AND boot_id = ?",
             key,
         ).fetchone()
         if whole == 0:
-            raise self._damaged(key, {"seq_first": _not_integer, "seq_last": _not_integer})
+            raise self._damaged(key, {"seq_first": _not_integer, "seq_last": _not_integer}, PAIRS[:1])
         return top if top is not None else 0
 
     def _loose_count(self, key: tuple[str, str]) -> int:
@@ -197,8 +198,8 @@ class SampleBlocks:
         clock, every sample in it; by a wall clock that stepped, a block lying wholly outside is left out);
         with ``next_within``, the first sample after ``t_to`` too, where it is at most that much later (by a
         clock that only grows: the one that closes the span's last interval, and no other). ``Damaged`` where
-        a block of the boot has a bound that is not an integer, or one of the span a count the store never
-        writes."""
+        a block of the boot has a bound that is not an integer or a first bound past its last, or one of the
+        span a count the store never writes."""
         first, last = CLOCKS[clock]
         bounds = (_int64(t_from), _int64(t_to))  # a clock fit far out of range must not overflow SQLite
         boot_rows = "FROM sample_blocks WHERE node = :node AND boot_id = :boot"
