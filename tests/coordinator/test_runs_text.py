@@ -81,3 +81,12 @@ def test_a_deleted_runs_windows_are_counted_in_words(
 
     assert asyncio.run(_delete(Client(), argparse.Namespace(run_id="r1"))) == 0  # type: ignore[arg-type]
     assert capsys.readouterr().out == f"deleted run r1 ({said})\n"
+
+
+def test_runs_show_says_which_nodes_the_run_measures() -> None:
+    """What a restart with another nodes file warns of (an open run keeps the nodes it was opened with) is
+    what `runs show` shows; a run stored before they were kept measures the coordinator's."""
+    assert "nodes     spark-1, spark-2\n" in run_details({**RUN, "nodes": ["spark-1", "spark-2"]})
+    older = "nodes     - (the coordinator's at its export: a run stored before its nodes were kept)\n"
+    assert older in run_details({**RUN, "nodes": None}) and older in run_details(RUN)
+    assert "nodes     spark\\x1b[2J\n" in run_details({**RUN, "nodes": ["spark\x1b[2J"]})

@@ -13,8 +13,9 @@ from sparkwatch_agent.sampling.leases import validate_interval
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_RING_SIZE = 36_000  # one hour at 10 Hz
-#: The most frames a ring keeps: ≈ 300 MB at ≈ 30 B a sample (a day at 100 Hz, eleven days at 10 Hz). A
-#: size past it is a zero too many, not a plan: the ring would grow for as long as the agent runs.
+#: The most frames a ring keeps: ≈ 0.3 GB for a GB10 at ≈ 30 B a compressed sample, more with sensor
+#: channels or several GPUs (a day at 100 Hz, eleven days at 10 Hz). A size past it is a zero too many,
+#: not a plan: the ring would grow for as long as the agent runs.
 MAX_RING_SIZE = 10_000_000
 #: The longest node name the agent takes (it labels every series and names the node in exports).
 NODE_MAX_CHARS = 128

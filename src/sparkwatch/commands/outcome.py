@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from sparkwatch.commands.quality import Quality
 from sparkwatch.commands.summary import summary_table, system_watts
-from sparkwatch.report.doubt import export_doubtful_share, figures_doubtful
+from sparkwatch.report.doubt import export_doubtful_share, share_doubtful
 
 #: The shape of the ``--json`` object (docs/cli.md); bumped when a key changes meaning or goes away (a key
 #: added leaves it as it is: a script reads the keys it knows).
@@ -22,6 +22,7 @@ def outcome_json(
 ) -> dict[str, Any]:
     """The figures a script wants from a finished run, with where the whole export is."""
     command = export["run"].get("command")
+    share = export_doubtful_share(export)  # the windows read once
     return {
         "schema": OUTCOME_SCHEMA,
         "run_id": export["run"]["id"],
@@ -31,8 +32,8 @@ def outcome_json(
         "interrupted": interrupted,
         "quality": quality.to_json(),
         # the table's (and the report's) mark on the power and energy figures, for a script to read
-        "figures_doubtful": figures_doubtful(export),
-        "doubtful_share_ratio": export_doubtful_share(export),
+        "figures_doubtful": share_doubtful(share),
+        "doubtful_share_ratio": share,
         "nodes": [
             {
                 "node": node["node"],

@@ -183,10 +183,19 @@ def run_details(run: dict[str, Any]) -> str:
         ("gate", f"{UTIL_SOURCE} >= {run['gate_threshold']:g}"),  # as the export and report name it
         ("scope", run["scope"]),
         ("phases", ", ".join(run.get("phases") or ["timed"])),
+        ("nodes", _nodes_shown(run.get("nodes"))),
         ("windows", str(run["windows"])),
         ("command", wrapped),
     ]
     return "\n".join(f"{key:<9} {value}" for key, value in fields)
+
+
+def _nodes_shown(nodes: Any) -> str:
+    """The nodes a run measures: those it was opened with; a run stored before they were kept (or a
+    coordinator that does not say) measures the coordinator's, whichever they are at its export."""
+    if not isinstance(nodes, list):
+        return "- (the coordinator's at its export: a run stored before its nodes were kept)"
+    return ", ".join(shown(str(n)) for n in nodes) or "- (none)"
 
 
 def utc(t_ns: int) -> str:

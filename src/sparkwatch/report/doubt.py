@@ -46,7 +46,12 @@ def export_doubtful_share(export: dict[str, Any]) -> float | None:
 
 def figures_doubtful(export: dict[str, Any]) -> bool:
     """Whether the export's power and energy figures (and J/token) are to carry :data:`DOUBT_MARK`."""
-    share = export_doubtful_share(export)
+    return share_doubtful(export_doubtful_share(export))
+
+
+def share_doubtful(share: float | None) -> bool:
+    """Whether :func:`export_doubtful_share`'s ``share`` makes the figures doubtful (for a caller that
+    reports the share too: the windows read once)."""
     return share is not None and share > DOUBTFUL_SHARE_RATIO
 
 

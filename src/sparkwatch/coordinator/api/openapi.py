@@ -78,8 +78,8 @@ OPERATIONS = (
     Operation(
         "get",
         "/v1/runs",
-        "{runs, damaged}: every run, with the bytes of samples its span holds (size_bytes); the runs whose"
-        " rows were damaged outside sparkwatch, each {id, reason}",
+        "{runs, damaged}: every run, with the nodes it measures (nodes) and the bytes of samples its span"
+        " holds (size_bytes); the runs whose rows were damaged outside sparkwatch, each {id, reason}",
     ),
     Operation("post", "/v1/runs", "start a run", "RunCreate", 201, (400,)),
     Operation(
