@@ -14,15 +14,12 @@ import shutil
 import sqlite3
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.cli import sparkwatch as cli
 from helpers.frames import T0, sample_frame
-from sparkwatch.coordinator.api.app import make_app
-from sparkwatch.coordinator.service import Coordinator
+from helpers.inproc_api import inproc_api
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
-from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.store import Damaged, Store
 from sparkwatch.store.engine_samples import EngineRow
 from sparkwatch.store.meters import MeterReading
@@ -242,18 +239,11 @@ async def test_the_api_refuses_the_export_with_409_and_the_line(
     sound: pathlib.Path, tmp_path: pathlib.Path, damage: str, said: str
 ) -> None:
     """The coordinator's export answers the refusal (it was a 500 with the traceback in its log)."""
-    store = Store(damaged(sound, tmp_path, damage), now_ns=lambda: T0 + 60 * S)
-    coordinator = Coordinator([NodeSpec("n1", url="ws://unused")], store, now_ns=lambda: T0 + 60 * S)
-    client = TestClient(TestServer(make_app(coordinator, None)))
-    await client.start_server()
-    try:
+    path = damaged(sound, tmp_path, damage)
+    async with inproc_api(path, T0 + 60 * S, ["n1"]) as (client, _, _):
         response = await client.get("/v1/runs/r1/export")
         assert response.status == 409
         assert (await response.json()) == {"error": "damaged", "reason": said}
-    finally:
-        await client.close()
-        await coordinator.stop()
-        store.close()
 
 
 def test_the_stores_engine_families_are_the_scraped_ones() -> None:

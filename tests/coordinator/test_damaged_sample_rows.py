@@ -13,12 +13,11 @@ import sqlite3
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 
 from helpers.cli import sparkwatch
 from helpers.frames import T0, sample_frame
-from sparkwatch.coordinator.api.app import make_app
-from sparkwatch.coordinator.service import Coordinator
+from helpers.inproc_api import inproc_api
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
 from sparkwatch.links.nodes_file import NodeSpec
@@ -229,18 +228,11 @@ async def test_the_api_refuses_the_export_with_409_and_the_line(
     tmp_path: pathlib.Path, damage: str, said: str
 ) -> None:
     """The coordinator's export answers the refusal (it was a 200 of a run missing a block's samples)."""
-    store = Store(damaged(stored(tmp_path / "c.db"), damage), now_ns=lambda: T0 + 60 * S)
-    coordinator = Coordinator([NodeSpec("n1", url="ws://unused")], store, now_ns=lambda: T0 + 60 * S)
-    client = TestClient(TestServer(make_app(coordinator, None)))
-    await client.start_server()
-    try:
+    path = damaged(stored(tmp_path / "c.db"), damage)
+    async with inproc_api(path, T0 + 60 * S, ["n1"]) as (client, _, _):
         response = await client.get("/v1/runs/r1/export")
         assert response.status == 409
         assert (await response.json()) == {"error": "damaged", "reason": said}
-    finally:
-        await client.close()
-        await coordinator.stop()
-        store.close()
 
 
 def test_a_seq_range_damaged_while_the_store_is_open_refuses_a_batch_sent_again(

@@ -7,15 +7,15 @@ from __future__ import annotations
 import math
 import pathlib
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import numpy as np
 import pytest
-from aiohttp.test_utils import TestServer
 
 from helpers.engine_replay import SGLANG, VLLM, EngineReplay, add_series, capture, with_values
+from helpers.loopback import served
 from sparkwatch.core.engine import (
     COUNTERS,
     FAILED_GAUGE,
@@ -153,15 +153,6 @@ def test_the_engine_table_of_nodes_toml_has_defaults_and_errors_name_the_key() -
         parse_nodes_file(both, "nodes.toml")
 
 
-async def _serve(replay: EngineReplay) -> AsyncIterator[str]:
-    server = TestServer(replay.app(), host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield str(server.make_url("/metrics"))
-    finally:
-        await server.close()
-
-
 def _vllm_script(replay: EngineReplay, generated_per_scrape: float) -> Callable[[float], str]:
     """Scrape k (k = 0, 1, …): counters grow linearly, gauges cycle, scrape 6 restarts the engine."""
 
@@ -193,7 +184,7 @@ async def _scraped(tmp_path: pathlib.Path, replay: EngineReplay, scrapes: int) -
     """``scrapes`` scrapes one second apart on the coordinator's clock, stored in a real store."""
     store = Store(tmp_path / "engine.db")
     clock = [T0]  # the coordinator's clock stands still during a scrape: it is stamped at T0 + k s
-    async for url in _serve(replay):
+    async for url in served(replay.app(), "/metrics"):
         poller = EnginePoller(EngineSpec(url), store, now_ns=lambda: clock[0])
         async with aiohttp.ClientSession() as session:
             for _ in range(scrapes):
@@ -246,7 +237,7 @@ async def test_a_counter_that_went_down_and_a_failed_scrape_leave_unknowns(
     replay.script = _vllm_script(replay, generated_per_scrape=100.0)
     store = Store(tmp_path / "engine.db")
     clock = [T0]
-    async for url in _serve(replay):
+    async for url in served(replay.app(), "/metrics"):
         poller = EnginePoller(EngineSpec(url, interval_s=1.0), store, now_ns=lambda: clock[0])
         async with aiohttp.ClientSession() as session:
             for k in range(14):
@@ -383,7 +374,7 @@ async def test_a_bearer_token_is_sent_from_its_file_and_a_refusal_is_a_stored_re
     replay = EngineReplay(lambda _: capture(VLLM), token="vllm-api-key-1")
     (tmp_path / "key").write_text("vllm-api-key-1\n")
     store = Store(tmp_path / "engine.db")
-    async for url in _serve(replay):
+    async for url in served(replay.app(), "/metrics"):
         async with aiohttp.ClientSession() as session:
             with_key = EnginePoller(EngineSpec(url, 1.0, tmp_path / "key"), store, now_ns=lambda: T0)
             await with_key.scrape_once(session)

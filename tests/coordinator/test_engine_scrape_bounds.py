@@ -10,14 +10,14 @@ import asyncio
 import logging
 import pathlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import aiohttp
 import numpy as np
 import pytest
-from aiohttp.test_utils import TestServer
 
 from helpers.engine_replay import SGLANG, VLLM, EngineReplay, add_series, capture, with_values
+from helpers.loopback import served
 from sparkwatch.core.engine import EngineSamples, engine_export
 from sparkwatch.engines.families import FAMILIES
 from sparkwatch.engines.poller import EnginePoller
@@ -90,15 +90,6 @@ def test_every_ratio_field_of_the_tables_is_bounded_as_a_ratio() -> None:
     assert set(ENGINE_RATIO_FIELDS) == {f for f in fields if f.endswith("_ratio")}
 
 
-async def _serve(replay: EngineReplay) -> AsyncIterator[str]:
-    server = TestServer(replay.app(), host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield str(server.make_url("/metrics"))
-    finally:
-        await server.close()
-
-
 def _script(
     replay: EngineReplay, bad: Callable[[int], Mapping[str, float]], ranks: int = 1
 ) -> Callable[[float], str]:
@@ -129,7 +120,7 @@ async def test_a_page_of_impossible_values_does_not_end_the_scraping_task_and_th
     bad = {"vllm:prompt_tokens_total": 1e308, "vllm:num_requests_running": -50.0}
     replay.script = _script(replay, lambda k: bad if k < 2 else {}, ranks=2)  # fsum(1e308, 1e308) overflowed
     store = Store(tmp_path / "engine.db")
-    async for url in _serve(replay):
+    async for url in served(replay.app(), "/metrics"):
         poller = EnginePoller(EngineSpec(url, interval_s=0.2), store)
         async with aiohttp.ClientSession() as session:
             task = asyncio.create_task(poller.run(session))  # as the coordinator runs it
@@ -162,7 +153,7 @@ async def _scraped(path: pathlib.Path, bad: Callable[[int], Mapping[str, float]]
     replay.script = _script(replay, bad)
     store = Store(path)
     clock = [T0]
-    async for url in _serve(replay):
+    async for url in served(replay.app(), "/metrics"):
         poller = EnginePoller(EngineSpec(url), store, now_ns=lambda: clock[0])
         async with aiohttp.ClientSession() as session:
             for _ in range(6):

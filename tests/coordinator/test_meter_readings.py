@@ -14,19 +14,17 @@ import os
 import pathlib
 import shutil
 import subprocess
-import time
-import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiohttp
 import numpy as np
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from doubles.shelly import ShellyPlug, json_with_raw
 from helpers.frames import T0, sample_frame
+from helpers.loopback import served, wait_http
 from helpers.processes import free_port
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.meters.factory import make_reader
@@ -99,15 +97,6 @@ def _assert_refused_then_read(
     assert wall["source"] == source and [e["error"] for e in wall["errors"]] == [reason]
 
 
-async def _serve(app: web.Application) -> AsyncIterator[str]:
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield str(server.make_url("")).rstrip("/")
-    finally:
-        await server.close()
-
-
 NOT_FINITE = "not a finite number"
 
 
@@ -128,7 +117,7 @@ async def test_a_shelly_value_sparkwatch_cannot_hold_is_a_failed_poll(
 ) -> None:
     plug = ShellyPlug(power_w=82.4)
     store = _store(tmp_path)
-    async for url in _serve(plug.app()):
+    async for url in served(plug.app()):
         spec = MeterSpec("shelly", url)
 
         def good() -> None:
@@ -156,22 +145,11 @@ def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, pathlib
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_http(f"http://127.0.0.1:{port}/redfish/v1/")
+        wait_http(f"http://127.0.0.1:{port}/redfish/v1/")
         yield f"http://127.0.0.1:{port}", root
     finally:
         process.kill()
         process.wait()
-
-
-def _wait_http(url: str, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer")
 
 
 def _write(path: pathlib.Path, body: dict[str, Any], raw: dict[str, str] | None = None) -> None:
@@ -267,7 +245,7 @@ async def test_a_prometheus_value_sparkwatch_cannot_hold_is_a_failed_poll(
     app = web.Application()
     app.router.add_get("/api/v1/query", query)
     store = _store(tmp_path)
-    async for url in _serve(app):
+    async for url in served(app):
         spec = MeterSpec("prometheus", url, query="pdu_outlet_watts")
 
         def good() -> None:
@@ -327,7 +305,7 @@ async def test_a_shelly_counter_sparkwatch_cannot_hold_is_left_out_and_its_power
     and made the run's export refuse the row, others dropped unsaid)."""
     plug = ShellyPlug(power_w=82.4)
     store = _store(tmp_path)
-    async for url in _serve(plug.app()):
+    async for url in served(plug.app()):
 
         def good() -> None:
             plug.raw.clear()

@@ -6,15 +6,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import pathlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from doubles.shelly import ShellyPlug
+from helpers.loopback import served
 from helpers.meter_sink import Sink
 from sparkwatch.links.nodes_file import NodesFileError, parse_nodes
 from sparkwatch.meters import poller as meter_poller
@@ -24,15 +24,6 @@ from sparkwatch.meters.prometheus import PrometheusMeter
 from sparkwatch.meters.redfish import RedfishMeter
 from sparkwatch.meters.shelly import ShellyMeter
 from sparkwatch.meters.spec import MeterSpec
-
-
-async def _serve(app: web.Application) -> AsyncIterator[str]:
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield str(server.make_url("")).rstrip("/")
-    finally:
-        await server.close()
 
 
 def _ticking(step_ns: int = 4_000_000) -> Callable[[], int]:
@@ -48,7 +39,7 @@ def _ticking(step_ns: int = 4_000_000) -> Callable[[], int]:
 async def test_a_shelly_plug_with_a_password_is_read_with_digest_auth(tmp_path: pathlib.Path) -> None:
     plug = ShellyPlug(power_w=82.4, password="s3cret-plug")
     (tmp_path / "pw").write_text("s3cret-plug\n")
-    async for url in _serve(plug.app()):
+    async for url in served(plug.app()):
         spec = MeterSpec("shelly", url, interval_s=0.5, password_file=tmp_path / "pw", refresh_s=1.0)
         sink = Sink()
         poller = MeterPoller("spark-1", spec, ShellyMeter(spec), sink, now_ns=_ticking())
@@ -92,7 +83,7 @@ async def test_a_shelly_that_cannot_give_a_reading_is_an_error_never_a_zero(
 ) -> None:
     if password is not None:
         (tmp_path / "pw").write_text(password)
-    async for url in _serve(plug.app()):
+    async for url in served(plug.app()):
         spec = MeterSpec("shelly", url, channel=channel, password_file=tmp_path / "pw" if password else None)
         poller, sink = await _polled_once(spec)
         assert sink.readings == []
@@ -113,7 +104,7 @@ async def test_an_answer_that_is_not_json_names_its_http_status(kind: str, statu
 
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", page)
-    async for url in _serve(app):
+    async for url in served(app):
         spec = MeterSpec(kind, url, query="up" if kind == "prometheus" else None)
         _, sink = await _polled_once(spec)
         assert sink.readings == []
@@ -151,7 +142,7 @@ VECTOR = {"resultType": "vector", "result": [{"metric": {"outlet": "3"}, "value"
 async def test_a_prometheus_query_gives_one_series_in_watts_or_says_why_not(
     result: Any, status: int, expect: float | str
 ) -> None:
-    async for url in _serve(_prometheus(result, status)):
+    async for url in served(_prometheus(result, status)):
         spec = MeterSpec("prometheus", url, query='pdu_outlet_watts{outlet="3"}')
         sink = Sink()
         poller = MeterPoller("n", spec, PrometheusMeter(spec), sink, now_ns=_ticking())
@@ -310,7 +301,7 @@ async def test_redfish_logs_in_follows_the_chassis_and_reads_its_power(
 ) -> None:
     (tmp_path / "pw").write_text("bmc-pass\n")
     basic = "Basic " + base64.b64encode(b"root:bmc-pass").decode() if token is None else None
-    async for url in _serve(_redfish(_bmc(environment), token, basic)):
+    async for url in served(_redfish(_bmc(environment), token, basic)):
         spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw")
         sink = Sink()
         poller = MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking())
@@ -326,7 +317,7 @@ async def test_redfish_logs_out_when_the_poller_stops(tmp_path: pathlib.Path, lo
     used them all up. The session is deleted (DSP0266's logout) when the poller is stopped."""
     (tmp_path / "pw").write_text("bmc-pass\n")
     seen: list[str] = []
-    async for url in _serve(_redfish(_bmc(True), "session-token-1", None, seen=seen, location=location)):
+    async for url in served(_redfish(_bmc(True), "session-token-1", None, seen=seen, location=location)):
         spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw", interval_s=0.05)
         sink = Sink()
         poller = MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking())
@@ -343,7 +334,7 @@ async def test_redfish_wrong_credentials_and_an_unknown_chassis_are_errors(tmp_p
     (tmp_path / "pw").write_text("wrong\n")
     (tmp_path / "good").write_text("bmc-pass\n")
     said = []
-    async for url in _serve(_redfish(_bmc(True), "t", None)):
+    async for url in served(_redfish(_bmc(True), "t", None)):
         for spec in (
             MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw"),
             MeterSpec("redfish", url, chassis="2U", username="root", password_file=tmp_path / "good"),
@@ -372,7 +363,7 @@ async def test_refused_credentials_rest_until_the_password_changes_or_five_minut
     (tmp_path / "pw").write_text("wrong\n")
     seen: list[str] = []
     clock = [0.0]
-    async for url in _serve(_redfish(_bmc(True), token, basic, refuse_status=refuse_status, seen=seen)):
+    async for url in served(_redfish(_bmc(True), token, basic, refuse_status=refuse_status, seen=seen)):
         spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw")
         sink = Sink()
         meter = RedfishMeter(spec, monotonic=lambda: clock[0])
@@ -396,7 +387,7 @@ async def test_refused_credentials_rest_until_the_password_changes_or_five_minut
 
 
 async def test_a_redfish_meter_without_credentials_says_to_give_them() -> None:
-    async for url in _serve(_redfish(_bmc(True), "t", None)):
+    async for url in served(_redfish(_bmc(True), "t", None)):
         spec = MeterSpec("redfish", url)
         sink = Sink()
         async with aiohttp.ClientSession() as session:
@@ -460,7 +451,7 @@ async def test_a_refusal_slower_than_the_polls_timeout_still_rests_the_credentia
     (tmp_path / "pw").write_text("wrong\n")
     seen: list[str] = []
     app = _redfish(_bmc(True), token, basic, refuse_status=refuse_status, seen=seen, refuse_after_s=0.3)
-    async for url in _serve(app):
+    async for url in served(app):
         spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw")
         sink = Sink()
         poller = MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking())
@@ -484,7 +475,7 @@ async def test_a_401_before_any_credential_is_sent_is_not_a_refusal(tmp_path: pa
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", closed)
-    async for url in _serve(app):
+    async for url in served(app):
         spec = MeterSpec("redfish", url, username="root", password_file=tmp_path / "pw")
         sink = Sink()
         poller = MeterPoller("n", spec, RedfishMeter(spec), sink, now_ns=_ticking())

@@ -10,40 +10,22 @@ import sqlite3
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.cli import sparkwatch as cli
 from helpers.frames import T0
-from sparkwatch.coordinator.api.app import make_app
-from sparkwatch.coordinator.service import Coordinator
-from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.store import Store
+from helpers.inproc_api import inproc_api
 
 S = 1_000_000_000
-
-
-def coordinator(db: pathlib.Path, names: list[str], clock: list[int]) -> tuple[Coordinator, Store]:
-    """A coordinator with the nodes file ``names`` (its links are never started), as a restart with that
-    file makes it: the store's nodes are the file's."""
-    store = Store(db, now_ns=lambda: clock[0])
-    store.set_nodes(names)
-    nodes = [NodeSpec(name, url="ws://unused") for name in names]
-    return Coordinator(nodes, store, now_ns=lambda: clock[0]), store
 
 
 async def call(
     db: pathlib.Path, names: list[str], clock: list[int], method: str, path: str, body: Any = None
 ) -> tuple[int, Any]:
-    coord, store = coordinator(db, names, clock)
-    client = TestClient(TestServer(make_app(coord, None)))
-    await client.start_server()
-    try:
+    """One request to a coordinator started with the nodes file ``names``, at ``clock[0]``, as a restart
+    with that file makes it (the store's nodes are the file's)."""
+    async with inproc_api(db, clock[0], names) as (client, _, _):
         response = await client.request(method, path, json=body)
         return response.status, await response.json()
-    finally:
-        await client.close()
-        await coord.stop()
-        store.close()
 
 
 async def opened_and_ended(db: pathlib.Path, names: list[str]) -> str:
@@ -136,14 +118,13 @@ async def test_a_restart_with_another_nodes_file_says_what_an_open_run_measures(
     assert (await call(db, ["spark-1", "spark-2"], clock, "POST", f"/v1/runs/{ended['id']}/end"))[0] == 200
     _, run = await call(db, ["spark-1", "spark-2"], clock, "POST", "/v1/runs", {"name": "open"})
     caplog.clear()
-    coordinator(db, ["spark-1", "spark-2"], clock)[1].close()
+    assert (await call(db, ["spark-1", "spark-2"], clock, "GET", "/v1/runs"))[0] == 200
     assert not [r for r in caplog.records if "measures the nodes" in r.getMessage()]
-    coordinator(db, ["spark-3", "spark-1"], clock)[1].close()
+    status, shown = await call(db, ["spark-3", "spark-1"], clock, "GET", f"/v1/runs/{run['id']}")
     (said,) = [r.getMessage() for r in caplog.records if "measures the nodes" in r.getMessage()]
     assert said == (
         f"run {run['id']} (open) measures the nodes it was opened with (spark-1, spark-2): spark-3 (added to"
         " the nodes file since) not in its export; spark-2 (no longer in the nodes file) still in it, and its"
         " windows from now on incomplete there; end it and open another to measure this nodes file's"
     )
-    status, shown = await call(db, ["spark-3", "spark-1"], clock, "GET", f"/v1/runs/{run['id']}")
     assert status == 200 and shown["nodes"] == ["spark-1", "spark-2"]

@@ -23,6 +23,7 @@ from aiohttp import web
 from doubles.shelly import ShellyPlug
 from helpers.app_thread import AppThread
 from helpers.cli import sparkwatch as cli
+from helpers.loopback import wait_http
 from helpers.meter_sink import Sink
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
 from helpers.prometheus import PROMETHEUS, Prometheus
@@ -58,17 +59,6 @@ def set_bmc_watts(root: pathlib.Path, watts: float) -> None:
     _write(metrics, body)
 
 
-def _wait_http(url: str, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer")
-
-
 @dataclass
 class Rig:
     coord: Coordinator
@@ -99,7 +89,7 @@ def rig(tmp_path: pathlib.Path) -> Iterator[Rig]:
     agents: list[AgentProcess] = []
     coord = None
     try:
-        _wait_http(f"http://127.0.0.1:{bmc_port}/redfish/v1/")
+        wait_http(f"http://127.0.0.1:{bmc_port}/redfish/v1/")
         assert shelly.ready.wait(10)
         for name in ("spark-1", "spark-2"):
             args = ["--backend", "sim", "--no-sim-sensors", "--node", name, "--interval", "0.1"]
