@@ -4,9 +4,18 @@ leaves its windows from now on incomplete. Said once at the start, not found out
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 
 from sparkwatch.store.run_rows import RunRow
+
+log = logging.getLogger(__name__)
+
+
+def warn_changed_nodes(runs: Iterable[RunRow], names: Sequence[str]) -> None:
+    """Each of :func:`changed_nodes`' warnings, logged (at the coordinator's start)."""
+    for said in changed_nodes(runs, names):
+        log.warning("%s", said)
 
 
 def changed_nodes(runs: Iterable[RunRow], names: Sequence[str]) -> list[str]:

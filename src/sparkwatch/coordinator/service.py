@@ -22,7 +22,7 @@ from sparkwatch.coordinator.housekeeping import Housekeeping
 from sparkwatch.coordinator.loop_lag import LoopLag
 from sparkwatch.coordinator.piece_stream import PieceStream, computed_json
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
-from sparkwatch.coordinator.run_nodes import changed_nodes
+from sparkwatch.coordinator.run_nodes import warn_changed_nodes
 from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
@@ -82,9 +82,9 @@ class Coordinator:
         self.remote_write_spec = remote_write  # where every stored sample is also sent (opt in)
         self.remote_writer: RemoteWriter | None = None
         store.set_nodes([n.name for n in self.nodes])
-        for said in changed_nodes(store.runs(), self.node_names):
-            log.warning("%s", said)
-        self._prompt_until_ns = run_pace.prompt_until_ns(store.runs())  # a run left open survives a restart
+        runs = store.runs()  # once: a run left open survives a restart (its pace, and its nodes said)
+        warn_changed_nodes(runs, self.node_names)
+        self._prompt_until_ns = run_pace.prompt_until_ns(runs)
         for damaged in store.damaged_runs().values():
             log.warning(
                 "%s: left out of every run list and of the sampling pace until mended or deleted", damaged
