@@ -330,6 +330,9 @@ def test_unknown_paths_and_wrong_methods_are_json_on_a_real_agent(
     assert status == 404 and headers["content-type"].startswith("application/json") and body == b""
     # /v1/ is behind the token: without it, the same JSON shape says so before any route is looked up
     _refusal(raw_request(agent.port, http("GET", "/v1/nope")), 401, "unauthorized")
+    # a token of bytes that are not UTF-8 is a wrong token, not a 500 (any client can send one)
+    garbage = http("GET", "/v1/time", TOKEN).replace(TOKEN.encode(), b"\xff\xfe")
+    _refusal(raw_request(agent.port, garbage), 401, "unauthorized")
     for method, path in (("POST", "/metrics"), ("DELETE", "/healthz"), ("PATCH", "/v1/interval")):
         answer = raw_request(agent.port, http(method, path, TOKEN))
         reason = _refusal(answer, 405, "method_not_allowed")

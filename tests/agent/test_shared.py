@@ -85,6 +85,7 @@ def test_the_bearer_scheme_is_case_insensitive() -> None:
     assert bearer_ok(f"BEARER {token}", token)
     assert not bearer_ok(f"Bearer {token.upper()}", token) and not bearer_ok(f"Basic {token}", token)
     assert not bearer_ok(None, token) and not bearer_ok("Bearer", token)
+    assert not bearer_ok("Bearer \udcff\udcfe", token)  # bytes not UTF-8, as aiohttp hands them over
 
 
 def test_token_for_bind(tmp_path: pathlib.Path) -> None:

@@ -112,9 +112,14 @@ def load_token(path: Path) -> str:
 
 
 def bearer_ok(header: str | None, token: str) -> bool:
-    """``Authorization: Bearer <token>``, the scheme in any case (RFC 9110 §11.1: it is case-insensitive)."""
+    """``Authorization: Bearer <token>``, the scheme in any case (RFC 9110 §11.1: it is case-insensitive).
+    A header of bytes that are not UTF-8 (aiohttp hands them over surrogate-escaped) is no token: a 401,
+    not the 500 its ``encode`` would raise."""
     presented = _bearer(header)
-    return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
+    try:
+        return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
+    except UnicodeEncodeError:
+        return False
 
 
 def _bearer(header: str | None) -> str | None:
