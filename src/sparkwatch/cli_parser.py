@@ -30,9 +30,11 @@ from sparkwatch.defaults import (
     DEFAULT_HELLO_WAIT_S,
     DEMO_EXPORT,
     MAX_DEMO_NODES,
+    MAX_SIM_TOKENS,
     RETAIN_IDLE_S,
 )
 from sparkwatch_agent.shared.cli_flags import OneLineParser
+from sparkwatch_agent.shared.strict_text import quoted_number
 
 PROG = "sparkwatch"
 
@@ -124,7 +126,11 @@ def _add_demo(sub: Sub) -> None:
     )
     _outcome_args(demo)
     demo.add_argument(
-        "--max-tokens", type=positive_int, default=256, metavar="N", help="tokens each request asks for (256)"
+        "--max-tokens",
+        type=_max_tokens,
+        default=256,
+        metavar="N",
+        help=f"tokens each request asks for, 1..{MAX_SIM_TOKENS} (256)",
     )
     demo.add_argument(
         "--tokens-per-s", type=positive_float, default=76.0, metavar="RATE", help="the model's speed (76)"
@@ -313,7 +319,16 @@ def _add_sim_model(sub: Sub) -> None:
 def _node_count(text: str) -> int:
     value = positive_int(text)
     if value > MAX_DEMO_NODES:
-        raise argparse.ArgumentTypeError(f"at most {MAX_DEMO_NODES} simulated nodes, got {value}")
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_DEMO_NODES} simulated nodes, got {quoted_number(value)}"
+        )
+    return value
+
+
+def _max_tokens(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_SIM_TOKENS:  # the simulated model's own bound: else its 400, after the cluster started
+        raise argparse.ArgumentTypeError(f"at most {MAX_SIM_TOKENS} tokens, got {quoted_number(value)}")
     return value
 
 

@@ -24,6 +24,7 @@ from sparkwatch.defaults import (
     check_phases,
     check_series_buckets,
 )
+from sparkwatch_agent.shared.strict_text import cut_short, quoted_number
 
 
 def count(text: str) -> int:
@@ -32,7 +33,7 @@ def count(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+        raise argparse.ArgumentTypeError(f"must not be negative, got {quoted_number(value)}")
     return value
 
 
@@ -42,7 +43,7 @@ def positive_int(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:  # one sentence for 0 and -1 alike ("must not be negative" was said of -1 only)
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {quoted_number(value)}")
     return value
 
 
@@ -295,14 +296,21 @@ def epoch_ns(text: str) -> int:
     ns = _epoch_ns(text)
     from sparkwatch.core.windows import epoch_ns_problem  # noqa: PLC0415  (numpy: this flag only)
 
-    if epoch_ns_problem(ns) is not None:
+    if ns is None or epoch_ns_problem(ns) is not None:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a time between 2000 and 2100 (Unix seconds, not milliseconds, or RFC 3339)"
+            f"{cut_short(text)!r} is not a time between 2000 and 2100 (Unix seconds, not milliseconds, or"
+            " RFC 3339)"
         )
     return ns
 
 
-def _epoch_ns(text: str) -> int:
+#: Seconds past any time sparkwatch takes (year 5138): not multiplied out (``1e999999999`` would be a
+#: billion-digit integer, past decimal's own limits).
+_SECONDS_PAST = 10**11
+
+
+def _epoch_ns(text: str) -> int | None:
+    """``text`` as epoch ns; None for seconds too many to be a time (refused by the caller)."""
     import datetime  # noqa: PLC0415  (this flag only)
     import decimal  # noqa: PLC0415
 
@@ -312,8 +320,8 @@ def _epoch_ns(text: str) -> int:
         pass
     else:
         if not seconds.is_finite() or seconds < 0:
-            raise argparse.ArgumentTypeError(f"not a time: {text!r}")
-        return int(seconds * 1_000_000_000)
+            raise argparse.ArgumentTypeError(f"not a time: {cut_short(text)!r}")
+        return None if seconds >= _SECONDS_PAST else int(seconds * 1_000_000_000)
     text = text.strip()
     if text.endswith(" UTC"):  # as `sparkwatch runs list` shows a time
         text = text.removesuffix(" UTC") + "+00:00"
@@ -321,7 +329,7 @@ def _epoch_ns(text: str) -> int:
         moment = datetime.datetime.fromisoformat(text.upper())  # RFC 3339 allows a lower-case t and z
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"not Unix seconds or an RFC 3339 time (e.g. 2025-12-04T13:02:08Z): {text!r}"
+            f"not Unix seconds or an RFC 3339 time (e.g. 2025-12-04T13:02:08Z): {cut_short(text)!r}"
         ) from None
     if moment.tzinfo is None:
         raise argparse.ArgumentTypeError(f"an RFC 3339 time needs its offset (Z or +hh:mm): {text!r}")

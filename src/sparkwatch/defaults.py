@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Literal, TypeVar
 
+from sparkwatch_agent.shared.strict_text import quoted_number
+
 #: What an export says it is (its ``schema``; core/export.py makes it, the CLI's client checks it).
 EXPORT_SCHEMA = "sparkwatch.run/1"
 #: What a run's figures cover: every request's span, only decode (first → last token), or the whole run.
@@ -36,11 +38,21 @@ NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
 
 
 def check_name(name: str) -> str:
-    """A run or mark name, unchanged; a ValueError if it holds a control character."""
+    """A run or mark name, unchanged; a ValueError if it holds a control character, or bytes that are not
+    UTF-8 (a command line hands them over surrogate-escaped; JSON cannot carry them)."""
     bad = CONTROL_CHARS_RE.search(name)
     if bad:
         raise ValueError(f"must not hold control characters (a newline, a tab, an escape): {bad.group()!r}")
+    if _SURROGATE.search(name):
+        try:
+            shown = repr(name.encode("utf-8", "surrogateescape")[:40])
+        except UnicodeEncodeError:  # a surrogate no byte became: not from a command line
+            shown = ascii(name[:40])
+        raise ValueError(f"must be UTF-8 text, got {shown}")
     return name
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 #: The bounds of a run's sampling interval, enforced by the API and checked by the CLI's flags.
@@ -92,6 +104,8 @@ DEFAULT_COORDINATOR = "http://127.0.0.1:8750"
 
 #: The most simulated nodes `sparkwatch demo` starts in one process.
 MAX_DEMO_NODES = 64
+#: The most tokens the simulated model makes for one request (`sim-model`, `demo --max-tokens`).
+MAX_SIM_TOKENS = 100_000
 #: Where `sparkwatch demo` writes its export by default: not run.json, which a real run may have written.
 DEMO_EXPORT = "demo.json"
 
@@ -119,5 +133,6 @@ def check_phases(phases: Phases) -> Phases:
 def check_series_buckets(buckets: int) -> int:
     """``buckets`` unchanged when it is within the bounds; else a ValueError saying which they are."""
     if not MIN_SERIES_BUCKETS <= buckets <= MAX_SERIES_BUCKETS:
-        raise ValueError(f"must be {MIN_SERIES_BUCKETS} to {MAX_SERIES_BUCKETS} buckets, got {buckets}")
+        got = quoted_number(buckets)
+        raise ValueError(f"must be {MIN_SERIES_BUCKETS} to {MAX_SERIES_BUCKETS} buckets, got {got}")
     return buckets

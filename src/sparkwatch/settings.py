@@ -6,10 +6,11 @@ unknown key is."""
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from sparkwatch_agent.shared.strict_text import TextFormatError, loads_toml
 
 ENV_CONFIG = "SPARKWATCH_CONFIG"
 
@@ -44,8 +45,8 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     except UnicodeDecodeError:
         raise SettingsError(f"{path}: not valid TOML: not UTF-8 text") from None
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        data = loads_toml(text)
+    except TextFormatError as exc:
         raise SettingsError(f"{path}: not valid TOML: {exc}") from None
     unknown = sorted(set(data) - {"strict"})
     if unknown:

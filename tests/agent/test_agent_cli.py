@@ -60,6 +60,11 @@ def test_config_file_errors(tmp_path: pathlib.Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[agent]\ninterval = 'fast'\n")
     assert "interval must be of type float" in run_agent("serve", "--config", str(bad)).stderr
+    bad.write_text("[agent]\ninterval = inf\n")  # named where it was set: not "--interval", never typed
+    assert (
+        "error: interval (config file): interval must be within"
+        in run_agent("serve", "--config", str(bad)).stderr
+    )
     bad.write_text("[agent]\nintervall = 1.0\n")
     assert "unknown keys intervall" in run_agent("serve", "--config", str(bad)).stderr
     bad.write_text("[agent\n")
@@ -68,6 +73,15 @@ def test_config_file_errors(tmp_path: pathlib.Path) -> None:
     said = run_agent("serve", "--config", str(bad))
     assert said.returncode == 2 and "is not valid TOML: not UTF-8 text" in said.stderr
     assert "Traceback" not in said.stderr
+    # what tomllib raises besides TOMLDecodeError: a RecursionError, a ValueError of int's digit limit
+    for text, why in (
+        ("a = " + "[" * 2000 + "]" * 2000, "nested too deep to read"),
+        ("a = " + "1" * 5000, "an integer too long to read"),
+    ):
+        bad.write_text(text)
+        said = run_agent("probe", "--backend", "sim", "--config", str(bad))
+        assert said.returncode == 2 and "Traceback" not in said.stderr, said.stderr
+        assert said.stderr.strip().endswith(f"is not valid TOML: {why}"), said.stderr
 
 
 def test_token_file_must_be_private(tmp_path: pathlib.Path) -> None:

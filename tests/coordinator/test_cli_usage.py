@@ -42,6 +42,22 @@ def test_an_unknown_flag_is_one_line_under_its_subcommand(
         (["runs"], "sparkwatch runs: error: the following arguments are required: ACTION"),
         (["runs", "bogus"], "sparkwatch runs: error: argument ACTION: invalid choice: 'bogus'"),
         (["demo", "--nodes", "x"], "sparkwatch demo: error: argument --nodes: "),
+        # the simulated model's bound, before the cluster starts (its 400 came after, naming no flag)
+        (["demo", "--max-tokens", "100001"], "sparkwatch demo: error: argument --max-tokens: at most 100000"),
+        # a number is quoted short; seconds past decimal's range are a time refused, not a decimal.Overflow
+        (
+            ["demo", "--max-tokens", "1" + "0" * 400],
+            "sparkwatch demo: error: argument --max-tokens: at most 100000 tokens,"
+            " got 1000000000… (401 digits)",
+        ),
+        (
+            ["export", "--prometheus", "http://127.0.0.1:9", "--windows", "w.json", "--start", "1e999999999"],
+            "sparkwatch export: error: argument --start: '1e999999999' is not a time between 2000 and 2100",
+        ),
+        (
+            ["export", "--prometheus", "http://127.0.0.1:9", "--windows", "w.json", "--end", "1" * 400],
+            "sparkwatch export: error: argument --end: '11111111111111111111111…' is not a time between",
+        ),
     ],
 )
 def test_every_parsing_refusal_is_one_line(

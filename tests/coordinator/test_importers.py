@@ -622,7 +622,45 @@ def test_vllm_without_an_anchor_reads_a_file_nested_too_deep_as_one_line(tmp_pat
     RecursionError would have ended `run` before its run was ended."""
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 200_000)
-    assert refused("vllm", deep) == "deep.json: not a vllm bench serve result: JSON nested too deep to read"
+    assert refused("vllm", deep) == "deep.json: file is JSON nested too deep to read"
+
+
+def test_numbers_past_a_double_and_deep_nesting_are_one_short_line_in_every_format(tmp_path: Path) -> None:
+    """Python's json reads ``1e400`` as inf, ``10**300`` as an integer that ``float()`` and the window
+    checks quoted in full (301 digits of error), 5000 digits as a ValueError telling the user to call
+    ``sys.set_int_max_str_digits``, and a few thousand brackets as a RecursionError: each a short line."""
+
+    def plain_start(value: Any) -> Callable[[Any], None]:
+        return lambda data: data["windows"][0].__setitem__("t_start_ns", value)
+
+    def vllm_start(data: dict[str, Any]) -> None:
+        data["start_times"][0] = 10**300
+
+    def guidellm_start(data: dict[str, Any]) -> None:
+        data["benchmarks"][0]["scheduler_metrics"]["measure_start_time"] = 10**300
+
+    cases = [
+        ("plain", "plain/windows.json", plain_start(10**300), "64-bit range: 1000000000… (301 digits)"),
+        ("vllm", "vllm/bench_serve_detailed.json", vllm_start, "t_start_ns: 1000000000… (310 digits) is not"),
+        ("guidellm", "guidellm/benchmarks.json", guidellm_start, "measure_end_time (1759522404.0) is before"),
+    ]
+    for fmt, rel, change, words in cases:
+        message = refused(fmt, rewrite(tmp_path, rel, change), ANCHOR)
+        assert words in message and len(message) < 200, message
+    texts = {
+        "inf.json": '{"windows": [{"id": "a", "t_start_ns": 1e400}]}',
+        "digits.json": '{"windows": [{"id": "a", "t_start_ns": ' + "1" * 5000 + "}]}",
+        "deep.json": "[" * 5000 + "]" * 5000,
+    }
+    said = {
+        "inf.json": "inf.json: file contains 1e400, a number too large to store",
+        "digits.json": "digits.json: file contains an integer of 5000 digits, a number too large to store",
+        "deep.json": "deep.json: file is JSON nested too deep to read",
+    }
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+        for fmt in ("plain", "guidellm", "genai-perf", "export"):
+            assert refused(fmt, tmp_path / name) == said[name], fmt
 
 
 def test_vllm_without_latencies_ends_each_request_at_ttft_plus_its_itls(tmp_path: Path) -> None:

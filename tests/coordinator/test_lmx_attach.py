@@ -184,11 +184,25 @@ def test_attach_judges_the_measurement_as_run_strict_does(tmp_path: pathlib.Path
 
 
 def test_a_malformed_payload_is_refused(tmp_path: pathlib.Path) -> None:
+    """Not JSON, and what Python's json reads but JSON is not (NaN, 1e400 read as inf: they were kept and
+    the file rewritten) or cannot hold (nesting past the parser: a RecursionError traceback)."""
     e, p = write(tmp_path, export())
-    p.write_text('{"a": 1,, "b": 2}')
-    with pytest.raises(AttachError, match=r"payload\.json: not valid JSON"):
+    for text, said in (
+        ('{"a": 1,, "b": 2}', "is not JSON (Expecting property name"),
+        ('{"x": NaN, "notes": ""}', "contains NaN, not a number JSON allows"),
+        ('{"x": 1e400}', "contains 1e400, a number too large to store"),
+        ("[" * 100_000 + "]" * 100_000, "is JSON nested too deep to read"),
+    ):
+        p.write_text(text)
+        with pytest.raises(AttachError) as refused:
+            attach(e, p, force=False)
+        assert str(refused.value).startswith(f"{p} {said}"), refused
+        assert p.read_text() == text
+    p.write_text("{}")
+    e.write_text("[" * 100_000 + "]" * 100_000)  # the export too
+    with pytest.raises(ExportFileError, match=r"run\.json is JSON nested too deep to read$"):
         attach(e, p, force=False)
-    assert p.read_text() == '{"a": 1,, "b": 2}'
+    assert p.read_text() == "{}"
 
 
 def gb10(memory_gb: float = 121.7, family: str = "GB10") -> dict[str, Any]:

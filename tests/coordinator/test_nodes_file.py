@@ -267,6 +267,9 @@ def test_a_file_is_named_by_its_path(tmp_path: pathlib.Path) -> None:
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(NodesFileError, match=f"^{path}: not valid TOML: not UTF-8 text$"):
         load_nodes(path)
+    path.write_text("[nodes.a]\nssh = " + "[" * 2000 + "]" * 2000 + "\n")  # a RecursionError in tomllib
+    with pytest.raises(NodesFileError, match=f"^{path}: not valid TOML: nested too deep to read$"):
+        load_nodes(path)
 
 
 def test_the_cli_refuses_a_wrong_file_in_one_line_before_dialling(tmp_path: pathlib.Path) -> None:

@@ -153,6 +153,7 @@ def test_settings_come_from_the_named_file_or_the_xdg_default(tmp_path: pathlib.
     [
         ("strict = 1\n", "strict must be true or false, got 1"),
         ("strict = tru\n", "not valid TOML"),
+        ("strict = " + "1" * 5000 + "\n", "not valid TOML: an integer too long to read"),
         ("[run]\nstrict = true\n", "unknown key(s) run"),
     ],
 )

@@ -82,6 +82,12 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
     wordy = json.loads(export_file.read_text())
     wordy["lmx"]["notes"] = "x" * 2001
     (tmp_path / "wordy.json").write_text(json.dumps(wordy))
+    # what Python's json lets through to fail later, as a RecursionError or OverflowError traceback
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    huge = json.loads(export_file.read_text())
+    huge["method"]["gate"]["threshold_ratio"] = 10**400
+    (tmp_path / "huge.json").write_text(json.dumps(huge))
+    (tmp_path / "utf16.json").write_bytes(b"\xff\xfe" + export_file.read_text().encode("utf-16-le"))
     cases = [
         (["report", str(tmp_path / "missing.json")], "cannot read"),
         (["report", str(tmp_path / "not.json")], "is not JSON"),
@@ -100,7 +106,10 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
             ["report", str(export_file), "-o", str(tmp_path / "r.html"), "--svg", "/proc/self/figures"],
             "cannot write images to /proc/self/figures: folder /proc/self is not writable",
         ),
-        (["report", str(tmp_path / "nan.json")], "NaN is not a number JSON allows"),
+        (["report", str(tmp_path / "nan.json")], "contains NaN, not a number JSON allows"),
+        (["report", str(tmp_path / "deep.json")], "deep.json is JSON nested too deep to read"),
+        (["report", str(tmp_path / "huge.json")], "contains an integer of 401 digits, a number too large"),
+        (["report", str(tmp_path / "utf16.json")], "utf16.json is not UTF-8 text (byte 0xff at offset 0)"),
         (["report", str(tmp_path / "wordy.json")], "lmx/notes: 'xxxxxxxxxxxx...xxxxxxxxxxxxx' is too long"),
         (["report", str(tmp_path / "ragged.json")], "has unequal t_s and v"),
         (

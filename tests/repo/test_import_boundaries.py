@@ -21,8 +21,13 @@ CORE_FORBIDDEN = {
     "subprocess",
     "pydantic",
 }
-#: What the core may import of the agent's distribution: units, named once for both.
-CORE_MAY_IMPORT = ("sparkwatch_agent.shared.units", "sparkwatch_agent.shared.protocol")
+#: What the core may import of the agent's distribution: units, and numbers quoted in messages, named once
+#: for both.
+CORE_MAY_IMPORT = (
+    "sparkwatch_agent.shared.units",
+    "sparkwatch_agent.shared.protocol",
+    "sparkwatch_agent.shared.strict_text",
+)
 #: What the sparkwatch distribution may import of the agent's (the demo runs simulated agents).
 ROOT_MAY_IMPORT = ("sparkwatch_agent.shared", "sparkwatch_agent.config")
 DEMO_MAY_IMPORT = ("sparkwatch_agent.assemble",)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import socket
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkwatch_agent.sampling.leases import validate_interval
+from sparkwatch_agent.shared.strict_text import TextFormatError, loads_toml, quoted_number
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 1.0
@@ -73,13 +73,13 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def load_toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
+        data = loads_toml(path.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not valid TOML: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    except TextFormatError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     section = data.get("agent", data)
     if not isinstance(section, dict):
         raise ConfigError(f"config file {path}: [agent] must be a table")
@@ -107,17 +107,18 @@ _HOST_PATHS = (("meminfo_path", "--meminfo-path"), ("hwmon_root", "--hwmon-root"
 def _refuse_host_paths_with_sim(flags: dict[str, Any], file_values: dict[str, Any]) -> None:
     """A host path with the sim backend would be ignored silently, so a user who meant to read it would
     take simulated numbers for their machine's; refused, naming where each setting came from."""
-
-    def origin(key: str, flag: str) -> str:
-        return flag if flags.get(key) is not None else f"{key} (config file)"
-
     for key, flag in _HOST_PATHS:
         if flags.get(key) is not None or file_values.get(key) is not None:
             backend = "--backend sim" if flags.get("backend") is not None else "backend = 'sim' (config file)"
             raise ConfigError(
-                f"{origin(key, flag)} cannot be combined with {backend}: the simulated GB10 has its own "
-                f"memory and sensors and reads no host files; drop one of them"
+                f"{_origin(flags, key, flag)} cannot be combined with {backend}: the simulated GB10 has its"
+                " own memory and sensors and reads no host files; drop one of them"
             )
+
+
+def _origin(flags: dict[str, Any], key: str, flag: str) -> str:
+    """Where a setting came from, as its refusal names it: the flag, else the config file's key."""
+    return flag if flags.get(key) is not None else f"{key} (config file)"
 
 
 def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentConfig:
@@ -133,7 +134,7 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
     try:
         interval_s = validate_interval(float(pick("interval", DEFAULT_INTERVAL_S)))
     except ValueError as exc:
-        raise ConfigError(f"--interval: {exc}") from None
+        raise ConfigError(f"{_origin(flags, 'interval', '--interval')}: {exc}") from None
     backend = pick("backend", "nvml")
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -141,8 +142,8 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
         _refuse_host_paths_with_sim(flags, file_values)
     ring_size = int(pick("ring_size", DEFAULT_RING_SIZE))
     if not 10 <= ring_size <= MAX_RING_SIZE:
-        named = "--ring-size" if flags.get("ring_size") is not None else "ring_size (config file)"
-        raise ConfigError(f"{named} must be 10 to {MAX_RING_SIZE} samples, got {ring_size}")
+        named = _origin(flags, "ring_size", "--ring-size")
+        raise ConfigError(f"{named} must be 10 to {MAX_RING_SIZE} samples, got {quoted_number(ring_size)}")
     given = pick("node", None)
     node = socket.gethostname() if given is None else given  # an empty --node is a mistake, not "default"
     if not node or len(node) > NODE_MAX_CHARS or any(c.isspace() or not c.isprintable() for c in node):

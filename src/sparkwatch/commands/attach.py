@@ -19,6 +19,7 @@ from sparkwatch.commands.export_file import load_export
 from sparkwatch.commands.quality import judge
 from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
 from sparkwatch.outputs import write_atomically
+from sparkwatch_agent.shared.strict_text import TextFormatError, decode_utf8, loads_json
 from sparkwatch_agent.shared.units import lmx_gb
 
 LMX_FIELDS = ("gpuPowerWatts", "peakVramGb", "notes")
@@ -231,10 +232,10 @@ def attach(export_path: Path, payload_path: Path, force: bool, output: Path | No
     except OSError as exc:
         raise AttachError(f"{payload_path}: {exc.strerror}") from None
     try:
-        payload_text = raw.decode("utf-8")  # bytes, not read_text(): CRLF stays CRLF
-        current = json.loads(payload_text)
-    except ValueError as exc:
-        raise AttachError(f"{payload_path}: not valid JSON ({exc})") from None
+        payload_text = decode_utf8(raw)  # bytes, not read_text(): CRLF stays CRLF
+        current = loads_json(payload_text)
+    except TextFormatError as exc:
+        raise AttachError(f"{payload_path} {exc}") from None
     name = str(payload_path)
     start, end = 0, len(payload_text)
     if isinstance(current, dict) and isinstance(current.get(WRAPPER), dict):

@@ -3,12 +3,12 @@ the ``sparkwatch.run/1`` schema on its structure, a series whose lines are whole
 
 from __future__ import annotations
 
-import json
 import reprlib
 from pathlib import Path
 from typing import Any
 
 from sparkwatch.defaults import EXPORT_SCHEMA
+from sparkwatch_agent.shared.strict_text import TextFormatError, loads_json
 
 
 class ExportFileError(Exception):
@@ -24,11 +24,11 @@ def load_export(path: Path) -> dict[str, Any]:
     from sparkwatch.core.export_schema import run_schema  # noqa: PLC0415
 
     try:
-        export = json.loads(path.read_bytes(), parse_constant=_no_constant)
+        export = loads_json(path.read_bytes())
     except OSError as exc:
         raise ExportFileError(f"cannot read {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ExportFileError(f"{path} is not JSON ({exc})") from None
+    except TextFormatError as exc:
+        raise ExportFileError(f"{path} {exc}") from None
     if not isinstance(export, dict):  # what JSON calls it: a list read as "schema: 'list'"
         kind = (
             "an array" if isinstance(export, list) else "a string" if isinstance(export, str) else "a value"
@@ -62,10 +62,6 @@ def _sample(export: dict[str, Any]) -> dict[str, Any]:
     if isinstance(windows, list) and len(windows) > 2 * CHECKED_WINDOWS:
         return {**export, "windows": windows[:CHECKED_WINDOWS] + windows[-CHECKED_WINDOWS:]}
     return export
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows (the export says null for unknown)")
 
 
 def _said(message: str, instance: Any) -> str:

@@ -20,8 +20,10 @@ from typing import Any
 from aiohttp import web
 
 from sparkwatch.commands.sim_drive import DrivenAgents, driving
+from sparkwatch.defaults import MAX_SIM_TOKENS
 from sparkwatch_agent.shared.http import SIM_MODEL_SERVER, json_error, name_server, start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
+from sparkwatch_agent.shared.strict_text import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +72,14 @@ class SimModel:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = json.loads(await request.read())
+            body = loads_json(await request.read())  # a TextFormatError is a ValueError: a 400
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
             max_tokens = int(
                 body.get("max_completion_tokens") or body.get("max_tokens") or self.spec.default_max_tokens
             )
-            if not 1 <= max_tokens <= 100_000:
-                raise ValueError("max_tokens must be within [1, 100000]")
+            if not 1 <= max_tokens <= MAX_SIM_TOKENS:
+                raise ValueError(f"max_tokens must be within [1, {MAX_SIM_TOKENS}]")
         except (ValueError, TypeError) as exc:
             return json_error(400, "invalid_request", str(exc))
         chat = request.path.endswith("/chat/completions")

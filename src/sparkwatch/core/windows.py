@@ -18,6 +18,7 @@ import orjson
 
 from sparkwatch.core.columns import int_column
 from sparkwatch.defaults import CONTROL_CHARS_RE, PHASE_RE, ScopeKind
+from sparkwatch_agent.shared.strict_text import quoted_number
 
 NS_MAX = 2**63 - 1  # the store keeps 64-bit signed integers
 EPOCH_NS_MIN = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z: anything earlier is not a Unix epoch ns stamp
@@ -146,20 +147,21 @@ def check_numbers(w: Window) -> None:
     for a window already typed: what a store checks again as it reads one (its other rules only shape text
     and were added over time; a window stored before one was must still read)."""
     if w.t_end_ns < w.t_start_ns:
-        raise WindowError("t_end_ns", f"ends before it starts ({w.t_end_ns} < t_start_ns {w.t_start_ns})")
+        end, start = quoted_number(w.t_end_ns), quoted_number(w.t_start_ns)
+        raise WindowError("t_end_ns", f"ends before it starts ({end} < t_start_ns {start})")
     for name in STAMP_FIELDS:
         value = getattr(w, name)
         if value is not None and not w.t_start_ns <= value <= w.t_end_ns:
-            raise WindowError(
-                name, f"{value} lies outside [t_start_ns {w.t_start_ns}, t_end_ns {w.t_end_ns}]"
-            )
+            span = f"[t_start_ns {quoted_number(w.t_start_ns)}, t_end_ns {quoted_number(w.t_end_ns)}]"
+            raise WindowError(name, f"{quoted_number(value)} lies outside {span}")
     first, last = w.t_first_token_ns, w.t_last_token_ns
     if first is not None and last is not None and last < first:
-        raise WindowError("t_last_token_ns", f"last token ({last}) before first token ({first})")
+        shown = f"last token ({quoted_number(last)}) before first token ({quoted_number(first)})"
+        raise WindowError("t_last_token_ns", shown)
     for name in COUNT_FIELDS:
         count = getattr(w, name)
         if count is not None and not 0 <= count <= NS_MAX:
-            raise WindowError(name, f"must be a non-negative 64-bit integer, found {count}")
+            raise WindowError(name, f"must be a non-negative 64-bit integer, found {quoted_number(count)}")
     if w.http_status is not None and not 100 <= w.http_status <= 599:
         raise WindowError("http_status", f"{w.http_status} is not an HTTP status code")
 
@@ -179,7 +181,7 @@ def epoch_ns_problem(value: int) -> str | None:
     """Why ``value`` cannot be a Unix epoch ns stamp (seconds, ms and monotonic values are caught), if so."""
     if EPOCH_NS_MIN <= value < EPOCH_NS_MAX:
         return None
-    return f"{value} is not Unix epoch nanoseconds (before 2000 or after 2100)"
+    return f"{quoted_number(value)} is not Unix epoch nanoseconds (before 2000 or after 2100)"
 
 
 def _epoch_ns(name: str, value: int) -> None:

@@ -8,7 +8,6 @@ fails before anything is posted.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sparkwatch.core.windows import NS_MAX, Window, WindowError, check_window, epoch_ns_problem
+from sparkwatch_agent.shared.strict_text import TextFormatError, loads_json, quoted_number
 
 NS_PER_S = 1_000_000_000
 _DIGITS = re.compile(r"[0-9]+")
@@ -94,28 +94,18 @@ class ClockAnchor:
 # ---- reading files ----
 
 
-class _NonFinite(Exception):
-    """NaN or ±Infinity met while parsing."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _NonFinite(name)
-
-
 def read_text(path: Path) -> str:
     with reading(path) as handle:
         return handle.read()
 
 
 def parse_json(text: str, where: str = "file") -> Any:
-    """Standard JSON; NaN and Infinity are refused (they cannot be stored or exported)."""
+    """Standard JSON, strictly (shared.strict_text): NaN, Infinity and numbers past a double cannot be
+    stored or exported, and nesting past the parser's stack is refused in words."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        what = exc.msg.removesuffix(" at")  # "Unterminated string starting at": not "at at line"
-        raise Problem(f"{where} is not JSON ({what} at line {exc.lineno} column {exc.colno})") from None
-    except _NonFinite as exc:
-        raise Problem(f"{where} contains {exc}, which is not a number sparkwatch can store") from None
+        return loads_json(text)
+    except TextFormatError as exc:
+        raise Problem(f"{where} {exc}") from None
 
 
 def read_json(path: Path) -> Any:
@@ -129,8 +119,8 @@ def read_json(path: Path) -> Any:
         if "Extra data" not in str(problem) or not first.strip():
             raise
         try:  # JSON Lines given where one document belongs: say whose lines they look like
-            hint = looks_like(json.loads(first))
-        except ValueError:
+            hint = looks_like(loads_json(first))
+        except TextFormatError:
             raise problem from None
         raise Problem(f"{problem}: JSON Lines, not one document{hint}") from None
 
@@ -264,9 +254,9 @@ def as_int(value: Any, where: str, *, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise Problem(f"{where} must be an integer, found {type_name(value)}")
     if value < minimum:
-        raise Problem(f"{where} must be >= {minimum}, found {value}")
+        raise Problem(f"{where} must be >= {minimum}, found {quoted_number(value)}")
     if value > NS_MAX:
-        raise Problem(f"{where} is beyond the 64-bit range: {value}")
+        raise Problem(f"{where} is beyond the 64-bit range: {quoted_number(value)}")
     return value
 
 

@@ -30,6 +30,7 @@ from sparkwatch.importers.common import (
     read_json,
     seconds_to_ns,
 )
+from sparkwatch_agent.shared.strict_text import quoted_number
 
 FORMAT = "guidellm"
 STATUSES = ("successful", "incomplete", "errored")
@@ -133,10 +134,11 @@ def _measured_period_ns(bench: dict[str, Any], where_b: str) -> tuple[int, int]:
     where = f"{where_b}.scheduler_metrics"
     start = as_number(field(metrics, "measure_start_time", where), f"{where}.measure_start_time")
     end = as_number(field(metrics, "measure_end_time", where), f"{where}.measure_end_time")
+    start_s, end_s = quoted_number(start), quoted_number(end)
     if start <= 0 or end <= 0:
-        raise Problem(f"{where}: measure_start_time/measure_end_time are unset ({start}, {end})")
+        raise Problem(f"{where}: measure_start_time/measure_end_time are unset ({start_s}, {end_s})")
     if end < start:  # every request would read as warm-up or cool-down
-        raise Problem(f"{where}: measure_end_time ({end}) is before measure_start_time ({start})")
+        raise Problem(f"{where}: measure_end_time ({end_s}) is before measure_start_time ({start_s})")
     return seconds_to_ns(start), seconds_to_ns(end)
 
 

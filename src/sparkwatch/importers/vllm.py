@@ -74,8 +74,6 @@ def missing_anchor(path: Path) -> str:
         _shaped(read_json(path))
     except Problem as problem:
         return str(problem)
-    except RecursionError:  # nesting deeper than the parser goes, as the importers' guard says it
-        return f"{NOT_VLLM}: JSON nested too deep to read"
     return NEEDS_ANCHOR_HINT
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -17,6 +16,7 @@ from urllib.parse import urlparse
 
 from sparkwatch.engines.spec import EngineSpec, EngineSpecError, parse_engine
 from sparkwatch.meters.spec import MeterSpec, MeterSpecError, parse_meter, toml_shown
+from sparkwatch_agent.shared.strict_text import TextFormatError, loads_toml
 
 
 class NodesFileError(Exception):
@@ -79,8 +79,8 @@ def parse_nodes_file(text: str, origin: str = "nodes.toml") -> NodesFile:
     """The file's text, checked; its relative paths as written (:func:`load_nodes_file` anchors them to
     the file's folder: read a file through it)."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        data = loads_toml(text)
+    except TextFormatError as exc:
         raise NodesFileError(f"{origin}: not valid TOML: {exc}") from None
     stray = sorted(set(data) - {"nodes", "engine", "engine_metrics"})
     if stray:

@@ -39,6 +39,7 @@ from sparkwatch_agent.shared.http import (
     query_middleware,
 )
 from sparkwatch_agent.shared.protocol import CLOSE_AFTER_BEYOND_NEWEST, CLOSE_TOKEN_ROTATED
+from sparkwatch_agent.shared.strict_text import TextFormatError, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +118,11 @@ async def capabilities(request: web.Request) -> web.Response:
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object. JSON is UTF-8 whatever charset the request names; a body too deep for
-    the parser, a number of more digits than Python converts or a NaN is a 400 like any other."""
+    the parser, a number past a double's range or a NaN is a 400 like any other (shared.strict_text)."""
     try:
-        body = json.loads((await request.read()).decode("utf-8"), parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        reason = f"body is not JSON: {str(exc)[:200]}"
+        body = loads_json(await request.read())
+    except TextFormatError as exc:
+        reason = f"body {exc}"[:200]
         raise web.HTTPBadRequest(
             text=json.dumps({"error": "bad_request", "reason": reason}), content_type="application/json"
         ) from None
@@ -131,10 +132,6 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
             content_type="application/json",
         )
     return body
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _number(body: dict[str, Any], key: str, default: float | None = None) -> float | None:

@@ -1,0 +1,106 @@
+"""JSON and TOML a person hands sparkwatch (a harness's result file, an export, an lmx payload, a config or
+nodes file, an API body), read so that every way it can be wrong is one line.
+
+Python's own parsers let through what fails later, as a traceback far from the file: ``1e400`` reads as
+``inf``, ``10**400`` as an integer that ``float()`` and ``math.isfinite`` raise OverflowError on, a
+5000-digit integer as a ValueError that tells the user to call ``sys.set_int_max_str_digits``, and JSON or
+TOML nested a few thousand deep as a RecursionError. Here each is a :class:`TextFormatError`; and a
+number that a message quotes back (:func:`quoted_number`) is a few characters, not 400 digits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from typing import Any
+
+#: An integer of more digits is past a double's range (about 1.8e308): no figure can be made of it.
+MAX_INT_DIGITS = 308
+#: How much of a refused number a message quotes.
+SHOWN_CHARS = 24
+#: An integer of more digits is cut short where a message quotes it.
+QUOTED_DIGITS = 30
+
+
+class TextFormatError(ValueError):
+    """Why a text is not what it should be, as a predicate: ``f"{path} {exc}"`` is the one line (JSON), or
+    the detail after "not valid TOML: " (TOML)."""
+
+
+class _Refused(Exception):
+    """A number or constant met while parsing that the result may not hold."""
+
+
+def loads_json(text: str | bytes) -> Any:
+    """Standard JSON (bytes as UTF-8, never guessed as UTF-16), refusing NaN and Infinity, numbers past a
+    double's range and nesting past the parser's stack."""
+    if isinstance(text, bytes):
+        text = decode_utf8(text)
+    try:
+        return json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+    except _Refused as exc:
+        raise TextFormatError(str(exc)) from None
+    except json.JSONDecodeError as exc:
+        what = exc.msg.removesuffix(" at")  # "Unterminated string starting at": not "at at line"
+        raise TextFormatError(f"is not JSON ({what} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise TextFormatError("is JSON nested too deep to read") from None
+
+
+def decode_utf8(raw: bytes) -> str:
+    """``raw`` as UTF-8 text; else which byte is not (JSON is UTF-8, and TOML too)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TextFormatError(
+            f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
+def loads_toml(text: str) -> dict[str, Any]:
+    """TOML; a file too deep for the parser or with an integer too long to convert is refused like any
+    other invalid TOML (the error's text is the detail after "not valid TOML: ")."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TextFormatError(str(exc)) from None
+    except RecursionError:
+        raise TextFormatError("nested too deep to read") from None
+    except ValueError:  # int() of more digits than Python converts: not a TOMLDecodeError
+        raise TextFormatError("an integer too long to read") from None
+
+
+def _constant(name: str) -> Any:
+    raise _Refused(f"contains {name}, not a number JSON allows (null says unknown)")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"contains {cut_short(text)}, a number too large to store")
+    return value
+
+
+def _int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _Refused(f"contains an integer of {digits} digits, a number too large to store")
+    return int(text)
+
+
+def cut_short(text: str) -> str:
+    """``text`` as a message quotes it: its first :data:`SHOWN_CHARS` characters at most."""
+    return text if len(text) <= SHOWN_CHARS else f"{text[: SHOWN_CHARS - 1]}…"
+
+
+def quoted_number(value: int | float) -> str:
+    """A number for a one-line message: as it is, but an integer of more than :data:`QUOTED_DIGITS` digits
+    (past every 64-bit value) as its first digits and how many there are (a file's ``10**300`` is not 301
+    digits of error). A float's text is short whatever its size (``1e+300``)."""
+    if isinstance(value, float):
+        return str(value)
+    sign, digits = ("-" if value < 0 else ""), str(abs(value))
+    if len(digits) <= QUOTED_DIGITS:
+        return f"{sign}{digits}"
+    return f"{sign}{digits[:10]}… ({len(digits)} digits)"

@@ -1,0 +1,55 @@
+"""shared.strict_text: JSON and TOML read so that what Python's parsers let through to fail later (inf from
+1e400, integers past a double, digit limits, RecursionError) is refused where it is read, in words."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sparkwatch_agent.shared.strict_text import MAX_INT_DIGITS, TextFormatError, loads_json, loads_toml
+
+
+def test_json_reads_what_standard_json_reads() -> None:
+    text = '{"a": [1, -2.5e300, 1e-400, null, true, "\\u00e9"], "b": ' + "9" * MAX_INT_DIGITS + "}"
+    assert loads_json(text) == {"a": [1, -2.5e300, 0.0, None, True, "é"], "b": int("9" * MAX_INT_DIGITS)}
+    assert math.isfinite(float(loads_json(text)["b"]))  # the largest integer it takes is still a double
+    assert loads_json(b'{"x": 1}') == {"x": 1}
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("{nope", "is not JSON (Expecting property name enclosed in double quotes at line 1 column 2)"),
+        ('{"x": NaN}', "contains NaN, not a number JSON allows (null says unknown)"),
+        ("[-Infinity]", "contains -Infinity, not a number JSON allows (null says unknown)"),
+        ("[1e400]", "contains 1e400, a number too large to store"),
+        ("[-1.000000000000000000000000001e999]", "contains -1.00000000000000000000…, a number too large"),
+        ("[" + "1" * (MAX_INT_DIGITS + 1) + "]", f"contains an integer of {MAX_INT_DIGITS + 1} digits"),
+        ("[-" + "1" * 5000 + "]", "contains an integer of 5000 digits, a number too large to store"),
+        ("[" * 100_000 + "]" * 100_000, "is JSON nested too deep to read"),
+        (b"\xff\xfe{}", "is not UTF-8 text (byte 0xff at offset 0)"),
+        (b'{"a": "\xc3"}', "is not UTF-8 text (byte 0xc3 at offset 7)"),
+    ],
+)
+def test_json_refusals_are_one_predicate(text: str | bytes, said: str) -> None:
+    with pytest.raises(TextFormatError) as refused:
+        loads_json(text)
+    assert str(refused.value).startswith(said) and "\n" not in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("a = ", "Invalid value (at end of document)"),
+        ("a = " + "[" * 2000 + "]" * 2000, "nested too deep to read"),
+        ("a = " + "{b = " * 2000 + "1" + "}" * 2000, "nested too deep to read"),
+        ("a = " + "1" * 5000, "an integer too long to read"),
+    ],
+)
+def test_toml_refusals_are_the_detail_after_not_valid_toml(text: str, said: str) -> None:
+    with pytest.raises(TextFormatError) as refused:
+        loads_toml(text)
+    assert str(refused.value) == said
+    # inf is TOML (a caller's range check refuses it where it is no value)
+    assert loads_toml("a = [1, 2]\n[b]\nc = inf\n") == {"a": [1, 2], "b": {"c": math.inf}}
