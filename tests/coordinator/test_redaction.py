@@ -3,13 +3,15 @@ the argv and run name that reach the coordinator out."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 
 import pytest
 
 from sparkwatch.cli_parser import make_parser
-from sparkwatch.commands.redaction import default_name, redact_argv, redact_text, secret_name
+from sparkwatch.commands.redaction import command_record, default_name, redact_argv, redact_text, secret_name
+from sparkwatch.coordinator.api.models import RunEnd
 
 KEY = "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv"  # an OpenAI-shaped key
 HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
@@ -193,6 +195,24 @@ def test_a_name_flag_with_a_control_character_is_a_usage_error(capsys: pytest.Ca
         make_parser().parse_args(["runs", "open", "--name", "a\nb"])
     assert exited.value.code == 2
     assert "argument --name: must not hold control characters" in capsys.readouterr().err
+    # bytes that are not UTF-8, as Python hands a command line's over: JSON cannot carry them
+    with pytest.raises(SystemExit) as exited:
+        make_parser().parse_args(["runs", "open", "--name", "a\udcff\udcfe"])
+    assert exited.value.code == 2
+    assert "argument --name: must be UTF-8 text, got b'a\\xff\\xfe'" in capsys.readouterr().err
+
+
+def test_a_commands_bytes_that_are_not_utf8_are_published_as_escapes_the_api_takes() -> None:
+    """`run -- sh -c … $'\\xff'`: the run opened, the command ran, and its end was refused (the API's
+    JSON cannot hold a lone surrogate), so the export was lost."""
+    argv = ["\udcffbench", "--file", "r\udce9sultat.json", "--api-key", "k\udcff"]
+    record = command_record(argv, 0)
+    assert record == {
+        "argv": ["\\xffbench", "--file", "r\\xe9sultat.json", "--api-key", "***"],
+        "exit_code": 0,
+    }
+    assert RunEnd.model_validate_json(json.dumps({"command": record})).command is not None
+    assert default_name(redact_argv(argv)) == "\\xffbench"
 
 
 BODY = '{"messages": [' + ", ".join(['{"role": "user", "content": "' + "a'b\" " * 20 + '"}'] * 5000) + "]}"

@@ -214,10 +214,12 @@ def _redact_item(arg: str) -> tuple[str, Callable[[str], str] | None]:
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
     """argv as it may be published: every item through the rules above, and the item after a flag that
-    takes a secret (``--api-key X``, ``-H X``, ``-u X``) through that flag's rule."""
+    takes a secret (``--api-key X``, ``-H X``, ``-u X``) through that flag's rule; bytes that are not
+    UTF-8 (a file name in another encoding) as ``\\xff`` text, since JSON cannot carry them as they
+    come (surrogate-escaped: the run's end was refused, and its export lost)."""
     out: list[str] = []
     pending: Callable[[str], str] | None = None
-    for arg in argv:
+    for arg in map(_utf8_text, argv):
         if pending is not None:
             out.append(pending(arg))
             pending = None
@@ -225,6 +227,19 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         item, pending = _redact_item(arg)
         out.append(item)
     return out
+
+
+def _utf8_text(arg: str) -> str:
+    """``arg`` with each byte Python could not decode (``\\udcff``) written as ``\\xff``."""
+    if not _SURROGATES.search(arg):
+        return arg
+    try:
+        return arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no byte became: not from a command line
+        return arg.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def default_name(redacted: Sequence[str]) -> str:
