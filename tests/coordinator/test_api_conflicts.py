@@ -483,3 +483,45 @@ async def test_a_window_with_a_key_given_twice_is_refused_and_nothing_stored(api
     assert response.status == 400, body
     assert body["reason"] == [{"loc": "windows.1.t_end_ns", "msg": "given more than once in one object"}]
     assert (await api.call("GET", f"/v1/runs/{run['id']}"))[1]["windows"] == 0
+
+
+@pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/{run}/windows", "/v1/runs/{run}/marks"])
+async def test_a_body_labelled_as_other_than_json_is_a_415_and_changes_nothing(api: Api, path: str) -> None:
+    """A form or text/plain (what a browser's form posts without asking, what `curl -d` sends) was read as
+    JSON all the same; JSON of another charset too, though every body is read as UTF-8."""
+    run = await api.new_run()
+    body = {
+        "/v1/runs": {"name": "x"},
+        "/v1/runs/{run}/windows": batch("w1"),
+        "/v1/runs/{run}/marks": {"name": "m", "event": "begin"},
+    }[path]
+    for label in (
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json; charset=latin-1",
+    ):
+        headers = {"Content-Type": label}
+        response = await api.client.post(path.format(run=run), data=json.dumps(body), headers=headers)
+        refusal = await response.json()
+        assert response.status == 415 and refusal["error"] == "unsupported_media_type", (label, refusal)
+        said = "the body must be JSON in UTF-8, sent as Content-Type: application/json"
+        assert refusal["reason"] == f"{said} (got {label!r})", refusal
+    assert len((await api.call("GET", "/v1/runs"))[1]["runs"]) == 1 and api.rows() == 0
+    accepted = (
+        "application/json",
+        "Application/JSON; charset=UTF-8",
+        "application/x.sparkwatch+json",
+        "application/octet-stream",  # bytes of no stated kind: aiohttp's label for data=b"…"
+        None,  # a client that names none means the JSON it sends
+    )
+    for label in accepted:
+        headers = {} if label is None else {"Content-Type": label}
+        sent = body if path != "/v1/runs/{run}/marks" else {**body, "name": f"m-{len(str(label))}"}
+        data, unlabelled = json.dumps(sent).encode(), ["Content-Type"]
+        response = await api.client.post(
+            path.format(run=run), data=data, headers=headers, skip_auto_headers=unlabelled
+        )
+        assert response.status in (200, 201), (label, await response.text())
+        if path == "/v1/runs/{run}/windows":
+            break  # the window's id is taken now
