@@ -24,24 +24,27 @@ from sparkwatch.defaults import (
     check_phases,
     check_series_buckets,
 )
-from sparkwatch_agent.shared.strict_text import cut_short, quoted_number
+from sparkwatch_agent.shared.strict_text import TextFormatError, cut_short, quoted_number, whole_number
 
 
 def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {quoted_number(value)}")
     return value
 
 
-def positive_int(text: str) -> int:
+def _whole(text: str) -> int:
     try:
-        value = int(text)
+        return whole_number(text)
+    except TextFormatError as exc:  # a ValueError too: first
+        raise argparse.ArgumentTypeError(str(exc)) from None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a whole number: {cut_short(text)!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _whole(text)
     if value < 1:  # one sentence for 0 and -1 alike ("must not be negative" was said of -1 only)
         raise argparse.ArgumentTypeError(f"must be at least 1, got {quoted_number(value)}")
     return value

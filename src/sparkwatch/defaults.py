@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Literal, TypeVar
 
-from sparkwatch_agent.shared.strict_text import quoted_number
+from sparkwatch_agent.shared.strict_text import cut_short, quoted_number, utf8_escaped
 
 #: What an export says it is (its ``schema``; core/export.py makes it, the CLI's client checks it).
 EXPORT_SCHEMA = "sparkwatch.run/1"
@@ -43,16 +43,10 @@ def check_name(name: str) -> str:
     bad = CONTROL_CHARS_RE.search(name)
     if bad:
         raise ValueError(f"must not hold control characters (a newline, a tab, an escape): {bad.group()!r}")
-    if _SURROGATE.search(name):
-        try:
-            shown = repr(name.encode("utf-8", "surrogateescape")[:40])
-        except UnicodeEncodeError:  # a surrogate no byte became: not from a command line
-            shown = ascii(name[:40])
-        raise ValueError(f"must be UTF-8 text, got {shown}")
+    escaped = utf8_escaped(name)
+    if escaped != name:
+        raise ValueError(f"must be UTF-8 text, got {cut_short(escaped)}")
     return name
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 #: The bounds of a run's sampling interval, enforced by the API and checked by the CLI's flags.

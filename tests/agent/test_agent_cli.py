@@ -65,6 +65,9 @@ def test_config_file_errors(tmp_path: pathlib.Path) -> None:
         "error: interval (config file): interval must be within"
         in run_agent("serve", "--config", str(bad)).stderr
     )
+    bad.write_text('[agent]\nlisten = "127.0.0.1:99999"\n')
+    said = run_agent("serve", "--config", str(bad)).stderr
+    assert "error: listen (config file) port must be within 0..65535, got 99999" in said, said
     bad.write_text("[agent]\nintervall = 1.0\n")
     assert "unknown keys intervall" in run_agent("serve", "--config", str(bad)).stderr
     bad.write_text("[agent\n")

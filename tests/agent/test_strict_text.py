@@ -7,7 +7,13 @@ import math
 
 import pytest
 
-from sparkwatch_agent.shared.strict_text import MAX_INT_DIGITS, TextFormatError, loads_json, loads_toml
+from sparkwatch_agent.shared.strict_text import (
+    MAX_INT_DIGITS,
+    TextFormatError,
+    loads_json,
+    loads_toml,
+    whole_number,
+)
 
 
 def test_json_reads_what_standard_json_reads() -> None:
@@ -51,5 +57,27 @@ def test_toml_refusals_are_the_detail_after_not_valid_toml(text: str, said: str)
     with pytest.raises(TextFormatError) as refused:
         loads_toml(text)
     assert str(refused.value) == said
-    # inf is TOML (a caller's range check refuses it where it is no value)
+
+
+def test_toml_reads_what_tomllib_reads_within_64_bits() -> None:
+    """inf is TOML (a caller's range check refuses it where it is no value); an integer past 64 bits is
+    not (TOML's own bound, which tomllib does not apply)."""
     assert loads_toml("a = [1, 2]\n[b]\nc = inf\n") == {"a": [1, 2], "b": {"c": math.inf}}
+    top = 2**63 - 1
+    assert loads_toml(f"a = {top}\nb = {-top - 1}") == {"a": top, "b": -top - 1}
+    for text in (f"a = {top + 1}", f"[t]\nb = [1, [{-top - 2}]]", "a = " + "1" + "0" * 400):
+        with pytest.raises(TextFormatError, match=r"^an integer past 64 bits \("):
+            loads_toml(text)
+
+
+def test_a_byte_order_mark_before_json_bytes_is_passed_over() -> None:
+    """RFC 8259 lets a reader ignore it, Windows editors write it, and json.loads(bytes) passed it over."""
+    assert loads_json(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
+
+
+def test_a_number_typed_as_text_is_refused_past_a_double_before_int_is_asked() -> None:
+    assert whole_number(" 42 ") == 42 and whole_number("-7") == -7
+    with pytest.raises(TextFormatError, match=r"^an integer of 5000 digits, a number too large to store$"):
+        whole_number("9" * 5000)  # int() said "use sys.set_int_max_str_digits()"
+    with pytest.raises(ValueError, match="invalid literal"):
+        whole_number("4x")

@@ -137,6 +137,8 @@ def test_clock_anchor_parses_two_or_three_integers() -> None:
         ("1759522400.5:8100", "expected WALL_NS:MONO_NS"),
         ("1:2:3:4", "expected WALL_NS:MONO_NS"),
         ("1759522400:8100000000000", "not Unix epoch nanoseconds"),  # seconds, not ns
+        # int()'s digit limit said "use sys.set_int_max_str_digits()", and the text was quoted in full
+        ("9" * 5000 + ":1", "clock anchor '99999999999999999999999…': value out of the 64-bit range"),
     ],
 )
 def test_clock_anchor_refuses_bad_text_in_one_line(text: str, says: str) -> None:
@@ -661,6 +663,12 @@ def test_numbers_past_a_double_and_deep_nesting_are_one_short_line_in_every_form
         (tmp_path / name).write_text(text)
         for fmt in ("plain", "guidellm", "genai-perf", "export"):
             assert refused(fmt, tmp_path / name) == said[name], fmt
+    cells = tmp_path / "w.csv"
+    cells.write_text(f"id,phase,t_start_ns,t_end_ns\na,timed,1759522500000000000,{'9' * 5000}\n")
+    assert (
+        refused("plain", cells)
+        == "w.csv: row 2: t_end_ns is an integer of 5000 digits, a number too large to store"
+    )
 
 
 def test_vllm_without_latencies_ends_each_request_at_ttft_plus_its_itls(tmp_path: Path) -> None:

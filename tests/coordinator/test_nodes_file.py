@@ -267,6 +267,11 @@ def test_a_file_is_named_by_its_path(tmp_path: pathlib.Path) -> None:
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(NodesFileError, match=f"^{path}: not valid TOML: not UTF-8 text$"):
         load_nodes(path)
+    path.write_text('[nodes.a]\nurl = "http://h:1"\n[engine]\ninterval_s = 1' + "0" * 400 + "\n")
+    with pytest.raises(
+        NodesFileError, match=f"^{path}: not valid TOML: an integer past 64 bits \\(1000000000…"
+    ):
+        load_nodes(path)  # TOML's bound, which tomllib does not apply: an OverflowError in math.isfinite
     path.write_text("[nodes.a]\nssh = " + "[" * 2000 + "]" * 2000 + "\n")  # a RecursionError in tomllib
     with pytest.raises(NodesFileError, match=f"^{path}: not valid TOML: nested too deep to read$"):
         load_nodes(path)

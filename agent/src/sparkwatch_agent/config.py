@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch_agent.sampling.leases import validate_interval
-from sparkwatch_agent.shared.strict_text import TextFormatError, loads_toml, quoted_number
+from sparkwatch_agent.shared.strict_text import TextFormatError, cut_short, loads_toml, quoted_number
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 1.0
@@ -56,18 +56,18 @@ _KEYS: dict[str, type] = {
 }
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[v6]:PORT`` → (host, port)."""
+def parse_listen(text: str, named: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` or ``[v6]:PORT`` → (host, port); ``named``: where it was set, as a refusal says it."""
     host, sep, port_text = text.rpartition(":")
     if not sep or not host or (text.startswith("[") and not host.endswith("]")):  # "[::1]": no port
-        raise ConfigError(f"--listen must be HOST:PORT or [IPV6]:PORT, got {text!r}")
+        raise ConfigError(f"{named} must be HOST:PORT or [IPV6]:PORT, got {cut_short(text)!r}")
     host = host.strip("[]")
     try:
         port = int(port_text)
     except ValueError:
-        raise ConfigError(f"--listen port must be a number, got {port_text!r}") from None
+        raise ConfigError(f"{named} port must be a number, got {cut_short(port_text)!r}") from None
     if not 0 <= port <= 65535:
-        raise ConfigError(f"--listen port must be within 0..65535, got {port}")
+        raise ConfigError(f"{named} port must be within 0..65535, got {quoted_number(port)}")
     return host, port
 
 
@@ -130,14 +130,15 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
             return value
         return file_values.get(key, default)
 
-    host, port = parse_listen(pick("listen", DEFAULT_LISTEN))
+    host, port = parse_listen(pick("listen", DEFAULT_LISTEN), _origin(flags, "listen", "--listen"))
     try:
         interval_s = validate_interval(float(pick("interval", DEFAULT_INTERVAL_S)))
     except ValueError as exc:
         raise ConfigError(f"{_origin(flags, 'interval', '--interval')}: {exc}") from None
     backend = pick("backend", "nvml")
     if backend not in BACKENDS:
-        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        named = _origin(flags, "backend", "--backend")
+        raise ConfigError(f"{named} must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "sim":
         _refuse_host_paths_with_sim(flags, file_values)
     ring_size = int(pick("ring_size", DEFAULT_RING_SIZE))
@@ -148,14 +149,15 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
     node = socket.gethostname() if given is None else given  # an empty --node is a mistake, not "default"
     if not node or len(node) > NODE_MAX_CHARS or any(c.isspace() or not c.isprintable() for c in node):
         raise ConfigError(
-            f"--node must be a name of 1 to {NODE_MAX_CHARS} printable characters without spaces,"
+            f"{_origin(flags, 'node', '--node')} must be a name of 1 to {NODE_MAX_CHARS} printable characters"
+            " without spaces,"
             f" got {node[: NODE_MAX_CHARS + 8]!r}{'…' if len(node) > NODE_MAX_CHARS + 8 else ''}"
         )
     token_file = pick("token_file", None)
     hwmon_root = pick("hwmon_root", None)
     if hwmon_root is not None and not Path(hwmon_root).is_dir():
         # the default may be absent (a container): no sensors; a root someone named must exist
-        named = "--hwmon-root" if flags.get("hwmon_root") is not None else "hwmon_root (config file)"
+        named = _origin(flags, "hwmon_root", "--hwmon-root")
         raise ConfigError(f"{named} {hwmon_root}: not a directory (a hwmon class dir holds hwmonN/)")
     return AgentConfig(
         node=node,

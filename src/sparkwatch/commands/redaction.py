@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch.defaults import CONTROL_CHARS_RE, MAX_RUN_NAME_CHARS
+from sparkwatch_agent.shared.strict_text import utf8_escaped
 
 MASK = "***"
 
@@ -219,7 +220,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     come (surrogate-escaped: the run's end was refused, and its export lost)."""
     out: list[str] = []
     pending: Callable[[str], str] | None = None
-    for arg in map(_utf8_text, argv):
+    for arg in map(utf8_escaped, argv):
         if pending is not None:
             out.append(pending(arg))
             pending = None
@@ -227,19 +228,6 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         item, pending = _redact_item(arg)
         out.append(item)
     return out
-
-
-def _utf8_text(arg: str) -> str:
-    """``arg`` with each byte Python could not decode (``\\udcff``) written as ``\\xff``."""
-    if not _SURROGATES.search(arg):
-        return arg
-    try:
-        return arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # a surrogate no byte became: not from a command line
-        return arg.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def default_name(redacted: Sequence[str]) -> str:

@@ -23,7 +23,7 @@ from sparkwatch.commands.sim_drive import DrivenAgents, driving
 from sparkwatch.defaults import MAX_SIM_TOKENS
 from sparkwatch_agent.shared.http import SIM_MODEL_SERVER, json_error, name_server, start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
-from sparkwatch_agent.shared.strict_text import loads_json
+from sparkwatch_agent.shared.strict_text import TextFormatError, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class SimModel:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = loads_json(await request.read())  # a TextFormatError is a ValueError: a 400
+            body = loads_json(await request.read())
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
             max_tokens = int(
@@ -80,6 +80,8 @@ class SimModel:
             )
             if not 1 <= max_tokens <= MAX_SIM_TOKENS:
                 raise ValueError(f"max_tokens must be within [1, {MAX_SIM_TOKENS}]")
+        except TextFormatError as exc:  # a ValueError too: first
+            return json_error(400, "invalid_request", f"the body {exc}")
         except (ValueError, TypeError) as exc:
             return json_error(400, "invalid_request", str(exc))
         chat = request.path.endswith("/chat/completions")

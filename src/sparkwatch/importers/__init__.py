@@ -146,8 +146,6 @@ def _checked(
     except (KeyError, TypeError, IndexError, AttributeError, ValueError, RecursionError) as exc:
         if isinstance(exc, ImportFormatError):
             raise
-        if isinstance(exc, RecursionError):  # nesting the parser took and a walk of it did not
-            raise ImportFormatError(name, f"{fmt} file nested too deep to read") from None
         # a shape no check above anticipated: still one line naming the file, never a traceback
         raise ImportFormatError(
             name, f"unexpected structure for {fmt} ({type(exc).__name__}: {exc})"

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sparkwatch.core.windows import NS_MAX, Window, WindowError, check_window, epoch_ns_problem
-from sparkwatch_agent.shared.strict_text import TextFormatError, loads_json, quoted_number
+from sparkwatch_agent.shared.strict_text import (
+    TextFormatError,
+    cut_short,
+    loads_json,
+    quoted_number,
+    whole_number,
+)
 
 NS_PER_S = 1_000_000_000
 _DIGITS = re.compile(r"[0-9]+")
@@ -52,14 +58,17 @@ class ClockAnchor:
     @classmethod
     def parse(cls, text: str) -> ClockAnchor:
         """``"WALL_NS:MONO_NS[:UNCERTAINTY_NS]"``, non-negative integers; else a one-line ValueError."""
-        shown = text.strip()
-        parts = shown.split(":")
+        shown = cut_short(text.strip())
+        parts = text.strip().split(":")
         if len(parts) not in (2, 3) or not all(_DIGITS.fullmatch(p) for p in parts):
             raise ValueError(
                 f"clock anchor {shown!r}: expected WALL_NS:MONO_NS[:UNCERTAINTY_NS] (non-negative integers)"
             )
-        wall_ns, mono_ns = int(parts[0]), int(parts[1])
-        uncertainty_ns = int(parts[2]) if len(parts) == 3 else 0
+        try:
+            wall_ns, mono_ns = whole_number(parts[0]), whole_number(parts[1])
+            uncertainty_ns = whole_number(parts[2]) if len(parts) == 3 else 0
+        except TextFormatError:
+            raise ValueError(f"clock anchor {shown!r}: value out of the 64-bit range") from None
         problem = epoch_ns_problem(wall_ns)
         if problem is not None:
             raise ValueError(f"clock anchor {shown!r}: WALL_NS {problem}")

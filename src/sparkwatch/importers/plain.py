@@ -32,6 +32,7 @@ from sparkwatch.importers.common import (
     read_json,
     reading,
 )
+from sparkwatch_agent.shared.strict_text import TextFormatError, cut_short, whole_number
 
 FORMAT = "plain"
 #: Why the request did not complete (a source note of core.windows.CUT_SHORT): the proxy's spill file
@@ -105,8 +106,13 @@ def _csv_table(reader: Iterator[list[str]]) -> Iterator[tuple[str, dict[str, Any
                 continue  # an empty optional cell is "unknown"; a required one is reported as missing below
             if key in INTS:
                 if not _UNSIGNED.fullmatch(value):
-                    raise Problem(f"{where}: {key} must be a non-negative integer, found {value!r}")
-                row[key] = int(value)
+                    raise Problem(
+                        f"{where}: {key} must be a non-negative integer, found {cut_short(value)!r}"
+                    )
+                try:
+                    row[key] = whole_number(value)
+                except TextFormatError as exc:
+                    raise Problem(f"{where}: {key} is {exc}") from None
             else:
                 row[key] = value
         yield where, row

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tomllib
 from typing import Any
 
@@ -33,10 +34,11 @@ class _Refused(Exception):
 
 
 def loads_json(text: str | bytes) -> Any:
-    """Standard JSON (bytes as UTF-8, never guessed as UTF-16), refusing NaN and Infinity, numbers past a
+    """Standard JSON (bytes as UTF-8, never guessed as UTF-16, a leading byte order mark passed over as
+    RFC 8259 lets a reader do: Windows editors write one), refusing NaN and Infinity, numbers past a
     double's range and nesting past the parser's stack."""
     if isinstance(text, bytes):
-        text = decode_utf8(text)
+        text = decode_utf8(text).removeprefix("\ufeff")
     try:
         return json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except _Refused as exc:
@@ -59,16 +61,43 @@ def decode_utf8(raw: bytes) -> str:
 
 
 def loads_toml(text: str) -> dict[str, Any]:
-    """TOML; a file too deep for the parser or with an integer too long to convert is refused like any
-    other invalid TOML (the error's text is the detail after "not valid TOML: ")."""
+    """TOML; a file too deep for the parser, or with an integer past 64 bits (TOML's own bound, which
+    tomllib does not apply: ``float()`` of one raised OverflowError far from the file), is refused like
+    any other invalid TOML (the error's text is the detail after "not valid TOML: ")."""
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TextFormatError(str(exc)) from None
     except RecursionError:
         raise TextFormatError("nested too deep to read") from None
     except ValueError:  # int() of more digits than Python converts: not a TOMLDecodeError
         raise TextFormatError("an integer too long to read") from None
+    past = _past_64_bits(data)
+    if past is not None:
+        raise TextFormatError(f"an integer past 64 bits ({quoted_number(past)})")
+    return data
+
+
+def _past_64_bits(value: Any) -> int | None:
+    """The first integer in a parsed TOML document outside TOML's signed 64-bit range, if any."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return next((p for p in map(_past_64_bits, value) if p is not None), None)
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        return value
+    return None
+
+
+def whole_number(text: str) -> int:
+    """``int()`` of a number as typed (a CSV cell, a flag's value) that is not past a double's range: more
+    digits are a TextFormatError saying how many, where ``int()`` tells the user to call
+    ``sys.set_int_max_str_digits`` (or takes seconds, for a million digits); a ValueError as ``int()``'s
+    for what is not a number."""
+    digits = len(text.strip().lstrip("+-"))
+    if digits > MAX_INT_DIGITS:
+        raise TextFormatError(f"an integer of {digits} digits, a number too large to store")
+    return int(text)
 
 
 def _constant(name: str) -> Any:
@@ -87,6 +116,20 @@ def _int(text: str) -> int:
     if digits > MAX_INT_DIGITS:
         raise _Refused(f"contains an integer of {digits} digits, a number too large to store")
     return int(text)
+
+
+def utf8_escaped(text: str) -> str:
+    """``text`` with each byte Python could not decode as UTF-8 (a command line's: surrogate-escaped, as
+    ``\\udcff``) written as ``\\xff``, which JSON can carry; ``text`` itself when it has none."""
+    if not _SURROGATES.search(text):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no byte became: not from a command line
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def cut_short(text: str) -> str:
