@@ -33,14 +33,18 @@ class OutputError(Exception):
 
 
 def check_output(
-    path: Path, reads: Mapping[Path, str] = MappingProxyType({}), *, json_on_stdout: bool = False
+    path: Path,
+    reads: Mapping[Path, str] = MappingProxyType({}),
+    *,
+    json_on_stdout: bool = False,
+    flag: str = "-o",
 ) -> None:
     """Refuse before anything starts when a file could not be written at the end, or would replace one the
     command reads (``reads``: each such file and what to call it), or is stdout where the command prints
-    its one JSON object (``json_on_stdout``: ``--json``)."""
+    its one JSON object (``json_on_stdout``: ``--json``). ``flag``: the option that named ``path``."""
     for source, what in reads.items():
         if path.resolve() == source.resolve():
-            raise OutputError(f"-o {path} is {what} itself: what is written would replace it")
+            raise OutputError(f"{flag} {path} is {what} itself: what is written would replace it")
     if json_on_stdout and own_descriptor(path) == 1:
         raise OutputError(f"-o {path} is stdout, where --json prints its one JSON object: give -o a file")
     if not_a_file(path):  # a device or a pipe is written into: its own permission is what counts
@@ -59,6 +63,14 @@ def check_output(
     except OSError as exc:
         why = exc.strerror or str(exc)
         raise OutputError(f"cannot write {path}: folder {folder} takes no new file ({why})") from None
+
+
+def database_files(db: Path) -> dict[Path, str]:
+    """A SQLite database's files, for :func:`check_output`'s ``reads``: an output may be none of them (a
+    coordinator may be writing to it, and SQLite keeps its WAL and index beside the file a link points at)."""
+    db = db.resolve()
+    wal, shm = (db.with_name(f"{db.name}{end}") for end in ("-wal", "-shm"))
+    return {db: "the database", wal: "the database's WAL", shm: "the database's shared-memory index"}
 
 
 def _try_a_file_in(folder: Path) -> None:

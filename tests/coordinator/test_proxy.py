@@ -639,3 +639,32 @@ def test_a_finish_reason_the_window_rules_refuse_is_made_one_they_take() -> None
         stamps = watcher.finish(7)
         assert stamps.finish_reason == kept
         check_window(Window("w", "timed", 10**18, 10**18 + 5, finish_reason=stamps.finish_reason))
+
+
+async def test_a_request_naming_a_full_url_is_a_400_and_takes_no_warmup_slot(
+    upstream: tuple[Upstream, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a client sends to a forward proxy (HTTP_PROXY set to this one): a 500 with two tracebacks, and
+    the warm-up slot it took was never given back, so the first real request was measured as timed."""
+    up, up_url = upstream
+    up.handshake = False
+    runner, url, sink = await proxied(up_url, warmup=1)
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST {up_url}/v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+            "Connection: close\r\n\r\n{}".encode()
+        )
+        answer = await reader.read()
+        writer.close()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 "), answer
+        assert json.loads(body)["error"]["code"] == "not_origin_form"
+        async with aiohttp.ClientSession() as session, session.post(f"{url}/v1/completions", data=b"{}") as r:
+            assert r.status == 200
+            await r.read()
+    finally:
+        await runner.cleanup()
+    assert [w.phase for w in sink.windows] == ["warmup"] and not up.received[1:]
+    assert "Traceback" not in caplog.text and "Error handling request" not in caplog.text

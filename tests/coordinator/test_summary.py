@@ -203,6 +203,13 @@ def test_a_failed_import_names_its_file_once(tmp_path: Any) -> None:
     except ImportFormatError as exc:
         shown, why = import_failure(missing, exc, None)
     assert (shown, why) == (str(missing), "no such file")
+    capture = tmp_path / "lmx-status.jsonl"  # CMD's stderr, of which the capture keeps status lines only
+    capture.write_text("")
+    try:
+        list(read_windows("lmx-status", capture))
+    except ImportFormatError as exc:  # "it is empty" was said of a stderr of 100 kB without a status line
+        said = import_failure(capture, exc, capture)
+    assert said == ("the command's stderr", "it held no lmx status line (lmx writes them with --json-status)")
 
 
 def test_the_json_outcome_carries_each_nodes_peak_page_cache_and_null_where_unread() -> None:

@@ -219,11 +219,29 @@ def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -
         ("/nonexistent/x", "no such file"),
         ("no-such-benchmark", "not found on PATH"),
         (str(plain), "it is not executable (chmod +x?)"),
+        (str(tmp_path), "it is a folder"),  # was "no such file"
     ):
         result = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--", missing, "--x")
         assert result.returncode == 2
         assert result.stderr == f"sparkwatch: error: cannot run {missing}: {why}\n"
     assert not out.exists()  # refused before a run was opened
+    # an output over what the run reads or keeps: the export replaced it, exit 0, without a word
+    result_file, db = tmp_path / "res.json", tmp_path / "keep.db"
+    result_file.write_text("{}")
+    for extra, said in (
+        (["-o", nodes], f"-o {nodes} is the nodes file (--nodes) itself"),
+        (["--db", str(db), "-o", str(db)], f"-o {db} is the database itself"),
+        (
+            ["--import", f"plain:{result_file}", "-o", str(result_file)],
+            "is the plain file --import reads itself",
+        ),
+        (["-o", str(out), "--spill", str(out)], f"--spill {out} is the export (-o) itself"),
+    ):
+        result = sparkwatch("run", "--nodes", nodes, *extra, "--", "true")
+        assert result.returncode == 2 and said in result.stderr and result.stderr.count("\n") == 1, (
+            result.stderr
+        )
+    assert result_file.read_text() == "{}" and not db.exists() and not out.exists()
 
 
 def test_a_background_child_holding_stderr_does_not_hold_the_run(

@@ -23,7 +23,7 @@ from sparkwatch.commands.outcome import quality_line
 from sparkwatch.commands.quality import judge
 from sparkwatch.commands.summary import summary_table
 from sparkwatch.defaults import SERIES_BUCKETS, ScopeKind
-from sparkwatch.outputs import check_output, print_export, write_export
+from sparkwatch.outputs import check_output, database_files, print_export, write_export
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
@@ -40,7 +40,7 @@ class ExportCommandError(Exception):
 def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_tsdb_args(args, parser)
     if args.output is not None:
-        check_output(args.output, _read_by(args.db))
+        check_output(args.output, {} if args.db is None else database_files(args.db))
     scope = cast(ScopeKind | None, args.scope)
     if args.prometheus is not None:
         try:
@@ -72,16 +72,6 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         if args.json or args.output is None:
             print_export(export, sys.stdout)
     return 0
-
-
-def _read_by(db: Path | None) -> dict[Path, str]:
-    """The files an export from the database ``db`` reads: ``-o`` may be none of them (a coordinator may be
-    writing to it)."""
-    if db is None:
-        return {}
-    db = db.resolve()  # SQLite keeps the WAL and its index beside the file a link points at
-    wal, shm = (db.with_name(f"{db.name}{end}") for end in ("-wal", "-shm"))
-    return {db: "the database", wal: "the database's WAL", shm: "the database's shared-memory index"}
 
 
 def offline_export(

@@ -12,12 +12,11 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ from sparkwatch.commands.redaction import command_record, default_name, redact_a
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
 from sparkwatch.commands.run_greeting import greet, silent_of, strict_refusal
 from sparkwatch.commands.run_lmx import (
-    PROXY_PLACEHOLDER,
     ProxyWindows,
     capture_notes,
     check_capture,
@@ -42,12 +40,7 @@ from sparkwatch.commands.run_lmx import (
     warmup_mismatch,
     with_proxy_url,
 )
-from sparkwatch.commands.run_options import (
-    LMX_STATUS_STREAM,
-    RunCommandError,
-    RunOptions,
-    RunState,
-)
+from sparkwatch.commands.run_options import LMX_STATUS_STREAM, RunOptions, RunState, check_options
 from sparkwatch.commands.summary import live_parts
 from sparkwatch.commands.wrapped import command_env, run_wrapped
 from sparkwatch.coordinator.serve import check_listen
@@ -55,9 +48,9 @@ from sparkwatch.core.export import with_run_notes
 from sparkwatch.core.repeated_windows import repeated, verdict
 from sparkwatch.defaults import ENV_RUN_ID
 from sparkwatch.engines.spec import engine_from_url
-from sparkwatch.importers import FORMATS, ClockAnchor, ImportFormatError, read_windows
+from sparkwatch.importers import ClockAnchor, ImportFormatError, read_windows
 from sparkwatch.links.nodes_file import check_secret_files, load_nodes_file
-from sparkwatch.outputs import check_output, write_export
+from sparkwatch.outputs import write_export
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
@@ -151,37 +144,9 @@ def _note(opts: RunOptions, state: RunState, *notes: str) -> None:
         state.notes.append(text)
 
 
-def check_command(command: Sequence[str]) -> None:
-    """A command that cannot start is a mistake to report before a run is opened for it."""
-    program = command[0]
-    if "/" in program:
-        if not os.path.isfile(program):
-            raise RunCommandError(f"cannot run {program}: no such file")
-        if not os.access(program, os.X_OK):
-            raise RunCommandError(f"cannot run {program}: it is not executable (chmod +x?)")
-    elif shutil.which(program) is None:
-        raise RunCommandError(f"cannot run {program}: not found on PATH")
-
-
-def _check_options(opts: RunOptions) -> None:
-    for fmt, path in opts.imports:
-        if fmt not in FORMATS:
-            raise RunCommandError(f"unknown import format {fmt!r} (one of: {', '.join(sorted(FORMATS))})")
-        if path == LMX_STATUS_STREAM and fmt != "lmx-status":
-            raise RunCommandError(f"only lmx-status can read CMD's stderr ({fmt}:- given)")
-    if opts.proxy_upstream is None and uses_proxy(opts.command):
-        raise RunCommandError(
-            f"the command uses {PROXY_PLACEHOLDER}, the proxy's URL, but no --proxy-upstream URL is given"
-        )
-    check_output(opts.output or Path("sparkwatch-run.json"), json_on_stdout=opts.json_out)
-    if opts.spill is not None:
-        check_output(opts.spill)
-    check_command(opts.command)
-
-
 async def run_command(opts: RunOptions) -> int:
     """The whole run; returns the exit code (module docstring)."""
-    _check_options(opts)
+    check_options(opts)
     if opts.proxy_upstream is not None:  # a port in use: one line before a coordinator starts or dials
         await check_listen(*opts.proxy_listen)
     if opts.clock_anchor is None:

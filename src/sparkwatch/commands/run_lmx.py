@@ -66,7 +66,9 @@ def import_failure(path: Path, exc: Exception, capture: Path | None) -> tuple[st
     if path != capture:  # the error begins with the file's path or name, which is said already
         return str(path), str(exc).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")
     why = str(exc).replace(str(path), path.name).removeprefix(f"{path.name}: ")
-    return "the command's stderr", "it is empty" if why == "file is empty" else why  # no file of the user's
+    if why == "file is empty":  # the capture keeps status lines only: stderr may have said much else
+        why = "it held no lmx status line (lmx writes them with --json-status)"
+    return "the command's stderr", why  # no file of the user's
 
 
 def capture_notes(path: Path, *, tokens: bool = True) -> list[str]:

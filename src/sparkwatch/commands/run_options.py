@@ -1,7 +1,10 @@
-"""What `sparkwatch run` is asked (its options) and what it made along the way (its state)."""
+"""What `sparkwatch run` is asked (its options, checked before anything starts) and what it made along the
+way (its state)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -9,7 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sparkwatch.client import CoordinatorTarget
-from sparkwatch.commands.run_lmx import ProxyWindows
+from sparkwatch.commands.run_lmx import PROXY_PLACEHOLDER, ProxyWindows, uses_proxy
 from sparkwatch.defaults import (
     DEFAULT_GATE_THRESHOLD,
     DEFAULT_HELLO_WAIT_S,
@@ -17,7 +20,8 @@ from sparkwatch.defaults import (
     DEFAULT_SCOPE,
     ScopeKind,
 )
-from sparkwatch.importers import ClockAnchor
+from sparkwatch.importers import FORMATS, ClockAnchor
+from sparkwatch.outputs import check_output, database_files
 
 LMX_STATUS_STREAM = "-"  # --import lmx-status:- reads CMD's own stderr, where lmx writes --json-status
 
@@ -88,3 +92,47 @@ def parse_import(text: str) -> tuple[str, str]:
     if not sep or not fmt or not path:
         raise RunCommandError(f"--import takes FORMAT:FILE (e.g. guidellm:benchmarks.json), not {text!r}")
     return fmt, path
+
+
+def check_command(command: Sequence[str]) -> None:
+    """A command that cannot start is a mistake to report before a run is opened for it."""
+    program = command[0]
+    if "/" in program:
+        if os.path.isdir(program):
+            raise RunCommandError(f"cannot run {program}: it is a folder")
+        if not os.path.isfile(program):
+            raise RunCommandError(f"cannot run {program}: no such file")
+        if not os.access(program, os.X_OK):
+            raise RunCommandError(f"cannot run {program}: it is not executable (chmod +x?)")
+    elif shutil.which(program) is None:
+        raise RunCommandError(f"cannot run {program}: not found on PATH")
+
+
+def check_options(opts: RunOptions) -> None:
+    """Every mistake in the options that can be found before a run is opened for them: one line each."""
+    for fmt, path in opts.imports:
+        if fmt not in FORMATS:
+            raise RunCommandError(f"unknown import format {fmt!r} (one of: {', '.join(sorted(FORMATS))})")
+        if path == LMX_STATUS_STREAM and fmt != "lmx-status":
+            raise RunCommandError(f"only lmx-status can read CMD's stderr ({fmt}:- given)")
+    if opts.proxy_upstream is None and uses_proxy(opts.command):
+        raise RunCommandError(
+            f"the command uses {PROXY_PLACEHOLDER}, the proxy's URL, but no --proxy-upstream URL is given"
+        )
+    reads = _read_by(opts)
+    output = opts.output or Path("sparkwatch-run.json")
+    check_output(output, reads, json_on_stdout=opts.json_out)
+    if opts.spill is not None:
+        check_output(opts.spill, {**reads, output: "the export (-o)"}, flag="--spill")
+    check_command(opts.command)
+
+
+def _read_by(opts: RunOptions) -> dict[Path, str]:
+    """What the run reads or keeps, which neither ``-o`` nor ``--spill`` may replace: the nodes file, the
+    token file, the database, each ``--import`` file (the benchmark's own result)."""
+    reads = {} if opts.db is None else database_files(opts.db)
+    named = [(opts.nodes_file, "the nodes file (--nodes)")]
+    named += [(opts.token_file, "the token file (--token-file)")]
+    named += [(Path(path), f"the {fmt} file --import reads") for fmt, path in opts.imports if path != "-"]
+    reads.update({path.resolve(): what for path, what in named if path is not None})
+    return reads

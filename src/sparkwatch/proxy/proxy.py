@@ -43,6 +43,14 @@ def upstream_shown(upstream: str) -> str:
     return str(URL(upstream.rstrip("/")).with_user(None).with_query(None))
 
 
+#: A request line of a full URL (``POST http://host/v1/…``): what a client sends to a forward proxy, e.g. one
+#: with ``HTTP_PROXY`` set to this proxy; the proxy relays paths to its one upstream (it was a 500).
+ABSOLUTE_FORM_REASON = (
+    "the request names a full URL, as sent to a forward proxy (HTTP_PROXY set to this proxy?); sparkwatch's"
+    " proxy stands in for the server: give the client this proxy's URL as its base URL"
+)
+
+
 class ProxyConfigError(Exception):
     """A proxy set up in a way it cannot run (an upstream that is not an http(s) URL); one line."""
 
@@ -127,6 +135,8 @@ class Proxy:
         self._warmup_taken -= 1
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if not request.raw_path.startswith("/"):  # before it is counted: no window, no warm-up slot taken
+            return openai_error(400, "not_origin_form", ABSOLUTE_FORM_REASON)
         if not _generation(request):
             return await self._handle(request)
         self._arrived += 1
