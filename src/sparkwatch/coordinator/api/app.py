@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from aiohttp import hdrs, web
+from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
@@ -68,8 +68,7 @@ async def parse(request: web.Request, kind: type[M]) -> M:
 async def read_body(request: web.Request, limit_bytes: int) -> bytes:
     """The body, if it is at most ``limit_bytes`` as read (decompressed: a 30 KB gzip body can be 30 MB);
     one announced larger is a 413 before a byte is read (aiohttp's own limit reads up to it first), any
-    other is stopped at the limit. A body labelled as something other than JSON is a 415 unread."""
-    _json_labelled(request)
+    other is stopped at the limit."""
     size = request.content_length
     if size is not None and size > limit_bytes:
         raise web.HTTPRequestEntityTooLarge(max_size=limit_bytes, actual_size=size)
@@ -79,22 +78,6 @@ async def read_body(request: web.Request, limit_bytes: int) -> bytes:
         if len(body) > limit_bytes:
             raise web.HTTPRequestEntityTooLarge(max_size=limit_bytes, actual_size=len(body))
     return bytes(body)
-
-
-def _json_labelled(request: web.Request) -> None:
-    """Every body is JSON in UTF-8: one labelled as something else (a form, ``text/plain``: what a browser's
-    form posts without asking, and what ``curl -d`` sends) is refused with the header to send. One with no
-    ``Content-Type``, or bytes of no stated kind (``application/octet-stream``: aiohttp's label for
-    ``data=b"…"``), is taken as the JSON the API reads."""
-    if request.headers.get(hdrs.CONTENT_TYPE) is None or request.content_type == "application/octet-stream":
-        return
-    media, charset = request.content_type, (request.charset or "utf-8").lower()
-    if (media == "application/json" or media.endswith("+json")) and charset in ("utf-8", "utf8"):
-        return
-    label = request.headers[hdrs.CONTENT_TYPE][:100]
-    raise web.HTTPUnsupportedMediaType(
-        text=f"the body must be JSON in UTF-8, sent as Content-Type: application/json (got {label!r})"
-    )
 
 
 def _declared_queries(request: web.Request, method: str, route: str) -> list[str] | None:
