@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkwatch.core.domains import MAX_PLAUSIBLE_NODE_W
+from sparkwatch_agent.shared.strict_text import cut_short
 
 #: The largest energy counter taken (≈ 2.5 TWh): past 2**53 J a float64 steps by more than a joule, so the
 #: counter no longer counts, and no node's meter reads that (20 kW for 14 000 years).
@@ -92,4 +93,4 @@ def _shown(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
     text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+    return cut_short(text, SHOWN_CHARS)

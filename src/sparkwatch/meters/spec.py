@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import ParseResult, urlparse
 
+from sparkwatch_agent.shared.strict_text import cut_short
+
 MeterKind = Literal["redfish", "shelly", "prometheus"]
 KINDS: tuple[MeterKind, ...] = ("redfish", "shelly", "prometheus")
 #: Polls more often than this would only measure the meter's own refresh; rarer ones miss short windows.
@@ -72,7 +74,7 @@ def toml_shown(value: Any) -> str:
         text = "a table"
     else:  # TOML dates and times
         text = str(value)
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+    return cut_short(text, SHOWN_CHARS)
 
 
 @dataclass(frozen=True, slots=True)

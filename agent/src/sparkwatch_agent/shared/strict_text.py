@@ -132,9 +132,9 @@ def utf8_escaped(text: str) -> str:
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
-def cut_short(text: str) -> str:
-    """``text`` as a message quotes it: its first :data:`SHOWN_CHARS` characters at most."""
-    return text if len(text) <= SHOWN_CHARS else f"{text[: SHOWN_CHARS - 1]}…"
+def cut_short(text: str, width: int = SHOWN_CHARS) -> str:
+    """``text`` as a message quotes it: ``width`` characters at most, the last an ellipsis where cut."""
+    return text if len(text) <= width else f"{text[: width - 1]}…"
 
 
 def quoted_number(value: int | float) -> str:
