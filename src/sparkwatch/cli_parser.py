@@ -17,6 +17,8 @@ from sparkwatch.cli_types import (
     engine_metrics_url,
     listen,
     log_level_arg,
+    output_file,
+    output_or_stdout,
     positive_float,
     positive_int,
     remote_write_url,
@@ -136,7 +138,12 @@ def _add_demo(sub: Sub) -> None:
         "--tokens-per-s", type=positive_float, default=76.0, metavar="RATE", help="the model's speed (76)"
     )
     demo.add_argument(
-        "-o", "--output", type=Path, default=Path(DEMO_EXPORT), metavar="FILE", help=f"default {DEMO_EXPORT}"
+        "-o",
+        "--output",
+        type=output_file,
+        default=Path(DEMO_EXPORT),
+        metavar="FILE",
+        help=f"default {DEMO_EXPORT}",
     )
     _no_report_arg(demo)
 
@@ -187,7 +194,6 @@ def _add_run(sub: Sub) -> None:
     run.add_argument(
         "--proxy-listen",
         type=listen,
-        default="127.0.0.1:8899",
         metavar="HOST:PORT",
         help="where the proxy listens (default 127.0.0.1:8899)",
     )
@@ -209,7 +215,11 @@ def _add_run(sub: Sub) -> None:
     run.add_argument("--clock-anchor", metavar="WALL_NS:MONO_NS", help="for vllm files from another host")
     run.add_argument("--db", type=Path, metavar="PATH", help="keep the embedded coordinator's SQLite file")
     run.add_argument(
-        "-o", "--output", type=Path, metavar="FILE", help="export path (default sparkwatch-RUN_ID.json, here)"
+        "-o",
+        "--output",
+        type=output_file,
+        metavar="FILE",
+        help="export path (default sparkwatch-RUN_ID.json, here)",
     )
     run.add_argument(
         "--spill", type=spill_file, metavar="FILE.json", help="proxy windows not stored (default: beside -o)"
@@ -241,7 +251,9 @@ def _add_attach(sub: Sub) -> None:
         help="print lmx's --gpu-power-watts/--peak-vram-gb flags instead; write nothing",
     )
     att.add_argument("--force", action="store_true", help="attach even if measured windows are not ok")
-    att.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of in place")
+    att.add_argument(
+        "-o", "--output", type=output_file, metavar="FILE", help="write here instead of in place"
+    )
 
 
 def _add_report(sub: Sub) -> None:
@@ -250,7 +262,11 @@ def _add_report(sub: Sub) -> None:
     )
     report.add_argument("export", type=Path, metavar="EXPORT.json", help="a sparkwatch.run/1 export file")
     report.add_argument(
-        "-o", "--output", type=Path, metavar="FILE.html", help="default: EXPORT.report.html beside the export"
+        "-o",
+        "--output",
+        type=output_file,
+        metavar="FILE.html",
+        help="default: EXPORT.report.html beside the export",
     )
     report.add_argument("--png", type=Path, metavar="DIR", help="also write each node's figure as PNG here")
     report.add_argument("--svg", type=Path, metavar="DIR", help="also write each node's figure as SVG here")
@@ -270,7 +286,9 @@ def _add_hardware(sub: Sub) -> None:
     hw_where = hw.add_mutually_exclusive_group()
     hw_where.add_argument("--nodes", type=Path, metavar="FILE", help="ask these nodes (embedded coordinator)")
     coordinator_args(hw, group=hw_where)
-    hw.add_argument("-o", "--output", type=Path, metavar="FILE", help="hardware.json (default: stdout)")
+    hw.add_argument(
+        "-o", "--output", type=output_or_stdout, metavar="FILE", help="hardware.json (- or default: stdout)"
+    )
     hw.add_argument("--wait", type=wait_s, default=15.0, metavar="SECONDS", help="for every hello")
 
 

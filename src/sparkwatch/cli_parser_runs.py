@@ -13,6 +13,7 @@ from sparkwatch.cli_types import (
     epoch_ns,
     interval_s,
     log_level_arg,
+    output_or_stdout,
     phase,
     phases,
     ratio,
@@ -80,7 +81,13 @@ def add_runs_parser(sub: Any) -> None:
     end.add_argument("run_id", metavar="ID")
     export = actions.add_parser("export", help="a run's sparkwatch.run/1 export (stdout, or -o FILE)")
     export.add_argument("run_id", metavar="ID")
-    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="written whole or not at all")
+    export.add_argument(
+        "-o",
+        "--output",
+        type=output_or_stdout,
+        metavar="FILE",
+        help="written whole or not at all (-: stdout)",
+    )
     series_args(export)
     mark = actions.add_parser("mark", help="begin, or end into a window, a named mark now")
     mark.add_argument("run_id", metavar="ID")
@@ -117,7 +124,9 @@ def add_export_parser(sub: Any) -> None:
         " (--coordinator), its windows and span measured from the engine, instead of --windows",
     )
     _tsdb_args(export)
-    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the export JSON here")
+    export.add_argument(
+        "-o", "--output", type=output_or_stdout, metavar="FILE", help="write the export JSON here (-: stdout)"
+    )
     shown = export.add_mutually_exclusive_group()
     shown.add_argument("--table", action="store_true", help="print the table `sparkwatch run` prints")
     shown.add_argument("--json", action="store_true", help="print the export JSON (the default without -o)")

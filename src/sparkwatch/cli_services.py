@@ -24,7 +24,7 @@ from sparkwatch.commands.hardware import cluster_hardware, simulated_nodes
 from sparkwatch.commands.interrupts import term_as_interrupt
 from sparkwatch.commands.nodes_check import check_cluster, check_engine, render
 from sparkwatch.commands.run import run_command
-from sparkwatch.commands.run_options import RunOptions, parse_imports
+from sparkwatch.commands.run_options import DEFAULT_PROXY_LISTEN, RunOptions, parse_imports
 from sparkwatch.commands.sim_drive import DrivenAgents
 from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
@@ -78,10 +78,12 @@ def cmd_demo(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
     return asyncio.run(run_demo(opts))
 
 
-def cmd_proxy(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+def cmd_proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     host, port = args.listen
     target = target_of(args) if args.run else None
     config = ProxyConfig(args.upstream, warmup=args.warmup)
+    if args.spill is not None and not args.run:
+        parser.error("--spill keeps windows that --run ID did not take: without --run they are printed")
     if args.run:
         spill = args.spill or Path(f"sparkwatch-{args.run}-unsent-windows.json")
         check_output(spill)
@@ -105,6 +107,8 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             "--db keeps the embedded coordinator's database, so it needs --nodes; a standing coordinator"
             " (--coordinator) keeps its own"
         )
+    if (unused := _unused_run_flag(args)) is not None:
+        parser.error(unused)
     imports = parse_imports(args.imports)
     opts = RunOptions(
         command=command,
@@ -118,7 +122,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         phases=args.phases,
         proxy_upstream=args.proxy_upstream,
         engine_metrics=args.engine_metrics,
-        proxy_listen=args.proxy_listen,
+        proxy_listen=args.proxy_listen or DEFAULT_PROXY_LISTEN,
         warmup=args.warmup,
         imports=imports,
         clock_anchor=anchor_of(args, parser, [fmt for fmt, _ in imports]),
@@ -132,6 +136,22 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     )
     term_as_interrupt()
     return asyncio.run(run_command(opts))
+
+
+def _unused_run_flag(args: argparse.Namespace) -> str | None:
+    """A flag `run` would take and then not use: said, since whoever gave it expects it to act."""
+    if args.nodes is not None and args.token_file is not None:
+        return (
+            "--token-file is a standing coordinator's API token (with --coordinator); the coordinator that"
+            " --nodes embeds takes none"
+        )
+    if args.proxy_upstream is None:
+        for flag, given in (("--warmup", args.warmup), ("--proxy-listen", args.proxy_listen)):
+            if given:
+                return f"{flag} is for the proxy, which runs only with --proxy-upstream URL"
+        if args.spill is not None:
+            return "--spill keeps the proxy's windows a run did not take: it needs --proxy-upstream URL"
+    return None
 
 
 def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:

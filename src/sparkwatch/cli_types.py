@@ -250,6 +250,19 @@ def series_buckets(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def output_file(text: str) -> Path:
+    """A file the command writes where its stdout is taken (a table, CMD's own output): ``-`` names no
+    file here, and making one called ``-`` is never what was meant."""
+    if text == "-":
+        raise argparse.ArgumentTypeError("- is not standard output here: give a file (./- for one named -)")
+    return Path(text)
+
+
+def output_or_stdout(text: str) -> Path | None:
+    """A file, or ``-`` for stdout (None), for a command that prints its JSON there without ``-o``."""
+    return None if text == "-" else Path(text)
+
+
 def spill_file(text: str) -> Path:
     """Where unsent windows go: a ``.json`` file, the plain window format ``import plain`` reads back."""
     path = Path(text)

@@ -35,15 +35,13 @@ def settings_path(env: Mapping[str, str]) -> tuple[Path, bool]:
 def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     path, named = settings_path(env)
     try:
-        text = path.read_text()
+        text = path.read_bytes()
     except FileNotFoundError:
         if named:
             raise SettingsError(f"{ENV_CONFIG}={path}: no such file") from None
         return Settings()
     except OSError as exc:
         raise SettingsError(f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise SettingsError(f"{path}: not valid TOML: not UTF-8 text") from None
     try:
         data = loads_toml(text)
     except TextFormatError as exc:

@@ -74,7 +74,7 @@ def test_config_file_errors(tmp_path: pathlib.Path) -> None:
     assert "is not valid TOML" in run_agent("serve", "--config", str(bad)).stderr
     bad.write_bytes(b"\xff\xfe[agent]\n")
     said = run_agent("serve", "--config", str(bad))
-    assert said.returncode == 2 and "is not valid TOML: not UTF-8 text" in said.stderr
+    assert said.returncode == 2 and "is not valid TOML: not UTF-8 text (byte 0xff at offset 0)" in said.stderr
     assert "Traceback" not in said.stderr
     # what tomllib raises besides TOMLDecodeError: a RecursionError, a ValueError of int's digit limit
     for text, why in (

@@ -23,6 +23,7 @@ from sparkwatch.core.windows import Window
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Damaged, Store
+from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.sample_store import MAX_COUNT
 from sparkwatch.wire import SampleFrame
@@ -151,6 +152,9 @@ def test_an_intact_database_exports(tmp_path: pathlib.Path) -> None:
     done = sparkwatch("export", "--db", str(stored(tmp_path / "c.db")), "r1", "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["nodes"][0]["power_w"]["gated_mean"] == 40.0
+    dashed = sparkwatch("export", "--db", str(tmp_path / "c.db"), "r1", "-o", "-", cwd=tmp_path)
+    assert dashed.returncode == 0 and json.loads(dashed.stdout) == json.loads(out.read_text())  # - is stdout
+    assert not (tmp_path / "-").exists()  # not a file named -
 
 
 def test_a_damaged_seq_range_refuses_ingest_and_resume(tmp_path: pathlib.Path) -> None:
@@ -361,3 +365,9 @@ def test_a_seq_range_past_itself_refuses_ingest_and_resume(tmp_path: pathlib.Pat
     assert str(resume.value) == str(ingest.value) == said
     assert store.count_samples("n1") == 299
     store.close()
+
+
+def test_a_long_damaged_value_is_quoted_short() -> None:
+    """A refusal quotes 40 characters of a damaged column's value, the last an ellipsis where cut."""
+    assert shown_value(b"x" * 100) == "b'" + "x" * 37 + "…" and len(shown_value("y" * 41)) == 40
+    assert shown_value("y" * 38) == "'" + "y" * 38 + "'"  # 40 with its quotes: whole

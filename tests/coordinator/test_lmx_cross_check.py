@@ -44,6 +44,19 @@ def test_the_placeholder_is_replaced_whole_or_inside_an_argument() -> None:
 
 
 @pytest.mark.parametrize(
+    ("listening", "given"),
+    [
+        ("http://0.0.0.0:8899", "http://127.0.0.1:8899/v1"),  # was http://0.0.0.0:8899: no address to dial
+        ("http://[::]:8899", "http://[::1]:8899/v1"),
+        ("http://10.0.0.1:8899", "http://10.0.0.1:8899/v1"),
+        ("http://[fe80::1]:8899", "http://[fe80::1]:8899/v1"),
+    ],
+)
+def test_a_proxy_on_every_address_is_given_to_the_command_as_loopback(listening: str, given: str) -> None:
+    assert with_proxy_url(["--base-url={proxy}/v1"], listening) == [f"--base-url={given}"]
+
+
+@pytest.mark.parametrize(
     ("argv", "proxy_warmup", "warns"),
     [
         (["lmx", "speed-test", "run", "vllm"], 0, True),  # lmx's default is one warm-up

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import pathlib
+import re
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -260,14 +261,16 @@ async def test_stream_passes_unchanged_and_unbuffered(upstream: tuple[Upstream, 
                 up.client_saw.set()
             assert resp.headers["X-Upstream"] == "yes"
             # RFC 9110 §7.6.3: the hop is said in Via both ways; the answer keeps its origin's Server
-            assert resp.headers["Via"] == "1.1 sparkwatch-proxy"
+            assert re.fullmatch(r"1\.1 sparkwatch-proxy \([0-9a-f]{6}\)", resp.headers["Via"])
             assert resp.headers["Server"] == "upstream-llm/1.0"  # the upstream's, not the proxy's
     finally:
         await runner.cleanup()
     assert got == STREAM
     path, received, headers = up.received[0]
     assert (path, received) == ("/v1/chat/completions?x=1", body)
-    assert headers["Authorization"] == "Bearer upstream-key" and headers["Via"] == "1.1 sparkwatch-proxy"
+    assert headers["Authorization"] == "Bearer upstream-key" and re.fullmatch(
+        r"1\.1 sparkwatch-proxy \([0-9a-f]{6}\)", headers["Via"]
+    )
     assert "X-Sparkwatch-Phase" not in headers  # our header is ours
     (w,) = sink.windows
     assert w.phase == "timed" and w.http_status == 200 and w.finish_reason == "stop"

@@ -116,6 +116,7 @@ def test_a_failed_timed_request_is_not_ok_though_it_is_out_of_the_scope() -> Non
     # and so no node vouched for: "0 of 2 timed windows ok on 2 of 2 nodes" was said of all-n/a figures
     assert every.line() == "0 of 2 timed windows ok: 2 timed window(s) not ok (r0, r1)"
     assert not every.measured and every.to_json()["measured"] is False and quality.to_json()["measured"]
+    assert every.to_json()["nodes_ok"] is None and quality.to_json()["nodes_ok"] == 2
 
 
 def test_one_gpu_reported_by_two_nodes_is_a_problem() -> None:
@@ -130,6 +131,7 @@ def test_no_timed_window_is_not_sound_and_not_blamed_on_the_nodes() -> None:
     assert quality.problems == [f"no timed window was recorded {hint}"]
     assert quality.line() == f"0 of 0 timed windows ok: no timed window was recorded {hint}"  # vouch for none
     assert quality.nodes_ok == 2  # nor blamed
+    assert quality.to_json()["nodes_ok"] is None  # and --json vouches for none: nothing was measured
 
 
 def test_many_bad_windows_are_listed_up_to_five() -> None:
@@ -166,7 +168,9 @@ def test_a_bad_config_file_is_one_error_naming_it(tmp_path: pathlib.Path, text: 
     with pytest.raises(SettingsError, match="no such file"):
         load_settings({"SPARKWATCH_CONFIG": str(tmp_path / "missing.toml")})
     path.write_bytes(b"\xff\xfestrict = true\n")
-    with pytest.raises(SettingsError, match=rf"^{path}: not valid TOML: not UTF-8 text$"):
+    with pytest.raises(
+        SettingsError, match=rf"^{path}: not valid TOML: not UTF-8 text \(byte 0xff at offset 0\)$"
+    ):
         load_settings({"SPARKWATCH_CONFIG": str(path)})
 
 

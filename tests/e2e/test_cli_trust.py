@@ -305,6 +305,17 @@ def test_ctrl_c_during_the_demo_exports_without_a_traceback(tmp_path: pathlib.Pa
         (["export", "--db", "x.db", "--phases", ""], "--phases", "sparkwatch export"),
         (["nodes", "check", "--wait", "-1"], "--wait", "sparkwatch nodes check"),
         (["run", "--nodes", "n.toml"], "give the benchmark command", "sparkwatch run"),
+        # flags that were taken and then did nothing
+        (["run", "--warmup", "1", "--", "true"], "--warmup is for the proxy", "sparkwatch run"),
+        (["run", "--proxy-listen", "127.0.0.1:9", "--", "true"], "--proxy-listen is for", "sparkwatch run"),
+        (["run", "--spill", "u.json", "--", "true"], "--spill keeps", "sparkwatch run"),
+        (["run", "--nodes", "n", "--token-file", "t", "--", "true"], "--token-file is", "sparkwatch run"),
+        (["proxy", "--upstream", "http://h:1", "--spill", "u.json"], "--spill keeps", "sparkwatch proxy"),
+        # - made a file named -
+        (["run", "-o", "-", "--", "true"], "-o/--output: - is not standard output", "sparkwatch run"),
+        (["demo", "-o", "-"], "-o/--output: - is not standard output", "sparkwatch demo"),
+        (["report", "x.json", "-o", "-"], "-o/--output: - is not standard output", "sparkwatch report"),
+        (["attach", "x.json", "--lmx", "p.json", "-o", "-"], "- is not standard output", "sparkwatch attach"),
     ],
 )  # fmt: skip
 def test_a_wrong_flag_names_itself_and_its_subcommand(args: list[str], flag: str, usage: str) -> None:

@@ -235,7 +235,10 @@ def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -
             ["--import", f"plain:{result_file}", "-o", str(result_file)],
             "is the plain file --import reads itself",
         ),
-        (["-o", str(out), "--spill", str(out)], f"--spill {out} is the export (-o) itself"),
+        (
+            ["--proxy-upstream", "http://127.0.0.1:9", "-o", str(out), "--spill", str(out)],
+            f"--spill {out} is the export (-o) itself",
+        ),
     ):
         result = sparkwatch("run", "--nodes", nodes, *extra, "--", "true")
         assert result.returncode == 2 and said in result.stderr and result.stderr.count("\n") == 1, (

@@ -73,11 +73,9 @@ def parse_listen(text: str, named: str = "--listen") -> tuple[str, int]:
 
 def load_toml(path: Path) -> dict[str, Any]:
     try:
-        data = loads_toml(path.read_text())
+        data = loads_toml(path.read_bytes())
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not valid TOML: not UTF-8 text") from None
     except TextFormatError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     section = data.get("agent", data)

@@ -60,7 +60,7 @@ class Quality:
             "summary": self.line(),
             "windows_ok": self.windows_ok,
             "windows_timed": self.windows_timed,
-            "nodes_ok": self.nodes_ok,
+            "nodes_ok": self.nodes_ok if self.measured else None,  # no node judged: none vouched for
             "nodes": self.nodes,
             "measured": self.measured,
             "problems": list(self.problems),

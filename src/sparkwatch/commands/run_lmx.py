@@ -23,9 +23,16 @@ def uses_proxy(command: Sequence[str]) -> bool:
     return any(PROXY_PLACEHOLDER in arg for arg in command)
 
 
+#: A wildcard listen address and the loopback address CMD reaches the proxy at on the same host.
+_REACHED_AT = {"//0.0.0.0:": "//127.0.0.1:", "//[::]:": "//[::1]:"}
+
+
 def with_proxy_url(command: Sequence[str], url: str) -> list[str]:
     """CMD's argv with every ``{proxy}`` (a whole argument or inside one, ``--base-url={proxy}/v1``)
-    replaced by the proxy's URL."""
+    replaced by the proxy's URL; one listening on every address is given as loopback (CMD runs here), not
+    as ``0.0.0.0``, which is no address to connect to."""
+    for wildcard, loopback in _REACHED_AT.items():
+        url = url.replace(wildcard, loopback, 1)
     return [arg.replace(PROXY_PLACEHOLDER, url) for arg in command]
 
 

@@ -23,6 +23,7 @@ from sparkwatch.defaults import (
 from sparkwatch.importers import FORMATS, ClockAnchor
 from sparkwatch.outputs import check_output, database_files
 
+DEFAULT_PROXY_LISTEN = ("127.0.0.1", 8899)
 LMX_STATUS_STREAM = "-"  # --import lmx-status:- reads CMD's own stderr, where lmx writes --json-status
 
 
@@ -43,7 +44,7 @@ class RunOptions:
     phases: Sequence[str] | None = None  # the window phases measured (None: the coordinator's default)
     engine_metrics: str | None = None  # the serving engine's /metrics, scraped by the embedded coordinator
     proxy_upstream: str | None = None
-    proxy_listen: tuple[str, int] = ("127.0.0.1", 8899)
+    proxy_listen: tuple[str, int] = DEFAULT_PROXY_LISTEN
     warmup: int = 0
     imports: Sequence[tuple[str, str]] = ()
     clock_anchor: ClockAnchor | None = None

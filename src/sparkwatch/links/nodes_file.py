@@ -75,9 +75,9 @@ def parse_nodes(text: str, origin: str = "nodes.toml") -> list[NodeSpec]:
     return parse_nodes_file(text, origin).nodes
 
 
-def parse_nodes_file(text: str, origin: str = "nodes.toml") -> NodesFile:
-    """The file's text, checked; its relative paths as written (:func:`load_nodes_file` anchors them to
-    the file's folder: read a file through it)."""
+def parse_nodes_file(text: str | bytes, origin: str = "nodes.toml") -> NodesFile:
+    """The file's text (or bytes, read as UTF-8), checked; its relative paths as written
+    (:func:`load_nodes_file` anchors them to the file's folder: read a file through it)."""
     try:
         data = loads_toml(text)
     except TextFormatError as exc:
@@ -123,11 +123,9 @@ def load_nodes(path: Path) -> list[NodeSpec]:
 
 def load_nodes_file(path: Path) -> NodesFile:
     try:
-        text = path.read_text()
+        text = path.read_bytes()
     except OSError as exc:
         raise NodesFileError(f"cannot read nodes file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise NodesFileError(f"{path}: not valid TOML: not UTF-8 text") from None
     return anchored(parse_nodes_file(text, str(path)), path.parent)
 
 

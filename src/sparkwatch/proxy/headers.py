@@ -8,6 +8,7 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
+from sparkwatch.defaults import PHASE_RE
 from sparkwatch_agent.shared.http import PROXY_SERVER, SERVER_NAME
 
 PHASE_HEADER = "X-Sparkwatch-Phase"
@@ -29,24 +30,55 @@ HOP_BY_HOP = frozenset(
 )
 
 
-def via(version: aiohttp.HttpVersion | None) -> str:
+#: The answer to a request that came back to the proxy it already passed (508 Loop Detected, RFC 5842).
+LOOP_REASON = (
+    "this request already passed through this proxy: its upstream leads back to it, and each pass would"
+    " forward it again; give the proxy the model server's URL"
+)
+
+
+def via_name(instance: str) -> str:
+    """One proxy's ``Via`` received-by and comment (RFC 9110 §7.6.3): ``sparkwatch-proxy (a1b2c3)``, so a
+    request that comes back to it is known (the section's loop detection) rather than forwarded again
+    until its headers overflow, while the name stays the one clients look for (``other_service``)."""
+    return f"{PROXY_SERVER} ({instance})"
+
+
+def via(version: aiohttp.HttpVersion | None, name: str) -> str:
     """The proxy's ``Via`` entry for a message received over HTTP ``version`` (1.1 when unknown)."""
     major, minor = version or aiohttp.HttpVersion11
-    return f"{major}.{minor} {PROXY_SERVER}"
+    return f"{major}.{minor} {name}"
 
 
-def forwarded(request: web.Request) -> list[tuple[str, str]]:
+def came_back(request: web.Request, name: str) -> bool:
+    """Whether the request already passed the proxy called ``name``: an entry of its ``Via`` is that
+    proxy's (:func:`via_name`) after the protocol."""
+    entries = (e.strip().split(None, 1)[1:] for v in request.headers.getall("Via", ()) for e in v.split(","))
+    return any(by == [name] for by in entries)
+
+
+def phase_refusal(request: web.Request) -> str | None:
+    """Why the request's phase header cannot be taken (None: absent, or one valid value)."""
+    given = request.headers.getall(PHASE_HEADER, ())
+    if len(given) > 1:  # which one the client meant is not for the proxy to guess
+        return f"{PHASE_HEADER} is given {len(given)} times: give it once"
+    if given and not PHASE_RE.fullmatch(given[0]):
+        return f"{PHASE_HEADER} must match {PHASE_RE.pattern}"
+    return None
+
+
+def forwarded(request: web.Request, name: str) -> list[tuple[str, str]]:
     """The client's headers as the upstream gets them: hop-by-hop ones and the phase header dropped, the
-    proxy's ``Via`` added after any the client's message already had."""
+    proxy's ``Via`` (as ``name``) added after any the client's message already had."""
     phase = PHASE_HEADER.lower()
     kept = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != phase]
-    return [*kept, ("Via", via(request.version))]
+    return [*kept, ("Via", via(request.version, name))]
 
 
-def relayed(upstream: aiohttp.ClientResponse) -> list[tuple[str, str]]:
-    """The upstream's headers as the client gets them, with the proxy's ``Via``."""
+def relayed(upstream: aiohttp.ClientResponse, name: str) -> list[tuple[str, str]]:
+    """The upstream's headers as the client gets them, with the proxy's ``Via`` (as ``name``)."""
     kept = [(k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP]
-    return [*kept, ("Via", via(upstream.version))]
+    return [*kept, ("Via", via(upstream.version, name))]
 
 
 def name_own_answers(app: web.Application) -> None:

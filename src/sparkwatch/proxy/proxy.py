@@ -21,10 +21,9 @@ from aiohttp import web
 from yarl import URL
 
 from sparkwatch.core.windows import Window
-from sparkwatch.defaults import PHASE_RE
 from sparkwatch.http_reasons import unreachable_reason
+from sparkwatch.proxy import headers
 from sparkwatch.proxy.clock import WallClock
-from sparkwatch.proxy.headers import PHASE_HEADER, forwarded, name_own_answers, relayed
 from sparkwatch.proxy.refusals import openai_error
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
 
@@ -89,6 +88,8 @@ class Proxy:
         self._clock = clock or WallClock()
         self._now_ns = self._clock.now_ns
         self._instance = secrets.token_hex(3)  # window ids stay unique if the proxy restarts in a run
+        self.via_name = headers.via_name(self._instance)
+        self.saw_itself = False  # a request came back: the upstream leads to this proxy
         self._warmup_taken = 0  # warm-up slots given to requests without a phase header
         self._arrived = 0  # generation requests so far: a window's number is its request's arrival
         self._session: aiohttp.ClientSession | None = None
@@ -137,6 +138,9 @@ class Proxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if not request.raw_path.startswith("/"):  # before it is counted: no window, no warm-up slot taken
             return openai_error(400, "not_origin_form", ABSOLUTE_FORM_REASON)
+        if headers.came_back(request, self.via_name):  # answered, not forwarded: no window, no warm-up slot
+            self.saw_itself = True
+            return openai_error(508, "loop_detected", headers.LOOP_REASON)
         if not _generation(request):
             return await self._handle(request)
         self._arrived += 1
@@ -155,9 +159,9 @@ class Proxy:
         t_start = self._now_ns()
         assert self._session is not None, "Proxy.start() was not awaited"
         generation = _generation(request)
-        header = request.headers.get(PHASE_HEADER)
-        if generation and header is not None and not PHASE_RE.fullmatch(header):
-            return openai_error(400, "invalid_phase", f"{PHASE_HEADER} must match {PHASE_RE.pattern}")
+        header = request.headers.get(headers.PHASE_HEADER)
+        if generation and (refusal := headers.phase_refusal(request)) is not None:
+            return openai_error(400, "invalid_phase", refusal)
         phase = self._arrival_phase(header) if generation else "timed"
         counted_warmup = generation and header is None and phase == "warmup"
         try:
@@ -174,7 +178,11 @@ class Proxy:
         url = URL(self.upstream + request.raw_path, encoded=True)
         try:
             upstream = await self._session.request(
-                request.method, url, headers=forwarded(request), data=body or None, allow_redirects=False
+                request.method,
+                url,
+                headers=headers.forwarded(request, self.via_name),
+                data=body or None,
+                allow_redirects=False,
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             why = unreachable_reason(exc) if isinstance(exc, aiohttp.ClientError) else "no answer in time"
@@ -236,7 +244,7 @@ class Proxy:
         learns whether the client hung up (the handler is cancelled then: make_proxy_runner) or the upstream
         broke off or timed out, which the client then sees too: its connection is cut, never ended cleanly."""
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for k, v in relayed(upstream):
+        for k, v in headers.relayed(upstream, self.via_name):
             response.headers.add(k, v)
         if upstream.content_length is not None:
             response.content_length = upstream.content_length
@@ -367,7 +375,7 @@ def _within(t_ns: int | None, lo: int, hi: int) -> int | None:
 def make_proxy_app(proxy: Proxy) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_route("*", "/{tail:.*}", proxy.handle)
-    name_own_answers(app)
+    headers.name_own_answers(app)
 
     async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
         await proxy.start()

@@ -50,7 +50,13 @@ async def running_proxy(
     try:
         url = await start_site(runner, host, port, refusal_shape=openai_shape)
         try:
-            if (warning := await upstream_warning(config.upstream, shown)) is not None:
+            warning = await upstream_warning(config.upstream, shown)
+            if proxy.saw_itself:  # the probe's HEAD came back to it
+                raise ProxyConfigError(
+                    f"the upstream {shown} leads back to this proxy ({url}): every request would loop;"
+                    " give it the model server's URL"
+                )
+            if warning is not None:
                 log.warning("%s", warning)
             yield url
         finally:

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkwatch_agent.shared.strict_text import cut_short
+
+#: How much of a damaged column's value a refusal quotes.
+SHOWN_VALUE_CHARS = 40
+
 
 def is_integer(value: Any) -> bool:
     """An integer as the store writes one (SQLite hands back text, a REAL or a blob for a damaged column)."""
@@ -13,5 +18,4 @@ def is_integer(value: Any) -> bool:
 
 def shown_value(value: Any) -> str:
     """A column's value for a one-line message: repr, cut at 40 characters."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return cut_short(repr(value), SHOWN_VALUE_CHARS)

@@ -50,20 +50,24 @@ def loads_json(text: str | bytes) -> Any:
         raise TextFormatError("is JSON nested too deep to read") from None
 
 
-def decode_utf8(raw: bytes) -> str:
-    """``raw`` as UTF-8 text; else which byte is not (JSON is UTF-8, and TOML too)."""
+def decode_utf8(raw: bytes, verb: str = "is ") -> str:
+    """``raw`` as UTF-8 text; else which byte is not (JSON is UTF-8, and TOML too). ``verb``: what the
+    message starts with ("is not UTF-8 text", or "not UTF-8 text" after "not valid TOML: ")."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TextFormatError(
-            f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+            f"{verb}not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
 
 
-def loads_toml(text: str) -> dict[str, Any]:
-    """TOML; a file too deep for the parser, or with an integer past 64 bits (TOML's own bound, which
-    tomllib does not apply: ``float()`` of one raised OverflowError far from the file), is refused like
-    any other invalid TOML (the error's text is the detail after "not valid TOML: ")."""
+def loads_toml(text: str | bytes) -> dict[str, Any]:
+    """TOML (bytes as UTF-8, TOML's only encoding: never the locale's); a file too deep for the parser, or
+    with an integer past 64 bits (TOML's own bound, which tomllib does not apply: ``float()`` of one
+    raised OverflowError far from the file), is refused like any other invalid TOML (the error's text is
+    the detail after "not valid TOML: ")."""
+    if isinstance(text, bytes):
+        text = decode_utf8(text, verb="")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
