@@ -8,7 +8,7 @@ import asyncio
 import json
 import sys
 
-from sparkwatch.client import CoordinatorClient, CoordinatorTarget, Imported
+from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget, Imported
 from sparkwatch.commands.anchor_flag import anchor_of
 from sparkwatch.commands.attach import attach, export_flags
 from sparkwatch.core.export_schema import run_schema
@@ -31,7 +31,13 @@ def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
     async def post() -> Imported:
         async with CoordinatorClient(target) as client:
-            return await client.import_windows(args.run, windows)
+            try:
+                return await client.import_windows(args.run, windows)
+            except CoordinatorError as exc:  # a refusal of the file's windows names the file, as ours do
+                if not exc.refused:
+                    raise
+                said = f"{args.file} ({args.format}): nothing imported: {exc}"
+                raise CoordinatorError(said, exc.status, exc.code) from None
 
     done = asyncio.run(post())
     if done.note is not None:
@@ -46,8 +52,11 @@ def cmd_attach(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             parser.error("-o/--output: --lmx-flags prints to stdout and writes no file")
         print(export_flags(args.export, args.force))
         return 0
-    if args.output is not None:  # refused as every command refuses it, before anything is read
-        check_output(args.output, {args.export: "the export"})
+    # refused as every command refuses it, before anything is read: the file written (the payload, edited
+    # in place, or -o) is never the export (before, --lmx run.json edited the export itself, exit 0)
+    written, flag = (args.output, "-o") if args.output is not None else (args.lmx, "--lmx")
+    if args.output is not None or args.lmx.exists():  # a payload that is not there: attach says so
+        check_output(written, {args.export: "the export"}, flag=flag)
     values = attach(args.export, args.lmx, args.force, args.output)
     watts = ", ".join(json.dumps(w) for w in values["gpuPowerWatts"])  # as the payload now holds them
     peak = values.get("peakVramGb")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch.cli_handlers import target_of
-from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget, token_file_read
 from sparkwatch.commands.anchor_flag import anchor_of
 from sparkwatch.commands.demo import DemoOptions, run_demo
 from sparkwatch.commands.embedded import nodes_now
@@ -155,8 +155,9 @@ def _unused_run_flag(args: argparse.Namespace) -> str | None:
 
 
 def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    if args.output is not None:
-        check_output(args.output)  # before every node is dialled
+    if args.output is not None:  # before every node is dialled; never over the files it reads
+        nodes_file = {} if args.nodes is None else {args.nodes: "the nodes file (--nodes)"}
+        check_output(args.output, nodes_file | token_file_read(None if args.nodes else args.token_file))
     target = target_of(args) if args.nodes is None else None
 
     async def settle(client: CoordinatorClient) -> list[dict[str, object]]:

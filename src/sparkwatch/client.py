@@ -121,8 +121,22 @@ class CoordinatorTarget:
             )
         if parts.path.endswith(("/v1", "/api/v1")):  # the API's routes are below the base: /v1/v1/runs
             raise CoordinatorError(f"coordinator URL is its base, without {parts.path}: {chosen!r}")
-        path = token_file or (Path(env[ENV_TOKEN_FILE]) if env.get(ENV_TOKEN_FILE) else None)
+        path = token_file_of(token_file, env)
         return cls(chosen, load_token(path), path) if path else cls(chosen, None)
+
+
+def token_file_of(flag: Path | None, environ: Mapping[str, str] | None = None) -> Path | None:
+    """The coordinator's token file a command reads: ``--token-file``, else ``$SPARKWATCH_TOKEN_FILE``."""
+    env = os.environ if environ is None else environ
+    return flag or (Path(env[ENV_TOKEN_FILE]) if env.get(ENV_TOKEN_FILE) else None)
+
+
+def token_file_read(flag: Path | None, environ: Mapping[str, str] | None = None) -> dict[Path, str]:
+    """The token file as an output's ``reads`` (outputs.check_output): ``-o`` may not replace it, however
+    it was named (before, ``$SPARKWATCH_TOKEN_FILE`` was not looked at, and the export replaced the token)."""
+    path = token_file_of(flag, environ)
+    named = "--token-file" if flag is not None else f"${ENV_TOKEN_FILE}"
+    return {} if path is None else {path.resolve(): f"the coordinator's token file ({named})"}
 
 
 #: What a refused connection to the coordinator adds: nothing listens there, and what a user may mean.

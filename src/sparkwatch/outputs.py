@@ -88,9 +88,9 @@ def _try_a_file_in(folder: Path) -> None:
 
 def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
     """Write beside ``path`` and rename over it, so a reader never sees half a file; ``mode`` (permission
-    bits) is set before the rename. The temporary file is removed when anything fails, and the error names
-    ``path``, the file asked for, not the temporary one. Into a device or a pipe (``-o /dev/null``), the
-    bytes go straight in: renaming over it would replace it with a file."""
+    bits, default: those of the file replaced) is set before the rename. The temporary file is removed when
+    anything fails, and the error names ``path``, the file asked for, not the temporary one. Into a device
+    or a pipe (``-o /dev/null``), the bytes go straight in: renaming over it would replace it with a file."""
     if not_a_file(path):
         _write_into(path, lambda f: f.write(data))
         return
@@ -98,14 +98,24 @@ def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
     tmp = final.with_name(f".{final.name}.sparkwatch-tmp")
     try:
         tmp.write_bytes(data)
-        if mode is not None:
-            os.chmod(tmp, mode)
+        _keep_mode(tmp, final, mode)
         tmp.replace(final)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         if exc.errno is None:
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+
+def _keep_mode(tmp: Path, final: Path, mode: int | None = None) -> None:
+    """Give ``tmp`` the permission bits ``mode``, else those of the ``final`` it replaces: a 0640 file
+    rewritten stays 0640 (the new file's were the umask's), as an edit in place would leave it."""
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(os.stat(final).st_mode)
+        except FileNotFoundError:
+            return
+    os.chmod(tmp, mode)
 
 
 def size_text(size_bytes: int) -> str:
@@ -244,6 +254,7 @@ def write_export(path: Path, export: dict[str, Any]) -> None:
     try:
         with open(tmp, "wb") as f:
             write_export_to(f, export)
+        _keep_mode(tmp, final)
         tmp.replace(final)
     except BaseException as exc:  # a full disk, a value orjson refuses, an interrupt: no half file is left
         tmp.unlink(missing_ok=True)

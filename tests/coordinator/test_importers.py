@@ -510,7 +510,15 @@ def test_aiperf_last_token_without_gaps_needs_the_013_request_latency(tmp_path: 
     rel = "aiperf/profile_export_0.13_one_token.jsonl"
     assert load_windows("aiperf", rewrite_lines(tmp_path, rel, no_latency))[0].t_last_token_ns is None
     message = refused("aiperf", rewrite_lines(tmp_path, rel, shorter))
-    assert "line 1.metrics: request_latency is shorter than time_to_first_token" in message
+    assert "line 1: metrics: request_latency is shorter than time_to_first_token" in message
+
+    def wrong_type(records: list[Any]) -> None:
+        records[0]["metadata"]["request_start_ns"] = "soon"
+
+    # was "line 1.metadata.request_start_ns must be …": the line and the field ran together
+    assert ": line 1: metadata.request_start_ns " in refused(
+        "aiperf", rewrite_lines(tmp_path, rel, wrong_type)
+    )
 
 
 def test_older_aiperf_request_latency_is_not_a_token_stamp(tmp_path: Path) -> None:

@@ -141,6 +141,16 @@ def test_crlf_mode_and_the_authors_notes_survive_and_a_reattach_replaces_only_ou
     assert p.stat().st_mode & 0o777 == 0o600
 
 
+def test_a_payload_with_a_byte_order_mark_is_edited_and_keeps_it(tmp_path: pathlib.Path) -> None:
+    """A Windows editor's BOM was refused with Python's own hint ("decode using utf-8-sig")."""
+    e, p = write(tmp_path, export())
+    p.write_bytes(b'\xef\xbb\xbf{"model": "m"}')
+    attach(e, p, force=False)
+    raw = p.read_bytes()
+    assert raw.startswith(b'\xef\xbb\xbf{"model": "m", "gpuPowerWatts": [55.8, 53.8]'), raw[:80]
+    assert json.loads(raw.decode("utf-8-sig"))["peakVramGb"] == 68.0
+
+
 def test_unknown_peak_memory_needs_force(tmp_path: pathlib.Path) -> None:
     exp = export()
     exp["lmx"]["peakVramGb"] = exp["totals"]["memory_used_bytes_peak_sum"] = None

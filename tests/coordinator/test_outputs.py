@@ -29,6 +29,7 @@ from sparkwatch.outputs import (
     print_export,
     write_atomically,
     write_export,
+    write_text_atomically,
 )
 from sparkwatch.proxy.spill import spill_path_beside
 
@@ -223,3 +224,21 @@ def test_nothing_is_written_beside_an_export_sent_to_a_device(tmp_path: pathlib.
     assert write_report_beside({}, null, said) is None and said.getvalue() == ""
     assert spill_path_beside(null).parent == pathlib.Path(tempfile.gettempdir())
     assert spill_path_beside(tmp_path / "run.json") == tmp_path / "run.unsent-windows.json"
+
+
+def test_a_file_written_over_keeps_its_permission_bits(tmp_path: pathlib.Path) -> None:
+    """`hardware -o hw.json` over a 0640 file left it 0644 (the new file's umask bits); an export too."""
+    text_file, export_file, new_file = tmp_path / "hw.json", tmp_path / "run.json", tmp_path / "new.json"
+    for path in (text_file, export_file):
+        path.write_text("{}")
+        path.chmod(0o640)
+    write_text_atomically(text_file, '{"a": 1}')
+    write_export(export_file, {"a": 1})
+    assert json.loads(text_file.read_text()) == json.loads(export_file.read_text()) == {"a": 1}
+    assert stat.S_IMODE(text_file.stat().st_mode) == stat.S_IMODE(export_file.stat().st_mode) == 0o640
+    old = os.umask(0o027)
+    try:
+        write_text_atomically(new_file, "{}")  # a new file: the umask's bits, as any new file gets
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(new_file.stat().st_mode) == 0o640

@@ -19,6 +19,7 @@ from sparkwatch.core.export import digest
 from sparkwatch.report import charts, facts
 from sparkwatch.report.bundle import BUNDLE_END, Assets
 from sparkwatch.report.page import build_page, summary_html
+from sparkwatch_agent.shared.units import lmx_gb, one_decimal, round1
 
 
 class Cells(HTMLParser):
@@ -72,8 +73,25 @@ def test_every_summary_figure_is_the_exports_to_its_printed_digits(export: dict[
         if value is None:
             assert shown == "n/a", cell
         else:
-            assert shown == f"{value / scale:.{digits}f}", cell
+            wanted = one_decimal(value / scale) if digits == 1 else f"{value / scale:.{digits}f}"
+            assert shown == wanted, cell
             assert abs(float(shown) - value / scale) <= 0.5 * 10**-digits + 1e-12
+
+
+def test_one_decimal_figures_round_as_lmx_publishes_them(export: dict[str, Any]) -> None:
+    """55.65 W showed as 55.6 on the page and in the table (half to even on the exact decimal) while
+    `attach` published 55.7 (lmx's half away from zero): the page is checked against the line published."""
+    export = copy.deepcopy(export)
+    export["nodes"][0]["power_w"]["gated_mean"] = 55.65
+    export["totals"]["memory_used_bytes_peak_of_sum"] = int(136.25 * 2**30)
+    assert (round1(55.65), lmx_gb(int(136.25 * 2**30))) == (55.7, 136.3)  # what lmx's fields say
+    cells = {c["data-key"]: c["text"].split(" ")[0] for c in _summary_cells(export)}
+    assert cells["nodes.0.power_w.gated_mean"] == "55.7"
+    assert cells["totals.memory_used_bytes_peak_of_sum"] == "136.3"
+    (row,) = [
+        line for line in summary_table(export).splitlines() if line.startswith(export["nodes"][0]["node"])
+    ]
+    assert row.split()[1].rstrip("*") == "55.7", row
 
 
 def test_a_node_without_a_system_sensor_says_so_and_the_others_name_their_domain(

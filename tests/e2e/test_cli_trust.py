@@ -481,3 +481,47 @@ def test_a_reader_that_leaves_mid_export_ends_it_with_sigpipes_status(tmp_path: 
     assert (
         len(whole.stdout) > 4 * 65536 and json.loads(whole.stdout)["run"]["id"] == "r"
     )  # larger than a pipe
+
+
+def test_no_output_replaces_a_file_the_command_reads(tmp_path: pathlib.Path) -> None:
+    """Each wrote its JSON over the file and exited 0: the token named by $SPARKWATCH_TOKEN_FILE (which
+    the coordinator then refused to start with, mode 0644), a `hardware --nodes` nodes file, an export
+    --prometheus windows file, and the export `attach --lmx` was given as its payload."""
+    token, nodes, windows = tmp_path / "coordinator.token", tmp_path / "nodes.toml", tmp_path / "w.json"
+    token.write_text("t" * 32 + "\n")
+    token.chmod(0o600)
+    nodes.write_text('[nodes.a]\nurl = "http://127.0.0.1:9"\n')
+    windows.write_text('{"windows": []}')
+    export = tmp_path / "run.json"
+    export.write_text("{}")
+    env = {"SPARKWATCH_TOKEN_FILE": str(token), "SPARKWATCH_COORDINATOR": "http://127.0.0.1:9"}
+    span = ["--start", "2026-01-01T00:00:00Z", "--end", "2026-01-01T01:00:00Z"]
+    for args, said in (
+        (["run", "-o", str(token), "--", "true"], "is the coordinator's token file itself"),
+        (
+            ["runs", "export", "r1", "-o", str(token)],
+            "is the coordinator's token file ($SPARKWATCH_TOKEN_FILE)",
+        ),
+        (["hardware", "-o", str(token)], "is the coordinator's token file ($SPARKWATCH_TOKEN_FILE)"),
+        (["hardware", "--nodes", str(nodes), "-o", str(nodes)], "is the nodes file (--nodes) itself"),
+        (
+            [
+                "export",
+                "--prometheus",
+                "http://127.0.0.1:9",
+                "--windows",
+                str(windows),
+                *span,
+                "-o",
+                str(windows),
+            ],
+            "is the windows file (--windows) itself",
+        ),
+        (["attach", str(export), "--lmx", str(export)], f"--lmx {export} is the export itself"),
+    ):
+        result = sparkwatch(*args, env=env, timeout=60)
+        assert result.returncode == 2 and said in result.stderr, (args, result.stderr)
+        assert result.stderr.count("\n") == 1, result.stderr
+    assert token.read_text() == "t" * 32 + "\n" and (token.stat().st_mode & 0o777) == 0o600
+    assert nodes.read_text().startswith("[nodes.a]") and windows.read_text() == '{"windows": []}'
+    assert export.read_text() == "{}"

@@ -169,6 +169,7 @@ def test_a_harness_file_imported_after_the_run_lands_in_it_and_a_later_one_is_re
     assert after_import["windows"] == 3
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert f"HTTP 409: run {run['id']} ended at " in refused.stderr
+    assert refused.stderr.startswith(f"sparkwatch: error: {late} (plain): nothing imported: "), refused.stderr
     assert f"(t_end_ns {run['t_end_ns']})" in refused.stderr and "'late-1'" in refused.stderr
     assert after_refusal["windows"] == 3  # nothing of the refused file
     assert mark[0] == 409 and mark[1]["error"] == "run_ended"

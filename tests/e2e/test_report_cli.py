@@ -49,6 +49,23 @@ def test_the_report_and_its_figures_from_an_export_file(
     assert "4 PNG figure(s)" in result.stderr and "4 SVG figure(s)" in result.stderr
 
 
+def test_a_control_character_in_a_name_is_drawn_escaped(
+    export_file: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A NUL in a node name (a TSDB label's value) or a control character in a line's label aborted
+    `--png`/`--svg` with a Rust panic (exit 134, a backtrace): XML, which the figures' text passes through,
+    cannot hold them. They are drawn as escapes."""
+    text = export_file.read_text().replace('"spark-1"', json.dumps("spark\u00001"))
+    odd = json.loads(text.replace('"page cache"', json.dumps("page\u0001cache")))
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(odd))
+    result = sparkwatch("report", str(path), "--png", str(tmp_path / "png"), "--svg", str(tmp_path / "svg"))
+    assert result.returncode == 0 and "panicked" not in result.stderr, result.stderr
+    (svg,) = [p for p in (tmp_path / "svg").iterdir() if "spark_1" in p.name]
+    assert "spark\\x001" in svg.read_text() and "page\\x01cache" in svg.read_text()
+    assert len(list((tmp_path / "png").iterdir())) == 4
+
+
 def test_an_export_without_series_still_reports_its_tables_and_says_why(
     export_file: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
@@ -88,6 +105,17 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
     huge["method"]["gate"]["threshold_ratio"] = 10**400
     (tmp_path / "huge.json").write_text(json.dumps(huge))
     (tmp_path / "utf16.json").write_bytes(b"\xff\xfe" + export_file.read_text().encode("utf-16-le"))
+    # parts that do not fit together, which the report read side by side: each column named for another node
+    short = json.loads(export_file.read_text())
+    del short["nodes"][0]
+    (tmp_path / "short.json").write_text(json.dumps(short))
+    turned = json.loads(export_file.read_text())
+    turned["series"]["nodes"].reverse()
+    (tmp_path / "turned.json").write_text(json.dumps(turned))
+    backwards = json.loads(export_file.read_text())
+    middle = backwards["windows"][len(backwards["windows"]) // 2]
+    middle["t_end_ns"] = middle["t_start_ns"] - 1
+    (tmp_path / "backwards.json").write_text(json.dumps(backwards))
     cases = [
         (["report", str(tmp_path / "missing.json")], "cannot read"),
         (["report", str(tmp_path / "not.json")], "is not JSON"),
@@ -112,6 +140,15 @@ def test_what_the_report_cannot_use_is_one_line_and_writes_nothing(
         (["report", str(tmp_path / "utf16.json")], "utf16.json is not UTF-8 text (byte 0xff at offset 0)"),
         (["report", str(tmp_path / "wordy.json")], "lmx/notes: 'xxxxxxxxxxxx...xxxxxxxxxxxxx' is too long"),
         (["report", str(tmp_path / "ragged.json")], "has unequal t_s and v"),
+        (
+            ["report", str(tmp_path / "short.json")],
+            "series.nodes lists ['spark-1', 'spark-2', 'spark-3', 'spark-4'] where nodes[] lists ['spark-2',",
+        ),
+        (["report", str(tmp_path / "turned.json")], "series.nodes lists ['spark-4', 'spark-3',"),
+        (
+            ["report", str(tmp_path / "backwards.json")],
+            f"window {middle['id']!r} ends before it starts: was it",
+        ),
         (
             ["report", str(tmp_path / "self.json"), "-o", str(tmp_path / "self.json")],
             "is the export itself",

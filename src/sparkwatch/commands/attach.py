@@ -233,6 +233,8 @@ def attach(export_path: Path, payload_path: Path, force: bool, output: Path | No
         raise AttachError(f"{payload_path}: {exc.strerror}") from None
     try:
         payload_text = decode_utf8(raw)  # bytes, not read_text(): CRLF stays CRLF
+        bom = "\ufeff" if payload_text.startswith("\ufeff") else ""  # a Windows editor's: kept, as every byte
+        payload_text = payload_text.removeprefix(bom)
         current = loads_json(payload_text)
     except TextFormatError as exc:
         raise AttachError(f"{payload_path} {exc}") from None
@@ -244,7 +246,7 @@ def attach(export_path: Path, payload_path: Path, force: bool, output: Path | No
     if isinstance(current, dict):
         values["notes"] = merged_notes(current.get("notes"), values["notes"], name)
     inner = attach_text(payload_text[start:end], values, name)
-    new_text = payload_text[:start] + inner + payload_text[end:]
+    new_text = bom + payload_text[:start] + inner + payload_text[end:]
     target = output or payload_path
     try:
         write_atomically(target, new_text.encode("utf-8"), stat.S_IMODE(mode))

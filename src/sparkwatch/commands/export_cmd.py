@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from sparkwatch.client import token_file_read
 from sparkwatch.commands.export_tsdb import check_tsdb_args, tsdb_export
 from sparkwatch.commands.outcome import quality_line
 from sparkwatch.commands.quality import judge
@@ -40,7 +41,7 @@ class ExportCommandError(Exception):
 def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_tsdb_args(args, parser)
     if args.output is not None:
-        check_output(args.output, {} if args.db is None else database_files(args.db))
+        check_output(args.output, _read_by(args))
     scope = cast(ScopeKind | None, args.scope)
     if args.prometheus is not None:
         try:
@@ -72,6 +73,20 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         if args.json or args.output is None:
             print_export(export, sys.stdout)
     return 0
+
+
+def _read_by(args: argparse.Namespace) -> dict[Path, str]:
+    """The files the export reads, which ``-o`` may not replace: the database (with its WAL and index), or
+    the windows file and the engine's and the coordinator's credentials."""
+    if args.db is not None:
+        return database_files(args.db)
+    named = [
+        (args.windows, "the windows file (--windows)"),
+        (args.bearer_token_file, "the engine's token file (--bearer-token-file)"),
+        (args.basic_auth_password_file, "the engine's password file (--basic-auth-password-file)"),
+    ]
+    reads = {path.resolve(): what for path, what in named if path is not None}
+    return reads | token_file_read(args.token_file)
 
 
 def offline_export(

@@ -51,7 +51,34 @@ def load_export(path: Path) -> dict[str, Any]:
                 raise ExportFileError(
                     f"{path}: series line {node['node']}/{line['key']} has unequal t_s and v"
                 )
+    if (problem := _disagreement(export)) is not None:
+        raise ExportFileError(f"{path}: {problem}: was it edited?")
     return export
+
+
+def _disagreement(export: dict[str, Any]) -> str | None:
+    """Where the export's parts do not fit together as sparkwatch writes them: the series and every window
+    list the nodes of ``nodes[]``, in its order (a report reads them side by side: a node taken out of
+    ``nodes[]`` alone labelled each column with the next node's name), and no window ends before it starts."""
+    names = [node["node"] for node in export["nodes"]]
+    series = export.get("series")
+    if series is not None and (listed := [n["node"] for n in series["nodes"]]) != names:
+        return f"series.nodes lists {_names(listed)} where nodes[] lists {_names(names)}"
+    for n, window in enumerate(export["windows"]):  # past the schema's sample too: no field is trusted
+        if not isinstance(window, dict):
+            return f"windows[{n}] is not a JSON object"
+        said, entries = f"window {window.get('id')!r}", window.get("nodes")
+        listed = [e.get("node") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+        if listed != names:
+            return f"{said} lists nodes {_names(listed)} where nodes[] lists {_names(names)}"
+        start, end = window.get("t_start_ns"), window.get("t_end_ns")
+        if isinstance(start, int) and isinstance(end, int) and end < start:
+            return f"{said} ends before it starts"
+    return None
+
+
+def _names(names: list[Any]) -> str:
+    return reprlib.repr(names) if names else "none"
 
 
 CHECKED_WINDOWS = 100

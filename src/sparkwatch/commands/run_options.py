@@ -130,10 +130,12 @@ def check_options(opts: RunOptions) -> None:
 
 def _read_by(opts: RunOptions) -> dict[Path, str]:
     """What the run reads or keeps, which neither ``-o`` nor ``--spill`` may replace: the nodes file, the
-    token file, the database, each ``--import`` file (the benchmark's own result)."""
+    coordinator's token file (from ``--token-file`` or ``$SPARKWATCH_TOKEN_FILE``), the database, each
+    ``--import`` file (the benchmark's own result)."""
     reads = {} if opts.db is None else database_files(opts.db)
+    if opts.target is not None and opts.target.token_file is not None:  # --token-file, or the environment's
+        reads |= {opts.target.token_file.resolve(): "the coordinator's token file"}
     named = [(opts.nodes_file, "the nodes file (--nodes)")]
-    named += [(opts.token_file, "the token file (--token-file)")]
     named += [(Path(path), f"the {fmt} file --import reads") for fmt, path in opts.imports if path != "-"]
     reads.update({path.resolve(): what for path, what in named if path is not None})
     return reads

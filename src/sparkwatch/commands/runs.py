@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.client import CoordinatorClient, CoordinatorTarget, token_file_read
 from sparkwatch.client_waits import end_wait_s
 from sparkwatch.commands.export_cmd import wanted_series
 from sparkwatch.commands.outcome import quality_line
@@ -38,7 +38,7 @@ def cmd_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.runs_command == "mark" and args.event == "end" and args.phase is not None:
         parser.error("argument --phase: only with begin (a mark ends in the phase it began in)")
     if args.runs_command == "export" and args.output is not None:
-        check_output(args.output)
+        check_output(args.output, token_file_read(args.token_file))
     target = CoordinatorTarget.resolve(args.coordinator, args.token_file)
     timeout_s = EXPORT_TIMEOUT_S if args.runs_command == "export" else REQUEST_TIMEOUT_S
     action = ACTIONS[args.runs_command]

@@ -12,11 +12,14 @@ from sparkwatch.core.rounding import ratio_text
 from sparkwatch.outputs import command_line, shown
 from sparkwatch.report.doubt import doubt_mark, doubt_note, measured_windows
 from sparkwatch.report.facts import said_once
-from sparkwatch_agent.shared.units import GIB
+from sparkwatch_agent.shared.units import GIB, one_decimal
 
 
 def _num(value: float | None, fmt: str) -> str:
-    return "n/a" if value is None else format(value, fmt)
+    """n/a, or ``value`` in ``fmt``; to one decimal as lmx rounds it (half away from zero)."""
+    if value is None:
+        return "n/a"
+    return one_decimal(value) if fmt == ".1f" else format(value, fmt)
 
 
 def _ratio(value: float | None) -> str:
@@ -26,7 +29,7 @@ def _ratio(value: float | None) -> str:
 
 def _gib(value: int | None, *, unit: bool = False) -> str:
     """GiB to one decimal (``unit``: with its unit, which an unknown, ``n/a``, goes without)."""
-    return "n/a" if value is None else f"{value / GIB:.1f}" + (" GiB" if unit else "")
+    return "n/a" if value is None else one_decimal(value / GIB) + (" GiB" if unit else "")
 
 
 #: Signals that stop a command on purpose (Ctrl-C, a kill, a closed terminal): an interruption. Any other

@@ -36,8 +36,13 @@ class ImportFormatError(ValueError):
 
     def __init__(self, file: str, problem: str) -> None:
         self.file = file
-        self.problem = " ".join(problem.split())  # one line, whatever the harness put in its strings
+        one_line = " ".join(problem.split())  # one line, whatever the harness put in its strings
+        # a JSON Lines record's fields are named from its line ("line 3.metadata.x"): said as "line 3: …"
+        self.problem = _LINE_FIELD.sub(r"\1: ", one_line, count=1)
         super().__init__(f"{file}: {self.problem}")
+
+
+_LINE_FIELD = re.compile(r"^(line \d+)\.(?=\w)")
 
 
 class Problem(ValueError):

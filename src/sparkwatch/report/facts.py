@@ -17,7 +17,7 @@ from sparkwatch.core.domains import headline_entry
 from sparkwatch.core.export import digest
 from sparkwatch.outputs import command_line
 from sparkwatch.report.doubt import doubt_mark
-from sparkwatch_agent.shared.units import GIB
+from sparkwatch_agent.shared.units import GIB, one_decimal
 
 NA = "n/a"
 #: Reasons the export gives as codes, in words (``system``: "no_sensor", schema-fixed).
@@ -43,7 +43,10 @@ def marked(cell: Cell, mark: str) -> Cell:
 def figure(export: dict[str, Any], key: str, digits: int, scale: float = 1.0) -> Cell:
     """The value at ``key`` (dotted path, list indices as numbers) printed to ``digits``; n/a when unknown."""
     value = lookup(export, key)
-    text = NA if value is None else f"{value / scale:.{digits}f}"
+    if value is None:
+        text = NA
+    else:  # one decimal as lmx rounds it: the figures a reader checks against the line they publish
+        text = one_decimal(value / scale) if digits == 1 else f"{value / scale:.{digits}f}"
     return Cell(text, key, digits, scale)
 
 
@@ -273,7 +276,7 @@ def _say(value: Any) -> str:
 
 
 def _gib(value: Any) -> str:
-    return NA if value is None else f"{value / GIB:.1f}"
+    return NA if value is None else one_decimal(value / GIB)
 
 
 def window_rows(export: dict[str, Any]) -> dict[str, Any]:

@@ -18,9 +18,28 @@ def image_name(run_id: str, node: str, fmt: ImageFormat) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{run_id}-{node}") + f".{fmt}"
 
 
+#: What XML 1.0 cannot hold (C0 controls but tab, newline and return; U+FFFE, U+FFFF; lone surrogates):
+#: vl-convert draws text through SVG, and one such character in a node name or a label aborted the whole
+#: process with a Rust panic.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def xml_safe(value: Any) -> Any:
+    """``value`` (a spec, its rows) with every string's non-XML characters written as ``\\xNN``/``\\uNNNN``
+    escapes, so the figure shows what the export holds instead of failing on it."""
+    if isinstance(value, str):
+        return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], value) if _NOT_XML.search(value) else value
+    if isinstance(value, dict):
+        return {k: xml_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [xml_safe(v) for v in value]
+    return value
+
+
 def render(spec: dict[str, Any], fmt: ImageFormat) -> bytes:
     import vl_convert  # noqa: PLC0415 — loaded only when images are asked for
 
+    spec = xml_safe(spec)
     if fmt == "png":
         return bytes(vl_convert.vegalite_to_png(spec, scale=PNG_SCALE))
     return str(vl_convert.vegalite_to_svg(spec)).encode()

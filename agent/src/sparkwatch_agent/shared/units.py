@@ -18,6 +18,12 @@ def round1(value: float) -> float:
     return whole / 10
 
 
+def one_decimal(value: float) -> str:
+    """``value`` shown to one decimal as it is published (:func:`round1`): a table or a report that
+    printed 55.6 beside an lmx field of 55.7 would disagree with the line it is checked against."""
+    return f"{round1(value):.1f}"
+
+
 def lmx_gb(n_bytes: int) -> float:
     """Bytes as an lmx ``...Gb`` field: GiB, since lmx divides MiB by 1024 and bytes by ``1024**3``
     (never by 1e9), rounded by :func:`round1`."""

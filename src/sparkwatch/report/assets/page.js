@@ -20,7 +20,10 @@
   }
 
   function fmt(v, digits) {
-    return v === null || v === undefined ? "n/a" : Number(v).toFixed(digits);
+    if (v === null || v === undefined) return "n/a";
+    var x = Number(v);
+    if (digits === 1) x = Math.sign(x) * Math.round(Math.abs(x) * 10) / 10;  // half away from zero, as lmx
+    return x.toFixed(digits);
   }
 
   function esc(s) {
