@@ -15,6 +15,7 @@ from sparkwatch.cli_commands import COMMANDS, handler, is_user_error
 from sparkwatch.cli_parser import PROG, make_parser
 from sparkwatch_agent.shared.cli_flags import refuse_unknown
 from sparkwatch_agent.shared.journal_log import configure_logging
+from sparkwatch_agent.shared.strict_text import one_line
 
 #: Libraries that log every connection at INFO (asyncssh: ~17 lines per SSH dial, ~2 000 an hour for one
 #: node that is down): WARNING and above only, unless --log-level debug asks for everything.
@@ -46,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except Exception as exc:
         if is_user_error(exc):
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
             return 2
         if isinstance(exc, OSError):  # an output file or folder the user named cannot be written
             where = f"{exc.filename}: " if exc.filename else ""
-            print(f"{PROG}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+            print(f"{PROG}: error: {one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
             return 2
         raise
 

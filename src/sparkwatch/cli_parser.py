@@ -12,6 +12,7 @@ from sparkwatch.cli_parser_runs import add_export_parser, add_runs_parser, metho
 from sparkwatch.cli_types import (
     Once,
     agent_urls,
+    basic_auth_user,
     coordinator_args,
     count,
     engine_metrics_url,
@@ -109,7 +110,12 @@ def _remote_write_args(coord: argparse.ArgumentParser) -> None:
         " http://prom:9090/api/v1/write",
     )
     rw.add_argument("--remote-write-bearer-token-file", type=Path, metavar="FILE", help="its bearer token")
-    rw.add_argument("--remote-write-basic-auth-user", metavar="USER", help="basic auth for the receiver")
+    rw.add_argument(
+        "--remote-write-basic-auth-user",
+        type=basic_auth_user,
+        metavar="USER",
+        help="basic auth for the receiver",
+    )
     rw.add_argument("--remote-write-basic-auth-password-file", type=Path, metavar="FILE", help="its password")
 
 

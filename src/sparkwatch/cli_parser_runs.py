@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch.cli_types import (
+    basic_auth_user,
     coordinator_args,
     epoch_ns,
     interval_s,
@@ -227,7 +228,9 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
     )
     coordinator_args(export, tsdb)  # where RUN is, with --prometheus
     tsdb.add_argument("--bearer-token-file", type=Path, metavar="FILE", help="the engine's bearer token")
-    tsdb.add_argument("--basic-auth-user", metavar="USER", help="basic auth for the engine")
+    tsdb.add_argument(
+        "--basic-auth-user", type=basic_auth_user, metavar="USER", help="basic auth for the engine"
+    )
     tsdb.add_argument("--basic-auth-password-file", type=Path, metavar="FILE", help="its password")
 
 

@@ -24,6 +24,7 @@ from sparkwatch.defaults import (
     check_phases,
     check_series_buckets,
 )
+from sparkwatch_agent.config import ConfigError, parse_listen
 from sparkwatch_agent.shared.strict_text import TextFormatError, cut_short, quoted_number, whole_number
 
 
@@ -207,17 +208,12 @@ class Once(argparse.Action):
 
 
 def listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[v6]:PORT``; port 0 picks a free one."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not host.strip("[]"):
-        raise argparse.ArgumentTypeError(f"must be HOST:PORT, got {text!r}")
+    """``HOST:PORT`` or ``[v6]:PORT``; port 0 picks a free one. Read as the agent and the coordinator read
+    theirs (one parser: this one let ``h:1:2`` through as host ``h:1``)."""
     try:
-        port = int(port_text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"port must be a number, got {port_text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {port}")
-    return host.strip("[]"), port
+        return parse_listen(text, named="the address")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def coordinator_args(parser: argparse.ArgumentParser, group: Any = None) -> None:
@@ -261,6 +257,16 @@ def output_file(text: str) -> Path:
 def output_or_stdout(text: str) -> Path | None:
     """A file, or ``-`` for stdout (None), for a command that prints its JSON there without ``-o``."""
     return None if text == "-" else Path(text)
+
+
+def basic_auth_user(text: str) -> str:
+    """A basic-auth user-id: RFC 7617 §2 allows no colon in it (the receiver would split the credentials at
+    it and read the rest as the password), and an empty one names nobody."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    if ":" in text:
+        raise argparse.ArgumentTypeError("must not contain ':' (RFC 7617: it ends the user-id)")
+    return text
 
 
 def spill_file(text: str) -> Path:

@@ -77,6 +77,15 @@ def test_a_token_file_of_more_than_one_token_is_refused(tmp_path: pathlib.Path, 
         load_token(token_file)
 
 
+def test_a_token_file_with_a_byte_order_mark_says_so(tmp_path: pathlib.Path) -> None:
+    """It was refused as "without spaces", which it had none of."""
+    token_file = tmp_path / "token"
+    token_file.write_bytes(b"\xef\xbb\xbf" + b"a" * 32 + b"\n")
+    token_file.chmod(0o600)
+    with pytest.raises(TokenFileError, match="starts with a byte order mark"):
+        load_token(token_file)
+
+
 def test_the_bearer_scheme_is_case_insensitive() -> None:
     """RFC 9110 §11.1: `bearer <token>` is the same as `Bearer <token>` (it got a 401 that asked for the
     second); the token itself is compared exactly."""

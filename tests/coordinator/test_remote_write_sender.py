@@ -164,6 +164,15 @@ def test_a_refusal_of_credentials_given_is_told_apart_from_none_given() -> None:
     assert refusal_hint(400, authorised=False) == refusal_hint(413, authorised=True) == ""
 
 
+def test_a_redirect_is_said_with_where_it_leads() -> None:
+    """Prometheus answers a write to `/api/v1/write/` with a 307: every batch was dropped with no hint."""
+    said = refusal_hint(307, authorised=False, location="http://u:pw@prom:9090/api/v1/write?x=1")
+    assert said == (
+        " (the receiver redirects to http://prom:9090/api/v1/write: give --remote-write that URL, e.g."
+        " without a trailing /)"
+    )
+
+
 async def test_a_full_queue_drops_and_counts_and_offer_never_waits(
     receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:

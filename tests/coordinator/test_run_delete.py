@@ -138,6 +138,7 @@ async def test_an_ended_run_is_gone_from_every_read_and_its_rows_follow(api: Api
     run = await api.run_with_rows("deleted")
     before_kept = owned_rows(api.db, kept)
     assert (await api.call("GET", f"/v1/runs/{run}/export"))[0] == 200
+    pending = (await api.ok("POST", f"/v1/runs/{run}/imports", {}))["import_id"]  # begun, not committed
 
     status, answer = await api.call("DELETE", f"/v1/runs/{run}")
     assert status == 202 and answer == {"deleted": run, "windows": DIRECT + 3}  # staged ones never counted
@@ -149,9 +150,12 @@ async def test_an_ended_run_is_gone_from_every_read_and_its_rows_follow(api: Api
         ("POST", f"/v1/runs/{run}/imports", {}),
         ("POST", f"/v1/runs/{run}/marks", {"name": "left-open", "event": "end"}),
         ("DELETE", f"/v1/runs/{run}", None),
+        ("POST", f"/v1/runs/{run}/imports/{pending}/commit", {}),  # was "no import … (aborted, or …?)"
+        ("DELETE", f"/v1/runs/{run}/imports/{pending}", None),
     ]:
         status, refusal = await api.call(method, path, body)
         assert status == 404 and refusal["error"] == "not_found", (method, path, refusal)
+        assert "import" not in refusal["reason"], refusal
         assert (
             run in refusal["reason"]
         )  # "no run RUN" (an open mark: "no open mark … in run RUN" once purged)

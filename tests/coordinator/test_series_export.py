@@ -79,7 +79,8 @@ async def test_the_api_adds_the_series_block_only_when_asked(api: Api) -> None:
         ("series_buckets=5", "series_buckets must be 100 to 20000 buckets, got 5"),
         ("series_buckets=20001", "got 20001"),
         ("series_buckets=abc", "series_buckets must be a whole number, got 'abc'"),
-        ("series_buckets=-200", "whole number"),
+        ("series_buckets=-200", "series_buckets must be 100 to 20000 buckets, got -200"),  # "whole number"
+        ("series_buckets=99999999999999999999999", "buckets, got 99999999999999999999999"),
         ("series_buckets=", "whole number"),
         ("series=yes", "series must be true or false, got 'yes'"),
         ("series=false&series_buckets=200", "series=false leaves out"),

@@ -61,12 +61,42 @@ def test_a_version_1_database_is_migrated_keeping_its_windows(tmp_path: pathlib.
     assert store.windows("r1")[1] == new
 
 
-def test_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:
+def test_newer_schema_is_refused_unchanged(tmp_path: pathlib.Path) -> None:
+    """It was refused after the pragmas had switched it to WAL and bumped its change counter."""
     db = sqlite3.connect(tmp_path / "sw.db")
     db.execute("PRAGMA user_version = 99")
     db.close()
+    before = (tmp_path / "sw.db").read_bytes()
     with pytest.raises(StoreError, match="newer"):
         Store(tmp_path / "sw.db")
+    assert (tmp_path / "sw.db").read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["sw.db"]
+
+
+def test_a_database_with_two_names_is_refused(tmp_path: pathlib.Path) -> None:
+    """A hard link let a second coordinator start on the same file: the writer lock and SQLite's WAL are
+    named after the path."""
+    Store(tmp_path / "sw.db").close()
+    os.link(tmp_path / "sw.db", tmp_path / "again.db")
+    with pytest.raises(StoreError, match=r"it has 2 hard links: .* give it one name"):
+        Store(tmp_path / "again.db")
+
+
+def test_a_read_only_database_refused_leaves_no_file_beside_it(tmp_path: pathlib.Path) -> None:
+    """Its start refused ("attempt to write a readonly database"), an empty -wal and a -shm stayed behind."""
+    store = Store(tmp_path / "sw.db")
+    store.close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    db_file = tmp_path / "sw.db"
+    real_connect = sqlite3.connect
+
+    def read_only(path: object, *args: object, **kwargs: object) -> sqlite3.Connection:
+        return real_connect(f"file:{path}?mode=ro", *args, uri=True, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite3, "connect", read_only)
+        with pytest.raises(StoreError, match="readonly"):
+            Store(db_file)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_ingest_is_idempotent_and_survives_restart(tmp_path: pathlib.Path) -> None:

@@ -311,6 +311,17 @@ def test_ctrl_c_during_the_demo_exports_without_a_traceback(tmp_path: pathlib.Pa
         (["run", "--spill", "u.json", "--", "true"], "--spill keeps", "sparkwatch run"),
         (["run", "--nodes", "n", "--token-file", "t", "--", "true"], "--token-file is", "sparkwatch run"),
         (["proxy", "--upstream", "http://h:1", "--spill", "u.json"], "--spill keeps", "sparkwatch proxy"),
+        # read as host h:8750 and port 1
+        (["coordinator", "--nodes", "n", "--listen", "h:8750:1"], "--listen", "sparkwatch coordinator"),
+        (["proxy", "--upstream", "http://h:1", "--listen", "::1:5"], "or [IPV6]:PORT", "sparkwatch proxy"),
+        # sent as user "a" with the wrong password, or as no one
+        (["coordinator", "--nodes", "n", "--remote-write-basic-auth-user", "a:b"],
+         "--remote-write-basic-auth-user: must not contain ':'", "sparkwatch coordinator"),
+        (["export", "--prometheus", "http://h:1", "--basic-auth-user", ""],
+         "--basic-auth-user: must not be empty", "sparkwatch export"),
+        # read the engine for hours, saying nothing
+        (["export", "--prometheus", "http://h:1", "--windows", "w.csv", "--start", "1e9", "--end", "2e9"],
+         "spans more than 31 days (11,574.1)", "sparkwatch export"),
         # - made a file named -
         (["run", "-o", "-", "--", "true"], "-o/--output: - is not standard output", "sparkwatch run"),
         (["demo", "-o", "-"], "-o/--output: - is not standard output", "sparkwatch demo"),
@@ -525,3 +536,12 @@ def test_no_output_replaces_a_file_the_command_reads(tmp_path: pathlib.Path) -> 
     assert token.read_text() == "t" * 32 + "\n" and (token.stat().st_mode & 0o777) == 0o600
     assert nodes.read_text().startswith("[nodes.a]") and windows.read_text() == '{"windows": []}'
     assert export.read_text() == "{}"
+
+
+def test_an_error_quoting_control_characters_stays_one_line(tmp_path: pathlib.Path) -> None:
+    """`runs delete $'a\\nb'` printed its 404 on two lines, and an escape sequence in a name reached the
+    terminal; a missing import file was found only after the coordinator was asked (and was unreachable)."""
+    env = {"SPARKWATCH_COORDINATOR": "http://127.0.0.1:9"}  # nothing listens: never reached
+    result = sparkwatch("import", "plain", str(tmp_path / "a\nb\x1b[31m.csv"), "--run", "r", env=env)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr == "sparkwatch: error: a\\nb\\x1b[31m.csv: no such file\n"

@@ -59,9 +59,11 @@ _KEYS: dict[str, type] = {
 def parse_listen(text: str, named: str = "--listen") -> tuple[str, int]:
     """``HOST:PORT`` or ``[v6]:PORT`` → (host, port); ``named``: where it was set, as a refusal says it."""
     host, sep, port_text = text.rpartition(":")
-    if not sep or not host or (text.startswith("[") and not host.endswith("]")):  # "[::1]": no port
+    bracketed = host.startswith("[") and host.endswith("]") and len(host) > 2
+    # "[::1]" (no port), "h:1:2" (a v6 address, or a typo, read as host "h:1" and port 2): not one address
+    if not sep or not host or ((":" in host or host.startswith("[")) and not bracketed):
         raise ConfigError(f"{named} must be HOST:PORT or [IPV6]:PORT, got {cut_short(text)!r}")
-    host = host.strip("[]")
+    host = host[1:-1] if bracketed else host
     try:
         port = int(port_text)
     except ValueError:

@@ -50,6 +50,9 @@ TSDB_OPTIONAL = (
 )
 #: The defaults of those that have one (None in the parser: a flag given with --db is found, and refused).
 TSDB_DEFAULTS = {"nodes_label": "node", "metrics": "sparkwatch", "engine": "auto"}
+#: The longest --start to --end taken: every sample in it is read (an engine at 1 Hz holds 86 400 a day per
+#: series), and `--start 1e9 --end 2e9` ran for hours with nothing said.
+MAX_SPAN_NS = 31 * 86_400 * 10**9
 #: How a coordinator older than ``GET /v1/runs/{id}/windows`` answers it: 405 (it has the route's POST, which
 #: adds windows), or 404.
 OLDER_ROUTE = (404, 405)
@@ -88,6 +91,13 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         parser.error("--coordinator and --token-file go with a coordinator's RUN")
     if args.start is not None and args.end is not None and args.end <= args.start:
         parser.error("--end must be after --start")
+    if args.start is not None and args.end is not None and args.end - args.start > MAX_SPAN_NS:
+        days = (args.end - args.start) / 86_400e9
+        parser.error(
+            f"--start to --end spans more than {MAX_SPAN_NS // 86_400_000_000_000} days ({days:,.1f}): the"
+            " engine is read over all of it (about a second per day), where a benchmark's span is hours;"
+            " give the run's own start and end"
+        )
     if args.bearer_token_file is not None and args.basic_auth_user is not None:
         parser.error("--bearer-token-file or --basic-auth-user, not both")
     if args.basic_auth_password_file is not None and args.basic_auth_user is None:

@@ -92,6 +92,12 @@ def read_windows(
         raise ImportFormatError(name, f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if importer.needs_clock_anchor and clock_anchor is None:
         raise ImportFormatError(name, vllm.missing_anchor(path))
+    # a file that is not there is said now, before a coordinator is asked to begin an import (not opened
+    # here: a pipe, <(…), would be read and lost)
+    if not path.exists():
+        raise ImportFormatError(name, "no such file")
+    if path.is_dir():
+        raise ImportFormatError(name, "is a directory, not a file")
     span = None if since_ns is None else (since_ns, now_ns)
     return _checked(name, fmt, lambda: importer.parse(path, clock_anchor), span, allow_empty=allow_empty)
 

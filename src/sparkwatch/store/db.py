@@ -22,7 +22,7 @@ from sparkwatch.store import deletion, engine_samples, meters, retention, sample
 from sparkwatch.store import windows as windows_table
 from sparkwatch.store.opening import open_database
 from sparkwatch.store.read_only import connect_read_only
-from sparkwatch.store.refusals import ended_at
+from sparkwatch.store.refusals import ended_at, run_span
 from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.rows import I64
 from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_row
@@ -353,11 +353,13 @@ class Store:
         inside its span); returns how many there are, and the note when some repeated the proxy's requests
         (those are left out). An import that mostly repeats them is dropped instead (``RepeatsProxy``:
         core/repeated_windows.py)."""
+        run_span(self._db, run_id)  # a run deleted meanwhile is "no run", not an import that went missing
         note = windows_table.proxy_repeats(self._db, run_id, import_id)
         return Committed(windows_table.commit_import(self._db, run_id, import_id), note)
 
     def abort_import(self, run_id: str, import_id: str) -> int:
         """Drop the import and its windows; returns how many windows went."""
+        run_span(self._db, run_id)
         return windows_table.abort_import(self._db, run_id, import_id)
 
     def drop_open_imports(self) -> list[str]:

@@ -23,6 +23,11 @@ def open_database(path: Path) -> sqlite3.Connection:
     OS errors propagate for the caller to word. A path that is not a database (a directory, another file:
     SQLite refuses it) is left as it was, its mode included; a file made here and not set up is removed."""
     created = _created(path)
+    # the WAL and its index that SQLite makes beside an existing file as it opens it: removed again when
+    # the start is refused (a read-only file, a newer schema), as a refused start changes nothing
+    beside = [
+        f for f in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")) if not f.exists()
+    ]
     try:
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
@@ -34,6 +39,9 @@ def open_database(path: Path) -> sqlite3.Connection:
     except BaseException:
         if created:
             for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+                file.unlink(missing_ok=True)
+        elif all(not f.exists() or f.name.endswith("-shm") or f.stat().st_size == 0 for f in beside):
+            for file in beside:  # nothing was written to the WAL made here: no change is lost
                 file.unlink(missing_ok=True)
         raise
     return db
@@ -47,7 +55,13 @@ def _created(path: Path) -> bool:
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
-        st = path.stat()  # one that could not be made owner-only after set-up is refused before it
+        st = path.stat()
+        if st.st_nlink > 1:  # SQLite names its WAL and the writer lock is named after the path, not the file
+            raise sqlite3.DatabaseError(
+                f"it has {st.st_nlink} hard links: a coordinator started on each name would write the one"
+                " file at once (SQLite: a hard-linked database can be corrupted); give it one name"
+            ) from None
+        # one that could not be made owner-only after set-up is refused before it
         if st.st_mode & 0o077 and st.st_uid != os.geteuid() and os.geteuid() != 0:
             raise sqlite3.DatabaseError(
                 "it is open to others and another user owns it (its owner: chmod 600)"
@@ -76,9 +90,11 @@ def _set_up(db: sqlite3.Connection, path: Path) -> None:
 
 
 def _ours(db: sqlite3.Connection) -> None:
-    """Refuse, before any pragma changes it, an SQLite database some other program made: no schema version
-    of ours, and tables of its own (a new, empty file has neither)."""
+    """Refuse, before any pragma changes it, an SQLite database some other program made (no schema version
+    of ours, and tables of its own; a new, empty file has neither) or a newer sparkwatch did."""
     (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version > len(MIGRATIONS):  # before the pragmas below: they would rewrite its header (WAL mode)
+        raise StoreError(f"database schema {version} is newer than this sparkwatch ({len(MIGRATIONS)})")
     if version == 0:
         tables = [
             name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' LIMIT 3")

@@ -104,6 +104,10 @@ def load_token(path: Path) -> str:
         token = path.read_text().strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise TokenFileError(f"cannot read token file {path}: {exc}") from exc
+    if token.startswith("\ufeff"):  # not a space, yet not printable: "without spaces" said the wrong thing
+        raise TokenFileError(
+            f"token file {path} starts with a byte order mark (an editor's): save it without"
+        )
     if len(token) < 16:
         raise TokenFileError(f"token file {path} must hold a token of at least 16 characters")
     if not token.isprintable() or any(c.isspace() for c in token):  # no HTTP client could send it

@@ -136,6 +136,16 @@ def utf8_escaped(text: str) -> str:
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with each control character (a newline, an escape sequence's ESC) written as its ``\\n``
+    or ``\\x1b`` escape: an error line quoting what a user typed stays one line, and a terminal is not
+    driven by it."""
+    return _CONTROLS.sub(lambda m: ascii(m.group())[1:-1], text) if _CONTROLS.search(text) else text
+
+
 def cut_short(text: str, width: int = SHOWN_CHARS) -> str:
     """``text`` as a message quotes it: ``width`` characters at most, the last an ellipsis where cut."""
     return text if len(text) <= width else f"{text[: width - 1]}…"

@@ -43,6 +43,7 @@ from sparkwatch_agent.shared.http import (
     name_server,
     query_middleware,
 )
+from sparkwatch_agent.shared.strict_text import TextFormatError, cut_short, whole_number
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -51,7 +52,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 #: The most a body that is not a window batch may be (a run's name and command, a mark): generous.
 SMALL_BODY_BYTES = 1024 * 1024
 READ_CHUNK_BYTES = 256 * 1024
-DIGITS = re.compile(r"[0-9]{1,9}")
+WHOLE = re.compile(r"-?[0-9]+")
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
 
@@ -248,10 +249,12 @@ def series_buckets(query: Mapping[str, str]) -> int | None:
         return SERIES_BUCKETS if flag == "true" else None
     if flag == "false":
         raise ValueError("series_buckets asks for the series block that series=false leaves out")
-    if not DIGITS.fullmatch(raw):
-        raise ValueError(f"series_buckets must be a whole number, got {raw[:40]!r}")
-    try:
-        return check_series_buckets(int(raw))
+    if not WHOLE.fullmatch(raw):
+        raise ValueError(f"series_buckets must be a whole number, got {cut_short(raw)!r}")
+    try:  # a whole number out of bounds says the bounds (it said "must be a whole number" of -1)
+        return check_series_buckets(whole_number(raw))
+    except TextFormatError as exc:
+        raise ValueError(f"series_buckets is {exc}") from None
     except ValueError as exc:
         raise ValueError(f"series_buckets {exc}") from None
 

@@ -303,13 +303,17 @@ class RemoteWriter:
         try:
             async with session.post(self.spec.url, data=body, headers=headers, allow_redirects=False) as r:
                 said = (await r.content.read(QUOTED_CHARS)).decode("utf-8", "replace").strip()
-                status, retry_after = r.status, r.headers.get("Retry-After")
+                status, retry_after, location = (
+                    r.status,
+                    r.headers.get("Retry-After"),
+                    r.headers.get("Location"),
+                )
         except TimeoutError:  # its message is empty
             return "retry", f"no answer within {self._timeout_s:g} s", None
         except (aiohttp.ClientError, OSError) as exc:
             return "retry", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, None
         detail = f"HTTP {status}: {said}" if said else f"HTTP {status}"
-        detail += refusal_hint(status, authorization is not None)
+        detail += refusal_hint(status, authorization is not None, location)
         if 200 <= status < 300:
             return "sent", detail, None
         if status == 429 or status >= 500:
@@ -317,8 +321,11 @@ class RemoteWriter:
         return "rejected", detail, None
 
 
-def refusal_hint(status: int, authorised: bool) -> str:
+def refusal_hint(status: int, authorised: bool, location: str | None = None) -> str:
     """What a refusal most likely means for the settings (a receiver's body often says nothing)."""
+    if 300 <= status < 400:  # never followed: a redirected POST may lose its body, and a write is no GET
+        where = f" to {shown_url(location)}" if location else ""
+        return f" (the receiver redirects{where}: give --remote-write that URL, e.g. without a trailing /)"
     if status == 401:
         if authorised:
             return " (the receiver refused the credentials given)"
