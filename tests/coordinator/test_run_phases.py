@@ -215,7 +215,7 @@ def test_phases_the_store_cannot_read_are_a_store_error(tmp_path: pathlib.Path) 
         ("gate_threshold", 7, "gate_threshold 7.0 is not a number in [0, 1]"),
         ("gate_threshold", -0.5, "gate_threshold -0.5 is not a number in [0, 1]"),
         ("scope", "all", "scope 'all' is not one of request, decode, run"),
-        ("t_start_ns", "x" * 60, "t_start_ns 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... is not an integer"),
+        ("t_start_ns", "x" * 60, "t_start_ns '" + "x" * 38 + "… is not an integer"),
         ("t_end_ns", T0 - 1, f"t_end_ns {T0 - 1} is not an integer at or after t_start_ns"),
         ("name", "", "name '' is not a name of 1-200 characters"),
         ("command", "[1]", "command '[1]' is not a JSON object"),
