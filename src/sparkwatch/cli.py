@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from sparkwatch.cli_commands import COMMANDS, handler, is_user_error
+from sparkwatch.cli_commands import COMMANDS, damage_said, handler, is_user_error
 from sparkwatch.cli_parser import PROG, make_parser
 from sparkwatch_agent.shared.cli_flags import refuse_unknown
 from sparkwatch_agent.shared.journal_log import configure_logging
@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 128 + signal.SIGPIPE
     except Exception as exc:
-        if is_user_error(exc):
-            print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        said = damage_said(exc, getattr(args, "db", None))
+        if said is not None or is_user_error(exc):
+            print(f"{PROG}: error: {one_line(said or str(exc))}", file=sys.stderr)
             return 2
         if isinstance(exc, OSError):  # an output file or folder the user named cannot be written
             where = f"{exc.filename}: " if exc.filename else ""

@@ -68,3 +68,11 @@ def is_user_error(exc: BaseException) -> bool:
         if loaded is not None and isinstance(exc, getattr(loaded, name)):
             return True
     return False
+
+
+def damage_said(exc: BaseException, path: object) -> str | None:
+    """A damaged SQLite file's one line (store/tx.py), naming ``path`` where it is known; None for anything
+    else. Only a loaded store module can have met one."""
+    tx = sys.modules.get("sparkwatch.store.tx")
+    corrupt = None if tx is None else tx.corrupt_or_none(exc, path)
+    return None if corrupt is None else str(corrupt)

@@ -5,34 +5,20 @@ resumes once there is room. The whole coordinator out of disk: tests/e2e/test_ou
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import pathlib
-import sqlite3
 import time
 from typing import Any
 
 import aiohttp
 import pytest
 
+from helpers.broken_store import fill
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Store
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
-
-
-def fill(store: Store) -> None:
-    """No page more than the file has now, and those filled (free pages and most room in the last one
-    taken by a filler table): the link's first sample blocks fail with SQLITE_FULL within a few seconds."""
-    db = store._db
-    pages, page_size = (db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "page_size"))
-    db.execute(f"PRAGMA max_page_count = {pages}")
-    db.execute("CREATE TABLE filler (b BLOB)")
-    for size in (page_size // 4, 256):
-        with contextlib.suppress(sqlite3.OperationalError):  # database or disk is full
-            while True:
-                db.execute("INSERT INTO filler VALUES (zeroblob(?))", (size,))
 
 
 async def test_a_link_backs_off_while_the_store_is_full_and_resumes(

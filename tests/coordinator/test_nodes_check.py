@@ -13,6 +13,10 @@ from typing import Any
 
 from helpers.processes import free_port
 from sparkwatch.commands.nodes_check import check_cluster, check_engine, check_node, render
+from sparkwatch.links.state import LinkState
+from sparkwatch.links.stream import StreamIngest
+from sparkwatch.store import Store
+from sparkwatch.wire import decode_lines
 from sparkwatch_agent.hardware.host_facts import STA_UNSYNC, TIME_ERROR, read_time_sync
 
 
@@ -200,3 +204,19 @@ def test_a_far_clock_is_said_to_be_behind_or_ahead_as_it_is() -> None:
     ahead = check_node(node(clock={"offset_ns": -5 * 10**9, "uncertainty_ns": 300_000}))
     assert behind.warnings == ["clock 25200.000 s behind the coordinator's (corrected, but check NTP)"]
     assert ahead.warnings == ["clock 5.000 s ahead of the coordinator's (corrected, but check NTP)"]
+
+
+def test_lines_the_link_skipped_are_a_warning_that_names_their_reasons(tmp_path: pathlib.Path) -> None:
+    """An exec agent whose stdout also carries something else (a login banner, a wrapper's echo) had its
+    junk lines counted and logged, but `nodes check` passed it in silence."""
+    state = LinkState(node="spark-1", transport="ssh-exec")
+    ingest = StreamIngest(Store(tmp_path / "c.db"), state)
+    _, rejected = decode_lines('Welcome to spark-1!\n{"type": "sample"}\nLast login: today\n')
+    for bad in rejected:
+        ingest.reject(bad)
+    check = check_node(node(frames_rejected=state.to_json(0)["frames_rejected"]))
+    assert check.problems == [] and check.warnings == [
+        "lines from the agent skipped since the coordinator started: invalid 1, not_json 2 (its log quotes"
+        " the first ones; not_json from an exec agent: something else writes to its stdout)"
+    ]
+    assert check_node(node(frames_rejected={})).warnings == []

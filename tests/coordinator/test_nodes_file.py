@@ -411,3 +411,29 @@ async def test_a_command_that_scrapes_no_engine_does_not_ask_for_its_token_file(
     assert await nodes_now(None, nodes, settle) == "settled"
     with pytest.raises(NodesFileError, match=r"engine\.bearer_token_file: .*missing\.token"):
         await nodes_now(None, nodes, settle, with_engine=True)
+
+
+def test_a_client_key_ssh_cannot_use_is_named_with_its_node_before_dialling(tmp_path: Path) -> None:
+    """A junk file or a key that needs a passphrase (nodes.toml gives none) failed every dial with
+    "KeyImportError: Invalid private key", naming no file; now the nodes file is refused, naming it."""
+    from sparkwatch.links.asyncssh_quiet import asyncssh
+
+    good, junk, locked = tmp_path / "id_ed25519", tmp_path / "id_junk", tmp_path / "id_locked"
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key.write_private_key(good)
+    key.write_private_key(locked, passphrase="secret")
+    armour = "-----{} OPENSSH PRIVATE KEY-----\n"
+    junk.write_text(armour.format("BEGIN") + "not base64 at all\n" + armour.format("END"))
+    nodes = tmp_path / "nodes.toml"
+    for path in (good, junk, locked):
+        path.chmod(0o600)
+        nodes.write_text(f'[nodes.a]\nssh = "sw@a"\nclient_keys = ["{good}", "{path}"]\n')
+        loaded = load_nodes_file(nodes)
+        if path == good:
+            check_secret_files(str(nodes), loaded)
+            continue
+        with pytest.raises(NodesFileError) as refused:
+            check_secret_files(str(nodes), loaded)
+        said = str(refused.value)
+        assert said.startswith(f"{nodes}: nodes.a.client_keys: {path} is not a private key SSH can use: ")
+        assert ("assphrase" in said) == (path == locked) and "\n" not in said

@@ -116,6 +116,12 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
     check.time_sync, synced = _time_sync(hardware)
     if synced is False:
         check.warnings.append("kernel clock not synchronized by NTP")
+    if skipped := node.get("frames_rejected"):  # each a gap in the samples; the log says the first few
+        counts = ", ".join(f"{reason} {count}" for reason, count in sorted(skipped.items()))
+        check.warnings.append(
+            f"lines from the agent skipped since the coordinator started: {counts} (its log quotes the first"
+            " ones; not_json from an exec agent: something else writes to its stdout)"
+        )
     return check
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 from sparkwatch.defaults import RETENTION_EVERY_S
-from sparkwatch.store import Damaged, Store, StoreError
+from sparkwatch.store import Corrupt, Damaged, Store, StoreError, corrupt_or_none
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -27,9 +28,12 @@ class Housekeeping:
         in_window_thread: InWindowThread[object],
         retain_idle_s: float | None,
         every_s: float = RETENTION_EVERY_S,
+        store_path: Path | None = None,
     ) -> None:
-        """``retain_idle_s`` None: keep idle samples for ever (deleted runs' samples still go)."""
+        """``retain_idle_s`` None: keep idle samples for ever (deleted runs' samples still go);
+        ``store_path``: the file named when it is found damaged."""
         self._in_thread = in_window_thread
+        self.store_path = store_path
         self.retain_idle_s = retain_idle_s
         self._every_s = every_s
         self.passes = 0  # completed retention passes (for /metrics and tests)
@@ -44,21 +48,56 @@ class Housekeeping:
                 dropped = await self._steps(lambda store: store.retention_steps(retain_ns))
                 if dropped:
                     log.info("retention: dropped %d sample blocks no run covers", dropped)
-            except Damaged as exc:  # no span to trust: drop nothing rather than a misread run's samples
-                log.warning("retention waits, dropping nothing: %s (mend the row, or delete the run)", exc)
-            except StoreError as exc:
-                log.warning("retention pass cut short (%s); the next one goes on", exc)
-            except Exception:  # a bug must not end retention for good: said once per pass, with its trace
-                log.exception("retention pass failed; the next one tries again")
+            except Exception as exc:  # a bug must not end retention for good: said once per pass
+                self._said(exc)
             self.passes += 1
             await asyncio.sleep(self._every_s)
 
-    async def drop_run_samples(self, run_id: str, span: tuple[int, int] | None) -> None:
-        """After a deleted run's rows are gone: its samples no other run covers, then the free pages."""
-        if span is None:
-            return
-        dropped = await self._steps(lambda store: store.drop_run_samples(span))
-        log.info("run %s: %d sample blocks dropped with it", run_id, dropped)
+    def _said(self, exc: Exception) -> None:
+        """A pass that failed, in one line where the store said why (a bug's with its trace)."""
+        if (corrupt := corrupt_or_none(exc, self.store_path)) is not None:
+            log.error("retention waits, dropping nothing: %s", corrupt)
+        elif isinstance(exc, Damaged):  # no span to trust: drop nothing rather than a misread run's samples
+            log.warning("retention waits, dropping nothing: %s (mend the row, or delete the run)", exc)
+        elif isinstance(exc, StoreError):
+            log.warning("retention pass cut short (%s); the next one goes on", exc)
+        else:
+            log.exception("retention pass failed; the next one tries again")
+
+    async def purge_run(self, run_id: str) -> None:
+        """A deleted run's rows, then its samples no other run covers and the free pages: one short
+        transaction per turn of the window thread, so batches and imports queued meanwhile go in between,
+        and a stop or crash part-way leaves a run nobody sees, finished at the next start (its row goes
+        last, after its samples)."""
+        try:
+            span = await self._deleted_span(run_id)
+            while not await self._in_thread(lambda store: store.purge_step(run_id)):
+                pass
+            if span is not None:
+                dropped = await self._steps(lambda store: store.drop_run_samples(span))
+                log.info("run %s: %d sample blocks dropped with it", run_id, dropped)
+            await self._in_thread(lambda store: store.forget_run(run_id))
+        except Exception as exc:  # a task of its own: said here, in one line where the store said why
+            if (corrupt := corrupt_or_none(exc, self.store_path)) is None and not isinstance(exc, StoreError):
+                raise
+            log.warning(
+                "run %s: its rows are not all removed yet (%s); the next start goes on",
+                run_id,
+                corrupt or exc,
+            )
+
+    async def _deleted_span(self, run_id: str) -> tuple[int, int] | None:
+        """The deleted run's span, for its samples; a row damaged outside sparkwatch has none to trust, so
+        its rows still go and its samples are left to idle retention (not dropped by a guessed span)."""
+        try:
+            span = await self._in_thread(lambda store: store.deleted_run_span(run_id))
+        except Damaged as exc:
+            if isinstance(exc, Corrupt):
+                raise
+            log.warning("run %s: %s; its samples are left to idle retention", run_id, exc)
+            return None
+        assert span is None or isinstance(span, tuple)
+        return span
 
     async def _steps(self, make: Callable[[Store], Iterator[int]]) -> int:
         """Advance the step iterator ``make`` builds, one step per turn of the window thread."""

@@ -18,7 +18,7 @@ from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.defaults import RETAIN_IDLE_S
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.links.nodes_file import NodeSpec, check_secret_files, load_nodes_file
-from sparkwatch.store import Store
+from sparkwatch.store import Store, corrupt_or_none
 from sparkwatch.store.writer_lock import lock_path, writer_lock
 from sparkwatch_agent.config import parse_listen
 from sparkwatch_agent.shared.auth import ServerToken, access_said, token_for_bind
@@ -62,10 +62,7 @@ async def running_coordinator(
         try:
             store = Store(db_path)
         except BaseException:
-            if created:
-                remove_database(db_path)
-            if lock_made:  # a file refused as a database keeps nothing of this start beside it
-                lock_path(db_path).unlink(missing_ok=True)
+            _undo_start(db_path, created, lock_made)
             raise
         coordinator: Coordinator | None = None
         runner: web.AppRunner | None = None
@@ -82,17 +79,24 @@ async def running_coordinator(
             url = await start_site(runner, host, port)  # cleans the runner up itself when it fails
             prompt_thread_switches()
             await coordinator.start()
-        except BaseException:
+        except BaseException as exc:
             await _stop(coordinator, runner if runner is not None and runner.sites else None, store)
-            if created:
-                remove_database(db_path)
-            if lock_made:
-                lock_path(db_path).unlink(missing_ok=True)
+            _undo_start(db_path, created, lock_made)
+            if (corrupt := corrupt_or_none(exc, db_path)) is not None:  # one line, not SQLite's traceback
+                raise corrupt from exc
             raise
         try:
             yield url  # http://host:port of its API
         finally:
             await _stop(coordinator, runner, store)
+
+
+def _undo_start(db_path: Path, created: bool, lock_made: bool) -> None:
+    """A start that failed keeps nothing of itself: the file it created, the lock beside a refused one."""
+    if created:
+        remove_database(db_path)
+    if lock_made:
+        lock_path(db_path).unlink(missing_ok=True)
 
 
 async def _stop(coordinator: Coordinator | None, runner: web.AppRunner | None, store: Store) -> None:

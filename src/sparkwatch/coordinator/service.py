@@ -78,7 +78,7 @@ class Coordinator:
         self.engine: EnginePoller | None = None
         self._collector_pause = CollectorPause()
         self._report_assets = Assets()  # the inlined Vega bundle, assembled at the first report
-        self.housekeeping = Housekeeping(self._in_window_thread, retain_idle_s)
+        self.housekeeping = Housekeeping(self._in_window_thread, retain_idle_s, store_path=store.path)
         self.remote_write_spec = remote_write  # where every stored sample is also sent (opt in)
         self.remote_writer: RemoteWriter | None = None
         store.set_nodes([n.name for n in self.nodes])
@@ -295,31 +295,9 @@ class Coordinator:
         return windows
 
     def _purge_later(self, run_id: str) -> None:
-        task = asyncio.create_task(self._purge(run_id), name=f"purge-{run_id}")
+        task = asyncio.create_task(self.housekeeping.purge_run(run_id), name=f"purge-{run_id}")
         self._tasks.append(task)
         task.add_done_callback(lambda done: self._tasks.remove(done) if done in self._tasks else None)
-
-    async def _purge(self, run_id: str) -> None:
-        """One short transaction per turn of the window thread: batches and imports queued meanwhile
-        go in between, and a stop or crash part-way leaves a run nobody sees, finished at the next start
-        (its row goes last, after its samples)."""
-        try:
-            span = await self._deleted_span(run_id)
-            while not await self._in_window_thread(lambda store: store.purge_step(run_id)):
-                pass
-            await self.housekeeping.drop_run_samples(run_id, span)
-            await self._in_window_thread(lambda store: store.forget_run(run_id))
-        except StoreError as exc:
-            log.warning("run %s: its rows are not all removed yet (%s); the next start goes on", run_id, exc)
-
-    async def _deleted_span(self, run_id: str) -> tuple[int, int] | None:
-        """The deleted run's span, for its samples; a row damaged outside sparkwatch has none to trust, so
-        its rows still go and its samples are left to idle retention (not dropped by a guessed span)."""
-        try:
-            return await self._in_window_thread(lambda store: store.deleted_run_span(run_id))
-        except Damaged as exc:
-            log.warning("run %s: %s; its samples are left to idle retention", run_id, exc)
-            return None
 
     async def _in_window_thread(self, work: Callable[[Store], T]) -> T:
         if self._window_thread is None:

@@ -21,6 +21,7 @@ from sparkwatch.engines.scrape import ScrapeError, read_page
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.meters.credentials import SecretFileError, first_line
 from sparkwatch.store.engine_samples import EngineRow
+from sparkwatch.store.tx import stored_or_why
 from sparkwatch_agent.shared.backoff import every
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,9 @@ class EnginePoller:
         row = EngineRow(
             (t0 + t1) // 2, scrape.family, self.spec.interval_s, scrape.values, scrape.sources, scrape.unknown
         )
-        self._sink.add_engine_sample(row, (t1 - t0) // 2)
+        if (why := stored_or_why(lambda: self._sink.add_engine_sample(row, (t1 - t0) // 2))) is not None:
+            self._failed(t0, f"scraped, not stored: {why}")
+            return
         if self.state.error is not None:
             log.info("engine metrics at %s answer again", self.spec.url)
         if scrape.family is None and (self.state.family is not None or self.state.last_t_ns is None):
@@ -143,7 +146,7 @@ class EnginePoller:
         self.state.scrapes += 1
         self.state.failures += 1
         self.state.error = error
-        self._sink.add_engine_error(t_ns, error)
+        stored_or_why(lambda: self._sink.add_engine_error(t_ns, error))  # else without its reason, said above
 
 
 def _token(path: Path) -> str:

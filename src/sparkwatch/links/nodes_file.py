@@ -207,6 +207,20 @@ def _check_ssh_files(where: str, node: NodeSpec) -> None:
                 handle.read(1)
         except OSError as exc:
             raise NodesFileError(f"{where}.{key}: cannot read {path}: {exc.strerror or exc}") from None
+    for path in node.client_keys:  # no passphrase can be given: a key SSH cannot use as it is, said now
+        if (why := _unusable_key(path)) is not None:
+            raise NodesFileError(f"{where}.client_keys: {path} is not a private key SSH can use: {why}")
+
+
+def _unusable_key(path: Path) -> str | None:
+    """Why asyncssh cannot load ``path`` as a private key without a passphrase, or None when it can."""
+    from sparkwatch.links.asyncssh_quiet import asyncssh  # noqa: PLC0415 — only where client keys are named
+
+    try:
+        asyncssh.read_private_key(path)
+    except (asyncssh.KeyImportError, ValueError, OSError) as exc:
+        return " ".join(str(exc).split()) or type(exc).__name__
+    return None
 
 
 def _node(name: str, table: Any) -> NodeSpec:

@@ -56,6 +56,8 @@ def connect_options(spec: NodeSpec) -> dict[str, Any]:
 def ssh_error(spec: NodeSpec, exc: Exception) -> LinkError:
     """An SSH failure in one line; a host key not trusted names the known_hosts file it was checked in."""
     said = f"ssh {spec.ssh}: {exc}"
+    if isinstance(exc, asyncssh.KeyImportError):  # changed since nodes.toml was read (checked there)
+        said += f" (client_keys: {', '.join(map(str, spec.client_keys))})"
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         checked = spec.known_hosts or "~/.ssh/known_hosts"
         said += f" (checked against {checked}; nodes.toml's known_hosts names another)"
@@ -82,7 +84,7 @@ class SshTunnelLink(WsLink):
                     ) from None
                 finally:
                     listener.close()
-        except (asyncssh.Error, OSError) as exc:
+        except (asyncssh.Error, asyncssh.KeyImportError, OSError) as exc:
             raise ssh_error(self.spec, exc) from exc
 
 
@@ -116,7 +118,7 @@ class SshExecLink(WsLink):
                     self._process = None
                     process.close()
                     conn.abort()
-        except (asyncssh.Error, OSError) as exc:
+        except (asyncssh.Error, asyncssh.KeyImportError, OSError) as exc:
             raise ssh_error(self.spec, exc) from exc
 
     async def _first_probe(self, reader: asyncio.Task[None]) -> None:

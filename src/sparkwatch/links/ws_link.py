@@ -19,7 +19,7 @@ from sparkwatch.http_reasons import host_port, unreachable_reason
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Misaddressed, Misconfigured, Unauthorized
 from sparkwatch.links.stream import SampleSink, StreamIngest
-from sparkwatch.store import Damaged, Store, Unavailable
+from sparkwatch.store import Damaged, Store, Unavailable, corrupt_or_none
 from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, time_reply
 from sparkwatch_agent.config import DEFAULT_LISTEN
 from sparkwatch_agent.shared.auth import TokenFileError, load_token
@@ -158,10 +158,11 @@ class WsLink:
             Unavailable,
             Damaged,
         ) as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            error = str(corrupt_or_none(exc, self._store.path) or f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a bug or a store failure must not end collection for good
-            log.exception("node %s: link failed", self.spec.name)
-            error = f"{type(exc).__name__}: {exc}"
+            if (corrupt := corrupt_or_none(exc, self._store.path)) is None:  # damage: one line
+                log.exception("node %s: link failed", self.spec.name)
+            error = f"{type(exc).__name__}: {exc}" if corrupt is None else str(corrupt)
         return LinkStatus.DOWN, error, self._backoff.next_delay_s()
 
     def _streaming(self) -> None:

@@ -22,6 +22,7 @@ from sparkwatch.http_reasons import host_port, unreachable_reason
 from sparkwatch.meters.readings import MeterError, Reading, refused
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store.meters import MeterReading
+from sparkwatch.store.tx import stored_or_why
 from sparkwatch_agent.shared.backoff import every
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,9 @@ class MeterPoller:
             reading.energy_j,
             (t1 - t0) // 2 + refresh_ns,
         )
-        self._sink.add_meter_reading(self.node, stamp)
+        if (why := stored_or_why(lambda: self._sink.add_meter_reading(self.node, stamp))) is not None:
+            self._failed(t0, f"read, not stored: {why}")
+            return
         if reading.counter_left_out not in (None, self._counter_said):
             log.warning(
                 "node %s: %s meter at %s: energy counter left out, power stored: %s",
@@ -166,4 +169,7 @@ class MeterPoller:
         self.state.polls += 1
         self.state.failures += 1
         self.state.error = error
-        self._sink.add_meter_error(self.node, self.spec.domain, t_ns, error, self.spec.source)
+        # a store that cannot take the failure either: the gap is there without its reason, and said above
+        stored_or_why(
+            lambda: self._sink.add_meter_error(self.node, self.spec.domain, t_ns, error, self.spec.source)
+        )

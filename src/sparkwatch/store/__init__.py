@@ -2,6 +2,7 @@
 
 from sparkwatch.store.db import Store
 from sparkwatch.store.tx import (
+    Corrupt,
     Damaged,
     DuplicateIds,
     Invalid,
@@ -10,9 +11,11 @@ from sparkwatch.store.tx import (
     RunEnded,
     StoreError,
     Unavailable,
+    corrupt_or_none,
 )
 
 __all__ = [
+    "Corrupt",
     "Damaged",
     "DuplicateIds",
     "Invalid",
@@ -22,4 +25,5 @@ __all__ = [
     "Store",
     "StoreError",
     "Unavailable",
+    "corrupt_or_none",
 ]

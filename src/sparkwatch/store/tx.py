@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 
 class StoreError(Exception):
@@ -54,6 +55,51 @@ class Unavailable(StoreError):
     """The database cannot take a write now (disk full, locked): nothing was written; try again later."""
 
 
+class Corrupt(Damaged):
+    """SQLite found the file itself damaged (a page or its header that is not a database's): no retry
+    mends it, so it is said as such, not as a failed write or a bug."""
+
+
+#: SQLite's primary result codes for a file that is not a sound database: SQLITE_CORRUPT, SQLITE_NOTADB.
+_DAMAGE_CODES = frozenset({11, 26})
+
+
+def corrupt_or_none(exc: BaseException, path: object = None) -> Corrupt | None:
+    """``exc`` said as :class:`Corrupt` when SQLite found the file damaged; None for anything else (a locked
+    file, a full disk, a bug's ProgrammingError), which keeps its own handling."""
+    if isinstance(exc, Corrupt):  # said again with the file's name when it is known now
+        if path is None or exc.__cause__ is None:
+            return exc
+        exc = exc.__cause__
+    code = getattr(exc, "sqlite_errorcode", None)
+    if (
+        not isinstance(exc, sqlite3.DatabaseError)
+        or not isinstance(code, int)
+        or code & 0xFF not in _DAMAGE_CODES
+    ):
+        return None
+    where, file = ("the database", "FILE") if path is None else (f"the database {path}", str(path))
+    return Corrupt(
+        f"{where} is damaged (SQLite: {exc}): restore it from a backup, or copy out what SQLite can still"
+        f" read with `sqlite3 {file} .recover`"
+    )
+
+
+def stored_or_why(write: Callable[[], object]) -> str | None:
+    """Run a store write for a task that must go on whatever the store says (a meter's or an engine's
+    poller): None once stored, else why not in one line (a refusal, a full disk, a damaged file: what it
+    read is a gap, never filled). A bug's exception is raised with its trace."""
+    try:
+        write()
+    except Exception as exc:
+        if isinstance(exc, StoreError):
+            return str(exc)
+        if (corrupt := corrupt_or_none(exc)) is None:
+            raise
+        return str(corrupt)
+    return None
+
+
 class tx:
     """BEGIN … COMMIT, or ROLLBACK on any exception (the connection runs in autocommit mode otherwise)."""
 
@@ -66,16 +112,23 @@ class tx:
         except sqlite3.OperationalError as err:
             raise Unavailable(f"the database cannot take a write: {err}") from err
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         """Commit, or roll back; a write the database could not take (disk full, locked: SQLite's
-        OperationalError, in the block or in COMMIT) becomes ``Unavailable`` with nothing written."""
-        if exc_type is None:
+        OperationalError, in the block or in COMMIT) becomes ``Unavailable``, a damaged file ``Corrupt``,
+        with nothing written."""
+        committed = exc_type is None
+        if committed:
             try:
                 self._db.execute("COMMIT")
                 return
-            except sqlite3.OperationalError as err:
+            except sqlite3.DatabaseError as err:
                 exc = err
         if self._db.in_transaction:
             self._db.execute("ROLLBACK")
+        assert exc is not None  # the block raised it, or COMMIT did
+        if (corrupt := corrupt_or_none(exc)) is not None:
+            raise corrupt from exc
         if isinstance(exc, sqlite3.OperationalError):
             raise Unavailable(f"the database cannot take a write: {exc}") from exc
+        if committed:  # COMMIT refused for another reason (a deferred constraint): as it was
+            raise exc

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sqlite3
 import time
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from sparkwatch.coordinator.piece_stream import PieceStream
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.defaults import SERIES_BUCKETS, check_series_buckets
 from sparkwatch.store import (
+    Corrupt,
     Damaged,
     DuplicateIds,
     Invalid,
@@ -31,6 +33,7 @@ from sparkwatch.store import (
     RunEnded,
     StoreError,
     Unavailable,
+    corrupt_or_none,
 )
 from sparkwatch_agent.shared.auth import ServerToken, is_loopback
 from sparkwatch_agent.shared.http import (
@@ -119,10 +122,25 @@ async def store_refusals(request: web.Request, handler: Handler) -> web.StreamRe
     except RepeatsProxy as exc:  # dropped: the proxy's requests again (core/repeated_windows.py)
         body = {"error": "repeats_proxy", "reason": str(exc), "repeats": exc.repeats, "windows": exc.windows}
         return web.json_response(body, status=409)
+    except Corrupt as exc:
+        return _damaged_file(request, exc)
     except Damaged as exc:  # a row edited outside sparkwatch: no conflict of the client's, no retry mends it
         return error(409, "damaged", str(exc))
     except StoreError as exc:
         return error(409, "conflict", str(exc))
+    except sqlite3.DatabaseError as exc:  # a read (writes are said by tx): a damaged file, or a locked one
+        if corrupt_or_none(exc) is not None:
+            return _damaged_file(request, exc)
+        if isinstance(exc, sqlite3.OperationalError):
+            return error(503, "unavailable", f"the database cannot be read now: {exc}")
+        raise
+
+
+def _damaged_file(request: web.Request, exc: sqlite3.DatabaseError | Corrupt) -> web.Response:
+    """A 500 (the coordinator's file, not the request, is at fault), said in the log in one line."""
+    said = corrupt_or_none(exc, request.app[COORDINATOR].store.path) or exc
+    log.error("%s %s: %s", request.method, request.path, said)
+    return error(500, "database_damaged", str(said))
 
 
 async def healthz(request: web.Request) -> web.Response:
