@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestClient
 
 from helpers.inproc_api import inproc_api
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
+from sparkwatch.coordinator.api.bodies import HALF_PAIR
 from sparkwatch.core.windows import Window
 from sparkwatch.proxy.sinks import RunPoster
 from sparkwatch.proxy.spill import spill_lost
@@ -483,3 +484,24 @@ async def test_a_window_with_a_key_given_twice_is_refused_and_nothing_stored(api
     assert response.status == 400, body
     assert body["reason"] == [{"loc": "windows.1.t_end_ns", "msg": "given more than once in one object"}]
     assert (await api.call("GET", f"/v1/runs/{run['id']}"))[1]["windows"] == 0
+
+
+@pytest.mark.parametrize("half", ["\\ud800", "\\udc00", "\\ud800\\u0041"])
+async def test_half_a_surrogate_pair_is_said_as_such_and_a_whole_pair_is_taken(api: Api, half: str) -> None:
+    """jiter says "unexpected end of hex escape" of a window id with a lone \\ud800, which names no cause."""
+    run = await api.new_run()
+    for path, body in (
+        (
+            f"/v1/runs/{run}/windows",
+            b'{"windows": [{"id": "a%sb", "phase": "timed", "t_start_ns": %d,'
+            b' "t_end_ns": %d}]}' % (half.encode(), T0 + S, T0 + 2 * S),
+        ),
+        ("/v1/runs", b'{"name": "x%s"}' % half.encode()),
+    ):
+        response = await api.client.post(path, data=body, headers={"Content-Type": "application/json"})
+        said = await response.json()
+        assert response.status == 400 and said["error"] == "invalid_body", said
+        assert said["reason"][0]["msg"] == HALF_PAIR and "hex escape" not in said["reason"][0]["msg"]
+    assert api.rows() == 0 and len((await api.call("GET", "/v1/runs"))[1]["runs"]) == 1
+    status, _ = await api.call("POST", f"/v1/runs/{run}/windows", {"windows": [window("a\U0001f600b")]})
+    assert status == 201 and api.rows() == 1

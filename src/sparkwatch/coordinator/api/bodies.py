@@ -10,6 +10,7 @@ the body's own text, each a few milliseconds, so the loop gets its turns in betw
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -129,4 +130,16 @@ def _detail(error: ErrorDetails, loc: list[str]) -> dict[str, str]:
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, WindowError):
         return {"loc": ".".join([*loc, cause.field]), "msg": cause.problem}
+    if error["type"] == "json_invalid" and _HALF_PAIR.search(
+        error["msg"]
+    ):  # the parser's words name no cause
+        return {"loc": ".".join(loc), "msg": HALF_PAIR}
     return {"loc": ".".join(loc), "msg": error["msg"]}
+
+
+#: What the JSON parser (jiter) says of a \uD800–\uDFFF escape without its other half, and what is said.
+_HALF_PAIR = re.compile(r"unexpected end of hex escape|lone leading surrogate in hex escape")
+HALF_PAIR = (
+    "Invalid JSON: a \\uD800–\\uDFFF escape without the other half of its surrogate pair (it stands for no"
+    " character)"
+)
