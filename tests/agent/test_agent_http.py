@@ -304,3 +304,64 @@ async def test_bodies_the_parser_chokes_on_are_400_and_change_nothing(agent: Tes
     utf99 = {"Content-Type": "application/json; charset=utf-99"}
     r = await agent.put("/v1/interval", data=b'{"holder": "a", "interval_s": 0.01}', headers=utf99)
     assert r.status == 200 and (await r.json())["interval_s"] == 0.01
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"holder": "x", "interval_s": 0.1, "ttl_s": None},  # a 500 with a traceback (an assert)
+        {"holder": "", "interval_s": 0.1},
+        {"holder": "a\u0000b", "interval_s": 0.1},  # a control character shown in every lease list
+        {"holder": "h" * 129, "interval_s": 0.1},
+        {"holder": "x", "interval_s": "0.1"},
+        {"holder": "x", "interval_s": True},
+    ],
+)
+async def test_lease_bodies_a_client_got_wrong_are_400_with_the_reason(agent: TestClient, body: Any) -> None:
+    r = await agent.put("/v1/interval", json=body)
+    refusal = await r.json()
+    assert r.status == 400 and refusal["error"] == "bad_request", refusal
+    key = (
+        "holder"
+        if "holder" in refusal["reason"]
+        else ("ttl_s" if body.get("ttl_s", 1) is None else "interval_s")
+    )
+    assert refusal["reason"].startswith(key), refusal
+    state = await (await agent.get("/v1/interval")).json()
+    assert state["leases"] == [] and state["interval_s"] == 0.02
+
+
+async def _load(agent: TestClient) -> tuple[Any, ...]:
+    """The simulated GPU's load and its clocks (SM MHz, event reasons: a throttle's while one runs)."""
+    state = await (await agent.post("/v1/sim/load", json={})).json()
+    return state["util_ratio"], state["model_bytes"], agent.app[CONTEXT].sim.clocks()
+
+
+async def test_a_sim_load_refused_in_part_changes_nothing(agent: TestClient) -> None:
+    """A throttle was started and then the util_ratio refused: 400, with the throttle on."""
+    before = await _load(agent)
+    for body in (
+        {"throttle": {"reasons": 128, "sm_clock_mhz": 900}, "util_ratio": 2},
+        {"throttle": {"reasons": 128}, "model_bytes": -5},
+    ):
+        r = await agent.post("/v1/sim/load", json=body)
+        assert r.status == 400 and await _load(agent) == before, await r.json()
+    await agent.post("/v1/sim/load", json={"throttle": {"reasons": 128, "sm_clock_mhz": 900}})
+    during = await _load(agent)
+    assert during[2] == (900, 128)
+    r = await agent.post("/v1/sim/load", json={"throttle": None, "model_bytes": -5})
+    assert r.status == 400 and await _load(agent) == during
+
+
+async def test_the_429s_reason_and_retry_after_say_the_same_seconds(agent: TestClient) -> None:
+    for i in range(MAX_LEASES):
+        await agent.put("/v1/interval", json={"holder": f"h{i}", "interval_s": 1, "ttl_s": 29.5 + i})
+    r = await agent.put("/v1/interval", json={"holder": "extra", "interval_s": 0.5})
+    said = re.search(r"in (\d+) s\)", (await r.json())["reason"])
+    assert r.status == 429 and said is not None and said.group(1) == r.headers["Retry-After"] == "30"
+
+
+async def test_a_plain_get_on_the_stream_says_why_in_one_line(agent: TestClient) -> None:
+    r = await agent.get("/v1/stream")
+    reason = (await r.json())["reason"]
+    assert r.status == 400 and "\n" not in reason and "WebSocket" in reason, reason

@@ -9,6 +9,8 @@ import json
 import logging
 import os
 import pathlib
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from aiohttp import web
 
 from doubles.fake_nvml import write_control
 from doubles.nvml_fake import FakeNvml
+from sparkwatch_agent.config import ConfigError, build_config, load_toml
 from sparkwatch_agent.hardware.meminfo import MeminfoReader
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
 from sparkwatch_agent.sampling.leases import IntervalLeases
@@ -214,6 +217,7 @@ def _assert_unread_probe(result: subprocess.CompletedProcess[str], reason: str) 
     assert result.returncode == EXIT_GPU_UNREAD == 1
     out = json.loads(result.stdout)  # still the whole report: what could be read
     assert out["gpu_ok"] is False and reason in out["gpu_reason"]
+    assert out["hardware"]["lmx"]["hwClass"] is None  # unknown while the backend is down: not CPU_ONLY
     assert out["sample"]["memory"]["total_bytes"] > 0 and out["hardware"]["host"]["hostname"]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("sparkwatch-agent: probe: no GPU read: ") and reason in last
@@ -241,6 +245,7 @@ def test_probe_of_a_backend_with_no_gpus_reports_a_problem(tmp_path: pathlib.Pat
     result = probe(sampler_reading(MeminfoReader(meminfo), NvmlBackend(lib=FakeNvml(gpus=[]))))
     assert result.report["gpu_ok"] is True  # NVML answered ...
     assert result.gpu_problem == "GPU backend nvml found no GPU"  # ... with no device: nothing read
+    assert result.report["hardware"]["lmx"]["hwClass"] == "CPU_ONLY"  # which it knows for sure
     one = probe(sampler_reading(MeminfoReader(meminfo), NvmlBackend(lib=FakeNvml())))
     assert one.gpu_problem is None
 
@@ -402,8 +407,10 @@ def test_requests_aiohttp_cannot_parse_are_json_too(
     agent_factory: Any, request_bytes: bytes, what: str
 ) -> None:
     agent = agent_factory("--backend", "sim", "--interval", "0.5")
-    reason = _refusal(raw_request(agent.port, request_bytes), 400, "bad_request")
+    answer = raw_request(agent.port, request_bytes)
+    reason = _refusal(answer, 400, "bad_request")
     assert reason == f"cannot parse the request: {what}"  # what went wrong, not the request's bytes
+    assert answer[1]["server"] == "sparkwatch-agent"  # as on every other answer: not Python's and aiohttp's
     stderr = agent.stop()
     assert "Traceback" not in stderr and "Error handling request" not in stderr
 
@@ -425,3 +432,55 @@ async def test_a_handler_bug_is_a_json_500_and_a_logged_traceback(caplog: pytest
     assert "a handler bug" not in reason  # the details go to the log, not to the client
     (record,) = [r for r in caplog.records if r.name == "aiohttp.server"]
     assert record.levelno == logging.ERROR and record.exc_info is not None
+
+
+def test_a_hangup_stops_the_agent_in_order(agent_factory: Any) -> None:
+    """SIGHUP (the terminal that ran it gone) ended `serve` on the spot: exit 129, nothing logged, no
+    stream closed. It stops as SIGTERM stops it."""
+    agent = agent_factory("--backend", "sim", "--interval", "0.5")
+    agent.proc.send_signal(signal.SIGHUP)
+    assert agent.proc.wait(10) == 0
+    stderr = agent.stop()
+    assert "SIGHUP: stopping" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            'node = "top"\nbackend = "sim"\n[agent]\nnode = "x"\n',
+            "keys backend, node at top level beside an [agent] table",
+        ),
+        ('token_file = ""\n', "token_file (config file) is empty"),
+        ('[agent]\nhwmon_root = ""\n', "hwmon_root (config file) is empty"),
+        (
+            'backend = "nvml"\nsim_sensors = false\n',
+            "sim_sensors (config file) applies to --backend sim only",
+        ),
+        ('listen = "127.0.0.1:+9464"\n', "port must be a number, got '+9464'"),
+        ('listen = "127.0.0.1:٩٤٦٤"\n', "port must be a number"),
+    ],
+)
+def test_a_config_a_setting_of_which_would_be_dropped_or_misread_is_refused(
+    tmp_path: pathlib.Path, text: str, said: str
+) -> None:
+    """Each was taken in silence: the top-level keys dropped (the nvml backend ran, not the sim), an empty
+    path read as "not set", sim_sensors ignored, "+9464" bound."""
+    config = tmp_path / "agent.toml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        build_config({}, load_toml(config))
+
+
+def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_bytes(b'\xef\xbb\xbf[agent]\nnode = "spark-1"\nbackend = "sim"\n')
+    assert build_config({}, load_toml(config)).node == "spark-1"  # was "Invalid statement (at line 1, …)"
+
+
+def test_an_empty_path_flag_is_a_usage_error_not_the_working_folder() -> None:
+    result = run_agent("serve", "--backend", "sim", "--token-file", "")
+    assert result.returncode == 2 and "--token-file: an empty path names no file" in result.stderr
+    result = run_agent("probe", "--no-sim-sensors")  # the nvml backend: the flag would mean nothing
+    assert result.returncode == 2
+    assert "--sim-sensors/--no-sim-sensors applies to --backend sim only" in result.stderr, result.stderr

@@ -14,7 +14,7 @@ from sparkwatch_agent.hardware.hwmon import (
     HwmonSensors,
     classify,
 )
-from sparkwatch_agent.hardware.meminfo import MeminfoReader, parse_meminfo
+from sparkwatch_agent.hardware.meminfo import MeminfoReader, memory_of, parse_meminfo
 from sparkwatch_agent.hardware.readings import StatusReading
 
 # Shape of a DGX Spark's /proc/meminfo under load (values in kB).
@@ -344,3 +344,50 @@ def test_energy_accumulator_tells_a_reset_in_a_moduluss_upper_half_from_a_wrap()
 )
 def test_both_spbm_forks_labels_are_classified(label: str, chip: str, kind: str) -> None:
     assert classify(label, chip) == kind
+
+
+def test_impossible_meminfo_differences_are_unknown_never_negative() -> None:
+    """A container's meminfo view out of step (MemAvailable above MemTotal) gave used_bytes −102400, and the
+    coordinator refused the whole frame over it, GPU power and all."""
+    odd = parse_meminfo(b"MemTotal: 100 kB\nMemAvailable: 200 kB\nSwapTotal: 10 kB\nSwapFree: 20 kB\n")
+    assert odd.total_bytes == 102400 and odd.available_bytes == 204800
+    assert odd.used_bytes is None and odd.swap_used_bytes is None
+    errors: list[tuple[str, str]] = []
+    memory, why = memory_of(parse_meminfo, b"MemTotal: 100 kB\nMemAvailable: 200 kB\n", errors)
+    assert memory is not None and errors == [("host_memory", "unparsable")]
+    assert why == "meminfo's MemAvailable (204800 B) is more than its MemTotal (102400 B)"
+    _, why = memory_of(parse_meminfo, b"MemTotal: 100 kB\nMemAvailable: x kB\n", [])
+    assert why == "meminfo has no MemAvailable number to take used memory from"
+    huge = parse_meminfo(
+        b"MemTotal: " + b"9" * 26 + b" kB\nMemAvailable: 100 kB\nMemFree: 9007199254740992 kB\n"
+    )
+    assert huge.total_bytes is None and huge.used_bytes is None and huge.free_bytes is None  # past int64
+    assert huge.available_bytes == 102400
+
+
+def test_a_meminfo_file_outside_proc_is_read_anew_so_a_replaced_one_is_seen(tmp_path: pathlib.Path) -> None:
+    """A file given with --meminfo-path (a container's view) was held open: replaced, its old numbers were
+    read for ever; removed, never said."""
+    path = tmp_path / "meminfo"
+    path.write_bytes(GB10_MEMINFO)
+    reader = MeminfoReader(path)
+    assert reader.read().total_bytes == 124546968 * 1024
+    staged = tmp_path / "meminfo.new"
+    staged.write_bytes(b"MemTotal: 1000 kB\nMemAvailable: 400 kB\n")
+    staged.replace(path)
+    assert reader.read().used_bytes == 600 * 1024
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        reader.read()
+    reader.close()
+
+
+@pytest.mark.parametrize("value", ["1_000", "+1000", "١٠٠٠", "9" * 80, "1000 W", "0x3e8"])
+def test_a_sensor_value_that_is_not_plain_decimal_is_not_a_number(tmp_path: pathlib.Path, value: str) -> None:
+    """int() took 1_000 and other scripts' digits, and an 80-digit value cut at 64 bytes read as 1e58 W."""
+    _chip(tmp_path, "hwmon0", {"name": "spbm", "power1_label": "dc_input", "power1_input": value})
+    sensors = HwmonSensors(tmp_path)
+    errors: list[tuple[str, str]] = []
+    (reading,) = sensors.decode(sensors.capture(), errors)
+    assert reading.power_w is None and errors == [("sensor_power:dc_input", "not_a_number")]
+    sensors.close()

@@ -259,6 +259,14 @@ def test_cluster_hardware_refuses_mixed_chips_and_silent_nodes() -> None:
         cluster_hardware([gb10(), other])
     with pytest.raises(HardwareError, match="node quiet: no hardware report: link down"):
         cluster_hardware([gb10(), {"node": "quiet", "hardware": None, "error": "link down"}])
+    down = gb10()  # its driver not loaded when it said hello: the class unknown (it said CPU_ONLY)
+    down.update(node="d", gpu_reason="DRIVER_NOT_LOADED: nvmlInit failed")
+    down["hardware"]["lmx"] = {**down["hardware"]["lmx"], "hwClass": None}
+    with pytest.raises(
+        HardwareError,
+        match=r"^node d: hardware class unknown, no GPU read: DRIVER_NOT_LOADED: nvmlInit failed$",
+    ):
+        cluster_hardware([gb10(), down])
 
 
 def test_cluster_hardware_refuses_one_agent_listed_twice() -> None:

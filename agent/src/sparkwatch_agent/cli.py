@@ -24,16 +24,26 @@ from sparkwatch_agent.shared.journal_log import configure_logging
 PROG = "sparkwatch-agent"
 
 
+def given_path(text: str) -> Path:
+    """A path flag's value; an empty one (``--token-file ''``, a variable that was not set) names no file,
+    where ``Path('')`` would be the working folder."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    return Path(text)
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", help="node name in every sample and label (default: host name)")
     p.add_argument("--interval", type=float, metavar="SECONDS", help="sampling interval (default 1)")
     p.add_argument("--backend", choices=BACKENDS, help="nvml (default) or sim (a simulated GB10)")
     p.add_argument(
-        "--config", type=Path, metavar="FILE", help="TOML file with the same settings ([agent] table)"
+        "--config", type=given_path, metavar="FILE", help="TOML file with the same settings ([agent] table)"
     )
-    p.add_argument("--meminfo-path", type=Path, metavar="FILE", help="meminfo file (default /proc/meminfo)")
     p.add_argument(
-        "--hwmon-root", type=Path, metavar="DIR", help="hwmon class dir (default /sys/class/hwmon)"
+        "--meminfo-path", type=given_path, metavar="FILE", help="meminfo file (default /proc/meminfo)"
+    )
+    p.add_argument(
+        "--hwmon-root", type=given_path, metavar="DIR", help="hwmon class dir (default /sys/class/hwmon)"
     )
     p.add_argument(
         "--sim-sensors",
@@ -51,7 +61,9 @@ def make_parser() -> argparse.ArgumentParser:
     serve_p = sub.add_parser("serve", help="sample continuously; serve /metrics, /healthz and /v1/*")
     _add_common(serve_p)
     serve_p.add_argument("--listen", metavar="HOST:PORT", help="bind address (default 127.0.0.1:9464)")
-    serve_p.add_argument("--token-file", type=Path, metavar="FILE", help="bearer token for /v1/* (mode 0600)")
+    serve_p.add_argument(
+        "--token-file", type=given_path, metavar="FILE", help="bearer token for /v1/* (mode 0600)"
+    )
     serve_p.add_argument(
         "--insecure-no-auth",
         action="store_true",

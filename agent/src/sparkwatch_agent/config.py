@@ -64,10 +64,9 @@ def parse_listen(text: str, named: str = "--listen") -> tuple[str, int]:
     if not sep or not host or ((":" in host or host.startswith("[")) and not bracketed):
         raise ConfigError(f"{named} must be HOST:PORT or [IPV6]:PORT, got {cut_short(text)!r}")
     host = host[1:-1] if bracketed else host
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"{named} port must be a number, got {cut_short(port_text)!r}") from None
+    if not (port_text.isascii() and port_text.isdigit()):  # int() took "+80", " 80" and other scripts' digits
+        raise ConfigError(f"{named} port must be a number, got {cut_short(port_text)!r}")
+    port = int(port_text)
     if not 0 <= port <= 65535:
         raise ConfigError(f"{named} port must be within 0..65535, got {quoted_number(port)}")
     return host, port
@@ -83,6 +82,11 @@ def load_toml(path: Path) -> dict[str, Any]:
     section = data.get("agent", data)
     if not isinstance(section, dict):
         raise ConfigError(f"config file {path}: [agent] must be a table")
+    if section is not data and len(data) > 1:  # one form or the other: the keys beside it were dropped
+        beside = ", ".join(sorted(set(data) - {"agent"}))
+        raise ConfigError(
+            f"config file {path}: keys {beside} at top level beside an [agent] table: put them in it"
+        )
     unknown = sorted(set(section) - set(_KEYS))
     if unknown:
         raise ConfigError(
@@ -141,6 +145,12 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
         raise ConfigError(f"{named} must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "sim":
         _refuse_host_paths_with_sim(flags, file_values)
+    elif pick("sim_sensors", None) is not None:  # else ignored in silence: the user meant something by it
+        named = _origin(flags, "sim_sensors", "--sim-sensors/--no-sim-sensors")
+        raise ConfigError(f"{named} applies to --backend sim only; this agent reads {backend}")
+    for key in ("token_file", "meminfo_path", "hwmon_root"):
+        if file_values.get(key) == "" and flags.get(key) is None:  # "" read as "not set": a default taken
+            raise ConfigError(f"{key} (config file) is empty: leave it out for the default, or name a file")
     ring_size = int(pick("ring_size", DEFAULT_RING_SIZE))
     if not 10 <= ring_size <= MAX_RING_SIZE:
         named = _origin(flags, "ring_size", "--ring-size")

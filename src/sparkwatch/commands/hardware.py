@@ -58,7 +58,10 @@ def cluster_hardware(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for node in nodes:
         hardware = node.get("hardware") or {}
         lmx = hardware.get("lmx")
-        if isinstance(lmx, dict):
+        if isinstance(lmx, dict) and lmx.get("hwClass") is None:  # its GPU backend was down at its hello
+            why = node.get("gpu_reason") or "its GPU backend was not open"
+            missing.append(f"node {node['node']}: hardware class unknown, no GPU read: {why}")
+        elif isinstance(lmx, dict):
             records.append(lmx)
             names.append(str(node.get("node")))
             n_bytes.append(hardware.get("memory_total_bytes"))

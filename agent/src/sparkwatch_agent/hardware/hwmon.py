@@ -152,7 +152,7 @@ class _Attribute:
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            return os.pread(self._fd, 64, 0)
+            return os.pread(self._fd, ATTRIBUTE_BYTES + 1, 0)  # one more: a longer value is no number
         except OSError:
             self.close()
             return None
@@ -175,13 +175,19 @@ class Channel:
     accumulator: EnergyAccumulator = field(default_factory=EnergyAccumulator)
 
 
+#: The longest attribute value read: a 64-bit integer in decimal is at most 20 characters and a newline.
+ATTRIBUTE_BYTES = 64
+
+
 def _int(raw: bytes | None) -> int | None:
-    if raw is None:
+    """The attribute's integer, as sysfs writes one (``%d`` or ``%u`` and a newline): ASCII digits with an
+    optional minus, nothing else (``int()`` would take ``1_000``, ``+5`` or digits of other scripts), and a
+    value cut off at the read's length is none."""
+    if raw is None or len(raw) > ATTRIBUTE_BYTES:
         return None
-    try:
-        return int(raw)  # int() skips the trailing newline itself
-    except ValueError:
-        return None
+    text = raw.strip()
+    digits = text[1:] if text.startswith(b"-") else text
+    return int(text) if digits.isdigit() else None  # bytes.isdigit: ASCII digits only
 
 
 def _count(raw: bytes | None, *, attribute: bool) -> tuple[int | None, str | None]:

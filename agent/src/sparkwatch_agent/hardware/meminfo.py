@@ -45,9 +45,24 @@ def _values(text: bytes) -> dict[str, int]:
             value = int(field[:-3] if kilo else field)  # int() skips the padding spaces itself
         except ValueError:
             continue
-        if value >= 0:
-            found[name] = value * 1024 if kilo else value
+        value = value * 1024 if kilo else value
+        if 0 <= value < MAX_BYTES:  # past int64 no frame can carry it: unknown, not the sample refused
+            found[name] = value
     return found
+
+
+#: The most bytes a count may be (a frame's integers are int64; a 26-digit MemTotal is no machine's).
+MAX_BYTES = 2**63
+
+
+def _less(whole: int | None, part: int | None) -> int | None:
+    """``whole - part``, when both are known and ``part`` is not more than ``whole``: a MemAvailable above
+    MemTotal (a container's meminfo view out of step) leaves used memory unknown, never negative."""
+    return whole - part if whole is not None and part is not None and part <= whole else None
+
+
+def _sum(a: int | None, b: int | None) -> int | None:
+    return a + b if a is not None and b is not None and a + b < MAX_BYTES else None
 
 
 def parse_meminfo(text: bytes) -> HostMemory:
@@ -62,10 +77,10 @@ def parse_meminfo(text: bytes) -> HostMemory:
     return HostMemory(
         total_bytes=total,
         available_bytes=available,
-        used_bytes=total - available if total is not None and available is not None else None,
+        used_bytes=_less(total, available),
         free_bytes=found.get("free"),
-        page_cache_bytes=cached + sreclaimable if cached is not None and sreclaimable is not None else None,
-        swap_used_bytes=swap_total - swap_free if swap_total is not None and swap_free is not None else None,
+        page_cache_bytes=_sum(cached, sreclaimable),
+        swap_used_bytes=_less(swap_total, swap_free),
     )
 
 
@@ -82,12 +97,19 @@ def memory_of(
     if memory.used_bytes is not None:
         return memory, None
     errors.append(("host_memory", "unparsable"))
-    return memory, "meminfo has no MemTotal and MemAvailable numbers to take used memory from"
+    total, available = memory.total_bytes, memory.available_bytes
+    if total is not None and available is not None:
+        return memory, f"meminfo's MemAvailable ({available} B) is more than its MemTotal ({total} B)"
+    missing = " and ".join(
+        name for name, v in (("MemTotal", total), ("MemAvailable", available)) if v is None
+    )
+    return memory, f"meminfo has no {missing} number to take used memory from"
 
 
 class MeminfoReader:
-    """Re-reads one open meminfo file with ``pread`` each call (procfs regenerates it at offset 0), which
-    saves an open and a close per tick; the path is injectable so tests can hand it a fixture.
+    """Re-reads one open meminfo file under /proc with ``pread`` each call (procfs regenerates it at offset
+    0), which saves an open and a close per tick; any other file (a container's view, a test's fixture) is
+    opened at each read, so one replaced or removed is seen at the next tick, not read stale for ever.
 
     A tick only captures the bytes; they are parsed later, in a batch (see ``Sampler``). A file that cannot
     be read, or is no meminfo file, raises ``OSError`` every tick (each sample says why its memory is null)
@@ -97,12 +119,15 @@ class MeminfoReader:
         self._path = path
         self._fd: int | None = None
         self._failing = False
+        self._kept_open = path.is_absolute() and path.parts[:2] == ("/", "proc")
 
     def capture(self) -> bytes:
         try:
             if self._fd is None:
                 self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
             raw = os.pread(self._fd, 16384, 0)
+            if not self._kept_open:
+                self.close()
             if b"MemTotal:" not in raw:  # a fast C search; an empty or wrong file is not "all unknown"
                 raise OSError(errno.EINVAL, "no MemTotal line, not a meminfo file")
         except OSError as exc:

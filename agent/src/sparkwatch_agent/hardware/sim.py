@@ -77,12 +77,24 @@ class SimGb10:
     def _sys_power_locked(self) -> float:
         return self.spec.sys_base_w + self._power_locked() + self.spec.sys_cpu_busy_w * self._util
 
-    def set_load(self, util_ratio: float | None = None, model_bytes: int | None = None) -> None:
-        """Change the load from now on; the energy counter integrates the old power up to this instant."""
+    def check_load(self, util_ratio: float | None, model_bytes: int | None) -> None:
+        """ValueError unless :meth:`set_load` would take these: a caller that changes several things checks
+        them all first, so a refusal changes none."""
         if util_ratio is not None and not 0.0 <= util_ratio <= 1.0:
             raise ValueError("util_ratio must be within [0, 1]")
         if model_bytes is not None and not 0 <= model_bytes <= self.spec.mem_total_bytes:
             raise ValueError("model_bytes must be within [0, total memory]")
+
+    def check_throttle(self, reasons: int | None, sm_clock_mhz: int | None) -> None:
+        """ValueError unless :meth:`set_throttle` would take these."""
+        if reasons is not None and not 0 < reasons < 2**64:
+            raise ValueError("clock_event_reasons must be a bitmask within (0, 2^64)")
+        if sm_clock_mhz is not None and not 0 < sm_clock_mhz <= self.spec.sm_clock_max_mhz:
+            raise ValueError(f"sm_clock_mhz must be within (0, {self.spec.sm_clock_max_mhz}]")
+
+    def set_load(self, util_ratio: float | None = None, model_bytes: int | None = None) -> None:
+        """Change the load from now on; the energy counter integrates the old power up to this instant."""
+        self.check_load(util_ratio, model_bytes)
         with self._lock:
             now = self._now()
             self._energy_j += self._power_locked() * (now - self._since_ns) / 1e9
@@ -96,10 +108,7 @@ class SimGb10:
     def set_throttle(self, reasons: int | None, sm_clock_mhz: int | None = None) -> None:
         """Start a throttle episode (clock event reasons bitmask, the SM clock it holds the GPU at), or end
         it with ``None``; power and energy are not changed by it."""
-        if reasons is not None and not 0 < reasons < 2**64:
-            raise ValueError("clock_event_reasons must be a bitmask within (0, 2^64)")
-        if sm_clock_mhz is not None and not 0 < sm_clock_mhz <= self.spec.sm_clock_max_mhz:
-            raise ValueError(f"sm_clock_mhz must be within (0, {self.spec.sm_clock_max_mhz}]")
+        self.check_throttle(reasons, sm_clock_mhz)
         mhz = sm_clock_mhz or self.spec.sm_clock_busy_mhz
         with self._lock:
             self._throttle = None if reasons is None else (reasons, mhz)

@@ -10,8 +10,11 @@ stopped an agent sampling altogether; so there is one lease per holder (renewing
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sparkwatch_agent.shared.protocol import LEASE_TTL_S, MAX_INTERVAL_S, MIN_INTERVAL_S
 
@@ -35,9 +38,58 @@ class TooManyLeases(Exception):
     def __init__(self, held: int, retry_after_s: float) -> None:
         super().__init__(
             f"{held} leases are held, the most this agent keeps; renew or release one of them, "
-            f"or retry after the next one lapses (in {retry_after_s:.0f} s)"
+            f"or retry after the next one lapses (in {math.ceil(retry_after_s)} s)"
         )
         self.retry_after_s = retry_after_s
+
+
+#: The longest holder name a lease takes (a coordinator's is 31 characters).
+MAX_HOLDER_CHARS = 128
+
+
+def json_number(body: Mapping[str, Any], key: str, default: float | None = None) -> float | None:
+    """``body[key]`` as a finite float (``default`` when absent, None when null); ValueError for anything
+    else, a JSON string or boolean included (``"0.05"`` and ``true`` are no numbers)."""
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError(f"{key} is out of range") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{key} must be finite")
+    return number
+
+
+def lease_asked(
+    body: Mapping[str, Any], keys: frozenset[str], holder: str | None = None
+) -> tuple[str, float, float]:
+    """(holder, interval_s, ttl_s) of a lease request, read by one rule wherever it comes (``PUT
+    /v1/interval``, a ``stream --stdio`` command): ValueError saying what is wrong. ``keys``: the body's
+    allowed keys; ``holder``: the name taken when the body gives none (None: it must give one)."""
+    unknown = set(body) - keys
+    if unknown:
+        raise ValueError(f"unknown keys: {', '.join(sorted(unknown))}")
+    named = holder_of(body, holder)
+    interval_s = json_number(body, "interval_s")
+    if interval_s is None:
+        raise ValueError("interval_s is required")
+    ttl_s = json_number(body, "ttl_s", DEFAULT_TTL_S)
+    if ttl_s is None:  # given as null: not the default, which leaving it out asks for
+        raise ValueError("ttl_s must be a number of seconds (leave it out for the default)")
+    return named, interval_s, ttl_s
+
+
+def holder_of(body: Mapping[str, Any], holder: str | None = None) -> str:
+    """The lease holder a request names (``holder`` when it names none); ValueError unless it is 1 to
+    ``MAX_HOLDER_CHARS`` printable characters (a name that shows in logs and ``GET /v1/interval``)."""
+    named = body.get("holder", holder)
+    if not isinstance(named, str) or not 0 < len(named) <= MAX_HOLDER_CHARS or not named.isprintable():
+        raise ValueError(f"holder must be 1–{MAX_HOLDER_CHARS} printable characters naming the requester")
+    return named
 
 
 def validate_interval(interval_s: float) -> float:

@@ -22,7 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from sparkwatch_agent.hardware.host_facts import read_host_facts
 from sparkwatch_agent.hardware.sim import SimGb10
-from sparkwatch_agent.sampling.leases import DEFAULT_TTL_S, TooManyLeases
+from sparkwatch_agent.sampling.leases import TooManyLeases, json_number, lease_asked
 from sparkwatch_agent.sampling.sample import encode_frame
 from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
@@ -44,6 +44,8 @@ from sparkwatch_agent.shared.strict_text import TextFormatError, loads_json
 log = logging.getLogger(__name__)
 
 STREAM_BATCH = 500
+#: What a ``PUT /v1/interval`` body may hold.
+LEASE_KEYS = frozenset({"holder", "interval_s", "ttl_s"})
 MAX_SEQ = 2**63 - 1
 
 
@@ -134,21 +136,6 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _number(body: dict[str, Any], key: str, default: float | None = None) -> float | None:
-    value = body.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{key} must be a number")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise ValueError(f"{key} is out of range") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{key} must be finite")
-    return number
-
-
 def _interval_state(ctx: AgentContext) -> dict[str, Any]:
     now = ctx.mono_ns()
     leases = ctx.sampler.leases
@@ -175,17 +162,7 @@ async def interval_put(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     body = await _json_body(request)
     try:
-        holder = body.get("holder")
-        if not isinstance(holder, str):
-            raise ValueError("holder must be a string naming the requester")
-        interval_s = _number(body, "interval_s")
-        if interval_s is None:
-            raise ValueError("interval_s is required")
-        ttl_s = _number(body, "ttl_s", DEFAULT_TTL_S)
-        assert ttl_s is not None
-        unknown = set(body) - {"holder", "interval_s", "ttl_s"}
-        if unknown:
-            raise ValueError(f"unknown keys: {', '.join(sorted(unknown))}")
+        holder, interval_s, ttl_s = lease_asked(body, LEASE_KEYS)
         ctx.sampler.leases.grant(holder, interval_s, ttl_s, ctx.mono_ns())
     except ValueError as exc:
         return json_error(400, "bad_request", str(exc))
@@ -218,12 +195,15 @@ async def sim_load(request: web.Request) -> web.Response:
         unknown = set(body) - {"util_ratio", "model_bytes", "throttle"}
         if unknown:
             raise ValueError(f"unknown keys: {', '.join(sorted(unknown))}")
-        util = _number(body, "util_ratio")
+        util = json_number(body, "util_ratio")
         model = body.get("model_bytes")
         if model is not None and (isinstance(model, bool) or not isinstance(model, int)):
             raise ValueError("model_bytes must be an integer")
-        if "throttle" in body:
-            ctx.sim.set_throttle(*_throttle(body["throttle"]))
+        episode = _throttle(body["throttle"]) if "throttle" in body else None  # (None, None): it ends
+        ctx.sim.check_load(util, model)  # everything checked before anything changes: a 400 changes nothing
+        if episode is not None:
+            ctx.sim.check_throttle(*episode)
+            ctx.sim.set_throttle(*episode)
         ctx.sim.set_load(util_ratio=util, model_bytes=model)
     except ValueError as exc:
         return json_error(400, "bad_request", str(exc))

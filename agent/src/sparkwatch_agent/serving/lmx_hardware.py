@@ -23,8 +23,8 @@ def lmx_hardware(snap: Snapshot, host: HostFacts) -> dict[str, object]:
         "os": f"{host.os} (kernel {host.kernel})",
         "driverVersion": inv.driver_version if inv else None,
     }
-    if not gpus:
-        return {"hwClass": "CPU_ONLY", **out}
+    if not gpus:  # CPU_ONLY only when the backend answered with none; while it is down, the class is unknown
+        return {"hwClass": "CPU_ONLY" if snap.gpu_ok or snap.backend == "none" else None, **out}
     name = gpus[0].name
     if snap.memory_model == "unified":
         return {

@@ -12,14 +12,13 @@ import json
 import logging
 import os
 import queue
-import signal
 import sys
 import threading
 import time
 from typing import BinaryIO
 
 from sparkwatch_agent.hardware.host_facts import read_host_facts
-from sparkwatch_agent.sampling.leases import DEFAULT_TTL_S
+from sparkwatch_agent.sampling.leases import holder_of, lease_asked
 from sparkwatch_agent.sampling.sample import encode_frame
 from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
@@ -29,6 +28,8 @@ from sparkwatch_agent.shared.lifecycle import STOP_SIGNALS, StopPolicy
 from sparkwatch_agent.shared.protocol import FRAME_TIME
 
 log = logging.getLogger(__name__)
+#: What an interval command may hold.
+STDIO_LEASE_KEYS = frozenset({"type", "holder", "interval_s", "ttl_s"})
 
 
 def _apply_command(
@@ -39,13 +40,11 @@ def _apply_command(
         if not isinstance(cmd, dict):
             raise ValueError("command must be a JSON object")
         kind = cmd.get("type")
-        holder = str(cmd.get("holder") or "stdio")
-        if kind == "interval":
-            sampler.leases.grant(
-                holder, float(cmd["interval_s"]), float(cmd.get("ttl_s", DEFAULT_TTL_S)), time.monotonic_ns()
-            )
+        if kind == "interval":  # read as PUT /v1/interval reads its body; the holder "stdio" unless named
+            holder, interval_s, ttl_s = lease_asked(cmd, STDIO_LEASE_KEYS, holder="stdio")
+            sampler.leases.grant(holder, interval_s, ttl_s, time.monotonic_ns())
         elif kind == "release":
-            sampler.leases.release(holder)
+            sampler.leases.release(holder_of(cmd, holder="stdio"))
         elif kind == FRAME_TIME:  # a clock probe: stamped on arrival, answered ahead of any samples
             reply = {
                 "type": FRAME_TIME,
@@ -100,7 +99,7 @@ def run_stdio(sampler: Sampler, stdout: BinaryIO | None = None, stdin_fd: int | 
         stop.set()
         wake.set()
 
-    StopPolicy(first_stop).install_plain((*STOP_SIGNALS, signal.SIGHUP))
+    StopPolicy(first_stop).install_plain(STOP_SIGNALS)
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     replies: queue.SimpleQueue[bytes] = queue.SimpleQueue()
     threading.Thread(target=_read_commands, args=(sampler, fd, replies, wake), daemon=True).start()

@@ -102,7 +102,9 @@ def load_token(path: Path) -> str:
         )
     try:
         token = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:  # its words only: the path is said once
+        raise TokenFileError(f"cannot read token file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
         raise TokenFileError(f"cannot read token file {path}: {exc}") from exc
     if token.startswith("\ufeff"):  # not a space, yet not printable: "without spaces" said the wrong thing
         raise TokenFileError(

@@ -67,6 +67,7 @@ class ConnectionGuard:
         """``shape``: how the refusals' JSON reads (a server that speaks another API gives that API's);
         ``server``: the name its refusals give in ``Server`` (the service's, as on its other answers)."""
         self.limits = limits
+        self.server = server
         self._open: set[GuardedConnection] = set()
         self._waiting: dict[GuardedConnection, None] = {}  # insertion order: oldest first
         self._connecting = 0  # accepted sockets whose protocol is not made yet

@@ -98,7 +98,8 @@ async def json_refusals(request: web.Request, handler: Handler) -> web.StreamRes
         elif exc.status == 405:
             reason = f"{request.method} is not allowed here; allowed: {exc.headers.get('Allow', 'none')}"
         else:
-            reason = (exc.text or exc.reason).removeprefix(f"{exc.status}: ")
+            # aiohttp's words, on one line ("No WebSocket UPGRADE hdr: None\n Can "Upgrade" only to …")
+            reason = " ".join((exc.text or exc.reason).removeprefix(f"{exc.status}: ").split())
         refusal = json_error(exc.status, exc.reason.lower().replace(" ", "_"), reason)
         for name in ("Allow", "Retry-After"):
             if name in exc.headers:

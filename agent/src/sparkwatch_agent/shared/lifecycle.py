@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: What stops a service in order (streams closed, files flushed): a hangup too, the terminal that ran it gone
+#: (its default ends the process on the spot, with nothing said and no stream closed).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 FORCED_EXIT_CODE = 130
 
 

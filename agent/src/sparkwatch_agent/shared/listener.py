@@ -20,7 +20,7 @@ from aiohttp import web
 
 from sparkwatch_agent.shared.conn_guard import ConnectionGuard
 from sparkwatch_agent.shared.log_limit import RateLimitedLog, accept_error_line
-from sparkwatch_agent.shared.parse_errors import json_protocol_errors
+from sparkwatch_agent.shared.parse_errors import json_errors_for, json_protocol_errors
 
 log = logging.getLogger(__name__)
 
@@ -165,5 +165,6 @@ class GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         sockets = await bind_listeners(self._host, self._port, self._backlog)
-        make_handler = self.guard.protocol_factory(lambda: json_protocol_errors(server()))
+        handler = json_errors_for(self.guard.server)
+        make_handler = self.guard.protocol_factory(lambda: json_protocol_errors(server(), handler))
         self._server = GuardedListener(sockets, self.guard, make_handler)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from http import HTTPStatus
+from typing import ClassVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -41,6 +42,9 @@ class _JsonErrorsHandler(RequestHandler):
     so an instance aiohttp made can become one (see :func:`json_protocol_errors`)."""
 
     __slots__ = ()
+    #: The ``Server`` its answers give (see :func:`json_errors_for`); aiohttp's own names Python's and its
+    #: versions, which the service's other answers never do.
+    server_name: ClassVar[str | None] = None
 
     def handle_error(
         self,
@@ -58,14 +62,25 @@ class _JsonErrorsHandler(RequestHandler):
         if request.writer.output_size > 0:  # a response has begun: the connection can only be dropped
             raise ConnectionError("a response was already started; cannot send the error")
         response = web.json_response({"error": error_code(status), "reason": reason}, status=status)
+        if self.server_name is not None:
+            response.headers["Server"] = self.server_name
         response.force_close()
         return response
 
 
-def json_protocol_errors(protocol: asyncio.Protocol) -> asyncio.Protocol:
-    """``protocol`` (a server's per-connection handler) answering its own errors in JSON. aiohttp makes the
-    handler itself, so its class is switched rather than a subclass built from aiohttp's private
-    arguments; a handler of any other class is left as it is (and answers in plain text)."""
+def json_errors_for(server_name: str | None) -> type[RequestHandler]:
+    """The handler class of one server's connections: its answers name ``server_name`` in ``Server``, as the
+    service's others do (made once per site, not per connection)."""
+    return type("_JsonErrorsHandler", (_JsonErrorsHandler,), {"__slots__": (), "server_name": server_name})
+
+
+def json_protocol_errors(
+    protocol: asyncio.Protocol, handler: type[RequestHandler] = _JsonErrorsHandler
+) -> asyncio.Protocol:
+    """``protocol`` (a server's per-connection handler) answering its own errors in JSON (``handler``: a
+    class from :func:`json_errors_for`). aiohttp makes the handler itself, so its class is switched rather
+    than a subclass built from aiohttp's private arguments; a handler of any other class is left as it is
+    (and answers in plain text)."""
     if type(protocol) is RequestHandler:
-        protocol.__class__ = _JsonErrorsHandler
+        protocol.__class__ = handler
     return protocol

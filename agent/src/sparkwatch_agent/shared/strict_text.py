@@ -62,14 +62,14 @@ def decode_utf8(raw: bytes, verb: str = "is ") -> str:
 
 
 def loads_toml(text: str | bytes) -> dict[str, Any]:
-    """TOML (bytes as UTF-8, TOML's only encoding: never the locale's); a file too deep for the parser, or
-    with an integer past 64 bits (TOML's own bound, which tomllib does not apply: ``float()`` of one
-    raised OverflowError far from the file), is refused like any other invalid TOML (the error's text is
-    the detail after "not valid TOML: ")."""
+    """TOML (bytes as UTF-8, TOML's only encoding: never the locale's; a leading BOM skipped); a file too
+    deep for the parser, or with an integer past 64 bits (TOML's own bound, which tomllib does not apply:
+    ``float()`` of one raised OverflowError far from the file), is refused like any other invalid TOML (the
+    error's text is the detail after "not valid TOML: ")."""
     if isinstance(text, bytes):
         text = decode_utf8(text, verb="")
-    try:
-        data = tomllib.loads(text)
+    try:  # a leading byte order mark (an editor's) passed over, as JSON's reader does: tomllib refused it
+        data = tomllib.loads(text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
         raise TextFormatError(str(exc)) from None
     except RecursionError:
