@@ -16,6 +16,7 @@ from sparkwatch.cli_types import (
     coordinator_args,
     count,
     engine_metrics_url,
+    export_file,
     listen,
     log_level_arg,
     output_file,
@@ -146,7 +147,7 @@ def _add_demo(sub: Sub) -> None:
     demo.add_argument(
         "-o",
         "--output",
-        type=output_file,
+        type=export_file,
         default=Path(DEMO_EXPORT),
         metavar="FILE",
         help=f"default {DEMO_EXPORT}",
@@ -223,7 +224,7 @@ def _add_run(sub: Sub) -> None:
     run.add_argument(
         "-o",
         "--output",
-        type=output_file,
+        type=export_file,
         metavar="FILE",
         help="export path (default sparkwatch-RUN_ID.json, here)",
     )

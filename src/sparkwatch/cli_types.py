@@ -254,6 +254,18 @@ def output_file(text: str) -> Path:
     return Path(text)
 
 
+def export_file(text: str) -> Path:
+    """The JSON export `run` and `demo` write (:func:`output_file`), its report beside it as
+    ``NAME.report.html``: a name ending in .html would hold the JSON and push the page to
+    ``NAME.report.report.html``."""
+    path = output_file(text)
+    if path.name.lower().endswith((".html", ".htm")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names the JSON export (its report goes beside it as NAME.report.html): give .json"
+        )
+    return path
+
+
 def output_or_stdout(text: str) -> Path | None:
     """A file, or ``-`` for stdout (None), for a command that prints its JSON there without ``-o``."""
     return None if text == "-" else Path(text)

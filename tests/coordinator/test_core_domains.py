@@ -42,6 +42,8 @@ def test_headline_prefers_a_wall_meter_then_dc_input_then_sys_total_then_power_m
     assert headline_domain([domain("power_meter_power1", source="hwmon:power_meter")]) == "power_meter_power1"
     assert headline_domain([domain("gpu", "gpu"), domain("cpu_p", "cpu")]) is None
     assert headline_domain([domain("dc_input", "gpu")]) is None  # the name alone does not make it system
+    # a meter whose domain was renamed in nodes.toml is still the node's wall meter (it lost to dc_input)
+    assert headline_domain([domain("dc_input"), domain("plug", source="meter:redfish")]) == "plug"
 
 
 def test_domains_are_listed_headline_first_then_by_kind_and_name_whatever_order_a_source_found_them() -> None:

@@ -185,6 +185,10 @@ async def test_a_meter_that_does_not_answer_is_a_failure_with_a_reason() -> None
             "meter.username: password_file goes with a username",
         ),
         ('kind = "redfish"\nurl = "https://bmc/redfish/v1/"', "meter.url: is the BMC's address without"),
+        ('kind = "shelly"\nurl = "http://p?x=1"', "meter.url: must have no query or fragment"),
+        ('kind = "redfish"\nurl = "https://bmc#top"', "meter.url: must have no query or fragment"),
+        ('kind = "shelly"\nurl = "http://p"\ndomain = "a b"', "meter.domain: must be a name without spaces"),
+        ('kind = "shelly"\nurl = "http://p"\ndomain = "w\\u0007"', "meter.domain: must be a name without"),
     ],
 )
 def test_a_wrong_meter_table_is_one_line_naming_the_node(table: str, words: str) -> None:

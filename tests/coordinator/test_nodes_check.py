@@ -220,3 +220,16 @@ def test_lines_the_link_skipped_are_a_warning_that_names_their_reasons(tmp_path:
         " the first ones; not_json from an exec agent: something else writes to its stdout)"
     ]
     assert check_node(node(frames_rejected={})).warnings == []
+
+
+def test_a_meter_whose_domain_is_also_an_agent_sensor_is_a_problem() -> None:
+    """`domain = "dc_input"` gave the node two domains by one name, the headline pointing at either."""
+    meter = {"kind": "redfish", "domain": "dc_input", "url": "http://bmc", "polls": 3, "last_power_w": 100.0}
+    clash = node(meter=meter)
+    clash["capabilities"]["sensors"] = ["dc_input", "sys_total"]
+    assert check_node(clash).problems == [
+        "the meter's domain 'dc_input' is also a sensor channel of the agent's: rename the meter's domain in"
+        " nodes.toml (wall, by default)"
+    ]
+    clash["meter"] = {**meter, "domain": "wall"}
+    assert check_node(clash).problems == []

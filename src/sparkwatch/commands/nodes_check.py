@@ -72,6 +72,12 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
         node=node["node"], reachable=bool(node.get("connected")) and node.get("hardware") is not None
     )
     _check_meter(check, node.get("meter"))
+    sensors = (node.get("capabilities") or {}).get("sensors") or []
+    if check.meter is not None and check.meter.get("domain") in sensors:  # two domains by one name
+        check.problems.append(
+            f"the meter's domain {check.meter['domain']!r} is also a sensor channel of the agent's: rename"
+            " the meter's domain in nodes.toml (wall, by default)"
+        )
     if not check.reachable:
         error = node.get("error") or "no hello yet"
         # the error names the token file it sent, or the service at the address: it was reached

@@ -189,7 +189,10 @@ def make_sim_model_app(model: SimModel) -> web.Application:
 @contextlib.asynccontextmanager
 async def running_sim_model(model: SimModel, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
     """The simulated model on host:port (0: a free port) until the block ends; yields its URL."""
-    runner = web.AppRunner(make_sim_model_app(model), handle_signals=False, access_log=None)
+    # a stop cuts a request still streaming after 1 s (aiohttp's default waits 60 s for it)
+    runner = web.AppRunner(
+        make_sim_model_app(model), handle_signals=False, access_log=None, shutdown_timeout=1.0
+    )
     url = await start_site(runner, host, port)
     try:
         yield url

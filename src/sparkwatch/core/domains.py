@@ -109,7 +109,11 @@ def _same_samples(gpus: Sequence[GpuTrack], t_ns: I64, segment: I64, interval_s:
 
 
 def headline_domain(domains: Sequence[DomainInput]) -> str | None:
-    """The node's whole-node domain by :data:`HEADLINE_PREFERENCE`, else a ``power_meter``; never a rail."""
+    """The node's whole-node domain: its wall meter's, whatever the meter's ``domain`` calls it, else by
+    :data:`HEADLINE_PREFERENCE`, else a ``power_meter``; never a rail."""
+    meter = next((d.domain for d in domains if d.kind == "system" and d.source.startswith("meter")), None)
+    if meter is not None:
+        return meter
     names = {d.domain: d for d in domains if d.kind == "system"}
     for name in HEADLINE_PREFERENCE:
         if name in names:

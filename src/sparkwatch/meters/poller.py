@@ -40,6 +40,10 @@ async def json_answer(response: aiohttp.ClientResponse, kind: str) -> Any:
         return await response.json(content_type=None)
     except ValueError:  # JSONDecodeError, or bytes that are not text
         raise MeterError(f"{kind} answered HTTP {response.status} with a body that is not JSON") from None
+    except RecursionError:  # a RecursionError ended the poller's task for good, in silence
+        raise MeterError(
+            f"{kind} answered HTTP {response.status} with JSON nested too deep to read"
+        ) from None
 
 
 class MeterReader(Protocol):
@@ -132,6 +136,14 @@ class MeterPoller:
             return
         except (MeterError, aiohttp.ClientError, OSError, ValueError) as exc:
             self._failed(t0, f"{type(exc).__name__}: {exc}" if not isinstance(exc, MeterError) else str(exc))
+            return
+        except (
+            Exception
+        ) as exc:  # a reader's bug on an answer it did not expect: a failed poll, said with its
+            said = f"{type(exc).__name__}: {exc}"  # trace once, never the end of polling (nothing watches it)
+            if " ".join(said.split())[:300] != self.state.error:
+                log.exception("node %s: %s meter at %s: reading failed", self.node, spec.kind, spec.url)
+            self._failed(t0, said)
             return
         if (why := refused(reading)) is not None:  # the readers' rule (readings.py), whoever read it
             self._failed(t0, f"{spec.kind} read {why}: not stored")

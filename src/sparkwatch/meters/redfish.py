@@ -35,6 +35,7 @@ from sparkwatch.meters.credentials import read_secret
 from sparkwatch.meters.poller import json_answer
 from sparkwatch.meters.readings import MeterError, Reading, number, with_counter
 from sparkwatch.meters.spec import MeterSpec
+from sparkwatch_agent.shared.strict_text import cut_short
 
 ROOT = "/redfish/v1/"
 KWH_J = 3.6e6
@@ -92,7 +93,10 @@ class RedfishMeter:
         await asyncio.shield(self._login_task)
 
     async def _get(self, session: aiohttp.ClientSession, path: str) -> dict[str, Any]:
-        async with session.get(self._base + path, headers=self._headers, ssl=self._ssl) as r:
+        async with session.get(
+            self._base + path, headers=self._headers, ssl=self._ssl, allow_redirects=False
+        ) as r:
+            _not_redirected(r, path)
             if r.status == 401:
                 self._unauthorized(path)
             if "Authorization" in self._headers and path != ROOT:  # the service root is open to all
@@ -143,7 +147,10 @@ class RedfishMeter:
         root = await self._get(session, ROOT)
         sessions = _link(root.get("Links", {}), "Sessions") or "/redfish/v1/SessionService/Sessions"
         credentials = {"UserName": self._spec.username, "Password": password}
-        async with session.post(self._base + sessions, json=credentials, ssl=self._ssl) as r:
+        async with session.post(
+            self._base + sessions, json=credentials, ssl=self._ssl, allow_redirects=False
+        ) as r:
+            _not_redirected(r, sessions)
             status = r.status
             token = r.headers.get("X-Auth-Token") if status in (200, 201) else None
             if token:
@@ -190,7 +197,9 @@ class RedfishMeter:
         if url is None or token is None:
             return
         with contextlib.suppress(aiohttp.ClientError, OSError):
-            async with session.delete(url, headers={"X-Auth-Token": token}, ssl=self._ssl):
+            async with session.delete(
+                url, headers={"X-Auth-Token": token}, ssl=self._ssl, allow_redirects=False
+            ):
                 pass
 
     async def _discover(self, session: aiohttp.ClientSession) -> tuple[str, str]:
@@ -198,7 +207,10 @@ class RedfishMeter:
         collection = _link(root, "Chassis")
         if collection is None:
             raise MeterError("redfish service root has no Chassis")
-        members = [_link({"m": m}, "m") for m in (await self._get(session, collection)).get("Members", [])]
+        listed = (await self._get(session, collection)).get("Members", [])
+        if not isinstance(listed, list):
+            raise MeterError(f"redfish {collection} Members is not a list, got {type(listed).__name__}")
+        members = [_link({"m": m}, "m") for m in listed]
         paths = [m for m in members if m]
         wanted = self._spec.chassis
         chosen = (
@@ -217,6 +229,17 @@ class RedfishMeter:
         if power is not None:
             return ("power", power)
         raise MeterError(f"redfish chassis {chosen or paths[0]} has neither EnvironmentMetrics nor Power")
+
+
+def _not_redirected(response: aiohttp.ClientResponse, path: str) -> None:
+    """A redirect is not followed: aiohttp would send the session's X-Auth-Token (or the login's password)
+    to wherever it points, another host included, and store that host's reading as this BMC's."""
+    if 300 <= response.status < 400:
+        where = cut_short(response.headers.get("Location") or "nowhere said", 120)
+        raise MeterError(
+            f"redfish answered HTTP {response.status} for {path}, pointing to {where}: not followed (the"
+            " credentials go to the configured url only; give the BMC's own address)"
+        )
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

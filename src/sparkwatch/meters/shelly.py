@@ -32,17 +32,28 @@ class ShellyMeter:
         self._url = f"{spec.url}/rpc/{spec.component}.GetStatus"
         self._params = {"id": str(spec.channel)}
         self._password_file = spec.password_file
-        self._auth: aiohttp.DigestAuthMiddleware | None = None
+        self._auth: tuple[str, aiohttp.DigestAuthMiddleware] | None = None  # the password it was made with
 
     def _middlewares(self) -> tuple[aiohttp.DigestAuthMiddleware, ...]:
+        """Digest auth with the password file as it is now (read at each poll: a rotated password is taken
+        at the next one); the same middleware while it is unchanged, which keeps its nonce between polls."""
         if self._password_file is None:
             return ()
-        if self._auth is None:  # one middleware keeps its nonce between polls
-            self._auth = aiohttp.DigestAuthMiddleware(SHELLY_USER, read_secret(self._password_file))
-        return (self._auth,)
+        password = read_secret(self._password_file)
+        if self._auth is None or self._auth[0] != password:
+            self._auth = (password, aiohttp.DigestAuthMiddleware(SHELLY_USER, password))
+        return (self._auth[1],)
 
     async def read(self, session: aiohttp.ClientSession) -> Reading:
-        async with session.get(self._url, params=self._params, middlewares=self._middlewares()) as response:
+        # no redirect followed: the digest would answer another host's challenge with this plug's password
+        async with session.get(
+            self._url, params=self._params, middlewares=self._middlewares(), allow_redirects=False
+        ) as response:
+            if 300 <= response.status < 400:
+                where = response.headers.get("Location") or "nowhere said"
+                raise MeterError(
+                    f"shelly answered HTTP {response.status} pointing to {where[:120]}: not followed"
+                )
             if response.status == 401:
                 raise MeterError(
                     "shelly refused the credentials (HTTP 401; digest auth as admin)"

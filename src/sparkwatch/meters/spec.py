@@ -138,7 +138,7 @@ def parse_meter(table: Any) -> MeterSpec:
         kind=kind,
         url=url,
         interval_s=interval,
-        domain=_text(table, "domain", "wall"),
+        domain=_name(table, "domain", "wall"),
         refresh_s=None if refresh is None else float(refresh),
         chassis=_optional_text(table, "chassis"),
         username=_optional_text(table, "username"),
@@ -154,7 +154,11 @@ def parse_meter(table: Any) -> MeterSpec:
 def _url(url: Any) -> str:
     """http(s)://host[:port][/path]; no user or password in it (secrets live in files), a real port."""
     shape = "must be http(s)://host[:port] with a port 1–65535"
-    checked_http_url(url, shape, "username and password_file", MeterSpecError)
+    parsed = checked_http_url(url, shape, "username and password_file", MeterSpecError)
+    if parsed.query or parsed.fragment or str(url).endswith(("?", "#")):  # the readers append their paths
+        raise MeterSpecError(
+            f"must have no query or fragment (the reader adds its own path), got {url!r}", "url"
+        )
     return str(url).rstrip("/")
 
 
@@ -169,6 +173,16 @@ def _text(table: dict[str, Any], key: str, default: str, longest: int = 64) -> s
     value = table.get(key, default)
     if not isinstance(value, str) or not value or len(value) > longest:
         raise MeterSpecError(f"must be a string of 1 to {longest} characters, got {toml_shown(value)}", key)
+    return value
+
+
+def _name(table: dict[str, Any], key: str, default: str) -> str:
+    """A name the export, the report and /metrics show (a domain's): printable, no spaces."""
+    value = _text(table, key, default)
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise MeterSpecError(
+            f"must be a name without spaces or control characters, got {toml_shown(value)}", key
+        )
     return value
 
 
