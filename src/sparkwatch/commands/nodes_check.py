@@ -71,13 +71,7 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
     check = NodeCheck(
         node=node["node"], reachable=bool(node.get("connected")) and node.get("hardware") is not None
     )
-    _check_meter(check, node.get("meter"))
-    sensors = (node.get("capabilities") or {}).get("sensors") or []
-    if check.meter is not None and check.meter.get("domain") in sensors:  # two domains by one name
-        check.problems.append(
-            f"the meter's domain {check.meter['domain']!r} is also a sensor channel of the agent's: rename"
-            " the meter's domain in nodes.toml (wall, by default)"
-        )
+    _check_meter(check, node.get("meter"), (node.get("capabilities") or {}).get("sensors") or [])
     if not check.reachable:
         error = node.get("error") or "no hello yet"
         # the error names the token file it sent, or the service at the address: it was reached
@@ -131,11 +125,17 @@ def check_node(node: dict[str, Any]) -> NodeCheck:
     return check
 
 
-def _check_meter(check: NodeCheck, meter: dict[str, Any] | None) -> None:
-    """A meter that does not answer would leave its node's wall domain a gap: a problem."""
+def _check_meter(check: NodeCheck, meter: dict[str, Any] | None, sensors: Sequence[str]) -> None:
+    """A meter that does not answer would leave its node's wall domain a gap, one named like one of the
+    agent's ``sensors`` would give the node two domains by one name: problems."""
     check.meter = meter
     if meter is None:
         return
+    if meter.get("domain") in sensors:
+        check.problems.append(
+            f"the meter's domain {meter['domain']!r} is also a sensor channel of the agent's: rename the"
+            " meter's domain in nodes.toml (wall, by default)"
+        )
     where = f"{meter['kind']} meter at {meter['url']}"
     if meter.get("error"):
         check.problems.append(f"{where} does not give a reading: {meter['error']}")
