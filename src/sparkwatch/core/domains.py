@@ -109,13 +109,12 @@ def _same_samples(gpus: Sequence[GpuTrack], t_ns: I64, segment: I64, interval_s:
 
 
 def headline_domain(domains: Sequence[DomainInput]) -> str | None:
-    """The node's whole-node domain: its wall meter's, whatever the meter's ``domain`` calls it, else by
-    :data:`HEADLINE_PREFERENCE`, else a ``power_meter``; never a rail."""
-    meter = next((d.domain for d in domains if d.kind == "system" and d.source.startswith("meter")), None)
-    if meter is not None:
-        return meter
-    names = {d.domain: d for d in domains if d.kind == "system"}
-    for name in HEADLINE_PREFERENCE:
+    """The node's whole-node domain by :data:`HEADLINE_PREFERENCE`, a wall meter's under another name (its
+    ``domain`` in nodes.toml; the first by name where a TSDB holds several) right after ``wall``, else a
+    ``power_meter``; never a rail."""
+    names = {d.domain for d in domains if d.kind == "system"}
+    meters = sorted(d.domain for d in domains if d.kind == "system" and d.source.startswith("meter"))
+    for name in (HEADLINE_PREFERENCE[0], *meters[:1], *HEADLINE_PREFERENCE[1:]):
         if name in names:
             return name
     return next((d.domain for d in domains if d.kind == "system" and d.source == HEADLINE_SOURCE), None)
