@@ -41,3 +41,9 @@ def refusal_reason(text: str) -> str:
             return "; ".join(f"{r.get('loc', '')}: {r.get('msg', '')}" for r in reason if isinstance(r, dict))
         return str(reason)
     return json.dumps(body)[:200]
+
+
+def failure_line(error: str) -> str:
+    """A poller's failure as its state, its log and the store keep it (a meter's, the engine's): one line of
+    at most 300 characters."""
+    return " ".join(error.split())[:300] or "failed"

@@ -25,6 +25,8 @@ from aiohttp import web
 
 from doubles.fake_nvml import write_control
 from doubles.nvml_fake import FakeNvml
+from helpers.loopback import wait_http
+from helpers.processes import free_port
 from sparkwatch_agent.config import ConfigError, build_config, load_toml
 from sparkwatch_agent.hardware.meminfo import MeminfoReader
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
@@ -484,3 +486,20 @@ def test_an_empty_path_flag_is_a_usage_error_not_the_working_folder() -> None:
     result = run_agent("probe", "--no-sim-sensors")  # the nvml backend: the flag would mean nothing
     assert result.returncode == 2
     assert "--sim-sensors/--no-sim-sensors applies to --backend sim only" in result.stderr, result.stderr
+
+
+def test_an_agent_started_under_nohup_outlives_the_hangup(tmp_path: pathlib.Path) -> None:
+    """`nohup` ignores SIGHUP so that a closed terminal leaves the service running; the stop handler put
+    over SIG_IGN would have stopped it all the same."""
+    port = free_port()
+    command = [*AGENT, "serve", "--backend", "sim", "--interval", "0.5", "--listen", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(["nohup", *command], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None  # still serving
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0

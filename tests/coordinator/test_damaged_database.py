@@ -30,7 +30,7 @@ from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.meters.poller import MeterPoller, Reading
 from sparkwatch.meters.spec import MeterSpec
-from sparkwatch.store import Corrupt, Store, Unavailable, corrupt_or_none
+from sparkwatch.store import Corrupt, Store, Unavailable, corrupt_or_none, unavailable_now
 from sparkwatch.store.engine_samples import EngineRow
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.store.run_rows import RunRow
@@ -80,6 +80,14 @@ def test_damage_is_told_from_a_locked_file_and_from_a_bug(tmp_path: pathlib.Path
     with pytest.raises(sqlite3.ProgrammingError) as closed:
         waiter.execute("SELECT 1")
     assert [corrupt_or_none(e) for e in (locked.value, closed.value, ValueError(MALFORMED))] == [None] * 3
+    with pytest.raises(sqlite3.OperationalError) as no_column:  # SQLITE_ERROR: a bug's, not a busy file's
+        sqlite3.connect(good).execute("SELECT nope FROM t")
+    # what the API answers 503 for (a retry may find it served), and not: damage, a bug
+    assert [unavailable_now(e) for e in (locked.value, no_column.value, malformed.value)] == [
+        True,
+        False,
+        False,
+    ]
 
 
 def test_a_write_to_a_damaged_file_is_said_as_damage_and_changes_nothing(tmp_path: pathlib.Path) -> None:

@@ -210,10 +210,12 @@ def test_lines_the_link_skipped_are_a_warning_that_names_their_reasons(tmp_path:
     """An exec agent whose stdout also carries something else (a login banner, a wrapper's echo) had its
     junk lines counted and logged, but `nodes check` passed it in silence."""
     state = LinkState(node="spark-1", transport="ssh-exec")
-    ingest = StreamIngest(Store(tmp_path / "c.db"), state)
+    store = Store(tmp_path / "c.db")
+    ingest = StreamIngest(store, state)
     _, rejected = decode_lines('Welcome to spark-1!\n{"type": "sample"}\nLast login: today\n')
     for bad in rejected:
         ingest.reject(bad)
+    store.close()
     check = check_node(node(frames_rejected=state.to_json(0)["frames_rejected"]))
     assert check.problems == [] and check.warnings == [
         "lines from the agent skipped since the coordinator started: invalid 1, not_json 2 (its log quotes"

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from sparkwatch.defaults import RETENTION_EVERY_S
 from sparkwatch.store import Corrupt, Damaged, Store, StoreError, corrupt_or_none
@@ -80,7 +80,9 @@ class Housekeeping:
         except Exception as exc:  # a task of its own: said here, in one line where the store said why
             if (corrupt := corrupt_or_none(exc, self.store_path)) is None and not isinstance(exc, StoreError):
                 raise
-            log.warning(
+            level = logging.WARNING if corrupt is None else logging.ERROR  # as retention says damage
+            log.log(
+                level,
                 "run %s: its rows are not all removed yet (%s); the next start goes on",
                 run_id,
                 corrupt or exc,
@@ -96,8 +98,7 @@ class Housekeeping:
                 raise
             log.warning("run %s: %s; its samples are left to idle retention", run_id, exc)
             return None
-        assert span is None or isinstance(span, tuple)
-        return span
+        return cast(tuple[int, int] | None, span)
 
     async def _steps(self, make: Callable[[Store], Iterator[int]]) -> int:
         """Advance the step iterator ``make`` builds, one step per turn of the window thread."""

@@ -19,6 +19,7 @@ import aiohttp
 
 from sparkwatch.engines.scrape import ScrapeError, read_page
 from sparkwatch.engines.spec import EngineSpec
+from sparkwatch.http_reasons import failure_line
 from sparkwatch.meters.credentials import SecretFileError, first_line
 from sparkwatch.store.engine_samples import EngineRow
 from sparkwatch.store.tx import stored_or_why
@@ -100,6 +101,14 @@ class EnginePoller:
             # ArithmeticError: an OverflowError in combining a page's values would otherwise end the task
             self._failed(t0, f"{type(exc).__name__}: {exc}")
             return
+        # a bug on a page it did not expect: a failed scrape, its trace logged once (while the error stays
+        # the same), never the end of scraping: nothing watches the task
+        except Exception as exc:
+            error = failure_line(f"{type(exc).__name__}: {exc}")
+            if error != self.state.error:
+                log.exception("engine metrics at %s: scrape failed", self.spec.url)
+            self._failed(t0, error, logged=True)
+            return
         row = EngineRow(
             (t0 + t1) // 2, scrape.family, self.spec.interval_s, scrape.values, scrape.sources, scrape.unknown
         )
@@ -139,9 +148,11 @@ class EnginePoller:
             log.info("engine metrics at %s: every value within bounds again", self.spec.url)
         self._refused = names
 
-    def _failed(self, t_ns: int, error: str) -> None:
-        error = " ".join(error.split())[:300] or "failed"
-        if error != self.state.error:
+    def _failed(self, t_ns: int, error: str, *, logged: bool = False) -> None:
+        """A scrape without values: counted, stored as the gap's reason, logged when it is new (unless
+        ``logged`` already, with its trace)."""
+        error = failure_line(error)
+        if error != self.state.error and not logged:
             log.warning("engine metrics at %s: %s", self.spec.url, error)
         self.state.scrapes += 1
         self.state.failures += 1

@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
+from yarl import URL
 
-from sparkwatch.http_reasons import host_port, unreachable_reason
+from sparkwatch.http_reasons import failure_line, host_port, unreachable_reason
 from sparkwatch.meters.readings import MeterError, Reading, refused
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.store.tx import stored_or_why
 from sparkwatch_agent.shared.backoff import every
+from sparkwatch_agent.shared.strict_text import cut_short
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,29 @@ async def json_answer(response: aiohttp.ClientResponse, kind: str) -> Any:
         raise MeterError(
             f"{kind} answered HTTP {response.status} with JSON nested too deep to read"
         ) from None
+
+
+#: Redirects a reader follows on the meter's own host (a trailing slash added, http upgraded to https).
+MAX_REDIRECTS = 3
+
+
+def redirect_target(url: URL, response: aiohttp.ClientResponse, kind: str) -> URL | None:
+    """Where ``response`` redirects, when it does and stays on the meter (same host and port, or its https):
+    the reader follows it there itself, credentials and all; None when it is no redirect. One leading
+    elsewhere is a MeterError: aiohttp would send a Redfish session's X-Auth-Token (it strips only
+    Authorization) or a digest answer there, and store that host's reading as the node's."""
+    if not 300 <= response.status < 400:
+        return None
+    location = response.headers.get("Location") or ""
+    target = url.join(URL(location)) if location else None
+    same = target is not None and target.host == url.host
+    if target is None or not same or not (target.origin() == url.origin() or target.scheme == "https"):
+        raise MeterError(
+            f"{kind} answered HTTP {response.status} for {url.path}, pointing to"
+            f" {cut_short(location or 'nowhere said', 120)}: not followed (another host: the meter's"
+            " credentials go to its configured url only)"
+        )
+    return target
 
 
 class MeterReader(Protocol):
@@ -137,13 +162,13 @@ class MeterPoller:
         except (MeterError, aiohttp.ClientError, OSError, ValueError) as exc:
             self._failed(t0, f"{type(exc).__name__}: {exc}" if not isinstance(exc, MeterError) else str(exc))
             return
-        except (
-            Exception
-        ) as exc:  # a reader's bug on an answer it did not expect: a failed poll, said with its
-            said = f"{type(exc).__name__}: {exc}"  # trace once, never the end of polling (nothing watches it)
-            if " ".join(said.split())[:300] != self.state.error:
+        # a reader's bug on an answer it did not expect: a failed poll, its trace logged once (while the
+        # error stays the same), never the end of polling: nothing watches the task
+        except Exception as exc:
+            error = failure_line(f"{type(exc).__name__}: {exc}")
+            if error != self.state.error:
                 log.exception("node %s: %s meter at %s: reading failed", self.node, spec.kind, spec.url)
-            self._failed(t0, said)
+            self._failed(t0, error, logged=True)
             return
         if (why := refused(reading)) is not None:  # the readers' rule (readings.py), whoever read it
             self._failed(t0, f"{spec.kind} read {why}: not stored")
@@ -174,9 +199,11 @@ class MeterPoller:
         self.state.last_t_ns, self.state.last_power_w, self.state.error = stamp.t_ns, reading.power_w, None
         self.state.last_energy_j = reading.energy_j
 
-    def _failed(self, t_ns: int, error: str) -> None:
-        error = " ".join(error.split())[:300] or "failed"
-        if error != self.state.error:
+    def _failed(self, t_ns: int, error: str, *, logged: bool = False) -> None:
+        """A poll without a reading: counted, stored as the gap's reason, logged when it is new (unless
+        ``logged`` already, with its trace)."""
+        error = failure_line(error)
+        if error != self.state.error and not logged:
             log.warning("node %s: %s meter at %s: %s", self.node, self.spec.kind, self.spec.url, error)
         self.state.polls += 1
         self.state.failures += 1

@@ -30,9 +30,10 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
+from yarl import URL
 
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import json_answer
+from sparkwatch.meters.poller import MAX_REDIRECTS, json_answer, redirect_target
 from sparkwatch.meters.readings import MeterError, Reading, number, with_counter
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch_agent.shared.strict_text import cut_short
@@ -93,17 +94,24 @@ class RedfishMeter:
         await asyncio.shield(self._login_task)
 
     async def _get(self, session: aiohttp.ClientSession, path: str) -> dict[str, Any]:
-        async with session.get(
-            self._base + path, headers=self._headers, ssl=self._ssl, allow_redirects=False
-        ) as r:
-            _not_redirected(r, path)
-            if r.status == 401:
-                self._unauthorized(path)
-            if "Authorization" in self._headers and path != ROOT:  # the service root is open to all
-                self._basic_accepted = True
-            if r.status != 200:
-                raise MeterError(f"redfish answered HTTP {r.status} for {path}")
-            body: Any = await json_answer(r, "redfish")
+        """``path``'s JSON object; a redirect on the BMC's own host followed here (redirect_target)."""
+        url = URL(self._base + path)
+        for _ in range(MAX_REDIRECTS + 1):
+            async with session.get(url, headers=self._headers, ssl=self._ssl, allow_redirects=False) as r:
+                target = redirect_target(url, r, "redfish")
+                if target is None:
+                    return await self._body(r, path)
+            url = target
+        raise MeterError(f"redfish redirected {path} more than {MAX_REDIRECTS} times")
+
+    async def _body(self, r: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
+        if r.status == 401:
+            self._unauthorized(path)
+        if "Authorization" in self._headers and path != ROOT:  # the service root is open to all
+            self._basic_accepted = True
+        if r.status != 200:
+            raise MeterError(f"redfish answered HTTP {r.status} for {path}")
+        body: Any = await json_answer(r, "redfish")
         if not isinstance(body, dict):
             raise MeterError(f"redfish {path} is not a JSON object")
         return body
@@ -232,13 +240,12 @@ class RedfishMeter:
 
 
 def _not_redirected(response: aiohttp.ClientResponse, path: str) -> None:
-    """A redirect is not followed: aiohttp would send the session's X-Auth-Token (or the login's password)
-    to wherever it points, another host included, and store that host's reading as this BMC's."""
+    """A login's (or logout's) redirect is not followed, wherever it points: the password is posted to the
+    sessions resource the service root names, nowhere else."""
     if 300 <= response.status < 400:
         where = cut_short(response.headers.get("Location") or "nowhere said", 120)
         raise MeterError(
-            f"redfish answered HTTP {response.status} for {path}, pointing to {where}: not followed (the"
-            " credentials go to the configured url only; give the BMC's own address)"
+            f"redfish answered HTTP {response.status} for {path}, pointing to {where}: not followed"
         )
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import json_answer
+from sparkwatch.meters.poller import MAX_REDIRECTS, json_answer, redirect_target
 from sparkwatch.meters.readings import MeterError, Reading, number, with_counter
 from sparkwatch.meters.spec import MeterSpec
 
@@ -45,29 +46,31 @@ class ShellyMeter:
         return (self._auth[1],)
 
     async def read(self, session: aiohttp.ClientSession) -> Reading:
-        # no redirect followed: the digest would answer another host's challenge with this plug's password
-        async with session.get(
-            self._url, params=self._params, middlewares=self._middlewares(), allow_redirects=False
-        ) as response:
-            if 300 <= response.status < 400:
-                where = response.headers.get("Location") or "nowhere said"
-                raise MeterError(
-                    f"shelly answered HTTP {response.status} pointing to {where[:120]}: not followed"
-                )
-            if response.status == 401:
-                raise MeterError(
-                    "shelly refused the credentials (HTTP 401; digest auth as admin)"
-                    if self._password_file is not None
-                    else "shelly wants a password (HTTP 401): give the meter a password_file"
-                )
-            body: Any = await json_answer(response, "shelly")
-        if response.status != 200 or not isinstance(body, dict) or "code" in body:
-            message = body.get("message") if isinstance(body, dict) else None
-            raise MeterError(f"shelly answered HTTP {response.status}: {message or 'not a status object'}")
-        return _reading(body)
+        url = URL(self._url).with_query(self._params)
+        for _ in range(MAX_REDIRECTS + 1):  # one on the plug's own host followed here (redirect_target)
+            async with session.get(url, middlewares=self._middlewares(), allow_redirects=False) as response:
+                target = redirect_target(url, response, "shelly")
+                if target is None:
+                    return await _answer(response, self._password_file is not None)
+            url = target
+        raise MeterError(f"shelly redirected {self._url} more than {MAX_REDIRECTS} times")
 
     async def close(self, session: aiohttp.ClientSession) -> None:
         """Nothing held: digest auth keeps no session on the plug."""
+
+
+async def _answer(response: aiohttp.ClientResponse, with_password: bool) -> Reading:
+    if response.status == 401:
+        raise MeterError(
+            "shelly refused the credentials (HTTP 401; digest auth as admin)"
+            if with_password
+            else "shelly wants a password (HTTP 401): give the meter a password_file"
+        )
+    body: Any = await json_answer(response, "shelly")
+    if response.status != 200 or not isinstance(body, dict) or "code" in body:
+        message = body.get("message") if isinstance(body, dict) else None
+        raise MeterError(f"shelly answered HTTP {response.status}: {message or 'not a status object'}")
+    return _reading(body)
 
 
 def _reading(status: dict[str, Any]) -> Reading:

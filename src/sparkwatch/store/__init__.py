@@ -12,6 +12,7 @@ from sparkwatch.store.tx import (
     StoreError,
     Unavailable,
     corrupt_or_none,
+    unavailable_now,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "StoreError",
     "Unavailable",
     "corrupt_or_none",
+    "unavailable_now",
 ]

@@ -57,18 +57,30 @@ class Unavailable(StoreError):
 
 class Corrupt(Damaged):
     """SQLite found the file itself damaged (a page or its header that is not a database's): no retry
-    mends it, so it is said as such, not as a failed write or a bug."""
+    mends it, so it is said as such, not as a failed write or a bug. A ``Damaged`` (a row) by kind: an
+    ``except Damaged`` that works around one row takes it too, so such a handler lets it through first."""
 
 
 #: SQLite's primary result codes for a file that is not a sound database: SQLITE_CORRUPT, SQLITE_NOTADB.
 _DAMAGE_CODES = frozenset({11, 26})
+#: ... and for one that cannot be used now, which a retry may find mended: BUSY, LOCKED, INTERRUPT, IOERR,
+#: FULL, CANTOPEN (not SQLITE_ERROR's "no such column": a bug, said as one).
+_PASSING_CODES = frozenset({5, 6, 9, 10, 13, 14})
+
+
+def unavailable_now(exc: BaseException) -> bool:
+    """Whether SQLite said the database cannot serve this now (locked, busy, an I/O error): a 503's case."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (
+        isinstance(exc, sqlite3.OperationalError) and isinstance(code, int) and code & 0xFF in _PASSING_CODES
+    )
 
 
 def corrupt_or_none(exc: BaseException, path: object = None) -> Corrupt | None:
     """``exc`` said as :class:`Corrupt` when SQLite found the file damaged; None for anything else (a locked
     file, a full disk, a bug's ProgrammingError), which keeps its own handling."""
     if isinstance(exc, Corrupt):  # said again with the file's name when it is known now
-        if path is None or exc.__cause__ is None:
+        if path is None or exc.__cause__ is None or exc.__cause__ is exc:
             return exc
         exc = exc.__cause__
     code = getattr(exc, "sqlite_errorcode", None)
@@ -126,6 +138,8 @@ class tx:
         if self._db.in_transaction:
             self._db.execute("ROLLBACK")
         assert exc is not None  # the block raised it, or COMMIT did
+        if isinstance(exc, Corrupt):  # an inner one's: as it is
+            raise exc
         if (corrupt := corrupt_or_none(exc)) is not None:
             raise corrupt from exc
         if isinstance(exc, sqlite3.OperationalError):

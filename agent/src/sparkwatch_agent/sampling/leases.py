@@ -86,10 +86,16 @@ def lease_asked(
 def holder_of(body: Mapping[str, Any], holder: str | None = None) -> str:
     """The lease holder a request names (``holder`` when it names none); ValueError unless it is 1 to
     ``MAX_HOLDER_CHARS`` printable characters (a name that shows in logs and ``GET /v1/interval``)."""
-    named = body.get("holder", holder)
-    if not isinstance(named, str) or not 0 < len(named) <= MAX_HOLDER_CHARS or not named.isprintable():
+    return checked_holder(body.get("holder", holder))
+
+
+def checked_holder(holder: object) -> str:
+    """``holder`` when it is 1 to ``MAX_HOLDER_CHARS`` printable characters (a name that shows in logs and
+    ``GET /v1/interval``, and that a UTF-8 query can name to release it: no lone surrogate); else
+    ValueError."""
+    if not isinstance(holder, str) or not 0 < len(holder) <= MAX_HOLDER_CHARS or not holder.isprintable():
         raise ValueError(f"holder must be 1–{MAX_HOLDER_CHARS} printable characters naming the requester")
-    return named
+    return holder
 
 
 def validate_interval(interval_s: float) -> float:
@@ -113,9 +119,7 @@ class IntervalLeases:
         validate_interval(interval_s)
         if not 0 < ttl_s <= MAX_TTL_S:
             raise ValueError(f"ttl must be within (0, {MAX_TTL_S:g}] s, got {ttl_s}")
-        if not holder or len(holder) > 200 or not _utf8(holder):
-            # a holder that no UTF-8 query can name could never be released
-            raise ValueError("holder must be a non-empty UTF-8 string of at most 200 characters")
+        checked_holder(holder)
         lease = Lease(holder, float(interval_s), now_mono_ns + int(ttl_s * 1e9))
         with self._lock:
             self._drop_lapsed(now_mono_ns)
@@ -156,11 +160,3 @@ class IntervalLeases:
     def _drop_lapsed(self, now_mono_ns: int) -> None:
         for holder in [h for h, lease in self._leases.items() if lease.expires_mono_ns <= now_mono_ns]:
             del self._leases[holder]
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
-    return True

@@ -34,15 +34,22 @@ class StopPolicy:
         self._on_first(why)
 
     def install(self, signals: Iterable[signal.Signals] = STOP_SIGNALS) -> None:
-        """Route ``signals`` here on the running event loop."""
+        """Route ``signals`` here on the running event loop (but those :func:`_routed` leaves alone)."""
         loop = asyncio.get_running_loop()
-        for sig in signals:
+        for sig in _routed(signals):
             loop.add_signal_handler(sig, self.request, sig.name)
 
     def install_plain(self, signals: Iterable[signal.Signals] = STOP_SIGNALS) -> None:
         """Route ``signals`` here with ``signal.signal`` (a process without an event loop; main thread)."""
-        for sig in signals:
+        for sig in _routed(signals):
             signal.signal(sig, lambda signum, _frame: self.request(signal.Signals(signum).name))
+
+
+def _routed(signals: Iterable[signal.Signals]) -> list[signal.Signals]:
+    """``signals`` but those the process was started ignoring: `nohup` ignores SIGHUP so that the closed
+    terminal does not stop the service, and a handler installed over it would (Python leaves an inherited
+    SIG_IGN of SIGINT alone by the same rule)."""
+    return [sig for sig in signals if signal.getsignal(sig) is not signal.SIG_IGN]
 
 
 def stop_on_signals(

@@ -34,6 +34,7 @@ from sparkwatch.store import (
     StoreError,
     Unavailable,
     corrupt_or_none,
+    unavailable_now,
 )
 from sparkwatch_agent.shared.auth import ServerToken, is_loopback
 from sparkwatch_agent.shared.http import (
@@ -131,7 +132,8 @@ async def store_refusals(request: web.Request, handler: Handler) -> web.StreamRe
     except sqlite3.DatabaseError as exc:  # a read (writes are said by tx): a damaged file, or a locked one
         if corrupt_or_none(exc) is not None:
             return _damaged_file(request, exc)
-        if isinstance(exc, sqlite3.OperationalError):
+        if unavailable_now(exc):  # locked, an I/O error: not "no such column", which is a bug's 500
+            log.warning("%s %s: the database cannot be read now: %s", request.method, request.path, exc)
             return error(503, "unavailable", f"the database cannot be read now: {exc}")
         raise
 

@@ -67,6 +67,8 @@ class WrittenMeter:
     def add_meter_error(self, node: str, domain: str, t_ns: int, error: str, source: str) -> None:
         """Stored; and the meter's series are marked stale in the engine, which would otherwise answer the
         last reading for its lookback (5 min) while the meter says nothing."""
-        self._store.add_meter_error(node, domain, t_ns, error, source)
-        self._failed[node, domain] = self._failed.get((node, domain), 0) + 1
-        self._writer.offer_end(self._named(node), domain)
+        try:
+            self._store.add_meter_error(node, domain, t_ns, error, source)
+        finally:  # a store that cannot take the error (a full disk) still leaves no stale reading there
+            self._failed[node, domain] = self._failed.get((node, domain), 0) + 1
+            self._writer.offer_end(self._named(node), domain)
