@@ -329,7 +329,7 @@ HOLDERS = ("coord-1", "coord-2", "fuzz-holder")
 
 LEASE = st.fixed_dictionaries(
     {
-        "holder": st.one_of(st.sampled_from(HOLDERS), texts(40), st.text(min_size=195, max_size=205)),
+        "holder": st.one_of(st.sampled_from(HOLDERS), texts(40), st.text(min_size=125, max_size=131)),  # 128
         "interval_s": st.one_of(
             st.sampled_from([MIN_INTERVAL_S, 0.019, CONFIGURED_S, 0.021, 1, 3600, 3600.0]),
             st.floats(min_value=MIN_INTERVAL_S, max_value=3600),

@@ -119,7 +119,10 @@ class IntervalLeases:
         validate_interval(interval_s)
         if not 0 < ttl_s <= MAX_TTL_S:
             raise ValueError(f"ttl must be within (0, {MAX_TTL_S:g}] s, got {ttl_s}")
-        checked_holder(holder)
+        if not 0 < len(holder) <= MAX_HOLDER_CHARS or not _utf8(holder):
+            # the table's own rule (a holder no UTF-8 query can name could never be released); what a
+            # request names is checked by checked_holder, stricter, before it gets here
+            raise ValueError(f"holder must be a UTF-8 string of 1 to {MAX_HOLDER_CHARS} characters")
         lease = Lease(holder, float(interval_s), now_mono_ns + int(ttl_s * 1e9))
         with self._lock:
             self._drop_lapsed(now_mono_ns)
@@ -160,3 +163,11 @@ class IntervalLeases:
     def _drop_lapsed(self, now_mono_ns: int) -> None:
         for holder in [h for h, lease in self._leases.items() if lease.expires_mono_ns <= now_mono_ns]:
             del self._leases[holder]
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
