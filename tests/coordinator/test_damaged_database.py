@@ -15,19 +15,16 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.broken_store import damage, fill
 from helpers.cli import sparkwatch
 from helpers.engine_replay import VLLM, capture
-from helpers.export_api import T0, Api, S, ended_run, with_node
+from helpers.export_api import T0, Api, S, ended_run, node_api, with_node
+from helpers.links import n1_link
 from helpers.loopback import served
-from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.housekeeping import Housekeeping
 from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.spec import EngineSpec
-from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.ws_link import WsLink
 from sparkwatch.meters.poller import MeterPoller, Reading
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store import Corrupt, Store, Unavailable, corrupt_or_none, unavailable_now
@@ -122,11 +119,8 @@ def test_a_coordinator_on_a_damaged_file_does_not_start_and_says_why_in_one_line
 async def test_the_api_answers_a_500_with_its_reason_when_the_file_is_damaged_under_it(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock = [T0]
-    store, coordinator = with_node(tmp_path / "c.db", clock)
-    client = TestClient(TestServer(make_app(coordinator, None)))
-    await client.start_server()
-    try:
+    async with node_api(tmp_path / "c.db") as api:
+        client, store, clock = api.client, api.store, api.clock
         run_id = await ended_run(Api(client, store, clock))
         damage(tmp_path / "c.db")  # the export and the windows read on connections of their own
         with caplog.at_level(logging.INFO, logger="sparkwatch"):
@@ -135,10 +129,6 @@ async def test_the_api_answers_a_500_with_its_reason_when_the_file_is_damaged_un
                 body = await response.json()
                 assert response.status == 500 and body["error"] == "database_damaged", body
                 assert body["reason"].startswith(f"the database {tmp_path / 'c.db'} is damaged")
-    finally:
-        await client.close()
-        await coordinator.stop()
-        store.close()
     said = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(said) == 2 and all(MALFORMED in r.getMessage() and not r.exc_info for r in said)
 
@@ -184,14 +174,11 @@ async def test_a_link_to_a_damaged_file_goes_down_with_one_line(
     damage(path)
     store = Store(path)
     async with aiohttp.ClientSession() as session:
-        link = WsLink(
-            NodeSpec(name="n1", url="ws://unused"),
+        link = n1_link(
             store,
             session,
-            holder="t",
-            desired_interval=lambda: None,
-            base_url=agent.url,
-            backoff=ExponentialBackoff(initial_s=0.05, factor=2.0, maximum_s=0.2, jitter=0.0),
+            agent.url,
+            ExponentialBackoff(initial_s=0.05, factor=2.0, maximum_s=0.2, jitter=0.0),
             probes=2,
         )
         with caplog.at_level(logging.DEBUG, logger="sparkwatch.links"):

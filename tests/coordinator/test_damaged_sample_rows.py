@@ -18,10 +18,9 @@ from aiohttp.test_utils import TestServer
 from helpers.cli import sparkwatch
 from helpers.frames import T0, sample_frame
 from helpers.inproc_api import inproc_api
+from helpers.links import n1_link
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.windows import Window
-from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Damaged, Store
 from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.run_rows import RunRow
@@ -308,14 +307,11 @@ async def test_a_link_to_a_node_whose_latest_boot_is_unknown_resumes_its_agents_
     last = store.last_seq("n1", "b1")
     damaged(path, "UPDATE boots SET first_seen_ns = 'abc' WHERE boot_id = 'b1'")
     async with aiohttp.ClientSession() as session:
-        link = WsLink(
-            NodeSpec(name="n1", url="ws://unused"),
+        link = n1_link(
             store,
             session,
-            holder="t",
-            desired_interval=lambda: None,
-            base_url=str(server.make_url("")),
-            backoff=ExponentialBackoff(initial_s=0.01, maximum_s=0.02),
+            str(server.make_url("")),
+            ExponentialBackoff(initial_s=0.01, maximum_s=0.02),
             probes=1,
         )
         with caplog.at_level(logging.WARNING, logger="sparkwatch.links.ws_link"):

@@ -14,10 +14,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
-from helpers.export_api import T0, Api, S, ended_run, with_node
-from sparkwatch.coordinator.api.app import make_app
+from helpers.export_api import T0, Api, S, ended_run, node_api
 from sparkwatch.coordinator.big_values import CollectorPause
 from sparkwatch.coordinator.piece_stream import PieceStream
 from sparkwatch.core.json_pieces import json_pieces
@@ -74,11 +72,8 @@ async def test_an_error_after_the_answer_began_ends_the_reading() -> None:
 
 
 async def test_the_api_answer_is_chunked_and_exactly_the_export(tmp_path: pathlib.Path) -> None:
-    clock = [T0]
-    store, coordinator = with_node(tmp_path / "c.db", clock)
-    client = TestClient(TestServer(make_app(coordinator, None)))
-    await client.start_server()
-    try:
+    async with node_api(tmp_path / "c.db") as api:
+        client, store, clock = api.client, api.store, api.clock
         run_id = await ended_run(Api(client, store, clock))
         response = await client.get(f"/v1/runs/{run_id}/export")
         body = await response.read()
@@ -94,10 +89,6 @@ async def test_the_api_answer_is_chunked_and_exactly_the_export(tmp_path: pathli
         missing = await client.get("/v1/runs/run-nope/export")
         reason = await missing.json()
         assert missing.status == 404 and reason["error"] == "not_found" and "run-nope" in json.dumps(reason)
-    finally:
-        await client.close()
-        await coordinator.stop()
-        store.close()
 
 
 def test_the_collector_pauses_while_each_chunk_is_made_and_runs_between() -> None:

@@ -15,8 +15,7 @@ import aiohttp
 import pytest
 
 from helpers.broken_store import fill
-from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.ws_link import WsLink
+from helpers.links import n1_link
 from sparkwatch.store import Store
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
@@ -29,14 +28,11 @@ async def test_a_link_backs_off_while_the_store_is_full_and_resumes(
     fill(store)
     dials: list[float] = []
     async with aiohttp.ClientSession() as session:
-        link = WsLink(
-            NodeSpec(name="n1", url="ws://unused"),
+        link = n1_link(
             store,
             session,
-            holder="t",
-            desired_interval=lambda: None,
-            base_url=agent.url,
-            backoff=ExponentialBackoff(initial_s=0.05, factor=2.0, maximum_s=10.0, jitter=0.0),
+            agent.url,
+            ExponentialBackoff(initial_s=0.05, factor=2.0, maximum_s=10.0, jitter=0.0),
             probes=2,
         )
         real = link._connected_session

@@ -17,10 +17,9 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.app_thread import AppThread
-from helpers.export_api import T0, Api, S, ended_run, with_node
+from helpers.export_api import T0, S, ended_run, node_api, with_node
 from helpers.processes import free_port
 from sparkwatch.commands.export_tsdb import _coordinator_run, _defaults
 from sparkwatch.coordinator.api.app import make_app
@@ -40,12 +39,8 @@ def _fields(windows: list[Any]) -> list[dict[str, Any]]:
 async def test_the_answer_is_the_run_as_stored_and_its_windows_as_the_export_has_them(
     tmp_path: pathlib.Path,
 ) -> None:
-    clock = [T0]
-    store, coordinator = with_node(tmp_path / "c.db", clock)
-    client = TestClient(TestServer(make_app(coordinator, None)))
-    await client.start_server()
-    try:
-        api = Api(client, store, clock)
+    async with node_api(tmp_path / "c.db") as api:
+        client, store = api.client, api.store
         run_id = await ended_run(api)
         extra = {"id": "w2", "phase": "warmup", "t_start_ns": T0 + 1 * S, "t_end_ns": T0 + 3 * S}
         extra |= {"completion_tokens": 7, "finish_reason": "length"}
@@ -77,19 +72,12 @@ async def test_the_answer_is_the_run_as_stored_and_its_windows_as_the_export_has
         missing = await client.get("/v1/runs/run-nope/windows")
         reason = await missing.json()
         assert missing.status == 404 and reason == {"error": "not_found", "reason": "no run run-nope"}
-    finally:
-        await client.close()
-        await coordinator.stop()
-        store.close()
 
 
 async def test_an_open_runs_answer_has_no_end(tmp_path: pathlib.Path) -> None:
     """A run still open has no end to measure up to: `export --prometheus RUN` then asks for --end."""
-    clock = [T0]
-    store, coordinator = with_node(tmp_path / "c.db", clock)
-    client = TestClient(TestServer(make_app(coordinator, None)))
-    await client.start_server()
-    try:
+    async with node_api(tmp_path / "c.db") as api:
+        client = api.client
         opened = await client.post("/v1/runs", json={"name": "open", "gate_threshold": 0.3, "phases": ["x"]})
         run_id = (await opened.json())["id"]
         window = {"id": "w1", "phase": "x", "t_start_ns": T0 + S, "t_end_ns": T0 + 2 * S}
@@ -98,10 +86,6 @@ async def test_an_open_runs_answer_has_no_end(tmp_path: pathlib.Path) -> None:
         windows, run = windows_answer(answer, "here")
         assert run.t_end_ns is None and (run.gate_threshold, run.phases) == (0.3, ("x",))
         assert [w.id for w in windows] == ["w1"]
-    finally:
-        await client.close()
-        await coordinator.stop()
-        store.close()
 
 
 def _stored() -> dict[str, Any]:

@@ -11,11 +11,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.app_thread import AppThread
 from helpers.cli import sparkwatch as cli
-from helpers.export_api import T0, Api, S, ended_run, with_node
+from helpers.export_api import T0, Api, S, ended_run, node_api, with_node
 from helpers.processes import free_port
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import offline_export
@@ -31,16 +30,8 @@ KINDS = ["gpu_power_w", "util_ratio", "mem_used_bytes", "sm_clock_hz"]
 
 @pytest.fixture
 async def api(tmp_path: pathlib.Path) -> AsyncIterator[Api]:
-    clock = [T0]
-    store, coordinator = with_node(tmp_path / "c.db", clock)
-    client = TestClient(TestServer(make_app(coordinator, None)))
-    await client.start_server()
-    try:
-        yield Api(client, store, clock)
-    finally:
-        await client.close()
-        await coordinator.stop()
-        store.close()
+    async with node_api(tmp_path / "c.db") as api:
+        yield api
 
 
 def check_block(export: dict[str, Any], buckets: int) -> dict[str, Any]:

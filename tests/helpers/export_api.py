@@ -3,13 +3,16 @@ what the export's API tests read runs from."""
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
 from helpers.frames import sample_frame
+from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.nodes_file import NodeSpec
@@ -55,6 +58,22 @@ def with_node(path: pathlib.Path, clock: list[int]) -> tuple[Store, Coordinator]
     for t in (T0, T0 + 12 * S):
         store.add_offset("n1", "b1", ClockOffset(0, 1000, 5, 8, mono_offset_ns=T0), t_ns=t)
     return store, coordinator
+
+
+@contextlib.asynccontextmanager
+async def node_api(path: pathlib.Path) -> AsyncIterator[Api]:
+    """:func:`with_node`'s coordinator behind its API on a test server (no token), its clock at T0; all of
+    it stopped and closed at the block's end."""
+    clock = [T0]
+    store, coordinator = with_node(path, clock)
+    client = TestClient(TestServer(make_app(coordinator, None)))
+    await client.start_server()
+    try:
+        yield Api(client, store, clock)
+    finally:
+        await client.close()
+        await coordinator.stop()
+        store.close()
 
 
 async def ended_run(api: Api) -> str:
