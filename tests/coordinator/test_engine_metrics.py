@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
+from aiohttp import web
 
 from helpers.engine_replay import SGLANG, VLLM, EngineReplay, add_series, capture, with_values
 from helpers.loopback import served
@@ -384,4 +385,42 @@ async def test_a_bearer_token_is_sent_from_its_file_and_a_refusal_is_a_stored_re
     assert store.engine_errors(T0, T0 + S) == [(T0 + S, "the engine answered HTTP 401 Unauthorized")]
     assert without.state.to_json()["error"] == "the engine answered HTTP 401 Unauthorized"
     assert "vllm-api-key-1" not in str(store.engine_errors(T0, T0 + S))
+    store.close()
+
+
+async def test_a_redirect_to_another_host_is_not_followed_and_one_on_the_engines_own_host_is(
+    tmp_path: pathlib.Path,
+) -> None:
+    """aiohttp followed any redirect: the token dropped on another host, but that host's page was stored as
+    this node's engine. Now that is a failed scrape with its reason; a move on the same host is followed,
+    token and all."""
+    replay = EngineReplay(lambda _: capture(VLLM), token="vllm-api-key-1")
+    (tmp_path / "key").write_text("vllm-api-key-1\n")
+    store = Store(tmp_path / "engine.db")
+    async for engine in served(replay.app(), "/metrics"):
+        away = engine.replace("127.0.0.1", "localhost")  # the same server under another host name
+
+        async def moved(request: web.Request, away: str = away) -> web.Response:
+            raise web.HTTPFound(away if request.path == "/away" else "/metrics")
+
+        replay_app = replay.app()
+        replay_app.router.add_get("/away", moved)
+        replay_app.router.add_get("/old", moved)
+        async for base in served(replay_app):
+            async with aiohttp.ClientSession() as session:
+                elsewhere = EnginePoller(
+                    EngineSpec(f"{base}/away", 1.0, tmp_path / "key"), store, now_ns=lambda: T0
+                )
+                await elsewhere.scrape_once(session)
+                here = EnginePoller(
+                    EngineSpec(f"{base}/old", 1.0, tmp_path / "key"), store, now_ns=lambda: T0 + S
+                )
+                await here.scrape_once(session)
+    assert len(replay.served) == 1 and [r.t_ns for r in store.engine_rows(T0 - S, T0 + 2 * S)] == [T0 + S]
+    (error,) = store.engine_errors(T0 - S, T0 + 2 * S)
+    assert error == (
+        T0,
+        f"the engine answered HTTP 302 for /away, pointing to {away}: not followed (another host:"
+        " credentials go to the configured url only)",
+    )
     store.close()

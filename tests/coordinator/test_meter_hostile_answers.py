@@ -17,6 +17,7 @@ from doubles.shelly import ShellyPlug
 from helpers.loopback import served
 from helpers.meter_sink import Sink
 from sparkwatch.meters.poller import MeterPoller, Reading
+from sparkwatch.meters.prometheus import PrometheusMeter
 from sparkwatch.meters.redfish import RedfishMeter
 from sparkwatch.meters.shelly import ShellyMeter
 from sparkwatch.meters.spec import MeterSpec
@@ -202,6 +203,51 @@ async def test_a_shelly_redirect_to_another_host_is_not_followed() -> None:
             await poller.poll_once(session)
     assert sink.readings == [] and poller.state.error == (
         "shelly answered HTTP 302 for /rpc/Switch.GetStatus, pointing to"
-        " http://192.0.2.7/rpc/Switch.GetStatus?id=0: not followed (another host: the meter's credentials go"
-        " to its configured url only)"
+        " http://192.0.2.7/rpc/Switch.GetStatus?id=0: not followed (another host: credentials go to the"
+        " configured url only)"
     )
+
+
+async def test_a_prometheus_meter_follows_a_redirect_on_its_own_host_only(tmp_path: pathlib.Path) -> None:
+    """aiohttp followed any redirect: the bearer token dropped on another host, but that host's power was
+    stored as the node's. Now that is a failed poll with its reason; a move on the same host is followed,
+    token and query kept."""
+    (tmp_path / "token").write_text("pdu-reader\n")
+    asked: list[str] = []
+
+    async def query(request: web.Request) -> web.Response:
+        asked.append(
+            f"{request.host.split(':')[0]} {request.headers.get('Authorization')} {request.query_string}"
+        )
+        value = [1733270000.1, "301.5"]
+        return web.json_response({"status": "success", "data": {"resultType": "scalar", "result": value}})
+
+    async def moved(request: web.Request) -> web.Response:
+        where = (
+            f"http://localhost:{request.url.port}/api/v1/query" if "away" in request.path else "/api/v1/query"
+        )
+        raise web.HTTPFound(f"{where}?{request.query_string}")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    app.router.add_get("/away/api/v1/query", moved)
+    app.router.add_get("/old/api/v1/query", moved)
+    found = {}
+    async for url in served(app):
+        for name in ("away", "old"):
+            spec = MeterSpec(
+                "prometheus", f"{url}/{name}", query="pdu_watts", bearer_token_file=tmp_path / "token"
+            )
+            sink = Sink()
+            poller = MeterPoller("n", spec, PrometheusMeter(spec), sink, now_ns=_ticks())
+            async with aiohttp.ClientSession() as session:
+                await poller.poll_once(session)
+            found[name] = ([r.power_w for r in sink.readings], poller.state.error)
+    assert asked == ["127.0.0.1 Bearer pdu-reader query=pdu_watts"]
+    assert found["old"] == ([301.5], None)
+    readings, error = found["away"]
+    assert readings == [] and error is not None
+    assert error.startswith(
+        "prometheus answered HTTP 302 for /away/api/v1/query, pointing to http://localhost:"
+    )
+    assert error.endswith(": not followed (another host: credentials go to the configured url only)")

@@ -54,6 +54,7 @@ ROOT_STAGES: dict[str, float] = {
     "importers": 1,
     "report": 1,  # built from an export alone: the core's shapes, never the store or the coordinator
     "http_reasons": 0,  # why a request failed, in words: for the client, the links, the sim driver
+    "http_redirects": 0,  # GETs that follow a redirect on the server's own host only: meters, engines
     "client": 1,
     "client_waits": 1,  # the client's waits for the nodes, over its reads
     "links": 2,

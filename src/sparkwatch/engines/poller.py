@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+from yarl import URL
 
 from sparkwatch.engines.scrape import ScrapeError, read_page
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.http_reasons import failure_line
+from sparkwatch.http_redirects import get_on_host
 from sparkwatch.meters.credentials import SecretFileError, first_line
 from sparkwatch.store.engine_samples import EngineRow
 from sparkwatch.store.tx import stored_or_why
@@ -127,7 +129,10 @@ class EnginePoller:
         headers = {"Accept": "text/plain"}
         if self.spec.bearer_token_file is not None:
             headers["Authorization"] = f"Bearer {_token(self.spec.bearer_token_file)}"
-        async with session.get(self.spec.url, headers=headers) as response:
+        # a redirect elsewhere is refused (http_redirects): the token dropped there, that host's page stored
+        async with get_on_host(
+            session, URL(self.spec.url), "the engine", ScrapeError, headers=headers
+        ) as response:
             if response.status != 200:
                 raise ScrapeError(
                     f"the engine answered HTTP {response.status} {response.reason or ''}".strip()

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
-from yarl import URL
 
 from sparkwatch.http_reasons import failure_line, host_port, unreachable_reason
 from sparkwatch.meters.readings import MeterError, Reading, refused
@@ -25,7 +24,6 @@ from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.store.tx import stored_or_why
 from sparkwatch_agent.shared.backoff import every
-from sparkwatch_agent.shared.strict_text import cut_short
 
 log = logging.getLogger(__name__)
 
@@ -46,29 +44,6 @@ async def json_answer(response: aiohttp.ClientResponse, kind: str) -> Any:
         raise MeterError(
             f"{kind} answered HTTP {response.status} with JSON nested too deep to read"
         ) from None
-
-
-#: Redirects a reader follows on the meter's own host (a trailing slash added, http upgraded to https).
-MAX_REDIRECTS = 3
-
-
-def redirect_target(url: URL, response: aiohttp.ClientResponse, kind: str) -> URL | None:
-    """Where ``response`` redirects, when it does and stays on the meter (same host and port, or its https):
-    the reader follows it there itself, credentials and all; None when it is no redirect. One leading
-    elsewhere is a MeterError: aiohttp would send a Redfish session's X-Auth-Token (it strips only
-    Authorization) or a digest answer there, and store that host's reading as the node's."""
-    if not 300 <= response.status < 400:
-        return None
-    location = response.headers.get("Location") or ""
-    target = url.join(URL(location)) if location else None
-    same = target is not None and target.host == url.host
-    if target is None or not same or not (target.origin() == url.origin() or target.scheme == "https"):
-        raise MeterError(
-            f"{kind} answered HTTP {response.status} for {url.path}, pointing to"
-            f" {cut_short(location or 'nowhere said', 120)}: not followed (another host: the meter's"
-            " credentials go to its configured url only)"
-        )
-    return target
 
 
 class MeterReader(Protocol):

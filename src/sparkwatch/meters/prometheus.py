@@ -7,7 +7,9 @@ import math
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
+from sparkwatch.http_redirects import get_on_host
 from sparkwatch.meters.credentials import read_secret
 from sparkwatch.meters.poller import json_answer
 from sparkwatch.meters.readings import MeterError, Reading
@@ -18,8 +20,7 @@ class PrometheusMeter:
     def __init__(self, spec: MeterSpec) -> None:
         if spec.query is None:
             raise ValueError("a prometheus meter needs a query")
-        self._url = f"{spec.url}/api/v1/query"
-        self._query = spec.query
+        self._url = URL(f"{spec.url}/api/v1/query").with_query(query=spec.query)
         self._token_file = spec.bearer_token_file
         self._ssl = spec.verify_tls  # True: verify (the default); False: skip, as the table asked
 
@@ -27,8 +28,10 @@ class PrometheusMeter:
         headers = {}
         if self._token_file is not None:
             headers["Authorization"] = f"Bearer {read_secret(self._token_file)}"
-        async with session.get(
-            self._url, params={"query": self._query}, headers=headers, ssl=self._ssl
+        # a redirect on the engine's own host followed, one elsewhere refused (http_redirects): aiohttp would
+        # drop the token there and store that host's answer as this node's power
+        async with get_on_host(
+            session, self._url, "prometheus", MeterError, headers=headers, ssl=self._ssl
         ) as response:
             body: Any = await json_answer(response, "prometheus")
             if response.status != 200 or not isinstance(body, dict) or body.get("status") != "success":

@@ -32,8 +32,9 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from yarl import URL
 
+from sparkwatch.http_redirects import get_on_host
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import MAX_REDIRECTS, json_answer, redirect_target
+from sparkwatch.meters.poller import json_answer
 from sparkwatch.meters.readings import MeterError, Reading, number, with_counter
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch_agent.shared.strict_text import cut_short
@@ -94,15 +95,12 @@ class RedfishMeter:
         await asyncio.shield(self._login_task)
 
     async def _get(self, session: aiohttp.ClientSession, path: str) -> dict[str, Any]:
-        """``path``'s JSON object; a redirect on the BMC's own host followed here (redirect_target)."""
+        """``path``'s JSON object; a redirect on the BMC's own host followed (http_redirects)."""
         url = URL(self._base + path)
-        for _ in range(MAX_REDIRECTS + 1):
-            async with session.get(url, headers=self._headers, ssl=self._ssl, allow_redirects=False) as r:
-                target = redirect_target(url, r, "redfish")
-                if target is None:
-                    return await self._body(r, path)
-            url = target
-        raise MeterError(f"redfish redirected {path} more than {MAX_REDIRECTS} times")
+        async with get_on_host(
+            session, url, "redfish", MeterError, headers=self._headers, ssl=self._ssl
+        ) as r:
+            return await self._body(r, path)
 
     async def _body(self, r: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
         if r.status == 401:

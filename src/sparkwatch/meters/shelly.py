@@ -18,8 +18,9 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from sparkwatch.http_redirects import get_on_host
 from sparkwatch.meters.credentials import read_secret
-from sparkwatch.meters.poller import MAX_REDIRECTS, json_answer, redirect_target
+from sparkwatch.meters.poller import json_answer
 from sparkwatch.meters.readings import MeterError, Reading, number, with_counter
 from sparkwatch.meters.spec import MeterSpec
 
@@ -47,13 +48,10 @@ class ShellyMeter:
 
     async def read(self, session: aiohttp.ClientSession) -> Reading:
         url = URL(self._url).with_query(self._params)
-        for _ in range(MAX_REDIRECTS + 1):  # one on the plug's own host followed here (redirect_target)
-            async with session.get(url, middlewares=self._middlewares(), allow_redirects=False) as response:
-                target = redirect_target(url, response, "shelly")
-                if target is None:
-                    return await _answer(response, self._password_file is not None)
-            url = target
-        raise MeterError(f"shelly redirected {self._url} more than {MAX_REDIRECTS} times")
+        async with get_on_host(
+            session, url, "shelly", MeterError, middlewares=self._middlewares()
+        ) as response:
+            return await _answer(response, self._password_file is not None)
 
     async def close(self, session: aiohttp.ClientSession) -> None:
         """Nothing held: digest auth keeps no session on the plug."""
