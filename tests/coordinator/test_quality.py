@@ -132,6 +132,8 @@ def test_no_timed_window_is_not_sound_and_not_blamed_on_the_nodes() -> None:
     assert quality.line() == f"0 of 0 timed windows ok: no timed window was recorded {hint}"  # vouch for none
     assert quality.nodes_ok == 2  # nor blamed
     assert quality.to_json()["nodes_ok"] is None  # and --json vouches for none: nothing was measured
+    demo = judge(_export([], [0, 0]), scope_flag=False)  # an interrupted demo, which has no --scope
+    assert demo.problems == ["no timed window was recorded"]
 
 
 def test_many_bad_windows_are_listed_up_to_five() -> None:

@@ -140,7 +140,7 @@ async def run_demo(opts: DemoOptions) -> int:
         interrupts.remove()
         await _forget(tmp)
     write_export(opts.output, export)
-    quality = judge(export, behind)
+    quality = judge(export, behind, scope_flag=False)  # the demo has no --scope to suggest
     interrupted = interrupts.requested.is_set()
     code = INTERRUPTED_EXIT_CODE if interrupted else exit_code(0, quality, opts.strict)
     print_outcome(

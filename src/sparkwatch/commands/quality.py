@@ -72,13 +72,15 @@ def judge(
     nodes_behind: Sequence[str] = (),
     failed_imports: Sequence[str] = (),
     failed_checks: Sequence[str] = (),
+    *,
+    scope_flag: bool = True,
 ) -> Quality:
     """The measurement's quality: every window of the run's measured phases measured and ``ok`` (one that
     failed or lacks the stamps its scope needs is not), no GPU reported by two nodes, every node caught up,
     sampled and with a gated power, every import taken, every check passed. ``nodes_behind`` are the nodes
     whose samples never reached the end of the run; ``failed_imports`` one sentence per import that was
     skipped; ``failed_checks`` one per check of the windows that failed (lmx's status lines against the
-    proxy's)."""
+    proxy's). ``scope_flag``: whether the command has ``--scope run`` to suggest (the demo has not)."""
     method = export["method"]
     phases = method.get("phases", ["timed"])
     timed = [w for w in export["windows"] if w["phase"] in phases]
@@ -98,7 +100,8 @@ def judge(
     if whole_run and not measured:
         problems.append("the run has no length to measure")
     if not timed and not whole_run:
-        problems.append(f"no {' or '.join(phases)} window was recorded (--scope run measures the whole run)")
+        hint = " (--scope run measures the whole run)" if scope_flag else ""
+        problems.append(f"no {' or '.join(phases)} window was recorded{hint}")
     if not_ok:
         problems.append(f"{len(not_ok)} timed window(s) not ok ({name_ids(not_ok)})")
     problems += [str(s) for s in shared]
