@@ -156,8 +156,12 @@ def test_stream_stdio_emits_hello_then_samples_and_takes_commands() -> None:
         assert hello["type"] == "hello" and hello["node"] == "ssh-node"
         first = json.loads(proc.stdout.readline())
         assert first["type"] == "sample" and first["seq"] == 1
+        twice = '{"type": "interval", "holder": "c", "interval_s": 0.02, "holder": "d"}'  # refused, said
         proc.stdin.write(
-            json.dumps({"type": "interval", "holder": "c", "interval_s": 0.02, "ttl_s": 60}) + "\n"
+            twice
+            + "\n"
+            + json.dumps({"type": "interval", "holder": "c", "interval_s": 0.02, "ttl_s": 60})
+            + "\n"
         )
         proc.stdin.flush()
         t0 = time.monotonic()
@@ -168,6 +172,7 @@ def test_stream_stdio_emits_hello_then_samples_and_takes_commands() -> None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(5)
     assert proc.returncode == 0
+    assert proc.stderr is not None and 'names the key "holder" twice in one object' in proc.stderr.read()
 
 
 def test_stream_stdio_writes_each_sample_right_after_its_tick() -> None:

@@ -151,6 +151,19 @@ async def test_non_json_body_is_400(agent: TestClient) -> None:
     assert r.status == 400 and (await r.json())["error"] == "bad_request"
 
 
+async def test_a_body_naming_a_key_twice_is_400_and_changes_nothing(agent: TestClient) -> None:
+    """The last value won: a lease for holder "b" from a body that also said "a", the interval a client
+    may not have meant; the coordinator's API refuses such a body, and so does the agent's now."""
+    body = b'{"holder": "a", "interval_s": 0.01, "holder": "b"}'
+    r = await agent.put("/v1/interval", data=body, headers={"Content-Type": "application/json"})
+    assert r.status == 400 and await r.json() == {
+        "error": "bad_request",
+        "reason": 'body names the key "holder" twice in one object',
+    }
+    state = await (await agent.get("/v1/interval")).json()
+    assert state["leases"] == [] and state["interval_s"] == 0.02
+
+
 async def read_frames(ws: Any, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
     frames: list[dict[str, Any]] = []
     end = time.monotonic() + timeout

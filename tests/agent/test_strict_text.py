@@ -44,6 +44,14 @@ def test_json_refusals_are_one_predicate(text: str | bytes, said: str) -> None:
     assert str(refused.value).startswith(said) and "\n" not in str(refused.value), refused.value
 
 
+def test_a_key_named_twice_is_refused_only_where_keys_must_be_unique() -> None:
+    text = '{"a": {"b": 1, "c": 2, "b": 3}}'
+    assert loads_json(text) == {"a": {"b": 3, "c": 2}}  # a file: as every JSON reader takes it
+    with pytest.raises(TextFormatError, match=r'^names the key "b" twice in one object$'):
+        loads_json(text, unique_keys=True)  # a request: refused
+    assert loads_json('[{"b": 1}, {"b": 2}]', unique_keys=True) == [{"b": 1}, {"b": 2}]
+
+
 @pytest.mark.parametrize(
     ("text", "said"),
     [

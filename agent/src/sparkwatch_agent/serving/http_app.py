@@ -122,7 +122,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object. JSON is UTF-8 whatever charset the request names; a body too deep for
     the parser, a number past a double's range or a NaN is a 400 like any other (shared.strict_text)."""
     try:
-        body = loads_json(await request.read())
+        body = loads_json(await request.read(), unique_keys=True)
     except TextFormatError as exc:
         reason = f"body {exc}"[:200]
         raise web.HTTPBadRequest(

@@ -8,7 +8,6 @@ answered with a ``time`` frame (agent wall and monotonic ns) ahead of any sample
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -26,6 +25,7 @@ from sparkwatch_agent.serving.hello import hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor
 from sparkwatch_agent.shared.lifecycle import STOP_SIGNALS, StopPolicy
 from sparkwatch_agent.shared.protocol import FRAME_TIME
+from sparkwatch_agent.shared.strict_text import loads_json
 
 log = logging.getLogger(__name__)
 #: What an interval command may hold.
@@ -36,7 +36,7 @@ def _apply_command(
     sampler: Sampler, line: str, replies: queue.SimpleQueue[bytes], wake: threading.Event
 ) -> None:
     try:
-        cmd = json.loads(line)
+        cmd = loads_json(line, unique_keys=True)
         if not isinstance(cmd, dict):
             raise ValueError("command must be a JSON object")
         kind = cmd.get("type")

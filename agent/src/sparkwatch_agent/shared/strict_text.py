@@ -33,14 +33,19 @@ class _Refused(Exception):
     """A number or constant met while parsing that the result may not hold."""
 
 
-def loads_json(text: str | bytes) -> Any:
+def loads_json(text: str | bytes, *, unique_keys: bool = False) -> Any:
     """Standard JSON (bytes as UTF-8, never guessed as UTF-16, a leading byte order mark passed over as
     RFC 8259 lets a reader do: Windows editors write one), refusing NaN and Infinity, numbers past a
-    double's range and nesting past the parser's stack."""
+    double's range and nesting past the parser's stack. ``unique_keys``: an object that names a key twice
+    is refused too (a request's body, where "the last one wins" would act on a value the sender may not
+    have meant; RFC 8259 leaves such an object's meaning to the reader)."""
     if isinstance(text, bytes):
         text = decode_utf8(text).removeprefix("\ufeff")
+    hook = _unique_pairs if unique_keys else None
     try:
-        return json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+        return json.loads(
+            text, parse_constant=_constant, parse_float=_float, parse_int=_int, object_pairs_hook=hook
+        )
     except _Refused as exc:
         raise TextFormatError(str(exc)) from None
     except json.JSONDecodeError as exc:
@@ -48,6 +53,17 @@ def loads_json(text: str | bytes) -> Any:
         raise TextFormatError(f"is not JSON ({what} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise TextFormatError("is JSON nested too deep to read") from None
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) < len(pairs):  # the usual object pays for the dict alone
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"names the key {json.dumps(key)[: SHOWN_CHARS + 2]} twice in one object")
+            seen.add(key)
+    return found
 
 
 def decode_utf8(raw: bytes, verb: str = "is ") -> str:
