@@ -70,7 +70,7 @@ class SensorValues(Struct, frozen=True, gc=False):
 
 
 class _Memory(Struct, gc=False):
-    used_bytes: _Count | None = None
+    used_bytes: _Count | None = None  # one out of bounds (an older agent's) sends the line to the slow path
     page_cache_bytes: Raw = Raw()  # Cached + SReclaimable: unparsed, a bad one is unknown (page_cache)
 
 
@@ -270,6 +270,8 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
     gpus: Any = d.get("gpus", [])
     sensors: Any = d.get("sensors", [])
     used: Any = memory.get("used_bytes") if type(memory) is dict else None
+    if type(used) is int and not 0 <= used <= INT64_MAX:
+        used = None  # an older agent's MemTotal − MemAvailable below 0: unknown memory, the power kept
     cache: Any = memory.get("page_cache_bytes") if type(memory) is dict else None
     cache = cache if type(cache) is int and 0 <= cache <= INT64_MAX else None  # leniently: see _Memory
     if not (
@@ -309,8 +311,9 @@ def _explain_sample(d: dict[str, Any]) -> NoReturn:
     memory = d.get("memory")
     if memory is not None and not isinstance(memory, dict):
         raise FrameError("memory must be an object or null")
-    if memory is not None and memory.get("used_bytes") is not None:
-        _int(memory, "used_bytes", 0)
+    used = None if memory is None else memory.get("used_bytes")
+    if used is not None and type(used) is not int:
+        raise FrameError("used_bytes must be an integer")
     if not isinstance(d.get("gpus", []), list):
         raise FrameError("gpus must be a list")
     sensors = d.get("sensors", [])

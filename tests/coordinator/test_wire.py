@@ -105,6 +105,18 @@ def test_the_page_cache_is_read_on_both_paths() -> None:
     assert isinstance(frame, SampleFrame) and frame.mem_page_cache_bytes is None  # an older agent's: unknown
 
 
+@pytest.mark.parametrize("used", [-1, -(2**40), 2**63])
+def test_memory_used_out_of_bounds_is_unknown_and_costs_the_sample_nothing(used: int) -> None:
+    """An older agent's MemTotal − MemAvailable went below 0 when MemAvailable read above MemTotal: the
+    whole sample was refused, its GPU power with it. Now its memory is unknown and the rest is kept."""
+    frames, rejected = decode_lines(
+        line(memory={"used_bytes": used}, gpus=[{"index": 0, "uuid": "GPU-a", "power_w": 50.5}])
+    )
+    (frame,) = frames
+    assert rejected == [] and isinstance(frame, SampleFrame)
+    assert frame.mem_used_bytes is None and frame.gpus[0].power_w == 50.5
+
+
 @pytest.mark.parametrize(
     "bad", ["-1", "1.5", "3.0", '"7"', "true", "[1]", str(2**63), str(2**64 + 5), "1" * 5000, "1e400"]
 )
