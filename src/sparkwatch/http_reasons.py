@@ -45,5 +45,6 @@ def refusal_reason(text: str) -> str:
 
 def failure_line(error: str) -> str:
     """A poller's failure as its state, its log and the store keep it (a meter's, the engine's): one line of
-    at most 300 characters."""
-    return " ".join(error.split())[:300] or "failed"
+    at most 500 characters (as the store's error columns keep: a damaged file's line, path and recovery
+    command included)."""
+    return " ".join(error.split())[:500] or "failed"

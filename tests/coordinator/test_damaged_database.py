@@ -231,6 +231,21 @@ async def test_a_meter_whose_readings_the_store_cannot_take_goes_on_polling(
     store.close()
 
 
+async def test_a_meters_reading_a_damaged_file_cannot_take_names_the_file(tmp_path: pathlib.Path) -> None:
+    """A poller's write knows no path: its line said `sqlite3 FILE .recover`, for the user to find which."""
+    path = _held(tmp_path)
+    damage(path)
+    store = Store(path)
+    spec = MeterSpec(kind="shelly", url="http://unused", interval_s=1.0)
+    poller = MeterPoller("n1", spec, _Steady(), store, now_ns=itertools.count(T0, S).__next__)
+    async with aiohttp.ClientSession() as session:
+        await poller.poll_once(session)
+    store.close()
+    error = poller.state.error
+    assert error is not None and error.startswith(f"read, not stored: the database {path} is damaged"), error
+    assert f"`sqlite3 {path} .recover`" in error and poller.state.failures == 1
+
+
 async def test_an_engine_scrape_the_store_cannot_take_does_not_end_the_scraping(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -112,6 +112,16 @@ def stored_or_why(write: Callable[[], object]) -> str | None:
     return None
 
 
+def _file_of(db: sqlite3.Connection) -> str | None:
+    """The connection's main file, for a line that names it (a poller's write knows no path). SQLite's
+    list of attached files reads no page, so a damaged file still answers; None for one in memory."""
+    try:
+        rows = db.execute("PRAGMA database_list").fetchall()
+    except sqlite3.Error:
+        return None
+    return next((str(file) for _, name, file in rows if name == "main" and file), None)
+
+
 class tx:
     """BEGIN … COMMIT, or ROLLBACK on any exception (the connection runs in autocommit mode otherwise)."""
 
@@ -140,7 +150,7 @@ class tx:
         assert exc is not None  # the block raised it, or COMMIT did
         if isinstance(exc, Corrupt):  # an inner one's: as it is
             raise exc
-        if (corrupt := corrupt_or_none(exc)) is not None:
+        if (corrupt := corrupt_or_none(exc, _file_of(self._db))) is not None:
             raise corrupt from exc
         if isinstance(exc, sqlite3.OperationalError):
             raise Unavailable(f"the database cannot take a write: {exc}") from exc
