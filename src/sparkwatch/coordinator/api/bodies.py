@@ -122,23 +122,24 @@ def _details(exc: ValidationError, prefix: tuple[str, ...] = (), offset: int = 0
         loc = list(error["loc"])
         if offset and loc and isinstance(loc[0], int):
             loc[0] += offset
-        out.append(_detail(error, [*prefix, *map(str, loc)]))
+        out.append(_detail(error, [*prefix, *map(str, loc)], whole=not prefix))
     return out
 
 
-def _detail(error: ErrorDetails, loc: list[str]) -> dict[str, str]:
+def _detail(error: ErrorDetails, loc: list[str], whole: bool) -> dict[str, str]:
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, WindowError):
         return {"loc": ".".join([*loc, cause.field]), "msg": cause.problem}
-    if error["type"] == "json_invalid" and _HALF_PAIR.search(
-        error["msg"]
-    ):  # the parser's words name no cause
-        return {"loc": ".".join(loc), "msg": HALF_PAIR}
+    if error["type"] == "json_invalid" and (half := _HALF_PAIR.search(error["msg"])):
+        # the parser's words name no cause; its position is the body's own unless it read a slice of it
+        at = _POSITION.search(error["msg"], half.end()) if whole else None
+        return {"loc": ".".join(loc), "msg": HALF_PAIR + (at.group(0) if at else "")}
     return {"loc": ".".join(loc), "msg": error["msg"]}
 
 
 #: What the JSON parser (jiter) says of a \uD800–\uDFFF escape without its other half, and what is said.
 _HALF_PAIR = re.compile(r"unexpected end of hex escape|lone leading surrogate in hex escape")
+_POSITION = re.compile(r" at line \d+ column \d+$")
 HALF_PAIR = (
     "Invalid JSON: a \\uD800–\\uDFFF escape without the other half of its surrogate pair (it stands for no"
     " character)"
