@@ -320,7 +320,7 @@ async def test_upstream_down_is_a_502_with_a_reason_and_uses_no_warmup_slot(
     assert answer["error"]["code"] == answer["error"]["type"] == "bad_gateway"
     assert "127.0.0.1:9" in answer["error"]["message"] and answer["error"]["param"] is None
     assert (
-        "upstream http://127.0.0.1:9/v1/completions: Connection refused" in caplog.text
+        "upstream http://127.0.0.1:9/v1/completions did not answer: Connection refused" in caplog.text
     )  # not "ssl:default"
     assert answer["error"]["message"] == "upstream http://127.0.0.1:9 did not answer: Connection refused"
     assert "SECRET" not in caplog.text + json.dumps(answer)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDictProxy
 
 from sparkwatch.defaults import PHASE_RE
 from sparkwatch_agent.shared.http import PROXY_SERVER, SERVER_NAME
@@ -67,18 +68,24 @@ def phase_refusal(request: web.Request) -> str | None:
     return None
 
 
+def _end_to_end(given: CIMultiDictProxy[str], also: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """``given`` without its hop-by-hop headers: the fixed set, ``also``, and those its ``Connection`` names
+    (RFC 9110 §7.6.1: a header listed there belongs to this connection only)."""
+    named = {n.strip().lower() for v in given.getall("Connection", ()) for n in v.split(",")}
+    dropped = HOP_BY_HOP | also | named
+    return [(k, v) for k, v in given.items() if k.lower() not in dropped]
+
+
 def forwarded(request: web.Request, name: str) -> list[tuple[str, str]]:
     """The client's headers as the upstream gets them: hop-by-hop ones and the phase header dropped, the
     proxy's ``Via`` (as ``name``) added after any the client's message already had."""
-    phase = PHASE_HEADER.lower()
-    kept = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != phase]
+    kept = _end_to_end(request.headers, frozenset({PHASE_HEADER.lower()}))
     return [*kept, ("Via", via(request.version, name))]
 
 
 def relayed(upstream: aiohttp.ClientResponse, name: str) -> list[tuple[str, str]]:
     """The upstream's headers as the client gets them, with the proxy's ``Via`` (as ``name``)."""
-    kept = [(k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP]
-    return [*kept, ("Via", via(upstream.version, name))]
+    return [*_end_to_end(upstream.headers), ("Via", via(upstream.version, name))]
 
 
 def name_own_answers(app: web.Application) -> None:

@@ -25,7 +25,9 @@ from sparkwatch.http_reasons import unreachable_reason
 from sparkwatch.proxy import headers
 from sparkwatch.proxy.clock import WallClock
 from sparkwatch.proxy.refusals import openai_error
-from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
+from sparkwatch.proxy.sse_watch import ResponseWatcher
+from sparkwatch.proxy.window_notes import answer_notes, within
+from sparkwatch_agent.shared.parse_errors import parser_problem
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +115,9 @@ class Proxy:
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s, sock_connect=10),
             connector=aiohttp.TCPConnector(limit=0),
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+            # nothing the client did not send: a body without a Content-Type gets none (aiohttp would add
+            # application/octet-stream, which a FastAPI server may refuse where it took the client's as JSON)
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
         )
 
     async def close(self) -> None:
@@ -185,23 +189,26 @@ class Proxy:
                 allow_redirects=False,
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
+            arrival = (phase, t_start, counted_warmup) if generation else None
+            if isinstance(exc, aiohttp.ClientResponseError):  # an answer, in bytes aiohttp's parser refused
+                why = f"answered what is not valid HTTP ({parser_problem(exc.message)})"
+                return self._bad_gateway(request, arrival, why, "upstream_invalid_answer")
             why = unreachable_reason(exc) if isinstance(exc, aiohttp.ClientError) else "no answer in time"
-            log.warning("upstream %s%s: %s", self._upstream_shown, request.path, why)
-            if generation:
-                self._unanswered(
-                    request, phase, t_start, counted_warmup, status=502, notes={"upstream_unreachable": True}
-                )
-            return openai_error(502, "bad_gateway", f"upstream {self._upstream_shown} did not answer: {why}")
+            return self._bad_gateway(request, arrival, f"did not answer: {why}", "upstream_unreachable")
         except asyncio.CancelledError:  # the client hung up before the upstream answered
             if generation:
                 self._unanswered(
                     request, phase, t_start, counted_warmup, status=None, notes={self._left(): True}
                 )
             raise
+        if not 200 <= upstream.status <= 599:  # a 1xx as the final answer (a 101 switch), or no status code
+            upstream.close()
+            why = f"answered HTTP {upstream.status}, which is no final answer a proxy can relay"
+            arrival = (phase, t_start, counted_warmup) if generation else None
+            return self._bad_gateway(request, arrival, why, "upstream_invalid_answer")
         encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
-        watcher = ResponseWatcher(
-            streaming=upstream.headers.get("Content-Type", "").startswith("text/event-stream")
-        )
+        # a media type is case-insensitive (RFC 9110 §8.3.1): aiohttp's content_type is it, lower-cased
+        watcher = ResponseWatcher(streaming=upstream.content_type == "text/event-stream")
         notes = {"compressed": encoded}
         try:
             return await self._relay(request, upstream, watcher, notes, parse=generation and not encoded)
@@ -212,6 +219,18 @@ class Proxy:
                 window = self._submit(request, phase, span, upstream.status, watcher, notes=notes)
                 if counted_warmup and window.failed:  # a failed warm-up warmed nothing up
                     self._release_warmup()
+
+    def _bad_gateway(
+        self, request: web.Request, arrival: tuple[str, int, bool] | None, why: str, note: str
+    ) -> web.Response:
+        """The 502 for an upstream that did not answer, or not in HTTP a proxy can relay: said in the log,
+        and in a window (``note``: which) when ``arrival`` (phase, start, counted warm-up) is a
+        generation's."""
+        log.warning("upstream %s%s %s", self._upstream_shown, request.path, why)
+        if arrival is not None:
+            phase, t_start, counted_warmup = arrival
+            self._unanswered(request, phase, t_start, counted_warmup, status=502, notes={note: True})
+        return openai_error(502, "bad_gateway", f"upstream {self._upstream_shown} {why}")
 
     def _unanswered(
         self,
@@ -310,15 +329,15 @@ class Proxy:
         }
         if self._clock.uncertainty_ns is not None:
             source["clock_uncertainty_ns"] = self._clock.uncertainty_ns
-        source.update(_notes(watcher, status, notes))
+        source.update(answer_notes(watcher, status, notes))
         window = Window(
             id=f"proxy-{self._instance}-{request[ARRIVAL]:06d}",
             phase=phase,
             t_start_ns=t_start,
             t_end_ns=t_end,
-            t_first_byte_ns=_within(stamps.t_first_byte_ns, t_start, t_end),
-            t_first_token_ns=_within(stamps.t_first_token_ns, t_start, t_end),
-            t_last_token_ns=_within(stamps.t_last_token_ns, t_start, t_end),
+            t_first_byte_ns=within(stamps.t_first_byte_ns, t_start, t_end),
+            t_first_token_ns=within(stamps.t_first_token_ns, t_start, t_end),
+            t_last_token_ns=within(stamps.t_last_token_ns, t_start, t_end),
             prompt_tokens=stamps.prompt_tokens,
             completion_tokens=stamps.completion_tokens,
             cached_tokens=stamps.cached_tokens,
@@ -336,45 +355,9 @@ def _generation(request: web.Request) -> bool:
     return request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
 
 
-def _notes(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> dict[str, object]:
-    """What the window's source says of how the answer went (``notes``: what the relay saw), and why it did
-    not complete where it did not (core.windows.CUT_SHORT)."""
-    stamps = watcher.stamps
-    out: dict[str, object] = {}
-    if stamps.unparsed_events:
-        out["unparsed_events"] = stamps.unparsed_events
-    if stamps.body_too_large:
-        out["note"] = f"a JSON answer over {MAX_JSON_BODY_BYTES >> 20} MiB: forwarded, not read for usage"
-    if notes.get("compressed"):
-        out["note"] = "compressed response: only first byte and end were stamped"
-    out.update({k: True for k, v in notes.items() if v and k != "compressed"})
-    finished = stamps.done or stamps.finish_reason is not None
-    if notes.get("client_disconnected") and not finished:
-        # a client that left after the last token (on [DONE], before the upstream's end) was answered
-        out["client_left_unfinished"] = True
-    elif notes.get("proxy_closed") and not finished:
-        out["proxy_closed_unfinished"] = True
-    elif _unfinished_stream(watcher, status, notes) and not finished:
-        out["upstream_unfinished"] = True  # a clean end of a stream that never said it was done
-    if stamps.error:
-        out["upstream_error"] = True
-    return out
-
-
-def _unfinished_stream(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> bool:
-    """A 2xx event stream the proxy read (not compressed) that ended without being cut: whether it ended
-    without [DONE] or a finish reason is then the upstream's to answer for."""
-    cut = any(notes.get(k) for k in ("upstream_broke_off", "upstream_timed_out", "compressed"))
-    return watcher.streaming and status is not None and 200 <= status < 300 and not cut
-
-
-def _within(t_ns: int | None, lo: int, hi: int) -> int | None:
-    return None if t_ns is None else min(max(t_ns, lo), hi)
-
-
 def make_proxy_app(proxy: Proxy) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    app.router.add_route("*", r"/{tail:[\s\S]*}", proxy.handle)  # any path, a %0A in it too (not "." )
     headers.name_own_answers(app)
 
     async def lifecycle(_app: web.Application) -> AsyncIterator[None]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from sparkwatch.core.windows import FINISH_REASON_MAX_CHARS
+from sparkwatch.core.windows import FINISH_REASON_MAX_CHARS, NS_MAX
 from sparkwatch.defaults import CONTROL_CHARS_RE
 
 TEXT_KEYS = ("content", "reasoning_content", "reasoning")
@@ -42,7 +42,9 @@ class ResponseStamps:
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A count a window can hold (0 to 2^63 − 1, core.windows.NS_MAX), else unknown: one past it made the
+    coordinator refuse the whole window, and the request's time with it."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= NS_MAX else None
 
 
 def _has_text(choice: dict[str, Any]) -> bool:
@@ -137,6 +139,9 @@ class ResponseWatcher:
     def _dispatch(self, t_ns: int) -> None:
         if not self._data:
             return
+        if self.stamps.done:  # past [DONE] the stream is over for every client: nothing after it counts
+            self._data = []
+            return
         payload = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
         self._data = []
         if payload.strip() == b"[DONE]":
@@ -176,14 +181,21 @@ class ResponseWatcher:
             self._usage(usage)
 
     def _usage(self, usage: dict[str, Any]) -> None:
-        stamps = self.stamps
-        stamps.prompt_tokens = _int(usage.get("prompt_tokens"))
-        stamps.completion_tokens = _int(usage.get("completion_tokens"))
+        """The counts a usage gives; one it lacks (or gives as no count) keeps what an earlier usage said
+        (a last chunk's ``"usage": {}`` erased the stream's counts). A later count replaces an earlier one:
+        a stream's running usage (vLLM's continuous_usage_stats) ends with its total."""
         prompt_details = usage.get("prompt_tokens_details")
         cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
-        stamps.cached_tokens = _int(cached if cached is not None else usage.get("cached_tokens"))
         completion_details = usage.get("completion_tokens_details")
         reasoning = (
             completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None
         )
-        stamps.reasoning_tokens = _int(reasoning if reasoning is not None else usage.get("reasoning_tokens"))
+        counts = {
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "cached_tokens": cached if cached is not None else usage.get("cached_tokens"),
+            "reasoning_tokens": reasoning if reasoning is not None else usage.get("reasoning_tokens"),
+        }
+        for name, value in counts.items():
+            if (count := _int(value)) is not None:
+                setattr(self.stamps, name, count)

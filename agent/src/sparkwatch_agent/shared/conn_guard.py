@@ -68,6 +68,7 @@ class ConnectionGuard:
         ``server``: the name its refusals give in ``Server`` (the service's, as on its other answers)."""
         self.limits = limits
         self.server = server
+        self.shape = shape
         self._open: set[GuardedConnection] = set()
         self._waiting: dict[GuardedConnection, None] = {}  # insertion order: oldest first
         self._connecting = 0  # accepted sockets whose protocol is not made yet

@@ -165,6 +165,6 @@ class GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         sockets = await bind_listeners(self._host, self._port, self._backlog)
-        handler = json_errors_for(self.guard.server)
+        handler = json_errors_for(self.guard.server, self.guard.shape)
         make_handler = self.guard.protocol_factory(lambda: json_protocol_errors(server(), handler))
         self._server = GuardedListener(sockets, self.guard, make_handler)

@@ -18,6 +18,8 @@ from typing import ClassVar
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from sparkwatch_agent.shared.conn_guard import RefusalBody, error_and_reason
+
 REASON_MAX_CHARS = 200
 
 
@@ -30,7 +32,7 @@ def error_code(status: int) -> str:
     return phrase.lower().replace(" ", "_").replace("-", "_")
 
 
-def _what(message: str) -> str:
+def parser_problem(message: str) -> str:
     """The parser's message without the bytes it echoes ("Got more than 8190 bytes when reading: bytearray(
     …)", "Invalid method encountered:\\n\\n  b'FOO / HTTP/1.1'"): what went wrong, not the request again."""
     lines = message.strip().splitlines()
@@ -45,6 +47,8 @@ class _JsonErrorsHandler(RequestHandler):
     #: The ``Server`` its answers give (see :func:`json_errors_for`); aiohttp's own names Python's and its
     #: versions, which the service's other answers never do.
     server_name: ClassVar[str | None] = None
+    #: The JSON its answers are (the server's refusal shape: the proxy's is OpenAI's); a staticmethod.
+    shape: ClassVar[staticmethod[[str, str], dict[str, object]]] = staticmethod(error_and_reason)
 
     def handle_error(
         self,
@@ -57,21 +61,23 @@ class _JsonErrorsHandler(RequestHandler):
             self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
             reason = "the server failed on this request; its log has the details"
         else:
-            reason = f"cannot parse the request: {_what(message or 'malformed request')}"
+            reason = f"cannot parse the request: {parser_problem(message or 'malformed request')}"
             self.logger.debug("refused a request from %s (%d): %s", request.remote, status, reason)
         if request.writer.output_size > 0:  # a response has begun: the connection can only be dropped
             raise ConnectionError("a response was already started; cannot send the error")
-        response = web.json_response({"error": error_code(status), "reason": reason}, status=status)
+        response = web.json_response(self.shape(error_code(status), reason), status=status)
         if self.server_name is not None:
             response.headers["Server"] = self.server_name
         response.force_close()
         return response
 
 
-def json_errors_for(server_name: str | None) -> type[RequestHandler]:
+def json_errors_for(server_name: str | None, shape: RefusalBody = error_and_reason) -> type[RequestHandler]:
     """The handler class of one server's connections: its answers name ``server_name`` in ``Server``, as the
-    service's others do (made once per site, not per connection)."""
-    return type("_JsonErrorsHandler", (_JsonErrorsHandler,), {"__slots__": (), "server_name": server_name})
+    service's others do, and are JSON of ``shape``, as its other refusals are (made once per site, not per
+    connection)."""
+    fields = {"__slots__": (), "server_name": server_name, "shape": staticmethod(shape)}
+    return type("_JsonErrorsHandler", (_JsonErrorsHandler,), fields)
 
 
 def json_protocol_errors(

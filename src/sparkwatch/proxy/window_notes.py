@@ -1,0 +1,46 @@
+"""What a proxy window's source says of how its answer went: the notes a window's verdict reads
+(core.windows.CUT_SHORT), from what the relay saw and what the watcher read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
+
+
+def answer_notes(
+    watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]
+) -> dict[str, object]:
+    """What the window's source says of how the answer went (``notes``: what the relay saw), and why it did
+    not complete where it did not (core.windows.CUT_SHORT)."""
+    stamps = watcher.stamps
+    out: dict[str, object] = {}
+    if stamps.unparsed_events:
+        out["unparsed_events"] = stamps.unparsed_events
+    if stamps.body_too_large:
+        out["note"] = f"a JSON answer over {MAX_JSON_BODY_BYTES >> 20} MiB: forwarded, not read for usage"
+    if notes.get("compressed"):
+        out["note"] = "compressed response: only first byte and end were stamped"
+    out.update({k: True for k, v in notes.items() if v and k != "compressed"})
+    finished = stamps.done or stamps.finish_reason is not None
+    if notes.get("client_disconnected") and not finished:
+        # a client that left after the last token (on [DONE], before the upstream's end) was answered
+        out["client_left_unfinished"] = True
+    elif notes.get("proxy_closed") and not finished:
+        out["proxy_closed_unfinished"] = True
+    elif _unfinished_stream(watcher, status, notes) and not finished:
+        out["upstream_unfinished"] = True  # a clean end of a stream that never said it was done
+    if stamps.error:
+        out["upstream_error"] = True
+    return out
+
+
+def _unfinished_stream(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> bool:
+    """A 2xx event stream the proxy read (not compressed) that ended without being cut: whether it ended
+    without [DONE] or a finish reason is then the upstream's to answer for."""
+    cut = any(notes.get(k) for k in ("upstream_broke_off", "upstream_timed_out", "compressed"))
+    return watcher.streaming and status is not None and 200 <= status < 300 and not cut
+
+
+def within(t_ns: int | None, lo: int, hi: int) -> int | None:
+    return None if t_ns is None else min(max(t_ns, lo), hi)
