@@ -19,6 +19,7 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.window_sink import ListSink
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.sim_model import SimModel, SimModelSpec, make_sim_model_app
 from sparkwatch.coordinator.api.app import make_app
@@ -173,14 +174,6 @@ def test_non_streamed_json_gives_usage_but_no_token_times() -> None:
 
 
 # ---- real servers --------------------------------------------------------------------------------
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.windows: list[Window] = []
-
-    def submit(self, window: Window) -> None:
-        self.windows.append(window)
 
 
 async def serve(app: web.Application, **runner_kwargs: Any) -> tuple[web.AppRunner, str]:

@@ -14,18 +14,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from helpers.window_sink import ListSink
 from sparkwatch.core.windows import Window
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_runner
 
 TOKEN = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.windows: list[Window] = []
-
-    def submit(self, window: Window) -> None:
-        self.windows.append(window)
 
 
 @dataclass

@@ -17,21 +17,14 @@ import pytest
 from aiohttp import web
 
 from helpers.loopback import served
-from sparkwatch.core.windows import Window, check_window
+from helpers.window_sink import ListSink
+from sparkwatch.core.windows import check_window
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 
 CHAT = "/v1/chat/completions"
 TOKEN = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
 FINISH = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.windows: list[Window] = []
-
-    def submit(self, window: Window) -> None:
-        self.windows.append(window)
 
 
 async def _raw_upstream(answer: bytes) -> tuple[asyncio.Server, str]:
