@@ -123,3 +123,26 @@ def test_a_ratio_of_minus_zero_is_zero() -> None:
     from sparkwatch.cli_types import ratio
 
     assert str(ratio("-0")) == "0.0" and ratio("0.5") == 0.5
+
+
+def test_an_empty_windows_format_is_refused_not_read_as_plain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--windows-format ''`` was taken as the default (plain); every other empty value is refused."""
+    windows = tmp_path / "w.json"
+    windows.write_text('{"windows": []}')
+    span = ["--start", "1796583903", "--end", "1796583911"]
+    code = main(
+        [
+            "export",
+            "--prometheus",
+            "http://127.0.0.1:9",
+            "--windows",
+            str(windows),
+            "--windows-format",
+            "",
+            *span,
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "w.json: unknown format ''; known: " in err, err

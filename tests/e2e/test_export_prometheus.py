@@ -41,6 +41,7 @@ from helpers.engine_replay import VLLM, EngineReplay, capture, with_values
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
 from helpers.prometheus import PROMETHEUS, Prometheus
 from helpers.victoria import VICTORIA, Victoria
+from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.tracks import GAP_INTERVALS
 
@@ -658,6 +659,46 @@ def test_a_coordinator_runs_windows_measured_again_from_the_engine(rig: Rig, giv
             assert node["energy_j"] == pytest.approx(ref_node["energy_j"], rel=1e-6, abs=1e-3), node
     for node, ref in zip(export["nodes"], typed["nodes"], strict=True):
         assert node["power_w"]["gated_mean"] == pytest.approx(ref["power_w"]["gated_mean"], rel=1e-6)
+
+
+def test_a_runs_own_nodes_are_the_ones_measured_and_an_open_runs_export_needs_an_end(rig: Rig) -> None:
+    """Windows from a run's export: the nodes the run measured are measured (a fleet's engine holds others
+    over the same span, and every one of them was summed into the totals); a node of the run the engine has
+    no power series of is one line that names the run's nodes. A run exported while it was open has no
+    end (the export's time stood in for it, and was taken as the end)."""
+    exported = rig.sqlite_export
+    one = rig.tmp / "run-of-spark-2.json"
+    one.write_text(json.dumps(exported | {"nodes": [n for n in exported["nodes"] if n["node"] == "spark-2"]}))
+    rc, export, said = export_cli(rig, rig.victoria, "--windows", str(one), "--windows-format", "export")
+    assert rc == 0 and export is not None, said
+    assert [n["node"] for n in export["nodes"]] == ["spark-2"] and "1 node(s) (spark-2)" in said
+    rc, both, said = export_cli(
+        rig, rig.victoria, "--windows", str(one), "--windows-format", "export", "--nodes", "spark-1,spark-2"
+    )
+    assert rc == 0 and both is not None and [n["node"] for n in both["nodes"]] == ["spark-1", "spark-2"], said
+    away = rig.tmp / "run-of-spark-9.json"
+    away.write_text(json.dumps(exported | {"nodes": [{**exported["nodes"][0], "node": "spark-9"}]}))
+    rc, export, said = export_cli(rig, rig.victoria, "--windows", str(away), "--windows-format", "export")
+    assert rc != 0 and export is None and said.count("\n") == 1, said
+    assert 'node="spark-9"' in said and "(the run measured spark-9: --nodes picks the ones to export)" in said
+    run = exported["run"] | {"notes": [OPEN_RUN_NOTE]}
+    opened = rig.tmp / "open-run.json"
+    opened.write_text(json.dumps(exported | {"run": run}))
+    argv = [
+        sys.executable,
+        "-m",
+        "sparkwatch",
+        "export",
+        "--prometheus",
+        rig.victoria,
+        "--windows",
+        str(opened),
+    ]
+    done = subprocess.run([*argv, "--windows-format", "export"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.endswith(
+        f"run {run['id']} was still open when exported (it has no end yet): give --end\n"
+    )
 
 
 def test_a_coordinator_run_that_is_not_there_is_one_line(rig: Rig) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sparkwatch import __version__
@@ -126,7 +126,7 @@ def _windows(args: argparse.Namespace) -> tuple[list[Window], run_export.Exporte
     an export file (``--windows-format export``) holds."""
     if args.run is not None:
         return _coordinator_run(args)
-    fmt = args.windows_format or "plain"
+    fmt = "plain" if args.windows_format is None else args.windows_format  # "" is no format: refused
     windows = load_windows(fmt, args.windows, clock_anchor=args.clock_anchor, allow_empty=True)  # by scope
     run = run_export.exported_run(args.windows) if args.windows_format == run_export.FORMAT else None
     return windows, run
@@ -199,6 +199,24 @@ def _defaults(
     )
 
 
+def _nodes(
+    source: TsdbSource,
+    span_ns: tuple[int, int],
+    named: Sequence[str] | None,
+    run: run_export.ExportedRun | None,
+) -> list[str]:
+    """The nodes to export: ``--nodes``, else the run's own (a fleet's engine holds other nodes over the same
+    span: every one of them was summed in), else every node the engine has power series of."""
+    listed = () if named or run is None else run.nodes
+    try:
+        return source.nodes(*span_ns, only=named or listed)
+    except SourceError as exc:
+        if not listed:
+            raise
+        hint = f" (the run measured {', '.join(listed)}: --nodes picks the ones to export)"
+        raise SourceError(f"{exc}{hint}") from None
+
+
 def tsdb_export(
     args: argparse.Namespace,
     say: Callable[[str], None],
@@ -233,7 +251,7 @@ def tsdb_export(
     )
     t_from = min([start_ns, *(w.t_start_ns for w in windows)])
     t_to = max([end_ns, *(w.t_end_ns for w in windows)])
-    nodes = source.nodes(t_from, t_to, only=args.nodes or ())
+    nodes = _nodes(source, (t_from, t_to), args.nodes, run)
     forced = "" if read_as == engine else f" (read by {source.describe()['api']}, as --engine says)"
     say(
         f"exporting {len(windows)} window(s) on {len(nodes)} node(s) ({', '.join(nodes)}) from {engine}"

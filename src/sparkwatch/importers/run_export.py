@@ -10,10 +10,11 @@ of a request cut short on top, so a failed request stays unmeasured. The figures
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
+from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.windows import (
     CUT_SHORT,
     OPTIONAL_INT_FIELDS,
@@ -72,6 +73,9 @@ class ExportedRun:
     scope: ScopeKind
     phases: tuple[str, ...]
     command: dict[str, Any] | None = None  # the benchmark's argv and exit code, where the run knew them
+    #: the nodes the run measured (none known: a run stored before it kept them), measured again from
+    #: elsewhere by default: a fleet's engine holds other nodes' series over the same span
+    nodes: tuple[str, ...] = ()
 
 
 def exported_run(path: Path) -> ExportedRun:
@@ -83,11 +87,17 @@ def exported_run(path: Path) -> ExportedRun:
 
 
 def run_of(data: dict[str, Any]) -> ExportedRun:
-    """The run of an export (``export_of``'s); a Problem says what is wrong with it."""
+    """The run of an export (``export_of``'s); a Problem says what is wrong with it. A run exported while
+    it was open (its notes say so) has no end: the export's time stood in for it there."""
     run, method = as_object(data.get("run"), "run"), as_object(data.get("method"), "method")
     gate = as_object(method.get("gate"), "method.gate")
     settings = (gate.get("threshold_ratio"), method.get("scope"), method.get("phases"))
-    return _run(run, settings, ("method.gate.threshold_ratio", "method.scope", "method.phases"))
+    exported = _run(run, settings, ("method.gate.threshold_ratio", "method.scope", "method.phases"))
+    entries = as_list(data.get("nodes"), "nodes")
+    nodes = tuple(as_str(as_object(n, "nodes[]").get("node"), "nodes[].node") for n in entries)
+    notes = run.get("notes")
+    open_run = isinstance(notes, list) and OPEN_RUN_NOTE in notes
+    return replace(exported, nodes=nodes, t_end_ns=None if open_run else exported.t_end_ns)
 
 
 def stored_run_of(data: dict[str, Any]) -> ExportedRun:
@@ -95,7 +105,10 @@ def stored_run_of(data: dict[str, Any]) -> ExportedRun:
     (its gate threshold, scope and phases beside its span); a Problem says what is wrong with it."""
     run = as_object(data.get("run"), "run")
     settings = (run.get("gate_threshold"), run.get("scope"), run.get("phases"))
-    return _run(run, settings, ("run.gate_threshold", "run.scope", "run.phases"))
+    stored = _run(run, settings, ("run.gate_threshold", "run.scope", "run.phases"))
+    listed = run.get("nodes")  # null: a run stored before runs kept their nodes
+    nodes = () if listed is None else tuple(as_str(n, "run.nodes[]") for n in as_list(listed, "run.nodes"))
+    return replace(stored, nodes=nodes)
 
 
 def _run(run: dict[str, Any], settings: tuple[Any, Any, Any], names: tuple[str, str, str]) -> ExportedRun:
