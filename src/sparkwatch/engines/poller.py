@@ -168,6 +168,6 @@ class EnginePoller:
 def _token(path: Path) -> str:
     """The engine's bearer token; a ScrapeError naming the file (never its contents) when unusable."""
     try:
-        return first_line(path, "the engine's token")
+        return first_line(path, "the engine's token", in_header=True)
     except SecretFileError as exc:
         raise ScrapeError(str(exc)) from None

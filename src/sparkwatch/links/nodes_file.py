@@ -170,7 +170,7 @@ def check_secret_files(origin: str, nodes_file: NodesFile) -> None:
     engine = nodes_file.engine
     try:
         if engine is not None and engine.bearer_token_file is not None:
-            first_line(engine.bearer_token_file, "the engine's bearer token")
+            first_line(engine.bearer_token_file, "the engine's bearer token", in_header=True)
     except SecretFileError as exc:
         raise NodesFileError(f"{origin}: engine.bearer_token_file: {exc}") from None
     for node in nodes_file.nodes:
@@ -189,7 +189,7 @@ def check_secret_files(origin: str, nodes_file: NodesFile) -> None:
         for key, path in secrets.items():
             try:
                 if path is not None:
-                    first_line(path, "the meter's secret")
+                    first_line(path, "the meter's secret", in_header=key == "bearer_token_file")
             except SecretFileError as exc:
                 raise NodesFileError(f"{where}.meter.{key}: {exc}") from None
         _check_ssh_files(where, node)

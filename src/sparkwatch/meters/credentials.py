@@ -12,23 +12,38 @@ class SecretFileError(Exception):
     """A secret file that cannot be used; the message names the file, never its contents."""
 
 
-def first_line(path: Path, what: str) -> str:
-    """The file's first line, stripped: ``what`` says whose secret it is in the error."""
+def first_line(path: Path, what: str, *, in_header: bool = False) -> str:
+    """The file's first line, stripped: ``what`` says whose secret it is in the error. ``in_header``: it goes
+    into a header as it is (a bearer token), where HTTP carries Latin-1 alone (a password is encoded first:
+    Basic auth's base64 of UTF-8, a Redfish login's JSON, a digest's hash)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SecretFileError(
             f"cannot read {what} file {path}: {getattr(exc, 'strerror', None) or exc}"
         ) from None
-    secret = text.splitlines()[0].strip() if text.strip() else ""
-    if not secret:
+    if text.startswith("\ufeff"):  # an editor's: it went inside the header, or failed as "cannot reach"
+        raise SecretFileError(
+            f"{what} file {path} starts with a byte order mark (an editor's): save it without"
+        )
+    if not text.strip():
         raise SecretFileError(f"{what} file {path} is empty")
+    secret = text.splitlines()[0].strip()
+    if not secret:
+        raise SecretFileError(f"{what} file {path} has an empty first line: the secret is the first line")
+    if not secret.isprintable():  # a control or format character (a zero-width space): a copy's accident
+        raise SecretFileError(f"{what} file {path} holds a character that is not printable")
+    if in_header and any(ord(c) > 0xFF for c in secret):
+        raise SecretFileError(
+            f"{what} file {path} holds a character beyond Latin-1, which no HTTP header carries"
+        )
     return secret
 
 
-def read_secret(path: Path) -> str:
-    """A meter's secret; a MeterError when it cannot be used."""
+def read_secret(path: Path, *, in_header: bool = False) -> str:
+    """A meter's secret (``in_header``: a bearer token, see :func:`first_line`); a MeterError when it cannot
+    be used."""
     try:
-        return first_line(path, "the meter's secret")
+        return first_line(path, "the meter's secret", in_header=in_header)
     except SecretFileError as exc:
         raise MeterError(str(exc)) from None

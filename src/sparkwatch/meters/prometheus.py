@@ -27,7 +27,7 @@ class PrometheusMeter:
     async def read(self, session: aiohttp.ClientSession) -> Reading:
         headers = {}
         if self._token_file is not None:
-            headers["Authorization"] = f"Bearer {read_secret(self._token_file)}"
+            headers["Authorization"] = f"Bearer {read_secret(self._token_file, in_header=True)}"
         # a redirect on the engine's own host followed, one elsewhere refused (http_redirects): aiohttp would
         # drop the token there and store that host's answer as this node's power
         async with get_on_host(

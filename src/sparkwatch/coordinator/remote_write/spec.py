@@ -38,7 +38,7 @@ class RemoteWriteSpec:
         """The Authorization header, read from its files now; None without auth."""
         try:
             if self.bearer_token_file is not None:
-                token = first_line(self.bearer_token_file, "the remote-write bearer token")
+                token = first_line(self.bearer_token_file, "the remote-write bearer token", in_header=True)
                 return f"Bearer {token}"
             if self.basic_auth_user is not None:
                 password = (

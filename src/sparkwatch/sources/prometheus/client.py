@@ -40,7 +40,7 @@ class Auth:
         """The Authorization header, read from its files now (a rotated token is picked up)."""
         try:
             if self.bearer_token_file is not None:
-                return f"Bearer {first_line(self.bearer_token_file, 'the bearer token')}"
+                return f"Bearer {first_line(self.bearer_token_file, 'the bearer token', in_header=True)}"
             if self.user is not None:
                 password = first_line(self.password_file, "the password") if self.password_file else ""
                 pair = base64.b64encode(f"{self.user}:{password}".encode()).decode()
