@@ -35,6 +35,7 @@ from sparkwatch.http_reasons import refusal_reason, unreachable_reason
 from sparkwatch.wire import FrameError, TimeFrame, time_reply
 from sparkwatch_agent.shared.auth import ServerToken, TokenFile, bearer_headers, load_token
 from sparkwatch_agent.shared.http import COORDINATOR_SERVER, other_service
+from sparkwatch_agent.shared.strict_text import cut_short
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +172,20 @@ class CoordinatorClient(NodeWaits):
         where = f"{method} {path} on {self.target.label}" if self.target.label else f"{method} {url}"
         try:
             auth = bearer_headers(self._token)
-            async with self._session.request(method, url, json=body, headers=auth) as resp:
+            # a redirect is not followed: aiohttp would drop the token on another host (a 401 then blamed the
+            # token file) or send a POST's body there
+            async with self._session.request(
+                method, url, json=body, headers=auth, allow_redirects=False
+            ) as resp:
                 text = await resp.text()
+                if 300 <= resp.status < 400:
+                    to = cut_short(resp.headers.get("Location") or "nowhere said", 120)
+                    raise CoordinatorError(
+                        f"{where}: HTTP {resp.status}, a redirect to {to}: not followed (the token goes"
+                        " to the coordinator's URL alone): give that URL as --coordinator if it is the"
+                        " coordinator",
+                        resp.status,
+                    )
                 if resp.status >= 400:
                     code = _error_code(text)  # every refusal of a coordinator's has one: else, not one
                     service = other_service(resp.headers, COORDINATOR_SERVER)

@@ -86,6 +86,39 @@ async def test_a_refusal_that_is_not_a_coordinators_says_so() -> None:
     assert str(ours.value) == f"GET {url}/v1/runs/r1: HTTP 404: no run r1" and ours.value.code == "not_found"
 
 
+async def test_a_redirect_is_not_followed_and_said_as_one() -> None:
+    """aiohttp followed it: the token was dropped on the other host, whose 401 then blamed the token file (a
+    307 re-sent a POST there). Nothing goes to where it points."""
+    followed: list[str] = []
+
+    async def moved(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(f"http://localhost:{request.url.port}/elsewhere{request.path}")
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        followed.append(request.method)
+        return web.json_response({"runs": []})
+
+    app = web.Application()
+    app.router.add_route("*", "/v1/{tail:.*}", moved)
+    app.router.add_route("*", "/elsewhere/{tail:.*}", elsewhere)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        target = CoordinatorTarget(str(server.make_url("")).rstrip("/"), None)
+        async with CoordinatorClient(target) as client:
+            with pytest.raises(CoordinatorError) as refused:
+                await client.create_run("r")
+    finally:
+        await server.close()
+    assert followed == [] and refused.value.status == 307
+    away = target.url.replace("127.0.0.1", "localhost")
+    assert str(refused.value) == (
+        f"POST {target.url}/v1/runs: HTTP 307, a redirect to {away}/elsewhere/v1/runs:"
+        " not followed (the token goes to the coordinator's URL alone): give that URL as --coordinator if"
+        " it is the coordinator"
+    )
+
+
 async def test_the_proxys_port_given_as_the_coordinators_is_named_as_the_proxy() -> None:
     """The proxy relays a /v1/runs it is sent to the model server, whose refusal named that server (a
     sim-model behind it read as "is a sparkwatch-sim-model"): the proxy's Via names what was reached."""
