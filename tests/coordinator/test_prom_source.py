@@ -26,6 +26,7 @@ from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.importers import load_windows
 from sparkwatch.importers.common import ClockAnchor
 from sparkwatch.sources import SourceError
+from sparkwatch.sources.prometheus import client as prom_client
 from sparkwatch.sources.prometheus.align import merged as merged_parts
 from sparkwatch.sources.prometheus.client import Auth, Client, Unreachable, check_url, public_url
 from sparkwatch.sources.prometheus.mappings import (
@@ -438,6 +439,46 @@ def test_an_answer_cut_short_is_one_line_naming_the_url() -> None:
         chunked.server_close()
     assert str(json_cut.value) == said
     assert str(lines_cut.value) == f"{url}/api/v1/export: the answer was cut short (in line 2)"
+
+
+def test_an_answer_larger_than_any_read_is_refused_before_it_is_parsed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 450 MB answer (a wrong URL, a proxy's) was read and parsed whole: 6 GB and 78 s before its one-line
+    refusal. The cap is made small here, as the answer is: the same code reads past it by one byte."""
+    monkeypatch.setattr(prom_client, "MAX_ANSWER_BYTES", 1 << 20)
+
+    class Huge(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # valid JSON, 4 MiB of it, chunked: no length to refuse by
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            piece = b"[1796389455.0," + b'"1",' * 16_000 + b'"1"],'
+            parts = [
+                b'{"status":"success","data":{"resultType":"matrix","result":[{"values":[',
+                *[piece] * 64,
+            ]
+            try:
+                for part in [*parts, b'[0,"1"]]}]}}']:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:  # the client stopped reading
+                pass
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    engine = _serve(Huge)
+    url = f"http://127.0.0.1:{engine.server_port}"
+    try:
+        with pytest.raises(SourceError) as refused:
+            Client(url).get_json("/api/v1/query", {})
+    finally:
+        engine.shutdown()
+        engine.server_close()
+    assert str(refused.value).startswith(f"{url}/api/v1/query answered more than 1 MiB to one query")
 
 
 def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.ThreadingHTTPServer:

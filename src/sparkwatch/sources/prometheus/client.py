@@ -28,6 +28,9 @@ from sparkwatch_agent.shared.http import other_service
 TIMEOUT_S = 60.0
 #: The most of an error body quoted in a message.
 QUOTED_CHARS = 200
+#: The most one JSON answer may hold: a range query of half an hour (raw.CHUNK_MS) of one node's eight GPUs
+#: at 100 Hz is ~45 MB; read whole and parsed, an answer costs about 13 times its size in memory.
+MAX_ANSWER_BYTES = 128 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +182,17 @@ class Client:
         """The ``data`` of a ``{"status": "success"}`` answer."""
         with self._open(path, params) as response:
             try:
-                raw = response.read()
+                raw = response.read(MAX_ANSWER_BYTES + 1)
             except (http.client.HTTPException, OSError) as exc:
                 raise self._cut_short(path, exc) from None
+            if response.length and len(raw) <= MAX_ANSWER_BYTES:  # read(n) takes an early end for the end
+                raise self._cut_short(path, http.client.IncompleteRead(raw, response.length))
+            if len(raw) > MAX_ANSWER_BYTES:  # parsed whole, 450 MB of JSON took 6 GB and 78 s to refuse
+                raise SourceError(
+                    f"{self.url}{path} answered more than {MAX_ANSWER_BYTES >> 20} MiB to one query, more"
+                    " than any of sparkwatch's reads (half an hour of one node's series) holds: is the URL"
+                    " the engine's?"
+                )
             try:
                 body = json.loads(raw)
             except ValueError as exc:
