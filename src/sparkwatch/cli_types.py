@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -343,29 +344,52 @@ def epoch_ns(text: str) -> int:
 _SECONDS_PAST = 10**11
 
 
+#: Unix seconds as sparkwatch takes them: ASCII digits, a fraction, an exponent (``Decimal`` alone took
+#: ``1_796_583_903`` and full-width digits).
+_SECONDS = re.compile(
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:nan|inf|infinity)", re.I
+)
+#: RFC 3339's date-time (§ 5.6), a space for its T as `runs list` shows one, " UTC" for its offset likewise
+#: (``fromisoformat`` alone took week dates, basic forms, ``+0100``, ``+01:00:30`` and ``T19Z``).
+_RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?"
+    r"(Z| UTC|[+-][0-9]{2}:[0-9]{2})",
+    re.I,
+)
+
+
 def _epoch_ns(text: str) -> int | None:
-    """``text`` as epoch ns; None for seconds too many to be a time (refused by the caller)."""
+    """``text`` as epoch ns, to the nanosecond it gives (``fromisoformat`` kept microseconds); None for
+    seconds too many to be a time (refused by the caller)."""
     import datetime  # noqa: PLC0415  (this flag only)
     import decimal  # noqa: PLC0415
 
-    try:
-        seconds = decimal.Decimal(text.strip())
-    except decimal.InvalidOperation:
-        pass
-    else:
+    text = text.strip()
+    if _SECONDS.fullmatch(text):
+        seconds = decimal.Decimal(text)
         if not seconds.is_finite() or seconds < 0:
             raise argparse.ArgumentTypeError(f"not a time: {cut_short(text)!r}")
         return None if seconds >= _SECONDS_PAST else int(seconds * 1_000_000_000)
-    text = text.strip()
-    if text.endswith(" UTC"):  # as `sparkwatch runs list` shows a time
-        text = text.removesuffix(" UTC") + "+00:00"
-    try:
-        moment = datetime.datetime.fromisoformat(text.upper())  # RFC 3339 allows a lower-case t and z
-    except ValueError:
+    found = _RFC3339.fullmatch(text)
+    if found is None:
+        hint = " (RFC 3339 needs its offset: Z or +hh:mm)" if _RFC3339.fullmatch(text + "Z") else ""
         raise argparse.ArgumentTypeError(
-            f"not Unix seconds or an RFC 3339 time (e.g. 2025-12-04T13:02:08Z): {cut_short(text)!r}"
-        ) from None
-    if moment.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"an RFC 3339 time needs its offset (Z or +hh:mm): {text!r}")
-    delta = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+            f"not Unix seconds or an RFC 3339 time (e.g. 2025-12-04T13:02:08Z): {cut_short(text)!r}{hint}"
+        )
+    *fields, fraction, offset = found.groups()
+    if fraction is not None and len(fraction) > 9:
+        raise argparse.ArgumentTypeError(f"finer than a nanosecond: {cut_short(text)!r}")
+    try:
+        zone = datetime.UTC
+        if offset.upper() not in ("Z", " UTC"):
+            hours, minutes = int(offset[1:3]), int(offset[4:6])
+            if hours > 23 or minutes > 59:
+                raise ValueError("offset out of range")
+            sign = -1 if offset[0] == "-" else 1
+            zone = datetime.timezone(sign * datetime.timedelta(hours=hours, minutes=minutes))
+        year, month, day, hour, minute, second = map(int, fields)
+        moment = datetime.datetime(year, month, day, hour, minute, second, tzinfo=zone)
+    except ValueError as exc:  # a month 13, a 31 February, a second 60
+        raise argparse.ArgumentTypeError(f"not a time: {cut_short(text)!r} ({exc})") from None
+    whole_s = int((moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)).total_seconds())
+    return whole_s * 1_000_000_000 + int((fraction or "0").ljust(9, "0"))

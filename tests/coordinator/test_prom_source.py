@@ -178,6 +178,8 @@ def test_the_maximum_sm_clock_is_the_largest_positive_reading() -> None:
         ("2025-12-04 12:06:40 UTC", 1_764_850_000_000_000_000),  # as `runs show` printed it before
         ("2025-12-04t12:06:40.5z", 1_764_850_000_500_000_000),  # RFC 3339 § 5.6 allows lower case
         (utc_stamp(1_764_850_000_123_999_999), 1_764_850_000_123_000_000),  # as `runs show` does
+        ("2025-12-04T12:06:40.123456789Z", 1_764_850_000_123_456_789),  # to the ns (it kept microseconds)
+        ("1.76485e9", 1_764_850_000_000_000_000),
     ],
 )
 def test_a_time_is_unix_seconds_or_rfc3339(text: str, ns: int) -> None:
@@ -196,6 +198,17 @@ def test_a_time_is_unix_seconds_or_rfc3339(text: str, ns: int) -> None:
         "1796436500740",
         "1e30",
         "2100-01-01T00:00:00Z",
+        # what datetime.fromisoformat and Decimal took, which are neither
+        "1_764_850_000",
+        "\uff11\uff17\uff16\uff14\uff18\uff15\uff10\uff10\uff10\uff10",  # full-width digits
+        "2025-12-04T13:06:40+01:00:30",
+        "2025-12-04T13:06:40+0100",
+        "2025-W49-4T12:06:40Z",
+        "20251204T120640Z",
+        "2025-12-04T12Z",
+        "2025-12-04T12:06:40.1234567891Z",
+        "2025-02-30T12:06:40Z",
+        "2025-12-04T12:06:40+24:00",
     ],
 )
 def test_a_time_that_is_neither_is_refused(text: str) -> None:
