@@ -177,6 +177,43 @@ def test_the_band_legend_names_only_the_kinds_of_band_the_run_has(export: dict[s
     assert domains and all(set(d) == present for d in domains), domains
 
 
+def test_a_run_without_windows_has_no_band_legend(export: dict[str, Any]) -> None:
+    """It listed all ten kinds of band, none of which the run has."""
+    figures = charts.figures({**export, "windows": []})
+    assert figures is not None and not figures.columns["bands"]["k"]
+    fills = [
+        layer["encoding"]["fill"]
+        for panel in figures.per_node[0]["vconcat"][0]["vconcat"]
+        for layer in panel["layer"]
+        if "fill" in layer.get("encoding", {})
+    ]
+    assert fills and all(fill["legend"] is None for fill in fills), fills
+
+
+def test_a_panel_without_one_value_says_what_was_not_read(export: dict[str, Any]) -> None:
+    """A GPU whose power NVML does not support drew an empty frame without ticks (and Vega's "Infinite
+    extent" warning), its legend naming a line never drawn; a panel with values has no such text."""
+    series = export["series"]
+    first = series["nodes"][0]
+    unread = [
+        {**line, "v": [None] * len(line["v"])} if line["kind"] == "gpu_power_w" else line
+        for line in first["lines"]
+    ]
+    unread = [line for line in unread if line["kind"] != "system_power_w"]
+    figures = charts.figures({**export, "series": {**series, "nodes": [{**first, "lines": unread}]}})
+    assert figures is not None
+    power, util, memory, clock = figures.per_node[0]["vconcat"][0]["vconcat"]
+
+    def texts(panel: dict[str, Any]) -> list[str]:
+        return [
+            layer["encoding"]["text"]["datum"] for layer in panel["layer"] if layer["mark"]["type"] == "text"
+        ]
+
+    assert texts(power) == ["no power read"] and not texts(util) and not texts(memory) and not texts(clock)
+    power_line = next(layer for layer in power["layer"] if layer["mark"]["type"] == "line")
+    assert power_line["encoding"]["y"]["scale"]["domain"] == [0, 1]  # an extent, where no value gives one
+
+
 def test_the_gpu_rail_is_solid_and_each_system_domain_dashed_in_one_legend(export: dict[str, Any]) -> None:
     """A domain that reads the rail again (spbm's ``gpu`` beside NVML's, the same values) drew over it in
     one colour, and the rail seemed missing: domains are dashed, and the legend (one: stroke and dash share

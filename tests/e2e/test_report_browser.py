@@ -192,3 +192,40 @@ def test_an_8_hour_run_with_10000_windows_stays_light(
         _click_zooms(opened, export, row=5000)
         opened.screenshot(artifacts_dir / "8h-report-zoomed.png")
     (artifacts_dir / "8h-report.txt").write_text(f"size {size} bytes, ready {ready_s:.2f} s after load\n")
+
+
+#: The text marks Vega drew, in scenegraph order.
+DRAWN_TEXTS = """() => {
+  const out = [];
+  (function walk(node) {
+    for (const item of node.items || []) {
+      if (node.marktype === "text" && typeof item.text === "string") out.push(item.text);
+      walk(item);
+    }
+  })(sparkwatchReport.view.scenegraph().root);
+  return out;
+}"""
+
+
+def test_a_node_without_power_and_a_run_without_windows_draw_what_they_lack(tmp_path: pathlib.Path) -> None:
+    """A GPU whose power NVML does not support drew an empty panel (no ticks, a legend line never drawn),
+    and a run without windows a legend of all ten kinds of band: the panel says what was not read, and no
+    band legend is drawn."""
+    export = synthetic_export(hours=0.2, nodes=2, hz=1.0, windows=5, series_buckets=200)
+    first = export["series"]["nodes"][0]
+    first["lines"] = [
+        {**line, "v": [None] * len(line["v"])} if line["kind"] == "gpu_power_w" else line
+        for line in first["lines"]
+        if line["kind"] != "system_power_w"
+    ]
+    export["windows"] = []
+    path = tmp_path / "unread.json"
+    write_export(path, export)
+    result = sparkwatch("report", str(path), "-o", str(tmp_path / "unread.html"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    with open_page(tmp_path / "unread.html", width=PAGE_WIDTH_PX) as opened:
+        opened.page.wait_for_selector(READY)
+        _check_clean(opened, tmp_path / "unread.html")
+        texts = opened.page.evaluate(DRAWN_TEXTS)
+    assert texts.count("no power read") == 1, texts
+    assert not any("prefill" in t or "decode" in t for t in texts), texts  # no band legend

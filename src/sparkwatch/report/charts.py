@@ -47,6 +47,10 @@ class Figures:
     per_node: list[dict[str, Any]] = field(default_factory=list)
 
 
+#: What a panel without one value says it lacks (``_unread``), by its dataset's suffix.
+UNREAD = {"power": "power", "util": "utilisation", "mem": "memory", "clock": "SM clock"}
+
+
 def _lines(node: dict[str, Any], kinds: tuple[str, ...], scale: float = 1.0) -> Columns:
     """The node's series of these kinds as one long table: time, value (scaled; None = a gap), label."""
     out: Columns = {"t": [], "v": [], "l": []}
@@ -85,13 +89,14 @@ def series_start_is_run(export: dict[str, Any]) -> bool:
 def _bands(x: alt.X, fine: str, present: set[str]) -> tuple[alt.Chart, alt.Chart]:
     """Each window's own bands while ``fine`` holds (only those in view), else the merged ones. The legend
     names the kinds of band the run has (``present``): one of a kind it has not, such as the grey of other
-    phases' prefill, was read as the gate's grey."""
+    phases' prefill, was read as the gate's grey. A run without windows has no band, and no legend of them
+    (it listed every kind)."""
     shown = [(k, c) for k, c in BAND_KINDS if k in present] or list(BAND_KINDS)
     kinds, colours = zip(*shown, strict=True)
     scale = alt.Scale(domain=list(kinds), range=list(colours))
     # one legend for the figure, above it in a row (the band scale is shared by every panel of every node):
     # right of the panels' own legends it made the figure 1 450 px wide, cut on a 1 400 px page
-    legend = alt.Legend(orient="top", direction="horizontal")
+    legend = alt.Legend(orient="top", direction="horizontal") if present else None
     fill = alt.Fill("k:N", title="windows", scale=scale, legend=legend)
     own = (
         alt.Chart(alt.NamedData("bands"))
@@ -142,6 +147,23 @@ def _power_dashes(node: dict[str, Any]) -> dict[str, list[int]]:
     }
 
 
+def _unread(columns: Columns, what: str) -> list[alt.Chart]:
+    """A panel whose lines hold no value (a GPU whose power NVML does not support) says so in its middle:
+    it was an empty frame without ticks, its legend naming a line that was never drawn."""
+    if any(v is not None for v in columns["v"]):
+        return []
+    chart: alt.Chart = (
+        alt.Chart(alt.NamedData("one"))
+        .mark_text(color="#666666", fontSize=12)
+        .encode(
+            x=alt.value(PANEL_WIDTH_PX / 2),
+            y=alt.value(PANEL_HEIGHT_PX / 2),
+            text=alt.datum(f"no {what} read"),
+        )
+    )
+    return [chart]
+
+
 def _shade(name: str, colour: str, opacity: float) -> alt.Chart:
     chart: alt.Chart = (
         alt.Chart(alt.NamedData(name))
@@ -181,17 +203,25 @@ def node_panels(
     bottom = _bands(_x(duration_s, titled=True, since=since), fine, present)
     mem_scale = alt.Scale(domain=[0, total / GIB]) if total else alt.Scale(zero=True)
     baseline_rule = [] if baseline is None else [_rule(baseline / GIB, "#2ca02c")]
+    unread = {k: _unread(columns[p + k], what) for k, what in UNREAD.items()}
+    power_scale = alt.Scale(domain=[0, 1]) if unread["power"] else None  # no extent of no values
     panels = [
-        [*bands, _line(p + "power", "power W", legend="power", dashes=_power_dashes(node))],
+        [*bands, _line(p + "power", "power W", power_scale, "power", _power_dashes(node)), *unread["power"]],
         [
             *bands,
             _shade(p + "gated", GATED_OUT_FILL, 0.45),
             _line(p + "util", "SM util", alt.Scale(domain=[0, 1])),
             _rule(threshold, "#333333"),
+            *unread["util"],
         ],
         # the baseline under the lines: while memory holds at its baseline the rule hid the line
-        [*bands, *baseline_rule, _line(p + "mem", "memory GiB", mem_scale, legend="memory")],
-        [*bottom, _shade(p + "throttle", THROTTLE_FILL, 0.35), _line(p + "clock", "SM MHz")],
+        [*bands, *baseline_rule, _line(p + "mem", "memory GiB", mem_scale, legend="memory"), *unread["mem"]],
+        [
+            *bottom,
+            _shade(p + "throttle", THROTTLE_FILL, 0.35),
+            _line(p + "clock", "SM MHz"),
+            *unread["clock"],
+        ],
     ]
     return {
         "vconcat": [
