@@ -369,7 +369,12 @@ def _epoch_ns(text: str) -> int | None:
         seconds = decimal.Decimal(text)
         if not seconds.is_finite() or seconds < 0:
             raise argparse.ArgumentTypeError(f"not a time: {cut_short(text)!r}")
-        return None if seconds >= _SECONDS_PAST else int(seconds * 1_000_000_000)
+        if seconds >= _SECONDS_PAST:
+            return None
+        ns = seconds * 1_000_000_000
+        if ns != ns.to_integral_value():
+            raise argparse.ArgumentTypeError(f"finer than a nanosecond: {cut_short(text)!r}")
+        return int(ns)
     found = _RFC3339.fullmatch(text)
     if found is None:
         hint = " (RFC 3339 needs its offset: Z or +hh:mm)" if _RFC3339.fullmatch(text + "Z") else ""
@@ -377,7 +382,7 @@ def _epoch_ns(text: str) -> int | None:
             f"not Unix seconds or an RFC 3339 time (e.g. 2025-12-04T13:02:08Z): {cut_short(text)!r}{hint}"
         )
     *fields, fraction, offset = found.groups()
-    if fraction is not None and len(fraction) > 9:
+    if fraction is not None and fraction[9:].strip("0"):
         raise argparse.ArgumentTypeError(f"finer than a nanosecond: {cut_short(text)!r}")
     try:
         zone = datetime.UTC
@@ -392,4 +397,4 @@ def _epoch_ns(text: str) -> int | None:
     except ValueError as exc:  # a month 13, a 31 February, a second 60
         raise argparse.ArgumentTypeError(f"not a time: {cut_short(text)!r} ({exc})") from None
     whole_s = int((moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)).total_seconds())
-    return whole_s * 1_000_000_000 + int((fraction or "0").ljust(9, "0"))
+    return whole_s * 1_000_000_000 + int((fraction or "0")[:9].ljust(9, "0"))

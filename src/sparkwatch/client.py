@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from sparkwatch.client_waits import NodeWaits
 from sparkwatch.core.windows import Window
@@ -179,13 +180,8 @@ class CoordinatorClient(NodeWaits):
             ) as resp:
                 text = await resp.text()
                 if 300 <= resp.status < 400:
-                    to = cut_short(resp.headers.get("Location") or "nowhere said", 120)
-                    raise CoordinatorError(
-                        f"{where}: HTTP {resp.status}, a redirect to {to}: not followed (the token goes"
-                        " to the coordinator's URL alone): give that URL as --coordinator if it is the"
-                        " coordinator",
-                        resp.status,
-                    )
+                    said = _redirect(url, path, resp.headers.get("Location"))
+                    raise CoordinatorError(f"{where}: HTTP {resp.status}, {said}", resp.status)
                 if resp.status >= 400:
                     code = _error_code(text)  # every refusal of a coordinator's has one: else, not one
                     service = other_service(resp.headers, COORDINATOR_SERVER)
@@ -361,6 +357,21 @@ class CoordinatorClient(NodeWaits):
         engine = answer.get("engine")
         nodes = [self._shaped(node, NODE_SHAPE, "GET /v1/nodes") for node in answer["nodes"]]
         return nodes, engine if isinstance(engine, dict) else None
+
+
+def _redirect(url: str, path: str, location: str | None) -> str:
+    """A redirect, said: where it points (resolved against the request) and, where it keeps the API's path,
+    the base URL it moves the coordinator to (what ``--coordinator`` takes: an http:// one moved to https)."""
+    if not location:
+        return "a redirect that says nowhere: not followed"
+    target = str(URL(url).join(URL(location)))
+    route = path.partition("?")[0]
+    base = target.partition("?")[0].removesuffix(route) if target.partition("?")[0].endswith(route) else None
+    hint = f": if that is the coordinator, give --coordinator {base}" if base else ""
+    return (
+        f"a redirect to {cut_short(target, 120)}: not followed (the token goes to the coordinator's URL"
+        f" alone){hint}"
+    )
 
 
 def _error_code(text: str) -> str | None:

@@ -286,7 +286,7 @@ def _sample(line: str, d: dict[str, Any]) -> SampleFrame:
         and (type(interval) is float or type(interval) is int)
         and 0 < interval <= MAX_INTERVAL_S
         and (memory is None or type(memory) is dict)
-        and (used is None or (type(used) is int and 0 <= used <= INT64_MAX))
+        and (used is None or type(used) is int)  # in bounds, or made None above
         and type(gpus) is list
         and type(sensors) is list
         and len(sensors) <= MAX_SENSORS

@@ -113,9 +113,9 @@ async def test_a_redirect_is_not_followed_and_said_as_one() -> None:
     assert followed == [] and refused.value.status == 307
     away = target.url.replace("127.0.0.1", "localhost")
     assert str(refused.value) == (
-        f"POST {target.url}/v1/runs: HTTP 307, a redirect to {away}/elsewhere/v1/runs:"
-        " not followed (the token goes to the coordinator's URL alone): give that URL as --coordinator if"
-        " it is the coordinator"
+        f"POST {target.url}/v1/runs: HTTP 307, a redirect to {away}/elsewhere/v1/runs: not followed (the"
+        " token goes to the coordinator's URL alone): if that is the coordinator, give --coordinator"
+        f" {away}/elsewhere"
     )
 
 

@@ -180,6 +180,7 @@ def test_the_maximum_sm_clock_is_the_largest_positive_reading() -> None:
         (utc_stamp(1_764_850_000_123_999_999), 1_764_850_000_123_000_000),  # as `runs show` does
         ("2025-12-04T12:06:40.123456789Z", 1_764_850_000_123_456_789),  # to the ns (it kept microseconds)
         ("1.76485e9", 1_764_850_000_000_000_000),
+        ("2025-12-04T12:06:40.1234567890Z", 1_764_850_000_123_456_789),  # zeros past the ns: exact still
     ],
 )
 def test_a_time_is_unix_seconds_or_rfc3339(text: str, ns: int) -> None:
@@ -207,6 +208,8 @@ def test_a_time_is_unix_seconds_or_rfc3339(text: str, ns: int) -> None:
         "20251204T120640Z",
         "2025-12-04T12Z",
         "2025-12-04T12:06:40.1234567891Z",
+        "1764850000.0000000001",  # finer than a nanosecond: refused as the RFC 3339 form is (it was cut)
+        "2016-12-31T23:59:60Z",  # a leap second: Unix time has none
         "2025-02-30T12:06:40Z",
         "2025-12-04T12:06:40+24:00",
     ],

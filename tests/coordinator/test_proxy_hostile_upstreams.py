@@ -21,6 +21,7 @@ from helpers.window_sink import ListSink
 from sparkwatch.core.windows import check_window
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
+from sparkwatch.proxy.sse_watch import ResponseWatcher
 
 CHAT = "/v1/chat/completions"
 TOKEN = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
@@ -171,7 +172,8 @@ async def test_headers_pass_as_sent_and_a_stream_is_read_as_clients_read_it() ->
 
 
 async def test_a_count_no_window_holds_is_unknown_and_the_window_is_kept() -> None:
-    """A usage of 2^63 tokens made the coordinator refuse the window (and the request's time with it)."""
+    """A usage of 2^63 tokens made the coordinator refuse the window (and the request's time with it). (The
+    client's own Content-Type goes upstream as it was: only one it did not send is never added.)"""
 
     def json_answer(_request: web.Request) -> web.StreamResponse:
         usage = {"prompt_tokens": 2**63, "completion_tokens": 5}
@@ -180,16 +182,19 @@ async def test_a_count_no_window_holds_is_unknown_and_the_window_is_kept() -> No
         )
 
     sink = ListSink()
-    async for upstream in served(_echo_app([], json_answer)):
+    seen: list[dict[str, list[str]]] = []
+    async for upstream in served(_echo_app(seen, json_answer)):
         async for url in _through(upstream, sink):
             async with aiohttp.ClientSession() as session:
-                r = await session.post(url + CHAT, json={"model": "m"})
+                kind = {"Content-Type": "Application/JSON; charset=utf-8"}
+                r = await session.post(url + CHAT, data=b'{"model": "m"}', headers=kind)
                 assert (
                     r.status == 200 and (await r.json())["usage"]["prompt_tokens"] == 2**63
                 )  # relayed as sent
     (window,) = sink.windows
     assert window.prompt_tokens is None and window.completion_tokens == 5
     check_window(window)
+    assert [s["content-type"] for s in seen] == [["Application/JSON; charset=utf-8"]]
 
 
 async def test_a_request_aiohttp_cannot_parse_is_refused_in_openais_shape() -> None:
@@ -210,3 +215,13 @@ async def test_a_request_aiohttp_cannot_parse_is_refused_in_openais_shape() -> N
     error = json.loads(body)["error"]
     assert head.split(b" ")[1] == b"400" and error["code"] == "bad_request"
     assert error["message"].startswith("cannot parse the request: ") and sink.windows == []
+
+
+def test_a_later_usage_keeps_the_counts_it_lacks_and_makes_unknown_one_no_window_holds() -> None:
+    watcher = ResponseWatcher(streaming=True)
+    watcher.feed(b'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}\n\n', 1)
+    watcher.feed(b'data: {"choices": [], "usage": {"completion_tokens": null}}\n\n', 2)
+    assert (watcher.stamps.prompt_tokens, watcher.stamps.completion_tokens) == (9, 2)
+    watcher.feed(b'data: {"choices": [], "usage": {"prompt_tokens": 9223372036854775808}}\n\n', 3)
+    stamps = watcher.finish(4)
+    assert (stamps.prompt_tokens, stamps.completion_tokens) == (None, 2)  # not the stale 9

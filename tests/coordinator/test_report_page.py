@@ -212,6 +212,8 @@ def test_a_panel_without_one_value_says_what_was_not_read(export: dict[str, Any]
     assert texts(power) == ["no power read"] and not texts(util) and not texts(memory) and not texts(clock)
     power_line = next(layer for layer in power["layer"] if layer["mark"]["type"] == "line")
     assert power_line["encoding"]["y"]["scale"]["domain"] == [0, 1]  # an extent, where no value gives one
+    assert power_line["encoding"]["stroke"]["legend"] is None  # no legend naming a line never drawn
+    assert "strokeDash" not in power_line["encoding"]
 
 
 def test_the_gpu_rail_is_solid_and_each_system_domain_dashed_in_one_legend(export: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from sparkwatch import __version__
@@ -23,7 +23,7 @@ from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE, ScopeKind
 from sparkwatch.importers import export_answer, load_windows, run_export, windows_answer
-from sparkwatch.sources import SourceError, export_from
+from sparkwatch.sources import NodeMissing, SourceError, export_from
 from sparkwatch.sources.prometheus.client import Auth, Client, check_url
 from sparkwatch.sources.prometheus.mappings import FAMILIES
 from sparkwatch.sources.prometheus.raw import Engine, detect, reader
@@ -200,21 +200,21 @@ def _defaults(
 
 
 def _nodes(
-    source: TsdbSource,
-    span_ns: tuple[int, int],
-    named: Sequence[str] | None,
-    run: run_export.ExportedRun | None,
+    source: TsdbSource, span_ns: tuple[int, int], args: argparse.Namespace, run: run_export.ExportedRun | None
 ) -> list[str]:
-    """The nodes to export: ``--nodes``, else the run's own (a fleet's engine holds other nodes over the same
-    span: every one of them was summed in), else every node the engine has power series of."""
-    listed = () if named or run is None else run.nodes
+    """The nodes to export: ``--nodes``, else the run's own where the nodes label is the agent's (a fleet's
+    engine holds other nodes over the same span: every one of them was summed in; under another label, a
+    dcgm-exporter's ``Hostname``, the run's node names need not be its values), else every node the engine
+    has power series of."""
+    agents = args.nodes_label == TSDB_DEFAULTS["nodes_label"]
+    listed = run.nodes if run is not None and agents and not args.nodes else ()
     try:
-        return source.nodes(*span_ns, only=named or listed)
-    except SourceError as exc:
+        return source.nodes(*span_ns, only=args.nodes or listed)
+    except NodeMissing as exc:
         if not listed:
             raise
         hint = f" (the run measured {', '.join(listed)}: --nodes picks the ones to export)"
-        raise SourceError(f"{exc}{hint}") from None
+        raise NodeMissing(f"{exc}{hint}") from None
 
 
 def tsdb_export(
@@ -251,7 +251,7 @@ def tsdb_export(
     )
     t_from = min([start_ns, *(w.t_start_ns for w in windows)])
     t_to = max([end_ns, *(w.t_end_ns for w in windows)])
-    nodes = _nodes(source, (t_from, t_to), args.nodes, run)
+    nodes = _nodes(source, (t_from, t_to), args, run)
     forced = "" if read_as == engine else f" (read by {source.describe()['api']}, as --engine says)"
     say(
         f"exporting {len(windows)} window(s) on {len(nodes)} node(s) ({', '.join(nodes)}) from {engine}"

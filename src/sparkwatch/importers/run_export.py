@@ -96,7 +96,8 @@ def run_of(data: dict[str, Any]) -> ExportedRun:
     entries = as_list(data.get("nodes"), "nodes")
     nodes = tuple(as_str(as_object(n, "nodes[]").get("node"), "nodes[].node") for n in entries)
     notes = run.get("notes")
-    open_run = isinstance(notes, list) and OPEN_RUN_NOTE in notes
+    opened = OPEN_RUN_NOTE.partition(":")[0] + ":"  # its first word: a later wording still reads as open
+    open_run = isinstance(notes, list) and any(isinstance(n, str) and n.startswith(opened) for n in notes)
     return replace(exported, nodes=nodes, t_end_ns=None if open_run else exported.t_end_ns)
 
 

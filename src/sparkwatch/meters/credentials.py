@@ -14,8 +14,8 @@ class SecretFileError(Exception):
 
 def first_line(path: Path, what: str, *, in_header: bool = False) -> str:
     """The file's first line, stripped: ``what`` says whose secret it is in the error. ``in_header``: it goes
-    into a header as it is (a bearer token), where HTTP carries Latin-1 alone (a password is encoded first:
-    Basic auth's base64 of UTF-8, a Redfish login's JSON, a digest's hash)."""
+    into a header as it is (a bearer token: visible ASCII, RFC 6750's token68 and its like; a password is
+    encoded first: Basic auth's base64 of UTF-8, a Redfish login's JSON, a digest's hash)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -33,10 +33,8 @@ def first_line(path: Path, what: str, *, in_header: bool = False) -> str:
         raise SecretFileError(f"{what} file {path} has an empty first line: the secret is the first line")
     if not secret.isprintable():  # a control or format character (a zero-width space): a copy's accident
         raise SecretFileError(f"{what} file {path} holds a character that is not printable")
-    if in_header and any(ord(c) > 0xFF for c in secret):
-        raise SecretFileError(
-            f"{what} file {path} holds a character beyond Latin-1, which no HTTP header carries"
-        )
+    if in_header and not all("!" <= c <= "~" for c in secret):  # aiohttp sends UTF-8, urllib Latin-1
+        raise SecretFileError(f"{what} file {path} holds a character a bearer token has not (visible ASCII)")
     return secret
 
 

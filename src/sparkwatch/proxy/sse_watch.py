@@ -181,9 +181,10 @@ class ResponseWatcher:
             self._usage(usage)
 
     def _usage(self, usage: dict[str, Any]) -> None:
-        """The counts a usage gives; one it lacks (or gives as no count) keeps what an earlier usage said
-        (a last chunk's ``"usage": {}`` erased the stream's counts). A later count replaces an earlier one:
-        a stream's running usage (vLLM's continuous_usage_stats) ends with its total."""
+        """The counts a usage gives; one it lacks (or gives as null) keeps what an earlier usage said (a last
+        chunk's ``"usage": {}`` erased the stream's counts). A later count replaces an earlier one: a
+        stream's running usage (vLLM's continuous_usage_stats) ends with its total; one given that is no
+        count a window holds (past 2^63 − 1, negative, not an integer) makes it unknown."""
         prompt_details = usage.get("prompt_tokens_details")
         cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
         completion_details = usage.get("completion_tokens_details")
@@ -197,5 +198,5 @@ class ResponseWatcher:
             "reasoning_tokens": reasoning if reasoning is not None else usage.get("reasoning_tokens"),
         }
         for name, value in counts.items():
-            if (count := _int(value)) is not None:
-                setattr(self.stamps, name, count)
+            if value is not None:
+                setattr(self.stamps, name, _int(value))

@@ -43,4 +43,5 @@ def _unfinished_stream(watcher: ResponseWatcher, status: int | None, notes: Mapp
 
 
 def within(t_ns: int | None, lo: int, hi: int) -> int | None:
+    """A stamp held inside its window's span (a clock that stepped mid-request must not make it invalid)."""
     return None if t_ns is None else min(max(t_ns, lo), hi)

@@ -204,9 +204,12 @@ def node_panels(
     mem_scale = alt.Scale(domain=[0, total / GIB]) if total else alt.Scale(zero=True)
     baseline_rule = [] if baseline is None else [_rule(baseline / GIB, "#2ca02c")]
     unread = {k: _unread(columns[p + k], what) for k, what in UNREAD.items()}
-    power_scale = alt.Scale(domain=[0, 1]) if unread["power"] else None  # no extent of no values
+    # a panel without a value: no extent to scale, no line for a legend to name
+    power_scale, power_legend = (alt.Scale(domain=[0, 1]), None) if unread["power"] else (None, "power")
+    power_dashes = None if unread["power"] else _power_dashes(node)
+    mem_legend = None if unread["mem"] else "memory"
     panels = [
-        [*bands, _line(p + "power", "power W", power_scale, "power", _power_dashes(node)), *unread["power"]],
+        [*bands, _line(p + "power", "power W", power_scale, power_legend, power_dashes), *unread["power"]],
         [
             *bands,
             _shade(p + "gated", GATED_OUT_FILL, 0.45),
@@ -215,7 +218,7 @@ def node_panels(
             *unread["util"],
         ],
         # the baseline under the lines: while memory holds at its baseline the rule hid the line
-        [*bands, *baseline_rule, _line(p + "mem", "memory GiB", mem_scale, legend="memory"), *unread["mem"]],
+        [*bands, *baseline_rule, _line(p + "mem", "memory GiB", mem_scale, mem_legend), *unread["mem"]],
         [
             *bottom,
             _shade(p + "throttle", THROTTLE_FILL, 0.35),

@@ -37,6 +37,11 @@ class SourceError(Exception):
     """What a source cannot give (unreachable, refused, a malformed answer, no series): one line."""
 
 
+class NodeMissing(SourceError):
+    """A node asked for by name has no series in the source (where a run's own nodes are asked, the line
+    names them)."""
+
+
 class SampleSource(Protocol):
     """The core's inputs for a time span, from wherever the samples are kept."""
 

@@ -23,7 +23,7 @@ from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
-from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, SourceError
+from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, NodeMissing, SourceError
 from sparkwatch.sources.prometheus.align import (
     PICK_ONE,
     PICK_SPARKWATCH,
@@ -172,7 +172,7 @@ class TsdbSource:
                 listed = self._listed(t_from_ns, t_to_ns)  # the fleet's, for the message
                 shown = ", ".join(listed[:NODES_SHOWN]) + (", …" if len(listed) > NODES_SHOWN else "")
                 hint = f" (nodes with them: {shown})" if listed else self._labels_hint(t_from_ns, t_to_ns)
-                raise SourceError(
+                raise NodeMissing(
                     f"no {self._family.power.metric}{self._matching()} series with"
                     f" {self._label}={quoted(node)} from {utc_stamp(t_from_ns)} to"
                     f" {utc_stamp(t_to_ns)} at {self._url}{hint}"
