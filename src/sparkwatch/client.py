@@ -365,8 +365,8 @@ def _redirect(url: str, path: str, location: str | None) -> str:
     if not location:
         return "a redirect that says nowhere: not followed"
     target = str(URL(url).join(URL(location)))
-    route = path.partition("?")[0]
-    base = target.partition("?")[0].removesuffix(route) if target.partition("?")[0].endswith(route) else None
+    route, moved = path.partition("?")[0], target.partition("?")[0]
+    base = moved.removesuffix(route) if moved.endswith(route) else None
     hint = f": if that is the coordinator, give --coordinator {base}" if base else ""
     return (
         f"a redirect to {cut_short(target, 120)}: not followed (the token goes to the coordinator's URL"

@@ -17,7 +17,7 @@ from sparkwatch_agent.shared.strict_text import cut_short
 MAX_REDIRECTS = 3
 
 
-def redirect_target(
+def _redirect_target(
     url: URL, response: aiohttp.ClientResponse, kind: str, error: type[Exception]
 ) -> URL | None:
     """Where ``response`` redirects, when it does and stays on the server (same host and port, or its https):
@@ -41,12 +41,12 @@ def redirect_target(
 async def get_on_host(
     session: aiohttp.ClientSession, url: URL, kind: str, error: type[Exception], **options: Any
 ) -> AsyncIterator[aiohttp.ClientResponse]:
-    """``session.get(url, **options)``, its redirects on the same host followed (``redirect_target``), at
+    """``session.get(url, **options)``, its redirects on the same host followed (``_redirect_target``), at
     most ``MAX_REDIRECTS``; the final answer, whatever its status."""
     at = url
     for _ in range(MAX_REDIRECTS + 1):
         async with session.get(at, allow_redirects=False, **options) as response:
-            target = redirect_target(at, response, kind, error)
+            target = _redirect_target(at, response, kind, error)
             if target is None:
                 yield response
                 return

@@ -433,20 +433,7 @@ def test_an_answer_cut_short_is_one_line_naming_the_url() -> None:
     said = f"{url}/api/v1/query: the answer was cut short (15 of 1000 bytes)"
     assert str(json_cut.value) == said
 
-    class Chunked(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:  # a chunk of 40 bytes announced, 15 sent
-            self.send_response(200)
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            self.wfile.write(b'28\r\n{"status":"succ')
-            self.close_connection = True
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    chunked = _serve(Chunked)
+    chunked = _serve(_chunked([b'28\r\n{"status":"succ']))  # a chunk of 40 bytes announced, 15 sent
     try:
         with pytest.raises(SourceError, match=r"the answer was cut short \(a chunk of it ended early\)$"):
             Client(f"http://127.0.0.1:{chunked.server_port}").get_json("/api/v1/query", {})
@@ -464,29 +451,10 @@ def test_an_answer_larger_than_any_read_is_refused_before_it_is_parsed(
     refusal. The cap is made small here, as the answer is: the same code reads past it by one byte."""
     monkeypatch.setattr(prom_client, "MAX_ANSWER_BYTES", 1 << 20)
 
-    class Huge(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:  # valid JSON, 4 MiB of it, chunked: no length to refuse by
-            self.send_response(200)
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            piece = b"[1796389455.0," + b'"1",' * 16_000 + b'"1"],'
-            parts = [
-                b'{"status":"success","data":{"resultType":"matrix","result":[{"values":[',
-                *[piece] * 64,
-            ]
-            try:
-                for part in [*parts, b'[0,"1"]]}]}}']:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
-                self.wfile.write(b"0\r\n\r\n")
-            except OSError:  # the client stopped reading
-                pass
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    engine = _serve(Huge)
+    piece = b"[1796389455.0," + b'"1",' * 16_000 + b'"1"],'
+    head = b'{"status":"success","data":{"resultType":"matrix","result":[{"values":['
+    parts = [head, *[piece] * 64, b'[0,"1"]]}]}}']  # valid JSON, 4 MiB of it: no length to refuse by
+    engine = _serve(_chunked([*(b"%x\r\n%s\r\n" % (len(part), part) for part in parts), b"0\r\n\r\n"]))
     url = f"http://127.0.0.1:{engine.server_port}"
     try:
         with pytest.raises(SourceError) as refused:
@@ -495,6 +463,30 @@ def test_an_answer_larger_than_any_read_is_refused_before_it_is_parsed(
         engine.shutdown()
         engine.server_close()
     assert str(refused.value).startswith(f"{url}/api/v1/query answered more than 1 MiB to one query")
+
+
+def _chunked(raw: list[bytes]) -> type[http.server.BaseHTTPRequestHandler]:
+    """An engine that answers every GET 200 with ``Transfer-Encoding: chunked`` and then ``raw`` as it is
+    (whole chunks, or a broken one), and closes; a client that stops reading ends it."""
+
+    class Chunked(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for piece in raw:
+                    self.wfile.write(piece)
+            except OSError:  # the client stopped reading
+                pass
+            self.close_connection = True
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    return Chunked
 
 
 def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.ThreadingHTTPServer:

@@ -373,6 +373,11 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             exporter.stop()
 
 
+def _export_argv(url: str) -> list[str]:
+    """`sparkwatch export --prometheus URL` as this interpreter runs it; the rest is each test's."""
+    return [sys.executable, "-m", "sparkwatch", "export", "--prometheus", url]
+
+
 def export_cli(
     rig: Rig, url: str, *more: str, scrapes: bool = True
 ) -> tuple[int, dict[str, Any] | None, str]:
@@ -383,12 +388,7 @@ def export_cli(
         more = ("--series-matchers", '{job!=""}', *more)
     out = rig.tmp / f"export-{time.monotonic_ns()}.json"
     argv = [
-        sys.executable,
-        "-m",
-        "sparkwatch",
-        "export",
-        "--prometheus",
-        url,
+        *_export_argv(url),
         "--windows",
         str(rig.windows),
         "--start",
@@ -631,17 +631,7 @@ def test_a_coordinator_runs_windows_measured_again_from_the_engine(rig: Rig, giv
         exported.write_text(json.dumps(rig.sqlite_export))
         windows = ["--windows", str(exported), "--windows-format", "export"]
     out = rig.tmp / f"from-coordinator-{given}.json"
-    argv = [
-        sys.executable,
-        "-m",
-        "sparkwatch",
-        "export",
-        "--prometheus",
-        rig.victoria,
-        *windows,
-        "-o",
-        str(out),
-    ]
+    argv = [*_export_argv(rig.victoria), *windows, "-o", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     export = json.loads(out.read_text())
@@ -684,17 +674,8 @@ def test_a_runs_own_nodes_are_the_ones_measured_and_an_open_runs_export_needs_an
     run = exported["run"] | {"notes": [OPEN_RUN_NOTE]}
     opened = rig.tmp / "open-run.json"
     opened.write_text(json.dumps(exported | {"run": run}))
-    argv = [
-        sys.executable,
-        "-m",
-        "sparkwatch",
-        "export",
-        "--prometheus",
-        rig.victoria,
-        "--windows",
-        str(opened),
-    ]
-    done = subprocess.run([*argv, "--windows-format", "export"], capture_output=True, text=True, timeout=60)
+    argv = [*_export_argv(rig.victoria), "--windows", str(opened), "--windows-format", "export"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.endswith(
         f"run {run['id']} was still open when exported (it has no end yet): give --end\n"
@@ -703,7 +684,7 @@ def test_a_runs_own_nodes_are_the_ones_measured_and_an_open_runs_export_needs_an
 
 def test_a_coordinator_run_that_is_not_there_is_one_line(rig: Rig) -> None:
     coord = rig.coordinator
-    argv = [sys.executable, "-m", "sparkwatch", "export", "--prometheus", rig.victoria, "run-nope"]
+    argv = [*_export_argv(rig.victoria), "run-nope"]
     argv += ["--coordinator", coord.url, "--token-file", str(coord.token)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -180,6 +180,7 @@ class Proxy:
             raise
         # the path exactly as the client encoded it (%2F stays %2F)
         url = URL(self.upstream + request.raw_path, encoded=True)
+        arrival = (phase, t_start, counted_warmup) if generation else None  # a window's, if it gets no answer
         try:
             upstream = await self._session.request(
                 request.method,
@@ -189,7 +190,6 @@ class Proxy:
                 allow_redirects=False,
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            arrival = (phase, t_start, counted_warmup) if generation else None
             if isinstance(exc, aiohttp.ClientResponseError):  # an answer, in bytes aiohttp's parser refused
                 why = f"answered what is not valid HTTP ({parser_problem(exc.message)})"
                 return self._bad_gateway(request, arrival, why, "upstream_invalid_answer")
@@ -204,7 +204,6 @@ class Proxy:
         if not 200 <= upstream.status <= 599:  # a 1xx as the final answer (a 101 switch), or no status code
             upstream.close()
             why = f"answered HTTP {upstream.status}, which is no final answer a proxy can relay"
-            arrival = (phase, t_start, counted_warmup) if generation else None
             return self._bad_gateway(request, arrival, why, "upstream_invalid_answer")
         encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
         # a media type is case-insensitive (RFC 9110 §8.3.1): aiohttp's content_type is it, lower-cased
