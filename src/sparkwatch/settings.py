@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkwatch_agent.shared.strict_text import TextFormatError, loads_toml
+from sparkwatch_agent.shared.user_files import read_file_bytes
 
 ENV_CONFIG = "SPARKWATCH_CONFIG"
 
@@ -35,7 +36,7 @@ def settings_path(env: Mapping[str, str]) -> tuple[Path, bool]:
 def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     path, named = settings_path(env)
     try:
-        text = path.read_bytes()
+        text = read_file_bytes(path)
     except FileNotFoundError:
         if named:
             raise SettingsError(f"{ENV_CONFIG}={path}: no such file") from None

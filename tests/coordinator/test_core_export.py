@@ -203,6 +203,32 @@ def test_a_system_domain_with_a_gap_makes_its_windows_low_confidence_and_no_syst
     assert "spark-1 (0.560)" in totals["null_reasons"]["system_energy_above_idle_j"]
 
 
+def test_a_run_without_windows_says_why_each_total_is_unknown_as_it_is() -> None:
+    """A run with no window: its nodes' ``dc_input`` exists but has no energy, and there are no other
+    windows' tokens. Before, ``system_energy_j`` read "no whole-node power domain with a known energy" and
+    ``joules_per_token`` spoke of "the other windows' tokens"; the domain's own nulls had no reason."""
+    sensed = node("spark-1", 11.0, 61.0, [(20, 25)], 100)
+    dc_input = DomainInput("dc_input", "system", "hwmon:spbm", _rail(sensed.gpus[0], 30.0))
+    bare = node("spark-2", 11.0, 61.0, [(20, 25)], 100)
+    export = build_export(RUN, [dataclasses.replace(sensed, domains=[dc_input]), bare], [], "0.1.0")
+    reasons = export["totals"]["null_reasons"]
+    none = "no valid sample interval inside the scope"
+    assert (
+        reasons["system_energy_j"]
+        == f"no whole-node power domain on spark-2; unknown on spark-1's dc_input: {none}"
+    )
+    assert (
+        reasons["joules_per_token"] == "the completion token count is unknown (no timed window was recorded)"
+    )
+    assert reasons["system_joules_per_token"] == reasons["joules_per_token"]
+    node_reasons = export["nodes"][0]["null_reasons"]
+    domain = export["nodes"][0]["system"]["domains"][0]
+    for figure in ("energy_j", "power_w.mean", "power_w.max", "power_w.gated_mean"):
+        key, value = figure.split(".") if "." in figure else (figure, None)
+        assert (domain[key] if value is None else domain[key][value]) is None, figure
+        assert node_reasons[f"system.dc_input.{figure}"] == none, figure
+
+
 def test_a_gap_in_a_channel_that_is_not_the_whole_node_judges_no_window() -> None:
     """A CPU rail with the same gap beside a complete dc_input: no figure a window is judged by is short."""
     sensed = node("spark-1", 11.0, 61.0, [(20, 25)], 100)

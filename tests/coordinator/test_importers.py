@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import threading
 import tracemalloc
 from collections.abc import Callable
 from fractions import Fraction
@@ -1226,6 +1228,35 @@ def test_missing_empty_and_directory_paths_are_one_line(tmp_path: Path, fmt: str
     bare = tmp_path / "folder"  # no suffix either: a directory, not a file with the wrong extension
     bare.mkdir()
     assert "is a directory" in refused(fmt, bare, ANCHOR)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_device_is_refused_before_it_is_read(tmp_path: Path, fmt: str) -> None:
+    """``/dev/zero`` never ends: it was read into memory until the machine ran out (`sparkwatch import
+    aiperf /dev/zero` grew without bound). A device is refused, in one line, before a byte is read; by a
+    name with the format's extension too (plain's check of the extension comes first)."""
+    suffix = ".csv" if fmt == "plain" else ".json"
+    for device in ("zero", "null"):
+        named = tmp_path / f"{device}{suffix}"
+        named.symlink_to(f"/dev/{device}")
+        assert refused(fmt, named, ANCHOR).endswith(
+            "is a character device, not a file (a regular file or a pipe is read)"
+        ), device
+
+
+def test_a_pipe_is_still_read(tmp_path: Path) -> None:
+    """What ``--import plain:<(cmd)`` gives: a pipe, which ends, is read like the file it carries."""
+    fifo = tmp_path / "windows.csv"
+    os.mkfifo(fifo)
+    text = (HARNESS / "plain/windows.csv").read_text()
+    writer = threading.Thread(target=fifo.write_text, args=(text,))
+    writer.start()
+    try:
+        piped = load_windows("plain", fifo, clock_anchor=ANCHOR)
+    finally:
+        writer.join(timeout=10)
+    assert [row(w) for w in piped] == [row(w) for w in load("plain", "plain/windows.csv", ANCHOR)]
+    assert len(piped) > 1
 
 
 def test_a_file_without_any_request_is_refused(tmp_path: Path) -> None:

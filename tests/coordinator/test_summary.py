@@ -146,7 +146,7 @@ def test_a_total_unknown_for_the_reason_of_another_says_that_reason_once() -> No
     """The export's reasons stand alone (``needs system_energy_j, which is unknown: <its reason>``); the
     table and the report say each root reason once (a new user read one sentence three times)."""
     data = export([node("spark-1", 55.7, None)], [])
-    root = "no whole-node power domain with a known energy on spark-1"
+    root = "no whole-node power domain on spark-1"
     tokens = "no measured window reports completion tokens"
     data["totals"]["null_reasons"] = {
         "completion_tokens": tokens,

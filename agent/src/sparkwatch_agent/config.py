@@ -9,6 +9,7 @@ from typing import Any
 
 from sparkwatch_agent.sampling.leases import validate_interval
 from sparkwatch_agent.shared.strict_text import TextFormatError, cut_short, loads_toml, quoted_number
+from sparkwatch_agent.shared.user_files import read_file_bytes
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 1.0
@@ -74,7 +75,7 @@ def parse_listen(text: str, named: str = "--listen") -> tuple[str, int]:
 
 def load_toml(path: Path) -> dict[str, Any]:
     try:
-        data = loads_toml(path.read_bytes())
+        data = loads_toml(read_file_bytes(path))
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
     except TextFormatError as exc:

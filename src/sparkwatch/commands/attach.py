@@ -21,6 +21,7 @@ from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
 from sparkwatch.outputs import write_atomically
 from sparkwatch_agent.shared.strict_text import TextFormatError, decode_utf8, loads_json
 from sparkwatch_agent.shared.units import lmx_gb
+from sparkwatch_agent.shared.user_files import read_file_bytes
 
 LMX_FIELDS = ("gpuPowerWatts", "peakVramGb", "notes")
 #: lmx's CLI checks only > 0 (parseGpuPowerWatts); this ceiling is sparkwatch's own sanity bound.
@@ -227,7 +228,7 @@ def attach(export_path: Path, payload_path: Path, force: bool, output: Path | No
     file mode; returns the values written."""
     values = lmx_values(load_export(export_path), str(export_path), force)
     try:
-        raw = payload_path.read_bytes()
+        raw = read_file_bytes(payload_path)
         mode = payload_path.stat().st_mode
     except OSError as exc:
         raise AttachError(f"{payload_path}: {exc.strerror}") from None

@@ -9,6 +9,7 @@ from typing import Any
 
 from sparkwatch.defaults import EXPORT_SCHEMA
 from sparkwatch_agent.shared.strict_text import TextFormatError, loads_json
+from sparkwatch_agent.shared.user_files import read_file_bytes
 
 
 class ExportFileError(Exception):
@@ -24,7 +25,7 @@ def load_export(path: Path) -> dict[str, Any]:
     from sparkwatch.core.export_schema import run_schema  # noqa: PLC0415
 
     try:
-        export = loads_json(path.read_bytes())
+        export = loads_json(read_file_bytes(path))
     except OSError as exc:
         raise ExportFileError(f"cannot read {path}: {exc.strerror}") from None
     except TextFormatError as exc:

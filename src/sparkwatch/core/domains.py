@@ -170,7 +170,7 @@ def domain_figures(
     names = [d.domain for d in domains]
     energy = dict(zip(names, [s.energy_j for s in stats], strict=True))
     reasons = _idle_reasons(names, [why for _, why in idle_and_why], above)
-    reasons |= _gated_reasons(domains, stats, threshold)
+    reasons |= _measured_reasons(domains, stats, threshold)
     return DomainFigures(
         system={
             "headline_domain": headline,
@@ -189,17 +189,18 @@ def domain_figures(
     )
 
 
-def _gated_reasons(
+def _measured_reasons(
     domains: Sequence[DomainInput], stats: Sequence[PowerStats], threshold: float
 ) -> dict[str, str]:
-    """Why a domain's gated mean is unknown: nothing covered the scope, the node's GPUs said no utilisation
-    at all (a source without the gate's series), or they never reached the gate in it (the domain is gated
-    by them)."""
+    """Why a domain's figures are unknown: nothing covered the scope (then none is known), or, for its
+    gated mean alone, the node's GPUs said no utilisation at all (a source without the gate's series), or
+    they never reached the gate in it (the domain is gated by them)."""
     reasons = {}
     for d, s in zip(domains, stats, strict=True):
         key = f"system.{d.domain}.power_w.gated_mean"
         if s.covered_s == 0:
-            reasons[key] = "no valid sample interval inside the scope"
+            for figure in ("energy_j", "power_w.mean", "power_w.max", "power_w.gated_mean"):
+                reasons[f"system.{d.domain}.{figure}"] = "no valid sample interval inside the scope"
         elif s.gated_s == 0 and not np.isfinite(d.track.util_ratio).any():
             reasons[key] = "no utilisation sample (the gate's series) from the node's GPUs"
         elif s.gated_s == 0:

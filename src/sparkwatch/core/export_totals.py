@@ -50,9 +50,14 @@ def totals(figures: Sequence[NodeFigures], runs: Measured, peak_of: int | None) 
         reasons["memory_used_bytes_peak_sum"] = "a node has no memory sample inside the scope"
     if peak_of is None:
         reasons["memory_used_bytes_peak_of_sum"] = "no time inside the scope when every node had a reading"
-    per_token = _per_token(energy, completion, reasons, "joules_per_token", "energy_j")
-    system = _system_sum(figures, "headline_energy_j", "energy", reasons, "system_energy_j")
-    system_per_token = _per_token(system, completion, reasons, "system_joules_per_token", "system_energy_j")
+    any_measured = bool(runs.measured)
+    per_token = _per_token(
+        energy, completion, reasons, "joules_per_token", "energy_j", any_measured=any_measured
+    )
+    system = _system_sum(figures, "headline_energy_j", "energy_j", reasons, "system_energy_j")
+    system_per_token = _per_token(
+        system, completion, reasons, "system_joules_per_token", "system_energy_j", any_measured=any_measured
+    )
     uncounted = _uncounted_in_run(runs)
     if uncounted is not None and per_token is not None:  # a figure unknown already keeps its own reason
         per_token, reasons["joules_per_token"] = None, uncounted
@@ -71,7 +76,7 @@ def totals(figures: Sequence[NodeFigures], runs: Measured, peak_of: int | None) 
         "system_energy_j": rounded(system),
         "system_energy_above_idle_j": rounded(
             _system_sum(
-                figures, "headline_above_idle_j", "energy above idle", reasons, "system_energy_above_idle_j"
+                figures, "headline_above_idle_j", "energy_above_idle_j", reasons, "system_energy_above_idle_j"
             )
         ),
         "system_joules_per_token": rounded(system_per_token, 4),
@@ -135,17 +140,26 @@ def _ending(w: Window) -> str:
 
 
 def _per_token(
-    energy: float | None, completion: int | None, reasons: dict[str, str], key: str, energy_key: str
+    energy: float | None,
+    completion: int | None,
+    reasons: dict[str, str],
+    key: str,
+    energy_key: str,
+    *,
+    any_measured: bool,
 ) -> float | None:
     """Energy per completion token, or ``None`` with the reason of whichever part is missing. Over a
-    subset of windows it is never given: the energy covers every measured window's time."""
+    subset of windows it is never given: the energy covers every measured window's time (said only where
+    there is a measured window: a run without one has no other windows' tokens to speak of)."""
     if energy is not None and completion:
         return energy / completion
     if completion is None:
-        reasons[key] = (
-            f"the completion token count is unknown ({reasons['completion_tokens']}); the energy covers"
-            " every measured window, so it is not divided by the other windows' tokens"
+        subset = (
+            "; the energy covers every measured window, so it is not divided by the other windows' tokens"
+            if any_measured
+            else ""
         )
+        reasons[key] = f"the completion token count is unknown ({reasons['completion_tokens']}){subset}"
     elif completion == 0:
         reasons[key] = "the measured windows report 0 completion tokens"
     else:
@@ -192,21 +206,38 @@ def _partial(
     return f"the {what} of {name_ids(short)} cover less than {INCOMPLETE_COVERAGE} of the scope: {why}"
 
 
+def _system_lacking(figures: Sequence[NodeFigures], values: Sequence[float | None], field: str) -> str:
+    """Which nodes lack a whole-node ``field``, and why: no such domain, or its own null reason."""
+    absent, unknown = [], []
+    for f, v in zip(figures, values, strict=True):
+        if v is not None:
+            continue
+        node, headline = str(f.json["node"]), f.system.headline
+        if headline is None:
+            absent.append(node)
+        else:
+            why = f.system.null_reasons.get(f"system.{headline}.{field}", "see the node's null_reasons")
+            unknown.append(f"{node}'s {headline}: {why}")
+    parts = [f"no whole-node power domain on {name_ids(absent)}"] if absent else []
+    if unknown:
+        parts.append(f"unknown on {'; '.join(unknown)}")
+    return "; ".join(parts)
+
+
 def _gpu_coverage(figures: Sequence[NodeFigures]) -> list[float | None]:
     return [f.json["samples"]["coverage_ratio"] for f in figures]
 
 
 def _system_sum(
-    figures: Sequence[NodeFigures], attr: str, what: str, reasons: dict[str, str], key: str
+    figures: Sequence[NodeFigures], attr: str, field: str, reasons: dict[str, str], key: str
 ) -> float | None:
-    """Σ over nodes of their headline domain's ``attr``; ``None`` with the nodes that lack it."""
+    """Σ over nodes of their headline domain's ``attr`` (its ``field`` in the export); ``None`` with the
+    nodes that lack it: those without a whole-node domain, and those whose domain's ``field`` is unknown,
+    with the domain's own reason (a zero-window run's ``dc_input`` has no energy, but it exists)."""
     values = [getattr(f.system, attr) for f in figures]
     value = sum_known(values)
     if value is None:
-        lacking = [str(f.json["node"]) for f, v in zip(figures, values, strict=True) if v is None]
-        reasons[key] = (
-            f"no whole-node power domain with a known {what} on {name_ids(lacking)}" if lacking else "no node"
-        )
+        reasons[key] = _system_lacking(figures, values, field) if figures else "no node"
         return value
     partial = _partial(figures, [f.system.headline_coverage for f in figures], "headline domains")
     if partial:

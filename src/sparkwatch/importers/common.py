@@ -26,6 +26,7 @@ from sparkwatch_agent.shared.strict_text import (
     quoted_number,
     whole_number,
 )
+from sparkwatch_agent.shared.user_files import refuse_device
 
 NS_PER_S = 1_000_000_000
 _DIGITS = re.compile(r"[0-9]+")
@@ -141,9 +142,12 @@ def read_json(path: Path) -> Any:
 
 @contextmanager
 def reading(path: Path, newline: str | None = None) -> Iterator[TextIO]:
-    """The file open as UTF-8 text, read as the caller goes; what goes wrong reading it is a Problem."""
+    """The file open as UTF-8 text, read as the caller goes; what goes wrong reading it is a Problem. A
+    device is refused before a byte is read: ``/dev/zero`` or ``/dev/urandom`` never ends, and would be
+    read into memory until the machine ran out (a pipe, such as ``<(cmd)``, is read: it ends)."""
     try:
         with path.open(encoding="utf-8-sig", newline=newline) as handle:
+            refuse_device(handle.fileno())
             yield handle
     except FileNotFoundError:
         raise Problem("no such file") from None

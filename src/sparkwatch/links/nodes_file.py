@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from sparkwatch.engines.spec import EngineSpec, EngineSpecError, parse_engine
 from sparkwatch.meters.spec import MeterSpec, MeterSpecError, parse_meter, toml_shown
 from sparkwatch_agent.shared.strict_text import TextFormatError, loads_toml
+from sparkwatch_agent.shared.user_files import read_file_bytes
 
 
 class NodesFileError(Exception):
@@ -123,7 +124,7 @@ def load_nodes(path: Path) -> list[NodeSpec]:
 
 def load_nodes_file(path: Path) -> NodesFile:
     try:
-        text = path.read_bytes()
+        text = read_file_bytes(path)
     except OSError as exc:
         raise NodesFileError(f"cannot read nodes file {path}: {exc.strerror}") from None
     return anchored(parse_nodes_file(text, str(path)), path.parent)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparkwatch.meters.readings import MeterError
+from sparkwatch_agent.shared.user_files import read_file_text
 
 
 class SecretFileError(Exception):
@@ -17,7 +18,7 @@ def first_line(path: Path, what: str, *, in_header: bool = False) -> str:
     into a header as it is (a bearer token: visible ASCII, RFC 6750's token68 and its like; a password is
     encoded first: Basic auth's base64 of UTF-8, a Redfish login's JSON, a digest's hash)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_file_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise SecretFileError(
             f"cannot read {what} file {path}: {getattr(exc, 'strerror', None) or exc}"

@@ -10,6 +10,8 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from sparkwatch_agent.shared.user_files import read_file_text
+
 log = logging.getLogger(__name__)
 
 
@@ -101,7 +103,7 @@ def load_token(path: Path) -> str:
             f" run: chmod 600 {path}"
         )
     try:
-        token = path.read_text().strip()
+        token = read_file_text(path).strip()
     except OSError as exc:  # its words only: the path is said once
         raise TokenFileError(f"cannot read token file {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
