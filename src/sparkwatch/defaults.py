@@ -30,11 +30,15 @@ DEFAULT_PHASES: tuple[str, ...] = ("timed",)
 MAX_PHASES = 16
 #: The longest run or mark name the API takes.
 MAX_RUN_NAME_CHARS = 200
-#: What a run or mark name may not hold: C0 and C1 control characters and DEL. A name is one line wherever it
-#: shows (a log line, the report's title, a table cell); a newline in one could forge a log line.
-CONTROL_CHARS_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: What a run or mark name (or a window's id) may not hold: C0 and C1 control characters, DEL, and Unicode's
+#: line and paragraph separators (U+2028, U+2029: ``str.splitlines`` and many viewers break lines there). A
+#: name is one line wherever it shows (a log line, the report's title, a table cell); a line break in one
+#: could forge a log line.
+CONTROL_CHARS_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 #: The same rule as a JSON Schema pattern (the API's schema, and bodies made from it).
-NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$"
+#: What a text that breaks the rule is told, before the character found.
+NOT_ONE_LINE = "must not hold control characters or line breaks (a newline, a tab, an escape, U+2028)"
 
 
 def check_name(name: str) -> str:
@@ -42,7 +46,7 @@ def check_name(name: str) -> str:
     UTF-8 (a command line hands them over surrogate-escaped; JSON cannot carry them)."""
     bad = CONTROL_CHARS_RE.search(name)
     if bad:
-        raise ValueError(f"must not hold control characters (a newline, a tab, an escape): {bad.group()!r}")
+        raise ValueError(f"{NOT_ONE_LINE}: {bad.group()!r}")
     escaped = utf8_escaped(name)
     if escaped != name:
         raise ValueError(f"must be UTF-8 text, got {cut_short(escaped)}")

@@ -358,7 +358,7 @@ async def test_a_body_labelled_gzip_that_is_not_is_a_400_and_changes_nothing(
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
 
 
-@pytest.mark.parametrize("bad", ["\n", "\x1b[2J", "\x00", "\t", "\x7f", "\x85"])
+@pytest.mark.parametrize("bad", ["\n", "\x1b[2J", "\x00", "\t", "\x7f", "\x85", "\u2028", "\u2029"])
 async def test_a_name_with_a_control_character_is_refused(api: Api, bad: str) -> None:
     """A run or mark name is one line wherever it shows (log, report, table): a newline in one could write
     a log line of its own ("ERROR … link unauthorized"). Refused with the reason; nothing stored."""

@@ -40,6 +40,8 @@ def test_the_field_groups_cover_the_model_exactly() -> None:
         ({"id": "a\nb"}, "id", "must not hold control characters"),  # it forged lines of the table
         ({"id": "x\x1b[31mred"}, "id", "must not hold control characters"),  # a terminal escape
         ({"finish_reason": "stop\r"}, "finish_reason", "must not hold control characters"),
+        ({"id": "a\u2028b"}, "id", "or line breaks"),  # U+2028: splitlines() and viewers break there
+        ({"finish_reason": "stop\u2029"}, "finish_reason", "or line breaks"),
         ({"phase": "Timed"}, "phase", "must match"),
         ({"t_start_ns": 10, "t_end_ns": 20}, "t_start_ns", "not Unix epoch nanoseconds"),
         ({"t_end_ns": 2**63}, "t_end_ns", "not Unix epoch nanoseconds"),

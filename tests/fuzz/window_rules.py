@@ -13,7 +13,9 @@ EPOCH_MIN_NS = 946_684_800 * 10**9
 EPOCH_END_NS = 4_102_444_800 * 10**9
 INT64_MAX = 2**63 - 1
 PHASE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-CONTROL = re.compile("[\u0000-\u001f\u007f-\u009f]")  # C0, DEL and C1, as the docs list them
+CONTROL = re.compile(
+    "[\u0000-\u001f\u007f-\u009f\u2028\u2029]"
+)  # C0, DEL, C1, U+2028/9, as the docs list them
 INTS = (
     "t_first_byte_ns",
     "t_first_token_ns",
@@ -39,7 +41,7 @@ def doc_problem(window: dict[str, Any]) -> str | None:
     if not isinstance(wid, str) or not 1 <= len(wid) <= 200:
         return "id must be a string of 1-200 characters"
     if CONTROL.search(wid):
-        return "id must not hold control characters"
+        return "id must not hold control characters or line breaks"
     if not isinstance(phase, str) or PHASE.fullmatch(phase) is None:
         return f"phase {phase!r} is not ^[a-z][a-z0-9_-]{{0,31}}$ (the whole string)"
     start, end = window.get("t_start_ns"), window.get("t_end_ns")
@@ -67,7 +69,7 @@ def doc_problem(window: dict[str, Any]) -> str | None:
     if reason is not None and not (isinstance(reason, str) and 1 <= len(reason) <= 64):
         return "finish_reason must be 1-64 characters"
     if reason is not None and CONTROL.search(reason):
-        return "finish_reason must not hold control characters"
+        return "finish_reason must not hold control characters or line breaks"
     return source_problem(window.get("source", {}))
 
 

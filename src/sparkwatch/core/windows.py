@@ -17,7 +17,7 @@ import numpy.typing as npt
 import orjson
 
 from sparkwatch.core.columns import int_column
-from sparkwatch.defaults import CONTROL_CHARS_RE, PHASE_RE, ScopeKind
+from sparkwatch.defaults import CONTROL_CHARS_RE, NOT_ONE_LINE, PHASE_RE, ScopeKind
 from sparkwatch_agent.shared.strict_text import quoted_number
 
 NS_MAX = 2**63 - 1  # the store keeps 64-bit signed integers
@@ -128,9 +128,7 @@ def check_window(w: Window) -> Window:
     for name in ("id", "finish_reason"):  # one line wherever they show, as a run's name (defaults.check_name)
         text = getattr(w, name)
         if text is not None and (bad := CONTROL_CHARS_RE.search(text)):
-            raise WindowError(
-                name, f"must not hold control characters (a newline, a tab, an escape): {bad[0]!r}"
-            )
+            raise WindowError(name, f"{NOT_ONE_LINE}: {bad[0]!r}")
     if not PHASE_RE.fullmatch(w.phase):  # not .match: its "$" also takes a trailing newline
         raise WindowError("phase", f"{w.phase!r} must match {PHASE_RE.pattern}")
     for name in ("t_start_ns", "t_end_ns"):
