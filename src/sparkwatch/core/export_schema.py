@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkwatch.core import windows
 from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
 from sparkwatch.core.series_schema import SERIES
-from sparkwatch.core.windows import OPTIONAL_INT_FIELDS, OPTIONAL_STR_FIELDS, REQUIRED_FIELDS, WINDOW_FIELDS
 from sparkwatch.defaults import EXPORT_SCHEMA, PHASE_RE
 
 
@@ -18,6 +18,9 @@ _NUM = _nullable("number")
 _INT = _nullable("integer")
 _COUNT, _AMOUNT = _nullable("integer", minimum=0), _nullable("number", minimum=0)  # never below 0
 _REASONS = {"type": "object", "additionalProperties": {"type": "string"}}
+#: A Unix epoch ns stamp as every window and run holds one (core.windows.epoch_ns_problem: 2000 to 2100).
+_EPOCH = {"minimum": windows.EPOCH_NS_MIN, "maximum": windows.EPOCH_NS_MAX - 1}
+_STAMP, _NULLABLE_STAMP = {"type": "integer", **_EPOCH}, _nullable("integer", **_EPOCH)
 
 
 def _at_time(*integers: str) -> dict[str, Any]:
@@ -96,24 +99,13 @@ _WINDOW_SYSTEM = {
     },
 }
 
+_NODE_REQUIRED = [
+    "node", "hardware", "memory_model", "clock", "unsupported", "power_w", "energy_j", "energy_method",
+    "gated_s", "excluded_s", "memory_used_bytes", "samples", "gpus", "null_reasons",
+]  # fmt: skip
 _NODE = {
     "type": "object",
-    "required": [
-        "node",
-        "hardware",
-        "memory_model",
-        "clock",
-        "unsupported",
-        "power_w",
-        "energy_j",
-        "energy_method",
-        "gated_s",
-        "excluded_s",
-        "memory_used_bytes",
-        "samples",
-        "gpus",
-        "null_reasons",
-    ],
+    "required": _NODE_REQUIRED,
     "properties": {
         "node": {"type": "string"},
         "hardware": {"type": "object"},
@@ -238,18 +230,21 @@ _ENGINE = {
 _WINDOW_FIELDS: dict[str, Any] = {
     "id": {"type": "string"},
     "phase": {"type": "string", "pattern": PHASE_RE.pattern},
-    "t_start_ns": {"type": "integer"},
-    "t_end_ns": {"type": "integer"},
-    **dict.fromkeys(OPTIONAL_INT_FIELDS, _COUNT),
-    **dict.fromkeys(OPTIONAL_STR_FIELDS, _nullable("string")),
+    "t_start_ns": _STAMP,
+    "t_end_ns": _STAMP,
+    **dict.fromkeys(windows.STAMP_FIELDS, _NULLABLE_STAMP),
+    **dict.fromkeys(windows.COUNT_FIELDS, _nullable("integer", minimum=0, maximum=2**63 - 1)),
+    "http_status": _nullable("integer", minimum=100, maximum=599),
+    **dict.fromkeys(windows.OPTIONAL_STR_FIELDS, _nullable("string")),
     "source": {"type": "object"},
 }
 
+_OPTIONAL = windows.WINDOW_FIELDS[4:]  # required keys too: null when unknown
 _WINDOW = {
     "type": "object",
-    "required": [*REQUIRED_FIELDS, "verdict", "reasons", "nodes", "in_scope", *WINDOW_FIELDS[4:]],
+    "required": [*windows.REQUIRED_FIELDS, "verdict", "reasons", "nodes", "in_scope", *_OPTIONAL],
     "properties": {
-        **{name: _WINDOW_FIELDS[name] for name in WINDOW_FIELDS},
+        **{name: _WINDOW_FIELDS[name] for name in windows.WINDOW_FIELDS},
         "in_scope": {"type": "boolean"},
         "verdict": {"enum": ["ok", "low_confidence", "incomplete"]},
         "reasons": {"type": "array", "items": {"type": "string"}},
@@ -296,8 +291,8 @@ _RUN = {
                 "exit_code": {"type": "integer"},
             },
         },
-        "t_start_ns": {"type": "integer"},
-        "t_end_ns": {"type": "integer"},
+        "t_start_ns": _STAMP,
+        "t_end_ns": _STAMP,
         "sparkwatch_version": {"type": "string"},
         # run-level warnings (optional): the engine's token cross-check, …
         "notes": {"type": "array", "items": {"type": "string"}},

@@ -67,7 +67,7 @@ def utc(t_ns: int | None) -> str:
         return NA
     try:
         return dt.datetime.fromtimestamp(t_ns / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):  # the schema takes any integer: say it as it is
+    except (OverflowError, OSError, ValueError):  # a stamp the schema does not bound: as it is
         return f"{t_ns} ns (not a date)"
 
 
