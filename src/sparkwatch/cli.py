@@ -6,6 +6,7 @@ that command is given, so `--help` and `--version` answer at about the interpret
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args.command)(args, getattr(args, "subparser", parser))
     except KeyboardInterrupt:  # a Ctrl-C no command part handled (one a run handles says what it kept)
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        with contextlib.suppress(OSError):  # a terminal that hung up (SIGHUP) takes no more writes
+            print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly, as a shell's tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush

@@ -1,5 +1,8 @@
-"""One SIGINT/SIGTERM policy for a command that wraps a benchmark (`run`) or drives one (`demo`), so no
-signal can cut off the export.
+"""One SIGINT/SIGTERM/SIGHUP policy for a command that wraps a benchmark (`run`) or drives one (`demo`), so
+no signal can cut off the export (a hangup is an SSH session to the head node dropped: it killed `run` at
+once, and the benchmark, in its own process group, ran on with the run open and the agents' leases held).
+A signal the parent left ignored stays ignored (``nohup``'s SIGHUP, a script's background job's SIGINT),
+as POSIX programs keep it; SIGTERM then still stops the run.
 
 The first signal is relayed once to the wrapped command's process group (it has its own, see
 commands/wrapped.py) and asks the caller to stop starting work; the run is then ended and exported as
@@ -22,6 +25,8 @@ FORCE_BOUND_S = 3.0
 #: How long the second signal's clean-up waits for the killed command to be reaped (its exit code).
 REAP_S = 1.0
 INTERRUPTED_EXIT_CODE = 130
+#: What stops the run as Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 T = TypeVar("T")
 
 
@@ -37,11 +42,31 @@ def shell_exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
+def heeded(sig: signal.Signals) -> bool:
+    """Whether ``sig`` is heeded: not left ignored by the parent (nor by :func:`term_as_interrupt`)."""
+    return signal.getsignal(sig) is not signal.SIG_IGN
+
+
 def term_as_interrupt() -> None:
-    """SIGTERM as Ctrl-C until :meth:`Interrupts.install` takes over: a `run` stopped while it waits for
-    the nodes' hellos was killed where it stood (its embedded coordinator's temporary database left
-    behind), while a Ctrl-C there unwound it and exited 130."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    """SIGTERM and SIGHUP as Ctrl-C until :meth:`Interrupts.install` takes over (each one the parent did not
+    leave ignored): a `run` stopped while it waits for the nodes' hellos was killed where it stood (its
+    embedded coordinator's temporary database left behind), while a Ctrl-C there unwound it and exited 130."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if heeded(sig):
+            signal.signal(sig, signal.default_int_handler)
+
+
+def _terminal_gone(terminals: tuple[int, ...]) -> None:
+    """After a hangup, ``terminals`` (of stdout and stderr, those that were a terminal when the command
+    began: a hung-up one no longer says it is) are /dev/null: every write to a terminal that hung up fails
+    (EIO), and the table printed after the export made `run` exit 2 with "Input/output error". Whoever
+    read them left; the export is what remains."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in terminals:
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 class Interrupts:
@@ -57,16 +82,21 @@ class Interrupts:
         self._out = out
         self._exit = exit_now
         self._forcing: asyncio.Task[None] | None = None
+        self._installed: tuple[signal.Signals, ...] = ()
+        self._terminals = tuple(fd for fd in (1, 2) if os.isatty(fd))  # while they still are
 
     def install(self) -> None:
+        """Handle each of :data:`STOP_SIGNALS` that is heeded (one left ignored stays ignored)."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        self._installed = tuple(sig for sig in STOP_SIGNALS if heeded(sig))
+        for sig in self._installed:
             loop.add_signal_handler(sig, self._on_signal, sig)
 
     def remove(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in self._installed:
             loop.remove_signal_handler(sig)
+        self._installed = ()
 
     async def unless_requested(self, work: Coroutine[Any, Any, T]) -> T | None:
         """``work``'s result, or None when a stop was requested first (``work`` is then cancelled);
@@ -97,6 +127,8 @@ class Interrupts:
         return self.proc is not None and self.proc.returncode is None
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        if sig is signal.SIGHUP:
+            _terminal_gone(self._terminals)
         if self.requested.is_set():
             self._force()
             return
