@@ -1,6 +1,6 @@
 """What a link tells the log when its agent goes away and comes back: one WARNING when a streaming link goes
-down (so `journalctl -p warning` can find it), nothing above DEBUG while the redials keep failing, and one
-INFO line when it streams again."""
+down (so `journalctl -p warning` can find it), another only when a redial fails for another reason, nothing
+above DEBUG while the redials keep failing alike, and one INFO line when it streams again."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from sparkwatch import cli
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.state import LinkStatus
+from sparkwatch.links.state import LinkState, LinkStatus
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.store import Store
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
@@ -53,7 +53,7 @@ async def test_down_is_a_warning_and_the_reconnect_an_info_line(
         try:
             await until(lambda: link.state.status is LinkStatus.STREAMING)
             agent.stop()
-            await until(lambda: link.state.reconnects >= 4)  # the first loss and a few failed redials
+            await until(lambda: link.state.reconnects >= 5)  # the first loss and a few failed redials
             assert link.state.status is LinkStatus.DOWN
             agent_factory("--backend", "sim", "--node", "spark-1", "--interval", "0.1", port=agent.port)
             await until(lambda: link.state.status is LinkStatus.STREAMING)
@@ -63,9 +63,14 @@ async def test_down_is_a_warning_and_the_reconnect_an_info_line(
     store.close()
     lines = link_lines(caplog)
     loud = [(level, text) for level, text in lines if level != "DEBUG"]
-    assert [level for level, _ in loud] == ["INFO", "WARNING", "INFO"], lines
-    assert loud[0][1] == loud[2][1] == "node spark-1: link streaming (ws)"
-    assert loud[1][1].startswith("node spark-1: link down (ws): ") and "retrying in" in loud[1][1]
+    levels = [level for level, _ in loud]
+    # the loss, then the first redial refused: one WARNING per reason (each said once), not per redial
+    assert levels[0] == levels[-1] == "INFO" and set(levels[1:-1]) == {"WARNING"} and len(loud) <= 4, lines
+    assert loud[0][1] == loud[-1][1] == "node spark-1: link streaming (ws)"
+    downs = [text.partition("; retrying")[0] for _, text in loud[1:-1]]
+    assert all(d.startswith("node spark-1: link down (ws): ") for d in downs) and len(set(downs)) == len(
+        downs
+    )
     redials = [text for level, text in lines if level == "DEBUG" and "link down" in text]
     assert len(redials) >= 3  # each failed redial is there for --log-level debug, and only there
 
@@ -84,3 +89,15 @@ def test_asyncssh_says_only_warnings_unless_debug_is_asked(
     finally:
         chatty.setLevel(before)
     assert capsys.readouterr().out.startswith("{")
+
+
+def test_a_redial_that_fails_for_another_reason_is_a_warning_again(caplog: pytest.LogCaptureFixture) -> None:
+    """sshd back with a changed host key: the link stayed down, and the new reason (the one that matters)
+    was logged only at DEBUG; `/v1/nodes` said it, the journal at WARNING never did."""
+    state = LinkState("spark-1", transport="ssh")
+    caplog.set_level(logging.DEBUG, logger="sparkwatch.links.state")
+    lost, key = "ssh root@h: Connection lost", "ssh root@h: Host key is not trusted for host h (…)"
+    for error in (lost, lost, key, key, lost):
+        state.enter(LinkStatus.DOWN, error, retry_s=1.0)
+    levels = [r.levelname for r in caplog.records if r.name == "sparkwatch.links.state"]
+    assert levels == ["WARNING", "DEBUG", "WARNING", "DEBUG", "WARNING"]

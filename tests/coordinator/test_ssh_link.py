@@ -113,20 +113,32 @@ async def test_tunnel_streams_samples_with_host_key_checked(
 async def test_wrong_host_key_is_refused(
     sshd: dict[str, Any], agent_factory: Any, tmp_path: pathlib.Path
 ) -> None:
+    """A key that changed (a reinstalled node, or someone in between) and a host not yet known were said
+    alike, "checked against FILE; nodes.toml's known_hosts names another" (it named that very file). Each
+    now says what the file holds and what to do."""
     agent = agent_factory("--backend", "sim", "--node", "spark-ssh", "--interval", "0.5")
     store = Store(tmp_path / "c.db")
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    entry = f"[127.0.0.1]:{sshd['port']}"
+    said = {}
     async with aiohttp.ClientSession() as session:
-        link = SshTunnelLink(
-            spec(sshd, agent.port, sshd["wrong_known_hosts"]),
-            store,
-            session,
-            holder="t",
-            desired_interval=lambda: None,
-        )
-        with pytest.raises(LinkError, match="ssh") as refused:
-            await link._connected_session()
-    said = str(refused.value)
-    assert f"(checked against {sshd['wrong_known_hosts']}; nodes.toml's known_hosts names another)" in said
+        for known in (sshd["wrong_known_hosts"], empty):
+            link = SshTunnelLink(
+                spec(sshd, agent.port, known), store, session, holder="t", desired_interval=lambda: None
+            )
+            with pytest.raises(LinkError, match="ssh") as refused:
+                await link._connected_session()
+            said[known] = str(refused.value)
+    assert said[sshd["wrong_known_hosts"]].endswith(
+        f"({sshd['wrong_known_hosts']} holds another key for {entry}: the host's key changed (a reinstalled"
+        f" node, or someone in between); once its new key's fingerprint is checked: ssh-keygen -R '{entry}'"
+        f" -f {sshd['wrong_known_hosts']})"
+    ), said
+    assert said[empty].endswith(
+        f"({empty} has no key for {entry}: add it once its fingerprint is checked (ssh-keyscan -p"
+        f" {sshd['port']} 127.0.0.1 shows it))"
+    ), said
     assert store.count_samples() == 0
     store.close()
 

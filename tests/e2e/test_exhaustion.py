@@ -216,7 +216,7 @@ async def test_a_stream_after_beyond_the_newest_is_a_link_error_with_the_agents_
         await asyncio.gather(task, return_exceptions=True)
     # refused at once with the agent's reason (before: silence, the link "streaming" and nothing stored)
     assert status is LinkStatus.DOWN and link.state.reconnects >= 2
-    assert error.startswith(f"LinkError: stream closed (4416): after={far} is beyond the newest seq"), error
+    assert error.startswith(f"stream closed (4416): after={far} is beyond the newest seq"), error
     assert store.count_samples("spark-1") == 1  # nothing skipped, nothing stored under the confused record
     assert store.latest_boot("spark-1") == (boot, far)
     store.close()

@@ -19,6 +19,9 @@ from sparkwatch.meters.spec import MeterSpec, MeterSpecError, parse_meter, toml_
 from sparkwatch_agent.shared.strict_text import TextFormatError, loads_toml
 from sparkwatch_agent.shared.user_files import read_file_bytes
 
+#: SSH's port unless a node's ``port`` says otherwise (known_hosts lists a host on another as [host]:port).
+DEFAULT_SSH_PORT = 22
+
 
 class NodesFileError(Exception):
     """A malformed nodes file; the message names the file and the problem."""
@@ -30,7 +33,7 @@ class NodeSpec:
     url: str | None = None  # ws://host:port (the agent's HTTP base)
     token_file: Path | None = None
     ssh: str | None = None  # user@host
-    ssh_port: int = 22
+    ssh_port: int = DEFAULT_SSH_PORT
     known_hosts: Path | None = None
     client_keys: tuple[Path, ...] = ()
     mode: Literal["tunnel", "exec"] = "tunnel"
@@ -243,7 +246,7 @@ def _node(name: str, table: Any) -> NodeSpec:
         url=url,
         token_file=_path(table, "token_file"),
         ssh=ssh,
-        ssh_port=_port(table, "port", 22),
+        ssh_port=_port(table, "port", DEFAULT_SSH_PORT),
         known_hosts=_path(table, "known_hosts"),
         client_keys=_client_keys(table),
         mode=_mode(table),

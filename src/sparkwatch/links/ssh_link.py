@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import logging
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,7 +20,7 @@ import orjson
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.asyncssh_quiet import asyncssh
-from sparkwatch.links.nodes_file import NodeSpec
+from sparkwatch.links.nodes_file import DEFAULT_SSH_PORT, NodeSpec
 from sparkwatch.links.state import LinkError
 from sparkwatch.links.ws_link import WsLink
 from sparkwatch.wire import MAX_LINE_CHARS, HelloFrame, Rejected, TimeFrame
@@ -54,14 +56,51 @@ def connect_options(spec: NodeSpec) -> dict[str, Any]:
 
 
 def ssh_error(spec: NodeSpec, exc: Exception) -> LinkError:
-    """An SSH failure in one line; a host key not trusted names the known_hosts file it was checked in."""
+    """An SSH failure in one line; a host key not trusted says what the known_hosts file it was checked in
+    holds for the host (nothing, or another key) and what to do."""
     said = f"ssh {spec.ssh}: {exc}"
     if isinstance(exc, asyncssh.KeyImportError):  # changed since nodes.toml was read (checked there)
         said += f" (client_keys: {', '.join(map(str, spec.client_keys))})"
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-        checked = spec.known_hosts or "~/.ssh/known_hosts"
-        said += f" (checked against {checked}; nodes.toml's known_hosts names another)"
+        said += f" ({host_key_reason(spec)})"
     return LinkError(said)
+
+
+def host_key_reason(spec: NodeSpec) -> str:
+    """Why the host's key was not trusted: the known_hosts file is missing, has no entry for the host (a
+    new node: add its key, having checked its fingerprint), or has another key for it (a reinstalled node,
+    or someone in between: never to be added blindly). asyncssh says "not trusted" of each alike."""
+    assert spec.ssh is not None
+    host = spec.ssh.rpartition("@")[2]
+    entry = host if spec.ssh_port == DEFAULT_SSH_PORT else f"[{host}]:{spec.ssh_port}"
+    shown = str(spec.known_hosts or "~/.ssh/known_hosts")
+    path = spec.known_hosts or Path.home() / ".ssh" / "known_hosts"
+    if not path.exists():
+        return (
+            f"{shown} does not exist: nothing to check the host's key against; set known_hosts in nodes.toml"
+        )
+    try:
+        keys, cas, *_ = asyncssh.read_known_hosts(str(path)).match(host, _address(host), spec.ssh_port)
+    except (OSError, ValueError, asyncssh.Error):
+        return f"checked against {shown}"
+    if keys or cas:
+        return (
+            f"{shown} holds another key for {entry}: the host's key changed (a reinstalled node, or someone"
+            f" in between); once its new key's fingerprint is checked: ssh-keygen -R '{entry}' -f {shown}"
+        )
+    return (
+        f"{shown} has no key for {entry}: add it once its fingerprint is checked"
+        f" (ssh-keyscan -p {spec.ssh_port} {host} shows it)"
+    )
+
+
+def _address(host: str) -> str:
+    """``host`` when it is an IP address (known_hosts may list it by address), else no address."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return ""
+    return host.strip("[]")
 
 
 class SshTunnelLink(WsLink):

@@ -82,9 +82,10 @@ class LinkState:
         return self.status is LinkStatus.STREAMING
 
     def enter(self, status: LinkStatus, error: str | None = None, retry_s: float | None = None) -> None:
-        """Move to ``status`` (with why, for the failed ones). A change of status is logged once; the same
-        status again (a redial that failed like the last) only at debug level."""
-        changed = status is not self.status
+        """Move to ``status`` (with why, for the failed ones). A change of status, or of why, is logged
+        once; the same status for the same reason again (a redial that failed like the last) only at debug
+        level. A redial that fails otherwise (the host is back, with a changed host key) is news."""
+        changed = status is not self.status or error != self.error
         self.status, self.error = status, error
         text = f"node {self.node}: link {status.value} ({self.transport})"
         if error is not None:

@@ -20,11 +20,12 @@ from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Misaddressed, Misconfigured, Unauthorized
 from sparkwatch.links.stream import SampleSink, StreamIngest
 from sparkwatch.store import Damaged, Store, Unavailable, corrupt_or_none
-from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, time_reply
+from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, TimeFrame, time_reply
 from sparkwatch_agent.config import DEFAULT_LISTEN
 from sparkwatch_agent.shared.auth import TokenFileError, load_token
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 from sparkwatch_agent.shared.http import AGENT_SERVER, other_service
+from sparkwatch_agent.shared.parse_errors import parser_problem
 from sparkwatch_agent.shared.protocol import LEASE_TTL_S
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 LEASE_RENEW_S = 120.0
 #: Clock-probe rounds failing in a row that end a session as stalled (30 s at the 10 s default).
 STALLED_PROBES = 3
+#: How long one clock probe (a GET of /v1/time) may take.
+PROBE_TIMEOUT_S = 5.0
 #: A refused token or another service at the address is a configuration error: ask again this seldom,
 #: not on the backoff schedule.
 MISCONFIGURED_RETRY_S = 60.0
@@ -54,12 +57,31 @@ def unauthorized_reason(spec: NodeSpec) -> str:
 def not_an_agent(spec: NodeSpec, service: str) -> str:
     """Why a node's address is refused when another sparkwatch service answers there (a coordinator's
     port in nodes.toml): the setting to fix, in URL or SSH tunnel mode."""
-    port = DEFAULT_LISTEN.rsplit(":", 1)[1]
-    where = f"url {spec.url}" if spec.url is not None else f"agent_port {spec.agent_port}"
-    return (
-        f"a {service} answers at {where}, not an agent: check nodes.toml (an agent listens on {port}"
-        " unless its --listen says otherwise)"
-    )
+    return f"a {service} answers at {_where(spec)}, not an agent: check nodes.toml{_AGENT_PORT}"
+
+
+def _where(spec: NodeSpec) -> str:
+    """The nodes.toml setting that names where the agent is: its url, or the port an SSH tunnel reaches."""
+    return f"url {spec.url}" if spec.url is not None else f"agent_port {spec.agent_port}"
+
+
+_AGENT_PORT = f" (an agent listens on {DEFAULT_LISTEN.rsplit(':', 1)[1]} unless its --listen says otherwise)"
+
+
+def _no_agent(spec: NodeSpec, what: str) -> LinkError:
+    """An answer to /v1/time no agent gives (a 404, a web page, bytes that are not HTTP): what it was."""
+    return LinkError(f"{what}: no sparkwatch agent answers at {_where(spec)}; check nodes.toml{_AGENT_PORT}")
+
+
+def _session_failure(exc: BaseException) -> str:
+    """A session's end in one line: our own errors as they say it, aiohttp's and the system's in words."""
+    if isinstance(exc, LinkError):
+        return str(exc)
+    if isinstance(exc, aiohttp.ClientError):
+        return unreachable_reason(exc)
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 _STREAM_ENDS = frozenset(
@@ -158,7 +180,7 @@ class WsLink:
             Unavailable,
             Damaged,
         ) as exc:
-            error = str(corrupt_or_none(exc, self._store.path) or f"{type(exc).__name__}: {exc}")
+            error = str(corrupt_or_none(exc, self._store.path) or _session_failure(exc))
         except Exception as exc:  # a bug or a store failure must not end collection for good
             if (corrupt := corrupt_or_none(exc, self._store.path)) is None:  # damage: one line
                 log.exception("node %s: link failed", self.spec.name)
@@ -267,22 +289,36 @@ class WsLink:
         boot = ""
         for _ in range(self._probes):
             t_send = self._now()
-            async with self._session.get(
-                f"{self._base}/v1/time", headers=self._headers, timeout=aiohttp.ClientTimeout(total=5)
-            ) as r:
-                service = other_service(r.headers, AGENT_SERVER)
-                if service is not None:  # a coordinator has /v1/time too: its answer would be read as one
-                    raise Misaddressed(not_an_agent(self.spec, service))
-                if r.status == 401:
-                    raise Unauthorized(unauthorized_reason(self.spec))
-                if r.status != 200:
-                    raise LinkError(f"/v1/time answered {r.status}")
-                reply = time_reply(await r.json())
+            reply = await self._ask_time()
             probes.append(TimeProbe(t_send, reply.t_wall_ns, self._now(), reply.t_mono_ns))
             boot = reply.boot_id
         offset = estimate_offset(probes)
         self._record_offset(boot, offset)
         return offset, boot
+
+    async def _ask_time(self) -> TimeFrame:
+        """One /v1/time answer; what is not an agent's answer, in words (a hang, a 404, a web page, bytes
+        that are not HTTP), each once read as "TimeoutError:" or aiohttp's multi-line parser message."""
+        url = f"{self._base}/v1/time"
+        try:
+            timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
+            async with self._session.get(url, headers=self._headers, timeout=timeout) as r:
+                service = other_service(r.headers, AGENT_SERVER)
+                if service is not None:  # a coordinator has /v1/time too: its answer would be read as one
+                    raise Misaddressed(not_an_agent(self.spec, service))
+                if r.status == 401:
+                    raise Unauthorized(unauthorized_reason(self.spec))
+                if r.status == 404:
+                    raise _no_agent(self.spec, "/v1/time answered 404")
+                if r.status != 200:
+                    raise LinkError(f"/v1/time answered {r.status}")
+                if r.content_type != "application/json":
+                    raise _no_agent(self.spec, f"/v1/time answered {r.content_type or 'no content type'}")
+                return time_reply(await r.json())
+        except TimeoutError:
+            raise LinkError(f"/v1/time gave no answer within {PROBE_TIMEOUT_S:g} s") from None
+        except aiohttp.ClientResponseError as exc:  # bytes aiohttp's parser refused: not an HTTP server
+            raise _no_agent(self.spec, f"answered what is not HTTP ({parser_problem(exc.message)})") from None
 
     def _record_offset(self, boot: str, offset: ClockOffset) -> None:
         """The round's estimate stamps what comes next (remote write) and is stored; while no run wants
