@@ -224,6 +224,11 @@ def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -
         result = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--", missing, "--x")
         assert result.returncode == 2
         assert result.stderr == f"sparkwatch: error: cannot run {missing}: {why}\n"
+    result = sparkwatch("run", "--nodes", nodes, "-o", str(out), "--", "", "--x")  # `-- "$BENCH"`, unset
+    assert (result.returncode, result.stderr) == (
+        2,
+        "sparkwatch: error: cannot run '': the command's name is empty\n",
+    )
     assert not out.exists()  # refused before a run was opened
     # an output over what the run reads or keeps: the export replaced it, exit 0, without a word
     result_file, db = tmp_path / "res.json", tmp_path / "keep.db"

@@ -98,6 +98,8 @@ def parse_import(text: str) -> tuple[str, str]:
 def check_command(command: Sequence[str]) -> None:
     """A command that cannot start is a mistake to report before a run is opened for it."""
     program = command[0]
+    if not program:
+        raise RunCommandError("cannot run '': the command's name is empty")
     if "/" in program:
         if os.path.isdir(program):
             raise RunCommandError(f"cannot run {program}: it is a folder")
