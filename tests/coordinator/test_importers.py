@@ -201,6 +201,19 @@ def test_windows_outside_the_time_a_run_was_open_are_refused() -> None:
         read(first, last - SPAN_SLACK_NS - 1)  # stamped ahead of now
 
 
+def test_a_malformed_row_is_said_before_a_window_outside_the_run(tmp_path: Path) -> None:
+    """A file whose first window lies outside the run and whose third row is malformed: the user was told
+    "outside this run", fixed the clock or the file, and only then met the format error. The file is read
+    through first; what is wrong with it comes first, the run's span after."""
+    rows = (HARNESS / "plain/windows.csv").read_text().splitlines()
+    path = tmp_path / "windows.csv"
+    path.write_text("\n".join([*rows[:3], "w-9,timed,not-a-number,1759522507000000000", *rows[3:]]) + "\n")
+    first = 1_759_522_500 * S
+    with pytest.raises(ImportFormatError) as info:
+        list(read_windows("plain", path, since_ns=first + SPAN_SLACK_NS + 1, now_ns=lambda: first + 10 * S))
+    assert "row 4" in str(info.value) and "outside this run" not in str(info.value), info.value
+
+
 def test_a_real_guidellm_081_report_gives_every_request_with_its_tokens() -> None:
     """What guidellm 0.8.1 itself wrote (fixture README): every request of the 12 it made, timed, its stamps
     in order and its usage, cached tokens included."""

@@ -139,14 +139,16 @@ def _checked(
     allow_empty: bool = False,
 ) -> Iterator[Window]:
     seen: set[str] = set()
-    try:
+    outside: str | None = None  # the first window outside the run: said once the file is read through,
+    try:  # so a malformed row further on is said first (it was found only after the file was "fixed")
         for window in parse():
             if window.id in seen:
                 raise ImportFormatError(name, f"two requests share the window id {window.id!r}")
             seen.add(window.id)
-            if span is not None and outside_span([window], span[0], now := span[1]()):
-                raise ImportFormatError(name, _not_this_run(window, span[0], now))
-            yield window
+            if outside is None and span is not None and outside_span([window], span[0], now := span[1]()):
+                outside = _not_this_run(window, span[0], now)
+            if outside is None:
+                yield window
     except Problem as problem:
         raise ImportFormatError(name, str(problem)) from None
     except (KeyError, TypeError, IndexError, AttributeError, ValueError, RecursionError) as exc:
@@ -156,6 +158,8 @@ def _checked(
         raise ImportFormatError(
             name, f"unexpected structure for {fmt} ({type(exc).__name__}: {exc})"
         ) from exc
+    if outside is not None:
+        raise ImportFormatError(name, outside)
     if not seen and not allow_empty:
         raise ImportFormatError(name, f"no requests found in this {fmt} file")
 
