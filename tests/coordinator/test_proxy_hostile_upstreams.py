@@ -225,3 +225,55 @@ def test_a_later_usage_keeps_the_counts_it_lacks_and_makes_unknown_one_no_window
     watcher.feed(b'data: {"choices": [], "usage": {"prompt_tokens": 9223372036854775808}}\n\n', 3)
     stamps = watcher.finish(4)
     assert (stamps.prompt_tokens, stamps.completion_tokens) == (None, 2)  # not the stale 9
+
+
+async def _raw_request(url: str, request: bytes) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    await writer.drain()
+    async with asyncio.timeout(10):
+        raw = await reader.read()
+    writer.close()
+    return raw
+
+
+async def test_header_bytes_that_are_not_utf8_are_refused_or_said(caplog: pytest.LogCaptureFixture) -> None:
+    """``X-Name: caf\\xe9`` (obs-text) reached the other side as ``caf``, each way, without a word: aiohttp
+    hands such bytes over escaped and writes a value without them. A client's is refused (400, nothing
+    sent upstream, no window); an upstream's answer is relayed, its dropped bytes said in the log."""
+    seen: list[dict[str, list[str]]] = []
+    sink = ListSink()
+    answer = (
+        b"HTTP/1.1 200 OK\r\nX-Up: ol\xe9\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    )
+    async for upstream in served(_echo_app(seen, lambda _r: web.json_response({}))):
+        async for url in _through(upstream, sink):
+            raw = await _raw_request(
+                url,
+                b"POST " + CHAT.encode() + b" HTTP/1.1\r\nHost: x\r\nX-Name: caf\xe9\r\nConnection: close\r\n"
+                b"Content-Length: 2\r\n\r\n{}",
+            )
+    head, body = raw.split(b"\r\n\r\n", 1)
+    error = json.loads(body)["error"]
+    assert head.split(b" ")[1] == b"400" and error["code"] == "header_not_utf8"
+    assert (
+        error["message"]
+        == "header X-Name holds bytes that are not UTF-8 text (0xE9), which the proxy cannot pass on"
+    )
+    assert seen == [] and sink.windows == []
+    server, upstream = await _raw_upstream(answer)
+    try:
+        with caplog.at_level(logging.WARNING, logger="sparkwatch.proxy.proxy"):
+            async for url in _through(upstream, sink):
+                raw = await _raw_request(
+                    url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                )
+    finally:
+        server.close()
+    assert raw.startswith(b"HTTP/1.1 200") and raw.endswith(b"{}")
+    (line,) = [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()]
+    assert line == (
+        f"upstream {upstream}: header X-Up holds bytes that are not UTF-8 text (0xE9), which the proxy cannot"
+        " pass on; relayed without those bytes"
+    )

@@ -5,6 +5,8 @@ what it reached, while a relayed answer keeps its origin's ``Server``."""
 
 from __future__ import annotations
 
+import re
+
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDictProxy
@@ -65,6 +67,23 @@ def phase_refusal(request: web.Request) -> str | None:
         return f"{PHASE_HEADER} is given {len(given)} times: give it once"
     if given and not PHASE_RE.fullmatch(given[0]):
         return f"{PHASE_HEADER} must match {PHASE_RE.pattern}"
+    return None
+
+
+#: What aiohttp makes of a header's bytes that are not UTF-8 (surrogate escapes), and then drops from a
+#: value it writes: ``caf\xe9`` reached the other side as ``caf``.
+_ESCAPED_BYTES = re.compile("[\udc80-\udcff]+")
+
+
+def not_text(given: CIMultiDictProxy[str]) -> str | None:
+    """Why ``given`` cannot be passed on unchanged: its first header whose value holds bytes that are not
+    UTF-8 (obs-text), named with them; None when every value is text."""
+    for key, value in given.items():
+        if (found := _ESCAPED_BYTES.search(value)) is not None:
+            shown = " ".join(f"0x{ord(c) - 0xDC00:02X}" for c in found[0][:4])
+            return (
+                f"header {key} holds bytes that are not UTF-8 text ({shown}), which the proxy cannot pass on"
+            )
     return None
 
 

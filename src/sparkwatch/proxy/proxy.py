@@ -27,6 +27,7 @@ from sparkwatch.proxy.clock import WallClock
 from sparkwatch.proxy.refusals import openai_error
 from sparkwatch.proxy.sse_watch import ResponseWatcher
 from sparkwatch.proxy.window_notes import answer_notes, within
+from sparkwatch_agent.shared.log_limit import RateLimitedLog
 from sparkwatch_agent.shared.parse_errors import parser_problem
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class Proxy:
         self._session: aiohttp.ClientSession | None = None
         self._in_flight = 0  # generation requests between arrival and their window
         self._closing = False  # set by closing(): a handler cancelled from now on was cut by the proxy
+        self._garbled_log = RateLimitedLog(log)  # an upstream's header bytes the relay drops: a line a minute
 
     def closing(self) -> None:
         """Call before the runner's cleanup: requests still in flight after its grace are cut by the proxy,
@@ -145,6 +147,8 @@ class Proxy:
         if headers.came_back(request, self.via_name):  # answered, not forwarded: no window, no warm-up slot
             self.saw_itself = True
             return openai_error(508, "loop_detected", headers.LOOP_REASON)
+        if (garbled := headers.not_text(request.headers)) is not None:  # it would arrive changed: refused
+            return openai_error(400, "header_not_utf8", garbled)
         if not _generation(request):
             return await self._handle(request)
         self._arrived += 1
@@ -262,6 +266,9 @@ class Proxy:
         learns whether the client hung up (the handler is cancelled then: make_proxy_runner) or the upstream
         broke off or timed out, which the client then sees too: its connection is cut, never ended cleanly."""
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        if (garbled := headers.not_text(upstream.headers)) is not None:  # relayed without those bytes
+            said = f"upstream {self._upstream_shown}: {garbled}; relayed without those bytes"
+            self._garbled_log.log(logging.WARNING, said)
         for k, v in headers.relayed(upstream, self.via_name):
             response.headers.add(k, v)
         if upstream.content_length is not None:
