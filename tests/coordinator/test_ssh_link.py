@@ -21,7 +21,13 @@ from helpers.processes import free_port
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.ssh_link import PROBE_TIMEOUT_S, SshExecLink, SshTunnelLink, _LineCutter
+from sparkwatch.links.ssh_link import (
+    PROBE_TIMEOUT_S,
+    SshExecLink,
+    SshTunnelLink,
+    _LineCutter,
+    host_key_reason,
+)
 from sparkwatch.links.ws_link import LinkError
 from sparkwatch.store import Store
 from sparkwatch.wire import MAX_LINE_CHARS
@@ -350,3 +356,22 @@ async def test_a_tunnel_to_a_port_nothing_listens_on_says_so(
         with pytest.raises(LinkError, match=rf"the forward to 127\.0\.0\.1:{port} on the node was closed"):
             await link._connected_session()
     store.close()
+
+
+def test_a_host_key_listed_by_address_or_not_at_all_is_named_as_it_is(tmp_path: pathlib.Path) -> None:
+    """A node named by host name whose known_hosts line lists it by address (as ssh writes it when it was
+    first reached by address) with another key was told "has no key: add it"; an IPv6 host on port 22 was
+    named ``[::1]``, which ssh does not write; a missing default file said nothing of its absence."""
+    keygen(tmp_path / "k")
+    key = (tmp_path / "k.pub").read_text().rsplit(" ", 1)[0]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:2222 {key}\n::1 {key}\n")
+    by_name = NodeSpec(name="n", ssh="u@spark-1.lan", ssh_port=2222, known_hosts=known)
+    assert host_key_reason(by_name, ["127.0.0.1"]).startswith(
+        f"{known} holds another key for [spark-1.lan]:2222"
+    )
+    assert host_key_reason(by_name, ["10.0.0.9"]).startswith(f"{known} has no key for [spark-1.lan]:2222")
+    v6 = NodeSpec(name="n", ssh="u@[::1]", known_hosts=known)
+    assert host_key_reason(v6).startswith(f"{known} holds another key for ::1:")
+    absent = dataclasses.replace(v6, known_hosts=tmp_path / "nowhere")
+    assert host_key_reason(absent).startswith(f"{tmp_path / 'nowhere'} does not exist")

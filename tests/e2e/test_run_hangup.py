@@ -80,6 +80,8 @@ def test_a_terminal_hangup_ends_the_run_with_its_export(tmp_path: pathlib.Path, 
         time.sleep(0.5)
     finally:
         os.close(terminal)  # the session drops: the kernel sends SIGHUP, and writes to the terminal fail
+    time.sleep(0.3)  # the first one handled (two pending at once would be one)
+    os.kill(pid, signal.SIGHUP)  # and the login shell's, to its jobs: a second hangup must not force a quit
     assert _exit_status(pid) == 130
     export = json.loads((tmp_path / "r.json").read_text())
     assert export["run"]["command"]["exit_code"] == 128 + signal.SIGHUP  # relayed to the command's group

@@ -51,20 +51,30 @@ def term_as_interrupt() -> None:
     """SIGTERM and SIGHUP as Ctrl-C until :meth:`Interrupts.install` takes over (each one the parent did not
     leave ignored): a `run` stopped while it waits for the nodes' hellos was killed where it stood (its
     embedded coordinator's temporary database left behind), while a Ctrl-C there unwound it and exited 130."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if heeded(sig):
-            signal.signal(sig, signal.default_int_handler)
+    if heeded(signal.SIGTERM):
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if heeded(signal.SIGHUP):
+        signal.signal(signal.SIGHUP, _hangup_as_interrupt)
+
+
+def _hangup_as_interrupt(_signum: int, _frame: object) -> None:
+    """A hangup once, as Ctrl-C: the next is ignored, since a shell's SIGHUP to its jobs and the kernel's to
+    the terminal's group often both arrive, and a second must not cut the unwinding short."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def _terminal_gone(terminals: tuple[int, ...]) -> None:
-    """After a hangup, ``terminals`` (of stdout and stderr, those that were a terminal when the command
-    began: a hung-up one no longer says it is) are /dev/null: every write to a terminal that hung up fails
-    (EIO), and the table printed after the export made `run` exit 2 with "Input/output error". Whoever
-    read them left; the export is what remains."""
+    """After a hangup, those of ``terminals`` (stdout and stderr, where they were a terminal when the command
+    began) that no longer are one (a terminal that hung up fails ``isatty``) are /dev/null: every write to
+    it fails (EIO), and the table printed after the export made `run` exit 2 with "Input/output error".
+    Whoever read them left; the export is what remains. A ``kill -HUP`` with the terminal still there
+    leaves it as it is."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         for fd in terminals:
-            os.dup2(devnull, fd)
+            if not os.isatty(fd):
+                os.dup2(devnull, fd)
     finally:
         os.close(devnull)
 
@@ -82,21 +92,25 @@ class Interrupts:
         self._out = out
         self._exit = exit_now
         self._forcing: asyncio.Task[None] | None = None
-        self._installed: tuple[signal.Signals, ...] = ()
+        self._installed: dict[signal.Signals, Any] = {}  # each handled signal: its handler before
+        self._hung_up = False
         self._terminals = tuple(fd for fd in (1, 2) if os.isatty(fd))  # while they still are
 
     def install(self) -> None:
         """Handle each of :data:`STOP_SIGNALS` that is heeded (one left ignored stays ignored)."""
         loop = asyncio.get_running_loop()
-        self._installed = tuple(sig for sig in STOP_SIGNALS if heeded(sig))
+        self._installed = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS if heeded(sig)}
         for sig in self._installed:
             loop.add_signal_handler(sig, self._on_signal, sig)
 
     def remove(self) -> None:
+        """Each handled signal as it was before :meth:`install` (asyncio leaves SIG_DFL, which killed a
+        `run` writing its export at a late SIGTERM), a hangup's ignored from the first on."""
         loop = asyncio.get_running_loop()
-        for sig in self._installed:
+        for sig, before in self._installed.items():
             loop.remove_signal_handler(sig)
-        self._installed = ()
+            signal.signal(sig, signal.SIG_IGN if sig is signal.SIGHUP and self._hung_up else before)
+        self._installed = {}
 
     async def unless_requested(self, work: Coroutine[Any, Any, T]) -> T | None:
         """``work``'s result, or None when a stop was requested first (``work`` is then cancelled);
@@ -128,7 +142,11 @@ class Interrupts:
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if sig is signal.SIGHUP:
-            _terminal_gone(self._terminals)
+            if not self._hung_up:
+                self._hung_up = True
+                _terminal_gone(self._terminals)
+            if self.requested.is_set():
+                return  # a hangup never forces: a shell's SIGHUP and the kernel's often both arrive
         if self.requested.is_set():
             self._force()
             return

@@ -233,7 +233,7 @@ _WINDOW_FIELDS: dict[str, Any] = {
     "t_start_ns": _STAMP,
     "t_end_ns": _STAMP,
     **dict.fromkeys(windows.STAMP_FIELDS, _NULLABLE_STAMP),
-    **dict.fromkeys(windows.COUNT_FIELDS, _nullable("integer", minimum=0, maximum=2**63 - 1)),
+    **dict.fromkeys(windows.COUNT_FIELDS, _nullable("integer", minimum=0, maximum=windows.NS_MAX)),
     "http_status": _nullable("integer", minimum=100, maximum=599),
     **dict.fromkeys(windows.OPTIONAL_STR_FIELDS, _nullable("string")),
     "source": {"type": "object"},

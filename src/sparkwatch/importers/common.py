@@ -146,6 +146,7 @@ def reading(path: Path, newline: str | None = None) -> Iterator[TextIO]:
     device is refused before a byte is read: ``/dev/zero`` or ``/dev/urandom`` never ends, and would be
     read into memory until the machine ran out (a pipe, such as ``<(cmd)``, is read: it ends)."""
     try:
+        refuse_device(path)
         with path.open(encoding="utf-8-sig", newline=newline) as handle:
             refuse_device(handle.fileno())
             yield handle

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import itertools
 import logging
+import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.asyncssh_quiet import asyncssh
 from sparkwatch.links.nodes_file import DEFAULT_SSH_PORT, NodeSpec
 from sparkwatch.links.state import LinkError
-from sparkwatch.links.ws_link import WsLink
+from sparkwatch.links.ws_link import PROBE_TIMEOUT_S, WsLink
 from sparkwatch.wire import MAX_LINE_CHARS, HelloFrame, Rejected, TimeFrame
 from sparkwatch_agent.shared.protocol import FRAME_TIME, LEASE_TTL_S
 
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 EXEC_BATCH = 200
 READ_CHARS = 65536
 EXEC_FLUSH_S = 0.2
-PROBE_TIMEOUT_S = 5.0
 #: Of an ended agent's stderr, this much goes into the link's error (one line, whitespace folded).
 STDERR_CHARS = 300
 #: ... read from its stderr to find it (a subcommand's usage comes before argparse's error line).
@@ -55,35 +55,36 @@ def connect_options(spec: NodeSpec) -> dict[str, Any]:
     return options
 
 
-def ssh_error(spec: NodeSpec, exc: Exception) -> LinkError:
+async def ssh_error(spec: NodeSpec, exc: Exception) -> LinkError:
     """An SSH failure in one line; a host key not trusted says what the known_hosts file it was checked in
     holds for the host (nothing, or another key) and what to do."""
     said = f"ssh {spec.ssh}: {exc}"
     if isinstance(exc, asyncssh.KeyImportError):  # changed since nodes.toml was read (checked there)
         said += f" (client_keys: {', '.join(map(str, spec.client_keys))})"
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-        said += f" ({host_key_reason(spec)})"
+        said += f" ({host_key_reason(spec, await _addresses(_host(spec), spec.ssh_port))})"
     return LinkError(said)
 
 
-def host_key_reason(spec: NodeSpec) -> str:
+def host_key_reason(spec: NodeSpec, addresses: Sequence[str] = ()) -> str:
     """Why the host's key was not trusted: the known_hosts file is missing, has no entry for the host (a
-    new node: add its key, having checked its fingerprint), or has another key for it (a reinstalled node,
-    or someone in between: never to be added blindly). asyncssh says "not trusted" of each alike."""
-    assert spec.ssh is not None
-    host = spec.ssh.rpartition("@")[2]
-    entry = host if spec.ssh_port == DEFAULT_SSH_PORT else f"[{host}]:{spec.ssh_port}"
+    new node: add its key, having checked its fingerprint), or has another key for it by name or by one of
+    ``addresses`` (a reinstalled node, or someone in between: never to be added blindly). asyncssh says
+    "not trusted" of each alike."""
+    host = _host(spec)
+    entry = host if spec.ssh_port == DEFAULT_SSH_PORT else f"[{host}]:{spec.ssh_port}"  # as ssh writes it
     shown = str(spec.known_hosts or "~/.ssh/known_hosts")
     path = spec.known_hosts or Path.home() / ".ssh" / "known_hosts"
-    if not path.exists():
+    try:
+        known = asyncssh.read_known_hosts(str(path))
+        found = [known.match(host, address, spec.ssh_port)[:2] for address in (*addresses, "")]
+    except FileNotFoundError:
         return (
             f"{shown} does not exist: nothing to check the host's key against; set known_hosts in nodes.toml"
         )
-    try:
-        keys, cas, *_ = asyncssh.read_known_hosts(str(path)).match(host, _address(host), spec.ssh_port)
     except (OSError, ValueError, asyncssh.Error):
         return f"checked against {shown}"
-    if keys or cas:
+    if any(keys or cas for keys, cas in found):
         return (
             f"{shown} holds another key for {entry}: the host's key changed (a reinstalled node, or someone"
             f" in between); once its new key's fingerprint is checked: ssh-keygen -R '{entry}' -f {shown}"
@@ -94,13 +95,19 @@ def host_key_reason(spec: NodeSpec) -> str:
     )
 
 
-def _address(host: str) -> str:
-    """``host`` when it is an IP address (known_hosts may list it by address), else no address."""
+def _host(spec: NodeSpec) -> str:
+    """The node's SSH host as known_hosts names it: an IPv6 address without its brackets."""
+    assert spec.ssh is not None
+    return spec.ssh.rpartition("@")[2].removeprefix("[").removesuffix("]")
+
+
+async def _addresses(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to (known_hosts may list a node by address), none when it cannot."""
     try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return ""
-    return host.strip("[]")
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return []
+    return sorted({str(info[4][0]) for info in found})
 
 
 class SshTunnelLink(WsLink):
@@ -124,7 +131,7 @@ class SshTunnelLink(WsLink):
                 finally:
                     listener.close()
         except (asyncssh.Error, asyncssh.KeyImportError, OSError) as exc:
-            raise ssh_error(self.spec, exc) from exc
+            raise await ssh_error(self.spec, exc) from exc
 
 
 class SshExecLink(WsLink):
@@ -158,7 +165,7 @@ class SshExecLink(WsLink):
                     process.close()
                     conn.abort()
         except (asyncssh.Error, asyncssh.KeyImportError, OSError) as exc:
-            raise ssh_error(self.spec, exc) from exc
+            raise await ssh_error(self.spec, exc) from exc
 
     async def _first_probe(self, reader: asyncio.Task[None]) -> None:
         """The session's first clock probe, unless the agent ends first: a command that is not installed,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -12,6 +13,7 @@ from sparkwatch.core.clock import ClockOffset
 from sparkwatch.wire import SampleFrame
 
 log = logging.getLogger(__name__)
+_DIGITS = re.compile(r"\d+")
 
 
 class LinkStatus(enum.Enum):
@@ -83,9 +85,10 @@ class LinkState:
 
     def enter(self, status: LinkStatus, error: str | None = None, retry_s: float | None = None) -> None:
         """Move to ``status`` (with why, for the failed ones). A change of status, or of why, is logged
-        once; the same status for the same reason again (a redial that failed like the last) only at debug
-        level. A redial that fails otherwise (the host is back, with a changed host key) is news."""
-        changed = status is not self.status or error != self.error
+        once; the same status for the same reason again (a redial that failed like the last, its numbers
+        aside: a port, a seq) only at debug level. A redial that fails otherwise (the host is back, with a
+        changed host key) is news."""
+        changed = status is not self.status or _gist(error) != _gist(self.error)
         self.status, self.error = status, error
         text = f"node {self.node}: link {status.value} ({self.transport})"
         if error is not None:
@@ -149,3 +152,8 @@ def latest_summary(sample: SampleFrame) -> dict[str, Any]:
         "util_ratio": max(utils) if utils else None,
         "memory_used_bytes": sample.mem_used_bytes,
     }
+
+
+def _gist(error: str | None) -> str | None:
+    """A reason without its numbers (a tunnel's local port, a seq that grows): what makes two the same."""
+    return None if error is None else _DIGITS.sub("#", error)

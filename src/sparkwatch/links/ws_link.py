@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 import aiohttp
+from yarl import URL
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.http_reasons import host_port, unreachable_reason
@@ -302,7 +303,9 @@ class WsLink:
         url = f"{self._base}/v1/time"
         try:
             timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
-            async with self._session.get(url, headers=self._headers, timeout=timeout) as r:
+            async with self._session.get(
+                url, headers=self._headers, timeout=timeout, allow_redirects=False
+            ) as r:
                 service = other_service(r.headers, AGENT_SERVER)
                 if service is not None:  # a coordinator has /v1/time too: its answer would be read as one
                     raise Misaddressed(not_an_agent(self.spec, service))
@@ -312,10 +315,13 @@ class WsLink:
                     raise _no_agent(self.spec, "/v1/time answered 404")
                 if r.status != 200:
                     raise LinkError(f"/v1/time answered {r.status}")
-                if r.content_type != "application/json":
-                    raise _no_agent(self.spec, f"/v1/time answered {r.content_type or 'no content type'}")
+                if r.content_type != "application/json":  # aiohttp says application/octet-stream of none
+                    raise _no_agent(self.spec, f"/v1/time answered {r.content_type}")
                 return time_reply(await r.json())
-        except TimeoutError:
+        except aiohttp.ConnectionTimeoutError:  # a TimeoutError too: nothing took the connection
+            where = host_port(URL(url).host or "", URL(url).port)
+            raise LinkError(f"cannot connect to {where}: no answer within {PROBE_TIMEOUT_S:g} s") from None
+        except TimeoutError:  # the connection taken, no answer
             raise LinkError(f"/v1/time gave no answer within {PROBE_TIMEOUT_S:g} s") from None
         except aiohttp.ClientResponseError as exc:  # bytes aiohttp's parser refused: not an HTTP server
             raise _no_agent(self.spec, f"answered what is not HTTP ({parser_problem(exc.message)})") from None

@@ -18,9 +18,12 @@ from pathlib import Path
 NOT_A_FILE = "is a {kind} device, not a file (a regular file or a pipe is read)"
 
 
-def refuse_device(fd: int) -> None:
-    """Raise ``OSError`` (ENODEV) when ``fd`` is a character or block device."""
-    mode = os.fstat(fd).st_mode
+def refuse_device(target: int | Path) -> None:
+    """Raise ``OSError`` (ENODEV) when ``target`` (an open file, or a path: links followed, nothing opened)
+    is a character or block device. A path is checked before it is opened, since opening some devices acts
+    (a serial line waits for its carrier, a watchdog arms), and the open file again after (the path may
+    have been replaced in between)."""
+    mode = (os.fstat(target) if isinstance(target, int) else os.stat(target)).st_mode
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         kind = "character" if stat.S_ISCHR(mode) else "block"
         raise OSError(errno.ENODEV, NOT_A_FILE.format(kind=kind))
@@ -28,11 +31,13 @@ def refuse_device(fd: int) -> None:
 
 def read_file_bytes(path: Path) -> bytes:
     """``path.read_bytes()``, a device refused (:func:`refuse_device`)."""
+    refuse_device(path)
     with path.open("rb") as handle:
         refuse_device(handle.fileno())
         return handle.read()
 
 
 def read_file_text(path: Path) -> str:
-    """``path.read_text(encoding="utf-8")``, a device refused; ``UnicodeDecodeError`` as it raises."""
+    """The file's bytes as UTF-8 (no newline translation), a device refused; ``UnicodeDecodeError`` as it
+    raises."""
     return read_file_bytes(path).decode("utf-8")
