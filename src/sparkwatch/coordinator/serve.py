@@ -100,10 +100,13 @@ def _undo_start(db_path: Path, created: bool, lock_made: bool) -> None:
 
 
 async def _stop(coordinator: Coordinator | None, runner: web.AppRunner | None, store: Store) -> None:
-    if coordinator is not None:
-        await coordinator.stop()
+    """The API first (no new request; those in flight finish, or are cancelled after the runner's grace),
+    then the links and the window store, then the database: stopped the other way round, a request that
+    came in meanwhile met a closed database and was a 500 with a traceback in the log."""
     if runner is not None:
         await runner.cleanup()
+    if coordinator is not None:
+        await coordinator.stop()
     store.close()
 
 
