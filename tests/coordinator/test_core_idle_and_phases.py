@@ -17,6 +17,7 @@ from sparkwatch.core.clock import ClockOffset, NodeClock
 from sparkwatch.core.domains import DomainInput
 from sparkwatch.core.export import build_export
 from sparkwatch.core.export_schema import run_schema
+from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.core.window_rows import plain
@@ -459,3 +460,18 @@ def test_the_schema_names_every_field_an_export_has() -> None:
     wrong["windows"][0]["decode_energy_j"] = "480"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(wrong, run_schema())
+
+
+def test_token_counts_that_sum_past_64_bits_are_unknown_and_the_export_encodes() -> None:
+    """Three windows of 2^63 - 1 completion tokens each (each a count the API takes): their sum made the
+    coordinator's export answer break off mid-stream (orjson: "Integer exceeds 64-bit range") and `export
+    --db` a traceback. The total is unknown now, with why, and every figure that needs it likewise."""
+    big = 2**63 - 1
+    windows = [window(f"r{k}", 30 + 5 * k, 34 + 5 * k, 31 + 5 * k, 34 + 5 * k, tokens=big) for k in range(3)]
+    export = build_export(RUN, [node("spark-1", steps(11.0, 61.0, [(30, 45)]))], windows, "0.1.0")
+    totals = export["totals"]
+    assert totals["completion_tokens"] is None and totals["joules_per_token"] is None
+    assert totals["null_reasons"]["completion_tokens"].startswith(
+        "the measured windows' completion tokens sum past 2^63 - 1 ("
+    )
+    assert b"".join(json_pieces(export)).startswith(b"{")  # wire: orjson, 64-bit integers at most

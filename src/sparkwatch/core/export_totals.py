@@ -19,8 +19,9 @@ from sparkwatch.core.export_nodes import NodeFigures, sum_known
 from sparkwatch.core.phases import name_ids, no_measured_window
 from sparkwatch.core.power import INCOMPLETE_COVERAGE, falls_short
 from sparkwatch.core.rounding import ratio_text, rounded
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import NS_MAX, Window
 from sparkwatch.defaults import ScopeKind
+from sparkwatch_agent.shared.strict_text import quoted_number
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,10 @@ def completion_tokens(runs: Measured) -> tuple[int | None, str | None]:
         return None, no_measured_window(runs.windows, runs.phases)
     lacking = [w for w in runs.measured if w.completion_tokens is None]
     if not lacking:
-        return sum(w.completion_tokens or 0 for w in runs.measured), None
+        total = sum(w.completion_tokens or 0 for w in runs.measured)
+        if total > NS_MAX:  # each window's count fits 64 bits; their sum may not, nor any JSON reader's int
+            return None, f"the measured windows' completion tokens sum past 2^63 - 1 ({quoted_number(total)})"
+        return total, None
     marks = [w.id for w in lacking if _is_mark(w)]
     requests = [w for w in lacking if not _is_mark(w)]
     said = []
