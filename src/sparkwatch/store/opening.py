@@ -16,6 +16,8 @@ log = logging.getLogger(__name__)
 #: Page size of a new database, and the WAL size after which it is checkpointed.
 PAGE_BYTES = 16384
 WAL_CHECKPOINT_BYTES = 32 * 1024 * 1024
+#: What the WAL is cut back to when it is reset, after a reader held its checkpoints back.
+WAL_LIMIT_BYTES = 2 * WAL_CHECKPOINT_BYTES
 
 
 def open_database(path: Path) -> sqlite3.Connection:
@@ -84,6 +86,9 @@ def _set_up(db: sqlite3.Connection, path: Path) -> None:
     # checkpoint every ~32 MiB of WAL instead of 4 MiB: hot B-tree pages are copied back once
     (page_bytes,) = db.execute("PRAGMA page_size").fetchone()
     db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_BYTES // page_bytes}")
+    # a reader (`export --db` beside a running coordinator) holds checkpoints back, and the WAL grows past
+    # them (160 MiB in a sweep, 1.2 GB once) and kept that size for good: cut back once it is reset
+    db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
     db.execute("PRAGMA foreign_keys=ON")
     _migrate(db, path)
     _incremental_vacuum_on(db)
