@@ -45,6 +45,7 @@ from sparkwatch.commands.summary import live_parts
 from sparkwatch.commands.wrapped import command_env, run_wrapped
 from sparkwatch.coordinator.serve import check_listen
 from sparkwatch.core.export import with_run_notes
+from sparkwatch.core.phases import name_ids
 from sparkwatch.core.repeated_windows import repeated, verdict
 from sparkwatch.defaults import ENV_RUN_ID
 from sparkwatch.engines.spec import engine_from_url
@@ -302,7 +303,7 @@ async def _finish(
         behind = await client.wait_caught_up(end_ns, end_wait_s(nodes), skip=unheard_now, meters=True)
         state.nodes_behind = sorted({*behind, *unheard_now})
         if dropped := ended.get("dropped_marks"):  # CMD's own marks, begun and never ended
-            names = ", ".join(map(str, dropped))
+            names = name_ids([str(n) for n in dropped])
             _note(opts, state, f"mark(s) still open when the run ended, dropped without a window: {names}")
         return with_run_notes(await client.export(state.run_id, series_for(opts.report)), state.notes)
     except CoordinatorError as exc:

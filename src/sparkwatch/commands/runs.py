@@ -21,6 +21,7 @@ from sparkwatch.commands.export_cmd import wanted_series
 from sparkwatch.commands.outcome import quality_line
 from sparkwatch.commands.quality import judge
 from sparkwatch.core.export import OPEN_RUN_NOTE, UTIL_SOURCE
+from sparkwatch.core.phases import name_ids
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.outputs import check_output, command_line, print_export, shown, size_text, write_export
 
@@ -99,7 +100,7 @@ async def _end(client: CoordinatorClient, args: argparse.Namespace) -> int:
     print(f"run {run['id']} ({run['name']}) ended after {took_s:.1f} s")
     dropped = run.get("dropped_marks")
     if isinstance(dropped, list) and dropped:
-        names = ", ".join(str(n) for n in dropped)
+        names = name_ids([str(n) for n in dropped])  # 2000 marks were one 24 kB line
         print(f"sparkwatch: warning: mark(s) still open, dropped without a window: {names}", file=sys.stderr)
     return 0
 

@@ -23,6 +23,7 @@ from sparkwatch.coordinator.loop_lag import LoopLag
 from sparkwatch.coordinator.piece_stream import PieceStream, computed_json
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.coordinator.run_nodes import warn_changed_nodes
+from sparkwatch.core.phases import name_ids
 from sparkwatch.core.windows import Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
@@ -242,7 +243,7 @@ class Coordinator:
         run = self.store.end_run(run_id, self.now_ns(), command)
         self._interval_changed()
         dropped = self.store.drop_marks(run_id)
-        said = f" with marks still open, dropped: {', '.join(map(repr, dropped))}" if dropped else ""
+        said = f" with marks still open, dropped: {name_ids(dropped, quoted=True)}" if dropped else ""
         log.log(logging.WARNING if dropped else logging.INFO, "run %s ended%s", run_id, said)
         return run, dropped
 
