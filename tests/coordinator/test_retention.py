@@ -369,3 +369,31 @@ async def test_a_stop_after_a_deleted_runs_rows_went_still_drops_its_samples_at_
     finally:
         await coordinator.stop()
         store.close()
+
+
+@pytest.mark.parametrize("dropped_by", ["delete", "retention"])
+def test_a_link_resumes_after_the_highest_seq_ever_stored_not_the_highest_left(
+    tmp_path: pathlib.Path, dropped_by: str
+) -> None:
+    """A run ended and deleted, the coordinator killed before its next block: it restarted resuming after
+    the highest seq still stored (or 0), and the agent replayed the deleted run's samples (and those
+    retention had dropped) from its ring, stored again for a week. The boot keeps its high-water seq."""
+    path = tmp_path / "sw.db"
+    store = Store(path, now_ns=lambda: T0 + 3 * HOUR)
+    store.record_hello("n1", {"type": "hello", "boot_id": "b1", "node": "n1", "hardware": {"gpus": []}})
+    ingest_hours(store, 0, 2)
+    top = 2 * 3600
+    if dropped_by == "delete":  # the run over the last hour: its samples are the newest
+        store.create_run(RunRow("r", "r", T0 + 3600 * S, None, 1.0, 0.5, "request"))
+        store.end_run("r", T0 + top * S)
+        store.delete_run("r")
+        while not store.purge_step("r"):
+            pass
+        sum(store.drop_run_samples((T0 + 3600 * S, T0 + top * S)))
+    else:
+        retain(store, 0)  # every idle sample is older than 0 s
+    assert not stored_seqs(store) or stored_seqs(store)[-1] < top  # the newest block is gone
+    store.close()  # as a crash leaves it: nothing but the file
+    again = Store(path)
+    assert again.last_seq("n1", "b1") == top
+    again.close()

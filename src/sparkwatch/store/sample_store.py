@@ -151,6 +151,11 @@ class SampleBlocks:
             " AND seq_first <= seq_last) FROM sample_blocks WHERE node = ? AND boot_id = ?",
             key,
         ).fetchone()
+        dropped = self._db.execute(  # the top of blocks dropped since (retention, a deleted run)
+            "SELECT seq_dropped FROM boots WHERE node = ? AND boot_id = ?", key
+        ).fetchone()
+        if dropped is not None and isinstance(dropped[0], int):
+            top = dropped[0] if top is None else max(top, dropped[0])
         if whole == 0:
             raise self._damaged(key, {"seq_first": _not_integer, "seq_last": _not_integer}, PAIRS[:1])
         return top if top is not None else 0

@@ -9,6 +9,8 @@ METER_ERROR_SOURCE = 10
 #: The schema that records the nodes a run was opened with (``runs.nodes``): a run's export is of them, not
 #: of whatever nodes file the coordinator has today.
 RUN_NODES = 11
+#: The schema that keeps each boot's high-water seq past dropped blocks (``boots.seq_dropped``).
+SEQ_DROPPED = 12
 #: The oldest schema an offline reader (`export --db`) takes as it is: 10 only added a column, which is read
 #: as unknown before it, so a schema-9 file is exported without being upgraded first.
 OLDEST_READABLE = 9
@@ -214,5 +216,12 @@ MIGRATIONS: tuple[str, ...] = (
     # before have none (NULL), and are exported as before.
     """
     ALTER TABLE runs ADD COLUMN nodes TEXT;
+    """,
+    # 12 (SEQ_DROPPED): the highest seq a boot had stored when any of its blocks was dropped (retention, a
+    # deleted run), so a link that starts again resumes after it: it resumed after the highest seq still
+    # stored, and a coordinator that crashed right after a delete replayed the deleted run's samples (and
+    # those retention had dropped) from the agent's ring. Boots stored before have none (NULL).
+    """
+    ALTER TABLE boots ADD COLUMN seq_dropped INTEGER;
     """,
 )
