@@ -375,6 +375,17 @@ async def test_a_name_with_a_control_character_is_refused(api: Api, bad: str) ->
     assert status == 200 and not ended["dropped_marks"], ended  # no mark was begun
 
 
+async def test_a_name_too_long_is_said_in_characters(api: Api) -> None:
+    """A 201-character name was refused as "at most 200 items" (the length judged after the validator)."""
+    status, body = await api.call("POST", "/v1/runs", {"name": "x" * 201})
+    assert status == 400 and body["reason"][0]["msg"] == "String should have at most 200 characters", body
+    status, run = await api.call("POST", "/v1/runs", {"name": "fine"})
+    status, body = await api.call(
+        "POST", f"/v1/runs/{run['id']}/marks", {"name": "x" * 201, "event": "begin"}
+    )
+    assert status == 400 and body["reason"][0]["msg"] == "String should have at most 200 characters", body
+
+
 async def test_a_clients_names_are_quoted_in_the_log(api: Api, caplog: pytest.LogCaptureFixture) -> None:
     """A name is a client's text: the log quotes it, so its quotes and spaces cannot pass for the log's."""
     caplog.set_level("INFO")

@@ -31,10 +31,10 @@ class Strict(BaseModel):
 
 PhaseName = Annotated[str, StringConstraints(pattern=PHASE_RE.pattern)]
 #: A run's or a mark's name: one line of text (the schema states the rule as a pattern; the check says it).
-Name = Annotated[
+Name = Annotated[  # the length on the string itself: after the validator it read "at most 200 items"
     str,
-    AfterValidator(check_name),
     Field(min_length=1, max_length=MAX_RUN_NAME_CHARS, json_schema_extra={"pattern": NAME_PATTERN}),
+    AfterValidator(check_name),
 ]
 
 
