@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import socket
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -89,3 +90,32 @@ async def test_a_web_page(tmp_path: pathlib.Path) -> None:
 async def test_a_file_server(tmp_path: pathlib.Path) -> None:
     error, url = await _said(_http("404 Not Found", "text/html", b"no such file"), tmp_path)
     assert error == f"/v1/time answered 404: no sparkwatch agent answers at url {url}{NOT_AGENT}"
+
+
+async def test_a_node_that_takes_no_connection(tmp_path: pathlib.Path) -> None:
+    """A node switched off, or a firewall that drops: nothing answers the connection itself. Its backlog
+    full, a listener takes no more, as such a node does; read as "gave no answer" it blamed a server."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    held = []
+    for _ in range(4):  # until the kernel's queue for it is full (never accepted)
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        held.append(s)
+    store = Store(tmp_path / "c.db")
+    try:
+        async with aiohttp.ClientSession() as session:
+            link = WsLink(
+                NodeSpec(name="n0", url=f"ws://127.0.0.1:{port}"), store, session, holder="t",
+                desired_interval=lambda: None,
+            )  # fmt: skip
+            _, error, _ = await link._one_session()
+    finally:
+        store.close()
+        for s in held:
+            s.close()
+        listener.close()
+    assert error == f"cannot connect to 127.0.0.1:{port}: no answer within 0.4 s"

@@ -397,3 +397,21 @@ def test_a_link_resumes_after_the_highest_seq_ever_stored_not_the_highest_left(
     again = Store(path)
     assert again.last_seq("n1", "b1") == top
     again.close()
+
+
+def test_a_damaged_seq_is_said_as_damage_beside_a_kept_top(tmp_path: pathlib.Path) -> None:
+    """A block's seq_last edited to text outside sparkwatch, beside a kept high-water seq: a TypeError
+    (text against an integer) in the first take of it, where the store says damage in one line."""
+    path = tmp_path / "sw.db"
+    store = Store(path, now_ns=lambda: T0 + 3 * HOUR)
+    store.record_hello("n1", {"type": "hello", "boot_id": "b1", "node": "n1", "hardware": {"gpus": []}})
+    ingest_hours(store, 0, 1)
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE boots SET seq_dropped = 40")
+        db.execute("UPDATE sample_blocks SET seq_last = 'abc' WHERE id = (SELECT MIN(id) FROM sample_blocks)")
+    db.close()
+    again = Store(path)
+    with pytest.raises(Damaged):
+        again.last_seq("n1", "b1")
+    again.close()

@@ -127,18 +127,33 @@ async def run_demo(opts: DemoOptions) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="sparkwatch-demo-"))  # removed even when a second Ctrl-C quits
     interrupts = Interrupts(opts.stderr, on_force=lambda: _forget(tmp))
     interrupts.install()
-    try:
-        async with sim_agents(opts.nodes) as agents:
-            for agent in agents:
-                agent.sim.set_load(util_ratio=0.0, model_bytes=MODEL_BYTES_PER_NODE)
-            specs = [NodeSpec(name=a.name, url=a.url) for a in agents]
-            model = SimModel(SimModelSpec(tokens_per_s=opts.tokens_per_s), on_load=_load_driver(agents))
-            coordinator = embedded_coordinator(specs, tmp / "demo.db")
-            async with coordinator as client, running_sim_model(model) as model_url:
-                export, behind = await _measure(client, model_url, opts, interrupts)
+    try:  # the handlers stay until the export is written: put back earlier, a late signal lost it
+        try:
+            async with sim_agents(opts.nodes) as agents:
+                for agent in agents:
+                    agent.sim.set_load(util_ratio=0.0, model_bytes=MODEL_BYTES_PER_NODE)
+                specs = [NodeSpec(name=a.name, url=a.url) for a in agents]
+                model = SimModel(SimModelSpec(tokens_per_s=opts.tokens_per_s), on_load=_load_driver(agents))
+                coordinator = embedded_coordinator(specs, tmp / "demo.db")
+                async with coordinator as client, running_sim_model(model) as model_url:
+                    export, behind = await _measure(client, model_url, opts, interrupts)
+        finally:
+            await _forget(tmp)
+        return _outcome(opts, export, behind, agents, interrupts=interrupts, t0=t0)
     finally:
         interrupts.remove()
-        await _forget(tmp)
+
+
+def _outcome(
+    opts: DemoOptions,
+    export: dict[str, Any],
+    behind: list[str],
+    agents: Sequence[Any],
+    *,
+    interrupts: Interrupts,
+    t0: float,
+) -> int:
+    """The export written, the table and the truth beside it printed; the exit code."""
     write_export(opts.output, export)
     quality = judge(export, behind, scope_flag=False)  # the demo has no --scope to suggest
     interrupted = interrupts.requested.is_set()

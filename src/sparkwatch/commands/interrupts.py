@@ -109,7 +109,8 @@ class Interrupts:
         loop = asyncio.get_running_loop()
         for sig, before in self._installed.items():
             loop.remove_signal_handler(sig)
-            signal.signal(sig, signal.SIG_IGN if sig is signal.SIGHUP and self._hung_up else before)
+            handler = signal.SIG_IGN if sig is signal.SIGHUP and self._hung_up else before
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)  # None: set outside Python
         self._installed = {}
 
     async def unless_requested(self, work: Coroutine[Any, Any, T]) -> T | None:

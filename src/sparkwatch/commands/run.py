@@ -146,14 +146,22 @@ def _note(opts: RunOptions, state: RunState, *notes: str) -> None:
 
 
 async def run_command(opts: RunOptions) -> int:
-    """The whole run; returns the exit code (module docstring)."""
+    """The whole run; returns the exit code (module docstring). Its signal handlers stay until the export
+    is written and said: put back earlier, a late signal unwound the run's end and removed its database."""
+    interrupts = Interrupts(opts.stderr)
+    try:
+        return await _run_command(opts, interrupts)
+    finally:
+        interrupts.remove()
+
+
+async def _run_command(opts: RunOptions, interrupts: Interrupts) -> int:
     check_options(opts)
     if opts.proxy_upstream is not None:  # a port in use: one line before a coordinator starts or dials
         await check_listen(*opts.proxy_listen)
     if opts.clock_anchor is None:
         opts = replace(opts, clock_anchor=ClockAnchor.read_now())
     state = RunState()
-    interrupts = Interrupts(opts.stderr)
     async with _client(opts, state) as client, contextlib.AsyncExitStack() as stack:
         capture = stack.enter_context(tempfile.TemporaryDirectory(prefix="sparkwatch-capture-"))
         opts = replace(opts, capture_dir=Path(capture))
@@ -186,7 +194,6 @@ async def run_command(opts: RunOptions) -> int:
         finally:
             await proxy_stack.aclose()  # requests still in flight end (and make their windows) first
             export = await _finish(opts, client, poster, state)
-            interrupts.remove()
     interrupted = interrupts.requested.is_set()
     if export is None:
         return _no_export(opts, state, interrupted)

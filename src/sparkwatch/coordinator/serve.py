@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 SWITCH_INTERVAL_S = 0.001
 
 
+#: How long a stop waits for the API's requests in flight (a 100 000-window batch takes seconds: cut, its
+#: client lost a 201 for windows that were stored).
+API_GRACE_S = 5.0
+
+
 @contextlib.asynccontextmanager
 async def running_coordinator(
     nodes: Sequence[NodeSpec],
@@ -74,7 +79,7 @@ async def running_coordinator(
                 make_app(coordinator, token, listen_host=host),
                 handle_signals=False,
                 access_log=None,
-                shutdown_timeout=1.0,
+                shutdown_timeout=API_GRACE_S,
             )
             url = await start_site(runner, host, port)  # cleans the runner up itself when it fails
             prompt_thread_switches()
@@ -103,11 +108,15 @@ async def _stop(coordinator: Coordinator | None, runner: web.AppRunner | None, s
     """The API first (no new request; those in flight finish, or are cancelled after the runner's grace),
     then the links and the window store, then the database: stopped the other way round, a request that
     came in meanwhile met a closed database and was a 500 with a traceback in the log."""
-    if runner is not None:
-        await runner.cleanup()
-    if coordinator is not None:
-        await coordinator.stop()
-    store.close()
+    try:
+        if runner is not None:
+            await runner.cleanup()
+    finally:
+        try:
+            if coordinator is not None:
+                await coordinator.stop()
+        finally:
+            store.close()
 
 
 async def check_listen(host: str, port: int) -> None:

@@ -36,6 +36,8 @@ LEASE_RENEW_S = 120.0
 STALLED_PROBES = 3
 #: How long one clock probe (a GET of /v1/time) may take.
 PROBE_TIMEOUT_S = 5.0
+#: Of it, what making the connection may take (a node switched off, a firewall that drops).
+CONNECT_SHARE = 0.8
 #: A refused token or another service at the address is a configuration error: ask again this seldom,
 #: not on the backoff schedule.
 MISCONFIGURED_RETRY_S = 60.0
@@ -301,8 +303,9 @@ class WsLink:
         """One /v1/time answer; what is not an agent's answer, in words (a hang, a 404, a web page, bytes
         that are not HTTP), each once read as "TimeoutError:" or aiohttp's multi-line parser message."""
         url = f"{self._base}/v1/time"
+        connect_s = CONNECT_SHARE * PROBE_TIMEOUT_S  # its own timer: the total's reads as no answer
         try:
-            timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
+            timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S, sock_connect=connect_s)
             async with self._session.get(
                 url, headers=self._headers, timeout=timeout, allow_redirects=False
             ) as r:
@@ -320,7 +323,7 @@ class WsLink:
                 return time_reply(await r.json())
         except aiohttp.ConnectionTimeoutError:  # a TimeoutError too: nothing took the connection
             where = host_port(URL(url).host or "", URL(url).port)
-            raise LinkError(f"cannot connect to {where}: no answer within {PROBE_TIMEOUT_S:g} s") from None
+            raise LinkError(f"cannot connect to {where}: no answer within {connect_s:g} s") from None
         except TimeoutError:  # the connection taken, no answer
             raise LinkError(f"/v1/time gave no answer within {PROBE_TIMEOUT_S:g} s") from None
         except aiohttp.ClientResponseError as exc:  # bytes aiohttp's parser refused: not an HTTP server

@@ -30,7 +30,7 @@ from sparkwatch.wire import (
 def samples_to_blocks(db: sqlite3.Connection) -> int:
     """Every stored sample into blocks of ``TARGET`` (call inside a transaction); returns how many. Rows are
     read a block's worth at a time, so a boot of months needs no more memory than one block."""
-    blocks = SampleBlocks(db)
+    blocks = SampleBlocks(db, kept_tops=False)  # schema 9's migration: no boots.seq_dropped yet
     moved = 0
     boots = db.execute("SELECT DISTINCT node, boot_id FROM samples").fetchall()
     for node, boot in boots:

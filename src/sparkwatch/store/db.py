@@ -27,7 +27,7 @@ from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.rows import I64
 from sparkwatch.store.run_rows import RUN_COLUMNS, RunRow, run_row
 from sparkwatch.store.sample_store import SampleBlocks
-from sparkwatch.store.schema import METER_ERROR_SOURCE, MIGRATIONS, OLDEST_READABLE, RUN_NODES
+from sparkwatch.store.schema import METER_ERROR_SOURCE, MIGRATIONS, OLDEST_READABLE, RUN_NODES, SEQ_DROPPED
 from sparkwatch.store.tx import Damaged, NotFound, RunEnded, StoreError, tx
 from sparkwatch.store.windows import Committed
 from sparkwatch.wire import GapFrame, SampleFrame
@@ -54,7 +54,7 @@ class Store:
         store._now = time.time_ns
         store.path = path
         store._db = connect_read_only(path, len(MIGRATIONS), OLDEST_READABLE)
-        store._blocks = SampleBlocks(store._db)
+        store._blocks = SampleBlocks(store._db, kept_tops=store.schema_version >= SEQ_DROPPED)
         store._swept_until = None
         return store
 

@@ -11,7 +11,6 @@ sparkwatch measures reads them, and a site that wants long idle history has its 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -160,8 +159,8 @@ def drop_span(db: sqlite3.Connection, span: Span) -> Iterator[int]:
 #: Before blocks are dropped: the highest seq they hold, by boot, kept in ``boots.seq_dropped`` (schema 12)
 #: where a link resumes after it (store.sample_store.SampleBlocks.top_seq) once no block holds it.
 _DROPPED_TOPS = (
-    "SELECT MAX(seq_last), node, boot_id FROM sample_blocks WHERE id IN (SELECT value FROM json_each(?))"
-    " GROUP BY node, boot_id"
+    "SELECT MAX(seq_last), node, boot_id FROM sample_blocks WHERE id IN ({ids})"
+    " AND typeof(seq_last) = 'integer' GROUP BY node, boot_id"
 )
 _KEEP_TOP = "UPDATE boots SET seq_dropped = MAX(COALESCE(seq_dropped, 0), ?) WHERE node = ? AND boot_id = ?"
 
@@ -178,8 +177,8 @@ def _drop_blocks(db: sqlite3.Connection, rows: list[tuple[int, int, int]], live:
                 rest = doomed[at:]
                 doomed = np.concatenate([doomed[:at], rest[~covered(first[rest], last[rest], live.spans)]])
             chunk = doomed[at : at + DROP_BLOCKS]
-            dropped = ids[chunk].tolist()
-            tops = db.execute(_DROPPED_TOPS, (json.dumps(dropped),)).fetchall()
+            dropped = ids[chunk].tolist()  # DROP_BLOCKS at most: as many parameters
+            tops = db.execute(_DROPPED_TOPS.format(ids=",".join("?" * len(dropped))), dropped).fetchall()
             db.executemany(_KEEP_TOP, tops)
             db.executemany("DELETE FROM sample_blocks WHERE id = ?", [(i,) for i in dropped])
         at += len(chunk)

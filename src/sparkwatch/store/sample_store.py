@@ -66,8 +66,11 @@ class SampleBlocks:
     """The ``sample_blocks`` table of one connection, with what it remembers per boot between batches (the
     highest stored seq and the samples in small blocks); :meth:`forget` after a failed transaction."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, *, kept_tops: bool = True) -> None:
+        """``kept_tops``: the file has ``boots.seq_dropped`` (schema 12); not while an older one is moved
+        into blocks (store/convert.py, inside schema 9's migration)."""
         self._db = db
+        self._kept_tops = kept_tops
         self._top: dict[tuple[str, str], int] = {}
         self._loose: dict[tuple[str, str], int] = {}
 
@@ -151,14 +154,16 @@ class SampleBlocks:
             " AND seq_first <= seq_last) FROM sample_blocks WHERE node = ? AND boot_id = ?",
             key,
         ).fetchone()
-        dropped = self._db.execute(  # the top of blocks dropped since (retention, a deleted run)
-            "SELECT seq_dropped FROM boots WHERE node = ? AND boot_id = ?", key
-        ).fetchone()
-        if dropped is not None and isinstance(dropped[0], int):
-            top = dropped[0] if top is None else max(top, dropped[0])
         if whole == 0:
             raise self._damaged(key, {"seq_first": _not_integer, "seq_last": _not_integer}, PAIRS[:1])
-        return top if top is not None else 0
+        top = top if top is not None else 0
+        if self._kept_tops:  # the top of blocks dropped since (retention, a deleted run)
+            dropped = self._db.execute(
+                "SELECT seq_dropped FROM boots WHERE node = ? AND boot_id = ?", key
+            ).fetchone()
+            if dropped is not None and isinstance(dropped[0], int):
+                top = max(top, dropped[0])
+        return int(top)
 
     def _loose_count(self, key: tuple[str, str]) -> int:
         if key not in self._loose:
