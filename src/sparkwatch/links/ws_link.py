@@ -18,11 +18,11 @@ from yarl import URL
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.http_reasons import host_port, unreachable_reason
 from sparkwatch.links.nodes_file import NodeSpec
+from sparkwatch.links.reasons import no_agent, not_an_agent, session_failure, unauthorized_reason
 from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Misaddressed, Misconfigured, Unauthorized
 from sparkwatch.links.stream import SampleSink, StreamIngest
 from sparkwatch.store import Damaged, Store, Unavailable, corrupt_or_none
 from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, TimeFrame, time_reply
-from sparkwatch_agent.config import DEFAULT_LISTEN
 from sparkwatch_agent.shared.auth import TokenFileError, load_token
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 from sparkwatch_agent.shared.http import AGENT_SERVER, other_service
@@ -47,44 +47,6 @@ MISCONFIGURED_RETRY_S = 60.0
 IDLE_OFFSET_EVERY_S = 60.0
 #: The shortest wait for the next message while samples are held.
 MIN_WAIT_S = 0.05
-
-
-def unauthorized_reason(spec: NodeSpec) -> str:
-    """Why an agent answered 401, naming the token file this node sent (or that it sent none): the two
-    mistakes are fixed in different places."""
-    if spec.token_file is None:
-        return "the agent requires a token (HTTP 401) and none is set; check token_file in nodes.toml"
-    return f"the agent refused the token in {spec.token_file} (HTTP 401); check token_file in nodes.toml"
-
-
-def not_an_agent(spec: NodeSpec, service: str) -> str:
-    """Why a node's address is refused when another sparkwatch service answers there (a coordinator's
-    port in nodes.toml): the setting to fix, in URL or SSH tunnel mode."""
-    return f"a {service} answers at {_where(spec)}, not an agent: check nodes.toml{_AGENT_PORT}"
-
-
-def _where(spec: NodeSpec) -> str:
-    """The nodes.toml setting that names where the agent is: its url, or the port an SSH tunnel reaches."""
-    return f"url {spec.url}" if spec.url is not None else f"agent_port {spec.agent_port}"
-
-
-_AGENT_PORT = f" (an agent listens on {DEFAULT_LISTEN.rsplit(':', 1)[1]} unless its --listen says otherwise)"
-
-
-def _no_agent(spec: NodeSpec, what: str) -> LinkError:
-    """An answer to /v1/time no agent gives (a 404, a web page, bytes that are not HTTP): what it was."""
-    return LinkError(f"{what}: no sparkwatch agent answers at {_where(spec)}; check nodes.toml{_AGENT_PORT}")
-
-
-def _session_failure(exc: BaseException) -> str:
-    """A session's end in one line: our own errors as they say it, aiohttp's and the system's in words."""
-    if isinstance(exc, LinkError):
-        return str(exc)
-    if isinstance(exc, aiohttp.ClientError):
-        return unreachable_reason(exc)
-    if isinstance(exc, TimeoutError):
-        return "no answer in time"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 _STREAM_ENDS = frozenset(
@@ -183,7 +145,7 @@ class WsLink:
             Unavailable,
             Damaged,
         ) as exc:
-            error = str(corrupt_or_none(exc, self._store.path) or _session_failure(exc))
+            error = str(corrupt_or_none(exc, self._store.path) or session_failure(exc))
         except Exception as exc:  # a bug or a store failure must not end collection for good
             if (corrupt := corrupt_or_none(exc, self._store.path)) is None:  # damage: one line
                 log.exception("node %s: link failed", self.spec.name)
@@ -315,11 +277,11 @@ class WsLink:
                 if r.status == 401:
                     raise Unauthorized(unauthorized_reason(self.spec))
                 if r.status == 404:
-                    raise _no_agent(self.spec, "/v1/time answered 404")
+                    raise no_agent(self.spec, "/v1/time answered 404")
                 if r.status != 200:
                     raise LinkError(f"/v1/time answered {r.status}")
                 if r.content_type != "application/json":  # aiohttp says application/octet-stream of none
-                    raise _no_agent(self.spec, f"/v1/time answered {r.content_type}")
+                    raise no_agent(self.spec, f"/v1/time answered {r.content_type}")
                 return time_reply(await r.json())
         except aiohttp.ConnectionTimeoutError:  # a TimeoutError too: nothing took the connection
             where = host_port(URL(url).host or "", URL(url).port)
@@ -327,7 +289,7 @@ class WsLink:
         except TimeoutError:  # the connection taken, no answer
             raise LinkError(f"/v1/time gave no answer within {PROBE_TIMEOUT_S:g} s") from None
         except aiohttp.ClientResponseError as exc:  # bytes aiohttp's parser refused: not an HTTP server
-            raise _no_agent(self.spec, f"answered what is not HTTP ({parser_problem(exc.message)})") from None
+            raise no_agent(self.spec, f"answered what is not HTTP ({parser_problem(exc.message)})") from None
 
     def _record_offset(self, boot: str, offset: ClockOffset) -> None:
         """The round's estimate stamps what comes next (remote write) and is stored; while no run wants
