@@ -415,3 +415,25 @@ def test_a_damaged_seq_is_said_as_damage_beside_a_kept_top(tmp_path: pathlib.Pat
     with pytest.raises(Damaged):
         again.last_seq("n1", "b1")
     again.close()
+
+
+def test_a_block_whose_id_was_taken_again_between_steps_is_not_dropped(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass chooses its blocks, then drops them a step at a time; a link merging its small blocks in
+    between may get a freed id for the merged block (no AUTOINCREMENT), which a later step then dropped by
+    that id, fresh samples and all. A block is dropped only while it is still the one chosen."""
+    monkeypatch.setattr(retention, "DROP_BLOCKS", 1)  # a step per block: room to change one in between
+    store = Store(tmp_path / "sw.db", now_ns=lambda: T0 + 3 * HOUR)
+    ingest_hours(store, 0, 2)
+    db = store._db
+    ids = [i for (i,) in db.execute("SELECT id FROM sample_blocks ORDER BY id")]
+    assert len(ids) >= 3
+    steps = retention.drop_idle(db, before_ns=T0 + 10 * HOUR)
+    assert next(steps) == 1  # the first chosen block dropped
+    with db:  # the last chosen id now holds another block (other bounds), as a merge would leave it
+        db.execute("UPDATE sample_blocks SET wall_first_ns = wall_first_ns + 1 WHERE id = ?", (ids[-1],))
+    dropped = 1 + sum(steps)
+    assert [i for (i,) in db.execute("SELECT id FROM sample_blocks")] == [ids[-1]]
+    assert dropped == len(ids) - 1
+    store.close()

@@ -177,12 +177,21 @@ def _drop_blocks(db: sqlite3.Connection, rows: list[tuple[int, int, int]], live:
                 rest = doomed[at:]
                 doomed = np.concatenate([doomed[:at], rest[~covered(first[rest], last[rest], live.spans)]])
             chunk = doomed[at : at + DROP_BLOCKS]
-            dropped = ids[chunk].tolist()  # DROP_BLOCKS at most: as many parameters
-            tops = db.execute(_DROPPED_TOPS.format(ids=",".join("?" * len(dropped))), dropped).fetchall()
-            db.executemany(_KEEP_TOP, tops)
+            dropped = _still_placed(db, ids[chunk], first[chunk], last[chunk])
+            marks = ",".join("?" * len(dropped))  # DROP_BLOCKS at most: as many parameters
+            db.executemany(_KEEP_TOP, db.execute(_DROPPED_TOPS.format(ids=marks), dropped).fetchall())
             db.executemany("DELETE FROM sample_blocks WHERE id = ?", [(i,) for i in dropped])
         at += len(chunk)
-        yield len(chunk)
+        yield len(dropped)
+
+
+def _still_placed(db: sqlite3.Connection, ids: np.ndarray, first: np.ndarray, last: np.ndarray) -> list[int]:
+    """Of blocks chosen before this step, those that still are what was chosen (the same bounds under the
+    same id). A link merges its small blocks meanwhile, and SQLite may give the merged block a freed id:
+    dropped by its old id, its fresh samples went with it."""
+    chosen = dict(zip(ids.tolist(), zip(first.tolist(), last.tolist(), strict=True), strict=True))
+    now = db.execute(f"SELECT * FROM ({_PLACED}) WHERE id IN ({','.join('?' * len(chosen))})", list(chosen))
+    return [i for i, low, high in now.fetchall() if chosen.get(i) == (low, high)]
 
 
 def _drop_timed(db: sqlite3.Connection, between: tuple[int | None, int], live: LiveSpans) -> Iterator[int]:
