@@ -18,7 +18,7 @@ import pytest
 
 from helpers.cli import nodes_toml, sparkwatch
 from helpers.frames import T0, S, sample_frame
-from helpers.processes import TOKEN, Coordinator, free_port, wait_connected
+from helpers.processes import TOKEN, Coordinator, alive, free_port, wait_connected, wait_for_file
 from sparkwatch.core.windows import Window
 from sparkwatch.store import Store
 from sparkwatch.store.run_rows import RunRow
@@ -150,18 +150,11 @@ def _start_run(tmp_path: pathlib.Path, nodes: str, *command: str) -> subprocess.
     )  # fmt: skip
 
 
-def _wait_for(path: pathlib.Path, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-
-
 def test_ctrl_c_ends_the_run_with_its_export(tmp_path: pathlib.Path, agent_factory: Any) -> None:
     agent = agent_factory("--backend", "sim", "--node", "n0")
     started = tmp_path / "started"
     proc = _start_run(tmp_path, str(nodes_toml(tmp_path, [agent])), "sh", "-c", f"touch {started}; sleep 60")
-    _wait_for(started)
+    wait_for_file(started)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
@@ -203,7 +196,7 @@ def test_a_second_ctrl_c_quits_at_once_kills_the_command_and_keeps_the_data(
     pid_file = tmp_path / "pid"
     stubborn = f'trap "" INT; sleep 120 & echo $! > {pid_file}; wait'  # ignores the first Ctrl-C
     proc = _start_run(tmp_path, str(nodes_toml(tmp_path, [agent])), "sh", "-c", stubborn)
-    _wait_for(pid_file)
+    wait_for_file(pid_file)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
@@ -215,7 +208,7 @@ def test_a_second_ctrl_c_quits_at_once_kills_the_command_and_keeps_the_data(
     _no_traceback(stderr)
     sleeper = int(pid_file.read_text())
     deadline = time.monotonic() + 5
-    while _alive(sleeper):  # killed with its group (reaped by init a moment later)
+    while alive(sleeper):  # killed with its group (reaped by init a moment later)
         assert time.monotonic() < deadline, "the command's child outlived sparkwatch"
         time.sleep(0.05)
     kept = [line for line in stderr.splitlines() if "the run's database is kept at" in line]
@@ -238,14 +231,6 @@ def test_a_second_ctrl_c_quits_at_once_kills_the_command_and_keeps_the_data(
         (tmp_path / "r.json").read_text()  # no export: it quit at once
     lease = json.loads(_get(f"{agent.url}/v1/interval"))
     assert lease["leases"] == []  # released on the way out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _get(url: str) -> bytes:
@@ -425,7 +410,7 @@ def test_a_coordinator_lost_mid_run_is_exit_4_and_said_in_json(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
-        _wait_for(started)
+        wait_for_file(started)
         coord.kill9()  # the run can be neither ended nor exported
         stdout, stderr = proc.communicate(timeout=60)
     finally:

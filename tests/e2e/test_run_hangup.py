@@ -17,6 +17,7 @@ import urllib.request
 from typing import Any
 
 from helpers.cli import nodes_toml
+from helpers.processes import alive, wait_for_file
 
 S_WAIT = 60.0
 
@@ -35,13 +36,6 @@ def _env(tmp_path: pathlib.Path) -> dict[str, str]:
     }
 
 
-def _wait_for(path: pathlib.Path) -> None:
-    deadline = time.monotonic() + S_WAIT
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-
-
 def _exit_status(pid: int) -> int:
     deadline = time.monotonic() + S_WAIT
     while True:
@@ -50,14 +44,6 @@ def _exit_status(pid: int) -> int:
             return os.waitstatus_to_exitcode(status)
         assert time.monotonic() < deadline, "run did not end"
         time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 def _leases(agent: Any) -> list[Any]:
@@ -76,7 +62,7 @@ def test_a_terminal_hangup_ends_the_run_with_its_export(tmp_path: pathlib.Path, 
     if pid == 0:
         os.execve(argv[0], argv, env)
     try:
-        _wait_for(pid_file)
+        wait_for_file(pid_file, S_WAIT)
         time.sleep(0.5)
     finally:
         os.close(terminal)  # the session drops: the kernel sends SIGHUP, and writes to the terminal fail
@@ -88,7 +74,7 @@ def test_a_terminal_hangup_ends_the_run_with_its_export(tmp_path: pathlib.Path, 
     assert export["run"]["t_end_ns"] is not None
     sleeper = int(pid_file.read_text())
     deadline = time.monotonic() + 5
-    while _alive(sleeper):
+    while alive(sleeper):
         assert time.monotonic() < deadline, "the benchmark outlived the hangup"
         time.sleep(0.05)
     assert _leases(agent) == []
@@ -109,7 +95,7 @@ def test_a_signal_the_shell_left_ignored_stays_ignored(tmp_path: pathlib.Path, a
         env=_env(tmp_path),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509 — as a shell does
     )
-    _wait_for(started)
+    wait_for_file(started, S_WAIT)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)

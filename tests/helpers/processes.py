@@ -179,3 +179,20 @@ def sim_load(agent: Any, util: float, **more: Any) -> None:
         headers={"Content-Type": "application/json"},
     )
     urllib.request.urlopen(req, timeout=5).read()
+
+
+def wait_for_file(path: pathlib.Path, timeout_s: float = 30.0) -> None:
+    """Until ``path`` exists (a wrapped command's marker that it has started)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
