@@ -31,7 +31,7 @@ def sample(seq: int, boot: str = "b1", power: float | None = 5.0) -> SampleFrame
 
 def test_schema_version_and_wal(tmp_path: pathlib.Path) -> None:
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == len(MIGRATIONS) == 12
+    assert store.schema_version == len(MIGRATIONS) == 13
     store.close()
     mode = sqlite3.connect(tmp_path / "sw.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
@@ -48,7 +48,7 @@ def test_a_version_1_database_is_migrated_keeping_its_windows(tmp_path: pathlib.
     db.commit()
     db.close()
     store = Store(tmp_path / "sw.db")
-    assert store.schema_version == len(MIGRATIONS) == 12
+    assert store.schema_version == len(MIGRATIONS) == 13
     (old,) = store.windows("r1")
     assert (old.prompt_tokens, old.completion_tokens, old.reasoning_tokens, old.http_status) == (
         3,

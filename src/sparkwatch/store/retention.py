@@ -38,16 +38,19 @@ TIMED_TABLES = (
 #: Timed rows deleted per transaction.
 DROP_ROWS = 5000
 _NEVER = 2**63 - 1
+#: A run ``r``'s start and end and its windows' first start and last end: each of the last two one seek in
+#: its index (schema 13; a file older than that, read as it is, reads the run's windows).
+_SPAN_COLUMNS = (
+    "r.t_start_ns, r.t_end_ns, (SELECT MIN(t_start_ns) FROM windows WHERE run_id = r.id),"
+    " (SELECT MAX(t_end_ns) FROM windows WHERE run_id = r.id)"
+)
 
 Span = tuple[int, int]
 
 
 def run_spans(db: sqlite3.Connection, *, skip_damaged: bool = False) -> dict[str, Span]:
     """Each live run's span (not widened); a damaged row is a ``Damaged`` error, or left out."""
-    rows = db.execute(
-        "SELECT r.id, r.t_start_ns, r.t_end_ns, MIN(w.t_start_ns), MAX(w.t_end_ns) FROM runs r"
-        " LEFT JOIN windows w ON w.run_id = r.id WHERE r.deleted_at_ns IS NULL GROUP BY r.id"
-    ).fetchall()
+    rows = db.execute(f"SELECT r.id, {_SPAN_COLUMNS} FROM runs r WHERE r.deleted_at_ns IS NULL").fetchall()
     spans: dict[str, Span] = {}
     for row in rows:
         try:
@@ -134,11 +137,7 @@ class LiveSpans:
 
 def span_of(db: sqlite3.Connection, run_id: str) -> Span | None:
     """One run's span, live or deleted, as :func:`run_spans` makes it; None for no such run."""
-    row = db.execute(
-        "SELECT r.t_start_ns, r.t_end_ns, (SELECT MIN(t_start_ns) FROM windows WHERE run_id = r.id),"
-        " (SELECT MAX(t_end_ns) FROM windows WHERE run_id = r.id) FROM runs r WHERE r.id = ?",
-        (run_id,),
-    ).fetchone()
+    row = db.execute(f"SELECT {_SPAN_COLUMNS} FROM runs r WHERE r.id = ?", (run_id,)).fetchone()
     return None if row is None else _span(run_id, *row)
 
 

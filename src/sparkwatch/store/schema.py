@@ -224,4 +224,12 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE boots ADD COLUMN seq_dropped INTEGER;
     """,
+    # 13: a run's windows by start and by end, so that its span (with its first window's start and its last
+    # window's end: what retention keeps, what `GET /v1/runs` sizes, what a delete drops) is two index
+    # seeks. It read every window of every run: 1.2 s for one run of 3 M windows, on each list of the runs
+    # and each retention pass, and again before a delete answered.
+    """
+    CREATE INDEX windows_by_start ON windows (run_id, t_start_ns);
+    CREATE INDEX windows_by_end ON windows (run_id, t_end_ns);
+    """,
 )

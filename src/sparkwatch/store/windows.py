@@ -229,9 +229,19 @@ def drop_open_imports(db: sqlite3.Connection) -> list[str]:
 
 
 def count(db: sqlite3.Connection, run_id: str) -> int:
-    return int(
-        db.execute(f"SELECT COUNT(*) FROM windows WHERE run_id = ? AND {_VISIBLE}", (run_id,)).fetchone()[0]
-    )
+    """The live run's windows that reads see: all its rows, counted in its key's index alone, less those
+    staged in its imports not committed, counted in theirs. Filtering each row as :data:`_VISIBLE` does read
+    every row: ~5 s for a 15 M-window run, before a delete answered. (A window naming an import that is not
+    there, a row edited outside sparkwatch, is counted here; :func:`read` refuses such a run.)"""
+    if db.execute(f"SELECT 1 FROM runs WHERE id = ? AND id IN {LIVE_RUNS}", (run_id,)).fetchone() is None:
+        return 0
+    (rows,) = db.execute("SELECT COUNT(*) FROM windows WHERE run_id = ?", (run_id,)).fetchone()
+    (staged,) = db.execute(
+        "SELECT COUNT(*) FROM windows WHERE import_id IS NOT NULL AND import_id IN"
+        " (SELECT id FROM imports WHERE run_id = ? AND committed IS NOT 1)",
+        (run_id,),
+    ).fetchone()
+    return int(rows) - int(staged)
 
 
 def read(db: sqlite3.Connection, run_id: str) -> list[Window]:

@@ -192,7 +192,7 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def get_run(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
-    run, windows = coord.run(request.match_info["run_id"])
+    run, windows = await coord.run(request.match_info["run_id"])
     return web.json_response({**run.to_json(), "windows": windows})
 
 
