@@ -10,7 +10,6 @@ from typing import Any
 from sparkwatch import __version__
 from sparkwatch.cli_parser_runs import add_export_parser, add_runs_parser, method_args
 from sparkwatch.cli_types import (
-    Once,
     agent_urls,
     basic_auth_user,
     coordinator_args,
@@ -105,7 +104,6 @@ def _remote_write_args(coord: argparse.ArgumentParser) -> None:
     rw.add_argument(
         "--remote-write",
         type=remote_write_url,
-        action=Once,
         metavar="URL",
         help="also send every stored sample to this Prometheus remote-write receiver (one), e.g."
         " http://prom:9090/api/v1/write",

@@ -196,18 +196,6 @@ READ_ENDPOINTS = tuple(
 )
 
 
-class Once(argparse.Action):
-    """A flag that may be given once: argparse keeps the last of a repeated flag, which would silently drop
-    the first value (a second --remote-write URL replaced the first)."""
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
-    ) -> None:
-        if getattr(namespace, self.dest, None) is not None:
-            raise argparse.ArgumentError(self, "may be given only once")
-        setattr(namespace, self.dest, values)
-
-
 def listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[v6]:PORT``; port 0 picks a free one. Read as the agent and the coordinator read
     theirs (one parser: this one let ``h:1:2`` through as host ``h:1``)."""

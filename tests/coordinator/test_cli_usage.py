@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,6 +80,61 @@ def test_the_agents_unknown_flag_is_one_line_under_its_subcommand(
     assert exited.value.code == 2
     prog = "sparkwatch-agent serve"
     assert err == f"{prog}: error: unrecognized arguments: --bogus (see `{prog} --help`)\n"
+
+
+@pytest.mark.parametrize(
+    ("main_of", "argv", "line"),
+    [
+        (  # argparse kept the last: a day of idle samples where the first said a month
+            main,
+            ["coordinator", "--nodes", "n.toml", "--retain-idle", "30d", "--retain-idle", "1d"],
+            "sparkwatch coordinator: error: argument --retain-idle: may be given only once",
+        ),
+        (
+            main,
+            ["export", "--db", "a.db", "--db=b.db"],
+            "sparkwatch export: error: argument --db: may be given",
+        ),
+        (
+            main,
+            ["export", "--db", "a.db", "--d", "b.db"],
+            "sparkwatch export: error: argument --db: may be given",
+        ),
+        (
+            main,
+            ["runs", "list", "--coordinator", "http://a:1", "--coordinator", "http://b:1"],
+            "argument --coord",
+        ),
+        (  # typed before the subcommand and after it: two namespaces, the second had replaced the first
+            main,
+            ["--log-level", "debug", "coordinator", "--nodes", "n.toml", "--log-level", "info"],
+            "sparkwatch: error: argument --log-level: may be given only once (here before the command",
+        ),
+        (
+            agent_main,
+            ["serve", "--listen", "127.0.0.1:1", "--listen", "127.0.0.1:2"],
+            "sparkwatch-agent serve: ",
+        ),
+    ],
+)
+def test_a_flag_that_takes_one_value_refuses_a_second(
+    main_of: Any, argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main_of(argv)
+    err = capsys.readouterr().err
+    assert (
+        exited.value.code == 2 and line in err and "may be given only once" in err and err.count("\n") == 1
+    ), err
+
+
+def test_a_flag_that_repeats_on_purpose_still_does() -> None:
+    args = make_parser().parse_args(
+        ["run", "--import", "plain:a.json", "--import", "aiperf:b.json", "--", "true"]
+    )
+    assert args.imports == ["plain:a.json", "aiperf:b.json"]
+    args = make_parser().parse_args(["--log-level", "debug", "coordinator", "--nodes", "n.toml"])
+    assert args.log_level == "debug" and args.nodes == Path("n.toml")  # one place or the other: taken
 
 
 def test_a_command_after_the_double_dash_keeps_its_own_flags() -> None:

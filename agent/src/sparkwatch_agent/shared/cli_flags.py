@@ -5,18 +5,62 @@ argparse prints the parser's whole usage (up to a dozen lines for `sparkwatch ru
 user who typed one wrong flag needs the error, and the place to read the rest. argparse's top-level parser
 also reports an unknown flag under the program's name wherever it was typed; each subcommand parser here
 carries itself as the ``subparser`` default, so the refusal can name the subcommand a flag was typed after
-— and the program, for one typed before the subcommand."""
+— and the program, for one typed before the subcommand. A flag that takes one value refuses a second
+(argparse keeps the last in silence: `--retain-idle 30d … --retain-idle 1d` from a wrapper and its caller
+kept a day of idle samples where the first said a month)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
+
+#: Where :class:`StoreOnce` keeps the flags given so far, in the namespace being parsed (not an identifier:
+#: no ``args.NAME`` reads it).
+_GIVEN = "flags given"
+
+
+class StoreOnce(argparse._StoreAction):
+    """argparse's ``store``, refusing the flag a second time (a flag repeated on purpose is ``append``)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        given: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
+        if self.dest in given:
+            raise argparse.ArgumentError(self, "may be given only once")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option)
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """argparse's subcommands, refusing a flag typed both before the subcommand and after it (``--log-level``
+    is taken in either place): the subcommand's flags are parsed into a namespace of their own, which
+    then replaces what was set before."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        before: set[str] = set(namespace.__dict__.get(_GIVEN, ()))
+        super().__call__(parser, namespace, values, option)
+        after: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
+        twice = sorted(before & after)
+        if twice:
+            flag = next(a for a in parser._actions if a.dest == twice[0])
+            raise argparse.ArgumentError(flag, "may be given only once (here before the command and after)")
+        after |= before
 
 
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr, exit 2: ``PROG CMD: error: WHAT (see `PROG CMD
-    --help`)``. Its subcommand parsers are of this class too (``add_subparsers`` makes its own type)."""
+    --help`)``. Its subcommand parsers are of this class too (``add_subparsers`` makes its own type), and
+    its flags that take a value take it once (:class:`StoreOnce`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in (None, "store"):  # None: what ``add_argument`` without an action stands for
+            self.register("action", name, StoreOnce)
+        self.register("action", "parsers", _Commands)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
