@@ -199,6 +199,9 @@ class _Steady:
     async def read(self, session: aiohttp.ClientSession) -> Reading:
         return Reading(power_w=120.0, energy_j=None)
 
+    def waiting_for(self) -> str | None:
+        return None
+
     async def close(self, session: aiohttp.ClientSession) -> None:
         pass
 

@@ -93,6 +93,9 @@ class _Buggy:
     async def read(self, session: aiohttp.ClientSession) -> Reading:
         raise TypeError("'int' object is not iterable")
 
+    def waiting_for(self) -> str | None:
+        return None
+
     async def close(self, session: aiohttp.ClientSession) -> None:
         pass
 

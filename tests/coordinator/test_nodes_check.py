@@ -101,8 +101,8 @@ def test_the_command_against_real_agents(tmp_path: pathlib.Path, agent_factory: 
     agent = agent_factory("--backend", "sim", "--node", "sim-1")
     nodes = tmp_path / "nodes.toml"
     nodes.write_text(f'[nodes.sim-1]\nurl = "ws://127.0.0.1:{agent.port}"\n')
-    cli = [sys.executable, "-m", "sparkwatch", "nodes", "check", "--nodes", str(nodes), "--wait", "10"]
-    result = subprocess.run([*cli, "--json"], capture_output=True, text=True, timeout=60)
+    cli = [sys.executable, "-m", "sparkwatch", "nodes", "check", "--nodes", str(nodes)]
+    result = subprocess.run([*cli, "--wait", "10", "--json"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     (report,) = json.loads(result.stdout)["nodes"]
     assert report["reachable"] and report["memory_model"] == "unified" and report["ok"]

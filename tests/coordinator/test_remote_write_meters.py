@@ -40,6 +40,9 @@ class Scripted:
             raise step
         return step
 
+    def waiting_for(self) -> str | None:
+        return None
+
     async def close(self, session: aiohttp.ClientSession) -> None:
         pass
 

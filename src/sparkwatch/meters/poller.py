@@ -49,6 +49,10 @@ async def json_answer(response: aiohttp.ClientResponse, kind: str) -> Any:
 class MeterReader(Protocol):
     async def read(self, session: aiohttp.ClientSession) -> Reading: ...
 
+    def waiting_for(self) -> str | None:
+        """What a read cut short by the poll's timeout left going on (a Redfish login or search), if any."""
+        ...
+
     async def close(self, session: aiohttp.ClientSession) -> None:
         """Let go of what the reader holds on the meter (a Redfish session) at the stop."""
         ...
@@ -129,7 +133,8 @@ class MeterPoller:
             async with asyncio.timeout(max(MIN_TIMEOUT_S, TIMEOUT_INTERVALS * spec.interval_s)):
                 reading = await self._reader.read(session)
         except TimeoutError:
-            self._failed(t0, "no answer within the timeout")
+            going_on = self._reader.waiting_for()
+            self._failed(t0, "no answer within the timeout" + (f": {going_on}" if going_on else ""))
             return
         except aiohttp.ClientConnectorError as exc:  # aiohttp's words say "ssl:default" of plain http too
             self._failed(t0, f"cannot connect to {host_port(exc.host, exc.port)}: {unreachable_reason(exc)}")

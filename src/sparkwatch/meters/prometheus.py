@@ -41,6 +41,9 @@ class PrometheusMeter:
                 )
         return Reading(power_w=_one_value(body.get("data")))
 
+    def waiting_for(self) -> str | None:
+        return None  # one request a poll: nothing outlives it
+
     async def close(self, session: aiohttp.ClientSession) -> None:
         """Nothing held: each query stands alone."""
 

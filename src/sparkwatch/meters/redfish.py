@@ -13,6 +13,12 @@ With credentials it opens a Redfish session (``POST`` to the service root's ``Li
 ``UserName``/``Password``, then the ``X-Auth-Token`` header) and falls back to HTTP basic auth when the
 service hands out no token. Nothing of a credential is logged, stored or exported.
 
+The chassis' resource is found once, in a task of its own that outlives a poll's timeout (four requests one
+after another: at 0.6 s each, a BMC had never given a reading at the default 1 s poll, every poll beginning
+again), and looked for again after a read that failed. When ``Power`` stands in for an EnvironmentMetrics
+without a usable reading (another sensor, maybe), that is logged, and EnvironmentMetrics is tried again every
+``PREFERRED_RETRY_S``.
+
 Credentials the BMC refused are not offered again for ``REFUSED_RETRY_S`` unless the password file changes:
 a BMC locks an account after a few failed logins (``AccountService.AccountLockoutThreshold``), and a poll a
 second would lock out the operator's account too.
@@ -24,6 +30,7 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,10 +46,21 @@ from sparkwatch.meters.readings import MeterError, Reading, number, with_counter
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch_agent.shared.strict_text import cut_short
 
+log = logging.getLogger(__name__)
+
 ROOT = "/redfish/v1/"
 KWH_J = 3.6e6
 #: How long refused credentials rest before they are offered again (unless the password file changes).
 REFUSED_RETRY_S = 300.0
+#: How long finding the chassis' power resource may take in all, over as many polls as it needs.
+DISCOVERY_TIMEOUT_S = 30.0
+#: How long ``Power`` stands in for an EnvironmentMetrics without a usable reading before it is tried again.
+PREFERRED_RETRY_S = 300.0
+#: The resources a reading is read from, as the log names them.
+_READINGS = {
+    "env": "EnvironmentMetrics PowerWatts.Reading",
+    "power": "Power PowerControl[0].PowerConsumedWatts",
+}
 
 
 class RedfishMeter:
@@ -59,14 +77,15 @@ class RedfishMeter:
         self._session_url: str | None = None  # the session's resource, deleted at the stop (a logout)
         self._basic_accepted = False  # basic auth's pair was answered once (not refused)
         self._reading_path: tuple[str, str] | None = None  # ("env" | "power", path)
+        self._discovery: asyncio.Future[tuple[str, str]] | None = None  # finding it, across polls
+        self._read_kind: str | None = None  # the kind found last (the log says when it changes)
+        self._stand_in_since: float | None = None  # when Power was chosen over an unusable EnvironmentMetrics
 
     async def read(self, session: aiohttp.ClientSession) -> Reading:
         if self._spec.username is not None and not self._logged_in:
             await self._one_login(session)
         try:
-            if self._reading_path is None:
-                self._reading_path = await self._discover(session)
-            kind, path = self._reading_path
+            kind, path = await self._resource(session)
             try:
                 body = await self._get(session, path)
             except MeterError:
@@ -78,6 +97,46 @@ class RedfishMeter:
                 self._logged_in = False  # the next poll checks the back-off before offering them again
             raise
         return _environment(body) if kind == "env" else _power_control(body)
+
+    def waiting_for(self) -> str | None:
+        """What a poll that timed out left going on, which the next poll waits for."""
+        if self._login_task is not None and not self._login_task.done():
+            return "the redfish login goes on (the next poll waits for it)"
+        if self._discovery is not None and not self._discovery.done():
+            return "the search for redfish's power reading goes on (the next poll waits for it)"
+        return None
+
+    async def _resource(self, session: aiohttp.ClientSession) -> tuple[str, str]:
+        """Where the reading is: found once, in a task shielded from the poll's timeout (a slow BMC's next
+        poll waits for the same search), again after a failed read, and while ``Power`` stands in for an
+        unusable EnvironmentMetrics, again every ``PREFERRED_RETRY_S``."""
+        found, since = self._reading_path, self._stand_in_since
+        if found is not None and (since is None or self._monotonic() - since < PREFERRED_RETRY_S):
+            return found
+        if self._discovery is None or self._discovery.done():
+            self._discovery = asyncio.ensure_future(self._find(session))
+            self._discovery.add_done_callback(_retrieved)
+        return await asyncio.shield(self._discovery)
+
+    async def _find(self, session: aiohttp.ClientSession) -> tuple[str, str]:
+        try:
+            async with asyncio.timeout(DISCOVERY_TIMEOUT_S):
+                kind, path, stand_in = await self._discover(session)
+        except TimeoutError:
+            raise MeterError(
+                f"redfish did not show the way to the chassis' power reading within {DISCOVERY_TIMEOUT_S:g} s"
+            ) from None
+        if stand_in and (self._read_kind != kind or self._stand_in_since is None):
+            log.warning(
+                "redfish meter at %s: EnvironmentMetrics has no usable PowerWatts.Reading; reading %s instead"
+                " (maybe another sensor), and EnvironmentMetrics again in %g s",
+                *(self._base, _READINGS[kind], PREFERRED_RETRY_S),
+            )
+        elif self._read_kind not in (None, kind):
+            log.warning("redfish meter at %s: reading %s again", self._base, _READINGS[kind])
+        self._stand_in_since = self._monotonic() if stand_in else None
+        self._reading_path, self._read_kind = (kind, path), kind
+        return kind, path
 
     def _unanswered(self) -> str:
         return (
@@ -208,7 +267,8 @@ class RedfishMeter:
             ):
                 pass
 
-    async def _discover(self, session: aiohttp.ClientSession) -> tuple[str, str]:
+    async def _discover(self, session: aiohttp.ClientSession) -> tuple[str, str, bool]:
+        """The reading's kind and path, and whether ``Power`` stands in for EnvironmentMetrics."""
         root = await self._get(session, ROOT)
         collection = _link(root, "Chassis")
         if collection is None:
@@ -231,9 +291,9 @@ class RedfishMeter:
         if environment is not None:
             body = await self._get(session, environment)
             if _usable(_member(body, "PowerWatts").get("Reading")) or power is None:
-                return ("env", environment)
+                return ("env", environment, False)
         if power is not None:
-            return ("power", power)
+            return ("power", power, environment is not None)
         raise MeterError(f"redfish chassis {chosen or paths[0]} has neither EnvironmentMetrics nor Power")
 
 
@@ -247,8 +307,9 @@ def _not_redirected(response: aiohttp.ClientResponse, path: str) -> None:
         )
 
 
-def _retrieved(task: asyncio.Future[None]) -> None:
-    """A login no poll waited for to the end: its failure is counted (the back-off), not left unretrieved."""
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A login or a search no poll waited for to the end: its failure is counted (a login's back-off) or
+    looked for again at the next poll, not left unretrieved."""
     if not task.cancelled():
         task.exception()
 

@@ -53,6 +53,9 @@ class ShellyMeter:
         ) as response:
             return await _answer(response, self._password_file is not None)
 
+    def waiting_for(self) -> str | None:
+        return None  # one request a poll: nothing outlives it
+
     async def close(self, session: aiohttp.ClientSession) -> None:
         """Nothing held: digest auth keeps no session on the plug."""
 

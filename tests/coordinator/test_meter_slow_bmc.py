@@ -1,0 +1,119 @@
+"""A Redfish BMC as real ones are: slow to answer (0.5–1.5 s a request is common), and with two resources
+that may be two sensors. A loopback BMC that takes longer for the four requests to its power reading than
+a poll's timeout still gives readings (the search outlives the poll, the next poll waits for it, and the
+failed polls meanwhile say so), and a reading taken from ``Power`` because EnvironmentMetrics had none is
+logged, as is the return to EnvironmentMetrics, which is tried again after ``PREFERRED_RETRY_S``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from helpers.loopback import served
+from helpers.meter_sink import Sink
+from sparkwatch.meters import poller as meter_poller
+from sparkwatch.meters import redfish
+from sparkwatch.meters.poller import MeterPoller
+from sparkwatch.meters.redfish import RedfishMeter
+from sparkwatch.meters.spec import MeterSpec
+
+T0 = 1_800_000_000_000_000_000
+CHASSIS = "/redfish/v1/Chassis/1U"
+
+
+def resources(environment_w: Any) -> dict[str, Any]:
+    return {
+        "/redfish/v1/": {"Chassis": {"@odata.id": "/redfish/v1/Chassis"}},
+        "/redfish/v1/Chassis": {"Members": [{"@odata.id": CHASSIS}]},
+        CHASSIS: {
+            "EnvironmentMetrics": {"@odata.id": f"{CHASSIS}/EnvironmentMetrics"},
+            "Power": {"@odata.id": f"{CHASSIS}/Power"},
+        },
+        f"{CHASSIS}/EnvironmentMetrics": {"PowerWatts": {"Reading": environment_w}},
+        f"{CHASSIS}/Power": {"PowerControl": [{"PowerConsumedWatts": 344}]},
+    }
+
+
+def bmc(answers: dict[str, Any], asked: Counter[str], delay_s: float = 0.0) -> web.Application:
+    async def get(request: web.Request) -> web.Response:
+        asked[request.path] += 1
+        await asyncio.sleep(delay_s)
+        if request.path not in answers:
+            return web.json_response({}, status=404)
+        return web.json_response(answers[request.path])
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", get)
+    return app
+
+
+def ticks() -> Any:
+    now = iter(range(T0, T0 + 10**15, 10**6))
+    return lambda: next(now)
+
+
+async def test_a_bmc_slower_than_a_polls_timeout_to_show_its_reading_still_gives_readings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """0.2 s a request, a 0.3 s timeout: each of the four requests of the search fits, all four do not
+    (at the default 1 s poll: 0.6 s a request against 2 s). The search was begun again by every poll."""
+    monkeypatch.setattr(meter_poller, "MIN_TIMEOUT_S", 0.3)
+    asked: Counter[str] = Counter()
+    async for url in served(bmc(resources(374), asked, delay_s=0.2)):
+        spec = MeterSpec("redfish", url, interval_s=0.1)
+        sink = Sink()
+        poller = MeterPoller("spark-1", spec, RedfishMeter(spec), sink, now_ns=ticks())
+        async with aiohttp.ClientSession() as session:
+            task = asyncio.create_task(poller.run(session))
+            try:
+                async with asyncio.timeout(5):
+                    while len(sink.readings) < 2:
+                        await asyncio.sleep(0.02)
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+    assert [r.power_w for r in sink.readings[:2]] == [374.0, 374.0]
+    assert asked["/redfish/v1/"] == 1  # one search, over as many polls as it took
+    said = Counter(error for _, _, error in sink.errors)  # the poll that waited on the search, then read
+    searching = (  # past its timeout, may be cut short on the read: that poll says so in the plain words
+        "no answer within the timeout: the search for redfish's power reading goes on"
+        " (the next poll waits for it)"
+    )
+    assert said[searching] >= 1 and set(said) <= {searching, "no answer within the timeout"}, said
+
+
+async def test_power_standing_in_for_environment_metrics_is_logged_and_the_preferred_tried_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    answers, asked = resources(None), Counter[str]()  # a null reading: EnvironmentMetrics has none now
+    clock = [100.0]
+    async for url in served(bmc(answers, asked)):
+        spec = MeterSpec("redfish", url)
+        sink = Sink()
+        reader = RedfishMeter(spec, monotonic=lambda: clock[0])
+        poller = MeterPoller("spark-1", spec, reader, sink, now_ns=ticks())
+        async with aiohttp.ClientSession() as session:
+            with caplog.at_level(logging.WARNING, logger=redfish.__name__):
+                await poller.poll_once(session)
+                answers[f"{CHASSIS}/EnvironmentMetrics"] = {"PowerWatts": {"Reading": 374}}
+                clock[0] += redfish.PREFERRED_RETRY_S - 1
+                await poller.poll_once(session)  # still the stand-in: the search is not made every poll
+                searches = asked["/redfish/v1/"]
+                clock[0] += 1
+                await poller.poll_once(session)
+                await poller.poll_once(session)
+    assert [r.power_w for r in sink.readings] == [344.0, 344.0, 374.0, 374.0] and sink.errors == []
+    assert searches == 1 and asked["/redfish/v1/"] == 2
+    said = [r.getMessage() for r in caplog.records if r.name == redfish.__name__]
+    assert said == [
+        f"redfish meter at {url}: EnvironmentMetrics has no usable PowerWatts.Reading; reading Power"
+        " PowerControl[0].PowerConsumedWatts instead (maybe another sensor), and EnvironmentMetrics again"
+        f" in {redfish.PREFERRED_RETRY_S:g} s",
+        f"redfish meter at {url}: reading EnvironmentMetrics PowerWatts.Reading again",
+    ]
