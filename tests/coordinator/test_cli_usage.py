@@ -135,6 +135,7 @@ def test_a_flag_that_repeats_on_purpose_still_does() -> None:
     assert args.imports == ["plain:a.json", "aiperf:b.json"]
     args = make_parser().parse_args(["--log-level", "debug", "coordinator", "--nodes", "n.toml"])
     assert args.log_level == "debug" and args.nodes == Path("n.toml")  # one place or the other: taken
+    assert make_parser().parse_args(["--log-level", "debug", "schema"]).log_level == "debug"  # no flag after
 
 
 def test_a_command_after_the_double_dash_keeps_its_own_flags() -> None:

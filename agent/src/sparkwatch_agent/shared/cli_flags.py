@@ -41,10 +41,10 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
     ) -> None:
-        before: set[str] = set(namespace.__dict__.get(_GIVEN, ()))
+        before: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
         super().__call__(parser, namespace, values, option)
-        after: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
-        twice = sorted(before & after)
+        after: set[str] = namespace.__dict__[_GIVEN]  # the subcommand's own, if it was given a flag
+        twice = sorted(before & after) if after is not before else []
         if twice:
             flag = next(a for a in parser._actions if a.dest == twice[0])
             raise argparse.ArgumentError(flag, "may be given only once (here before the command and after)")
