@@ -28,6 +28,7 @@ from sparkwatch.core.engine import (
     attach_engine,
     engine_export,
 )
+from sparkwatch.core.failures import Failures, Reason
 from sparkwatch.engines.families import FAMILIES
 from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.scrape import ScrapeError, read_page
@@ -198,7 +199,9 @@ async def _scraped(tmp_path: pathlib.Path, replay: EngineReplay, scrapes: int) -
 def _samples(store: Store, t_from: int, t_to: int) -> EngineSamples:
     rows = store.engine_rows(t_from - 100 * S, t_to + 100 * S)
     failed = store.engine_failure_times(t_from - 100 * S, t_to + 100 * S)
-    return EngineSamples.from_rows(rows, store.engine_errors(t_from, t_to), (t_from, t_to), failed_ns=failed)
+    inside = sum(t_from <= t <= t_to for t in failed)
+    failures = Failures.of(store.engine_reasons(t_from, t_to), inside)
+    return EngineSamples.from_rows(rows, failures, (t_from, t_to), failed_ns=failed)
 
 
 async def test_scripted_scrapes_give_each_window_its_gauges_counter_rates_and_spec_acceptance(
@@ -246,10 +249,9 @@ async def test_a_counter_that_went_down_and_a_failed_scrape_leave_unknowns(
                 await poller.scrape_once(session)
                 clock[0] += S
         assert poller.state.failures == 4 and poller.state.error is None  # answering again at 13 s
-    errors = store.engine_errors(T0, T0 + 20 * S)
-    assert [t for t, _ in errors] == [T0 + k * S for k in range(9, 13)] and errors[0][
-        1
-    ] == "the engine answered HTTP 503 Service Unavailable"
+    assert store.engine_reasons(T0, T0 + 20 * S) == [
+        Reason(T0 + 9 * S, T0 + 12 * S, 4, "the engine answered HTTP 503 Service Unavailable")
+    ]
     samples = _samples(store, T0, T0 + 13 * S)
     # across the restart at 6 s; after it; 3.5 s after the last answer; 1.2 s after it, the scrapes failing
     # … and one between the failed scrapes at 9 and 10 s: none inside it, the one before it failed
@@ -280,7 +282,10 @@ def test_an_engine_with_no_table_says_its_page_has_no_such_series_even_after_a_f
     """Its fields are never present: one failed scrape made every reason "no scrape succeeded"."""
     rows = [(T0 + k * S, None, 1.0, {}, {}, ("tgi_queue_size",)) for k in range(5)]
     samples = EngineSamples.from_rows(
-        rows, [(T0 + 5 * S, "timed out")], (T0, T0 + 5 * S), failed_ns=[T0 + 5 * S]
+        rows,
+        Failures((Reason(T0 + 5 * S, T0 + 5 * S, 1, "timed out"),)),
+        (T0, T0 + 5 * S),
+        failed_ns=[T0 + 5 * S],
     )
     starts, ends = np.array([T0 + S], np.int64), np.array([T0 + 3 * S], np.int64)
     scope, (window,) = engine_export(samples, starts, ends, starts, ends)
@@ -294,7 +299,10 @@ def test_an_engine_no_scrape_of_which_succeeded_says_so_in_every_window() -> Non
     decoding: the engine was never read at all."""
     failed = [T0 + k * S for k in range(5)]
     samples = EngineSamples.from_rows(
-        [], [(t, "cannot connect") for t in failed], (T0, T0 + 4 * S), failed_ns=failed
+        [],
+        Failures((Reason(failed[0], failed[-1], 5, "cannot connect"),)),
+        (T0, T0 + 4 * S),
+        failed_ns=failed,
     )
     starts, ends = np.array([T0 + S], np.int64), np.array([T0 + 3 * S], np.int64)
     scope, (window,) = engine_export(samples, starts, ends, starts, ends)
@@ -356,7 +364,7 @@ async def test_the_token_cross_check_notes_a_disagreement_beyond_two_percent(tmp
 
 def test_an_unknown_engine_lists_its_series_with_a_reason() -> None:
     rows = [(T0 + k * S, None, 1.0, {}, {}, ("tgi_queue_size",)) for k in range(4)]
-    samples = EngineSamples.from_rows(rows, [], (T0, T0 + 3 * S))
+    samples = EngineSamples.from_rows(rows, Failures(), (T0, T0 + 3 * S))
     scope, (window,) = engine_export(
         samples,
         *(np.array([t], np.int64) for t in (T0, T0 + 3 * S)),
@@ -382,9 +390,11 @@ async def test_a_bearer_token_is_sent_from_its_file_and_a_refusal_is_a_stored_re
             without = EnginePoller(engine_from_url(url), store, now_ns=lambda: T0 + S)
             await without.scrape_once(session)
     assert [r.family for r in store.engine_rows(T0, T0 + S)] == ["vllm"]
-    assert store.engine_errors(T0, T0 + S) == [(T0 + S, "the engine answered HTTP 401 Unauthorized")]
+    assert store.engine_reasons(T0, T0 + S) == [
+        Reason(T0 + S, T0 + S, 1, "the engine answered HTTP 401 Unauthorized")
+    ]
     assert without.state.to_json()["error"] == "the engine answered HTTP 401 Unauthorized"
-    assert "vllm-api-key-1" not in str(store.engine_errors(T0, T0 + S))
+    assert "vllm-api-key-1" not in str(store.engine_reasons(T0, T0 + S))
     store.close()
 
 
@@ -417,8 +427,8 @@ async def test_a_redirect_to_another_host_is_not_followed_and_one_on_the_engines
                 )
                 await here.scrape_once(session)
     assert len(replay.served) == 1 and [r.t_ns for r in store.engine_rows(T0 - S, T0 + 2 * S)] == [T0 + S]
-    (error,) = store.engine_errors(T0 - S, T0 + 2 * S)
-    assert error == (
+    (error,) = store.engine_reasons(T0 - S, T0 + 2 * S)
+    assert (error.first_ns, error.error) == (
         T0,
         f"the engine answered HTTP 302 for /away, pointing to {away}: not followed (another host:"
         " credentials go to the configured url only)",

@@ -19,6 +19,7 @@ import pytest
 from helpers.engine_replay import SGLANG, VLLM, EngineReplay, add_series, capture, with_values
 from helpers.loopback import served
 from sparkwatch.core.engine import EngineSamples, engine_export
+from sparkwatch.core.failures import Failures
 from sparkwatch.engines.families import FAMILIES
 from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.scrape import read_page
@@ -161,7 +162,7 @@ async def _scraped(path: pathlib.Path, bad: Callable[[int], Mapping[str, float]]
                 clock[0] += S
     rows = store.engine_rows(T0 - 100 * S, T0 + 100 * S)
     store.close()
-    return EngineSamples.from_rows(rows, [], (T0, T0 + 5 * S))
+    return EngineSamples.from_rows(rows, Failures(), (T0, T0 + 5 * S))
 
 
 def _window(samples: EngineSamples, start_ns: int, end_ns: int) -> dict[str, object]:

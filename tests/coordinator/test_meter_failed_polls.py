@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import pathlib
 import time
+from collections.abc import Callable
+from typing import Any
 
+import jsonschema
 import pytest
 
 from helpers.frames import T0, sample_frame
 from sparkwatch.core.clock import ClockOffset
+from sparkwatch.core.export_schema import run_schema
+from sparkwatch.core.window_rows import plain
 from sparkwatch.core.windows import Window
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
@@ -89,7 +94,12 @@ def test_a_failed_poll_leaves_a_gap_with_its_error(
     assert domain["samples"]["coverage_ratio"] < 1.0
     assert in_window["coverage_ratio"] == pytest.approx((8 - gap_s) / 8, abs=1e-3)
     assert in_window["energy_j"] == pytest.approx(covered_j, rel=1e-3)  # the covered time's, no ramp
-    assert [e["error"][:18] for e in domain["errors"]] == ["redfish answered H"] * len(failed_at_s)
+    (reason,) = domain["errors"]  # each failed poll said the same: one reason, from its first time
+    assert reason["error"].startswith("redfish answered HTTP 404") and reason["count"] == len(failed_at_s)
+    assert (reason["t_ns"], reason["last_t_ns"]) == (
+        T0 + round(failed_at_s[0] * S),
+        T0 + round(failed_at_s[-1] * S),
+    )
     window = export["windows"][0]  # type: ignore[index]
     assert window["verdict"] == "low_confidence" and window["reasons"] == [
         f"n1 wall: coverage {in_window['coverage_ratio']:.3f} < 0.95"
@@ -101,31 +111,68 @@ def test_a_meter_that_never_answered_is_named_by_its_kind(tmp_path: pathlib.Path
     """Every poll failed: no reading says what the meter is, its failed polls do ("meter" before)."""
     domain, in_window = wall(exported(tmp_path, [k + 0.5 for k in range(10)]))
     assert domain["source"] == "meter:redfish" and in_window["energy_j"] is None
-    assert domain["samples"]["coverage_ratio"] == 0.0 and len(domain["errors"]) == 10
+    assert domain["samples"]["coverage_ratio"] == 0.0 and [e["count"] for e in domain["errors"]] == [10]
 
 
-def test_every_failed_poll_breaks_the_readings_not_only_the_errors_kept(tmp_path: pathlib.Path) -> None:
-    """The export lists the first 20 errors of a meter in the span; the readings break at all of them. A
-    meter failing every other poll for 50 polls (25 failures) covers none of its time."""
+def failing(tmp_path: pathlib.Path, failure: Callable[[int], str | None]) -> dict[str, Any]:
+    """The wall domain of a 50 s run whose meter's poll ``k`` (one a second) failed with ``failure(k)``, or
+    read 300 W where that is None; checked against the export's schema."""
     store = Store(tmp_path / "c.db")
     store.set_nodes(["n1"])
     store.ingest("n1", "b1", [sample_frame(k, {"power_w": 50.0, "util_ratio": 0.9}) for k in range(1, 501)])
     store.add_offset("n1", "b1", ClockOffset(0, 10**6, 5, 8, mono_offset_ns=T0), t_ns=T0)
     for k in range(50):
         t_ns = T0 + k * S
-        if k % 2:
-            store.add_meter_error("n1", "wall", t_ns, "shelly answered HTTP 503", "meter:shelly")
+        if (error := failure(k)) is not None:
+            store.add_meter_error("n1", "wall", t_ns, error, "meter:shelly")
         else:
             store.add_meter_reading("n1", MeterReading("wall", "meter:shelly", POLL_S, t_ns, 300.0, None, 0))
     store.create_run(RunRow("r", "meter", T0, None, 0.1, 0.5, "request"))
     store.add_windows("r", [Window("w", "timed", T0 + S, T0 + 49 * S)])
     store.end_run("r", T0 + 50 * S)
     try:
-        domain, in_window = wall(export_run(store, "r", ["n1"], time.time_ns))
+        export = export_run(store, "r", ["n1"], time.time_ns)
     finally:
         store.close()
-    assert len(domain["errors"]) == 20
-    assert domain["samples"]["coverage_ratio"] == 0.0 and in_window["energy_j"] is None
+    jsonschema.validate(plain(export), run_schema())
+    domain, in_window = wall(export)
+    return {**domain, "window_energy_j": in_window["energy_j"]}
+
+
+def test_every_failed_poll_breaks_the_readings_and_is_counted(tmp_path: pathlib.Path) -> None:
+    """A meter failing every other poll for 50 polls (25 failures) covers none of its time; its one reason
+    says how many polls said it, from when until when."""
+    domain = failing(tmp_path, lambda k: "shelly answered HTTP 503" if k % 2 else None)
+    assert domain["errors"] == [
+        {"t_ns": T0 + S, "last_t_ns": T0 + 49 * S, "count": 25, "error": "shelly answered HTTP 503"}
+    ]
+    assert domain["samples"]["coverage_ratio"] == 0.0 and domain["window_energy_j"] is None
+
+
+def test_a_later_outages_reason_is_listed_after_an_early_one(tmp_path: pathlib.Path) -> None:
+    """The export listed the first 20 failed polls: a 20-poll outage at the start hid why the meter failed
+    later (a sweep: the later gaps had no reason anywhere, and nothing said more had failed)."""
+    domain = failing(
+        tmp_path,
+        lambda k: (
+            "no answer within the timeout" if k < 20 else "shelly answered HTTP 503" if k > 40 else None
+        ),
+    )
+    assert [(e["error"], e["count"], e["t_ns"]) for e in domain["errors"]] == [
+        ("no answer within the timeout", 20, T0),
+        ("shelly answered HTTP 503", 9, T0 + 41 * S),
+    ]
+    assert "errors_omitted" not in domain
+
+
+def test_reasons_past_the_listed_ones_are_counted(tmp_path: pathlib.Path) -> None:
+    """A reason with a number in it (a value refused) may make a new reason each poll: 20 are listed, the
+    failed polls of the rest counted."""
+    domain = failing(tmp_path, lambda k: f"shelly apower is negative (-{k} W)" if k < 30 else None)
+    assert [e["error"] for e in domain["errors"]] == [
+        f"shelly apower is negative (-{k} W)" for k in range(20)
+    ]
+    assert domain["errors_omitted"] == 10
 
 
 def test_a_window_shorter_than_two_of_the_bmcs_refreshes_is_low_confidence(tmp_path: pathlib.Path) -> None:

@@ -88,7 +88,7 @@ def _assert_refused_then_read(
     rows = store.meter_rows("n1", T0, T0 + 60 * S)  # raised Damaged on an inf stored
     assert list(rows.power_w) == watts
     assert np.all(np.isfinite(rows.energy_j) | np.isnan(rows.energy_j))  # NaN: no counter (NULL)
-    assert [e.error for e in store.meter_errors("n1", T0, T0 + 60 * S)] == [reason]
+    assert [r.error for r in store.meter_reasons("n1", "wall", T0, T0 + 60 * S)[0]] == [reason]
     assert (poller.state.polls, poller.state.failures, poller.state.error) == (3, 1, None)
     store.create_run(RunRow("r", "meters", T0 + S, None, 0.1, 0.0, "run"))
     store.end_run("r", T0 + 3 * S)
@@ -267,7 +267,7 @@ def _assert_counter_left_out(
     rows = store.meter_rows("n1", T0, T0 + 60 * S)
     assert list(rows.power_w) == watts
     assert np.isnan(rows.energy_j[1]) and np.isfinite(rows.energy_j[[0, 2]]).all()
-    assert store.meter_errors("n1", T0, T0 + 60 * S) == []
+    assert store.meter_reasons("n1", "wall", T0, T0 + 60 * S) == ([], None)
     assert (poller.state.polls, poller.state.failures, poller.state.error) == (3, 0, None)
     said = [r.getMessage() for r in caplog.records if "energy counter left out" in r.getMessage()]
     assert len(said) == 1 and said[0].endswith(f"energy counter left out, power stored: {reason}"), said

@@ -13,6 +13,7 @@ import pytest
 
 from helpers.engine_replay import SGLANG, VLLM, add_series, capture, with_values
 from sparkwatch.core.engine import EngineSamples
+from sparkwatch.core.failures import Failures
 from sparkwatch.engines.scrape import read_page, samples_by_name
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.prometheus.engine_series import engine_samples
@@ -68,7 +69,7 @@ def stored(pages_at: dict[int, str], span: tuple[int, int], interval_s: float = 
             continue
         scrape = read_page(page)
         rows.append((t, scrape.family, interval_s, scrape.values, scrape.sources, scrape.unknown))
-    return EngineSamples.from_rows(rows, [], span)
+    return EngineSamples.from_rows(rows, Failures(), span)
 
 
 def assert_same(got: EngineSamples | None, want: EngineSamples) -> None:

@@ -100,7 +100,11 @@ def test_a_node_without_a_system_sensor_says_so_and_the_others_name_their_domain
     rows = facts.node_rows(export)
     system_texts = [row[2].text for row in rows]
     assert system_texts[-1] == "n/a (no sensor)"
-    assert all(re.fullmatch(r"\d+\.\d \(\w+\)", t) for t in system_texts[:-1]), system_texts
+    # the domain named, and its coverage where it covered less than the scope (the synthetic run's holes)
+    assert all(re.fullmatch(r"\d+\.\d \(\w+(, coverage 0\.\d{3})?\)", t) for t in system_texts[:-1]), (
+        system_texts
+    )
+    assert any("coverage" in t for t in system_texts)
     said = dict(facts.node_facts(export["nodes"][-1]))  # the node's section: the export's code in words
     assert said["n/a system"] == "no sensor: no hwmon power channel or wall meter on this node"
 
@@ -389,3 +393,33 @@ def test_figures_resting_mostly_on_ok_windows_or_on_the_whole_run_are_not_marked
         assert [c for c in _summary_cells(unmarked) if c["text"].endswith("*")] == []
         assert "doubt" not in page.split('id="summary"', 1)[1].split("</section>", 1)[0]
         assert "low confidence:" not in page and "do not quote them" not in page
+
+
+def test_a_meter_that_covered_part_of_the_run_says_so_beside_its_watts_and_why_in_the_nodes(
+    export: dict[str, Any],
+) -> None:
+    """A wall meter at 0.713 of the run showed only its watts beside the GPU's coverage (1.0000), and its
+    failed polls were nowhere on the page (a sweep)."""
+    export = copy.deepcopy(export)
+    node = export["nodes"][0]
+    headline = facts.headline_entry(node)
+    assert headline is not None
+    t0 = export["run"]["t_start_ns"]
+    headline["samples"]["coverage_ratio"] = 0.713
+    headline["errors"] = [
+        {"t_ns": t0, "last_t_ns": t0 + 19 * 10**9, "count": 20, "error": "no answer within the timeout"},
+        {"t_ns": t0 + 41 * 10**9, "error": "shelly answered HTTP 503"},  # an earlier export's: no count
+    ]
+    headline["errors_omitted"] = 3
+    parser = Cells()
+    parser.feed(summary_html(export))
+    (system,) = [c for c in parser.cells if c["data-key"].startswith("nodes.0.system.domains.")]
+    assert f"({headline['domain']}, coverage 0.713)" in system["text"]
+    assert "GPU coverage" in facts.node_columns(export)
+    said = dict(facts.node_facts(node))[f"{headline['domain']} ({headline['source']})"]
+    start = facts.utc(t0)
+    assert said == (
+        f"coverage 0.713; no answer within the timeout ×20 ({start} – {facts.utc(t0 + 19 * 10**9)});"
+        f" shelly answered HTTP 503 ({facts.utc(t0 + 41 * 10**9)}); 3 more failed polls of other reasons"
+    )
+    assert "no answer within the timeout ×20" in build_page(export, Assets())  # in the Nodes section

@@ -87,8 +87,8 @@ def test_a_schema_9_file_is_read_as_it_is_its_failed_polls_of_no_kind(tmp_path: 
     old = Store.read_only(path)
     try:
         assert old.schema_version == OLDEST_READABLE == 9
-        (error,) = old.meter_errors("spark-1", T0, T0 + 10**9)
-        assert (error.domain, error.error, error.source) == ("wall", "shelly answered HTTP 503", None)
+        (error,), kind = old.meter_reasons("spark-1", "wall", T0, T0 + 10**9)
+        assert (error.error, kind) == ("shelly answered HTTP 503", None)
         export = export_run(old, "r1", ["spark-1"], time.time_ns)
     finally:
         old.close()

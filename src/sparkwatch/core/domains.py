@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from sparkwatch.core.baseline import above_idle_j, idle_power_w
+from sparkwatch.core.failures import Failures
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, window_stats
 from sparkwatch.core.rounding import floored, floored_list, rounded, rounded_list
@@ -43,7 +44,7 @@ class DomainInput:
     kind: str  # system, module, cpu, gpu, other
     source: str  # hwmon:<chip>, sim:spbm, meter:<kind>
     track: GpuTrack
-    errors: tuple[tuple[int, str], ...] = ()  # a meter's failed polls (t_ns, why): the reasons of its gaps
+    errors: Failures = field(default_factory=Failures)  # a meter's failed polls: the reasons of its gaps
     #: a meter's readings: how far apart in time what they say is (its poll interval, or the BMC's own
     #: refresh period when longer); None for an agent's channels, judged by the run's sampling interval
     reading_s: float | None = None
@@ -225,7 +226,7 @@ def _idle_reasons(
 def _domain_json(
     domain: DomainInput, s: PowerStats, idle_w: float | None, above_j: float | None
 ) -> dict[str, Any]:
-    errors = {"errors": [{"t_ns": t, "error": e} for t, e in domain.errors]} if domain.errors else {}
+    errors = domain.errors.json() if domain.errors else {}
     return {
         **errors,
         "domain": domain.domain,

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sparkwatch.core.engine_check import generated_range, token_check
+from sparkwatch.core.failures import Failures
 from sparkwatch.core.rounding import rounded as _r
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
 
@@ -68,7 +69,7 @@ class EngineSamples:
     values: dict[str, F64]
     sources: dict[str, str]  # field → the engine's series name (the latest scrape's)
     unknown: tuple[str, ...]  # raw series names of an engine with no table
-    errors: tuple[tuple[int, str], ...]  # (t_ns, reason) of the first failed scrapes
+    errors: Failures  # why scrapes failed in the span
     present: frozenset[str] = frozenset()  # the fields any scrape had
     failed_ns: I64 = field(default_factory=lambda: np.empty(0, np.int64))  # every failed scrape, in order
 
@@ -76,7 +77,7 @@ class EngineSamples:
     def from_rows(
         cls,
         rows: Sequence[tuple[int, str | None, float, Mapping[str, float], Mapping[str, str], Sequence[str]]],
-        errors: Sequence[tuple[int, str]],
+        errors: Failures,
         span: tuple[int, int],
         *,
         failed_ns: Sequence[int] = (),
@@ -98,7 +99,7 @@ class EngineSamples:
             values=values,
             sources=sources,
             unknown=tuple(sorted({n for r in mine for n in r[5]})),
-            errors=tuple(errors),
+            errors=errors,
             present=frozenset(f for f, column in values.items() if np.isfinite(column).any()),
             failed_ns=np.array(sorted(failed_ns), dtype=np.int64),
         )
@@ -347,7 +348,7 @@ def engine_export(
     windows = read_spans(s, window_starts, window_ends)
     per_window = [block(s, windows, k) for k in range(len(window_starts))]
     scope = block(s, pooled(read_spans(s, scope_starts, scope_ends)), 0)
-    scope["errors"] = [{"t_ns": t, "error": e} for t, e in s.errors]
+    scope.update(s.errors.json())
     if s.family is None:
         scope["unknown_series"] = list(s.unknown)
         scope["reason"] = (

@@ -6,6 +6,7 @@ from typing import Any
 
 from sparkwatch.core import windows
 from sparkwatch.core.export import LMX_NOTES_MAX_CHARS
+from sparkwatch.core.failures import FAILURES_SCHEMA
 from sparkwatch.core.series_schema import SERIES
 from sparkwatch.defaults import EXPORT_SCHEMA, PHASE_RE
 
@@ -77,7 +78,7 @@ _SYSTEM = {
                     **_IDLE,
                     "energy_method": _METHODS,
                     "gated_s": {"type": "number", "minimum": 0},
-                    "errors": {"type": "array", "items": _at_time()},
+                    **FAILURES_SCHEMA,
                     "samples": _SAMPLES,
                 },
             },
@@ -189,14 +190,7 @@ _ENGINE = {
     "required": [*_ENGINE_FIGURES, "errors"],
     "properties": {
         **_ENGINE_FIGURES,
-        "errors": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["t_ns", "error"],
-                "properties": {"t_ns": {"type": "integer"}, "error": {"type": "string"}},
-            },
-        },
+        **FAILURES_SCHEMA,
         "unknown_series": {"type": "array", "items": {"type": "string"}},
         "reason": {"type": "string"},
         "token_cross_check": {

@@ -177,20 +177,24 @@ def node_rows(export: dict[str, Any]) -> list[list[Cell]]:
 
 
 def _system_cell(export: dict[str, Any], i: int) -> Cell:
-    """The node's headline (whole-node) domain's gated mean, named; n/a (no sensor) without one."""
+    """The node's headline (whole-node) domain's gated mean, named, with its coverage where it covered less
+    than the whole scope (the row's coverage is the GPU's: a wall meter at 0.713 showed 1.0000 beside its
+    watts); n/a (no sensor) without one."""
     node = export["nodes"][i]
     entry = headline_entry(node)
     if entry is None:
         return Cell(f"{NA} (no sensor)")
     k = node["system"]["domains"].index(entry)
     cell = figure(export, f"nodes.{i}.system.domains.{k}.power_w.gated_mean", 1)
-    return Cell(f"{cell.text} ({entry['domain']})", cell.key, cell.digits)
+    coverage = a_number(an_object(entry.get("samples")).get("coverage_ratio"))
+    short = f", coverage {coverage:.3f}" if coverage is not None and coverage < 1 else ""
+    return Cell(f"{cell.text} ({entry['domain']}{short})", cell.key, cell.digits)
 
 
 def node_columns(export: dict[str, Any]) -> list[str]:
     system = ["system W (whole node)"] if has_system(export) else []
     cache = ["peak page cache GiB"] if has_page_cache(export) else []
-    return ["node", "gated GPU W", *system, "peak memory GiB", *cache, "coverage"]
+    return ["node", "gated GPU W", *system, "peak memory GiB", *cache, "GPU coverage"]
 
 
 def total_rows(export: dict[str, Any]) -> list[tuple[str, Cell]]:
@@ -255,11 +259,37 @@ def node_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
     if hardware.get("simulated"):
         facts.insert(0, ("backend", "simulated"))
     facts += [(f"unsupported: {name}", str(why)) for name, why in sorted(node.get("unsupported", {}).items())]
+    facts += _domain_facts(node)
     facts += [
         (f"n/a {name}", _REASON_WORDS.get(str(why), str(why)))
         for name, why in sorted(node.get("null_reasons", {}).items())
     ]
     return facts
+
+
+def _domain_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each power domain that covered less than the scope or whose meter failed polls: its coverage and why
+    its polls failed, as the export tallies them (the report said nothing of a meter's failures)."""
+    facts = []
+    for domain in (node.get("system") or {}).get("domains") or []:
+        coverage = a_number(an_object(domain.get("samples")).get("coverage_ratio"))
+        errors = [an_object(e) for e in domain.get("errors") or []]
+        if not errors and (coverage is None or coverage >= 1):
+            continue
+        said = [f"coverage {NA if coverage is None else f'{coverage:.3f}'}"]
+        said += [_failure(e) for e in errors]
+        if omitted := domain.get("errors_omitted"):
+            said.append(f"{_say(omitted)} more failed polls of other reasons")
+        facts.append((f"{_say(domain.get('domain'))} ({_say(domain.get('source'))})", "; ".join(said)))
+    return facts
+
+
+def _failure(error: dict[str, Any]) -> str:
+    """``why ×N (first – last)``: a reason of failed polls, how many said it, and when."""
+    count, first, last = error.get("count"), error.get("t_ns"), error.get("last_t_ns")
+    times = utc(first) if last in (None, first) else f"{utc(first)} – {utc(last)}"
+    polls = f" ×{count}" if isinstance(count, int) and count > 1 else ""
+    return f"{_say(error.get('error'))}{polls} ({times})"
 
 
 def _probes(clock: dict[str, Any]) -> str:

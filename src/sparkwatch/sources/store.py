@@ -15,6 +15,7 @@ from sparkwatch.coordinator.boot_reads import read_boot
 from sparkwatch.core.clock import NodeClock, OffsetRound, summarise
 from sparkwatch.core.domains import DomainInput, gated_track
 from sparkwatch.core.engine import EngineSamples
+from sparkwatch.core.failures import Failures
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import I64, GpuTrack, MemTrack, repeated
@@ -170,14 +171,17 @@ def _meter_domains(
     rows = store.meter_rows(node, t_from_ns, t_to_ns, METER_TAIL_NS)
     failures = store.meter_failure_times(node, t_from_ns, t_to_ns + METER_TAIL_NS)
     closing = {d: max(t_to_ns, int(t)) for d, t in zip(rows.domain, rows.t_ns.tolist(), strict=True)}
-    errors: dict[str, list[tuple[int, str]]] = {}
-    kinds: dict[str, str] = {}  # the meter kind its failed polls listed name (the latest of them)
-    for e in store.meter_errors(node, t_from_ns, t_to_ns + METER_TAIL_NS):
-        if e.t_ns > closing.get(e.domain, t_to_ns):
-            continue  # after the reading that closes the span (or after the end, with none): not the run's
-        errors.setdefault(e.domain, []).append((e.t_ns, e.error))
-        if e.source is not None:
-            kinds[e.domain] = e.source
+
+    def failed_polls(domain: str) -> tuple[Failures, str | None]:
+        """The domain's failed polls up to the reading that closes the span (the end, with none): those
+        after it are not the run's; and the meter kind they name."""
+        times, until = failures.get(domain, np.empty(0, np.int64)), closing.get(domain, t_to_ns)
+        total = int(np.count_nonzero((times >= t_from_ns) & (times <= until)))
+        if not total:
+            return Failures(), None
+        reasons, kind = store.meter_reasons(node, domain, t_from_ns, until)
+        return Failures.of(reasons, total), kind
+
     names = np.array(rows.domain, dtype=object)
     domains = []
     for name, source in dict(zip(rows.domain, rows.source, strict=True)).items():
@@ -194,14 +198,15 @@ def _meter_domains(
         # a reading says what the meter last refreshed: its age bound counts when longer than the polls
         age_s = float(np.median(rows.uncertainty_ns[mine])) / 1e9
         reading_s = round(max(float(np.median(interval_s)), age_s), 3)
-        domains.append(DomainInput(name, "system", source, track, tuple(errors.pop(name, ())), reading_s))
+        domains.append(DomainInput(name, "system", source, track, failed_polls(name)[0], reading_s))
     # a meter that never answered in the span: a domain with no samples and its errors, named by the kind
     # its failed polls stored (errors stored before schema 10 name none: "meter")
-    nothing = np.empty(0)
-    for name, found in errors.items():
-        none = np.empty(0, np.int64)
-        empty = gated_track(none, none, nothing, nothing, nothing, gpus=gpus)
-        domains.append(DomainInput(name, "system", kinds.get(name, "meter"), empty, tuple(found)))
+    nothing, none = np.empty(0), np.empty(0, np.int64)
+    for name in sorted(failures.keys() - set(rows.domain)):
+        found, kind = failed_polls(name)
+        if found:
+            empty = gated_track(none, none, nothing, nothing, nothing, gpus=gpus)
+            domains.append(DomainInput(name, "system", kind or "meter", empty, found))
     return domains
 
 
@@ -230,11 +235,12 @@ def engine_input(store: Store, t_from_ns: int, t_to_ns: int) -> EngineSamples | 
     """The engine's scrapes around the span (a counter is read at the span's edges, a gauge held from the
     scrape before), or None when the engine was not scraped in it at all."""
     rows = store.engine_rows(t_from_ns - ENGINE_MARGIN_NS, t_to_ns + ENGINE_MARGIN_NS)
-    errors = store.engine_errors(t_from_ns, t_to_ns)
-    if not errors and not any(t_from_ns <= r.t_ns <= t_to_ns for r in rows):
-        return None
     failed = store.engine_failure_times(t_from_ns - ENGINE_MARGIN_NS, t_to_ns + ENGINE_MARGIN_NS)
-    return EngineSamples.from_rows(rows, errors, (t_from_ns, t_to_ns), failed_ns=failed)
+    inside = sum(t_from_ns <= t <= t_to_ns for t in failed)
+    if not inside and not any(t_from_ns <= r.t_ns <= t_to_ns for r in rows):
+        return None
+    failures = Failures.of(store.engine_reasons(t_from_ns, t_to_ns), inside) if inside else Failures()
+    return EngineSamples.from_rows(rows, failures, (t_from_ns, t_to_ns), failed_ns=failed)
 
 
 def _pick(column: np.ndarray, index: I64) -> np.ndarray:

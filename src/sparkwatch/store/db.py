@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch.core.clock import ClockOffset, OffsetRound
+from sparkwatch.core.failures import Reason
 from sparkwatch.core.windows import Window
 from sparkwatch.hello_facts import hello_problem
 from sparkwatch.store import deletion, engine_samples, meters, retention, sample_reads
@@ -206,9 +207,11 @@ class Store:
     ) -> meters.MeterRows:
         return meters.rows(self._db, node, t_from_ns, t_to_ns, next_within_ns)
 
-    def meter_errors(self, node: str, t_from_ns: int, t_to_ns: int) -> list[meters.MeterError]:
+    def meter_reasons(
+        self, node: str, domain: str, t_from_ns: int, t_to_ns: int
+    ) -> tuple[list[Reason], str | None]:
         kinds = self.schema_version >= METER_ERROR_SOURCE  # an older file read as it is has no kinds
-        return meters.errors(self._db, node, (t_from_ns, t_to_ns), with_source=kinds)
+        return meters.reasons(self._db, node, domain, (t_from_ns, t_to_ns), with_source=kinds)
 
     def meter_failure_times(self, node: str, t_from_ns: int, t_to_ns: int) -> dict[str, I64]:
         return meters.failure_times(self._db, node, t_from_ns, t_to_ns)
@@ -223,8 +226,8 @@ class Store:
     def engine_rows(self, t_from_ns: int, t_to_ns: int) -> list[engine_samples.EngineRow]:
         return engine_samples.rows(self._db, t_from_ns, t_to_ns)
 
-    def engine_errors(self, t_from_ns: int, t_to_ns: int) -> list[tuple[int, str]]:
-        return engine_samples.errors(self._db, t_from_ns, t_to_ns)
+    def engine_reasons(self, t_from_ns: int, t_to_ns: int) -> list[Reason]:
+        return engine_samples.reasons(self._db, t_from_ns, t_to_ns)
 
     def engine_failure_times(self, t_from_ns: int, t_to_ns: int) -> list[int]:
         return engine_samples.failure_times(self._db, t_from_ns, t_to_ns)

@@ -20,15 +20,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sparkwatch.core.failures import Reason
 from sparkwatch.defaults import ENGINE_FAMILY_NAMES as _FAMILIES
 from sparkwatch.defaults import ENGINE_FIELD_MAX, ENGINE_MAX_COUNT, engine_value_max
 from sparkwatch.defaults import ENGINE_MAX_INTERVAL_S as MAX_INTERVAL_S
 from sparkwatch.defaults import ENGINE_MIN_INTERVAL_S as MIN_INTERVAL_S
+from sparkwatch.store import failure_reasons
 from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.tx import Damaged, tx
-
-#: Errors kept in a span: the first ones say why a gap began.
-MAX_ERRORS = 20
 
 
 class EngineRow(NamedTuple):
@@ -86,20 +85,14 @@ def rows(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[EngineRow
     ]
 
 
-def errors(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[tuple[int, str]]:
-    """(t_ns, error) of the first failed scrapes in the span."""
-    return [
-        (int(t), str(e))
-        for t, e in db.execute(
-            "SELECT t_ns, error FROM engine_errors WHERE t_ns BETWEEN ? AND ? ORDER BY t_ns LIMIT ?",
-            (t_from_ns, t_to_ns, MAX_ERRORS),
-        )
-    ]
+def reasons(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[Reason]:
+    """The reasons of the failed scrapes in the span (store/failure_reasons.py)."""
+    return failure_reasons.reasons(db, "engine_errors", "t_ns BETWEEN ? AND ?", (t_from_ns, t_to_ns))
 
 
 def failure_times(db: sqlite3.Connection, t_from_ns: int, t_to_ns: int) -> list[int]:
-    """When each failed scrape in the span was (all of them, where ``errors`` keeps the first few): a gauge
-    is not held across them."""
+    """When each failed scrape in the span was (all of them, where ``reasons`` tallies them): a gauge is
+    not held across them."""
     return [
         int(t)
         for (t,) in db.execute(

@@ -16,12 +16,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sparkwatch.core.failures import Reason
+from sparkwatch.store import failure_reasons
 from sparkwatch.store.row_values import shown_value
 from sparkwatch.store.rows import F64, I64
 from sparkwatch.store.tx import Damaged, tx
-
-#: Errors kept per meter in a span: the first ones say why a gap began.
-MAX_ERRORS = 20
 
 
 class MeterReading(NamedTuple):
@@ -148,27 +147,19 @@ def failure_times(db: sqlite3.Connection, node: str, t_from_ns: int, t_to_ns: in
     return {domain: np.array(times, dtype=np.int64) for domain, times in found.items()}
 
 
-class MeterError(NamedTuple):
-    domain: str
-    t_ns: int
-    error: str
-    source: str | None  # meter:<kind>; None: stored before schema 10 said
-
-
-def errors(
-    db: sqlite3.Connection, node: str, span_ns: tuple[int, int], *, with_source: bool = True
-) -> list[MeterError]:
-    """The first errors of each domain in the span; ``with_source`` False: a schema-9 file read as it is
-    (no ``source`` column: every kind unknown)."""
-    source = "source" if with_source else "NULL AS source"
-    t_from_ns, t_to_ns = span_ns
-    return [
-        MeterError(str(d), int(t), str(e), None if s is None else str(s))
-        for d, t, e, s in db.execute(
-            "SELECT domain, t_ns, error, source FROM ("
-            f" SELECT domain, t_ns, error, {source},"
-            " ROW_NUMBER() OVER (PARTITION BY domain ORDER BY t_ns) AS k"
-            " FROM meter_errors WHERE node = ? AND t_ns BETWEEN ? AND ?) WHERE k <= ? ORDER BY domain, t_ns",
-            (node, t_from_ns, t_to_ns, MAX_ERRORS),
-        )
-    ]
+def reasons(
+    db: sqlite3.Connection, node: str, domain: str, span_ns: tuple[int, int], *, with_source: bool = True
+) -> tuple[list[Reason], str | None]:
+    """The reasons of the domain's failed polls in the span (store/failure_reasons.py), and the meter kind
+    its latest failed poll stored (``meter:<kind>``; None before schema 10, and for a schema-9 file read as
+    it is, ``with_source`` False: no such column)."""
+    where, params = "node = ? AND domain = ? AND t_ns BETWEEN ? AND ?", (node, domain, *span_ns)
+    kind = None
+    if with_source:
+        row = db.execute(
+            f"SELECT source FROM meter_errors WHERE {where} AND source IS NOT NULL"
+            " ORDER BY t_ns DESC LIMIT 1",
+            params,
+        ).fetchone()
+        kind = None if row is None else str(row[0])
+    return failure_reasons.reasons(db, "meter_errors", where, params), kind

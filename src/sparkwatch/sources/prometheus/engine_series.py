@@ -20,6 +20,7 @@ from types import MappingProxyType
 import numpy as np
 
 from sparkwatch.core.engine import COUNTERS, GAUGES, EngineSamples
+from sparkwatch.core.failures import Failures
 from sparkwatch.core.intervals import seen_interval_s
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, I64
@@ -76,7 +77,7 @@ def engine_samples(
         values=values,
         sources=sources,
         unknown=(),
-        errors=(),
+        errors=Failures(),
         present=frozenset(f for f, column in values.items() if np.isfinite(column).any()),
     )
 
