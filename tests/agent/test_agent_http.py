@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator
@@ -378,3 +379,50 @@ async def test_a_plain_get_on_the_stream_says_why_in_one_line(agent: TestClient)
     r = await agent.get("/v1/stream")
     reason = (await r.json())["reason"]
     assert r.status == 400 and "\n" not in reason and "WebSocket" in reason, reason
+
+
+async def test_a_stuck_sampler_makes_metrics_serve_no_hardware_value_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A read that blocks (a hung NVML call, a FIFO as meminfo) stopped the samples: /metrics served the
+    values from before it as fresh, `gpu_up 1`, and nothing was logged; only /healthz said so (a sweep)."""
+    config = build_config({"node": "spark-t", "backend": "sim", "interval": 0.02}, {})
+    node = assemble(config)
+    ahead_ns = [0]
+    ctx = agent_context(node.sampler, node.sim, None, mono_ns=lambda: time.monotonic_ns() + ahead_ns[0])
+    client = TestClient(TestServer(make_app(ctx)))
+    await client.start_server()
+    node.sampler.start()
+    try:
+        while node.sampler.snapshot.sample is None:
+            await asyncio.sleep(0.005)
+        node.sampler.stop()  # no sample from here: what a stuck sampler leaves
+
+        async def scrape() -> str:
+            return await (await client.get("/metrics")).text()
+
+        assert (
+            "sparkwatch_gpu_power_watts{" in await scrape()
+            and "sparkwatch_memory_used_bytes{" in await scrape()
+        )
+        ahead_ns[0] = 6 * 10**9  # past the health limit (at least 5 s)
+        with caplog.at_level(logging.INFO, logger="sparkwatch_agent.serving.metrics"):
+            stuck, again = await scrape(), await scrape()
+            assert (await client.get("/healthz")).status == 503
+            ahead_ns[0] = 0
+            fresh = await scrape()
+    finally:
+        await client.close()
+    for text in (stuck, again):
+        assert "sparkwatch_gpu_power_watts{" not in text and "sparkwatch_memory_used_bytes{" not in text
+        assert (
+            "sparkwatch_sensor_power_watts{" not in text and "sparkwatch_gpu_clock_event_active{" not in text
+        )
+        assert (
+            "sparkwatch_agent_samples_total{" in text
+            and "sparkwatch_agent_last_sample_timestamp_seconds{" in text
+        )
+    assert "sparkwatch_gpu_power_watts{" in fresh
+    said = [r.getMessage() for r in caplog.records if r.name == "sparkwatch_agent.serving.metrics"]
+    assert len(said) == 2 and said[0].startswith("no sample for 6.") and "a hardware read blocks" in said[0]
+    assert said[1] == "sampling again after a stall: /metrics serves hardware values again"

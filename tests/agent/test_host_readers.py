@@ -205,6 +205,19 @@ def test_a_negative_unparsable_or_vanished_value_is_unknown_with_its_reason(tmp_
     sensors.close()
 
 
+def test_a_power_meter_without_a_reading_is_no_reading_not_four_megawatts(tmp_path: pathlib.Path) -> None:
+    """An ACPI power meter without a reading gives 0xFFFFFFFF, which the kernel makes 4294967295000 µW: it
+    was published as the node's draw (4.3 MW; a 29-digit value as 1e23 W). Past 20 kW it is unknown."""
+    _chip(tmp_path, "hwmon0", {"name": "power_meter", "power1_input": "4294967295000"})
+    sensors = HwmonSensors(tmp_path)
+    errors: list[tuple[str, str]] = []
+    (reading,) = sensors.decode(sensors.capture(), errors)
+    assert reading.power_w is None and errors == [(f"sensor_power:{reading.sensor}", "out_of_range")]
+    (tmp_path / "hwmon0" / "power1_input").write_text("20000000000\n")  # 20 kW: the most it may be
+    assert sensors.decode(sensors.capture())[0].power_w == 20_000.0
+    sensors.close()
+
+
 def test_long_or_undecodable_labels_keep_within_the_frame_limits(tmp_path: pathlib.Path) -> None:
     """A coordinator refuses a frame whose sensor name or source is over 64 characters (every frame of
     the node), so a driver's long label or chip name is shortened, each to a name of its own."""

@@ -168,6 +168,34 @@ def test_direct_readers_report_nvml_errors_per_field(nvml_profile: Any, tmp_path
         backend.close()
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "wrapped"])
+def test_nvmls_not_available_value_is_no_reading(
+    nvml_profile: Any, tmp_path: pathlib.Path, direct: bool
+) -> None:
+    """0xFFFFFFFF is NVML_VALUE_NOT_AVAILABLE: read as a power it was 4294967.295 W (and an SM clock of
+    4.3e15 Hz), published on /metrics and in the stream as the GPU's (a sweep). It is null with OUT_OF_RANGE,
+    as a utilisation over 100 % is, and the other fields are read."""
+    control = tmp_path / "control"
+    nvml_profile("gb10", control)
+    backend = NvmlBackend(direct=direct)
+    backend.open(128 * 10**9)
+    try:
+        write_control(control, util=50, power_mw=0xFFFFFFFF, clock_events=0, sm_clock_mhz=0xFFFFFFFF)
+        (reading,) = backend.read()
+        write_control(control, util=50, power_mw=70_000)
+        (again,) = backend.read()
+    finally:
+        backend.close()
+    assert reading.power_w is None and reading.power_instant_w is None and reading.sm_clock_hz is None
+    assert {
+        ("power", "OUT_OF_RANGE"),
+        ("power_instant", "OUT_OF_RANGE"),
+        ("sm_clock", "OUT_OF_RANGE"),
+    } <= set(reading.read_errors)
+    assert reading.util_ratio == 0.5 and reading.temperature_c is not None
+    assert again.power_w == 70.0 and again.read_errors == ()
+
+
 def test_a_capture_decodes_later_to_what_was_read_then(nvml_profile: Any, tmp_path: pathlib.Path) -> None:
     """Captures hold the bytes of their own calls: decoding them later (after newer captures, and even
     after the backend was closed and reopened) gives the values of the moment they were taken."""

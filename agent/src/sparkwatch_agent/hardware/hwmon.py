@@ -35,6 +35,9 @@ _WRAP_MODULI = (2**32, 2**32 * 1000, 2**64)
 #: The most power a wrap may stand for (a whole node's plausible most, as the coordinator's check): what a
 #: counter adds across a wrap is at most this much times the time since the last reading, else a reset.
 MAX_WRAP_W = 20_000.0
+#: The most a power attribute may read (µW), the same bound: an ACPI power meter without a reading gives
+#: 0xFFFFFFFF, which the kernel makes 4294967295000 µW (4.3 MW), and that was published as the node's draw.
+MAX_POWER_UW = int(MAX_WRAP_W * 1e6)
 #: The frame's limits (agent.md): a sensor's name and source of 1–64 characters, at most 128 channels. A
 #: coordinator refuses a frame beyond them, so the agent keeps to them whatever the driver's labels are.
 MAX_TEXT_CHARS = 64
@@ -190,16 +193,18 @@ def _int(raw: bytes | None) -> int | None:
     return int(text) if digits.isdigit() else None  # bytes.isdigit: ASCII digits only
 
 
-def _count(raw: bytes | None, *, attribute: bool) -> tuple[int | None, str | None]:
+def _count(raw: bytes | None, *, attribute: bool, most: int | None = None) -> tuple[int | None, str | None]:
     """A power (µW) or energy (µJ) attribute's value, or ``None`` with why: it could not be read
-    (``attribute``: the channel has the file, so no bytes mean a failed read), is not an integer, or is
-    negative (no rail draws or accumulates below zero)."""
+    (``attribute``: the channel has the file, so no bytes mean a failed read), is not an integer, is
+    negative (no rail draws or accumulates below zero), or is above ``most``."""
     if raw is None:
         return None, "unreadable" if attribute else None
     value = _int(raw)
     if value is None:
         return None, "not_a_number"
-    return (None, "negative") if value < 0 else (value, None)
+    if value < 0:
+        return None, "negative"
+    return (None, "out_of_range") if most is not None and value > most else (value, None)
 
 
 def _read_text(path: Path) -> str | None:
@@ -351,7 +356,7 @@ def decode_channels(
     found: list[tuple[str, str]] = [] if errors is None else errors
     out = []
     for ch, (power_raw, energy_raw) in zip(channels, captured.channels, strict=True):
-        power_uw, power_why = _count(power_raw, attribute=ch.power is not None)
+        power_uw, power_why = _count(power_raw, attribute=ch.power is not None, most=MAX_POWER_UW)
         raw_uj, energy_why = _count(energy_raw, attribute=ch.energy is not None)
         if power_why is not None:  # field names made only for an error: this runs every tick
             found.append((f"sensor_power:{ch.sensor}", power_why))

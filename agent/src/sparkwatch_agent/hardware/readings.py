@@ -102,6 +102,23 @@ class GpuInventory:
     simulated: bool = False
 
 
+#: The most a GPU's value can be, by its :class:`GpuReading` key, with the field its errors name: past it a
+#: value is no reading — NVML's NVML_VALUE_NOT_AVAILABLE (0xFFFFFFFF: 4294967.295 W or an SM clock of
+#: 4.3e15 Hz once scaled, both published as read) or a value read wrong — and is null with OUT_OF_RANGE, as a
+#: utilisation over 100 % is.
+PLAUSIBLE_MAX: dict[str, tuple[str, float]] = {
+    "power_w": ("power", 5_000.0),  # no GPU draws 5 kW (a B200's limit is about 1 kW)
+    "power_instant_w": ("power_instant", 5_000.0),
+    "power_limit_w": ("power_limit", 5_000.0),
+    "energy_j": ("energy", 1e15),  # 5 kW for 6 000 years; 2**64 - 1 mJ would be 1.8e16 J
+    "temperature_c": ("temperature", 200.0),
+    "sm_clock_hz": ("sm_clock", 10e9),
+    "mem_used_bytes": ("memory_info", 2.0**50),  # 1 PiB; 2**64 - 1 is NVML's unavailable
+    "mem_total_bytes": ("memory_info", 2.0**50),
+    "process_mem_bytes": ("process_memory", 2.0**50),
+}
+
+
 class GpuReading(NamedTuple):
     """One GPU's values in one sample; ``None`` = not known for this sample.
 

@@ -36,3 +36,18 @@ class Snapshot(NamedTuple):
     dropped_total: int
     interval_s: float
     host_memory_ok: bool
+
+
+#: A sample older than this many intervals (and at least ``STALE_MIN_S``) is not the hardware's state now:
+#: the sampler is stuck (a read that blocks: a hung NVML call after an Xid, a file that never answers).
+STALE_INTERVALS, STALE_MIN_S = 3, 5.0
+
+
+def sample_age_s(snap: Snapshot, mono_ns: int) -> float | None:
+    """How old the snapshot's sample is, None before the first."""
+    return None if snap.sample is None else (mono_ns - snap.sample.t_mono_ns) / 1e9
+
+
+def is_stale(snap: Snapshot, age_s: float | None) -> bool:
+    """Whether a sample ``age_s`` old (:func:`sample_age_s`) is too old to be served as the present."""
+    return age_s is not None and age_s > max(STALE_MIN_S, STALE_INTERVALS * snap.interval_s)

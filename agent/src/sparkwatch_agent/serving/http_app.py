@@ -25,7 +25,7 @@ from sparkwatch_agent.hardware.sim import SimGb10
 from sparkwatch_agent.sampling.leases import TooManyLeases, json_number, lease_asked
 from sparkwatch_agent.sampling.sample import encode_frame
 from sparkwatch_agent.sampling.sampler import Sampler
-from sparkwatch_agent.sampling.snapshot import Snapshot
+from sparkwatch_agent.sampling.snapshot import Snapshot, is_stale, sample_age_s
 from sparkwatch_agent.serving.hello import capabilities_json, hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor, beyond_newest
 from sparkwatch_agent.shared.auth import Admission, ServerToken, is_loopback
@@ -81,12 +81,11 @@ async def healthz(request: web.Request) -> web.Response:
     snap = ctx.sampler.snapshot
     reasons = []
     age_s = None
-    if snap.sample is None:
+    age_s = sample_age_s(snap, ctx.mono_ns())
+    if age_s is None:
         reasons.append("no sample yet")
-    else:
-        age_s = (ctx.mono_ns() - snap.sample.t_mono_ns) / 1e9
-        if age_s > max(5.0, 3 * snap.interval_s):
-            reasons.append(f"last sample is {age_s:.1f} s old")
+    elif is_stale(snap, age_s):
+        reasons.append(f"last sample is {age_s:.1f} s old")
     if snap.backend != "none" and not snap.gpu_ok:
         reasons.append(f"GPU backend {snap.backend}: {snap.gpu_reason}")
     if not snap.host_memory_ok:

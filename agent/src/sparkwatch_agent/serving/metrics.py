@@ -1,11 +1,16 @@
 """/metrics: a custom Collector on a private registry that renders the latest snapshot.
 
 A scrape never touches hardware. Unknown values are absent series (never 0, never NaN); GPU series vanish
-while the GPU is lost rather than repeating a stale value.
+while the GPU is lost rather than repeating a stale value, and every hardware value vanishes while the
+sampler is stuck (its last sample older than the health limit): a blocked read had the scrapes serve the
+values from before it as fresh, for as long as it blocked. The agent's own series stay (its
+``last_sample_timestamp_seconds`` says since when), and the stall and the recovery are logged once each.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -13,8 +18,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from sparkwatch_agent import __version__
 from sparkwatch_agent.hardware.readings import GPU_FIELDS, GpuReading
-from sparkwatch_agent.sampling.snapshot import Snapshot
+from sparkwatch_agent.sampling.snapshot import Snapshot, is_stale, sample_age_s
 from sparkwatch_agent.shared.protocol import CLOCK_EVENT_REASONS
+
+log = logging.getLogger(__name__)
 
 GPU_LABELS = ["node", "gpu", "uuid"]
 
@@ -85,17 +92,36 @@ _HOST_VALUES: tuple[tuple[str, str, str], ...] = (
 class SnapshotCollector(Collector):
     """Yields metric families from whatever snapshot ``get_snapshot`` returns at scrape time."""
 
-    def __init__(self, get_snapshot: Callable[[], Snapshot]) -> None:
+    def __init__(
+        self, get_snapshot: Callable[[], Snapshot], mono_ns: Callable[[], int] = time.monotonic_ns
+    ) -> None:
         self._get = get_snapshot
+        self._mono_ns = mono_ns
+        self._stuck = False  # said once per stall
 
     def collect(self) -> Iterator[Metric]:
         snap = self._get()
         node = snap.node
-        yield from self._gpu_metrics(snap)
-        yield self._clock_event_metrics(snap)
-        yield from self._host_metrics(snap)
-        yield from self._sensor_metrics(snap)
+        if self._fresh(snap):
+            yield from self._gpu_metrics(snap)
+            yield self._clock_event_metrics(snap)
+            yield from self._host_metrics(snap)
+            yield from self._sensor_metrics(snap)
         yield from self._agent_metrics(snap, node)
+
+    def _fresh(self, snap: Snapshot) -> bool:
+        age_s = sample_age_s(snap, self._mono_ns())
+        stuck = is_stale(snap, age_s)
+        if stuck and not self._stuck:
+            log.warning(
+                "no sample for %.1f s (every %g s): a hardware read blocks; /metrics serves no hardware value"
+                " until one comes",
+                *(age_s, snap.interval_s),
+            )
+        elif self._stuck and not stuck:
+            log.warning("sampling again after a stall: /metrics serves hardware values again")
+        self._stuck = stuck
+        return not stuck
 
     @staticmethod
     def _clock_event_metrics(snap: Snapshot) -> Metric:
@@ -272,8 +298,10 @@ class SnapshotCollector(Collector):
         yield last
 
 
-def make_registry(get_snapshot: Callable[[], Snapshot]) -> CollectorRegistry:
+def make_registry(
+    get_snapshot: Callable[[], Snapshot], mono_ns: Callable[[], int] = time.monotonic_ns
+) -> CollectorRegistry:
     """A private registry holding only our collector (no default process/platform collectors)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(get_snapshot))
+    registry.register(SnapshotCollector(get_snapshot, mono_ns))
     return registry

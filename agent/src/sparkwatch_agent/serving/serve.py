@@ -29,15 +29,20 @@ from sparkwatch_agent.shared.systemd_notify import SystemdNotifier
 log = logging.getLogger(__name__)
 
 
-def agent_context(sampler: Sampler, sim: SimGb10 | None, token: ServerToken | None) -> AgentContext:
+def agent_context(
+    sampler: Sampler,
+    sim: SimGb10 | None,
+    token: ServerToken | None,
+    mono_ns: Callable[[], int] = time.monotonic_ns,
+) -> AgentContext:
     """What the HTTP handlers share: the sampler, its metrics registry, the simulator, auth."""
     return AgentContext(
         sampler=sampler,
-        registry=make_registry(lambda: sampler.snapshot),
+        registry=make_registry(lambda: sampler.snapshot, mono_ns),
         token=token,
         sim=sim,
         wall_ns=time.time_ns,
-        mono_ns=time.monotonic_ns,
+        mono_ns=mono_ns,
     )
 
 

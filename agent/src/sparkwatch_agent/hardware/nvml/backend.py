@@ -32,6 +32,7 @@ from sparkwatch_agent.hardware.nvml.direct import (
 from sparkwatch_agent.hardware.nvml.readers import Candidates, MissingFunction, candidate_readers, without_key
 from sparkwatch_agent.hardware.readings import (
     GPU_FIELDS,
+    PLAUSIBLE_MAX,
     READ_ORDER,
     DeviceError,
     FieldStatus,
@@ -329,6 +330,7 @@ class NvmlBackend:
                 for key, value in out.items():
                     values[VALUE_SLOTS[key]] = value
                 errors.extend(more)
+            _bounded(values, errors)
             if len(errors) > 1:
                 errors.sort(key=lambda e: GPU_FIELDS.index(e[0]))
             readings.append(GpuReading._make((dev.index, dev.uuid, *values, tuple(errors))))
@@ -337,6 +339,18 @@ class NvmlBackend:
     def read(self) -> tuple[GpuReading, ...]:
         """Capture and decode at once (probe, tests)."""
         return self.decode(self.capture())
+
+
+def _bounded(values: list[Any], errors: list[tuple[str, str]]) -> None:
+    """``values`` (in ``VALUE_SLOTS`` order) with each past its ``PLAUSIBLE_MAX`` made None, its field's
+    OUT_OF_RANGE added once: whichever way it was read (ctypes or nvidia-ml-py's wrappers)."""
+    for key, (field, most) in PLAUSIBLE_MAX.items():
+        slot = VALUE_SLOTS[key]
+        value = values[slot]
+        if value is not None and not 0 <= value <= most:
+            values[slot] = None
+            if (field, "OUT_OF_RANGE") not in errors:
+                errors.append((field, "OUT_OF_RANGE"))
 
 
 def _cuda_version_text(raw: Any) -> str | None:
