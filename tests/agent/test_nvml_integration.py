@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
+import logging
 import pathlib
 import time
 import types
@@ -398,3 +399,37 @@ def test_agent_process_without_nvml_library_keeps_running(agent_factory: Any) ->
     assert status == 503 and "LIBRARY_NOT_FOUND" in health["reason"]
     _, text = get(f"{agent.url}/metrics")
     assert 'sparkwatch_memory_total_bytes{node="nogpu"}' in text and "sparkwatch_gpu_power_watts{" not in text
+
+
+@pytest.mark.parametrize("refusals", [1, 99], ids=["sporadic", "for-good"])
+def test_a_key_field_refused_at_the_probe_is_asked_again_and_a_refusal_for_good_is_said(
+    nvml_profile: Any, caplog: pytest.LogCaptureFixture, refusals: int
+) -> None:
+    """One NOT_SUPPORTED for power at the probe turned power off for the agent's life, and the log said
+    only that the backend was open (a sweep; agent.md: NOT_SUPPORTED may come sporadically)."""
+    nvml_profile("gb10")
+    asked = []
+
+    def power_usage(handle: Any) -> int:
+        asked.append(handle)
+        if len(asked) <= refusals:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(pynvml.nvmlDeviceGetPowerUsage(handle))
+
+    names = [n for n in dir(pynvml) if not n.startswith("__")]
+    lib = types.SimpleNamespace(**{n: getattr(pynvml, n) for n in names})
+    lib.nvmlDeviceGetPowerUsage = power_usage
+    backend = NvmlBackend(lib=lib)
+    with caplog.at_level(logging.WARNING, logger="sparkwatch_agent.hardware.nvml.backend"):
+        inventory, _ = backend.open(128 * 10**9)
+    backend.close()
+    power = inventory.gpus[0].capabilities["power"]
+    said = [r.getMessage() for r in caplog.records if "NVML refused" in r.getMessage()]
+    if refusals == 1:
+        assert power.state == "supported" and said == []
+    else:
+        assert (power.state, power.reason, len(asked)) == ("unsupported", "NOT_SUPPORTED", 3)
+        assert said == [
+            f"GPU 0 ({inventory.gpus[0].uuid}): NVML refused power (NOT_SUPPORTED), asked 3 times at the"
+            " probe: not read until the agent starts again"
+        ]

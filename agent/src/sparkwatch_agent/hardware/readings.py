@@ -23,6 +23,10 @@ GPU_FIELDS: tuple[str, ...] = (
     "clock_events",
     "process_memory",
 )
+#: The fields sparkwatch's figures stand on (power, its energy counter, the gate's utilisation). A refusal at
+#: the probe holds for the agent's life, so one of these is asked ``KEY_PROBE_TRIES`` times before it is
+#: believed (NOT_SUPPORTED may come sporadically under fast polling), and is said as a warning.
+KEY_FIELDS, KEY_PROBE_TRIES = ("power", "energy", "utilization"), 3
 #: The order a capture reads a GPU's fields in: the energy counter first, right after the sample's stamp,
 #: because power is ΔE/Δt over the stamps. Every NVML call hands the GIL to the agent's other threads, which
 #: may keep it for Python's 5 ms switch interval: behind two calls, the counter could be read 10 ms late.

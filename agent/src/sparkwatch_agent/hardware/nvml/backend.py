@@ -32,6 +32,8 @@ from sparkwatch_agent.hardware.nvml.direct import (
 from sparkwatch_agent.hardware.nvml.readers import Candidates, MissingFunction, candidate_readers, without_key
 from sparkwatch_agent.hardware.readings import (
     GPU_FIELDS,
+    KEY_FIELDS,
+    KEY_PROBE_TRIES,
     PLAUSIBLE_MAX,
     READ_ORDER,
     DeviceError,
@@ -143,6 +145,13 @@ class NvmlBackend:
         name = str(self._optional(lib.nvmlDeviceGetName, handle) or "unknown")
         uuid = str(self._optional(lib.nvmlDeviceGetUUID, handle) or f"index-{index}")
         caps, first, for_now = self._probe_fields(handle, readers)
+        refused = [f"{f} ({caps[f].reason})" for f in KEY_FIELDS if caps[f].state == "unsupported"]
+        if refused:  # power read as not supported once was off for good, and nothing said so
+            log.warning(
+                "GPU %d (%s): NVML refused %s, asked %d times at the probe: not read until the agent"
+                " starts again",
+                *(index, uuid, ", ".join(refused), KEY_PROBE_TRIES),
+            )
         gpu_total = first.get("mem_total_bytes")
         # memory info that failed for now is no sign of unified memory (NOT_SUPPORTED is): discrete
         memory_reason = caps["memory_info"].reason or for_now.get("memory_info")
@@ -201,11 +210,11 @@ class NvmlBackend:
         for field in GPU_FIELDS:
             status = FieldStatus("unsupported", "NOT_PROBED")
             for_now: tuple[str | None, str] | None = None  # (detail, reason) of the first transient failure
+            tries = KEY_PROBE_TRIES if field in KEY_FIELDS else 1
             for detail, reader in readers[field]:
                 out: Out = {}
-                try:
-                    reader(handle, out)
-                except (self._lib.NVMLError, FieldValueError, ValueError) as exc:
+                exc = self._probe_read(reader, handle, out, tries)
+                if exc is not None:
                     reason = _probe_reason(exc)
                     if reason in DEVICE_LEVEL_ERRORS:
                         raise DeviceError(reason, f"probing {field}") from exc
@@ -222,6 +231,20 @@ class NvmlBackend:
                 failed_for_now[field] = for_now[1]
             caps[field] = status
         return caps, first, failed_for_now
+
+    def _probe_read(self, reader: Reader, handle: Any, out: Out, tries: int) -> BaseException | None:
+        """None once ``reader`` answered in ``tries`` asks, else its last failure: a refusal that would hold
+        for the agent's life is asked again; a failure for now or of the device is not."""
+        failure: BaseException | None = None
+        for _ in range(tries):
+            try:
+                reader(handle, out)
+                return None
+            except (self._lib.NVMLError, FieldValueError, ValueError) as exc:
+                failure = exc
+                if (reason := _probe_reason(exc)) in TRANSIENT_ERRORS or reason in DEVICE_LEVEL_ERRORS:
+                    break
+        return failure
 
     @staticmethod
     def _distrust_on_unified(caps: dict[str, FieldStatus]) -> dict[str, FieldStatus]:
