@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         said = damage_said(exc, getattr(args, "db", None))
         if said is not None or is_user_error(exc):
             print(f"{PROG}: error: {one_line(said or str(exc))}", file=sys.stderr)
-            return 2
+            return int(getattr(exc, "exit_code", 2))  # a port held for now: 75 (shared/http.py)
         if isinstance(exc, OSError):  # an output file or folder the user named cannot be written
             where = f"{exc.filename}: " if exc.filename else ""
             print(f"{PROG}: error: {one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)

@@ -101,8 +101,28 @@ def test_port_in_use_is_one_line() -> None:
         s.listen()
         port = s.getsockname()[1]
         result = run_agent("serve", "--backend", "sim", "--listen", f"127.0.0.1:{port}")
-    assert result.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert result.returncode == 75 and f"cannot listen on 127.0.0.1:{port}" in result.stderr  # may pass
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("listen", "code", "said"),
+    [
+        # not this host's address (yet: a NIC up after the network target at boot): the unit starts it again
+        ("192.0.2.1:9464", 75, "cannot listen on 192.0.2.1:9464: Cannot assign requested address"),
+        ("[2001:db8::1]:9464", 75, "cannot listen on [2001:db8::1]:9464: Cannot assign requested address"),
+    ],
+)
+def test_an_address_that_may_come_exits_75_not_2(
+    tmp_path: pathlib.Path, listen: str, code: int, said: str
+) -> None:
+    """Exit 2 is a mistake the units do not restart (RestartPreventExitStatus=2): an agent started before
+    its address was assigned stayed down for good (a sweep). An IPv6 address keeps its brackets."""
+    token = tmp_path / "token"
+    token.write_text("0123456789abcdef0123\n")
+    token.chmod(0o600)
+    result = run_agent("serve", "--backend", "sim", "--listen", listen, "--token-file", str(token))
+    assert result.returncode == code and result.stderr == f"sparkwatch-agent: error: {said}\n", result.stderr
 
 
 def test_config_file_sets_the_same_options(tmp_path: pathlib.Path) -> None:

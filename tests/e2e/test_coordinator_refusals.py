@@ -46,7 +46,7 @@ def test_a_coordinator_whose_port_is_taken_leaves_no_database(
     db = tmp_path / "data" / "sparkwatch.db"
     db.parent.mkdir()
     result = coordinator_on(tmp_path, db, taken_port)
-    assert result.returncode == 2
+    assert result.returncode == 75  # held for now: the unit starts it again, 5 s later
     assert result.stderr == (
         f"sparkwatch: error: cannot listen on 127.0.0.1:{taken_port}: Address already in use\n"
     )
@@ -63,7 +63,7 @@ def test_a_run_whose_proxy_port_is_taken_stops_before_a_coordinator_starts(
     listen = f"127.0.0.1:{taken_port}"
     args = ("--proxy-upstream", "http://127.0.0.1:9", "--proxy-listen", listen, "--db", str(db))
     result = sparkwatch("--log-level", "info", "run", "--nodes", str(nodes), *args, "--", "true")
-    assert result.returncode == 2 and not db.exists()
+    assert result.returncode == 75 and not db.exists()
     assert result.stderr == f"sparkwatch: error: cannot listen on {listen}: Address already in use\n"
 
 
@@ -93,7 +93,7 @@ def test_a_coordinator_whose_port_is_taken_leaves_an_existing_database_as_it_was
     before = {path.name: path.read_bytes() for path in db.parent.iterdir()}
     assert list(before) == ["sparkwatch.db"]
     result = coordinator_on(tmp_path, db, taken_port)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.returncode == 75 and result.stderr.count("\n") == 1, result.stderr
     assert {path.name: path.read_bytes() for path in db.parent.iterdir()} == before  # byte for byte
 
 

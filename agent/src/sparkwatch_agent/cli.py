@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return _probe(parts.sampler)
     except (ConfigError, AuthConfigError, BindError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code if isinstance(exc, BindError) else 2
     except KeyboardInterrupt:
         return 130
 

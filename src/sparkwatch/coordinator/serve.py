@@ -22,7 +22,7 @@ from sparkwatch.store import Store, corrupt_or_none
 from sparkwatch.store.writer_lock import lock_path, writer_lock
 from sparkwatch_agent.config import parse_listen
 from sparkwatch_agent.shared.auth import ServerToken, access_said, token_for_bind
-from sparkwatch_agent.shared.http import BindError, start_site
+from sparkwatch_agent.shared.http import bind_error, start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 from sparkwatch_agent.shared.listener import bind_listeners
 from sparkwatch_agent.shared.systemd_notify import SystemdNotifier
@@ -127,7 +127,7 @@ async def check_listen(host: str, port: int) -> None:
     try:
         sockets = await bind_listeners(host, port, backlog=1)
     except OSError as exc:
-        raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise bind_error(host, port, exc) from None
     for sock in sockets:
         sock.close()
 

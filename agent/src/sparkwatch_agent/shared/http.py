@@ -4,10 +4,12 @@ bind-or-fail with the connection limits every server gets."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import math
 import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,8 +37,28 @@ SERVER_NAMES = (AGENT_SERVER, COORDINATOR_SERVER, SIM_MODEL_SERVER, PROXY_SERVER
 SERVER_NAME = web.AppKey("server_name", str)
 
 
+#: The exit code of a server whose address cannot be had now but may be soon (sysexits' EX_TEMPFAIL): a port
+#: still held (an old process stopping), an address not assigned yet (a NIC up after the network target), a
+#: resolver that does not answer for now. The units restart it (``Restart=on-failure``); exit 2, a mistake,
+#: they do not (``RestartPreventExitStatus=2``), and an agent that booted before its address stayed down.
+EXIT_TRY_AGAIN = 75
+_FOR_NOW = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL})
+
+
 class BindError(Exception):
-    """A server could not listen as asked (port in use, bad address, a bad limit); one line for the user."""
+    """A server could not listen as asked (port in use, bad address, a bad limit); one line for the user,
+    and the exit code: 2, or ``EXIT_TRY_AGAIN`` where it may pass (``for_now``)."""
+
+    def __init__(self, message: str, *, for_now: bool = False) -> None:
+        super().__init__(message)
+        self.exit_code = EXIT_TRY_AGAIN if for_now else 2
+
+
+def bind_error(host: str, port: int, exc: OSError) -> BindError:
+    """The one line for ``exc`` met listening on host:port (an IPv6 host in brackets, as it is typed)."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    for_now = exc.errno in _FOR_NOW or (isinstance(exc, socket.gaierror) and exc.errno == socket.EAI_AGAIN)
+    return BindError(f"cannot listen on {where}: {exc.strerror or exc}", for_now=for_now)
 
 
 def name_server(app: web.Application, name: str) -> None:
@@ -258,6 +280,6 @@ async def start_site(
         await GuardedSite(runner, host, port, guard).start()
     except OSError as exc:
         await runner.cleanup()
-        raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise bind_error(host, port, exc) from None
     bound_host, bound_port = runner.addresses[0][:2]
     return f"http://[{bound_host}]:{bound_port}" if ":" in bound_host else f"http://{bound_host}:{bound_port}"
