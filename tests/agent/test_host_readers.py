@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import pathlib
+import threading
 
 import pytest
 
@@ -404,3 +407,27 @@ def test_a_sensor_value_that_is_not_plain_decimal_is_not_a_number(tmp_path: path
     (reading,) = sensors.decode(sensors.capture(), errors)
     assert reading.power_w is None and errors == [("sensor_power:dc_input", "not_a_number")]
     sensors.close()
+
+
+def test_a_fifo_named_as_meminfo_is_unreadable_not_a_hang(tmp_path: pathlib.Path) -> None:
+    """The open blocked until a writer came: `serve` bound its port and never said it listened, `probe`
+    hung until killed (a sweep). Now the read fails at once, as any unreadable file's does."""
+    fifo = tmp_path / "meminfo"
+    os.mkfifo(fifo)
+    reader = MeminfoReader(fifo)
+    failed: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            reader.capture()
+        except OSError as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(5.0)
+    if worker.is_alive():
+        with open(fifo, "wb"):  # let the blocked open go, so the thread ends
+            pass
+        pytest.fail("reading a FIFO as meminfo blocked")
+    assert len(failed) == 1 and failed[0].errno == errno.ESPIPE

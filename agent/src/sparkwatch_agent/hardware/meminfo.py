@@ -124,7 +124,9 @@ class MeminfoReader:
     def capture(self) -> bytes:
         try:
             if self._fd is None:
-                self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+                # O_NONBLOCK: a FIFO named as meminfo blocked the open until a writer came, and the
+                # sampler with it (the agent never listened); now its pread fails (ESPIPE), said once
+                self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             raw = os.pread(self._fd, 16384, 0)
             if not self._kept_open:
                 self.close()
