@@ -102,8 +102,8 @@ def test_a_broken_export_is_one_line_naming_the_file(tmp_path: Path, change: Any
     data = demo()
     change(data)
     with pytest.raises(ImportFormatError) as info:
-        load_windows("export", written(tmp_path, data))
-    assert str(info.value).startswith("run.json: ") and said in str(info.value), info.value
+        load_windows("export", path := written(tmp_path, data))
+    assert str(info.value).startswith(f"{path}: ") and said in str(info.value), info.value
 
 
 def test_other_files_given_as_an_export_or_an_export_as_plain_say_what_they_are(tmp_path: Path) -> None:

@@ -80,13 +80,14 @@ def load(fmt: str, rel: str, anchor: ClockAnchor | None = None) -> list[Window]:
 
 
 def refused(fmt: str, path: Path, anchor: ClockAnchor | None = None) -> str:
-    """The one line an import of ``path`` fails with; it must name the file."""
+    """The one line an import of ``path`` fails with; it must name the file as it was given (its name alone
+    was ``win.json`` for runs/a/win.json and runs/b/win.json alike, ``tmp`` for /tmp)."""
     with pytest.raises(ImportFormatError) as info:
         load_windows(fmt, path, clock_anchor=anchor)
     message = str(info.value)
-    assert message.startswith(f"{path.name}: "), message
+    assert message.startswith(f"{path}: "), message
     assert "\n" not in message
-    assert info.value.file == path.name
+    assert info.value.file == str(path)
     return message
 
 
@@ -636,10 +637,11 @@ def test_vllm_without_an_anchor_is_refused_with_the_way_to_get_one() -> None:
     # it was named; without, the user fetched an anchor only to be told the file was not vLLM's)
     message = refused("vllm", HARNESS / "guidellm/benchmarks_v0.2.json")
     assert message == (
-        "benchmarks_v0.2.json: not a vllm bench serve result: no 'start_times' list"
+        f"{HARNESS / 'guidellm/benchmarks_v0.2.json'}: not a vllm bench serve result: no 'start_times' list"
         " (this looks like a guidellm benchmarks report)"
     )
-    assert refused("vllm", HARNESS / "vllm/none.json") == "none.json: no such file"  # nor a missing one
+    missing = HARNESS / "vllm/none.json"
+    assert refused("vllm", missing) == f"{missing}: no such file"  # nor a missing one
 
 
 def test_vllm_without_an_anchor_reads_a_file_nested_too_deep_as_one_line(tmp_path: Path) -> None:
@@ -647,7 +649,7 @@ def test_vllm_without_an_anchor_reads_a_file_nested_too_deep_as_one_line(tmp_pat
     RecursionError would have ended `run` before its run was ended."""
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 200_000)
-    assert refused("vllm", deep) == "deep.json: file is JSON nested too deep to read"
+    assert refused("vllm", deep) == f"{deep}: file is JSON nested too deep to read"
 
 
 def test_numbers_past_a_double_and_deep_nesting_are_one_short_line_in_every_format(tmp_path: Path) -> None:
@@ -670,8 +672,9 @@ def test_numbers_past_a_double_and_deep_nesting_are_one_short_line_in_every_form
         ("guidellm", "guidellm/benchmarks.json", guidellm_start, "measure_end_time (1759522404.0) is before"),
     ]
     for fmt, rel, change, words in cases:
-        message = refused(fmt, rewrite(tmp_path, rel, change), ANCHOR)
-        assert words in message and len(message) < 200, message
+        path = rewrite(tmp_path, rel, change)
+        message = refused(fmt, path, ANCHOR)
+        assert words in message and len(message) - len(str(path)) < 200, message  # short, past the path
     texts = {
         "inf.json": '{"windows": [{"id": "a", "t_start_ns": 1e400}]}',
         "digits.json": '{"windows": [{"id": "a", "t_start_ns": ' + "1" * 5000 + "}]}",
@@ -685,12 +688,12 @@ def test_numbers_past_a_double_and_deep_nesting_are_one_short_line_in_every_form
     for name, text in texts.items():
         (tmp_path / name).write_text(text)
         for fmt in ("plain", "guidellm", "genai-perf", "export"):
-            assert refused(fmt, tmp_path / name) == said[name], fmt
+            assert refused(fmt, tmp_path / name) == f"{tmp_path}/{said[name]}", fmt
     cells = tmp_path / "w.csv"
     cells.write_text(f"id,phase,t_start_ns,t_end_ns\na,timed,1759522500000000000,{'9' * 5000}\n")
     assert (
         refused("plain", cells)
-        == "w.csv: row 2: t_end_ns is an integer of 5000 digits, a number too large to store"
+        == f"{cells}: row 2: t_end_ns is an integer of 5000 digits, a number too large to store"
     )
 
 

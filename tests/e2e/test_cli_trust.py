@@ -529,4 +529,5 @@ def test_an_error_quoting_control_characters_stays_one_line(tmp_path: pathlib.Pa
     env = {"SPARKWATCH_COORDINATOR": "http://127.0.0.1:9"}  # nothing listens: never reached
     result = sparkwatch("import", "plain", str(tmp_path / "a\nb\x1b[31m.csv"), "--run", "r", env=env)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr == "sparkwatch: error: a\\nb\\x1b[31m.csv: no such file\n"
+    shown = str(tmp_path).encode("unicode_escape").decode()  # the path as given, its escapes written out
+    assert result.stderr == f"sparkwatch: error: {shown}/a\\nb\\x1b[31m.csv: no such file\n"

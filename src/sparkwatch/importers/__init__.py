@@ -86,7 +86,7 @@ def read_windows(
     problem inside the file fails where the iteration meets it. ``since_ns``: every window must lie between
     then and ``now_ns()``, give or take ``SPAN_SLACK_NS`` (the harness ran while this run was open, on this
     host's clock: a window outside is a file an earlier run left behind, or a clock that is off)."""
-    name = path.name or str(path)
+    name = str(path)  # as given: runs/a/win.json and runs/b/win.json were both "win.json"
     importer = FORMATS.get(fmt)
     if importer is None:
         raise ImportFormatError(name, f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")

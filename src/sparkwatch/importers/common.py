@@ -33,7 +33,7 @@ _DIGITS = re.compile(r"[0-9]+")
 
 
 class ImportFormatError(ValueError):
-    """A harness file that cannot be imported; ``str()`` is one line: ``"<file name>: <problem>"``."""
+    """A harness file that cannot be imported; ``str()`` is one line: ``"<file as given>: <problem>"``."""
 
     def __init__(self, file: str, problem: str) -> None:
         self.file = file
