@@ -275,6 +275,7 @@ class HwmonSensors:
             log.warning("hwmon sensors unavailable: cannot list %s: %s", root, exc.strerror or exc)
             return ()
         channels: dict[str, Channel] = {}
+        beyond: list[str] = []  # past MAX_CHANNELS: said in one line (a chip of 300 channels made 172)
         for chip_dir in chips:
             chip, found = _chip_files(chip_dir)
             by_label: dict[str, tuple[Path | None, Path | None]] = {}
@@ -295,9 +296,13 @@ class HwmonSensors:
                 name = sensor_name(label)
                 if name in channels:
                     name = sensor_name(f"{name}_{chip_dir.name}")
-                if name in channels or len(channels) == MAX_CHANNELS:
-                    why = f"its name {name!r} is taken" if name in channels else f"{MAX_CHANNELS} are read"
-                    log.warning("hwmon: left out %s's channel %r: %s", chip_dir, label, why)
+                if name in channels:
+                    log.warning(
+                        "hwmon: left out %s's channel %r: its name %r is taken", chip_dir, label, name
+                    )
+                    continue
+                if len(channels) == MAX_CHANNELS:
+                    beyond.append(f"{chip_dir.name}'s {label!r}")
                     continue
                 channels[name] = Channel(
                     name,
@@ -307,6 +312,9 @@ class HwmonSensors:
                     _Attribute(energy) if energy is not None else None,
                     EnergyAccumulator(),
                 )
+        if beyond:
+            shown = ", ".join(beyond[:5]) + (", …" if len(beyond) > 5 else "")
+            log.warning("hwmon: left out %d channels past the %d read: %s", len(beyond), MAX_CHANNELS, shown)
         return tuple(channels.values())
 
     def capture(self) -> SensorCapture:
