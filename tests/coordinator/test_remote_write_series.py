@@ -87,9 +87,11 @@ def make_sampler(gpu: NvmlBackend, clock: Clock | None = None) -> Sampler:
 
 
 def collector_series(snap: Snapshot) -> dict[Key, float]:
-    """What the agent's /metrics shows for this snapshot, keyed as remote write keys its series."""
+    """What the agent's /metrics shows for this snapshot, keyed as remote write keys its series (scraped as
+    its sample is taken: a sample older than the health limit has its hardware series left out)."""
     out: dict[Key, float] = {}
-    for family in make_registry(lambda: snap).collect():
+    now_ns = snap.sample.t_mono_ns if snap.sample is not None else 0
+    for family in make_registry(lambda: snap, lambda: now_ns).collect():
         for s in family.samples:
             out[((NAME, s.name), *sorted(s.labels.items()))] = s.value
     return out

@@ -387,14 +387,11 @@ def export_cli(
     if url == rig.prometheus and scrapes:
         more = ("--series-matchers", '{job!=""}', *more)
     out = rig.tmp / f"export-{time.monotonic_ns()}.json"
+    span = (("--start", str(run["t_start_ns"] / 1e9)), ("--end", str(run["t_end_ns"] / 1e9)))
+    defaults = (("--windows", str(rig.windows)), *span)  # unless ``more`` gives its own: a flag is given once
     argv = [
         *_export_argv(url),
-        "--windows",
-        str(rig.windows),
-        "--start",
-        str(run["t_start_ns"] / 1e9),
-        "--end",
-        str(run["t_end_ns"] / 1e9),
+        *(part for flag, value in defaults if flag not in more for part in (flag, value)),
         "-o",
         str(out),
         *more,
