@@ -618,18 +618,6 @@ def test_nodes_named_are_checked_by_the_count_and_read_once() -> None:
         source.nodes(T0, T0 + 30 * S, only=['spark "b"\\2 éAx|y'])  # "." is no wildcard
 
 
-def test_nodes_found_are_those_with_samples_in_the_run_not_the_minute_after_it() -> None:
-    """Counted with the edges the figures read (a minute either side), an exporter up 50 s after the end
-    joined the run: every figure of it n/a, the sums n/a with it, the others' marked (a sweep). Named with
-    ``--nodes``, a node is still checked over what its figures read."""
-    t = [float(x) for x in range(31)]
-    found = [*sparkwatch_gpu("a", "GPU-a", t, 50.0, 0.9), *sparkwatch_gpu("b", "GPU-b", t, 70.0, 0.9)]
-    late = sparkwatch_gpu("c", "GPU-c", [x + 80 for x in t], 60.0, 0.9)  # from 50 s after the end
-    source = TsdbSource(Held([*found, *late]), SPARKWATCH, "node", "prometheus", "http://tsdb.example")
-    assert source.nodes(T0, T0 + 30 * S) == ["a", "b"]
-    assert source.nodes(T0, T0 + 30 * S, only=["c"]) == ["c"]
-
-
 def test_matchers_that_select_nothing_are_named_as_the_cause() -> None:
     """``--series-matchers`` that exclude every series the engine holds (a new user's '{job=""}' on an
     engine that only scraped): the line says the series are there but the matchers select none, not that

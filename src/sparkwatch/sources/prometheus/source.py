@@ -147,7 +147,7 @@ class TsdbSource:
         benchmark ran on, and a misspelt name is one line, not a node without samples)."""
         if only:
             return self._named(only, t_from_ns, t_to_ns)
-        names = self._listed(t_from_ns, t_to_ns, edge=False)
+        names = self._listed(t_from_ns, t_to_ns)
         if not names:
             hint = self._labels_hint(t_from_ns, t_to_ns)
             raise SourceError(
@@ -156,12 +156,12 @@ class TsdbSource:
             )
         return names
 
-    def _listed(self, t_from_ns: int, t_to_ns: int, only: Sequence[str] = (), edge: bool = True) -> list[str]:
-        """Over the span :meth:`series` reads (``edge``), else the run's (an exporter up a minute after the
-        end is no node of it); ``only``: among those nodes alone (a fleet's may pass an engine's limit)."""
+    def _listed(self, t_from_ns: int, t_to_ns: int, only: Sequence[str] = ()) -> list[str]:
+        """Over the span :meth:`series` reads, so a node listed is one whose samples its figures read; with
+        ``only``, counted among those nodes alone (a fleet's count can pass an engine's sample limit)."""
         which = f"=~{quoted('|'.join(literal(n) for n in only))}" if only else '!=""'
         selector = f"{self._family.power.metric}{{{self._label}{which}{self._also()}}}"
-        span = (t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS) if edge else (t_from_ns, t_to_ns)
+        span = (t_from_ns - LEAD_NS - MARGIN_NS, t_to_ns + MARGIN_NS)
         return sorted(self._asked(lambda: self._reader.label_values(selector, self._label, *span)))
 
     def _named(self, only: Sequence[str], t_from_ns: int, t_to_ns: int) -> list[str]:
