@@ -17,7 +17,7 @@ The chassis' resource is found once, in a task of its own that outlives a poll's
 after another: at 0.6 s each, a BMC had never given a reading at the default 1 s poll, every poll beginning
 again), and looked for again after a read that failed. When ``Power`` stands in for an EnvironmentMetrics
 without a usable reading (another sensor, maybe), that is logged, and EnvironmentMetrics is tried again every
-``PREFERRED_RETRY_S``.
+``PREFERRED_RETRY_S`` (the stand-in read meanwhile). The stop cancels a search still going.
 
 Credentials the BMC refused are not offered again for ``REFUSED_RETRY_S`` unless the password file changes:
 a BMC locks an account after a few failed logins (``AccountService.AccountLockoutThreshold``), and a poll a
@@ -88,15 +88,19 @@ class RedfishMeter:
             kind, path = await self._resource(session)
             try:
                 body = await self._get(session, path)
-            except MeterError:
-                self._reading_path = None  # the BMC may have renumbered: look again next time
+                return _environment(body) if kind == "env" else _power_control(body)
+            except MeterError:  # the BMC may have renumbered, or its reading gone null: look again next time
+                self._reading_path = None
                 raise
         except asyncio.CancelledError:  # the poll's timeout
-            if "Authorization" in self._headers and not self._basic_accepted:
+            # credentials that met a slow answer are taken as refused; not while the search still goes on:
+            # its own answer says (a 401 refuses them), and a slow BMC's search had them refused after it
+            # had found the way with them, for REFUSED_RETRY_S
+            searching = self._discovery is not None and not self._discovery.done()
+            if "Authorization" in self._headers and not self._basic_accepted and not searching:
                 self._refused = (self._password_sha, self._monotonic(), self._unanswered())
                 self._logged_in = False  # the next poll checks the back-off before offering them again
             raise
-        return _environment(body) if kind == "env" else _power_control(body)
 
     def waiting_for(self) -> str | None:
         """What a poll that timed out left going on, which the next poll waits for."""
@@ -109,14 +113,23 @@ class RedfishMeter:
     async def _resource(self, session: aiohttp.ClientSession) -> tuple[str, str]:
         """Where the reading is: found once, in a task shielded from the poll's timeout (a slow BMC's next
         poll waits for the same search), again after a failed read, and while ``Power`` stands in for an
-        unusable EnvironmentMetrics, again every ``PREFERRED_RETRY_S``."""
-        found, since = self._reading_path, self._stand_in_since
-        if found is not None and (since is None or self._monotonic() - since < PREFERRED_RETRY_S):
+        unusable EnvironmentMetrics, again every ``PREFERRED_RETRY_S`` behind the polls, which read the
+        stand-in meanwhile (a failed retry had every later poll search again, and fail)."""
+        found, since, now = self._reading_path, self._stand_in_since, self._monotonic()
+        idle = self._discovery is None or self._discovery.done()
+        if found is not None:  # the stand-in is read meanwhile; a retry that fails tries again in as long
+            if since is not None and now - since >= PREFERRED_RETRY_S and idle:
+                self._stand_in_since = now
+                self._search(session)
             return found
-        if self._discovery is None or self._discovery.done():
-            self._discovery = asyncio.ensure_future(self._find(session))
-            self._discovery.add_done_callback(_retrieved)
+        if idle:
+            self._search(session)
+        assert self._discovery is not None
         return await asyncio.shield(self._discovery)
+
+    def _search(self, session: aiohttp.ClientSession) -> None:
+        self._discovery = asyncio.ensure_future(self._find(session))
+        self._discovery.add_done_callback(_retrieved)
 
     async def _find(self, session: aiohttp.ClientSession) -> tuple[str, str]:
         try:
@@ -257,6 +270,10 @@ class RedfishMeter:
         if self._login_task is not None and not self._login_task.done():
             with contextlib.suppress(Exception):
                 await self._login_task
+        if self._discovery is not None and not self._discovery.done():  # never past the stop, nor the logout
+            self._discovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._discovery
         url, token = self._session_url, self._headers.get("X-Auth-Token")
         self._session_url, self._logged_in, self._headers = None, False, {}
         if url is None or token is None:
