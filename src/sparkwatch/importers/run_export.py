@@ -83,7 +83,7 @@ def exported_run(path: Path) -> ExportedRun:
     try:
         return run_of(export_of(read_json(path)))
     except Problem as problem:
-        raise ImportFormatError(path.name or str(path), str(problem)) from None
+        raise ImportFormatError(str(path), str(problem)) from None
 
 
 def run_of(data: dict[str, Any]) -> ExportedRun:

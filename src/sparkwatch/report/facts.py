@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -187,7 +188,7 @@ def _system_cell(export: dict[str, Any], i: int) -> Cell:
     k = node["system"]["domains"].index(entry)
     cell = figure(export, f"nodes.{i}.system.domains.{k}.power_w.gated_mean", 1)
     coverage = a_number(an_object(entry.get("samples")).get("coverage_ratio"))
-    short = f", coverage {coverage:.3f}" if coverage is not None and coverage < 1 else ""
+    short = f", coverage {_floored(coverage)}" if coverage is not None and coverage < 1 else ""
     return Cell(f"{cell.text} ({entry['domain']}{short})", cell.key, cell.digits)
 
 
@@ -276,12 +277,17 @@ def _domain_facts(node: dict[str, Any]) -> list[tuple[str, str]]:
         errors = [an_object(e) for e in domain.get("errors") or []]
         if not errors and (coverage is None or coverage >= 1):
             continue
-        said = [f"coverage {NA if coverage is None else f'{coverage:.3f}'}"]
+        said = [f"coverage {NA if coverage is None else _floored(coverage)}"]
         said += [_failure(e) for e in errors]
         if omitted := domain.get("errors_omitted"):
             said.append(f"{_say(omitted)} more failed polls of other reasons")
         facts.append((f"{_say(domain.get('domain'))} ({_say(domain.get('source'))})", "; ".join(said)))
     return facts
+
+
+def _floored(ratio: float) -> str:
+    """A coverage to 3 decimals, never rounded up: 0.9996 is no 1.000, as the export's are floored."""
+    return f"{math.floor(ratio * 1000) / 1000:.3f}"
 
 
 def _failure(error: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ GPU_FIELDS: tuple[str, ...] = (
 #: The fields sparkwatch's figures stand on (power, its energy counter, the gate's utilisation). A refusal at
 #: the probe holds for the agent's life, so one of these is asked ``KEY_PROBE_TRIES`` times before it is
 #: believed (NOT_SUPPORTED may come sporadically under fast polling), and is said as a warning.
-KEY_FIELDS, KEY_PROBE_TRIES = ("power", "energy", "utilization"), 3
+KEY_FIELDS, KEY_PROBE_TRIES, KEY_PROBE_PAUSE_S = ("power", "energy", "utilization"), 3, 0.05
 #: The order a capture reads a GPU's fields in: the energy counter first, right after the sample's stamp,
 #: because power is ΔE/Δt over the stamps. Every NVML call hands the GIL to the agent's other threads, which
 #: may keep it for Python's 5 ms switch interval: behind two calls, the counter could be read 10 ms late.

@@ -11,6 +11,7 @@ re-initialise with backoff.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from sparkwatch_agent.hardware.nvml.readers import Candidates, MissingFunction, 
 from sparkwatch_agent.hardware.readings import (
     GPU_FIELDS,
     KEY_FIELDS,
+    KEY_PROBE_PAUSE_S,
     KEY_PROBE_TRIES,
     PLAUSIBLE_MAX,
     READ_ORDER,
@@ -148,8 +150,8 @@ class NvmlBackend:
         refused = [f"{f} ({caps[f].reason})" for f in KEY_FIELDS if caps[f].state == "unsupported"]
         if refused:  # power read as not supported once was off for good, and nothing said so
             log.warning(
-                "GPU %d (%s): NVML refused %s, asked %d times at the probe: not read until the agent"
-                " starts again",
+                "GPU %d (%s): %s cannot be read (NVML asked up to %d times at the probe): not read until"
+                " the agent starts again",
                 *(index, uuid, ", ".join(refused), KEY_PROBE_TRIES),
             )
         gpu_total = first.get("mem_total_bytes")
@@ -236,7 +238,9 @@ class NvmlBackend:
         """None once ``reader`` answered in ``tries`` asks, else its last failure: a refusal that would hold
         for the agent's life is asked again; a failure for now or of the device is not."""
         failure: BaseException | None = None
-        for _ in range(tries):
+        for n in range(tries):
+            if n:  # apart: a refusal now and then is not one for good
+                time.sleep(KEY_PROBE_PAUSE_S)
             try:
                 reader(handle, out)
                 return None
