@@ -60,6 +60,22 @@ def ticks() -> Any:
     return lambda: next(now)
 
 
+async def two_readings(spec: MeterSpec) -> Sink:
+    """What a poller of ``spec`` stored, polling on its schedule until it has two readings (5 s at most)."""
+    sink = Sink()
+    poller = MeterPoller("spark-1", spec, RedfishMeter(spec), sink, now_ns=ticks())
+    async with aiohttp.ClientSession() as session:
+        task = asyncio.create_task(poller.run(session))
+        try:
+            async with asyncio.timeout(5):
+                while len(sink.readings) < 2:
+                    await asyncio.sleep(0.02)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return sink
+
+
 async def test_a_bmc_slower_than_a_polls_timeout_to_show_its_reading_still_gives_readings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -68,18 +84,7 @@ async def test_a_bmc_slower_than_a_polls_timeout_to_show_its_reading_still_gives
     monkeypatch.setattr(meter_poller, "MIN_TIMEOUT_S", 0.3)
     asked: Counter[str] = Counter()
     async for url in served(bmc(resources(374), asked, delay_s=0.2)):
-        spec = MeterSpec("redfish", url, interval_s=0.1)
-        sink = Sink()
-        poller = MeterPoller("spark-1", spec, RedfishMeter(spec), sink, now_ns=ticks())
-        async with aiohttp.ClientSession() as session:
-            task = asyncio.create_task(poller.run(session))
-            try:
-                async with asyncio.timeout(5):
-                    while len(sink.readings) < 2:
-                        await asyncio.sleep(0.02)
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        sink = await two_readings(MeterSpec("redfish", url, interval_s=0.1))
     assert [r.power_w for r in sink.readings[:2]] == [374.0, 374.0]
     assert asked["/redfish/v1/"] == 1  # one search, over as many polls as it took
     said = Counter(error for _, _, error in sink.errors)  # the poll that waited on the search, then read
@@ -200,17 +205,6 @@ async def test_a_slow_bmc_with_basic_auth_is_not_locked_out_by_its_own_search(
     app.router.add_get("/{tail:.*}", get)
     async for url in served(app):
         spec = MeterSpec("redfish", url, interval_s=0.1, username="root", password_file=tmp_path / "pw")
-        sink = Sink()
-        reader = RedfishMeter(spec)
-        poller = MeterPoller("spark-1", spec, reader, sink, now_ns=ticks())
-        async with aiohttp.ClientSession() as session:
-            task = asyncio.create_task(poller.run(session))
-            try:
-                async with asyncio.timeout(5):
-                    while len(sink.readings) < 2:
-                        await asyncio.sleep(0.02)
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        sink = await two_readings(spec)
     assert [r.power_w for r in sink.readings[:2]] == [374.0, 374.0]
     assert not any("taken as refused" in e for _, _, e in sink.errors), sink.errors
