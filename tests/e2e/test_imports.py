@@ -64,7 +64,7 @@ def test_an_import_that_fails_late_or_is_killed_leaves_the_run_as_it_was(
     finally:
         coord.stop()
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
-    assert failed.stderr.startswith("sparkwatch: error: late.csv: row 25002: t_end_ns must be")
+    assert failed.stderr.startswith(f"sparkwatch: error: {late}: row 25002: t_end_ns must be")
     assert after_failure == (0, 0)  # nothing visible, and the client's abort took the staged batches back
     assert while_killed[0] == 0 and while_killed[1] > 0  # staged, invisible
     assert after_restart == 0

@@ -498,7 +498,7 @@ def test_import_command_posts_a_good_file_and_refuses_a_bad_one(
             [*cli, "plain", str(bad), "--run", run["id"]], capture_output=True, text=True, env=env
         )
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1
-        assert refused.stderr.startswith("sparkwatch: error: bad.csv")
+        assert refused.stderr.startswith(f"sparkwatch: error: {bad}: ")
         no_token = {k: v for k, v in env.items() if k != "SPARKWATCH_TOKEN_FILE"}
         denied = subprocess.run(
             [*cli, "plain", str(good), "--run", run["id"]], capture_output=True, text=True, env=no_token
