@@ -58,40 +58,42 @@ def build(path: pathlib.Path, windows: int) -> None:
     tmp.rename(path)
 
 
-def timed(path: pathlib.Path, work: Callable[[pathlib.Path], object], rounds: int) -> float:
-    """Median seconds of ``work`` on a fresh copy of ``path`` (read once first, so the cache is warm)."""
+Prepared = Callable[[pathlib.Path], tuple[Callable[[], object], Callable[[], None]]]
+
+
+def timed(path: pathlib.Path, prepare: Prepared, rounds: int) -> float:
+    """Median seconds of the work ``prepare`` makes on a fresh copy of ``path`` (read once first, so the
+    cache is warm), its connection opened before the clock starts and closed after it stops."""
     spent = []
     for _ in range(rounds):
         copy = path.with_name(f"copy-{path.name}")
         shutil.copyfile(path, copy)
         copy.read_bytes()
+        work, done = prepare(copy)
         t0 = time.perf_counter()
-        work(copy)
+        work()
         spent.append(time.perf_counter() - t0)
+        done()
         copy.unlink()
     return statistics.median(spent)
 
 
-def old_delete_reads(path: pathlib.Path) -> None:
-    with sqlite3.connect(path) as db:
-        db.execute(OLD_COUNT, (RUN,)).fetchone()
-        db.execute(OLD_BOUNDS, (RUN,)).fetchone()
+def rows_read(*statements: str) -> Prepared:
+    """The baseline: ``statements`` (with the run's id where they take one) on a plain connection."""
+
+    def prepare(path: pathlib.Path) -> tuple[Callable[[], object], Callable[[], None]]:
+        db = sqlite3.connect(path)
+        return (lambda: [db.execute(q, (RUN,) if "?" in q else ()).fetchall() for q in statements]), db.close
+
+    return prepare
 
 
-def old_spans(path: pathlib.Path) -> None:
-    with sqlite3.connect(path) as db:
-        db.execute(OLD_SPANS).fetchall()
-
-
-def with_store(work: Callable[[Store], object]) -> Callable[[pathlib.Path], object]:
-    def run(path: pathlib.Path) -> object:
+def by_store(work: Callable[[Store], object]) -> Prepared:
+    def prepare(path: pathlib.Path) -> tuple[Callable[[], object], Callable[[], None]]:
         store = Store(path)
-        try:
-            return work(store)
-        finally:
-            store.close()
+        return (lambda: work(store)), store.close
 
-    return run
+    return prepare
 
 
 def main() -> None:
@@ -106,29 +108,27 @@ def main() -> None:
     path = cache / f"run-{args.windows}.db"
     build(path, args.windows)
     size_mib = path.stat().st_size / 2**20
-    opened = timed(path, with_store(lambda s: None), args.rounds)  # what each store-side figure includes
     rows = [
         (
             "delete (count + span, tombstone)",
-            timed(path, old_delete_reads, args.rounds),
-            timed(path, with_store(lambda s: s.delete_run(RUN)), args.rounds),
+            timed(path, rows_read(OLD_COUNT, OLD_BOUNDS), args.rounds),
+            timed(path, by_store(lambda s: s.delete_run(RUN)), args.rounds),
         ),
         (
             "count (GET /v1/runs/ID)",
-            timed(path, lambda p: sqlite3.connect(p).execute(OLD_COUNT, (RUN,)).fetchone(), args.rounds),
-            timed(path, with_store(lambda s: s.count_windows(RUN)), args.rounds),
+            timed(path, rows_read(OLD_COUNT), args.rounds),
+            timed(path, by_store(lambda s: s.count_windows(RUN)), args.rounds),
         ),
         (
-            "spans (GET /v1/runs, retention)",
-            timed(path, old_spans, args.rounds),
-            timed(path, with_store(lambda s: s.run_sizes()), args.rounds),
+            "spans (GET /v1/runs: with the sizes)",
+            timed(path, rows_read(OLD_SPANS), args.rounds),
+            timed(path, by_store(lambda s: s.run_sizes()), args.rounds),
         ),
     ]
     print(f"one run of {args.windows:,} windows ({size_mib:.0f} MiB file); medians of {args.rounds} rounds")
-    print(f"opening the store alone: {opened * 1e3:.1f} ms (in each store figure)")
-    print(f"{'read':36} {'before (rows) s':>16} {'now (indexes) s':>16} {'ratio':>8}")
+    print(f"{'read':36} {'before (rows) ms':>17} {'now (indexes) ms':>17} {'ratio':>8}")
     for name, before, now in rows:
-        print(f"{name:36} {before:16.3f} {now:16.3f} {before / now:7.1f}x")
+        print(f"{name:36} {before * 1e3:17.1f} {now * 1e3:17.2f} {before / now:7.1f}x")
 
 
 if __name__ == "__main__":
