@@ -70,3 +70,10 @@ def old_row(node: str, raw: str) -> tuple[Any, ...]:
         g["util_ratio"],
         raw,
     )
+
+
+def bench_cache(name: str) -> pathlib.Path:
+    """The folder under the temp dir where a benchmark keeps the stores it builds once (``--rebuild``)."""
+    cache = pathlib.Path(tempfile.gettempdir()) / name
+    cache.mkdir(exist_ok=True)
+    return cache

@@ -41,6 +41,8 @@ import tempfile
 import time
 from typing import Any
 
+from _common import bench_cache
+
 S = 1_000_000_000
 NODES = 4
 WINDOWS_PER_HOUR = 10_000 / 8
@@ -241,8 +243,7 @@ def main() -> None:
         }
         print(json.dumps(children[kind](pathlib.Path(path))))
         return
-    cache = pathlib.Path(tempfile.gettempdir()) / "sparkwatch-bench-export"
-    cache.mkdir(exist_ok=True)
+    cache = bench_cache("sparkwatch-bench-export")
     results = {}
     for hours in (float(h) for h in args.sizes.split(",")):
         path = cache / f"run-{hours:g}h-{NODES}n-s{args.seed}.db"

@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from _common import bench_cache
 from _victoria import BenchError, Victoria
 from export_store import NODES, RUN_ID, build_store
 from sparkwatch.sources import LEAD_NS
@@ -116,8 +117,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hours", type=float, default=8.0)
     args = parser.parse_args()
-    cache = pathlib.Path(tempfile.gettempdir()) / "sparkwatch-bench-export"
-    cache.mkdir(exist_ok=True)
+    cache = bench_cache("sparkwatch-bench-export")
     db = cache / f"run-{args.hours:g}h-{NODES}n-s0.db"
     if not db.exists():
         build_store(db, args.hours, 0)

@@ -18,10 +18,10 @@ import pathlib
 import shutil
 import sqlite3
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 
+from _common import bench_cache
 from sparkwatch.core.windows import Window
 from sparkwatch.store import Store
 from sparkwatch.store.run_rows import RunRow
@@ -103,8 +103,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    cache = pathlib.Path(tempfile.gettempdir()) / "sparkwatch-bench-run-reads"
-    cache.mkdir(exist_ok=True)
+    cache = bench_cache("sparkwatch-bench-run-reads")
     path = cache / f"run-{args.windows}.db"
     build(path, args.windows)
     size_mib = path.stat().st_size / 2**20

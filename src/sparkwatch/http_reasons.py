@@ -23,12 +23,6 @@ def unreachable_reason(exc: aiohttp.ClientError) -> str:
     return str(exc) or type(exc).__name__
 
 
-def host_port(host: str, port: int | None) -> str:
-    """``host:port`` as a URL writes it (an IPv6 address in brackets)."""
-    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return shown if port is None else f"{shown}:{port}"
-
-
 def refusal_reason(text: str) -> str:
     """A sparkwatch server's JSON reason in one line (or the start of whatever else it sent)."""
     try:

@@ -15,11 +15,11 @@ from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.test_utils import TestServer
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
-from sparkwatch.http_reasons import host_port, unreachable_reason
+from sparkwatch.http_reasons import unreachable_reason
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import PrintSink
-from sparkwatch_agent.shared.http import AGENT_SERVER, name_server
+from sparkwatch_agent.shared.http import AGENT_SERVER, host_port, name_server
 
 #: A connection key as aiohttp builds one (only its host and port are printed).
 KEY = ConnectionKey(*(["coordinator.example", 8750] + [None] * (len(ConnectionKey._fields) - 2)))

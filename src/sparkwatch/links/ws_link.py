@@ -16,7 +16,7 @@ import aiohttp
 from yarl import URL
 
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
-from sparkwatch.http_reasons import host_port, unreachable_reason
+from sparkwatch.http_reasons import unreachable_reason
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.reasons import no_agent, not_an_agent, session_failure, unauthorized_reason
 from sparkwatch.links.state import LinkError, LinkState, LinkStatus, Misaddressed, Misconfigured, Unauthorized
@@ -25,7 +25,7 @@ from sparkwatch.store import Damaged, Store, Unavailable, corrupt_or_none
 from sparkwatch.wire import MAX_MESSAGE_BYTES, HelloFrame, TimeFrame, time_reply
 from sparkwatch_agent.shared.auth import TokenFileError, load_token
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
-from sparkwatch_agent.shared.http import AGENT_SERVER, other_service
+from sparkwatch_agent.shared.http import AGENT_SERVER, host_port, other_service
 from sparkwatch_agent.shared.parse_errors import parser_problem
 from sparkwatch_agent.shared.protocol import LEASE_TTL_S
 

@@ -18,12 +18,13 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from sparkwatch.http_reasons import failure_line, host_port, unreachable_reason
+from sparkwatch.http_reasons import failure_line, unreachable_reason
 from sparkwatch.meters.readings import MeterError, Reading, refused
 from sparkwatch.meters.spec import MeterSpec
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.store.tx import stored_or_why
 from sparkwatch_agent.shared.backoff import every
+from sparkwatch_agent.shared.http import host_port
 
 log = logging.getLogger(__name__)
 

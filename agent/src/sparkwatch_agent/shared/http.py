@@ -54,11 +54,16 @@ class BindError(Exception):
         self.exit_code = EXIT_TRY_AGAIN if for_now else 2
 
 
+def host_port(host: str, port: int | None) -> str:
+    """``host:port`` as a URL writes it (an IPv6 address in brackets)."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return shown if port is None else f"{shown}:{port}"
+
+
 def bind_error(host: str, port: int, exc: OSError) -> BindError:
     """The one line for ``exc`` met listening on host:port (an IPv6 host in brackets, as it is typed)."""
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     for_now = exc.errno in _FOR_NOW or (isinstance(exc, socket.gaierror) and exc.errno == socket.EAI_AGAIN)
-    return BindError(f"cannot listen on {where}: {exc.strerror or exc}", for_now=for_now)
+    return BindError(f"cannot listen on {host_port(host, port)}: {exc.strerror or exc}", for_now=for_now)
 
 
 def name_server(app: web.Application, name: str) -> None:

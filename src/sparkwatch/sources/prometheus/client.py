@@ -20,10 +20,9 @@ from typing import Any
 
 import orjson
 
-from sparkwatch.http_reasons import host_port
 from sparkwatch.meters.credentials import SecretFileError, first_line
 from sparkwatch.sources import SourceError
-from sparkwatch_agent.shared.http import other_service
+from sparkwatch_agent.shared.http import host_port, other_service
 
 TIMEOUT_S = 60.0
 #: The most of an error body quoted in a message.

@@ -368,11 +368,14 @@ class NvmlBackend:
         return self.decode(self.capture())
 
 
+#: ``PLAUSIBLE_MAX`` by value slot, looked up once: :func:`_bounded` runs for every GPU on every tick.
+_BOUNDS = tuple((VALUE_SLOTS[key], field, most) for key, (field, most) in PLAUSIBLE_MAX.items())
+
+
 def _bounded(values: list[Any], errors: list[tuple[str, str]]) -> None:
     """``values`` (in ``VALUE_SLOTS`` order) with each past its ``PLAUSIBLE_MAX`` made None, its field's
     OUT_OF_RANGE added once: whichever way it was read (ctypes or nvidia-ml-py's wrappers)."""
-    for key, (field, most) in PLAUSIBLE_MAX.items():
-        slot = VALUE_SLOTS[key]
+    for slot, field, most in _BOUNDS:
         value = values[slot]
         if value is not None and not 0 <= value <= most:
             values[slot] = None
