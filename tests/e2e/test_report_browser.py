@@ -15,6 +15,7 @@ from helpers.cli import sparkwatch
 from helpers.synthetic_run import synthetic_export
 from sparkwatch.outputs import write_export
 from sparkwatch.report import facts
+from sparkwatch_agent.shared.units import one_decimal
 
 READY = "body[data-ready='1']"
 #: The window bands Vega actually drew (scenegraph rect items whose datum is a band), deduplicated.
@@ -68,7 +69,12 @@ def _check_summary(opened: OpenedPage, export: dict[str, Any]) -> int:
     for key, digits, scale, text in cells:
         value = facts.lookup(export, key)
         shown = text.split(" ")[0]
-        assert shown == ("n/a" if value is None else f"{value / scale:.{digits}f}"), (key, text)
+        # one decimal is rounded half away from zero, as lmx prints it (79.25 W is 79.3, not 79.2)
+        if value is None:
+            wanted = "n/a"
+        else:
+            wanted = one_decimal(value / scale) if digits == 1 else f"{value / scale:.{digits}f}"
+        assert shown == wanted, (key, text)
     return len(cells)
 
 
