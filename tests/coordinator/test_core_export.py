@@ -428,16 +428,20 @@ def test_a_failed_request_is_reported_but_not_measured(
     assert export["nodes"][0]["energy_j"] == pytest.approx(61.0 * 10 + 11.0 * 0.05)
 
 
-def test_system_domains_reach_the_totals_and_the_lmx_notes_but_never_gpu_power() -> None:
+@pytest.mark.parametrize(("extra_w", "shown"), [(30.0, "91.0"), (18.25, "79.3")])
+def test_system_domains_reach_the_totals_and_the_lmx_notes_but_never_gpu_power(
+    extra_w: float, shown: str
+) -> None:
     """A node's sys_total (gated by its GPU) is its headline; the other node has none, so the totals are
-    unknown with the node named, and the notes say so beside the GPU method."""
+    unknown with the node named, and the notes say so beside the GPU method, to one decimal as the report
+    and lmx round it (79.25 is 79.3, half away from zero)."""
     busy = [(12, 14), (20, 25), (30, 35)]
     plain = node("spark-2", 11.0, 41.0, busy, 90)
     with_sensor = node("spark-1", 11.0, 61.0, busy, 100)
     gpu = with_sensor.gpus[0]
-    system_energy = gpu.energy_j + 30.0 * (gpu.t_ns - T0) / S  # the rail plus 30 W, with its own counter
+    system_energy = gpu.energy_j + extra_w * (gpu.t_ns - T0) / S  # the rail and more, with its own counter
     system = GpuTrack(
-        gpu.t_ns, gpu.segment, gpu.max_gap_ns, gpu.power_w + 30.0, system_energy, gpu.util_ratio
+        gpu.t_ns, gpu.segment, gpu.max_gap_ns, gpu.power_w + extra_w, system_energy, gpu.util_ratio
     )
     with_sensor = dataclasses.replace(
         with_sensor, domains=[DomainInput("sys_total", "system", "hwmon:spbm", system)]
@@ -445,14 +449,14 @@ def test_system_domains_reach_the_totals_and_the_lmx_notes_but_never_gpu_power()
     export = build_export(RUN, [with_sensor, plain], WINDOWS, "0.1.0")
     n1, n2 = export["nodes"]
     assert n1["system"]["headline_domain"] == "sys_total"
-    assert n1["system"]["domains"][0]["power_w"]["gated_mean"] == pytest.approx(91.0)
+    assert n1["system"]["domains"][0]["power_w"]["gated_mean"] == pytest.approx(61.0 + extra_w)
     assert n1["power_w"]["gated_mean"] == pytest.approx(61.0)  # the GPU figure is untouched
     assert n2["system"] is None and n2["null_reasons"]["system"] == "no_sensor"
     assert export["totals"]["system_energy_j"] is None
     assert "spark-2" in export["totals"]["null_reasons"]["system_energy_j"]
     assert export["lmx"]["gpuPowerWatts"] == [61.0, 41.0]
     notes = export["lmx"]["notes"]
-    assert "spark-1 91.0 W (sys_total, hwmon:spbm); spark-2 n/a (no sensor)" in notes
+    assert f"spark-1 {shown} W (sys_total, hwmon:spbm); spark-2 n/a (no sensor)" in notes
     assert "not in gpuPowerWatts" in notes and digest(export) in notes
 
 

@@ -39,6 +39,7 @@ from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
 from sparkwatch_agent.assemble import SimGb10, assemble, running_agent
 from sparkwatch_agent.config import build_config
+from sparkwatch_agent.shared.units import one_decimal
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +176,9 @@ async def _forget(tmp: Path) -> None:
 
 def _truth_notes(agents: Sequence[SimAgent], export: dict[str, Any]) -> list[str]:
     """What the simulation knows to be true, to hold the table against."""
-    expected = ", ".join(f"{a.name} {w:.1f} W" for a, w in zip(agents, truth(agents), strict=True))
+    expected = ", ".join(f"{a.name} {one_decimal(w)} W" for a, w in zip(agents, truth(agents), strict=True))
     system = ", ".join(
-        f"{node['node']} {w:.1f} W" if node.get("system") else f"{node['node']} no sensor"
+        f"{node['node']} {one_decimal(w)} W" if node.get("system") else f"{node['node']} no sensor"
         for node, w in zip(export["nodes"], system_truth(agents), strict=True)
     )
     return [

@@ -26,7 +26,7 @@ from sparkwatch.core.tracks import F64, GAP_INTERVALS, MemTrack
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Window, scope_for, union
 from sparkwatch.defaults import EXPORT_SCHEMA, ScopeKind
-from sparkwatch_agent.shared.units import lmx_gb
+from sparkwatch_agent.shared.units import lmx_gb, one_decimal
 
 LOW_CONFIDENCE_INTERVALS = 2.0
 CLOCK_UNCERTAINTY_RATIO = 0.01
@@ -361,7 +361,7 @@ def _system_note(export: dict[str, Any]) -> str:
         domain = headline_entry(node)
         if domain is not None:
             watts = domain["power_w"]["gated_mean"]
-            shown = f"{watts:.1f} W" if watts is not None else "n/a"
+            shown = f"{one_decimal(watts)} W" if watts is not None else "n/a"
             parts.append(f"{node['node']} {shown} ({domain['domain']}, {domain['source']})")
         else:
             parts.append(f"{node['node']} n/a (no sensor)")
@@ -369,7 +369,7 @@ def _system_note(export: dict[str, Any]) -> str:
     energy, per_token = totals.get("system_energy_j"), totals.get("system_joules_per_token")
     return (
         f" System power (whole node, GPU rail included, not in gpuPowerWatts), gated like GPU power: "
-        f"{'; '.join(parts)}; system energy {f'{energy:.1f} J' if energy is not None else 'n/a'},"
+        f"{'; '.join(parts)}; system energy {f'{one_decimal(energy)} J' if energy is not None else 'n/a'},"
         f" {f'{per_token:.3f} J/token' if per_token is not None else 'J/token n/a'}."
     )
 
