@@ -235,3 +235,22 @@ def test_a_node_without_power_and_a_run_without_windows_draw_what_they_lack(tmp_
         texts = opened.page.evaluate(DRAWN_TEXTS)
     assert texts.count("no power read") == 1, texts
     assert not any("prefill" in t or "decode" in t for t in texts), texts  # no band legend
+
+
+def test_a_node_named_at_length_wraps_inside_the_page(tmp_path: pathlib.Path) -> None:
+    """A 300-character node name (an operator's FQDN and labels) wrapped nowhere: the summary's node cell
+    and the node's facts heading widened the page past the window; they wrap, the name whole."""
+    export = synthetic_export(hours=0.2, nodes=2, hz=1.0, windows=5, series_buckets=200)
+    path = tmp_path / "long-name.json"
+    write_export(path, export)
+    name = "spark-1." + "rack-7.hall-b.example.org-" * 11
+    path.write_text(path.read_text().replace('"spark-1"', json.dumps(name)))  # every mention, as one node
+    result = sparkwatch("report", str(path), "-o", str(tmp_path / "long-name.html"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    with open_page(tmp_path / "long-name.html", width=PAGE_WIDTH_PX) as opened:
+        opened.page.wait_for_selector(READY)
+        _fits_the_page(opened)
+        shown = opened.page.eval_on_selector_all(
+            "#summary-nodes td:first-child, .node-facts h3", "els => els.map(e => e.textContent)"
+        )
+    assert shown.count(name) == 2, shown

@@ -232,7 +232,8 @@ def node_panels(
             for layers in panels
         ],
         "spacing": 6,
-        "title": {"text": node["node"], "anchor": "start", "fontSize": 14},
+        # a long node name is cut (an ellipsis) at the panels' width: the summary and facts show it whole
+        "title": {"text": node["node"], "anchor": "start", "fontSize": 14, "limit": PANEL_WIDTH_PX},
         "resolve": {"scale": {"stroke": "independent", "strokeDash": "independent"}},
     }
 
