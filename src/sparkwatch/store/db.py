@@ -19,7 +19,7 @@ from sparkwatch.core.clock import ClockOffset, OffsetRound
 from sparkwatch.core.failures import Reason
 from sparkwatch.core.windows import Window
 from sparkwatch.hello_facts import hello_problem
-from sparkwatch.store import deletion, engine_samples, meters, retention, sample_reads
+from sparkwatch.store import deletion, engine_samples, marks, meters, retention, sample_reads
 from sparkwatch.store import windows as windows_table
 from sparkwatch.store.opening import open_database
 from sparkwatch.store.read_only import connect_read_only
@@ -374,15 +374,15 @@ class Store:
 
     def begin_mark(self, run_id: str, name: str, phase: str, t_ns: int) -> None:
         """Refused in an ended run, like the end of a mark (store/refusals.py)."""
-        windows_table.begin_mark(self._db, run_id, name, phase, t_ns)
+        marks.begin_mark(self._db, run_id, name, phase, t_ns)
 
     def drop_marks(self, run_id: str) -> list[str]:
         """An ended run's marks still open, by name, dropped (none can end in it now)."""
-        return windows_table.drop_marks(self._db, run_id)
+        return marks.drop_marks(self._db, run_id)
 
     def end_mark(self, run_id: str, name: str, t_ns: int, source: dict[str, object]) -> Window:
         """Close a mark into a window (one transaction: the mark goes, the window comes)."""
-        return windows_table.end_mark(self._db, run_id, name, t_ns, source)
+        return marks.end_mark(self._db, run_id, name, t_ns, source)
 
     def windows(self, run_id: str) -> list[Window]:
         """The run's windows, committed imports included, by start time."""

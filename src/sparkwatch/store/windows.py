@@ -1,4 +1,4 @@
-"""A run's request windows in SQLite: batches, imports that appear whole or not at all, and marks.
+"""A run's request windows in SQLite: batches, and imports that appear whole or not at all (marks: marks.py).
 
 A large batch is written in chunks of ``CHUNK_ROWS``, each its own short transaction, so the links' sample
 inserts (on the event loop's connection) never wait long for the write lock; the chunks are staged under an
@@ -24,13 +24,12 @@ from sparkwatch.core.windows import (
     WindowError,
     check_numbers,
     check_source,
-    check_window,
 )
 from sparkwatch.store import refusals
 from sparkwatch.store.deletion import LIVE_RUNS
 from sparkwatch.store.refusals import STALE_IMPORT_NS
 from sparkwatch.store.row_values import is_integer, shown_value
-from sparkwatch.store.tx import Damaged, DuplicateIds, Invalid, NotFound, RepeatsProxy, StoreError, tx
+from sparkwatch.store.tx import Damaged, NotFound, RepeatsProxy, StoreError, tx
 
 #: Rows per transaction: a few milliseconds of writing, the longest a sample insert waits for the lock.
 CHUNK_ROWS = 2000
@@ -279,71 +278,9 @@ def _read(db: sqlite3.Connection, where: str, params: tuple[str, ...]) -> list[W
     return [_window(row, sources) for row in rows]
 
 
-def begin_mark(db: sqlite3.Connection, run_id: str, name: str, phase: str, t_ns: int) -> None:
-    try:
-        with tx(db):
-            end = refusals.run_span(db, run_id)[1]
-            if end is not None:
-                raise refusals.ended(run_id, end, "no mark can begin in it")
-            if db.execute("SELECT 1 FROM windows WHERE run_id = ? AND id = ?", (run_id, name)).fetchone():
-                message = (
-                    f"window ids must be unique within run {run_id}: {name!r} is already in it, and a mark"
-                    " ends as a window of its name"
-                )
-                raise DuplicateIds(message, [name], 1)
-            db.execute("INSERT INTO marks VALUES (?, ?, ?, ?)", (run_id, name, phase, t_ns))
-    except sqlite3.IntegrityError as exc:
-        raise StoreError(f"mark {name!r} is already open in run {run_id}") from exc
-
-
-def drop_marks(db: sqlite3.Connection, run_id: str) -> list[str]:
-    """The marks still open in ``run_id``, by name, dropped: once the run has ended none can end in it."""
-    with tx(db):
-        names = [
-            str(n) for (n,) in db.execute("SELECT name FROM marks WHERE run_id = ? ORDER BY name", (run_id,))
-        ]
-        db.execute("DELETE FROM marks WHERE run_id = ?", (run_id,))
-    return names
-
-
-def _refuse_ended(db: sqlite3.Connection, run_id: str, name: str) -> None:
-    end = refusals.run_span(db, run_id)[1]
-    if end is not None:
-        raise refusals.ended(run_id, end, f"mark {name!r} cannot end in it (a mark ends before its run)")
-
-
-def end_mark(db: sqlite3.Connection, run_id: str, name: str, t_ns: int, source: dict[str, object]) -> Window:
-    _refuse_ended(db, run_id, name)  # before the mark is looked for: the run's end dropped those still open
-    row = db.execute(
-        "SELECT phase, t_begin_ns FROM marks WHERE run_id = ? AND name = ?", (run_id, name)
-    ).fetchone()
-    if row is None:
-        raise NotFound(f"no open mark {name!r} in run {run_id}")
-    if not is_integer(row[1]) or not isinstance(row[0], str):
-        column, value = ("t_begin_ns", row[1]) if not is_integer(row[1]) else ("phase", row[0])
-        raise Damaged(
-            f"mark {name!r} of run {run_id} is damaged in the database: {column} {shown_value(value)}"
-        )
-    window = Window(id=name, phase=row[0], t_start_ns=row[1], t_end_ns=t_ns, source=source)
-    try:  # as every stored window is (a clock stepped back since the mark began: its end before its begin)
-        check_window(window)
-    except WindowError as exc:
-        raise Invalid(f"mark {name!r} of run {run_id} cannot end as a window: {exc}") from None
-    try:
-        with tx(db):
-            _refuse_ended(db, run_id, name)  # again inside the transaction that writes the window
-            db.execute("DELETE FROM marks WHERE run_id = ? AND name = ?", (run_id, name))
-            db.execute(_INSERT, (run_id, None, *_row(window)))
-    except sqlite3.IntegrityError:  # a window of its name came since it began: the mark goes, or it would
-        # stay open for ever (a new one of its name refused as already open)
-        with tx(db):
-            db.execute("DELETE FROM marks WHERE run_id = ? AND name = ?", (run_id, name))
-        message = (
-            f"window ids must be unique within run {run_id}: {name!r} is already in it; the mark is"
-            " dropped, begin one of another name"
-        )
-        raise DuplicateIds(message, [name], 1) from None
-    return window
+def insert_one(db: sqlite3.Connection, run_id: str, window: Window) -> None:
+    """``window`` as a direct (not imported) row, inside the caller's transaction (a mark that ends)."""
+    db.execute(_INSERT, (run_id, None, *_row(window)))
 
 
 def _row(w: Window) -> tuple[Any, ...]:
