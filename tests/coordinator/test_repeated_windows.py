@@ -127,3 +127,54 @@ def test_without_proxy_windows_an_import_is_never_compared(tmp_path: pathlib.Pat
     same = store.begin_import("r1")
     store.add_windows("r1", [_harness("h0", 0, 500)], same)
     assert store.commit_import("r1", same) == (1, None)
+
+
+def _exported(wid: str, start_ms: float, end_ms: float) -> Window:
+    """A proxy window as `import export` stores it: the export's format, the proxy's source in ``taken``."""
+    source = {"format": "export", "taken": {"kind": "proxy", "clock": "coordinator"}}
+    return dataclasses.replace(_w(wid, start_ms, end_ms), source=source)
+
+
+def test_an_exports_proxy_windows_are_the_proxys_whichever_is_imported_first(tmp_path: pathlib.Path) -> None:
+    """`import export` of a proxied run, then `import aiperf` of the same requests (or the other way round):
+    both were committed, each request twice, its tokens counted twice and joules per token halved."""
+    store = Store(tmp_path / "sw.db", now_ns=lambda: T0)
+    for run in ("r1", "r2"):
+        store.create_run(RunRow(run, "bench", T0, None, 0.1, 0.5, "request"))
+    exported = [_exported(f"p{k}", 1000 * k, 1000 * k + 500) for k in range(3)]
+    harness = [_harness(f"h{k}", 1000 * k + 2, 1000 * k + 499, "aiperf") for k in range(3)]
+
+    first = store.begin_import("r1")
+    store.add_windows("r1", exported, first)
+    assert store.commit_import("r1", first) == (3, None)
+    again = store.begin_import("r1")
+    store.add_windows("r1", harness, again)
+    with pytest.raises(RepeatsProxy) as refused:
+        store.commit_import("r1", again)
+    assert str(refused.value).startswith(
+        f"3 of the 3 window(s) in import {again} (aiperf) repeat the proxy's"
+    )
+    assert {w.id for w in store.windows("r1")} == {"p0", "p1", "p2"}
+
+    first = store.begin_import("r2")
+    store.add_windows("r2", harness, first)
+    assert store.commit_import("r2", first) == (3, None)
+    later = store.begin_import("r2")  # the export's proxy windows of the requests the harness file holds
+    own = [_exported(f"own{k}", 9000 + 1000 * k, 9500 + 1000 * k) for k in range(4)]
+    store.add_windows("r2", [*exported, *own], later)
+    count, note = store.commit_import("r2", later)
+    assert count == 4 and {w.id for w in store.windows("r2")} == {"h0", "h1", "h2", *(w.id for w in own)}
+    assert note is not None
+    assert note.startswith(
+        f"3 of the 7 window(s) in import {later} (export) repeat windows already in the run"
+    )
+    assert note.endswith("and were left out: the windows already in the run stand for those requests")
+    exported_again = store.begin_import("r2")  # and mostly the same requests: not imported, and said
+    store.add_windows(
+        "r2", [_exported(f"q{k}", 1000 * k + 1, 1000 * k + 500) for k in range(3)], exported_again
+    )
+    with pytest.raises(RepeatsProxy) as refused:
+        store.commit_import("r2", exported_again)
+    assert "the same requests again, not imported" in str(refused.value)
+    assert str(refused.value).endswith("the export keeps the windows already in the run")
+    assert store.count_windows("r2") == 7

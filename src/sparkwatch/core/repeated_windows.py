@@ -10,6 +10,7 @@ agree within 10 ms; a window of a different span, such as a whole benchmark's, n
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from sparkwatch.core.windows import Window
 
@@ -38,8 +39,22 @@ def repeated(
     return pairs
 
 
+class Wording(NamedTuple):
+    """What the windows an import repeats are called in its note."""
+
+    repeated: str  # "… repeat {repeated}"
+    again: str  # "{again} again, not imported"
+    kept: str  # "the export keeps {kept}"
+
+
+#: A harness file of the proxy's requests.
+PROXY = Wording("the proxy's", "the proxy's requests", "the proxy's windows")
+#: An export's proxy windows (or an export's mix) of requests the run already holds.
+IN_RUN = Wording("windows already in the run", "the same requests", "the windows already in the run")
+
+
 def verdict(
-    fmt: str, shown: str, pairs: Sequence[tuple[Window, Window]], total: int
+    fmt: str, shown: str, pairs: Sequence[tuple[Window, Window]], total: int, said: Wording = PROXY
 ) -> tuple[bool, str | None]:
     """Whether to import the file, and the run note that says why (None: nothing to say). At least half its
     windows repeating the proxy's: the same requests again, not imported; fewer: the file has requests of
@@ -48,7 +63,7 @@ def verdict(
     warm-up that the proxy, without a matching --warmup, took for timed)."""
     if not pairs:
         return True, None
-    what = f"{len(pairs)} of the {total} window(s) in {shown} ({fmt}) repeat the proxy's"
+    what = f"{len(pairs)} of the {total} window(s) in {shown} ({fmt}) repeat {said.repeated}"
     tolerance = f"(start and end within {TOLERANCE_NS / 1e6:g} ms)"
     differ = sum(ours.phase != theirs.phase for ours, theirs in pairs)
     phases = (
@@ -59,7 +74,7 @@ def verdict(
     )
     if 2 * len(pairs) >= total:
         return False, (
-            f"{what} {tolerance}: the proxy's requests again, not imported (each would be counted twice);"
-            f" the export keeps the proxy's windows{phases}"
+            f"{what} {tolerance}: {said.again} again, not imported (each would be counted twice);"
+            f" the export keeps {said.kept}{phases}"
         )
-    return True, f"{what} {tolerance} and were left out: the proxy's windows stand for those requests{phases}"
+    return True, f"{what} {tolerance} and were left out: {said.kept} stand for those requests{phases}"

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from sparkwatch.core.repeated_windows import repeated, verdict
+from sparkwatch.core.repeated_windows import IN_RUN, PROXY, repeated, verdict
 from sparkwatch.core.windows import (
     COUNT_FIELDS,
     STAMP_FIELDS,
@@ -177,27 +177,38 @@ class Committed(NamedTuple):
 
 def proxy_repeats(db: sqlite3.Connection, run_id: str, import_id: str) -> str | None:
     """Before an import is committed: its windows compared with the proxy's in the run (a harness file of
-    the proxy's requests would give each twice, and joules per token at half). At least half repeating: the
-    import is dropped and ``RepeatsProxy`` raised; fewer: those that repeat are left out of it, and the note
-    says how many (None: nothing repeats)."""
+    the proxy's requests would give each twice, and joules per token at half), and its proxy windows (an
+    export's of a proxied run) with the run's others. At least half repeating: the import is dropped and
+    ``RepeatsProxy`` raised; fewer: those that repeat are left out of it, and the note says how many (None:
+    nothing repeats)."""
     _open_import(db, run_id, import_id)
-    staged = [w for w in _read(db, "run_id = ? AND import_id = ?", (run_id, import_id)) if not _proxy(w)]
-    if not staged:
+    staged = _read(db, "run_id = ? AND import_id = ?", (run_id, import_id))
+    harness = [w for w in staged if not _proxy(w)]
+    pairs = []
+    if harness:  # the text filter only narrows what is parsed; a window is the proxy's by its parsed source
+        proxy = _read(db, f"run_id = ? AND {_VISIBLE} AND source LIKE ?", (run_id, _PROXY_LIKE))
+        pairs = [
+            (ours, theirs, theirs) for ours, theirs in repeated([w for w in proxy if _proxy(w)], harness)
+        ]
+    if len(harness) < len(staged):  # the proxy's requests at second hand, beside the run's harness windows
+        others = [w for w in _read(db, f"run_id = ? AND {_VISIBLE}", (run_id,)) if not _proxy(w)]
+        pairs += [(ours, theirs, ours) for ours, theirs in repeated([w for w in staged if _proxy(w)], others)]
+    if not pairs:
         return None
-    # the text filter only narrows what is parsed; a window is the proxy's by its parsed source
-    proxy = _read(db, f"run_id = ? AND {_VISIBLE} AND source LIKE ?", (run_id, _PROXY_LIKE))
-    pairs = repeated([w for w in proxy if _proxy(w)], staged)
     formats = ", ".join(sorted({str(w.source.get("format", "windows")) for w in staged}))
-    take, note = verdict(formats, f"import {import_id}", pairs, len(staged))
+    wording = PROXY if len(harness) == len(staged) else IN_RUN
+    take, note = verdict(formats, f"import {import_id}", [p[:2] for p in pairs], len(staged), wording)
     if not take:
         abort_import(db, run_id, import_id)
         raise RepeatsProxy(note or "", len(pairs), len(staged))
-    _delete_ids(db, run_id, import_id, [theirs.id for _, theirs in pairs])
+    _delete_ids(db, run_id, import_id, [mine.id for _, _, mine in pairs])
     return note
 
 
 def _proxy(w: Window) -> bool:
-    return w.source.get("kind") == "proxy"
+    """A window the proxy made: posted by it, or in an export of a run it was in front of (its ``taken``)."""
+    taken = w.source.get("taken")
+    return w.source.get("kind") == "proxy" or (isinstance(taken, dict) and taken.get("kind") == "proxy")
 
 
 def abort_import(db: sqlite3.Connection, run_id: str, import_id: str) -> int:
