@@ -136,6 +136,35 @@ async def test_other_client_errors_drop_the_batch_counted_and_the_next_one_goes(
     assert len(receiver.requests) == 2 and sleeps.delays == [] and w.stats.retries == 0
 
 
+def _nodes(receiver: Receiver, index: int) -> set[str]:
+    """The node labels of request ``index``'s series."""
+    request = receiver.requests[index][1]
+    return {label.value for ts in request.timeseries for label in ts.labels if label.name == "node"}
+
+
+async def test_a_bad_sample_of_one_node_does_not_drop_the_other_nodes_samples(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Prometheus refuses a whole request with 400 for one sample out of order (a second writer of one
+    node's series): the batch goes again one node at a time and only that node's samples are dropped. Other
+    refusals (auth, a wrong URL) are not about a node: one request, dropped whole."""
+    receiver.script = [400, 204, (400, {})]
+    w = writer(receiver.url, Sleeps())
+    w.offer("n1", HELLO, frames(1, 3))
+    w.offer("n2", {**HELLO, "node": "n2", "boot_id": "b2"}, frames(1, 2))
+    w.start()
+    await until(lambda: w.stats.pending == 0)
+    assert (w.stats.sent, w.stats.dropped) == (3, {"rejected": 2})
+    assert [_nodes(receiver, i) for i in range(3)] == [{"n1", "n2"}, {"n1"}, {"n2"}]
+    assert "2 samples refused, not retried (node n2: HTTP 400: said 400)" in caplog.text
+    receiver.script = [401]
+    w.offer("n1", HELLO, frames(4, 1))
+    w.offer("n2", {**HELLO, "node": "n2", "boot_id": "b2"}, frames(3, 1))
+    await until(lambda: w.stats.dropped["rejected"] == 4)
+    await w.stop()
+    assert len(receiver.requests) == 4 and w.stats.sent == 3
+
+
 @pytest.mark.parametrize(
     ("status", "hint"),
     [

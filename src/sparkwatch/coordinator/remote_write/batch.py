@@ -102,6 +102,36 @@ def group(
     return grouped, unreadable
 
 
+class Part(NamedTuple):
+    """One node's share of a batch: its series, and the stored samples they carry."""
+
+    node: str
+    series: Grouped
+    samples: int
+
+
+def node_parts(
+    entries: Iterable[Entry], last_ms: dict[Stamped, int], last_series: dict[Stamped, list[Key]]
+) -> tuple[list[Part], Grouped, int]:
+    """:func:`group` node by node (each keeps its own stamps and series, so the result is the same): each
+    node's part, the series of them all, and how many frames could not be read back. A part is its node's
+    alone when a batch must go again node by node (sender.py)."""
+    by_node: dict[str, list[Entry]] = {}
+    for entry in entries:
+        by_node.setdefault(entry.node, []).append(entry)
+    parts: list[Part] = []
+    merged: Grouped = {}
+    unreadable = 0
+    for node, mine in by_node.items():
+        grouped, bad = group(mine, last_ms, last_series)
+        unreadable += bad
+        parts.append(Part(node, grouped, sum(entry.samples for entry in mine) - bad))
+        for key, (stamps, values) in grouped.items():
+            before = merged.get(key)  # two nodes' series of one name (misconfigured): the receiver judges
+            merged[key] = (stamps, values) if before is None else (before[0] + stamps, before[1] + values)
+    return parts, merged, unreadable
+
+
 def _add(
     grouped: Grouped,
     who: Stamped,

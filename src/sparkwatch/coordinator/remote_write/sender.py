@@ -11,7 +11,9 @@ refuses a sample older than the series' newest with 400, so requests never overt
 - 2xx is sent. 5xx, 429 and a connection error or timeout are retried with exponential backoff and jitter
   (429's Retry-After is honoured, up to the backoff's maximum) until they succeed or the coordinator
   stops; any other answer (a 4xx such as 400 "out of order sample") is final: the batch is dropped and
-  counted as rejected, with the receiver's reason in the log.
+  counted as rejected, with the receiver's reason in the log. A 400 of a batch of several nodes' samples
+  is final for the node(s) it was about: the receiver refuses a whole request for one bad sample, so
+  the batch goes again one node at a time, and only the nodes refused then are dropped.
 - At stop, what is queued gets until the stop timeout to go out; the rest is counted as dropped.
 """
 
@@ -25,11 +27,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import aiohttp
 
-from sparkwatch.coordinator.remote_write.batch import Entry, Stamped, group
+from sparkwatch.coordinator.remote_write.batch import Entry, Part, Stamped, node_parts
 from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
 from sparkwatch.coordinator.remote_write.series import Key
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
@@ -40,7 +42,8 @@ from sparkwatch_agent.shared.backoff import ExponentialBackoff
 
 log = logging.getLogger(__name__)
 
-#: Stored samples held at most (queued or being sent): about 20 min of 4 nodes at 10 Hz, ≤ ~75 MB.
+#: Stored samples held at most (queued or being sent): about 20 min of 4 nodes at 10 Hz; a full queue of
+#: simulated GB10 frames measured ≈ 140 MB of the coordinator's RSS.
 CAPACITY_SAMPLES = 50_000
 #: Stored samples per request (≈ 35 series each for a GB10: ≈ 17 500 series samples, ≈ 60 kB on the wire).
 BATCH_SAMPLES = 500
@@ -54,6 +57,9 @@ LOG_FIRST, LOG_EVERY = 5, 100
 QUOTED_CHARS = 300
 
 Outcome = Literal["sent", "retry", "rejected"]
+#: The answer of a request that held a bad sample (out of order, out of bounds, a duplicate with another
+#: value): Prometheus, VictoriaMetrics and Mimir refuse the whole request with it.
+BAD_DATA = 400
 DropReason = Literal["queue_full", "rejected", "unreadable", "stopped"]
 
 
@@ -67,6 +73,11 @@ class WriterStats:
     pending: int = 0  # queued or in the request being sent
     retries: int = 0  # requests that failed and were tried again
     dropped: dict[str, int] = field(default_factory=dict)  # by reason (DropReason)
+
+
+class Refused(NamedTuple):
+    status: int
+    detail: str
 
 
 def shown_url(url: str) -> str:
@@ -242,13 +253,14 @@ class RemoteWriter:
         return taken, count
 
     # ---- the receiver side -----------------------------------------------------------------------
-    def _encode(self, entries: list[Entry]) -> tuple[bytes | None, int]:
-        """In the writer's thread: the body (None: no series at all), and how many frames could not be
-        read back."""
+    def _encode(self, entries: list[Entry]) -> tuple[list[Part], bytes | None, int]:
+        """In the writer's thread: each node's part, the body of them all (None: no series at all), and how
+        many frames could not be read back. Grouped node by node (each keeps its own stamps and series),
+        so a part is its node's alone when the batch must go again node by node."""
         if self._messages is None:
             self._messages = Messages()
-        grouped, unreadable = group(entries, self._last_ms, self._last_series)
-        return (self._messages.encode(grouped) if grouped else None), unreadable
+        parts, merged, unreadable = node_parts(entries, self._last_ms, self._last_series)
+        return parts, (self._messages.encode(merged) if merged else None), unreadable
 
     async def _deliver(
         self, session: aiohttp.ClientSession, executor: ThreadPoolExecutor, entries: list[Entry], count: int
@@ -256,26 +268,44 @@ class RemoteWriter:
         """A batch with any series is posted: staleness markers alone (a stream's end) count no sample, and
         encoding them has already let go of what would make them again."""
         loop = asyncio.get_running_loop()
-        body, unreadable = await loop.run_in_executor(executor, self._encode, entries)
+        parts, body, unreadable = await loop.run_in_executor(executor, self._encode, entries)
         self._drop("unreadable", unreadable)
-        if body is not None:
-            await self._send(session, body, count - unreadable)
+        refused = None if body is None else await self._send(session, body, count - unreadable)
+        sent = [part for part in parts if part.series]
+        if refused is not None and refused.status == BAD_DATA and len(sent) > 1:
+            await self._apart(session, executor, sent, refused.detail)
+        elif refused is not None:
+            self._rejected(count - unreadable, refused.detail)
         self.stats.pending -= count
 
-    async def _send(self, session: aiohttp.ClientSession, body: bytes, count: int) -> None:
-        """Post until the receiver takes the batch or refuses it for good."""
+    async def _apart(
+        self, session: aiohttp.ClientSession, executor: ThreadPoolExecutor, parts: list[Part], detail: str
+    ) -> None:
+        """A batch refused for a bad sample, again one node at a time: one node's sample out of order (a
+        second writer of its series, a clock stepped back) does not drop every other node's."""
+        log.info("remote write to %s: a batch was refused (%s); sending it node by node", self.url, detail)
+        assert self._messages is not None  # made by the batch's encoding
+        for part in parts:
+            body = await asyncio.get_running_loop().run_in_executor(
+                executor, self._messages.encode, part.series
+            )
+            refused = await self._send(session, body, part.samples)
+            if refused is not None:
+                self._rejected(part.samples, f"node {part.node}: {refused.detail}")
+
+    async def _send(self, session: aiohttp.ClientSession, body: bytes, count: int) -> Refused | None:
+        """Post until the receiver takes the batch (None) or refuses it for good (its answer)."""
         while True:
-            outcome, detail, retry_after_s = await self._post(session, body)
+            outcome, detail, retry_after_s, status = await self._post(session, body)
             if outcome == "sent":
                 self.stats.sent += count
                 self._backoff.reset()
                 if self._failing:
                     log.info("remote write to %s: sending again", self.url)
                     self._failing = False
-                return
+                return None
             if outcome == "rejected":
-                self._rejected(count, detail)
-                return
+                return Refused(status, detail)
             self.stats.retries += 1
             delay_s = self._backoff.next_delay_s()
             if retry_after_s is not None:
@@ -292,12 +322,15 @@ class RemoteWriter:
         if self._rejections <= LOG_FIRST or self._rejections % LOG_EVERY == 0:
             log.warning("remote write to %s: %d samples refused, not retried (%s)", self.url, count, detail)
 
-    async def _post(self, session: aiohttp.ClientSession, body: bytes) -> tuple[Outcome, str, float | None]:
+    async def _post(
+        self, session: aiohttp.ClientSession, body: bytes
+    ) -> tuple[Outcome, str, float | None, int]:
+        """The outcome, what to say of it, a 429's or 5xx's Retry-After, and the HTTP status (0: none)."""
         headers = dict(HEADERS)
         try:
             authorization = self.spec.authorization()
         except RemoteWriteError as exc:  # a secret file gone since the start: retried, it may come back
-            return "retry", str(exc), None
+            return "retry", str(exc), None, 0
         if authorization is not None:
             headers["Authorization"] = authorization
         try:
@@ -309,16 +342,16 @@ class RemoteWriter:
                     r.headers.get("Location"),
                 )
         except TimeoutError:  # its message is empty
-            return "retry", f"no answer within {self._timeout_s:g} s", None
+            return "retry", f"no answer within {self._timeout_s:g} s", None, 0
         except (aiohttp.ClientError, OSError) as exc:
-            return "retry", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, None
+            return "retry", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, None, 0
         detail = f"HTTP {status}: {said}" if said else f"HTTP {status}"
         detail += refusal_hint(status, authorization is not None, location)
         if 200 <= status < 300:
-            return "sent", detail, None
+            return "sent", detail, None, status
         if status == 429 or status >= 500:
-            return "retry", detail, _seconds(retry_after)
-        return "rejected", detail, None
+            return "retry", detail, _seconds(retry_after), status
+        return "rejected", detail, None, status
 
 
 def refusal_hint(status: int, authorised: bool, location: str | None = None) -> str:
