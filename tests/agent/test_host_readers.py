@@ -273,6 +273,24 @@ def test_a_name_taken_even_with_its_chip_added_is_left_out_with_a_warning(
     assert warning.endswith("channel 'gpu': its name 'gpu_hwmon1' is taken")
 
 
+def test_two_power_channels_of_one_label_are_both_read_the_later_under_its_files_name(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A chip whose power1 and power2 both say sys_total: the second overwrote the first, unsaid."""
+    files = {"name": "spbm", "power1_label": "sys_total", "power1_input": "61000000"}
+    files |= {"power2_label": "sys_total", "power2_input": "58000000"}
+    files |= {"energy1_label": "sys_total_energy", "energy1_input": "1000000"}
+    _chip(tmp_path, "hwmon0", files)
+    sensors = HwmonSensors(tmp_path)
+    assert sensors.names == ("sys_total", "sys_total_power2")
+    first, second = sensors.read()
+    assert (first.power_w, second.power_w) == (61.0, 58.0)
+    assert first.energy_j is not None and second.energy_j is None  # the counter stays with the first
+    (warning,) = [r.getMessage() for r in caplog.records if "two power channels" in r.getMessage()]
+    assert warning.endswith("labelled 'sys_total': power2 is 'sys_total_power2'")
+    sensors.close()
+
+
 class _Fed:
     """An accumulator fed readings ``step_s`` apart (the sampler's interval), as the agent feeds it."""
 

@@ -285,6 +285,11 @@ class HwmonSensors:
                 if kind == "energy":
                     label = label.removesuffix("_energy")
                 power, energy = by_label.get(label, (None, None))
+                if (power if kind == "power" else energy) is not None:  # two channels of one label: each
+                    kept = f"{label}_{kind}{number}"  # its own, the later under its file's name
+                    said = (chip_dir, kind, label, kind, number, kept)
+                    log.warning("hwmon: %s has two %s channels labelled %r: %s%s is %r", *said)
+                    label, power, energy = kept, None, None
                 if kind == "power":
                     power = files.get("input") or files.get("average") or power
                 else:
