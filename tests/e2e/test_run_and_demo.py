@@ -205,6 +205,14 @@ def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -
     assert result.returncode == 2 and "--clock-anchor is for vllm files" in result.stderr
     result = sparkwatch("run", "--import", "lmx-status:-", "--import", "lmx-status:-", "--", "true")
     assert result.stderr == "sparkwatch: error: --import lmx-status:- is given twice\n"
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "now.csv").write_text("")
+    twice = ["--import", f"plain:{tmp_path}/f/now.csv", "--import", f"aiperf:{tmp_path}/f/../f/now.csv"]
+    result = sparkwatch("run", *twice, "--", "true")  # it imported once, then failed the run's quality
+    assert (
+        result.stderr
+        == f"sparkwatch: error: {' '.join(twice[2:])} names the file {' '.join(twice[:2])} names\n"
+    )
     result = sparkwatch(
         "run", "--coordinator", "http://127.0.0.1:9", "--db", str(tmp_path / "x.db"), "--", "true"
     )

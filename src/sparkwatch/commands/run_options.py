@@ -82,9 +82,13 @@ def parse_imports(texts: Sequence[str]) -> list[tuple[str, str]]:
     """Every ``--import FORMAT:FILE``, each once: a second would import the same windows again (the
     coordinator refuses their ids) or, for the command's stderr, read it twice."""
     imports = [parse_import(text) for text in texts]
-    for n, item in enumerate(imports):
-        if item in imports[:n]:
-            raise RunCommandError(f"--import {texts[n]} is given twice")
+    # one file by any spelling (f/x.csv, ./f/x.csv, a link to it), in any format: its windows twice
+    keys = [(fmt, path) if path == "-" else os.path.realpath(path) for fmt, path in imports]
+    for n, key in enumerate(keys):
+        if key in keys[:n]:
+            earlier = texts[keys.index(key)]
+            said = "is given twice" if earlier == texts[n] else f"names the file --import {earlier} names"
+            raise RunCommandError(f"--import {texts[n]} {said}")
     return imports
 
 
