@@ -15,7 +15,8 @@ import jsonschema
 import pytest
 
 from helpers.cli import nodes_toml, sparkwatch
-from helpers.processes import free_port
+from helpers.clocks import faketime_env, set_fake_time
+from helpers.processes import Coordinator, free_port, wait_connected
 from sparkwatch.core.export import digest
 from sparkwatch.core.export_schema import run_schema
 
@@ -125,6 +126,37 @@ def test_with_the_proxy_placeholder_the_export_keeps_the_proxy_windows_and_says_
     truth = [t for t in truth_of(tmp_path) if t["phase"] == "timed"]
     for window, true in zip(windows[1:], truth, strict=True):  # the proxy saw the chunks before lmx did
         assert -TOLERANCE_NS <= window["t_first_token_ns"] - true["first"] <= MS
+
+
+def test_from_a_host_whose_clock_is_off_the_cross_check_holds_stamps_of_one_clock(
+    tmp_path: pathlib.Path, agent_factory: Any, sim_model: str, lmx_env: dict[str, str]
+) -> None:
+    """`run` against a standing coordinator from a host (and its lmx) 1 s ahead: the proxy stamps on the
+    coordinator's clock, lmx's status lines were stamped on the host's, and the cross-check FAILED by
+    1 000 ms on requests both saw alike. Both are stamped by the proxy's clock now."""
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    (tmp_path / "coordinator").mkdir()
+    coord = Coordinator(tmp_path / "coordinator", f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    coord.start()
+    control = tmp_path / "faketime.rc"
+    set_fake_time(control, "+1")
+    port = free_port()
+    proxy = ["--proxy-upstream", sim_model, "--proxy-listen", f"127.0.0.1:{port}", "--warmup", "1"]
+    lmx = ["lmx", "speed-test", "run", "vllm", "--mode", "remote", "--json-status", "--out", "payload.json"]
+    try:
+        wait_connected(coord, 1)
+        result = sparkwatch(
+            "run", "--coordinator", coord.url, "--token-file", str(coord.token), *proxy,
+            "--import", "lmx-status:-", "-o", str(tmp_path / "run.json"), "--",
+            *lmx, "--max-tokens", str(MAX_TOKENS), "--base-url={proxy}/v1", "--warmup", "1",
+            "--iterations", "2",
+            cwd=tmp_path, env=lmx_env | faketime_env(control), timeout=120,
+        )  # fmt: skip
+    finally:
+        coord.stop()
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    (passed, _kept) = json.loads((tmp_path / "run.json").read_text())["run"]["notes"]
+    assert passed.startswith("lmx-status cross-check passed: 2 timed window(s) from the proxy and from")
 
 
 def test_the_proxy_placeholder_without_a_proxy_is_refused_in_one_line(tmp_path: pathlib.Path) -> None:

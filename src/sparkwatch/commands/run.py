@@ -52,6 +52,7 @@ from sparkwatch.engines.spec import engine_from_url
 from sparkwatch.importers import ClockAnchor, ImportFormatError, read_windows
 from sparkwatch.links.nodes_file import check_secret_files, load_nodes_file
 from sparkwatch.outputs import write_export
+from sparkwatch.proxy.clock import ProxyClock
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
@@ -225,8 +226,12 @@ async def _start_proxy(
     sink: RunPoster | ProxyWindows = poster
     if opts.imports:  # kept to check an import against: lmx's status lines, a harness file repeating them
         sink = state.proxy_windows = ProxyWindows(poster)
-    proxy = running_proxy(host, port, ProxyConfig(opts.proxy_upstream, warmup=opts.warmup), sink, client)
-    proxy_url = await stack.enter_async_context(proxy)
+    clock = ProxyClock(client)  # the proxy's windows' clock, and the lmx status lines' (wrapped.py)
+    await clock.start()
+    stack.push_async_callback(clock.stop)
+    state.now_ns = clock.now_ns
+    config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
+    proxy_url = await stack.enter_async_context(running_proxy(host, port, config, sink, client, clock=clock))
     opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {redact_text(opts.proxy_upstream)}\n")
     if uses_proxy(opts.command) and (warning := warmup_mismatch(opts.command, opts.warmup)):
         opts.stderr.write(f"sparkwatch: warning: {warning}\n")
@@ -275,7 +280,13 @@ async def _measure(
         if any(p == LMX_STATUS_STREAM for _f, p in opts.imports):
             with _capture_path(opts).open("w") as capture:
                 return await run_wrapped(
-                    opts.command, capture, interrupts, opts.stderr, opts.json_out, env=env
+                    opts.command,
+                    capture,
+                    interrupts,
+                    opts.stderr,
+                    opts.json_out,
+                    env=env,
+                    now_ns=state.now_ns,
                 )
         return await run_wrapped(opts.command, None, interrupts, opts.stderr, opts.json_out, env=env)
     finally:

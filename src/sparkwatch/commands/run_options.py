@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -75,6 +76,9 @@ class RunState:
     notes: list[str] = field(default_factory=list)  # run.notes of the export, said on stderr too
     proxy_windows: ProxyWindows | None = None  # kept when an import is to be checked against them
     opened_ns: int | None = None  # this host's clock as the run was opened: harness files are newer
+    #: what stamps lmx's status lines: the proxy's clock (the coordinator's) when there is a proxy, so the
+    #: cross-check compares stamps of one clock; else this host's, as every harness file's
+    now_ns: Callable[[], int] = time.time_ns
     silent: frozenset[str] = frozenset()  # nodes whose agent had not said hello when the run opened
 
 

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -57,10 +57,12 @@ async def run_wrapped(
     stdout_to_stderr: bool = False,
     *,
     env: Mapping[str, str] | None = None,
+    now_ns: Callable[[], int] = time.time_ns,
 ) -> int | None:
     """Run CMD (in ``env``, else ours) to its end; its exit code (128 + N when signal N ended it, 127 when it
     could not start; None when a Ctrl-C came first and it was never started). ``stdout_to_stderr``: CMD's
-    stdout goes to our stderr, so that ours carries nothing but ``--json``'s one object."""
+    stdout goes to our stderr, so that ours carries nothing but ``--json``'s one object. ``now_ns`` stamps
+    the status lines captured."""
     if interrupts.requested.is_set():
         stderr.write("sparkwatch: interrupted before the command started\n")
         return None
@@ -92,7 +94,7 @@ async def run_wrapped(
         pipe, _ = await asyncio.get_running_loop().connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
         )
-        tee = asyncio.create_task(_tee_status(reader, capture))
+        tee = asyncio.create_task(_tee_status(reader, capture, now_ns))
     try:
         code = await proc.wait()
         if tee is not None:
@@ -124,13 +126,13 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         signal_group(proc, signal.SIGKILL)
 
 
-async def _tee_status(stream: asyncio.StreamReader, capture: TextIO) -> None:
+async def _tee_status(stream: asyncio.StreamReader, capture: TextIO, now_ns: Callable[[], int]) -> None:
     """Pass CMD's stderr through as it comes (progress bars without newlines included) and stamp every
     JSON-object line on arrival into the lmx-status capture."""
     pending = b""
-    t_arrival = time.time_ns()
+    t_arrival = now_ns()
     while chunk := await stream.read(65536):
-        t_arrival = time.time_ns()
+        t_arrival = now_ns()
         sys.stderr.buffer.write(chunk)
         sys.stderr.flush()
         *lines, pending = (pending + chunk).split(b"\n")

@@ -45,7 +45,10 @@ FORMAT = "lmx-status"
 SOURCE = "LottoLottoLotto/localmaxxing-cli cmd/lmx/main.go @338a68be"
 MAPPING: dict[str, object] = {
     "kind": "arrival",
-    "rule": "t_arrival_ns: sparkwatch run's wall clock when lmx's status line arrived on its stderr pipe",
+    "rule": (
+        "t_arrival_ns: when lmx's status line arrived on sparkwatch run's stderr pipe, on its proxy's clock"
+        " (the coordinator's) when it ran one, else on its host's wall clock"
+    ),
 }
 NS_PER_MS = 1_000_000
 #: Events of lmx's remote speed test (and Ollama's, which streams nothing); others are counted as unknown.

@@ -29,10 +29,17 @@ log = logging.getLogger(__name__)
 
 @contextlib.asynccontextmanager
 async def running_proxy(
-    host: str, port: int, config: ProxyConfig, sink: WindowSink, client: CoordinatorClient | None = None
+    host: str,
+    port: int,
+    config: ProxyConfig,
+    sink: WindowSink,
+    client: CoordinatorClient | None = None,
+    *,
+    clock: ProxyClock | None = None,
 ) -> AsyncIterator[str]:
     """The proxy on host:port until the block ends; yields its URL. With ``client`` (windows go to that
-    coordinator) they are stamped on the coordinator's clock, else on this host's wall clock."""
+    coordinator) they are stamped on the coordinator's clock (``clock``, started and stopped by the
+    caller, when it stamps more than the proxy's windows), else on this host's wall clock."""
     if not config.upstream.startswith(("http://", "https://")):
         raise ProxyConfigError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
     shown = upstream_shown(config.upstream)
@@ -42,10 +49,10 @@ async def running_proxy(
             " %s/v1/chat/completions; give the server's root (without /v1) unless that is meant",
             shown,
         )
-    clock: ProxyClock | WallClock = WallClock() if client is None else ProxyClock(client)
-    if isinstance(clock, ProxyClock):
-        await clock.start()
-    proxy = Proxy(config, sink, clock)
+    own = None if clock is not None or client is None else ProxyClock(client)
+    if own is not None:
+        await own.start()
+    proxy = Proxy(config, sink, clock or own or WallClock())
     runner = make_proxy_runner(proxy)
     try:
         url = await start_site(runner, host, port, refusal_shape=openai_shape)
@@ -63,8 +70,8 @@ async def running_proxy(
             proxy.closing()
             await runner.cleanup()
     finally:
-        if isinstance(clock, ProxyClock):
-            await clock.stop()
+        if own is not None:
+            await own.stop()
 
 
 async def serve_proxy(
