@@ -9,6 +9,7 @@ import json
 import pathlib
 import re
 import socket
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,7 +29,7 @@ from sparkwatch.core.windows import Window, check_window
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_app, make_proxy_runner
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
-from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
+from sparkwatch.proxy.sse_watch import MAX_EVENT_BYTES, MAX_JSON_BODY_BYTES, ResponseWatcher
 from sparkwatch.proxy.upstream_probe import upstream_warning
 from sparkwatch.store import Store
 from sparkwatch_agent.shared.http import COORDINATOR_SERVER, name_server
@@ -159,6 +160,30 @@ def test_a_data_field_with_no_colon_is_an_empty_line_of_the_event() -> None:
     event = b'data: {"choices": [{"index": 0,\ndata\ndata:"text": "x"}]}\n\n'
     stamps = watch([event]).stamps
     assert (stamps.t_first_token_ns, stamps.unparsed_events) == (1, 0)
+
+
+@pytest.mark.parametrize("lines", [1, 9])
+def test_an_event_past_the_bound_is_skipped_counted_and_the_stream_read_on(lines: int) -> None:
+    """A 100 MB data line was held whole and searched again at each chunk (a minute of one core for the
+    proxy, and 190 ms gaps in the other streams' stamps): past MAX_EVENT_BYTES, in one line or in many,
+    the event is counted unparsed, its bytes dropped as they come, and the next event read as ever."""
+    watcher = ResponseWatcher(streaming=True)
+    watcher.feed(sse(ROLE), 1)
+    line = b"x" * (MAX_EVENT_BYTES // lines // 64 * 64 + 64)  # together past the bound
+    tracemalloc.start()
+    for k in range(lines):
+        watcher.feed(b'data: {"pad": "', 2)
+        for at in range(0, len(line), 1 << 16):
+            watcher.feed(line[at : at + (1 << 16)], 2)
+        watcher.feed(b'"}\n' if k < lines - 1 else b'"}\n\n', 2)
+    held_bytes = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    for t, event in enumerate((TOKEN, LAST), start=3):
+        watcher.feed(sse(event), t)
+    stamps = watcher.finish(5)
+    assert (stamps.events, stamps.unparsed_events) == (4, 1)
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (3, 4)
+    assert held_bytes < 2 * MAX_EVENT_BYTES  # the line was never joined into one string past the bound
 
 
 def test_non_streamed_json_gives_usage_but_no_token_times() -> None:

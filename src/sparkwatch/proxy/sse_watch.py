@@ -20,6 +20,9 @@ from sparkwatch.defaults import CONTROL_CHARS_RE
 TEXT_KEYS = ("content", "reasoning_content", "reasoning")
 #: A non-streamed JSON answer is parsed at its end; past this size it is forwarded but not parsed.
 MAX_JSON_BODY_BYTES = 8 * 1024 * 1024
+#: A streamed event (its data lines together) past this size is forwarded but not parsed (counted as
+#: unparsed): a 100 MB line was held whole, and searched again at every chunk, slowing every stream.
+MAX_EVENT_BYTES = MAX_JSON_BODY_BYTES
 
 
 @dataclass(slots=True)
@@ -76,7 +79,10 @@ class ResponseWatcher:
     def __init__(self, streaming: bool) -> None:
         self.streaming = streaming
         self.stamps = ResponseStamps()
-        self._partial = b""  # an SSE line not yet ended
+        self._partial: list[bytes] = []  # the pieces of an SSE line not yet ended (searched once each)
+        self._held = 0  # their bytes
+        self._data_bytes = 0  # the bytes of the event's data lines so far
+        self._overlong = False  # the event being read passed MAX_EVENT_BYTES: skipped to its end
         self._after_cr = False  # the last chunk ended in CR: a LF that starts the next is its CRLF's
         self._data: list[bytes] = []  # data lines of the event being read
         self._body: list[bytes] | None = [] if not streaming else None
@@ -93,24 +99,45 @@ class ResponseWatcher:
         if self._after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         self._after_cr = chunk.endswith(b"\r")
-        text = self._partial + chunk if self._partial else chunk
+        if b"\n" not in chunk and b"\r" not in chunk:  # the line goes on: kept, never searched again
+            self._hold(chunk)
+            return
+        text = b"".join((*self._partial, chunk)) if self._partial else chunk
+        self._partial, self._held = [], 0
         if b"\r" in text:  # lines end in CRLF, LF or a lone CR (the WHATWG event-stream format)
             text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         cut = text.rfind(b"\n")
-        if cut < 0:
-            self._partial = text
-            return
-        self._partial = text[cut + 1 :]
         for line in text[:cut].split(b"\n"):
             if not line:
                 self._dispatch(t_ns)
             else:
                 self._field(line)
+        self._hold(text[cut + 1 :])
+
+    def _hold(self, piece: bytes) -> None:
+        """Keep a piece of the line not yet ended, within the event's bound; past it, the event is skipped
+        (still forwarded) to the blank line that ends it."""
+        if self._overlong or not piece:
+            return
+        self._held += len(piece)
+        if self._held > MAX_EVENT_BYTES:
+            self._skip_event()
+        else:
+            self._partial.append(piece)
+
+    def _skip_event(self) -> None:
+        self._overlong = True
+        self._partial, self._data = [], []
 
     def _field(self, line: bytes) -> None:
         """One SSE line; only ``data`` matters here (``event``, ``id``, ``retry`` and comments do not)."""
+        if self._overlong:  # the rest of an event past its bound
+            return
         if line.startswith(b"data:"):
             self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            self._data_bytes += len(line)
+            if self._data_bytes > MAX_EVENT_BYTES:
+                self._skip_event()
         elif line == b"data":  # a field with no colon has the empty value
             self._data.append(b"")
 
@@ -118,8 +145,8 @@ class ResponseWatcher:
         """Call once after the last chunk: flushes an event the server did not end with a blank line."""
         if self.streaming:
             if self._partial:
-                self._field(self._partial)
-            self._partial = b""
+                self._field(b"".join(self._partial))
+            self._partial = []
             self._dispatch(t_ns)
         elif self._body is not None and self._body:
             self._event(b"".join(self._body), t_ns, final_json=True)
@@ -137,6 +164,12 @@ class ResponseWatcher:
         self._body.append(chunk)
 
     def _dispatch(self, t_ns: int) -> None:
+        self._data_bytes = 0
+        if self._overlong:  # an event too large to parse ended: counted, its text unread
+            self._overlong = False
+            self.stamps.events += 1
+            self.stamps.unparsed_events += 1
+            return
         if not self._data:
             return
         if self.stamps.done:  # past [DONE] the stream is over for every client: nothing after it counts
