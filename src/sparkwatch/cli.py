@@ -16,6 +16,7 @@ from sparkwatch.cli_commands import COMMANDS, damage_said, handler, is_user_erro
 from sparkwatch.cli_parser import PROG, make_parser
 from sparkwatch_agent.shared.cli_flags import refuse_unknown
 from sparkwatch_agent.shared.journal_log import configure_logging
+from sparkwatch_agent.shared.std_streams import reopen_closed
 from sparkwatch_agent.shared.strict_text import one_line
 
 #: Libraries that log every connection at INFO (asyncssh: ~17 lines per SSH dial, ~2 000 an hour for one
@@ -24,6 +25,7 @@ CHATTY_LOGGERS = ("asyncssh",)
 
 
 def main(argv: list[str] | None = None) -> int:
+    reopen_closed()  # `2>&-`: before any file is opened (it would take fd 2)
     parser = make_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:

@@ -531,3 +531,26 @@ def test_an_error_quoting_control_characters_stays_one_line(tmp_path: pathlib.Pa
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     shown = str(tmp_path).encode("unicode_escape").decode()  # the path as given, its escapes written out
     assert result.stderr == f"sparkwatch: error: {shown}/a\\nb\\x1b[31m.csv: no such file\n"
+
+
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_command_with_a_closed_standard_stream_runs_and_measures(
+    tmp_path: pathlib.Path, agent_factory: Any, closed: int
+) -> None:
+    """`sparkwatch run … 2>&-` never ran the command: Python started with sys.stderr None, and the first
+    message was an AttributeError (exit 1, nothing said, the run left open on a standing coordinator); with
+    `>&-` the export was written, then a traceback. A closed stream is /dev/null now, for both programs."""
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    out = tmp_path / "run.json"
+    argv = ["run", "--scope", "run", "--nodes", str(nodes_toml(tmp_path, [agent])), "-o", str(out)]
+    argv += ["--", sys.executable, "-c", "import time; time.sleep(0.5)"]
+    probe = [sys.executable, "-m", "sparkwatch_agent", "probe", "--backend", "sim"]
+    for program in ([sys.executable, "-m", "sparkwatch", *argv], probe):
+        result = subprocess.run(
+            program, capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.close(closed)
+        )
+        assert result.returncode == 0, (program, result.stdout, result.stderr)
+        _no_traceback(result.stderr)
+    assert json.loads(out.read_text())["run"]["t_end_ns"] is not None
+    said = result.stderr if closed == 1 else result.stdout  # the probe's other stream still works
+    assert said

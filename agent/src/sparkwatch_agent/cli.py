@@ -20,6 +20,7 @@ from sparkwatch_agent.shared.auth import AuthConfigError
 from sparkwatch_agent.shared.cli_flags import OneLineParser, refuse_unknown
 from sparkwatch_agent.shared.http import BindError
 from sparkwatch_agent.shared.journal_log import configure_logging
+from sparkwatch_agent.shared.std_streams import reopen_closed
 
 PROG = "sparkwatch-agent"
 
@@ -111,6 +112,7 @@ def _probe(sampler: Sampler) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    reopen_closed()  # `2>&-`: before any file is opened (it would take fd 2)
     parser = make_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
