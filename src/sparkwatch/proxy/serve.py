@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,8 +22,17 @@ from sparkwatch.proxy.refusals import openai_shape
 from sparkwatch.proxy.sinks import PrintSink, RunPoster
 from sparkwatch.proxy.spill import spill_lost
 from sparkwatch.proxy.upstream_probe import upstream_warning
-from sparkwatch_agent.shared.http import start_site
+from sparkwatch_agent.shared.conn_guard import ConnectionGuard
+from sparkwatch_agent.shared.http import BindError, start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
+from sparkwatch_agent.shared.listener import GuardedSite
+from sparkwatch_agent.shared.server_limits import (
+    ENV_MAX_CONNECTIONS,
+    LimitsError,
+    ServerLimits,
+    limits_from_environ,
+    raise_nofile,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +65,7 @@ async def running_proxy(
     proxy = Proxy(config, sink, clock or own or WallClock())
     runner = make_proxy_runner(proxy)
     try:
-        url = await start_site(runner, host, port, refusal_shape=openai_shape)
+        url = await start_site(runner, host, port, _limits(), refusal_shape=openai_shape)
         try:
             warning = await upstream_warning(config.upstream, shown)
             if proxy.saw_itself:  # the probe's HEAD came back to it
@@ -68,10 +78,36 @@ async def running_proxy(
             yield url
         finally:
             proxy.closing()
+            guards = [site.guard for site in runner.sites if isinstance(site, GuardedSite)]
             await runner.cleanup()
+            for guard in guards:
+                _say_refused(guard)
     finally:
         if own is not None:
             await own.stop()
+
+
+def _limits() -> ServerLimits:
+    """The server's limits for two descriptors a request (the client's socket and the upstream's): the
+    soft open-file limit raised towards the hard one, and the cap derived from half of it."""
+    nofile = raise_nofile()
+    try:
+        return limits_from_environ(os.environ, None if nofile is None else nofile // 2)
+    except LimitsError as exc:
+        raise BindError(str(exc)) from None
+
+
+def _say_refused(guard: ConnectionGuard) -> None:
+    """Connections the cap turned away (a 503, or a 408 for one pushed out before its request arrived)
+    made no window, so only this line says so."""
+    if guard.refused + guard.evicted:
+        log.warning(
+            "the proxy turned away %d connection(s) at its cap of %d (%s): their requests made no window,"
+            " and the benchmark saw them fail",
+            guard.refused + guard.evicted,
+            guard.limits.max_connections,
+            ENV_MAX_CONNECTIONS,
+        )
 
 
 async def serve_proxy(

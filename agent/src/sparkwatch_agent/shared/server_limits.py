@@ -51,6 +51,24 @@ def soft_nofile() -> int | None:
     return None if soft == resource.RLIM_INFINITY or soft <= 0 else int(soft)
 
 
+#: The most a process raises its own soft open-file limit to (the hard limit is often 2^20 or more).
+RAISED_NOFILE = 65536
+
+
+def raise_nofile(ceiling: int = RAISED_NOFILE) -> int | None:
+    """Raise the soft open-file limit towards the hard one (up to ``ceiling``), as a server that holds two
+    sockets per request must: a shell's soft 1024 ran the proxy out of descriptors at ~500 streams, while
+    its hard limit allowed far more. Returns the soft limit now (``None``: unlimited or unreadable)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = ceiling if hard == resource.RLIM_INFINITY else min(hard, ceiling)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (OSError, ValueError):
+        pass
+    return soft_nofile()
+
+
 def default_max_connections(nofile: int | None) -> int:
     """The cap when none is configured: the default, but never more than half the open files (the rest
     are the process's own: listening sockets, outgoing links, the database, /proc readers)."""

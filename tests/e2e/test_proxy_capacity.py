@@ -1,0 +1,113 @@
+"""The proxy under many concurrent streams: each request holds two descriptors (the client's socket and
+the upstream's), so a shell's soft open-file limit (1024) ran it out of them at ~500 streams, and its cap
+(half the soft limit) turned streams away with 503 before any request was read, leaving no window and no
+word at the end. It raises its soft limit towards the hard one, derives its cap for two descriptors a
+request, and says at its end how many connections the cap turned away."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from helpers.processes import free_port
+
+STREAMS = 40
+#: A shell's soft limit, scaled down to what 40 streams need: 64 left a cap of 32.
+SOFT_NOFILE = 64
+
+
+def _stream(port: int) -> int:
+    """One streamed chat completion of about half a second at the sim model's 200 tokens/s; its status."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100, "stream": True}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+    except urllib.error.URLError:  # the 503 came, and the socket closed, while the body was still sent
+        return 0
+
+
+#: Runs the rest of argv with the soft open-file limit argv[1] (the hard one kept), as `ulimit -Sn` would.
+WITH_SOFT_NOFILE = (
+    "import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1];"
+    " resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard));"
+    " os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+)
+
+
+def _proxy(sim_model: str, env: dict[str, str] | None = None, soft_nofile: int | None = None) -> Any:
+    port = free_port()
+    limited = [sys.executable, "-c", WITH_SOFT_NOFILE, str(soft_nofile)] if soft_nofile else [sys.executable]
+    proc = subprocess.Popen(
+        [*limited, "-m", "sparkwatch", "proxy", "--upstream", sim_model, "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    _wait_port(port)
+    return proc, port
+
+
+def _wait_port(port: int, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def _streams(port: int) -> list[int]:
+    with ThreadPoolExecutor(STREAMS) as pool:
+        return list(pool.map(_stream, [port] * STREAMS))
+
+
+def _stop(proc: Any) -> tuple[str, str]:
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    return str(out), str(err)
+
+
+def test_a_low_soft_open_file_limit_turns_no_stream_away(sim_model: str) -> None:
+    proc, port = _proxy(sim_model, soft_nofile=SOFT_NOFILE)
+    try:
+        statuses = _streams(port)
+    finally:
+        out, err = _stop(proc)
+    assert statuses == [200] * STREAMS, err
+    assert len(out.splitlines()) == STREAMS  # a window each, printed by the proxy without a coordinator
+    assert "turned away" not in err
+
+
+def test_connections_the_cap_turns_away_are_said_at_the_end(sim_model: str) -> None:
+    env = {**os.environ, "SPARKWATCH_HTTP_MAX_CONNECTIONS": "4"}
+    proc, port = _proxy(sim_model, env=env)
+    try:
+        statuses = _streams(port)
+    finally:
+        out, err = _stop(proc)
+    refused = STREAMS - statuses.count(200)
+    assert refused > 0 and set(statuses) <= {200, 503, 408, 0}, statuses  # 408: pushed out for a newer one
+    assert len(out.splitlines()) == STREAMS - refused
+    assert (
+        f"the proxy turned away {refused} connection(s) at its cap of 4 (SPARKWATCH_HTTP_MAX_CONNECTIONS)"
+        in err
+    )
