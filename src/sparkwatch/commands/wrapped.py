@@ -88,13 +88,7 @@ async def run_wrapped(
         if capture is not None:
             os.close(write_fd)
     interrupts.proc = proc
-    tee = pipe = None
-    if capture is not None:
-        reader = asyncio.StreamReader()
-        pipe, _ = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
-        )
-        tee = asyncio.create_task(_tee_status(reader, capture, now_ns))
+    tee, pipe = await _start_tee(read_fd, capture, now_ns) if capture is not None else (None, None)
     try:
         code = await proc.wait()
         if tee is not None:
@@ -111,6 +105,17 @@ async def run_wrapped(
             pipe.close()
         await _stop(proc)
     return shell_exit_code(code)
+
+
+async def _start_tee(
+    read_fd: int, capture: TextIO, now_ns: Callable[[], int]
+) -> tuple[asyncio.Task[None], asyncio.ReadTransport]:
+    """CMD's stderr read from ``read_fd`` on the event loop, passed through and captured."""
+    reader = asyncio.StreamReader()
+    pipe, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
+    )
+    return asyncio.create_task(_tee_status(reader, capture, now_ns)), pipe
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:
