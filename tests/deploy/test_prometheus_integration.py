@@ -227,7 +227,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_nvml_dir: pathlib.Path)
                     found.append(name)
             return found
 
-        wait_until(problems, timeout_s=30)
+        wait_until(problems, timeout_s=45)  # the energy rate reads a minute that ended 10 s ago
         yield Stack(prom=prom, run=run, ended_run_id=warm_up["id"])
     finally:
         for stop in reversed(stops):
