@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from test_core_export import build  # this folder's core export tests (pytest puts it on sys.path)
 
-from sparkwatch.commands.run_lmx import warmup_mismatch, with_proxy_url
+from sparkwatch.commands.run_lmx import check_capture, warmup_mismatch, with_proxy_url
 from sparkwatch.core.export import digest, with_run_notes
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.window_rows import plain
@@ -85,6 +85,18 @@ def test_the_cross_check_passes_when_counts_match_and_first_tokens_agree() -> No
         " first tokens agree within 3.0 ms (lmx's line later by a median 2.2 ms; tolerance 50.2 ms)"
     )
     assert "keeps the proxy's windows" in check.notes[1]
+
+
+def test_a_capture_that_cannot_be_read_fails_the_check_naming_the_commands_stderr(tmp_path: Path) -> None:
+    """The capture is a temporary file, gone once the run ends: the failure named it, and its line count."""
+    capture = tmp_path / "sparkwatch-capture-x" / "lmx-status.jsonl"
+    capture.parent.mkdir()
+    status = {"event": "endpoint_warmup_request", "index": "x", "time": "2025-10-03T20:13:50Z"}
+    capture.write_text(json.dumps({"t_arrival_ns": 1759522430000000000, "status": status}) + "\n")
+    check = check_capture(capture, [window("p1", "timed", 10.0)])
+    (said,) = check.notes
+    assert said.startswith("lmx-status cross-check FAILED: the command's stderr could not be read: line 1 (")
+    assert str(capture.parent) not in said and "lmx-status.jsonl" not in said
 
 
 def test_the_cross_check_fails_on_a_late_first_token() -> None:

@@ -94,8 +94,9 @@ def check_capture(path: Path, proxy: Sequence[Window]) -> CrossCheck:
     """The capture's windows against the proxy's; a capture that cannot be read fails the check."""
     try:
         status = load_windows("lmx-status", path)
-    except ImportFormatError as exc:
+    except ImportFormatError as exc:  # named as the command's stderr: the capture is gone once the run ends
+        _, why = import_failure(path, exc, path)
         return CrossCheck(
-            False, [f"lmx-status cross-check FAILED: the status lines could not be read: {exc}"]
+            False, [f"lmx-status cross-check FAILED: the command's stderr could not be read: {why}"]
         )
     return cross_check(proxy, status)
