@@ -18,7 +18,15 @@ import pytest
 
 from helpers.cli import nodes_toml, sparkwatch
 from helpers.frames import T0, S, sample_frame
-from helpers.processes import TOKEN, Coordinator, alive, free_port, wait_connected, wait_for_file
+from helpers.processes import (
+    TOKEN,
+    Coordinator,
+    alive,
+    free_port,
+    wait_connected,
+    wait_for_file,
+    wait_listening,
+)
 from sparkwatch.core.windows import Window
 from sparkwatch.store import Store
 from sparkwatch.store.run_rows import RunRow
@@ -343,8 +351,8 @@ def test_proxy_windows_that_cannot_be_stored_are_spilled_for_import_plain(
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
-            _wait_port(proxy_port)
-            _wait_port(model_port)
+            wait_listening(proxy_port)
+            wait_listening(model_port)
             coord.kill9()  # the coordinator goes away: the proxy's windows cannot be stored
             for _ in range(2):
                 _chat(f"http://127.0.0.1:{proxy_port}")
@@ -368,19 +376,6 @@ def test_proxy_windows_that_cannot_be_stored_are_spilled_for_import_plain(
     finally:
         coord.stop()
     assert TOKEN not in spill.read_text()
-
-
-def _wait_port(port: int) -> None:
-    import socket
-
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, f"nothing listens on {port}"
-            time.sleep(0.05)
 
 
 def _chat(base: str) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 
 from helpers.clocks import faketime_env, set_fake_time
-from helpers.processes import Coordinator, free_port, sim_load, wait_connected, wait_stored
+from helpers.processes import Coordinator, free_port, sim_load, wait_connected, wait_listening, wait_stored
 
 S = 1_000_000_000
 BUSY_W = 45.0  # the simulated GB10 at utilisation 0.8 with no model resident: 5 W + 50 W × 0.8
@@ -169,13 +168,3 @@ def generate(port: int) -> None:
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 200
-
-
-def wait_listening(port: int, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {port}")

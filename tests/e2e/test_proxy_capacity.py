@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from helpers.processes import free_port
+from helpers.processes import free_port, wait_listening
 
 STREAMS = 40
 #: A shell's soft limit, scaled down to what 40 streams need: 64 left a cap of 32.
@@ -61,18 +59,8 @@ def _proxy(sim_model: str, env: dict[str, str] | None = None, soft_nofile: int |
         text=True,
         env=env,
     )
-    _wait_port(port)
+    wait_listening(port)
     return proc, port
-
-
-def _wait_port(port: int, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {port}")
 
 
 def _streams(port: int) -> list[int]:

@@ -181,6 +181,17 @@ def sim_load(agent: Any, util: float, **more: Any) -> None:
     urllib.request.urlopen(req, timeout=5).read()
 
 
+def wait_listening(port: int, timeout_s: float = 15.0) -> None:
+    """Until something accepts connections on loopback ``port`` (a server process started)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
 def wait_for_file(path: pathlib.Path, timeout_s: float = 30.0) -> None:
     """Until ``path`` exists (a wrapped command's marker that it has started)."""
     deadline = time.monotonic() + timeout_s
