@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 import yarl
 from aiohttp import web
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.window_sink import ListSink
@@ -26,6 +26,7 @@ from sparkwatch.commands.sim_model import SimModel, SimModelSpec, make_sim_model
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.windows import Window, check_window
+from sparkwatch.proxy import sse_watch
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_app, make_proxy_runner
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
@@ -184,6 +185,30 @@ def test_an_event_past_the_bound_is_skipped_counted_and_the_stream_read_on(lines
     assert (stamps.events, stamps.unparsed_events) == (4, 1)
     assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (3, 4)
     assert held_bytes < 2 * MAX_EVENT_BYTES  # the line was never joined into one string past the bound
+
+
+BIG = b"data: " + b"x" * 150 + b"\ndata: more\n: a comment\n\n"  # one event of 160 data bytes
+
+
+# the bound patched the same way for every example: the fixture's scope does not matter here
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    newline=st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    cuts=st.lists(
+        st.integers(min_value=1, max_value=len(sse(ROLE) + BIG + sse(TOKEN, LAST)) - 1), max_size=12
+    ),
+)
+def test_an_event_past_the_bound_is_one_skipped_event_however_split(
+    monkeypatch: pytest.MonkeyPatch, newline: bytes, cuts: list[int]
+) -> None:
+    """A line dropped as too long that ended exactly at a chunk's start read as a blank line: it ended the
+    event early, and its next data line was read as an event of its own."""
+    monkeypatch.setattr(sse_watch, "MAX_EVENT_BYTES", 100)
+    stream = (sse(ROLE) + BIG + sse(TOKEN, LAST)).replace(b"\n", newline)
+    bounds = [0, *sorted({c for c in cuts if c < len(stream)}), len(stream)]
+    stamps = watch([stream[a:b] for a, b in itertools.pairwise(bounds)]).stamps
+    assert (stamps.events, stamps.unparsed_events) == (4, 1)
+    assert stamps.finish_reason == "stop" and stamps.t_first_token_ns is not None
 
 
 def test_non_streamed_json_gives_usage_but_no_token_times() -> None:

@@ -83,6 +83,7 @@ class ResponseWatcher:
         self._held = 0  # their bytes
         self._data_bytes = 0  # the bytes of the event's data lines so far
         self._overlong = False  # the event being read passed MAX_EVENT_BYTES: skipped to its end
+        self._cut = False  # a line of it was dropped unended: what ends it is no line of its own
         self._after_cr = False  # the last chunk ended in CR: a LF that starts the next is its CRLF's
         self._data: list[bytes] = []  # data lines of the event being read
         self._body: list[bytes] | None = [] if not streaming else None
@@ -106,28 +107,34 @@ class ResponseWatcher:
         self._partial, self._held = [], 0
         if b"\r" in text:  # lines end in CRLF, LF or a lone CR (the WHATWG event-stream format)
             text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        cut = text.rfind(b"\n")
-        for line in text[:cut].split(b"\n"):
+        lines = text.split(b"\n")
+        tail = lines.pop()
+        if self._cut:  # the end of a dropped line (empty when it ended at this chunk's start): no blank line
+            del lines[0]
+            self._cut = False
+        for line in lines:
             if not line:
                 self._dispatch(t_ns)
             else:
                 self._field(line)
-        self._hold(text[cut + 1 :])
+        self._hold(tail)
 
     def _hold(self, piece: bytes) -> None:
         """Keep a piece of the line not yet ended, within the event's bound; past it, the event is skipped
-        (still forwarded) to the blank line that ends it."""
-        if self._overlong or not piece:
+        (still forwarded) to the blank line that ends it, and the rest of the line dropped as it comes."""
+        if not piece:
             return
-        self._held += len(piece)
-        if self._held > MAX_EVENT_BYTES:
+        if not self._overlong:
+            self._held += len(piece)
+            if self._held + self._data_bytes <= MAX_EVENT_BYTES:
+                self._partial.append(piece)
+                return
             self._skip_event()
-        else:
-            self._partial.append(piece)
+        self._cut = True
 
     def _skip_event(self) -> None:
         self._overlong = True
-        self._partial, self._data = [], []
+        self._partial, self._held, self._data = [], 0, []
 
     def _field(self, line: bytes) -> None:
         """One SSE line; only ``data`` matters here (``event``, ``id``, ``retry`` and comments do not)."""
@@ -146,7 +153,7 @@ class ResponseWatcher:
         if self.streaming:
             if self._partial:
                 self._field(b"".join(self._partial))
-            self._partial = []
+            self._partial, self._held, self._cut = [], 0, False
             self._dispatch(t_ns)
         elif self._body is not None and self._body:
             self._event(b"".join(self._body), t_ns, final_json=True)
@@ -165,10 +172,11 @@ class ResponseWatcher:
 
     def _dispatch(self, t_ns: int) -> None:
         self._data_bytes = 0
-        if self._overlong:  # an event too large to parse ended: counted, its text unread
+        if self._overlong:  # an event too large to parse ended: counted (before [DONE]), its text unread
             self._overlong = False
-            self.stamps.events += 1
-            self.stamps.unparsed_events += 1
+            if not self.stamps.done:
+                self.stamps.events += 1
+                self.stamps.unparsed_events += 1
             return
         if not self._data:
             return
