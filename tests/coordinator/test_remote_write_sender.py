@@ -165,6 +165,21 @@ async def test_a_bad_sample_of_one_node_does_not_drop_the_other_nodes_samples(
     assert len(receiver.requests) == 4 and w.stats.sent == 3
 
 
+async def test_a_stop_while_a_refused_batch_goes_node_by_node_counts_each_sample_once(
+    receiver: Receiver,
+) -> None:
+    """n1's part sent, n2's still retried (503) when the stop comes: before, the whole batch was still
+    pending, so n1's samples were counted sent and dropped both."""
+    receiver.script, receiver.after = [400, 204], 503
+    w = writer(receiver.url, Sleeps())
+    w.offer("n1", HELLO, frames(1, 3))
+    w.offer("n2", {**HELLO, "node": "n2", "boot_id": "b2"}, frames(1, 2))
+    w.start()
+    await until(lambda: w.stats.sent == 3 and w.stats.retries > 0)
+    await w.stop(timeout_s=0.2)
+    assert (w.stats.sent, w.stats.dropped, w.stats.pending) == (3, {"stopped": 2}, 0)
+
+
 @pytest.mark.parametrize(
     ("status", "hint"),
     [

@@ -1,9 +1,10 @@
 """lmx's status lines as a check on the proxy's windows, when ``sparkwatch run`` has both.
 
 The proxy stamps each request where it passes (on the coordinator's clock); lmx's status lines are
-stamped when they reach ``sparkwatch run`` (this host's wall clock), after lmx read the chunk from the
-proxy and printed the line. Both see the same requests, so the timed counts must be equal and each first
-token must agree within the pipe latency (``TOLERANCE_NS``) plus the proxy's clock uncertainty. The export
+stamped on the same clock (the proxy's) when they reach ``sparkwatch run``, after lmx read the chunk from
+the proxy and printed the line. Both see the same requests, so the timed counts must be equal and each first
+token must agree within the pipe latency (``TOLERANCE_NS``) plus the proxy's clock uncertainty (the fit may
+move between the two stamps). The export
 keeps the proxy's windows, which are stamped more directly; the status windows are not imported.
 """
 

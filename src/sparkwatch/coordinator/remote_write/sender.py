@@ -58,7 +58,8 @@ QUOTED_CHARS = 300
 
 Outcome = Literal["sent", "retry", "rejected"]
 #: The answer of a request that held a bad sample (out of order, out of bounds, a duplicate with another
-#: value): Prometheus, VictoriaMetrics and Mimir refuse the whole request with it.
+#: value): Prometheus refuses the whole request with it (a receiver that keeps the good samples and still
+#: answers 400, as Mimir does, gets those again, the same values, when the batch goes node by node).
 BAD_DATA = 400
 DropReason = Literal["queue_full", "rejected", "unreadable", "stopped"]
 
@@ -118,6 +119,7 @@ class RemoteWriter:
         self._failing = False  # the last request failed (logged once until one succeeds)
         self._overflowing = False  # the queue was full (logged once until there is room again)
         self._rejections = 0  # requests refused for good
+        self._splits = 0  # batches refused for a bad sample and sent again node by node
         self._task: asyncio.Task[None] | None = None
         self._messages: Messages | None = None  # built in the encoding thread, used only there
         self._last_ms: dict[Stamped, int] = {}  # each node's (meter's) last stamp encoded (encoding thread)
@@ -273,8 +275,10 @@ class RemoteWriter:
         refused = None if body is None else await self._send(session, body, count - unreadable)
         sent = [part for part in parts if part.series]
         if refused is not None and refused.status == BAD_DATA and len(sent) > 1:
-            await self._apart(session, executor, sent, refused.detail)
-        elif refused is not None:
+            self.stats.pending -= count - sum(part.samples for part in sent)  # what no part sends again
+            await self._apart(session, executor, sent, refused.detail)  # each part's once it is settled
+            return
+        if refused is not None:
             self._rejected(count - unreadable, refused.detail)
         self.stats.pending -= count
 
@@ -283,7 +287,11 @@ class RemoteWriter:
     ) -> None:
         """A batch refused for a bad sample, again one node at a time: one node's sample out of order (a
         second writer of its series, a clock stepped back) does not drop every other node's."""
-        log.info("remote write to %s: a batch was refused (%s); sending it node by node", self.url, detail)
+        self._splits += 1
+        if self._splits <= LOG_FIRST or self._splits % LOG_EVERY == 0:  # as often as the refusals' lines
+            log.info(
+                "remote write to %s: a batch was refused (%s); sending it node by node", self.url, detail
+            )
         assert self._messages is not None  # made by the batch's encoding
         for part in parts:
             body = await asyncio.get_running_loop().run_in_executor(
@@ -292,6 +300,7 @@ class RemoteWriter:
             refused = await self._send(session, body, part.samples)
             if refused is not None:
                 self._rejected(part.samples, f"node {part.node}: {refused.detail}")
+            self.stats.pending -= part.samples  # settled: a stop now counts only the parts still to go
 
     async def _send(self, session: aiohttp.ClientSession, body: bytes, count: int) -> Refused | None:
         """Post until the receiver takes the batch (None) or refuses it for good (its answer)."""
