@@ -258,8 +258,8 @@ def test_at_most_the_frames_number_of_channels_is_read(
     ]  # one line, not one each
     assert (
         said
-        == f"hwmon: left out 2 channels past the {MAX_CHANNELS} read: hwmon0's 'rail98', hwmon0's 'rail99'"
-    )
+        == f"hwmon: left out 2 channels past the {MAX_CHANNELS} read: hwmon0's 'rail128', hwmon0's 'rail129'"
+    )  # the last by number (by text, rail98 and rail99 came last)
 
 
 def test_a_name_taken_even_with_its_chip_added_is_left_out_with_a_warning(
@@ -289,6 +289,9 @@ def test_two_power_channels_of_one_label_are_both_read_the_later_under_its_files
     (warning,) = [r.getMessage() for r in caplog.records if "two power channels" in r.getMessage()]
     assert warning.endswith("labelled 'sys_total': power2 is 'sys_total_power2'")
     sensors.close()
+    files = {"name": "spbm", "power2_label": "x", "power2_input": "1000000", "power10_label": "x"}
+    _chip(tmp_path / "ten", "hwmon0", {**files, "power10_input": "2000000"})  # by number: 2 before 10
+    assert HwmonSensors(tmp_path / "ten").names == ("x", "x_power10")
 
 
 class _Fed:

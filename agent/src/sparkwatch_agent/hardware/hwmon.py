@@ -279,7 +279,10 @@ class HwmonSensors:
         for chip_dir in chips:
             chip, found = _chip_files(chip_dir)
             by_label: dict[str, tuple[Path | None, Path | None]] = {}
-            for (kind, number), files in sorted(found.items()):
+            # in channel order by number (power2 before power10): the later of two of one label is renamed
+            for (kind, number), files in sorted(
+                found.items(), key=lambda item: (item[0][0], int(item[0][1]))
+            ):
                 label_path = files.get("label") or files.get("oem_info")
                 label = (_read_text(label_path) if label_path else None) or f"{chip}_{kind}{number}"
                 if kind == "energy":
