@@ -41,17 +41,19 @@ def _stream(port: int) -> int:
         return 0
 
 
-#: Runs the rest of argv with the soft open-file limit argv[1] (the hard one kept), as `ulimit -Sn` would.
-WITH_SOFT_NOFILE = (
+#: Runs the rest of argv with the open-file limits argv[1] (soft) and argv[2] (hard, or "keep"), as
+#: `ulimit -Sn` / `ulimit -Hn` would.
+WITH_NOFILE = (
     "import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1];"
-    " resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard));"
-    " os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+    " resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard if sys.argv[2] == 'keep' else"
+    " int(sys.argv[2]))); os.execv(sys.executable, [sys.executable, *sys.argv[3:]])"
 )
 
 
-def _proxy(sim_model: str, env: dict[str, str] | None = None, soft_nofile: int | None = None) -> Any:
+def _proxy(sim_model: str, env: dict[str, str] | None = None, nofile: tuple[int, str] | None = None) -> Any:
+    """`sparkwatch proxy` to the sim model on a free port, with ``nofile`` (soft, hard) when given."""
     port = free_port()
-    limited = [sys.executable, "-c", WITH_SOFT_NOFILE, str(soft_nofile)] if soft_nofile else [sys.executable]
+    limited = [sys.executable, "-c", WITH_NOFILE, str(nofile[0]), nofile[1]] if nofile else [sys.executable]
     proc = subprocess.Popen(
         [*limited, "-m", "sparkwatch", "proxy", "--upstream", sim_model, "--listen", f"127.0.0.1:{port}"],
         stdout=subprocess.PIPE,
@@ -75,7 +77,7 @@ def _stop(proc: Any) -> tuple[str, str]:
 
 
 def test_a_low_soft_open_file_limit_turns_no_stream_away(sim_model: str) -> None:
-    proc, port = _proxy(sim_model, soft_nofile=SOFT_NOFILE)
+    proc, port = _proxy(sim_model, nofile=(SOFT_NOFILE, "keep"))
     try:
         statuses = _streams(port)
     finally:
@@ -99,3 +101,12 @@ def test_connections_the_cap_turns_away_are_said_at_the_end(sim_model: str) -> N
         f"the proxy turned away {refused} connection(s) at its cap of 4 (SPARKWATCH_HTTP_MAX_CONNECTIONS)"
         in err
     )
+
+
+def test_a_cap_that_leaves_too_few_descriptors_for_two_a_request_is_warned_of(sim_model: str) -> None:
+    """40 connections of two descriptors each under a hard limit of 128: the warning compared the cap
+    alone with half the open files, and said nothing."""
+    env = {**os.environ, "SPARKWATCH_HTTP_MAX_CONNECTIONS": "40"}
+    proc, _port = _proxy(sim_model, env=env, nofile=(128, "128"))
+    _out, err = _stop(proc)
+    assert "up to 40 connections leave few of the 128 open files" in err, err

@@ -65,7 +65,9 @@ async def running_proxy(
     proxy = Proxy(config, sink, clock or own or WallClock())
     runner = make_proxy_runner(proxy)
     try:
-        url = await start_site(runner, host, port, _limits(), refusal_shape=openai_shape)
+        url = await start_site(
+            runner, host, port, _limits(), refusal_shape=openai_shape, fds_per_connection=2
+        )
         try:
             warning = await upstream_warning(config.upstream, shown)
             if proxy.saw_itself:  # the probe's HEAD came back to it
@@ -102,8 +104,8 @@ def _say_refused(guard: ConnectionGuard) -> None:
     made no window, so only this line says so."""
     if guard.refused + guard.evicted:
         log.warning(
-            "the proxy turned away %d connection(s) at its cap of %d (%s): their requests made no window,"
-            " and the benchmark saw them fail",
+            "the proxy turned away %d connection(s) at its cap of %d (%s): a request on them made no"
+            " window, and its client saw it fail",
             guard.refused + guard.evicted,
             guard.limits.max_connections,
             ENV_MAX_CONNECTIONS,

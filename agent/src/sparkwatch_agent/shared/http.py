@@ -251,12 +251,16 @@ async def start_site(
     port: int,
     limits: ServerLimits | None = None,
     refusal_shape: RefusalBody = error_and_reason,
+    *,
+    fds_per_connection: int = 1,
 ) -> str:
     """Set the runner up and listen on host:port (0: any free port) under ``limits`` (default: the
     environment's, see ``server_limits``); returns its ``http://`` URL. A port in use, a bad address or a
     bad limit is a :class:`BindError`, with the runner already cleaned up. ``refusal_shape``: the JSON
     the guard's 503 and 408 carry (the proxy answers OpenAI clients in OpenAI's error shape); they name the
-    app's server as its other answers do (:data:`SERVER_NAME`).
+    app's server as its other answers do (:data:`SERVER_NAME`). ``fds_per_connection``: the descriptors
+    each connection holds (the proxy's 2: the client's and the upstream's), for the warning of a cap that
+    leaves too few open files.
 
     Every accepted connection passes a :class:`ConnectionGuard` (the cap, the header deadline), aiohttp's
     keep-alive timeout closes connections idle between requests, and accept errors such as EMFILE are
@@ -267,7 +271,7 @@ async def start_site(
             limits = limits_from_environ(os.environ, nofile)
         except LimitsError as exc:
             raise BindError(str(exc)) from None
-    if nofile is not None and limits.max_connections > nofile // 2:
+    if nofile is not None and limits.max_connections * fds_per_connection > nofile // 2:
         log.warning(
             "up to %d connections leave few of the %d open files for anything else; raise LimitNOFILE",
             limits.max_connections,
