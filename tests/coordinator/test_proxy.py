@@ -211,6 +211,16 @@ def test_an_event_past_the_bound_is_one_skipped_event_however_split(
     assert stamps.finish_reason == "stop" and stamps.t_first_token_ns is not None
 
 
+def test_a_comment_line_past_the_bound_is_dropped_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An over-bound line that is no data line (a comment, here) made its whole event unreadable."""
+    monkeypatch.setattr(sse_watch, "MAX_EVENT_BYTES", 100)
+    token = sse(TOKEN)
+    event = b": " + b"c" * 150 + b"\n" + token  # the comment, then the token's data line and blank line
+    stamps = watch([event[:60], event[60:130], event[130:], sse(LAST)]).stamps
+    assert (stamps.events, stamps.unparsed_events) == (2, 0)
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (3, 4)
+
+
 def test_non_streamed_json_gives_usage_but_no_token_times() -> None:
     watcher = ResponseWatcher(streaming=False)
     body = json.dumps(

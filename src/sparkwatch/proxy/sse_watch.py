@@ -122,14 +122,17 @@ class ResponseWatcher:
     def _hold(self, piece: bytes) -> None:
         """Keep a piece of the line not yet ended, within the event's bound; past it, the event is skipped
         (still forwarded) to the blank line that ends it, and the rest of the line dropped as it comes."""
-        if not piece:
+        if not piece or self._cut:  # the rest of a line being dropped
             return
         if not self._overlong:
             self._held += len(piece)
             if self._held + self._data_bytes <= MAX_EVENT_BYTES:
                 self._partial.append(piece)
                 return
-            self._skip_event()
+            if (b"".join(self._partial[:5]) + piece).startswith(b"data:"):
+                self._skip_event()
+            else:  # a comment or another field: that line alone goes, the event's data stays readable
+                self._partial, self._held = [], 0
         self._cut = True
 
     def _skip_event(self) -> None:
