@@ -115,6 +115,11 @@ def test_the_agents_unknown_flag_is_one_line_under_its_subcommand(
             ["serve", "--listen", "127.0.0.1:1", "--listen", "127.0.0.1:2"],
             "sparkwatch-agent serve: ",
         ),
+        (  # a switch and its negation: the last was kept
+            agent_main,
+            ["probe", "--backend", "sim", "--sim-sensors", "--no-sim-sensors"],
+            "sparkwatch-agent probe: error: argument --sim-sensors/--no-sim-sensors: may be given only once",
+        ),
     ],
 )
 def test_a_flag_that_takes_one_value_refuses_a_second(

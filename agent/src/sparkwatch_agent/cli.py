@@ -17,7 +17,7 @@ from sparkwatch_agent.serving.probe import EXIT_GPU_UNREAD, probe
 from sparkwatch_agent.serving.serve import serve
 from sparkwatch_agent.serving.stdio import run_stdio
 from sparkwatch_agent.shared.auth import AuthConfigError
-from sparkwatch_agent.shared.cli_flags import OneLineParser, refuse_unknown
+from sparkwatch_agent.shared.cli_flags import BooleanOnce, OneLineParser, refuse_unknown
 from sparkwatch_agent.shared.http import BindError
 from sparkwatch_agent.shared.journal_log import configure_logging
 from sparkwatch_agent.shared.std_streams import reopen_closed
@@ -48,7 +48,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--sim-sensors",
-        action=argparse.BooleanOptionalAction,
+        action=BooleanOnce,
         help="with --backend sim: simulate spbm's system power channels (default yes)",
     )
     p.add_argument("--ring-size", type=int, metavar="N", help="samples kept for replay (default 36000)")

@@ -20,16 +20,31 @@ from typing import Any, NoReturn
 _GIVEN = "flags given"
 
 
+def _once(action: argparse.Action, namespace: argparse.Namespace) -> None:
+    """Refuse ``action``'s flag a second time (in either of its spellings)."""
+    given: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
+    if action.dest in given:
+        raise argparse.ArgumentError(action, "may be given only once")
+    given.add(action.dest)
+
+
 class StoreOnce(argparse._StoreAction):
     """argparse's ``store``, refusing the flag a second time (a flag repeated on purpose is ``append``)."""
 
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
     ) -> None:
-        given: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
-        if self.dest in given:
-            raise argparse.ArgumentError(self, "may be given only once")
-        given.add(self.dest)
+        _once(self, namespace)
+        super().__call__(parser, namespace, values, option)
+
+
+class BooleanOnce(argparse.BooleanOptionalAction):
+    """``--x/--no-x``, refusing a second of either (``--sim-sensors … --no-sim-sensors`` kept the last)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        _once(self, namespace)
         super().__call__(parser, namespace, values, option)
 
 
