@@ -13,6 +13,7 @@ import pytest
 from sparkwatch.commands.export_cmd import ExportCommandError, choose_run
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store, StoreError, Unavailable
+from sparkwatch.store.read_only import open_hint
 from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.schema import MIGRATIONS, OLDEST_READABLE
 
@@ -53,6 +54,38 @@ def test_it_reads_a_live_coordinators_log(tmp_path: pathlib.Path) -> None:
         store.close()
     finally:
         writer.close()
+
+
+def test_a_database_another_process_holds_exclusively_is_said_so_not_called_foreign(
+    tmp_path: pathlib.Path,
+) -> None:
+    """`locking_mode=EXCLUSIVE` in another process: "c.db is not a sparkwatch database (database is
+    locked)" sent its user looking for another file."""
+    path = tmp_path / "c.db"
+    _written(path).close()
+    holder = sqlite3.connect(path)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError) as refused:
+            Store.read_only(path)
+    finally:
+        holder.close()
+    said = str(refused.value)
+    assert said.startswith(f"cannot read database {path}: database is locked"), said
+    assert "another process holds it exclusively" in said and "not a sparkwatch database" not in said
+
+
+def test_a_log_without_its_index_where_none_can_be_made_says_what_to_do(tmp_path: pathlib.Path) -> None:
+    """A copy of a live database's file and -wal, in a folder that takes no new file (a read-only mount,
+    which a root test cannot make): SQLite cannot open the -shm index and says only "unable to open"."""
+    path = tmp_path / "c.db"
+    path.write_bytes(b"")
+    path.with_name("c.db-wal").write_bytes(b"")
+    said = open_hint(path, "unable to open database file")
+    assert said.startswith(" (its -wal needs a -shm index beside it") and str(tmp_path) in said
+    path.with_name("c.db-shm").write_bytes(b"")
+    assert open_hint(path, "unable to open database file") == ""
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,8 @@ def _check(db: sqlite3.Connection, path: Path, schema_version: int, oldest: int)
     try:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         (version,) = db.execute("PRAGMA user_version").fetchone()
+    except sqlite3.OperationalError as exc:  # a sound file this reader cannot open now: not its content
+        raise StoreError(f"cannot read database {path}: {exc}{open_hint(path, str(exc))}") from None
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} is not a sparkwatch database ({exc})") from None
     if version == 0 or not tables >= TABLES:
@@ -58,3 +60,16 @@ def _check(db: sqlite3.Connection, path: Path, schema_version: int, oldest: int)
             f"database {path} has schema {version}, from an older sparkwatch (this one reads {oldest} to"
             f" {schema_version}): start a coordinator on it once (it upgrades the file), then export"
         )
+
+
+def open_hint(path: Path, said: str) -> str:
+    """What most likely keeps a sound database from this read-only reader."""
+    if "locked" in said:
+        return " (another process holds it exclusively: wait for it, or stop it)"
+    shm = path.with_name(path.name + "-shm")
+    if "unable to open" in said and not shm.exists():  # its log is read through an index made beside it
+        return (
+            f" (its -wal needs a -shm index beside it, and none is there to read: where {path.parent} takes"
+            " no new file, copy the database and its -wal to a folder that does)"
+        )
+    return ""
