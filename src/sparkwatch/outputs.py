@@ -42,6 +42,15 @@ def check_output(
     """Refuse before anything starts when a file could not be written at the end, or would replace one the
     command reads (``reads``: each such file and what to call it), or is stdout where the command prints
     its one JSON object (``json_on_stdout``: ``--json``). ``flag``: the option that named ``path``."""
+    try:
+        path.resolve()
+    except (RuntimeError, OSError):  # Python 3.11's resolve() raises RuntimeError for a loop
+        raise OutputError(f"cannot write {path}: its symbolic links loop") from None
+    if _is_sqlite(path):
+        raise OutputError(
+            f"{flag} {path} is a SQLite database (a coordinator's?): what is written would replace it;"
+            " give another file"
+        )
     for source, what in reads.items():
         if path.resolve() == source.resolve():
             raise OutputError(f"{flag} {path} is {what} itself: what is written would replace it")
@@ -69,8 +78,30 @@ def database_files(db: Path) -> dict[Path, str]:
     """A SQLite database's files, for :func:`check_output`'s ``reads``: an output may be none of them (a
     coordinator may be writing to it, and SQLite keeps its WAL and index beside the file a link points at)."""
     db = db.resolve()
-    wal, shm = (db.with_name(f"{db.name}{end}") for end in ("-wal", "-shm"))
-    return {db: "the database", wal: "the database's WAL", shm: "the database's shared-memory index"}
+    # the lock's name is store/writer_lock.lock_path's (not imported here: the store costs 0.5 s to load)
+    wal, shm, lock = (db.with_name(f"{db.name}{end}") for end in ("-wal", "-shm", ".lock"))
+    return {
+        db: "the database",
+        wal: "the database's WAL",
+        shm: "the database's shared-memory index",
+        lock: "the database's writer lock",  # replaced, it lets a second coordinator write the database
+    }
+
+
+#: How every SQLite database file begins (its header's magic string).
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is a regular file holding a SQLite database: no output of sparkwatch is one, and
+    replacing a coordinator's lost everything it stored (it went on writing to the unlinked file)."""
+    try:  # stat first: opening a pipe to read would wait for its writer
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with path.open("rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def _try_a_file_in(folder: Path) -> None:

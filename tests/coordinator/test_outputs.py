@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pathlib
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from sparkwatch.outputs import (
     LIST_ITEMS_AT_ONCE,
     OutputError,
     check_output,
+    database_files,
     export_text,
     print_export,
     write_atomically,
@@ -32,6 +34,7 @@ from sparkwatch.outputs import (
     write_text_atomically,
 )
 from sparkwatch.proxy.spill import spill_path_beside
+from sparkwatch.store.writer_lock import lock_path
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
 SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | TEXT
@@ -242,3 +245,25 @@ def test_a_file_written_over_keeps_its_permission_bits(tmp_path: pathlib.Path) -
     finally:
         os.umask(old)
     assert stat.S_IMODE(new_file.stat().st_mode) == 0o640
+
+
+def test_a_symlink_loop_is_one_line_not_a_traceback(tmp_path: pathlib.Path) -> None:
+    loop = tmp_path / "out.json"
+    loop.symlink_to("out.json")  # `ln -sf out.json out.json`: resolve() raised RuntimeError
+    with pytest.raises(OutputError, match="its symbolic links loop"):
+        check_output(loop)
+
+
+def test_a_sqlite_database_is_never_an_output_nor_a_databases_lock(tmp_path: pathlib.Path) -> None:
+    """`runs export ID -o …/sw.db` replaced a running coordinator's database (it went on writing to the
+    unlinked file, and all it stored was lost); `export --db f.db -o f.db.lock` replaced its lock, and a
+    second coordinator could open the database."""
+    db = tmp_path / "sw.db"
+    sqlite3.connect(db).execute("CREATE TABLE t (x)").connection.close()
+    with pytest.raises(OutputError, match=r"-o .*sw\.db is a SQLite database \(a coordinator's\?\)"):
+        check_output(db)
+    lock = lock_path(db)
+    lock.write_text("")
+    with pytest.raises(OutputError, match="is the database's writer lock itself"):
+        check_output(lock, database_files(db))
+    check_output(tmp_path / "run.json", database_files(db))  # any other file is fine
