@@ -62,7 +62,8 @@ def check_output(
         return
     folder = through_link(path).parent  # a link's file is written where it points
     if not folder.is_dir():
-        raise OutputError(f"cannot write {path}: folder {folder} does not exist")
+        why = "is not a folder" if folder.exists() else "does not exist"
+        raise OutputError(f"cannot write {path}: folder {folder} {why}")
     if not os.access(folder, os.W_OK):
         raise OutputError(f"cannot write {path}: folder {folder} is not writable")
     if path.is_dir():

@@ -267,3 +267,9 @@ def test_a_sqlite_database_is_never_an_output_nor_a_databases_lock(tmp_path: pat
     with pytest.raises(OutputError, match="is the database's writer lock itself"):
         check_output(lock, database_files(db))
     check_output(tmp_path / "run.json", database_files(db))  # any other file is fine
+
+
+def test_a_file_where_the_folder_should_be_is_said_to_be_no_folder(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(OutputError, match="folder .*afile is not a folder"):  # it said "does not exist"
+        check_output(tmp_path / "afile" / "x.json")
