@@ -271,5 +271,5 @@ def test_a_sqlite_database_is_never_an_output_nor_a_databases_lock(tmp_path: pat
 
 def test_a_file_where_the_folder_should_be_is_said_to_be_no_folder(tmp_path: pathlib.Path) -> None:
     (tmp_path / "afile").write_text("")
-    with pytest.raises(OutputError, match="folder .*afile is not a folder"):  # it said "does not exist"
+    with pytest.raises(OutputError, match=r"folder .*afile is not a folder"):  # it said "does not exist"
         check_output(tmp_path / "afile" / "x.json")
