@@ -46,14 +46,14 @@ def check_output(
         path.resolve()
     except (RuntimeError, OSError):  # Python 3.11's resolve() raises RuntimeError for a loop
         raise OutputError(f"cannot write {path}: its symbolic links loop") from None
-    if _is_sqlite(path):
+    for source, what in reads.items():
+        if path.resolve() == source.resolve():
+            raise OutputError(f"{flag} {path} is {what} itself: what is written would replace it")
+    if _is_sqlite(path):  # after the files the command reads: those are named for what they are
         raise OutputError(
             f"{flag} {path} is a SQLite database (a coordinator's?): what is written would replace it;"
             " give another file"
         )
-    for source, what in reads.items():
-        if path.resolve() == source.resolve():
-            raise OutputError(f"{flag} {path} is {what} itself: what is written would replace it")
     if json_on_stdout and own_descriptor(path) == 1:
         raise OutputError(f"-o {path} is stdout, where --json prints its one JSON object: give -o a file")
     if not_a_file(path):  # a device or a pipe is written into: its own permission is what counts
