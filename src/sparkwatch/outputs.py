@@ -43,11 +43,11 @@ def check_output(
     command reads (``reads``: each such file and what to call it), or is stdout where the command prints
     its one JSON object (``json_on_stdout``: ``--json``). ``flag``: the option that named ``path``."""
     try:
-        path.resolve()
+        resolved = path.resolve()
     except (RuntimeError, OSError):  # Python 3.11's resolve() raises RuntimeError for a loop
         raise OutputError(f"cannot write {path}: its symbolic links loop") from None
     for source, what in reads.items():
-        if path.resolve() == source.resolve():
+        if resolved == source.resolve():
             raise OutputError(f"{flag} {path} is {what} itself: what is written would replace it")
     if _is_sqlite(path):  # after the files the command reads: those are named for what they are
         raise OutputError(

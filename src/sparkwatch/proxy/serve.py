@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,16 +22,10 @@ from sparkwatch.proxy.sinks import PrintSink, RunPoster
 from sparkwatch.proxy.spill import spill_lost
 from sparkwatch.proxy.upstream_probe import upstream_warning
 from sparkwatch_agent.shared.conn_guard import ConnectionGuard
-from sparkwatch_agent.shared.http import BindError, start_site
+from sparkwatch_agent.shared.http import start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 from sparkwatch_agent.shared.listener import GuardedSite
-from sparkwatch_agent.shared.server_limits import (
-    ENV_MAX_CONNECTIONS,
-    LimitsError,
-    ServerLimits,
-    limits_from_environ,
-    raise_nofile,
-)
+from sparkwatch_agent.shared.server_limits import ENV_MAX_CONNECTIONS, raise_nofile
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +58,8 @@ async def running_proxy(
     proxy = Proxy(config, sink, clock or own or WallClock())
     runner = make_proxy_runner(proxy)
     try:
-        url = await start_site(
-            runner, host, port, _limits(), refusal_shape=openai_shape, fds_per_connection=2
-        )
+        raise_nofile()  # two descriptors a request: a shell's soft 1024 ran out at ~500 streams
+        url = await start_site(runner, host, port, refusal_shape=openai_shape, fds_per_connection=2)
         try:
             warning = await upstream_warning(config.upstream, shown)
             if proxy.saw_itself:  # the probe's HEAD came back to it
@@ -87,16 +79,6 @@ async def running_proxy(
     finally:
         if own is not None:
             await own.stop()
-
-
-def _limits() -> ServerLimits:
-    """The server's limits for two descriptors a request (the client's socket and the upstream's): the
-    soft open-file limit raised towards the hard one, and the cap derived from half of it."""
-    nofile = raise_nofile()
-    try:
-        return limits_from_environ(os.environ, None if nofile is None else nofile // 2)
-    except LimitsError as exc:
-        raise BindError(str(exc)) from None
 
 
 def _say_refused(guard: ConnectionGuard) -> None:

@@ -259,8 +259,8 @@ async def start_site(
     bad limit is a :class:`BindError`, with the runner already cleaned up. ``refusal_shape``: the JSON
     the guard's 503 and 408 carry (the proxy answers OpenAI clients in OpenAI's error shape); they name the
     app's server as its other answers do (:data:`SERVER_NAME`). ``fds_per_connection``: the descriptors
-    each connection holds (the proxy's 2: the client's and the upstream's), for the warning of a cap that
-    leaves too few open files.
+    each connection holds (the proxy's 2: the client's and the upstream's): the default cap is derived from
+    the open files left per connection, and the warning of a cap that leaves too few counts them.
 
     Every accepted connection passes a :class:`ConnectionGuard` (the cap, the header deadline), aiohttp's
     keep-alive timeout closes connections idle between requests, and accept errors such as EMFILE are
@@ -268,7 +268,7 @@ async def start_site(
     nofile = soft_nofile()
     if limits is None:
         try:
-            limits = limits_from_environ(os.environ, nofile)
+            limits = limits_from_environ(os.environ, None if nofile is None else nofile // fds_per_connection)
         except LimitsError as exc:
             raise BindError(str(exc)) from None
     if nofile is not None and limits.max_connections * fds_per_connection > nofile // 2:
