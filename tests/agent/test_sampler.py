@@ -14,10 +14,11 @@ from sparkwatch_agent.hardware.meminfo import parse_meminfo
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
 from sparkwatch_agent.hardware.readings import HostMemory
 from sparkwatch_agent.hardware.sim import SimGb10, SimMeminfoReader, SimNvml, SimSpbm
+from sparkwatch_agent.sampling.clocks import Clocks
 from sparkwatch_agent.sampling.leases import IntervalLeases
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sample import Sample
-from sparkwatch_agent.sampling.sampler import Clocks, Sampler
+from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.sampling.snapshot import Snapshot
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
 

@@ -16,11 +16,12 @@ from sparkwatch_agent.hardware.hwmon import HwmonSensors
 from sparkwatch_agent.hardware.meminfo import MeminfoReader
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
 from sparkwatch_agent.hardware.sim import SimGb10, SimMeminfoReader, SimNvml, SimSpbm
+from sparkwatch_agent.sampling.clocks import Clocks
 from sparkwatch_agent.sampling.leases import IntervalLeases
 from sparkwatch_agent.sampling.readers import MemoryReader, SensorReader
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sample import Sample, encode_sample
-from sparkwatch_agent.sampling.sampler import Clocks, Sampler
+from sparkwatch_agent.sampling.sampler import Sampler
 from sparkwatch_agent.serving.serve import serve_http
 
 __all__ = ["AgentParts", "SimGb10", "assemble", "running_agent"]

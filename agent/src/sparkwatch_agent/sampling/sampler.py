@@ -22,13 +22,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from sparkwatch_agent.hardware.gpu_backend import GpuBackend
 from sparkwatch_agent.hardware.hwmon import SensorCapture
 from sparkwatch_agent.hardware.meminfo import memory_of
 from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading, StatusReading
+from sparkwatch_agent.sampling.clocks import Clocks
 from sparkwatch_agent.sampling.gpu_session import GpuKeeper, GpuSession
 from sparkwatch_agent.sampling.leases import IntervalLeases
 from sparkwatch_agent.sampling.readers import MemoryReader, SensorReader
@@ -49,14 +49,6 @@ SETTLE_EVERY_NS = 1_000_000_000
 #: OSError that stopped them, GPU capture or None, the GpuSession it ran under, sensor capture or None).
 #: A plain tuple: the cheapest thing to build on the deadline.
 Captured = tuple[int, int, int, float, float, "bytes | OSError", Any, GpuSession, "SensorCapture | None"]
-
-
-@dataclass(frozen=True, slots=True)
-class Clocks:
-    """Injected time sources (the loop's waits are on an event, so stop and lease changes wake it)."""
-
-    wall_ns: Callable[[], int] = time.time_ns
-    mono_ns: Callable[[], int] = time.monotonic_ns
 
 
 class Sampler:
@@ -207,8 +199,7 @@ class Sampler:
         if self._gpus.due(now_ns := clocks.mono_ns()):  # opening: MemTotal now decides the memory model
             opening = self._memory_capture()
             self._gpus.open_if_due(now_ns, self._seq + 1, lambda: self._host_total(opening), retries)
-        t_wall = clocks.wall_ns()
-        t_mono = clocks.mono_ns()
+        t_wall, t_mono = clocks.pair()
         gpus = self._gpus.capture(t_mono, retries)
         sensors = self._sensors.capture() if self._sensors is not None else None
         memory = self._memory_capture()

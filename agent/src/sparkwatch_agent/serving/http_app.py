@@ -22,6 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from sparkwatch_agent.hardware.host_facts import read_host_facts
 from sparkwatch_agent.hardware.sim import SimGb10
+from sparkwatch_agent.sampling.clocks import read_pair
 from sparkwatch_agent.sampling.leases import TooManyLeases, json_number, lease_asked
 from sparkwatch_agent.sampling.sample import encode_frame
 from sparkwatch_agent.sampling.sampler import Sampler
@@ -106,9 +107,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def time_probe(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
-    return web.json_response(
-        {"t_wall_ns": ctx.wall_ns(), "t_mono_ns": ctx.mono_ns(), "boot_id": ctx.sampler.boot_id}
-    )
+    t_wall_ns, t_mono_ns = read_pair(ctx.wall_ns, ctx.mono_ns)
+    return web.json_response({"t_wall_ns": t_wall_ns, "t_mono_ns": t_mono_ns, "boot_id": ctx.sampler.boot_id})
 
 
 async def capabilities(request: web.Request) -> web.Response:

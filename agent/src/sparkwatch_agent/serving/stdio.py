@@ -17,6 +17,7 @@ import time
 from typing import BinaryIO
 
 from sparkwatch_agent.hardware.host_facts import read_host_facts
+from sparkwatch_agent.sampling.clocks import read_pair
 from sparkwatch_agent.sampling.leases import holder_of, lease_asked
 from sparkwatch_agent.sampling.sample import encode_frame
 from sparkwatch_agent.sampling.sampler import Sampler
@@ -46,11 +47,12 @@ def _apply_command(
         elif kind == "release":
             sampler.leases.release(holder_of(cmd, holder="stdio"))
         elif kind == FRAME_TIME:  # a clock probe: stamped on arrival, answered ahead of any samples
+            t_wall_ns, t_mono_ns = read_pair(time.time_ns, time.monotonic_ns)
             reply = {
                 "type": FRAME_TIME,
                 "id": cmd.get("id"),
-                "t_wall_ns": time.time_ns(),
-                "t_mono_ns": time.monotonic_ns(),
+                "t_wall_ns": t_wall_ns,
+                "t_mono_ns": t_mono_ns,
                 "boot_id": sampler.boot_id,
             }
             replies.put(encode_frame(reply))
