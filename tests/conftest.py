@@ -13,12 +13,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from doubles.fake_nvml import build_fake_nvml
 from helpers.processes import AgentProcess, free_port
 
 #: test-artifacts/ (screenshots) for any test folder: the fixture ``artifacts_dir``.
 pytest_plugins = ("helpers.artifacts",)
+
+# No per-example deadline for any property test (Hypothesis's default is 200 ms): on a loaded 2-core CI
+# machine running two workers beside real agents, one example stalled by the scheduler is no defect.
+settings.register_profile("sparkwatch", deadline=None)
+settings.load_profile("sparkwatch")
 
 
 @pytest.fixture(scope="session")
