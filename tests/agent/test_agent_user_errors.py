@@ -503,3 +503,76 @@ def test_an_agent_started_under_nohup_outlives_the_hangup(tmp_path: pathlib.Path
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["probe"], "sparkwatch-agent: error: cannot write the probe to stdout: No space left on device"),
+        (["stream", "--stdio"], "cannot write the stream to stdout: No space left on device; stopping"),
+    ],
+)
+def test_stdout_on_a_full_disk_is_one_line_and_exit_74(command: list[str], said: str) -> None:
+    """`> /dev/full` (every write: ENOSPC): probe and the stdio stream stopped with a traceback (a sweep).
+    Now one line and sysexits' EX_IOERR, whatever the interpreter flushes at exit going nowhere."""
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run(
+            [*AGENT, *command, "--backend", "sim"],
+            stdin=subprocess.DEVNULL,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=30,
+        )
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("INFO ")]
+    assert result.returncode == 74 and len(lines) == 1 and lines[0].endswith(said), result.stderr
+
+
+def test_a_probe_whose_reader_left_exits_quietly_as_a_shells_tools_do() -> None:
+    """`probe | true`: a traceback ending in BrokenPipeError (a sweep); now no word and 128 + SIGPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the probe writes
+    result = subprocess.run(
+        [*AGENT, "probe", "--backend", "sim"], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=30
+    )
+    os.close(write_end)
+    assert result.returncode == 128 + signal.SIGPIPE, result.stderr
+    assert [line for line in result.stderr.splitlines() if not line.startswith("INFO ")] == []
+
+
+def test_a_stdio_stream_with_stdout_closed_is_refused_not_run_for_nobody() -> None:
+    """`stream --stdio >&-`: stdout became /dev/null (std_streams) and the stream ran until killed,
+    writing nothing, where agent.md says it exits when stdout closes (a sweep)."""
+    result = subprocess.run(
+        [*AGENT, "stream", "--stdio", "--backend", "sim"],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=30,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert result.returncode == 2
+    said = "sparkwatch-agent: error: stream --stdio: stdout is closed: nowhere to stream to\n"
+    assert result.stderr == said
+
+
+def test_relative_paths_in_a_config_file_are_the_files_folders(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`token_file = "agent.token"` beside /etc/sparkwatch/agent.toml was looked for in the working
+    directory, which under systemd is / (a sweep), where the coordinator's nodes file has always taken
+    its relative paths from its own folder. A flag's relative path stays the working directory's."""
+    folder = tmp_path / "etc"
+    (folder / "hw").mkdir(parents=True)
+    config = folder / "agent.toml"
+    config.write_text(
+        '[agent]\ntoken_file = "agent.token"\nhwmon_root = "hw"\nmeminfo_path = "/proc/meminfo"\n'
+    )
+    elsewhere = tmp_path / "work"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    built = build_config({}, load_toml(config))
+    assert (built.token_file, built.hwmon_root) == (folder / "agent.token", folder / "hw")
+    assert built.meminfo_path == pathlib.Path("/proc/meminfo")
+    (elsewhere / "mine").mkdir()
+    assert build_config({"hwmon_root": "mine"}, load_toml(config)).hwmon_root == pathlib.Path("mine")

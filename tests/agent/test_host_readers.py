@@ -9,14 +9,9 @@ import threading
 
 import pytest
 
+from sparkwatch_agent.hardware.energy_counter import EnergyAccumulator
 from sparkwatch_agent.hardware.host_facts import cpu_model, os_name
-from sparkwatch_agent.hardware.hwmon import (
-    MAX_CHANNELS,
-    MAX_TEXT_CHARS,
-    EnergyAccumulator,
-    HwmonSensors,
-    classify,
-)
+from sparkwatch_agent.hardware.hwmon import MAX_CHANNELS, MAX_TEXT_CHARS, HwmonSensors, classify
 from sparkwatch_agent.hardware.meminfo import MeminfoReader, memory_of, parse_meminfo
 from sparkwatch_agent.hardware.readings import StatusReading
 
@@ -458,3 +453,51 @@ def test_a_fifo_named_as_meminfo_is_unreadable_not_a_hang(tmp_path: pathlib.Path
             pass
         pytest.fail("reading a FIFO as meminfo blocked")
     assert len(failed) == 1 and failed[0].errno == errno.ESPIPE
+
+
+def test_fifos_in_a_hwmon_tree_are_unreadable_not_a_hang(tmp_path: pathlib.Path) -> None:
+    """A FIFO named as a chip's label or power file blocked its open until a writer came: `probe` hung
+    (a sweep). Now the label reads as absent and the power as unknown, at once."""
+    _chip(tmp_path, "hwmon0", {"name": "spbm", "power2_label": "gpu", "power2_input": "9000000"})
+    os.mkfifo(tmp_path / "hwmon0" / "power1_label")
+    os.mkfifo(tmp_path / "hwmon0" / "power1_input")
+    done: list[list[float | None]] = []
+
+    def discover_and_read() -> None:
+        sensors = HwmonSensors(tmp_path)
+        done.append([r.power_w for r in sensors.read()])
+        assert sensors.names == ("spbm_power1", "gpu")  # the label unread: the channel's file name
+        sensors.close()
+
+    worker = threading.Thread(target=discover_and_read, daemon=True)
+    worker.start()
+    worker.join(5.0)
+    blocked = worker.is_alive()
+    for fifo in ("power1_label", "power1_input"):  # let a blocked open go, so the thread ends
+        if worker.is_alive():
+            with open(tmp_path / "hwmon0" / fifo, "wb"):
+                pass
+    assert not blocked, "a FIFO in the hwmon tree blocked the agent"
+    assert done == [[None, 9.0]]
+
+
+def test_a_chip_folder_that_cannot_be_entered_holds_no_status_not_a_traceback(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chip folder the agent's user may not enter (mode 000): ``Path.is_file`` of its status files
+    raised PermissionError and `serve` and `probe` stopped with a traceback (a sweep, as nobody). The
+    tests run as root, whom mode bits do not stop, so the refusal is the OS's answer played here."""
+    _chip(tmp_path, "hwmon0", {"name": "spbm", "power1_label": "sys_total", "power1_input": "25000000"})
+    _chip(tmp_path, "hwmon1", {"name": "spbm", "prochot": "1"})
+    shut = tmp_path / "hwmon1"
+    real_is_file = pathlib.Path.is_file
+
+    def is_file(path: pathlib.Path) -> bool:
+        if path.parent == shut:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_is_file(path)
+
+    monkeypatch.setattr(pathlib.Path, "is_file", is_file)
+    sensors = HwmonSensors(tmp_path)
+    assert sensors.names == ("sys_total",)
+    sensors.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from sparkwatch_agent.shared.auth import AuthConfigError
 from sparkwatch_agent.shared.cli_flags import BooleanOnce, OneLineParser, refuse_unknown
 from sparkwatch_agent.shared.http import BindError
 from sparkwatch_agent.shared.journal_log import configure_logging
-from sparkwatch_agent.shared.std_streams import reopen_closed
+from sparkwatch_agent.shared.std_streams import EX_IOERR, drop_stdout, reopen_closed
 
 PROG = "sparkwatch-agent"
 
@@ -104,7 +105,15 @@ def _config_from(args: argparse.Namespace) -> AgentConfig:
 
 def _probe(sampler: Sampler) -> int:
     result = probe(sampler)
-    print(json.dumps(result.report, indent=2), flush=True)
+    try:
+        print(json.dumps(result.report, indent=2), flush=True)
+    except BrokenPipeError:  # its reader left (`| head`): stop quietly, as a shell's tools do
+        drop_stdout()
+        return 128 + signal.SIGPIPE
+    except OSError as exc:  # `> /dev/full`: one line, not a traceback
+        drop_stdout()
+        print(f"{PROG}: error: cannot write the probe to stdout: {exc.strerror or exc}", file=sys.stderr)
+        return EX_IOERR
     if result.gpu_problem is not None:
         print(f"{PROG}: probe: no GPU read: {result.gpu_problem}", file=sys.stderr)
         return EXIT_GPU_UNREAD
@@ -112,12 +121,15 @@ def _probe(sampler: Sampler) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    reopen_closed()  # `2>&-`: before any file is opened (it would take fd 2)
+    replaced = reopen_closed()  # `2>&-`: before any file is opened (it would take fd 2)
     parser = make_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         refuse_unknown(parser, args, sys.argv[1:] if argv is None else argv, unknown)
     configure_logging(args.log_level)
+    if args.command == "stream" and "stdout" in replaced:  # the stream would go to /dev/null, for ever
+        print(f"{PROG}: error: stream --stdio: stdout is closed: nowhere to stream to", file=sys.stderr)
+        return 2
     try:
         config = _config_from(args)
         parts = assemble(config)

@@ -73,6 +73,10 @@ def parse_listen(text: str, named: str = "--listen") -> tuple[str, int]:
     return host, port
 
 
+#: Settings that name files or folders: relative ones in a config file are taken from the file's folder.
+_FILE_PATHS = frozenset({"token_file", "meminfo_path", "hwmon_root"})
+
+
 def load_toml(path: Path) -> dict[str, Any]:
     try:
         data = loads_toml(read_file_bytes(path))
@@ -102,7 +106,12 @@ def load_toml(path: Path) -> dict[str, Any]:
         )
         if not ok:
             raise ConfigError(f"config file {path}: {key} must be of type {want.__name__}")
-    return dict(section)
+    # a relative path in the file is the file's folder's, as in the coordinator's nodes file: under
+    # systemd the working directory is /, and `token_file = "agent.token"` beside the file was not found
+    return {
+        key: str(path.parent / value) if key in _FILE_PATHS and isinstance(value, str) and value else value
+        for key, value in section.items()
+    }
 
 
 #: Settings that name host files the sim backend never reads: its memory and sensors are simulated.

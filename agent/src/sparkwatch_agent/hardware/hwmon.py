@@ -1,8 +1,8 @@
 """Optional hwmon power sensors (GB10 ``spbm``, ACPI ``power_meter``, Grace module/CPU sockets, …).
 
 Channels are discovered once by label and classified by what they measure, so a GPU rail is never shown
-as system power. Energy accumulators (µJ) are turned into a monotonic joule count since agent start,
-surviving wrap-around (spbm's 32-bit accumulators wrap after ≈12 h at 100 W).
+as system power. Energy accumulators (µJ) are turned into a monotonic joule count since agent start
+(``energy_counter``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from sparkwatch_agent.hardware.energy_counter import MAX_WRAP_W, EnergyAccumulator
 from sparkwatch_agent.hardware.readings import SensorKind, SensorReading, StatusReading
 
 log = logging.getLogger(__name__)
@@ -30,17 +31,14 @@ _GPU_PARTS = frozenset({"gpm", "gpc"})
 #: ``syspl1``, …: a limit or the average that controller holds, by fork and version) and the budgets it
 #: gives each part (``budget_gpu``, ``budget_cpu_p``, …).
 _NOT_A_DRAW = re.compile(r"^(budget_\w+|(sys)?pl\d)$")
-#: Moduli tried, smallest first, when an accumulator goes backwards: 32-bit counts of µJ or of mJ, 64-bit.
-_WRAP_MODULI = (2**32, 2**32 * 1000, 2**64)
-#: The most power a wrap may stand for (a whole node's plausible most, as the coordinator's check): what a
-#: counter adds across a wrap is at most this much times the time since the last reading, else a reset.
-MAX_WRAP_W = 20_000.0
 #: The most a power attribute may read (µW), the same bound: an ACPI power meter without a reading gives
 #: 0xFFFFFFFF, which the kernel makes 4294967295000 µW (4.3 MW), and that was published as the node's draw.
 MAX_POWER_UW = int(MAX_WRAP_W * 1e6)
 #: The frame's limits (agent.md): a sensor's name and source of 1–64 characters, at most 128 channels. A
 #: coordinator refuses a frame beyond them, so the agent keeps to them whatever the driver's labels are.
 MAX_TEXT_CHARS = 64
+#: A name or label file's most bytes read: sysfs serves an attribute as one page.
+TEXT_BYTES = 4096
 MAX_CHANNELS = 128
 
 
@@ -102,45 +100,6 @@ def _chip_files(chip_dir: Path) -> tuple[str, dict[tuple[str, str], dict[str, Pa
     return _read_text(chip_dir / "name") or chip_dir.name, found
 
 
-class EnergyAccumulator:
-    """Monotonic joules from a raw µJ counter that may wrap or reset, each reading with the monotonic time
-    it was taken at (what a wrap may have added is bounded by the time since the last reading)."""
-
-    def __init__(self) -> None:
-        self._last_raw: int | None = None
-        self._last_s = 0.0  # when the base reading was taken
-        self.total_j = 0.0
-
-    def update(self, raw_uj: int, t_s: float) -> float:
-        last = self._last_raw
-        if last is None:
-            self._last_raw, self._last_s = raw_uj, t_s
-            return self.total_j
-        delta = raw_uj - last
-        if 0 > delta >= -max(1_000_000, last // 1000):
-            # a small step back is read jitter (≤ 1 J or 0.1 %), not a wrap or a reset: the higher reading
-            # stays the base, or the way back up to it would be counted a second time
-            return self.total_j
-        elapsed_s, self._last_raw, self._last_s = t_s - self._last_s, raw_uj, t_s
-        if delta < 0:
-            delta = self._after_step_back(last, raw_uj, elapsed_s)
-        self.total_j += delta / 1e6
-        return self.total_j
-
-    @staticmethod
-    def _after_step_back(last: int, raw: int, elapsed_s: float) -> int:
-        """What a counter that went back from ``last`` to ``raw`` added: a wrap adds what was left below its
-        modulus plus the new count; a reset (the driver counting from zero again) the new count. A wrap is
-        taken where the modulus is the smallest above ``last``, ``last`` was in its upper half, and what it
-        adds is no more than MAX_WRAP_W could draw in the time since the last reading (a reset read as a
-        wrap of spbm's 2^32 mJ added up to 2.1 MJ that never happened)."""
-        modulus = next((m for m in _WRAP_MODULI if m > last), None)
-        if modulus is None or last <= modulus // 2:
-            return raw
-        wrapped = raw + modulus - last
-        return wrapped if wrapped <= max(elapsed_s, 0.0) * MAX_WRAP_W * 1e6 else raw
-
-
 class _Attribute:
     """One sysfs attribute kept open and re-read with ``pread`` (sysfs regenerates it at offset 0)."""
 
@@ -153,8 +112,8 @@ class _Attribute:
     def capture(self) -> bytes | None:
         """The attribute's bytes, or ``None`` when it cannot be read now (reopened next time)."""
         try:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            if self._fd is None:  # O_NONBLOCK: a FIFO in its place blocked the open, and the sampler
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             return os.pread(self._fd, ATTRIBUTE_BYTES + 1, 0)  # one more: a longer value is no number
         except OSError:
             self.close()
@@ -208,11 +167,26 @@ def _count(raw: bytes | None, *, attribute: bool, most: int | None = None) -> tu
 
 
 def _read_text(path: Path) -> str | None:
-    """A name or label file's text; bytes that are not UTF-8 are replaced, not a crash at start."""
+    """A name or label file's text (sysfs gives at most a page); bytes that are not UTF-8 are replaced, not
+    a crash at start. Opened without blocking: a FIFO in its place hung the agent's start."""
     try:
-        return path.read_bytes().decode("utf-8", "replace").strip()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            raw = os.read(fd, TEXT_BYTES)
+        finally:
+            os.close(fd)
     except OSError:
         return None
+    return raw.decode("utf-8", "replace").strip()
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; a chip folder this user cannot enter holds none (``Path.is_file`` raised
+    PermissionError there, and the agent stopped with a traceback)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 #: Status attributes a chip may have beside its channels, read as integers: spbm's PROCHOT flag and its
@@ -262,7 +236,7 @@ class HwmonSensors:
         for chip_dir in chips:
             chip = _read_text(chip_dir / "name") or chip_dir.name
             for file in STATUS_FILES:
-                if (chip_dir / file).is_file():
+                if _is_file(chip_dir / file):
                     name = file if file not in statuses else sensor_name(f"{file}_{chip_dir.name}")
                     statuses[name] = _Status(name, fit(f"hwmon:{chip}"), _Attribute(chip_dir / file))
         return tuple(statuses.values())

@@ -265,7 +265,7 @@ class SnapshotCollector(Collector):
         yield errors
         dropped = CounterMetricFamily(
             "sparkwatch_agent_dropped_samples",
-            "Samples overwritten in the ring before any reader.",
+            "Samples dropped from the ring to make room (its oldest block first), whether read or not.",
             labels=["node"],
         )
         dropped.add_metric([node], float(snap.dropped_total))

@@ -26,6 +26,7 @@ from sparkwatch_agent.serving.hello import hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor
 from sparkwatch_agent.shared.lifecycle import STOP_SIGNALS, StopPolicy
 from sparkwatch_agent.shared.protocol import FRAME_TIME
+from sparkwatch_agent.shared.std_streams import EX_IOERR, drop_stdout
 from sparkwatch_agent.shared.strict_text import loads_json
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,10 @@ def run_stdio(sampler: Sampler, stdout: BinaryIO | None = None, stdin_fd: int | 
         write_pending()  # what was captured before the stop still goes out
     except BrokenPipeError:
         pass  # the reader went away (SSH channel closed): that is our signal to stop
+    except OSError as exc:  # `> /dev/full`: one line, not a traceback
+        drop_stdout()
+        log.error("cannot write the stream to stdout: %s; stopping", exc.strerror or exc)
+        return EX_IOERR
     finally:
         sampler.stop(timeout_s=1.0)
     return 0

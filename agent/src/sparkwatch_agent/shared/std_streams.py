@@ -13,6 +13,8 @@ import os
 import sys
 
 STREAMS = ((0, "stdin", os.O_WRONLY), (1, "stdout", os.O_RDONLY), (2, "stderr", os.O_RDONLY))
+#: sysexits' EX_IOERR: what a command's output could not be written to (a full disk) is its exit code.
+EX_IOERR = 74
 
 
 def reopen_closed() -> list[str]:
@@ -35,3 +37,11 @@ def reopen_closed() -> list[str]:
         setattr(sys, name, open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False))  # noqa: SIM115
         replaced.append(name)
     return replaced
+
+
+def drop_stdout() -> None:
+    """stdout onto /dev/null from now on, after a write to it failed (its reader left, the disk is full):
+    what is left in its buffer goes nowhere, so the interpreter's flush at exit raises no second error."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
