@@ -33,8 +33,8 @@ from sparkwatch.wire import SampleFrame, decode_frame
 from sparkwatch_agent.assemble import assemble
 from sparkwatch_agent.config import build_config
 from sparkwatch_agent.hardware.host_facts import read_host_facts
+from sparkwatch_agent.sampling.clocks import Clocks
 from sparkwatch_agent.sampling.sample import encode_frame
-from sparkwatch_agent.sampling.sampler import Clocks
 from sparkwatch_agent.serving.hello import hello_frame
 
 S = 1_000_000_000

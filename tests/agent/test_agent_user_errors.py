@@ -576,3 +576,5 @@ def test_relative_paths_in_a_config_file_are_the_files_folders(
     assert built.meminfo_path == pathlib.Path("/proc/meminfo")
     (elsewhere / "mine").mkdir()
     assert build_config({"hwmon_root": "mine"}, load_toml(config)).hwmon_root == pathlib.Path("mine")
+    config.write_text('[agent]\ntoken_file = "~/agent.token"\n')  # a home folder's, as the nodes file's
+    assert build_config({}, load_toml(config)).token_file == pathlib.Path.home() / "agent.token"

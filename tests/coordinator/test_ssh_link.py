@@ -7,7 +7,6 @@ import dataclasses
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from helpers.processes import free_port
+from helpers.processes import free_port, wait_listening
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
@@ -59,13 +58,11 @@ def sshd(tmp_path: pathlib.Path) -> Iterator[dict[str, Any]]:
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowTcpForwarding yes\n"
     )
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    try:  # (it fell through in silence when sshd never listened: the test failed later, far from why)
+        wait_listening(port)
+    except AssertionError:
+        proc.kill()
+        pytest.fail(f"sshd never listened on {port}: {proc.communicate()[1].strip()[-500:]}")
     known = tmp_path / "known_hosts"
     known.write_text(
         f"[127.0.0.1]:{port} {(tmp_path / 'host_ed25519.pub').read_text().split(' ', 2)[0]} "

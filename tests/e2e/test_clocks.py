@@ -94,10 +94,10 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
     across = by_id["across"]
     assert across["t_start_ns"] <= step["t_ns"] <= across["t_end_ns"]
     stepped = f"stepper: wall clock stepped {step['size_ns'] / S:+.3f} s inside the window"
-    assert across["reasons"][-1] == stepped, across
     # the step's reason, and a starved sampler's gap only as before and after (then it is incomplete)
-    assert across["reasons"][:-1] == _gaps(across), across
-    assert across["verdict"] == ("incomplete" if _gaps(across) else "low_confidence"), across
+    assert [r for r in across["reasons"] if r not in _gaps(across)] == [stepped], across
+    rail_gap = any(r.startswith("coverage ") for r in across["reasons"])
+    assert across["verdict"] == ("incomplete" if rail_gap else "low_confidence"), across
 
 
 def _gaps(window: dict[str, Any]) -> list[str]:

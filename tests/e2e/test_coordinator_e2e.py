@@ -113,8 +113,10 @@ def test_run_export_matches_known_power_and_survives_kill9(cluster: Any) -> None
         assert n["energy_j"] == pytest.approx(busy_w * window_s * seen["coverage_ratio"], rel=1e-3), seen
         assert seen["coverage_ratio"] > 0.9, seen
     window = export["windows"][0]
-    if window["verdict"] != "ok":  # only a starved sampler's gap may keep it from ok
-        assert window["verdict"] == "incomplete", window
+    if window["verdict"] != "ok":  # only a starved sampler's gap may keep it from ok: incomplete where
+        # the GPU rail shows it (a gap on a whole-node domain alone makes it low_confidence)
+        rail_gap = any(r.startswith("coverage ") for r in window["reasons"])
+        assert window["verdict"] == ("incomplete" if rail_gap else "low_confidence"), window
         assert window["reasons"] and all(
             r.startswith("coverage ") or ": coverage " in r for r in window["reasons"]
         ), window

@@ -21,7 +21,7 @@ from sparkwatch_agent.shared.auth import AuthConfigError
 from sparkwatch_agent.shared.cli_flags import BooleanOnce, OneLineParser, refuse_unknown
 from sparkwatch_agent.shared.http import BindError
 from sparkwatch_agent.shared.journal_log import configure_logging
-from sparkwatch_agent.shared.std_streams import EX_IOERR, drop_stdout, reopen_closed
+from sparkwatch_agent.shared.std_streams import EX_IOERR, drop_output, reopen_closed
 
 PROG = "sparkwatch-agent"
 
@@ -108,10 +108,10 @@ def _probe(sampler: Sampler) -> int:
     try:
         print(json.dumps(result.report, indent=2), flush=True)
     except BrokenPipeError:  # its reader left (`| head`): stop quietly, as a shell's tools do
-        drop_stdout()
+        drop_output(sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except OSError as exc:  # `> /dev/full`: one line, not a traceback
-        drop_stdout()
+        drop_output(sys.stdout.fileno())
         print(f"{PROG}: error: cannot write the probe to stdout: {exc.strerror or exc}", file=sys.stderr)
         return EX_IOERR
     if result.gpu_problem is not None:

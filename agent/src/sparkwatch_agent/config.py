@@ -108,10 +108,13 @@ def load_toml(path: Path) -> dict[str, Any]:
             raise ConfigError(f"config file {path}: {key} must be of type {want.__name__}")
     # a relative path in the file is the file's folder's, as in the coordinator's nodes file: under
     # systemd the working directory is /, and `token_file = "agent.token"` beside the file was not found
-    return {
-        key: str(path.parent / value) if key in _FILE_PATHS and isinstance(value, str) and value else value
-        for key, value in section.items()
-    }
+    anchored = {k: _anchored(v, path.parent) for k, v in section.items() if k in _FILE_PATHS and v}
+    return {**section, **anchored}
+
+
+def _anchored(value: str, folder: Path) -> str:
+    """A path from the config file: ``~`` expanded, then a relative one taken from ``folder``."""
+    return str(folder / Path(value).expanduser())
 
 
 #: Settings that name host files the sim backend never reads: its memory and sensors are simulated.
@@ -158,7 +161,7 @@ def build_config(flags: dict[str, Any], file_values: dict[str, Any]) -> AgentCon
     elif pick("sim_sensors", None) is not None:  # else ignored in silence: the user meant something by it
         named = _origin(flags, "sim_sensors", "--sim-sensors/--no-sim-sensors")
         raise ConfigError(f"{named} applies to --backend sim only; this agent reads {backend}")
-    for key in ("token_file", "meminfo_path", "hwmon_root"):
+    for key in sorted(_FILE_PATHS):
         if file_values.get(key) == "" and flags.get(key) is None:  # "" read as "not set": a default taken
             raise ConfigError(f"{key} (config file) is empty: leave it out for the default, or name a file")
     ring_size = int(pick("ring_size", DEFAULT_RING_SIZE))

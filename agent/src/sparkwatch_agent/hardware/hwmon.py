@@ -37,8 +37,8 @@ MAX_POWER_UW = int(MAX_WRAP_W * 1e6)
 #: The frame's limits (agent.md): a sensor's name and source of 1–64 characters, at most 128 channels. A
 #: coordinator refuses a frame beyond them, so the agent keeps to them whatever the driver's labels are.
 MAX_TEXT_CHARS = 64
-#: A name or label file's most bytes read: sysfs serves an attribute as one page.
-TEXT_BYTES = 4096
+#: A name or label file's most bytes read: sysfs serves an attribute as one page (64 KiB on some arm64).
+TEXT_BYTES = 65536
 MAX_CHANNELS = 128
 
 
@@ -112,7 +112,7 @@ class _Attribute:
     def capture(self) -> bytes | None:
         """The attribute's bytes, or ``None`` when it cannot be read now (reopened next time)."""
         try:
-            if self._fd is None:  # O_NONBLOCK: a FIFO in its place blocked the open, and the sampler
+            if self._fd is None:  # O_NONBLOCK: a FIFO in its place blocked the open, and the agent with it
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             return os.pread(self._fd, ATTRIBUTE_BYTES + 1, 0)  # one more: a longer value is no number
         except OSError:

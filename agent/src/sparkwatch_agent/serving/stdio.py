@@ -8,6 +8,7 @@ answered with a ``time`` frame (agent wall and monotonic ns) ahead of any sample
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -26,7 +27,7 @@ from sparkwatch_agent.serving.hello import hello_frame
 from sparkwatch_agent.serving.stream_cursor import StreamCursor
 from sparkwatch_agent.shared.lifecycle import STOP_SIGNALS, StopPolicy
 from sparkwatch_agent.shared.protocol import FRAME_TIME
-from sparkwatch_agent.shared.std_streams import EX_IOERR, drop_stdout
+from sparkwatch_agent.shared.std_streams import EX_IOERR, drop_output
 from sparkwatch_agent.shared.strict_text import loads_json
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,10 @@ def _read_commands(
         pending = pending[-65536:]  # a line without end is not a command; do not let it grow
 
 
+class _Unwritable(Exception):
+    """stdout took no more of the stream (a full disk); the message is the OS's reason."""
+
+
 def run_stdio(sampler: Sampler, stdout: BinaryIO | None = None, stdin_fd: int | None = None) -> int:
     """Run ``sampler`` (not started) and write its stream until stdout closes or a signal stops it."""
     out = stdout or sys.stdout.buffer
@@ -120,8 +125,13 @@ def run_stdio(sampler: Sampler, stdout: BinaryIO | None = None, stdin_fd: int | 
             while more := cursor.next_lines(sampler, 500, hello):
                 lines.extend(more)
         if lines:
-            out.write(b"\n".join(lines) + b"\n")
-            out.flush()
+            try:
+                out.write(b"\n".join(lines) + b"\n")
+                out.flush()
+            except BrokenPipeError:
+                raise
+            except OSError as exc:  # only the writes: a read error elsewhere is no full disk
+                raise _Unwritable(exc.strerror or str(exc)) from exc
 
     sampler.start()
     try:
@@ -133,9 +143,10 @@ def run_stdio(sampler: Sampler, stdout: BinaryIO | None = None, stdin_fd: int | 
         write_pending()  # what was captured before the stop still goes out
     except BrokenPipeError:
         pass  # the reader went away (SSH channel closed): that is our signal to stop
-    except OSError as exc:  # `> /dev/full`: one line, not a traceback
-        drop_stdout()
-        log.error("cannot write the stream to stdout: %s; stopping", exc.strerror or exc)
+    except _Unwritable as exc:  # `> /dev/full`: one line, not a traceback
+        with contextlib.suppress(OSError, ValueError):  # an injected stream may have no descriptor
+            drop_output(out.fileno())
+        log.error("cannot write the stream to stdout: %s; stopping", exc)
         return EX_IOERR
     finally:
         sampler.stop(timeout_s=1.0)

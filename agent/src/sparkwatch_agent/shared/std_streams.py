@@ -39,9 +39,10 @@ def reopen_closed() -> list[str]:
     return replaced
 
 
-def drop_stdout() -> None:
-    """stdout onto /dev/null from now on, after a write to it failed (its reader left, the disk is full):
-    what is left in its buffer goes nowhere, so the interpreter's flush at exit raises no second error."""
+def drop_output(fd: int) -> None:
+    """``fd`` (stdout's) onto /dev/null from now on, after a write to it failed (its reader left, the disk
+    is full): what is left in its buffer goes nowhere, so the interpreter's flush at exit raises no second
+    error."""
     null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, sys.stdout.fileno())
+    os.dup2(null, fd)
     os.close(null)
