@@ -26,7 +26,8 @@ async def test_a_link_backs_off_while_the_store_is_full_and_resumes(
     agent = agent_factory("--backend", "sim", "--node", "n1", "--interval", "0.01")  # fills 16 KiB fast
     store = Store(tmp_path / "full.db")
     fill(store)
-    dials: list[float] = []
+    dials: list[float] = []  # each session's start
+    ends: list[float] = []  # and its end: the wait between them is the backoff (sessions' lengths vary)
     async with aiohttp.ClientSession() as session:
         link = n1_link(
             store,
@@ -39,7 +40,10 @@ async def test_a_link_backs_off_while_the_store_is_full_and_resumes(
 
         async def counted() -> None:
             dials.append(time.monotonic())
-            await real()
+            try:
+                await real()
+            finally:
+                ends.append(time.monotonic())
 
         link._connected_session = counted  # type: ignore[method-assign]
         with caplog.at_level(logging.DEBUG, logger="sparkwatch.links"):
@@ -54,7 +58,7 @@ async def test_a_link_backs_off_while_the_store_is_full_and_resumes(
             await asyncio.sleep(3.0)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-    gaps = [b - a for a, b in itertools.pairwise(dials[first_failure:])][:4]
+    gaps = [dials[k + 1] - ends[k] for k in range(first_failure, len(dials) - 1)][:4]
     assert stored_while_full == stored_once_full and store.count_samples("n1") > stored_while_full
     assert len(gaps) >= 3 and all(later > earlier * 1.5 for earlier, later in itertools.pairwise(gaps)), gaps
     downs = [r for r in caplog.records if "link down" in r.getMessage()]

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pytest
 
 from helpers.processes import free_port, wait_listening
@@ -181,9 +182,12 @@ def _exec_link(
     return link
 
 
-async def _run_for(link: SshExecLink, seconds: float) -> None:
+async def _run_for(link: SshExecLink, seconds: float, until: Any = None) -> None:
+    """Run the link ``seconds``; with ``until``, until ``until()`` holds instead, ``seconds`` at most."""
     task = asyncio.create_task(link.run())
-    await asyncio.sleep(seconds)
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline and not (until is not None and until()):
+        await asyncio.sleep(0.05)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
 
@@ -205,9 +209,14 @@ async def test_exec_mode_runs_the_agent_over_ssh(sshd: dict[str, Any], tmp_path:
             return await probe()
 
         link.probe_clock = slow_first_probe  # type: ignore[method-assign]
-        await _run_for(link, 3.0)
-    _, last = store.latest_boot("spark-exec") or ("", 0)
-    assert last >= 20  # 1 s configured; the lease over stdin made it 20 Hz
+        # until 20 samples (an agent started over ssh on a loaded machine can take seconds to come up)
+        await _run_for(link, 30.0, until=lambda: (store.latest_boot("spark-exec") or ("", 0))[1] >= 20)
+    boot, last = store.latest_boot("spark-exec") or ("", 0)
+    assert last >= 20
+    # 1 s configured; the lease over stdin made it 20 Hz: the newest samples' stamps 50 ms apart
+    t_mono = store.boot_samples("spark-exec", boot).read("t_mono_ns", 0, 2**62).columns["t_mono_ns"]
+    apart_ms = np.diff(np.sort(t_mono)[-10:]) / 1e6
+    assert np.median(apart_ms) == pytest.approx(50, abs=5), apart_ms
     assert store.count_samples("spark-exec") == last == sum(n for n, _ in offers)
     assert all(offset is not None for _, offset in offers), offers
     assert link.state.offset is not None and abs(link.state.offset.offset_ns) < 100_000_000

@@ -52,6 +52,9 @@ UNITS = (AGENT_UNIT, COORDINATOR_UNIT)
 VENV_BIN = "/opt/sparkwatch/venv/bin/"
 MAX_EXPOSURE = 2.5
 WATCHDOG_USEC = 1_000_000
+#: Linux's SO_TIMESTAMPNS (asm-generic, x86 and arm64 alike; Python's socket module does not name it), the
+#: control message's type too (SCM_TIMESTAMPNS): a struct timespec of two 64-bit integers.
+SO_TIMESTAMPNS = 35
 
 
 # ---- tools -----------------------------------------------------------------------------------------------
@@ -335,7 +338,7 @@ def test_nodes_toml_example_loads_with_the_real_parser() -> None:
 
 @dataclass
 class Datagram:
-    at: float  # time.monotonic() when received
+    at: float  # when the kernel queued it (SO_TIMESTAMPNS, wall clock s): not when this test read it
     pid: int  # sender's PID from SCM_CREDENTIALS: what NotifyAccess=main compares with the main PID
     fields: list[str]
 
@@ -352,25 +355,31 @@ class NotifySocket:
         self, done: Callable[[list[Datagram]], bool], proc: subprocess.Popen[str], timeout_s: float
     ) -> None:
         deadline = time.monotonic() + timeout_s
-        ucred = struct.calcsize("iII")
+        ucred, stamp = struct.calcsize("iII"), struct.calcsize("qq")
         while not done(self.received):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AssertionError(f"timed out; received {[d.fields for d in self.received]}")
             self.sock.settimeout(min(left, 0.2))
             try:
-                data, ancdata, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(ucred))
+                data, ancdata, _, _ = self.sock.recvmsg(
+                    4096, socket.CMSG_SPACE(ucred) + socket.CMSG_SPACE(stamp)
+                )
             except TimeoutError:
                 if proc.poll() is not None:  # queued datagrams are read first: this is after the last
                     raise AssertionError(
                         f"process exited ({proc.returncode}) after {[d.fields for d in self.received]}"
                     ) from None
                 continue
-            pid = -1
+            pid, at = -1, None
             for level, kind, payload in ancdata:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
                     pid = struct.unpack("iII", payload[:ucred])[0]
-            self.received.append(Datagram(time.monotonic(), pid, data.decode().split("\n")))
+                elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    seconds, nanoseconds = struct.unpack("qq", payload[:stamp])
+                    at = seconds + nanoseconds / 1e9
+            assert at is not None, "no receive time on a datagram (SO_TIMESTAMPNS)"
+            self.received.append(Datagram(at, pid, data.decode().split("\n")))
 
     def index(self, name: str) -> int | None:
         for i, d in enumerate(self.received):
@@ -384,6 +393,9 @@ def notify_socket() -> Iterator[NotifySocket]:
     directory = pathlib.Path(tempfile.mkdtemp(prefix="sw-notify-"))  # short: sun_path holds 108 bytes
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    # each datagram's arrival from the kernel: the watchdog gaps were measured when this test got round to
+    # reading them, after a blocking /healthz request, so a loaded machine stretched them
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     path = directory / "notify"
     sock.bind(str(path))
     yield NotifySocket(path, sock)
