@@ -258,3 +258,20 @@ def test_a_move_seen_after_the_counter_went_unseen_is_late_and_a_gap_it_was_not_
     assert scope_stats(integrals, union([(T0 + 30 * S, T0 + 50 * S)])).covered_s == 0.0
     around = scope_stats(integrals, union([(T0 + 10 * S, T0 + 70 * S)]))
     assert around.covered_s == pytest.approx(40.0) and around.energy_j == pytest.approx(4000.0)
+
+
+def test_steady_readings_with_no_counter_are_no_coarse_collection() -> None:
+    """nvidia_gpu_exporter scraped every 1 s (no energy counter), a GPU that holds 20 W and 100 W for
+    seconds at a time, stepping at 10, 40, 45 and 60 s: its readings move four times, at no rhythm, and
+    that was read as a 15 s collection, so every window was too short for it (a sweep). It is the 1 s
+    scrape's; readings moving once a collection at a rhythm still read as the collection's (above)."""
+    steps = {10: 100.0, 40: 20.0, 45: 100.0, 60: 20.0}
+    power, level = [], 20.0
+    for t in range(90):
+        level = steps.get(t, level)
+        power.append(level)
+    assert resolution_s(_track(power, [None] * 90, 1.0)) == (pytest.approx(1.0), None)
+    rhythm = [20.0 + 5.0 * ((t // 5) % 2) for t in range(90)]  # a reading collected every 5 s, re-served
+    assert resolution_s(_track(rhythm, [None] * 90, 1.0)) == (pytest.approx(5.0), pytest.approx(5.0))
+    two_moves = [20.0] * 30 + [100.0] * 30 + [20.0] * 30  # two moves, one spacing: no rhythm to go by
+    assert resolution_s(_track(two_moves, [None] * 90, 1.0)) == (pytest.approx(1.0), None)

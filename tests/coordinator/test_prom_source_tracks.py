@@ -232,6 +232,26 @@ def test_memory_comes_from_the_family_then_node_exporter_then_the_gpus() -> None
     assert out["source"]["page_cache_series"] == "node_memory_Cached_bytes + node_memory_SReclaimable_bytes"
 
 
+def test_a_memory_series_that_begins_after_the_run_does_not_take_the_place_of_one_that_covered_it() -> None:
+    """node_exporter started 20 s after the run's end, inside the margin read beyond it: its series were
+    taken for the node's memory over the GPUs' FB_USED that covered the run, and the export's memory was
+    null ("no memory sample inside the scope"), a sweep. The first source with a sample inside wins."""
+    t = [float(x) for x in range(31)]
+    gpu = [
+        series("DCGM_FI_DEV_POWER_USAGE", t, [300.0] * 31, Hostname="h1", UUID="GPU-a", gpu="0"),
+        series("DCGM_FI_DEV_GPU_UTIL", t, [90.0] * 31, Hostname="h1", UUID="GPU-a", gpu="0"),
+        series("DCGM_FI_DEV_FB_USED", t, [1000.0] * 31, Hostname="h1", UUID="GPU-a", gpu="0"),
+    ]
+    later = [50.0 + x for x in range(10)]
+    host = [
+        series("node_memory_MemTotal_bytes", later, [64e9] * 10, Hostname="h1"),
+        series("node_memory_MemAvailable_bytes", later, [40e9] * 10, Hostname="h1"),
+    ]
+    out = export([*gpu, *host], [window("w", 5, 25)], DCGM, "Hostname")
+    assert out["source"]["memory_series"] == "sum of DCGM_FI_DEV_FB_USED"
+    assert out["nodes"][0]["memory_used_bytes"]["peak"] == 1000 * 1024 * 1024
+
+
 def test_node_exporters_recorded_cache_values_sum_to_the_page_cache() -> None:
     """The values of node_exporter's own output (tests/fixtures/node_exporter), held over the run."""
     text = (FIXTURES / "node_exporter" / "e2e-output-meminfo.prom").read_text()

@@ -13,7 +13,12 @@ from sparkwatch.core.baseline import above_idle_j, idle_power_w, no_baseline
 from sparkwatch.core.columns import int_column
 from sparkwatch.core.domains import NO_SENSOR, DomainFigures, domain_figures
 from sparkwatch.core.integrals import Integrals
-from sparkwatch.core.intervals import counter_interval_s, counter_moves, seen_interval_s
+from sparkwatch.core.intervals import (
+    collection_interval_s,
+    counter_interval_s,
+    counter_moves,
+    seen_interval_s,
+)
 from sparkwatch.core.memory import MemoryStats, node_memory
 from sparkwatch.core.phases import TokenSpans, node_split, window_split
 from sparkwatch.core.power import PowerStats, WindowPower, scope_stats, summed_max_w, window_stats
@@ -76,8 +81,8 @@ def resolution_s(
 ) -> tuple[float | None, float | None]:
     """The interval a track's figures resolve (its samples', or its counter's where that is slower), and
     its counter's where that is the slower one, seen inside ``span_ns`` (the run's). Without a counter its
-    power readings stand in: an exporter that serves one collection to several scrapes repeats them as it
-    would the counter."""
+    power readings stand in where they move at a rhythm: an exporter that serves one collection to several
+    scrapes repeats them as it would the counter (``collection_interval_s``)."""
     part = _inside(track, span_ns)
     seen = seen_interval_s(part.t_ns, part.segment) or seen_interval_s(track.t_ns, track.segment)
     has_counter = bool(np.isfinite(track.energy_j).any())
@@ -87,7 +92,8 @@ def resolution_s(
 
     if len(counter_moves(moving(part), part.segment)) < COUNTER_MOVES:  # a run shorter than a few
         part = track  # collections: its counter's spacing is read over the whole read (idle time too)
-    counter = counter_interval_s(part.t_ns, part.segment, moving(part), seen)
+    interval_of = counter_interval_s if has_counter else collection_interval_s
+    counter = interval_of(part.t_ns, part.segment, moving(part), seen)
     return (None if seen is None else max(seen, counter or 0.0)), counter
 
 

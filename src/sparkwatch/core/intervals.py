@@ -13,6 +13,10 @@ from sparkwatch.core.tracks import F64, I64
 #: A counter whose moves are spaced this many times its samples' (median to median) or more is coarse (a
 #: counter a tick late now and then is not).
 COARSE_RATIO = 1.5
+#: Power readings (no counter beside them) stand for collections only where their moves come at a rhythm:
+#: at least this many spacings, the 75th percentile at most ``RHYTHM_SPREAD`` times the 25th.
+RHYTHM_SPACINGS = 3
+RHYTHM_SPREAD = 1.5
 
 
 def median_of(values: I64) -> float:
@@ -46,11 +50,30 @@ def counter_moves(energy_j: F64, segment: I64) -> I64:
 def counter_interval_s(t_ns: I64, segment: I64, energy_j: F64, seen_s: float | None) -> float | None:
     """How often the counter moved — the median spacing of its moves inside one segment — where that is
     ``COARSE_RATIO`` times the samples' spacing ``seen_s`` or more; else ``None``."""
-    if seen_s is None:
-        return None
-    moved = counter_moves(energy_j, segment)
-    spacing = np.diff(t_ns[moved])[segment[moved[1:]] == segment[moved[:-1]]]
-    if not len(spacing):
+    spacing = _move_spacing_ns(t_ns, segment, energy_j)
+    if seen_s is None or not len(spacing):
         return None
     every_s = median_of(spacing) / 1e9
     return every_s if every_s >= COARSE_RATIO * seen_s else None
+
+
+def collection_interval_s(t_ns: I64, segment: I64, power_w: F64, seen_s: float | None) -> float | None:
+    """How often power readings with no counter beside them were collected: as ``counter_interval_s``,
+    where their moves come at a rhythm (an exporter serving each collection to several scrapes moves them
+    once a collection); else ``None``. A GPU whose power holds still for seconds moves its readings now and
+    then, at no rhythm, and that is no coarse collection: a steady series scraped every 1 s, with four load
+    steps, read 15 s intervals, and every window was too short for them."""
+    spacing = _move_spacing_ns(t_ns, segment, power_w)
+    if len(spacing) < RHYTHM_SPACINGS:
+        return None
+    low, high = np.percentile(spacing, [25, 75])
+    if high > RHYTHM_SPREAD * low:
+        return None
+    return counter_interval_s(t_ns, segment, power_w, seen_s)
+
+
+def _move_spacing_ns(t_ns: I64, segment: I64, values: F64) -> I64:
+    """The time between consecutive moves of ``values`` inside one segment."""
+    moved = counter_moves(values, segment)
+    spacing: I64 = np.diff(t_ns[moved])[segment[moved[1:]] == segment[moved[:-1]]]
+    return spacing

@@ -10,6 +10,7 @@ energy and utilisation of a GPU are joined (a value missing at a time is unknown
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ from sparkwatch.core.engine import EngineSamples
 from sparkwatch.core.run_spec import NodeInput
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.throttle import SignalTrack
-from sparkwatch.core.tracks import F64, I64, GpuTrack, MemTrack
+from sparkwatch.core.tracks import GpuTrack, MemTrack
 from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, NodeMissing, SourceError
 from sparkwatch.sources.prometheus.align import (
     PICK_ONE,
@@ -30,22 +31,17 @@ from sparkwatch.sources.prometheus.align import (
     merged,
     nominal_interval,
     single,
-    union_times,
-    values_at,
 )
 from sparkwatch.sources.prometheus.channels import meter_domains, sensor_domains
 from sparkwatch.sources.prometheus.client import EngineRefusal
 from sparkwatch.sources.prometheus.engine_series import engine_samples
 from sparkwatch.sources.prometheus.gpus import gpu_tracks
 from sparkwatch.sources.prometheus.mappings import (
-    NODE_MEM_AVAILABLE,
-    NODE_MEM_TOTAL,
-    NODE_MEM_USED,
-    NODE_PAGE_CACHE,
     Family,
     ReasonFlags,
     Series,
 )
+from sparkwatch.sources.prometheus.memory import memory_used, page_cache
 from sparkwatch.sources.prometheus.promql import literal, quoted
 from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader, refuse_outside
 from sparkwatch.sources.prometheus.signals import signal_track, top_hz
@@ -202,10 +198,13 @@ class TsdbSource:
         keys = [key for key, _ in gpus]
         info = self._info(node, t_from_ns, t_to_ns)
         tracks = [track for _, track in gpus]
-        t_ns, used, self._memory_used[node] = self._memory(node, t_from_ns, t_to_ns, len(gpus))
+        mine = functools.partial(self._mine, node=node, t_from_ns=t_from_ns, t_to_ns=t_to_ns)
+        span = (t_from_ns, t_to_ns)
+        t_ns, used, name = memory_used(f, mine, self._one, self._by_gpu, gpus=len(gpus), span_ns=span)
+        self._memory_used[node] = name
         read = RawSeries({"__name__": self._memory_used[node], self._label: node}, t_ns, used)
         refuse_outside([read], 0.0, math.inf, "memory in use is never negative")
-        cache, self._page_cache[node] = self._cache(node, t_from_ns, t_to_ns, t_ns, self._memory_used[node])
+        cache, self._page_cache[node] = page_cache(f, mine, self._one, t_ns, self._memory_used[node])
         nominal = nominal_interval(t_ns, self._said_interval(node, t_from_ns, t_to_ns))
         memory = MemTrack.from_arrays(t_ns, np.zeros(len(t_ns), np.int64), nominal, used, cache)
         models = [labels["memory_model"] for labels in info.values() if labels.get("memory_model")]
@@ -240,6 +239,9 @@ class TsdbSource:
 
     def _gpu_key(self, r: RawSeries) -> str:
         return r.labels.get(self._family.gpu_label) or r.labels.get("gpu") or ""
+
+    def _one(self, found: Sequence[RawSeries], what: str) -> RawSeries:
+        return single(found, what, self._label, self._pick)
 
     def _by_gpu(self, found: Sequence[RawSeries]) -> dict[str, RawSeries]:
         """Per GPU, its one series (label sets one after another merged; two at once refused)."""
@@ -363,38 +365,3 @@ class TsdbSource:
         for r in found:
             out.setdefault(self._gpu_key(r), r.labels)
         return out
-
-    def _memory(self, node: str, t_from_ns: int, t_to_ns: int, gpus: int) -> tuple[I64, F64, str]:
-        """The node's used memory (times, bytes, what it was read from): the family's own host series,
-        else node_exporter's MemTotal − MemAvailable, else its GPUs' device memory summed at the scrapes
-        where every GPU has it."""
-        f = self._family
-        own = self._mine(f.host_memory, node, t_from_ns, t_to_ns)
-        if own:
-            host = single(own, "the memory", self._label, self._pick)
-            return host.t_ns, host.values, f.host_memory_name()
-        total = self._mine(NODE_MEM_TOTAL, node, t_from_ns, t_to_ns)
-        available = self._mine(NODE_MEM_AVAILABLE, node, t_from_ns, t_to_ns)
-        if total and available:
-            total_b, available_b = (
-                single(x, "the memory", self._label, self._pick) for x in (total, available)
-            )
-            return total_b.t_ns, total_b.values - values_at(total_b.t_ns, available_b), NODE_MEM_USED
-        per_gpu = self._by_gpu(self._mine(f.gpu_memory, node, t_from_ns, t_to_ns))
-        if per_gpu and len(per_gpu) == gpus:
-            t = union_times([r.t_ns for r in per_gpu.values()])
-            used = np.sum([values_at(t, r) for r in per_gpu.values()], axis=0)  # NaN where any GPU lacks it
-            return t, used, f.gpu_memory_name()
-        return np.empty(0, np.int64), np.empty(0), "none"
-
-    def _cache(self, node: str, t_from_ns: int, t_to_ns: int, t_ns: I64, used: str) -> tuple[F64, str]:
-        """The node's page cache at the memory's times (NaN where it was not read), and what it was read
-        from: the series scraped with the memory ``used`` was read from (the family's own host series, or
-        node_exporter's Cached + SReclaimable beside its MemTotal − MemAvailable); none beside GPU memory."""
-        f = self._family
-        wanted = {f.host_memory_name(): f.host_page_cache, NODE_MEM_USED: NODE_PAGE_CACHE}.get(used, ())
-        found = [self._mine(s, node, t_from_ns, t_to_ns) for s in wanted]
-        if not wanted or not all(found):
-            return np.full(len(t_ns), np.nan), "none"
-        parts = [values_at(t_ns, single(x, "the page cache", self._label, self._pick)) for x in found]
-        return np.sum(parts, axis=0), " + ".join(s.metric for s in wanted)
