@@ -275,3 +275,16 @@ def test_steady_readings_with_no_counter_are_no_coarse_collection() -> None:
     assert resolution_s(_track(rhythm, [None] * 90, 1.0)) == (pytest.approx(5.0), pytest.approx(5.0))
     two_moves = [20.0] * 30 + [100.0] * 30 + [20.0] * 30  # two moves, one spacing: no rhythm to go by
     assert resolution_s(_track(two_moves, [None] * 90, 1.0)) == (pytest.approx(1.0), None)
+    # an idle GPU behind a caching exporter: some 30 s collections read what the one before did, so its
+    # readings move 30, 60 or 90 s apart, on the collections' beat all the same
+    held = [100.0, 101.0, 101.0, 102.0, 103.0, 103.0, 103.0, 104.0]
+    idle = [value for value in held for _ in range(30)]
+    assert resolution_s(_track(idle, [None] * len(idle), 1.0)) == (pytest.approx(30.0), pytest.approx(30.0))
+    # a run that holds three of the collections' moves (two spacings): read over the whole read, as a
+    # counter's are for a run that holds fewer than three
+    busy = [float(k) for k in range(12) for _ in range(30)]
+    run = (T0 + 100 * S, T0 + 195 * S)
+    assert resolution_s(_track(busy, [None] * len(busy), 1.0), run) == (
+        pytest.approx(30.0),
+        pytest.approx(30.0),
+    )

@@ -250,6 +250,10 @@ def test_a_memory_series_that_begins_after_the_run_does_not_take_the_place_of_on
     out = export([*gpu, *host], [window("w", 5, 25)], DCGM, "Hostname")
     assert out["source"]["memory_series"] == "sum of DCGM_FI_DEV_FB_USED"
     assert out["nodes"][0]["memory_used_bytes"]["peak"] == 1000 * 1024 * 1024
+    # nor does a source not taken refuse anything: node_exporter scraped by two jobs at once, after the run
+    twice = [series(r.labels["__name__"], later, [64e9] * 10, Hostname="h1", job="again") for r in host]
+    out = export([*gpu, *host, *twice], [window("w", 5, 25)], DCGM, "Hostname")
+    assert out["source"]["memory_series"] == "sum of DCGM_FI_DEV_FB_USED"
 
 
 def test_node_exporters_recorded_cache_values_sum_to_the_page_cache() -> None:

@@ -271,8 +271,10 @@ def _reasons(export: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
     for w in export["windows"]:
         print(f"{export['source']['kind']} {w['id']}: {w['verdict']} {w['reasons']}")
         reasons = [re.sub(r" \(mean [0-9.]+ of", " (mean … of", r) for r in w["reasons"]]
-        reasons = [r for r in reasons if not r.startswith("clock uncertainty ")]
-        verdict = "ok" if w["verdict"] == "low_confidence" and not reasons else w["verdict"]
+        kept = [r for r in reasons if not r.startswith("clock uncertainty ")]
+        # ok where the probes' reason was all that made it low_confidence
+        verdict = "ok" if w["verdict"] == "low_confidence" and reasons and not kept else w["verdict"]
+        reasons = kept
         # a coverage's last digit likewise (compared as a figure in _compare)
         out[w["id"]] = (verdict, [re.sub(r"coverage [0-9.]+ <", "coverage … <", r) for r in reasons])
     return out

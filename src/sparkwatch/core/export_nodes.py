@@ -14,6 +14,7 @@ from sparkwatch.core.columns import int_column
 from sparkwatch.core.domains import NO_SENSOR, DomainFigures, domain_figures
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.intervals import (
+    RHYTHM_SPACINGS,
     collection_interval_s,
     counter_interval_s,
     counter_moves,
@@ -90,7 +91,8 @@ def resolution_s(
     def moving(t: GpuTrack) -> F64:
         return t.energy_j if has_counter else t.power_w
 
-    if len(counter_moves(moving(part), part.segment)) < COUNTER_MOVES:  # a run shorter than a few
+    needed = COUNTER_MOVES if has_counter else RHYTHM_SPACINGS + 1  # readings: enough for a rhythm
+    if len(counter_moves(moving(part), part.segment)) < needed:  # a run shorter than a few
         part = track  # collections: its counter's spacing is read over the whole read (idle time too)
     interval_of = counter_interval_s if has_counter else collection_interval_s
     counter = interval_of(part.t_ns, part.segment, moving(part), seen)

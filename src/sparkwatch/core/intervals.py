@@ -13,10 +13,16 @@ from sparkwatch.core.tracks import F64, I64
 #: A counter whose moves are spaced this many times its samples' (median to median) or more is coarse (a
 #: counter a tick late now and then is not).
 COARSE_RATIO = 1.5
-#: Power readings (no counter beside them) stand for collections only where their moves come at a rhythm:
-#: at least this many spacings, the 75th percentile at most ``RHYTHM_SPREAD`` times the 25th.
+#: Power readings (no counter beside them) stand for collections only where their moves come at a beat:
+#: at least ``RHYTHM_SPACINGS`` spacings, ``RHYTHM_SHARE`` of them within ``RHYTHM_SLACK`` of a whole
+#: number of beats (a collection that read what the one before did moves nothing: two beats), and moves at
+#: ``RHYTHM_MOVED`` of the beats at least. The beat is the median of the shortest spacings (those within
+#: ``RHYTHM_CLUSTER`` times the shortest: a scrape's jitter either way).
 RHYTHM_SPACINGS = 3
-RHYTHM_SPREAD = 1.5
+RHYTHM_SHARE = 0.75
+RHYTHM_SLACK = 0.2
+RHYTHM_MOVED = 0.5
+RHYTHM_CLUSTER = 1.5
 
 
 def median_of(values: I64) -> float:
@@ -64,12 +70,16 @@ def collection_interval_s(t_ns: I64, segment: I64, power_w: F64, seen_s: float |
     then, at no rhythm, and that is no coarse collection: a steady series scraped every 1 s, with four load
     steps, read 15 s intervals, and every window was too short for them."""
     spacing = _move_spacing_ns(t_ns, segment, power_w)
-    if len(spacing) < RHYTHM_SPACINGS:
+    if seen_s is None or len(spacing) < RHYTHM_SPACINGS:
         return None
-    low, high = np.percentile(spacing, [25, 75])
-    if high > RHYTHM_SPREAD * low:
-        return None
-    return counter_interval_s(t_ns, segment, power_w, seen_s)
+    beat = float(np.median(spacing[spacing <= RHYTHM_CLUSTER * spacing.min()]))
+    beats = spacing / beat
+    whole = np.maximum(np.round(beats), 1.0)
+    on_beat = np.count_nonzero(np.abs(beats / whole - 1.0) <= RHYTHM_SLACK)
+    if on_beat < RHYTHM_SHARE * len(spacing) or len(spacing) < RHYTHM_MOVED * float(beats.sum()):
+        return None  # off the beat, or moving at few of its beats: a steady GPU's load steps
+    every_s = beat / 1e9
+    return every_s if every_s >= COARSE_RATIO * seen_s else None
 
 
 def _move_spacing_ns(t_ns: I64, segment: I64, values: F64) -> I64:

@@ -1,14 +1,15 @@
 """A node's memory in use over a TSDB, and its page cache: which series they are read from.
 
 In order: the family's own host series, node_exporter's MemTotal − MemAvailable, the GPUs' device memory
-summed. The first that has a sample inside the span is taken, else the first with any around it (a run
-shorter than a scrape): node_exporter's series that only began after the run, inside the margin read beyond
-it, had taken the place of the GPUs' memory that covered the run, and the export's memory was null.
+summed. The first that has a sample inside the span (the run and its windows) is taken, else the first with
+any around it (a span shorter than a scrape): node_exporter's series that only began after the run, inside
+the margin read beyond it, had taken the place of the GPUs' memory that covered the run, and the export's
+memory was null.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -37,35 +38,29 @@ Used = tuple[I64, F64, str]
 def memory_used(
     f: Family, mine: Mine, one: One, by_gpu: ByGpu, *, gpus: int, span_ns: tuple[int, int]
 ) -> Used:
-    """The node's used memory; the GPUs' summed only at the scrapes where every GPU has it."""
+    """The node's used memory; the GPUs' summed only at the scrapes where every GPU has it. The choice is
+    made on the series' times, before any is checked for duplicates: a source not taken refuses nothing."""
 
-    def own() -> Used | None:
-        found = mine(f.host_memory)
-        return None if not found else _of(one(found, "the memory"), f.host_memory_name())
-
-    def node_exporter() -> Used | None:
-        total, available = mine(NODE_MEM_TOTAL), mine(NODE_MEM_AVAILABLE)
-        if not (total and available):
-            return None
-        total_b, available_b = one(total, "the memory"), one(available, "the memory")
-        return total_b.t_ns, total_b.values - values_at(total_b.t_ns, available_b), NODE_MEM_USED
-
-    def summed() -> Used | None:
-        per_gpu = by_gpu(mine(f.gpu_memory))
-        if not per_gpu or len(per_gpu) != gpus:
-            return None
-        t = union_times([r.t_ns for r in per_gpu.values()])
-        used = np.sum([values_at(t, r) for r in per_gpu.values()], axis=0)  # NaN where any GPU lacks it
-        return t, used, f.gpu_memory_name()
+    def sources() -> Iterator[tuple[list[list[RawSeries]], Callable[[], Used | None]]]:
+        own = [mine(f.host_memory)]
+        yield own, lambda: _of(one(own[0], "the memory"), f.host_memory_name())
+        pair = [mine(NODE_MEM_TOTAL), mine(NODE_MEM_AVAILABLE)]
+        yield pair, lambda: _used(one(pair[0], "the memory"), one(pair[1], "the memory"))
+        per_gpu = [mine(f.gpu_memory)]
+        yield per_gpu, lambda: _summed(by_gpu(per_gpu[0]), gpus, f.gpu_memory_name())
 
     around = None
-    for read in (make() for make in (own, node_exporter, summed)):
-        if read is None:
+    for parts, build in sources():
+        if not all(parts):
             continue
-        if np.any((read[0] >= span_ns[0]) & (read[0] <= span_ns[1])):
-            return read
-        around = around or read
-    return around or (np.empty(0, np.int64), np.empty(0), "none")
+        if all(_holds(found, span_ns) for found in parts):
+            read = build()
+            if read is not None:
+                return read
+        elif around is None:
+            around = build  # a run shorter than a scrape: the first source with samples around it
+    read = around() if around is not None else None
+    return read or (np.empty(0, np.int64), np.empty(0), "none")
 
 
 def page_cache(f: Family, mine: Mine, one: One, t_ns: I64, used: str) -> tuple[F64, str]:
@@ -82,3 +77,21 @@ def page_cache(f: Family, mine: Mine, one: One, t_ns: I64, used: str) -> tuple[F
 
 def _of(series: RawSeries, name: str) -> Used:
     return series.t_ns, series.values, name
+
+
+def _used(total: RawSeries, available: RawSeries) -> Used:
+    """node_exporter's MemTotal − MemAvailable, at MemTotal's scrapes."""
+    return total.t_ns, total.values - values_at(total.t_ns, available), NODE_MEM_USED
+
+
+def _summed(per_gpu: dict[str, RawSeries], gpus: int, name: str) -> Used | None:
+    """Every GPU's device memory summed, where each has it (NaN elsewhere); none unless every GPU has some."""
+    if not per_gpu or len(per_gpu) != gpus:
+        return None
+    t = union_times([r.t_ns for r in per_gpu.values()])
+    return t, np.sum([values_at(t, r) for r in per_gpu.values()], axis=0), name
+
+
+def _holds(found: Sequence[RawSeries], span_ns: tuple[int, int]) -> bool:
+    """Whether any of the series has a sample inside ``span_ns``."""
+    return any(np.any((r.t_ns >= span_ns[0]) & (r.t_ns <= span_ns[1])) for r in found)
