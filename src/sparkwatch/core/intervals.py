@@ -64,12 +64,13 @@ def counter_interval_s(t_ns: I64, segment: I64, energy_j: F64, seen_s: float | N
 
 
 def collection_interval_s(t_ns: I64, segment: I64, power_w: F64, seen_s: float | None) -> float | None:
-    """How often power readings with no counter beside them were collected: as ``counter_interval_s``,
-    where their moves come at a rhythm (an exporter serving each collection to several scrapes moves them
-    once a collection); else ``None``. A GPU whose power holds still for seconds moves its readings now and
-    then, at no rhythm, and that is no coarse collection: a steady series scraped every 1 s, with four load
-    steps, read 15 s intervals, and every window was too short for them."""
+    """How often power readings with no counter beside them were collected: the beat their moves keep (an
+    exporter serving each collection to several scrapes moves them once a collection), where that is
+    ``COARSE_RATIO`` times ``seen_s`` or more; else ``None``. A GPU whose power holds still for seconds moves
+    its readings now and then, off any beat, and that is no coarse collection: a steady series scraped every
+    1 s, with four load steps, read 15 s intervals, and every window was too short for them."""
     spacing = _move_spacing_ns(t_ns, segment, power_w)
+    spacing = spacing[spacing > 0]  # two moves at one stamp say nothing of a beat
     if seen_s is None or len(spacing) < RHYTHM_SPACINGS:
         return None
     beat = float(np.median(spacing[spacing <= RHYTHM_CLUSTER * spacing.min()]))
