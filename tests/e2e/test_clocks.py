@@ -66,12 +66,13 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
     node = export["nodes"][0]
     seen = node["samples"]  # a sampler starved by the machine shows here as max_gap_s, not as a lost seq
     assert node["power_w"]["gated_mean"] == pytest.approx(BUSY_W, rel=2e-3)
-    # A 20 Hz sampler starved for a tick or two by the other worker of a loaded 2-core machine leaves a gap
-    # (coverage 0.98 in one CI run: energy_j is the covered time's, nothing is invented across it). A step
-    # that moved samples shows as a second or more in a ~3 s scope: uncovered, or counted twice.
+    # A 20 Hz sampler starved by the other worker of a loaded 2-core machine leaves gaps: 130-300 ms each in
+    # the CI stores, anywhere in the run, steps or none (coverage 0.98, then 0.893 of a ~2.8 s scope; energy_j
+    # is the covered time's, nothing is invented across them). A step that moved samples shows as a second or
+    # more: a stretch uncovered (max_gap_s), or samples counted twice (energy above the covered time's).
     covered_s = export["method"]["scope_s"] * seen["coverage_ratio"]
     assert node["energy_j"] == pytest.approx(BUSY_W * covered_s, rel=3e-3), seen
-    assert seen["coverage_ratio"] > 0.9, seen
+    assert seen["max_gap_s"] < 0.8 and seen["coverage_ratio"] > 0.75, seen
     assert node["clock"]["method"] == "monotonic"
     by_id = {w["id"]: w for w in export["windows"]}
     for w in by_id.values():
@@ -103,7 +104,7 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
 def _gaps(window: dict[str, Any]) -> list[str]:
     """A window's coverage reasons: a starved sampler's gap shows on the GPU rail and on the sim's
     whole-node domain, sampled in the same frames."""
-    return [r for r in window["reasons"] if r.startswith(("coverage ", "stepper dc_input: coverage "))]
+    return [r for r in window["reasons"] if r.startswith("coverage ") or " dc_input: coverage " in r]
 
 
 def test_a_proxy_on_a_skewed_stepping_clock_stamps_on_the_coordinators(
@@ -160,10 +161,13 @@ def test_a_proxy_on_a_skewed_stepping_clock_stamps_on_the_coordinators(
     assert busy["source"]["clock"] == idle["source"]["clock"] == "coordinator"
     for window, watts in ((busy, BUSY_W), (idle, 5.0)):
         (entry,) = window["nodes"]
-        length_s = (window["t_end_ns"] - window["t_start_ns"]) / S
-        assert entry["coverage_ratio"] == pytest.approx(1.0, abs=1e-3)
-        assert entry["energy_j"] / length_s == pytest.approx(watts, rel=5e-3)
-    assert busy["verdict"] == "ok"
+        covered_s = (window["t_end_ns"] - window["t_start_ns"]) / S * entry["coverage_ratio"]
+        # the period it was made in, over the time covered (a starved sampler's gap is no moved window)
+        assert entry["coverage_ratio"] > 0.3, window
+        assert entry["energy_j"] / covered_s == pytest.approx(watts, rel=5e-3), window
+    assert busy["verdict"] == "ok" or (
+        busy["verdict"] == "incomplete" and _gaps(busy) == busy["reasons"] != []
+    ), busy
 
 
 def generate(port: int) -> None:
