@@ -78,7 +78,10 @@ def test_a_power_braked_window_is_flagged_and_a_clean_one_is_not(
     assert status == 200
     by_id = {w["id"]: w for w in export["windows"]}
     ok, bad = by_id["clean"], by_id["braked"]
-    assert ok["verdict"] == "ok", ok["reasons"]
+    # ok; or, where the other worker of a loaded 2-core machine starved the sampler (stalls of 130-300 ms
+    # in CI stores), incomplete with coverage reasons only: never a throttle reason
+    coverage_only = all(r.startswith("coverage ") or ": coverage " in r for r in ok["reasons"])
+    assert ok["verdict"] == "ok" or (ok["verdict"] == "incomplete" and coverage_only), ok["reasons"]
     (entry,) = ok["nodes"]
     assert entry["throttle"] == [] and entry["sm_clock_ratio"] == pytest.approx(2418 / 3003, abs=0.001)
     assert bad["verdict"] == "low_confidence"
