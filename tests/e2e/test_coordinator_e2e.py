@@ -111,7 +111,7 @@ def test_run_export_matches_known_power_and_survives_kill9(cluster: Any) -> None
     for n, busy_w in ((n1, 55.0), (n2, 50.0)):  # (stalls of 130-300 ms in CI stores, test_clocks)
         seen = n["samples"]
         assert n["energy_j"] == pytest.approx(busy_w * window_s * seen["coverage_ratio"], rel=1e-3), seen
-        assert seen["max_gap_s"] < 0.8 and seen["coverage_ratio"] > 0.75, seen
+        assert seen["max_gap_s"] < 0.9 and seen["coverage_ratio"] > 0.6, seen
     window = export["windows"][0]
     if window["verdict"] != "ok":  # only a starved sampler's gap may keep it from ok: incomplete where
         # the GPU rail shows it (a gap on a whole-node domain alone makes it low_confidence)

@@ -842,7 +842,7 @@ def test_a_run_measured_whole_is_exported_from_the_remote_write_as_from_sqlite(r
         print(f"whole run {name}: {node['energy_j']} J vs sqlite {ref['energy_j']} J")
         assert node["energy_j"] == pytest.approx(ref["energy_j"], rel=1e-3)
         # the same samples, gaps and all (a 10 Hz agent the loaded machine stalls now and then: test_clocks)
-        assert node["samples"]["coverage_ratio"] == ref["samples"]["coverage_ratio"] > 0.75
+        assert node["samples"]["coverage_ratio"] == ref["samples"]["coverage_ratio"] > 0.6
     (wall,) = _nodes(tsdb)["spark-1"]["system"]["domains"]
     (ref_wall,) = _nodes(sqlite)["spark-1"]["system"]["domains"]
     assert wall["samples"]["coverage_ratio"] == ref_wall["samples"]["coverage_ratio"] == 1.0

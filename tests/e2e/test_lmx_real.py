@@ -129,7 +129,11 @@ def test_with_the_proxy_placeholder_the_export_keeps_the_proxy_windows_and_says_
 
 
 def test_from_a_host_whose_clock_is_off_the_cross_check_holds_stamps_of_one_clock(
-    tmp_path: pathlib.Path, agent_factory: Any, sim_model: str, lmx_env: dict[str, str]
+    tmp_path: pathlib.Path,
+    agent_factory: Any,
+    sim_model: str,
+    lmx_env: dict[str, str],
+    clock_files: pathlib.Path,
 ) -> None:
     """`run` against a standing coordinator from a host (and its lmx) 1 s ahead: the proxy stamps on the
     coordinator's clock, lmx's status lines were stamped on the host's, and the cross-check FAILED by
@@ -138,7 +142,7 @@ def test_from_a_host_whose_clock_is_off_the_cross_check_holds_stamps_of_one_cloc
     (tmp_path / "coordinator").mkdir()
     coord = Coordinator(tmp_path / "coordinator", f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
     coord.start()
-    control = tmp_path / "faketime.rc"
+    control = clock_files / "faketime.rc"
     set_fake_time(control, "+1")
     port = free_port()
     proxy = ["--proxy-upstream", sim_model, "--proxy-listen", f"127.0.0.1:{port}", "--warmup", "1"]

@@ -177,7 +177,7 @@ def _covered_s(figures: dict[str, Any], length_s: float) -> float:
     10 Hz agent starved by the other worker of a loaded 2-core machine leaves gaps (stalls of 130-300 ms
     in CI stores, test_clocks), and nothing is invented across them; a second or more would be no stall."""
     ratio = figures["samples"]["coverage_ratio"] if "samples" in figures else figures["coverage_ratio"]
-    assert ratio > 0.75, figures
+    assert ratio > 0.6, figures
     return float(length_s * ratio)
 
 
