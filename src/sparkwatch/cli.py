@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import sys
 
@@ -16,7 +15,7 @@ from sparkwatch.cli_commands import COMMANDS, damage_said, handler, is_user_erro
 from sparkwatch.cli_parser import PROG, make_parser
 from sparkwatch_agent.shared.cli_flags import refuse_unknown
 from sparkwatch_agent.shared.journal_log import configure_logging
-from sparkwatch_agent.shared.std_streams import reopen_closed
+from sparkwatch_agent.shared.std_streams import drop_output, reopen_closed
 from sparkwatch_agent.shared.strict_text import one_line
 
 #: Libraries that log every connection at INFO (asyncssh: ~17 lines per SSH dial, ~2 000 an hour for one
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly, as a shell's tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        drop_output(sys.stdout.fileno())  # no second error at exit's flush
         return 128 + signal.SIGPIPE
     except Exception as exc:
         said = damage_said(exc, getattr(args, "db", None))

@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_sampler import StaticMemory
+from test_sampler import make_sampler
 
 from doubles.nvml_fake import gb10_fake
 from sparkwatch.core.clock import wall_steps
-from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
 from sparkwatch_agent.sampling.clocks import PAIR_GAP_NS, PAIR_TRIES, Clocks, read_pair
-from sparkwatch_agent.sampling.leases import IntervalLeases
-from sparkwatch_agent.sampling.ring import SampleRing
-from sparkwatch_agent.sampling.sampler import Sampler
 
 MS = 1_000_000
 APART_NS = 1_800_000_000_000_000_000 - 5_000_000_000  # true wall − monotonic
@@ -40,6 +36,9 @@ class HeldClock:
 
     def advance(self, seconds: float) -> None:
         self.mono += round(seconds * 1e9)
+
+    def clocks(self) -> Clocks:
+        return Clocks(wall_ns=self.wall_ns, mono_ns=self.mono_ns)
 
 
 def test_an_unheld_pair_is_read_once_and_exact() -> None:
@@ -69,16 +68,7 @@ def test_a_boot_whose_first_wall_read_was_held_up_shows_no_step() -> None:
     clock reads it read 15 ms off, and the coordinator's step finder (which cannot take a one-sample blip
     out at a boot's end) reported a 15 ms step. Its later samples are held up under the gap too."""
     clock = HeldClock([0.015, 0.0009, 0.0009, 0.0009])
-    sampler = Sampler(
-        node="n1",
-        boot_id="b",
-        gpu=NvmlBackend(lib=gb10_fake()),
-        memory=StaticMemory(),
-        sensors=None,
-        leases=IntervalLeases(0.05),
-        ring=SampleRing(100),
-        clocks=Clocks(wall_ns=clock.wall_ns, mono_ns=clock.mono_ns),
-    )
+    sampler = make_sampler(gb10_fake(), clock)
     samples = []
     for _ in range(40):
         samples.append(sampler.tick())

@@ -6,6 +6,7 @@ import itertools
 import json
 import threading
 import time
+from typing import Protocol
 
 import pytest
 
@@ -47,8 +48,12 @@ class StaticMemory:
         return None
 
 
+class ClockSource(Protocol):
+    def clocks(self) -> Clocks: ...
+
+
 def make_sampler(
-    lib: object, clock: FakeClock, ring: int = 100, memory: StaticMemory | None = None
+    lib: object, clock: ClockSource, ring: int = 100, memory: StaticMemory | None = None
 ) -> Sampler:
     return Sampler(
         node="n1",
