@@ -11,7 +11,8 @@ import pytest
 
 from sparkwatch_agent.hardware.energy_counter import EnergyAccumulator
 from sparkwatch_agent.hardware.host_facts import cpu_model, os_name
-from sparkwatch_agent.hardware.hwmon import MAX_CHANNELS, MAX_TEXT_CHARS, HwmonSensors, classify
+from sparkwatch_agent.hardware.hwmon import HwmonSensors
+from sparkwatch_agent.hardware.hwmon_discovery import MAX_CHANNELS, MAX_TEXT_CHARS, classify
 from sparkwatch_agent.hardware.meminfo import MeminfoReader, memory_of, parse_meminfo
 from sparkwatch_agent.hardware.readings import StatusReading
 

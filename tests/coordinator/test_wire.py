@@ -23,7 +23,8 @@ from sparkwatch.wire import (
     decode_lines,
     sensor_values,
 )
-from sparkwatch_agent.hardware.hwmon import MAX_CHANNELS, MAX_TEXT_CHARS, HwmonSensors
+from sparkwatch_agent.hardware.hwmon import HwmonSensors
+from sparkwatch_agent.hardware.hwmon_discovery import MAX_CHANNELS, MAX_TEXT_CHARS
 
 GOOD = {
     "type": "sample",

@@ -52,8 +52,7 @@ def assemble(
     else:
         gpu = NvmlBackend()
         memory = MeminfoReader(config.meminfo_path)
-        hwmon = HwmonSensors(config.hwmon_root)
-        sensors = hwmon if hwmon.names else None
+        sensors = HwmonSensors(config.hwmon_root)  # none found yet: a driver loaded later is found then
     sampler = Sampler(
         node=config.node,
         boot_id=secrets.token_hex(8),

@@ -189,6 +189,9 @@ class SimSpbm:
     def names(self) -> tuple[str, ...]:
         return tuple(c.sensor for c in self._channels)
 
+    def refresh(self) -> None:
+        return None  # the simulated chip never changes
+
     def capture(self) -> SensorCapture:
         state = self._sim.state()
         spec = self._sim.spec

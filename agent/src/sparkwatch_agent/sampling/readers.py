@@ -21,6 +21,9 @@ class SensorReader(Protocol):
     @property
     def names(self) -> tuple[str, ...]: ...
 
+    def refresh(self) -> None:
+        """Find what to read again where it may have changed (before a tick's stamp)."""
+
     def capture(self) -> SensorCapture: ...
 
     def decode(

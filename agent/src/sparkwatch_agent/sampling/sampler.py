@@ -199,6 +199,8 @@ class Sampler:
         if self._gpus.due(now_ns := clocks.mono_ns()):  # opening: MemTotal now decides the memory model
             opening = self._memory_capture()
             self._gpus.open_if_due(now_ns, self._seq + 1, lambda: self._host_total(opening), retries)
+        if self._sensors is not None:  # a hwmon driver loaded since: its labels are read before the stamp
+            self._sensors.refresh()
         t_wall, t_mono = clocks.pair()
         gpus = self._gpus.capture(t_mono, retries)
         sensors = self._sensors.capture() if self._sensors is not None else None
