@@ -30,15 +30,20 @@ DEFAULT_PHASES: tuple[str, ...] = ("timed",)
 MAX_PHASES = 16
 #: The longest run or mark name the API takes.
 MAX_RUN_NAME_CHARS = 200
-#: What a run or mark name (or a window's id) may not hold: C0 and C1 control characters, DEL, and Unicode's
-#: line and paragraph separators (U+2028, U+2029: ``str.splitlines`` and many viewers break lines there). A
-#: name is one line wherever it shows (a log line, the report's title, a table cell); a line break in one
-#: could forge a log line.
-CONTROL_CHARS_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: What a run or mark name (or a window's id) may not hold: C0 and C1 control characters, DEL, Unicode's
+#: line and paragraph separators (U+2028, U+2029: ``str.splitlines`` and many viewers break lines there),
+#: and its bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069: a name shown in
+#: a terminal or log would read in another order than it holds, the "Trojan Source" trick; the marks
+#: U+200E/U+200F, which right-to-left text may need, stay). A name is one line wherever it shows (a log
+#: line, the report's title, a table cell); a line break in one could forge a log line.
+CONTROL_CHARS_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 #: The same rule as a JSON Schema pattern (the API's schema, and bodies made from it).
-NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$"
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]*$"
 #: What a text that breaks the rule is told, before the character found.
-NOT_ONE_LINE = "must not hold control characters or line breaks (a newline, a tab, an escape, U+2028)"
+NOT_ONE_LINE = (
+    "must not hold control characters, line breaks or bidirectional overrides (a newline, a tab, an escape,"
+    " U+2028, U+202E)"
+)
 
 
 def check_name(name: str) -> str:

@@ -343,6 +343,28 @@ async def test_beginning_or_committing_an_import_takes_an_empty_body_or_none(api
     assert (await api.call("POST", f"/v1/runs/{run}/imports/{into}/commit", {}))[1]["committed"] == 0
 
 
+@pytest.mark.parametrize("label", ["bogus", "gzip, gzip", "compress"])
+@pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/{run}/windows", "/v1/runs/{run}/marks"])
+async def test_a_body_in_an_encoding_that_is_not_decoded_is_a_415_and_changes_nothing(
+    api: Api, path: str, label: str
+) -> None:
+    """aiohttp decodes one of gzip, deflate, br or zstd and hands any other body over as sent: a run was
+    opened from the bytes behind ``Content-Encoding: bogus``."""
+    run = await api.new_run()
+    headers = {"Content-Encoding": label, "Content-Type": "application/json"}
+    bodies = {"/v1/runs": {"name": "x"}, "/v1/runs/{run}/windows": {"windows": [window("w1")]}}
+    sent = bodies.get(path, {"name": "m", "event": "begin"})
+    response = await api.client.post(path.format(run=run), json=sent, headers=headers)
+    body = await response.json()
+    assert response.status == 415 and body["error"] == "unsupported_media_type", body
+    assert f"Content-Encoding {label!r} is not one this API decodes" in body["reason"], body
+    assert len((await api.call("GET", "/v1/runs"))[1]["runs"]) == 1 and api.rows() == 0
+    response = await api.client.post(
+        path.format(run=run), json=sent, headers={"Content-Encoding": "Identity"}
+    )
+    assert response.status < 300, await response.text()  # the one that says "as it is" is taken
+
+
 @pytest.mark.parametrize("path", ["/v1/runs", "/v1/runs/{run}/windows", "/v1/runs/{run}/marks"])
 async def test_a_body_labelled_gzip_that_is_not_is_a_400_and_changes_nothing(
     api: Api, path: str, caplog: pytest.LogCaptureFixture
@@ -358,7 +380,9 @@ async def test_a_body_labelled_gzip_that_is_not_is_a_400_and_changes_nothing(
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
 
 
-@pytest.mark.parametrize("bad", ["\n", "\x1b[2J", "\x00", "\t", "\x7f", "\x85", "\u2028", "\u2029"])
+@pytest.mark.parametrize(
+    "bad", ["\n", "\x1b[2J", "\x00", "\t", "\x7f", "\x85", "\u2028", "\u2029", "\u202e", "\u2067"]
+)
 async def test_a_name_with_a_control_character_is_refused(api: Api, bad: str) -> None:
     """A run or mark name is one line wherever it shows (log, report, table): a newline in one could write
     a log line of its own ("ERROR … link unauthorized"). Refused with the reason; nothing stored."""

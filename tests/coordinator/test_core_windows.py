@@ -40,8 +40,12 @@ def test_the_field_groups_cover_the_model_exactly() -> None:
         ({"id": "a\nb"}, "id", "must not hold control characters"),  # it forged lines of the table
         ({"id": "x\x1b[31mred"}, "id", "must not hold control characters"),  # a terminal escape
         ({"finish_reason": "stop\r"}, "finish_reason", "must not hold control characters"),
-        ({"id": "a\u2028b"}, "id", "or line breaks"),  # U+2028: splitlines() and viewers break there
-        ({"finish_reason": "stop\u2029"}, "finish_reason", "or line breaks"),
+        ({"id": "a\u2028b"}, "id", "line breaks"),  # U+2028: splitlines() and viewers break there
+        ({"finish_reason": "stop\u2029"}, "finish_reason", "line breaks"),
+        ({"id": "a\u202eb"}, "id", "bidirectional overrides"),  # shows reversed: "Trojan Source"
+        ({"id": "a\u2066b\u2069"}, "id", "bidirectional overrides"),  # an isolate
+        ({"source": {"upstream_broke_off": "yes"}}, "source.upstream_broke_off", "true or false"),
+        ({"source": {"harness_failed": 1}}, "source.harness_failed", "true or false"),
         ({"phase": "Timed"}, "phase", "must match"),
         ({"t_start_ns": 10, "t_end_ns": 20}, "t_start_ns", "not Unix epoch nanoseconds"),
         ({"t_end_ns": 2**63}, "t_end_ns", "not Unix epoch nanoseconds"),

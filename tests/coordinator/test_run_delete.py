@@ -19,7 +19,7 @@ from helpers.frames import sample_frame
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.coordinator.service import Coordinator
 from sparkwatch.core.windows import Window
-from sparkwatch.sources.store import export_run
+from sparkwatch.sources.store import export_run, run_windows
 from sparkwatch.store import NotFound, Store
 from sparkwatch.store.deletion import PURGE_ROWS
 from sparkwatch.store.run_rows import RunRow
@@ -286,3 +286,29 @@ async def test_an_open_run_whose_row_was_damaged_can_be_deleted_and_the_refusals
     assert await api.ok("GET", "/v1/runs") == {"runs": [], "damaged": []}
     assert owned_rows(api.db, run) == {"windows": 0, "marks": 0, "imports": 0, "runs": 0}
     assert samples_in(api.db) == 10  # the run's 50 went; those of 800 s after its deletion stay
+
+
+@pytest.mark.parametrize("read", ["export", "windows"])
+def test_a_run_deleted_while_it_is_read_is_no_run_not_a_run_of_no_windows(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, read: str
+) -> None:
+    """A `DELETE` that lands between the run's row and its windows being read (3 in 4 tries of four requests
+    at once) gave a 200 export of no windows ("no timed window was recorded") and an empty window list."""
+    store = Store(tmp_path / "c.db", now_ns=lambda: T0 + 2 * RUN_S * S)
+    store.create_run(RunRow("r1", "r", T0, T0 + RUN_S * S, 0.1, 0.5, "request"))
+    store.add_windows("r1", [Window(f"w{i}", "timed", T0 + S, T0 + 2 * S) for i in range(3)])
+    reader = Store.read_only(tmp_path / "c.db")
+    windows = reader.windows
+
+    def deleted_first(run_id: str) -> list[Window]:
+        store.delete_run(run_id)  # the coordinator's DELETE, on its own connection
+        return windows(run_id)
+
+    monkeypatch.setattr(reader, "windows", deleted_first)
+    with pytest.raises(NotFound, match="no run r1"):
+        if read == "export":
+            export_run(reader, "r1", [], lambda: T0)
+        else:
+            run_windows(reader, "r1")
+    reader.close()
+    store.close()

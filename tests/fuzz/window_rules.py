@@ -14,8 +14,18 @@ EPOCH_END_NS = 4_102_444_800 * 10**9
 INT64_MAX = 2**63 - 1
 PHASE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 CONTROL = re.compile(
-    "[\u0000-\u001f\u007f-\u009f\u2028\u2029]"
-)  # C0, DEL, C1, U+2028/9, as the docs list them
+    "[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)  # C0, DEL, C1, U+2028/9, the bidirectional embeddings, overrides and isolates, as the docs list them
+#: The notes that mark a request as not completed, as the docs list them.
+FAILURE_NOTES = (
+    "upstream_broke_off",
+    "upstream_timed_out",
+    "client_left_unfinished",
+    "proxy_closed_unfinished",
+    "upstream_unfinished",
+    "upstream_error",
+    "harness_failed",
+)
 INTS = (
     "t_first_byte_ns",
     "t_first_token_ns",
@@ -82,6 +92,8 @@ def source_problem(source: Any) -> str | None:
         return "source must be JSON without NaN or infinities"
     if _too_big_or_unpaired(source, 1):
         return "source must hold 64-bit integers and no lone surrogate, at most 246 levels deep"
+    if any(note in source and not isinstance(source[note], bool) for note in FAILURE_NOTES):
+        return "a failure note in source must be true or false"
     return None
 
 

@@ -18,7 +18,7 @@ import orjson
 
 from sparkwatch.core.columns import int_column
 from sparkwatch.defaults import CONTROL_CHARS_RE, NOT_ONE_LINE, PHASE_RE, ScopeKind
-from sparkwatch_agent.shared.strict_text import quoted_number
+from sparkwatch_agent.shared.strict_text import cut_short, quoted_number
 
 NS_MAX = 2**63 - 1  # the store keeps 64-bit signed integers
 EPOCH_NS_MIN = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z: anything earlier is not a Unix epoch ns stamp
@@ -137,6 +137,13 @@ def check_window(w: Window) -> Window:
     if w.finish_reason is not None and not 1 <= len(w.finish_reason) <= FINISH_REASON_MAX_CHARS:
         raise WindowError("finish_reason", f"must be 1..{FINISH_REASON_MAX_CHARS} characters")
     check_source(w.source)
+    for (
+        note
+    ) in CUT_SHORT:  # "yes" or 1 would leave a failed request measured, in silence (failure: ``is True``)
+        if note in w.source and not isinstance(w.source[note], bool):
+            raise WindowError(
+                f"source.{note}", f"must be true or false, found {cut_short(repr(w.source[note]))}"
+            )
     return w
 
 

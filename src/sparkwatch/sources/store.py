@@ -306,19 +306,29 @@ def export_run(
     )
     windows = store.windows(run_id)
     try:
-        return export_from(
+        export = export_from(
             StoreSource(store), spec, nodes, windows, __version__, series_buckets=series_buckets
         )
     finally:
         let_go(windows)
+    _still_there(store, run_id)
+    return export
 
 
 def run_windows(store: Store, run_id: str) -> dict[str, Any]:
     """``{"run": …, "windows": […]}``: the run as stored and its windows, none measured (the coordinator's
     ``GET /v1/runs/{id}/windows``, which importers.windows_answer reads), each made as it is encoded."""
     run, windows = store.run(run_id), store.windows(run_id)
+    _still_there(store, run_id)
     rows = WindowRows(len(windows), lambda lo, hi: [w.to_json() for w in windows[lo:hi]], (windows,))
     return {"run": run.to_json(), "windows": rows}
+
+
+def _still_there(store: Store, run_id: str) -> None:
+    """``NotFound`` when the run was deleted after it was first read: a delete hides the run's windows at
+    once and its samples go after, so what was read since is of no run (an export of no window, 200,
+    while a `DELETE` ran beside it), not the run's."""
+    store.run(run_id)
 
 
 class StoreSource:
