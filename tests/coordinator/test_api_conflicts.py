@@ -253,6 +253,39 @@ async def test_an_ended_run_takes_windows_inside_its_span_only(api: Api) -> None
     assert api.rows() == 2 and await api.visible(run) == 2  # "in" went back with the rest of its batch
 
 
+@pytest.mark.parametrize("staged", [False, True])
+async def test_a_window_on_our_clock_that_starts_after_the_end_is_not_the_runs(
+    api: Api, staged: bool
+) -> None:
+    """The 2 s slack is for a harness host's clock. A proxy window is stamped on the coordinator's: one
+    that starts after the end was a request made after the run (it was stored and measured, its tokens
+    counted in the run's). One in flight at the end keeps the slack for its end; a stated clock
+    uncertainty is allowed for its start."""
+    run = await api.new_run(ended=not staged)
+    ours = {"kind": "proxy", "clock": "coordinator"}
+    late = {**window("late", RUN_S + 0.05, 1), "source": ours}
+    close = {**window("close", RUN_S + 0.0005, 1), "source": {**ours, "clock_uncertainty_ns": 10**6}}
+    in_flight = {**window("in-flight", RUN_S - 0.5, 1.5), "source": ours}
+    harness = {**window("harness", RUN_S + 0.05, 1), "source": {"kind": "aiperf"}}  # its clock may be off
+    windows = [late, close, in_flight, harness]
+    if staged:  # posted into an import while the run was open, committed once it ended
+        into = (await api.call("POST", f"/v1/runs/{run}/imports", {}))[1]["import_id"]
+        assert (await api.call("POST", f"/v1/runs/{run}/windows", {"windows": windows, "import_id": into}))[
+            0
+        ] == 201
+        await api.end(run)
+        status, body = await api.call("POST", f"/v1/runs/{run}/imports/{into}/commit", {})
+    else:
+        status, body = await api.call("POST", f"/v1/runs/{run}/windows", {"windows": windows})
+    assert_run_ended(status, body, run, "late")
+    assert "none that starts after its end on the coordinator's clock" in body["reason"]
+    assert all(f"'{w}'" not in body["reason"] for w in ("close", "in-flight", "harness")), body
+    if not staged:
+        batch = {"windows": [close, in_flight, harness]}
+        assert (await api.call("POST", f"/v1/runs/{run}/windows", batch))[0] == 201
+        assert await api.visible(run) == 3
+
+
 async def test_an_import_after_the_run_is_committed_when_inside_it(api: Api) -> None:
     run = await api.new_run(ended=True)
     begun = await api.call("POST", f"/v1/runs/{run}/imports", {})

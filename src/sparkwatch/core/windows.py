@@ -31,6 +31,8 @@ RUN_REACH_NS = 24 * 3600 * 10**9
 #: host's clock may be off ours by what NTP allows (MLPerf Power accepts 400 ms) and lmx stamps whole
 #: seconds; a request served after the span ended is not the span's.
 SPAN_SLACK_NS = 2 * 10**9
+#: ``source.clock`` of a window stamped on the coordinator's clock (the proxy's, mapped by its probes).
+COORDINATOR_CLOCK = "coordinator"
 ID_MAX_CHARS = 200
 #: The notes a window's source carries when its request did not complete (the proxy's, an importer's
 #: ``harness_failed``), with what they mean.
@@ -209,9 +211,25 @@ def outside_run(windows: Iterable[Window], run_start_ns: int, run_end_ns: int) -
 
 
 def outside_span(windows: Iterable[Window], start_ns: int, end_ns: int) -> list[Window]:
-    """The windows a closed span [start_ns, end_ns] does not hold, give or take ``SPAN_SLACK_NS``."""
+    """The windows a closed span [start_ns, end_ns] does not hold, give or take ``SPAN_SLACK_NS``; a window
+    stamped on the coordinator's clock (the proxy's, ``source.clock``) that starts after the span's end
+    (past its stated clock uncertainty) is outside it too: the slack is for a harness host's clock, and
+    such a request was made after the run."""
     lo, hi = start_ns - SPAN_SLACK_NS, end_ns + SPAN_SLACK_NS
-    return [w for w in windows if w.t_start_ns < lo or w.t_end_ns > hi]
+    return [
+        w for w in windows if w.t_start_ns < lo or w.t_end_ns > hi or w.t_start_ns > end_ns + our_slack_ns(w)
+    ]
+
+
+def our_slack_ns(w: Window) -> int:
+    """How long after a closed span's end a window may start: ``SPAN_SLACK_NS``, or for one stamped on the
+    coordinator's clock its ``source.clock_uncertainty_ns`` (0 when not stated), at most that."""
+    if w.source.get("clock") != COORDINATOR_CLOCK:
+        return SPAN_SLACK_NS
+    stated = w.source.get("clock_uncertainty_ns")
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated >= 0:
+        return min(stated, SPAN_SLACK_NS)
+    return 0
 
 
 def duplicate_id(windows: Iterable[Window]) -> str | None:

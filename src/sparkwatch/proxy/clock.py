@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError
 from sparkwatch.core.clock import MonoFit, OffsetRound, TimeProbe, estimate_offset, fit_monotonic
+from sparkwatch.core.windows import COORDINATOR_CLOCK
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class WallClock:
 class ProxyClock:
     """``now_ns()`` is coordinator time, from the proxy's monotonic clock and the fitted line."""
 
-    label = "coordinator"
+    label = COORDINATOR_CLOCK
 
     def __init__(
         self,

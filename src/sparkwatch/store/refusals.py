@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from sparkwatch.core.phases import IDS_NAMED, name_ids
 from sparkwatch.core.stamps import utc_stamp
-from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
+from sparkwatch.core.windows import COORDINATOR_CLOCK, SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.store.tx import DuplicateIds, NotFound, RunEnded, StoreError
 
 #: How far outside an ended run's span a window may lie (core.windows says why).
@@ -111,8 +111,21 @@ def check_staged_span(db: sqlite3.Connection, run_id: str, import_id: str) -> in
     """:func:`check_span` for the windows an import has staged (when it is committed)."""
     start, end = run_span(db, run_id)
     if end is not None:
-        where = "import_id = ? AND (t_start_ns < ? OR t_end_ns > ?)"
-        args = (import_id, start - ENDED_RUN_SLACK_NS, end + ENDED_RUN_SLACK_NS)
+        # core.windows.outside_span in SQL (its slack for a window stamped on our clock: our_slack_ns)
+        ours = (
+            "json_extract(source, '$.clock') = ? AND t_start_ns > ? + CASE WHEN json_type(source,"
+            " '$.clock_uncertainty_ns') = 'integer' AND json_extract(source, '$.clock_uncertainty_ns') >= 0"
+            " THEN MIN(json_extract(source, '$.clock_uncertainty_ns'), ?) ELSE 0 END"
+        )
+        where = f"import_id = ? AND (t_start_ns < ? OR t_end_ns > ? OR ({ours}))"
+        args = (
+            import_id,
+            start - ENDED_RUN_SLACK_NS,
+            end + ENDED_RUN_SLACK_NS,
+            COORDINATOR_CLOCK,
+            end,
+            ENDED_RUN_SLACK_NS,
+        )
         (count,) = db.execute(f"SELECT COUNT(*) FROM windows WHERE {where}", args).fetchone()
         if count:
             rows = db.execute(
@@ -128,6 +141,7 @@ def _outside(run_id: str, start: int, end: int, ids: Sequence[str], count: int) 
     return ended(
         run_id,
         end,
-        f"it takes only windows inside its span [{start}, {end}], give or take {slack_s:g} s, and"
-        f" {name_ids(ids, count, quoted=True)} {verb} outside it",
+        f"it takes only windows inside its span [{start}, {end}], give or take {slack_s:g} s (none that"
+        f" starts after its end on the coordinator's clock), and {name_ids(ids, count, quoted=True)} {verb}"
+        " outside it",
     )
