@@ -377,7 +377,8 @@ def test_totals_say_why_they_are_null() -> None:
 @pytest.mark.parametrize(
     ("status", "source", "reason"),
     [
-        (500, {}, "HTTP status 500: a failed request is not measured"),
+        (500, {}, "HTTP status 500: a request not answered with 2xx is not measured"),
+        (307, {}, "HTTP status 307: a request not answered with 2xx is not measured"),
         # a 200 the proxy saw cut short (core.windows.CUT_SHORT)
         (
             200,

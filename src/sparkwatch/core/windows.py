@@ -45,6 +45,8 @@ CUT_SHORT = MappingProxyType(
         " finished",
         "upstream_unfinished": "the upstream's stream ended without [DONE] or a finish reason",
         "upstream_error": "the upstream reported an error inside its answer",
+        "upstream_no_completion": "the upstream's answer (2xx, not streamed) held no completion: no JSON"
+        " choice with a finish reason",
         "harness_failed": "the harness recorded the request as failed or unfinished",
     }
 )
@@ -100,11 +102,12 @@ class Window:
         return self.failure() is not None
 
     def failure(self) -> str | None:
-        """Why the request did not complete, if it did not: an HTTP error answer, or a source note of
+        """Why the request did not complete, if it did not: an answer not 2xx (an error, a redirect the
+        client was left to follow, a 1xx), or a source note of
         CUT_SHORT (an answer the proxy saw cut short, unfinished or carrying an error; a request the
         harness recorded as failed)."""
-        if self.http_status is not None and self.http_status >= 400:
-            return f"HTTP status {self.http_status}: a failed request is not measured"
+        if self.http_status is not None and not 200 <= self.http_status < 300:
+            return f"HTTP status {self.http_status}: a request not answered with 2xx is not measured"
         for note, why in CUT_SHORT.items():
             if self.source.get(note) is True:
                 return f"{why} (source.{note}): a request that did not complete is not measured"

@@ -30,6 +30,8 @@ def answer_notes(
         out["proxy_closed_unfinished"] = True
     elif _unfinished_stream(watcher, status, notes) and not finished:
         out["upstream_unfinished"] = True  # a clean end of a stream that never said it was done
+    elif _read_whole(watcher, status, notes) and not finished:
+        out["upstream_no_completion"] = True  # cut short by a closed connection, an HTML page, {}, a 204
     if stamps.error:
         out["upstream_error"] = True
     return out
@@ -40,6 +42,14 @@ def _unfinished_stream(watcher: ResponseWatcher, status: int | None, notes: Mapp
     without [DONE] or a finish reason is then the upstream's to answer for."""
     cut = any(notes.get(k) for k in ("upstream_broke_off", "upstream_timed_out", "compressed"))
     return watcher.streaming and status is not None and 200 <= status < 300 and not cut
+
+
+def _read_whole(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> bool:
+    """A 2xx answer not streamed that the proxy read whole (not cut, compressed or past the size it parses):
+    a completion's JSON always holds a choice with a finish reason, so one without none was served."""
+    cut = any(notes.get(k) for k in ("upstream_broke_off", "upstream_timed_out", "compressed"))
+    whole = not cut and not watcher.stamps.body_too_large
+    return not watcher.streaming and status is not None and 200 <= status < 300 and whole
 
 
 def within(t_ns: int | None, lo: int, hi: int) -> int | None:

@@ -37,7 +37,9 @@ def _phase(window: dict[str, Any]) -> str:
 
 
 def _failed(window: dict[str, Any]) -> bool:
-    return (window.get("http_status") or 0) >= 400
+    """An answer not 2xx (core.windows.Window.failure's rule for a status)."""
+    status = window.get("http_status")
+    return status is not None and not 200 <= status < 300
 
 
 def band_columns(export: dict[str, Any], t0: int) -> Columns:
