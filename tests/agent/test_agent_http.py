@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
+from multidict import CIMultiDict
 
 from sparkwatch_agent.assemble import assemble
 from sparkwatch_agent.config import build_config
@@ -84,6 +85,12 @@ async def test_auth_refusals(secured: TestClient) -> None:
     assert (await r.json())["reason"] == "the bearer token sent is not this server's (see --token-file)"
     r = await secured.get("/v1/time", headers={"Authorization": f"Bearer {TOKEN}"})
     assert r.status == 200
+    # two Authorization headers: which counts is each intermediary's guess (the first one was taken)
+    twice = CIMultiDict(
+        [("Authorization", f"Bearer {TOKEN}"), ("Authorization", "Bearer wrong-token-xxxxxxxx")]
+    )
+    r = await secured.get("/v1/time", headers=twice)
+    assert r.status == 401 and (await r.json())["reason"] == "send one Authorization header, not several"
     assert (await secured.get("/metrics")).status == 200  # scrapes need no token
     assert (await secured.get("/healthz")).status == 200
 

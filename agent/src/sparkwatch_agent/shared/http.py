@@ -176,6 +176,13 @@ def bearer_middleware(
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         header = request.headers.get("Authorization")
+        if (
+            token is not None
+            and protected(request.path)
+            and len(request.headers.getall("Authorization", [])) > 1
+        ):
+            # which one counts is each intermediary's guess (the first was taken, the second ignored)
+            return json_error(401, "unauthorized", "send one Authorization header, not several")
         if token is not None and protected(request.path) and not bearer_ok(header, expected_token(token)):
             if header is None or not header.startswith("Bearer "):
                 return json_error(
