@@ -11,6 +11,7 @@ import sys
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget, Imported
 from sparkwatch.commands.anchor_flag import anchor_of
 from sparkwatch.commands.attach import attach, export_flags
+from sparkwatch.commands.interrupts import term_as_interrupt
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.importers import read_windows
 from sparkwatch.outputs import check_output
@@ -26,11 +27,19 @@ def cmd_schema(_args: argparse.Namespace, _parser: argparse.ArgumentParser) -> i
 
 
 def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    windows = read_windows(args.format, args.file, clock_anchor=anchor_of(args, parser, [args.format]))
+    """The file's windows into the run, all or none. Each must lie inside the run, give or take
+    ``SPAN_SLACK_NS``, as `run --import` and an ended run hold them: an open run took a result file an
+    earlier run left behind, and measured its windows on the samples of a time before the run."""
+    term_as_interrupt()  # a SIGTERM (timeout, CI) unwinds as Ctrl-C does: the staged import is aborted
+    anchor = anchor_of(args, parser, [args.format])
+    read_windows(args.format, args.file, clock_anchor=anchor)  # a wrong format or file, said before asking
     target = target_of(args)
 
     async def post() -> Imported:
         async with CoordinatorClient(target) as client:
+            run = await client.run(args.run)  # an ended run holds windows to its span itself (a 409 naming it)
+            since_ns = run["t_start_ns"] if run["t_end_ns"] is None else None
+            windows = read_windows(args.format, args.file, clock_anchor=anchor, since_ns=since_ns)
             try:
                 return await client.import_windows(args.run, windows)
             except CoordinatorError as exc:  # a refusal of the file's windows names the file, as ours do

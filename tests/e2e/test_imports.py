@@ -17,10 +17,11 @@ from helpers.processes import Coordinator
 CLI = [sys.executable, "-m", "sparkwatch", "import", "plain"]
 
 
-def plain_csv(path: pathlib.Path, rows: int, bad_last_row: bool = False) -> pathlib.Path:
-    t0 = time.time_ns() - 3_600 * 10**9
+def plain_csv(path: pathlib.Path, rows: int, bad_last_row: bool = False, ago_s: float = 1.9) -> pathlib.Path:
+    """``rows`` windows from ``ago_s`` ago (by default inside a run opened just before, give or take 2 s)."""
+    t0 = time.time_ns() - int(ago_s * 1e9)
     lines = ["id,phase,t_start_ns,t_end_ns,completion_tokens"]
-    lines += [f"req-{i},timed,{t0 + i * 10**6},{t0 + i * 10**6 + 10**8},7" for i in range(rows)]
+    lines += [f"req-{i},timed,{t0 + i * 10**4},{t0 + i * 10**4 + 10**8},7" for i in range(rows)]
     if bad_last_row:
         lines.append(f"req-bad,timed,{t0},not-a-number,7")
     path.write_text("\n".join(lines) + "\n")
@@ -70,3 +71,40 @@ def test_an_import_that_fails_late_or_is_killed_leaves_the_run_as_it_was(
     assert after_restart == 0
     assert again.returncode == 0, again.stderr
     assert final == 150_000
+
+
+def test_an_import_stopped_by_sigterm_is_aborted_and_a_stale_file_is_not_taken_into_an_open_run(
+    tmp_path: pathlib.Path, agent_factory: Any
+) -> None:
+    """SIGTERM (timeout, a CI cancel, systemd) unwinds as Ctrl-C does: the staged windows are taken back
+    (they were left staged, and a retry was refused for 10 minutes as repeating them). A file whose windows
+    lie before the open run (one an earlier run left behind) is refused, as `run --import` and an ended run
+    refuse it: its windows were measured on the samples of a time before the run."""
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    coord = Coordinator(tmp_path, f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    coord.start()
+    env = {**os.environ, "SPARKWATCH_COORDINATOR": coord.url, "SPARKWATCH_TOKEN_FILE": str(coord.token)}
+    try:
+        _, run = coord.call("POST", "/v1/runs", {"name": "imports"})
+        big = plain_csv(tmp_path / "big.csv", 150_000)
+        client = subprocess.Popen([*CLI, str(big), "--run", run["id"]], env=env, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while staged(coord) == 0 and time.monotonic() < deadline and client.poll() is None:
+            time.sleep(0.02)
+        client.send_signal(signal.SIGTERM)
+        _, said = client.communicate(timeout=30)
+        after_term = staged(coord)
+        again = subprocess.run([*CLI, str(big), "--run", run["id"]], capture_output=True, text=True, env=env)
+        stale = plain_csv(tmp_path / "stale.csv", 3, ago_s=3600)  # an hour before the run opened
+        refused = subprocess.run(
+            [*CLI, str(stale), "--run", run["id"]], capture_output=True, text=True, env=env
+        )
+        final = coord.call("GET", f"/v1/runs/{run['id']}")[1]["windows"], staged(coord)
+    finally:
+        coord.stop()
+    assert client.returncode == 130 and b"interrupted" in said, said
+    assert after_term == 0  # aborted: nothing staged is left behind
+    assert again.returncode == 0, again.stderr
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "lies outside this run" in refused.stderr and "an earlier run left behind" in refused.stderr
+    assert final == (150_000, 150_000)

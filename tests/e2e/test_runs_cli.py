@@ -312,7 +312,7 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
         windows.write_text('{"windows": [{"id": "r", "phase": "timed", "t_start_ns": 1796443700000000000,'
                            ' "t_end_ns": 1796443701000000000}]}')  # fmt: skip
         one_line_refusal(
-            cli("import", "plain", str(windows), "--run", "X", "--coordinator", url), "/imports at"
+            cli("import", "plain", str(windows), "--run", "X", "--coordinator", url), "GET /v1/runs/X at"
         )
         one_line_refusal(cli("run", "--coordinator", url, "--", "true"), "GET /v1/nodes at")
     finally:
