@@ -37,7 +37,9 @@ def cmd_import(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
     async def post() -> Imported:
         async with CoordinatorClient(target) as client:
-            run = await client.run(args.run)  # an ended run holds windows to its span itself (a 409 naming it)
+            run = await client.run(
+                args.run
+            )  # an ended run holds windows to its span itself (a 409 naming it)
             since_ns = run["t_start_ns"] if run["t_end_ns"] is None else None
             windows = read_windows(args.format, args.file, clock_anchor=anchor, since_ns=since_ns)
             try:

@@ -144,10 +144,10 @@ def test_crlf_mode_and_the_authors_notes_survive_and_a_reattach_replaces_only_ou
 def test_a_payload_with_a_byte_order_mark_is_edited_and_keeps_it(tmp_path: pathlib.Path) -> None:
     """A Windows editor's BOM was refused with Python's own hint ("decode using utf-8-sig")."""
     e, p = write(tmp_path, export())
-    p.write_bytes(b'\xef\xbb\xbf{"model": "m"}')
+    p.write_bytes(b'\xef\xbb\xbf{"hfId": "m"}')
     attach(e, p, force=False)
     raw = p.read_bytes()
-    assert raw.startswith(b'\xef\xbb\xbf{"model": "m", "gpuPowerWatts": [55.8, 53.8]'), raw[:80]
+    assert raw.startswith(b'\xef\xbb\xbf{"hfId": "m", "gpuPowerWatts": [55.8, 53.8]'), raw[:80]
     assert json.loads(raw.decode("utf-8-sig"))["peakVramGb"] == 68.0
 
 
@@ -371,3 +371,48 @@ def test_a_reattach_replaces_only_sparkwatchs_paragraph_wherever_it_is() -> None
     too_long = rf"^p: its notes with sparkwatch's \({len(NOTE)} characters\) would be {1952 + len(NOTE)} "
     with pytest.raises(AttachError, match=too_long + "characters, over the 2000 "):
         merged_notes("x" * 1950, NOTE, "p")
+
+
+@pytest.mark.parametrize(
+    ("payload", "force", "says"),
+    [
+        ('{"benchmarks": [{"id": "b1"}], "metadata": {}}', False, "not an lmx run payload"),  # guidellm's
+        ('{"schema": "sparkwatch.run/1", "nodes": []}', True, "is a sparkwatch document (sparkwatch.run/1)"),
+        ('{"payload": {"benchmarks": []}}', False, "not an lmx run payload"),
+    ],
+)
+def test_a_file_that_is_no_lmx_payload_is_not_edited(
+    tmp_path: pathlib.Path, payload: str, force: bool, says: str
+) -> None:
+    """Any JSON object was taken for a payload and edited in place: a harness's results, or another run's
+    export with the arguments swapped. An export is refused even with --force; an object without any lmx
+    payload member (hfId, engineName, benchmarkMode, tokSOut, outputTokens) unless forced."""
+    e, p = write(tmp_path, export())
+    p.write_text(payload)
+    with pytest.raises(AttachError, match=re.escape(says)):
+        attach(e, p, force=force)
+    assert p.read_text() == payload
+    if not force:  # the user who knows better
+        attach(e, p, force=True)
+        written = json.loads(p.read_text())
+        assert written.get("payload", written)["gpuPowerWatts"] == [55.8, 53.8]
+
+
+@pytest.mark.parametrize("gated", [54.03, None])
+def test_an_lmx_power_that_is_not_the_gpus_measured_one_is_refused(
+    tmp_path: pathlib.Path, gated: float | None
+) -> None:
+    """An export edited by hand (``lmx.gpuPowerWatts`` set to 1.0 W) gave those figures as lmx flags and
+    into the payload, while the report of the same file said the digest no longer matched."""
+    exp = export(watts=[54.03, 53.8])
+    exp["lmx"]["gpuPowerWatts"] = [54.0, 53.8]  # one decimal, as the export writes it: taken
+    e, p = write(tmp_path, exp)
+    assert export_flags(e, force=False) == "--gpu-power-watts 54.0,53.8 --peak-vram-gb 68.0"
+    exp["lmx"]["gpuPowerWatts"] = [1.0, 53.8]
+    exp["nodes"][0]["gpus"][0]["power_w_gated_mean"] = gated
+    e.write_text(json.dumps(exp))
+    said = f"but the GPU's gated mean (nodes[].gpus[].power_w_gated_mean) is {'54.03 W' if gated else 'none'}"
+    for make in (lambda: export_flags(e, force=True), lambda: attach(e, p, force=True)):
+        with pytest.raises(AttachError, match=re.escape(said)):
+            make()
+    assert p.read_text() == PAYLOAD

@@ -26,6 +26,9 @@ from sparkwatch_agent.shared.user_files import read_file_bytes
 LMX_FIELDS = ("gpuPowerWatts", "peakVramGb", "notes")
 #: lmx's CLI checks only > 0 (parseGpuPowerWatts); this ceiling is sparkwatch's own sanity bound.
 MAX_GPU_WATTS = 10_000
+#: How far lmx's one-decimal GPU power may lie from the node entry's three-decimal one: half a tenth and
+#: half a thousandth (rounded twice), and a float's error.
+LMX_ROUNDING_W = 0.0505 + 1e-9
 #: How sparkwatch's paragraph of an lmx payload's notes begins (core.export's lmx notes): the version, the
 #: run and the export's digest, so a sentence of the author's that merely says "Measured by sparkwatch" is
 #: never taken for ours.
@@ -33,6 +36,10 @@ OUR_PARAGRAPH = re.compile(r"\s*Measured by sparkwatch \S+ \(run .+?, export sha
 #: Paragraphs of notes: a blank line (LF or CRLF) between them.
 PARAGRAPH_BREAK = re.compile(r"(\r?\n[ \t]*\r?\n\s*)")
 WRAPPER = "payload"  # a saved lmx run file: {"payload": {...}, ...}
+#: Members of lmx's run payload (``benchmarkPayload.ToMap``, tests/fixtures/harness/README.md), one of
+#: which a payload to attach to must have at its top level (or in its wrapper); the three sparkwatch writes
+#: count too (an attached one). Any JSON object was edited in place: a harness's results, another export.
+PAYLOAD_MEMBERS = ("hfId", "engineName", "benchmarkMode", "tokSOut", "outputTokens", *LMX_FIELDS)
 
 
 class AttachError(Exception):
@@ -130,15 +137,29 @@ def gpu_watts(export: dict[str, Any], watts: Any, name: str) -> list[float]:
             f" ({len(owners)} GPUs)"
         )
     for i, (w, (node, gpu)) in enumerate(zip(watts, owners, strict=True)):
-        if isinstance(w, int | float) and not isinstance(w, bool) and 0 < w <= MAX_GPU_WATTS:
-            continue
         where = f"node {node.get('node')} (GPU {gpu.get('uuid')}, gpuPowerWatts[{i}])"
+        if isinstance(w, int | float) and not isinstance(w, bool) and 0 < w <= MAX_GPU_WATTS:
+            _as_measured(w, gpu.get("power_w_gated_mean"), f"{name}: {where}")
+            continue
         if w is None:
             reasons = node.get("null_reasons") or {}
             why = reasons.get("power_w.gated_mean") or reasons.get("power_w") or "see the node's null_reasons"
             raise AttachError(f"{name}: {where} has no measured GPU power: {why}; lmx needs one per GPU")
         raise AttachError(f"{name}: {where} is {w} W, not a power in (0, {MAX_GPU_WATTS}] W")
     return list(watts)
+
+
+def _as_measured(watts: float, gated: Any, where: str) -> None:
+    """``watts`` (lmx's, one decimal) is the GPU's gated mean (the node's entry, three decimals) rounded, or
+    the export was edited since it was made: published, a hand-set 1.0 W went out as measured."""
+    measured = isinstance(gated, int | float) and not isinstance(gated, bool)
+    if measured and abs(watts - gated) <= LMX_ROUNDING_W:
+        return
+    shown = f"{gated} W" if measured else "none"
+    raise AttachError(
+        f"{where} is {watts} W, but the GPU's gated mean (nodes[].gpus[].power_w_gated_mean) is {shown}:"
+        " the export was edited since it was made; export the run again"
+    )
 
 
 def peak_gb(export: dict[str, Any], fallback: Any) -> float | None:
@@ -218,6 +239,23 @@ def _member_indent(text: str) -> str:
     return ws if "\n" in ws else " "
 
 
+def _check_payload(payload: Any, name: str, force: bool) -> None:
+    """Refuse to edit what is not an lmx run payload: a sparkwatch document always (an export given as the
+    payload, the arguments swapped), an object without any lmx payload member unless ``force``."""
+    if not isinstance(payload, dict):
+        return  # attach_text says "not a JSON object"
+    schema = payload.get("schema")
+    if isinstance(schema, str) and schema.startswith("sparkwatch."):
+        raise AttachError(
+            f"{name}: is a sparkwatch document ({schema}), not an lmx run payload; nothing written"
+        )
+    if not force and not any(member in payload for member in PAYLOAD_MEMBERS):
+        raise AttachError(
+            f"{name}: not an lmx run payload (it has none of {', '.join(PAYLOAD_MEMBERS[:5])} at its top"
+            f" level or in its {WRAPPER!r}); nothing written; pass --force if it is one"
+        )
+
+
 def export_flags(export_path: Path, force: bool) -> str:
     """``sparkwatch attach --lmx-flags``: the flags for ``lmx speed-test run``; nothing is written."""
     return lmx_flags(lmx_values(load_export(export_path), str(export_path), force))
@@ -244,6 +282,7 @@ def attach(export_path: Path, payload_path: Path, force: bool, output: Path | No
     if isinstance(current, dict) and isinstance(current.get(WRAPPER), dict):
         start, end = top_level_spans(payload_text, name)[WRAPPER]
         current = current[WRAPPER]
+    _check_payload(current, name, force)
     if isinstance(current, dict):
         values["notes"] = merged_notes(current.get("notes"), values["notes"], name)
     inner = attach_text(payload_text[start:end], values, name)
