@@ -396,10 +396,10 @@ def test_real_genai_perf_runs_give_their_stamps_and_usage_when_asked(
         assert (w.prompt_tokens, w.completion_tokens) == tokens
 
 
-def test_genai_perf_export_gives_exact_windows_and_skips_unanswered_requests() -> None:
+def test_genai_perf_export_gives_exact_windows_and_keeps_unanswered_requests_as_failed() -> None:
     windows = load("genai-perf", "genai-perf/profile_export.json")
     t = 1_759_522_410 * S
-    t1, t3 = t + 5 * MS, t + 2000 * MS
+    t1, t2, t3 = t + 5 * MS, t + 600 * MS, t + 2000 * MS
     assert [row(w) for w in windows] == [
         # role-only chunk = first byte; "Hello" = first token; " world" = last token; [DONE] = end
         ("genai-perf-0-0", "timed", t, t + 212 * MS, t + 120 * MS, t + 150 * MS, t + 180 * MS,
@@ -407,7 +407,8 @@ def test_genai_perf_export_gives_exact_windows_and_skips_unanswered_requests() -
         # reasoning text counts as a token; two SSE events arrived as one response
         ("genai-perf-0-1", "timed", t1, t1 + 421 * MS, t1 + 130 * MS, t1 + 400 * MS, t1 + 420 * MS,
          21, 3, None, 2, None, "length"),
-        # experiments[0].requests[2] never got a response: no window
+        # experiments[0].requests[2] never got a response: a failed request, of no length (it was dropped)
+        ("genai-perf-0-2", "timed", t2, t2, None, None, None, None, None, None, None, None, None),
         ("genai-perf-1-0", "timed", t3, t3 + 96 * MS, t3 + 90 * MS, t3 + 90 * MS, t3 + 90 * MS,
          None, None, None, None, None, "stop"),
     ]  # fmt: skip
@@ -425,7 +426,10 @@ def test_genai_perf_export_gives_exact_windows_and_skips_unanswered_requests() -
         "experiment_value": 2,
         "first_token": "first response with content or reasoning text",
     }
-    assert windows[2].source["experiment_mode"] == "request_rate"
+    failed = windows[2]
+    assert failed.source["harness_failed"] is True and failed.source["responses"] == 0
+    assert failed.source["end"] == genai_perf.NO_RESPONSE_END and failed.failed
+    assert windows[3].source["experiment_mode"] == "request_rate"
 
 
 def test_genai_perf_without_readable_bodies_takes_the_first_response_as_first_token(tmp_path: Path) -> None:

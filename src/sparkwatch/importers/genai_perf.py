@@ -32,6 +32,8 @@ from sparkwatch.importers.common import (
 
 FORMAT = "genai-perf"
 MAPPING: dict[str, object] = {"kind": "identity", "rule": "perf_analyzer system_clock ns since the epoch"}
+#: ``source.end`` of a request no response reached: its window is its send time alone.
+NO_RESPONSE_END = "unknown: no response arrived (the window is the request's send time alone)"
 
 
 def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> list[Window]:
@@ -72,12 +74,8 @@ def _window(
     )
     raw = as_list(field(request, "response_timestamps", where), f"{where}.response_timestamps")
     stamps = [as_int(v, f"{where}.response_timestamps[{i}]") for i, v in enumerate(raw)]
-    if not stamps:
-        return None  # no response arrived: genai-perf skips these too, and there is no end to measure to
     if stamps != sorted(stamps):
         raise Problem(f"{where}.response_timestamps are not in arrival order")
-    outputs = opt(request, "response_outputs")
-    bodies = outputs if isinstance(outputs, list) and len(outputs) == len(stamps) else None
     source = base_source(FORMAT, path, "unix_ns", MAPPING, 1e-9)
     source.update(service_kind=kind, responses=len(stamps), experiment_index=index[0], request_index=index[1])
     for key in ("mode", "value"):
@@ -88,12 +86,18 @@ def _window(
             )
     if "sequence_id" in request:
         source["sequence_id"] = as_int(request["sequence_id"], f"{where}.sequence_id")
+    window_id = f"genai-perf-{index[0]}-{index[1]}"
+    if not stamps:  # no response arrived: kept, not measured (dropped, a run with failures looked clean)
+        source.update(harness_failed=True, end=NO_RESPONSE_END)
+        return checked(where, Window(window_id, "timed", t_start_ns, t_start_ns, source=source))
+    outputs = opt(request, "response_outputs")
+    bodies = outputs if isinstance(outputs, list) and len(outputs) == len(stamps) else None
     first_token, last_token = _token_stamps(stamps, _token_flags(kind, bodies), source)
     usage, finish_reason = _usage_and_finish(kind, bodies, where)
     return checked(
         where,
         Window(
-            id=f"genai-perf-{index[0]}-{index[1]}",
+            id=window_id,
             # genai-perf exports only profiled requests; its warm-up requests are not in the file
             phase="timed",
             t_start_ns=t_start_ns,
