@@ -844,6 +844,26 @@ def test_lmx_without_any_first_token_says_why(tmp_path: Path) -> None:
     )
 
 
+def test_lmx_arrival_stamps_that_go_back_are_a_damaged_capture(tmp_path: Path) -> None:
+    """The lines are stamped as they arrive: one 32.5 s before the line above (a capture spliced or edited)
+    made a 35 s window of a time no request took. Under a second back is a clock's refit or slew: read."""
+    lines = [
+        _lmx(0, event="first_token_received", ttftMs=20),
+        _lmx(400, event="first_token_received", ttftMs=20),
+        _lmx(399.5, event="gpu_sampler_started", interval=1),  # half a millisecond back: read
+        _lmx(450, event="endpoint_iteration_complete", iteration=1, iterations=1, concurrency=2, tokSOut=50),
+    ]
+    windows = load_windows("lmx-status", _lmx_file(tmp_path, lines))
+    assert [w.id for w in windows] == ["lmx-it1-r1", "lmx-it1-r2"]
+    lines[1] = _lmx(-32_500, event="first_token_received", ttftMs=20)
+    said = refused("lmx-status", _lmx_file(tmp_path, lines))
+    assert "line 2: t_arrival_ns is 32.500 s before line 1's" in said and "spliced or damaged" in said
+    lines[1] = _lmx(400, event="first_token_received", ttftMs=20)
+    lines[2] = _lmx(-1_000, event="gpu_sampler_started", interval=1)  # judged against the latest line
+    said = refused("lmx-status", _lmx_file(tmp_path, lines))
+    assert "line 3: t_arrival_ns is 1.400 s before line 2's" in said
+
+
 def _lmx(ms: float, **status: Any) -> dict[str, Any]:
     return {"t_arrival_ns": LMX_T0 + round(ms * MS), "status": {"time": "2025-10-03T20:13:50Z", **status}}
 

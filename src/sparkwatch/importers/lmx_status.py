@@ -51,6 +51,9 @@ MAPPING: dict[str, object] = {
     ),
 }
 NS_PER_MS = 1_000_000
+#: How far a line's arrival may lie before an earlier line's: the proxy clock's line refitted, a wall clock
+#: slewed. More (a capture spliced from two, a stamp damaged) made up windows of a time no request took.
+ARRIVAL_BACK_NS = 1_000_000_000
 #: Events of lmx's remote speed test (and Ollama's, which streams nothing); others are counted as unknown.
 KNOWN_EVENTS = frozenset(
     {
@@ -181,8 +184,16 @@ def _walk(path: Path, summary: Summary) -> Iterator[_Request]:
     warmup: _Warmup | None = None
     pending: list[_FirstToken] = []
     done = 0
+    latest = (0, 0)  # the latest arrival so far and its line
     for number, line in read_jsonl(path):
         arrival_ns, status = _unwrap(number, line)
+        if arrival_ns < latest[0] - ARRIVAL_BACK_NS:
+            back_s = (latest[0] - arrival_ns) / 1e9
+            raise Problem(
+                f"line {number}: t_arrival_ns is {back_s:.3f} s before line {latest[1]}'s: the lines are"
+                " stamped as they arrive, so the capture was spliced or damaged"
+            )
+        latest = max(latest, (arrival_ns, number))
         event = opt(status, "event")
         if not isinstance(event, str):
             summary.other_json_lines += 1
