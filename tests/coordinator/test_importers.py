@@ -25,6 +25,7 @@ from sparkwatch.importers import (
     FORMATS,
     ClockAnchor,
     ImportFormatError,
+    common,
     genai_perf,
     guidellm,
     lmx_status,
@@ -1343,3 +1344,17 @@ def test_a_json_error_says_where_once() -> None:
     assert str(caught.value) == (
         "benchmarks.json is not JSON (Unterminated string starting at line 1 column 7)"
     )
+
+
+@pytest.mark.parametrize("fmt", ["aiperf", "lmx-status"])
+def test_a_line_longer_than_any_record_is_refused_before_it_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """``tr '\\0' a </dev/zero | sparkwatch import aiperf /dev/stdin`` read one endless line into memory
+    until a MemoryError's traceback; a line is read up to the bound (made small here) and no further."""
+    monkeypatch.setattr(common, "MAX_LINE_CHARS", 1000)
+    path = tmp_path / "one-line.jsonl"
+    path.write_text("a" * 5000)
+    assert "line 1 is longer than 1,000 characters: no harness record is" in refused(fmt, path)
+    path.write_text("a" * 999 + "\n")  # at the bound: read (and no record)
+    assert "longer than" not in refused(fmt, path)

@@ -160,10 +160,23 @@ def reading(path: Path, newline: str | None = None) -> Iterator[TextIO]:
         raise Problem(f"cannot read: {exc.strerror or exc}") from None
 
 
+#: The longest line a line-by-line harness file may have: AIPerf's records are a few kB. A longer one is no
+#: record: ``tr '\0' a </dev/zero |`` as the file was read into memory until a MemoryError's traceback.
+MAX_LINE_CHARS = 64 * 1024 * 1024
+
+
 def text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line without its end) as the file is read: a large file is never held whole."""
+    """(line number, line without its end) as the file is read: a large file is never held whole, nor a
+    line longer than MAX_LINE_CHARS (a Problem)."""
     with reading(path) as handle:
-        for number, line in enumerate(handle, start=1):
+        number = 0
+        while line := handle.readline(MAX_LINE_CHARS + 1):
+            number += 1
+            if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                raise Problem(
+                    f"line {number} is longer than {MAX_LINE_CHARS:,} characters: no harness record is"
+                    " (is it the file meant?)"
+                )
             yield number, line.rstrip("\n")
 
 
