@@ -28,6 +28,18 @@ def plain_csv(path: pathlib.Path, rows: int, bad_last_row: bool = False, ago_s: 
     return path
 
 
+def _started(tmp_path: pathlib.Path, agent_factory: Any) -> tuple[Coordinator, dict[str, str]]:
+    """A coordinator of one sim node, started, and the environment that points the CLI at it."""
+    agent = agent_factory("--backend", "sim", "--node", "n0")
+    coord = Coordinator(tmp_path, f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
+    coord.start()
+    return coord, {
+        **os.environ,
+        "SPARKWATCH_COORDINATOR": coord.url,
+        "SPARKWATCH_TOKEN_FILE": str(coord.token),
+    }
+
+
 def staged(coord: Coordinator) -> int:
     """Windows in the database, committed or not (what a client has posted so far)."""
     with sqlite3.connect(coord.db, timeout=10) as db:
@@ -37,10 +49,7 @@ def staged(coord: Coordinator) -> int:
 def test_an_import_that_fails_late_or_is_killed_leaves_the_run_as_it_was(
     tmp_path: pathlib.Path, agent_factory: Any
 ) -> None:
-    agent = agent_factory("--backend", "sim", "--node", "n0")
-    coord = Coordinator(tmp_path, f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
-    coord.start()
-    env = {**os.environ, "SPARKWATCH_COORDINATOR": coord.url, "SPARKWATCH_TOKEN_FILE": str(coord.token)}
+    coord, env = _started(tmp_path, agent_factory)
     try:
         _, run = coord.call("POST", "/v1/runs", {"name": "imports"})
         late = plain_csv(tmp_path / "late.csv", 25_000, bad_last_row=True)  # three batches go out first
@@ -80,10 +89,7 @@ def test_an_import_stopped_by_sigterm_is_aborted_and_a_stale_file_is_not_taken_i
     (they were left staged, and a retry was refused for 10 minutes as repeating them). A file whose windows
     lie before the open run (one an earlier run left behind) is refused, as `run --import` and an ended run
     refuse it: its windows were measured on the samples of a time before the run."""
-    agent = agent_factory("--backend", "sim", "--node", "n0")
-    coord = Coordinator(tmp_path, f'[nodes.n0]\nurl = "ws://127.0.0.1:{agent.port}"\n')
-    coord.start()
-    env = {**os.environ, "SPARKWATCH_COORDINATOR": coord.url, "SPARKWATCH_TOKEN_FILE": str(coord.token)}
+    coord, env = _started(tmp_path, agent_factory)
     try:
         _, run = coord.call("POST", "/v1/runs", {"name": "imports"})
         big = plain_csv(tmp_path / "big.csv", 150_000)
