@@ -75,10 +75,13 @@ class CoordinatorError(Exception):
     """The coordinator could not be reached or refused a request (``status``: its HTTP status, if any;
     ``code``: the ``error`` word of its JSON answer, e.g. ``duplicate_window_ids`` or ``run_ended``)."""
 
-    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, message: str, status: int | None = None, code: str | None = None, t_end_ns: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
+        self.t_end_ns = t_end_ns  # a ``run_ended`` refusal's: where the run ended
 
     @property
     def refused(self) -> bool:
@@ -191,7 +194,7 @@ class CoordinatorClient(NodeWaits):
                     if service is not None and resp.status == 401:  # its token, not the coordinator's
                         reason = f"refused by the {service}"
                     message = f"{where}: HTTP {resp.status}: {reason}{hint}"
-                    raise CoordinatorError(message, resp.status, code)
+                    raise CoordinatorError(message, resp.status, code, _run_end(text) if code else None)
                 try:
                     return json.loads(text) if text else None
                 except ValueError:
@@ -382,6 +385,13 @@ def _error_code(text: str) -> str | None:
         return None
     code = body.get("error") if isinstance(body, dict) else None
     return code if isinstance(code, str) else None
+
+
+def _run_end(text: str) -> int | None:
+    """The ``t_end_ns`` a ``run_ended`` refusal carries (None for any other answer)."""
+    body = json.loads(text)  # JSON: it had an error word
+    end = body.get("t_end_ns")
+    return end if isinstance(end, int) and not isinstance(end, bool) else None
 
 
 def _batches(items: Iterable[Window], size: int) -> Iterator[list[Window]]:

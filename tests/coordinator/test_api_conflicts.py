@@ -315,6 +315,30 @@ async def test_staged_windows_past_the_end_are_not_committed_after_it(api: Api) 
     assert status == 200 and body["dropped"] == 2 and api.rows() == 0
 
 
+async def test_the_proxy_still_posts_a_window_in_flight_at_the_end_after_a_later_one_was_refused(
+    api: Api,
+) -> None:
+    """A short request made just after the end (refused: it starts after it, on our clock) put every later
+    window that ended after it into the after-end spill unposted, a long one in flight at the end (the run
+    takes it: it ends within the 2 s slack) too. Kept back now is only what the run's end rules out."""
+    run = await api.new_run()
+    client = CoordinatorClient(CoordinatorTarget(str(api.client.server.make_url("")).rstrip("/"), None))
+    poster = RunPoster(client, run, batch_delay_s=0.01)
+    poster.start()
+    end, ours = T0 + RUN_S * S, {"kind": "proxy", "clock": "coordinator"}
+    try:
+        await api.end(run)
+        poster.submit(Window("short-after", "timed", end + S // 10, end + 3 * S // 10, source=ours))
+        await asyncio.sleep(0.2)  # refused: the poster learns where the run ended
+        poster.submit(Window("in-flight", "timed", end - 20 * S, end + 3 * S // 2, source=ours))
+        poster.submit(Window("later", "timed", end + S, end + 2 * S, source=ours))  # kept back, unposted
+        lost = await poster.close()
+    finally:
+        await client.close()
+    assert [w.id for w in poster.after_end] == ["short-after", "later"] and poster.stored == 1
+    assert [w.id for w in lost] == ["short-after", "later"] and await api.visible(run) == 1
+
+
 async def test_the_proxy_counts_a_window_an_ended_run_refused_as_lost_not_stored(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -218,10 +218,14 @@ def outside_span(windows: Iterable[Window], start_ns: int, end_ns: int) -> list[
     stamped on the coordinator's clock (the proxy's, ``source.clock``) that starts after the span's end
     (past its stated clock uncertainty) is outside it too: the slack is for a harness host's clock, and
     such a request was made after the run."""
-    lo, hi = start_ns - SPAN_SLACK_NS, end_ns + SPAN_SLACK_NS
-    return [
-        w for w in windows if w.t_start_ns < lo or w.t_end_ns > hi or w.t_start_ns > end_ns + our_slack_ns(w)
-    ]
+    lo = start_ns - SPAN_SLACK_NS
+    return [w for w in windows if w.t_start_ns < lo or after_end(w, end_ns)]
+
+
+def after_end(w: Window, end_ns: int) -> bool:
+    """Whether ``w`` lies past a closed span's end: it ends more than ``SPAN_SLACK_NS`` after it, or starts
+    after it by more than :func:`our_slack_ns`."""
+    return w.t_end_ns > end_ns + SPAN_SLACK_NS or w.t_start_ns > end_ns + our_slack_ns(w)
 
 
 def our_slack_ns(w: Window) -> int:

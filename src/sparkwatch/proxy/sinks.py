@@ -11,7 +11,7 @@ from typing import TextIO
 import orjson
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import Window, after_end
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class RunPoster:
         self.refused: list[tuple[Window, str]] = []
         self.after_end: list[Window] = []  # of those refused, the windows that came after the run ended
         self.after_end_dropped = 0  # past MAX_AFTER_END: counted, not kept
+        self._run_end_ns: int | None = None  # where the run ended, once a refusal said so
         self._client = client
         self._delay_s = batch_delay_s
         self._pending: list[Window] = []
@@ -56,8 +57,9 @@ class RunPoster:
         self._task: asyncio.Task[None] | None = None
 
     def submit(self, window: Window) -> None:
-        # after a window the ended run refused, a later one is refused too: it is kept, not posted
-        if self.after_end and window.t_end_ns > self.after_end[0].t_end_ns:
+        # once the run has ended, a window past its end (core.windows.after_end) is kept, not posted; one in
+        # flight at the end (it started before and ends within the slack) is still the run's
+        if self._run_end_ns is not None and after_end(window, self._run_end_ns):
             self._after_end(window)
             return
         self._pending.append(window)
@@ -96,6 +98,8 @@ class RunPoster:
                             exc,
                         )
                     self._after_end(batch[0])
+                    if exc.t_end_ns is not None:
+                        self._run_end_ns = exc.t_end_ns
                 else:
                     log.error("window %s refused by the coordinator: %s", batch[0].id, exc)
                     self.refused.append((batch[0], str(exc)))
