@@ -113,7 +113,7 @@ def test_a_capture_taken_before_a_change_is_decoded_against_what_it_read(tmp_pat
     sensors.close()
 
 
-def test_the_sampler_looks_for_new_chips_before_each_stamp(tmp_path: pathlib.Path) -> None:
+def test_the_sampler_looks_for_new_chips_at_each_tick(tmp_path: pathlib.Path) -> None:
     clock = FakeClock()
     sensors = HwmonSensors(tmp_path, now_s=lambda: clock.mono / 1e9, rescan_s=30.0)
     sampler = Sampler(
@@ -132,3 +132,47 @@ def test_the_sampler_looks_for_new_chips_before_each_stamp(tmp_path: pathlib.Pat
     assert [s.sensor for s in sampler.tick().sensors] == ["gpu", "sys_total"]
     assert [s.name for s in sampler.tick().status] == ["pl_level"]
     sampler.stop()
+
+
+def test_a_chip_that_sorts_before_a_kept_one_takes_neither_its_name_nor_its_count(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Chip folders sort as text (``hwmon10`` before ``hwmon2``) and the first of two labels keeps the name:
+    a power meter on hwmon10 labelled ``sys_total`` took spbm's name, and spbm's count began again at 0."""
+    spbm = _chip(
+        tmp_path, "hwmon2", {"name": "spbm", "energy1_label": "sys_total", "energy1_input": "1000000"}
+    )
+    clock = Seconds()
+    sensors = HwmonSensors(tmp_path, now_s=clock, rescan_s=30.0)
+    assert sensors.read()[0].energy_j == 0.0
+    (spbm / "energy1_input").write_text("5000000\n")
+    clock.now = 10.0
+    assert sensors.read()[0].energy_j == 4.0
+    _chip(
+        tmp_path, "hwmon10", {"name": "power_meter", "power1_label": "sys_total", "power1_input": "90000000"}
+    )
+    clock.now = 30.0
+    sensors.refresh()
+    clock.now = 31.0
+    readings = {r.sensor: r for r in sensors.read()}
+    assert readings["sys_total"].source == "hwmon:spbm" and readings["sys_total"].energy_j == 4.0
+    assert readings["sys_total_hwmon10"].source == "hwmon:power_meter"
+    assert readings["sys_total_hwmon10"].power_w == 90.0
+    sensors.close()
+
+
+def test_a_chip_caught_half_registered_is_read_at_the_next_rescan(tmp_path: pathlib.Path) -> None:
+    """The ``hwmonN`` link appears before its attribute files: a listing that lands between the two saw a
+    chip with nothing to read, and the folders, unchanged after, were never read again."""
+    clock = Seconds()
+    sensors = HwmonSensors(tmp_path, now_s=clock, rescan_s=30.0)
+    chip = _chip(tmp_path, "hwmon0", {"name": "spbm"})  # registered, its files not yet made
+    clock.now = 30.0
+    sensors.refresh()
+    assert sensors.names == ()
+    for file, content in SPBM.items():
+        (chip / file).write_text(content + "\n")
+    clock.now = 60.0
+    sensors.refresh()  # the folders are as they were: looked at again once, after a change
+    assert sensors.names == ("gpu", "sys_total", "pl_level")
+    sensors.close()

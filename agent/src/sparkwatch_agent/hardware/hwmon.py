@@ -19,10 +19,10 @@ from typing import NamedTuple
 from sparkwatch_agent.hardware.energy_counter import MAX_WRAP_W, EnergyAccumulator
 from sparkwatch_agent.hardware.hwmon_discovery import (
     ChannelSpec,
-    StatusSpec,
     chip_folders,
     discover_channels,
     discover_statuses,
+    sensor_name,
 )
 from sparkwatch_agent.hardware.readings import SensorKind, SensorReading, StatusReading
 
@@ -154,6 +154,7 @@ class HwmonSensors:
         self._layout = _Layout((), (), ())
         self._layout = self._laid_out(chips)
         self._next_scan_s = now_s() + rescan_s
+        self._look_again = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -174,31 +175,51 @@ class HwmonSensors:
             chips = chip_folders(self._root)
         except OSError:  # as good as unchanged: what was found is still read, and fails as it will
             return
-        if _chip_key(chips) != self._layout.chips:
+        changed = _chip_key(chips) != self._layout.chips
+        if changed or self._look_again:  # once more after a change: a chip caught half-registered
+            self._look_again = changed
             before = self.names
             self._layout = self._laid_out(chips)
             added = [n for n in self.names if n not in before]
             gone = [n for n in before if n not in self.names]
-            log.info(
-                "hwmon chips changed under %s: added %s; gone %s", self._root, added or "none", gone or "none"
-            )
+            if added or gone:
+                said = (self._root, added or "none", gone or "none")
+                log.info("hwmon chips changed under %s: added %s; gone %s", *said)
 
     def _laid_out(self, chips: tuple[Path, ...]) -> _Layout:
-        """What ``chips`` hold, the current layout's channels and statuses reused where found again."""
+        """What ``chips`` hold. A channel or status found again (the same files, read as before) keeps its
+        name, its open file and its energy count, wherever its chip sorts now (a chip added before it
+        took its name, and its count began again at 0); a new one is named around those kept."""
         old = self._layout
-        kept = {_spec_of(ch): ch for ch in old.channels}
-        kept_status = {StatusSpec(s.name, s.source, s.attribute.path): s for s in old.statuses}
-        channels = tuple(
-            kept.pop(spec) if spec in kept else _opened(spec) for spec in discover_channels(chips)
-        )
-        statuses = tuple(
-            kept_status.pop(spec)
-            if spec in kept_status
-            else _Status(spec.name, spec.source, _Attribute(spec.path))
-            for spec in discover_statuses(chips)
-        )
+        kept = {_files_of(ch): ch for ch in old.channels}
+        found = discover_channels(chips)
+        again = {
+            (s.power, s.energy): kept.pop((s.power, s.energy))
+            for s in found
+            if (ch := kept.get((s.power, s.energy))) is not None
+            and (ch.kind, ch.source) == (s.kind, s.source)
+        }
+        taken = {ch.sensor for ch in again.values()}
+        channels = []
+        for spec in found:
+            channel = again.get((spec.power, spec.energy))
+            if channel is None and (name := _free_name(spec.sensor, spec.folder, taken)) is not None:
+                channel = _opened(spec._replace(sensor=name))
+                taken.add(name)
+            if channel is not None:
+                channels.append(channel)
+        kept_status = {s.attribute.path: s for s in old.statuses}
+        found_statuses = discover_statuses(chips)
+        statuses = [kept_status.pop(f.path) for f in found_statuses if f.path in kept_status]
+        taken = {s.name for s in statuses}
+        for status in found_statuses:
+            if all(s.attribute.path != status.path for s in statuses):
+                name = _free_name(status.name, status.path.parent.name, taken)
+                if name is not None:
+                    statuses.append(_Status(name, status.source, _Attribute(status.path)))
+                    taken.add(name)
         _close(old_channels=kept.values(), old_statuses=kept_status.values())
-        return _Layout(_chip_key(chips), channels, statuses)
+        return _Layout(_chip_key(chips), tuple(channels), tuple(statuses))
 
     def capture(self) -> SensorCapture:
         """Every channel's and status's attributes, unparsed (a tick only reads; ``decode`` parses later)."""
@@ -247,9 +268,18 @@ def _link(path: Path) -> str:
         return ""
 
 
-def _spec_of(ch: Channel) -> ChannelSpec:
-    power, energy = (a.path if a is not None else None for a in (ch.power, ch.energy))
-    return ChannelSpec(ch.sensor, ch.kind, ch.source, power, energy)
+def _files_of(ch: Channel) -> tuple[Path | None, Path | None]:
+    return ch.power.path if ch.power is not None else None, ch.energy.path if ch.energy is not None else None
+
+
+def _free_name(name: str, folder: str, taken: set[str]) -> str | None:
+    """``name``, else it with its chip folder's (as discovery names the later of two), else None: left out,
+    with a warning (a name a kept channel holds is not taken from it)."""
+    for candidate in (name, sensor_name(f"{name}_{folder}")):
+        if candidate not in taken:
+            return candidate
+    log.warning("hwmon: left out %s's %r: its name is taken", folder, name)
+    return None
 
 
 def _opened(spec: ChannelSpec) -> Channel:

@@ -122,13 +122,15 @@ STATUS_FILES = ("prochot", "pl_level")
 
 
 class ChannelSpec(NamedTuple):
-    """A channel found: its name, what it measures, its chip (``hwmon:<chip name>``) and its files."""
+    """A channel found: its name, what it measures, its chip (``hwmon:<chip name>``), its files and its chip
+    folder's name (``hwmon3``: what a name taken twice is told apart by)."""
 
     sensor: str
     kind: SensorKind
     source: str
     power: Path | None
     energy: Path | None
+    folder: str
 
 
 class StatusSpec(NamedTuple):
@@ -175,7 +177,8 @@ def discover_channels(chips: tuple[Path, ...]) -> tuple[ChannelSpec, ...]:
             if len(channels) == MAX_CHANNELS:
                 beyond.append(f"{chip_dir.name}'s {label!r}")
                 continue
-            channels[name] = ChannelSpec(name, classify(label, chip), fit(f"hwmon:{chip}"), power, energy)
+            source = fit(f"hwmon:{chip}")
+            channels[name] = ChannelSpec(name, classify(label, chip), source, power, energy, chip_dir.name)
     if beyond:
         shown = ", ".join(beyond[:5]) + (", …" if len(beyond) > 5 else "")
         log.warning("hwmon: left out %d channels past the %d read: %s", len(beyond), MAX_CHANNELS, shown)
