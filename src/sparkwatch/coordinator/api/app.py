@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from aiohttp import web
+from aiohttp import compression_utils, web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
@@ -86,9 +86,14 @@ async def read_body(request: web.Request, limit_bytes: int) -> bytes:
     return bytes(body)
 
 
-#: The body encodings aiohttp decodes (one of them, named alone: ``http_parser``); any other reached the
+#: The body encodings aiohttp decodes (one of them, named alone: ``http_parser``; br and zstd only with
+#: Brotli or zstandard installed, else it refuses them itself, a plain-text 400); any other reached the
 #: handler as it was sent, so ``Content-Encoding: bogus`` opened a run from the bytes behind the label.
-DECODED_ENCODINGS = frozenset({"identity", "gzip", "deflate", "br", "zstd"})
+DECODED_ENCODINGS = frozenset(
+    {"identity", "gzip", "deflate"}
+    | ({"br"} if getattr(compression_utils, "HAS_BROTLI", False) else set())
+    | ({"zstd"} if getattr(compression_utils, "HAS_ZSTD", False) else set())
+)
 
 
 def _decoded_encoding(request: web.Request) -> None:

@@ -38,7 +38,7 @@ class Operation:
     summary: str
     body: str | None = None  # a schema under components
     answer: int = 200  # the status of success
-    #: refusals particular to the route (401, 404, 405, and 413 and 503 for writes, are added)
+    #: refusals particular to the route (401, 404, 405, and 413, 415 and 503 for writes, are added)
     refusals: tuple[int, ...] = ()
     also: tuple[tuple[int, str], ...] = ()  # other answers of success, with what each means
     query: tuple[dict[str, Any], ...] = ()  # its query parameters, as OpenAPI parameter objects
@@ -251,7 +251,7 @@ def _responses(op: Operation) -> dict[str, Any]:
     if op.path.startswith("/v1/"):
         codes.add(400)  # invalid_query: a query parameter the route does not declare
     if op.method != "get":
-        codes |= {413, 503}
+        codes |= {413, 415, 503}
     for code in sorted(codes - {c for c, _ in op.also}):
         out[str(code)] = {"description": _REFUSALS[code], **refusal}
     return dict(sorted(out.items()))
@@ -280,6 +280,10 @@ _REFUSALS = {
         " names the table, row and column; docs/cli.md, damaged rows)"
     ),
     413: "request_entity_too_large: a body over 64 MiB (a window batch), over 1 MiB (any other)",
+    415: (
+        "unsupported_media_type: a Content-Encoding the API does not decode (it takes a body as sent, or in"
+        " gzip or deflate; br and zstd where aiohttp has Brotli or zstandard), or several"
+    ),
     503: "unavailable: the database cannot take the write, nothing was stored (/healthz: a link is down)",
 }
 
