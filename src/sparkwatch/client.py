@@ -186,7 +186,7 @@ class CoordinatorClient(NodeWaits):
                     said = _redirect(url, path, resp.headers.get("Location"))
                     raise CoordinatorError(f"{where}: HTTP {resp.status}, {said}", resp.status)
                 if resp.status >= 400:
-                    code = _error_code(text)  # every refusal of a coordinator's has one: else, not one
+                    code, end = _refusal(text)  # every refusal of a coordinator's has a code: else, not one
                     service = other_service(resp.headers, COORDINATOR_SERVER)
                     hint = self._hint(resp.status, code, service)
                     # aiohttp's own plain refusals begin with their status: "404: Not Found"
@@ -194,7 +194,7 @@ class CoordinatorClient(NodeWaits):
                     if service is not None and resp.status == 401:  # its token, not the coordinator's
                         reason = f"refused by the {service}"
                     message = f"{where}: HTTP {resp.status}: {reason}{hint}"
-                    raise CoordinatorError(message, resp.status, code, _run_end(text) if code else None)
+                    raise CoordinatorError(message, resp.status, code, end)
                 try:
                     return json.loads(text) if text else None
                 except ValueError:
@@ -377,21 +377,15 @@ def _redirect(url: str, path: str, location: str | None) -> str:
     )
 
 
-def _error_code(text: str) -> str | None:
-    """The ``error`` word of a JSON refusal (None for any other answer)."""
+def _refusal(text: str) -> tuple[str | None, int | None]:
+    """The ``error`` word of a JSON refusal (None for any other answer), and the ``t_end_ns`` it carries (a
+    ``run_ended``'s: where the run ended)."""
     try:
         body = json.loads(text)
     except ValueError:
-        return None
-    code = body.get("error") if isinstance(body, dict) else None
-    return code if isinstance(code, str) else None
-
-
-def _run_end(text: str) -> int | None:
-    """The ``t_end_ns`` a ``run_ended`` refusal carries (None for any other answer)."""
-    body = json.loads(text)  # JSON: it had an error word
-    end = body.get("t_end_ns")
-    return end if isinstance(end, int) and not isinstance(end, bool) else None
+        return None, None
+    code, end = (body.get("error"), body.get("t_end_ns")) if isinstance(body, dict) else (None, None)
+    return code if isinstance(code, str) else None, end if type(end) is int else None
 
 
 def _batches(items: Iterable[Window], size: int) -> Iterator[list[Window]]:
