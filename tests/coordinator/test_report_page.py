@@ -16,7 +16,9 @@ import pytest
 from helpers.synthetic_run import synthetic_export
 from sparkwatch.commands.summary import summary_table
 from sparkwatch.core.export import digest
+from sparkwatch.core.windows import Window
 from sparkwatch.report import charts, facts
+from sparkwatch.report.bands import band_columns, merged_columns
 from sparkwatch.report.bundle import BUNDLE_END, Assets
 from sparkwatch.report.page import build_page, summary_html
 from sparkwatch_agent.shared.units import lmx_gb, one_decimal, round1
@@ -423,3 +425,25 @@ def test_a_meter_that_covered_part_of_the_run_says_so_beside_its_watts_and_why_i
         f" shelly answered HTTP 503 ({facts.utc(t0 + 41 * 10**9)}); 3 more failed polls of other reasons"
     )
     assert "no answer within the timeout ×20" in build_page(export, Assets())  # in the Nodes section
+
+
+def test_a_failed_request_is_a_failed_band_by_the_rule_the_export_judged_it_with() -> None:
+    """The bands called a window failed by its HTTP status alone (>= 400): a request cut short, a harness's
+    failure or a 2xx without a completion was drawn as a served one while the export left it unmeasured."""
+    t0 = 1_800_000_000 * 10**9
+    made = [
+        Window("ok", "timed", t0, t0 + 10**9, http_status=200),
+        Window("error", "timed", t0, t0 + 10**9, http_status=503),
+        Window("redirect", "timed", t0, t0 + 10**9, http_status=307),
+        Window("cut", "timed", t0, t0 + 10**9, http_status=200, source={"upstream_broke_off": True}),
+        Window("empty", "timed", t0, t0 + 10**9, http_status=200, source={"upstream_no_completion": True}),
+        Window("harness", "timed", t0, t0 + 10**9, source={"harness_failed": True}),
+    ]
+    export = {"windows": [{**w.to_json(), "in_scope": True, "verdict": "ok"} for w in made]}
+    bands = band_columns(export, t0)
+    assert dict(zip(bands["id"], bands["k"], strict=True)) == {
+        "ok": "timed · request",
+        **{w.id: "failed" for w in made[1:]},
+    }
+    merged = merged_columns(export, t0, join_s=0.5)
+    assert dict(zip(merged["k"], merged["n"], strict=True)) == {"timed · request": 1, "failed": 5}

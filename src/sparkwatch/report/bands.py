@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkwatch.core.windows import WINDOW_FIELDS, Window
+
 Columns = dict[str, list[Any]]
 
 #: About this many windows' bands are drawn at once; a run with fewer is always drawn window by window.
@@ -37,9 +39,10 @@ def _phase(window: dict[str, Any]) -> str:
 
 
 def _failed(window: dict[str, Any]) -> bool:
-    """An answer not 2xx (core.windows.Window.failure's rule for a status)."""
-    status = window.get("http_status")
-    return status is not None and not 200 <= status < 300
+    """A request that did not complete, by the rule the export judged it with (core.windows.Window.failure:
+    an answer not 2xx, or a source note of one cut short or failed)."""
+    fields: dict[str, Any] = {name: window.get(name) for name in WINDOW_FIELDS}
+    return Window(**{**fields, "source": window.get("source") or {}}).failure() is not None
 
 
 def band_columns(export: dict[str, Any], t0: int) -> Columns:
