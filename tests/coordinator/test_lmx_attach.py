@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers.attachable import NOTE, attachable_export
+from helpers.attachable import NOTE, attachable_export, sealed
 from helpers.synthetic_run import synthetic_export
 from sparkwatch.commands.attach import (
     OUR_PARAGRAPH,
@@ -43,15 +43,23 @@ def export(
     return attachable_export(watts, verdicts or ["ok", "ok"], peak)
 
 
+def notes_of(export_file: pathlib.Path) -> str:
+    """The lmx notes an export file holds (its digest quoted: ``sealed``)."""
+    notes: str = json.loads(export_file.read_text())["lmx"]["notes"]
+    return notes
+
+
 def write(tmp: pathlib.Path, exp: Any) -> tuple[pathlib.Path, pathlib.Path]:
+    """The export (its notes quoting its digest, as it was set: ``sealed``) and the payload, written."""
     e, p = tmp / "run.json", tmp / "payload.json"
-    e.write_text(json.dumps(exp))
+    e.write_text(json.dumps(sealed(exp) if isinstance(exp, dict) and "lmx" in exp else exp))
     p.write_text(PAYLOAD)
     return e, p
 
 
 def test_attach_changes_only_the_three_members(tmp_path: pathlib.Path) -> None:
     e, p = write(tmp_path, export())
+    note = notes_of(e)
     attach(e, p, force=False)
     assert p.read_text() == (
         "{\n"
@@ -59,7 +67,7 @@ def test_attach_changes_only_the_three_members(tmp_path: pathlib.Path) -> None:
         '  "nested": {"a": [1, 2,   3], "notes": "not the top-level one"},\n'
         '  "peakVramGb": 68.0,\n'
         '  "tokS": 76.0,\n'
-        f'    "notes": "{NOTE}"\n'
+        f'    "notes": "{note}"\n'
         "}\n"
     )
 
@@ -130,12 +138,13 @@ def test_crlf_mode_and_the_authors_notes_survive_and_a_reattach_replaces_only_ou
     tmp_path: pathlib.Path,
 ) -> None:
     e, p = write(tmp_path, export())
+    note = notes_of(e)
     p.write_bytes(b'{\r\n  "model": "m",\r\n  "notes": "TP4, driver 580"\r\n}\r\n')
     p.chmod(0o600)
     attach(e, p, force=False)
     attach(e, p, force=False)  # twice: the second replaces our part, it does not append again
     assert p.read_bytes() == (
-        b'{\r\n  "model": "m",\r\n  "notes": "TP4, driver 580\\n\\n' + NOTE.encode() + b'",\r\n'
+        b'{\r\n  "model": "m",\r\n  "notes": "TP4, driver 580\\n\\n' + note.encode() + b'",\r\n'
         b'  "gpuPowerWatts": [55.8, 53.8],\r\n  "peakVramGb": 68.0\r\n}\r\n'
     )
     assert p.stat().st_mode & 0o777 == 0o600
@@ -300,6 +309,7 @@ def test_peak_memory_is_the_exports_summed_bytes_in_lmx_gib(tmp_path: pathlib.Pa
 
 def test_a_payload_wrapped_as_lmx_saves_runs_is_edited_inside(tmp_path: pathlib.Path) -> None:
     e, p = write(tmp_path, export())
+    note = notes_of(e)
     p.write_text(
         '{\n  "payload": {\n    "hfId": "Qwen/Qwen3-8B",\n    "notes": "TP4",\n    "peakVramGb": 1\n  },\n'
         '  "notes": "the wrapper\'s own"\n}\n'
@@ -307,7 +317,7 @@ def test_a_payload_wrapped_as_lmx_saves_runs_is_edited_inside(tmp_path: pathlib.
     attach(e, p, force=False)
     assert p.read_text() == (
         '{\n  "payload": {\n    "hfId": "Qwen/Qwen3-8B",\n'
-        f'    "notes": "TP4\\n\\n{NOTE}",\n    "peakVramGb": 68.0,\n'
+        f'    "notes": "TP4\\n\\n{note}",\n    "peakVramGb": 68.0,\n'
         '    "gpuPowerWatts": [55.8, 53.8]\n  },\n'
         '  "notes": "the wrapper\'s own"\n}\n'
     )
@@ -398,20 +408,27 @@ def test_a_file_that_is_no_lmx_payload_is_not_edited(
         assert written.get("payload", written)["gpuPowerWatts"] == [55.8, 53.8]
 
 
-@pytest.mark.parametrize("gated", [54.03, None])
+@pytest.mark.parametrize(
+    ("gated", "said"),
+    [
+        (None, "but the GPU's gated mean (nodes[].gpus[].power_w_gated_mean) is 54.03 W"),  # lmx alone
+        (1.0, "the export was edited since it was made"),  # the node's figure too: its digest is not quoted
+    ],
+)
 def test_an_lmx_power_that_is_not_the_gpus_measured_one_is_refused(
-    tmp_path: pathlib.Path, gated: float | None
+    tmp_path: pathlib.Path, gated: float | None, said: str
 ) -> None:
     """An export edited by hand (``lmx.gpuPowerWatts`` set to 1.0 W) gave those figures as lmx flags and
-    into the payload, while the report of the same file said the digest no longer matched."""
+    into the payload, while the report of the same file said the digest no longer matched. The lmx part
+    is not in the digest, so its watts are held to the nodes' figures, which are."""
     exp = export(watts=[54.03, 53.8])
     exp["lmx"]["gpuPowerWatts"] = [54.0, 53.8]  # one decimal, as the export writes it: taken
     e, p = write(tmp_path, exp)
     assert export_flags(e, force=False) == "--gpu-power-watts 54.0,53.8 --peak-vram-gb 68.0"
     exp["lmx"]["gpuPowerWatts"] = [1.0, 53.8]
-    exp["nodes"][0]["gpus"][0]["power_w_gated_mean"] = gated
+    if gated is not None:
+        exp["nodes"][0]["gpus"][0]["power_w_gated_mean"] = gated
     e.write_text(json.dumps(exp))
-    said = f"but the GPU's gated mean (nodes[].gpus[].power_w_gated_mean) is {'54.03 W' if gated else 'none'}"
     for make in (lambda: export_flags(e, force=True), lambda: attach(e, p, force=True)):
         with pytest.raises(AttachError, match=re.escape(said)):
             make()

@@ -488,9 +488,11 @@ def test_import_command_posts_a_good_file_and_refuses_a_bad_one(
     try:
         _, run = coord.call("POST", "/v1/runs", {"name": "imports"})
         env = {**os.environ, "SPARKWATCH_COORDINATOR": coord.url, "SPARKWATCH_TOKEN_FILE": str(coord.token)}
-        # the fixture's requests, moved to now: a run takes windows within a day of itself
+        # the fixture's 7 s of requests, moved into the run: an import takes windows inside it, from its
+        # start to now (give or take 2 s), so they are imported once they are over
         fixture = pathlib.Path(__file__).parents[1] / "fixtures/harness/plain/windows.csv"
-        shift = time.time_ns() - 1_759_522_500_000_000_000
+        shift = run["t_start_ns"] - 1_759_522_500_000_000_000
+        time.sleep(max(0.0, (run["t_start_ns"] + 7 * 10**9 - time.time_ns()) / 1e9))
         good = tmp_path / "windows.csv"
         good.write_text(re.sub(r"\b1759\d{15}\b", lambda m: str(int(m.group()) + shift), fixture.read_text()))
         cli = [sys.executable, "-m", "sparkwatch", "import"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from helpers.synthetic_run import synthetic_export
+from sparkwatch.core.export import digest
 
 GIB = 2**30
 #: The start of an export's lmx notes as core.export writes them (attach finds its own paragraph by it).
@@ -28,7 +30,7 @@ def attachable_export(
 ) -> dict[str, Any]:
     """One one-GPU node per ``watts`` (``spark-N``, ``GPU-i``; None: not measured, with its reason), one
     window ``wI`` per verdict (not ``ok``: the reason ``coverage 0.5``), the peak memory, and the lmx part
-    those give."""
+    those give, its notes quoting the export's digest (``sealed``: again after a test edits it)."""
     out = copy.deepcopy(_measured(len(watts)))
     for i, (node, w) in enumerate(zip(out["nodes"], watts, strict=True)):
         node["node"] = f"spark-{i + 1}"
@@ -39,4 +41,14 @@ def attachable_export(
         window.update(id=f"w{i}", in_scope=True, verdict=v, reasons=[] if v == "ok" else ["coverage 0.5"])
     out["totals"]["memory_used_bytes_peak_sum"] = peak_bytes
     out["lmx"] = {"gpuPowerWatts": list(watts), "peakVramGb": peak_gb, "notes": NOTE}
-    return out
+    return sealed(out)
+
+
+def sealed(export: dict[str, Any]) -> dict[str, Any]:
+    """``export`` with its lmx notes quoting its digest, as core.export writes them (attach refuses an export
+    whose notes quote another: edited since it was made); for a test that set its figures by hand."""
+    quoted = digest(export)
+    export["lmx"]["notes"] = re.sub(
+        r"export sha256 [0-9a-f]{64}", f"export sha256 {quoted}", export["lmx"]["notes"]
+    )
+    return export
