@@ -248,8 +248,8 @@ async def test_an_ended_run_takes_windows_inside_its_span_only(api: Api) -> None
     late = [window("in", 50), window("after", RUN_S + slack_s + 1), window("before", -slack_s - 2)]
     status, body = await api.call("POST", f"/v1/runs/{run}/windows", {"windows": late})
     assert_run_ended(status, body, run, "after", "before")
-    assert f"inside its span [{T0}, {T0 + RUN_S * S}], give or take 2 s" in body["reason"]
-    assert "'in'" not in body["reason"]
+    assert f"inside its span [{T0}, {T0 + RUN_S * S}], give or take 2 s, and " in body["reason"]
+    assert "'in'" not in body["reason"] and "coordinator's clock" not in body["reason"]  # none is on it
     assert api.rows() == 2 and await api.visible(run) == 2  # "in" went back with the rest of its batch
 
 

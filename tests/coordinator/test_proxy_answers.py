@@ -21,7 +21,7 @@ WHOLE = (
 )
 ANSWERS = {
     "whole": web.Response(body=WHOLE, content_type="application/json"),
-    "cut": web.Response(body=WHOLE[:60], content_type="application/json"),  # the connection closed there
+    "cut": web.Response(body=WHOLE[:60], content_type="application/json"),  # its JSON ends mid-object
     "html": web.Response(body=b"<html><body>down for maintenance</body></html>", content_type="text/html"),
     "empty": web.Response(body=b"{}", content_type="application/json"),
     "no_reason": web.Response(body=WHOLE.replace(b'"stop"', b"null"), content_type="application/json"),

@@ -101,9 +101,10 @@ def check_span(db: sqlite3.Connection, run_id: str, windows: Sequence[Window]) -
     """Refuse windows an ended run does not take; returns the end it checked against (``None``: open)."""
     start, end = run_span(db, run_id)
     if end is not None:
-        outside = [w.id for w in outside_span(windows, start, end)]
+        outside = outside_span(windows, start, end)
         if outside:
-            raise _outside(run_id, start, end, outside, len(outside))
+            ours = any(w.source.get("clock") == COORDINATOR_CLOCK for w in outside)
+            raise _outside(run_id, (start, end), [w.id for w in outside], len(outside), ours=ours)
     return end
 
 
@@ -126,22 +127,28 @@ def check_staged_span(db: sqlite3.Connection, run_id: str, import_id: str) -> in
             end,
             ENDED_RUN_SLACK_NS,
         )
-        (count,) = db.execute(f"SELECT COUNT(*) FROM windows WHERE {where}", args).fetchone()
+        count, ours_count = db.execute(
+            f"SELECT COUNT(*), COUNT(CASE WHEN json_extract(source, '$.clock') = ? THEN 1 END) FROM windows"
+            f" WHERE {where}",
+            (COORDINATOR_CLOCK, *args),
+        ).fetchone()
         if count:
             rows = db.execute(
                 f"SELECT id FROM windows WHERE {where} ORDER BY rowid LIMIT ?", (*args, IDS_NAMED)
             )
-            raise _outside(run_id, start, end, [str(r[0]) for r in rows], int(count))
+            ids = [str(r[0]) for r in rows]
+            raise _outside(run_id, (start, end), ids, int(count), ours=bool(ours_count))
     return end
 
 
-def _outside(run_id: str, start: int, end: int, ids: Sequence[str], count: int) -> RunEnded:
-    slack_s = ENDED_RUN_SLACK_NS / 1e9
+def _outside(run_id: str, span: tuple[int, int], ids: Sequence[str], count: int, *, ours: bool) -> RunEnded:
+    """``ours``: a window refused is stamped on the coordinator's clock (its own rule is said then)."""
+    (start, end), slack_s = span, ENDED_RUN_SLACK_NS / 1e9
     verb = "lies" if count == 1 else "lie"
+    rule = " (none that starts after its end on the coordinator's clock)" if ours else ""
     return ended(
         run_id,
         end,
-        f"it takes only windows inside its span [{start}, {end}], give or take {slack_s:g} s (none that"
-        f" starts after its end on the coordinator's clock), and {name_ids(ids, count, quoted=True)} {verb}"
-        " outside it",
+        f"it takes only windows inside its span [{start}, {end}], give or take {slack_s:g} s{rule}, and"
+        f" {name_ids(ids, count, quoted=True)} {verb} outside it",
     )
