@@ -3,6 +3,7 @@ user's config file that can make every run strict."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from sparkwatch.commands.quality import EXIT_NOT_SOUND, exit_code, judge
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import Window, outside_span
 from sparkwatch.importers import read_windows
 from sparkwatch.proxy.spill import spill_safely, write_spill
 from sparkwatch.settings import SettingsError, load_settings
@@ -218,6 +219,30 @@ def test_a_spilled_window_cut_short_stays_unmeasured_when_imported_back(tmp_path
     with pytest.raises(Exception, match="failure must be one of upstream_broke_off") as caught:
         list(read_windows("plain", bad))
     assert "\n" not in str(caught.value)
+
+
+def test_spilled_windows_keep_their_clock_so_an_ended_run_judges_them_as_it_judged_the_proxys(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The spill kept a window's own fields only: imported back, a request the run refused live for starting
+    after its end (on the coordinator's clock) had a harness's 2 s slack and was taken into the run."""
+    ours = {"kind": "proxy", "clock": "coordinator"}
+    windows = [
+        Window("proxy-a1-000004", "timed", T0, T0 + 10**9, source={**ours, "clock_uncertainty_ns": 400_000}),
+        Window("proxy-a1-000005", "timed", T0, T0 + 10**9, source={**ours, "clock_uncertainty_ns": 900_000}),
+    ]
+    path = tmp_path / "after-end.json"
+    write_spill(path, windows)
+    assert json.loads(path.read_text())["clock"] == "coordinator"
+    back = list(read_windows("plain", path))
+    assert [(w.source["clock"], w.source["clock_uncertainty_ns"]) for w in back] == [
+        ("coordinator", 900_000)
+    ] * 2
+    late = dataclasses.replace(back[0], t_start_ns=T0 + 10**9 + 1_000_000, t_end_ns=T0 + 10**9 + 2_000_000)
+    assert outside_span([late], T0 - 10**9, T0 + 10**9) == [late]  # 1 ms after the end: past its 0.9 ms
+    mixed = [windows[0], Window("proxy-a1-000006", "timed", T0, T0 + 1, source={"kind": "proxy"})]
+    write_spill(path, mixed)  # windows of no one clock: none is said
+    assert "clock" not in json.loads(path.read_text())
 
 
 def test_unsent_windows_go_to_the_temporary_folder_when_the_spill_file_cannot_be_written(

@@ -61,6 +61,7 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> Iterator[Windo
         data = read_json(path)
         rows = _json_rows(data)
         spilled = data.get("origin") == PROXY_ORIGIN
+        clock = _spill_clock(data) if spilled else {}
     else:
         raise Problem(f"plain windows must be a .csv or .json file, not {path.suffix or 'no extension'!r}")
     for where, row in rows:
@@ -72,7 +73,18 @@ def parse(path: Path, clock_anchor: ClockAnchor | None = None) -> Iterator[Windo
                     f" {PROXY_ORIGIN!r} (a proxy's spill file; leave origin out for any other)"
                 )
             window.source["kind"] = PROXY_ORIGIN
+            window.source.update(clock)
         yield window
+
+
+def _spill_clock(data: dict[str, Any]) -> dict[str, Any]:
+    """A spill file's ``clock`` and ``clock_uncertainty_ns`` (proxy/spill.py), for its windows' sources."""
+    out: dict[str, Any] = {}
+    if "clock" in data:
+        out["clock"] = as_str(data["clock"], "clock")
+    if "clock_uncertainty_ns" in data:
+        out["clock_uncertainty_ns"] = as_int(data["clock_uncertainty_ns"], "clock_uncertainty_ns", minimum=0)
+    return out
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -33,8 +33,20 @@ def write_spill(path: Path, windows: Sequence[Window]) -> None:
     note = (
         "windows the sparkwatch proxy measured but could not store; `sparkwatch import plain FILE --run ID`"
     )
-    body = {"note": note, "origin": PROXY_ORIGIN, "windows": rows}
+    body: dict[str, object] = {"note": note, "origin": PROXY_ORIGIN, **_clock(windows), "windows": rows}
     write_text_atomically(path, json.dumps(body, indent=1) + "\n")
+
+
+def _clock(windows: Sequence[Window]) -> dict[str, object]:
+    """The clock the windows were stamped on (one proxy's: one clock) and the most uncertain stamp's
+    uncertainty, as the file's ``clock``/``clock_uncertainty_ns``: imported back they are judged by that
+    clock's rule (core.windows.after_end: a window stamped on the coordinator's that starts after a run's
+    end is not the run's), not by a harness host's 2 s."""
+    clocks = {w.source.get("clock") for w in windows}
+    if len(clocks) != 1 or not isinstance(clock := clocks.pop(), str):
+        return {}
+    stated = [u for w in windows if type(u := w.source.get("clock_uncertainty_ns")) is int and u >= 0]
+    return {"clock": clock, **({"clock_uncertainty_ns": max(stated)} if stated else {})}
 
 
 def _row(window: Window) -> dict[str, object]:
