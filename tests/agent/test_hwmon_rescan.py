@@ -3,6 +3,7 @@ out-of-tree module) are found again from the chip folders, without losing a kept
 
 from __future__ import annotations
 
+import json
 import logging
 import pathlib
 import shutil
@@ -14,6 +15,7 @@ from sparkwatch_agent.hardware.hwmon import HwmonSensors
 from sparkwatch_agent.sampling.leases import IntervalLeases
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sampler import Sampler
+from sparkwatch_agent.serving.stream_cursor import StreamCursor
 
 SPBM = {
     "name": "spbm",
@@ -176,3 +178,39 @@ def test_a_chip_caught_half_registered_is_read_at_the_next_rescan(tmp_path: path
     sensors.refresh()  # the folders are as they were: looked at again once, after a change
     assert sensors.names == ("gpu", "sys_total", "pl_level")
     sensors.close()
+
+
+def test_a_stream_says_the_new_sensors_in_a_hello_before_the_first_sample_read_with_them(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The hello's ``sensors`` (what `nodes check` shows) stayed those of the stream's start: a hello is sent
+    where the hwmon names change, as where the GPU inventory does."""
+    clock = FakeClock()
+    sensors = HwmonSensors(tmp_path, now_s=lambda: clock.mono / 1e9, rescan_s=30.0)
+    sampler = Sampler(
+        node="n1",
+        boot_id="b00t",
+        gpu=None,
+        memory=StaticMemory(),
+        sensors=sensors,
+        leases=IntervalLeases(1.0),
+        ring=SampleRing(100),
+        clocks=clock.clocks(),
+    )
+    sampler.tick()
+    sampler.tick()
+    _chip(tmp_path, "hwmon3", SPBM)
+    clock.advance(30.0)
+    sampler.tick()  # seq 3: the first read with spbm's channels
+    sampler.tick()
+    clock.advance(30.0)
+    sampler.tick()  # seq 5: looked at again, nothing new: no hello
+    cursor = StreamCursor(0, 0)  # a reader that got the first hello
+    lines = []
+    while more := cursor.next_lines(
+        sampler, 500, lambda snap: b'{"type":"hello","rev":%d}' % snap.inventory_rev
+    ):
+        lines.extend(json.loads(x) for x in more)
+    kinds = [(f["type"], f.get("seq", f.get("rev"))) for f in lines]
+    assert kinds == [("sample", 1), ("sample", 2), ("hello", 1), ("sample", 3), ("sample", 4), ("sample", 5)]
+    sampler.stop()

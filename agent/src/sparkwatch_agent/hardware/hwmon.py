@@ -122,6 +122,10 @@ class _Layout:
     channels: tuple[Channel, ...]
     statuses: tuple[_Status, ...]
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (*(c.sensor for c in self.channels), *(s.name for s in self.statuses))
+
 
 class SensorCapture(NamedTuple):
     """One tick's raw bytes (``None``: absent or unreadable): per channel its power and energy attributes,
@@ -159,8 +163,7 @@ class HwmonSensors:
     @property
     def names(self) -> tuple[str, ...]:
         """The channels' and the status attributes' names (empty: nothing to read here now)."""
-        layout = self._layout
-        return (*(c.sensor for c in layout.channels), *(s.name for s in layout.statuses))
+        return self._layout.names
 
     def refresh(self) -> None:
         """Every ``rescan_s``, list the chip folders; where they changed, find what to read again. A channel
@@ -255,6 +258,11 @@ class HwmonSensors:
 
     def close(self) -> None:
         _close(self._layout.channels, self._layout.statuses)
+
+
+def read_names(captured: SensorCapture | None) -> tuple[str, ...] | None:
+    """The names of what ``captured`` was read from (None: not read by hwmon's layouts, e.g. the sim's)."""
+    return captured.layout.names if captured is not None and captured.layout is not None else None
 
 
 def _chip_key(chips: tuple[Path, ...]) -> _Chips:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkwatch_agent.hardware.gpu_backend import GpuBackend
-from sparkwatch_agent.hardware.hwmon import SensorCapture
+from sparkwatch_agent.hardware.hwmon import SensorCapture, read_names
 from sparkwatch_agent.hardware.meminfo import memory_of
 from sparkwatch_agent.hardware.readings import GpuReading, HostMemory, SensorReading, StatusReading
 from sparkwatch_agent.sampling.clocks import Clocks
@@ -91,6 +91,9 @@ class Sampler:
         self._errors_copy: dict[tuple[str, str], int] | None = None
         self._late_ticks = 0
         self._host_memory_ok = True
+        # the hwmon names the last capture was read with, and the changes of them: a hello says each
+        self._sensor_names: tuple[str, ...] | None = None
+        self._sensors_rev, self._sensors_seq = 0, 1
         self._last_host_total: int | None = None
         self._lock = threading.Lock()  # serialises captures (loop thread vs. a direct tick() call)
         self._pending: deque[Captured] = deque()  # captured, not yet settled; appended by captures only
@@ -135,8 +138,8 @@ class Sampler:
             memory_model=session.memory_model,
             gpu_ok=session.ok,
             gpu_reason=None if session.ok else session.reason,
-            inventory_rev=session.inventory_rev,
-            inventory_seq=session.inventory_seq,
+            inventory_rev=session.inventory_rev + self._sensors_rev,  # GPUs or hwmon chips changed
+            inventory_seq=max(session.inventory_seq, self._sensors_seq),
             counters=Counters(
                 samples_total=self._samples_total,
                 read_errors=self._read_errors_view(),
@@ -232,6 +235,7 @@ class Sampler:
         while pending:
             captured = pending.popleft()
             session = captured[7]
+            self._note_sensors(captured)
             try:
                 sample = self._decode(captured)
             except Exception as exc:  # a decoder bug must not break the ring's seq chain
@@ -244,6 +248,15 @@ class Sampler:
                 self._on_sample(sample)
         if sample is not None:
             self._snapshot = self._make_snapshot(sample, session)
+
+    def _note_sensors(self, captured: Captured) -> None:
+        """A capture read with other hwmon names than the one before (a chip came or went): the stream's
+        next hello, before this sample, lists them (serving/stream_cursor.py)."""
+        names = read_names(captured[8])
+        if names is not None and names != self._sensor_names:
+            if self._sensor_names is not None:
+                self._sensors_rev, self._sensors_seq = self._sensors_rev + 1, captured[0]
+            self._sensor_names = names
 
     def _decode(self, captured: Captured) -> Sample:
         memory_raw, gpus_raw, session, sensors_raw = captured[5:]
