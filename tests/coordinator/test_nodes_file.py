@@ -189,7 +189,11 @@ def test_each_wrong_key_is_named_with_its_node(body: str, expected: str) -> None
         ('kind = "shelly"\nurl = "http://p"\nrefresh_s = inf', "refresh_s: must be a number, got inf"),
         (
             'kind = "shelly"\nurl = "http://p"\nrefresh_s = 0',
-            "refresh_s: must be a positive number of seconds, got 0",
+            "refresh_s: must be a number of seconds in (0, 3600], got 0",
+        ),
+        (  # the poller died on its first reading, in silence
+            'kind = "shelly"\nurl = "http://p"\nrefresh_s = 1e300',
+            "refresh_s: must be a number of seconds in (0, 3600], got 1e+300",
         ),
         ('kind = "shelly"\nurl = "http://p"\nid = true', "id: must be a non-negative integer, got true"),
         (
@@ -214,6 +218,27 @@ def test_each_wrong_key_is_named_with_its_node(body: str, expected: str) -> None
 def test_a_wrong_meter_key_is_named_with_its_node(meter: str, expected: str) -> None:
     text = f"[nodes.spark-2]\n{WS}[nodes.spark-2.meter]\n{meter}\n"
     assert refusal(text) == f"nodes.toml: nodes.spark-2.meter.{expected}"
+
+
+def test_one_meter_named_by_two_nodes_is_refused() -> None:
+    """One plug under two nodes (its URL written with and without a trailing slash) counted its whole draw
+    under each: 987 J of system energy for 494 J drawn."""
+    plug = '[nodes.{name}.meter]\nkind = "shelly"\nurl = "{url}"\n'
+    text = (
+        f"[nodes.a]\n{WS}{plug.format(name='a', url='http://127.0.0.1:18080')}"
+        f"[nodes.b]\n{WS.replace('10.0.0.1', '10.0.0.2')}{plug.format(name='b', url='http://127.0.0.1:18080/')}"
+    )
+    assert refusal(text) == (
+        "nodes.toml: nodes.b.meter: the meter of nodes.a too (shelly http://127.0.0.1:18080): its draw would"
+        " be counted under both nodes"
+    )
+    two_plugs = text.replace("18080/", "18081")
+    assert [n.meter.url for n in parse_nodes(two_plugs) if n.meter] == [
+        "http://127.0.0.1:18080",
+        "http://127.0.0.1:18081",
+    ]
+    other_switch = text.replace('18080/"\n', '18080/"\nid = 1\n')  # another switch of one device: its own
+    assert len(parse_nodes(other_switch)) == 2
 
 
 def test_odd_names_are_quoted_as_toml_writes_them() -> None:

@@ -101,7 +101,19 @@ def parse_nodes_file(text: str | bytes, origin: str = "nodes.toml") -> NodesFile
         except _Invalid as exc:
             where = f"nodes.{_toml_key(name)}" + (f".{exc.key}" if exc.key else "")
             raise NodesFileError(f"{origin}: {where}: {exc.problem}") from None
+    _one_node_per_meter(origin, specs)
     return NodesFile(specs, engine)
+
+
+def _one_node_per_meter(origin: str, specs: list[NodeSpec]) -> None:
+    """One meter named by two nodes (one plug in both tables) counted its whole draw under each: refused."""
+    seen: dict[tuple[object, ...], str] = {}
+    for spec in specs:
+        if spec.meter is not None and (first := seen.setdefault(spec.meter.identity, spec.name)) != spec.name:
+            raise NodesFileError(
+                f"{origin}: nodes.{_toml_key(spec.name)}.meter: the meter of nodes.{_toml_key(first)} too"
+                f" ({spec.meter.kind} {spec.meter.url}): its draw would be counted under both nodes"
+            )
 
 
 def _engine(origin: str, data: dict[str, Any]) -> EngineSpec | None:

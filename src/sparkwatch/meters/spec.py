@@ -18,6 +18,9 @@ MeterKind = Literal["redfish", "shelly", "prometheus"]
 KINDS: tuple[MeterKind, ...] = ("redfish", "shelly", "prometheus")
 #: Polls more often than this would only measure the meter's own refresh; rarer ones miss short windows.
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.2, 60.0
+#: The longest refresh period a meter may state: a BMC's is seconds. 1e300 s passed, and the poller died on
+#: its first reading (the uncertainty in ns past 64 bits), in silence.
+MAX_REFRESH_S = 3600.0
 SHELLY_COMPONENTS = ("Switch", "PM1")
 #: How much of a wrong value an error message repeats.
 SHOWN_CHARS = 80
@@ -97,6 +100,15 @@ class MeterSpec:
     def source(self) -> str:
         return f"meter:{self.kind}"
 
+    @property
+    def identity(self) -> tuple[object, ...]:
+        """What tells one meter from another (the URL as it is dialled: scheme, host, port, path): two nodes
+        that name the same one would each count its whole draw."""
+        url = urlparse(self.url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        where = (url.scheme, (url.hostname or "").lower(), port, url.path.rstrip("/"))
+        return (self.kind, *where, self.chassis, self.component, self.channel, self.query)
+
 
 def parse_meter(table: Any) -> MeterSpec:
     """The meter table of one node; a MeterSpecError names the key at fault."""
@@ -118,8 +130,11 @@ def parse_meter(table: Any) -> MeterSpec:
             f"must be within [{MIN_INTERVAL_S}, {MAX_INTERVAL_S}] s, got {toml_shown(interval)}", "interval_s"
         )
     refresh = table.get("refresh_s")
-    if refresh is not None and _number(table, "refresh_s", 0.0) <= 0:
-        raise MeterSpecError(f"must be a positive number of seconds, got {toml_shown(refresh)}", "refresh_s")
+    if refresh is not None and not 0 < _number(table, "refresh_s", 0.0) <= MAX_REFRESH_S:
+        shown = toml_shown(refresh)
+        raise MeterSpecError(
+            f"must be a number of seconds in (0, {MAX_REFRESH_S:g}], got {shown}", "refresh_s"
+        )
     component = table.get("component", "Switch")
     if component not in SHELLY_COMPONENTS:
         shown = toml_shown(component)
