@@ -30,6 +30,7 @@ from sparkwatch.commands.sim_model import SimModelSpec, serve_sim_model
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.coordinator.serve import serve
 from sparkwatch.defaults import ENV_COORDINATOR
+from sparkwatch.links.nodes_named import named_files
 from sparkwatch.outputs import check_output, write_text_atomically
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import serve_proxy
@@ -156,7 +157,9 @@ def _unused_run_flag(args: argparse.Namespace) -> str | None:
 
 def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
     if args.output is not None:  # before every node is dialled; never over the files it reads
-        nodes_file = {} if args.nodes is None else {args.nodes: "the nodes file (--nodes)"}
+        nodes_file = (
+            {} if args.nodes is None else {**named_files(args.nodes), args.nodes: "the nodes file (--nodes)"}
+        )
         check_output(args.output, nodes_file | token_file_read(None if args.nodes else args.token_file))
     target = target_of(args) if args.nodes is None else None
 

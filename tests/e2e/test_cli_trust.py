@@ -481,7 +481,10 @@ def test_no_output_replaces_a_file_the_command_reads(tmp_path: pathlib.Path) -> 
     token, nodes, windows = tmp_path / "coordinator.token", tmp_path / "nodes.toml", tmp_path / "w.json"
     token.write_text("t" * 32 + "\n")
     token.chmod(0o600)
-    nodes.write_text('[nodes.a]\nurl = "http://127.0.0.1:9"\n')
+    agent_token = tmp_path / "a1.token"  # a file the nodes file names: `run -o a1.token` wrote over it
+    agent_token.write_text("a" * 32 + "\n")
+    agent_token.chmod(0o600)
+    nodes.write_text('[nodes.a]\nurl = "http://127.0.0.1:9"\ntoken_file = "a1.token"\n')
     windows.write_text('{"windows": []}')
     export = tmp_path / "run.json"
     export.write_text("{}")
@@ -495,6 +498,14 @@ def test_no_output_replaces_a_file_the_command_reads(tmp_path: pathlib.Path) -> 
         ),
         (["hardware", "-o", str(token)], "is the coordinator's token file ($SPARKWATCH_TOKEN_FILE)"),
         (["hardware", "--nodes", str(nodes), "-o", str(nodes)], "is the nodes file (--nodes) itself"),
+        (
+            ["run", "--nodes", str(nodes), "-o", str(agent_token), "--", "true"],
+            "is nodes.a.token_file, a file the nodes file names",
+        ),
+        (
+            ["hardware", "--nodes", str(nodes), "-o", str(agent_token)],
+            "is nodes.a.token_file, a file the nodes file names",
+        ),
         (
             [
                 "export",
@@ -515,7 +526,7 @@ def test_no_output_replaces_a_file_the_command_reads(tmp_path: pathlib.Path) -> 
         assert result.stderr.count("\n") == 1, result.stderr
     assert token.read_text() == "t" * 32 + "\n" and (token.stat().st_mode & 0o777) == 0o600
     assert nodes.read_text().startswith("[nodes.a]") and windows.read_text() == '{"windows": []}'
-    assert export.read_text() == "{}"
+    assert export.read_text() == "{}" and agent_token.read_text() == "a" * 32 + "\n"
 
 
 def test_an_error_quoting_control_characters_stays_one_line(tmp_path: pathlib.Path) -> None:

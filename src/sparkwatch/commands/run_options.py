@@ -22,6 +22,7 @@ from sparkwatch.defaults import (
     ScopeKind,
 )
 from sparkwatch.importers import FORMATS, ClockAnchor
+from sparkwatch.links.nodes_named import named_files
 from sparkwatch.outputs import check_output, database_files
 
 DEFAULT_PROXY_LISTEN = ("127.0.0.1", 8899)
@@ -139,12 +140,14 @@ def check_options(opts: RunOptions) -> None:
 
 
 def _read_by(opts: RunOptions) -> dict[Path, str]:
-    """What the run reads or keeps, which neither ``-o`` nor ``--spill`` may replace: the nodes file, the
-    coordinator's token file (from ``--token-file`` or ``$SPARKWATCH_TOKEN_FILE``), the database, each
-    ``--import`` file (the benchmark's own result)."""
+    """What the run reads or keeps, which neither ``-o`` nor ``--spill`` may replace: the nodes file and the
+    files it names, the coordinator's token file (from ``--token-file`` or ``$SPARKWATCH_TOKEN_FILE``), the
+    database, each ``--import`` file (the benchmark's own result)."""
     reads = {} if opts.db is None else database_files(opts.db)
     if opts.target is not None and opts.target.token_file is not None:  # --token-file, or the environment's
         reads |= {opts.target.token_file.resolve(): "the coordinator's token file"}
+    if opts.nodes_file is not None:  # its secrets and keys (run -o a1.token wrote over an agent's token)
+        reads |= named_files(opts.nodes_file)
     named = [(opts.nodes_file, "the nodes file (--nodes)")]
     named += [(Path(path), f"the {fmt} file --import reads") for fmt, path in opts.imports if path != "-"]
     reads.update({path.resolve(): what for path, what in named if path is not None})
