@@ -199,6 +199,8 @@ class CoordinatorClient(NodeWaits):
                     return json.loads(text) if text else None
                 except ValueError:
                     raise CoordinatorError(f"{where}: the answer is not JSON") from None
+                except RecursionError:  # no coordinator's: it was a traceback
+                    raise CoordinatorError(f"{where}: the answer is JSON nested too deep to read") from None
         except aiohttp.ClientError as exc:
             refused = (
                 isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno == errno.ECONNREFUSED
@@ -382,7 +384,7 @@ def _refusal(text: str) -> tuple[str | None, int | None]:
     ``run_ended``'s: where the run ended)."""
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, None
     code, end = (body.get("error"), body.get("t_end_ns")) if isinstance(body, dict) else (None, None)
     return code if isinstance(code, str) else None, end if type(end) is int else None

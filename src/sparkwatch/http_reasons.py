@@ -27,7 +27,7 @@ def refusal_reason(text: str) -> str:
     """A sparkwatch server's JSON reason in one line (or the start of whatever else it sent)."""
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a page nested past the parser's stack is no JSON reason
         return " ".join(text.split())[:200] or "(empty body)"
     if isinstance(body, dict) and "reason" in body:
         reason = body["reason"]

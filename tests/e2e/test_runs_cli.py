@@ -282,6 +282,8 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
             return web.json_response({"runs": 5})
         if request.raw_path.endswith("/export"):
             return web.json_response({"schema": "nope"})
+        if request.raw_path.endswith("/deep"):  # past json's recursion limit: a RecursionError traceback
+            return web.Response(text="[" * 100_000 + "]" * 100_000, content_type="application/json")
         return web.json_response({"weird": 1} if "list" not in request.raw_path else [1, 2])
 
     app = web.Application()
@@ -293,6 +295,9 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
     try:
         one_line_refusal(cli("runs", "list", "--coordinator", url), "GET /v1/runs at", "not a sparkwatch")
         one_line_refusal(cli("runs", "show", "X", "--coordinator", url), "'id' missing or of another type")
+        one_line_refusal(
+            cli("runs", "show", "deep", "--coordinator", url), "the answer is JSON nested too deep"
+        )
         one_line_refusal(cli("runs", "show", "list", "--coordinator", url), "not a sparkwatch coordinator")
         one_line_refusal(cli("runs", "show", "../nodes", "--coordinator", url), "not a sparkwatch")
         assert "/v1/runs/..%2Fnodes" in asked and "/v1/nodes" not in asked
