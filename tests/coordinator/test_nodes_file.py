@@ -137,10 +137,13 @@ def refusal(text: str) -> str:
             (f'ssh = "{ssh}"', f'nodes.spark-2.ssh: must be "user@host" or "host", got "{ssh}"')
             for ssh in ("@spark-2", "ubuntu@", "a@b@c", "ubuntu@spark 2", "")
         ),
-        (
-            'ssh = "ubuntu@spark-2:2222"',
-            'nodes.spark-2.ssh: must be "user@host" or "host" (the SSH port is its '
-            'own key: port = N), got "ubuntu@spark-2:2222"',
+        *(
+            (
+                f'ssh = "{ssh}"',
+                'nodes.spark-2.ssh: must be "user@host" or "host" (the SSH port is its own key: port = N;'
+                f' an IPv6 address has no brackets, u@::1), got "{ssh}"',
+            )
+            for ssh in ("ubuntu@spark-2:2222", "u@[::1]", "[::1]:22")  # brackets: failed only when dialled
         ),
         ("ssh = 22", 'nodes.spark-2.ssh: must be "user@host" or "host", got 22'),
         # the table as a whole

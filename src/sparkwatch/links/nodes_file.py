@@ -322,8 +322,9 @@ def _check_ssh(ssh: Any) -> None:
     user, at, host = ssh.rpartition("@")
     if not host or (at and not user) or "@" in user:
         raise _Invalid("ssh", f"{shape}, got {toml_shown(ssh)}")
-    if host.count(":") == 1:  # host:port (an IPv6 address has more colons)
-        raise _Invalid("ssh", f"{shape} (the SSH port is its own key: port = N), got {toml_shown(ssh)}")
+    if host.count(":") == 1 or host.startswith("["):  # host:port, [v6] (it failed when dialled); v6 has 2+ :
+        why = "the SSH port is its own key: port = N; an IPv6 address has no brackets, u@::1"
+        raise _Invalid("ssh", f"{shape} ({why}), got {toml_shown(ssh)}")
 
 
 def _port(table: dict[str, Any], key: str, default: int) -> int:
