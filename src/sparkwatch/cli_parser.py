@@ -140,7 +140,11 @@ def _add_demo(sub: Sub) -> None:
         help=f"tokens each request asks for, 1..{MAX_SIM_TOKENS} (256)",
     )
     demo.add_argument(
-        "--tokens-per-s", type=positive_float, default=76.0, metavar="RATE", help="the model's speed (76)"
+        "--tokens-per-s",
+        type=_tokens_rate,
+        default=76.0,
+        metavar="RATE",
+        help=f"the model's speed, {MIN_TOKENS_PER_S:g}..{MAX_TOKENS_PER_S:g} (76)",
     )
     demo.add_argument(
         "-o",
@@ -322,10 +326,10 @@ def _add_sim_model(sub: Sub) -> None:
     )
     sim.add_argument(
         "--tokens-per-s",
-        type=positive_float,
+        type=_tokens_rate,
         default=76.0,
         metavar="RATE",
-        help="tokens streamed a second (76)",
+        help=f"tokens streamed a second, {MIN_TOKENS_PER_S:g}..{MAX_TOKENS_PER_S:g} (76)",
     )
     sim.add_argument(
         "--agents",
@@ -352,6 +356,18 @@ def _max_tokens(text: str) -> int:
     value = positive_int(text)
     if value > MAX_SIM_TOKENS:  # the simulated model's own bound: else its 400, after the cluster started
         raise argparse.ArgumentTypeError(f"at most {MAX_SIM_TOKENS} tokens, got {quoted_number(value)}")
+    return value
+
+
+#: The simulated model's speeds: 1e-9 token/s was taken, and the demo never finished.
+MIN_TOKENS_PER_S, MAX_TOKENS_PER_S = 1.0, 100_000.0
+
+
+def _tokens_rate(text: str) -> float:
+    value = positive_float(text)
+    if not MIN_TOKENS_PER_S <= value <= MAX_TOKENS_PER_S:
+        shown = f"{MIN_TOKENS_PER_S:g}..{MAX_TOKENS_PER_S:g}"
+        raise argparse.ArgumentTypeError(f"must be {shown} tokens a second, got {quoted_number(value)}")
     return value
 
 

@@ -45,6 +45,11 @@ def test_an_unknown_flag_is_one_line_under_its_subcommand(
         (["demo", "--nodes", "x"], "sparkwatch demo: error: argument --nodes: "),
         # the simulated model's bound, before the cluster starts (its 400 came after, naming no flag)
         (["demo", "--max-tokens", "100001"], "sparkwatch demo: error: argument --max-tokens: at most 100000"),
+        # a rate at which the demo never finished (1e-9 token/s)
+        (
+            ["demo", "--tokens-per-s", "1e-9"],
+            "sparkwatch demo: error: argument --tokens-per-s: must be 1..100000 tokens a second, got 1e-09",
+        ),
         # a number is quoted short; seconds past decimal's range are a time refused, not a decimal.Overflow
         (
             ["demo", "--max-tokens", "1" + "0" * 400],
