@@ -256,6 +256,12 @@ def test_odd_names_are_quoted_as_toml_writes_them() -> None:
     )
     long = "x" * 200
     assert refusal(f'[nodes.a]\nssh = "h"\nmode = "{long}"\n').endswith('got "' + "x" * 78 + "…")
+    # a 5000-character name broke the `nodes check` table, and `report --png` on its file name
+    for name in ('""', "n" * 65):
+        assert refusal(f'[nodes.{name}]\nssh = "h"\n').endswith(
+            ": a node name must be 1 to 64 printable characters"
+        )
+    assert [n.name for n in parse_nodes(f'[nodes.{"n" * 64}]\nssh = "h"\n')] == ["n" * 64]
 
 
 def test_every_key_is_read_into_the_spec() -> None:

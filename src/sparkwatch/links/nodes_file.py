@@ -21,6 +21,7 @@ from sparkwatch_agent.shared.user_files import read_file_bytes
 
 #: SSH's port unless a node's ``port`` says otherwise (known_hosts lists a host on another as [host]:port).
 DEFAULT_SSH_PORT = 22
+MAX_NODE_NAME_CHARS = 64
 
 
 class NodesFileError(Exception):
@@ -242,8 +243,8 @@ def _unusable_key(path: Path) -> str | None:
 def _node(name: str, table: Any) -> NodeSpec:
     if not isinstance(table, dict):
         raise _Invalid(None, f'must be a table with url = "ws://host:9464" or ssh, got {toml_shown(table)}')
-    if not name or not name.isprintable():
-        raise _Invalid(None, "a node name must be printable and not empty")
+    if not name or not name.isprintable() or len(name) > MAX_NODE_NAME_CHARS:  # 5000 broke tables, file names
+        raise _Invalid(None, f"a node name must be 1 to {MAX_NODE_NAME_CHARS} printable characters")
     _known_keys(table)
     url, ssh = table.get("url"), table.get("ssh")
     if (url is None) == (ssh is None):
