@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,8 @@ from aiohttp import web
 from doubles.shelly import ShellyPlug
 from helpers.loopback import served
 from helpers.meter_sink import Sink
-from sparkwatch.links.nodes_file import NodesFileError, parse_nodes
+from sparkwatch.coordinator.service import Coordinator
+from sparkwatch.links.nodes_file import NodesFileError, NodeSpec, parse_nodes
 from sparkwatch.meters import poller as meter_poller
 from sparkwatch.meters.factory import make_reader
 from sparkwatch.meters.poller import MeterPoller, Reading
@@ -24,6 +26,7 @@ from sparkwatch.meters.prometheus import PrometheusMeter
 from sparkwatch.meters.redfish import RedfishMeter
 from sparkwatch.meters.shelly import ShellyMeter
 from sparkwatch.meters.spec import MeterSpec
+from sparkwatch.store import Store
 
 
 def _ticking(step_ns: int = 4_000_000) -> Callable[[], int]:
@@ -498,3 +501,28 @@ async def test_a_401_before_any_credential_is_sent_is_not_a_refusal(tmp_path: pa
     assert [e[2] for e in sink.errors] == [
         "redfish answered HTTP 401 for /redfish/v1/ before any credentials were sent"
     ] * 2
+
+
+async def test_a_poller_that_dies_is_said_not_lost_in_silence(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A meter poller that raised (a reading the store could not take: refresh_s = 1e300 made its
+    uncertainty past 64 bits) ended its task with nothing logged; the node's wall domain just went away."""
+
+    async def dies(self: MeterPoller, session: object) -> None:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(MeterPoller, "run", dies)
+    node = NodeSpec("n1", url="ws://127.0.0.1:9", meter=MeterSpec("shelly", "http://127.0.0.1:9"))
+    store = Store(tmp_path / "c.db")
+    coordinator = Coordinator([node], store)
+    with caplog.at_level(logging.ERROR):
+        await coordinator.start()
+        for _ in range(100):
+            if any("meter-n1 stopped" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.01)
+        await coordinator.stop()
+    store.close()
+    said = [r.getMessage() for r in caplog.records if "meter-n1 stopped" in r.getMessage()]
+    assert said == ["meter-n1 stopped: OverflowError: cannot convert float infinity to integer"]

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -108,8 +108,8 @@ class Coordinator:
         for run_id in self.store.deleted_runs():  # deleted, but stopped before its rows were all gone
             log.warning("run %s: finishing its deletion, cut short by the last stop", run_id)
             self._purge_later(run_id)
-        self._tasks.append(asyncio.create_task(self.loop_lag.run(), name="loop-lag"))
-        self._tasks.append(asyncio.create_task(self.housekeeping.run(), name="retention"))
+        self._watched(self.loop_lag.run(), "loop-lag")
+        self._watched(self.housekeeping.run(), "retention")
         self._session = aiohttp.ClientSession()
         sink = self._start_remote_write()
         for spec in self.nodes:
@@ -124,7 +124,7 @@ class Coordinator:
                 **sink,
             )
             self.links[spec.name] = link
-            self._tasks.append(asyncio.create_task(link.run(), name=f"link-{spec.name}"))
+            self._watched(link.run(), f"link-{spec.name}")
             if spec.meter is not None:
                 poller = MeterPoller(
                     spec.name,
@@ -134,10 +134,17 @@ class Coordinator:
                     now_ns=self.now_ns,
                 )
                 self.meters[spec.name] = poller
-                self._tasks.append(asyncio.create_task(poller.run(self._session), name=f"meter-{spec.name}"))
+                self._watched(poller.run(self._session), f"meter-{spec.name}")
         if self.engine_spec is not None:
             self.engine = EnginePoller(self.engine_spec, self.store, now_ns=self.now_ns)
-            self._tasks.append(asyncio.create_task(self.engine.run(self._session), name="engine-metrics"))
+            self._watched(self.engine.run(self._session), "engine-metrics")
+
+    def _watched(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """One of the coordinator's own tasks, whose end by an exception is said: a meter poller that died
+        on a reading it could not store did so in silence, its node's wall domain just gone."""
+        task = asyncio.create_task(work, name=name)
+        task.add_done_callback(_said_if_failed)
+        self._tasks.append(task)
 
     def _start_remote_write(self) -> dict[str, Any]:
         """The writer, started when remote write is on (protobuf and cramjam load only then); the link
@@ -378,3 +385,8 @@ class Coordinator:
                 reader.close()
 
         return await computed_json(work, self._collector_pause)
+
+
+def _said_if_failed(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("%s stopped: %s: %s", task.get_name(), type(exc).__name__, exc, exc_info=exc)
