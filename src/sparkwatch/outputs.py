@@ -295,6 +295,20 @@ def write_export(path: Path, export: dict[str, Any]) -> None:
         raise
 
 
+def write_export_or_spare(output: Path, export: dict[str, Any], spare_name: str, said: TextIO) -> Path:
+    """The export written to ``output``, else (that failing: a full disk, a folder gone) to ``spare_name``
+    in the temporary folder, said on ``said``; returns where. A measured run is not thrown away for a path
+    (`demo -o /dev/full` lost the whole demo)."""
+    try:
+        write_export(output, export)
+        return output
+    except OSError as exc:
+        spare = Path(tempfile.gettempdir()) / spare_name
+        write_export(spare, export)  # a failure here is the one-line error main() prints
+        said.write(f"sparkwatch: cannot write {output} ({exc.strerror}); the export is in {spare}\n")
+        return spare
+
+
 _INDENTED = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
 
 

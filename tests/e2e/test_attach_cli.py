@@ -108,3 +108,17 @@ def test_an_output_in_a_missing_folder_is_refused_as_every_command_refuses_it(tm
     line = refusal(sparkwatch("attach", str(run), "--lmx", str(payload), "-o", str(target), timeout=60))
     assert f"cannot write {target}: folder {target.parent} does not exist" in line, line
     assert payload.read_text() == '{"peakVramGb": 12.5}\n' and not target.parent.exists()
+
+
+def test_a_demo_whose_output_cannot_be_written_keeps_its_export_in_the_temporary_folder(
+    tmp_path: pathlib.Path,
+) -> None:
+    """`demo -o /dev/full` ran the whole demo, then threw its export away with the usage error's code 2;
+    `run` already kept its export in the temporary folder, and now the demo does too."""
+    quick = ("--nodes", "2", "--max-tokens", "64", "--tokens-per-s", "200")
+    demo = sparkwatch("demo", *quick, "-o", "/dev/full", timeout=120, env={"TMPDIR": str(tmp_path)})
+    spare = tmp_path / "sparkwatch-demo.json"
+    assert demo.returncode == 0, demo.stderr
+    said = f"sparkwatch: cannot write /dev/full (No space left on device); the export is in {spare}"
+    assert said in demo.stderr and f"export written to {spare}" in demo.stderr
+    assert json.loads(spare.read_text())["schema"] == "sparkwatch.run/1"

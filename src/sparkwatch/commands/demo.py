@@ -33,7 +33,7 @@ from sparkwatch.commands.sim_drive import COLD_UTIL, MODEL_BYTES_PER_NODE, node_
 from sparkwatch.commands.sim_model import SimModel, SimModelSpec, running_sim_model
 from sparkwatch.defaults import DEFAULT_INTERVAL_S, DEMO_EXPORT
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.outputs import write_export
+from sparkwatch.outputs import write_export_or_spare
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sinks import RunPoster
@@ -155,17 +155,17 @@ def _outcome(
     t0: float,
 ) -> int:
     """The export written, the table and the truth beside it printed; the exit code."""
-    write_export(opts.output, export)
+    written = write_export_or_spare(opts.output, export, "sparkwatch-demo.json", opts.stderr)
     quality = judge(export, behind, scope_flag=False)  # the demo has no --scope to suggest
     interrupted = interrupts.requested.is_set()
     code = INTERRUPTED_EXIT_CODE if interrupted else exit_code(0, quality, opts.strict)
     print_outcome(
-        export, quality, output=opts.output, exit_code=code, interrupted=interrupted, json_out=opts.json_out,
+        export, quality, output=written, exit_code=code, interrupted=interrupted, json_out=opts.json_out,
         stdout=sys.stdout, stderr=opts.stderr, notes=_truth_notes(agents, export),
     )  # fmt: skip
-    opts.stderr.write(f"sparkwatch demo: export written to {opts.output} in {time.monotonic() - t0:.1f} s\n")
+    opts.stderr.write(f"sparkwatch demo: export written to {written} in {time.monotonic() - t0:.1f} s\n")
     if opts.report:
-        write_report_beside(export, opts.output, opts.stderr)
+        write_report_beside(export, written, opts.stderr)
     return code
 
 

@@ -51,7 +51,7 @@ from sparkwatch.defaults import ENV_RUN_ID
 from sparkwatch.engines.spec import engine_from_url
 from sparkwatch.importers import ClockAnchor, ImportFormatError, read_windows
 from sparkwatch.links.nodes_file import check_secret_files, load_nodes_file
-from sparkwatch.outputs import write_export
+from sparkwatch.outputs import write_export_or_spare
 from sparkwatch.proxy.clock import ProxyClock
 from sparkwatch.proxy.proxy import ProxyConfig
 from sparkwatch.proxy.serve import running_proxy
@@ -250,16 +250,7 @@ def _no_export(opts: RunOptions, state: RunState, interrupted: bool) -> int:
 def _write(opts: RunOptions, export: dict[str, Any], run_id: str) -> Path:
     """Write the export where asked, else (that failing) to the temporary folder; returns where."""
     output = opts.output or Path(f"sparkwatch-{run_id}.json")
-    try:
-        write_export(output, export)
-        return output
-    except OSError as exc:
-        fallback = Path(tempfile.gettempdir()) / f"sparkwatch-{run_id}.json"
-        write_export(fallback, export)  # a failure here is the one-line error main() prints
-        opts.stderr.write(
-            f"sparkwatch: cannot write {output} ({exc.strerror}); the export is in {fallback}\n"
-        )
-        return fallback
+    return write_export_or_spare(output, export, f"sparkwatch-{run_id}.json", opts.stderr)
 
 
 async def _measure(
