@@ -143,6 +143,9 @@ def test_strict_fails_a_run_whose_import_failed_but_a_failing_command_keeps_its_
     assert result.returncode == 3
     problems = json.loads(result.stdout)["quality"]["problems"]
     assert any(p.startswith(f"import failed: {bad} (plain)") for p in problems), problems
+    # the archived export says so too: it read like a run that had no windows
+    notes = json.loads((tmp_path / "r.json").read_text())["run"]["notes"]
+    assert any(n.startswith(f"import of {bad} (plain) failed: ") for n in notes), notes
     failing = sparkwatch(*args, "--", "sh", "-c", "exit 5")
     assert failing.returncode == 5  # the command's own failure wins over the measurement's
 

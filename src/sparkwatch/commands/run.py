@@ -135,6 +135,7 @@ async def _import(client: CoordinatorClient, opts: RunOptions, state: RunState, 
         shown, text = import_failure(path, exc, _capture_path(opts) if opts.capture_dir else None)
         opts.stderr.write(f"sparkwatch: import of {shown} ({fmt}) skipped: {text}\n")
         state.failed_imports.append(f"{shown} ({fmt}): {text}")
+        state.notes.append(f"import of {shown} ({fmt}) failed: {text}")  # the export says why it lacks them
         return
     log.info("imported %d window(s) from %s (%s)", done.count, path, fmt)
 
