@@ -208,3 +208,20 @@ async def test_a_slow_bmc_with_basic_auth_is_not_locked_out_by_its_own_search(
         sink = await two_readings(spec)
     assert [r.power_w for r in sink.readings[:2]] == [374.0, 374.0]
     assert not any("taken as refused" in e for _, _, e in sink.errors), sink.errors
+
+
+async def test_a_stand_in_that_fails_says_why_it_was_read() -> None:
+    """EnvironmentMetrics' reading a string ("120"), its Power linked but not there: each poll's error was
+    only "HTTP 404 for …/Power", a resource nobody meant to read, and the real cause was nowhere."""
+    answers, asked = resources("120"), Counter[str]()
+    del answers[f"{CHASSIS}/Power"]
+    async for url in served(bmc(answers, asked)):
+        spec = MeterSpec("redfish", url)
+        sink = Sink()
+        poller = MeterPoller("spark-1", spec, RedfishMeter(spec), sink, now_ns=ticks())
+        async with aiohttp.ClientSession() as session:
+            await poller.poll_once(session)
+    assert [e for _, _, e in sink.errors] == [
+        f"redfish answered HTTP 404 for {CHASSIS}/Power (read for EnvironmentMetrics, which has no usable"
+        " PowerWatts.Reading)"
+    ]

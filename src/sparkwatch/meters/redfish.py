@@ -89,9 +89,14 @@ class RedfishMeter:
             try:
                 body = await self._get(session, path)
                 return _environment(body) if kind == "env" else _power_control(body)
-            except MeterError:  # the BMC may have renumbered, or its reading gone null: look again next time
+            except MeterError as exc:  # the BMC may have renumbered, or its reading gone null: look again
                 self._reading_path = None
-                raise
+                if self._stand_in_since is None:
+                    raise
+                # the reason the stand-in is read at all, or the failure names only a resource not meant
+                raise MeterError(
+                    f"{exc} (read for EnvironmentMetrics, which has no usable PowerWatts.Reading)"
+                ) from None
         except asyncio.CancelledError:  # the poll's timeout
             # credentials that met a slow answer are taken as refused; not while the search still goes on:
             # its own answer says (a 401 refuses them), and a slow BMC's search had them refused after it
