@@ -35,6 +35,20 @@ def _chip(root: pathlib.Path, name: str, files: dict[str, str]) -> pathlib.Path:
     return folder
 
 
+def _sampler(sensors: HwmonSensors, clock: FakeClock) -> Sampler:
+    """A sampler of no GPU that reads ``sensors`` on ``clock``."""
+    return Sampler(
+        node="n1",
+        boot_id="b00t",
+        gpu=None,
+        memory=StaticMemory(),
+        sensors=sensors,
+        leases=IntervalLeases(1.0),
+        ring=SampleRing(100),
+        clocks=clock.clocks(),
+    )
+
+
 class Seconds:
     def __init__(self) -> None:
         self.now = 0.0
@@ -118,16 +132,7 @@ def test_a_capture_taken_before_a_change_is_decoded_against_what_it_read(tmp_pat
 def test_the_sampler_looks_for_new_chips_at_each_tick(tmp_path: pathlib.Path) -> None:
     clock = FakeClock()
     sensors = HwmonSensors(tmp_path, now_s=lambda: clock.mono / 1e9, rescan_s=30.0)
-    sampler = Sampler(
-        node="n1",
-        boot_id="b00t",
-        gpu=None,
-        memory=StaticMemory(),
-        sensors=sensors,
-        leases=IntervalLeases(1.0),
-        ring=SampleRing(100),
-        clocks=clock.clocks(),
-    )
+    sampler = _sampler(sensors, clock)
     assert sampler.tick().sensors == ()
     _chip(tmp_path, "hwmon3", SPBM)
     clock.advance(30.0)
@@ -187,16 +192,7 @@ def test_a_stream_says_the_new_sensors_in_a_hello_before_the_first_sample_read_w
     where the hwmon names change, as where the GPU inventory does."""
     clock = FakeClock()
     sensors = HwmonSensors(tmp_path, now_s=lambda: clock.mono / 1e9, rescan_s=30.0)
-    sampler = Sampler(
-        node="n1",
-        boot_id="b00t",
-        gpu=None,
-        memory=StaticMemory(),
-        sensors=sensors,
-        leases=IntervalLeases(1.0),
-        ring=SampleRing(100),
-        clocks=clock.clocks(),
-    )
+    sampler = _sampler(sensors, clock)
     sampler.tick()
     sampler.tick()
     _chip(tmp_path, "hwmon3", SPBM)
