@@ -77,7 +77,13 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
     assert node["clock"]["method"] == "monotonic"
     by_id = {w["id"]: w for w in export["windows"]}
     for w in by_id.values():
-        assert w["nodes"][0]["power_w_gated_mean"] == pytest.approx(BUSY_W, rel=3e-3), w["id"]
+        entry = w["nodes"][0]
+        if entry["coverage_ratio"] == 0.0:  # a stall as long as the window (1.1 s over a 0.8 s "before", in
+            # CI, no seq missing): no interval in it, said so, and nothing invented in its place
+            assert entry["power_w_gated_mean"] is None and w["verdict"] == "incomplete", w
+            assert entry["null_reasons"]["power_w_gated_mean"] == "no valid sample interval in the window", w
+            continue
+        assert entry["power_w_gated_mean"] == pytest.approx(BUSY_W, rel=3e-3), w["id"]
     for name in ("before", "after"):  # nothing stepped inside them
         w = by_id[name]
         if w["verdict"] != "ok":  # a 20 Hz sampler starved on a loaded machine (one CI run): a gap in the
