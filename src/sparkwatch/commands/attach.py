@@ -33,8 +33,6 @@ LMX_ROUNDING_W = 0.0505 + 1e-9
 #: run and the export's digest, so a sentence of the author's that merely says "Measured by sparkwatch" is
 #: never taken for ours.
 OUR_PARAGRAPH = re.compile(r"\s*Measured by sparkwatch \S+ \(run .+?, export sha256 [0-9a-f]{64}\)")
-#: The export digest the notes quote.
-QUOTED_DIGEST = re.compile(r"export sha256 ([0-9a-f]{64})")
 #: Paragraphs of notes: a blank line (LF or CRLF) between them.
 PARAGRAPH_BREAK = re.compile(r"(\r?\n[ \t]*\r?\n\s*)")
 WRAPPER = "payload"  # a saved lmx run file: {"payload": {...}, ...}
@@ -113,12 +111,11 @@ def lmx_values(export: dict[str, Any], name: str, force: bool) -> dict[str, Any]
 def _check_digest(export: dict[str, Any], notes: Any, name: str) -> None:
     """The notes published quote the export's sha256 (core.export.digest): one edited since it was made
     (its figures, its windows) no longer has it, and its notes would vouch for what it no longer holds."""
-    from sparkwatch.core.export import digest  # noqa: PLC0415 — numpy and the core, for attach alone
+    from sparkwatch.core.export import digest, quoted_digest  # noqa: PLC0415 — numpy and the core, attach alone
 
-    quoted = QUOTED_DIGEST.search(notes) if isinstance(notes, str) else None
-    sha = digest(export)
-    if quoted is None or quoted.group(1) != sha:
-        said = f"quote {quoted.group(1)}" if quoted else "quote no export sha256"
+    quoted, sha = quoted_digest(notes), digest(export)
+    if quoted != sha:
+        said = f"quote {quoted}" if quoted else "quote no export sha256"
         raise AttachError(
             f"{name}: its lmx notes {said}, but the export's sha256 is {sha}: the export was edited since it"
             " was made; export the run again"

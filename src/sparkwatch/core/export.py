@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -79,6 +80,12 @@ def digest(export: dict[str, Any]) -> str:
     return sha.hexdigest()
 
 
+def quoted_digest(notes: Any) -> str | None:
+    """The export sha256 lmx notes quote (``_lmx_notes`` writes it), None where they quote none."""
+    found = re.search(r"export sha256 ([0-9a-f]{64})", notes) if isinstance(notes, str) else None
+    return found.group(1) if found else None
+
+
 def build_export(
     run: RunSpec,
     nodes: Iterable[NodeInput],
@@ -102,6 +109,7 @@ def build_export(
     figures, memory, clocks, plotted = measured
     if callable(source):
         source = source()
+    in_scope = [w for w, m in zip(windows, plan.measured, strict=True) if m]
     export: dict[str, Any] = {
         "schema": EXPORT_SCHEMA,
         "run": _run_json(run, sparkwatch_version),
@@ -118,9 +126,7 @@ def build_export(
         "windows": [],  # made below, once the engine's entries are known (its key keeps this place)
         "totals": totals(
             figures,
-            Measured(
-                windows, [w for w, m in zip(windows, plan.measured, strict=True) if m], run.phases, run.scope
-            ),
+            Measured(windows, in_scope, run.phases, run.scope),
             peak_of_sum(memory, plan.scope),
         ),
     }
@@ -191,15 +197,9 @@ OPEN_RUN_NOTE = (
 
 
 def _run_json(run: RunSpec, version: str) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": run.id,
-        "name": run.name,
-        "command": run.command,
-        "t_start_ns": run.t_start_ns,
-        "t_end_ns": run.t_end_ns,
-        "sparkwatch_version": version,
-    }
-    if not run.ended:
+    out: dict[str, Any] = {"id": run.id, "name": run.name, "command": run.command}
+    out.update(t_start_ns=run.t_start_ns, t_end_ns=run.t_end_ns, sparkwatch_version=version)
+    if not run.ended:  # the keys in this order: the export's file and digest keep it
         out["notes"] = [OPEN_RUN_NOTE]
     return out
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from sparkwatch.core.domains import headline_entry
-from sparkwatch.core.export import digest
+from sparkwatch.core.export import digest, quoted_digest
 from sparkwatch.outputs import command_line
 from sparkwatch.report.doubt import doubt_mark
 from sparkwatch_agent.shared.units import GIB, one_decimal
@@ -129,12 +128,8 @@ def header(export: dict[str, Any]) -> list[tuple[str, str]]:
 
 def digest_text(export: dict[str, Any]) -> str:
     """The export's digest, and whether it is the one its lmx notes quote (a hand-edited export is not)."""
-    sha = digest(export)
-    notes = (export.get("lmx") or {}).get("notes")
-    quoted = re.search(r"sha256 ([0-9a-f]{64})", notes) if isinstance(notes, str) else None
-    if quoted is None:
-        return sha
-    return sha if quoted.group(1) == sha else f"{sha} (the lmx notes quote {quoted.group(1)}: edited since)"
+    sha, quoted = digest(export), quoted_digest((export.get("lmx") or {}).get("notes"))
+    return sha if quoted in (None, sha) else f"{sha} (the lmx notes quote {quoted}: edited since)"
 
 
 def method_line(export: dict[str, Any]) -> str:
