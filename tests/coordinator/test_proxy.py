@@ -221,6 +221,35 @@ def test_a_comment_line_past_the_bound_is_dropped_alone(monkeypatch: pytest.Monk
     assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (3, 4)
 
 
+def test_a_llama_cpp_native_stream_is_stamped_counted_and_finished() -> None:
+    """llama.cpp's own stream (``POST /completion`` with ``"stream": true``): partial results with their
+    text in ``content`` and running counts, a last one with ``stop`` true, its ``stop_type`` and timings
+    (tools/server/server-task.cpp, ``to_json_non_oaicompat`` of a partial and of a final result)."""
+    part = {"index": 0, "tokens": [], "stop": False, "id_slot": 0, "tokens_evaluated": 5}
+    last = {
+        **part,
+        "content": "",
+        "stop": True,
+        "tokens_predicted": 2,
+        "stop_type": "limit",
+        "stopping_word": "",
+        "tokens_cached": 7,
+        "timings": {"cache_n": 0, "prompt_n": 5, "predicted_n": 2},
+    }
+    events = [
+        {**part, "content": "", "tokens_predicted": 0, "prompt_progress": {"total": 5, "processed": 5}},
+        {**part, "content": "he", "tokens_predicted": 1},
+        {**part, "content": "llo", "tokens_predicted": 2},
+        last,
+    ]
+    stamps = watch([sse(e) for e in events]).stamps
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (2, 3)  # not the progress, not the last
+    assert (stamps.prompt_tokens, stamps.completion_tokens, stamps.cached_tokens) == (5, 2, None)
+    assert stamps.finish_reason == "limit" and stamps.unparsed_events == 0
+    cut = watch([sse(e) for e in events[:3]]).stamps  # the stream ended before its last result
+    assert cut.finish_reason is None and cut.t_last_token_ns == 3
+
+
 def test_non_streamed_json_gives_usage_but_no_token_times() -> None:
     watcher = ResponseWatcher(streaming=False)
     body = json.dumps(

@@ -32,7 +32,9 @@ from sparkwatch_agent.shared.parse_errors import parser_problem
 
 log = logging.getLogger(__name__)
 
-GENERATION_SUFFIXES = ("/chat/completions", "/completions")
+#: The OpenAI paths (``/v1/chat/completions``, ``/v1/completions``) and llama.cpp's own (``/completion``,
+#: ``/completions``: its native shape, read by sse_watch).
+GENERATION_SUFFIXES = ("/chat/completions", "/completions", "/completion")
 #: The request's place in the order generation requests arrived: its window's number (ids in arrival order).
 ARRIVAL = web.RequestKey("sparkwatch_arrival", int)
 #: How long requests in flight get to finish when the proxy closes (the runner's shutdown timeout).

@@ -3,7 +3,7 @@
 Fed the body chunk by chunk with the time each chunk arrived, it notes the first byte, the first and last
 event that carried generated text (``content``, ``reasoning_content``/``reasoning``, a completion's ``text``
 or a tool call's name or arguments: a role-only first chunk is not a token), the ``usage`` of the stream
-and the finish reason.
+and the finish reason; and the same of llama.cpp's own shape (``content``, ``stop_type``, token counts).
 Pure and synchronous, so the proxy's per-chunk cost is this parser's and it is tested without a server.
 """
 
@@ -212,17 +212,38 @@ class ResponseWatcher:
                 if not isinstance(choice, dict):
                     continue
                 if not final_json and _has_text(choice):
-                    if stamps.t_first_token_ns is None:
-                        stamps.t_first_token_ns = t_ns
-                    stamps.t_last_token_ns = t_ns
-                reason = choice.get("finish_reason")
-                if (
-                    isinstance(reason, str) and reason
-                ):  # a control character would lose the window (check_window)
-                    stamps.finish_reason = CONTROL_CHARS_RE.sub("?", reason)[:FINISH_REASON_MAX_CHARS]
+                    self._token(t_ns)
+                self._finished(choice.get("finish_reason"))
+        elif isinstance(event.get("stop"), bool):
+            self._native(event, t_ns, final_json)
         usage = event.get("usage")
         if isinstance(usage, dict):
             self._usage(usage)
+
+    def _native(self, event: dict[str, Any], t_ns: int, final_json: bool) -> None:
+        """llama.cpp's own completion shape (``POST /completion`` and ``/completions``, streamed or not): no
+        ``choices``; the text in ``content``, ``stop`` true on the last event with its ``stop_type`` (``eos``,
+        ``word``, ``limit``; ``none`` when it did not stop), the prompt's tokens in ``tokens_evaluated`` and
+        those generated so far in ``tokens_predicted``. Its ``tokens_cached`` is not the prompt's cached
+        part (it counts the slot's whole cache), so the cached count stays unknown."""
+        content = event.get("content")
+        if not final_json and isinstance(content, str) and content:
+            self._token(t_ns)
+        if event["stop"] and event.get("stop_type") != "none":
+            self._finished(event.get("stop_type"))
+        prompt, predicted = event.get("tokens_evaluated"), event.get("tokens_predicted")
+        self._usage({"prompt_tokens": prompt, "completion_tokens": predicted})
+
+    def _token(self, t_ns: int) -> None:
+        """An event that carried generated text arrived at ``t_ns``."""
+        if self.stamps.t_first_token_ns is None:
+            self.stamps.t_first_token_ns = t_ns
+        self.stamps.t_last_token_ns = t_ns
+
+    def _finished(self, reason: Any) -> None:
+        """A finish reason, where one is given; a control character would lose the window (check_window)."""
+        if isinstance(reason, str) and reason:
+            self.stamps.finish_reason = CONTROL_CHARS_RE.sub("?", reason)[:FINISH_REASON_MAX_CHARS]
 
     def _usage(self, usage: dict[str, Any]) -> None:
         """The counts a usage gives; one it lacks (or gives as null) keeps what an earlier usage said (a last
