@@ -12,6 +12,7 @@ import pytest
 from test_sampler import FakeClock, StaticMemory
 
 from sparkwatch_agent.hardware.hwmon import HwmonSensors
+from sparkwatch_agent.hardware.hwmon_discovery import MAX_CHANNELS
 from sparkwatch_agent.sampling.leases import IntervalLeases
 from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sampler import Sampler
@@ -210,3 +211,26 @@ def test_a_stream_says_the_new_sensors_in_a_hello_before_the_first_sample_read_w
     kinds = [(f["type"], f.get("seq", f.get("rev"))) for f in lines]
     assert kinds == [("sample", 1), ("sample", 2), ("hello", 1), ("sample", 3), ("sample", 4), ("sample", 5)]
     sampler.stop()
+
+
+def test_a_chip_of_many_channels_that_sorts_first_does_not_push_a_kept_channel_out(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the frame's channel limit, what is read already stays read: a chip that comes later and sorts
+    before it (``hwmon1`` before ``hwmon5``) fills only the room left."""
+    _chip(tmp_path, "hwmon5", SPBM)
+    clock = Seconds()
+    sensors = HwmonSensors(tmp_path, now_s=clock, rescan_s=30.0)
+    sensors.read()  # the node's whole draw, counting
+    many = {"name": "many"}
+    for i in range(MAX_CHANNELS):
+        many |= {f"power{i}_label": f"rail{i}", f"power{i}_input": "1000000"}
+    _chip(tmp_path, "hwmon1", many)
+    clock.now = 30.0
+    with caplog.at_level(logging.WARNING):
+        sensors.refresh()
+    channels = [n for n in sensors.names if n != "pl_level"]
+    assert len(channels) == MAX_CHANNELS and {"gpu", "sys_total"} <= set(channels)
+    assert channels.count("rail125") == 1 and "rail126" not in channels  # the new chip's first 126
+    (said,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert said.startswith("hwmon: left out 2 channels past the 128 read: hwmon1's 'rail126'"), said

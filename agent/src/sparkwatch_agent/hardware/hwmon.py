@@ -195,7 +195,7 @@ class HwmonSensors:
         took its name, and its count began again at 0); a new one is named around those kept."""
         old = self._layout
         kept = {_files_of(ch): ch for ch in old.channels}
-        found = discover_channels(chips)
+        found = discover_channels(chips, keep=frozenset(kept))
         again = {
             (s.power, s.energy): kept.pop((s.power, s.energy))
             for s in found

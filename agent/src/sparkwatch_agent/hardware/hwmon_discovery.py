@@ -158,11 +158,33 @@ def discover_statuses(chips: tuple[Path, ...]) -> tuple[StatusSpec, ...]:
     return tuple(statuses.values())
 
 
-def discover_channels(chips: tuple[Path, ...]) -> tuple[ChannelSpec, ...]:
+def discover_channels(
+    chips: tuple[Path, ...], keep: frozenset[tuple[Path | None, Path | None]] = frozenset()
+) -> tuple[ChannelSpec, ...]:
     """Every chip's channels in chip order, named apart (a name taken twice gets its chip folder's name)
-    and at most MAX_CHANNELS."""
+    and at most MAX_CHANNELS: those read already (``keep``, by their power and energy files) first, so a
+    chip that comes and sorts before them does not push them past the limit."""
+    found = _named_channels(chips)
+    kept = sum((s.power, s.energy) in keep for s in found)
+    room = max(0, MAX_CHANNELS - kept)
+    chosen, beyond = [], []  # past MAX_CHANNELS: said in one line (a chip of 300 channels made 172)
+    for spec in found:
+        if (spec.power, spec.energy) in keep:
+            chosen.append(spec)
+        elif room:
+            chosen.append(spec)
+            room -= 1
+        else:
+            beyond.append(f"{spec.folder}'s {spec.sensor!r}")
+    if beyond:
+        shown = ", ".join(beyond[:5]) + (", …" if len(beyond) > 5 else "")
+        log.warning("hwmon: left out %d channels past the %d read: %s", len(beyond), MAX_CHANNELS, shown)
+    return tuple(chosen)
+
+
+def _named_channels(chips: tuple[Path, ...]) -> list[ChannelSpec]:
+    """Every chip's channels in chip order, named apart, however many."""
     channels: dict[str, ChannelSpec] = {}
-    beyond: list[str] = []  # past MAX_CHANNELS: said in one line (a chip of 300 channels made 172)
     for chip_dir in chips:
         chip, by_label = _chip_channels(chip_dir)
         for label, (power, energy) in by_label.items():
@@ -174,15 +196,9 @@ def discover_channels(chips: tuple[Path, ...]) -> tuple[ChannelSpec, ...]:
             if name in channels:
                 log.warning("hwmon: left out %s's channel %r: its name %r is taken", chip_dir, label, name)
                 continue
-            if len(channels) == MAX_CHANNELS:
-                beyond.append(f"{chip_dir.name}'s {label!r}")
-                continue
             source = fit(f"hwmon:{chip}")
             channels[name] = ChannelSpec(name, classify(label, chip), source, power, energy, chip_dir.name)
-    if beyond:
-        shown = ", ".join(beyond[:5]) + (", …" if len(beyond) > 5 else "")
-        log.warning("hwmon: left out %d channels past the %d read: %s", len(beyond), MAX_CHANNELS, shown)
-    return tuple(channels.values())
+    return list(channels.values())
 
 
 def _chip_channels(chip_dir: Path) -> tuple[str, dict[str, tuple[Path | None, Path | None]]]:
