@@ -50,13 +50,21 @@ def test_members_and_spans_agree_with_one_whole_parse(body: str) -> None:
         (b'{"windows": ["\xff"]}', "not UTF-8"),
         (b'{"windows": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "invalid JSON"),
         (b"", "'{' expected"),
+        pytest.param(  # int() of it told the client to call sys.set_int_max_str_digits()
+            b'{"windows": [' + b"9" * 5000 + b"]}",
+            "an integer of 5000 digits, a number too large to store",
+            id="5000-digits",
+        ),
+        pytest.param(
+            b'{"n": -' + b"1" * 400 + b', "windows": []}', "an integer of 400 digits", id="400-digits"
+        ),
     ],
 )
 def test_what_is_not_one_json_object_is_refused_in_one_line(raw: bytes, words: str) -> None:
     with pytest.raises(ScanError) as caught:
         scan(raw, 10)
     assert words in str(caught.value)
-    assert "\n" not in str(caught.value)
+    assert "\n" not in str(caught.value) and "set_int_max_str_digits" not in str(caught.value)
 
 
 @pytest.mark.parametrize(

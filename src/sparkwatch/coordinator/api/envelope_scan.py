@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sparkwatch_agent.shared.strict_text import whole_number
+
 #: The member whose elements are returned as spans rather than values.
 SPANNED = "windows"
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -47,7 +49,11 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique)
+#: An integer of more digits than a double holds is said as that (``int()`` of one past 4300 digits told the
+#: client to call ``sys.set_int_max_str_digits()``).
+_DECODER = json.JSONDecoder(
+    parse_constant=_refuse_constant, object_pairs_hook=_unique, parse_int=whole_number
+)
 
 
 @dataclass(frozen=True, slots=True)
