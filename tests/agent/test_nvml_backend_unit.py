@@ -16,6 +16,7 @@ from doubles.nvml_fake import (
     gb10_fake,
 )
 from sparkwatch_agent.hardware.nvml.backend import NvmlBackend
+from sparkwatch_agent.hardware.nvml.direct import process_total
 from sparkwatch_agent.hardware.readings import DeviceError
 
 HOST_128G = 128 * 10**9
@@ -138,13 +139,22 @@ def test_memory_model_detection(gpu_total: int, host_total: int, expected: str) 
     assert inventory.gpus[0].capabilities["memory_info"].state == expected_state
 
 
-def test_process_memory_none_when_driver_hides_it() -> None:
+def test_process_memory_is_unknown_where_the_driver_hides_any_process_s() -> None:
     lib = FakeNvml([FakeGpu(mem_total=80 * 2**30, procs=[None, None])])
     backend = NvmlBackend(lib=lib)
     backend.open(HOST_128G)
     assert backend.read()[0].process_mem_bytes is None
+    lib.gpus[0].procs = [None, 1 << 30, None]  # one known of three: 1 GiB is not the processes' total
+    assert backend.read()[0].process_mem_bytes is None
+    lib.gpus[0].procs = [1 << 30, 2 << 30]
+    assert backend.read()[0].process_mem_bytes == 3 << 30
     lib.gpus[0].procs = []
     assert backend.read()[0].process_mem_bytes == 0  # no process at all is a true zero
+
+
+def test_the_direct_readers_total_is_unknown_where_one_process_is() -> None:
+    assert process_total([None, 1 << 30]) is None
+    assert process_total([1 << 30, 2 << 30]) == 3 << 30 and process_total([]) == 0
 
 
 def test_out_of_range_value_at_probe_is_a_gap_not_a_refusal() -> None:

@@ -69,7 +69,7 @@ _GPU_VALUES: tuple[tuple[str, str, str, bool], ...] = (
     ("sparkwatch_gpu_sm_clock_hertz", "SM clock.", "sm_clock_hz", False),
     (
         "sparkwatch_gpu_process_memory_bytes",
-        "Sum of usedGpuMemory over running compute processes.",
+        "Sum of usedGpuMemory over running compute processes (absent where NVML knows not every one's).",
         "process_mem_bytes",
         False,
     ),

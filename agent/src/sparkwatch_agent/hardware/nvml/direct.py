@@ -357,11 +357,18 @@ class DirectDevice:
             errors.append(("power_instant", "OUT_OF_RANGE"))
 
     def _process_sum(self, processes: bytes) -> int | None:
-        """Sum of ``usedGpuMemory`` over the entries; ``None`` when NVML knew it for none of them."""
+        """:func:`process_total` of the entries' ``usedGpuMemory``."""
         assert self._process_used is not None
         na = self._not_available
-        used = [m for (m,) in self._process_used.iter_unpack(processes) if m != na]
-        return sum(used) if used or not processes else None
+        return process_total([None if m == na else m for (m,) in self._process_used.iter_unpack(processes)])
+
+
+def process_total(used: list[int | None]) -> int | None:
+    """The compute processes' GPU memory summed; 0 with no process, ``None`` where NVML does not know one
+    process's (``NVML_VALUE_NOT_AVAILABLE``: unified memory, or a process in another container): the sum of
+    the others would be a total too low, shown as the whole."""
+    known = [m for m in used if m is not None]
+    return sum(known) if len(known) == len(used) else None
 
 
 _UTIL, _MEM_UTIL = VALUE_SLOTS["util_ratio"], VALUE_SLOTS["mem_util_ratio"]

@@ -18,6 +18,7 @@ from sparkwatch_agent.hardware.nvml.direct import (
     Out,
     Reader,
     field_value,
+    process_total,
 )
 
 #: Per field, (detail recorded when it answers, reader), in order of preference.
@@ -140,7 +141,6 @@ def _bitmask(lib: Any, name: str) -> Reader:
 def _process_memory(lib: Any) -> Reader:
     def read(h: Any, out: Out) -> None:
         procs = lib.nvmlDeviceGetComputeRunningProcesses(h)
-        used = [p.usedGpuMemory for p in procs if p.usedGpuMemory is not None]
-        out["process_mem_bytes"] = int(sum(used)) if used or not procs else None
+        out["process_mem_bytes"] = process_total([p.usedGpuMemory for p in procs])
 
     return read
