@@ -459,7 +459,8 @@ async def test_a_stuck_sampler_makes_metrics_serve_no_hardware_value_and_says_so
             "sparkwatch_agent_samples_total{" in text
             and "sparkwatch_agent_last_sample_timestamp_seconds{" in text
         )
-    assert "sparkwatch_gpu_power_watts{" in fresh
+        assert "sparkwatch_agent_gpu_up{" not in text  # the GPU's last answer is not the present's
+    assert "sparkwatch_gpu_power_watts{" in fresh and 'sparkwatch_agent_gpu_up{node="spark-t"} 1.0' in fresh
     said = [r.getMessage() for r in caplog.records if r.name == "sparkwatch_agent.serving.metrics"]
     assert len(said) == 2 and said[0].startswith("no sample for 6.") and "a hardware read blocks" in said[0]
     assert said[1] == "sampling again after a stall: /metrics serves hardware values again"

@@ -2,8 +2,8 @@
 
 A scrape never touches hardware. Unknown values are absent series (never 0, never NaN); GPU series vanish
 while the GPU is lost rather than repeating a stale value, and every hardware value vanishes while the
-sampler is stuck (its last sample older than the health limit): a blocked read had the scrapes serve the
-values from before it as fresh, for as long as it blocked. The agent's own series stay (its
+sampler is stuck (its last sample older than the health limit), ``gpu_up`` too: a blocked read had the
+scrapes serve the values from before it as fresh, for as long as it blocked. The agent's own series stay (its
 ``last_sample_timestamp_seconds`` says since when), and the stall and the recovery are logged once each.
 """
 
@@ -102,12 +102,13 @@ class SnapshotCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         snap = self._get()
         node = snap.node
-        if self._fresh(snap):
+        fresh = self._fresh(snap)
+        if fresh:
             yield from self._gpu_metrics(snap)
             yield self._clock_event_metrics(snap)
             yield from self._host_metrics(snap)
             yield from self._sensor_metrics(snap)
-        yield from self._agent_metrics(snap, node)
+        yield from self._agent_metrics(snap, node, fresh)
 
     def _fresh(self, snap: Snapshot) -> bool:
         age_s = sample_age_s(snap, self._mono_ns())
@@ -240,7 +241,8 @@ class SnapshotCollector(Collector):
         yield status
 
     @staticmethod
-    def _agent_metrics(snap: Snapshot, node: str) -> Iterator[Metric]:
+    def _agent_metrics(snap: Snapshot, node: str, fresh: bool) -> Iterator[Metric]:
+        """The agent's own series."""
         c = snap.counters
         info = GaugeMetricFamily(
             "sparkwatch_agent_info",
@@ -249,9 +251,7 @@ class SnapshotCollector(Collector):
         )
         info.add_metric([node, __version__, snap.boot_id, snap.backend], 1.0)
         yield info
-        up = GaugeMetricFamily("sparkwatch_agent_gpu_up", "1 while the GPU backend answers.", labels=["node"])
-        up.add_metric([node], 1.0 if snap.gpu_ok else 0.0)
-        yield up
+        yield _gpu_up(snap, node, fresh)
         samples = CounterMetricFamily("sparkwatch_agent_samples", "Samples taken.", labels=["node"])
         samples.add_metric([node], float(c.samples_total))
         yield samples
@@ -305,3 +305,16 @@ def make_registry(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(get_snapshot, mono_ns))
     return registry
+
+
+def _gpu_up(snap: Snapshot, node: str, fresh: bool) -> Metric:
+    """``gpu_up`` only while sampling: a stuck read may be the GPU's, its last answer is not the present's,
+    and a 1 kept every alert quiet."""
+    up = GaugeMetricFamily(
+        "sparkwatch_agent_gpu_up",
+        "1 while the GPU backend answers (absent while sampling stalls).",
+        labels=["node"],
+    )
+    if fresh:
+        up.add_metric([node], 1.0 if snap.gpu_ok else 0.0)
+    return up
