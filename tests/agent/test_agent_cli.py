@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from typing import Any
@@ -19,6 +20,7 @@ import aiohttp
 import pytest
 
 from helpers.processes import free_port
+from sparkwatch_agent.serving import stdio
 from sparkwatch_agent.shared.units import lmx_gb
 
 AGENT = [sys.executable, "-m", "sparkwatch_agent"]
@@ -193,6 +195,30 @@ def test_stream_stdio_emits_hello_then_samples_and_takes_commands() -> None:
         proc.wait(5)
     assert proc.returncode == 0
     assert proc.stderr is not None and 'names the key "holder" twice in one object' in proc.stderr.read()
+
+
+def test_a_stdin_line_too_long_is_dropped_whole_not_its_tail_applied(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A line past MAX_COMMAND_BYTES is no command, however it is split; its tail (a valid command here)
+    was kept and applied. The lines around it are read as ever."""
+    applied: list[str] = []
+    monkeypatch.setattr(stdio, "_apply_command", lambda _s, line, _r, _w: applied.append(line))
+    command = '{"type": "interval", "holder": "x", "interval_s": 0.05}'
+    feed = f"{command}\nNOT JSON {' ' * 300_000}{command}\n{command.replace('x', 'y')}\n".encode()
+    read, write = os.pipe()
+    with open(write, "wb") as w:  # in pieces the size of a pipe's reads and smaller
+        for at in range(0, len(feed), 40_000):
+            w.write(feed[at : at + 40_000])
+            w.flush()
+            if at == 0:
+                reader = threading.Thread(target=stdio._read_commands, args=(None, read, None, None))
+                reader.start()
+    reader.join(5)
+    os.close(read)
+    assert applied == [command, command.replace("x", "y")]
+    said = [r.getMessage() for r in caplog.records if "stdin line over" in r.getMessage()]
+    assert said == [f"ignored a stdin line over {stdio.MAX_COMMAND_BYTES} bytes: no command is that long"]
 
 
 def test_stream_stdio_writes_each_sample_right_after_its_tick() -> None:

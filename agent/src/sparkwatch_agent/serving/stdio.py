@@ -68,12 +68,16 @@ def _apply_command(
     sampler.wake()
 
 
+#: The longest command line read; a longer one is dropped whole (its tail was once applied as a command).
+MAX_COMMAND_BYTES = 65536
+
+
 def _read_commands(
     sampler: Sampler, stdin_fd: int, replies: queue.SimpleQueue[bytes], wake: threading.Event
 ) -> None:
     """Read command lines from the raw descriptor: a daemon thread blocked inside a buffered reader would
     abort the interpreter at exit (it holds the buffer's lock)."""
-    pending = b""
+    pending, overlong = b"", False  # overlong: inside a line past MAX_COMMAND_BYTES, dropped to its end
     while True:
         try:
             chunk = os.read(stdin_fd, 65536)
@@ -81,13 +85,17 @@ def _read_commands(
             return  # no usable stdin: the stream still runs, just without commands
         if not chunk:
             return
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
+        *lines, pending = (pending + chunk).split(b"\n")
+        if overlong and lines:  # the first is the end of the line too long: not a command, nor its tail
+            lines, overlong = lines[1:], False
         for raw in lines:
             line = raw.decode("utf-8", errors="replace").strip()
             if line:
                 _apply_command(sampler, line, replies, wake)
-        pending = pending[-65536:]  # a line without end is not a command; do not let it grow
+        if len(pending) > MAX_COMMAND_BYTES:  # not held: it would grow without end
+            if not overlong:
+                log.warning("ignored a stdin line over %d bytes: no command is that long", MAX_COMMAND_BYTES)
+            pending, overlong = b"", True
 
 
 class _Unwritable(Exception):
