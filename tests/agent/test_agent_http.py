@@ -80,9 +80,10 @@ async def test_auth_refusals(secured: TestClient) -> None:
         assert r.status == 401, path
         assert (await r.json())["error"] == "unauthorized"
         assert "send 'Authorization: Bearer <token>'" in (await r.json())["reason"]
-    r = await secured.get("/v1/time", headers={"Authorization": "Bearer wrong-token-xxxxxxxx"})
-    assert r.status == 401  # a wrong token is told apart from none (the reason never shows either)
-    assert (await r.json())["reason"] == "the bearer token sent is not this server's (see --token-file)"
+    for scheme in ("Bearer", "bearer"):  # any case of the scheme: a lowercase one was told to send one
+        r = await secured.get("/v1/time", headers={"Authorization": f"{scheme} wrong-token-xxxxxxxx"})
+        assert r.status == 401  # a wrong token is told apart from none (the reason never shows either)
+        assert (await r.json())["reason"] == "the bearer token sent is not this server's (see --token-file)"
     r = await secured.get("/v1/time", headers={"Authorization": f"Bearer {TOKEN}"})
     assert r.status == 200
     # two Authorization headers: which counts is each intermediary's guess (the first one was taken)

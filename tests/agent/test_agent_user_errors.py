@@ -367,6 +367,9 @@ def test_a_query_parameter_a_route_does_not_take_is_refused_not_ignored(
     status, _, body = raw_request(agent.port, http("DELETE", "/v1/interval?holder=nobody", TOKEN))
     assert status == 200 and json.loads(body)["released"] is False  # the route's own parameter is taken
     assert raw_request(agent.port, http("GET", "/metrics?name[]=x"))[0] == 200  # not /v1/: a scrape's params
+    for after in ("1_0", "%2B7", "%207", "-1", "x"):  # int() took the first three as 10, 7 and 7
+        answer = raw_request(agent.port, http("GET", f"/v1/stream?after={after}", TOKEN))
+        assert _refusal(answer, 400, "bad_request") == "after must be a non-negative integer seq", after
     assert _refusal(raw_request(agent.port, http("GET", "/v1/nope?x=1", TOKEN)), 404, "not_found")
     assert "Traceback" not in agent.stop()
 
@@ -556,6 +559,20 @@ def test_a_stdio_stream_with_stdout_closed_is_refused_not_run_for_nobody() -> No
     assert result.stderr == said
 
 
+def test_a_probe_with_stdout_closed_says_it_cannot_write_it() -> None:
+    """`probe >&-` printed to /dev/null and exited 0: a probe no one could read, reported as done."""
+    result = subprocess.run(
+        [*AGENT, "probe", "--backend", "sim"],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=30,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert result.returncode == 74  # EX_IOERR, as for a stdout that takes no writes
+    assert result.stderr == "sparkwatch-agent: error: cannot write the probe to stdout: it is closed\n"
+
+
 def test_relative_paths_in_a_config_file_are_the_files_folders(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -578,3 +595,10 @@ def test_relative_paths_in_a_config_file_are_the_files_folders(
     assert build_config({"hwmon_root": "mine"}, load_toml(config)).hwmon_root == pathlib.Path("mine")
     config.write_text('[agent]\ntoken_file = "~/agent.token"\n')  # a home folder's, as the nodes file's
     assert build_config({}, load_toml(config)).token_file == pathlib.Path.home() / "agent.token"
+    config.write_text('[agent]\ntoken_file = "~nosuchuser-sw/agent.token"\n')  # one line, no traceback
+    with pytest.raises(ConfigError) as caught:
+        load_toml(config)
+    assert str(caught.value) == (
+        f"config file {config}: token_file: cannot expand ~ in '~nosuchuser-sw/agent.token':"
+        " no such user or home directory"
+    )

@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stream" and "stdout" in replaced:  # the stream would go to /dev/null, for ever
         print(f"{PROG}: error: stream --stdio: stdout is closed: nowhere to stream to", file=sys.stderr)
         return 2
+    if args.command == "probe" and "stdout" in replaced:  # printed to /dev/null, exit 0: read by nobody
+        print(f"{PROG}: error: cannot write the probe to stdout: it is closed", file=sys.stderr)
+        return EX_IOERR
     try:
         config = _config_from(args)
         parts = assemble(config)

@@ -108,13 +108,18 @@ def load_toml(path: Path) -> dict[str, Any]:
             raise ConfigError(f"config file {path}: {key} must be of type {want.__name__}")
     # a relative path in the file is the file's folder's, as in the coordinator's nodes file: under
     # systemd the working directory is /, and `token_file = "agent.token"` beside the file was not found
-    anchored = {k: _anchored(v, path.parent) for k, v in section.items() if k in _FILE_PATHS and v}
+    anchored = {k: _anchored(v, path, k) for k, v in section.items() if k in _FILE_PATHS and v}
     return {**section, **anchored}
 
 
-def _anchored(value: str, folder: Path) -> str:
-    """A path from the config file: ``~`` expanded, then a relative one taken from ``folder``."""
-    return str(folder / Path(value).expanduser())
+def _anchored(value: str, config: Path, key: str) -> str:
+    """A path from the config file: ``~`` expanded, then a relative one taken from the file's folder."""
+    try:
+        return str(config.parent / Path(value).expanduser())
+    except RuntimeError:  # HOME unset and no passwd entry, or no such user: one line, as nodes.toml says it
+        raise ConfigError(
+            f"config file {config}: {key}: cannot expand ~ in {value!r}: no such user or home directory"
+        ) from None
 
 
 #: Settings that name host files the sim backend never reads: its memory and sensors are simulated.

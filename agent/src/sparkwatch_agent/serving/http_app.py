@@ -228,6 +228,8 @@ async def stream(request: web.Request) -> web.StreamResponse:
     ctx = request.app[CONTEXT]
     raw_after = request.query.get("after")
     try:
+        if raw_after is not None and not (raw_after.isascii() and raw_after.isdigit()):
+            raise ValueError  # int() takes "1_0", " 7" and "+7" too: not a seq as the stream writes one
         after = int(raw_after) if raw_after is not None else ctx.sampler.last_seq
         if not 0 <= after <= MAX_SEQ:
             raise ValueError

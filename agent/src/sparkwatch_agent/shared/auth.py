@@ -123,15 +123,15 @@ def bearer_ok(header: str | None, token: str) -> bool:
     """``Authorization: Bearer <token>``, the scheme in any case (RFC 9110 §11.1: it is case-insensitive).
     A header of bytes that are not UTF-8 (aiohttp hands them over surrogate-escaped) is no token: a 401,
     not the 500 its ``encode`` would raise."""
-    presented = _bearer(header)
+    presented = bearer_token(header)
     try:
         return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
     except UnicodeEncodeError:
         return False
 
 
-def _bearer(header: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer`` header (None: no such header)."""
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, the scheme in any case (None: no such header)."""
     if not header or header[: len("Bearer ")].lower() != "bearer ":
         return None
     return header[len("Bearer ") :].strip()
@@ -181,7 +181,7 @@ class Admission:
         """``presented``: the request's ``Authorization`` header, which the server checked against the token
         in force then (a token read now could already be the next one: the stream would never end)."""
         self._token = token
-        self._admitted = None if token is None else _bearer(presented) or expected_token(token)
+        self._admitted = None if token is None else bearer_token(presented) or expected_token(token)
         self._now_s = now_s
         self._every_s = every_s
         self._next_s = now_s() + every_s

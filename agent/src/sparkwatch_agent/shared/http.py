@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sparkwatch_agent.shared.auth import ServerToken, bearer_ok, expected_token
+from sparkwatch_agent.shared.auth import ServerToken, bearer_ok, bearer_token, expected_token
 from sparkwatch_agent.shared.conn_guard import ConnectionGuard, RefusalBody, error_and_reason
 from sparkwatch_agent.shared.listener import GuardedSite
 from sparkwatch_agent.shared.log_limit import install_accept_error_log
@@ -184,7 +184,7 @@ def bearer_middleware(
             # which one counts is each intermediary's guess (the first was taken, the second ignored)
             return json_error(401, "unauthorized", "send one Authorization header, not several")
         if token is not None and protected(request.path) and not bearer_ok(header, expected_token(token)):
-            if header is None or not header.startswith("Bearer "):
+            if bearer_token(header) is None:  # no Bearer header at all, in any case of the scheme
                 return json_error(
                     401, "unauthorized", "send 'Authorization: Bearer <token>' (see --token-file)"
                 )
