@@ -207,6 +207,9 @@ def test_phases_the_store_cannot_read_are_a_store_error(tmp_path: pathlib.Path) 
         store.close()
 
 
+COMMAND_SAID = "is not a JSON object of argv (text) and exit_code (integer)"
+
+
 @pytest.mark.parametrize(
     ("column", "stored", "said"),
     [
@@ -218,7 +221,18 @@ def test_phases_the_store_cannot_read_are_a_store_error(tmp_path: pathlib.Path) 
         ("t_start_ns", "x" * 60, "t_start_ns '" + "x" * 38 + "… is not an integer"),
         ("t_end_ns", T0 - 1, f"t_end_ns {T0 - 1} is not an integer at or after t_start_ns"),
         ("name", "", "name '' is not a name of 1-200 characters"),
-        ("command", "[1]", "command '[1]' is not a JSON object"),
+        ("command", "[1]", "command '[1]' " + COMMAND_SAID),
+        (
+            "command",
+            '{"argv": 5}',
+            "command '{\"argv\": 5}' " + COMMAND_SAID,
+        ),  # the export's schema refused it
+        (
+            "command",
+            '{"argv": ["x"], "exit_code": "0"}',
+            'command \'{"argv": ["x"], "exit_code": "0"}\' ' + COMMAND_SAID,
+        ),
+        ("phases", '["Timed"]', "phases '[\"Timed\"]' are not phase names"),  # every figure was null
     ],
 )
 def test_a_run_row_damaged_outside_sparkwatch_is_a_store_error(

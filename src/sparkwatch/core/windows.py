@@ -128,6 +128,15 @@ WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Window))
 
 def check_window(w: Window) -> Window:
     """``w`` if it obeys every rule a stored window obeys, else :class:`WindowError` for the first broken."""
+    check_fields(w)
+    check_source(w.source)
+    return w
+
+
+def check_fields(w: Window) -> None:
+    """The rules of :func:`check_window` but its source's: what a store checks again for each window it reads
+    (a source shared by many windows is checked once): a row edited outside sparkwatch with a phase of
+    ``Timed`` left its window out of every figure, in silence, and made an export its own schema refuses."""
     if not 1 <= len(w.id) <= ID_MAX_CHARS:
         raise WindowError("id", f"must be 1..{ID_MAX_CHARS} characters, found {len(w.id)}")
     for name in ("id", "finish_reason"):  # one line wherever they show, as a run's name (defaults.check_name)
@@ -141,21 +150,11 @@ def check_window(w: Window) -> Window:
     check_numbers(w)
     if w.finish_reason is not None and not 1 <= len(w.finish_reason) <= FINISH_REASON_MAX_CHARS:
         raise WindowError("finish_reason", f"must be 1..{FINISH_REASON_MAX_CHARS} characters")
-    check_source(w.source)
-    for (
-        note
-    ) in CUT_SHORT:  # "yes" or 1 would leave a failed request measured, in silence (failure: ``is True``)
-        if note in w.source and not isinstance(w.source[note], bool):
-            raise WindowError(
-                f"source.{note}", f"must be true or false, found {cut_short(repr(w.source[note]))}"
-            )
-    return w
 
 
 def check_numbers(w: Window) -> None:
     """The rules of ``check_window`` that the figures rest on (the stamps' order, the counts, the status),
-    for a window already typed: what a store checks again as it reads one (its other rules only shape text
-    and were added over time; a window stored before one was must still read)."""
+    for a window already typed."""
     if w.t_end_ns < w.t_start_ns:
         end, start = quoted_number(w.t_end_ns), quoted_number(w.t_start_ns)
         raise WindowError("t_end_ns", f"ends before it starts ({end} < t_start_ns {start})")
@@ -178,13 +177,19 @@ def check_numbers(w: Window) -> None:
 
 def check_source(source: dict[str, Any]) -> None:
     """A window's source as the export's encoder carries it: no NaN, 64-bit integers, no lone surrogate, and
-    nesting that leaves room inside orjson's 254 levels for the export around it (8 levels kept: 246 left)."""
+    nesting that leaves room inside orjson's 254 levels for the export around it (8 levels kept: 246 left);
+    its notes of a request cut short true or false (``failure`` reads ``is True``: "yes" or 1 left a failed
+    request measured, in silence)."""
     try:
         json.dumps(source, allow_nan=False)
         orjson.dumps([[[[[[[[source]]]]]]]])
     except (TypeError, ValueError) as exc:
         why = "no NaN, infinity, integer beyond 64 bits, lone surrogate or nesting past 246 levels"
         raise WindowError("source", f"is not JSON the export can carry ({why}): {exc}") from None
+    for note in CUT_SHORT:
+        if note in source and not isinstance(source[note], bool):
+            found = cut_short(repr(source[note]))
+            raise WindowError(f"source.{note}", f"must be true or false, found {found}")
 
 
 def epoch_ns_problem(value: int) -> str | None:

@@ -12,7 +12,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sparkwatch.defaults import DEFAULT_PHASES, MAX_INTERVAL_S, MAX_RUN_NAME_CHARS, MIN_INTERVAL_S, SCOPES
+from sparkwatch.defaults import (
+    DEFAULT_PHASES,
+    MAX_INTERVAL_S,
+    MAX_RUN_NAME_CHARS,
+    MIN_INTERVAL_S,
+    PHASE_RE,
+    SCOPES,
+)
 from sparkwatch.store.row_values import is_integer, shown_value
 from sparkwatch.store.tx import Damaged
 
@@ -66,6 +73,9 @@ def run_row(row: tuple[Any, ...]) -> RunRow:
         names = None
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise Damaged(f"run {run_id} has unreadable phases {phases!r}")
+    if not all(PHASE_RE.fullmatch(n) for n in names):  # "Timed": no window's phase, every figure null
+        said = shown_value(phases)
+        raise Damaged(f"run {run_id} is damaged in the database: phases {said} are not phase names")
     problem = _problem(row[:9])
     if problem is not None:
         raise Damaged(f"run {run_id} is damaged in the database: {problem}")
@@ -117,8 +127,8 @@ def _problem(row: tuple[Any, ...]) -> str | None:
         return f"gate_threshold {shown_value(gate)} is not a number in [0, 1]"
     if scope not in SCOPES:
         return f"scope {shown_value(scope)} is not one of {', '.join(SCOPES)}"
-    if command is not None and not _json_object(command):
-        return f"command {shown_value(command)} is not a JSON object"
+    if command is not None and not _command(command):
+        return f"command {shown_value(command)} is not a JSON object of argv (text) and exit_code (integer)"
     return None
 
 
@@ -126,8 +136,14 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _json_object(text: Any) -> bool:
+def _command(text: Any) -> bool:
+    """A wrapped command as the API takes it (``CommandOutcome``): what the export's schema requires."""
     try:
-        return isinstance(text, str) and isinstance(json.loads(text), dict)
+        command = json.loads(text) if isinstance(text, str) else None
     except ValueError:
         return False
+    if not isinstance(command, dict) or set(command) != {"argv", "exit_code"}:
+        return False
+    argv, code = command["argv"], command["exit_code"]
+    listed = isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
+    return listed and is_integer(code) and -255 <= code <= 255
