@@ -5,7 +5,9 @@ the file system while the store keeps taking samples, and each run shows its siz
 from __future__ import annotations
 
 import asyncio
+import logging
 import pathlib
+import re
 import sqlite3
 from typing import Any
 
@@ -436,4 +438,37 @@ def test_a_block_whose_id_was_taken_again_between_steps_is_not_dropped(
     dropped = 1 + sum(steps)
     assert [i for (i,) in db.execute("SELECT id FROM sample_blocks")] == [ids[-1]]
     assert dropped == len(ids) - 1
+    store.close()
+
+
+def test_a_small_block_that_does_not_decode_stays_alone_and_retention_goes_on(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A live link's small blocks are merged at each retention pass: one damaged blob failed the merge and
+    cut every pass short at the same place, so idle samples were never dropped (the file grew for good),
+    and an export of its span said a "conflict" naming no block."""
+    clock = [T0]
+    store = Store(tmp_path / "c.db", now_ns=lambda: clock[0])
+    for seq in range(1, 41):  # a frame at a time, as a live link stores them: small blocks
+        store.ingest("n1", "b1", [sample(seq)])
+    with sqlite3.connect(store.path) as db:
+        (damaged,) = db.execute("SELECT id FROM sample_blocks WHERE seq_first = 20").fetchone()
+        db.execute("UPDATE sample_blocks SET data = ? WHERE id = ?", (b"SWJ1not zlib", damaged))
+    said = f"damaged sample block {damaged} of node n1 (boot b1)"
+    with pytest.raises(Damaged, match=re.escape(said)):
+        stored_seqs(store)  # the span's read names the block
+    with caplog.at_level(logging.WARNING, logger="sparkwatch.store.sample_store"):
+        for _ in range(2):  # nothing old enough to drop yet: the merges alone
+            retain(store, WEEK)
+    with sqlite3.connect(store.path) as db:
+        left = db.execute("SELECT id, count FROM sample_blocks ORDER BY seq_first").fetchall()
+    assert [count for block_id, count in left if block_id != damaged] == [39]  # the others, merged
+    assert (damaged, 1) in left  # left as it is
+    warned = [r.getMessage() for r in caplog.records if said in r.getMessage()]
+    assert len(warned) == 1 and warned[0].endswith("; left as it is, not merged"), (
+        warned
+    )  # once, not per pass
+    clock[0] = T0 + 2 * WEEK
+    assert retain(store, WEEK) > 0  # and the idle samples go, the damaged block with them (by its bounds)
+    assert rows(store.path, "sample_blocks") == 0
     store.close()

@@ -332,7 +332,10 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
             "UPDATE windows SET t_end_ns = t_start_ns - 1",
             "damaged window 'w1' in the database: it ends before",
         ),
-        ("UPDATE sample_blocks SET data = 'xx'", "damaged sample block: a str, not a blob"),
+        (
+            "UPDATE sample_blocks SET data = 'xx'",
+            "damaged sample block 1 of node n1 (boot b1): a str, not a blob",
+        ),
         # counts and stamps the figures rest on: -50 tokens made a J/token three times too high, 'abc' a
         # traceback, an import marked committed 'yes' or a window of an import not there hid windows
         (

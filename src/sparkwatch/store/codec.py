@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from sparkwatch.store.tx import StoreError
+from sparkwatch.store.tx import Damaged
 
 MAGIC = b"SWC1"
 _HEAD = struct.Struct("<4sI")  # magic, header length
@@ -29,9 +29,10 @@ LEVEL = 3
 _KINDS: Mapping[str, np.dtype[Any]] = MappingProxyType({"i": np.dtype(np.int64), "f": np.dtype(np.float64)})
 
 
-class CodecError(StoreError):
-    """A blob this codec did not write (or a damaged one): a store error like any other, so an export or a
-    retention pass that meets one says so in one line instead of failing with a traceback."""
+class CodecError(Damaged):
+    """A blob this codec did not write (or a damaged one): damage, as a row edited outside sparkwatch is, so
+    an export that meets one says so in one line (409 ``damaged`` from the API, not a conflict a retry
+    could mend) instead of failing with a traceback."""
 
 
 def _untransposed(data: bytes, columns: int, count: int) -> np.ndarray:

@@ -13,14 +13,16 @@ against the blocks that could hold it, and dropped when stored.
 from __future__ import annotations
 
 import itertools
+import logging
 import operator
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from sparkwatch.store.codec import CodecError
 from sparkwatch.store.row_values import is_integer, shown_value
 from sparkwatch.store.rows import I64
 from sparkwatch.store.sample_block import (
@@ -60,6 +62,7 @@ _WHOLE_BOUNDS = " AND ".join(
 _SMALL = f"typeof(count) = 'integer' AND count BETWEEN 1 AND {SMALL - 1}"
 _BOOT = operator.attrgetter("boot_id")
 _SEQ = operator.attrgetter("seq")
+log = logging.getLogger(__name__)
 
 
 class SampleBlocks:
@@ -73,6 +76,7 @@ class SampleBlocks:
         self._kept_tops = kept_tops
         self._top: dict[tuple[str, str], int] = {}
         self._loose: dict[tuple[str, str], int] = {}
+        self._unmerged: set[int] = set()  # small blocks that do not decode, said once each
 
     def forget(self) -> None:
         self._top.clear()
@@ -126,11 +130,11 @@ class SampleBlocks:
         block over, and its samples would be stored twice."""
         self._checked_top(key)
         rows = self._db.execute(
-            "SELECT data FROM sample_blocks WHERE node = ? AND boot_id = ?"
+            "SELECT id, data FROM sample_blocks WHERE node = ? AND boot_id = ?"
             " AND seq_first <= ? AND seq_last >= ?",
             (*key, hi, lo),
         ).fetchall()
-        return {s for (data,) in rows for s in decode_blob(data).seq.tolist()}
+        return {s for block in _decoded(rows, key) for s in block.seq.tolist()}
 
     def _put(self, key: tuple[str, str], meta: _Meta, blob: bytes) -> None:
         self._db.execute(
@@ -183,13 +187,26 @@ class SampleBlocks:
             key,
         ).fetchall()
         self._loose[key] = 0
-        if len(rows) < 2:
+        blocks = {i: b for i, data in rows if (b := self._readable(i, data, key)) is not None}
+        if len(blocks) < 2:
             return 0
-        block = in_seq_order(concat([decode_blob(data) for _, data in rows]))
+        block = in_seq_order(concat(blocks.values()))
         c = block.columns
-        self._db.executemany("DELETE FROM sample_blocks WHERE id = ?", [(i,) for i, _ in rows])
+        self._db.executemany("DELETE FROM sample_blocks WHERE id = ?", [(i,) for i in blocks])
         self._put(key, _Meta.of(c["seq"], c["t_wall_ns"], c["t_mono_ns"]), block.encode())
         return len(rows)
+
+    def _readable(self, block_id: int, data: bytes, key: tuple[str, str]) -> SampleBlock | None:
+        """A small block, decoded; None where it does not decode: it stays out of the merge, as it is, said
+        once per block (retention merges at every pass). Merged, the boot's other samples failed with it,
+        and every later pass stopped there while the idle samples behind it were never dropped."""
+        try:
+            return decode_blob(data)
+        except CodecError as exc:
+            if block_id not in self._unmerged:
+                self._unmerged.add(block_id)
+                log.warning("%s; left as it is, not merged", _named(exc, block_id, key))
+            return None
 
     def boots_with_small(self) -> list[tuple[str, str]]:
         """Boots holding more than one small block: one that stopped before they added up, or a live one
@@ -230,8 +247,8 @@ class SampleBlocks:
         if not samples:
             return empty()
         # one blob at a time, each decoded straight into the whole span's columns
-        rows = self._db.execute(f"SELECT data {boot_rows} AND {span} ORDER BY seq_first", asked)
-        block = in_seq_order(concat((decode_blob(data) for (data,) in rows), int(samples)))
+        rows = self._db.execute(f"SELECT id, data {boot_rows} AND {span} ORDER BY seq_first", asked)
+        block = in_seq_order(concat(_decoded(rows, (node, boot)), int(samples)))
         t = block.columns[clock]
         if bool(np.all(t[1:] >= t[:-1])):  # the monotonic clock (a wall clock that never stepped back)
             lo, hi = int(np.searchsorted(t, bounds[0])), int(np.searchsorted(t, bounds[1], side="right"))
@@ -330,3 +347,18 @@ class _Meta(NamedTuple):
             int(max(mono)),
             len(seq),
         )
+
+
+def _decoded(rows: Iterable[tuple[int, bytes]], key: tuple[str, str]) -> Iterator[SampleBlock]:
+    """Each (id, blob) row's block, in order; one that does not decode is ``CodecError`` naming it."""
+    for block_id, data in rows:
+        try:
+            yield decode_blob(data)
+        except CodecError as exc:
+            raise CodecError(_named(exc, block_id, key)) from None
+
+
+def _named(exc: CodecError, block_id: int, key: tuple[str, str]) -> str:
+    """The codec's words with the block's id, node and boot: which row to look at, or delete."""
+    said = str(exc).removeprefix("damaged sample block: ").removeprefix("damaged column block: ")
+    return f"damaged sample block {block_id} of node {key[0]} (boot {key[1]}): {said}"
