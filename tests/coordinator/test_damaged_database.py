@@ -27,7 +27,7 @@ from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.spec import EngineSpec
 from sparkwatch.meters.poller import MeterPoller, Reading
 from sparkwatch.meters.spec import MeterSpec
-from sparkwatch.store import Corrupt, Store, Unavailable, corrupt_or_none, unavailable_now
+from sparkwatch.store import Corrupt, Store, StoreError, Unavailable, corrupt_or_none, unavailable_now
 from sparkwatch.store.engine_samples import EngineRow
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.store.run_rows import RunRow
@@ -279,3 +279,38 @@ async def test_an_engine_scrape_the_store_cannot_take_does_not_end_the_scraping(
     assert poller.state.error is None and [r.t_ns for r in store.engine_rows(T0, T0 + 9 * S)] == [T0 + S]
     assert not any(r.exc_info for r in caplog.records)
     store.close()
+
+
+async def test_exports_read_the_file_without_writing_and_one_that_cannot_open_is_a_503(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each export opened its own connection to write (pragmas, migrations): a file that took no writes
+    (made immutable while the coordinator ran) failed every export, of ended runs too, with 409 "conflict".
+    It reads on a read-only connection now; one it cannot open is 503 unavailable, as a read that cannot
+    be served is."""
+    refusals: list[str] = []  # what each export's connection said to a write
+    read_only = Store.read_only
+
+    def spied(path: pathlib.Path) -> Store:
+        store = read_only(path)
+        try:
+            store._db.execute("CREATE TABLE x (y)")
+        except sqlite3.OperationalError as exc:
+            refusals.append(str(exc))
+        return store
+
+    async with node_api(tmp_path / "c.db") as api:
+        run_id = await ended_run(api)
+        monkeypatch.setattr(Store, "read_only", staticmethod(spied))
+        for path in (f"/v1/runs/{run_id}/export", f"/v1/runs/{run_id}/windows"):
+            status, body = await api.get(path)
+            assert status == 200 and body["run"]["id"] == run_id, (path, body)
+        assert refusals == ["attempt to write a readonly database"] * 2
+
+        def refused(path: pathlib.Path) -> Store:
+            raise StoreError(f"cannot read database {path}: attempt to write a readonly database")
+
+        monkeypatch.setattr(Store, "read_only", staticmethod(refused))
+        status, body = await api.get(f"/v1/runs/{run_id}/export")
+    assert status == 503 and body["error"] == "unavailable", body
+    assert body["reason"].startswith("the database cannot be read now: cannot read database ")

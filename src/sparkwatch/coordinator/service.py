@@ -36,7 +36,7 @@ from sparkwatch.meters.factory import make_reader
 from sparkwatch.meters.poller import MeterPoller, MeterSink
 from sparkwatch.report.bundle import Assets
 from sparkwatch.sources.store import export_run, run_windows
-from sparkwatch.store import Damaged, Invalid, Store, StoreError
+from sparkwatch.store import Damaged, Invalid, Store, StoreError, Unavailable
 from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.windows import Committed
 
@@ -336,7 +336,7 @@ class Coordinator:
         def work() -> str:
             from sparkwatch.report.page import build_page  # noqa: PLC0415 — Altair, on demand
 
-            reader = Store(self.store.path)
+            reader = self._reader()
             try:
                 with self._collector_pause:  # the export is alive through the page build, as in export_json
                     export = export_run(
@@ -353,10 +353,18 @@ class Coordinator:
 
         return await asyncio.get_running_loop().run_in_executor(None, work)
 
+    def _reader(self) -> Store:
+        """A read-only connection (one opened to write failed every export of a file taking no writes, a 409
+        "conflict"); one that cannot open now is ``Unavailable`` (503), as a read that cannot be served."""
+        try:
+            return Store.read_only(self.store.path)
+        except StoreError as exc:
+            raise Unavailable(f"the database cannot be read now: {exc}") from None
+
     def _computed_export(self, run_id: str, series_buckets: int | None) -> dict[str, Any]:
         """The export, on a read connection of its own closed once it is computed (the export reads nothing
         more: no read snapshot is held while a slow client reads the answer)."""
-        reader = Store(self.store.path)
+        reader = self._reader()
         try:
             with self._collector_pause:
                 return export_run(reader, run_id, self.node_names, self.now_ns, series_buckets=series_buckets)
@@ -377,7 +385,7 @@ class Coordinator:
         `export --prometheus RUN` measures again from a fleet's engine), made as the export is."""
 
         def work() -> dict[str, Any]:
-            reader = Store(self.store.path)
+            reader = self._reader()
             try:
                 with self._collector_pause:
                     return run_windows(reader, run_id)
