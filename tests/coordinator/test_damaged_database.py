@@ -9,7 +9,11 @@ import contextlib
 import itertools
 import logging
 import pathlib
+import resource
+import signal
 import sqlite3
+import subprocess
+import sys
 from typing import Any
 
 import aiohttp
@@ -314,3 +318,27 @@ async def test_exports_read_the_file_without_writing_and_one_that_cannot_open_is
         status, body = await api.get(f"/v1/runs/{run_id}/export")
     assert status == 503 and body["error"] == "unavailable", body
     assert body["reason"].startswith("the database cannot be read now: cannot read database ")
+
+
+def test_a_coordinator_that_cannot_write_its_file_now_exits_75_for_a_restart(tmp_path: pathlib.Path) -> None:
+    """A full file system at start was exit 2, which the unit's RestartPreventExitStatus keeps down for good
+    (a host that booted with its disk full left the coordinator failed after room was made); what may pass
+    is 75 now, as a listen address still held is. The file size limit stands in for the full disk: the
+    same refused write, said by SQLite as an I/O error."""
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text('[nodes.n1]\nurl = "ws://127.0.0.1:1"\n')
+    path = tmp_path / "c.db"
+
+    def small_files() -> None:  # in the child: writes past 4 KiB fail (EFBIG) instead of killing it
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkwatch", "coordinator", "--nodes", str(nodes), "--db", str(path),
+         "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60, preexec_fn=small_files,
+    )  # fmt: skip
+    assert done.returncode == 75 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"sparkwatch: error: cannot use database {path} now: "), last
+    assert "KiB free where it is: make room, and it starts again" in last, last

@@ -21,7 +21,7 @@ from sparkwatch.core.windows import Window
 from sparkwatch.hello_facts import hello_problem
 from sparkwatch.store import deletion, engine_samples, marks, meters, retention, sample_reads
 from sparkwatch.store import windows as windows_table
-from sparkwatch.store.opening import open_database
+from sparkwatch.store.opening import open_database, open_failure
 from sparkwatch.store.read_only import connect_read_only
 from sparkwatch.store.refusals import ended_at, run_span
 from sparkwatch.store.row_values import shown_value
@@ -45,7 +45,7 @@ class Store:
             self._blocks = SampleBlocks(self._db)
             self._swept_until: int | None = None  # retention: timed rows before this are gone
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot use database {path}: {exc}") from exc
+            raise open_failure(path, exc) from exc
 
     @classmethod
     def read_only(cls, path: Path) -> Store:

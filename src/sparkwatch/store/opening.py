@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sparkwatch.store.convert import samples_to_blocks
 from sparkwatch.store.schema import BLOCKS_SCHEMA, MIGRATIONS
-from sparkwatch.store.tx import StoreError
+from sparkwatch.store.tx import StoreError, Unavailable, unavailable_now
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +18,27 @@ PAGE_BYTES = 16384
 WAL_CHECKPOINT_BYTES = 32 * 1024 * 1024
 #: What the WAL is cut back to when it is reset, after a reader held its checkpoints back.
 WAL_LIMIT_BYTES = 2 * WAL_CHECKPOINT_BYTES
+
+
+def open_failure(path: Path, exc: sqlite3.Error | OSError) -> StoreError:
+    """Why the database at ``path`` could not be opened, in one line. What may pass (a full file system, an
+    I/O error, a folder that takes no new file) is :class:`Unavailable`, exit 75: systemd restarts a
+    coordinator that stopped so (a full disk at boot left it failed for good with exit 2); the rest is
+    what no restart mends."""
+    if not unavailable_now(exc):
+        return StoreError(f"cannot use database {path}: {exc}")
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    hint = ""
+    if code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+        try:
+            room = os.statvfs(path.parent)
+            free_kib = room.f_bavail * room.f_frsize // 1024
+            hint = f" ({free_kib} KiB free where it is: make room, and it starts again)"
+        except OSError:
+            pass
+    elif code == sqlite3.SQLITE_CANTOPEN and not os.access(path.parent, os.W_OK):
+        hint = f" (its folder {path.parent} takes no new file: SQLite keeps a -wal and a -shm beside it)"
+    return Unavailable(f"cannot use database {path} now: {exc}{hint}")
 
 
 def open_database(path: Path) -> sqlite3.Connection:

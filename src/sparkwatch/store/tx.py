@@ -54,6 +54,8 @@ class RepeatsProxy(StoreError):
 class Unavailable(StoreError):
     """The database cannot take a write now (disk full, locked): nothing was written; try again later."""
 
+    exit_code = 75  # EX_TEMPFAIL: a command stopped by it may be started again (systemd restarts on it)
+
 
 class Corrupt(Damaged):
     """SQLite found the file itself damaged (a page or its header that is not a database's): no retry
