@@ -27,6 +27,7 @@ from sparkwatch.sources.prometheus.align import (
     nominal_interval,
     spacing_s,
 )
+from sparkwatch.sources.prometheus.channels import sensor_domains
 from sparkwatch.sources.prometheus.raw import RawSeries
 
 MS = 1_000_000
@@ -182,3 +183,22 @@ def test_a_short_run_at_10_hz_between_idle_1_hz_is_judged_at_its_own_rate(series
     (judged,) = export["windows"]
     assert judged["verdict"] == "ok", judged["reasons"]
     assert judged["nodes"][0]["energy_j"] == pytest.approx(60.0 * 1.2)
+
+
+def test_a_power_channel_is_judged_against_the_agents_own_interval_as_its_gpu_is() -> None:
+    """An agent restarted during a run samples its first second at the idle rate (1 s) among 0.1 s ones:
+    the GPU track took that second (the agent said 1 s), a power channel's spacing alone took it for a gap,
+    so a TSDB export's dc_input read 4.7 % less energy than the same run from SQLite."""
+    t = _times((0, 5000, 100), (5000, 6000, 1000), (6000, 9000, 100))
+    rate = np.where(t == T0 + 6000 * MS, 1.0, 0.1)  # the sample that ends the second said 1 s
+    watts = RawSeries(
+        {"__name__": "sparkwatch_sensor_power_watts", "node": "n", "sensor": "dc_input"},
+        t,
+        np.full(len(t), 50.0),
+    )
+    labels = ["node", "kind", "source"]
+    after = int(np.searchsorted(t, T0 + 6000 * MS))
+    (read,) = sensor_domains({"dc_input": [watts]}, {}, labels, [], _said(t, rate))
+    (alone,) = sensor_domains({"dc_input": [watts]}, {}, labels, [])  # no such series: the spacing's
+    assert read.track.max_gap_ns[after] == GAP_INTERVALS * S  # the second is one interval: counted
+    assert alone.track.max_gap_ns[after] == pytest.approx(GAP_INTERVALS * 0.1 * S)  # a gap

@@ -12,6 +12,7 @@ from sparkwatch.core.tracks import GpuTrack
 from sparkwatch.sources.prometheus.align import (
     PICK_SPARKWATCH,
     local_interval,
+    nominal_interval,
     single,
     union_times,
     values_at,
@@ -24,7 +25,11 @@ ByChannel = Mapping[str, Sequence[RawSeries]]
 
 
 def sensor_domains(
-    power: ByChannel, energy: ByChannel, labels: Sequence[str], gpus: Sequence[GpuTrack]
+    power: ByChannel,
+    energy: ByChannel,
+    labels: Sequence[str],
+    gpus: Sequence[GpuTrack],
+    said: RawSeries | None = None,
 ) -> list[DomainInput]:
     """One domain per channel name in the order they were first scraped, its kind and source from its
     latest series' ``labels`` (the nodes label, kind, source); ΔE/Δt where it has a counter, else the
@@ -49,7 +54,9 @@ def sensor_domains(
         )
         latest = max(found[name], key=lambda r: int(r.t_ns[-1])).labels
         zeros = np.zeros(len(t), dtype=np.int64)
-        track = gated_track(t, zeros, local_interval(t), watts, joules, gpus=gpus)
+        # judged against the agent's own interval where the engine holds it, as its GPU tracks are: the
+        # spacing around each sample took a restarted agent's first idle second among 0.1 s ones for a gap
+        track = gated_track(t, zeros, nominal_interval(t, said), watts, joules, gpus=gpus)
         # series written before the source label (older agents and coordinators): as the store has them
         kind, source = latest.get(kind_label, ""), latest.get(source_label) or LEGACY_SENSOR_SOURCE
         domains.append(DomainInput(name, kind, source, track))

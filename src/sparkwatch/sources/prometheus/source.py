@@ -278,7 +278,8 @@ class TsdbSource:
             part: self._by_label(s, name_label, node, t_from_ns, t_to_ns)
             for part, s in (("power", f.sensor_power), ("energy", f.sensor_energy))
         }
-        return sensor_domains(parts["power"], parts["energy"], [self._label, *f.sensor_labels[1:]], gpus)
+        labels, said = [self._label, *f.sensor_labels[1:]], self._said_interval(node, t_from_ns, t_to_ns)
+        return sensor_domains(parts["power"], parts["energy"], labels, gpus, said)
 
     def _meter_domains(
         self, node: str, t_from_ns: int, t_to_ns: int, gpus: Sequence[GpuTrack]
