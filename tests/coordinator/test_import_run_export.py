@@ -145,6 +145,15 @@ def test_export_prometheus_takes_the_span_from_the_export_and_asks_for_an_open_r
     assert (
         f"run {data['run']['id']} was still open when exported (it has no end yet): give --end" in done.stderr
     )
+    # one bound given, the other the run's: the 31-day limit holds as for two flags (read for minutes,
+    # or for good, before); said before the engine is asked
+    for bound, value in (("--start", "2026-01-01T00:00:00Z"), ("--end", "2099-12-01T00:00:00Z")):
+        done = _export(
+            "--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO), "--windows-format", "export",
+            bound, value,
+        )  # fmt: skip
+        assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
+        assert "--start to --end spans more than 31 days (" in done.stderr, done.stderr
     done = _export("--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO))  # plain: the span is needed
     assert done.returncode == 2 and "--prometheus needs --start, --end" in done.stderr, done.stderr
     assert "a run's export file as --windows with --windows-format export" in done.stderr

@@ -91,17 +91,24 @@ def check_tsdb_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         parser.error("--coordinator and --token-file go with a coordinator's RUN")
     if args.start is not None and args.end is not None and args.end <= args.start:
         parser.error("--end must be after --start")
-    if args.start is not None and args.end is not None and args.end - args.start > MAX_SPAN_NS:
-        days = (args.end - args.start) / 86_400e9
-        parser.error(
-            f"--start to --end spans more than {MAX_SPAN_NS // 86_400_000_000_000} days ({days:,.1f}): the"
-            " engine is read over all of it (about a second per day), where a benchmark's span is hours;"
-            " give the run's own start and end"
-        )
+    if args.start is not None and args.end is not None and (too_long := _too_long(args.start, args.end)):
+        parser.error(too_long)
     if args.bearer_token_file is not None and args.basic_auth_user is not None:
         parser.error("--bearer-token-file or --basic-auth-user, not both")
     if args.basic_auth_password_file is not None and args.basic_auth_user is None:
         parser.error("--basic-auth-password-file needs --basic-auth-user")
+
+
+def _too_long(start_ns: int, end_ns: int) -> str | None:
+    """Why a span is too long to read, if it is: given by the flags, or by one flag and a run's end."""
+    if end_ns - start_ns <= MAX_SPAN_NS:
+        return None
+    days = (end_ns - start_ns) / 86_400e9
+    return (
+        f"--start to --end spans more than {MAX_SPAN_NS // 86_400_000_000_000} days ({days:,.1f}): the"
+        " engine is read over all of it (about a second per day), where a benchmark's span is hours;"
+        " give the run's own start and end"
+    )
 
 
 def _check_span(windows: list[Window], start_ns: int, end_ns: int) -> None:
@@ -189,6 +196,8 @@ def _defaults(
         raise SourceError(f"run {run.id} {when} (it has no end yet): give --end")
     if end <= start:
         raise SourceError(f"--end {utc_stamp(end)} is not after --start {utc_stamp(start)}")
+    if too_long := _too_long(start, end):  # one bound the run's: read for minutes, or for good, before
+        raise SourceError(too_long)
     threshold = args.gate_threshold if args.gate_threshold is not None or run is None else run.gate_threshold
     return (
         start,
