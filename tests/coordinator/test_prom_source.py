@@ -865,3 +865,15 @@ def test_a_series_in_several_label_sets_is_merged_first_known_value_first() -> N
     m = merged_parts([a, b])
     assert m.t_ns.tolist() == [round(t * 1e9) for t in (1, 2, 3, 4)] and m.values.tolist() == [10, 20, 30, 40]
     assert m.labels == a.labels and merged_parts([a]) is a
+
+
+def test_a_long_error_body_keeps_its_start_and_its_end() -> None:
+    """The engine's words may come last (VictoriaMetrics echoes the query first): a long body is kept as
+    its start, an ellipsis and its end, on one line."""
+    from sparkwatch.sources.prometheus.client import QUOTED_CHARS, QUOTED_TAIL_CHARS, _reason
+
+    body = json.dumps({"status": "error", "error": "query=" + "x" * 900 + "\n: missing closing )"})
+    said = _reason(body)
+    assert said.startswith("query=xxx") and said.endswith("xx : missing closing )") and " … " in said
+    assert len(said) == QUOTED_CHARS + len(" … ") + QUOTED_TAIL_CHARS and "\n" not in said
+    assert _reason('{"error": "short"}') == "short" and _reason("") == "(empty answer)"

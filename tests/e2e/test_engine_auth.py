@@ -66,3 +66,27 @@ def test_credentials_come_from_files_and_a_refusal_says_which_flags(
     assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
     assert "pw" not in done.stderr.replace("--basic-auth-password-file", "") and "nope" not in done.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_victoriametrics_refusal_keeps_its_reason_which_it_gives_last(
+    victoria: Victoria, tmp_path: pathlib.Path
+) -> None:
+    """VictoriaMetrics echoes the query (or the request URI) first and says why last: the message kept the
+    first 200 characters, and with them only the query sent (`… cannot expand WITH exp`)."""
+    (tmp_path / "good").write_text("pw\n")
+    (tmp_path / "good").chmod(0o600)
+    windows = tmp_path / "w.json"
+    windows.write_text(
+        '{"windows": [{"id": "r", "phase": "timed", "t_start_ns": 1796443700000000000,'
+        ' "t_end_ns": 1796443702000000000}]}'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkwatch", "export", "--prometheus", victoria.url,
+         "--windows", str(windows), "--start", AT, "--end", "2026-12-05T04:09:00Z",
+         "--series-matchers", '{job=~"("}',
+         "--basic-auth-user", "sw", "--basic-auth-password-file", "good"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "answered HTTP 422" in done.stderr, done.stderr
+    assert "missing closing )" in done.stderr, done.stderr  # the engine's reason, at the end of its body

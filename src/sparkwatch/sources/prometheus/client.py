@@ -25,8 +25,10 @@ from sparkwatch.sources import SourceError
 from sparkwatch_agent.shared.http import host_port, other_service
 
 TIMEOUT_S = 60.0
-#: The most of an error body quoted in a message.
+#: The most of an error body quoted in a message: its start and its end (VictoriaMetrics echoes the query
+#: or the request URI first and gives its reason last, which the start alone cut off).
 QUOTED_CHARS = 200
+QUOTED_TAIL_CHARS = 200
 #: The most one JSON answer may hold: a range query of half an hour (raw.CHUNK_MS) of one node's eight GPUs
 #: at 100 Hz is ~45 MB; read whole and parsed, an answer costs about 13 times its size in memory.
 MAX_ANSWER_BYTES = 128 << 20
@@ -253,11 +255,15 @@ def _constant(name: str) -> float:
 
 
 def _reason(body: str) -> str:
-    """The ``error`` of a Prometheus API error body, else the body's start, on one line."""
+    """The ``error`` of a Prometheus API error body, else the body, on one line: its start and its end where
+    it is long (see QUOTED_CHARS)."""
     try:
         parsed = json.loads(body)
         if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
             body = parsed["error"]
     except ValueError:
         pass
-    return " ".join(body.split())[:QUOTED_CHARS] or "(empty answer)"
+    text = " ".join(body.split())
+    if len(text) > QUOTED_CHARS + QUOTED_TAIL_CHARS:
+        text = f"{text[:QUOTED_CHARS]} … {text[-QUOTED_TAIL_CHARS:]}"
+    return text or "(empty answer)"
