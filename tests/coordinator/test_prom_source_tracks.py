@@ -718,3 +718,29 @@ def test_a_meters_failed_polls_break_its_readings_from_the_engine_as_sqlite_does
     (in_window,) = entry["system"]
     assert in_window["coverage_ratio"] == pytest.approx(3 / 4)
     assert in_window["energy_j"] == pytest.approx(100.0 * 1.5 + 300.0 * 1.5)  # no ramp over 11.5–12.5 s
+
+
+def test_the_utilisation_fallback_is_taken_per_gpu() -> None:
+    """dcgm-exporter: GPU_UTIL, else PROF_SM_ACTIVE, as docs/fleets.md says, for each GPU. A node whose GPU 0
+    has GPU_UTIL and whose GPU 1 has only SM_ACTIVE (as a GPU in MIG mode may) took GPU 0's for the node:
+    GPU 1's gate read no sample, and the node's gated mean was null."""
+    t = [float(x) for x in range(31)]
+    found = [
+        series("DCGM_FI_DEV_POWER_USAGE", t, [300.0] * 31, Hostname="h1", UUID="GPU-a", gpu="0"),
+        series("DCGM_FI_DEV_GPU_UTIL", t, [90.0] * 31, Hostname="h1", UUID="GPU-a", gpu="0"),
+        series("DCGM_FI_DEV_POWER_USAGE", t, [200.0] * 31, Hostname="h1", UUID="GPU-b", gpu="1"),
+        series("DCGM_FI_PROF_SM_ACTIVE", t, [0.8] * 31, Hostname="h1", UUID="GPU-b", gpu="1"),
+    ]
+    held = Held(found, "Hostname")
+    source = TsdbSource(held, DCGM, "Hostname", "prometheus", "http://tsdb.example")
+    spec = RunSpec(id="r", name="r", t_start_ns=T0, t_end_ns=T0 + 30 * S, interval_s=0.0)
+    out = export_from(source, spec, source.nodes(T0, T0 + 30 * S), [window("w", 5, 25)], "test")
+    (node,) = out["nodes"]
+    assert [g["gated_s"] for g in node["gpus"]] == [pytest.approx(20.0), pytest.approx(20.0)]
+    assert node["power_w"]["gated_mean"] == pytest.approx(500.0)
+    asked = sum("DCGM_FI_PROF_SM_ACTIVE" in s for s in held.selectors)
+    found[3] = series("DCGM_FI_DEV_GPU_UTIL", t, [80.0] * 31, Hostname="h1", UUID="GPU-b", gpu="1")
+    held = Held(found, "Hostname")
+    source = TsdbSource(held, DCGM, "Hostname", "prometheus", "http://tsdb.example")
+    export_from(source, spec, source.nodes(T0, T0 + 30 * S), [window("w", 5, 25)], "test")
+    assert asked == 1 and not any("DCGM_FI_PROF_SM_ACTIVE" in s for s in held.selectors)  # not asked for

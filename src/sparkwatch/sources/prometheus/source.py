@@ -260,7 +260,7 @@ class TsdbSource:
         f = self._family
         power = self._by_gpu(self._mine(f.power, node, t_from_ns, t_to_ns))
         energy = self._by_gpu(self._mine(f.energy, node, t_from_ns, t_to_ns))
-        util = self._first_by_gpu(f.util, node, t_from_ns, t_to_ns, self._by_gpu)
+        util = self._first_by_gpu(f.util, node, t_from_ns, t_to_ns, self._by_gpu, wanted=set(power))
         return gpu_tracks(power, energy, util, self._said_interval(node, t_from_ns, t_to_ns))
 
     def _said_interval(self, node: str, t_from_ns: int, t_to_ns: int) -> RawSeries | None:
@@ -312,7 +312,7 @@ class TsdbSource:
         clock, temperature, tops = (  # a GPU's series in several label sets are merged, never refused
             self._merged_by_gpu(self._mine(x, *span)) for x in (s.sm_clock, s.temperature, s.max_sm_clock)
         )
-        masks = self._first_by_gpu(s.reason_masks, *span, self._merged_by_gpu)
+        masks = self._first_by_gpu(s.reason_masks, *span, self._merged_by_gpu, wanted=set(keys))
         flags = self._flags(s.reason_flags, *span) if not masks else {}
         out = []
         for key in keys:
@@ -347,13 +347,19 @@ class TsdbSource:
         t_from_ns: int,
         t_to_ns: int,
         by_gpu: Callable[[Sequence[RawSeries]], dict[str, RawSeries]],
+        *,
+        wanted: set[str],
     ) -> dict[str, RawSeries]:
-        """Per GPU, the first of ``candidates`` this node has series of (none: empty)."""
+        """Per GPU, the first of ``candidates`` it has series of (none: not in it); the later candidates are
+        asked only while a GPU of ``wanted`` has none. A GPU with only the fallback (dcgm's SM activity on
+        one of its GPUs, no utilisation there) took the node's first: its gate read no sample."""
+        out: dict[str, RawSeries] = {}
         for candidate in candidates:
-            found = by_gpu(self._mine(candidate, node, t_from_ns, t_to_ns))
-            if found:
-                return found
-        return {}
+            for key, series in by_gpu(self._mine(candidate, node, t_from_ns, t_to_ns)).items():
+                out.setdefault(key, series)
+            if out and wanted <= out.keys():
+                break
+        return out
 
     def _merged_by_gpu(self, found: Sequence[RawSeries]) -> dict[str, RawSeries]:
         return {key: merged(p) for key, p in self._gpu_parts(found).items()}
