@@ -117,7 +117,9 @@ def test_a_coordinator_on_a_damaged_file_does_not_start_and_says_why_in_one_line
     assert _pages(path) == before and not path.with_name("c.db.lock").exists()
     exported = sparkwatch("export", "--db", str(path), "run-x", "-o", str(tmp_path / "out.json"))
     assert exported.returncode == 2 and "Traceback" not in exported.stderr, exported.stderr
-    assert MALFORMED in exported.stderr.strip().splitlines()[-1] and not (tmp_path / "out.json").exists()
+    last = exported.stderr.strip().splitlines()[-1]
+    assert MALFORMED in last and not (tmp_path / "out.json").exists()
+    assert f"sqlite3 {path} .recover" in last, last  # how to recover it, wherever it is met
 
 
 async def test_the_api_answers_a_500_with_its_reason_when_the_file_is_damaged_under_it(

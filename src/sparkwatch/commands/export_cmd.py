@@ -27,7 +27,7 @@ from sparkwatch.defaults import SERIES_BUCKETS, ScopeKind
 from sparkwatch.outputs import check_output, database_files, print_export, write_export
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.store import export_run
-from sparkwatch.store import Store
+from sparkwatch.store import Store, corrupt_or_none
 from sparkwatch.store.run_rows import RunRow
 
 #: Run ids named in a refusal of an unknown one (the newest first).
@@ -127,8 +127,9 @@ def offline_export(
             phases=phases,
             series_buckets=series_buckets,
         )
-    except sqlite3.DatabaseError as exc:  # a damaged file: what SQLite says of it
-        raise ExportCommandError(f"cannot read {path}: {exc}") from None
+    except sqlite3.DatabaseError as exc:  # a damaged file: what SQLite says of it, and how to recover it
+        corrupt = corrupt_or_none(exc, path)
+        raise corrupt or ExportCommandError(f"cannot read {path}: {exc}") from None
     finally:
         store.close()
 
