@@ -128,6 +128,7 @@ async def test_the_api_answers_a_500_with_its_reason_when_the_file_is_damaged_un
     async with node_api(tmp_path / "c.db") as api:
         client, store, clock = api.client, api.store, api.clock
         run_id = await ended_run(Api(client, store, clock))
+        assert (await client.get("/healthz")).status == 200
         damage(tmp_path / "c.db")  # the export and the windows read on connections of their own
         with caplog.at_level(logging.INFO, logger="sparkwatch"):
             for path in (f"/v1/runs/{run_id}/export", f"/v1/runs/{run_id}/windows"):
@@ -135,6 +136,10 @@ async def test_the_api_answers_a_500_with_its_reason_when_the_file_is_damaged_un
                 body = await response.json()
                 assert response.status == 500 and body["error"] == "database_damaged", body
                 assert body["reason"].startswith(f"the database {tmp_path / 'c.db'} is damaged")
+            health = await client.get("/healthz")  # it was 200 "ok" while every export failed
+            said = await health.json()
+        assert health.status == 503 and said["status"] == "degraded" and said["disconnected"] == []
+        assert said["database"] == body["reason"]
     said = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(said) == 2 and all(MALFORMED in r.getMessage() and not r.exc_info for r in said)
 
@@ -197,6 +202,7 @@ async def test_a_link_to_a_damaged_file_goes_down_with_one_line(
     downs = [r.getMessage() for r in caplog.records if "link down" in r.getMessage()]
     assert downs and f"the database {path} is damaged (SQLite: {MALFORMED})" in downs[0], downs
     assert not any(r.exc_info for r in caplog.records)
+    assert store.damage is not None and store.damage in downs[0]  # the coordinator's /healthz says it
 
 
 class _Steady:

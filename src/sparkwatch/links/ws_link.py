@@ -129,6 +129,7 @@ class WsLink:
 
     async def _one_session(self) -> tuple[LinkStatus, str, float]:
         """Stream until the session fails; returns what the link is now, why, and when to dial again."""
+        corrupt = None
         try:
             await self._connected_session()
             raise LinkError("session ended")  # sessions end by raising; this keeps the loop honest
@@ -145,11 +146,14 @@ class WsLink:
             Unavailable,
             Damaged,
         ) as exc:
-            error = str(corrupt_or_none(exc, self._store.path) or session_failure(exc))
+            corrupt = corrupt_or_none(exc, self._store.path)
+            error = str(corrupt or session_failure(exc))
         except Exception as exc:  # a bug or a store failure must not end collection for good
             if (corrupt := corrupt_or_none(exc, self._store.path)) is None:  # damage: one line
                 log.exception("node %s: link failed", self.spec.name)
             error = f"{type(exc).__name__}: {exc}" if corrupt is None else str(corrupt)
+        if corrupt is not None:
+            self._store.saw_damage(str(corrupt))  # the coordinator's /healthz says so
         return LinkStatus.DOWN, error, self._backoff.next_delay_s()
 
     def _streaming(self) -> None:

@@ -44,6 +44,7 @@ class Store:
             self._db = open_database(path)
             self._blocks = SampleBlocks(self._db)
             self._swept_until: int | None = None  # retention: timed rows before this are gone
+            self.damage: str | None = None  # damage met in the file (saw_damage): no restart needed to see
         except (sqlite3.Error, OSError) as exc:
             raise open_failure(path, exc) from exc
 
@@ -57,10 +58,15 @@ class Store:
         store._db = connect_read_only(path, len(MIGRATIONS), OLDEST_READABLE)
         store._blocks = SampleBlocks(store._db, kept_tops=store.schema_version >= SEQ_DROPPED)
         store._swept_until = None
+        store.damage = None
         return store
 
     def close(self) -> None:
         self._db.close()
+
+    def saw_damage(self, said: str) -> None:
+        """The file was met damaged (SQLite's words, one line): :attr:`damage` says so until it is closed."""
+        self.damage = said
 
     @property
     def schema_version(self) -> int:

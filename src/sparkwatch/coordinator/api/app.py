@@ -163,7 +163,9 @@ async def store_refusals(request: web.Request, handler: Handler) -> web.StreamRe
 
 def _damaged_file(request: web.Request, exc: sqlite3.DatabaseError | Corrupt) -> web.Response:
     """A 500 (the coordinator's file, not the request, is at fault), said in the log in one line."""
-    said = corrupt_or_none(exc, request.app[COORDINATOR].store.path) or exc
+    store = request.app[COORDINATOR].store
+    said = corrupt_or_none(exc, store.path) or exc
+    store.saw_damage(str(said))  # /healthz says so from now on
     log.error("%s %s: %s", request.method, request.path, said)
     return error(500, "database_damaged", str(said))
 
@@ -172,8 +174,12 @@ async def healthz(request: web.Request) -> web.Response:
     coord = request.app[COORDINATOR]
     states = coord.states()
     down = [s.node for s in states if not s.connected]
-    body = {"status": "ok" if not down else "degraded", "nodes": len(states), "disconnected": down}
-    return web.json_response(body, status=200 if not down else 503)
+    damage = coord.store.damage  # met by a request or a link: every export of it fails until it is mended
+    healthy = not down and not damage
+    body = {"status": "ok" if healthy else "degraded", "nodes": len(states), "disconnected": down}
+    if damage:
+        body["database"] = damage
+    return web.json_response(body, status=200 if healthy else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:

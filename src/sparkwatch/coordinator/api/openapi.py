@@ -65,7 +65,13 @@ OPERATIONS = (
         "get",
         "/healthz",
         "200 when every link streams, else 503 (not a Refusal: {status, nodes, disconnected})",
-        also=((503, "degraded: {status, nodes, disconnected}, the nodes whose links are not streaming"),),
+        also=(
+            (
+                503,
+                "degraded: {status, nodes, disconnected, database?}, the nodes whose links are not streaming;"
+                " database: the database file met damaged",
+            ),
+        ),
     ),
     Operation("get", "/metrics", "Prometheus text format"),
     Operation("get", "/v1/openapi.json", "this document"),
