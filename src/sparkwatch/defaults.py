@@ -133,6 +133,28 @@ def check_phases(phases: Phases) -> Phases:
     return phases
 
 
+#: A wrapped command's bounds (`sparkwatch run`'s argv and its exit status, a signal's as 128 + N or -N).
+MAX_ARGV = 1000
+EXIT_CODE_BOUND = 255
+
+
+def command_outcome(value: object) -> dict[str, object] | None:
+    """A wrapped command as an export's schema has it, ``{"argv": [str, …], "exit_code": int}`` (1 to
+    MAX_ARGV arguments, an exit code within ±EXIT_CODE_BOUND), or None for any other shape: what the API
+    takes, a store reads back and an imported export gives (one edited to another shape made an export that
+    fails its own schema)."""
+    if not isinstance(value, dict):
+        return None
+    argv, code = value.get("argv"), value.get("exit_code")
+    if not isinstance(argv, list) or not 1 <= len(argv) <= MAX_ARGV or any(type(a) is not str for a in argv):
+        return None
+    if not isinstance(code, int) or isinstance(code, bool):
+        return None
+    if not -EXIT_CODE_BOUND <= code <= EXIT_CODE_BOUND:
+        return None
+    return {"argv": list(argv), "exit_code": code}
+
+
 def check_series_buckets(buckets: int) -> int:
     """``buckets`` unchanged when it is within the bounds; else a ValueError saying which they are."""
     if not MIN_SERIES_BUCKETS <= buckets <= MAX_SERIES_BUCKETS:

@@ -205,7 +205,8 @@ def test_a_stdin_line_too_long_is_dropped_whole_not_its_tail_applied(
     applied: list[str] = []
     monkeypatch.setattr(stdio, "_apply_command", lambda _s, line, _r, _w: applied.append(line))
     command = '{"type": "interval", "holder": "x", "interval_s": 0.05}'
-    feed = f"{command}\nNOT JSON {' ' * 300_000}{command}\n{command.replace('x', 'y')}\n".encode()
+    tail = command.replace("x", "y")  # two lines too long: one past a read's worth, one ending in the next
+    feed = f"{command}\nNOT JSON {' ' * 300_000}{command}\n{' ' * 90_000}{command}\n{tail}\n".encode()
     read, write = os.pipe()
     with open(write, "wb") as w:  # in pieces the size of a pipe's reads and smaller
         for at in range(0, len(feed), 40_000):
@@ -216,9 +217,9 @@ def test_a_stdin_line_too_long_is_dropped_whole_not_its_tail_applied(
                 reader.start()
     reader.join(5)
     os.close(read)
-    assert applied == [command, command.replace("x", "y")]
+    assert applied == [command, tail]
     said = [r.getMessage() for r in caplog.records if "stdin line over" in r.getMessage()]
-    assert said == [f"ignored a stdin line over {stdio.MAX_COMMAND_BYTES} bytes: no command is that long"]
+    assert said == [f"ignored a stdin line over {stdio.MAX_COMMAND_BYTES} bytes: no command is that long"] * 2
 
 
 def test_stream_stdio_writes_each_sample_right_after_its_tick() -> None:

@@ -152,7 +152,7 @@ def test_export_prometheus_takes_the_span_from_the_export_and_asks_for_an_open_r
             "--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO), "--windows-format", "export",
             bound, value,
         )  # fmt: skip
-        assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "--start to --end spans more than 31 days (" in done.stderr, done.stderr
     done = _export("--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO))  # plain: the span is needed
     assert done.returncode == 2 and "--prometheus needs --start, --end" in done.stderr, done.stderr

@@ -232,7 +232,18 @@ COMMAND_SAID = "is not a JSON object of argv (text) and exit_code (integer)"
             '{"argv": ["x"], "exit_code": "0"}',
             'command \'{"argv": ["x"], "exit_code": "0"}\' ' + COMMAND_SAID,
         ),
-        ("phases", '["Timed"]', "phases '[\"Timed\"]' are not phase names"),  # every figure was null
+        (
+            "command",
+            '{"argv": ["x"], "exit_code": 1000}',  # past what the API takes (and what a process exits with)
+            'command \'{"argv": ["x"], "exit_code": 1000}\' ' + COMMAND_SAID,
+        ),
+        # every figure was null; a phase repeated read as one
+        ("phases", '["Timed"]', "phases '[\"Timed\"]': phase 'Timed' must match ^[a-z][a-z0-9_-]{0,31}$"),
+        (
+            "phases",
+            '["timed", "timed"]',
+            'phases \'["timed", "timed"]\': phases named more than once: timed',
+        ),
     ],
 )
 def test_a_run_row_damaged_outside_sparkwatch_is_a_store_error(

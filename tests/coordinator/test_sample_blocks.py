@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pathlib
 import sqlite3
+import zlib
 from typing import Any
 
 import msgspec
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -54,8 +56,11 @@ def test_the_codec_gives_back_every_bit(a: np.ndarray, b: np.ndarray, words: lis
 
 
 def test_a_damaged_block_is_a_codec_error() -> None:
+    """Bytes that are not a block, and (a KeyError or TypeError before, which cut retention short and was a
+    500) well-formed lists that are not a block's."""
     blob = codec.encode({"a": np.arange(10)}, [])
-    for bad in (b"nonsense", blob[:-3], b"SWJ1" + blob[4:]):
+    lists = [zlib.compress(orjson.dumps(d)) for d in ({"c": 5, "s": []}, {"x": 1}, [1], {"c": {"seq": [1]}})]
+    for bad in (b"nonsense", blob[:-3], b"SWJ1" + blob[4:], *(b"SWJ1" + x for x in lists)):
         with pytest.raises(codec.CodecError):
             decode_blob(bad)
 

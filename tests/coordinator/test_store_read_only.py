@@ -12,7 +12,7 @@ import pytest
 
 from sparkwatch.commands.export_cmd import ExportCommandError, choose_run
 from sparkwatch.sources.store import export_run
-from sparkwatch.store import Store, StoreError, Unavailable
+from sparkwatch.store import Damaged, Store, StoreError, Unavailable
 from sparkwatch.store.read_only import open_hint
 from sparkwatch.store.run_rows import RunRow
 from sparkwatch.store.schema import MIGRATIONS, OLDEST_READABLE
@@ -143,3 +143,24 @@ def test_the_run_chosen_by_default_is_the_newest() -> None:
         choose_run(runs, "nope", path)
     with pytest.raises(ExportCommandError, match=r"x\.db holds no runs"):
         choose_run([], None, path)
+
+
+def test_a_file_whose_schema_page_is_damaged_is_said_as_damage_with_the_way_to_recover_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A sound header over a damaged schema page was "not a sparkwatch database", which sent a user to the
+    wrong file, not to a backup or `.recover`; a file that is not SQLite at all still reads as not ours."""
+    path = tmp_path / "c.db"
+    _written(path).close()
+    with path.open("r+b") as f:  # page 1's b-tree, after the 100-byte file header
+        f.seek(100)
+        f.write(b"\xff" * 16)
+    with pytest.raises(Damaged) as caught:
+        Store.read_only(path)
+    assert f"the database {path} is damaged (SQLite:" in str(caught.value)
+    assert f"sqlite3 {path} .recover" in str(caught.value)
+    other = tmp_path / "notes.db"
+    other.write_bytes(b"not sqlite at all" * 300)
+    with pytest.raises(StoreError, match="is not a sparkwatch database") as caught:
+        Store.read_only(other)
+    assert not isinstance(caught.value, Damaged)

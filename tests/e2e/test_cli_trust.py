@@ -548,7 +548,9 @@ def test_a_command_with_a_closed_standard_stream_runs_and_measures(
 ) -> None:
     """`sparkwatch run … 2>&-` never ran the command: Python started with sys.stderr None, and the first
     message was an AttributeError (exit 1, nothing said, the run left open on a standing coordinator); with
-    `>&-` the export was written, then a traceback. A closed stream is /dev/null now, for both programs."""
+    `>&-` the export was written, then a traceback. A closed stream is /dev/null now, for both programs;
+    but a probe, whose one output is stdout, says it cannot write it there (exit 74), as a stdio stream
+    refuses to start."""
     agent = agent_factory("--backend", "sim", "--node", "n0")
     out = tmp_path / "run.json"
     argv = ["run", "--scope", "run", "--nodes", str(nodes_toml(tmp_path, [agent])), "-o", str(out)]
@@ -558,7 +560,8 @@ def test_a_command_with_a_closed_standard_stream_runs_and_measures(
         result = subprocess.run(
             program, capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.close(closed)
         )
-        assert result.returncode == 0, (program, result.stdout, result.stderr)
+        expected = 74 if program is probe and closed == 1 else 0
+        assert result.returncode == expected, (program, result.stdout, result.stderr)
         _no_traceback(result.stdout + result.stderr)  # the open one of the two
     assert json.loads(out.read_text())["run"]["t_end_ns"] is not None
     said = result.stderr if closed == 1 else result.stdout  # the probe's other stream still works

@@ -196,7 +196,8 @@ def _defaults(
         raise SourceError(f"run {run.id} {when} (it has no end yet): give --end")
     if end <= start:
         raise SourceError(f"--end {utc_stamp(end)} is not after --start {utc_stamp(start)}")
-    if too_long := _too_long(start, end):  # one bound the run's: read for minutes, or for good, before
+    given = args.start is not None or args.end is not None  # a run's own span is read as long as it is
+    if given and (too_long := _too_long(start, end)):  # the other bound the run's: read for minutes, before
         raise SourceError(too_long)
     threshold = args.gate_threshold if args.gate_threshold is not None or run is None else run.gate_threshold
     return (

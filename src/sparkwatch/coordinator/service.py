@@ -354,16 +354,16 @@ class Coordinator:
         return await asyncio.get_running_loop().run_in_executor(None, work)
 
     def _reader(self) -> Store:
-        """A read-only connection (one opened to write failed every export of a file taking no writes, a 409
-        "conflict"); one that cannot open now is ``Unavailable`` (503), as a read that cannot be served."""
+        """Read-only (a writing one failed on a file taking no writes); Unavailable where it cannot open."""
         try:
-            return Store.read_only(self.store.path)
+            return Store.read_only(self.store.path, live=True)
+        except Damaged:
+            raise
         except StoreError as exc:
             raise Unavailable(f"the database cannot be read now: {exc}") from None
 
     def _computed_export(self, run_id: str, series_buckets: int | None) -> dict[str, Any]:
-        """The export, on a read connection of its own closed once it is computed (the export reads nothing
-        more: no read snapshot is held while a slow client reads the answer)."""
+        """The export, on a read connection closed once it is made (no snapshot held while a client reads)."""
         reader = self._reader()
         try:
             with self._collector_pause:

@@ -128,28 +128,30 @@ WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Window))
 
 def check_window(w: Window) -> Window:
     """``w`` if it obeys every rule a stored window obeys, else :class:`WindowError` for the first broken."""
-    check_fields(w)
-    check_source(w.source)
-    return w
-
-
-def check_fields(w: Window) -> None:
-    """The rules of :func:`check_window` but its source's: what a store checks again for each window it reads
-    (a source shared by many windows is checked once): a row edited outside sparkwatch with a phase of
-    ``Timed`` left its window out of every figure, in silence, and made an export its own schema refuses."""
     if not 1 <= len(w.id) <= ID_MAX_CHARS:
         raise WindowError("id", f"must be 1..{ID_MAX_CHARS} characters, found {len(w.id)}")
     for name in ("id", "finish_reason"):  # one line wherever they show, as a run's name (defaults.check_name)
         text = getattr(w, name)
         if text is not None and (bad := CONTROL_CHARS_RE.search(text)):
             raise WindowError(name, f"{NOT_ONE_LINE}: {bad[0]!r}")
+    check_measured(w)
+    if w.finish_reason is not None and not 1 <= len(w.finish_reason) <= FINISH_REASON_MAX_CHARS:
+        raise WindowError("finish_reason", f"must be 1..{FINISH_REASON_MAX_CHARS} characters")
+    check_source(w.source)
+    return w
+
+
+def check_measured(w: Window) -> None:
+    """The rules the figures and the export's schema rest on (the phase, epoch stamps in order, the counts,
+    the status): what a store checks again for each window it reads, with its source's (check_source, once
+    per source shared by many). A row edited outside sparkwatch with a phase of ``Timed`` left its window out
+    of every figure, in silence. The rules of its text's shape were added over time: a window stored before
+    one was still reads."""
     if not PHASE_RE.fullmatch(w.phase):  # not .match: its "$" also takes a trailing newline
         raise WindowError("phase", f"{w.phase!r} must match {PHASE_RE.pattern}")
     for name in ("t_start_ns", "t_end_ns"):
         _epoch_ns(name, getattr(w, name))
     check_numbers(w)
-    if w.finish_reason is not None and not 1 <= len(w.finish_reason) <= FINISH_REASON_MAX_CHARS:
-        raise WindowError("finish_reason", f"must be 1..{FINISH_REASON_MAX_CHARS} characters")
 
 
 def check_numbers(w: Window) -> None:

@@ -22,7 +22,7 @@ from sparkwatch.core.windows import (
     REQUIRED_FIELDS,
     Window,
 )
-from sparkwatch.defaults import SCOPES, ScopeKind, check_phases
+from sparkwatch.defaults import SCOPES, ScopeKind, check_phases, command_outcome
 from sparkwatch.importers.common import (
     ClockAnchor,
     ImportFormatError,
@@ -135,21 +135,8 @@ def _run(run: dict[str, Any], settings: tuple[Any, Any, Any], names: tuple[str, 
         gate_threshold=threshold,
         scope=cast(ScopeKind, scope),
         phases=checked_phases,
-        command=_command(run.get("command")),
+        command=command_outcome(run.get("command")),
     )
-
-
-def _command(value: Any) -> dict[str, Any] | None:
-    """The run's command as the export's schema has it (``argv``: strings, ``exit_code``: an integer), or
-    None: a hand-edited file's other shape would make an export that fails its own schema."""
-    if not isinstance(value, dict):
-        return None
-    argv, code = value.get("argv"), value.get("exit_code")
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-        return None
-    if not isinstance(code, int) or isinstance(code, bool):
-        return None
-    return {"argv": list(argv), "exit_code": code}
 
 
 def export_of(data: Any) -> dict[str, Any]:

@@ -49,13 +49,14 @@ class Store:
             raise open_failure(path, exc) from exc
 
     @classmethod
-    def read_only(cls, path: Path) -> Store:
+    def read_only(cls, path: Path, *, live: bool = False) -> Store:
         """An existing database of this schema, read without changing it (store/read_only.py): what an
-        offline export reads; any write through it is refused by SQLite."""
+        offline export reads, or (``live``) a coordinator's export of its own file; any write through it is
+        refused by SQLite."""
         store = cls.__new__(cls)
         store._now = time.time_ns
         store.path = path
-        store._db = connect_read_only(path, len(MIGRATIONS), OLDEST_READABLE)
+        store._db = connect_read_only(path, len(MIGRATIONS), OLDEST_READABLE, live=live)
         store._blocks = SampleBlocks(store._db, kept_tops=store.schema_version >= SEQ_DROPPED)
         store._swept_until = None
         store.damage = None

@@ -22,12 +22,15 @@ WAL_LIMIT_BYTES = 2 * WAL_CHECKPOINT_BYTES
 
 def open_failure(path: Path, exc: sqlite3.Error | OSError) -> StoreError:
     """Why the database at ``path`` could not be opened, in one line. What may pass (a full file system, an
-    I/O error, a folder that takes no new file) is :class:`Unavailable`, exit 75: systemd restarts a
-    coordinator that stopped so (a full disk at boot left it failed for good with exit 2); the rest is
+    I/O error, a lock) is :class:`Unavailable`, exit 75: systemd restarts a coordinator that stopped so (a
+    full disk at boot left it failed for good with exit 2); the rest (a path, a folder's permissions) is
     what no restart mends."""
-    if not unavailable_now(exc):
-        return StoreError(f"cannot use database {path}: {exc}")
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code == sqlite3.SQLITE_CANTOPEN or not unavailable_now(exc):
+        hint = ""
+        if code == sqlite3.SQLITE_CANTOPEN and path.parent.is_dir() and not os.access(path.parent, os.W_OK):
+            hint = f" (its folder {path.parent} takes no new file: SQLite keeps a -wal and a -shm beside it)"
+        return StoreError(f"cannot use database {path}: {exc}{hint}")
     hint = ""
     if code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
         try:
@@ -36,8 +39,6 @@ def open_failure(path: Path, exc: sqlite3.Error | OSError) -> StoreError:
             hint = f" ({free_kib} KiB free where it is: make room, and it starts again)"
         except OSError:
             pass
-    elif code == sqlite3.SQLITE_CANTOPEN and not os.access(path.parent, os.W_OK):
-        hint = f" (its folder {path.parent} takes no new file: SQLite keeps a -wal and a -shm beside it)"
     return Unavailable(f"cannot use database {path} now: {exc}{hint}")
 
 

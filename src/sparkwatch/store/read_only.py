@@ -11,23 +11,26 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from sparkwatch.store.tx import StoreError
+from sparkwatch.store.tx import StoreError, corrupt_or_none
 
 #: Tables every sparkwatch database has had since its first schema (samples: in blocks since schema 9; an
 #: older file is refused by its version before its tables are looked at).
 TABLES = frozenset({"nodes", "boots", "runs", "windows", "marks", "clock_offsets"})
 
 
-def connect_read_only(path: Path, schema_version: int, oldest: int | None = None) -> sqlite3.Connection:
+def connect_read_only(
+    path: Path, schema_version: int, oldest: int | None = None, *, live: bool = False
+) -> sqlite3.Connection:
     """A read-only connection to the sparkwatch database at ``path`` of ``schema_version`` (or, with
     ``oldest``, of any schema from that one up to it); anything else (no file, not SQLite, another program's
-    database, another schema) is a one-line :class:`StoreError`."""
+    database, another schema) is a one-line :class:`StoreError`. ``live``: a file its writer has open (the
+    coordinator's own), never read as immutable, whatever files lie beside it."""
     if not path.exists():
         raise StoreError(f"no database at {path}")
     if path.is_dir():
         raise StoreError(f"{path} is a folder, not a sparkwatch database")
     wal = path.with_name(path.name + "-wal")
-    uri = f"{path.resolve().as_uri()}?mode=ro" + ("" if wal.exists() else "&immutable=1")
+    uri = f"{path.resolve().as_uri()}?mode=ro" + ("" if live or wal.exists() else "&immutable=1")
     try:
         db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as exc:
@@ -46,8 +49,11 @@ def _check(db: sqlite3.Connection, path: Path, schema_version: int, oldest: int)
         (version,) = db.execute("PRAGMA user_version").fetchone()
     except sqlite3.OperationalError as exc:  # a sound file this reader cannot open now: not its content
         raise StoreError(f"cannot read database {path}: {exc}{open_hint(path, str(exc))}") from None
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path} is not a sparkwatch database ({exc})") from None
+    except sqlite3.DatabaseError as exc:  # a damaged page said as damage (how to recover it), else not ours
+        damaged = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_CORRUPT
+        raise (damaged and corrupt_or_none(exc, path)) or StoreError(
+            f"{path} is not a sparkwatch database ({exc})"
+        ) from None
     if version == 0 or not tables >= TABLES:
         raise StoreError(f"{path} is not a sparkwatch database (it has no sparkwatch tables)")
     if version > schema_version:

@@ -17,8 +17,9 @@ from sparkwatch.defaults import (
     MAX_INTERVAL_S,
     MAX_RUN_NAME_CHARS,
     MIN_INTERVAL_S,
-    PHASE_RE,
     SCOPES,
+    check_phases,
+    command_outcome,
 )
 from sparkwatch.store.row_values import is_integer, shown_value
 from sparkwatch.store.tx import Damaged
@@ -73,9 +74,11 @@ def run_row(row: tuple[Any, ...]) -> RunRow:
         names = None
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise Damaged(f"run {run_id} has unreadable phases {phases!r}")
-    if not all(PHASE_RE.fullmatch(n) for n in names):  # "Timed": no window's phase, every figure null
+    try:  # "Timed": no window's phase, every figure null
+        check_phases(tuple(names))
+    except ValueError as exc:
         said = shown_value(phases)
-        raise Damaged(f"run {run_id} is damaged in the database: phases {said} are not phase names")
+        raise Damaged(f"run {run_id} is damaged in the database: phases {said}: {exc}") from None
     problem = _problem(row[:9])
     if problem is not None:
         raise Damaged(f"run {run_id} is damaged in the database: {problem}")
@@ -137,13 +140,8 @@ def _number(value: Any) -> bool:
 
 
 def _command(text: Any) -> bool:
-    """A wrapped command as the API takes it (``CommandOutcome``): what the export's schema requires."""
+    """A wrapped command as the API takes it (defaults.command_outcome): what the export's schema requires."""
     try:
-        command = json.loads(text) if isinstance(text, str) else None
+        return command_outcome(json.loads(text) if isinstance(text, str) else None) is not None
     except ValueError:
         return False
-    if not isinstance(command, dict) or set(command) != {"argv", "exit_code"}:
-        return False
-    argv, code = command["argv"], command["exit_code"]
-    listed = isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
-    return listed and is_integer(code) and -255 <= code <= 255

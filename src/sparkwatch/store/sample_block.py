@@ -354,5 +354,10 @@ def decode_blob(blob: bytes) -> SampleBlock:
             d = orjson.loads(zlib.decompress(blob[len(JSON_MAGIC) :]))
         except (zlib.error, orjson.JSONDecodeError) as exc:
             raise codec.CodecError(f"damaged sample block: {exc}") from None
-        return from_lists(d["c"], d["s"])  # null (NaN on the way in) becomes NaN again
+        try:
+            return from_lists(d["c"], d["s"])  # null (NaN on the way in) becomes NaN again
+        except (KeyError, IndexError, TypeError, ValueError) as exc:  # JSON, but not a block's lists
+            raise codec.CodecError(
+                f"damaged sample block: not a block's lists ({type(exc).__name__})"
+            ) from None
     return SampleBlock.decode(blob)

@@ -194,7 +194,7 @@ class SampleBlocks:
         c = block.columns
         self._db.executemany("DELETE FROM sample_blocks WHERE id = ?", [(i,) for i in blocks])
         self._put(key, _Meta.of(c["seq"], c["t_wall_ns"], c["t_mono_ns"]), block.encode())
-        return len(rows)
+        return len(blocks)
 
     def _readable(self, block_id: int, data: bytes, key: tuple[str, str]) -> SampleBlock | None:
         """A small block, decoded; None where it does not decode: it stays out of the merge, as it is, said

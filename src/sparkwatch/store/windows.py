@@ -22,7 +22,7 @@ from sparkwatch.core.windows import (
     WINDOW_FIELDS,
     Window,
     WindowError,
-    check_fields,
+    check_measured,
     check_source,
 )
 from sparkwatch.store import refusals
@@ -301,7 +301,7 @@ def _row(w: Window) -> tuple[Any, ...]:
 
 
 def _window(row: tuple[Any, ...], sources: dict[str, dict[str, Any]]) -> Window:
-    """A stored window, checked by the rules a window is taken by (types, ``check_fields``; each distinct
+    """A stored window, checked by the rules a window is taken by (types, ``check_measured``; each distinct
     source by ``check_source`` once): a row this store would never have written (a file edited or damaged)
     is ``Damaged`` naming it, not a traceback, a window measured backwards, -50 tokens in a J/token or a
     window left out of every figure by a phase no window can have."""
@@ -328,7 +328,7 @@ def _window(row: tuple[Any, ...], sources: dict[str, dict[str, Any]]) -> Window:
         problem = "it ends before it starts"
     if problem is None:
         try:
-            check_fields(window)
+            check_measured(window)
             return window
         except WindowError as exc:
             problem = str(exc)

@@ -89,13 +89,19 @@ def _read_commands(
         if overlong and lines:  # the first is the end of the line too long: not a command, nor its tail
             lines, overlong = lines[1:], False
         for raw in lines:
-            line = raw.decode("utf-8", errors="replace").strip()
+            line = raw.decode("utf-8", errors="replace").strip() if len(raw) <= MAX_COMMAND_BYTES else ""
             if line:
                 _apply_command(sampler, line, replies, wake)
+            elif raw.strip():  # whole in this read, or ended in it: too long all the same
+                _said_too_long()
         if len(pending) > MAX_COMMAND_BYTES:  # not held: it would grow without end
             if not overlong:
-                log.warning("ignored a stdin line over %d bytes: no command is that long", MAX_COMMAND_BYTES)
+                _said_too_long()
             pending, overlong = b"", True
+
+
+def _said_too_long() -> None:
+    log.warning("ignored a stdin line over %d bytes: no command is that long", MAX_COMMAND_BYTES)
 
 
 class _Unwritable(Exception):

@@ -142,7 +142,7 @@ class _Pairs(list[tuple[str, Any]]):
     """An object's members in the body's order, repeats kept (only to say where a refused repeat is)."""
 
 
-_PAIRS = json.JSONDecoder(object_pairs_hook=_Pairs)
+_PAIRS = json.JSONDecoder(object_pairs_hook=_Pairs, parse_int=whole_number)
 
 
 def _first_repeat(value: Any) -> list[str]:

@@ -12,6 +12,8 @@ from sparkwatch.defaults import (
     DEFAULT_INTERVAL_S,
     DEFAULT_PHASES,
     DEFAULT_SCOPE,
+    EXIT_CODE_BOUND,
+    MAX_ARGV,
     MAX_INTERVAL_S,
     MAX_PHASES,
     MAX_RUN_NAME_CHARS,
@@ -56,8 +58,8 @@ class RunCreate(Strict):
 class CommandOutcome(Strict):
     """What `sparkwatch run` wrapped, so an export says whether the benchmark command succeeded."""
 
-    argv: list[str] = Field(min_length=1, max_length=1000)
-    exit_code: int = Field(ge=-255, le=255)
+    argv: list[str] = Field(min_length=1, max_length=MAX_ARGV)  # defaults.command_outcome's bounds
+    exit_code: int = Field(ge=-EXIT_CODE_BOUND, le=EXIT_CODE_BOUND)
 
 
 class Empty(Strict):

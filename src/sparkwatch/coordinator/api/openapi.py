@@ -64,12 +64,12 @@ OPERATIONS = (
     Operation(
         "get",
         "/healthz",
-        "200 when every link streams, else 503 (not a Refusal: {status, nodes, disconnected})",
+        "200 when every link streams and the database file was not met damaged, else 503 (not a Refusal)",
         also=(
             (
                 503,
                 "degraded: {status, nodes, disconnected, database?}, the nodes whose links are not streaming;"
-                " database: the database file met damaged",
+                ' database: "damaged", the database file met damaged (the log says how)',
             ),
         ),
     ),

@@ -54,7 +54,7 @@ class Family:
     gpu_label: str  # the label that tells a node's GPUs apart (a UUID where the exporter has one)
     power: Series  # GPU power, W
     energy: Series | None  # GPU energy counter, J (a window's edges are read from it)
-    util: tuple[Series, ...]  # utilisation 0-1 for the gate: the first the TSDB holds is used
+    util: tuple[Series, ...]  # utilisation 0-1 for the gate: per GPU, the first the TSDB holds of it
     gpu_memory: Series | None  # device memory used per GPU, bytes (discrete GPUs)
     host_memory: Series | None  # the node's memory used (MemTotal − MemAvailable), bytes
     info: Series | None  # a constant-1 identity series whose labels name the GPU
