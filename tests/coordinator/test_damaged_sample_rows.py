@@ -62,10 +62,13 @@ def damaged(path: pathlib.Path, damage: str) -> pathlib.Path:
     return path
 
 
+WITHIN = " within ±2^62 (146 years)"
+
+
 @pytest.mark.parametrize(
     ("damage", "said"),
     [
-        ("UPDATE clock_offsets SET offset_ns = 'abc'", OFFSET + "offset_ns 'abc' is not an integer"),
+        ("UPDATE clock_offsets SET offset_ns = 'abc'", OFFSET + "offset_ns 'abc' is not an integer" + WITHIN),
         (
             "UPDATE clock_offsets SET uncertainty_ns = 'abc'",
             OFFSET + "uncertainty_ns 'abc' is not an integer of 0 or more",
@@ -76,9 +79,21 @@ def damaged(path: pathlib.Path, damage: str) -> pathlib.Path:
         ),
         (
             "UPDATE clock_offsets SET mono_offset_ns = 'abc'",
-            OFFSET + "mono_offset_ns 'abc' is not an integer",
+            OFFSET + "mono_offset_ns 'abc' is not an integer within ±2^62 (146 years)",
         ),
-        ("UPDATE clock_offsets SET mono_offset_ns = 1.5", OFFSET + "mono_offset_ns 1.5 is not an integer"),
+        (
+            "UPDATE clock_offsets SET mono_offset_ns = 1.5",
+            OFFSET + "mono_offset_ns 1.5 is not an integer" + WITHIN,
+        ),
+        # 9e18 was exported as the node's offset: a sample's time plus it leaves 64 bits
+        (
+            "UPDATE clock_offsets SET offset_ns = 9000000000000000000",
+            OFFSET + "offset_ns 9000000000000000000 is not an integer within ±2^62 (146 years)",
+        ),
+        (
+            "UPDATE clock_offsets SET mono_offset_ns = -9000000000000000000",
+            OFFSET + "mono_offset_ns -9000000000000000000 is not an integer within ±2^62 (146 years)",
+        ),
         ("UPDATE boots SET hello = 'not json'", BOOT + "hello 'not json' is not a JSON object"),
         ("UPDATE boots SET hello = '[1,2]'", BOOT + "hello '[1,2]' is not a JSON object"),
         (

@@ -99,15 +99,21 @@ def _round(node: str, row: tuple[Any, ...]) -> OffsetRound:
     return OffsetRound(t_ns, offset, uncertainty, mono)
 
 
+#: The most an offset can be: 2^62 ns, 146 years (an agent's clock left at 1970 is 56 years off). Past it,
+#: a sample's time plus its offset leaves 64 bits, and 9e18 was exported as a node's offset.
+MAX_OFFSET_NS = 1 << 62
+
+
 def _offset_problem(t_ns: Any, offset: Any, uncertainty: Any, mono: Any) -> str | None:
-    """What is wrong with a round's columns, or ``None``: integers all, the uncertainty half a round trip
-    (never negative), the monotonic offset absent only in rounds stored before it was kept."""
+    """What is wrong with a round's columns, or ``None``: integers all, the offsets no more than
+    MAX_OFFSET_NS either way, the uncertainty half a round trip (never negative), the monotonic offset
+    absent only in rounds stored before it was kept."""
     if not is_integer(t_ns):
         return f"t_ns {shown_value(t_ns)} is not an integer"
-    if not is_integer(offset):
-        return f"offset_ns {shown_value(offset)} is not an integer"
+    if not is_integer(offset) or abs(offset) > MAX_OFFSET_NS:
+        return f"offset_ns {shown_value(offset)} is not an integer within ±2^62 (146 years)"
     if not is_integer(uncertainty) or uncertainty < 0:
         return f"uncertainty_ns {shown_value(uncertainty)} is not an integer of 0 or more"
-    if mono is not None and not is_integer(mono):
-        return f"mono_offset_ns {shown_value(mono)} is not an integer"
+    if mono is not None and (not is_integer(mono) or abs(mono) > MAX_OFFSET_NS):
+        return f"mono_offset_ns {shown_value(mono)} is not an integer within ±2^62 (146 years)"
     return None
