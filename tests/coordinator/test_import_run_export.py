@@ -154,6 +154,13 @@ def test_export_prometheus_takes_the_span_from_the_export_and_asks_for_an_open_r
         )  # fmt: skip
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "--start to --end spans more than 31 days (" in done.stderr, done.stderr
+    long_run = demo()  # a run's own span past 31 days, no flag given: read as long as it is (asked here)
+    long_run["run"]["t_start_ns"] -= 40 * 86_400 * 10**9
+    done = _export(
+        "--prometheus", "http://127.0.0.1:1", "--windows", str(written(tmp_path, long_run)),
+        "--windows-format", "export",
+    )  # fmt: skip
+    assert "cannot reach" in done.stderr and "spans more than" not in done.stderr, done.stderr
     done = _export("--prometheus", "http://127.0.0.1:1", "--windows", str(DEMO))  # plain: the span is needed
     assert done.returncode == 2 and "--prometheus needs --start, --end" in done.stderr, done.stderr
     assert "a run's export file as --windows with --windows-format export" in done.stderr

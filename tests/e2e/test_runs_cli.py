@@ -324,6 +324,31 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
         server.stop()
 
 
+def test_a_window_stored_before_a_text_rule_still_reads(tmp_path: pathlib.Path) -> None:
+    """The rules of a window's text (one line, no bidirectional override) came after windows were stored
+    under the older ones: such a window still reads, and its run exports (the figures' rules are checked)."""
+    from helpers.frames import T0, sample_frame
+    from sparkwatch.core.clock import ClockOffset
+    from sparkwatch.store.run_rows import RunRow
+
+    path = tmp_path / "c.db"
+    store = Store(path, now_ns=lambda: T0 + 30 * 10**9)
+    store.set_nodes(["n1"])
+    store.ingest("n1", "b1", [sample_frame(i, {"power_w": 40.0, "util_ratio": 0.9}) for i in range(1, 300)])
+    store.add_offset("n1", "b1", ClockOffset(0, 1000, 5, 8, mono_offset_ns=T0), t_ns=T0)
+    store.create_run(RunRow("r1", "older", T0, None, 0.1, 0.5, "request"))
+    store.add_windows("r1", [Window("w1", "timed", T0 + 5 * 10**9, T0 + 9 * 10**9)])
+    store.end_run("r1", T0 + 29 * 10**9)
+    store.close()
+    with sqlite3.connect(path) as db:  # as an older sparkwatch took it
+        db.execute("UPDATE windows SET id = 'w' || char(8238) || '1', finish_reason = 'stop' || char(10)")
+    out = tmp_path / "out.json"
+    done = cli("export", "--db", str(path), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    (window,) = json.loads(out.read_text())["windows"]
+    assert window["id"] == "w\u202e1" and window["nodes"][0]["energy_j"] is not None
+
+
 @pytest.mark.parametrize(
     ("damage", "said"),
     [
