@@ -324,22 +324,27 @@ def test_a_url_that_answers_json_of_another_shape_is_one_line_and_writes_nothing
         server.stop()
 
 
-def test_a_window_stored_before_a_text_rule_still_reads(tmp_path: pathlib.Path) -> None:
-    """The rules of a window's text (one line, no bidirectional override) came after windows were stored
-    under the older ones: such a window still reads, and its run exports (the figures' rules are checked)."""
+def _one_run(path: pathlib.Path) -> pathlib.Path:
+    """A database of one node at 40 W, busy, for 30 s, and one ended run r1 with one timed window w1."""
     from helpers.frames import T0, sample_frame
     from sparkwatch.core.clock import ClockOffset
     from sparkwatch.store.run_rows import RunRow
 
-    path = tmp_path / "c.db"
     store = Store(path, now_ns=lambda: T0 + 30 * 10**9)
     store.set_nodes(["n1"])
     store.ingest("n1", "b1", [sample_frame(i, {"power_w": 40.0, "util_ratio": 0.9}) for i in range(1, 300)])
     store.add_offset("n1", "b1", ClockOffset(0, 1000, 5, 8, mono_offset_ns=T0), t_ns=T0)
-    store.create_run(RunRow("r1", "older", T0, None, 0.1, 0.5, "request"))
+    store.create_run(RunRow("r1", "one", T0, None, 0.1, 0.5, "request"))
     store.add_windows("r1", [Window("w1", "timed", T0 + 5 * 10**9, T0 + 9 * 10**9)])
     store.end_run("r1", T0 + 29 * 10**9)
     store.close()
+    return path
+
+
+def test_a_window_stored_before_a_text_rule_still_reads(tmp_path: pathlib.Path) -> None:
+    """The rules of a window's text (one line, no bidirectional override) came after windows were stored
+    under the older ones: such a window still reads, and its run exports (the figures' rules are checked)."""
+    path = _one_run(tmp_path / "c.db")
     with sqlite3.connect(path) as db:  # as an older sparkwatch took it
         db.execute("UPDATE windows SET id = 'w' || char(8238) || '1', finish_reason = 'stop' || char(10)")
     out = tmp_path / "out.json"
@@ -409,19 +414,7 @@ def test_a_database_whose_rows_were_damaged_is_one_line_and_writes_nothing(
 ) -> None:
     """Rows this store would never write (an edited or damaged file): a traceback each, or for a window
     ending before it starts an export of nothing with exit 0, before."""
-    from helpers.frames import T0, sample_frame
-    from sparkwatch.core.clock import ClockOffset
-    from sparkwatch.store.run_rows import RunRow
-
-    path = tmp_path / "c.db"
-    store = Store(path, now_ns=lambda: T0 + 30 * 10**9)
-    store.set_nodes(["n1"])
-    store.ingest("n1", "b1", [sample_frame(i, {"power_w": 40.0, "util_ratio": 0.9}) for i in range(1, 300)])
-    store.add_offset("n1", "b1", ClockOffset(0, 1000, 5, 8, mono_offset_ns=T0), t_ns=T0)
-    store.create_run(RunRow("r1", "damaged", T0, None, 0.1, 0.5, "request"))
-    store.add_windows("r1", [Window("w1", "timed", T0 + 5 * 10**9, T0 + 9 * 10**9)])
-    store.end_run("r1", T0 + 29 * 10**9)
-    store.close()
+    path = _one_run(tmp_path / "c.db")
     assert cli("export", "--db", str(path), "-o", str(tmp_path / "whole.json")).returncode == 0
     assert json.loads((tmp_path / "whole.json").read_text())["nodes"][0]["power_w"]["gated_mean"] == 40.0
     db = sqlite3.connect(path)
