@@ -92,6 +92,7 @@ class Interrupts:
         self._out = out
         self._exit = exit_now
         self._forcing: asyncio.Task[None] | None = None
+        self._first: signal.Signals | None = None  # the signal that asked to stop, once one has
         self._installed: dict[signal.Signals, Any] = {}  # each handled signal: its handler before
         self._hung_up = False
         self._terminals = tuple(fd for fd in (1, 2) if os.isatty(fd))  # while they still are
@@ -137,6 +138,15 @@ class Interrupts:
         code = self.proc.returncode
         return None if code is None else shell_exit_code(code)
 
+    def command_started(self, proc: asyncio.subprocess.Process) -> None:
+        """``proc`` is the wrapped command from now on. A signal that came while it was being started (the
+        command may already run then, and asyncio handles the signal on the loop before the start returns)
+        is relayed now: it found no command to relay to, and `run` then waited for the whole benchmark
+        (a Ctrl-C once sat through the command's 60 s in CI)."""
+        self.proc = proc
+        if self._first is not None and proc.returncode is None:
+            signal_group(proc, self._first)
+
     @property
     def _running(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
@@ -152,6 +162,7 @@ class Interrupts:
             self._force()
             return
         self.requested.set()
+        self._first = sig
         if self._running:
             assert self.proc is not None
             signal_group(self.proc, sig)

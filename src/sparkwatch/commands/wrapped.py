@@ -87,7 +87,7 @@ async def run_wrapped(
     finally:
         if capture is not None:
             os.close(write_fd)
-    interrupts.proc = proc
+    interrupts.command_started(proc)
     tee, pipe = await _start_tee(read_fd, capture, now_ns) if capture is not None else (None, None)
     try:
         code = await proc.wait()
