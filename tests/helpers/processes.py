@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import random
 import re
 import signal
 import socket
@@ -15,11 +16,38 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+#: Where :func:`free_port` looks: below Linux's default ephemeral range (32768-60999).
+PORTS_BELOW_EPHEMERAL = range(20000, 32768)
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now, for a server a test starts later. Not one the kernel hands out itself: a
+    port it gave us (bind to 0) and we freed went back to the ephemeral pool, where any client's outgoing
+    connection could take it as its source port before the server bound it (CI saw VictoriaMetrics fail
+    with "address already in use" that way)."""
+    candidates = range(PORTS_BELOW_EPHEMERAL.start, min(PORTS_BELOW_EPHEMERAL.stop, _ephemeral_low()))
+    if not candidates:  # an unusual ephemeral range: the kernel's pick, as before
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    pick = random.SystemRandom()
+    for _ in range(100):
+        port = pick.choice(candidates)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # someone listens there
+            return port
+    raise AssertionError(f"no free loopback port in {candidates}")
+
+
+def _ephemeral_low() -> int:
+    """Where this machine's ephemeral ports begin."""
+    try:
+        return int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return PORTS_BELOW_EPHEMERAL.stop
 
 
 class AgentProcess:
