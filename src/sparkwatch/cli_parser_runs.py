@@ -197,8 +197,8 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
         "--nodes",
         type=node_names,
         metavar="LIST",
-        help="only these nodes, the label's values comma-separated (default: every node with GPU power"
-        " series in the span)",
+        help="only these nodes, the label's values comma-separated (default: the run's own nodes where the"
+        " windows come from a run and the label is node, else every node with GPU power series in the span)",
     )
     tsdb.add_argument(
         "--engine-metrics",
