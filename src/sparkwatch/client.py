@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import json
 import logging
 import os
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from sparkwatch.client_bodies import bodies_ahead, request_json
 from sparkwatch.client_waits import NodeWaits
 from sparkwatch.core.windows import Window
 from sparkwatch.defaults import (
@@ -160,7 +160,9 @@ class CoordinatorClient(NodeWaits):
         self._token: ServerToken | None = target.token
         if target.token_file and target.token:
             self._token = TokenFile(target.token_file, target.token, logger=log)
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=timeout_s), json_serialize=request_json
+        )
 
     async def __aenter__(self) -> CoordinatorClient:
         return self
@@ -320,9 +322,10 @@ class CoordinatorClient(NodeWaits):
         begun = self._shaped(await self._call("POST", path, {}), {"import_id": str}, f"POST {path}")
         import_id = str(begun["import_id"])
         try:
-            for batch in _batches(windows, WINDOWS_PER_POST):
-                body = {"windows": [w.to_body() for w in batch], "import_id": import_id}
-                await self._call("POST", _run_path(run_id) + "/windows", body)
+            async with contextlib.aclosing(bodies_ahead(windows, WINDOWS_PER_POST)) as bodies:
+                async for batch in bodies:
+                    body = {"windows": batch, "import_id": import_id}
+                    await self._call("POST", _run_path(run_id) + "/windows", body)
             path = _run_path(run_id) + f"/imports/{import_id}/commit"
             done = self._shaped(await self._call("POST", path, {}), {"committed": int}, f"POST {path}")
         except BaseException:
@@ -388,10 +391,3 @@ def _refusal(text: str) -> tuple[str | None, int | None]:
         return None, None
     code, end = (body.get("error"), body.get("t_end_ns")) if isinstance(body, dict) else (None, None)
     return code if isinstance(code, str) else None, end if type(end) is int else None
-
-
-def _batches(items: Iterable[Window], size: int) -> Iterator[list[Window]]:
-    """Lists of up to ``size`` items, taken as they come (``itertools.batched`` is Python 3.12)."""
-    source = iter(items)
-    while batch := list(itertools.islice(source, size)):
-        yield batch

@@ -69,6 +69,8 @@ def test_each_rule_names_its_field(changes: dict[str, object], field: str, says:
 
 def test_json_forms_and_duplicates() -> None:
     assert check_window(GOOD) is GOOD
+    held = dataclasses.replace(GOOD, source={"none": None, "text": "null", "n": [1.5, None]})
+    assert check_window(held) is held  # a null is no NaN
     assert list(GOOD.to_json()) == list(WINDOW_FIELDS)
     body = GOOD.to_body()
     assert "completion_tokens" not in body and body["source"] == {}
@@ -94,7 +96,16 @@ def _nested(levels: int) -> object:
     return value
 
 
-@pytest.mark.parametrize("source", [{"n": 10**30}, {"s": "\ud800"}, {"deep": _nested(250)}])
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"n": 10**30},
+        {"s": "\ud800"},
+        {"deep": _nested(250)},
+        {"f": float("inf")},
+        {"none": None, "nested": {"f": [float("-inf")]}},  # beside a null, which orjson writes NaN as too
+    ],
+)
 def test_a_source_the_export_cannot_carry_is_refused(source: dict[str, object]) -> None:
     """Found by the nightly API fuzz: a source holding 10**30 was stored and made its run's export a 500."""
     window = Window("w", "timed", 1_800_000_000 * 10**9, 1_800_000_001 * 10**9, source=source)

@@ -57,6 +57,7 @@ ROOT_STAGES: dict[str, float] = {
     "http_redirects": 0,  # GETs that follow a redirect on the server's own host only: meters, engines
     "client": 1,
     "client_waits": 1,  # the client's waits for the nodes, over its reads
+    "client_bodies": 1,  # what the client sends: its JSON, an import's windows read a batch ahead
     "links": 2,
     "meters": 2,
     "engines": 2,
