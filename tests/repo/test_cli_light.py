@@ -33,3 +33,15 @@ def test_a_subcommand_still_loads_what_it_needs() -> None:
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_a_coordinator_of_websocket_nodes_loads_no_ssh() -> None:
+    """asyncssh (with cryptography) was about 0.3 s of every `run`, `demo` and coordinator start, where no
+    node is reached by SSH; a link that is loads it (what the second probe checks)."""
+    probe = (
+        "import sys\nimport sparkwatch.cli_services, sparkwatch.coordinator.serve, sparkwatch.links.factory\n"
+        "print('asyncssh' in sys.modules)\n"
+        "from sparkwatch.links.ssh_link import SshExecLink\nprint('asyncssh' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["False", "True"], result.stderr

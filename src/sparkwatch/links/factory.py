@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from sparkwatch.links.nodes_file import NodeSpec
-from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink
 from sparkwatch.links.ws_link import WsLink
 
 
@@ -16,6 +15,9 @@ def make_link(spec: NodeSpec, *args: Any, **kwargs: Any) -> WsLink:
     """WebSocket (``url``), SSH tunnel (``ssh``) or SSH exec (``ssh`` with ``mode = "exec"``)."""
     if spec.ssh is None:
         return WsLink(spec, *args, **kwargs)
+    # asyncssh only where a node is reached by SSH: importing it was a fifth of every `run`'s start-up
+    from sparkwatch.links.ssh_link import SshExecLink, SshTunnelLink  # noqa: PLC0415
+
     return SshExecLink(spec, *args, **kwargs) if spec.mode == "exec" else SshTunnelLink(spec, *args, **kwargs)
 
 
