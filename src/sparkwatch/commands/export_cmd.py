@@ -22,8 +22,9 @@ from sparkwatch.client import token_file_read
 from sparkwatch.commands.export_tsdb import check_tsdb_args, tsdb_export
 from sparkwatch.commands.outcome import quality_line
 from sparkwatch.commands.quality import judge
+from sparkwatch.commands.series_flags import wanted_series
 from sparkwatch.commands.summary import summary_table
-from sparkwatch.defaults import SERIES_BUCKETS, ScopeKind
+from sparkwatch.defaults import ScopeKind
 from sparkwatch.outputs import check_output, database_files, print_export, write_export
 from sparkwatch.sources import SourceError
 from sparkwatch.sources.store import export_run
@@ -132,14 +133,6 @@ def offline_export(
         raise corrupt or ExportCommandError(f"cannot read {path}: {exc}") from None
     finally:
         store.close()
-
-
-def wanted_series(args: argparse.Namespace) -> int | None:
-    """The series block's buckets ``--series`` or ``--series-buckets`` ask for (the latter wins); None
-    when neither does."""
-    if args.series_buckets is not None:
-        return int(args.series_buckets)
-    return SERIES_BUCKETS if args.series else None
 
 
 def _notes(

@@ -17,9 +17,9 @@ from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget, token_file_read
 from sparkwatch.client_waits import end_wait_s
-from sparkwatch.commands.export_cmd import wanted_series
 from sparkwatch.commands.outcome import quality_line
 from sparkwatch.commands.quality import judge
+from sparkwatch.commands.series_flags import wanted_series
 from sparkwatch.core.export import OPEN_RUN_NOTE, UTIL_SOURCE
 from sparkwatch.core.phases import name_ids
 from sparkwatch.core.stamps import utc_stamp
