@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
@@ -29,6 +29,33 @@ Grouped = dict[Key, tuple[list[int], list[float]]]
 Stamped = str | tuple[str, str]
 
 
+class HeldFrame(Protocol):
+    """What a batch reads of a stored sample: its JSON line and its two stamps."""
+
+    @property
+    def raw(self) -> str: ...
+
+    @property
+    def t_wall_ns(self) -> int: ...
+
+    @property
+    def t_mono_ns(self) -> int: ...
+
+
+class Held(NamedTuple):
+    """A stored sample as the queue keeps it: a :class:`SampleFrame`'s decoded values (its GPUs and sensors
+    as tuples of numbers) took more room than its line, and a full queue 118 MiB for 50 000 samples,
+    2.3x their lines alone (benchmarks/remote_write_queue.py)."""
+
+    raw: str
+    t_wall_ns: int
+    t_mono_ns: int
+
+    @classmethod
+    def of(cls, frames: Iterable[SampleFrame]) -> list[Held]:
+        return [cls(f.raw, f.t_wall_ns, f.t_mono_ns) for f in frames]
+
+
 class Entry(NamedTuple):
     """One flush of one node's link: the frames the store took, with the hello of their stream; or one
     reading of the node's wall meter (``frames`` empty)."""
@@ -37,7 +64,7 @@ class Entry(NamedTuple):
     #: reading, the name its series carry
     node: str
     hello: Mapping[str, Any] | None
-    frames: Sequence[SampleFrame]
+    frames: Sequence[HeldFrame]
     offset: ClockOffset | None = None  # the link's latest estimate for their boot; None: none for it
     meter: MeterReading | None = None
     meter_failed_polls: int = 0  # the meter's failed polls before ``meter`` (since the start)
@@ -180,7 +207,7 @@ def rising_ms(t_ms: int, last_ms: int | None) -> int:
     return t_ms
 
 
-def coordinator_ns(frame: SampleFrame, offset: ClockOffset | None) -> int:
+def coordinator_ns(frame: HeldFrame, offset: ClockOffset | None) -> int:
     """The frame's time on the coordinator's clock; without an estimate for its boot (links probe before
     they store, so only a boot the link has not probed), the agent's own wall time."""
     return frame.t_wall_ns if offset is None else offset.to_coordinator_ns(frame.t_wall_ns, frame.t_mono_ns)

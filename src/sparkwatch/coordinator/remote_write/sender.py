@@ -31,7 +31,7 @@ from typing import Any, Literal, NamedTuple
 
 import aiohttp
 
-from sparkwatch.coordinator.remote_write.batch import Entry, Part, Stamped, node_parts
+from sparkwatch.coordinator.remote_write.batch import Entry, Held, Part, Stamped, node_parts
 from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
 from sparkwatch.coordinator.remote_write.series import Key
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
@@ -43,7 +43,7 @@ from sparkwatch_agent.shared.backoff import ExponentialBackoff
 log = logging.getLogger(__name__)
 
 #: Stored samples held at most (queued or being sent): about 20 min of 4 nodes at 10 Hz; a full queue of
-#: simulated GB10 frames measured ≈ 140 MB of the coordinator's RSS.
+#: simulated GB10 frames holds ≈ 60 MiB (benchmarks/remote_write_queue.py).
 CAPACITY_SAMPLES = 50_000
 #: Stored samples per request (≈ 35 series each for a GB10: ≈ 17 500 series samples, ≈ 60 kB on the wire).
 BATCH_SAMPLES = 500
@@ -133,8 +133,8 @@ class RemoteWriter:
         frames: Sequence[SampleFrame],
         offset: ClockOffset | None = None,
     ) -> None:
-        """Queue a link's stored frames (the list is kept, not copied) with the clock estimate that stamps
-        them (batch.py); never blocks."""
+        """Queue a link's stored frames (their lines and stamps: :class:`Held`) with the clock estimate that
+        stamps them (batch.py); never blocks."""
         stats = self.stats
         if self._stopping:
             self._drop("stopped", len(frames))
@@ -144,7 +144,7 @@ class RemoteWriter:
             self._drop("queue_full", len(frames) - max(room, 0))
             frames = frames[: max(room, 0)]
         if frames:
-            self._enqueue(Entry(node, hello, frames, offset))
+            self._enqueue(Entry(node, hello, Held.of(frames), offset))
 
     def offer_meter(self, node: str, reading: MeterReading, failed_polls: int = 0) -> None:
         """Queue one stored meter reading, ``node`` the name its series carry, with the meter's failed
