@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import math
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -81,3 +84,46 @@ def test_a_bad_row_is_raised_where_its_batch_is_asked_for() -> None:
     with pytest.raises(ImportFormatError, match="row 6"):
         asyncio.run(run())
     assert got == [["w0", "w1", "w2", "w3"]]  # the batch before it was handed out whole
+
+
+def test_a_failed_read_no_one_asked_for_is_taken_not_printed() -> None:
+    """The post of a batch failed while the next batch's read failed too: the read's error, never asked
+    for, was printed as a traceback after the CLI's one line ("exception was never retrieved")."""
+    unretrieved: list[str] = []
+
+    async def post_fails() -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _loop, ctx: unretrieved.append(ctx["message"])
+        )
+        async with contextlib.aclosing(bodies_ahead(_windows(10, [], fail_at=6), 4)) as bodies:
+            await anext(bodies)
+            await asyncio.sleep(0.2)  # the next read fails meanwhile
+            raise ConnectionError("the post failed")
+
+    with pytest.raises(ConnectionError):
+        asyncio.run(post_fails())
+    gc.collect()
+    assert unretrieved == []
+
+
+def test_a_read_blocked_on_a_stalled_pipe_does_not_hold_the_process() -> None:
+    """A file read from a pipe whose writer stalled: the import ended (Ctrl-C, SIGTERM), and the process
+    then waited for the reading thread, which no signal ends (asyncio.run joins its executor's threads)."""
+    stalled = threading.Event()
+
+    def from_a_stalled_pipe() -> Iterator[Window]:
+        stalled.wait(30)
+        yield Window("w0", "timed", T0_NS, T0_NS + 1)
+
+    async def given_up() -> None:
+        async with contextlib.aclosing(bodies_ahead(from_a_stalled_pipe(), 4)) as bodies:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await anext(bodies)
+
+    threading.Timer(10, stalled.set).start()  # a hang is a failure, not a stuck suite
+    t0 = time.monotonic()
+    asyncio.run(given_up())
+    took = time.monotonic() - t0
+    stalled.set()
+    assert took < 5, f"asyncio.run waited {took:.1f} s for the reading thread"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sparkwatch.commands.interrupts import Interrupts
+from sparkwatch.commands.interrupts import Interrupts, signal_group
 from sparkwatch.commands.wrapped import run_wrapped
 
 
@@ -44,3 +44,29 @@ def test_a_ctrl_c_while_the_command_starts_reaches_the_command(monkeypatch: pyte
     assert code == 130  # sleep died of the SIGINT relayed to its group
     assert time.monotonic() - t0 < 10
     assert "sparkwatch: SIGINT: waiting for" in said
+
+
+async def _started_after_two_signals() -> tuple[int | None, list[int]]:
+    quit_with: list[int] = []
+    interrupts = Interrupts(io.StringIO(), exit_now=quit_with.append)
+    interrupts._on_signal(signal.SIGINT)  # both while the command is being started: no process yet
+    interrupts._on_signal(signal.SIGINT)
+    await asyncio.sleep(0.1)  # the second's quitting runs (here it only records its exit code)
+    # a command that ignores SIGINT, as a benchmark that traps it may
+    proc = await asyncio.create_subprocess_exec("sh", "-c", "trap '' INT; sleep 30", process_group=0)
+    try:
+        interrupts.command_started(proc)
+        async with asyncio.timeout(10):
+            code = await proc.wait()
+    finally:
+        signal_group(proc, signal.SIGKILL)  # never left running by a failing test
+        await proc.wait()
+    return code, quit_with
+
+
+def test_a_second_signal_while_the_command_starts_kills_it() -> None:
+    """The second signal quits at once and must never leave the benchmark running; with no process to kill
+    yet, the command started after it and only the first (a SIGINT it may ignore) reached it."""
+    code, quit_with = asyncio.run(_started_after_two_signals())
+    assert code == -signal.SIGKILL
+    assert quit_with == [130]

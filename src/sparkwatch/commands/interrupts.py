@@ -144,8 +144,8 @@ class Interrupts:
         is relayed now: it found no command to relay to, and `run` then waited for the whole benchmark
         (a Ctrl-C once sat through the command's 60 s in CI)."""
         self.proc = proc
-        if self._first is not None and proc.returncode is None:
-            signal_group(proc, self._first)
+        if self._first is not None and proc.returncode is None:  # a second one already quits: kill it
+            signal_group(proc, signal.SIGKILL if self._forcing is not None else self._first)
 
     @property
     def _running(self) -> bool:
