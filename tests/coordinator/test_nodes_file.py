@@ -131,7 +131,20 @@ def refusal(text: str) -> str:
             SSH + 'mode = "exec"\nexec_command = "  "',
             'nodes.spark-2.exec_command: must be a non-empty command line, got "  "',
         ),
-        (SSH + "exec_command = []", "nodes.spark-2.exec_command: must be a non-empty command line, got []"),
+        (
+            SSH + 'mode = "exec"\nexec_command = []',
+            "nodes.spark-2.exec_command: must be a non-empty command line, got []",
+        ),
+        # a key of the other SSH mode (exec_command without mode = "exec" made a tunnel node)
+        (
+            SSH + 'exec_command = "agent --stdio"',
+            'nodes.spark-2.exec_command: only applies to ssh nodes with mode = "exec"; this node is a tunnel',
+        ),
+        (
+            SSH + 'mode = "exec"\nagent_port = 9000',
+            'nodes.spark-2.agent_port: only applies to tunnel nodes; with mode = "exec" exec_command runs the'
+            " agent",
+        ),
         # ssh: "user@host" or "host"
         *(
             (f'ssh = "{ssh}"', f'nodes.spark-2.ssh: must be "user@host" or "host", got "{ssh}"')
@@ -267,11 +280,11 @@ def test_odd_names_are_quoted_as_toml_writes_them() -> None:
 def test_every_key_is_read_into_the_spec() -> None:
     text = (
         '[nodes.a]\nssh = "ops@fe80::1"\nport = 2222\nknown_hosts = "/etc/kh"\nclient_keys = "/k1"\n'
-        'mode = "exec"\nagent_port = 9000\ninsecure_skip_host_key_check = true\n'
+        'mode = "exec"\ninsecure_skip_host_key_check = true\n'
         'exec_command = "agent --stdio"\n'
         '[nodes.b]\nurl = "wss://b.example:443/base"\ntoken_file = "/etc/t"\n'
         '[nodes.b.meter]\nkind = "shelly"\nurl = "http://p:8080/"\nrefresh_s = 2\n'
-        '[nodes.c]\nssh = "c"\nclient_keys = ["/k1", "/k2"]\n'
+        '[nodes.c]\nssh = "c"\nclient_keys = ["/k1", "/k2"]\nagent_port = 9000\n'
     )
     a, b, c = parse_nodes(text)
     assert a == NodeSpec(
@@ -281,14 +294,13 @@ def test_every_key_is_read_into_the_spec() -> None:
         known_hosts=Path("/etc/kh"),
         client_keys=(Path("/k1"),),
         mode="exec",
-        agent_port=9000,
         insecure_skip_host_key_check=True,
         exec_command="agent --stdio",
     )
     meter = MeterSpec("shelly", "http://p:8080", refresh_s=2.0)
     assert b == NodeSpec(name="b", url="wss://b.example:443/base", token_file=Path("/etc/t"), meter=meter)
     assert b.http_base == "https://b.example:443/base"
-    assert c == NodeSpec(name="c", ssh="c", client_keys=(Path("/k1"), Path("/k2")))
+    assert c == NodeSpec(name="c", ssh="c", client_keys=(Path("/k1"), Path("/k2")), agent_port=9000)
 
 
 def test_a_file_is_named_by_its_path(tmp_path: pathlib.Path) -> None:

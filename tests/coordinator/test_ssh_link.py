@@ -19,6 +19,7 @@ import pytest
 
 from helpers.processes import free_port, wait_listening
 from sparkwatch.core.clock import ClockOffset
+from sparkwatch.links import ssh_link
 from sparkwatch.links.factory import make_link
 from sparkwatch.links.nodes_file import NodeSpec
 from sparkwatch.links.ssh_link import (
@@ -151,13 +152,15 @@ Offers = list[tuple[int, ClockOffset | None]]
 
 
 def _exec_link(
-    sshd: dict[str, Any], store: Store, session: aiohttp.ClientSession, offers: Offers
+    sshd: dict[str, Any], store: Store, session: aiohttp.ClientSession, offers: Offers, before: str = ""
 ) -> SshExecLink:
     """An exec link to a sim agent (1 s configured, leased to 20 Hz) whose remote-write offers land in
-    ``offers`` as (samples, estimate)."""
+    ``offers`` as (samples, estimate); ``before``: a shell command run first, in the same session."""
     command = (
         f"{sys.executable} -m sparkwatch_agent stream --stdio --backend sim --node spark-exec --interval 1"
     )
+    if before:
+        command = f"sh -c '{before}; exec {command}'"
     node = NodeSpec(
         name="spark-exec",
         ssh=f"{os.environ.get('USER', 'root')}@127.0.0.1",
@@ -247,6 +250,23 @@ async def test_an_exec_session_whose_first_probe_fails_stores_its_samples_but_of
     offered = sum(n for n, _ in offers)
     assert failed and 0 < offered < store.count_samples("spark-exec"), (offered, offers)
     assert all(offset is not None for _, offset in offers), offers
+    store.close()
+
+
+async def test_an_exec_agent_that_writes_much_on_stderr_still_streams(
+    sshd: dict[str, Any], tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """asyncssh counts unread stderr against the channel's window with stdout: past 2 MiB unread (an agent
+    that logs a traceback at every tick), its frames stopped, and each session ended as a stalled one."""
+    store = Store(tmp_path / "c.db")
+    offers: Offers = []
+    caplog.set_level("INFO", logger="sparkwatch.links.ssh_link")
+    three_mib = 'head -c 3145728 /dev/zero | tr "\\0" x >&2'
+    async with aiohttp.ClientSession() as session:
+        link = _exec_link(sshd, store, session, offers, before=f"echo starting >&2; {three_mib}")
+        await _run_for(link, 30.0, until=lambda: (store.latest_boot("spark-exec") or ("", 0))[1] >= 10)
+    assert (store.latest_boot("spark-exec") or ("", 0))[1] >= 10
+    assert "node spark-exec: agent says: starting" in caplog.text
     store.close()
 
 
@@ -381,3 +401,59 @@ def test_a_host_key_listed_by_address_or_not_at_all_is_named_as_it_is(tmp_path: 
     assert host_key_reason(v6).startswith(f"{known} holds another key for ::1:")
     absent = dataclasses.replace(v6, known_hosts=tmp_path / "nowhere")
     assert host_key_reason(absent).startswith(f"{tmp_path / 'nowhere'} does not exist")
+
+
+async def test_an_ssh_config_cannot_turn_the_host_key_check_off(
+    sshd: dict[str, Any], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nodes.toml names no known_hosts, and ~/.ssh/config says ``UserKnownHostsFile none``: asyncssh took
+    that for "check nothing" and the link connected to a host it had no key for, without a word. Only
+    ``insecure_skip_host_key_check`` turns the check off; ~/.ssh/known_hosts is what it checks."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text("Host *\n  UserKnownHostsFile none\n")
+    monkeypatch.setenv("HOME", str(home))
+    store = Store(tmp_path / "c.db")
+    unchecked = dataclasses.replace(spec(sshd, free_port(), sshd["known_hosts"]), known_hosts=None)
+    entry = f"[127.0.0.1]:{sshd['port']}"
+    async with aiohttp.ClientSession() as session:
+        link = SshTunnelLink(unchecked, store, session, holder="t", desired_interval=lambda: None)
+        with pytest.raises(LinkError) as missing:
+            await link._connected_session()
+        (home / ".ssh" / "known_hosts").write_text(sshd["wrong_known_hosts"].read_text())
+        with pytest.raises(LinkError) as changed:
+            await link._connected_session()
+    assert str(missing.value).endswith(
+        "(~/.ssh/known_hosts does not exist: nothing to check the host's key against; set known_hosts in"
+        " nodes.toml)"
+    ), missing.value
+    assert f"~/.ssh/known_hosts holds another key for {entry}" in str(changed.value)
+    store.close()
+
+
+async def test_a_node_that_never_answers_is_given_up_on_in_seconds(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that is off, or a firewall that drops the connection: a dial hung for the system's TCP
+    timeout (about 2 min); an sshd that never sent its banner held it for asyncssh's 2 min to log in.
+    (The 10 s limit is 1 s here.)"""
+    monkeypatch.setattr(ssh_link, "CONNECT_TIMEOUT_S", 1.0)
+    silent = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)  # takes the TCP, never speaks
+    port = silent.sockets[0].getsockname()[1]
+    (tmp_path / "kh").write_text("")
+    node = NodeSpec(name="n", ssh="u@127.0.0.1", ssh_port=port, known_hosts=tmp_path / "kh")
+    store = Store(tmp_path / "c.db")
+    try:
+        async with aiohttp.ClientSession() as session:
+            link = SshTunnelLink(node, store, session, holder="t", desired_interval=lambda: None)
+            t0 = time.monotonic()
+            with pytest.raises(LinkError) as refused:
+                await link._connected_session()
+            took = time.monotonic() - t0
+    finally:
+        silent.close()
+        store.close()
+    assert str(refused.value) == (
+        f"ssh u@127.0.0.1: no answer within 1 s (is the node up, and its port {port} open?)"
+    )
+    assert 0.9 < took < 10

@@ -236,3 +236,22 @@ def test_an_ssh_nodes_key_file_that_cannot_be_read_stops_the_start_in_one_line(
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"nodes.n0.{key}: cannot read {missing}: No such file or directory" in result.stderr
     assert not db.exists()
+
+
+def test_a_known_hosts_file_ssh_cannot_parse_stops_the_start_in_one_line(tmp_path: pathlib.Path) -> None:
+    """Before, it loaded, and the link redialled for ever with asyncssh's "Invalid known hosts entry",
+    naming no file."""
+    known = tmp_path / "known_hosts"
+    known.write_text("garbage\n")
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(f'[nodes.n0]\nssh = "sparkwatch@127.0.0.1"\nknown_hosts = "{known}"\n')
+    db = tmp_path / "sparkwatch.db"
+    result = sparkwatch(
+        "coordinator", "--nodes", str(nodes), "--db", str(db), "--listen", f"127.0.0.1:{free_port()}"
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert (
+        f"nodes.n0.known_hosts: {known} is not a known_hosts file SSH can read: Invalid known hosts entry"
+        in result.stderr
+    ), result.stderr
+    assert not db.exists()

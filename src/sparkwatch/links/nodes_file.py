@@ -15,6 +15,7 @@ from typing import Any, Literal, cast
 from urllib.parse import urlparse
 
 from sparkwatch.engines.spec import EngineSpec, EngineSpecError, parse_engine
+from sparkwatch.links.ssh_files import ssh_file_problem
 from sparkwatch.meters.spec import MeterSpec, MeterSpecError, parse_meter, toml_shown
 from sparkwatch_agent.shared.strict_text import TextFormatError, loads_toml
 from sparkwatch_agent.shared.user_files import read_file_bytes
@@ -213,31 +214,12 @@ def check_secret_files(origin: str, nodes_file: NodesFile) -> None:
 
 
 def _check_ssh_files(where: str, node: NodeSpec) -> None:
-    """An SSH node's known_hosts and client keys can be read now (asyncssh reads them at each connection:
-    a missing one was a link that retried for ever with the path in its error)."""
-    named: list[tuple[str, Path]] = [("client_keys", key) for key in node.client_keys]
-    if node.known_hosts is not None and not node.insecure_skip_host_key_check:  # else not read at all
-        named.insert(0, ("known_hosts", node.known_hosts))
-    for key, path in named:
-        try:
-            with path.open("rb") as handle:
-                handle.read(1)
-        except OSError as exc:
-            raise NodesFileError(f"{where}.{key}: cannot read {path}: {exc.strerror or exc}") from None
-    for path in node.client_keys:  # no passphrase can be given: a key SSH cannot use as it is, said now
-        if (why := _unusable_key(path)) is not None:
-            raise NodesFileError(f"{where}.client_keys: {path} is not a private key SSH can use: {why}")
-
-
-def _unusable_key(path: Path) -> str | None:
-    """Why asyncssh cannot load ``path`` as a private key without a passphrase, or None when it can."""
-    from sparkwatch.links.asyncssh_quiet import asyncssh  # noqa: PLC0415 — only where client keys are named
-
-    try:
-        asyncssh.read_private_key(path)
-    except (asyncssh.KeyImportError, ValueError, OSError) as exc:
-        return " ".join(str(exc).split()) or type(exc).__name__
-    return None
+    """An SSH node's known_hosts and client keys can be used now (links/ssh_files.py)."""
+    if node.ssh is None:
+        return
+    problem = ssh_file_problem(node.known_hosts, node.client_keys, node.insecure_skip_host_key_check)
+    if problem is not None:
+        raise NodesFileError(f"{where}.{problem[0]}: {problem[1]}")
 
 
 def _node(name: str, table: Any) -> NodeSpec:
@@ -254,6 +236,7 @@ def _node(name: str, table: Any) -> NodeSpec:
         _no_ssh_keys(table)
     else:
         _check_ssh(ssh)
+        _mode_keys(table)
     return NodeSpec(
         name=name,
         url=url,
@@ -314,6 +297,17 @@ def _no_ssh_keys(table: dict[str, Any]) -> None:
         raise _Invalid(key, f"only applies to ssh nodes; this node has url{hint}")
     if "exec_command" in table:
         raise _Invalid("exec_command", 'only applies to ssh nodes with mode = "exec"; this node has url')
+
+
+def _mode_keys(table: dict[str, Any]) -> None:
+    """A key of the other SSH mode is a mistake: ``exec_command`` without ``mode = "exec"`` made a tunnel
+    node that told of an agent not listening, not of the missing mode."""
+    if _mode(table) == "exec" and "agent_port" in table:
+        raise _Invalid(
+            "agent_port", 'only applies to tunnel nodes; with mode = "exec" exec_command runs the agent'
+        )
+    if _mode(table) == "tunnel" and "exec_command" in table:
+        raise _Invalid("exec_command", 'only applies to ssh nodes with mode = "exec"; this node is a tunnel')
 
 
 def _check_ssh(ssh: Any) -> None:

@@ -13,7 +13,6 @@ import itertools
 import logging
 import socket
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,6 +21,7 @@ import orjson
 from sparkwatch.core.clock import ClockOffset, TimeProbe, estimate_offset
 from sparkwatch.links.asyncssh_quiet import asyncssh
 from sparkwatch.links.nodes_file import DEFAULT_SSH_PORT, NodeSpec
+from sparkwatch.links.ssh_files import DEFAULT_KNOWN_HOSTS, known_hosts_option, known_hosts_path
 from sparkwatch.links.state import LinkError
 from sparkwatch.links.ws_link import PROBE_TIMEOUT_S, WsLink
 from sparkwatch.wire import MAX_LINE_CHARS, HelloFrame, Rejected, TimeFrame
@@ -32,10 +32,16 @@ log = logging.getLogger(__name__)
 EXEC_BATCH = 200
 READ_CHARS = 65536
 EXEC_FLUSH_S = 0.2
+#: How long an SSH connection may take to be made: TCP, key exchange and authentication (asyncssh has no
+#: limit of its own but the system's TCP one, about 2 min to a node that is off, and 2 min to log in).
+CONNECT_TIMEOUT_S = 10.0
 #: Of an ended agent's stderr, this much goes into the link's error (one line, whitespace folded).
 STDERR_CHARS = 300
 #: ... read from its stderr to find it (a subcommand's usage comes before argparse's error line).
 STDERR_READ_CHARS = 4096
+#: Of a session's stderr lines, this many go to the coordinator's log (an agent that fails at every tick
+#: writes a traceback each time).
+STDERR_LOG_LINES = 20
 
 
 def connect_options(spec: NodeSpec) -> dict[str, Any]:
@@ -50,8 +56,9 @@ def connect_options(spec: NodeSpec) -> dict[str, Any]:
     if spec.insecure_skip_host_key_check:
         log.warning("node %s: SSH HOST KEY CHECK DISABLED (insecure_skip_host_key_check = true)", spec.name)
         options["known_hosts"] = None
-    elif spec.known_hosts is not None:
-        options["known_hosts"] = str(spec.known_hosts)
+    else:  # always named: ~/.ssh/config's UserKnownHostsFile none turned the check off (ssh_files.py)
+        options["known_hosts"] = known_hosts_option(spec.known_hosts)
+    options["connect_timeout"] = CONNECT_TIMEOUT_S
     return options
 
 
@@ -59,6 +66,11 @@ async def ssh_error(spec: NodeSpec, exc: Exception) -> LinkError:
     """An SSH failure in one line; a host key not trusted says what the known_hosts file it was checked in
     holds for the host (nothing, or another key) and what to do."""
     said = f"ssh {spec.ssh}: {exc}"
+    if isinstance(exc, TimeoutError) and not str(exc):
+        where = f"is the node up, and its port {spec.ssh_port} open?"
+        said = f"ssh {spec.ssh}: no answer within {CONNECT_TIMEOUT_S:g} s ({where})"
+    if isinstance(exc, ValueError) and "known hosts" in str(exc):  # a file changed since nodes.toml was read
+        said += f" (known_hosts: {known_hosts_path(spec.known_hosts)})"
     if isinstance(exc, asyncssh.KeyImportError):  # changed since nodes.toml was read (checked there)
         said += f" (client_keys: {', '.join(map(str, spec.client_keys))})"
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
@@ -73,8 +85,8 @@ def host_key_reason(spec: NodeSpec, addresses: Sequence[str] = ()) -> str:
     "not trusted" of each alike."""
     host = _host(spec)
     entry = host if spec.ssh_port == DEFAULT_SSH_PORT else f"[{host}]:{spec.ssh_port}"  # as ssh writes it
-    shown = str(spec.known_hosts or "~/.ssh/known_hosts")
-    path = spec.known_hosts or Path.home() / ".ssh" / "known_hosts"
+    shown = str(spec.known_hosts or DEFAULT_KNOWN_HOSTS)
+    path = known_hosts_path(spec.known_hosts)
     try:
         known = asyncssh.read_known_hosts(str(path))
         found = [known.match(host, address, spec.ssh_port)[:2] for address in (*addresses, "")]
@@ -130,7 +142,7 @@ class SshTunnelLink(WsLink):
                     ) from None
                 finally:
                     listener.close()
-        except (asyncssh.Error, asyncssh.KeyImportError, OSError) as exc:
+        except (asyncssh.Error, asyncssh.KeyImportError, OSError, ValueError) as exc:
             raise await ssh_error(self.spec, exc) from exc
 
 
@@ -144,6 +156,7 @@ class SshExecLink(WsLink):
         self._pending: dict[int, asyncio.Future[TimeFrame]] = {}
         self._ids = itertools.count(1)
         self._probed = False  # this session's first clock probe is done (stored samples wait for it)
+        self._stderr = _Stderr(self.spec.name)
 
     async def _connected_session(self) -> None:
         try:
@@ -153,6 +166,8 @@ class SshExecLink(WsLink):
                 process = await conn.create_process(self.spec.exec_command)
                 self._process = process
                 self._probed = False
+                self._stderr = _Stderr(self.spec.name)
+                drain = asyncio.create_task(self._stderr.drain(process.stderr))
                 reader = asyncio.create_task(self._read_frames(process))
                 try:
                     await self._first_probe(reader)
@@ -160,11 +175,12 @@ class SshExecLink(WsLink):
                     await self._run_helpers(reader)
                 finally:
                     reader.cancel()
-                    await asyncio.gather(reader, return_exceptions=True)
+                    drain.cancel()
+                    await asyncio.gather(reader, drain, return_exceptions=True)
                     self._process = None
                     process.close()
                     conn.abort()
-        except (asyncssh.Error, asyncssh.KeyImportError, OSError) as exc:
+        except (asyncssh.Error, asyncssh.KeyImportError, OSError, ValueError) as exc:
             raise await ssh_error(self.spec, exc) from exc
 
     async def _first_probe(self, reader: asyncio.Task[None]) -> None:
@@ -199,7 +215,7 @@ class SshExecLink(WsLink):
                     async with asyncio.timeout(EXEC_FLUSH_S):
                         chunk = await process.stdout.read(READ_CHARS)
                 if chunk == "":
-                    raise LinkError(await _ended(process, "" if ingest.boot else first_line))
+                    raise LinkError(await _ended(process, self._stderr, "" if ingest.boot else first_line))
                 text, overlong = lines.cut(chunk or "")
                 if not first_line and ingest.boot is None and text.strip():
                     first_line = text.strip().splitlines()[0][:STDERR_CHARS]
@@ -248,14 +264,42 @@ class SshExecLink(WsLink):
         await self._send({"type": "release", "holder": self._holder})
 
 
-async def _ended(process: asyncssh.SSHClientProcess[str], stdout_line: str = "") -> str:
-    """Why the agent's process ended: its exit status, the start of what it wrote on stderr (a shell's
-    "not found", argparse's usage error) and ``stdout_line``, the first line it wrote instead of frames
-    (nologin's "This account is currently not available.": a user with no login shell)."""
-    said = ""
-    with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
+class _Stderr:
+    """An exec agent's stderr, read for its whole session: asyncssh counts what is unread of it against
+    the channel's window with stdout, so an agent that kept writing there (a traceback at every tick)
+    stalled its frames once 2 MiB were unread, and the session ended as a stalled one, over and over.
+    The first :data:`STDERR_LOG_LINES` lines go to the log; its end is kept for why the agent ended."""
+
+    def __init__(self, node: str) -> None:
+        self.text = ""  # the last STDERR_READ_CHARS written
+        self.closed = asyncio.Event()
+        self._node = node
+        self._logged = 0
+
+    async def drain(self, stream: asyncssh.SSHReader[str]) -> None:
+        try:
+            while chunk := await stream.read(READ_CHARS):
+                self.text = (self.text + chunk)[-STDERR_READ_CHARS:]
+                for line in chunk.splitlines():
+                    if line.strip() and self._logged < STDERR_LOG_LINES:
+                        self._logged += 1
+                        log.info("node %s: agent says: %s", self._node, line.strip()[:STDERR_CHARS])
+                        if self._logged == STDERR_LOG_LINES:
+                            log.info("node %s: the agent's further stderr is not logged", self._node)
+        except (asyncssh.Error, OSError):
+            pass
+        finally:
+            self.closed.set()
+
+
+async def _ended(process: asyncssh.SSHClientProcess[str], stderr: _Stderr, stdout_line: str = "") -> str:
+    """Why the agent's process ended: its exit status, what it wrote on stderr last (a shell's "not found",
+    argparse's usage error) and ``stdout_line``, the first line it wrote instead of frames (nologin's
+    "This account is currently not available.": a user with no login shell)."""
+    with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(1.0):
-            said = _gist(await process.stderr.read(STDERR_READ_CHARS))
+            await stderr.closed.wait()
+    said = _gist(stderr.text)
     with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
         async with asyncio.timeout(1.0):  # the exit status may come a moment after stderr's end
             await process.wait_closed()
@@ -267,8 +311,8 @@ async def _ended(process: asyncssh.SSHClientProcess[str], stdout_line: str = "")
 
 
 def _gist(stderr: str) -> str:
-    """What a process that ended said on stderr, on one line: an argparse error's own line (after a
-    usage that can run over many lines), else the start of it."""
+    """What a process that ended said on stderr (the end of it, :class:`_Stderr`), on one line: an
+    argparse error's own line (after a usage that can run over many lines), else the start of it."""
     errors = [line.strip() for line in stderr.splitlines() if ": error: " in line]
     return (errors[-1] if errors else " ".join(stderr.split()))[:STDERR_CHARS]
 
