@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import threading
 import time
 from typing import Protocol
@@ -534,3 +535,28 @@ def test_meminfo_without_numbers_says_why_counts_it_and_is_not_healthy() -> None
     assert sample.memory_error == "meminfo has no MemTotal number to take used memory from"
     assert sampler.snapshot.counters.read_errors == {("host_memory", "unparsable"): 1}
     assert not sampler.snapshot.host_memory_ok  # /healthz: 503 "host memory unreadable"
+
+
+class DecodeAlwaysFails(StaticMemory):
+    def decode(self, raw: bytes) -> HostMemory:
+        raise ValueError("bad bytes")
+
+
+def test_a_bug_at_every_tick_logs_its_traceback_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    """A reader's bug raised at each tick logged a traceback each time (ten a second at 10 Hz): the journal
+    filled, and so did an SSH exec session's stderr. Once a minute, with the count held back."""
+    clock = FakeClock()
+    sampler = make_sampler(gb10_fake(), clock, memory=DecodeAlwaysFails())
+    caplog.set_level(logging.ERROR, logger="sparkwatch_agent.sampling.sampler")
+    for _ in range(50):  # 5 s at 10 Hz
+        sampler.tick()
+        clock.advance(0.1)
+    clock.advance(60)
+    sampler.tick()
+    said = [r for r in caplog.records if r.getMessage().startswith("decoding a sample failed")]
+    assert [r.getMessage() for r in said] == [
+        "decoding a sample failed (seq 1)",
+        "decoding a sample failed (seq 51) (49 more since the last such line)",
+    ]
+    assert all(r.exc_info is not None for r in said)  # each with its traceback
+    assert sampler.snapshot.counters.read_errors[("decode", "ValueError")] == 51  # every one counted

@@ -36,6 +36,7 @@ from sparkwatch_agent.sampling.ring import SampleRing
 from sparkwatch_agent.sampling.sample import Sample, encode_sample
 from sparkwatch_agent.sampling.snapshot import Counters, Snapshot
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
+from sparkwatch_agent.shared.log_limit import RateLimitedExceptions
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Sampler:
         self._memory = memory
         self._sensors = sensors
         self._clocks = clocks or Clocks()
+        self._bugs = RateLimitedExceptions(log, mono_s=lambda: self._clocks.mono_ns() / 1e9)
         self._on_sample = on_sample
         self._on_tick = on_tick
         self._seq = 0
@@ -168,7 +170,7 @@ class Sampler:
             try:
                 self._last_host_total = self._memory.decode(memory).total_bytes
             except Exception:  # a decoder bug: keep the last total; settle reports the bug per sample
-                log.exception("decoding host memory for the GPU's memory model failed")
+                self._bugs.exception("decoding host memory for the GPU's memory model failed")
         return self._last_host_total
 
     def _memory_capture(self) -> bytes | OSError:
@@ -239,7 +241,7 @@ class Sampler:
             try:
                 sample = self._decode(captured)
             except Exception as exc:  # a decoder bug must not break the ring's seq chain
-                log.exception("decoding sample %d failed", captured[0])
+                self._bugs.exception("decoding a sample failed", f" (seq {captured[0]})")
                 sample = self._undecodable(captured, exc)
             # with an encoder the ring encodes later, in batches (see SampleRing); else it is done now
             self.ring.append(sample.seq, sample if self.ring.encodes_later else encode_sample(sample))
@@ -382,7 +384,7 @@ class Sampler:
                 if now - self._settled_ns >= SETTLE_EVERY_NS:
                     self.settle()
             except Exception:  # a bug in a reader must not end sampling; it is logged loudly instead
-                log.exception("sample failed")
+                self._bugs.exception("sample failed")
             if self._on_tick is not None:
                 hook_ns = now
                 self._on_tick()

@@ -35,8 +35,9 @@ class RateLimitedLog:
         self._next_s = -math.inf
         self._held = 0
 
-    def log(self, level: int, message: str) -> bool:
-        """Log ``message`` unless a line went out less than ``every_s`` ago; returns whether it did."""
+    def log(self, level: int, message: str, exc_info: bool = False) -> bool:
+        """Log ``message`` (with the exception being handled: ``exc_info``) unless a line went out less than
+        ``every_s`` ago; returns whether it did."""
         now = self._mono_s()
         if now < self._next_s:
             self._held += 1
@@ -44,8 +45,26 @@ class RateLimitedLog:
         more = f" ({self._held} more since the last such line)" if self._held else ""
         self._held = 0
         self._next_s = now + self._every_s
-        self._logger.log(level, "%s%s", message, more)
+        self._logger.log(level, "%s%s", message, more, exc_info=exc_info or None)
         return True
+
+
+class RateLimitedExceptions:
+    """Exceptions logged with their traceback at most once per ``every_s`` for each message: a bug in a
+    reader raised at every tick logged a traceback ten times a second, which filled the journal and, in
+    an SSH exec session, the channel the coordinator reads the agent's stderr from."""
+
+    def __init__(self, logger: logging.Logger, mono_s: Callable[[], float] = time.monotonic) -> None:
+        self._logger = logger
+        self._mono_s = mono_s
+        self._by_message: dict[str, RateLimitedLog] = {}
+
+    def exception(self, message: str, detail: str = "") -> None:
+        """``message`` and this time's ``detail`` (say, which sample), limited by ``message`` alone."""
+        lines = self._by_message.get(message)
+        if lines is None:
+            lines = self._by_message[message] = RateLimitedLog(self._logger, mono_s=self._mono_s)
+        lines.log(logging.ERROR, message + detail, exc_info=True)
 
 
 def accept_error_line(exc: OSError) -> str:
