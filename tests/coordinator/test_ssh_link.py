@@ -324,6 +324,11 @@ async def test_the_exec_reader_ends_when_cancelled_while_lines_keep_arriving(tmp
             "(exit 1): it wrote 'This account is currently not available.' before any frame (does the SSH"
             " user have a login shell?)",
         ),
+        (  # a long log, then its end: the reason is the end (it was 300 characters from the log's middle)
+            f"{sys.executable} -c \"import sys; [print('INFO tick', i, 'ok', file=sys.stderr) for i in"
+            " range(500)]; raise RuntimeError('the reader broke')\"",
+            "ok INFO tick 499 ok Traceback (most recent call last): File",
+        ),
     ],
 )
 async def test_an_exec_command_that_ends_at_once_says_why(
@@ -339,7 +344,25 @@ async def test_an_exec_command_that_ends_at_once_says_why(
             await link._connected_session()
     assert time.monotonic() - started < PROBE_TIMEOUT_S
     assert str(ended.value).startswith("agent process ended (exit ") and words in str(ended.value)
+    assert "Traceback" not in words or str(ended.value).endswith("RuntimeError: the reader broke")
     store.close()
+
+
+def test_a_crash_looping_agents_stderr_is_logged_once_until_one_streams(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each redial's agent printed its usage again, and each session logged its 20 lines afresh."""
+    caplog.set_level("INFO", logger="sparkwatch.links.ssh_link")
+    lines = ssh_link._StderrLog("n")
+    for _session in range(3):  # three agents that each print a 12-line usage and exit
+        for k in range(12):
+            lines.say(f"usage line {k}")
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == ssh_link.STDERR_LOG_LINES + 1
+    assert said[-1] == "node n: the agent's further stderr is not logged until one streams"
+    lines.renew()  # a session streamed
+    lines.say("started again")
+    assert caplog.records[-1].getMessage() == "node n: agent says: started again"
 
 
 async def test_a_session_whose_probes_keep_failing_ends_as_stalled(
@@ -454,6 +477,7 @@ async def test_a_node_that_never_answers_is_given_up_on_in_seconds(
         silent.close()
         store.close()
     assert str(refused.value) == (
-        f"ssh u@127.0.0.1: no answer within 1 s (is the node up, and its port {port} open?)"
+        f"ssh u@127.0.0.1: no SSH session within 1 s (the node is off, a firewall drops port {port}, or its"
+        " login is that slow)"
     )
     assert 0.9 < took < 10

@@ -15,16 +15,29 @@ from pathlib import Path
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 
-def known_hosts_path(known_hosts: Path | None) -> Path:
-    """The file a node's host key is checked against: nodes.toml's, else ``~/.ssh/known_hosts``."""
-    return known_hosts if known_hosts is not None else Path(DEFAULT_KNOWN_HOSTS).expanduser()
+def known_hosts_path(known_hosts: Path | None) -> Path | None:
+    """The file a node's host key is checked against: nodes.toml's, else ``~/.ssh/known_hosts``; None
+    where there is no home to find that in (HOME unset, a user without one)."""
+    if known_hosts is not None:
+        return known_hosts
+    try:
+        return Path(DEFAULT_KNOWN_HOSTS).expanduser()
+    except RuntimeError:
+        return None
 
 
 def known_hosts_option(known_hosts: Path | None) -> str | bytes:
     """asyncssh's ``known_hosts`` for a node whose key is checked: the file, or where the default one is
     missing no entry at all (every key untrusted: the link's reason then says the file does not exist)."""
     path = known_hosts_path(known_hosts)
-    return str(path) if known_hosts is not None or path.exists() else b""
+    return str(path) if path is not None and (known_hosts is not None or _exists(path)) else b""
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a home in a folder we may not enter (Python 3.11 raises): none to read
+        return False
 
 
 def ssh_file_problem(
@@ -34,7 +47,9 @@ def ssh_file_problem(
     None when all can. A default ``~/.ssh/known_hosts`` that is missing is left to the link to say."""
     if not skip_host_key_check:  # else never read
         path = known_hosts_path(known_hosts)
-        if known_hosts is not None or path.exists():
+        if path is None:
+            return "known_hosts", f"no home directory to find {DEFAULT_KNOWN_HOSTS} in: set known_hosts"
+        if known_hosts is not None or _exists(path):
             why = _unreadable(path) or _unusable_known_hosts(path)
             if why is not None and known_hosts is None:
                 why += f" (the default {DEFAULT_KNOWN_HOSTS})"

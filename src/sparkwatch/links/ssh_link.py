@@ -13,6 +13,7 @@ import itertools
 import logging
 import socket
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -66,11 +67,8 @@ async def ssh_error(spec: NodeSpec, exc: Exception) -> LinkError:
     """An SSH failure in one line; a host key not trusted says what the known_hosts file it was checked in
     holds for the host (nothing, or another key) and what to do."""
     said = f"ssh {spec.ssh}: {exc}"
-    if isinstance(exc, TimeoutError) and not str(exc):
-        where = f"is the node up, and its port {spec.ssh_port} open?"
-        said = f"ssh {spec.ssh}: no answer within {CONNECT_TIMEOUT_S:g} s ({where})"
     if isinstance(exc, ValueError) and "known hosts" in str(exc):  # a file changed since nodes.toml was read
-        said += f" (known_hosts: {known_hosts_path(spec.known_hosts)})"
+        said += f" (known_hosts: {known_hosts_path(spec.known_hosts) or DEFAULT_KNOWN_HOSTS})"
     if isinstance(exc, asyncssh.KeyImportError):  # changed since nodes.toml was read (checked there)
         said += f" (client_keys: {', '.join(map(str, spec.client_keys))})"
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
@@ -86,7 +84,7 @@ def host_key_reason(spec: NodeSpec, addresses: Sequence[str] = ()) -> str:
     host = _host(spec)
     entry = host if spec.ssh_port == DEFAULT_SSH_PORT else f"[{host}]:{spec.ssh_port}"  # as ssh writes it
     shown = str(spec.known_hosts or DEFAULT_KNOWN_HOSTS)
-    path = known_hosts_path(spec.known_hosts)
+    path = known_hosts_path(spec.known_hosts) or Path(shown)
     try:
         known = asyncssh.read_known_hosts(str(path))
         found = [known.match(host, address, spec.ssh_port)[:2] for address in (*addresses, "")]
@@ -105,6 +103,16 @@ def host_key_reason(spec: NodeSpec, addresses: Sequence[str] = ()) -> str:
         f"{shown} has no key for {entry}: add it once its fingerprint is checked"
         f" (ssh-keyscan -p {spec.ssh_port} {host} shows it)"
     )
+
+
+async def _connect(spec: NodeSpec) -> asyncssh.SSHClientConnection:
+    """The node's SSH connection, logged in; one not made within :data:`CONNECT_TIMEOUT_S` is a
+    LinkError that says so (a timeout later, inside a session, is that session's)."""
+    try:
+        return await asyncssh.connect(**connect_options(spec))
+    except TimeoutError:
+        why = f"the node is off, a firewall drops port {spec.ssh_port}, or its login is that slow"
+        raise LinkError(f"ssh {spec.ssh}: no SSH session within {CONNECT_TIMEOUT_S:g} s ({why})") from None
 
 
 def _host(spec: NodeSpec) -> str:
@@ -129,7 +137,7 @@ class SshTunnelLink(WsLink):
 
     async def _connected_session(self) -> None:
         try:
-            async with asyncssh.connect(**connect_options(self.spec)) as conn:
+            async with await _connect(self.spec) as conn:
                 listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", self.spec.agent_port)
                 try:
                     self._base = f"http://127.0.0.1:{listener.get_port()}"
@@ -156,17 +164,18 @@ class SshExecLink(WsLink):
         self._pending: dict[int, asyncio.Future[TimeFrame]] = {}
         self._ids = itertools.count(1)
         self._probed = False  # this session's first clock probe is done (stored samples wait for it)
-        self._stderr = _Stderr(self.spec.name)
+        self._stderr_log = _StderrLog(self.spec.name)
+        self._stderr = _Stderr(self._stderr_log)
 
     async def _connected_session(self) -> None:
         try:
-            async with asyncssh.connect(**connect_options(self.spec)) as conn:
+            async with await _connect(self.spec) as conn:
                 # not `async with` for the process: its exit waits for the remote end to close the channel,
                 # which an agent busy writing samples never does; closing the connection ends the session
                 process = await conn.create_process(self.spec.exec_command)
                 self._process = process
                 self._probed = False
-                self._stderr = _Stderr(self.spec.name)
+                self._stderr = _Stderr(self._stderr_log)
                 drain = asyncio.create_task(self._stderr.drain(process.stderr))
                 reader = asyncio.create_task(self._read_frames(process))
                 try:
@@ -203,6 +212,7 @@ class SshExecLink(WsLink):
 
     async def _read_frames(self, process: asyncssh.SSHClientProcess[str]) -> None:
         def on_hello(_hello: HelloFrame) -> None:
+            self._stderr_log.renew()
             self._streaming()
 
         ingest = self._ingest(on_hello, hold_s=EXEC_FLUSH_S, batch=EXEC_BATCH)
@@ -268,28 +278,52 @@ class _Stderr:
     """An exec agent's stderr, read for its whole session: asyncssh counts what is unread of it against
     the channel's window with stdout, so an agent that kept writing there (a traceback at every tick)
     stalled its frames once 2 MiB were unread, and the session ended as a stalled one, over and over.
-    The first :data:`STDERR_LOG_LINES` lines go to the log; its end is kept for why the agent ended."""
+    Its lines go to the link's :class:`_StderrLog`; its last whole lines are kept for why the agent
+    ended."""
 
-    def __init__(self, node: str) -> None:
-        self.text = ""  # the last STDERR_READ_CHARS written
+    def __init__(self, lines: _StderrLog) -> None:
+        self.text = ""  # the last whole lines written, STDERR_READ_CHARS at most
         self.closed = asyncio.Event()
-        self._node = node
-        self._logged = 0
+        self._lines = lines
+        self._partial = ""  # a line not ended yet
 
     async def drain(self, stream: asyncssh.SSHReader[str]) -> None:
         try:
             while chunk := await stream.read(READ_CHARS):
-                self.text = (self.text + chunk)[-STDERR_READ_CHARS:]
-                for line in chunk.splitlines():
-                    if line.strip() and self._logged < STDERR_LOG_LINES:
-                        self._logged += 1
-                        log.info("node %s: agent says: %s", self._node, line.strip()[:STDERR_CHARS])
-                        if self._logged == STDERR_LOG_LINES:
-                            log.info("node %s: the agent's further stderr is not logged", self._node)
+                kept = self.text + chunk
+                if len(kept) > STDERR_READ_CHARS:  # from a line's start: not the middle of one
+                    kept = kept[-STDERR_READ_CHARS:]
+                    kept = kept[kept.find("\n") + 1 :]
+                self.text = kept
+                *whole, partial = (self._partial + chunk).split("\n")
+                self._partial = partial[:STDERR_CHARS]
+                for line in whole:
+                    self._lines.say(line)
         except (asyncssh.Error, OSError):
             pass
         finally:
+            self._lines.say(self._partial)
             self.closed.set()
+
+
+class _StderrLog:
+    """A link's exec agents' stderr lines in the coordinator's log: :data:`STDERR_LOG_LINES` of them until
+    a session streams again (a crash-looping agent's usage was logged again at every redial)."""
+
+    def __init__(self, node: str) -> None:
+        self._node = node
+        self._left = STDERR_LOG_LINES
+
+    def say(self, line: str) -> None:
+        if not line.strip() or self._left <= 0:
+            return
+        self._left -= 1
+        log.info("node %s: agent says: %s", self._node, line.strip()[:STDERR_CHARS])
+        if self._left == 0:
+            log.info("node %s: the agent's further stderr is not logged until one streams", self._node)
+
+    def renew(self) -> None:
+        self._left = STDERR_LOG_LINES
 
 
 async def _ended(process: asyncssh.SSHClientProcess[str], stderr: _Stderr, stdout_line: str = "") -> str:
@@ -311,10 +345,11 @@ async def _ended(process: asyncssh.SSHClientProcess[str], stderr: _Stderr, stdou
 
 
 def _gist(stderr: str) -> str:
-    """What a process that ended said on stderr (the end of it, :class:`_Stderr`), on one line: an
-    argparse error's own line (after a usage that can run over many lines), else the start of it."""
+    """What a process that ended said on stderr (its last lines, :class:`_Stderr`), on one line: an
+    argparse error's own line (after a usage that can run over many lines), else the end of it (a
+    traceback's last line)."""
     errors = [line.strip() for line in stderr.splitlines() if ": error: " in line]
-    return (errors[-1] if errors else " ".join(stderr.split()))[:STDERR_CHARS]
+    return errors[-1][:STDERR_CHARS] if errors else " ".join(stderr.split())[-STDERR_CHARS:]
 
 
 class _LineCutter:
