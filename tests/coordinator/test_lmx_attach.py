@@ -433,3 +433,19 @@ def test_an_lmx_power_that_is_not_the_gpus_measured_one_is_refused(
         with pytest.raises(AttachError, match=re.escape(said)):
             make()
     assert p.read_text() == PAYLOAD
+
+
+def test_a_lone_surrogate_in_an_export_is_one_line_and_changes_nothing(tmp_path: pathlib.Path) -> None:
+    """The schema takes any string, and a lone \\ud800 passed it: `report` then failed writing its page
+    with a traceback, leaving staged figures behind. An emoji's escaped pair is text, and is read."""
+    fine = export()
+    fine["run"]["name"] = "bench \U0001f600"  # json writes it as the pair \ud83d\ude00
+    e, p = write(tmp_path, fine)
+    assert "\\ud83d\\ude00" in e.read_text()
+    export_flags(e, force=True)
+    e, p = write(tmp_path, {**fine, "run": {**fine["run"], "name": "bench \ud800"}})
+    said = "holds a \\uD800–\\uDFFF escape without the other half of its surrogate pair"
+    for act in (lambda: attach(e, p, force=True), lambda: export_flags(e, force=True)):
+        with pytest.raises(ExportFileError, match=re.escape(f"{e} {said}")):
+            act()
+    assert p.read_text() == PAYLOAD

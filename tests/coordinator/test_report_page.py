@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import pathlib
 import re
 from html.parser import HTMLParser
@@ -17,7 +18,7 @@ from helpers.synthetic_run import synthetic_export
 from sparkwatch.commands.summary import summary_table
 from sparkwatch.core.export import digest
 from sparkwatch.core.windows import Window
-from sparkwatch.report import charts, facts
+from sparkwatch.report import charts, doubt, facts
 from sparkwatch.report.bands import band_columns, merged_columns
 from sparkwatch.report.bundle import BUNDLE_END, Assets
 from sparkwatch.report.page import build_page, summary_html
@@ -377,8 +378,9 @@ def test_power_and_energy_figures_resting_mostly_on_windows_not_ok_are_marked_an
     share = sum(w["t_end_ns"] - w["t_start_ns"] for w in measured if w["verdict"] != "ok") / sum(
         w["t_end_ns"] - w["t_start_ns"] for w in measured
     )
+    shown = f"{math.ceil(round(share * 1000, 6)) / 10:g}%"  # to a tenth, rounded up (below)
     note = (
-        f"* low confidence: {len(measured) - 1} of {len(measured)} measured window(s), {share:.0%} of their"
+        f"* low confidence: {len(measured) - 1} of {len(measured)} measured window(s), {shown} of their"
         " time, are not ok (below), and these figures are mostly theirs: do not quote them as measured"
     )
     page = build_page(doubtful, Assets())
@@ -447,3 +449,26 @@ def test_a_failed_request_is_a_failed_band_by_the_rule_the_export_judged_it_with
     }
     merged = merged_columns(export, t0, join_s=0.5)
     assert dict(zip(merged["k"], merged["n"], strict=True)) == {"timed · request": 1, "failed": 5}
+
+
+def test_what_the_schema_leaves_optional_or_unbounded_still_makes_a_page(export: dict[str, Any]) -> None:
+    """An export whose method lacks phases, scope_s and gap_intervals (the schema requires none of them)
+    was refused with KeyError 'phases'; a gated mean of 1e308 (the schema sets no bound) ended in an
+    OverflowError traceback while rounding it to one decimal."""
+    bare = copy.deepcopy(export)
+    for key in ("phases", "scope_s", "gap_intervals"):
+        del bare["method"][key]
+    assert "scope request of the n/a windows (n/a s);" in facts.method_line(bare)
+    assert "a gap is longer than n/a intervals" in build_page(bare, Assets())
+    huge = copy.deepcopy(export)
+    huge["nodes"][0]["power_w"]["gated_mean"] = 1e308
+    assert round1(1e308) == 1e308 and round1(float("inf")) == float("inf")
+    assert f"{1e308:.1f}" in build_page(huge, Assets())
+
+
+@pytest.mark.parametrize(
+    ("share", "shown"), [(0.504, "50.4%"), (0.5001, "50.1%"), (0.29, "29%"), (1.0, "100%")]
+)
+def test_the_doubt_notes_share_is_rounded_up_never_down_to_the_threshold(share: float, shown: str) -> None:
+    """A share of 0.504 is over the 0.5 that marks the figures, and the note said "50% of their time"."""
+    assert doubt._over_half(share) == shown

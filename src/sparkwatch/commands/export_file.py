@@ -3,9 +3,12 @@ the ``sparkwatch.run/1`` schema on its structure, a series whose lines are whole
 
 from __future__ import annotations
 
+import re
 import reprlib
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from sparkwatch.defaults import EXPORT_SCHEMA
 from sparkwatch_agent.shared.strict_text import TextFormatError, loads_json
@@ -14,6 +17,20 @@ from sparkwatch_agent.shared.user_files import read_file_bytes
 
 class ExportFileError(Exception):
     """An export file that cannot be read as a ``sparkwatch.run/1`` export: one line saying why."""
+
+
+#: Where a lone surrogate may be: a \uD800–\uDFFF escape (a pair's two halves match too: then checked).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _encodable(export: dict[str, Any]) -> bool:
+    """Whether every string of ``export`` is text UTF-8 can carry: a lone surrogate passed the schema and
+    made `report` fail writing its page, with a traceback."""
+    try:
+        orjson.dumps(export)
+    except TypeError:
+        return False
+    return True
 
 
 def load_export(path: Path) -> dict[str, Any]:
@@ -25,11 +42,17 @@ def load_export(path: Path) -> dict[str, Any]:
     from sparkwatch.core.export_schema import run_schema  # noqa: PLC0415
 
     try:
-        export = loads_json(read_file_bytes(path))
+        raw = read_file_bytes(path)
+        export = loads_json(raw)
     except OSError as exc:
         raise ExportFileError(f"cannot read {path}: {exc.strerror}") from None
     except TextFormatError as exc:
         raise ExportFileError(f"{path} {exc}") from None
+    if _SURROGATE_ESCAPE.search(raw) and not _encodable(export):
+        raise ExportFileError(
+            f"{path} holds a \\uD800–\\uDFFF escape without the other half of its surrogate pair: it stands"
+            " for no character, and no export of sparkwatch's holds one (was it edited?)"
+        )
     if not isinstance(export, dict):  # what JSON calls it: a list read as "schema: 'list'"
         kind = (
             "an array" if isinstance(export, list) else "a string" if isinstance(export, str) else "a value"

@@ -98,12 +98,12 @@ def cmd_report(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> in
         made = [
             (folder, fmt, _figures(export, fmt)) for folder, fmt in ((png, "png"), (svg, "svg")) if folder
         ]
-    except (KeyError, TypeError, ValueError, IndexError) as exc:  # a part the sampled schema check missed
+    except (KeyError, TypeError, ValueError, IndexError, ArithmeticError) as exc:  # the sampled check missed
         raise ReportError(f"cannot build the report of {args.export}: {type(exc).__name__} {exc}") from None
     staged = _stage_figures(made)  # first: a figure that cannot be written leaves no page behind either
     try:
         write_text_atomically(output, page)
-    except OSError:
+    except BaseException:  # no staged figure is left behind, whatever stopped the page
         _unstage(staged)
         raise
     try:

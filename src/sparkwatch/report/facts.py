@@ -133,12 +133,15 @@ def digest_text(export: dict[str, Any]) -> str:
 
 
 def method_line(export: dict[str, Any]) -> str:
+    """The export's method in words; the parts the schema does not require (an export from before they
+    were written) are n/a."""
     method = export["method"]
     gate = method["gate"]
+    phases = ", ".join(method["phases"]) if "phases" in method else NA
     return (
-        f"scope {method['scope']} of the {', '.join(method['phases'])} windows ({method['scope_s']} s);"
+        f"scope {method['scope']} of the {phases} windows ({method.get('scope_s', NA)} s);"
         f" gate {gate['source']} >= {gate['threshold_ratio']:g}; sampled every {method['interval_s']:g} s;"
-        f" a gap is longer than {method['gap_intervals']} intervals and is never bridged"
+        f" a gap is longer than {method.get('gap_intervals', NA)} intervals and is never bridged"
     )
 
 

@@ -12,6 +12,8 @@ def round1(value: float) -> float:
     shape of lmx's Go rounding helpers. Python's ``round(x, 1)`` rounds half to even on the exact decimal
     value, so it can print 55.6 where lmx prints 55.7."""
     scaled = value * 10
+    if not math.isfinite(scaled):  # past 1.8e307: no decimal to round (Go's math.Round keeps it too)
+        return value
     whole = math.trunc(scaled)
     if abs(scaled - whole) >= 0.5:  # exact: a float minus its integer part is representable
         whole += 1 if scaled > 0 else -1
