@@ -525,17 +525,20 @@ def test_a_dcgm_exporter_serving_one_collection_to_several_scrapes_keeps_its_ene
         f"dcgm held/{engine}: {len(counter)} scrapes around the window, moves after a gap {late}, {reasons}"
     )
     assert sum(start_s * 1000 <= t <= end_s * 1000 for t, _ in counter) >= 4  # the window's 5, give or take
+    busiest = 900.0 * HELD_COLLECT_S / (HELD_COLLECT_S - STAMP_JITTER_S)  # the busy 900 W (below)
     if late:  # what is left known is still no more than the GPU drew
         assert long_window["verdict"] in ("low_confidence", "incomplete"), reasons
         assert all(r.startswith(("shorter (", "coverage ")) for r in reasons), (reasons, late)
         assert (long["energy_j"] or 0.0) <= 900.0 * 5 * long["coverage_ratio"] * (1 + TOLERANCE)
-        assert gated is None or gated <= 900.0 * (1 + TOLERANCE)
+        assert gated is None or gated <= busiest * (1 + TOLERANCE)
         return
     assert long_window["verdict"] == "low_confidence", (reasons, long)
     assert long["coverage_ratio"] == 1.0
     # every gated second sits in a collection with util >= 50 % at its end, whose mean is the busy 900 W
-    # unless it straddles the busy phase's start or end (idle 180 W, light 360 W)
-    assert 0.7 * 900.0 <= gated <= 900.0 * (1 + TOLERANCE)
+    # unless it straddles the busy phase's start or end (idle 180 W, light 360 W); a collection's 3 600 J
+    # are spread over its seconds as the engine stamped them, which a late scrape shortens by up to
+    # STAMP_JITTER_S (909 W once in CI, a collection seen 3.96 s long)
+    assert 0.7 * 900.0 <= gated <= busiest * (1 + TOLERANCE)
     assert long["energy_j"] == pytest.approx(900.0 * 5, rel=0.3)
 
 
