@@ -220,6 +220,20 @@ def test_a_secret_file_a_node_names_that_cannot_be_used_stops_the_start_in_one_l
     assert wrapped.stderr.count("\n") == 1, wrapped.stderr  # `run` embeds one: the same check, first
 
 
+def _refused_start(tmp_path: pathlib.Path, node_lines: str) -> str:
+    """A coordinator of one SSH node started with ``node_lines`` in its table: refused in one line, no
+    database made; that line."""
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(f'[nodes.n0]\nssh = "sparkwatch@127.0.0.1"\n{node_lines}\n')
+    db = tmp_path / "sparkwatch.db"
+    result = sparkwatch(
+        "coordinator", "--nodes", str(nodes), "--db", str(db), "--listen", f"127.0.0.1:{free_port()}"
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert not db.exists()
+    return result.stderr
+
+
 @pytest.mark.parametrize("key", ["client_keys", "known_hosts"])
 def test_an_ssh_nodes_key_file_that_cannot_be_read_stops_the_start_in_one_line(
     tmp_path: pathlib.Path, key: str
@@ -227,15 +241,8 @@ def test_an_ssh_nodes_key_file_that_cannot_be_read_stops_the_start_in_one_line(
     """Before, the coordinator started and its link retried for ever, each time with asyncssh's error."""
     missing = tmp_path / "ssh" / "id_ed25519"
     value = f'["{missing}"]' if key == "client_keys" else f'"{missing}"'
-    nodes = tmp_path / "nodes.toml"
-    nodes.write_text(f'[nodes.n0]\nssh = "sparkwatch@127.0.0.1"\n{key} = {value}\n')
-    db = tmp_path / "sparkwatch.db"
-    result = sparkwatch(
-        "coordinator", "--nodes", str(nodes), "--db", str(db), "--listen", f"127.0.0.1:{free_port()}"
-    )
-    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert f"nodes.n0.{key}: cannot read {missing}: No such file or directory" in result.stderr
-    assert not db.exists()
+    said = _refused_start(tmp_path, f"{key} = {value}")
+    assert f"nodes.n0.{key}: cannot read {missing}: No such file or directory" in said
 
 
 def test_a_known_hosts_file_ssh_cannot_parse_stops_the_start_in_one_line(tmp_path: pathlib.Path) -> None:
@@ -243,15 +250,5 @@ def test_a_known_hosts_file_ssh_cannot_parse_stops_the_start_in_one_line(tmp_pat
     naming no file."""
     known = tmp_path / "known_hosts"
     known.write_text("garbage\n")
-    nodes = tmp_path / "nodes.toml"
-    nodes.write_text(f'[nodes.n0]\nssh = "sparkwatch@127.0.0.1"\nknown_hosts = "{known}"\n')
-    db = tmp_path / "sparkwatch.db"
-    result = sparkwatch(
-        "coordinator", "--nodes", str(nodes), "--db", str(db), "--listen", f"127.0.0.1:{free_port()}"
-    )
-    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert (
-        f"nodes.n0.known_hosts: {known} is not a known_hosts file SSH can read: Invalid known hosts entry"
-        in result.stderr
-    ), result.stderr
-    assert not db.exists()
+    said = _refused_start(tmp_path, f'known_hosts = "{known}"')
+    assert f"nodes.n0.known_hosts: {known} is not a known_hosts file SSH can read: Invalid known" in said
