@@ -38,10 +38,10 @@ EXEC_FLUSH_S = 0.2
 CONNECT_TIMEOUT_S = 10.0
 #: Of an ended agent's stderr, this much goes into the link's error (one line, whitespace folded).
 STDERR_CHARS = 300
-#: ... read from its stderr to find it (a subcommand's usage comes before argparse's error line).
+#: ... kept of its stderr's end to find it in (a subcommand's usage comes before argparse's error line).
 STDERR_READ_CHARS = 4096
-#: Of a session's stderr lines, this many go to the coordinator's log (an agent that fails at every tick
-#: writes a traceback each time).
+#: Of a link's exec agents' stderr lines, this many go to the coordinator's log until a session streams
+#: again (an agent that fails at every tick writes a traceback each time; one that cannot start, its usage).
 STDERR_LOG_LINES = 20
 
 
