@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,10 +98,13 @@ def test_connections_the_cap_turns_away_are_said_at_the_end(sim_model: str) -> N
     refused = STREAMS - statuses.count(200)
     assert refused > 0 and set(statuses) <= {200, 503, 408, 0}, statuses  # 408: pushed out for a newer one
     assert len(out.splitlines()) == STREAMS - refused
-    assert (
-        f"the proxy turned away {refused} connection(s) at its cap of 4 (SPARKWATCH_HTTP_MAX_CONNECTIONS)"
-        in err
+    said = re.search(
+        r"the proxy turned away (\d+) connection\(s\) at its cap of 4 \(SPARKWATCH_HTTP_MAX_", err
     )
+    assert said is not None, err
+    # every 503 and 408 is the cap's; a client that saw its socket close (0) may be one of them or not
+    # (CI once counted 37 failed clients, 36 turned away)
+    assert statuses.count(503) + statuses.count(408) <= int(said[1]) <= refused, (said[0], statuses)
 
 
 def test_a_cap_that_leaves_too_few_descriptors_for_two_a_request_is_warned_of(sim_model: str) -> None:
