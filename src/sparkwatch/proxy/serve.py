@@ -82,13 +82,26 @@ async def running_proxy(
 
 
 def _say_refused(guard: ConnectionGuard) -> None:
-    """Connections the cap turned away (a 503, or a 408 for one pushed out before its request arrived)
-    made no window, so only this line says so."""
-    if guard.refused + guard.evicted:
+    """Connections closed before a request was read made no window, so only this line says so: each
+    way apart, since only a 503's client certainly had a request to send (a connection pushed out to
+    make room, or closed at the header deadline, may have been idle, a port check's or a slow client's)."""
+    parts = [
+        f"{count} {what}"
+        for count, what in (
+            (guard.refused, "refused with 503 at the cap"),
+            (guard.evicted, "closed with 408 to make room before their request arrived"),
+            (
+                guard.expired,
+                f"closed with 408 when their request headers took over {guard.limits.header_timeout_s:g} s",
+            ),
+        )
+        if count
+    ]
+    if parts:
         log.warning(
-            "the proxy turned away %d connection(s) at its cap of %d (%s): a request on them made no"
-            " window, and its client saw it fail",
-            guard.refused + guard.evicted,
+            "the proxy turned away %d connection(s) (%s; cap %d, %s): a request on them made no window",
+            guard.refused + guard.evicted + guard.expired,
+            ", ".join(parts),
             guard.limits.max_connections,
             ENV_MAX_CONNECTIONS,
         )

@@ -55,7 +55,8 @@ def http_refusal(
 
 class ConnectionGuard:
     """One server's open connections, and those among them still waiting for their first headers (oldest
-    first). Counts what it refused and evicted at the cap, and says so in at most one line a minute."""
+    first). Counts what it refused and evicted at the cap (said in at most one line a minute) and what
+    it closed at the header deadline."""
 
     def __init__(
         self,
@@ -75,6 +76,7 @@ class ConnectionGuard:
         self._lines = lines or RateLimitedLog(log)
         self.refused = 0
         self.evicted = 0
+        self.expired = 0  # closed at the header deadline (no request arrived in time)
         cap = limits.max_connections
         self.busy_reply = http_refusal(
             503,
@@ -132,6 +134,7 @@ class ConnectionGuard:
 
     def timed_out(self, conn: GuardedConnection) -> None:
         log.debug("closed a connection whose request headers did not arrive in time")
+        self.expired += 1
         conn.refuse(self.timeout_reply)
 
     def forget(self, conn: GuardedConnection) -> None:
