@@ -22,9 +22,14 @@ CASES = {
     "sparkwatch schema (imports the stack)": [sys.executable, "-m", "sparkwatch", "schema"],
     # exit 2 (no command given), once `run`'s handlers, the embedded coordinator's included, are imported
     "sparkwatch run, refused": [sys.executable, "-m", "sparkwatch", "run", "--nodes", "n.toml"],
+    # exit 2 (nothing listens on port 9): what a script's `runs mark` per request costs before it is sent
+    "sparkwatch runs mark, unreachable": [
+        *(sys.executable, "-m", "sparkwatch", "runs", "mark", "r", "m", "begin"),
+        *("--coordinator", "http://127.0.0.1:9"),
+    ],
 }
 #: The cases that exit non-zero by design, and their exit code.
-EXIT_CODES = {"sparkwatch run, refused": 2}
+EXIT_CODES = {"sparkwatch run, refused": 2, "sparkwatch runs mark, unreachable": 2}
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "schema": "sparkwatch.cli_handlers:cmd_schema",
         "demo": "sparkwatch.cli_services:cmd_demo",
         "proxy": "sparkwatch.cli_services:cmd_proxy",
-        "run": "sparkwatch.cli_services:cmd_run",
+        "run": "sparkwatch.cli_run:cmd_run",
         "import": "sparkwatch.cli_handlers:cmd_import",
         "attach": "sparkwatch.cli_handlers:cmd_attach",
         "report": "sparkwatch.commands.report_cmd:cmd_report",

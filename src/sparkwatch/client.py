@@ -15,14 +15,13 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from yarl import URL
 
 from sparkwatch.client_bodies import bodies_ahead, request_json
 from sparkwatch.client_waits import NodeWaits
-from sparkwatch.core.windows import Window
 from sparkwatch.defaults import (
     DEFAULT_COORDINATOR,
     DEFAULT_GATE_THRESHOLD,
@@ -37,6 +36,9 @@ from sparkwatch.wire import FrameError, TimeFrame, time_reply
 from sparkwatch_agent.shared.auth import ServerToken, TokenFile, bearer_headers, load_token
 from sparkwatch_agent.shared.http import COORDINATOR_SERVER, other_service
 from sparkwatch_agent.shared.strict_text import cut_short
+
+if TYPE_CHECKING:  # a type only: the core's numpy is not what a client call needs to start
+    from sparkwatch.core.windows import Window
 
 log = logging.getLogger(__name__)
 

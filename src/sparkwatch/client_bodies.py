@@ -8,11 +8,13 @@ import itertools
 import json
 import threading
 from collections.abc import AsyncGenerator, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from sparkwatch.core.windows import Window
+if TYPE_CHECKING:  # a type only: the core's numpy is not what a client call needs to start
+    from sparkwatch.core.windows import Window
+
 
 _Batch = list[dict[str, Any]]
 

@@ -12,6 +12,12 @@ from sparkwatch_agent.shared.strict_text import cut_short, quoted_number, utf8_e
 
 #: What an export says it is (its ``schema``; core/export.py makes it, the CLI's client checks it).
 EXPORT_SCHEMA = "sparkwatch.run/1"
+#: ``run.notes`` of an export (core/export.py) made while its run was open: otherwise it reads like an
+#: ended run's.
+OPEN_RUN_NOTE = (
+    "open: the run had not ended when this was exported; its end is the export's time, and windows and"
+    " samples may still arrive"
+)
 #: What a run's figures cover: every request's span, only decode (first → last token), or the whole run.
 ScopeKind = Literal["request", "decode", "run"]
 SCOPES: tuple[ScopeKind, ...] = ("request", "decode", "run")
@@ -20,6 +26,8 @@ SCOPES: tuple[ScopeKind, ...] = ("request", "decode", "run")
 #: utilisation the gate lets through, the scope.
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_GATE_THRESHOLD = 0.5
+#: The series the gate reads (named so by the export, the report and `runs show`).
+UTIL_SOURCE = "nvml.utilization.gpu"
 DEFAULT_SCOPE: ScopeKind = "request"
 #: How long `run` waits for every node's hello before the run opens (a node still silent then is measured
 #: from when it says hello; --strict does not start the command), and as long again for their samples.

@@ -41,9 +41,9 @@ from helpers.engine_replay import VLLM, EngineReplay, capture, with_values
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load, wait_connected, wait_stored
 from helpers.prometheus import PROMETHEUS, Prometheus
 from helpers.victoria import VICTORIA, Victoria
-from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.tracks import GAP_INTERVALS
+from sparkwatch.defaults import OPEN_RUN_NOTE
 
 FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 DCGM_TEXT = FIXTURES / "dcgm" / "dcgm-exporter-a100.prom"

@@ -25,9 +25,9 @@ from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.run import run_command
 from sparkwatch.commands.run_options import RunOptions
 from sparkwatch.commands.wrapped import command_env
-from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.windows import Window
+from sparkwatch.defaults import OPEN_RUN_NOTE
 from sparkwatch.outputs import size_text
 from sparkwatch.store import Store
 from sparkwatch.store.run_rows import RunRow

@@ -3,6 +3,7 @@ benchmarks/cli_startup.py; this checks the cause structurally (what got imported
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -23,6 +24,29 @@ def test_help_and_version_load_none_of_the_stack(argv: list[str]) -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def _loaded(argv: list[str], modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` `sparkwatch ARGV` has imported by the time it returns (or exits)."""
+    probe = (
+        "import sys\nfrom sparkwatch.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {modules!r} if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return list(ast.literal_eval(result.stdout.strip().splitlines()[-1]))
+
+
+def test_a_scripts_runs_mark_loads_no_numpy_and_a_refused_run_no_coordinator() -> None:
+    """`runs mark` per request in a benchmark script took 0.73 s, half of it the export's stack and
+    numpy; a `run` whose flags are wrong loaded the embedded coordinator, the proxy and the links (1.2 s)
+    before saying so (benchmarks/cli_startup.py)."""
+    mark = ["runs", "mark", "r", "m", "begin", "--coordinator", "http://127.0.0.1:9"]
+    assert _loaded(mark, ("numpy", "aiohttp")) == ["aiohttp"]  # it did send (to nothing)
+    stack = ("sparkwatch.coordinator.serve", "sparkwatch.proxy.serve", "sqlite3", "sparkwatch.commands.run")
+    assert _loaded(["run", "--nodes", "n.toml"], stack) == []  # no command after --
+    assert _loaded(["run", "--clock-anchor", "1:2", "--", "true"], stack) == []
 
 
 def test_a_subcommand_still_loads_what_it_needs() -> None:

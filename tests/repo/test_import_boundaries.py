@@ -73,6 +73,7 @@ ROOT_STAGES: dict[str, float] = {
     "cli_commands": 5,
     "cli_handlers": 5,
     "cli_services": 5,
+    "cli_run": 5,
     "settings": 0,
     "defaults": 0,
     "cli": 5,

@@ -17,7 +17,7 @@ from typing import Any
 from sparkwatch import __version__
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
 from sparkwatch.commands.anchor_flag import anchor_of
-from sparkwatch.core.phases import name_ids
+from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.run_spec import RunSpec
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span

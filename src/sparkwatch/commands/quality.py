@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkwatch.core.domains import headline_entry
-from sparkwatch.core.phases import name_ids
+from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.power import INCOMPLETE_COVERAGE, falls_short
 from sparkwatch.core.rounding import ratio_text
 from sparkwatch.hello_facts import shared_identities

@@ -45,7 +45,7 @@ from sparkwatch.commands.summary import live_parts
 from sparkwatch.commands.wrapped import command_env, run_wrapped
 from sparkwatch.coordinator.serve import check_listen
 from sparkwatch.core.export import with_run_notes
-from sparkwatch.core.phases import name_ids
+from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.repeated_windows import repeated, verdict
 from sparkwatch.defaults import ENV_RUN_ID
 from sparkwatch.engines.spec import engine_from_url

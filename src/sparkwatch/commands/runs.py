@@ -17,12 +17,10 @@ from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget, token_file_read
 from sparkwatch.client_waits import end_wait_s
-from sparkwatch.commands.outcome import quality_line
-from sparkwatch.commands.quality import judge
 from sparkwatch.commands.series_flags import wanted_series
-from sparkwatch.core.export import OPEN_RUN_NOTE, UTIL_SOURCE
-from sparkwatch.core.phases import name_ids
+from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.stamps import utc_stamp
+from sparkwatch.defaults import OPEN_RUN_NOTE, UTIL_SOURCE
 from sparkwatch.outputs import check_output, command_line, print_export, shown, size_text, write_export
 
 Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
@@ -106,6 +104,10 @@ async def _end(client: CoordinatorClient, args: argparse.Namespace) -> int:
 
 
 async def _export(client: CoordinatorClient, args: argparse.Namespace) -> int:
+    # the judging stack (and numpy under it) only here: a script's `runs mark` per request starts light
+    from sparkwatch.commands.outcome import quality_line  # noqa: PLC0415
+    from sparkwatch.commands.quality import judge  # noqa: PLC0415
+
     export = await client.export(args.run_id, wanted_series(args))
     if OPEN_RUN_NOTE in export["run"].get("notes", ()):
         print(f"sparkwatch: warning: run {args.run_id} is still open: exported up to now", file=sys.stderr)

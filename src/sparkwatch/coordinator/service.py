@@ -23,7 +23,7 @@ from sparkwatch.coordinator.loop_lag import LoopLag
 from sparkwatch.coordinator.piece_stream import PieceStream, computed_json
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.coordinator.run_nodes import warn_changed_nodes
-from sparkwatch.core.phases import name_ids
+from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.windows import COORDINATOR_CLOCK, Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller

@@ -26,7 +26,7 @@ from sparkwatch.core.series import Frame, node_series, series_block, series_fram
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, MemTrack
 from sparkwatch.core.window_rows import WindowRows
 from sparkwatch.core.windows import Window, scope_for, union
-from sparkwatch.defaults import EXPORT_SCHEMA, ScopeKind
+from sparkwatch.defaults import EXPORT_SCHEMA, OPEN_RUN_NOTE, UTIL_SOURCE, ScopeKind
 from sparkwatch_agent.shared.units import lmx_gb, one_decimal
 
 LOW_CONFIDENCE_INTERVALS = 2.0
@@ -34,7 +34,6 @@ CLOCK_UNCERTAINTY_RATIO = 0.01
 #: The length sparkwatch keeps lmx notes to: the figure the lmx site's form is said to take (lmx's CLI checks
 #: none, and its server schema could not be read: docs/integrations.md).
 LMX_NOTES_MAX_CHARS = 2000
-UTIL_SOURCE = "nvml.utilization.gpu"
 NO_DECODE_STAMPS = "no first/last token stamps, so nothing to measure in the decode scope"
 
 
@@ -187,13 +186,6 @@ def _plan(run: RunSpec, windows: Sequence[Window]) -> Plan:
         tokens=token_spans(windows, measured, run.phases),
         span_ns=(run.t_start_ns, run.t_end_ns),
     )
-
-
-#: ``run.notes`` of an export made while its run was open: otherwise it reads like an ended run's.
-OPEN_RUN_NOTE = (
-    "open: the run had not ended when this was exported; its end is the export's time, and windows and"
-    " samples may still arrive"
-)
 
 
 def _run_json(run: RunSpec, version: str) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkwatch.core.export_nodes import NodeFigures, sum_known
-from sparkwatch.core.phases import name_ids, no_measured_window
+from sparkwatch.core.id_lists import name_ids
+from sparkwatch.core.phases import no_measured_window
 from sparkwatch.core.power import INCOMPLETE_COVERAGE, falls_short
 from sparkwatch.core.rounding import ratio_text, rounded
 from sparkwatch.core.windows import NS_MAX, Window

@@ -18,12 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from sparkwatch.core.columns import int_column
+from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.integrals import Integrals
 from sparkwatch.core.tracks import F64, I64, known
 from sparkwatch.core.windows import Scope, Window, union
-
-#: How many window ids a reason names before it says how many more there are.
-IDS_NAMED = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +36,6 @@ class TokenSpans:
     decode: Scope  # union of the measured windows' decode spans
     either: Scope  # union of their prefill and decode spans
     unknown_why: str | None  # why the run's split is unknown (None when it is known)
-
-
-def name_ids(ids: Sequence[str], total: int | None = None, quoted: bool = False) -> str:
-    """``a, b, c`` — at most ``IDS_NAMED`` of them, then how many more of ``total`` (default: all of
-    ``ids``, which may be only the first few). The one way every message names many windows."""
-    total = len(ids) if total is None else total
-    shown = ", ".join(repr(i) if quoted else i for i in ids[:IDS_NAMED])
-    return shown if total <= IDS_NAMED else f"{shown} and {total - IDS_NAMED} more"
 
 
 def no_measured_window(windows: Sequence[Window], phases: frozenset[str]) -> str:

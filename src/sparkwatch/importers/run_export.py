@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from sparkwatch.core.export import OPEN_RUN_NOTE
 from sparkwatch.core.windows import (
     CUT_SHORT,
     OPTIONAL_INT_FIELDS,
@@ -22,7 +21,7 @@ from sparkwatch.core.windows import (
     REQUIRED_FIELDS,
     Window,
 )
-from sparkwatch.defaults import SCOPES, ScopeKind, check_phases, command_outcome
+from sparkwatch.defaults import OPEN_RUN_NOTE, SCOPES, ScopeKind, check_phases, command_outcome
 from sparkwatch.importers.common import (
     ClockAnchor,
     ImportFormatError,

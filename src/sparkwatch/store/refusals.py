@@ -13,7 +13,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Sequence
 
-from sparkwatch.core.phases import IDS_NAMED, name_ids
+from sparkwatch.core.id_lists import IDS_NAMED, name_ids
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.core.windows import COORDINATOR_CLOCK, SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.store.tx import DuplicateIds, NotFound, RunEnded, StoreError
