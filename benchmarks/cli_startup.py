@@ -20,7 +20,7 @@ CASES = {
     "sparkwatch --help": [sys.executable, "-m", "sparkwatch", "--help"],
     "sparkwatch run --help": [sys.executable, "-m", "sparkwatch", "run", "--help"],
     "sparkwatch schema (imports the stack)": [sys.executable, "-m", "sparkwatch", "schema"],
-    # exit 2 (no command given), once `run`'s handlers, the embedded coordinator's included, are imported
+    # exit 2 (no command given): `run`'s flags are checked before the embedded coordinator is imported
     "sparkwatch run, refused": [sys.executable, "-m", "sparkwatch", "run", "--nodes", "n.toml"],
     # exit 2 (nothing listens on port 9): what a script's `runs mark` per request costs before it is sent
     "sparkwatch runs mark, unreachable": [

@@ -56,7 +56,8 @@ def test_a_coordinator_of_websocket_nodes_loads_no_ssh() -> None:
     """asyncssh (with cryptography) was about 0.3 s of every `run`, `demo` and coordinator start, where no
     node is reached by SSH; a link that is loads it (what the second probe checks)."""
     probe = (
-        "import sys\nimport sparkwatch.cli_services, sparkwatch.coordinator.serve, sparkwatch.links.factory\n"
+        "import sys\nimport sparkwatch.cli_services, sparkwatch.cli_run, sparkwatch.commands.run\n"
+        "import sparkwatch.coordinator.serve, sparkwatch.links.factory\n"
         "print('asyncssh' in sys.modules)\n"
         "from sparkwatch.links.ssh_link import SshExecLink\nprint('asyncssh' in sys.modules)"
     )

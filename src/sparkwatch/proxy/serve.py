@@ -25,7 +25,7 @@ from sparkwatch_agent.shared.conn_guard import ConnectionGuard
 from sparkwatch_agent.shared.http import start_site
 from sparkwatch_agent.shared.lifecycle import stop_on_signals
 from sparkwatch_agent.shared.listener import GuardedSite
-from sparkwatch_agent.shared.server_limits import ENV_MAX_CONNECTIONS, raise_nofile
+from sparkwatch_agent.shared.server_limits import ENV_HEADER_TIMEOUT_S, ENV_MAX_CONNECTIONS, raise_nofile
 
 log = logging.getLogger(__name__)
 
@@ -82,28 +82,26 @@ async def running_proxy(
 
 
 def _say_refused(guard: ConnectionGuard) -> None:
-    """Connections closed before a request was read made no window, so only this line says so: each
-    way apart, since only a 503's client certainly had a request to send (a connection pushed out to
-    make room, or closed at the header deadline, may have been idle, a port check's or a slow client's)."""
+    """Connections closed before a request was read made no window, so only this line says so, each way
+    apart with the setting that governs it. None proves a request was lost: a bare connection (a port
+    check) is counted too, though a flood of requests is what fills a cap."""
+    cap = f"at the cap of {guard.limits.max_connections} ({ENV_MAX_CONNECTIONS})"
+    deadline = f"{guard.limits.header_timeout_s:g} s ({ENV_HEADER_TIMEOUT_S})"
     parts = [
         f"{count} {what}"
         for count, what in (
-            (guard.refused, "refused with 503 at the cap"),
-            (guard.evicted, "closed with 408 to make room before their request arrived"),
-            (
-                guard.expired,
-                f"closed with 408 when their request headers took over {guard.limits.header_timeout_s:g} s",
-            ),
+            (guard.refused, f"refused with 503 {cap}"),
+            (guard.evicted, f"closed with 408 {cap} to make room, no request yet"),
+            (guard.expired, f"closed with 408 when no request headers came within {deadline}"),
         )
         if count
     ]
     if parts:
         log.warning(
-            "the proxy turned away %d connection(s) (%s; cap %d, %s): a request on them made no window",
+            "the proxy turned away %d connection(s) before a request was read (%s): a request on them made"
+            " no window",
             guard.refused + guard.evicted + guard.expired,
-            ", ".join(parts),
-            guard.limits.max_connections,
-            ENV_MAX_CONNECTIONS,
+            "; ".join(parts),
         )
 
 

@@ -115,9 +115,8 @@ class ConnectionGuard:
                 self._at_cap()
                 return False
             oldest = next(iter(self._waiting))
-            self.evicted += 1
+            self.evicted += oldest.refuse(self.evicted_reply)  # one already closing got no 408: not counted
             self._at_cap()
-            oldest.refuse(self.evicted_reply)
         self._connecting += 1
         return True
 
@@ -134,8 +133,7 @@ class ConnectionGuard:
 
     def timed_out(self, conn: GuardedConnection) -> None:
         log.debug("closed a connection whose request headers did not arrive in time")
-        self.expired += 1
-        conn.refuse(self.timeout_reply)
+        self.expired += conn.refuse(self.timeout_reply)
 
     def forget(self, conn: GuardedConnection) -> None:
         self._open.discard(conn)
@@ -199,14 +197,17 @@ class GuardedConnection(asyncio.Protocol):
         if self._inner is not None:
             self._inner.connection_lost(exc)
 
-    def refuse(self, reply: bytes) -> None:
-        """Answer ``reply`` (no request has been answered on this connection yet) and close."""
+    def refuse(self, reply: bytes) -> bool:
+        """Answer ``reply`` (no request has been answered on this connection yet) and close; whether it was
+        answered (not when the connection was closing already)."""
         self._guard.forget(self)
         self._cancel_timer()
         transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.write(reply)
-            transport.close()
+        if transport is None or transport.is_closing():
+            return False
+        transport.write(reply)
+        transport.close()
+        return True
 
     def _headers_done(self) -> None:
         self._cancel_timer()
