@@ -57,8 +57,32 @@ def test_fit_follows_drift_and_maps_to_the_nanosecond() -> None:
     assert fit is not None and fit.rate == pytest.approx(50e-6, rel=1e-3) and fit.disagreements == ()
     t = T0 + 6 * 60 * S  # 6 minutes in: 18 ms of drift, mapped back within a microsecond
     mono = np.array([int((t - T0) / (1 + 50e-6)) + BOOT_MONO], dtype=np.int64)
-    assert abs(int(fit.to_coordinator(mono)[0]) - t) < 50  # int64 all the way: no 256 ns float steps
-    assert abs(fit.to_mono(t) - int(mono[0])) < 50
+    # (the rate prior draws 50 ppm in by ~1e-5 of itself here: ~90 ns at 3 minutes from the middle round)
+    assert abs(int(fit.to_coordinator(mono)[0]) - t) < 1_000
+    line = int(mono[0]) + fit.offset_ns + round(fit.rate * (int(mono[0]) - fit.anchor_mono_ns))
+    assert abs(int(fit.to_coordinator(mono)[0]) - line) <= 1  # int64 all the way: no 256 ns float steps
+    assert abs(fit.to_mono(line) - int(mono[0])) <= 1
+
+
+def test_two_noisy_rounds_of_a_short_run_are_not_read_as_drift() -> None:
+    """Two rounds 10 s apart, each ±25 ms (probes queued on a loaded machine), 50 ms apart: a line through
+    them ran at 5000 ppm and scaled every duration (and mean power) of the run by 0.5 %."""
+    mono0 = BOOT_MONO
+    noisy = [
+        OffsetRound(T0, 0, 25_000_000, mono_offset_ns=T0 - mono0 - 25_000_000),
+        OffsetRound(T0 + 10 * S, 0, 25_000_000, mono_offset_ns=T0 - mono0 + 25_000_000),
+    ]
+    fit = fit_monotonic(noisy)
+    assert fit is not None and abs(fit.rate) < 1e-5, fit.rate  # the line through them: 5e-3
+    assert fit.offset_ns == pytest.approx(T0 - mono0, abs=100_000)  # the rounds' mean, all but flat
+    # the same two rounds with precise probes (±0.2 ms) are believed: the rate is kept nearly whole
+    precise = fit_monotonic([OffsetRound(r.t_ns, 0, 200_000, r.mono_offset_ns) for r in noisy])
+    assert precise is not None and precise.rate == pytest.approx(5e-3, rel=0.1)
+
+
+def test_a_real_fast_drift_over_minutes_is_followed() -> None:
+    fit = fit_monotonic(rounds(drift_ppm=500, count=7))  # a minute of rounds at NTP's fastest slew
+    assert fit is not None and fit.rate == pytest.approx(500e-6, rel=0.01)
 
 
 @settings(max_examples=60, deadline=None)

@@ -65,7 +65,12 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
     assert status == 200
     node = export["nodes"][0]
     seen = node["samples"]  # a sampler starved by the machine shows here as max_gap_s, not as a lost seq
-    assert node["power_w"]["gated_mean"] == pytest.approx(BUSY_W, rel=2e-3)
+    said = {  # what a failure needs to be told apart: a starved sampler, a moved sample, a misplaced window
+        "samples": seen,
+        "clock": node["clock"],
+        "windows": [(w["id"], w["verdict"], w["reasons"], w["nodes"][0]) for w in export["windows"]],
+    }
+    assert node["power_w"]["gated_mean"] == pytest.approx(BUSY_W, rel=2e-3), said
     # A 20 Hz sampler starved by the other worker of a loaded 2-core machine leaves gaps: 130-300 ms each in
     # the CI stores, up to 0.7 s here once, anywhere in the run, steps or none (coverage 0.98, then 0.893 of
     # a ~2.8 s scope; energy_j is the covered time's, nothing is invented across them). A step that moved

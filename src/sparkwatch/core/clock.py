@@ -36,6 +36,12 @@ STEP_RATE = 1e-3
 SLICE_SAMPLES = 16_384
 #: A disagreeing probe round puts the alignment in doubt for one probe period (links probe every 10 s).
 DISAGREEMENT_REACH_NS = 10_000_000_000
+#: How far apart two machines' clock rates are believed to be before the rounds say (one standard deviation:
+#: crystals within ±100 ppm, NTP-disciplined ones far closer). The fitted rate is the most likely one given
+#: this and the rounds: a drift that long or precise rounds measure is kept (18 ms an hour at 50 ppm is), a
+#: "drift" two noisy rounds 10 s apart suggest is not (±25 ms of queueing read as 5000 ppm, every duration
+#: of a short run scaled by 0.5 %).
+RATE_PRIOR = 1e-4
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,13 +204,16 @@ def fit_monotonic(rounds: Sequence[OffsetRound]) -> MonoFit | None:
 
 
 def _weighted_line(dx: I64, y: I64, u: I64, keep: npt.NDArray[np.bool_]) -> tuple[float, float]:
-    """Least squares of y = a + b·dx over ``keep``, weighted by 1/u² (a flat line from one round)."""
+    """Least squares of y = a + b·dx over ``keep``, weighted by 1/u², with the rate b drawn towards 0 by
+    ``RATE_PRIOR`` (a ridge: the rounds' evidence outweighs it as they span more time more precisely; a flat
+    line from one round)."""
     dxk, yk = dx[keep].astype(np.float64), y[keep].astype(np.float64)
     w = 1.0 / u[keep].astype(np.float64) ** 2
     if len(dxk) < 2 or np.ptp(dxk) == 0:
         return float(np.average(yk, weights=w)), 0.0
     mx, my = np.average(dxk, weights=w), np.average(yk, weights=w)
-    rate = float(np.sum(w * (dxk - mx) * (yk - my)) / np.sum(w * (dxk - mx) ** 2))
+    spread = float(np.sum(w * (dxk - mx) ** 2))
+    rate = float(np.sum(w * (dxk - mx) * (yk - my)) / (spread + 1.0 / RATE_PRIOR**2))
     return float(my - rate * mx), rate
 
 
