@@ -753,3 +753,29 @@ async def test_a_request_naming_a_full_url_is_a_400_and_takes_no_warmup_slot(
         await runner.cleanup()
     assert [w.phase for w in sink.windows] == ["warmup"] and not up.received[1:]
     assert "Traceback" not in caplog.text and "Error handling request" not in caplog.text
+
+
+async def test_a_cookie_the_upstream_sets_is_never_sent_for_another_client() -> None:
+    """A load balancer's sticky cookie (``Set-Cookie: AWSALB=…``) went into a cookie jar all clients shared:
+    every later request carried it, over a client's own of that name, and a client's ``Cookie`` header
+    was rewritten. Only an upstream named by host name kept one (aiohttp takes none from an IP address)."""
+    seen: list[str | None] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        return web.json_response({"data": []}, headers={"Set-Cookie": "AWSALB=replica-7; Path=/"})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", handle)
+    up_runner, up_url = await serve(app)
+    runner, url, _sink = await proxied(up_url.replace("127.0.0.1", "localhost"))
+    own = 'session=abc; weird="a b"; flag'
+    try:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as session:  # keeps none
+            for headers in ({}, {}, {"Cookie": own}, {"Cookie": "AWSALB=mine"}):
+                async with session.get(f"{url}/v1/models", headers=headers) as resp:
+                    assert resp.status == 200 and resp.headers["Set-Cookie"] == "AWSALB=replica-7; Path=/"
+    finally:
+        await runner.cleanup()
+        await up_runner.cleanup()
+    assert seen == [None, None, own, "AWSALB=mine"]  # each client's own, as it sent it

@@ -52,6 +52,8 @@ class Scripted:
             await resp.write(b"<html>proxy error</html>\n\n" if do == "garbage" else TOKEN)
             await resp.write_eof()
             return resp
+        if do == "abort":  # a request the server gave up (SGLang's graceful abort), then [DONE]
+            await resp.write(b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "abort"}]}\n\n')
         if do == "error":  # vLLM's in-stream error object, then a [DONE] as it writes one
             await resp.write(b'data: {"object": "error", "message": "engine died", "code": 500}\n\n')
         if do == "linger":  # the whole answer, then a while before the body's end
@@ -121,13 +123,19 @@ async def _read_all(url: str, do: str, timeout_s: float = 10.0) -> bytes:
 
 @pytest.mark.parametrize(
     ("do", "note"),
-    [("early", "upstream_unfinished"), ("garbage", "upstream_unfinished"), ("error", "upstream_error")],
+    [
+        ("early", "upstream_unfinished"),
+        ("garbage", "upstream_unfinished"),
+        ("error", "upstream_error"),
+        ("abort", "upstream_aborted"),
+    ],
 )
 async def test_a_200_stream_that_never_finished_or_said_error_is_not_measured(
     rig: Rig, do: str, note: str
 ) -> None:
     """A 200 event stream that ends cleanly without [DONE] or a finish reason (tokens then EOF; lines that
-    are no events at all), or that carries an error event: before, an ``ok`` window, measured."""
+    are no events at all), that carries an error event, or whose finish reason says the server gave the
+    request up: before, an ``ok`` window, measured."""
     await _read_all(rig.url, do)  # the client gets what the upstream sent, ended as it ended it
     w = await _window(rig.sink)
     assert w.http_status == 200 and w.source.get(note) is True and w.failed, w.source

@@ -45,6 +45,8 @@ CUT_SHORT = MappingProxyType(
         " finished",
         "upstream_unfinished": "the upstream's stream ended without [DONE] or a finish reason",
         "upstream_error": "the upstream reported an error inside its answer",
+        "upstream_aborted": "the upstream ended its answer with finish reason 'abort' or 'error': it gave the"
+        " request up",
         "upstream_no_completion": "the upstream's answer (2xx, not streamed) held no completion: no JSON"
         " choice with a finish reason",
         "harness_failed": "the harness recorded the request as failed or unfinished",

@@ -39,6 +39,9 @@ GENERATION_SUFFIXES = ("/chat/completions", "/completions", "/completion")
 ARRIVAL = web.RequestKey("sparkwatch_arrival", int)
 #: How long requests in flight get to finish when the proxy closes (the runner's shutdown timeout).
 SHUTDOWN_GRACE_S = 1.0
+#: How long an idle upstream connection is kept for the next request: under uvicorn's default 5 s (vLLM and
+#: SGLang serve through uvicorn), so the server is never the one to close it as a request is sent.
+UPSTREAM_KEEPALIVE_S = 4.0
 
 
 def upstream_shown(upstream: str) -> str:
@@ -118,7 +121,12 @@ class Proxy:
         self._session = aiohttp.ClientSession(
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s, sock_connect=10),
-            connector=aiohttp.TCPConnector(limit=0),
+            # idle upstream connections let go before the server's keep-alive ends: a POST sent on one the
+            # server closed meanwhile is not retried (a 502 and a failed window)
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S),
+            # no cookie jar: one shared by every client would keep a load balancer's sticky cookie and send
+            # it (over the client's own) with every later request, pinning all clients to one replica
+            cookie_jar=aiohttp.DummyCookieJar(),
             # nothing the client did not send: a body without a Content-Type gets none (aiohttp would add
             # application/octet-stream, which a FastAPI server may refuse where it took the client's as JSON)
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),

@@ -7,6 +7,11 @@ from collections.abc import Mapping
 
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
 
+#: Finish reasons of a request the server gave up (vLLM's FinishReason strings "abort" and "error", next to
+#: "stop", "length" and "repetition"; SGLang's OpenAI answers say "abort" for a request aborted without an
+#: error status): such an answer finished, but it did not complete.
+GIVEN_UP = frozenset({"abort", "error"})
+
 
 def answer_notes(
     watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]
@@ -34,6 +39,8 @@ def answer_notes(
         out["upstream_no_completion"] = True  # cut short by a closed connection, an HTML page, {}, a 204
     if stamps.error:
         out["upstream_error"] = True
+    if stamps.finish_reason in GIVEN_UP:
+        out["upstream_aborted"] = True
     return out
 
 
