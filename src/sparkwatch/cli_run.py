@@ -18,9 +18,7 @@ from sparkwatch.settings import load_settings
 def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
-        parser.error(
-            "run: give the benchmark command after --, e.g. sparkwatch run --nodes n.toml -- CMD ARGS"
-        )
+        parser.error("give the benchmark command after --, e.g. sparkwatch run --nodes n.toml -- CMD ARGS")
     if args.engine_metrics and args.nodes is None:
         parser.error(
             "--engine-metrics needs --nodes (an embedded coordinator); a standing coordinator scrapes the"

@@ -109,6 +109,9 @@ def test_run_wraps_a_failing_command_with_proxy_and_import(
         str(csv),
     )  # fmt: skip
     assert result.returncode == 3, result.stderr  # CMD's exit code
+    # the URL is in the command, not {proxy}: said before the command starts (it may be the model server's)
+    said = f"note: the command does not name {{proxy}}: only requests it sends to the proxy at http://127.0.0.1:{proxy_port}"
+    assert said in result.stderr, result.stderr
     assert not (tmp_path / "run.report.html").exists() and "report written" not in result.stderr
     assert "client done" in result.stdout
     assert "FAILED with exit code 3" in result.stdout
@@ -166,9 +169,10 @@ def test_a_harness_file_of_the_proxys_requests_is_not_imported_twice(
         "run", "--nodes", str(nodes_toml(tmp_path, agents)), "--proxy-upstream", sim_model,
         "--proxy-listen", f"127.0.0.1:{proxy_port}", "--import", f"plain:{csv}", "-o", str(out),
         "--no-report", "--",
-        sys.executable, str(client), f"http://127.0.0.1:{proxy_port}", agents[0].url, "0.8", str(csv),
+        sys.executable, str(client), "{proxy}", agents[0].url, "0.8", str(csv),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert "does not name {proxy}" not in result.stderr  # it does: the proxy's URL replaced it
     assert len(csv.read_text().splitlines()) == 4  # the client's three requests
     export = json.loads(out.read_text())
     assert (

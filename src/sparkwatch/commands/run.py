@@ -32,6 +32,7 @@ from sparkwatch.commands.redaction import command_record, default_name, redact_a
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
 from sparkwatch.commands.run_greeting import greet, silent_of, strict_refusal
 from sparkwatch.commands.run_lmx import (
+    PROXY_PLACEHOLDER,
     ProxyWindows,
     capture_notes,
     check_capture,
@@ -64,6 +65,11 @@ log = logging.getLogger(__name__)
 NO_WINDOW_SOURCE = (
     "no --proxy-upstream and no --import: only the marks the command posts itself make windows to measure"
     f" (${ENV_RUN_ID}, docs/cli.md), else every figure is n/a; --scope run measures the whole run instead"
+)
+#: What `run --proxy-upstream` says at once when the command does not name the proxy's URL.
+NOT_THROUGH_PROXY = (
+    f"the command does not name {PROXY_PLACEHOLDER}: only requests it sends to the proxy at {{url}} (from its"
+    " own configuration) make windows; one sent to the model server itself is not measured"
 )
 #: ... and with --nodes, where the command is not given the embedded coordinator's token: nothing does.
 NO_WINDOW_SOURCE_EMBEDDED = (
@@ -234,7 +240,10 @@ async def _start_proxy(
     config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
     proxy_url = await stack.enter_async_context(running_proxy(host, port, config, sink, client, clock=clock))
     opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {redact_text(opts.proxy_upstream)}\n")
-    if uses_proxy(opts.command) and (warning := warmup_mismatch(opts.command, opts.warmup)):
+    if not uses_proxy(opts.command):  # before CMD: a benchmark pointed at the model server is not measured
+        said = NOT_THROUGH_PROXY.replace("{url}", proxy_url)
+        opts.stderr.write(f"sparkwatch: note: {said}\n")
+    elif warning := warmup_mismatch(opts.command, opts.warmup):
         opts.stderr.write(f"sparkwatch: warning: {warning}\n")
     return replace(opts, command=with_proxy_url(opts.command, proxy_url))
 
