@@ -283,9 +283,13 @@ class CoordinatorClient(NodeWaits):
                 )
         return answer
 
-    async def mark(self, run_id: str, name: str, event: str, phase: str | None = None) -> dict[str, Any]:
-        """Begin (``event="begin"``, in ``phase``; the API's default is ``timed``) or end a mark now."""
-        body = {"name": name, "event": event, **({"phase": phase} if phase is not None else {})}
+    async def mark(
+        self, run_id: str, name: str, event: str, phase: str | None = None, age_ns: int | None = None
+    ) -> dict[str, Any]:
+        """Begin (``event="begin"``, in ``phase``; the API's default is ``timed``) or end a mark now (or an
+        end ``age_ns`` before the request arrives)."""
+        body: dict[str, Any] = {"name": name, "event": event}
+        body |= {k: v for k, v in (("phase", phase), ("age_ns", age_ns)) if v is not None}
         path = _run_path(run_id) + "/marks"
         shape = MARK_SHAPE if event == "begin" else ENDED_MARK_SHAPE
         return self._shaped(await self._call("POST", path, body), shape, f"POST {path}")

@@ -36,6 +36,8 @@ DEFAULT_HELLO_WAIT_S = 15.0
 #: and the most one run may name.
 DEFAULT_PHASES: tuple[str, ...] = ("timed",)
 MAX_PHASES = 16
+#: The most a mark's end may be dated back (the API's ``age_ns``): a client's start-up, not a wait.
+MAX_MARK_AGE_NS = 60 * 1_000_000_000
 #: The longest run or mark name the API takes.
 MAX_RUN_NAME_CHARS = 200
 #: What a run or mark name (or a window's id) may not hold: C0 and C1 control characters, DEL, Unicode's

@@ -213,6 +213,25 @@ async def test_a_phase_goes_with_a_mark_that_begins(api: Api) -> None:
     assert (await api.call("POST", path, {"name": "m", "event": "end"}))[0] == 200
 
 
+async def test_a_marks_end_is_dated_back_by_the_age_its_client_gives(api: Api) -> None:
+    """`runs mark … end` is a process whose start-up (0.45-0.6 s) came after the step it closes had ended:
+    stamped on arrival, every window ran that much long. It sends its age; the end is dated back by it."""
+    run = await api.new_run()
+    path = f"/v1/runs/{run}/marks"
+    api.clock[0] = T0 + 10 * S
+    assert (await api.call("POST", path, {"name": "m", "event": "begin"}))[0] == 201
+    status, body = await api.call("POST", path, {"name": "n", "event": "begin", "age_ns": 1})
+    assert status == 400 and "age_ns goes with event 'end'" in json.dumps(body["reason"]), body
+    api.clock[0] = T0 + 15 * S
+    for age in (-1, 60 * S + 1):  # a negative age, or one past a start-up's
+        status, body = await api.call("POST", path, {"name": "m", "event": "end", "age_ns": age})
+        assert status == 400 and body["error"] == "invalid_body", body
+    status, body = await api.call("POST", path, {"name": "m", "event": "end", "age_ns": 6 * S})
+    assert status == 400 and "ends before it starts" in body["reason"]  # before its begin: still open
+    status, body = await api.call("POST", path, {"name": "m", "event": "end", "age_ns": 2 * S})
+    assert status == 200 and (body["t_start_ns"], body["t_end_ns"]) == (T0 + 10 * S, T0 + 13 * S), body
+
+
 def assert_run_ended(status: int, body: Any, run: str, *names: str) -> None:
     assert status == 409, body
     assert body["error"] == "run_ended" and body["t_end_ns"] == T0 + RUN_S * S

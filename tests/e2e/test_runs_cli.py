@@ -97,7 +97,9 @@ def test_a_run_by_hand_open_mark_end_export_list_and_offline(standing: Any, tmp_
     begun = cli("runs", "mark", run_id, "req-1", "begin", *flags)
     assert begun.returncode == 0 and f"mark req-1 (timed) begun in run {run_id}" in begun.stdout
     time.sleep(1.0)
+    t_called_ns = time.time_ns()
     ended = cli("runs", "mark", run_id, "req-1", "end", env=env)
+    took_ns = time.time_ns() - t_called_ns
     assert ended.returncode == 0 and "mark req-1 ended: a window of" in ended.stdout
     assert cli("runs", "mark", run_id, "cold", "end", env=env).returncode == 0
     time.sleep(0.3)
@@ -136,7 +138,10 @@ def test_a_run_by_hand_open_mark_end_export_list_and_offline(standing: Any, tmp_
     (node,) = online["nodes"]
     busy_w = SPEC.idle_w + SPEC.busy_slope_w
     assert node["power_w"]["gated_mean"] == pytest.approx(busy_w, rel=0.01)
-    assert online["windows"][[w["id"] for w in online["windows"]].index("req-1")]["verdict"] == "ok"
+    req_1 = online["windows"][[w["id"] for w in online["windows"]].index("req-1")]
+    assert req_1["verdict"] == "ok"
+    # dated back to when the `mark … end` process started, not when its POST arrived after its start-up
+    assert req_1["t_end_ns"] - t_called_ns < took_ns / 2, (req_1["t_end_ns"] - t_called_ns, took_ns)
 
     _offline_matches_online(coord, tmp_path, run_id, online, busy_w)
 

@@ -166,7 +166,12 @@ def test_bodies_valid_by_the_schema_are_accepted(
         opened = {"name": body["name"], "event": "begin", "phase": body.get("phase", "timed")}
         check_answer(api.call("POST", paths["marks"], json.dumps(opened).encode()))
     answer = api.call("POST", paths[kind], json.dumps(body).encode())
-    assert 200 <= answer.status < 300, f"refused a body its own schema allows ({body!r}): {answer}"
+    # the one rule of state a schema cannot hold, as it cannot that the mark is open: an end dated back
+    # (age_ns) past its mark's begin, just made, ends before it starts
+    dated_back = bool(body.get("age_ns"))
+    before_begin = answer.status == 400 and dated_back and b"ends before it starts" in answer.body
+    refused = f"refused a body its own schema allows ({body!r}): {answer}"
+    assert 200 <= answer.status < 300 or before_begin, refused
     check_export(api, run)
 
 

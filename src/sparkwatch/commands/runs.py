@@ -17,10 +17,11 @@ from typing import Any
 
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget, token_file_read
 from sparkwatch.client_waits import end_wait_s
+from sparkwatch.commands.process_age import process_age_ns
 from sparkwatch.commands.series_flags import wanted_series
 from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.stamps import utc_stamp
-from sparkwatch.defaults import OPEN_RUN_NOTE, UTIL_SOURCE
+from sparkwatch.defaults import MAX_MARK_AGE_NS, OPEN_RUN_NOTE, UTIL_SOURCE
 from sparkwatch.outputs import check_output, command_line, print_export, shown, size_text, write_export
 
 Action = Callable[[CoordinatorClient, argparse.Namespace], Awaitable[int]]
@@ -121,7 +122,11 @@ async def _export(client: CoordinatorClient, args: argparse.Namespace) -> int:
 
 
 async def _mark(client: CoordinatorClient, args: argparse.Namespace) -> int:
-    answer = await client.mark(args.run_id, args.name, args.event, args.phase)
+    # an end is dated back to when this process started, right after the script's step it closes ended; a
+    # begin is stamped on arrival, right before the next step starts (this process ends first)
+    age_ns = process_age_ns() if args.event == "end" else None
+    age_ns = None if age_ns is None else min(age_ns, MAX_MARK_AGE_NS)
+    answer = await client.mark(args.run_id, args.name, args.event, args.phase, age_ns)
     if args.event == "begin":
         print(f"mark {answer['name']} ({args.phase or 'timed'}) begun in run {args.run_id}")
     else:

@@ -24,7 +24,7 @@ from sparkwatch.coordinator.piece_stream import PieceStream, computed_json
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.coordinator.run_nodes import warn_changed_nodes
 from sparkwatch.core.id_lists import name_ids
-from sparkwatch.core.windows import COORDINATOR_CLOCK, Window, outside_run
+from sparkwatch.core.windows import MARK_SOURCE, Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
 from sparkwatch.engines.spec import EngineSpec
@@ -325,9 +325,9 @@ class Coordinator:
         self.store.begin_mark(run_id, name, phase, now)
         return now
 
-    def end_mark(self, run_id: str, name: str) -> Window:
-        """Close a mark now into a window."""
-        return self.store.end_mark(run_id, name, self.now_ns(), {"kind": "mark", "clock": COORDINATOR_CLOCK})
+    def end_mark(self, run_id: str, name: str, age_ns: int = 0) -> Window:
+        """Close a mark into a window ending ``age_ns`` before now (a client's start-up, not its request)."""
+        return self.store.end_mark(run_id, name, self.now_ns() - age_ns, dict(MARK_SOURCE))
 
     async def report_html(self, run_id: str, series_buckets: int) -> str:
         """The run report, from the export with its series block, computed in a worker thread like the

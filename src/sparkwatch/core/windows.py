@@ -33,6 +33,8 @@ RUN_REACH_NS = 24 * 3600 * 10**9
 SPAN_SLACK_NS = 2 * 10**9
 #: ``source.clock`` of a window stamped on the coordinator's clock (the proxy's, mapped by its probes).
 COORDINATOR_CLOCK = "coordinator"
+#: A mark's window's ``source`` (as pairs: each window gets its own dict).
+MARK_SOURCE = (("kind", "mark"), ("clock", COORDINATOR_CLOCK))
 ID_MAX_CHARS = 200
 #: The notes a window's source carries when its request did not complete (the proxy's, an importer's
 #: ``harness_failed``), with what they mean.

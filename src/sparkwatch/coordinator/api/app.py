@@ -282,7 +282,7 @@ async def marks(request: web.Request) -> web.Response:
     if body.event == "begin":
         t_begin = coord.begin_mark(run_id, body.name, body.phase or "timed")
         return web.json_response({"name": body.name, "t_begin_ns": t_begin}, status=201)
-    window = coord.end_mark(run_id, body.name)
+    window = coord.end_mark(run_id, body.name, body.age_ns or 0)
     return web.json_response(
         {"name": body.name, "t_start_ns": window.t_start_ns, "t_end_ns": window.t_end_ns}
     )

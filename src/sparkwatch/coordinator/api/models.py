@@ -15,6 +15,7 @@ from sparkwatch.defaults import (
     EXIT_CODE_BOUND,
     MAX_ARGV,
     MAX_INTERVAL_S,
+    MAX_MARK_AGE_NS,
     MAX_PHASES,
     MAX_RUN_NAME_CHARS,
     MIN_INTERVAL_S,
@@ -86,6 +87,7 @@ class MarkIn(Strict):
         json_schema_extra={
             "if": {"properties": {"event": {"const": "end"}}, "required": ["event"]},
             "then": {"properties": {"phase": {"type": "null"}}},  # an end has no phase: absent or null
+            "else": {"properties": {"age_ns": {"type": "null"}}},  # a begin no age
         },
     )
     name: Name
@@ -95,9 +97,19 @@ class MarkIn(Strict):
         pattern=PHASE_RE.pattern,
         description="begin only: the phase of its window (default timed)",
     )
+    age_ns: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_MARK_AGE_NS,
+        description="end only: how long before this request reached the coordinator the mark ended, by the"
+        " client's own clock (`sparkwatch runs mark` sends its process's age: its start-up is not the"
+        " request's); the window ends that long before now",
+    )
 
     @model_validator(mode="after")
     def _phase_with_begin(self) -> MarkIn:
         if self.event == "end" and self.phase is not None:
             raise ValueError("phase goes with event 'begin' (a mark's phase is set when it begins)")
+        if self.event == "begin" and self.age_ns is not None:
+            raise ValueError("age_ns goes with event 'end' (a mark begins when its request arrives)")
         return self
