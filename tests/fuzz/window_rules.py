@@ -24,6 +24,7 @@ FAILURE_NOTES = (
     "proxy_closed_unfinished",
     "upstream_unfinished",
     "upstream_error",
+    "upstream_aborted",
     "upstream_no_completion",
     "harness_failed",
 )

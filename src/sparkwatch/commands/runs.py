@@ -12,12 +12,13 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sparkwatch.client import CoordinatorClient, CoordinatorTarget, token_file_read
+from sparkwatch import STARTED_MONO_NS
+from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget, token_file_read
 from sparkwatch.client_waits import end_wait_s
-from sparkwatch.commands.process_age import process_age_ns
 from sparkwatch.commands.series_flags import wanted_series
 from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.stamps import utc_stamp
@@ -124,9 +125,13 @@ async def _export(client: CoordinatorClient, args: argparse.Namespace) -> int:
 async def _mark(client: CoordinatorClient, args: argparse.Namespace) -> int:
     # an end is dated back to when this process started, right after the script's step it closes ended; a
     # begin is stamped on arrival, right before the next step starts (this process ends first)
-    age_ns = process_age_ns() if args.event == "end" else None
-    age_ns = None if age_ns is None else min(age_ns, MAX_MARK_AGE_NS)
-    answer = await client.mark(args.run_id, args.name, args.event, args.phase, age_ns)
+    age_ns = min(time.monotonic_ns() - STARTED_MONO_NS, MAX_MARK_AGE_NS) if args.event == "end" else None
+    try:
+        answer = await client.mark(args.run_id, args.name, args.event, args.phase, age_ns)
+    except CoordinatorError as exc:  # a coordinator older than age_ns refuses the key: stamped on arrival
+        if age_ns is None or exc.status != 400 or "age_ns" not in str(exc):
+            raise
+        answer = await client.mark(args.run_id, args.name, args.event, args.phase)
     if args.event == "begin":
         print(f"mark {answer['name']} ({args.phase or 'timed'}) begun in run {args.run_id}")
     else:

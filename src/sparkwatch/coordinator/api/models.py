@@ -102,7 +102,7 @@ class MarkIn(Strict):
         ge=0,
         le=MAX_MARK_AGE_NS,
         description="end only: how long before this request reached the coordinator the mark ended, by the"
-        " client's own clock (`sparkwatch runs mark` sends its process's age: its start-up is not the"
+        " client's own clock (`sparkwatch runs mark` sends how long it has run: its start-up is not the"
         " request's); the window ends that long before now",
     )
 
