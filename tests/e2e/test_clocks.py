@@ -70,6 +70,7 @@ def test_a_wall_clock_that_steps_or_drifts_moves_no_sample(
         "clock": node["clock"],
         "windows": [(w["id"], w["verdict"], w["reasons"], w["nodes"][0]) for w in export["windows"]],
     }
+    print(json.dumps(said))  # whole, in the captured output of a failure (an assertion's repr is cut)
     assert node["power_w"]["gated_mean"] == pytest.approx(BUSY_W, rel=2e-3), said
     # A 20 Hz sampler starved by the other worker of a loaded 2-core machine leaves gaps: 130-300 ms each in
     # the CI stores, up to 0.7 s here once, anywhere in the run, steps or none (coverage 0.98, then 0.893 of
