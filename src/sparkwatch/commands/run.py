@@ -66,16 +66,19 @@ NO_WINDOW_SOURCE = (
     "no --proxy-upstream and no --import: only the marks the command posts itself make windows to measure"
     f" (${ENV_RUN_ID}, docs/cli.md), else every figure is n/a; --scope run measures the whole run instead"
 )
-#: What `run --proxy-upstream` says at once when the command does not name the proxy's URL.
-NOT_THROUGH_PROXY = (
-    f"the command does not name {PROXY_PLACEHOLDER}: only requests it sends to the proxy at {{url}} (from its"
-    " own configuration) make windows; one sent to the model server itself is not measured"
-)
 #: ... and with --nodes, where the command is not given the embedded coordinator's token: nothing does.
 NO_WINDOW_SOURCE_EMBEDDED = (
     "no --proxy-upstream and no --import: with --nodes the command cannot post marks, so nothing will make"
     " windows to measure and every figure will be n/a; give --proxy-upstream, --import or --scope run"
 )
+
+
+def _not_through_proxy(url: str) -> str:
+    """What `run --proxy-upstream` says at once when the command does not name the proxy's URL."""
+    return (
+        f"the command does not name {PROXY_PLACEHOLDER}: only requests it sends to the proxy at {url}"
+        " (from its own configuration) make windows; one sent to the model server itself is not measured"
+    )
 
 
 @contextlib.asynccontextmanager
@@ -241,8 +244,7 @@ async def _start_proxy(
     proxy_url = await stack.enter_async_context(running_proxy(host, port, config, sink, client, clock=clock))
     opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {redact_text(opts.proxy_upstream)}\n")
     if not uses_proxy(opts.command):  # before CMD: a benchmark pointed at the model server is not measured
-        said = NOT_THROUGH_PROXY.replace("{url}", proxy_url)
-        opts.stderr.write(f"sparkwatch: note: {said}\n")
+        opts.stderr.write(f"sparkwatch: note: {_not_through_proxy(proxy_url)}\n")
     elif warning := warmup_mismatch(opts.command, opts.warmup):
         opts.stderr.write(f"sparkwatch: warning: {warning}\n")
     return replace(opts, command=with_proxy_url(opts.command, proxy_url))
