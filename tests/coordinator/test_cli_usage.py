@@ -90,6 +90,50 @@ def test_the_agents_unknown_flag_is_one_line_under_its_subcommand(
 @pytest.mark.parametrize(
     ("main_of", "argv", "line"),
     [
+        (  # argparse took `sim` for the command: "invalid choice: 'sim'"
+            agent_main,
+            ["--backend", "sim"],
+            "sparkwatch-agent: error: --backend goes after the command: `sparkwatch-agent serve --backend …`"
+            " (a flag of serve, stream and probe)",
+        ),
+        (
+            agent_main,
+            ["--interval=1", "serve"],
+            "sparkwatch-agent: error: --interval goes after the command:"
+            " `sparkwatch-agent serve … --interval …`",
+        ),
+        (
+            main,
+            ["--db", "x.db", "export"],
+            "sparkwatch: error: --db goes after the command: `sparkwatch coordinator --db …`"
+            " (a flag of coordinator, run and export)",
+        ),
+        (  # a flag of nested commands; more than four are counted
+            main,
+            ["--token-file", "t", "runs", "list"],
+            "sparkwatch: error: --token-file goes after the command: `sparkwatch coordinator --token-file …`"
+            " (a flag of coordinator, proxy, run and 11 more)",
+        ),
+        (main, ["--token-file=t", "runs", "list"], "sparkwatch: error: --token-file goes after the command:"),
+        # a flag no command takes, and one the typed command does not take: refused as unknown
+        (main, ["--nope", "x.db"], "sparkwatch: error: unrecognized arguments: --nope"),
+        (main, ["--db=x.db", "runs", "list"], "sparkwatch: error: unrecognized arguments: --db=x.db"),
+        # a known flag's value is not a flag typed before the command
+        (main, ["--log-level", "debug", "nope"], "sparkwatch: error: argument COMMAND: invalid choice: 'no"),
+    ],
+)
+def test_a_commands_flag_typed_before_the_command_is_said_so(
+    main_of: Any, argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main_of(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.startswith(line) and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("main_of", "argv", "line"),
+    [
         (  # argparse kept the last: a day of idle samples where the first said a month
             main,
             ["coordinator", "--nodes", "n.toml", "--retain-idle", "30d", "--retain-idle", "1d"],

@@ -12,6 +12,7 @@ kept a day of idle samples where the first said a month)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -77,8 +78,55 @@ class OneLineParser(argparse.ArgumentParser):
             self.register("action", name, StoreOnce)
         self.register("action", "parsers", _Commands)
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._typed = list(sys.argv[1:] if args is None else args)  # for :meth:`error`'s hint
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
+        message = _flag_before_command(self, getattr(self, "_typed", []), message) or message
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _flag_before_command(parser: argparse.ArgumentParser, typed: list[str], message: str) -> str | None:
+    """What to say instead of ``invalid choice: 'sim'`` for `sparkwatch-agent --backend sim`: argparse took
+    the value of a flag typed before any command for the command."""
+    commands = _commands_of(parser)
+    if commands is None or not message.startswith(f"argument {commands.metavar}: invalid choice"):
+        return None
+    for text in typed:
+        if not text.startswith("-") or text in commands.choices:
+            return None  # a command, or a value: not a flag typed before one
+        flag = text.partition("=")[0]
+        if flag not in parser._option_string_actions:
+            return _misplaced(parser, flag) or f"unrecognized arguments: {flag}"
+    return None
+
+
+def _commands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:  # type: ignore[type-arg]
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def _takers(parser: argparse.ArgumentParser, flag: str, path: str = "") -> list[str]:
+    """The commands (``runs list`` among them) that take ``flag``, in the order of the help."""
+    commands = _commands_of(parser)
+    found: list[str] = []
+    for name, sub in commands.choices.items() if commands else ():
+        if flag in sub._option_string_actions and _commands_of(sub) is None:
+            found.append(f"{path}{name}")
+        found += _takers(sub, flag, f"{path}{name} ")
+    return found
+
+
+def _misplaced(parser: argparse.ArgumentParser, flag: str) -> str | None:
+    """Where ``flag``, refused by ``parser`` itself, would have been taken: after which commands."""
+    takers = _takers(parser, flag)
+    if not takers:
+        return None
+    shown = takers if len(takers) <= 4 else [*takers[:3], f"{len(takers) - 3} more"]
+    named = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+    return f"{flag} goes after the command: `{parser.prog} {takers[0]} {flag} …` (a flag of {named})"
 
 
 def refuse_unknown(
@@ -90,4 +138,7 @@ def refuse_unknown(
     typed = list(argv)
     if command in typed and any(typed.index(u) < typed.index(command) for u in unknown if u in typed):
         owner = parser
+        flag = unknown[0].partition("=")[0]
+        if len(unknown) == 1 and any(t.split(" ")[0] == command for t in _takers(parser, flag)):
+            owner.error(f"{flag} goes after the command: `{parser.prog} {command} … {flag} …`")
     owner.error(f"unrecognized arguments: {' '.join(unknown)}")
