@@ -272,6 +272,7 @@ def test_ctrl_c_during_the_demo_exports_without_a_traceback(tmp_path: pathlib.Pa
     _no_traceback(stderr)
     assert "client disconnected mid-stream" in stderr or "client_disconnected" in out.read_text()
     assert json.loads(out.read_text())["run"]["id"] and "measurement:" in stdout
+    assert "truth" not in stdout + stderr  # of whole timed requests: not the table's, which has none whole
 
 
 @pytest.mark.parametrize(

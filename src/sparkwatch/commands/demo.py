@@ -154,14 +154,15 @@ def _outcome(
     interrupts: Interrupts,
     t0: float,
 ) -> int:
-    """The export written, the table and the truth beside it printed; the exit code."""
+    """The export written, the table and the truth beside it printed (not after a stop: the truth is of
+    whole timed requests, which a stopped demo did not all make); the exit code."""
     written = write_export_or_spare(opts.output, export, "sparkwatch-demo.json", opts.stderr)
     quality = judge(export, behind, scope_flag=False)  # the demo has no --scope to suggest
     interrupted = interrupts.requested.is_set()
     code = INTERRUPTED_EXIT_CODE if interrupted else exit_code(0, quality, opts.strict)
     print_outcome(
         export, quality, output=written, exit_code=code, interrupted=interrupted, json_out=opts.json_out,
-        stdout=sys.stdout, stderr=opts.stderr, notes=_truth_notes(agents, export),
+        stdout=sys.stdout, stderr=opts.stderr, notes=[] if interrupted else _truth_notes(agents, export),
     )  # fmt: skip
     opts.stderr.write(f"sparkwatch demo: export written to {written} in {time.monotonic() - t0:.1f} s\n")
     if opts.report:
