@@ -132,9 +132,10 @@ def _echo_app(
 
 async def test_headers_pass_as_sent_and_a_stream_is_read_as_clients_read_it() -> None:
     """No Content-Type the client did not send (aiohttp added application/octet-stream); headers a
-    ``Connection`` names dropped each way (RFC 9110 §7.6.1); ``Text/Event-Stream`` read as a stream (it was
-    taken for one JSON answer); a later ``"usage": {}`` erases no count, and nothing after [DONE] counts
-    (it took 999 tokens and a later last token); a path with %0A forwarded (the proxy answered 404 itself)."""
+    ``Connection`` names dropped each way (RFC 9110 §7.6.1), and ``Proxy-Connection``;
+    ``Text/Event-Stream`` read as a stream (it was taken for one JSON answer); a later ``"usage": {}``
+    erases no count, and nothing after [DONE] counts (it took 999 tokens and a later last token); a path
+    with %0A forwarded (the proxy answered 404 itself)."""
     seen: list[dict[str, list[str]]] = []
 
     def stream(_request: web.Request) -> web.StreamResponse:
@@ -153,7 +154,7 @@ async def test_headers_pass_as_sent_and_a_stream_is_read_as_clients_read_it() ->
             reader, writer = await asyncio.open_connection(host, int(port))
             writer.write(
                 b"POST /a%0Ab" + CHAT.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close, X-Secret\r\n"
-                b"X-Secret: hop\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\n{}"
+                b"X-Secret: hop\r\nX-Kept: yes\r\nProxy-Connection: keep-alive\r\nContent-Length: 2\r\n\r\n{}"
             )
             await writer.drain()
             async with asyncio.timeout(10):
@@ -164,6 +165,7 @@ async def test_headers_pass_as_sent_and_a_stream_is_read_as_clients_read_it() ->
     (upstream_saw,) = seen
     assert upstream_saw[":path"] == ["/a%0Ab" + CHAT]
     assert "content-type" not in upstream_saw and "x-secret" not in upstream_saw
+    assert "proxy-connection" not in upstream_saw  # libcurl's, for the proxy alone (not in RFC 9110's list)
     assert upstream_saw["x-kept"] == ["yes"]
     (window,) = sink.windows
     assert window.source["stream"] is True and window.finish_reason == "stop"

@@ -15,11 +15,14 @@ from sparkwatch.defaults import PHASE_RE
 from sparkwatch_agent.shared.http import PROXY_SERVER, SERVER_NAME
 
 PHASE_HEADER = "X-Sparkwatch-Phase"
-#: RFC 9110 §7.6.1 hop-by-hop headers, plus the ones aiohttp sets for each side itself.
+#: RFC 9110 §7.6.1 hop-by-hop headers, plus the ones aiohttp sets for each side itself, and
+#: ``Proxy-Connection``: in no RFC's list, but sent by libcurl (and others) to a proxy, for it alone (Go's
+#: httputil.ReverseProxy and Apache httpd's mod_proxy drop it too).
 HOP_BY_HOP = frozenset(
     h.lower()
     for h in (
         "Connection",
+        "Proxy-Connection",
         "Keep-Alive",
         "Proxy-Authenticate",
         "Proxy-Authorization",
