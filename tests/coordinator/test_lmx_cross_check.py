@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from test_core_export import build  # this folder's core export tests (pytest puts it on sys.path)
 
-from sparkwatch.commands.run_lmx import check_capture, warmup_mismatch, with_proxy_url
+from sparkwatch.commands.run_lmx import check_capture, not_through_proxy, warmup_mismatch, with_proxy_url
 from sparkwatch.core.export import digest, with_run_notes
 from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.window_rows import plain
@@ -54,6 +54,20 @@ def test_the_placeholder_is_replaced_whole_or_inside_an_argument() -> None:
 )
 def test_a_proxy_on_every_address_is_given_to_the_command_as_loopback(listening: str, given: str) -> None:
     assert with_proxy_url(["--base-url={proxy}/v1"], listening) == [f"--base-url={given}"]
+
+
+@pytest.mark.parametrize(
+    ("listening", "named"),
+    [  # the note named http://0.0.0.0:8899, where no request can be sent
+        ("http://0.0.0.0:8899", "at http://127.0.0.1:8899 (or this host's other addresses, port 8899) ("),
+        ("http://[::]:8899", "proxy at http://[::1]:8899 (or this host's other addresses, port 8899) ("),
+        ("http://10.0.0.1:8899", "proxy at http://10.0.0.1:8899 (from its own configuration)"),
+    ],
+)
+def test_the_note_of_a_command_without_the_placeholder_names_an_address_to_send_to(
+    listening: str, named: str
+) -> None:
+    assert named in not_through_proxy(listening)
 
 
 @pytest.mark.parametrize(

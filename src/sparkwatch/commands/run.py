@@ -32,11 +32,11 @@ from sparkwatch.commands.redaction import command_record, default_name, redact_a
 from sparkwatch.commands.report_cmd import series_for, write_report_beside
 from sparkwatch.commands.run_greeting import greet, silent_of, strict_refusal
 from sparkwatch.commands.run_lmx import (
-    PROXY_PLACEHOLDER,
     ProxyWindows,
     capture_notes,
     check_capture,
     import_failure,
+    not_through_proxy,
     uses_proxy,
     warmup_mismatch,
     with_proxy_url,
@@ -71,14 +71,6 @@ NO_WINDOW_SOURCE_EMBEDDED = (
     "no --proxy-upstream and no --import: with --nodes the command cannot post marks, so nothing will make"
     " windows to measure and every figure will be n/a; give --proxy-upstream, --import or --scope run"
 )
-
-
-def _not_through_proxy(url: str) -> str:
-    """What `run --proxy-upstream` says at once when the command does not name the proxy's URL."""
-    return (
-        f"the command does not name {PROXY_PLACEHOLDER}: only requests it sends to the proxy at {url}"
-        " (from its own configuration) make windows; one sent to the model server itself is not measured"
-    )
 
 
 @contextlib.asynccontextmanager
@@ -244,7 +236,7 @@ async def _start_proxy(
     proxy_url = await stack.enter_async_context(running_proxy(host, port, config, sink, client, clock=clock))
     opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {redact_text(opts.proxy_upstream)}\n")
     if not uses_proxy(opts.command):  # before CMD: a benchmark pointed at the model server is not measured
-        opts.stderr.write(f"sparkwatch: note: {_not_through_proxy(proxy_url)}\n")
+        opts.stderr.write(f"sparkwatch: note: {not_through_proxy(proxy_url)}\n")
     elif warning := warmup_mismatch(opts.command, opts.warmup):
         opts.stderr.write(f"sparkwatch: warning: {warning}\n")
     return replace(opts, command=with_proxy_url(opts.command, proxy_url))

@@ -27,13 +27,29 @@ def uses_proxy(command: Sequence[str]) -> bool:
 _REACHED_AT = {"//0.0.0.0:": "//127.0.0.1:", "//[::]:": "//[::1]:"}
 
 
-def with_proxy_url(command: Sequence[str], url: str) -> list[str]:
-    """CMD's argv with every ``{proxy}`` (a whole argument or inside one, ``--base-url={proxy}/v1``)
-    replaced by the proxy's URL; one listening on every address is given as loopback (CMD runs here), not
-    as ``0.0.0.0``, which is no address to connect to."""
+def reached_at(url: str) -> str:
+    """The proxy's URL as CMD, on this host, connects to it: one listening on every address as loopback,
+    not as ``0.0.0.0``, which is no address to connect to."""
     for wildcard, loopback in _REACHED_AT.items():
         url = url.replace(wildcard, loopback, 1)
-    return [arg.replace(PROXY_PLACEHOLDER, url) for arg in command]
+    return url
+
+
+def with_proxy_url(command: Sequence[str], url: str) -> list[str]:
+    """CMD's argv with every ``{proxy}`` (a whole argument or inside one, ``--base-url={proxy}/v1``)
+    replaced by the proxy's URL, as :func:`reached_at` gives it."""
+    return [arg.replace(PROXY_PLACEHOLDER, reached_at(url)) for arg in command]
+
+
+def not_through_proxy(url: str) -> str:
+    """What `run --proxy-upstream` says at once when the command does not name the proxy's URL (``url``,
+    where it listens)."""
+    here = reached_at(url)
+    where = here if here == url else f"{here} (or this host's other addresses, port {url.rsplit(':', 1)[1]})"
+    return (
+        f"the command does not name {PROXY_PLACEHOLDER}: only requests it sends to the proxy at {where}"
+        " (from its own configuration) make windows; one sent to the model server itself is not measured"
+    )
 
 
 def warmup_mismatch(command: Sequence[str], proxy_warmup: int) -> str | None:
