@@ -433,6 +433,21 @@ def test_genai_perf_export_gives_exact_windows_and_keeps_unanswered_requests_as_
     assert windows[3].source["experiment_mode"] == "request_rate"
 
 
+@pytest.mark.parametrize("reason", ["abort", "error"])
+def test_a_genai_perf_request_the_server_gave_up_is_failed(tmp_path: Path, reason: str) -> None:
+    """vLLM's and SGLang's finish reason for a request they gave up: it was measured as a completed one."""
+
+    def give_up(data: dict[str, Any]) -> None:
+        outputs = data["experiments"][0]["requests"][0]["response_outputs"]
+        (last,) = [o for o in outputs if '"finish_reason":"stop"' in o["response"]]
+        last["response"] = last["response"].replace('"finish_reason":"stop"', f'"finish_reason":"{reason}"')
+
+    windows = load_windows("genai-perf", rewrite(tmp_path, "genai-perf/profile_export.json", give_up))
+    assert windows[0].finish_reason == reason and windows[0].source["upstream_aborted"] is True
+    assert "gave the request up" in str(windows[0].failure())
+    assert [w.failed for w in windows] == [True, False, True, False]  # the others as before
+
+
 def test_genai_perf_without_readable_bodies_takes_the_first_response_as_first_token(tmp_path: Path) -> None:
     def drop_kind(data: dict[str, Any]) -> None:
         del data["service_kind"]

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sparkwatch.core.windows import Window
+from sparkwatch.core.windows import GIVEN_UP, Window
 from sparkwatch.importers.common import (
     ClockAnchor,
     Problem,
@@ -94,6 +94,8 @@ def _window(
     bodies = outputs if isinstance(outputs, list) and len(outputs) == len(stamps) else None
     first_token, last_token = _token_stamps(stamps, _token_flags(kind, bodies), source)
     usage, finish_reason = _usage_and_finish(kind, bodies, where)
+    if finish_reason in GIVEN_UP:  # answered, then given up by the server: not a completed request
+        source["upstream_aborted"] = True
     return checked(
         where,
         Window(

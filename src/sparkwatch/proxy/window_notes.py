@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkwatch.core.windows import GIVEN_UP
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
-
-#: Finish reasons of a request the server gave up (vLLM's FinishReason strings "abort" and "error", next to
-#: "stop", "length" and "repetition"; SGLang's OpenAI answers say "abort" for a request aborted without an
-#: error status): such an answer finished, but it did not complete.
-GIVEN_UP = frozenset({"abort", "error"})
 
 
 def answer_notes(
