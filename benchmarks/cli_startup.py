@@ -12,7 +12,15 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+
+from sparkwatch.store import Store
+
+#: A coordinator's database with no run in it, for `export --db` (its refusal of the run comes after the file
+#: was opened and read: every import of an offline export but the export's own computation).
+EMPTY_DB = Path(tempfile.mkdtemp(prefix="cli-startup-")) / "c.db"
 
 CASES = {
     "floor: python -c pass": [sys.executable, "-c", "pass"],
@@ -27,15 +35,23 @@ CASES = {
         *(sys.executable, "-m", "sparkwatch", "runs", "mark", "r", "m", "begin"),
         *("--coordinator", "http://127.0.0.1:9"),
     ],
+    "sparkwatch export --db, no such run": [
+        *(sys.executable, "-m", "sparkwatch", "export", "--db", str(EMPTY_DB), "r"),
+    ],
 }
 #: The cases that exit non-zero by design, and their exit code.
-EXIT_CODES = {"sparkwatch run, refused": 2, "sparkwatch runs mark, unreachable": 2}
+EXIT_CODES = {
+    "sparkwatch run, refused": 2,
+    "sparkwatch runs mark, unreachable": 2,
+    "sparkwatch export --db, no such run": 2,
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
+    Store(EMPTY_DB).close()
     times: dict[str, list[float]] = {name: [] for name in CASES}
     for _ in range(args.rounds):
         for name, argv in CASES.items():  # interleaved: every case sees the same noise

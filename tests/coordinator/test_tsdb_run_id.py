@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 
 from sparkwatch.cli_parser import make_parser
-from sparkwatch.commands.export_tsdb import _run_id, _selection, check_tsdb_args
+from sparkwatch.commands.export_flags import check_tsdb_args
+from sparkwatch.commands.export_tsdb import _run_id, _selection
 
 BASE = ["export", "--prometheus", "http://127.0.0.1:9090", "run-1"]
 SPAN = (1_800_000_000_000_000_000, 1_800_000_060_000_000_000)

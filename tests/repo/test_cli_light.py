@@ -6,8 +6,11 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from sparkwatch.store import Store
 
 HEAVY = ("aiohttp", "numpy", "pydantic", "orjson", "sqlite3", "prometheus_client", "altair", "vl_convert")
 
@@ -40,6 +43,19 @@ def test_a_scripts_runs_mark_loads_no_numpy_and_a_refused_run_no_coordinator() -
     stack = ("sparkwatch.coordinator.serve", "sparkwatch.proxy.serve", "sqlite3", "sparkwatch.commands.run")
     assert _loaded(["run", "--nodes", "n.toml"], stack) == []  # no command after --
     assert _loaded(["run", "--clock-anchor", "1:2", "--", "true"], stack) == []
+
+
+def test_an_offline_export_loads_no_http_client(tmp_path: Path) -> None:
+    """`export --db` imported the TSDB export's engine client and the coordinator client, and so aiohttp (a
+    third of its start-up), to read a file; `--prometheus` still does."""
+    db = tmp_path / "c.db"
+    Store(db).close()  # a coordinator's database, with no run in it: refused after it was read
+    assert _loaded(["export", "--db", str(db), "r1"], ("aiohttp", "sqlite3")) == ["sqlite3"]
+    windows = tmp_path / "w.json"
+    windows.write_text('{"windows": []}')
+    span = ["--start", "1e9", "--end", "1000000100"]
+    tsdb = ["export", "--prometheus", "http://127.0.0.1:9", "--windows", str(windows), *span]
+    assert _loaded(tsdb, ("aiohttp",)) == ["aiohttp"]
 
 
 def test_a_subcommand_still_loads_what_it_needs() -> None:

@@ -18,8 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from sparkwatch.client import token_file_read
-from sparkwatch.commands.export_tsdb import check_tsdb_args, tsdb_export
+from sparkwatch.commands.export_flags import check_tsdb_args
 from sparkwatch.commands.outcome import quality_line
 from sparkwatch.commands.quality import judge
 from sparkwatch.commands.series_flags import wanted_series
@@ -46,6 +45,9 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     scope = cast(ScopeKind | None, args.scope)
     if args.prometheus is not None:
         try:
+            # imported here: the engine's client and aiohttp are a third of `export --db`'s start-up
+            from sparkwatch.commands.export_tsdb import tsdb_export  # noqa: PLC0415
+
             export = tsdb_export(args, _say, wanted_series(args))
         except SourceError as exc:
             raise ExportCommandError(str(exc)) from None
@@ -87,6 +89,8 @@ def _read_by(args: argparse.Namespace) -> dict[Path, str]:
         (args.basic_auth_password_file, "the engine's password file (--basic-auth-password-file)"),
     ]
     reads = {path.resolve(): what for path, what in named if path is not None}
+    from sparkwatch.client import token_file_read  # noqa: PLC0415  (aiohttp: not for --db)
+
     return reads | token_file_read(args.token_file)
 
 
