@@ -30,6 +30,9 @@ from helpers.app_thread import AppThread
 from helpers.processes import AgentProcess, Coordinator, free_port, sim_load
 from helpers.prometheus import PROMETHEUS, Prometheus, PrometheusError
 
+#: Every test here on one xdist worker (the suite runs with --dist loadgroup): the module's rig of engines,
+#: agents and coordinators is set up once, not once on each worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_prometheus_integration")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "deploy" / "prometheus"
 

@@ -45,6 +45,9 @@ from sparkwatch.core.export_schema import run_schema
 from sparkwatch.core.tracks import GAP_INTERVALS
 from sparkwatch.defaults import OPEN_RUN_NOTE
 
+#: Every test here on one xdist worker (the suite runs with --dist loadgroup): the module's rig of engines,
+#: agents and coordinators is set up once, not once on each worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_export_prometheus")
 FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 DCGM_TEXT = FIXTURES / "dcgm" / "dcgm-exporter-a100.prom"
 NVIDIA_TEXT = FIXTURES / "nvidia_gpu_exporter" / "h200-load.metrics"

@@ -27,6 +27,9 @@ from helpers.receivers import start_receivers
 from helpers.victoria import Victoria
 from sparkwatch.store import Store
 
+#: Every test here on one xdist worker (the suite runs with --dist loadgroup): the module's rig of engines,
+#: agents and coordinators is set up once, not once on each worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_remote_write_engines")
 NAMES = ("spark-1", "spark-2")
 #: spark-2's wall clock runs this far ahead (libfaketime; its monotonic clock stays true): its samples'
 #: own times are not what remote write stamps them with.

@@ -43,6 +43,9 @@ from helpers.processes import AgentProcess, Coordinator, free_port, wait_connect
 from helpers.receivers import start_receivers
 from sparkwatch.core.export_schema import run_schema
 
+#: Every test here on one xdist worker (the suite runs with --dist loadgroup): the module's rig of engines,
+#: agents and coordinators is set up once, not once on each worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_three_way_export")
 NAMES = ("spark-1", "spark-2")
 TOLERANCE = 0.001  # issue 19: the same figures within 0.1 %
 INTERVAL_S = 0.1
