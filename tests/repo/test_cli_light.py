@@ -46,8 +46,8 @@ def test_a_scripts_runs_mark_loads_no_numpy_and_a_refused_run_no_coordinator() -
 
 
 def test_an_offline_export_loads_no_http_client(tmp_path: Path) -> None:
-    """`export --db` imported the TSDB export's engine client and the coordinator client, and so aiohttp (a
-    third of its start-up), to read a file; `--prometheus` still does."""
+    """`export --db` imported the TSDB export's engine client and the coordinator client, and so aiohttp
+    (about half of its start-up), to read a file; `--prometheus` still does."""
     db = tmp_path / "c.db"
     Store(db).close()  # a coordinator's database, with no run in it: refused after it was read
     assert _loaded(["export", "--db", str(db), "r1"], ("aiohttp", "sqlite3")) == ["sqlite3"]

@@ -45,7 +45,7 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     scope = cast(ScopeKind | None, args.scope)
     if args.prometheus is not None:
         try:
-            # imported here: the engine's client and aiohttp are a third of `export --db`'s start-up
+            # imported here: the engine's client and aiohttp were half of `export --db`'s start-up
             from sparkwatch.commands.export_tsdb import tsdb_export  # noqa: PLC0415
 
             export = tsdb_export(args, _say, wanted_series(args))

@@ -37,7 +37,7 @@ COORDINATOR_CLOCK = "coordinator"
 MARK_SOURCE = (("kind", "mark"), ("clock", COORDINATOR_CLOCK))
 ID_MAX_CHARS = 200
 #: The notes a window's source carries when its request did not complete (the proxy's, an importer's
-#: ``harness_failed``), with what they mean.
+#: ``harness_failed``, genai-perf's ``upstream_aborted``), with what they mean.
 CUT_SHORT = MappingProxyType(
     {
         "upstream_broke_off": "the upstream broke off its answer",

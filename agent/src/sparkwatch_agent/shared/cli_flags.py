@@ -12,6 +12,7 @@ kept a day of idle samples where the first said a month)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -90,22 +91,58 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _flag_before_command(parser: argparse.ArgumentParser, typed: list[str], message: str) -> str | None:
-    """What to say instead of ``invalid choice: 'sim'`` for `sparkwatch-agent --backend sim`: argparse took
-    the value of a flag typed before any command for the command."""
+    """What to say instead of ``invalid choice: 'sim'`` for `sparkwatch-agent --backend sim`: a flag that
+    only a command takes, typed before any command, whose value argparse then took for the command. Only
+    then: a typo in the command itself (`--strict nope`, `--log-level debug nope`) keeps argparse's words."""
     commands = _commands_of(parser)
-    if commands is None or not message.startswith(f"argument {commands.metavar}: invalid choice"):
+    if commands is None:
         return None
-    for text in typed:
-        if not text.startswith("-") or text in commands.choices:
-            return None  # a command, or a value: not a flag typed before one
-        flag = text.partition("=")[0]
-        if flag not in parser._option_string_actions:
-            return _misplaced(parser, flag) or f"unrecognized arguments: {flag}"
+    rejected = re.match(rf"argument {re.escape(str(commands.metavar))}: invalid choice: (.+?) \(", message)
+    if rejected is None:
+        return None
+    i = 0
+    while i < len(typed) and typed[i].startswith("-") and typed[i] != "--" and len(typed[i]) > 1:
+        flag, eq, _value = typed[i].partition("=")
+        own = _own_flag(parser, flag)
+        if own is not None:  # this parser's flag (`--log-level`, `--log`): skip it and its value
+            i += 1 if eq or own.nargs == 0 else 2
+            continue
+        value = typed[i + 1] if not eq and i + 1 < len(typed) else None
+        if value is None or repr(value) != rejected.group(1):
+            return None  # the flag took no value: the command argparse refused is the one typed
+        takers = _takers(parser, flag)
+        if not takers:  # no command takes it either: whatever was meant, this flag is wrong
+            return f"unrecognized arguments: {flag}"
+        valued = [t for t in takers if _takes_a_value(parser, t, flag)]
+        return _misplaced(parser, flag, valued, typed[i + 2 :]) if valued else None
     return None
+
+
+def _own_flag(parser: argparse.ArgumentParser, flag: str) -> argparse.Action | None:
+    """The action of one of ``parser``'s own flags, as argparse reads it (a unique prefix too)."""
+    if flag in parser._option_string_actions:
+        return parser._option_string_actions[flag]
+    if not parser.allow_abbrev or not flag.startswith("--"):
+        return None
+    matches = {a for s, a in parser._option_string_actions.items() if s.startswith(flag)}
+    return matches.pop() if len(matches) == 1 else None
 
 
 def _commands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:  # type: ignore[type-arg]
     return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def _command(parser: argparse.ArgumentParser, path: str) -> argparse.ArgumentParser:
+    """The parser of the command ``path`` (``runs list``) under ``parser``."""
+    for word in path.split(" "):
+        commands = _commands_of(parser)
+        assert commands is not None
+        parser = commands.choices[word]
+    return parser
+
+
+def _takes_a_value(parser: argparse.ArgumentParser, path: str, flag: str) -> bool:
+    return _command(parser, path)._option_string_actions[flag].nargs != 0
 
 
 def _takers(parser: argparse.ArgumentParser, flag: str, path: str = "") -> list[str]:
@@ -119,14 +156,16 @@ def _takers(parser: argparse.ArgumentParser, flag: str, path: str = "") -> list[
     return found
 
 
-def _misplaced(parser: argparse.ArgumentParser, flag: str) -> str | None:
-    """Where ``flag``, refused by ``parser`` itself, would have been taken: after which commands."""
-    takers = _takers(parser, flag)
-    if not takers:
-        return None
+def _misplaced(parser: argparse.ArgumentParser, flag: str, takers: list[str], after: list[str]) -> str:
+    """Where ``flag``, refused by ``parser`` itself, goes: after the command typed after it (``after``: the
+    words that follow its value) where that one takes it, else after the first that does."""
+    choices = _commands_of(parser).choices  # type: ignore[union-attr]  # a parser with commands: a taker
+    after = after[next((k for k, word in enumerate(after) if word in choices), len(after)) :]
+    typed = [t for t in takers if after[: len(t.split(" "))] == t.split(" ")]
+    example = typed[0] if typed else takers[0]
     shown = takers if len(takers) <= 4 else [*takers[:3], f"{len(takers) - 3} more"]
     named = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
-    return f"{flag} goes after the command: `{parser.prog} {takers[0]} {flag} …` (a flag of {named})"
+    return f"{flag} goes after the command: `{parser.prog} {example} {flag} …` (a flag of {named})"
 
 
 def refuse_unknown(
