@@ -17,6 +17,7 @@ from aiohttp import web
 from helpers.window_sink import ListSink
 from sparkwatch.core.windows import Window
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_runner
+from sparkwatch.proxy.sse_watch import ResponseWatcher
 
 TOKEN = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
 
@@ -140,6 +141,25 @@ async def test_a_200_stream_that_never_finished_or_said_error_is_not_measured(
     w = await _window(rig.sink)
     assert w.http_status == 200 and w.source.get(note) is True and w.failed, w.source
     assert "is not measured" in (w.failure() or "")
+
+
+async def test_a_fault_of_the_proxy_while_relaying_fails_the_window(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception of the proxy's own while it relays (here the watcher's, on the first chunk, which the
+    client already has): the client's answer is cut, and the window is not measured as a whole answer (it
+    was: nothing said the relay had stopped)."""
+
+    def faulty(self: ResponseWatcher, chunk: bytes, t_ns: int) -> None:
+        raise RuntimeError("a bug in the watcher")
+
+    monkeypatch.setattr(ResponseWatcher, "feed", faulty)
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await _read_all(rig.url, "whole")
+    w = await _window(rig.sink)
+    assert w.source.get("proxy_failed") is True and w.failed, w.source
+    assert "a fault of sparkwatch's own" in (w.failure() or "")
+    assert "a bug in the watcher" in caplog.text  # aiohttp's log of the handler's exception
 
 
 async def test_a_whole_stream_is_measured(rig: Rig) -> None:

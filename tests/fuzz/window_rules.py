@@ -26,6 +26,7 @@ FAILURE_NOTES = (
     "upstream_error",
     "upstream_aborted",
     "upstream_no_completion",
+    "proxy_failed",
     "harness_failed",
 )
 INTS = (

@@ -24,7 +24,7 @@ from sparkwatch.core.windows import Window
 from sparkwatch.http_reasons import unreachable_reason
 from sparkwatch.proxy import headers
 from sparkwatch.proxy.clock import WallClock
-from sparkwatch.proxy.refusals import openai_error
+from sparkwatch.proxy.refusals import ABSOLUTE_FORM_REASON, openai_error
 from sparkwatch.proxy.sse_watch import ResponseWatcher
 from sparkwatch.proxy.window_notes import answer_notes, within
 from sparkwatch_agent.shared.log_limit import RateLimitedLog
@@ -48,14 +48,6 @@ def upstream_shown(upstream: str) -> str:
     """The upstream URL as logs, warnings and error answers show it: no user:password@, no query (either
     can hold a key), no trailing slash."""
     return str(URL(upstream.rstrip("/")).with_user(None).with_query(None))
-
-
-#: A request line of a full URL (``POST http://host/v1/…``): what a client sends to a forward proxy, e.g. one
-#: with ``HTTP_PROXY`` set to this proxy; the proxy relays paths to its one upstream (it was a 500).
-ABSOLUTE_FORM_REASON = (
-    "the request names a full URL, as sent to a forward proxy (HTTP_PROXY set to this proxy?); sparkwatch's"
-    " proxy stands in for the server: give the client this proxy's URL as its base URL"
-)
 
 
 class ProxyConfigError(Exception):
@@ -182,16 +174,8 @@ class Proxy:
             return openai_error(400, "invalid_phase", refusal)
         phase = self._arrival_phase(header) if generation else "timed"
         counted_warmup = generation and header is None and phase == "warmup"
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:  # refused here: nothing went upstream, nothing warmed
-            if counted_warmup:
-                self._release_warmup()
-            return openai_error(413, "body_too_large", exc.text or "request body too large")
-        except asyncio.CancelledError:  # the client left while sending its body: nothing went upstream
-            if counted_warmup:
-                self._release_warmup()
-            raise
+        if isinstance(body := await self._body(request, counted_warmup), web.Response):
+            return body
         # the path exactly as the client encoded it (%2F stays %2F)
         url = URL(self.upstream + request.raw_path, encoded=True)
         arrival = (phase, t_start, counted_warmup) if generation else None  # a window's, if it gets no answer
@@ -225,6 +209,9 @@ class Proxy:
         notes = {"compressed": encoded}
         try:
             return await self._relay(request, upstream, watcher, notes, parse=generation and not encoded)
+        except Exception:  # the proxy's own fault (aiohttp logs it): no window may read as a whole answer
+            notes["proxy_failed"] = True
+            raise
         finally:
             upstream.release()
             if generation:
@@ -232,6 +219,17 @@ class Proxy:
                 window = self._submit(request, phase, span, upstream.status, watcher, notes=notes)
                 if counted_warmup and window.failed:  # a failed warm-up warmed nothing up
                     self._release_warmup()
+
+    async def _body(self, request: web.Request, counted_warmup: bool) -> bytes | web.Response:
+        """The request's body, or the 413 of one too large (then, or if the client left, nothing went up)."""
+        try:
+            return await request.read()
+        except (web.HTTPRequestEntityTooLarge, asyncio.CancelledError) as exc:
+            if counted_warmup:  # nothing went upstream: nothing warmed up
+                self._release_warmup()
+            if isinstance(exc, asyncio.CancelledError):  # the client left while sending its body
+                raise
+            return openai_error(413, "body_too_large", exc.text or "request body too large")
 
     def _bad_gateway(
         self, request: web.Request, arrival: tuple[str, int, bool] | None, why: str, note: str

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
+#: A request line of a full URL (``POST http://host/v1/…``): what a client sends to a forward proxy, e.g. one
+#: with ``HTTP_PROXY`` set to this proxy; the proxy relays paths to its one upstream (it was a 500).
+ABSOLUTE_FORM_REASON = (
+    "the request names a full URL, as sent to a forward proxy (HTTP_PROXY set to this proxy?); sparkwatch's"
+    " proxy stands in for the server: give the client this proxy's URL as its base URL"
+)
+
 
 def openai_shape(code: str, message: str) -> dict[str, object]:
     """The body of an OpenAI-compatible error (also what the connection guard's 503 and 408 carry)."""

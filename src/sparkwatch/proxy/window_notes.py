@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from sparkwatch.core.windows import GIVEN_UP
 from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
 
+#: The relay's notes after which the watcher did not see the answer's end: nothing it saw says how it ended.
+RELAY_CUT = ("upstream_broke_off", "upstream_timed_out", "compressed", "proxy_failed")
+
 
 def answer_notes(
     watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]
@@ -43,14 +46,14 @@ def answer_notes(
 def _unfinished_stream(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> bool:
     """A 2xx event stream the proxy read (not compressed) that ended without being cut: whether it ended
     without [DONE] or a finish reason is then the upstream's to answer for."""
-    cut = any(notes.get(k) for k in ("upstream_broke_off", "upstream_timed_out", "compressed"))
+    cut = any(notes.get(k) for k in RELAY_CUT)
     return watcher.streaming and status is not None and 200 <= status < 300 and not cut
 
 
 def _read_whole(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> bool:
     """A 2xx answer not streamed that the proxy read whole (not cut, compressed or past the size it parses):
     a completion's JSON always holds a choice with a finish reason, so one without none was served."""
-    cut = any(notes.get(k) for k in ("upstream_broke_off", "upstream_timed_out", "compressed"))
+    cut = any(notes.get(k) for k in RELAY_CUT)
     whole = not cut and not watcher.stamps.body_too_large
     return not watcher.streaming and status is not None and 200 <= status < 300 and whole
 
