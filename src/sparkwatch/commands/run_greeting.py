@@ -60,10 +60,8 @@ def unheard(node: dict[str, Any], waited_s: float, strict: bool = False) -> str:
     known = node.get("hardware")  # a standing coordinator's node that said hello before
     state, until = ("is not connected", "it reconnects") if known else ("has not said hello", "it does")
     # with --strict, the line after all of these says the command was not started, once
-    then = f"; the run goes on without its samples until {until} (--strict fails such a run)"
-    if strict:
-        then = ""
-    return f"node {node['node']} {state}{after} ({link_state(node)}){then}"
+    goes_on = f"; the run goes on without its samples until {until} (--strict fails such a run)"
+    return f"node {node['node']} {state}{after} ({link_state(node)}){'' if strict else goes_on}"
 
 
 def strict_refusal(opts: RunOptions, nodes: Sequence[dict[str, Any]]) -> int | None:

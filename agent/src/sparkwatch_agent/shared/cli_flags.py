@@ -113,7 +113,7 @@ def _flag_before_command(parser: argparse.ArgumentParser, typed: list[str], mess
         takers = _takers(parser, flag)
         if not takers:  # no command takes it either: whatever was meant, this flag is wrong
             return f"unrecognized arguments: {flag}"
-        valued = [t for t in takers if _takes_a_value(parser, t, flag)]
+        valued = [path for path, action in takers if action.nargs != 0]
         return _misplaced(parser, flag, valued, typed[i + 2 :]) if valued else None
     return None
 
@@ -132,26 +132,14 @@ def _commands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction 
     return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
 
 
-def _command(parser: argparse.ArgumentParser, path: str) -> argparse.ArgumentParser:
-    """The parser of the command ``path`` (``runs list``) under ``parser``."""
-    for word in path.split(" "):
-        commands = _commands_of(parser)
-        assert commands is not None
-        parser = commands.choices[word]
-    return parser
-
-
-def _takes_a_value(parser: argparse.ArgumentParser, path: str, flag: str) -> bool:
-    return _command(parser, path)._option_string_actions[flag].nargs != 0
-
-
-def _takers(parser: argparse.ArgumentParser, flag: str, path: str = "") -> list[str]:
-    """The commands (``runs list`` among them) that take ``flag``, in the order of the help."""
+def _takers(parser: argparse.ArgumentParser, flag: str, path: str = "") -> list[tuple[str, argparse.Action]]:
+    """The commands (``runs list`` among them) that take ``flag``, in the order of the help, each with its
+    action for the flag."""
     commands = _commands_of(parser)
-    found: list[str] = []
+    found: list[tuple[str, argparse.Action]] = []
     for name, sub in commands.choices.items() if commands else ():
         if flag in sub._option_string_actions and _commands_of(sub) is None:
-            found.append(f"{path}{name}")
+            found.append((f"{path}{name}", sub._option_string_actions[flag]))
         found += _takers(sub, flag, f"{path}{name} ")
     return found
 
@@ -178,6 +166,6 @@ def refuse_unknown(
     if command in typed and any(typed.index(u) < typed.index(command) for u in unknown if u in typed):
         owner = parser
         flag = unknown[0].partition("=")[0]
-        if len(unknown) == 1 and any(t.split(" ")[0] == command for t in _takers(parser, flag)):
+        if len(unknown) == 1 and any(path.split(" ")[0] == command for path, _ in _takers(parser, flag)):
             owner.error(f"{flag} goes after the command: `{parser.prog} {command} … {flag} …`")
     owner.error(f"unrecognized arguments: {' '.join(unknown)}")
