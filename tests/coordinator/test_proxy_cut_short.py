@@ -162,6 +162,25 @@ async def test_a_fault_of_the_proxy_while_relaying_fails_the_window(
     assert "a bug in the watcher" in caplog.text  # aiohttp's log of the handler's exception
 
 
+async def test_a_fault_of_the_watcher_at_the_answers_end_keeps_the_window_failed(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception of the proxy's own once the answer ended (the watcher's ``finish``): the client already
+    has its whole answer, and the window is kept, not measured (it was lost: the exception left the handler
+    before the window reached the sink)."""
+
+    def faulty(self: ResponseWatcher, t_ns: int) -> None:
+        raise RuntimeError("a bug at the end of the answer")
+
+    monkeypatch.setattr(ResponseWatcher, "finish", faulty)
+    body = await _read_all(rig.url, "whole")
+    assert b"[DONE]" in body  # the client's answer is whole
+    w = await _window(rig.sink)
+    assert w.source.get("proxy_failed") is True and w.failed, w.source
+    assert w.t_end_ns >= w.t_start_ns and w.http_status == 200
+    assert "a bug at the end of the answer" in caplog.text
+
+
 async def test_a_whole_stream_is_measured(rig: Rig) -> None:
     await _read_all(rig.url, "whole")
     w = await _window(rig.sink)

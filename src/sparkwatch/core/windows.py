@@ -51,8 +51,8 @@ CUT_SHORT = MappingProxyType(
         " request up",
         "upstream_no_completion": "the upstream's answer (2xx, not streamed) held no completion: no JSON"
         " choice with a finish reason",
-        "proxy_failed": "the proxy failed while relaying the answer (a fault of sparkwatch's own: its log has"
-        " the traceback)",
+        "proxy_failed": "the proxy failed while relaying or reading the answer (a fault of sparkwatch's own:"
+        " its log has the traceback)",
         "harness_failed": "the harness recorded the request as failed or unfinished",
     }
 )

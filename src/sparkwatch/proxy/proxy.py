@@ -26,7 +26,7 @@ from sparkwatch.proxy import headers
 from sparkwatch.proxy.clock import WallClock
 from sparkwatch.proxy.refusals import ABSOLUTE_FORM_REASON, openai_error
 from sparkwatch.proxy.sse_watch import ResponseWatcher
-from sparkwatch.proxy.window_notes import answer_notes, within
+from sparkwatch.proxy.window_notes import answer_notes, finished, within
 from sparkwatch_agent.shared.log_limit import RateLimitedLog
 from sparkwatch_agent.shared.parse_errors import parser_problem
 
@@ -333,7 +333,7 @@ class Proxy:
         """Make the request's window, hand it to the sink and return it."""
         t_start = span[0]
         t_end = max(span)  # a wall clock stepped back mid-request must not make an invalid window
-        stamps = watcher.finish(t_end)
+        stamps, notes = finished(watcher, t_end, notes)
         source: dict[str, object] = {
             "kind": "proxy",
             "clock": self._clock.label,

@@ -3,13 +3,28 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from sparkwatch.core.windows import GIVEN_UP
-from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseWatcher
+from sparkwatch.proxy.sse_watch import MAX_JSON_BODY_BYTES, ResponseStamps, ResponseWatcher
+
+log = logging.getLogger(__name__)
 
 #: The relay's notes after which the watcher did not see the answer's end: nothing it saw says how it ended.
 RELAY_CUT = ("upstream_broke_off", "upstream_timed_out", "compressed", "proxy_failed")
+
+
+def finished(
+    watcher: ResponseWatcher, t_end_ns: int, notes: Mapping[str, bool]
+) -> tuple[ResponseStamps, Mapping[str, bool]]:
+    """The watcher's stamps once the answer ended, and the relay's notes. A fault of the watcher's own there
+    fails the window (``proxy_failed``) instead of losing it: the request still ran, and its span is known."""
+    try:
+        return watcher.finish(t_end_ns), notes
+    except Exception:
+        log.exception("the proxy failed reading the end of an answer; its window is kept, not measured")
+        return watcher.stamps, {**notes, "proxy_failed": True}
 
 
 def answer_notes(
