@@ -118,6 +118,20 @@ def test_the_agents_unknown_flag_is_one_line_under_its_subcommand(
             " (a flag of coordinator, proxy, run and 11 more)",
         ),
         (main, ["--token-file=t", "runs", "list"], "sparkwatch: error: --token-file goes after the command:"),
+        (  # typed after the first word of a nested command, before its last: said under the first
+            main,
+            ["runs", "--token-file=t", "list"],
+            "sparkwatch runs: error: --token-file goes after the command:"
+            " `sparkwatch runs list … --token-file …`",
+        ),
+        (main, ["runs", "--db=x.db", "list"], "sparkwatch runs: error: unrecognized arguments: --db=x.db"),
+        (  # a flag the command requires, typed before it: argparse said it was missing
+            agent_main,
+            ["--stdio", "stream"],
+            "sparkwatch-agent stream: error: --stdio goes after the command:"
+            " `sparkwatch-agent stream --stdio` (see",
+        ),
+        (agent_main, ["stream"], "stream: error: the following arguments are required: --stdio (see"),
         # a flag no command takes, and one the typed command does not take: refused as unknown
         (main, ["--nope", "x.db"], "sparkwatch: error: unrecognized arguments: --nope"),
         (main, ["--db=x.db", "runs", "list"], "sparkwatch: error: unrecognized arguments: --db=x.db"),

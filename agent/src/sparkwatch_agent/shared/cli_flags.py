@@ -59,6 +59,8 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
     ) -> None:
         before: set[str] = namespace.__dict__.setdefault(_GIVEN, set())
+        if (sub := self._name_parser_map.get(values[0])) is not None:
+            sub._outer = parser  # its errors read the whole command line
         super().__call__(parser, namespace, values, option)
         after: set[str] = namespace.__dict__[_GIVEN]  # the subcommand's own, if it was given a flag
         twice = sorted(before & after) if after is not before else []
@@ -86,8 +88,47 @@ class OneLineParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        message = _flag_before_command(self, getattr(self, "_typed", []), message) or message
+        typed = getattr(self, "_typed", [])
+        message = _flag_before_command(self, typed, message) or _required_before(self, message) or message
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _required_before(parser: argparse.ArgumentParser, message: str) -> str | None:
+    """What to say instead of ``the following arguments are required: --stdio`` for `sparkwatch-agent
+    --stdio stream`: the flag was typed, before the command that requires it (the top-level parser kept it
+    aside as unknown)."""
+    required = re.fullmatch(r"the following arguments are required: (.+)", message)
+    if required is None:
+        return None
+    root = parser
+    while (outer := getattr(root, "_outer", None)) is not None:
+        root = outer
+    flags = [f for name in required.group(1).split(", ") for f in name.split("/") if f.startswith("-")]
+    early = _typed_before(getattr(root, "_typed", []), _words(parser), flags)
+    if early is None:
+        return None
+    switch = getattr(_own_flag(parser, early[0]), "nargs", None) == 0
+    return f"{early[0]} goes after the command: `{parser.prog} {early[0]}{'' if switch else ' …'}`"
+
+
+def _words(parser: argparse.ArgumentParser) -> list[str]:
+    """The command's words (``runs list``), from its parser's name."""
+    return parser.prog.split(" ")[1:]
+
+
+def _typed_before(typed: list[str], words: list[str], flags: Sequence[str]) -> tuple[str, int] | None:
+    """The first of ``flags`` (``--f`` or ``--f=v``) typed before the last of the command's ``words``, with
+    how many of those words came before it; None where none was, or the words are not found as typed."""
+    at: list[int] = []
+    for word in words:
+        try:
+            at.append(typed.index(word, at[-1] + 1 if at else 0))
+        except ValueError:  # typed as an alias, say: the hint would guess
+            return None
+    for i, token in enumerate(typed[: at[-1]] if at else []):
+        if (flag := token.partition("=")[0]) in flags:
+            return flag, sum(1 for k in at if k < i)
+    return None
 
 
 def _flag_before_command(parser: argparse.ArgumentParser, typed: list[str], message: str) -> str | None:
@@ -159,13 +200,17 @@ def _misplaced(parser: argparse.ArgumentParser, flag: str, takers: list[str], af
 def refuse_unknown(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str], unknown: Sequence[str]
 ) -> NoReturn:
-    """Exit 2 with ``unknown`` named in one line, under the name of the parser the flags were typed for."""
+    """Exit 2 with ``unknown`` named in one line, under the name of the parser the flags were typed for; one
+    flag the command takes, typed before the command's last word (`runs --token-file=t list`), is said to go
+    after it."""
     owner: argparse.ArgumentParser = getattr(args, "subparser", parser)
-    command = getattr(args, "command", None)
-    typed = list(argv)
-    if command in typed and any(typed.index(u) < typed.index(command) for u in unknown if u in typed):
+    words = _words(owner)
+    early = _typed_before(list(argv), words, [u.partition("=")[0] for u in unknown])
+    if early is not None:
+        flag, level = early
+        for word in words[:level]:  # the parser it was typed for: the program's, or a command's (`runs`)
+            parser = _commands_of(parser).choices[word]  # type: ignore[union-attr]
+        if len(unknown) == 1 and _own_flag(owner, flag) is not None:
+            parser.error(f"{flag} goes after the command: `{owner.prog} … {flag} …`")
         owner = parser
-        flag = unknown[0].partition("=")[0]
-        if len(unknown) == 1 and any(path.split(" ")[0] == command for path, _ in _takers(parser, flag)):
-            owner.error(f"{flag} goes after the command: `{parser.prog} {command} … {flag} …`")
     owner.error(f"unrecognized arguments: {' '.join(unknown)}")
