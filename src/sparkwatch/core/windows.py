@@ -59,8 +59,9 @@ CUT_SHORT = MappingProxyType(
 
 #: Finish reasons of a request the server gave up (vLLM's FinishReason strings "abort" and "error", next to
 #: "stop", "length" and "repetition"; SGLang's OpenAI answers say "abort" for a request aborted without an
-#: error status): such an answer finished, but it did not complete (``upstream_aborted`` in CUT_SHORT).
-GIVEN_UP = frozenset({"abort", "error"})
+#: error status; a Responses API answer's status "cancelled", vLLM's for an aborted request): such an answer
+#: finished, but it did not complete (``upstream_aborted`` in CUT_SHORT).
+GIVEN_UP = frozenset({"abort", "error", "cancelled"})
 FINISH_REASON_MAX_CHARS = 64
 REQUIRED_FIELDS = ("id", "phase", "t_start_ns", "t_end_ns")
 STAMP_FIELDS = ("t_first_byte_ns", "t_first_token_ns", "t_last_token_ns")

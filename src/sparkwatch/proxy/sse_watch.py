@@ -3,8 +3,9 @@
 Fed the body chunk by chunk with the time each chunk arrived, it notes the first byte, the first and last
 event that carried generated text (``content``, ``reasoning_content``/``reasoning``, a completion's ``text``
 or a tool call's name or arguments: a role-only first chunk is not a token), the ``usage`` of the stream
-and the finish reason; and the same of llama.cpp's own shape (``content``, ``stop_type``, token counts).
-Pure and synchronous, so the proxy's per-chunk cost is this parser's and it is tested without a server.
+and the finish reason; and the same of llama.cpp's own shape (``content``, ``stop_type``, token counts) and
+of the Responses and Messages APIs (api_events). Pure and synchronous, so the proxy's per-chunk cost is
+this parser's and it is tested without a server.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import orjson
 
 from sparkwatch.core.windows import FINISH_REASON_MAX_CHARS, NS_MAX
 from sparkwatch.defaults import CONTROL_CHARS_RE
+from sparkwatch.proxy.api_events import Reading, read_event
 
 TEXT_KEYS = ("content", "reasoning_content", "reasoning")
 #: A non-streamed JSON answer is parsed at its end; past this size it is forwarded but not parsed.
@@ -86,6 +88,8 @@ class ResponseWatcher:
         self._cut = False  # a line of it was dropped unended: what ends it is no line of its own
         self._after_cr = False  # the last chunk ended in CR: a LF that starts the next is its CRLF's
         self._data: list[bytes] = []  # data lines of the event being read
+        self._name = b""  # the event's name (its ``event`` field): an ``error`` is one, whatever its data
+        self._messages_usage: dict[str, Any] = {}  # the Messages API's counts so far (api_events)
         self._body: list[bytes] | None = [] if not streaming else None
         self._body_bytes = 0
 
@@ -140,10 +144,12 @@ class ResponseWatcher:
         self._partial, self._held, self._data = [], 0, []
 
     def _field(self, line: bytes) -> None:
-        """One SSE line; only ``data`` matters here (``event``, ``id``, ``retry`` and comments do not)."""
+        """One SSE line; ``data`` and ``event`` matter here (``id``, ``retry`` and comments do not)."""
         if self._overlong:  # the rest of an event past its bound
             return
-        if line.startswith(b"data:"):
+        if line.startswith(b"event:"):
+            self._name = line[6:].strip()
+        elif line.startswith(b"data:"):
             self._data.append(line[6:] if line[5:6] == b" " else line[5:])
             self._data_bytes += len(line)
             if self._data_bytes > MAX_EVENT_BYTES:
@@ -175,6 +181,9 @@ class ResponseWatcher:
 
     def _dispatch(self, t_ns: int) -> None:
         self._data_bytes = 0
+        named, self._name = self._name, b""
+        if named == b"error" and self._data and not self.stamps.done:  # llama.cpp's Messages error: not
+            self.stamps.error = True  # Anthropic's JSON, but named as Anthropic's SDK reads it
         if self._overlong:  # an event too large to parse ended: counted (before [DONE]), its text unread
             self._overlong = False
             if not self.stamps.done:
@@ -206,6 +215,9 @@ class ResponseWatcher:
             return
         if event.get("error") or event.get("object") == "error":  # OpenAI's {"error": …}; vLLM's object
             stamps.error = True
+        if (reading := read_event(event, self._messages_usage)) is not None:
+            self._apply(reading, t_ns, final_json)
+            return
         choices = event.get("choices")
         if isinstance(choices, list):
             for choice in choices:
@@ -233,6 +245,16 @@ class ResponseWatcher:
             self._finished(event.get("stop_type"))
         prompt, predicted = event.get("tokens_evaluated"), event.get("tokens_predicted")
         self._usage({"prompt_tokens": prompt, "completion_tokens": predicted})
+
+    def _apply(self, reading: Reading, t_ns: int, final_json: bool) -> None:
+        """What a Responses or Messages event said (api_events)."""
+        if reading.text and not final_json:
+            self._token(t_ns)
+        self._finished(reading.finish_reason)
+        if reading.usage is not None:
+            self._usage(reading.usage)
+        self.stamps.error = self.stamps.error or reading.error
+        self.stamps.done = self.stamps.done or reading.done
 
     def _token(self, t_ns: int) -> None:
         """An event that carried generated text arrived at ``t_ns``."""

@@ -1,0 +1,138 @@
+"""The answers of the two other generation APIs an OpenAI-compatible server may serve, read into what a
+window needs: OpenAI's Responses API (``POST /v1/responses``: vLLM, llama.cpp) and Anthropic's Messages API
+(``POST /v1/messages``: vLLM, llama.cpp). Chat and text completions are sse_watch's own; it hands each parsed
+event (or a whole JSON answer) here first.
+
+Read from the real sources, not guessed (docs/integrations.md lists them): openai-python's response types
+and its OpenAPI spec's examples, anthropic-sdk-python's types and recorded streams, and the servers of vLLM
+and llama.cpp. What differs between them is taken as each sends it: vLLM's Responses stream ends with
+``response.completed`` whatever the status and no ``[DONE]``, its Messages stream with ``message_stop`` and
+then ``[DONE]``; llama.cpp's Messages error event is named ``error`` but its JSON is not Anthropic's."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any, NamedTuple
+
+#: The Responses API's events that end an answer; each carries the response with its status and usage.
+RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+#: The Messages API's stream events (Anthropic's six, and ``ping``).
+MESSAGE_EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+    }
+)
+#: Where a Messages ``content_block_delta`` holds generated text: an answer's, its thinking's, a tool call's
+#: arguments (a signature or a citation is no generated text).
+MESSAGE_TEXT_KEYS = ("text", "thinking", "partial_json")
+#: Anthropic's input counts: ``input_tokens`` excludes the cached parts, so the prompt is their sum (its
+#: SDK: "Total input tokens in a request is the summation of input_tokens, cache_creation_input_tokens,
+#: and cache_read_input_tokens").
+MESSAGE_INPUTS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+class Reading(NamedTuple):
+    """What one event (or a whole answer) said; usage in chat's names (``prompt_tokens``,
+    ``completion_tokens``, ``cached_tokens``, ``reasoning_tokens``)."""
+
+    text: bool = False  # it carried generated text: a token's time
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    done: bool = False  # the answer's last event: nothing after it counts
+    error: bool = False
+
+
+def read_event(event: dict[str, Any], messages_usage: MutableMapping[str, Any]) -> Reading | None:
+    """``event`` read as one of these APIs' (a stream's event, or a whole answer), or None where it is none
+    of theirs. ``messages_usage``: the Messages counts seen so far in this answer (a ``message_delta`` may
+    give some and not others), kept by the caller and updated here."""
+    kind = event.get("type")
+    if kind == "error":  # both APIs' error event (and Anthropic's error body)
+        return Reading(error=True)
+    if isinstance(kind, str) and kind.startswith("response."):
+        return _responses_event(kind, event)
+    if event.get("object") == "response":  # a Responses answer not streamed
+        return _response(event)
+    if kind in MESSAGE_EVENTS or kind == "message":
+        return _messages_event(kind, event, messages_usage)
+    return None
+
+
+def _responses_event(kind: str, event: dict[str, Any]) -> Reading:
+    """A Responses stream event: every ``*.delta`` carries generated output in ``delta`` (text, reasoning,
+    a function call's arguments, a refusal); an end event carries the response."""
+    if kind.endswith(".delta"):
+        delta = event.get("delta")
+        return Reading(text=isinstance(delta, str) and bool(delta))
+    if kind in RESPONSE_ENDS:
+        response = event.get("response")
+        ended = _response(response) if isinstance(response, dict) else Reading()
+        return ended._replace(done=True, error=ended.error or kind == "response.failed")
+    return Reading()
+
+
+def _response(response: dict[str, Any]) -> Reading:
+    """A response object: its status as the finish reason (or why it is incomplete: ``max_output_tokens``,
+    ``content_filter``), and its usage. ``failed`` is an error; ``cancelled`` (vLLM's for an aborted
+    request) is a request given up (core.windows.GIVEN_UP)."""
+    status = response.get("status")
+    details = response.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    finish = reason if status == "incomplete" and isinstance(reason, str) else status
+    usage = response.get("usage")
+    return Reading(
+        finish_reason=finish if isinstance(finish, str) and status != "in_progress" else None,
+        usage=_responses_usage(usage) if isinstance(usage, dict) else None,
+        error=status == "failed" or bool(response.get("error")),
+    )
+
+
+def _responses_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """The Responses API's counts; its ``input_tokens`` include the cached ones, as chat's prompt does."""
+    inputs, outputs = usage.get("input_tokens_details"), usage.get("output_tokens_details")
+    return {
+        "prompt_tokens": usage.get("input_tokens"),
+        "completion_tokens": usage.get("output_tokens"),
+        "cached_tokens": inputs.get("cached_tokens") if isinstance(inputs, dict) else None,
+        "reasoning_tokens": outputs.get("reasoning_tokens") if isinstance(outputs, dict) else None,
+    }
+
+
+def _messages_event(kind: str, event: dict[str, Any], seen: MutableMapping[str, Any]) -> Reading:
+    """A Messages stream event, or (``message``) a whole answer."""
+    if kind == "content_block_delta":
+        delta = event.get("delta")
+        text = isinstance(delta, dict) and any(
+            isinstance(delta.get(k), str) and delta[k] for k in MESSAGE_TEXT_KEYS
+        )
+        return Reading(text=text)
+    if kind == "message_stop":
+        return Reading(done=True)
+    holder = event.get("message") if kind == "message_start" else event
+    stop_from = event.get("delta") if kind == "message_delta" else event
+    usage = holder.get("usage") if isinstance(holder, dict) else None
+    stop = stop_from.get("stop_reason") if isinstance(stop_from, dict) and kind != "message_start" else None
+    return Reading(
+        finish_reason=stop if isinstance(stop, str) else None,
+        usage=_messages_usage(usage, seen) if isinstance(usage, dict) else None,
+    )
+
+
+def _messages_usage(usage: dict[str, Any], seen: MutableMapping[str, Any]) -> dict[str, Any]:
+    """The Messages counts so far: each count the latest given (``output_tokens`` is cumulative), the
+    prompt the sum of its parts, the cached part ``cache_read_input_tokens``."""
+    seen.update({k: v for k, v in usage.items() if v is not None})
+    known = [seen[k] for k in MESSAGE_INPUTS if k in seen]
+    bad = [p for p in known if not isinstance(p, int) or isinstance(p, bool)]  # then the prompt is unknown
+    prompt = (bad[0] if bad else sum(known)) if known else None
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": seen.get("output_tokens"),
+        "cached_tokens": seen.get("cache_read_input_tokens"),
+    }
