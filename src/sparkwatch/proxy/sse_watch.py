@@ -147,15 +147,15 @@ class ResponseWatcher:
         """One SSE line; ``data`` and ``event`` matter here (``id``, ``retry`` and comments do not)."""
         if self._overlong:  # the rest of an event past its bound
             return
-        if line.startswith(b"event:"):
-            self._name = line[6:].strip()
-        elif line.startswith(b"data:"):
+        if line.startswith(b"data:"):
             self._data.append(line[6:] if line[5:6] == b" " else line[5:])
             self._data_bytes += len(line)
             if self._data_bytes > MAX_EVENT_BYTES:
                 self._skip_event()
         elif line == b"data":  # a field with no colon has the empty value
             self._data.append(b"")
+        elif line.startswith(b"event:"):
+            self._name = line[6:].strip()
 
     def finish(self, t_ns: int) -> ResponseStamps:
         """Call once after the last chunk: flushes an event the server did not end with a blank line."""
