@@ -231,10 +231,11 @@ def with_run_notes(export: dict[str, Any], notes: Sequence[str]) -> dict[str, An
     ``lmx.notes`` quotes made true again. The coordinator's own re-export does not carry them."""
     if not notes:
         return export
-    old = digest(export)
     out = {**export, "run": {**export["run"], "notes": [*export["run"].get("notes", []), *notes]}}
-    if isinstance(out.get("lmx"), dict) and isinstance(out["lmx"].get("notes"), str):
-        out["lmx"] = {**out["lmx"], "notes": out["lmx"]["notes"].replace(old, digest(out))}
+    lmx = out.get("lmx")
+    if isinstance(lmx, dict) and (old := quoted_digest(lmx.get("notes"))) is not None:
+        # the sha256 the notes quote, read there: not the whole export encoded again to find it
+        out["lmx"] = {**lmx, "notes": lmx["notes"].replace(old, digest(out))}
     return out
 
 
