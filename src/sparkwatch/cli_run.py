@@ -11,7 +11,7 @@ import asyncio
 from sparkwatch.client import CoordinatorTarget
 from sparkwatch.commands.anchor_flag import anchor_of
 from sparkwatch.commands.interrupts import term_as_interrupt
-from sparkwatch.commands.run_options import DEFAULT_PROXY_LISTEN, RunOptions, parse_imports
+from sparkwatch.commands.run_options import DEFAULT_PROXY_LISTEN, RunOptions, check_options, parse_imports
 from sparkwatch.settings import load_settings
 
 
@@ -56,6 +56,7 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         report=args.report,
         wait_nodes_s=args.wait,
     )
+    check_options(opts)  # a nodes file that cannot be read, an -o over an input: before the stack loads
     term_as_interrupt()
     # the embedded coordinator, the proxy and the links: only once the flags have passed
     from sparkwatch.commands.run import run_command  # noqa: PLC0415

@@ -43,6 +43,7 @@ def test_a_scripts_runs_mark_loads_no_numpy_and_a_refused_run_no_coordinator() -
     stack = ("sparkwatch.coordinator.serve", "sparkwatch.proxy.serve", "sqlite3", "sparkwatch.commands.run")
     assert _loaded(["run", "--nodes", "n.toml"], stack) == []  # no command after --
     assert _loaded(["run", "--clock-anchor", "1:2", "--", "true"], stack) == []
+    assert _loaded(["run", "--nodes", "/no/such/nodes.toml", "--", "true"], stack) == []  # unreadable
 
 
 def test_an_offline_export_loads_no_http_client(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from sparkwatch.defaults import (
     ScopeKind,
 )
 from sparkwatch.importers import FORMATS, ClockAnchor
+from sparkwatch.links.nodes_file import check_secret_files, load_nodes_file
 from sparkwatch.links.nodes_named import named_files
 from sparkwatch.outputs import check_output, database_files
 
@@ -137,6 +138,8 @@ def check_options(opts: RunOptions) -> None:
     if opts.spill is not None:
         check_output(opts.spill, {**reads, output: "the export (-o)"}, flag="--spill")
     check_command(opts.command)
+    if opts.nodes_file is not None:  # said before the embedded coordinator's stack is loaded to read it
+        check_secret_files(str(opts.nodes_file), load_nodes_file(opts.nodes_file))
 
 
 def _read_by(opts: RunOptions) -> dict[Path, str]:
