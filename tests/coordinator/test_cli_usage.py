@@ -132,6 +132,29 @@ def test_the_agents_unknown_flag_is_one_line_under_its_subcommand(
             " `sparkwatch-agent stream --stdio` (see",
         ),
         (agent_main, ["stream"], "stream: error: the following arguments are required: --stdio (see"),
+        (  # one of a required group, typed before the command
+            main,
+            ["--db=x.db", "export", "r1"],
+            "sparkwatch export: error: --db goes after the command: `sparkwatch export --db …`",
+        ),
+        (
+            main,
+            ["export", "r1"],
+            "sparkwatch export: error: one of the arguments --db --prometheus is required",
+        ),
+        # typed before the command's last word and after it: given twice, not misplaced
+        (
+            main,
+            ["runs", "--token-file=t", "list", "--token-file=t"],
+            "sparkwatch runs list: error: argument --token-file: may be given only once (here before",
+        ),
+        (
+            agent_main,
+            ["--stdio", "stream", "--stdio"],
+            "argument --stdio: may be given only once (here before",
+        ),
+        # a flag typed after the command is refused under it, whatever came before
+        (main, ["runs", "--token-file=t", "list", "--bogus"], "sparkwatch runs list: error: unrecognized"),
         # a flag no command takes, and one the typed command does not take: refused as unknown
         (main, ["--nope", "x.db"], "sparkwatch: error: unrecognized arguments: --nope"),
         (main, ["--db=x.db", "runs", "list"], "sparkwatch: error: unrecognized arguments: --db=x.db"),

@@ -95,15 +95,18 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _required_before(parser: argparse.ArgumentParser, message: str) -> str | None:
     """What to say instead of ``the following arguments are required: --stdio`` for `sparkwatch-agent
-    --stdio stream`: the flag was typed, before the command that requires it (the top-level parser kept it
-    aside as unknown)."""
+    --stdio stream` (or ``one of the arguments --db --prometheus is required`` for `sparkwatch --db=x.db
+    export`): the flag was typed, before the command that requires it (the top-level parser kept it aside
+    as unknown)."""
     required = re.fullmatch(r"the following arguments are required: (.+)", message)
-    if required is None:
+    group = re.fullmatch(r"one of the arguments (.+) is required", message)
+    if required is None and group is None:
         return None
     root = parser
     while (outer := getattr(root, "_outer", None)) is not None:
         root = outer
-    flags = [f for name in required.group(1).split(", ") for f in name.split("/") if f.startswith("-")]
+    names = required.group(1).split(", ") if required else group.group(1).split(" ")  # type: ignore[union-attr]
+    flags = [f for name in names for f in name.split("/") if f.startswith("-")]
     early = _typed_before(getattr(root, "_typed", []), _words(parser), flags)
     if early is None:
         return None
@@ -118,17 +121,28 @@ def _words(parser: argparse.ArgumentParser) -> list[str]:
 
 def _typed_before(typed: list[str], words: list[str], flags: Sequence[str]) -> tuple[str, int] | None:
     """The first of ``flags`` (``--f`` or ``--f=v``) typed before the last of the command's ``words``, with
-    how many of those words came before it; None where none was, or the words are not found as typed."""
+    how many of those words came before it; None where none was, where it is typed after that word too
+    (then it was given twice, not misplaced), or where the words are not found as typed."""
+    at = _word_positions(typed, words)
+    if not at:
+        return None
+    for i, token in enumerate(typed[: at[-1]]):
+        if (flag := token.partition("=")[0]) in flags:
+            again = any(later.partition("=")[0] == flag for later in typed[at[-1] + 1 :])
+            return None if again else (flag, len([k for k in at if k < i]))
+    return None
+
+
+def _word_positions(typed: list[str], words: list[str]) -> list[int] | None:
+    """Where each of the command's ``words`` was typed, in order; None where one is not found as typed (an
+    alias, say: a hint would guess)."""
     at: list[int] = []
     for word in words:
         try:
             at.append(typed.index(word, at[-1] + 1 if at else 0))
-        except ValueError:  # typed as an alias, say: the hint would guess
+        except ValueError:
             return None
-    for i, token in enumerate(typed[: at[-1]] if at else []):
-        if (flag := token.partition("=")[0]) in flags:
-            return flag, sum(1 for k in at if k < i)
-    return None
+    return at
 
 
 def _flag_before_command(parser: argparse.ArgumentParser, typed: list[str], message: str) -> str | None:
@@ -204,9 +218,13 @@ def refuse_unknown(
     flag the command takes, typed before the command's last word (`runs --token-file=t list`), is said to go
     after it."""
     owner: argparse.ArgumentParser = getattr(args, "subparser", parser)
-    words = _words(owner)
-    early = _typed_before(list(argv), words, [u.partition("=")[0] for u in unknown])
-    if early is not None:
+    typed, words = list(argv), _words(owner)
+    early = _typed_before(typed, words, [u.partition("=")[0] for u in unknown])
+    last = (_word_positions(typed, words) or [len(typed)])[-1]
+    for flag in (u.partition("=")[0] for u in unknown if u in typed[:last]):
+        if _own_flag(owner, flag) is not None and any(t.partition("=")[0] == flag for t in typed[last + 1 :]):
+            owner.error(f"argument {flag}: may be given only once (here before the command and after)")
+    if early is not None and all(u in typed[:last] for u in unknown):  # else under the command it follows
         flag, level = early
         for word in words[:level]:  # the parser it was typed for: the program's, or a command's (`runs`)
             parser = _commands_of(parser).choices[word]  # type: ignore[union-attr]
