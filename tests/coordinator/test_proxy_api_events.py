@@ -10,6 +10,7 @@ import asyncio
 import json
 import pathlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from aiohttp import ClientSession, web
@@ -94,6 +95,73 @@ def test_a_recorded_messages_stream_gives_its_token_times_usage_and_stop_reason(
     )
 
 
+def _sse(events: list[dict[str, Any]]) -> list[bytes]:
+    """Each event as a server writes it (``event:`` its type, ``data:`` its JSON, a blank line)."""
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+
+
+def _delta(kind: str, **field: str) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": 0, "delta": {"type": kind, **field}}
+
+
+def test_only_generated_text_stamps_a_messages_token_first_or_last() -> None:
+    """A signature, an empty fragment and a text block's empty start stamp nothing, placed first and last;
+    a tool call's name (its block's start) and its arguments do, as chat's tool calls do."""
+    tool = {
+        "type": "content_block_start",
+        "index": 1,
+        "content_block": {"type": "tool_use", "name": "get_weather"},
+    }
+    events = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 3, "output_tokens": 0}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+        _delta("thinking_delta", thinking=""),
+        _delta("signature_delta", signature="c2ln"),
+        tool,
+        _delta("input_json_delta", partial_json=""),
+        _delta("input_json_delta", partial_json='{"city":'),
+        _delta("text_delta", text=""),
+        _delta("signature_delta", signature="c2ln"),
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 4}},
+        {"type": "message_stop"},
+    ]
+    stamps = _fed(_sse(events))
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (4, 6), stamps
+    assert (stamps.finish_reason, stamps.completion_tokens, stamps.events) == ("tool_use", 4, len(events))
+
+
+def test_a_responses_stream_of_reasoning_and_a_call_with_cached_input() -> None:
+    """Reasoning text first, then a function call (its name with the item, its arguments as deltas), an
+    empty delta last; the cached count is part of the prompt (input_tokens), not added to it."""
+    usage = {
+        "input_tokens": 120,
+        "input_tokens_details": {"cached_tokens": 100},
+        "output_tokens": 30,
+        "output_tokens_details": {"reasoning_tokens": 20},
+    }
+    call = {"type": "function_call", "name": "f", "arguments": ""}
+    events = [
+        {
+            "type": "response.created",
+            "response": {"object": "response", "status": "in_progress", "usage": None},
+        },
+        {"type": "response.output_item.added", "item": {"type": "reasoning", "summary": []}},
+        {"type": "response.reasoning_text.delta", "delta": "Let me"},
+        {"type": "response.output_item.added", "item": call},
+        {"type": "response.function_call_arguments.delta", "delta": '{"x":1}'},
+        {"type": "response.output_text.delta", "delta": ""},
+        {
+            "type": "response.completed",
+            "response": {"object": "response", "status": "completed", "usage": usage},
+        },
+    ]
+    stamps = _fed(_sse(events))
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (2, 4), stamps
+    assert (stamps.prompt_tokens, stamps.cached_tokens) == (120, 100)
+    assert (stamps.completion_tokens, stamps.reasoning_tokens, stamps.finish_reason) == (30, 20, "completed")
+    assert stamps.done and stamps.events == len(events)
+
+
 def test_messages_counts_its_cached_input_in_the_prompt_and_keeps_counts_a_later_event_leaves_out() -> None:
     """Anthropic's input_tokens excludes the cached parts (llama.cpp's newer server: input_tokens = prompt
     minus cached, cache_read_input_tokens = cached); message_delta gives output_tokens alone."""
@@ -112,12 +180,15 @@ def test_messages_counts_its_cached_input_in_the_prompt_and_keeps_counts_a_later
     assert (stamps.t_first_token_ns, stamps.finish_reason, stamps.done) == (1, "max_tokens", True)
 
 
-def test_vllms_done_after_message_stop_and_a_late_event_count_nothing() -> None:
-    """vLLM's Messages stream ends with message_stop and then ``data: [DONE]``: both end it once."""
-    lines = [*_lines("anthropic_basic_response.sse"), b"\n\n", b"data: [DONE]\n\n"]
+@pytest.mark.parametrize("done", [False, True])
+def test_nothing_after_message_stop_counts(done: bool) -> None:
+    """Anthropic and llama.cpp end a Messages stream with message_stop; vLLM then sends ``data: [DONE]``:
+    a delta after either is no token and no event."""
+    lines = [*_lines("anthropic_basic_response.sse"), b"\n\n", *([b"data: [DONE]\n\n"] if done else [])]
     lines += [b'data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"late"}}\n\n']
     stamps = _fed(lines)
     assert stamps.t_last_token_ns == _ended(lines, _at(lines, b'"text":"!"')) and stamps.done
+    assert stamps.events == sum(1 for line in lines[:-1] if line.startswith(b"data: {"))
 
 
 @pytest.mark.parametrize(
@@ -167,11 +238,36 @@ def test_an_answer_that_says_it_failed_or_stopped_early_is_read_as_that(
 # ---- through the proxy ------------------------------------------------------------------------------------
 
 
+#: Answers not streamed in the shapes the APIs' types give (anthropic-sdk-python's ``Message``; a Response
+#: of status ``queued``, as a background request is answered), not recorded ones: none was found.
+BODIES: dict[str, dict[str, Any]] = {
+    "anthropic_message.json": {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": "Hello there!"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "cache_read_input_tokens": 2, "output_tokens": 6},
+    },
+    "queued_response.json": {
+        "id": "resp_1",
+        "object": "response",
+        "status": "queued",
+        "output": [],
+        "usage": None,
+    },
+}
+
+
 async def _upstream(request: web.Request) -> web.StreamResponse:
     """Answers ``/v1/responses`` and ``/v1/messages`` with a recorded answer (``?f=`` its file), streamed a
     line at a time, or as JSON for a ``.json`` file; ``?cut=N`` ends the stream cleanly after N lines."""
     await request.read()
     name = request.query["f"]
+    if name in BODIES:
+        return web.json_response(BODIES[name])
     if name.endswith(".json"):
         return web.Response(body=(APIS / name).read_bytes(), content_type="application/json")
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -233,6 +329,22 @@ async def test_a_streamed_answer_on_either_api_makes_a_measured_window(
     assert w.t_start_ns <= w.t_first_byte_ns < w.t_first_token_ns <= w.t_last_token_ns <= w.t_end_ns
 
 
+async def test_a_messages_answer_not_streamed_gives_its_counts_and_stop_reason(
+    proxied: tuple[str, ListSink],
+) -> None:
+    url, sink = proxied
+    _, w = await _through(url, sink, "/v1/messages", "f=anthropic_message.json")
+    assert not w.failed, w.source
+    assert (w.prompt_tokens, w.completion_tokens, w.cached_tokens, w.finish_reason) == (12, 6, 2, "end_turn")
+
+
+async def test_a_background_response_answered_queued_is_not_measured(proxied: tuple[str, ListSink]) -> None:
+    """``"background": true``: the server answers at once, ``queued``, and generates later, unseen here."""
+    url, sink = proxied
+    _, w = await _through(url, sink, "/responses", "f=queued_response.json")  # llama.cpp's path, no /v1
+    assert w.failed and w.source.get("upstream_no_completion") is True and w.finish_reason is None, w
+
+
 async def test_a_responses_answer_not_streamed_gives_its_counts_and_status(
     proxied: tuple[str, ListSink],
 ) -> None:
@@ -262,10 +374,21 @@ async def test_a_stream_that_ends_before_it_says_it_ended_is_not_measured(
 
 
 async def test_the_apis_other_paths_make_no_window(proxied: tuple[str, ListSink]) -> None:
-    """Counting a prompt's tokens is no generation (Anthropic's /v1/messages/count_tokens)."""
+    """Counting a prompt's tokens (Anthropic's /v1/messages/count_tokens) and cancelling a background
+    response (/v1/responses/ID/cancel) are no generation."""
     url, sink = proxied
     async with ClientSession() as session:
-        async with session.post(f"{url}/v1/messages/count_tokens?f=openai_response.json", json={}) as resp:
-            assert resp.status == 200
+        for path in ("/v1/messages/count_tokens", "/v1/responses/resp_1/cancel"):
+            async with session.post(f"{url}{path}?f=openai_response.json", json={}) as resp:
+                assert resp.status == 200
         await _through(url, sink, "/v1/messages", "f=anthropic_basic_response.sse")
     assert [w.source["path"] for w in sink.windows] == ["/v1/messages"]
+
+
+def test_a_chat_chunk_is_read_as_chat_whatever_else_it_carries() -> None:
+    """A chunk with ``choices`` (or llama.cpp's ``stop``) is chat's, even with a ``type`` another API uses."""
+    watcher = ResponseWatcher(streaming=True)
+    watcher.feed(b'data: {"type": "message", "choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n', 1)
+    watcher.feed(b'data: {"type": "message_stop", "content": "yo", "stop": false}\n\n', 2)
+    stamps = watcher.finish(3)
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns, stamps.done) == (1, 2, False)

@@ -16,6 +16,11 @@ from typing import Any, NamedTuple
 
 #: The Responses API's events that end an answer; each carries the response with its status and usage.
 RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+#: A response's statuses that say how it ended (``queued`` and ``in_progress`` say it has not: a
+#: ``background`` request is answered at once, queued, and generated later, unseen by the proxy).
+RESPONSE_ENDED = frozenset({"completed", "incomplete", "failed", "cancelled"})
+#: The output items a Responses stream adds whose name is generated text (a call's, as chat's tool call).
+RESPONSE_CALLS = frozenset({"function_call", "custom_tool_call", "mcp_call"})
 #: The Messages API's stream events (Anthropic's six, and ``ping``).
 MESSAGE_EVENTS = frozenset(
     {
@@ -28,6 +33,8 @@ MESSAGE_EVENTS = frozenset(
         "ping",
     }
 )
+#: The Messages content blocks whose name is generated text (a tool call's, as chat's).
+MESSAGE_CALLS = frozenset({"tool_use", "server_tool_use"})
 #: Where a Messages ``content_block_delta`` holds generated text: an answer's, its thinking's, a tool call's
 #: arguments (a signature or a citation is no generated text).
 MESSAGE_TEXT_KEYS = ("text", "thinking", "partial_json")
@@ -70,6 +77,8 @@ def _responses_event(kind: str, event: dict[str, Any]) -> Reading:
     if kind.endswith(".delta"):
         delta = event.get("delta")
         return Reading(text=isinstance(delta, str) and bool(delta))
+    if kind == "response.output_item.added":  # a call's name comes with its item (chat: in a delta)
+        return Reading(text=_named_call(event.get("item"), RESPONSE_CALLS))
     if kind in RESPONSE_ENDS:
         response = event.get("response")
         ended = _response(response) if isinstance(response, dict) else Reading()
@@ -78,16 +87,17 @@ def _responses_event(kind: str, event: dict[str, Any]) -> Reading:
 
 
 def _response(response: dict[str, Any]) -> Reading:
-    """A response object: its status as the finish reason (or why it is incomplete: ``max_output_tokens``,
-    ``content_filter``), and its usage. ``failed`` is an error; ``cancelled`` (vLLM's for an aborted
-    request) is a request given up (core.windows.GIVEN_UP)."""
+    """A response object: its status as the finish reason where it ended (or why it is incomplete:
+    ``max_output_tokens``, ``content_filter``), and its usage. ``failed`` is an error; ``cancelled`` (vLLM's
+    for an aborted request) is a request given up (core.windows.GIVEN_UP); ``queued`` (a background
+    request) gives none: nothing was generated in this answer."""
     status = response.get("status")
     details = response.get("incomplete_details")
     reason = details.get("reason") if isinstance(details, dict) else None
     finish = reason if status == "incomplete" and isinstance(reason, str) else status
     usage = response.get("usage")
     return Reading(
-        finish_reason=finish if isinstance(finish, str) and status != "in_progress" else None,
+        finish_reason=finish if status in RESPONSE_ENDED and isinstance(finish, str) else None,
         usage=_responses_usage(usage) if isinstance(usage, dict) else None,
         error=status == "failed" or bool(response.get("error")),
     )
@@ -114,6 +124,8 @@ def _messages_event(kind: str, event: dict[str, Any], seen: MutableMapping[str, 
         return Reading(text=text)
     if kind == "message_stop":
         return Reading(done=True)
+    if kind == "content_block_start":  # a tool call's name comes with its block (chat: in a delta)
+        return Reading(text=_named_call(event.get("content_block"), MESSAGE_CALLS))
     holder = event.get("message") if kind == "message_start" else event
     stop_from = event.get("delta") if kind == "message_delta" else event
     usage = holder.get("usage") if isinstance(holder, dict) else None
@@ -136,3 +148,12 @@ def _messages_usage(usage: dict[str, Any], seen: MutableMapping[str, Any]) -> di
         "completion_tokens": seen.get("output_tokens"),
         "cached_tokens": seen.get("cache_read_input_tokens"),
     }
+
+
+def _named_call(item: Any, kinds: frozenset[str]) -> bool:
+    """An output item (a content block) that is a call of one of ``kinds`` with its name: generated text,
+    as chat's streamed tool call name is."""
+    if not isinstance(item, dict) or item.get("type") not in kinds:
+        return False
+    name = item.get("name")
+    return isinstance(name, str) and bool(name)

@@ -32,9 +32,9 @@ from sparkwatch_agent.shared.parse_errors import parser_problem
 
 log = logging.getLogger(__name__)
 
-#: The OpenAI paths (``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``), llama.cpp's own
-#: (``/completion``, ``/completions``: its native shape) and Anthropic's ``/v1/messages`` (read by sse_watch).
-GENERATION_SUFFIXES = ("/chat/completions", "/completions", "/completion", "/v1/responses", "/v1/messages")
+#: The OpenAI paths (``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``; llama.cpp serves them
+#: without ``/v1`` too), llama.cpp's own (``/completion``: its native shape) and Anthropic's ``/v1/messages``.
+GENERATION_SUFFIXES = ("/chat/completions", "/completions", "/completion", "/responses", "/v1/messages")
 #: The request's place in the order generation requests arrived: its window's number (ids in arrival order).
 ARRIVAL = web.RequestKey("sparkwatch_arrival", int)
 #: How long requests in flight get to finish when the proxy closes (the runner's shutdown timeout).

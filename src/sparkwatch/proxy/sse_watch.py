@@ -215,10 +215,11 @@ class ResponseWatcher:
             return
         if event.get("error") or event.get("object") == "error":  # OpenAI's {"error": …}; vLLM's object
             stamps.error = True
-        if (reading := read_event(event, self._messages_usage)) is not None:
+        choices = event.get("choices")
+        chat = isinstance(choices, list) or isinstance(event.get("stop"), bool)  # chat's, or llama.cpp's own
+        if not chat and (reading := read_event(event, self._messages_usage)) is not None:
             self._apply(reading, t_ns, final_json)
             return
-        choices = event.get("choices")
         if isinstance(choices, list):
             for choice in choices:
                 if not isinstance(choice, dict):

@@ -67,7 +67,8 @@ def _unfinished_stream(watcher: ResponseWatcher, status: int | None, notes: Mapp
 
 def _read_whole(watcher: ResponseWatcher, status: int | None, notes: Mapping[str, bool]) -> bool:
     """A 2xx answer not streamed that the proxy read whole (not cut, compressed or past the size it parses):
-    a completion's JSON always holds a choice with a finish reason, so one without none was served."""
+    a completion's JSON always holds a finish reason (a choice's, a response's ended status, a message's
+    stop reason), so one without any served none."""
     cut = any(notes.get(k) for k in RELAY_CUT)
     whole = not cut and not watcher.stamps.body_too_large
     return not watcher.streaming and status is not None and 200 <= status < 300 and whole
