@@ -329,15 +329,6 @@ async def test_a_streamed_answer_on_either_api_makes_a_measured_window(
     assert w.t_start_ns <= w.t_first_byte_ns < w.t_first_token_ns <= w.t_last_token_ns <= w.t_end_ns
 
 
-async def test_a_messages_answer_not_streamed_gives_its_counts_and_stop_reason(
-    proxied: tuple[str, ListSink],
-) -> None:
-    url, sink = proxied
-    _, w = await _through(url, sink, "/v1/messages", "f=anthropic_message.json")
-    assert not w.failed, w.source
-    assert (w.prompt_tokens, w.completion_tokens, w.cached_tokens, w.finish_reason) == (12, 6, 2, "end_turn")
-
-
 async def test_a_background_response_answered_queued_is_not_measured(proxied: tuple[str, ListSink]) -> None:
     """``"background": true``: the server answers at once, ``queued``, and generates later, unseen here."""
     url, sink = proxied
@@ -345,18 +336,20 @@ async def test_a_background_response_answered_queued_is_not_measured(proxied: tu
     assert w.failed and w.source.get("upstream_no_completion") is True and w.finish_reason is None, w
 
 
-async def test_a_responses_answer_not_streamed_gives_its_counts_and_status(
-    proxied: tuple[str, ListSink],
+@pytest.mark.parametrize(
+    ("path", "name", "counts", "finish"),
+    [
+        ("/v1/responses", "openai_response.json", (36, 87, 0), "completed"),
+        ("/v1/messages", "anthropic_message.json", (12, 6, 2), "end_turn"),  # the cached 2 in the prompt
+    ],
+)
+async def test_an_answer_not_streamed_gives_its_counts_and_finish_reason(
+    proxied: tuple[str, ListSink], path: str, name: str, counts: tuple[int, int, int], finish: str
 ) -> None:
     url, sink = proxied
-    _, w = await _through(url, sink, "/v1/responses", "f=openai_response.json")
+    _, w = await _through(url, sink, path, f"f={name}")
     assert not w.failed, w.source
-    assert (w.prompt_tokens, w.completion_tokens, w.cached_tokens, w.finish_reason) == (
-        36,
-        87,
-        0,
-        "completed",
-    )
+    assert (w.prompt_tokens, w.completion_tokens, w.cached_tokens, w.finish_reason) == (*counts, finish)
     assert w.t_first_token_ns is None  # a whole answer has no token times
 
 
