@@ -47,8 +47,8 @@ CUT_SHORT = MappingProxyType(
         " finished",
         "upstream_unfinished": "the upstream's stream ended without [DONE] or a finish reason",
         "upstream_error": "the upstream reported an error inside its answer",
-        "upstream_aborted": "the upstream ended its answer with finish reason 'abort' or 'error': it gave the"
-        " request up",
+        "upstream_aborted": "the upstream ended its answer with finish reason 'abort' or 'error' (or a"
+        " response's status 'cancelled'): it gave the request up",
         "upstream_no_completion": "the upstream's answer (2xx, not streamed) held no completion: no finish"
         " reason (a JSON choice's, a response's ended status, a message's stop reason)",
         "proxy_failed": "the proxy failed while relaying or reading the answer (a fault of sparkwatch's own:"
