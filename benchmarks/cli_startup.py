@@ -30,6 +30,11 @@ CASES = {
     "sparkwatch schema (imports the stack)": [sys.executable, "-m", "sparkwatch", "schema"],
     # exit 2 (no command given): `run`'s flags are checked before the embedded coordinator is imported
     "sparkwatch run, refused": [sys.executable, "-m", "sparkwatch", "run", "--nodes", "n.toml"],
+    # exit 2 (no such nodes file): said before the embedded coordinator's stack is imported to read it
+    "sparkwatch run, nodes file missing": [
+        *(sys.executable, "-m", "sparkwatch", "run", "--nodes", str(EMPTY_DB.with_name("none.toml"))),
+        *("--", "true"),
+    ],
     # exit 2 (nothing listens on port 9): what a script's `runs mark` per request costs before it is sent
     "sparkwatch runs mark, unreachable": [
         *(sys.executable, "-m", "sparkwatch", "runs", "mark", "r", "m", "begin"),
@@ -42,6 +47,7 @@ CASES = {
 #: The cases that exit non-zero by design, and their exit code.
 EXIT_CODES = {
     "sparkwatch run, refused": 2,
+    "sparkwatch run, nodes file missing": 2,
     "sparkwatch runs mark, unreachable": 2,
     "sparkwatch export --db, no such run": 2,
 }
