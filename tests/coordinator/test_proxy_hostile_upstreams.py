@@ -279,3 +279,18 @@ async def test_header_bytes_that_are_not_utf8_are_refused_or_said(caplog: pytest
         f"upstream {upstream}: header X-Up holds bytes that are not UTF-8 text (0xE9), which the proxy cannot"
         " pass on; relayed without those bytes"
     )
+
+
+@pytest.mark.parametrize("typed", [False, True])
+async def test_an_answer_without_a_content_type_is_relayed_without_one(typed: bool) -> None:
+    """aiohttp gave it ``application/octet-stream``: a type the upstream never said (RFC 9110 §8.3)."""
+    kind = b"Content-Type: text/plain\r\n" if typed else b""
+    server, upstream = await _raw_upstream(b"HTTP/1.1 200 OK\r\n" + kind + b"Content-Length: 2\r\n\r\nok")
+    try:
+        async for url in _through(upstream, ListSink()):
+            raw = await _raw_request(url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    finally:
+        server.close()
+    head, body = raw.split(b"\r\n\r\n", 1)
+    types = [line for line in head.lower().split(b"\r\n") if line.startswith(b"content-type:")]
+    assert body == b"ok" and types == ([b"content-type: text/plain"] if typed else []), head

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDictProxy
 
 from sparkwatch.defaults import PHASE_RE
@@ -108,6 +108,22 @@ def forwarded(request: web.Request, name: str) -> list[tuple[str, str]]:
 def relayed(upstream: aiohttp.ClientResponse, name: str) -> list[tuple[str, str]]:
     """The upstream's headers as the client gets them, with the proxy's ``Via`` (as ``name``)."""
     return [*_end_to_end(upstream.headers), ("Via", via(upstream.version, name))]
+
+
+class _Untyped(web.StreamResponse):
+    """An answer relayed without a Content-Type, as its upstream sent it: aiohttp gives every body one
+    (``application/octet-stream``), where RFC 9110 §8.3 has a sender that does not know the type send none,
+    and a proxy does not know it."""
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        self.headers.popall(hdrs.CONTENT_TYPE, None)
+
+
+def relay_response(upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    """The client's answer to ``upstream``'s: its status and reason, and no Content-Type of the proxy's."""
+    kind = web.StreamResponse if hdrs.CONTENT_TYPE in upstream.headers else _Untyped
+    return kind(status=upstream.status, reason=upstream.reason)
 
 
 def name_own_answers(app: web.Application) -> None:

@@ -273,7 +273,7 @@ class Proxy:
         ``watcher`` after it was written (with ``parse`` off, only its first byte is stamped); ``notes``
         learns whether the client hung up (the handler is cancelled then: make_proxy_runner) or the upstream
         broke off or timed out, which the client then sees too: its connection is cut, never ended cleanly."""
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        response = headers.relay_response(upstream)
         if (garbled := headers.not_text(upstream.headers)) is not None:  # relayed without those bytes
             said = f"upstream {self._upstream_shown}: {garbled}; relayed without those bytes"
             self._garbled_log.log(logging.WARNING, said)
