@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import pathlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,10 +16,13 @@ from typing import Any
 import pytest
 from aiohttp import ClientSession, web
 
+from helpers.loopback import served
 from helpers.window_sink import ListSink
 from sparkwatch.core.windows import Window
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_runner
+from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sse_watch import ResponseStamps, ResponseWatcher
+from sparkwatch.proxy.untimed import NAMED_PATHS, TIMED, UntimedPosts
 
 APIS = pathlib.Path(__file__).parent.parent / "fixtures" / "apis"
 
@@ -385,3 +389,45 @@ def test_a_chat_chunk_is_read_as_chat_whatever_else_it_carries() -> None:
     watcher.feed(b'data: {"type": "message_stop", "content": "yo", "stop": false}\n\n', 2)
     stamps = watcher.finish(3)
     assert (stamps.t_first_token_ns, stamps.t_last_token_ns, stamps.done) == (1, 2, False)
+
+
+async def test_posts_the_proxy_made_no_window_for_are_said_when_it_closes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SGLang's bench_serving on its native /generate through the proxy measured nothing, in silence; a
+    fetch (GET) is no generation and is not counted."""
+
+    async def answer(_request: web.Request) -> web.Response:
+        return web.json_response({"text": "hi"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    async for upstream in served(app):
+        requests = [
+            ("POST", "/generate"),
+            ("POST", "/generate"),
+            ("POST", "/tokenize"),
+            ("GET", "/v1/models"),
+        ]
+        with caplog.at_level(logging.WARNING, logger="sparkwatch.proxy.serve"):
+            proxy = running_proxy("127.0.0.1", 0, ProxyConfig(upstream), ListSink())
+            async with proxy as url, ClientSession() as session:
+                for method, path in requests:
+                    async with session.request(method, f"{url}{path}", json={}) as resp:
+                        assert resp.status == 200
+    said = [r.getMessage() for r in caplog.records if "made no window for" in r.getMessage()]
+    assert said == [
+        "the proxy relayed 3 POST request(s) it made no window for (/generate ×2, /tokenize ×1): it times"
+        f" {TIMED}; a harness on another API is not measured through it (import its result file instead)"
+    ]
+
+
+def test_untimed_posts_name_a_few_paths_and_count_the_rest() -> None:
+    untimed = UntimedPosts()
+    for k in range(NAMED_PATHS + 3):
+        untimed.seen("POST", f"/v1/responses/r{k}/cancel")
+    untimed.seen("POST", "/v1/responses/r0/cancel")
+    untimed.seen("DELETE", "/v1/responses/r0")
+    assert len(untimed.by_path) == NAMED_PATHS and untimed.by_path["/v1/responses/r0/cancel"] == 2
+    assert untimed.others == 3 and ", 3 to other paths)" in (untimed.said() or "")
+    assert UntimedPosts().said() is None

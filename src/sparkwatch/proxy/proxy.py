@@ -26,6 +26,7 @@ from sparkwatch.proxy import headers
 from sparkwatch.proxy.clock import WallClock
 from sparkwatch.proxy.refusals import ABSOLUTE_FORM_REASON, openai_error
 from sparkwatch.proxy.sse_watch import ResponseWatcher
+from sparkwatch.proxy.untimed import UntimedPosts
 from sparkwatch.proxy.window_notes import answer_notes, finished, within
 from sparkwatch_agent.shared.log_limit import RateLimitedLog
 from sparkwatch_agent.shared.parse_errors import parser_problem
@@ -90,6 +91,7 @@ class Proxy:
         self._instance = secrets.token_hex(3)  # window ids stay unique if the proxy restarts in a run
         self.via_name = headers.via_name(self._instance)
         self.saw_itself = False  # a request came back: the upstream leads to this proxy
+        self.untimed = UntimedPosts()  # said when it closes (serve.py)
         self._warmup_taken = 0  # warm-up slots given to requests without a phase header
         self._arrived = 0  # generation requests so far: a window's number is its request's arrival
         self._session: aiohttp.ClientSession | None = None
@@ -152,6 +154,7 @@ class Proxy:
         if (garbled := headers.not_text(request.headers)) is not None:  # it would arrive changed: refused
             return openai_error(400, "header_not_utf8", garbled)
         if not _generation(request):
+            self.untimed.seen(request.method, request.path)
             return await self._handle(request)
         self._arrived += 1
         request[ARRIVAL] = self._arrived

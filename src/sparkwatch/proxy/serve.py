@@ -76,6 +76,8 @@ async def running_proxy(
             await runner.cleanup()
             for guard in guards:
                 _say_refused(guard)
+            if (untimed := proxy.untimed.said()) is not None:
+                log.warning("%s", untimed)
     finally:
         if own is not None:
             await own.stop()
