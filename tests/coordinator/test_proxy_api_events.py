@@ -19,10 +19,10 @@ from aiohttp import ClientSession, web
 from helpers.loopback import served
 from helpers.window_sink import ListSink
 from sparkwatch.core.windows import Window
+from sparkwatch.proxy.paths import NAMED_PATHS, TIMED, UntimedPosts
 from sparkwatch.proxy.proxy import Proxy, ProxyConfig, make_proxy_runner
 from sparkwatch.proxy.serve import running_proxy
 from sparkwatch.proxy.sse_watch import ResponseStamps, ResponseWatcher
-from sparkwatch.proxy.untimed import NAMED_PATHS, TIMED, UntimedPosts
 
 APIS = pathlib.Path(__file__).parent.parent / "fixtures" / "apis"
 
@@ -394,8 +394,8 @@ def test_a_chat_chunk_is_read_as_chat_whatever_else_it_carries() -> None:
 async def test_posts_the_proxy_made_no_window_for_are_said_when_it_closes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """SGLang's bench_serving on its native /generate through the proxy measured nothing, in silence; a
-    fetch (GET) is no generation and is not counted."""
+    """A harness on an API the proxy does not read was measured as nothing, in silence (SGLang's native
+    /generate was one); a fetch (GET) is no generation and is not counted."""
 
     async def answer(_request: web.Request) -> web.Response:
         return web.json_response({"text": "hi"})
@@ -404,8 +404,8 @@ async def test_posts_the_proxy_made_no_window_for_are_said_when_it_closes(
     app.router.add_route("*", "/{tail:.*}", answer)
     async for upstream in served(app):
         requests = [
-            ("POST", "/generate"),
-            ("POST", "/generate"),
+            ("POST", "/v1/embeddings"),
+            ("POST", "/v1/embeddings"),
             ("POST", "/tokenize"),
             ("GET", "/v1/models"),
         ]
@@ -417,8 +417,9 @@ async def test_posts_the_proxy_made_no_window_for_are_said_when_it_closes(
                         assert resp.status == 200
     said = [r.getMessage() for r in caplog.records if "made no window for" in r.getMessage()]
     assert said == [
-        "the proxy relayed 3 POST request(s) it made no window for (/generate ×2, /tokenize ×1): it times"
-        f" {TIMED}; a harness on another API is not measured through it (import its result file instead)"
+        "the proxy relayed 3 POST request(s) it made no window for (/v1/embeddings ×2, /tokenize ×1): it"
+        f" times {TIMED}; a harness on another API is not measured through it"
+        " (import its result file instead)"
     ]
 
 
@@ -431,3 +432,48 @@ def test_untimed_posts_name_a_few_paths_and_count_the_rest() -> None:
     assert len(untimed.by_path) == NAMED_PATHS and untimed.by_path["/v1/responses/r0/cancel"] == 2
     assert untimed.others == 3 and ", 3 to other paths)" in (untimed.said() or "")
     assert UntimedPosts().said() is None
+
+
+def _sglang_chunk(text: str, count: int, finish: dict[str, Any] | None = None) -> bytes:
+    """A chunk of SGLang's native stream as its http_server writes it (``data: `` + one JSON line)."""
+    meta = {"id": "r1", "finish_reason": finish, "prompt_tokens": 5, "completion_tokens": count}
+    meta["cached_tokens"] = 2
+    return (
+        b"data: " + json.dumps({"text": text, "output_ids": list(range(count)), "meta_info": meta}).encode()
+    )
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_sglangs_native_stream_stamps_a_token_where_its_count_grew(incremental: bool) -> None:
+    """By default each chunk repeats the whole text so far (``--incremental-streaming-output`` streams the
+    pieces); either way ``meta_info.completion_tokens`` grows with each token, and a chunk where it did not
+    grow (the finished one repeating the last) carries none."""
+    pieces = [" Paris", ".", " It"]
+    texts = pieces if incremental else [" Paris", " Paris.", " Paris. It"]
+    chunks = [_sglang_chunk(text, k + 1) for k, text in enumerate(texts)]
+    chunks.append(_sglang_chunk(texts[-1] if not incremental else "", 3, {"type": "length", "length": 3}))
+    stamps = _fed([*(c + b"\n\n" for c in chunks), b"data: [DONE]\n\n"])
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (0, 2), stamps
+    assert (stamps.prompt_tokens, stamps.completion_tokens, stamps.cached_tokens) == (5, 3, 2)
+    assert (stamps.finish_reason, stamps.done, stamps.error) == ("length", True, False)
+
+
+@pytest.mark.parametrize(
+    ("chunk", "finish", "error"),
+    [
+        # an abort comes as the last chunk's finish reason, not as an error object
+        (_sglang_chunk("", 0, {"type": "abort", "message": "aborted", "status_code": 503}), "abort", False),
+        (b'data: {"error": {"message": "the request failed"}}', None, True),
+    ],
+)
+def test_sglangs_abort_and_error(chunk: bytes, finish: str | None, error: bool) -> None:
+    stamps = _fed([_sglang_chunk(" Paris", 1) + b"\n\n", chunk + b"\n\n", b"data: [DONE]\n\n"])
+    assert (stamps.finish_reason, stamps.error, stamps.t_first_token_ns) == (finish, error, 0)
+
+
+async def test_sglangs_native_generate_makes_a_window(proxied: tuple[str, ListSink]) -> None:
+    """SGLang's own answer, not streamed (its docs' output): its counts and finish reason."""
+    url, sink = proxied
+    _, w = await _through(url, sink, "/generate", "f=sglang_generate.json")
+    assert not w.failed, w.source
+    assert (w.prompt_tokens, w.completion_tokens, w.cached_tokens, w.finish_reason) == (5, 32, 2, "length")

@@ -1,13 +1,14 @@
-"""The answers of the two other generation APIs an OpenAI-compatible server may serve, read into what a
-window needs: OpenAI's Responses API (``POST /v1/responses``: vLLM, llama.cpp) and Anthropic's Messages API
-(``POST /v1/messages``: vLLM, llama.cpp). Chat and text completions are sse_watch's own; it hands each parsed
-event (or a whole JSON answer) here first.
+"""The answers of the other generation APIs a server may serve, read into what a window needs: OpenAI's
+Responses API (``POST /v1/responses``: vLLM, llama.cpp), Anthropic's Messages API (``POST /v1/messages``:
+vLLM, llama.cpp) and SGLang's native ``POST /generate`` (what its bench_serving uses by default). Chat and
+text completions are sse_watch's own; it hands each parsed event (or a whole JSON answer) here first.
 
 Read from the real sources, not guessed (docs/integrations.md lists them): openai-python's response types
-and its OpenAPI spec's examples, anthropic-sdk-python's types and recorded streams, and the servers of vLLM
-and llama.cpp. What differs between them is taken as each sends it: vLLM's Responses stream ends with
+and its OpenAPI spec's examples, anthropic-sdk-python's types and recorded streams, and the servers of vLLM,
+llama.cpp and SGLang. What differs between them is taken as each sends it: vLLM's Responses stream ends with
 ``response.completed`` whatever the status and no ``[DONE]``, its Messages stream with ``message_stop`` and
-then ``[DONE]``; llama.cpp's Messages error event is named ``error`` but its JSON is not Anthropic's."""
+then ``[DONE]``; llama.cpp's Messages error event is named ``error`` but its JSON is not Anthropic's;
+SGLang's chunks repeat the whole text so far (unless its server streams increments) and its counts."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ MESSAGE_TEXT_KEYS = ("text", "thinking", "partial_json")
 #: SDK: "Total input tokens in a request is the summation of input_tokens, cache_creation_input_tokens,
 #: and cache_read_input_tokens").
 MESSAGE_INPUTS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+#: Where ``seen`` keeps SGLang's generated count so far (its chunks repeat it: a token is where it grew).
+SGLANG_COUNT = "sglang completion_tokens"
 
 
 class Reading(NamedTuple):
@@ -55,10 +58,12 @@ class Reading(NamedTuple):
     error: bool = False
 
 
-def read_event(event: dict[str, Any], messages_usage: MutableMapping[str, Any]) -> Reading | None:
+def read_event(event: dict[str, Any], seen: MutableMapping[str, Any]) -> Reading | None:
     """``event`` read as one of these APIs' (a stream's event, or a whole answer), or None where it is none
-    of theirs. ``messages_usage``: the Messages counts seen so far in this answer (a ``message_delta`` may
-    give some and not others), kept by the caller and updated here."""
+    of theirs. ``seen``: what this answer's earlier events said (the Messages counts, which a
+    ``message_delta`` may give in part; SGLang's count so far), kept by the caller and updated here."""
+    if isinstance(meta := event.get("meta_info"), dict):
+        return _sglang(meta, seen)
     kind = event.get("type")
     if kind == "error":  # both APIs' error event (and Anthropic's error body)
         return Reading(error=True)
@@ -67,7 +72,7 @@ def read_event(event: dict[str, Any], messages_usage: MutableMapping[str, Any]) 
     if event.get("object") == "response":  # a Responses answer not streamed
         return _response(event)
     if kind in MESSAGE_EVENTS or kind == "message":
-        return _messages_event(kind, event, messages_usage)
+        return _messages_event(kind, event, seen)
     return None
 
 
@@ -157,3 +162,24 @@ def _named_call(item: Any, kinds: frozenset[str]) -> bool:
         return False
     name = item.get("name")
     return isinstance(name, str) and bool(name)
+
+
+def _sglang(meta: dict[str, Any], seen: MutableMapping[str, Any]) -> Reading:
+    """A chunk of SGLang's native stream, or its whole answer: ``meta_info`` holds the counts so far
+    (``completion_tokens`` grows with each token: a chunk where it grew carried generated tokens, whether
+    the server repeats the whole text or streams increments) and, on the last, ``finish_reason`` as
+    ``{"type": "length" | "stop" | "abort", …}``."""
+    count = meta.get("completion_tokens")
+    grew = isinstance(count, int) and count > seen.get(SGLANG_COUNT, 0)
+    if grew:
+        seen[SGLANG_COUNT] = count
+    finish = meta.get("finish_reason")
+    kind = finish.get("type") if isinstance(finish, dict) else None
+    return Reading(
+        text=grew,
+        finish_reason=kind if isinstance(kind, str) else None,
+        usage={
+            k: meta.get(k)
+            for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
+        },
+    )

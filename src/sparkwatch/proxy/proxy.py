@@ -22,20 +22,16 @@ from yarl import URL
 
 from sparkwatch.core.windows import Window
 from sparkwatch.http_reasons import unreachable_reason
-from sparkwatch.proxy import headers
+from sparkwatch.proxy import headers, paths
 from sparkwatch.proxy.clock import WallClock
 from sparkwatch.proxy.refusals import ABSOLUTE_FORM_REASON, openai_error
 from sparkwatch.proxy.sse_watch import ResponseWatcher
-from sparkwatch.proxy.untimed import UntimedPosts
 from sparkwatch.proxy.window_notes import answer_notes, finished, within
 from sparkwatch_agent.shared.log_limit import RateLimitedLog
 from sparkwatch_agent.shared.parse_errors import parser_problem
 
 log = logging.getLogger(__name__)
 
-#: The OpenAI paths (``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``; llama.cpp serves them
-#: without ``/v1`` too), llama.cpp's own (``/completion``: its native shape) and Anthropic's ``/v1/messages``.
-GENERATION_SUFFIXES = ("/chat/completions", "/completions", "/completion", "/responses", "/v1/messages")
 #: The request's place in the order generation requests arrived: its window's number (ids in arrival order).
 ARRIVAL = web.RequestKey("sparkwatch_arrival", int)
 #: How long requests in flight get to finish when the proxy closes (the runner's shutdown timeout).
@@ -91,7 +87,7 @@ class Proxy:
         self._instance = secrets.token_hex(3)  # window ids stay unique if the proxy restarts in a run
         self.via_name = headers.via_name(self._instance)
         self.saw_itself = False  # a request came back: the upstream leads to this proxy
-        self.untimed = UntimedPosts()  # said when it closes (serve.py)
+        self.untimed = paths.UntimedPosts()  # said when it closes (serve.py)
         self._warmup_taken = 0  # warm-up slots given to requests without a phase header
         self._arrived = 0  # generation requests so far: a window's number is its request's arrival
         self._session: aiohttp.ClientSession | None = None
@@ -153,7 +149,7 @@ class Proxy:
             return openai_error(508, "loop_detected", headers.LOOP_REASON)
         if (garbled := headers.not_text(request.headers)) is not None:  # it would arrive changed: refused
             return openai_error(400, "header_not_utf8", garbled)
-        if not _generation(request):
+        if not paths.generation(request):
             self.untimed.seen(request.method, request.path)
             return await self._handle(request)
         self._arrived += 1
@@ -171,7 +167,7 @@ class Proxy:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         t_start = self._now_ns()
         assert self._session is not None, "Proxy.start() was not awaited"
-        generation = _generation(request)
+        generation = paths.generation(request)
         header = request.headers.get(headers.PHASE_HEADER)
         if generation and (refusal := headers.phase_refusal(request)) is not None:
             return openai_error(400, "invalid_phase", refusal)
@@ -365,11 +361,6 @@ class Proxy:
         )
         self._sink.submit(window)
         return window
-
-
-def _generation(request: web.Request) -> bool:
-    """A request that makes a window: a completion or chat completion."""
-    return request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
 
 
 def make_proxy_app(proxy: Proxy) -> web.Application:

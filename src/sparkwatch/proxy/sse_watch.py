@@ -89,7 +89,7 @@ class ResponseWatcher:
         self._after_cr = False  # the last chunk ended in CR: a LF that starts the next is its CRLF's
         self._data: list[bytes] = []  # data lines of the event being read
         self._name = b""  # the event's name (its ``event`` field): an ``error`` is one, whatever its data
-        self._messages_usage: dict[str, Any] = {}  # the Messages API's counts so far (api_events)
+        self._seen: dict[str, Any] = {}  # what this answer's earlier events said (api_events)
         self._body: list[bytes] | None = [] if not streaming else None
         self._body_bytes = 0
 
@@ -217,7 +217,7 @@ class ResponseWatcher:
             stamps.error = True
         choices = event.get("choices")
         chat = isinstance(choices, list) or isinstance(event.get("stop"), bool)  # chat's, or llama.cpp's own
-        if not chat and (reading := read_event(event, self._messages_usage)) is not None:
+        if not chat and (reading := read_event(event, self._seen)) is not None:
             self._apply(reading, t_ns, final_json)
             return
         if isinstance(choices, list):

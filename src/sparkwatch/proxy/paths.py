@@ -1,16 +1,33 @@
-"""The POST requests the proxy relayed to paths it makes no window for, said when it closes: a harness on
-an API the proxy does not read (a server's native endpoint, say) was measured as nothing, and before this
-nothing said why."""
+"""Which requests the proxy makes a window for, and the POST requests it relayed to other paths, said when
+it closes: a harness on an API the proxy does not read was measured as nothing, and before this nothing
+said why."""
 
 from __future__ import annotations
 
+from aiohttp import web
+
+#: The OpenAI paths (``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``; llama.cpp serves them
+#: without ``/v1`` too), llama.cpp's and SGLang's own (``/completion``, ``/generate``), ``/v1/messages``.
+GENERATION_SUFFIXES = (
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/responses",
+    "/v1/messages",
+    "/generate",
+)
+#: What the proxy times (GENERATION_SUFFIXES), in words.
+TIMED = (
+    "chat and text completions (…/chat/completions, …/completions, llama.cpp's /completion), …/responses,"
+    " …/v1/messages and SGLang's /generate"
+)
 #: How many paths are named; the rest are counted together (a path may hold an id: the list stays short).
 NAMED_PATHS = 8
-#: What the proxy times (proxy.GENERATION_SUFFIXES), in words.
-TIMED = (
-    "chat and text completions (…/chat/completions, …/completions, llama.cpp's /completion), …/responses"
-    " and …/v1/messages"
-)
+
+
+def generation(request: web.Request) -> bool:
+    """A request that makes a window: a completion, a chat completion, a response, a message, a generation."""
+    return request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
 
 
 class UntimedPosts:
