@@ -407,6 +407,7 @@ async def test_posts_the_proxy_made_no_window_for_are_said_when_it_closes(
             ("POST", "/v1/embeddings"),
             ("POST", "/v1/embeddings"),
             ("POST", "/tokenize"),
+            ("POST", "/api/generate"),  # Ollama's: another shape, not SGLang's /generate
             ("GET", "/v1/models"),
         ]
         with caplog.at_level(logging.WARNING, logger="sparkwatch.proxy.serve"):
@@ -417,9 +418,10 @@ async def test_posts_the_proxy_made_no_window_for_are_said_when_it_closes(
                         assert resp.status == 200
     said = [r.getMessage() for r in caplog.records if "made no window for" in r.getMessage()]
     assert said == [
-        "the proxy relayed 3 POST request(s) it made no window for (/v1/embeddings ×2, /tokenize ×1): it"
-        f" times {TIMED}; a harness on another API is not measured through it"
-        " (import its result file instead)"
+        "the proxy relayed 4 POST request(s) it made no window for (/v1/embeddings ×2, /tokenize ×1,"
+        " /api/generate ×1): it"
+        f" times {TIMED}; any of these that generated was not measured (a harness on another API: import"
+        " its result file instead)"
     ]
 
 
@@ -434,13 +436,13 @@ def test_untimed_posts_name_a_few_paths_and_count_the_rest() -> None:
     assert UntimedPosts().said() is None
 
 
-def _sglang_chunk(text: str, count: int, finish: dict[str, Any] | None = None) -> bytes:
-    """A chunk of SGLang's native stream as its http_server writes it (``data: `` + one JSON line)."""
+def _sglang_chunk(text: str, count: int, finish: Any = None, index: int | None = None) -> bytes:
+    """A chunk of SGLang's native stream as its http_server writes it (``data: `` + one JSON line); a batch's
+    or ``n`` > 1's carries its request's ``index``."""
     meta = {"id": "r1", "finish_reason": finish, "prompt_tokens": 5, "completion_tokens": count}
     meta["cached_tokens"] = 2
-    return (
-        b"data: " + json.dumps({"text": text, "output_ids": list(range(count)), "meta_info": meta}).encode()
-    )
+    chunk: dict[str, Any] = {"text": text, "output_ids": list(range(count)), "meta_info": meta}
+    return b"data: " + json.dumps(chunk if index is None else {**chunk, "index": index}).encode()
 
 
 @pytest.mark.parametrize("incremental", [False, True])
@@ -464,6 +466,7 @@ def test_sglangs_native_stream_stamps_a_token_where_its_count_grew(incremental: 
         # an abort comes as the last chunk's finish reason, not as an error object
         (_sglang_chunk("", 0, {"type": "abort", "message": "aborted", "status_code": 503}), "abort", False),
         (b'data: {"error": {"message": "the request failed"}}', None, True),
+        (_sglang_chunk(" Paris.", 2, "stop"), "stop", False),  # a finish reason given as a string
     ],
 )
 def test_sglangs_abort_and_error(chunk: bytes, finish: str | None, error: bool) -> None:
@@ -477,3 +480,20 @@ async def test_sglangs_native_generate_makes_a_window(proxied: tuple[str, ListSi
     _, w = await _through(url, sink, "/generate", "f=sglang_generate.json")
     assert not w.failed, w.source
     assert (w.prompt_tokens, w.completion_tokens, w.cached_tokens, w.finish_reason) == (5, 32, 2, "length")
+
+
+def test_sglangs_batch_stream_counts_each_request_and_sums_them() -> None:
+    """A batch (or ``n`` > 1) streams its requests' chunks mixed, each with its ``index``: one running count
+    for all of them took the shorter request's count for the whole, and missed its later tokens."""
+    chunks = [
+        _sglang_chunk("a", 1, index=0),
+        _sglang_chunk("b", 1, index=1),
+        _sglang_chunk("a a", 2, index=0),
+        _sglang_chunk("a a a", 3, {"type": "length", "length": 3}, index=0),
+        _sglang_chunk("b b", 2, index=1),
+        _sglang_chunk("b b", 2, {"type": "stop", "matched": 2}, index=1),
+    ]
+    stamps = _fed([*(c + b"\n\n" for c in chunks), b"data: [DONE]\n\n"])
+    assert (stamps.t_first_token_ns, stamps.t_last_token_ns) == (0, 4), stamps
+    assert (stamps.prompt_tokens, stamps.completion_tokens, stamps.cached_tokens) == (10, 5, 4)
+    assert (stamps.finish_reason, stamps.done) == ("stop", True)

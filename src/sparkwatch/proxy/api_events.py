@@ -43,8 +43,10 @@ MESSAGE_TEXT_KEYS = ("text", "thinking", "partial_json")
 #: SDK: "Total input tokens in a request is the summation of input_tokens, cache_creation_input_tokens,
 #: and cache_read_input_tokens").
 MESSAGE_INPUTS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-#: Where ``seen`` keeps SGLang's generated count so far (its chunks repeat it: a token is where it grew).
-SGLANG_COUNT = "sglang completion_tokens"
+#: Where ``seen`` keeps SGLang's counts so far, by request ``index`` (its chunks repeat them: a token is
+#: where the completion count grew).
+SGLANG_COUNTS = "sglang counts"
+SGLANG_COUNT_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
 
 
 class Reading(NamedTuple):
@@ -63,7 +65,7 @@ def read_event(event: dict[str, Any], seen: MutableMapping[str, Any]) -> Reading
     of theirs. ``seen``: what this answer's earlier events said (the Messages counts, which a
     ``message_delta`` may give in part; SGLang's count so far), kept by the caller and updated here."""
     if isinstance(meta := event.get("meta_info"), dict):
-        return _sglang(meta, seen)
+        return _sglang(event, meta, seen)
     kind = event.get("type")
     if kind == "error":  # both APIs' error event (and Anthropic's error body)
         return Reading(error=True)
@@ -164,22 +166,32 @@ def _named_call(item: Any, kinds: frozenset[str]) -> bool:
     return isinstance(name, str) and bool(name)
 
 
-def _sglang(meta: dict[str, Any], seen: MutableMapping[str, Any]) -> Reading:
+def _sglang(event: dict[str, Any], meta: dict[str, Any], seen: MutableMapping[str, Any]) -> Reading:
     """A chunk of SGLang's native stream, or its whole answer: ``meta_info`` holds the counts so far
     (``completion_tokens`` grows with each token: a chunk where it grew carried generated tokens, whether
-    the server repeats the whole text or streams increments) and, on the last, ``finish_reason`` as
-    ``{"type": "length" | "stop" | "abort", …}``."""
-    count = meta.get("completion_tokens")
-    grew = isinstance(count, int) and count > seen.get(SGLANG_COUNT, 0)
-    if grew:
-        seen[SGLANG_COUNT] = count
+    the server repeats the whole text or streams increments, or sends no text) and, on the last,
+    ``finish_reason`` as ``{"type": "length" | "stop" | "abort", …}``. A batch or ``n`` > 1 streams its
+    requests' chunks mixed, each with its ``index``: the counts are kept per index and summed (the prompt
+    once per index, as SGLang counts it), a token is any index's, the finish reason the last given."""
+    index = event.get("index", 0)
+    per: dict[Any, dict[str, Any]] = seen.setdefault(SGLANG_COUNTS, {})
+    before = per.get(index, {}).get("completion_tokens")
+    now = per[index] = {k: meta.get(k) for k in SGLANG_COUNT_KEYS}
+    count = now["completion_tokens"]
+    grew = isinstance(count, int) and count > (before if isinstance(before, int) else 0)
     finish = meta.get("finish_reason")
-    kind = finish.get("type") if isinstance(finish, dict) else None
+    kind = finish.get("type") if isinstance(finish, dict) else finish
     return Reading(
         text=grew,
         finish_reason=kind if isinstance(kind, str) else None,
-        usage={
-            k: meta.get(k)
-            for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
-        },
+        usage={k: _summed([c[k] for c in per.values()]) for k in SGLANG_COUNT_KEYS},
     )
+
+
+def _summed(counts: list[Any]) -> Any:
+    """The counts' sum; unknown (None) where one is missing, the first that is no count where one is not
+    (the watcher makes that unknown)."""
+    if any(c is None for c in counts):
+        return None
+    bad = [c for c in counts if not isinstance(c, int) or isinstance(c, bool)]
+    return bad[0] if bad else sum(counts)

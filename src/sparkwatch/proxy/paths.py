@@ -6,16 +6,20 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from sparkwatch.defaults import CONTROL_CHARS_RE
+
 #: The OpenAI paths (``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``; llama.cpp serves them
-#: without ``/v1`` too), llama.cpp's and SGLang's own (``/completion``, ``/generate``), ``/v1/messages``.
+#: without ``/v1`` too), llama.cpp's own (``/completion``) and ``/v1/messages``.
 GENERATION_SUFFIXES = (
     "/chat/completions",
     "/completions",
     "/completion",
     "/responses",
     "/v1/messages",
-    "/generate",
 )
+#: Paths timed as they are, not as endings: SGLang's native endpoint (``/api/generate``, Ollama's, and
+#: Triton's ``/v2/models/M/generate`` answer in other shapes).
+GENERATION_PATHS = frozenset({"/generate"})
 #: What the proxy times (GENERATION_SUFFIXES), in words.
 TIMED = (
     "chat and text completions (…/chat/completions, …/completions, llama.cpp's /completion), …/responses,"
@@ -27,7 +31,8 @@ NAMED_PATHS = 8
 
 def generation(request: web.Request) -> bool:
     """A request that makes a window: a completion, a chat completion, a response, a message, a generation."""
-    return request.method == "POST" and request.path.endswith(GENERATION_SUFFIXES)
+    path = request.path
+    return request.method == "POST" and (path.endswith(GENERATION_SUFFIXES) or path in GENERATION_PATHS)
 
 
 class UntimedPosts:
@@ -40,6 +45,7 @@ class UntimedPosts:
     def seen(self, method: str, path: str) -> None:
         if method != "POST":
             return
+        path = CONTROL_CHARS_RE.sub("?", path)  # decoded: a %0A would break the log's line
         if path in self.by_path or len(self.by_path) < NAMED_PATHS:
             self.by_path[path] = self.by_path.get(path, 0) + 1
         else:
@@ -54,5 +60,6 @@ class UntimedPosts:
         more = f", {self.others} to other paths" if self.others else ""
         return (
             f"the proxy relayed {total} POST request(s) it made no window for ({named}{more}): it times"
-            f" {TIMED}; a harness on another API is not measured through it (import its result file instead)"
+            f" {TIMED}; any of these that generated was not measured (a harness on another API: import its"
+            " result file instead)"
         )
