@@ -132,7 +132,7 @@ def test_run_wraps_a_failing_command_with_proxy_and_import(
 #: CLIENT's requests, each written to the CSV as a harness would: the proxy's requests again.
 REQUESTS_CLIENT = textwrap.dedent(
     """
-    import json, sys, time, urllib.request
+    import json, sys, time, urllib.error, urllib.request
     proxy, agent, util, csv_path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
     def post(url, body):
         req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
@@ -148,6 +148,10 @@ REQUESTS_CLIENT = textwrap.dedent(
         assert post(proxy + "/v1/chat/completions", body).endswith(b"data: [DONE]\\n\\n")
         rows.append(f"r{i},timed,{start},{time.time_ns()}")
     post(agent + "/v1/sim/load", {"util_ratio": 0.0})
+    try:  # a control request a harness sends (the simulated model has no such path: a 404, relayed)
+        post(proxy + "/tokenize", {"prompt": "hello"})
+    except urllib.error.HTTPError:
+        pass
     with open(csv_path, "w") as f:
         f.write("\\n".join(rows) + "\\n")
     """
@@ -184,6 +188,10 @@ def test_a_harness_file_of_the_proxys_requests_is_not_imported_twice(
         and "not imported" in note
     )
     assert export["totals"]["completion_tokens"] == 3 * 40
+    # the POST the proxy made no window for, said as a note of the run and kept in its export
+    (untimed,) = [n for n in export["run"]["notes"] if "made no window for" in n]
+    assert untimed.startswith("the proxy relayed 1 POST request(s) it made no window for (/tokenize ×1)")
+    assert f"sparkwatch: note: {untimed}" in result.stderr
 
 
 def test_run_refusals_are_one_line(tmp_path: pathlib.Path, agent_factory: Any) -> None:

@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -233,7 +234,9 @@ async def _start_proxy(
     stack.push_async_callback(clock.stop)
     state.now_ns = clock.now_ns
     config = ProxyConfig(opts.proxy_upstream, warmup=opts.warmup)
-    proxy_url = await stack.enter_async_context(running_proxy(host, port, config, sink, client, clock=clock))
+    untimed = partial(_note, opts, state)  # the POSTs it made no window for: a note of the run, in its export
+    proxy = running_proxy(host, port, config, sink, client, clock=clock, untimed_to=untimed)
+    proxy_url = await stack.enter_async_context(proxy)
     opts.stderr.write(f"sparkwatch: proxy {proxy_url} -> {redact_text(opts.proxy_upstream)}\n")
     if not uses_proxy(opts.command):  # before CMD: a benchmark pointed at the model server is not measured
         opts.stderr.write(f"sparkwatch: note: {not_through_proxy(proxy_url)}\n")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget
@@ -39,10 +40,13 @@ async def running_proxy(
     client: CoordinatorClient | None = None,
     *,
     clock: ProxyClock | None = None,
+    untimed_to: Callable[[str], None] | None = None,
 ) -> AsyncIterator[str]:
     """The proxy on host:port until the block ends; yields its URL. With ``client`` (windows go to that
     coordinator) they are stamped on the coordinator's clock (``clock``, started and stopped by the
-    caller, when it stamps more than the proxy's windows), else on this host's wall clock."""
+    caller, when it stamps more than the proxy's windows), else on this host's wall clock. The POSTs it
+    relayed without a window are said when it closes: to ``untimed_to`` (`run`: a note of the run), else
+    in the log."""
     if not config.upstream.startswith(("http://", "https://")):
         raise ProxyConfigError(f"--upstream must be an http:// or https:// URL, not {config.upstream!r}")
     shown = upstream_shown(config.upstream)
@@ -77,7 +81,7 @@ async def running_proxy(
             for guard in guards:
                 _say_refused(guard)
             if (untimed := proxy.untimed.said()) is not None:
-                log.warning("%s", untimed)
+                (untimed_to or partial(log.warning, "%s"))(untimed)
     finally:
         if own is not None:
             await own.stop()
