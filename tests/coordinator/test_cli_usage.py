@@ -169,10 +169,17 @@ def test_the_agents_unknown_flag_is_one_line_under_its_subcommand(
 def test_a_commands_flag_typed_before_the_command_is_said_so(
     main_of: Any, argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    err = _refused(main_of, argv, capsys)
+    assert line in err, err
+
+
+def _refused(main_of: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``main_of(argv)`` said on stderr: one line, exit 2."""
     with pytest.raises(SystemExit) as exited:
         main_of(argv)
     err = capsys.readouterr().err
-    assert exited.value.code == 2 and line in err and err.count("\n") == 1, err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    return err
 
 
 @pytest.mark.parametrize(
@@ -218,12 +225,8 @@ def test_a_commands_flag_typed_before_the_command_is_said_so(
 def test_a_flag_that_takes_one_value_refuses_a_second(
     main_of: Any, argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main_of(argv)
-    err = capsys.readouterr().err
-    assert (
-        exited.value.code == 2 and line in err and "may be given only once" in err and err.count("\n") == 1
-    ), err
+    err = _refused(main_of, argv, capsys)
+    assert line in err and "may be given only once" in err, err
 
 
 def test_a_flag_that_repeats_on_purpose_still_does() -> None:

@@ -148,10 +148,8 @@ def _messages_usage(usage: dict[str, Any], seen: MutableMapping[str, Any]) -> di
     prompt the sum of its parts, the cached part ``cache_read_input_tokens``."""
     seen.update({k: v for k, v in usage.items() if v is not None})
     known = [seen[k] for k in MESSAGE_INPUTS if k in seen]
-    bad = [p for p in known if not isinstance(p, int) or isinstance(p, bool)]  # then the prompt is unknown
-    prompt = (bad[0] if bad else sum(known)) if known else None
     return {
-        "prompt_tokens": prompt,
+        "prompt_tokens": _summed(known) if known else None,
         "completion_tokens": seen.get("output_tokens"),
         "cached_tokens": seen.get("cache_read_input_tokens"),
     }

@@ -20,7 +20,7 @@ GENERATION_SUFFIXES = (
 #: Paths timed as they are, not as endings: SGLang's native endpoint (``/api/generate``, Ollama's, and
 #: Triton's ``/v2/models/M/generate`` answer in other shapes).
 GENERATION_PATHS = frozenset({"/generate"})
-#: What the proxy times (GENERATION_SUFFIXES), in words.
+#: What the proxy times (GENERATION_SUFFIXES and GENERATION_PATHS), in words.
 TIMED = (
     "chat and text completions (…/chat/completions, …/completions, llama.cpp's /completion), …/responses,"
     " …/v1/messages and SGLang's /generate"
