@@ -10,8 +10,10 @@ them), a hello per boot, the run and its windows (``create_run``, ``add_windows`
 run keeps the 8 h run's request rate (1 250 windows).
 
 Each round runs in a fresh subprocess, so imports and caches are paid as a `sparkwatch export` pays them:
-the export is ``export_run(store, run_id, nodes, now_ns)`` over ``Store.read_only``; "export -o" is that
-and the export written to a file by ``outputs.write_export``, what `sparkwatch export --db F -o OUT` does;
+the export is ``export_run(store, run_id, nodes, now_ns)`` over ``Store.read_only``; "export -o" is what
+`sparkwatch export --db F -o OUT` does: that, the export written to a file by ``outputs.write_export`` and
+judged for the quality line (``commands.quality.judge``), the windows spooled as they are first made where
+the tree has ``window_spool`` (before it, they were made three times: digest, file, judge);
 the floor, one SELECT of the span's blocks per node decoded into numpy (``sample_block.decode_blob``,
 concatenate) and a join of every window's [start, end] against the node's GPU sample times
 (np.searchsorted, power summed per window by cumsum); "windows", what the coordinator makes for
@@ -71,23 +73,44 @@ def _cpu_s() -> float:
 
 
 def child_export(path: pathlib.Path, *, written: bool = False) -> dict[str, Any]:
-    """``export_run``; ``written``: and the export written to a file as `sparkwatch export -o` writes it."""
+    """``export_run``; ``written``: and what `sparkwatch export -o` does with it (commands/export_cmd.py):
+    the export written to a file, and judged for the quality line; where the tree has a window spool, the
+    windows tapped into it as the digest's pass makes them, and the file and the judge read it."""
     from sparkwatch.store import Store
 
     export_run = _export_run()
+    spool = _spool() if written else None
     base = _rss_mib()
     t0, c0 = time.perf_counter(), _cpu_s()
     store = Store.read_only(path)
-    export = export_run(store, RUN_ID, store.node_names(), time.time_ns)
+    tapped = {} if spool is None else {"windows_tap": spool}
+    export = export_run(store, RUN_ID, store.node_names(), time.time_ns, **tapped)
     store.close()
     if written:
+        from sparkwatch.commands.quality import judge
         from sparkwatch.outputs import write_export
 
         with tempfile.TemporaryDirectory() as folder:
-            write_export(pathlib.Path(folder) / "export.json", export)
+            if spool is None:
+                write_export(pathlib.Path(folder) / "export.json", export)
+                judge(export)
+            else:
+                write_export(pathlib.Path(folder) / "export.json", export, spool)
+                judge(export, windows=spool.kept(len(export["windows"])))
+                spool.close()
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     gated = [n["power_w"]["gated_mean"] for n in export["nodes"]]
     return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": _rss_mib(), "check": gated}
+
+
+def _spool() -> Any:
+    """The command's window spool, or None in a tree from before it (the windows made three times)."""
+    try:
+        from sparkwatch.commands.quality import JUDGED_FIELDS
+        from sparkwatch.window_spool import WindowSpool
+    except ImportError:
+        return None
+    return WindowSpool(keep=JUDGED_FIELDS)
 
 
 def child_windows(path: pathlib.Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, TextIO
 import orjson
 
 from sparkwatch.core.window_rows import WindowRows, is_rows, plain
+from sparkwatch.window_spool import INDENTED, WindowSpool, indented_items, shifted
 
 #: Bytes copied at a time from a spooled export to stdout.
 COPY_BYTES = 1 << 20
@@ -236,16 +237,17 @@ def export_text(export: dict[str, Any]) -> str:
     return out.getvalue().decode()
 
 
-def print_export(export: dict[str, Any], out: TextIO) -> None:
+def print_export(export: dict[str, Any], out: TextIO, windows: WindowSpool | None = None) -> None:
     """:func:`export_text` to a text stream (stdout): its bytes to the stream's buffer, not through a str,
     by way of a temporary file (the writer may start over, so it needs a file it can seek in; the text of an
-    8 h export is ~50 MB, held in memory it was a third of the process's peak)."""
+    8 h export is ~50 MB, held in memory it was a third of the process's peak). ``windows``: see
+    :func:`write_export_to`."""
     raw = getattr(out, "buffer", None)
     if raw is None:  # a stream of text only (a caller's StringIO)
         out.write(export_text(export))
         return
     with tempfile.TemporaryFile() as spool:
-        write_export_to(spool, export)
+        write_export_to(spool, export, windows)
         spool.seek(0)
         out.flush()
         raw.flush()
@@ -258,9 +260,9 @@ def print_export(export: dict[str, Any], out: TextIO) -> None:
         _write_all(fd, spool)
 
 
-def _spooled(out: BinaryIO, export: dict[str, Any]) -> None:
+def _spooled(out: BinaryIO, export: dict[str, Any], windows: WindowSpool | None) -> None:
     with tempfile.TemporaryFile() as spool:
-        write_export_to(spool, export)
+        write_export_to(spool, export, windows)
         spool.seek(0)
         _write_all(out.fileno(), spool)
 
@@ -275,17 +277,17 @@ def _write_all(fd: int, source: BinaryIO) -> None:
             view = view[os.write(fd, view) :]
 
 
-def write_export(path: Path, export: dict[str, Any]) -> None:
+def write_export(path: Path, export: dict[str, Any], windows: WindowSpool | None = None) -> None:
     """:func:`export_text` into ``path``, whole or not at all, written as it is encoded: an 8 h run's
     export is ~50 MB of text, never held at once (nor as bytes, text and bytes again)."""
     if not_a_file(path):  # no seeking in a pipe: the export is made in a spool, then copied in
-        _write_into(path, lambda f: _spooled(f, export))
+        _write_into(path, lambda f: _spooled(f, export, windows))
         return
     final = through_link(path)
     tmp = final.with_name(f".{final.name}.sparkwatch-tmp")
     try:
         with open(tmp, "wb") as f:
-            write_export_to(f, export)
+            write_export_to(f, export, windows)
         _keep_mode(tmp, final)
         tmp.replace(final)
     except BaseException as exc:  # a full disk, a value orjson refuses, an interrupt: no half file is left
@@ -309,13 +311,11 @@ def write_export_or_spare(output: Path, export: dict[str, Any], spare_name: str,
         return spare
 
 
-_INDENTED = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-
-
-def write_export_to(out: BinaryIO, export: dict[str, Any]) -> None:
+def write_export_to(out: BinaryIO, export: dict[str, Any], windows: WindowSpool | None = None) -> None:
     """:func:`export_text`'s bytes into ``out``, key by key and a long list item by item (each indented as
     orjson indents the whole, shifted to its depth: JSON text never holds a raw newline but between
-    tokens). A non-ASCII piece starts it over with json, whole, from where ``out`` began."""
+    tokens). A non-ASCII piece starts it over with json, whole, from where ``out`` began. ``windows``: the
+    export's windows already encoded as they were made (window_spool), copied where it holds them all."""
     start = out.tell()
     body = [(k, v) for k, v in export.items() if k != "series"]
     if not body:
@@ -324,7 +324,8 @@ def write_export_to(out: BinaryIO, export: dict[str, Any]) -> None:
         out.write(b"{")
         for n, (key, value) in enumerate(body):
             head = (b"," if n else b"") + b"\n  " + orjson.dumps(key) + b": "
-            for piece in _indented_pieces(value, head):
+            spooled = windows if key == "windows" else None
+            for piece in _indented_pieces(value, head, spooled):
                 if not piece.isascii():
                     out.seek(start)
                     out.truncate()
@@ -336,23 +337,22 @@ def write_export_to(out: BinaryIO, export: dict[str, Any]) -> None:
     _close(out, export, not body)
 
 
-def _indented_pieces(value: Any, head: bytes) -> Iterator[bytes]:
-    """A top-level value after ``head``, at depth 1: a long list (the windows) one item at a time."""
-    if is_rows(value) and len(value) > LIST_ITEMS_AT_ONCE:
+def _indented_pieces(value: Any, head: bytes, spooled: WindowSpool | None = None) -> Iterator[bytes]:
+    """A top-level value after ``head``, at depth 1: a long list (the windows) a slice at a time, or from
+    ``spooled`` (which holds its items as these slices would be written)."""
+    if spooled is not None and spooled.holds(len(value)):
+        yield head + b"["
+        yield from spooled.pieces()
+        yield b"\n  ]"
+    elif is_rows(value) and len(value) > LIST_ITEMS_AT_ONCE:
         yield head + b"["
         for start in range(0, len(value), LIST_ITEMS_AT_ONCE):
-            # a slice as one indented list, its brackets off: its items at depth 1, shifted to depth 2
-            items = orjson.dumps(value[start : start + LIST_ITEMS_AT_ONCE], option=_INDENTED)[1:-2]
-            yield (b"," if start else b"") + _shifted(items, 2)
+            yield (b"," if start else b"") + indented_items(value[start : start + LIST_ITEMS_AT_ONCE])
         yield b"\n  ]"
     elif isinstance(value, WindowRows):  # a few windows: one list
-        yield head + _shifted(orjson.dumps(list(value), option=_INDENTED), 2)
+        yield head + shifted(orjson.dumps(list(value), option=INDENTED), 2)
     else:
-        yield head + _shifted(orjson.dumps(value, option=_INDENTED), 2)
-
-
-def _shifted(encoded: bytes, spaces: int) -> bytes:
-    return encoded.replace(b"\n", b"\n" + b" " * spaces)
+        yield head + shifted(orjson.dumps(value, option=INDENTED), 2)
 
 
 def _close(out: BinaryIO, export: dict[str, Any], empty: bool) -> None:

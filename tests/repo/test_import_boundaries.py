@@ -50,6 +50,7 @@ ROOT_STAGES: dict[str, float] = {
     "hello_facts": 0,
     "core": 0,
     "outputs": 0,
+    "window_spool": 0,  # the export's windows encoded once, for outputs' writer
     "store": 1,
     "importers": 1,
     "report": 1,  # built from an export alone: the core's shapes, never the store or the coordinator

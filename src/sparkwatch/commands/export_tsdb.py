@@ -20,6 +20,7 @@ from sparkwatch.commands.export_flags import TSDB_DEFAULTS, too_long
 from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.run_spec import RunSpec
 from sparkwatch.core.stamps import utc_stamp
+from sparkwatch.core.window_rows import WindowsTap
 from sparkwatch.core.windows import SPAN_SLACK_NS, Window, outside_span
 from sparkwatch.defaults import DEFAULT_GATE_THRESHOLD, DEFAULT_PHASES, DEFAULT_SCOPE, ScopeKind
 from sparkwatch.importers import export_answer, load_windows, run_export, windows_answer
@@ -157,6 +158,7 @@ def tsdb_export(
     say: Callable[[str], None],
     series_buckets: int | None = None,
     now_ns: Callable[[], int] = time.time_ns,
+    windows_tap: WindowsTap | None = None,
 ) -> dict[str, Any]:
     """The export over ``--start`` to ``--end`` for the ``--nodes`` given, else every node the engine has
     series of; SourceError (one line) when the engine cannot be read, lacks a node named or holds nothing
@@ -203,7 +205,9 @@ def tsdb_export(
         phases=phases,
         command=None if run is None else run.command,
     )
-    export = export_from(source, spec, nodes, windows, __version__, series_buckets=series_buckets)
+    export = export_from(
+        source, spec, nodes, windows, __version__, series_buckets=series_buckets, windows_tap=windows_tap
+    )
     if export["method"]["interval_s"] <= 0:
         raise SourceError(f"no node has two samples between --start and --end at {url}: nothing to measure")
     return export

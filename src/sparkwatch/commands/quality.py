@@ -67,6 +67,10 @@ class Quality:
         }
 
 
+#: The fields of each window :func:`judge` reads.
+JUDGED_FIELDS = ("id", "phase", "in_scope", "verdict")
+
+
 def judge(
     export: dict[str, Any],
     nodes_behind: Sequence[str] = (),
@@ -74,16 +78,17 @@ def judge(
     failed_checks: Sequence[str] = (),
     *,
     scope_flag: bool = True,
+    windows: Sequence[dict[str, Any]] | None = None,
 ) -> Quality:
     """The measurement's quality: every window of the run's measured phases measured and ``ok`` (one that
     failed or lacks the stamps its scope needs is not), no GPU reported by two nodes, every node caught up,
     sampled and with a gated power, every import taken, every check passed. ``nodes_behind`` are the nodes
     whose samples never reached the end of the run; ``failed_imports`` one sentence per import that was
     skipped; ``failed_checks`` one per check of the windows that failed (lmx's status lines against the
-    proxy's). ``scope_flag``: whether the command has ``--scope run`` to suggest (the demo has not)."""
-    method = export["method"]
-    phases = method.get("phases", ["timed"])
-    timed = [w for w in export["windows"] if w["phase"] in phases]
+    proxy's). ``scope_flag``: whether the command has ``--scope run`` to suggest (the demo has not);
+    ``windows``: the windows' JUDGED_FIELDS where kept as they were made (not made again for this)."""
+    method, phases = export["method"], export["method"].get("phases", ["timed"])
+    timed = [w for w in (export["windows"] if windows is None else windows) if w["phase"] in phases]
     whole_run = method.get("scope") == "run"  # the run is the measured time: its windows judge nothing
     not_ok = [] if whole_run else [w["id"] for w in timed if not w["in_scope"] or w["verdict"] != "ok"]
     measured = (method.get("scope_s") or 0) > 0 if whole_run else any(w["in_scope"] for w in timed)

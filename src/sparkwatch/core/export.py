@@ -24,7 +24,7 @@ from sparkwatch.core.rounding import ratio_text, rounded
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.series import Frame, node_series, series_block, series_frame
 from sparkwatch.core.tracks import F64, GAP_INTERVALS, MemTrack
-from sparkwatch.core.window_rows import WindowRows
+from sparkwatch.core.window_rows import WindowRows, WindowsTap
 from sparkwatch.core.windows import Window, scope_for, union
 from sparkwatch.defaults import EXPORT_SCHEMA, OPEN_RUN_NOTE, UTIL_SOURCE, ScopeKind
 from sparkwatch_agent.shared.units import lmx_gb, one_decimal
@@ -94,6 +94,7 @@ def build_export(
     *,
     series_buckets: int | None = None,
     source: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+    windows_tap: WindowsTap | None = None,
 ) -> dict[str, Any]:
     """The export; with ``series_buckets`` its ``series`` block (core/series.py) in that many buckets over
     the run; with ``source`` (sources/) its ``source`` block. Without them, what it was before either.
@@ -101,7 +102,8 @@ def build_export(
     memory track is kept past its own figures, for the peak of the sum over nodes. A ``run`` without a
     nominal interval (``interval_s`` 0: a TSDB's scrapes) takes the longest interval the nodes' samples
     show (the windows' verdicts are made after every node is measured). ``source`` may be a function: what
-    the source says of itself once every node is read (which series it found)."""
+    the source says of itself once every node is read (which series it found). ``windows_tap`` is handed
+    every slice of windows made, the digest's pass first."""
     plan = _plan(run, windows)
     frame = None if series_buckets is None else series_frame(run, windows, series_buckets)
     run, measured = _measured(run, nodes, plan, frame)
@@ -132,7 +134,9 @@ def build_export(
     engine_entries = attach_engine(
         export, engine, (plan.scope.starts, plan.scope.ends), (plan.starts, plan.ends)
     )
-    export["windows"] = _windows_json(run, windows, figures, plan, clocks, engine=engine_entries)
+    export["windows"] = _windows_json(
+        run, windows, figures, plan, clocks, engine=engine_entries, tap=windows_tap
+    )
     export["lmx"] = _lmx(run, sparkwatch_version, export, figures, source)  # last: it quotes the digest
     if frame is not None:
         export["series"] = series_block(frame, plotted)
@@ -247,6 +251,7 @@ def _windows_json(
     clocks: Sequence[tuple[str, NodeClock]],
     *,
     engine: Sequence[dict[str, Any] | None],
+    tap: WindowsTap | None = None,
 ) -> WindowRows[dict[str, Any]]:
     """The export's ``windows``: each window's fields, verdict, node entries, split and engine entry, made
     a slice of windows at a time from the nodes' columns (core.window_rows)."""
@@ -290,6 +295,8 @@ def _windows_json(
             window.update(_split_json(w, prefill[k], decode[k], len(figures)))
             window["engine"] = engine[k]
             out.append(window)
+        if tap is not None:
+            tap(lo, out)
         return out
 
     return WindowRows(len(windows), make, held=(windows,))

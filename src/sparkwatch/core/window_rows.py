@@ -17,6 +17,10 @@ from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
+#: What is handed each slice of windows as it is made: its first index and its values (a tap may keep what it
+#: needs of the first pass, so a later reader does not make them again: outputs' window spool).
+WindowsTap = Callable[[int, list[Any]], None]
+
 #: Windows made per step of an iteration: large enough that numpy's per-call cost is spread (a slice's
 #: figures are rounded a column at a time), small enough that a slice's values are a few MB at most.
 CHUNK = 500

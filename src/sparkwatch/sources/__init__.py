@@ -15,6 +15,7 @@ from sparkwatch.core.export import build_export
 from sparkwatch.core.export_nodes import longest_interval_s
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.tracks import GAP_INTERVALS
+from sparkwatch.core.window_rows import WindowsTap
 from sparkwatch.core.windows import Window
 from sparkwatch.engines.spec import MAX_INTERVAL_S as ENGINE_MAX_INTERVAL_S
 from sparkwatch.meters.spec import MAX_INTERVAL_S as METER_MAX_INTERVAL_S
@@ -67,6 +68,7 @@ def export_from(
     version: str,
     *,
     series_buckets: int | None = None,
+    windows_tap: WindowsTap | None = None,
 ) -> dict[str, Any]:
     """The run's export from ``source``: every window is read whole, even one that starts before the run
     or ends after it. A ``spec`` without a nominal interval (``interval_s`` 0: a TSDB's scrapes) takes the
@@ -81,5 +83,12 @@ def export_from(
         interval_s = max((longest_interval_s(node.gpus, span) for node in inputs), default=0.0)
         spec = dataclasses.replace(spec, interval_s=interval_s)
     return build_export(
-        spec, inputs, windows, version, engine, series_buckets=series_buckets, source=source.describe
+        spec,
+        inputs,
+        windows,
+        version,
+        engine,
+        series_buckets=series_buckets,
+        source=source.describe,
+        windows_tap=windows_tap,
     )

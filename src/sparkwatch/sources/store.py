@@ -19,7 +19,7 @@ from sparkwatch.core.failures import Failures
 from sparkwatch.core.run_spec import NodeInput, RunSpec
 from sparkwatch.core.throttle import SignalTrack
 from sparkwatch.core.tracks import I64, GpuTrack, MemTrack, repeated
-from sparkwatch.core.window_rows import WindowRows
+from sparkwatch.core.window_rows import WindowRows, WindowsTap
 from sparkwatch.defaults import SCOPES, ScopeKind
 from sparkwatch.hello_facts import announced_gpus, unsupported_fields
 from sparkwatch.sources import ENGINE_MARGIN_NS, LEAD_NS, METER_TAIL_NS, TAIL_NS, export_from
@@ -280,11 +280,13 @@ def export_run(
     scope: ScopeKind | None = None,
     phases: Sequence[str] | None = None,
     series_buckets: int | None = None,
+    windows_tap: WindowsTap | None = None,
 ) -> dict[str, Any]:
     """The run's export, of the nodes it was opened with (``nodes``: those of a run stored before they were
     kept, the coordinator's); ``gate_threshold``, ``scope`` and ``phases``, when given, replace the run's own
     (an offline re-export with another method: `sparkwatch export --db`); the export's ``method`` says
-    which were used. ``series_buckets``: add the ``series`` block in that many buckets."""
+    which were used. ``series_buckets``: add the ``series`` block in that many buckets; ``windows_tap``: see
+    ``core.export.build_export``."""
     run = store.run(run_id)
     nodes = nodes if run.nodes is None else run.nodes
     t_end = run.t_end_ns if run.t_end_ns is not None else now_ns()
@@ -307,7 +309,13 @@ def export_run(
     windows = store.windows(run_id)
     try:
         export = export_from(
-            StoreSource(store), spec, nodes, windows, __version__, series_buckets=series_buckets
+            StoreSource(store),
+            spec,
+            nodes,
+            windows,
+            __version__,
+            series_buckets=series_buckets,
+            windows_tap=windows_tap,
         )
     finally:
         let_go(windows)
