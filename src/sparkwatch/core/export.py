@@ -262,6 +262,7 @@ def _windows_json(
     partial = [_partial_windows(str(f.json["node"]), f.system, lengths_s) for f in figures]
     prefill, decode = _window_splits(figures, len(windows))
     windows = list(windows)  # its own: a caller may empty its list once the export is made (let_go)
+    doubted = [(name, clock) for name, clock in clocks if clock.steps or clock.disagreements]  # most: none
 
     def judged(k: int, w: Window, entries: Sequence[dict[str, Any]]) -> tuple[str, list[str]]:
         failure = w.failure()
@@ -271,8 +272,7 @@ def _windows_json(
             return "incomplete", [NO_DECODE_STAMPS]
         length_s = float(plan.ends[k] - plan.starts[k]) / 1e9
         coverages = [e["coverage_ratio"] for e in entries]
-        span = (w.t_start_ns, w.t_end_ns)
-        suspects = [f"{name}: {why}" for name, clock in clocks for why in clock.suspects(*span)]
+        suspects = [f"{n}: {why}" for n, clock in doubted for why in clock.suspects(w.t_start_ns, w.t_end_ns)]
         suspects += [
             f"{e['node']}: {e['implausible_intervals']} interval(s) below 0 or above"
             f" {MAX_PLAUSIBLE_GPU_W:g} W per GPU rejected"

@@ -7,6 +7,7 @@ forms. The API, the importers, the proxy and the store all use it.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -101,7 +102,7 @@ class Window:
 
     def to_json(self) -> dict[str, Any]:
         """Every field by name, as the export shows a window."""
-        return {name: getattr(self, name) for name in WINDOW_FIELDS}
+        return dict(zip(WINDOW_FIELDS, _field_values(self), strict=True))
 
     def to_body(self) -> dict[str, Any]:
         """The API's window body: unknown fields left out."""
@@ -119,6 +120,8 @@ class Window:
         harness recorded as failed)."""
         if self.http_status is not None and not 200 <= self.http_status < 300:
             return f"HTTP status {self.http_status}: a request not answered with 2xx is not measured"
+        if CUT_SHORT.keys().isdisjoint(self.source):  # most windows: asked of each, several times
+            return None
         for note, why in CUT_SHORT.items():
             if self.source.get(note) is True:
                 return f"{why} (source.{note}): a request that did not complete is not measured"
@@ -135,6 +138,7 @@ class Window:
 
 #: Window's fields in declaration order (the store's columns have the same names).
 WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Window))
+_field_values = operator.attrgetter(*WINDOW_FIELDS)  # all of them in one call (an export reads 10 000)
 
 
 def check_window(w: Window) -> Window:
