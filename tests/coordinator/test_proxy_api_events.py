@@ -265,6 +265,55 @@ BODIES: dict[str, dict[str, Any]] = {
 }
 
 
+def _vllm_messages(stop_reason: str | None) -> bytes:
+    """A Messages stream as vLLM's anthropic/serving.py writes one (``event:`` and ``data:`` lines, pydantic's
+    ``exclude_unset`` JSON; message_stop from the chat stream's [DONE], then [DONE]), its final
+    message_delta's stop_reason from ``stop_reason_map.get(finish_reason)``: null for an aborted request."""
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "chatcmpl-1",
+                    "content": [],
+                    "model": "m",
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 12, "output_tokens": 0},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {"index": 0, "type": "content_block_start", "content_block": {"type": "text", "text": ""}},
+        ),
+        (
+            "content_block_delta",
+            {"index": 0, "type": "content_block_delta", "delta": {"type": "text_delta", "text": "Hel"}},
+        ),
+        ("content_block_stop", {"index": 0, "type": "content_block_stop"}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason},
+                "usage": {"input_tokens": 12, "output_tokens": 3},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    text = "".join(f"event: {name}\ndata: {json.dumps(e, separators=(',', ':'))}\n\n" for name, e in events)
+    return text.encode() + b"data: [DONE]\n\n"
+
+
+#: Streams written here from a server's source (none recorded was found), served as the files are.
+STREAMS = {
+    "vllm_messages_aborted.sse": _vllm_messages(None),
+    "vllm_messages_stopped.sse": _vllm_messages("end_turn"),
+}
+
+
 async def _upstream(request: web.Request) -> web.StreamResponse:
     """Answers ``/v1/responses`` and ``/v1/messages`` with a recorded answer (``?f=`` its file), streamed a
     line at a time, or as JSON for a ``.json`` file; ``?cut=N`` ends the stream cleanly after N lines."""
@@ -276,7 +325,8 @@ async def _upstream(request: web.Request) -> web.StreamResponse:
         return web.Response(body=(APIS / name).read_bytes(), content_type="application/json")
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    lines = _lines(name)[: int(request.query.get("cut", 10**6))]
+    whole = STREAMS[name].splitlines(keepends=True) if name in STREAMS else _lines(name)
+    lines = whole[: int(request.query.get("cut", 10**6))]
     for line in lines:
         await resp.write(line)
         await asyncio.sleep(0.002)
@@ -355,6 +405,33 @@ async def test_an_answer_not_streamed_gives_its_counts_and_finish_reason(
     assert not w.failed, w.source
     assert (w.prompt_tokens, w.completion_tokens, w.cached_tokens, w.finish_reason) == (*counts, finish)
     assert w.t_first_token_ns is None  # a whole answer has no token times
+
+
+@pytest.mark.parametrize(
+    ("name", "failed"), [("vllm_messages_aborted.sse", True), ("vllm_messages_stopped.sse", False)]
+)
+async def test_a_messages_stream_that_stops_without_a_stop_reason_is_not_measured(
+    proxied: tuple[str, ListSink], name: str, failed: bool
+) -> None:
+    """vLLM's Messages stream of a request it aborted (finish reason ``abort``; ``error`` and ``repetition``
+    alike) ends as a complete one does, with message_stop and [DONE], but its stop reason is null: it was
+    read as complete and measured. Anthropic's and llama.cpp's streams always give one."""
+    url, sink = proxied
+    _, w = await _through(url, sink, "/v1/messages", f"f={name}")
+    assert w.failed is failed and w.source.get("upstream_no_completion", False) is failed, w.source
+    assert (w.prompt_tokens, w.completion_tokens) == (12, 3) and w.t_first_token_ns is not None
+    assert w.finish_reason == (None if failed else "end_turn")
+    if failed:
+        assert "vLLM's Messages stream" in (w.failure() or "")
+
+
+def test_a_messages_stream_that_never_gave_a_stop_reason_says_so() -> None:
+    """No message_delta at all before message_stop: the same; one with a reason before it: none of that."""
+    bare = _sse(
+        [{"type": "message_start", "message": {"usage": {"input_tokens": 1}}}, {"type": "message_stop"}]
+    )
+    assert _fed(bare).no_stop_reason and _fed(bare).done
+    assert not _fed(_lines("anthropic_basic_response.sse")).no_stop_reason
 
 
 async def test_a_stream_that_ends_before_it_says_it_ended_is_not_measured(

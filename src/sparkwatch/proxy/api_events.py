@@ -46,6 +46,11 @@ MESSAGE_INPUTS = ("input_tokens", "cache_creation_input_tokens", "cache_read_inp
 #: Where ``seen`` keeps SGLang's counts so far, by request ``index`` (its chunks repeat them: a token is
 #: where the completion count grew).
 SGLANG_COUNTS = "sglang counts"
+#: Where ``seen`` notes that a Messages stream gave its stop reason: Anthropic's and llama.cpp's final
+#: ``message_delta`` always carries one; vLLM's carries null where its request ended as none of ``stop``,
+#: ``length`` or ``tool_calls`` (``abort``, ``error``, ``repetition``: its stop_reason_map has no entry) and
+#: still ends with ``message_stop``.
+MESSAGES_STOPPED = "messages stop reason"
 SGLANG_COUNT_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
 
 
@@ -58,6 +63,7 @@ class Reading(NamedTuple):
     usage: dict[str, Any] | None = None
     done: bool = False  # the answer's last event: nothing after it counts
     error: bool = False
+    no_stop_reason: bool = False  # the answer ended without saying how (a Messages stream's message_stop)
 
 
 def read_event(event: dict[str, Any], seen: MutableMapping[str, Any]) -> Reading | None:
@@ -130,13 +136,15 @@ def _messages_event(kind: str, event: dict[str, Any], seen: MutableMapping[str, 
         )
         return Reading(text=text)
     if kind == "message_stop":
-        return Reading(done=True)
+        return Reading(done=True, no_stop_reason=MESSAGES_STOPPED not in seen)
     if kind == "content_block_start":  # a tool call's name comes with its block (chat: in a delta)
         return Reading(text=_named_call(event.get("content_block"), MESSAGE_CALLS))
     holder = event.get("message") if kind == "message_start" else event
     stop_from = event.get("delta") if kind == "message_delta" else event
     usage = holder.get("usage") if isinstance(holder, dict) else None
     stop = stop_from.get("stop_reason") if isinstance(stop_from, dict) and kind != "message_start" else None
+    if isinstance(stop, str) and stop:
+        seen[MESSAGES_STOPPED] = True
     return Reading(
         finish_reason=stop if isinstance(stop, str) else None,
         usage=_messages_usage(usage, seen) if isinstance(usage, dict) else None,

@@ -42,6 +42,7 @@ class ResponseStamps:
     done: bool = False  # the stream's [DONE] arrived
     body_too_large: bool = False  # a JSON answer past MAX_JSON_BODY_BYTES: forwarded, not parsed
     error: bool = False  # an event (or the answer's body) was an error object
+    no_stop_reason: bool = False  # its end said nothing of how it ended (api_events.Reading's)
     events: int = 0
     unparsed_events: int = 0
 
@@ -255,6 +256,7 @@ class ResponseWatcher:
         if reading.usage is not None:
             self._usage(reading.usage)
         self.stamps.error = self.stamps.error or reading.error
+        self.stamps.no_stop_reason = self.stamps.no_stop_reason or reading.no_stop_reason
         self.stamps.done = self.stamps.done or reading.done
 
     def _token(self, t_ns: int) -> None:

@@ -51,6 +51,9 @@ def answer_notes(
         out["upstream_unfinished"] = True  # a clean end of a stream that never said it was done
     elif _read_whole(watcher, status, notes) and not finished:
         out["upstream_no_completion"] = True  # cut short by a closed connection, an HTML page, {}, a 204
+    elif stamps.no_stop_reason and stamps.finish_reason is None:
+        out["upstream_no_completion"] = True  # a Messages stream that stopped without a stop reason (vLLM's
+        # for a request it aborted, or one that failed): not a message that completed
     if stamps.error:
         out["upstream_error"] = True
     if stamps.finish_reason in GIVEN_UP:
