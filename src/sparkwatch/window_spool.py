@@ -40,29 +40,30 @@ def indented_items(items: Sequence[Any]) -> bytes:
 class WindowSpool:
     """The windows of one export, as the first pass over them made them, from the first in order; ``keep``:
     the fields kept of each window (:meth:`kept`); ``text``: whether their text is spooled (not where no
-    export is written). A slice out of that order (a hole), a value orjson
-    refuses or a non-ASCII character (which the writer hands to json) leaves the spool unusable: the writer
-    then makes the windows as before. Later passes are not kept."""
+    export is written). A slice out of that order (a hole) leaves the spool unusable. So, for the text
+    alone, do a value orjson refuses, a non-ASCII character (the writer hands both to json) and a temporary
+    folder that cannot take it (full, unwritable): the writer then makes the windows as before, and the
+    spool's own trouble is never the command's. Later passes are not kept. The spool answers for one
+    export: its caller hands it to that export's writer only."""
 
     def __init__(self, keep: Sequence[str] = (), *, text: bool = True) -> None:
-        self._file = tempfile.TemporaryFile() if text else None  # noqa: SIM115  (closed by close())
+        self._file = _temporary() if text else None
         self._keep = tuple(keep)
         # a column per kept field, of the windows' own values: no object made per window while the export
-        # is made (dicts made then were 20 MB more at the peak of `export --table`, interleaved with the
-        # windows' and left behind as they went)
+        # is made (a dict per window was 20 MB more at the peak of `export --table`, in one run of two)
         self._kept: list[list[Any]] = [[] for _ in self._keep]
-        self._made = 0  # the windows spooled, [0, _made)
-        self._usable = True
+        self._made = 0  # the windows seen, [0, _made)
+        self._in_order = True  # every slice from the first, none missed
+        self._flushed = False
 
     def __call__(self, lo: int, windows: list[Any]) -> None:
-        if lo < self._made or not self._usable:  # a later pass, or a spool given up on
+        if lo < self._made or not self._in_order:  # a later pass, or a spool given up on
             return
         if lo > self._made or not windows:
-            self._usable = False
+            self._in_order = False
             return
         if self._file is not None and not self._spooled(lo, windows, self._file):
-            self._usable = False
-            return
+            self._drop_text()
         for column, key in zip(self._kept, self._keep, strict=True):
             column += [w[key] for w in windows]
         self._made = lo + len(windows)
@@ -71,25 +72,36 @@ class WindowSpool:
     def _spooled(lo: int, windows: list[Any], into: BinaryIO) -> bool:
         try:
             piece = (b"," if lo else b"") + indented_items(windows)
-        except TypeError:  # a value orjson refuses: the writer's own pass raises it, as before
+            if not piece.isascii():
+                return False
+            into.write(piece)
+        except (TypeError, OSError):  # a value orjson refuses (the writer's own pass raises it); no room
             return False
-        if not piece.isascii():
-            return False
-        into.write(piece)
         return True
 
     def holds(self, count: int) -> bool:
-        """Whether the spool holds the text of all ``count`` windows (at least one)."""
-        return self._file is not None and self._whole(count) and count > 0
+        """Whether the spool holds the text of all ``count`` windows (at least one), written out."""
+        if self._file is None or not self._whole(count) or count == 0:
+            return False
+        if not self._flushed:
+            try:
+                self._file.flush()
+            except OSError:
+                self._drop_text()
+                return False
+            self._flushed = True
+        return True
 
     def kept(self, count: int) -> list[dict[str, Any]] | None:
         """The kept fields of all ``count`` windows, or None where the spool did not see them all."""
         if not self._whole(count):
             return None
+        if not self._keep:
+            return [{} for _ in range(count)]
         return [dict(zip(self._keep, values, strict=True)) for values in zip(*self._kept, strict=True)]
 
     def _whole(self, count: int) -> bool:
-        return self._usable and self._made == count
+        return self._in_order and self._made == count
 
     def pieces(self) -> Iterator[bytes]:
         """The spooled text, from its start (the windows' items, indented; without the list's brackets)."""
@@ -99,9 +111,14 @@ class WindowSpool:
         while chunk := self._file.read(READ_BYTES):
             yield chunk
 
-    def close(self) -> None:
+    def _drop_text(self) -> None:
         if self._file is not None:
-            self._file.close()
+            _closed(self._file)
+            self._file = None
+
+    def close(self) -> None:
+        self._drop_text()
+        self._in_order = False  # closed: it holds nothing
         self._kept = [[] for _ in self._keep]
 
     def __enter__(self) -> WindowSpool:
@@ -111,3 +128,19 @@ class WindowSpool:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _temporary() -> BinaryIO | None:
+    """A temporary file for the spool, or None where the temporary folder cannot give one."""
+    try:
+        return tempfile.TemporaryFile()  # closed by WindowSpool.close
+    except OSError:
+        return None
+
+
+def _closed(file: BinaryIO) -> None:
+    """``file`` closed; a flush that fails there (a full disk) loses only the spool's own text."""
+    try:
+        file.close()
+    except OSError:
+        file.close()  # the file object is closed after a failed flush too; a second close is a no-op

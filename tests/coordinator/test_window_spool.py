@@ -90,13 +90,16 @@ def test_later_passes_are_not_spooled_and_text_is_optional() -> None:
 
 def test_a_non_ascii_window_leaves_the_writing_to_json_as_before() -> None:
     windows = [*many_windows(3), Window("réponse", "timed", T0 + 21 * S, T0 + 22 * S)]
-    with WindowSpool() as spool:
+    with WindowSpool(keep=["id"]) as spool:
         export = build_export(
             RUN, [node("spark-1", 10.0, 60.0, [(20, 30)], 8.0)], windows, "0.1.0", windows_tap=spool
         )
         assert not spool.holds(4)
         text = written(export, spool)
         assert text == written(export) and "\\u00e9" in text.decode()  # json's escapes, whole
+        kept = spool.kept(4)
+        assert kept == [{"id": w.id} for w in windows]  # the fields kept still hold
+    assert not spool.holds(4) and spool.kept(4) is None  # closed: it holds nothing
 
 
 def test_a_value_orjson_refuses_leaves_the_writer_to_refuse_it() -> None:
@@ -157,3 +160,35 @@ def test_export_makes_the_windows_once(
         text = io.StringIO()
         print_export(expected, text)
         assert captured.out == text.getvalue().encode()
+
+
+@pytest.mark.parametrize("count", [2, 1200])
+@pytest.mark.parametrize("trouble", ["full", "unwritable"])
+def test_a_temporary_folder_that_cannot_take_the_spool_leaves_the_writing_as_before(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path, count: int, trouble: str
+) -> None:
+    """The spool's text goes to the temporary folder, which `export -o FILE` never used before: a full one
+    (/dev/full: a small spool fails at its flush, a large one at its writes) or one that cannot give a file
+    loses only the spool's text. The export, its file and the fields kept are as without it."""
+
+    def temporary() -> Any:
+        if trouble == "unwritable":
+            raise PermissionError(13, "Permission denied", "/tmp")
+        return open("/dev/full", "w+b")  # the spool closes it
+
+    monkeypatch.setattr("sparkwatch.window_spool.tempfile.TemporaryFile", temporary)
+    with WindowSpool(keep=JUDGED_FIELDS) as spool:
+        export = build_export(
+            RUN,
+            [node("spark-1", 10.0, 60.0, [(20, 30)], 8.0)],
+            many_windows(count),
+            "0.1.0",
+            windows_tap=spool,
+        )
+        out = tmp_path / "out.json"
+        write_export(out, export, spool)
+        assert not spool.holds(count) and list(spool.pieces()) == []
+        assert spool.kept(count) == [
+            {k: w[k] for k in JUDGED_FIELDS} for w in json.loads(out.read_bytes())["windows"]
+        ]
+    assert out.read_bytes() == written(export)

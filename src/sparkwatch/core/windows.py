@@ -51,8 +51,7 @@ CUT_SHORT = MappingProxyType(
         "upstream_aborted": "the upstream ended its answer with finish reason 'abort' or 'error' (or a"
         " response's status 'cancelled'): it gave the request up",
         "upstream_no_completion": "the upstream's answer (2xx) held no completion: no finish reason (a JSON"
-        " choice's, a response's ended status, a message's stop reason; vLLM's Messages stream ends without"
-        " one for a request it aborted)",
+        " choice's, a response's ended status, a message's stop reason, streamed or not)",
         "proxy_failed": "the proxy failed while relaying or reading the answer (a fault of sparkwatch's own:"
         " its log has the traceback)",
         "harness_failed": "the harness recorded the request as failed or unfinished",
