@@ -43,6 +43,12 @@ def test_an_unknown_flag_is_one_line_under_its_subcommand(
         (["runs"], "sparkwatch runs: error: the following arguments are required: ACTION"),
         (["runs", "bogus"], "sparkwatch runs: error: argument ACTION: invalid choice: 'bogus'"),
         (["demo", "--nodes", "x"], "sparkwatch demo: error: argument --nodes: "),
+        # the plot data computed, then written nowhere: --table prints no JSON
+        (
+            ["export", "--db", "x.db", "--table", "--series"],
+            "sparkwatch export: error: --series adds plot data to the export JSON, which --table does not"
+            " print: add -o FILE",
+        ),
         # the simulated model's bound, before the cluster starts (its 400 came after, naming no flag)
         (["demo", "--max-tokens", "100001"], "sparkwatch demo: error: argument --max-tokens: at most 100000"),
         # a rate at which the demo never finished (1e-9 token/s)

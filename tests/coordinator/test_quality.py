@@ -127,14 +127,20 @@ def test_one_gpu_reported_by_two_nodes_is_a_problem() -> None:
 
 
 def test_no_timed_window_is_not_sound_and_not_blamed_on_the_nodes() -> None:
+    """The export's one window is a warm-up's: the phases the windows do have are named (a phase mistyped,
+    `--phases warmp`, said only that no warmp window was recorded)."""
     quality = judge(_export([], [0, 0]))
-    hint = "(--scope run measures the whole run)"
+    hint = "(its windows are warmup; --scope run measures the whole run)"
     assert quality.problems == [f"no timed window was recorded {hint}"]
     assert quality.line() == f"0 of 0 timed windows ok: no timed window was recorded {hint}"  # vouch for none
     assert quality.nodes_ok == 2  # nor blamed
     assert quality.to_json()["nodes_ok"] is None  # and --json vouches for none: nothing was measured
     demo = judge(_export([], [0, 0]), scope_flag=False)  # an interrupted demo, which has no --scope
-    assert demo.problems == ["no timed window was recorded"]
+    assert demo.problems == ["no timed window was recorded (its windows are warmup)"]
+    typo = judge({**_export(["ok"], [3]), "method": {"phases": ["warmp"]}}, scope_flag=False)
+    assert typo.problems == ["no warmp window was recorded (its windows are timed and warmup)"]
+    none = judge({**_export([], [3]), "windows": []}, scope_flag=False)
+    assert none.problems == ["no timed window was recorded"]
 
 
 def test_many_bad_windows_are_listed_up_to_five() -> None:

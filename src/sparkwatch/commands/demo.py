@@ -135,7 +135,7 @@ async def run_demo(opts: DemoOptions) -> int:
                     agent.sim.set_load(util_ratio=0.0, model_bytes=MODEL_BYTES_PER_NODE)
                 specs = [NodeSpec(name=a.name, url=a.url) for a in agents]
                 model = SimModel(SimModelSpec(tokens_per_s=opts.tokens_per_s), on_load=_load_driver(agents))
-                coordinator = embedded_coordinator(specs, tmp / "demo.db")
+                coordinator = embedded_coordinator(specs, tmp / "demo.db", kept=False)
                 async with coordinator as client, running_sim_model(model) as model_url:
                     export, behind = await _measure(client, model_url, opts, interrupts)
         finally:

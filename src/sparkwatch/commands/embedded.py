@@ -31,11 +31,16 @@ T = TypeVar("T")
 
 @contextlib.asynccontextmanager
 async def embedded_coordinator(
-    nodes: Sequence[NodeSpec], db: Path | None = None, engine: EngineSpec | None = None
+    nodes: Sequence[NodeSpec],
+    db: Path | None = None,
+    engine: EngineSpec | None = None,
+    *,
+    kept: bool = True,
 ) -> AsyncIterator[CoordinatorClient]:
-    """A client of a coordinator that runs until the block ends; ``db`` keeps its SQLite file; ``engine``:
-    the serving engine it scrapes (`run --engine-metrics URL`, or ``[engine]`` of the nodes file). The client
-    carries the coordinator's token (``client.target.token``), a fresh one per coordinator."""
+    """A client of a coordinator that runs until the block ends; ``db`` keeps its SQLite file (``kept``
+    False: the caller removes it, as the demo does); ``engine``: the serving engine it scrapes (`run
+    --engine-metrics URL`, or ``[engine]`` of the nodes file). The client carries the coordinator's token
+    (``client.target.token``), a fresh one per coordinator."""
     token = secrets.token_urlsafe(32)
     with contextlib.ExitStack() as stack:  # a folder only when no file is given: a quit at once left it
         path = (
@@ -43,7 +48,8 @@ async def embedded_coordinator(
             or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sparkwatch-"))) / "sparkwatch.db"
         )
         async with running_coordinator(nodes, path, "127.0.0.1", 0, token, engine=engine) as url:
-            log.info("embedded coordinator on %s (%s, db %s)", url, nodes_counted(nodes), path)
+            gone = "" if db is not None and kept else ", removed at the end"  # not for `export --db` later
+            log.info("embedded coordinator on %s (%s, db %s%s)", url, nodes_counted(nodes), path, gone)
             target = CoordinatorTarget(url, token, label=EMBEDDED_LABEL)
             async with CoordinatorClient(target) as client:
                 yield client

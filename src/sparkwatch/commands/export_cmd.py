@@ -42,6 +42,8 @@ class ExportCommandError(Exception):
 
 def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_tsdb_args(args, parser)
+    if args.table and args.output is None and wanted_series(args) is not None:  # made, then shown nowhere
+        parser.error("--series adds plot data to the export JSON, which --table does not print: add -o FILE")
     if args.output is not None:
         check_output(args.output, _read_by(args))
     # the windows, encoded as the digest's pass makes them: neither the file nor the quality line makes

@@ -4,7 +4,7 @@ a person would have been warned about."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +88,7 @@ def judge(
     proxy's). ``scope_flag``: whether the command has ``--scope run`` to suggest (the demo has not);
     ``windows``: the windows' JUDGED_FIELDS where kept as they were made (not made again for this)."""
     method, phases = export["method"], export["method"].get("phases", ["timed"])
-    timed = [w for w in (export["windows"] if windows is None else windows) if w["phase"] in phases]
+    timed, other_phases = _of_phases(export["windows"] if windows is None else windows, phases)
     whole_run = method.get("scope") == "run"  # the run is the measured time: its windows judge nothing
     not_ok = [] if whole_run else [w["id"] for w in timed if not w["in_scope"] or w["verdict"] != "ok"]
     measured = (method.get("scope_s") or 0) > 0 if whole_run else any(w["in_scope"] for w in timed)
@@ -105,8 +105,7 @@ def judge(
     if whole_run and not measured:
         problems.append("the run has no length to measure")
     if not timed and not whole_run:
-        hint = " (--scope run measures the whole run)" if scope_flag else ""
-        problems.append(f"no {' or '.join(phases)} window was recorded{hint}")
+        problems.append(_none_recorded(phases, other_phases, scope_flag))
     if not_ok:
         problems.append(f"{len(not_ok)} timed window(s) not ok ({name_ids(not_ok)})")
     problems += [str(s) for s in shared]
@@ -131,6 +130,28 @@ def judge(
         whole_run_s=float(method.get("scope_s") or 0.0) if whole_run else None,
         not_ok=tuple(not_ok),
     )
+
+
+def _of_phases(
+    windows: Iterable[dict[str, Any]], phases: Sequence[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The windows of ``phases``, and the other phases the windows have (read in one pass: an export's
+    windows are made as they are read)."""
+    chosen, others = [], set()
+    for w in windows:
+        if w["phase"] in phases:
+            chosen.append(w)
+        else:
+            others.add(w["phase"])
+    return chosen, sorted(others)
+
+
+def _none_recorded(phases: Sequence[str], others: Sequence[str], scope_flag: bool) -> str:
+    """No window of the measured phases: the phases the windows have instead (a phase mistyped, `--phases
+    warmp`, was only "no warmp window was recorded"), and ``--scope run`` where the command has it."""
+    hints = [f"its windows are {' and '.join(others)}"] if others else []
+    hints += ["--scope run measures the whole run"] if scope_flag else []
+    return f"no {' or '.join(phases)} window was recorded" + (f" ({'; '.join(hints)})" if hints else "")
 
 
 def _gated(node: dict[str, Any]) -> bool:
