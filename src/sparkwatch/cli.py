@@ -33,9 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level.lower() != "debug":
         for name in CHATTY_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
-    if args.command is None:
-        parser.print_help()
-        return 0
+    if args.command is None:  # as `sparkwatch-agent` and `sparkwatch runs` say (`sparkwatch $EMPTY` exited 0)
+        parser.error("the following arguments are required: COMMAND")
     if args.command not in COMMANDS:
         parser.print_help()
         return 0

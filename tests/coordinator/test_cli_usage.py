@@ -41,6 +41,8 @@ def test_an_unknown_flag_is_one_line_under_its_subcommand(
     [
         (["runs", "show"], "sparkwatch runs show: error: the following arguments are required: ID"),
         (["runs"], "sparkwatch runs: error: the following arguments are required: ACTION"),
+        ([], "sparkwatch: error: the following arguments are required: COMMAND"),  # was the help, exit 0
+        (["--log-level", "debug"], "sparkwatch: error: the following arguments are required: COMMAND"),
         (["runs", "bogus"], "sparkwatch runs: error: argument ACTION: invalid choice: 'bogus'"),
         (["demo", "--nodes", "x"], "sparkwatch demo: error: argument --nodes: "),
         # the plot data computed, then written nowhere: --table prints no JSON
