@@ -50,7 +50,7 @@ class WindowSpool:
         self._file = _temporary() if text else None
         self._keep = tuple(keep)
         # a column per kept field, of the windows' own values: no object made per window while the export
-        # is made (a dict per window was 20 MB more at the peak of `export --table`, in one run of two)
+        # is made (the dicts judge reads are made when it asks)
         self._kept: list[list[Any]] = [[] for _ in self._keep]
         self._made = 0  # the windows seen, [0, _made)
         self._in_order = True  # every slice from the first, none missed
