@@ -284,3 +284,12 @@ def test_a_node_with_samples_but_no_gated_power_is_a_problem() -> None:
     assert exit_code(0, quality, strict=True) == EXIT_NOT_SOUND
     silent = judge(_export(["ok"], [30, 0]))  # no samples at all: said once, as that
     assert silent.problems == ["no samples from spark-2 in the measured time"]
+
+
+def test_the_line_names_the_measured_phases() -> None:
+    """`--phases timed,warmup` counts the warm-up's windows too: they were called "timed windows"."""
+    both = {**_export(["ok", "bad"], [30]), "method": {"phases": ["timed", "warmup"]}}
+    quality = judge(both)
+    assert quality.line().startswith("1 of 3 timed and warmup windows ok on 1 of 1 nodes: ")
+    assert quality.problems == ["2 timed and warmup window(s) not ok (r1, w0)"]  # w0: out of the scope
+    assert judge(_export(["ok"], [30])).line() == "1 of 1 timed window ok on 1 of 1 nodes"  # the default

@@ -37,6 +37,9 @@ class Quality:
     whole_run_s: float | None = None
     #: The ids of the measured phases' windows that are out of scope or not ``ok``, in export order
     not_ok: tuple[str, ...] = ()
+    #: The measured phases, which the line names ("timed" by default; `--phases timed,warmup` counted the
+    #: warm-up's windows as "timed windows")
+    phases: tuple[str, ...] = ("timed",)
 
     @property
     def sound(self) -> bool:
@@ -47,7 +50,7 @@ class Quality:
         4 nodes"), then each problem. With nothing measured (no timed window, or each one failed or was
         interrupted; an empty run) the nodes are not counted: "on 2 of 2 nodes" would vouch for nothing."""
         noun = "window" if self.windows_timed == 1 else "windows"
-        text = f"{self.windows_ok} of {self.windows_timed} timed {noun} ok"
+        text = f"{self.windows_ok} of {self.windows_timed} {' and '.join(self.phases)} {noun} ok"
         if self.whole_run_s is not None:
             text = f"the whole run ({self.whole_run_s:.1f} s)"
         if self.measured:
@@ -107,7 +110,7 @@ def judge(
     if not timed and not whole_run:
         problems.append(_none_recorded(phases, other_phases, scope_flag))
     if not_ok:
-        problems.append(f"{len(not_ok)} timed window(s) not ok ({name_ids(not_ok)})")
+        problems.append(f"{len(not_ok)} {' and '.join(phases)} window(s) not ok ({name_ids(not_ok)})")
     problems += [str(s) for s in shared]
     if nodes_behind:
         problems.append(f"never caught up: {', '.join(nodes_behind)}")
@@ -129,6 +132,7 @@ def judge(
         measured=measured,
         whole_run_s=float(method.get("scope_s") or 0.0) if whole_run else None,
         not_ok=tuple(not_ok),
+        phases=tuple(phases),
     )
 
 
