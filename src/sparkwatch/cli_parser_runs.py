@@ -89,6 +89,11 @@ def add_runs_parser(sub: Any) -> None:
         metavar="FILE",
         help="written whole or not at all (-: stdout)",
     )
+    export.add_argument(
+        "--table",
+        action="store_true",
+        help="print the table `sparkwatch run` prints, not the JSON (with -o, the export goes to the file)",
+    )
     series_args(export)
     mark = actions.add_parser("mark", help="begin, or end into a window, a named mark now")
     mark.add_argument("run_id", metavar="ID")

@@ -47,6 +47,11 @@ def test_an_unknown_flag_is_one_line_under_its_subcommand(
         (["demo", "--nodes", "x"], "sparkwatch demo: error: argument --nodes: "),
         # the plot data computed, then written nowhere: --table prints no JSON
         (
+            ["runs", "export", "X", "--table", "--series-buckets", "100"],
+            "sparkwatch runs export: error: --series adds plot data to the export JSON, which --table does"
+            " not print: add -o FILE",
+        ),
+        (
             ["export", "--db", "x.db", "--table", "--series"],
             "sparkwatch export: error: --series adds plot data to the export JSON, which --table does not"
             " print: add -o FILE",

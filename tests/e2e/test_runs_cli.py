@@ -131,6 +131,9 @@ def test_a_run_by_hand_open_mark_end_export_list_and_offline(standing: Any, tmp_
     assert "notes" not in online["run"] and "warning" not in exported.stderr  # ended: no such note
     assert "sparkwatch: measurement: 1 of 1 timed window ok on 1 of 1 nodes\n" in exported.stderr
     assert json.loads(cli("runs", "export", run_id, env=env).stdout) == online  # stdout without -o
+    table = cli("runs", "export", run_id, "--table", env=env)  # as `export --db --table` prints it
+    assert table.returncode == 0 and "gated GPU W" in table.stdout and "{" not in table.stdout, table.stderr
+    assert table.stdout.endswith("measurement: 1 of 1 timed window ok on 1 of 1 nodes\n")
     assert sorted((w["id"], w["phase"], w["in_scope"]) for w in online["windows"]) == [
         ("cold", "warmup", False),
         ("req-1", "timed", True),

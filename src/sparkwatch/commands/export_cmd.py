@@ -21,7 +21,7 @@ from typing import Any, cast
 from sparkwatch.commands.export_flags import check_tsdb_args
 from sparkwatch.commands.outcome import quality_line
 from sparkwatch.commands.quality import JUDGED_FIELDS, judge
-from sparkwatch.commands.series_flags import wanted_series
+from sparkwatch.commands.series_flags import check_series_shown, wanted_series
 from sparkwatch.commands.summary import summary_table
 from sparkwatch.core.window_rows import WindowsTap
 from sparkwatch.defaults import ScopeKind
@@ -42,8 +42,7 @@ class ExportCommandError(Exception):
 
 def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_tsdb_args(args, parser)
-    if args.table and args.output is None and wanted_series(args) is not None:  # made, then shown nowhere
-        parser.error("--series adds plot data to the export JSON, which --table does not print: add -o FILE")
+    check_series_shown(args, parser)
     if args.output is not None:
         check_output(args.output, _read_by(args))
     # the windows, encoded as the digest's pass makes them: neither the file nor the quality line makes

@@ -19,7 +19,7 @@ from typing import Any
 from sparkwatch import STARTED_MONO_NS
 from sparkwatch.client import CoordinatorClient, CoordinatorError, CoordinatorTarget, token_file_read
 from sparkwatch.client_waits import end_wait_s
-from sparkwatch.commands.series_flags import wanted_series
+from sparkwatch.commands.series_flags import check_series_shown, wanted_series
 from sparkwatch.core.id_lists import name_ids
 from sparkwatch.core.stamps import utc_stamp
 from sparkwatch.defaults import MAX_MARK_AGE_NS, OPEN_RUN_NOTE, UTIL_SOURCE
@@ -38,6 +38,8 @@ NAME_CHARS = 40
 def cmd_runs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.runs_command == "mark" and args.event == "end" and args.phase is not None:
         parser.error("argument --phase: only with begin (a mark ends in the phase it began in)")
+    if args.runs_command == "export":
+        check_series_shown(args, parser)
     if args.runs_command == "export" and args.output is not None:
         check_output(args.output, token_file_read(args.token_file))
     target = CoordinatorTarget.resolve(args.coordinator, args.token_file)
@@ -109,16 +111,22 @@ async def _export(client: CoordinatorClient, args: argparse.Namespace) -> int:
     # the judging stack (and numpy under it) only here: a script's `runs mark` per request starts light
     from sparkwatch.commands.outcome import quality_line  # noqa: PLC0415
     from sparkwatch.commands.quality import judge  # noqa: PLC0415
+    from sparkwatch.commands.summary import summary_table  # noqa: PLC0415
 
     export = await client.export(args.run_id, wanted_series(args))
     if OPEN_RUN_NOTE in export["run"].get("notes", ()):
         print(f"sparkwatch: warning: run {args.run_id} is still open: exported up to now", file=sys.stderr)
-    if args.output is None:
-        print_export(export, sys.stdout)
-    else:
+    if args.output is not None:
         write_export(args.output, export)
         print(f"sparkwatch: export of run {args.run_id} written to {args.output}", file=sys.stderr)
-    print(f"sparkwatch: {quality_line(judge(export))}", file=sys.stderr)  # as `export --db` says it
+    elif not args.table:
+        print_export(export, sys.stdout)
+    quality = quality_line(judge(export))
+    if args.table:  # as `export --db --table` prints it
+        print(summary_table(export))
+        print(quality)
+    else:
+        print(f"sparkwatch: {quality}", file=sys.stderr)  # as `export --db` says it
     return 0
 
 

@@ -8,6 +8,12 @@ import argparse
 from sparkwatch.defaults import SERIES_BUCKETS
 
 
+def check_series_shown(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """argparse's one-line refusal of a series block made and shown nowhere: ``--table`` prints no JSON."""
+    if args.table and args.output is None and wanted_series(args) is not None:
+        parser.error("--series adds plot data to the export JSON, which --table does not print: add -o FILE")
+
+
 def wanted_series(args: argparse.Namespace) -> int | None:
     """The series block's buckets ``--series`` or ``--series-buckets`` ask for (the latter wins); None
     when neither does."""
