@@ -7,15 +7,16 @@ The export's windows are columns made into dicts a slice at a time, every time t
 
 A :class:`WindowSpool` is the export's windows tap (``core.window_rows.WindowsTap``). It sees the first
 pass, the digest's, and does two things with each slice. It writes the slice into a temporary file as the
-export's file has it: indented, at depth 2, by :func:`indented_items`, as the writer encodes it. It also
-keeps the few fields the quality line reads. The writer then copies those bytes instead of making the
+export's file has it: indented, at depth 2, by :func:`indented_items`, as the writer encodes it (in the
+wire form, compact, as the coordinator's ``GET /v1/runs/{id}/export`` answers: :func:`wire_pieces`). It
+also keeps the few fields the quality line reads. The writer then copies those bytes instead of making the
 windows again.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from types import TracebackType
 from typing import Any, BinaryIO
 
@@ -37,6 +38,13 @@ def indented_items(items: Sequence[Any]) -> bytes:
     return shifted(orjson.dumps(list(items), option=INDENTED)[1:-2], 2)
 
 
+def wire_items(items: Sequence[Any]) -> bytes:
+    """The same in the API's compact JSON (``json_pieces.wire``): what ``json_pieces`` makes of them."""
+    from sparkwatch.core.json_pieces import wire  # noqa: PLC0415  (numpy: not for `runs mark`, via outputs)
+
+    return wire(list(items))[1:-1]
+
+
 class WindowSpool:
     """The windows of one export, as the first pass over them made them, from the first in order; ``keep``:
     the fields kept of each window (:meth:`kept`); ``text``: whether their text is spooled (not where no
@@ -46,8 +54,9 @@ class WindowSpool:
     spool's own trouble is never the command's. Later passes are not kept. The spool answers for one
     export: its caller hands it to that export's writer only."""
 
-    def __init__(self, keep: Sequence[str] = (), *, text: bool = True) -> None:
+    def __init__(self, keep: Sequence[str] = (), *, text: bool = True, wire_form: bool = False) -> None:
         self._file = _temporary() if text else None
+        self._wire = wire_form  # compact, as the API answers (any text: the wire is UTF-8, not json's ASCII)
         self._keep = tuple(keep)
         # a column per kept field, of the windows' own values: no object made per window while the export
         # is made (the dicts judge reads are made when it asks)
@@ -62,17 +71,17 @@ class WindowSpool:
         if lo > self._made or not windows:
             self._in_order = False
             return
-        if self._file is not None and not self._spooled(lo, windows, self._file):
+        if self._file is not None and not self._spooled(lo, windows, self._file, self._wire):
             self._drop_text()
         for column, key in zip(self._kept, self._keep, strict=True):
             column += [w[key] for w in windows]
         self._made = lo + len(windows)
 
     @staticmethod
-    def _spooled(lo: int, windows: list[Any], into: BinaryIO) -> bool:
+    def _spooled(lo: int, windows: list[Any], into: BinaryIO, wire_form: bool) -> bool:
         try:
-            piece = (b"," if lo else b"") + indented_items(windows)
-            if not piece.isascii():
+            piece = (b"," if lo else b"") + (wire_items if wire_form else indented_items)(windows)
+            if not wire_form and not piece.isascii():
                 return False
             into.write(piece)
         except (TypeError, OSError):  # a value orjson refuses (the writer's own pass raises it); no room
@@ -128,6 +137,27 @@ class WindowSpool:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def wire_pieces(export: dict[str, Any], spool: WindowSpool) -> Iterator[bytes]:
+    """``json_pieces(export)`` (the API's compact JSON), byte for byte, its windows copied from ``spool``
+    (``wire_form``) where it holds them all; else made again, as before."""
+    from sparkwatch.core.json_pieces import json_pieces, wire  # noqa: PLC0415  (as in wire_items)
+
+    windows = export.get("windows")
+    if not isinstance(windows, Sized) or not spool.holds(len(windows)):
+        yield from json_pieces(export)
+        return
+    yield b"{"
+    for n, (key, value) in enumerate(export.items()):
+        yield (b"," if n else b"") + wire(str(key)) + b":"
+        if key == "windows":
+            yield b"["
+            yield from spool.pieces()
+            yield b"]"
+        else:
+            yield from json_pieces(value)
+    yield b"}"
 
 
 def _temporary() -> BinaryIO | None:

@@ -12,6 +12,7 @@ import pathlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from sparkwatch.coordinator.piece_stream import PieceStream
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
+from sparkwatch.window_spool import WindowSpool
 
 
 def _producer(stream: PieceStream, count: int, said: list[bool], error: BaseException | None = None) -> None:
@@ -89,6 +91,42 @@ async def test_the_api_answer_is_chunked_and_exactly_the_export(tmp_path: pathli
         missing = await client.get("/v1/runs/run-nope/export")
         reason = await missing.json()
         assert missing.status == 404 and reason["error"] == "not_found" and "run-nope" in json.dumps(reason)
+
+
+async def test_the_api_makes_the_windows_once_and_answers_what_they_make(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The digest's pass hands the windows to a spool in the API's form, which the answer copies: every
+    window made is handed to it (the tap sees every pass), so the count is the windows made. They were made
+    twice, for the digest and for the answer. A non-ASCII id goes as UTF-8, as json_pieces writes it."""
+    made: list[int] = []
+    handed = WindowSpool.__call__
+
+    def counting(self: WindowSpool, lo: int, windows: list[Any]) -> None:
+        made.append(len(windows))
+        handed(self, lo, windows)
+
+    monkeypatch.setattr(WindowSpool, "__call__", counting)
+    async with node_api(tmp_path / "c.db") as api:
+        client, clock = api.client, api.clock
+        run_id = str((await (await client.post("/v1/runs", json={"name": "many"})).json())["id"])
+        starts = [T0 + 2 * S + k * S // 300 for k in range(1200)]
+        windows = [
+            {"id": f"w{k}" + ("-é" if k == 7 else ""), "phase": "timed", "t_start_ns": t, "t_end_ns": t + S}
+            for k, t in enumerate(starts)
+        ]
+        assert (await client.post(f"/v1/runs/{run_id}/windows", json={"windows": windows})).status == 201
+        clock[0] = T0 + 10 * S
+        assert (await client.post(f"/v1/runs/{run_id}/end")).status == 200
+        body = await (await client.get(f"/v1/runs/{run_id}/export")).read()
+        assert sum(made) == 1200
+        reader = Store(tmp_path / "c.db")
+        try:
+            expected = b"".join(json_pieces(export_run(reader, run_id, ["n1"], lambda: clock[0])))
+        finally:
+            reader.close()
+        assert body == expected and "w7-é".encode() in body
+        assert len(json.loads(body)["windows"]) == 1200
 
 
 def test_the_collector_pauses_while_each_chunk_is_made_and_runs_between() -> None:

@@ -21,12 +21,13 @@ from sparkwatch.commands.outcome import quality_line
 from sparkwatch.commands.quality import JUDGED_FIELDS, judge
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.core.export import build_export
+from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.core.windows import Window
 from sparkwatch.outputs import LIST_ITEMS_AT_ONCE, print_export, write_export, write_export_to
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
 from sparkwatch.store.run_rows import RunRow
-from sparkwatch.window_spool import WindowSpool
+from sparkwatch.window_spool import WindowSpool, wire_pieces
 
 S = 1_000_000_000
 
@@ -192,3 +193,22 @@ def test_a_temporary_folder_that_cannot_take_the_spool_leaves_the_writing_as_bef
             {k: w[k] for k in JUDGED_FIELDS} for w in json.loads(out.read_bytes())["windows"]
         ]
     assert out.read_bytes() == written(export)
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 500, 501, 1001])
+def test_the_wire_form_answers_what_json_pieces_makes(count: int) -> None:
+    """The coordinator's answer (``GET /v1/runs/{id}/export``): the export's compact JSON, its windows
+    from a spool of the API's form, byte for byte what json_pieces makes of them (non-ASCII as UTF-8)."""
+    accented = [Window("réponse", "timed", T0 + 21 * S, T0 + 22 * S)] if count else []
+    windows = [*many_windows(count), *accented]
+    with WindowSpool(wire_form=True) as spool:
+        made, tap = counted(spool)
+        export = build_export(
+            RUN, [node("spark-1", 10.0, 60.0, [(20, 30)], 8.0)], windows, "0.1.0", windows_tap=tap
+        )
+        answer = b"".join(wire_pieces(export, spool))
+        assert sum(made) == len(windows) and spool.holds(len(windows)) is bool(windows)
+        assert answer == b"".join(json_pieces(export)) and sum(made) == 2 * len(windows)
+        assert json.loads(answer)["windows"] == json.loads(b"".join(json_pieces(export)))["windows"]
+    with WindowSpool(wire_form=True) as missed:  # a spool that saw no pass: the windows made as before
+        assert b"".join(wire_pieces(export, missed)) == answer

@@ -7,6 +7,7 @@ stay off the event loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -20,10 +21,11 @@ from sparkwatch.coordinator import run_pace
 from sparkwatch.coordinator.big_values import CollectorPause, let_go
 from sparkwatch.coordinator.housekeeping import Housekeeping
 from sparkwatch.coordinator.loop_lag import LoopLag
-from sparkwatch.coordinator.piece_stream import PieceStream, computed_json
+from sparkwatch.coordinator.piece_stream import PieceStream, computed_export, computed_json
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.coordinator.run_nodes import warn_changed_nodes
 from sparkwatch.core.id_lists import name_ids
+from sparkwatch.core.window_rows import WindowsTap
 from sparkwatch.core.windows import MARK_SOURCE, Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
@@ -362,22 +364,20 @@ class Coordinator:
         except StoreError as exc:
             raise Unavailable(f"the database cannot be read now: {exc}") from None
 
-    def _computed_export(self, run_id: str, series_buckets: int | None) -> dict[str, Any]:
+    def _computed_export(self, run_id: str, buckets: int | None, tap: WindowsTap) -> dict[str, Any]:
         """The export, on a read connection closed once it is made (no snapshot held while a client reads)."""
-        reader = self._reader()
-        try:
-            with self._collector_pause:
-                return export_run(reader, run_id, self.node_names, self.now_ns, series_buckets=series_buckets)
-        finally:
-            reader.close()
+        with contextlib.closing(self._reader()) as reader, self._collector_pause:
+            return export_run(
+                reader, run_id, self.node_names, self.now_ns, series_buckets=buckets, windows_tap=tap
+            )
 
     async def export_json(self, run_id: str, series_buckets: int | None = None) -> PieceStream:
         """The export as JSON pieces, computed and encoded in a worker thread on its own read connection
         (WAL readers do not block the writer): a long run's numpy, SQLite and encoding work never stalls
-        ingest or the agents' heartbeats (piece_stream.computed_json). With ``series_buckets``, the
-        export's ``series`` block in that many buckets."""
-        return await computed_json(
-            lambda: self._computed_export(run_id, series_buckets), self._collector_pause
+        ingest or the agents' heartbeats (piece_stream.computed_export: its windows made once). With
+        ``series_buckets``, the export's ``series`` block in that many buckets."""
+        return await computed_export(
+            lambda tap: self._computed_export(run_id, series_buckets, tap), self._collector_pause
         )
 
     async def windows_json(self, run_id: str) -> PieceStream:
