@@ -12,17 +12,16 @@ import pathlib
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from helpers.export_api import T0, Api, S, ended_run, node_api
+from helpers.windows_made import count_windows_made
 from sparkwatch.coordinator.big_values import CollectorPause
 from sparkwatch.coordinator.piece_stream import PieceStream
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
-from sparkwatch.window_spool import WindowSpool
 
 
 def _producer(stream: PieceStream, count: int, said: list[bool], error: BaseException | None = None) -> None:
@@ -99,14 +98,7 @@ async def test_the_api_makes_the_windows_once_and_answers_what_they_make(
     """The digest's pass hands the windows to a spool in the API's form, which the answer copies: every
     window made is handed to it (the tap sees every pass), so the count is the windows made. They were made
     twice, for the digest and for the answer. A non-ASCII id goes as UTF-8, as json_pieces writes it."""
-    made: list[int] = []
-    handed = WindowSpool.__call__
-
-    def counting(self: WindowSpool, lo: int, windows: list[Any]) -> None:
-        made.append(len(windows))
-        handed(self, lo, windows)
-
-    monkeypatch.setattr(WindowSpool, "__call__", counting)
+    made = count_windows_made(monkeypatch)
     async with node_api(tmp_path / "c.db") as api:
         client, clock = api.client, api.clock
         run_id = str((await (await client.post("/v1/runs", json={"name": "many"})).json())["id"])

@@ -16,6 +16,7 @@ from test_core_export import RUN, node
 from test_window_rows import many_windows, squares
 
 from helpers.frames import T0, sample_frame
+from helpers.windows_made import count_windows_made
 from sparkwatch.cli import main
 from sparkwatch.commands.outcome import quality_line
 from sparkwatch.commands.quality import JUDGED_FIELDS, judge
@@ -136,14 +137,7 @@ def test_export_makes_the_windows_once(
     """`sparkwatch export --db F r1 [-o OUT]`: every window the export makes is handed to the command's
     spool (the tap sees every pass), so the count is the windows made; the file and stdout are what the
     export written without a spool is."""
-    made: list[int] = []
-    handed = WindowSpool.__call__
-
-    def counting(self: WindowSpool, lo: int, windows: list[Any]) -> None:
-        made.append(len(windows))
-        handed(self, lo, windows)
-
-    monkeypatch.setattr(WindowSpool, "__call__", counting)
+    made = count_windows_made(monkeypatch)
     out = tmp_path / "out.json"
     assert main(["export", "--db", str(database), "r1", *(["-o", str(out)] if to_file else [])]) == 0
     captured = capsysbinary.readouterr()
