@@ -340,7 +340,7 @@ def write_export_to(out: BinaryIO, export: dict[str, Any], windows: WindowSpool 
 def _indented_pieces(value: Any, head: bytes, spooled: WindowSpool | None = None) -> Iterator[bytes]:
     """A top-level value after ``head``, at depth 1: a long list (the windows) a slice at a time, or from
     ``spooled`` (which holds its items as these slices would be written)."""
-    if spooled is not None and spooled.holds(len(value)):
+    if spooled is not None and not spooled.wire_form and spooled.holds(len(value)):
         yield head + b"["
         yield from spooled.pieces()
         yield b"\n  ]"

@@ -48,15 +48,25 @@ def wire_items(items: Sequence[Any]) -> bytes:
 class WindowSpool:
     """The windows of one export, as the first pass over them made them, from the first in order; ``keep``:
     the fields kept of each window (:meth:`kept`); ``text``: whether their text is spooled (not where no
-    export is written). A slice out of that order (a hole) leaves the spool unusable. So, for the text
-    alone, do a value orjson refuses, a non-ASCII character (the writer hands both to json) and a temporary
-    folder that cannot take it (full, unwritable): the writer then makes the windows as before, and the
-    spool's own trouble is never the command's. Later passes are not kept. The spool answers for one
-    export: its caller hands it to that export's writer only."""
+    export is written); ``wire_form``: the API's compact JSON instead of the file's; ``max_bytes``: the most
+    text it takes (a long-lived coordinator's temporary folder is no place for a 500 000-window answer). A
+    slice out of that order (a hole) leaves the spool unusable. So, for the text alone, do a value orjson
+    refuses, a non-ASCII character in the file's form (the writer hands both to json), text past
+    ``max_bytes`` and a temporary folder that cannot take it (full, unwritable): the writer then makes the
+    windows as before, and the spool's own trouble is never the caller's. Later passes are not kept. The
+    spool answers for one export: its caller hands it to that export's writer only."""
 
-    def __init__(self, keep: Sequence[str] = (), *, text: bool = True, wire_form: bool = False) -> None:
+    def __init__(
+        self,
+        keep: Sequence[str] = (),
+        *,
+        text: bool = True,
+        wire_form: bool = False,
+        max_bytes: int | None = None,
+    ) -> None:
         self._file = _temporary() if text else None
-        self._wire = wire_form  # compact, as the API answers (any text: the wire is UTF-8, not json's ASCII)
+        self.wire_form = wire_form  # compact, as the API answers (any text: the wire is UTF-8, not json's)
+        self._room = max_bytes  # the bytes it may still take (None: no limit)
         self._keep = tuple(keep)
         # a column per kept field, of the windows' own values: no object made per window while the export
         # is made (the dicts judge reads are made when it asks)
@@ -71,18 +81,21 @@ class WindowSpool:
         if lo > self._made or not windows:
             self._in_order = False
             return
-        if self._file is not None and not self._spooled(lo, windows, self._file, self._wire):
+        if self._file is not None and not self._spooled(lo, windows, self._file):
             self._drop_text()
         for column, key in zip(self._kept, self._keep, strict=True):
             column += [w[key] for w in windows]
         self._made = lo + len(windows)
 
-    @staticmethod
-    def _spooled(lo: int, windows: list[Any], into: BinaryIO, wire_form: bool) -> bool:
+    def _spooled(self, lo: int, windows: list[Any], into: BinaryIO) -> bool:
         try:
-            piece = (b"," if lo else b"") + (wire_items if wire_form else indented_items)(windows)
-            if not wire_form and not piece.isascii():
+            piece = (b"," if lo else b"") + (wire_items if self.wire_form else indented_items)(windows)
+            if not self.wire_form and not piece.isascii():
                 return False
+            if self._room is not None:
+                self._room -= len(piece)
+                if self._room < 0:
+                    return False
             into.write(piece)
         except (TypeError, OSError):  # a value orjson refuses (the writer's own pass raises it); no room
             return False
@@ -113,7 +126,7 @@ class WindowSpool:
         return self._in_order and self._made == count
 
     def pieces(self) -> Iterator[bytes]:
-        """The spooled text, from its start (the windows' items, indented; without the list's brackets)."""
+        """The spooled text, from its start (the windows' items in its form; without the list's brackets)."""
         if self._file is None:
             return
         self._file.seek(0)
@@ -145,7 +158,7 @@ def wire_pieces(export: dict[str, Any], spool: WindowSpool) -> Iterator[bytes]:
     from sparkwatch.core.json_pieces import json_pieces, wire  # noqa: PLC0415  (as in wire_items)
 
     windows = export.get("windows")
-    if not isinstance(windows, Sized) or not spool.holds(len(windows)):
+    if not spool.wire_form or not isinstance(windows, Sized) or not spool.holds(len(windows)):
         yield from json_pieces(export)
         return
     yield b"{"

@@ -11,17 +11,19 @@ import json
 import pathlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from helpers.export_api import T0, Api, S, ended_run, node_api
 from helpers.windows_made import count_windows_made
 from sparkwatch.coordinator.big_values import CollectorPause
-from sparkwatch.coordinator.piece_stream import PieceStream
+from sparkwatch.coordinator.piece_stream import PieceStream, computed_export
 from sparkwatch.core.json_pieces import json_pieces
 from sparkwatch.sources.store import export_run
 from sparkwatch.store import Store
+from sparkwatch.window_spool import WindowSpool
 
 
 def _producer(stream: PieceStream, count: int, said: list[bool], error: BaseException | None = None) -> None:
@@ -110,15 +112,47 @@ async def test_the_api_makes_the_windows_once_and_answers_what_they_make(
         assert (await client.post(f"/v1/runs/{run_id}/windows", json={"windows": windows})).status == 201
         clock[0] = T0 + 10 * S
         assert (await client.post(f"/v1/runs/{run_id}/end")).status == 200
-        body = await (await client.get(f"/v1/runs/{run_id}/export")).read()
+        body = await (await client.get(f"/v1/runs/{run_id}/export?series_buckets=100")).read()
         assert sum(made) == 1200
         reader = Store(tmp_path / "c.db")
         try:
-            expected = b"".join(json_pieces(export_run(reader, run_id, ["n1"], lambda: clock[0])))
+            expected = export_run(reader, run_id, ["n1"], lambda: clock[0], series_buckets=100)
         finally:
             reader.close()
-        assert body == expected and "w7-é".encode() in body
-        assert len(json.loads(body)["windows"]) == 1200
+        assert body == b"".join(json_pieces(expected)) and "w7-é".encode() in body
+        assert len(json.loads(body)["windows"]) == 1200 and json.loads(body)["series"]["buckets"] == 100
+
+
+async def test_the_answers_spool_is_closed_whatever_happens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spool's temporary file is the worker's to close: after an export that failed (a 404), and after
+    a reader that left mid-answer."""
+    closed: list[int] = []
+    close = WindowSpool.close
+    monkeypatch.setattr(WindowSpool, "close", lambda self: (closed.append(1), close(self))[1])
+
+    def failing(tap: Any) -> dict[str, Any]:
+        raise LookupError("no run run-nope")
+
+    with pytest.raises(LookupError):
+        await computed_export(failing, CollectorPause())
+    await _until(lambda: closed == [1])
+
+    def big(tap: Any) -> dict[str, Any]:
+        tap(0, [{"k": k, "text": "x" * 1000} for k in range(2000)])
+        return {"windows": [{"k": k, "text": "x" * 1000} for k in range(2000)], "after": True}
+
+    stream = await computed_export(big, CollectorPause())
+    async for _ in stream:
+        break  # the client closed the connection after one piece
+    stream.close()
+    await _until(lambda: closed == [1, 1])
+
+
+async def _until(done: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "not closed"
+        await asyncio.sleep(0.01)
 
 
 def test_the_collector_pauses_while_each_chunk_is_made_and_runs_between() -> None:

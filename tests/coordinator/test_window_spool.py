@@ -206,3 +206,16 @@ def test_the_wire_form_answers_what_json_pieces_makes(count: int) -> None:
         assert json.loads(answer)["windows"] == json.loads(b"".join(json_pieces(export)))["windows"]
     with WindowSpool(wire_form=True) as missed:  # a spool that saw no pass: the windows made as before
         assert b"".join(wire_pieces(export, missed)) == answer
+
+
+def test_a_spool_of_the_other_form_or_past_its_room_is_not_used() -> None:
+    """An indented spool handed to the API's encoder, a wire spool to the file's writer, or a spool whose
+    text outgrew ``max_bytes``: each is left aside, and the windows are made as before."""
+    export = build_export(RUN, [node("spark-1", 10.0, 60.0, [(20, 30)], 8.0)], many_windows(600), "0.1.0")
+    for form, room in ((False, None), (True, None), (True, 1000), (False, 1000)):
+        with WindowSpool(wire_form=form, max_bytes=room) as spool:
+            for lo in range(0, 600, 100):
+                spool(lo, export["windows"][lo : lo + 100])
+            assert spool.holds(600) is (room is None)
+            assert b"".join(wire_pieces(export, spool)) == b"".join(json_pieces(export))
+            assert written(export, spool) == written(export)

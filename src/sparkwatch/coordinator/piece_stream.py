@@ -20,6 +20,9 @@ from sparkwatch.core.window_rows import WindowsTap
 from sparkwatch.window_spool import WindowSpool, wire_pieces
 
 log = logging.getLogger(__name__)
+#: The most of an export answer's windows spooled in the temporary folder (an 8 h run's 10 000 windows are
+#: 27 MB); past it, the answer makes them again, as before the spool.
+SPOOL_MAX_BYTES = 128 * 2**20
 
 #: Chunks waiting to be written at most (each about ``CHUNK_BYTES``).
 DEPTH = 4
@@ -165,7 +168,14 @@ async def computed_export(compute: Callable[[WindowsTap], Any], pause: Collector
     """An export's JSON pieces (:func:`computed_json`), its windows encoded once: ``compute`` hands them, as
     the digest's pass makes them, to a spool that the answer copies (window_spool; they were made twice,
     0.5 s of an 8 h run's 10 000 windows)."""
-    spool = WindowSpool(wire_form=True)
-    return await computed_json(
-        lambda: compute(spool), pause, lambda export: wire_pieces(export, spool), after=spool.close
-    )
+    spools: list[WindowSpool] = []  # made in the worker (its temporary file is no loop's wait), once
+
+    def computed() -> Any:
+        spools.append(WindowSpool(wire_form=True, max_bytes=SPOOL_MAX_BYTES))
+        return compute(spools[0])
+
+    def closed() -> None:
+        for spool in spools:
+            spool.close()
+
+    return await computed_json(computed, pause, lambda export: wire_pieces(export, spools[0]), after=closed)
