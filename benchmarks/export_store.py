@@ -18,7 +18,9 @@ the floor, one SELECT of the span's blocks per node decoded into numpy (``sample
 concatenate) and a join of every window's [start, end] against the node's GPU sample times
 (np.searchsorted, power summed per window by cumsum); "windows", what the coordinator makes for
 ``GET /v1/runs/{id}/windows`` (``run_windows`` encoded): what `export --prometheus URL RUN` asks of it
-(beside the run's row, ``GET /v1/runs/{id}``).
+(beside the run's row, ``GET /v1/runs/{id}``); "answer", what it makes for ``GET /v1/runs/{id}/export``:
+the export and its compact JSON pieces (counted, not held), the windows spooled in the API's form as the
+digest's pass makes them where the tree has that (``piece_stream.computed_export``; before, made twice).
 Each reports wall and CPU seconds of that work, the child's peak RSS after its imports and at the end
 (VmHWM: ``ru_maxrss`` would carry this parent's own peak into the child, see ``_rss_mib``). Medians over
 --rounds, the kinds interleaved.
@@ -51,6 +53,8 @@ WINDOWS_PER_HOUR = 10_000 / 8
 RUN_ID = "bench"
 #: The export reads this much before the run (core.baseline.BASELINE_S + 5 s, sparkwatch.sources.LEAD_NS).
 LEAD_NS = 15 * S
+#: What each round measures, in this order (the floor first: the ratios' baseline).
+KINDS = ("floor", "export", "export -o", "windows", "answer")
 #: Where export_run has lived (it moved from the coordinator to the sources package).
 EXPORT_MODULES = ("sparkwatch.sources.store", "sparkwatch.coordinator.export_inputs")
 
@@ -79,7 +83,7 @@ def child_export(path: pathlib.Path, *, written: bool = False) -> dict[str, Any]
     from sparkwatch.store import Store
 
     export_run = _export_run()
-    spool = _spool() if written else None
+    spool = _spool(keep=_judged_fields()) if written else None
     base = _rss_mib()
     t0, c0 = time.perf_counter(), _cpu_s()
     store = Store.read_only(path)
@@ -103,14 +107,46 @@ def child_export(path: pathlib.Path, *, written: bool = False) -> dict[str, Any]
     return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": _rss_mib(), "check": gated}
 
 
-def _spool() -> Any:
-    """The command's window spool, or None in a tree from before it (the windows made three times)."""
+def _spool(**options: Any) -> Any:
+    """A window spool (``options``: its own), or None in a tree from before it or its form."""
+    try:
+        from sparkwatch.window_spool import WindowSpool
+
+        return WindowSpool(**options)
+    except (ImportError, TypeError):
+        return None
+
+
+def _judged_fields() -> tuple[str, ...]:
     try:
         from sparkwatch.commands.quality import JUDGED_FIELDS
-        from sparkwatch.window_spool import WindowSpool
     except ImportError:
-        return None
-    return WindowSpool(keep=JUDGED_FIELDS)
+        return ()
+    return tuple(JUDGED_FIELDS)
+
+
+def child_answer(path: pathlib.Path) -> dict[str, Any]:
+    """What the coordinator makes for ``GET /v1/runs/{id}/export`` (see the module docstring)."""
+    from sparkwatch.core.json_pieces import json_pieces
+    from sparkwatch.store import Store
+
+    export_run = _export_run()
+    spool = _spool(wire_form=True)
+    base = _rss_mib()
+    t0, c0 = time.perf_counter(), _cpu_s()
+    store = Store.read_only(path)
+    tapped = {} if spool is None else {"windows_tap": spool}
+    export = export_run(store, RUN_ID, store.node_names(), time.time_ns, **tapped)
+    store.close()
+    if spool is None:
+        size = sum(len(piece) for piece in json_pieces(export))
+    else:
+        from sparkwatch.window_spool import wire_pieces
+
+        size = sum(len(piece) for piece in wire_pieces(export, spool))
+        spool.close()
+    wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": _rss_mib(), "check": size}
 
 
 def child_windows(path: pathlib.Path) -> dict[str, Any]:
@@ -234,7 +270,7 @@ def in_child(kind: str, path: pathlib.Path) -> dict[str, Any]:
 
 def measure(path: pathlib.Path, rounds: int) -> dict[str, dict[str, Any]]:
     """Medians per kind over ``rounds`` (the kinds interleaved); the last round's check values."""
-    runs: dict[str, list[dict[str, Any]]] = {"export": [], "export -o": [], "floor": [], "windows": []}
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     for _ in range(rounds):
         for kind, results in runs.items():
             results.append(in_child(kind, path))
@@ -263,6 +299,7 @@ def main() -> None:
             "export -o": lambda p: child_export(p, written=True),
             "floor": child_floor,
             "windows": child_windows,
+            "answer": child_answer,
         }
         print(json.dumps(children[kind](pathlib.Path(path))))
         return
@@ -279,7 +316,7 @@ def main() -> None:
     )
     for hours, (path, m) in results.items():
         label = f"{hours:g} h, {round(WINDOWS_PER_HOUR * hours):,} windows"
-        for kind in ("floor", "export", "export -o", "windows"):
+        for kind in KINDS:
             r = m[kind]
             ratio = f"{r['wall_s'] / m['floor']['wall_s']:>10.2f}x"
             print(
@@ -293,6 +330,7 @@ def main() -> None:
         print(
             f"{'':<22} windows: {count:,} windows, {size / 2**20:.1f} MiB of JSON (GET /v1/runs/ID/windows)"
         )
+        print(f"{'':<22} answer: {m['answer']['check']:,} bytes of JSON (GET /v1/runs/ID/export)")
 
 
 def _rounded(values: list[float | None]) -> list[float | None]:
