@@ -231,7 +231,7 @@ def _tsdb_args(export: argparse.ArgumentParser) -> None:
         help="read raw samples by range selectors (prometheus) or /api/v1/export (victoriametrics);"
         " default: ask the engine",
     )
-    coordinator_args(export, tsdb)  # where RUN is, with --prometheus
+    coordinator_args(tsdb)  # where RUN is, with --prometheus, and its token: one place in --help
     tsdb.add_argument("--bearer-token-file", type=Path, metavar="FILE", help="the engine's bearer token")
     tsdb.add_argument(
         "--basic-auth-user", type=basic_auth_user, metavar="USER", help="basic auth for the engine"

@@ -205,9 +205,10 @@ def listen(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def coordinator_args(parser: argparse.ArgumentParser, group: Any = None) -> None:
+def coordinator_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup, group: Any = None) -> None:
     """``--coordinator URL`` (in ``group`` when given: mutually exclusive with ``--nodes``) and
-    ``--token-file FILE``, defaulting to the environment (client.py)."""
+    ``--token-file FILE``, defaulting to the environment (client.py). ``parser`` may be an argument
+    group: both flags are then listed under its heading in ``--help``."""
     (group or parser).add_argument(
         "--coordinator",
         type=http_url,

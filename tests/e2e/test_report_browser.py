@@ -159,7 +159,7 @@ def test_the_demo_report_opens_offline_and_says_the_exports_numbers(
     result = sparkwatch("demo", "--max-tokens", "64", "--tokens-per-s", "200", "-o", str(out), timeout=240)
     assert result.returncode == 0, result.stderr
     report = tmp_path / "run.report.html"
-    assert f"report written to {report}" in result.stderr
+    assert f"sparkwatch demo: report written to {report}" in result.stderr  # the demo's own prefix
     export = json.loads(out.read_text())
     assert export["series"]["buckets"] > 0
     with open_page(report, width=PAGE_WIDTH_PX) as opened:

@@ -166,7 +166,7 @@ def _outcome(
     )  # fmt: skip
     opts.stderr.write(f"sparkwatch demo: export written to {written} in {time.monotonic() - t0:.1f} s\n")
     if opts.report:
-        write_report_beside(export, written, opts.stderr)
+        write_report_beside(export, written, opts.stderr, said_as="sparkwatch demo")
     return code
 
 

@@ -67,18 +67,20 @@ def _page(export: dict[str, Any]) -> str:
     return build_page(export, Assets())
 
 
-def write_report_beside(export: dict[str, Any], export_path: Path, stderr: TextIO) -> Path | None:
+def write_report_beside(
+    export: dict[str, Any], export_path: Path, stderr: TextIO, said_as: str = "sparkwatch"
+) -> Path | None:
     """`run` and `demo`: the report beside the export they wrote; a failure is a warning (the export,
-    the measurement's record, is already safe)."""
+    the measurement's record, is already safe). ``said_as``: the command's prefix on its own lines."""
     if not_a_file(export_path):  # -o /dev/null: nothing beside it is for the report
         return None
     output = report_path(export_path)
     try:
         size = build_report_file(export, output)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        stderr.write(f"sparkwatch: warning: the report could not be written to {output}: {exc}\n")
+        stderr.write(f"{said_as}: warning: the report could not be written to {output}: {exc}\n")
         return None
-    stderr.write(f"sparkwatch: report written to {output} ({size_text(size)})\n")
+    stderr.write(f"{said_as}: report written to {output} ({size_text(size)})\n")
     return output
 
 
