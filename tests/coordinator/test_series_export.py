@@ -16,13 +16,18 @@ from helpers.app_thread import AppThread
 from helpers.cli import sparkwatch as cli
 from helpers.export_api import T0, Api, S, ended_run, node_api, with_node
 from helpers.processes import free_port
+from helpers.windows_made import count_windows_made
 from sparkwatch.client import CoordinatorClient, CoordinatorTarget
 from sparkwatch.commands.export_cmd import offline_export
 from sparkwatch.coordinator.api.app import make_app
 from sparkwatch.core.export import digest
 from sparkwatch.core.export_schema import run_schema
-from sparkwatch.core.window_rows import plain
+from sparkwatch.core.window_rows import FirstPass, plain
 from sparkwatch.defaults import SERIES_BUCKETS
+from sparkwatch.report.bundle import Assets
+from sparkwatch.report.page import build_page
+from sparkwatch.sources.store import export_run
+from sparkwatch.store import Store
 from sparkwatch.store.run_rows import RunRow
 
 KINDS = ["gpu_power_w", "util_ratio", "mem_used_bytes", "sm_clock_hz"]
@@ -175,3 +180,33 @@ async def test_the_coordinator_serves_the_run_report(api: Api) -> None:
     assert status == 400 and refused["error"] == "invalid_query"
     status, missing = await api.get("/v1/runs/run-nope/report")
     assert status == 404 and missing["error"] == "not_found"
+
+
+async def test_the_run_report_makes_the_windows_once(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page reads the windows the export's digest pass made (every pass is handed to the tap, so the
+    count is the windows made: they were made twice), and is the page of the export made whole."""
+    made = count_windows_made(monkeypatch, FirstPass)
+    async with node_api(tmp_path / "c.db") as api:
+        client, clock = api.client, api.clock
+        run_id = str((await (await client.post("/v1/runs", json={"name": "many"})).json())["id"])
+        starts = [T0 + 2 * S + k * S // 300 for k in range(1200)]
+        windows = [
+            {"id": f"w{k}", "phase": "timed", "t_start_ns": t, "t_end_ns": t + S}
+            for k, t in enumerate(starts)
+        ]
+        assert (await client.post(f"/v1/runs/{run_id}/windows", json={"windows": windows})).status == 201
+        clock[0] = T0 + 10 * S
+        assert (await client.post(f"/v1/runs/{run_id}/end")).status == 200
+        response = await client.get(f"/v1/runs/{run_id}/report?series_buckets=100")
+        page = await response.text()
+        assert response.status == 200 and sum(made) == 1200, made
+        reader = Store(tmp_path / "c.db")
+        try:
+            export = export_run(reader, run_id, ["n1"], lambda: clock[0], series_buckets=100)
+        finally:
+            reader.close()
+        assert page == build_page(plain(export), Assets())
+        data = json.loads(page.split('id="report-data">', 1)[1].split("</script>", 1)[0])
+        assert data["windows"]["id"] == [f"w{k}" for k in range(1200)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+from typing import Any
 
 import orjson
 import pytest
@@ -16,7 +17,7 @@ from test_core_export import RUN, T0, S, node
 from sparkwatch.coordinator.big_values import SLICE_ITEMS, let_go
 from sparkwatch.core.export import build_export, digest
 from sparkwatch.core.json_pieces import canonical, json_pieces
-from sparkwatch.core.window_rows import CHUNK, WindowRows, plain
+from sparkwatch.core.window_rows import CHUNK, FirstPass, WindowRows, plain
 from sparkwatch.core.windows import Window
 from sparkwatch.outputs import write_export_to
 
@@ -109,3 +110,23 @@ def test_letting_go_of_an_export_empties_the_windows_its_rows_are_made_from() ->
     assert held == windows and held is not windows
     let_go(export)
     assert held == [] and len(windows) == 3 * SLICE_ITEMS + 1
+
+
+def test_the_first_pass_is_kept_whole_or_not_at_all() -> None:
+    """The first pass over the rows, kept as it was made; a later pass adds nothing; a first pass that
+    began past the start (a read of windows 500 on) gives nothing rather than a list with a hole."""
+    rows = WindowRows(1200, lambda lo, hi: [{"k": k} for k in range(lo, hi)])
+    made: list[tuple[int, list[Any]]] = []
+    first = FirstPass()
+    for lo in range(0, 1200, 500):
+        window = rows.between(lo, min(lo + 500, 1200))
+        made.append((lo, window))
+        first(lo, window)
+    first(0, rows.between(0, 500))  # a second pass
+    kept = first.all(1200)
+    assert kept == [{"k": k} for k in range(1200)] and kept[0] is made[0][1][0]
+    assert first.all(1201) is None
+    late = FirstPass()
+    late(500, rows.between(500, 1000))
+    late(0, rows.between(0, 500))
+    assert late.all(1200) is None and late.all(500) is None

@@ -25,7 +25,7 @@ from sparkwatch.coordinator.piece_stream import PieceStream, computed_export, co
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteSpec
 from sparkwatch.coordinator.run_nodes import warn_changed_nodes
 from sparkwatch.core.id_lists import name_ids
-from sparkwatch.core.window_rows import WindowsTap
+from sparkwatch.core.window_rows import FirstPass, WindowsTap
 from sparkwatch.core.windows import MARK_SOURCE, Window, outside_run
 from sparkwatch.defaults import DEFAULT_PHASES, RETAIN_IDLE_S
 from sparkwatch.engines.poller import EnginePoller
@@ -333,25 +333,22 @@ class Coordinator:
 
     async def report_html(self, run_id: str, series_buckets: int) -> str:
         """The run report, from the export with its series block, computed in a worker thread like the
-        export (Altair is imported there, at the first report, not when the coordinator starts)."""
+        export (Altair is imported there, at the first report, not when the coordinator starts); the page
+        reads the windows the digest's pass made (they were made twice)."""
 
         def work() -> str:
             from sparkwatch.report.page import build_page  # noqa: PLC0415 — Altair, on demand
 
-            reader = self._reader()
-            try:
-                with self._collector_pause:  # the export is alive through the page build, as in export_json
-                    export = export_run(
-                        reader, run_id, self.node_names, self.now_ns, series_buckets=series_buckets
-                    )
-                    made = {**export, "windows": list(export["windows"])}  # made once, let go in slices
-                    try:
-                        return build_page(made, self._report_assets)
-                    finally:
-                        let_go(made)
-                        let_go(export)
-            finally:
-                reader.close()
+            first = FirstPass()
+            with self._collector_pause:  # the export is alive through the page build, as in export_json
+                export = self._computed_export(run_id, series_buckets, first)
+                windows = first.all(len(export["windows"]))
+                made = {**export, "windows": list(export["windows"]) if windows is None else windows}
+                try:
+                    return build_page(made, self._report_assets)
+                finally:
+                    let_go(made)
+                    let_go(export)
 
         return await asyncio.get_running_loop().run_in_executor(None, work)
 

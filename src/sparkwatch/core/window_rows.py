@@ -93,6 +93,25 @@ class WindowRows(Sequence[T]):
         return f"WindowRows({self._length} windows)"
 
 
+class FirstPass:
+    """A :data:`WindowsTap` keeping every window the first pass makes (the digest's), in order: a reader
+    that needs them all as values (the run report) takes them here instead of making them again."""
+
+    def __init__(self) -> None:
+        self._values: list[Any] = []
+        self._in_order = True
+
+    def __call__(self, lo: int, windows: list[Any]) -> None:
+        if lo > len(self._values):  # a slice missed: the first pass began elsewhere
+            self._in_order = False
+        elif lo == len(self._values) and self._in_order:
+            self._values += windows
+
+    def all(self, count: int) -> list[Any] | None:
+        """The values of all ``count`` windows, or None where the first pass did not make them all."""
+        return self._values if self._in_order and len(self._values) == count else None
+
+
 def plain(value: Any) -> Any:
     """``value`` with every :class:`WindowRows` inside (through dicts and lists) made a list: what a JSON
     round trip gives, for code that wants plain values (a schema validator, ``json.dumps``)."""
