@@ -17,8 +17,9 @@ from sparkwatch.importers import read_windows
 from sparkwatch.outputs import check_output
 
 
-def target_of(args: argparse.Namespace) -> CoordinatorTarget:
-    return CoordinatorTarget.resolve(args.coordinator, args.token_file)
+def target_of(args: argparse.Namespace, *, embeds: bool = False) -> CoordinatorTarget:
+    """``embeds``: the command could start its own coordinator instead (client.CoordinatorTarget)."""
+    return CoordinatorTarget.resolve(args.coordinator, args.token_file, embeds=embeds)
 
 
 def cmd_schema(_args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:

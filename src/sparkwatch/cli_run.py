@@ -35,7 +35,9 @@ def cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     opts = RunOptions(
         command=command,
         nodes_file=args.nodes,
-        target=None if args.nodes else CoordinatorTarget.resolve(args.coordinator, args.token_file),
+        target=None
+        if args.nodes
+        else CoordinatorTarget.resolve(args.coordinator, args.token_file, embeds=True),
         token_file=None if args.nodes else args.token_file,
         name=args.name,
         interval_s=args.interval,

@@ -96,7 +96,7 @@ def cmd_hardware(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> 
             {} if args.nodes is None else {**named_files(args.nodes), args.nodes: "the nodes file (--nodes)"}
         )
         check_output(args.output, nodes_file | token_file_read(None if args.nodes else args.token_file))
-    target = target_of(args) if args.nodes is None else None
+    target = target_of(args, embeds=True) if args.nodes is None else None
 
     async def settle(client: CoordinatorClient) -> list[dict[str, object]]:
         return await client.wait_for_hellos(timeout_s=args.wait)
@@ -147,7 +147,7 @@ def _links_quiet(args: argparse.Namespace, embedded: bool, below: int) -> Iterat
 
 def cmd_nodes(args: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
     standing = args.nodes is None and (args.coordinator or os.environ.get(ENV_COORDINATOR))
-    target = target_of(args) if standing else None
+    target = target_of(args, embeds=True) if standing else None
     with _links_quiet(args, not standing, logging.CRITICAL):  # a node that is down: said once, as shown
         return _check_nodes(args, target)
 

@@ -111,10 +111,18 @@ class CoordinatorTarget:
     #: What its messages call it where its URL means nothing to the user (a command's own coordinator, on a
     #: loopback port of the moment); None: its URL.
     label: str | None = None
+    #: Whether the command could start its own coordinator instead (`run`, `nodes check`, `hardware` with
+    #: --nodes): what a refused connection suggests, and only there.
+    embeds: bool = False
 
     @classmethod
     def resolve(
-        cls, url: str | None, token_file: Path | None, environ: Mapping[str, str] | None = None
+        cls,
+        url: str | None,
+        token_file: Path | None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        embeds: bool = False,
     ) -> CoordinatorTarget:
         env = os.environ if environ is None else environ
         chosen = (url or env.get(ENV_COORDINATOR) or DEFAULT_COORDINATOR).rstrip("/")
@@ -129,7 +137,8 @@ class CoordinatorTarget:
         if parts.path.endswith(("/v1", "/api/v1")):  # the API's routes are below the base: /v1/v1/runs
             raise CoordinatorError(f"coordinator URL is its base, without {parts.path}: {chosen!r}")
         path = token_file_of(token_file, env)
-        return cls(chosen, load_token(path), path) if path else cls(chosen, None)
+        token = load_token(path) if path else None
+        return cls(chosen, token, path if path else None, embeds=embeds)
 
 
 def token_file_of(flag: Path | None, environ: Mapping[str, str] | None = None) -> Path | None:
@@ -146,11 +155,13 @@ def token_file_read(flag: Path | None, environ: Mapping[str, str] | None = None)
     return {} if path is None else {path.resolve(): f"the coordinator's token file ({named})"}
 
 
-#: What a refused connection to the coordinator adds: nothing listens there, and what a user may mean.
-NOT_RUNNING_HINT = (
-    " (is `sparkwatch coordinator` running there? its URL: --coordinator or $SPARKWATCH_COORDINATOR;"
-    " `run`, `nodes check` and `hardware` can embed one instead: --nodes nodes.toml)"
-)
+def not_running_hint(embeds: bool) -> str:
+    """What a refused connection to the coordinator adds: nothing listens there, and what a user may mean
+    (where the command can start its own instead, that)."""
+    instead = "; or let this command start its own: --nodes nodes.toml" if embeds else ""
+    return (
+        f" (is `sparkwatch coordinator` running there? its URL: --coordinator or ${ENV_COORDINATOR}{instead})"
+    )
 
 
 class CoordinatorClient(NodeWaits):
@@ -211,7 +222,7 @@ class CoordinatorClient(NodeWaits):
             )
             raise CoordinatorError(
                 f"cannot reach the coordinator at {self.target.url}: {unreachable_reason(exc)}"
-                + (NOT_RUNNING_HINT if refused else "")
+                + (not_running_hint(self.target.embeds) if refused else "")
             ) from None
         except TimeoutError:
             raise CoordinatorError(f"{where}: no answer in time") from None

@@ -211,10 +211,12 @@ def test_runs_refusals_name_the_coordinator(tmp_path: pathlib.Path) -> None:
     down = cli("runs", "list", "--coordinator", f"http://127.0.0.1:{port}")
     one_line_refusal(down, f"cannot reach the coordinator at http://127.0.0.1:{port}: Connection refused")
     assert "ssl:default" not in down.stderr  # aiohttp's words for any URL, plain http too
-    assert (
-        "(is `sparkwatch coordinator` running there? its URL: --coordinator or $SPARKWATCH_COORDINATOR;"
-        in (down.stderr)
-    )
+    # `runs` needs a standing coordinator: nothing about starting one of its own, which `hardware` can
+    assert down.stderr.endswith(
+        "(is `sparkwatch coordinator` running there? its URL: --coordinator or $SPARKWATCH_COORDINATOR)\n"
+    ), down.stderr
+    embeds = cli("hardware", "--coordinator", f"http://127.0.0.1:{port}")
+    one_line_refusal(embeds, "; or let this command start its own: --nodes nodes.toml)")
     env = {"SPARKWATCH_COORDINATOR": f"http://127.0.0.1:{port}"}
     one_line_refusal(cli("runs", "open", env=env), f"http://127.0.0.1:{port}")
     flag = cli("runs", "list", "--coordinator", "ftp://x")  # the flag: the parser's one line names it

@@ -80,7 +80,7 @@ def too_long(start_ns: int, end_ns: int) -> str | None:
         return None
     days = (end_ns - start_ns) / 86_400e9
     return (
-        f"--start to --end spans more than {MAX_SPAN_NS // 86_400_000_000_000} days ({days:,.1f}): the"
+        f"--start to --end spans more than {MAX_SPAN_NS // 86_400_000_000_000} days ({days:,.1f} days): the"
         " engine is read over all of it (about a second per day), where a benchmark's span is hours;"
         " give the run's own start and end"
     )
