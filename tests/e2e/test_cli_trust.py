@@ -318,7 +318,7 @@ def test_ctrl_c_during_the_demo_exports_without_a_traceback(tmp_path: pathlib.Pa
          "--basic-auth-user: must not be empty", "sparkwatch export"),
         # read the engine for hours, saying nothing
         (["export", "--prometheus", "http://h:1", "--windows", "w.csv", "--start", "1e9", "--end", "2e9"],
-         "spans more than 31 days (11,574.1)", "sparkwatch export"),
+         "spans more than 31 days (11,574.1 days)", "sparkwatch export"),
         # - made a file named -
         (["run", "-o", "-", "--", "true"], "-o/--output: - is not standard output", "sparkwatch run"),
         (["demo", "-o", "-"], "-o/--output: - is not standard output", "sparkwatch demo"),
