@@ -311,6 +311,61 @@ def test_no_series_with_the_label_or_two_series_for_one_gpu_is_one_line() -> Non
         export(twice, [window("w", 1, 2)])
 
 
+def _three_machines(t: list[float]) -> list[RawSeries]:
+    """Three scraped GB10s (each GPU 0, its own uuid and node) with their memory, at 45, 35 and 50 W."""
+    out = []
+    for k, watts in enumerate((45.0, 35.0, 50.0)):
+        scraped = {"job": "sparkwatch-agent", "instance": f"spark-{k}:9464"}
+        gpu = sparkwatch_gpu(f"spark-{k}", f"GPU-{k}", t, watts, 0.9)
+        memory = series("sparkwatch_memory_used_bytes", t, [8e9] * len(t), node=f"spark-{k}")
+        out += [RawSeries({**r.labels, **scraped}, r.t_ns, r.values) for r in [*gpu, memory]]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("label", "said"),
+    [
+        # a GPU label: every machine's GPU 0, or one node per GPU with no memory or channels of its own
+        ("gpu", "--nodes-label gpu: that is the sparkwatch family's GPU index label, not a machine's"),
+        ("uuid", "--nodes-label uuid: that is the sparkwatch family's GPU id label, not a machine's"),
+        ("name", "--nodes-label name: that is the sparkwatch family's GPU model name label"),
+        # coarser than a machine: the three under one job (before: "two series of
+        # sparkwatch_agent_interval_seconds …: pick one with --series-matchers", pointing the wrong way)
+        (
+            "job",
+            "--nodes-label job: job='sparkwatch-agent' holds the GPU power series of 3 machines by their"
+            " node label (spark-0, spark-1, spark-2), measured as one node; give the label that names each"
+            " machine: node (the exporter's), or instance (the scrape target's)",
+        ),
+    ],
+)
+def test_a_nodes_label_that_does_not_name_machines_is_refused(label: str, said: str) -> None:
+    """Found by a user: ``--nodes-label gpu`` exported one node '0' at the three machines' power summed,
+    its memory and channels null, and exited 0."""
+    t = [float(x) for x in range(31)]
+    with pytest.raises(SourceError) as caught:
+        export(_three_machines(t), [window("w", 5, 25)], label=label)
+    assert str(caught.value).startswith(said) and "\n" not in str(caught.value), caught.value
+    for machine in ("node", "instance"):  # what names a machine: each measured as itself
+        out = export(_three_machines(t), [window("w", 5, 25)], label=machine)
+        assert [n["power_w"]["gated_mean"] for n in out["nodes"]] == pytest.approx([45.0, 35.0, 50.0])
+        assert all(n["memory_used_bytes"]["peak"] == 8e9 for n in out["nodes"])
+
+
+def test_two_machines_gpu_index_under_one_value_of_the_label_is_refused() -> None:
+    """dcgm-exporter series labelled by a site's own ``rack`` label (the exporter's Hostname absent, as a
+    relabelling may leave it): two machines' GPU 0 under one rack is told by its index, not its UUID."""
+    t = [float(x) for x in range(31)]
+    rack = [
+        series("DCGM_FI_DEV_POWER_USAGE", t, [300.0] * 31, rack="r1", gpu="0", UUID=f"GPU-{k}") for k in "ab"
+    ]
+    with pytest.raises(SourceError, match=r"^--nodes-label rack: rack='r1' holds 2 GPUs with gpu='0'"):
+        export(rack, [window("w", 5, 25)], DCGM, "rack")
+    one = [*rack[:1], series("DCGM_FI_DEV_POWER_USAGE", t, [200.0] * 31, rack="r1", gpu="1", UUID="GPU-b")]
+    (node,) = export(one, [window("w", 5, 25)], DCGM, "rack")["nodes"]  # one machine's two GPUs
+    assert [g["uuid"] for g in node["gpus"]] == ["GPU-a", "GPU-b"] and node["energy_j"] == 500.0 * 20
+
+
 def _held_twice(t: list[float]) -> list[RawSeries]:
     """A node's GPU and wall meter as a site that scrapes the agent and the coordinator (1 s, ``job`` and
     ``instance`` added) and also takes the coordinator's remote write (10 Hz, neither label) holds them."""

@@ -76,6 +76,10 @@ class Family:
     host_page_cache: tuple[Series, ...] = ()
     #: The interval the node's agent says each sample was taken at (s): gaps judged as the store judges them.
     sample_interval: Series | None = None
+    #: The exporter's own label naming the machine (None: it has none; the scrape's ``instance`` does), and
+    #: the one with a GPU's index on it: how a nodes label that is not a node's is told (node_label.py).
+    host_label: str | None = None
+    index_label: str | None = None
 
     def host_memory_name(self) -> str:
         """How a node's memory reads when it is the family's own host series."""
@@ -101,6 +105,8 @@ SPARKWATCH = Family(
     sample_interval=Series("sparkwatch_agent_interval_seconds"),
     info=Series("sparkwatch_gpu_info"),
     name_label="name",
+    host_label="node",
+    index_label="gpu",
     read_in="agent/src/sparkwatch_agent/serving/metrics.py",
     sensor_power=Series("sparkwatch_sensor_power_watts"),
     sensor_energy=Series("sparkwatch_sensor_energy_joules_total"),
@@ -136,6 +142,8 @@ DCGM = Family(
     host_memory=None,
     info=None,
     name_label="modelName",
+    host_label="Hostname",
+    index_label="gpu",
     read_in="NVIDIA/dcgm-exporter etc/default-counters.csv; docs.nvidia.com gpu-telemetry dcgm-exporter",
     signals=Signals(
         sm_clock=Series("DCGM_FI_DEV_SM_CLOCK", MHZ),

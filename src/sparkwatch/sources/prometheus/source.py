@@ -42,6 +42,7 @@ from sparkwatch.sources.prometheus.mappings import (
     Series,
 )
 from sparkwatch.sources.prometheus.memory import memory_used, page_cache
+from sparkwatch.sources.prometheus.node_label import check_nodes_label, check_one_machine
 from sparkwatch.sources.prometheus.promql import literal, quoted
 from sparkwatch.sources.prometheus.raw import Engine, RawSeries, Reader, refuse_outside
 from sparkwatch.sources.prometheus.signals import signal_track, top_hz
@@ -78,6 +79,7 @@ class TsdbSource:
         """``engine_matchers``: the label matchers that select the serving engine's series (none: the
         export has no engine block); ``series_matchers``: label matchers every node series read must
         also match (an engine that holds them twice)."""
+        check_nodes_label(family, nodes_label)
         self._reader = reader
         self._engine_matchers = engine_matchers
         self._series_matchers = series_matchers
@@ -258,7 +260,9 @@ class TsdbSource:
 
     def _gpus(self, node: str, t_from_ns: int, t_to_ns: int) -> list[tuple[str, GpuTrack]]:
         f = self._family
-        power = self._by_gpu(self._mine(f.power, node, t_from_ns, t_to_ns))
+        found = self._mine(f.power, node, t_from_ns, t_to_ns)
+        check_one_machine(f, self._label, node, found)  # before any of its series is refused as twice held
+        power = self._by_gpu(found)
         energy = self._by_gpu(self._mine(f.energy, node, t_from_ns, t_to_ns))
         util = self._first_by_gpu(f.util, node, t_from_ns, t_to_ns, self._by_gpu, wanted=set(power))
         return gpu_tracks(power, energy, util, self._said_interval(node, t_from_ns, t_to_ns))
