@@ -192,7 +192,11 @@ class TsdbSource:
         if self._series_matchers and self._read_series(selector.replace(self._also(), ""), *span):
             return f" (the engine holds them, but none match --series-matchers {self._series_matchers})"
         family = self._family.name
-        return f" (none at all in the span: does the engine hold the --metrics {family} family's series?)"
+        # a span a day or an hour off (a local time read as UTC) is as likely as another family's series
+        return (
+            " (none at all in the span: do --start, --end and the windows' times (UTC) fall when the engine"
+            f" sampled them, and does it hold the --metrics {family} family's series?)"
+        )
 
     def node_input(self, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
         f = self._family
