@@ -20,7 +20,13 @@ import pytest
 from helpers.frames import T0, sample_frame
 from helpers.write_receiver import HELLO, MESSAGES, Receiver, Sleeps, receiver, until, writer
 from sparkwatch.coordinator.remote_write.proto import HEADERS
-from sparkwatch.coordinator.remote_write.sender import RemoteWriter, refusal_hint, shown_url
+from sparkwatch.coordinator.remote_write.sender import (
+    LOG_EVERY,
+    LOG_FIRST,
+    RemoteWriter,
+    refusal_hint,
+    shown_url,
+)
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.state import LinkState
@@ -135,6 +141,24 @@ async def test_other_client_errors_drop_the_batch_counted_and_the_next_one_goes(
     await until(lambda: w.stats.sent == 2)
     await w.stop()
     assert len(receiver.requests) == 2 and sleeps.delays == [] and w.stats.retries == 0
+
+
+async def test_refusals_are_logged_the_first_few_then_one_in_many_as_the_log_says(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wrong URL refuses every batch: the first LOG_FIRST are logged, the last of them saying that from
+    there on one in LOG_EVERY is (a user read five lines in ten seconds, then silence, as the end of it)."""
+    receiver.script = [405] * (LOG_FIRST + 2)
+    w = writer(receiver.url, Sleeps())
+    w.start()
+    for k in range(LOG_FIRST + 2):
+        w.offer("n1", HELLO, frames(1 + k, 1))
+        await until(lambda k=k: w.stats.dropped.get("rejected") == k + 1)
+    await w.stop()
+    lines = [r.getMessage() for r in caplog.records if "samples refused" in r.getMessage()]
+    assert len(lines) == LOG_FIRST, lines
+    assert lines[-1].endswith(f"; from here on one refusal in {LOG_EVERY} is logged")
+    assert not any("from here on" in line for line in lines[:-1])
 
 
 def _nodes(receiver: Receiver, index: int) -> set[str]:

@@ -329,7 +329,11 @@ class RemoteWriter:
         self._failing = False
         self._rejections += 1
         if self._rejections <= LOG_FIRST or self._rejections % LOG_EVERY == 0:
-            log.warning("remote write to %s: %d samples refused, not retried (%s)", self.url, count, detail)
+            last = self._rejections == LOG_FIRST
+            more = f"; from here on one refusal in {LOG_EVERY} is logged" if last else ""
+            log.warning(
+                "remote write to %s: %d samples refused, not retried (%s)%s", self.url, count, detail, more
+            )
 
     async def _post(
         self, session: aiohttp.ClientSession, body: bytes
