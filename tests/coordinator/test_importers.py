@@ -1166,6 +1166,12 @@ P0, P1, P2 = "1759522500000000000", "1759522501000000000", "1759522499000000000"
         (PLAIN_HEADER + ",t_frist_token_ns", [], "unknown column(s) 't_frist_token_ns'"),
         (PLAIN_HEADER, [f"r,timed,{P0},1759522500.5e9"], "row 2: t_end_ns must be a non-negative integer"),
         (PLAIN_HEADER, [f"r,timed,{P0},-1"], "row 2: t_end_ns must be a non-negative integer"),
+        (  # seconds with a fraction (a user's CSV): which unit it reads in, not only that it is no integer
+            PLAIN_HEADER,
+            ["r,timed,1759522500.25,1759522501.5"],
+            "row 2: t_start_ns must be a non-negative integer, found '1759522500.25' (t_start_ns is Unix"
+            " epoch nanoseconds, an integer; this reads as seconds: × 10^9)",
+        ),
         (PLAIN_HEADER, [f"r,timed,{P0},{P2}"], "row 2: t_end_ns: ends before it starts"),
         (PLAIN_HEADER, ["r,timed,1759522500,1759522501"], "not Unix epoch nanoseconds"),
         (PLAIN_HEADER, [f"r,timed,{P0},{P1},9"], "row 2: 5 cells for 4 columns"),
@@ -1179,6 +1185,16 @@ def test_malformed_plain_csv_is_refused_whole(
     path = tmp_path / "windows.csv"
     path.write_text("\n".join([header, *rows]) + "\n")
     assert says in refused("plain", path)
+
+
+def test_a_json_time_in_fractional_milliseconds_says_its_unit(tmp_path: Path) -> None:
+    path = tmp_path / "windows.json"
+    window = {"id": "r", "phase": "timed", "t_start_ns": 1759522500250.5, "t_end_ns": int(P1)}
+    path.write_text(json.dumps({"windows": [window]}))
+    assert refused("plain", path).endswith(
+        "windows[0].t_start_ns must be an integer, found a float (t_start_ns is Unix epoch nanoseconds, an"
+        " integer; this reads as milliseconds: × 10^6)"
+    )
 
 
 def test_a_csv_cell_over_the_csv_modules_limit_is_one_line(tmp_path: Path) -> None:

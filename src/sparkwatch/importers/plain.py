@@ -120,6 +120,7 @@ def _csv_table(reader: Iterator[list[str]]) -> Iterator[tuple[str, dict[str, Any
                 if not _UNSIGNED.fullmatch(value):
                     raise Problem(
                         f"{where}: {key} must be a non-negative integer, found {cut_short(value)!r}"
+                        + _unit_hint(key, value)
                     )
                 try:
                     row[key] = whole_number(value)
@@ -142,9 +143,27 @@ def _json_rows(data: Any) -> list[tuple[str, dict[str, Any]]]:
         for key, value in entry.items():
             if value is None:
                 continue
+            if key in INTS and isinstance(value, float):
+                raise Problem(f"{where}.{key} must be an integer, found a float" + _unit_hint(key, value))
             row[key] = as_int(value, f"{where}.{key}") if key in INTS else as_str(value, f"{where}.{key}")
         rows.append((where, row))
     return rows
+
+
+#: Epoch stamps in a coarser unit, by their size now: (below, unit, to ns).
+_UNITS = ((1e11, "seconds", 9), (1e14, "milliseconds", 6), (1e17, "microseconds", 3))
+
+
+def _unit_hint(key: str, value: str | float) -> str:
+    """A time given with a fraction (``1796689475.569``): in which unit it reads, and the factor to ns."""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    if not (key.startswith("t_") and key.endswith("_ns")) or not 0 < number < _UNITS[-1][0]:
+        return ""
+    unit, power = next((u, k) for below, u, k in _UNITS if number < below)
+    return f" ({key} is Unix epoch nanoseconds, an integer; this reads as {unit}: × 10^{power})"
 
 
 def _check_keys(keys: list[str], where: str) -> None:
