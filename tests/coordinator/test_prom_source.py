@@ -9,6 +9,7 @@ import json
 import math
 import pathlib
 import re
+import socket
 import ssl
 import subprocess
 import sys
@@ -643,6 +644,21 @@ def test_an_engine_that_cannot_be_reached_ends_the_detection_at_once() -> None:
         assert detect(Client(f"http://127.0.0.1:{engine.server_port}")) == "prometheus"
     finally:
         engine.shutdown()
+
+
+def test_an_engine_that_never_answers_is_said_with_the_wait() -> None:
+    """A listener that takes the connection and says nothing: the line says how long it waited (it said
+    "timed out", after a minute of silence)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        client = Client(f"http://127.0.0.1:{port}", timeout_s=0.3)
+        with pytest.raises(Unreachable) as caught:
+            client.get_json("/api/v1/status/buildinfo", {})
+    assert str(caught.value) == (
+        f"cannot reach http://127.0.0.1:{port}/api/v1/status/buildinfo: no answer in 0.3 s"
+    )
 
 
 def test_an_end_after_now_is_warned_about_before_the_engine_is_asked(tmp_path: pathlib.Path) -> None:

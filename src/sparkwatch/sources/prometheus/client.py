@@ -167,9 +167,10 @@ class Client:
             hint = CA_HINT if isinstance(why, ssl.SSLCertVerificationError) else ""
             if isinstance(why, ssl.SSLError) and getattr(why, "reason", None) in NO_TLS_REASONS:
                 hint = PLAIN_HINT  # TLS spoken to a plain-http port: the answer is no TLS record
-            raise Unreachable(
-                f"cannot reach {self.url}{path}: {str(why) or type(why).__name__}{hint}"
-            ) from None
+            said = str(why) or type(why).__name__
+            if isinstance(why, TimeoutError):  # "timed out", after a minute: of what, and how long
+                said = f"no answer in {self._timeout_s:g} s"
+            raise Unreachable(f"cannot reach {self.url}{path}: {said}{hint}") from None
 
     def _redirected(self, path: str, exc: urllib.error.HTTPError) -> str:
         where = exc.headers.get("Location") if exc.headers else None
