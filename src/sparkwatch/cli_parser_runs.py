@@ -11,6 +11,7 @@ from typing import Any
 from sparkwatch.cli_types import (
     basic_auth_user,
     coordinator_args,
+    engine_url,
     epoch_ns,
     interval_s,
     log_level_arg,
@@ -120,7 +121,10 @@ def add_export_parser(sub: Any) -> None:
     where = export.add_mutually_exclusive_group(required=True)
     where.add_argument("--db", type=Path, metavar="PATH", help="the coordinator's SQLite file")
     where.add_argument(
-        "--prometheus", metavar="URL", help="a Prometheus-compatible API (Prometheus, VictoriaMetrics, …)"
+        "--prometheus",
+        type=engine_url,
+        metavar="URL",
+        help="a Prometheus-compatible API (Prometheus, VictoriaMetrics, …)",
     )
     export.add_argument(
         "run",

@@ -131,6 +131,17 @@ def http_url(text: str) -> str:
     return text
 
 
+def engine_url(text: str) -> str:
+    """``--prometheus URL``: a Prometheus-compatible engine's base URL (sources/prometheus/client.py says
+    what it may not be), refused as any flag is."""
+    from sparkwatch.sources.prometheus.client import url_problem  # noqa: PLC0415  (numpy: only when given)
+
+    problem = url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def agent_urls(text: str) -> tuple[str, ...]:
     """Agents' bases, comma-separated: each an http(s) URL with a host and no path beyond ``/`` (the agent's
     routes are below it), without credentials (its token comes from a file)."""

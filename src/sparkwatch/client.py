@@ -31,7 +31,7 @@ from sparkwatch.defaults import (
     ENV_TOKEN_FILE,
     EXPORT_SCHEMA,
 )
-from sparkwatch.http_reasons import refusal_reason, unreachable_reason
+from sparkwatch.http_reasons import refusal_code, refusal_reason, unreachable_reason
 from sparkwatch.wire import FrameError, TimeFrame, time_reply
 from sparkwatch_agent.shared.auth import ServerToken, TokenFile, bearer_headers, load_token
 from sparkwatch_agent.shared.http import COORDINATOR_SERVER, other_service
@@ -201,7 +201,7 @@ class CoordinatorClient(NodeWaits):
                     said = _redirect(url, path, resp.headers.get("Location"))
                     raise CoordinatorError(f"{where}: HTTP {resp.status}, {said}", resp.status)
                 if resp.status >= 400:
-                    code, end = _refusal(text)  # every refusal of a coordinator's has a code: else, not one
+                    code, end = refusal_code(text)  # a coordinator refuses with a code: else not one
                     service = other_service(resp.headers, COORDINATOR_SERVER)
                     hint = self._hint(resp.status, code, service)
                     # aiohttp's own plain refusals begin with their status: "404: Not Found"
@@ -397,14 +397,3 @@ def _redirect(url: str, path: str, location: str | None) -> str:
         f"a redirect to {cut_short(target, 120)}: not followed (the token goes to the coordinator's URL"
         f" alone){hint}"
     )
-
-
-def _refusal(text: str) -> tuple[str | None, int | None]:
-    """The ``error`` word of a JSON refusal (None for any other answer), and the ``t_end_ns`` it carries (a
-    ``run_ended``'s: where the run ended)."""
-    try:
-        body = json.loads(text)
-    except (ValueError, RecursionError):
-        return None, None
-    code, end = (body.get("error"), body.get("t_end_ns")) if isinstance(body, dict) else (None, None)
-    return code if isinstance(code, str) else None, end if type(end) is int else None

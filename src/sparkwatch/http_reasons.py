@@ -37,6 +37,17 @@ def refusal_reason(text: str) -> str:
     return json.dumps(body)[:200]
 
 
+def refusal_code(text: str) -> tuple[str | None, int | None]:
+    """A sparkwatch server's JSON refusal's ``error`` word (None for any other answer), and the
+    ``t_end_ns`` it carries (a ``run_ended``'s: where the run ended)."""
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, None
+    code, end = (body.get("error"), body.get("t_end_ns")) if isinstance(body, dict) else (None, None)
+    return code if isinstance(code, str) else None, end if type(end) is int else None
+
+
 def failure_line(error: str) -> str:
     """A poller's failure as its state, its log and the store keep it (a meter's, the engine's): one line of
     at most 500 characters (as the store's error columns keep: a damaged file's line, path and recovery

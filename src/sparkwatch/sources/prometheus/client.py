@@ -75,27 +75,36 @@ def public_url(url: str) -> str:
 
 
 def check_url(url: str) -> str:
-    """The engine's base URL, refused (one line) when it is not http(s) with a host, or carries
-    credentials (they would show in process lists and shell history: use the files)."""
+    """The engine's base URL as it may be shown, SourceError (one line) where :func:`url_problem` has one."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise SourceError(f"--prometheus: {problem}")
+    return public_url(url)
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is no engine's base URL (not http(s) with a host, a bad port, an API path, credentials:
+    they would show in process lists and shell history, so the files take them), or None. The words never
+    hold what may be credentials; the parser takes them as ``--prometheus``'s error."""
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018  (raises on a bad port)
     except ValueError as exc:  # not printed: the URL may carry credentials
-        raise SourceError(f"--prometheus is not a URL with a valid host and port ({exc})") from None
+        return f"not a URL with a valid host and port ({exc})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         shown = f", not {url!r:.80}" if "@" not in url else ""  # never what may be credentials
-        raise SourceError(f"--prometheus must be an http:// or https:// URL with a host{shown}")
+        return f"must be an http:// or https:// URL with a host{shown}"
     if parts.username is not None or parts.password is not None:
-        raise SourceError(
-            "--prometheus: credentials do not belong in the URL; use --bearer-token-file, or"
-            " --basic-auth-user with --basic-auth-password-file"
+        return (
+            "credentials do not belong in the URL; use --bearer-token-file, or --basic-auth-user with"
+            " --basic-auth-password-file"
         )
     if "/api/v1" in parts.path:
-        raise SourceError(
-            f"--prometheus is the engine's API root, without /api/v1/… (e.g. http://prom:9090, or"
-            f" VictoriaMetrics cluster's …/select/0/prometheus), not {public_url(url)!r}"
+        return (
+            "the engine's API root, without /api/v1/… (e.g. http://prom:9090, or VictoriaMetrics"
+            f" cluster's …/select/0/prometheus), not {public_url(url)!r}"
         )
-    return public_url(url)
+    return None
 
 
 class Unreachable(SourceError):
@@ -167,10 +176,10 @@ class Client:
             hint = CA_HINT if isinstance(why, ssl.SSLCertVerificationError) else ""
             if isinstance(why, ssl.SSLError) and getattr(why, "reason", None) in NO_TLS_REASONS:
                 hint = PLAIN_HINT  # TLS spoken to a plain-http port: the answer is no TLS record
-            said = str(why) or type(why).__name__
+            reason = str(why) or type(why).__name__
             if isinstance(why, TimeoutError):  # "timed out", after a minute: of what, and how long
-                said = f"no answer in {self._timeout_s:g} s"
-            raise Unreachable(f"cannot reach {self.url}{path}: {said}{hint}") from None
+                reason = f"no answer in {self._timeout_s:g} s"
+            raise Unreachable(f"cannot reach {self.url}{path}: {reason}{hint}") from None
 
     def _redirected(self, path: str, exc: urllib.error.HTTPError) -> str:
         where = exc.headers.get("Location") if exc.headers else None
