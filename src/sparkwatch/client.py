@@ -138,7 +138,7 @@ class CoordinatorTarget:
             raise CoordinatorError(f"coordinator URL is its base, without {parts.path}: {chosen!r}")
         path = token_file_of(token_file, env)
         token = load_token(path) if path else None
-        return cls(chosen, token, path if path else None, embeds=embeds)
+        return cls(chosen, token, path, embeds=embeds)
 
 
 def token_file_of(flag: Path | None, environ: Mapping[str, str] | None = None) -> Path | None:

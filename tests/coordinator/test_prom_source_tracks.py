@@ -333,9 +333,9 @@ def _three_machines(t: list[float]) -> list[RawSeries]:
         # sparkwatch_agent_interval_seconds …: pick one with --series-matchers", pointing the wrong way)
         (
             "job",
-            "--nodes-label job: job='sparkwatch-agent' holds the GPU power series of 3 machines by their"
-            " node label (spark-0, spark-1, spark-2), measured as one node; give the label that names each"
-            " machine: node (the exporter's), or instance (the scrape target's)",
+            "--nodes-label job: job='sparkwatch-agent' holds the GPU power series of several machines at"
+            " once by their node label (spark-0, spark-1), measured as one node; give the label that names"
+            " each machine: node (the exporter's), or instance (the scrape target's)",
         ),
     ],
 )
@@ -359,11 +359,51 @@ def test_two_machines_gpu_index_under_one_value_of_the_label_is_refused() -> Non
     rack = [
         series("DCGM_FI_DEV_POWER_USAGE", t, [300.0] * 31, rack="r1", gpu="0", UUID=f"GPU-{k}") for k in "ab"
     ]
-    with pytest.raises(SourceError, match=r"^--nodes-label rack: rack='r1' holds 2 GPUs with gpu='0'"):
+    with pytest.raises(
+        SourceError, match=r"^--nodes-label rack: rack='r1' holds GPUs GPU-a and GPU-b \(UUID\)"
+    ):
         export(rack, [window("w", 5, 25)], DCGM, "rack")
     one = [*rack[:1], series("DCGM_FI_DEV_POWER_USAGE", t, [200.0] * 31, rack="r1", gpu="1", UUID="GPU-b")]
     (node,) = export(one, [window("w", 5, 25)], DCGM, "rack")["nodes"]  # one machine's two GPUs
     assert [g["uuid"] for g in node["gpus"]] == ["GPU-a", "GPU-b"] and node["energy_j"] == 500.0 * 20
+
+
+def _one_after_another(
+    name: str, t: list[float], watts: float, labels: list[dict[str, str]]
+) -> list[RawSeries]:
+    """One GPU's power series under ``labels``, each in turn over an equal part of ``t``."""
+    size = -(-len(t) // len(labels))
+    return [
+        series(name, t[k * size : (k + 1) * size], [watts] * len(t[k * size : (k + 1) * size]), **ls)
+        for k, ls in enumerate(labels)
+    ]
+
+
+def test_a_machine_whose_labels_change_during_the_span_is_one_node() -> None:
+    """One machine's labels one after the other, never at once, are no second machine (a reviewer's cases,
+    each exported before the check): a dcgm-exporter pod recreated on Kubernetes (its Hostname is the pod's
+    name) under a node label relabelled from the host; a GPU replaced, gpu 0 under a new UUID; an agent
+    renamed under ``--nodes-label instance``."""
+    t = [float(x) for x in range(31)]
+    pods = [{"node": "h1", "gpu": "0", "UUID": "GPU-a", "Hostname": f"dcgm-exporter-{p}"} for p in "xy"]
+    replaced = [{"Hostname": "h1", "gpu": "0", "UUID": f"GPU-{u}"} for u in "ab"]
+    renamed = [
+        {"instance": "s1:9464", "gpu": "0", "uuid": "GPU-a", "node": n} for n in ("spark-1", "spark-1.lan")
+    ]
+    (pod,) = export(
+        _one_after_another("DCGM_FI_DEV_POWER_USAGE", t, 300.0, pods), [window("w", 5, 25)], DCGM
+    )["nodes"]
+    assert pod["power_w"]["mean"] == 300.0 and pod["energy_j"] == 300.0 * 20
+    agent = _one_after_another("sparkwatch_gpu_power_watts", t, 50.0, renamed)
+    (node,) = export(agent, [window("w", 5, 25)], label="instance")["nodes"]
+    assert node["node"] == "s1:9464" and node["energy_j"] == 50.0 * 20
+    (machine,) = export(
+        _one_after_another("DCGM_FI_DEV_POWER_USAGE", t, 300.0, replaced),
+        [window("w", 5, 25)],
+        DCGM,
+        "Hostname",
+    )["nodes"]
+    assert [g["uuid"] for g in machine["gpus"]] == ["GPU-a", "GPU-b"]  # each its own GPU, in turn
 
 
 def _held_twice(t: list[float]) -> list[RawSeries]:
@@ -723,8 +763,8 @@ def test_matchers_that_select_nothing_are_named_as_the_cause() -> None:
     with pytest.raises(SourceError) as none:
         empty.nodes(T0, T0 + 30 * S)
     assert str(none.value).endswith(
-        "(none at all in the span: do --start, --end and the windows' times (UTC) fall when the engine"
-        " sampled them, and does it hold the --metrics sparkwatch family's series?)"
+        "(none at all in the span: is that span, in UTC, when the engine sampled them, and does it hold"
+        " the --metrics sparkwatch family's series?)"
     )
 
 

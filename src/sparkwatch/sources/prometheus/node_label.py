@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from sparkwatch.sources import SourceError
+from sparkwatch.sources.prometheus.align import first_overlap
 from sparkwatch.sources.prometheus.mappings import Family
 from sparkwatch.sources.prometheus.raw import RawSeries
-
-#: The most values a refusal names.
-SHOWN = 4
 
 
 def check_nodes_label(family: Family, label: str) -> None:
@@ -27,37 +27,55 @@ def check_nodes_label(family: Family, label: str) -> None:
 
 
 def check_one_machine(family: Family, label: str, node: str, power: Sequence[RawSeries]) -> None:
-    """The GPU power series of one value of the nodes label come from one machine: they carry one value of
-    the exporter's own machine label, and no GPU index twice (two machines' GPU 0)."""
+    """The GPU power series of one value of the nodes label are one machine's: no two values of the
+    exporter's own machine label, and no GPU index under two GPU ids, with samples at once. One after the
+    other is one machine whose labels changed (a dcgm-exporter pod recreated under a new Hostname, an agent
+    renamed, a GPU replaced or renumbered after a reboot), as two label sets of one series are. (MIG
+    instances share their GPU's id and index: they are told apart, or refused, where the series are.)"""
     host = family.host_label
     if host is not None and host != label:
-        hosts = sorted({v for r in power if (v := r.labels.get(host))})
-        if len(hosts) > 1:
+        hosts = _at_once(_grouped(power, host))
+        if hosts is not None:
             raise SourceError(
-                f"--nodes-label {label}: {label}={node!r} holds the GPU power series of {len(hosts)} machines"
-                f" by their {host} label ({_shown(hosts)}), measured as one node; {_give(family)}"
+                f"--nodes-label {label}: {label}={node!r} holds the GPU power series of several machines"
+                f" at once by their {host} label ({hosts[0]}, {hosts[1]}), measured as one node;"
+                f" {_give(family)}"
             )
     index = family.index_label
     if index is None:
         return
-    gpus: dict[str, set[str]] = {}
-    for r in power:
-        if (at := r.labels.get(index)) is not None:
-            gpus.setdefault(at, set()).add(r.labels.get(family.gpu_label, ""))
-    twice = sorted(at for at, ids in gpus.items() if len(ids) > 1)
-    if twice:
-        ids = sorted(gpus[twice[0]])
-        raise SourceError(
-            f"--nodes-label {label}: {label}={node!r} holds {len(ids)} GPUs with {index}={twice[0]!r}"
-            f" ({family.gpu_label} {_shown(ids)}): several machines' GPUs measured as one node;"
-            f" {_give(family)}"
-        )
+    for at, gpus in _grouped(power, index).items():
+        ids = _at_once(_grouped(gpus, family.gpu_label))
+        if ids is not None:
+            raise SourceError(
+                f"--nodes-label {label}: {label}={node!r} holds GPUs {ids[0]} and {ids[1]}"
+                f" ({family.gpu_label}) with {index}={at!r} at once: several machines' GPUs measured as one"
+                f" node; {_give(family)}"
+            )
+
+
+def _grouped(series: Sequence[RawSeries], label: str) -> dict[str, list[RawSeries]]:
+    """The series with samples by their value of ``label`` (those without it left out)."""
+    out: dict[str, list[RawSeries]] = {}
+    for r in series:
+        if (value := r.labels.get(label)) and len(r.t_ns):
+            out.setdefault(value, []).append(r)
+    return out
+
+
+def _at_once(groups: dict[str, list[RawSeries]]) -> tuple[str, str] | None:
+    """Two groups with samples over the same time (each group's stamps taken together, split at its gaps as
+    a track is), or None where they follow one another."""
+    if len(groups) < 2:
+        return None
+    joined = [
+        RawSeries({"key": key}, np.unique(np.concatenate([r.t_ns for r in parts])), np.empty(0))
+        for key, parts in sorted(groups.items())
+    ]
+    pair = first_overlap(joined)
+    return None if pair is None else (pair[0]["key"], pair[1]["key"])
 
 
 def _give(family: Family) -> str:
     named = f"{family.host_label} (the exporter's), or " if family.host_label else ""
     return f"give the label that names each machine: {named}instance (the scrape target's)"
-
-
-def _shown(values: Sequence[str]) -> str:
-    return ", ".join(values[:SHOWN]) + (", …" if len(values) > SHOWN else "")

@@ -194,8 +194,8 @@ class TsdbSource:
         family = self._family.name
         # a span a day or an hour off (a local time read as UTC) is as likely as another family's series
         return (
-            " (none at all in the span: do --start, --end and the windows' times (UTC) fall when the engine"
-            f" sampled them, and does it hold the --metrics {family} family's series?)"
+            " (none at all in the span: is that span, in UTC, when the engine sampled them, and does it hold"
+            f" the --metrics {family} family's series?)"
         )
 
     def node_input(self, node: str, t_from_ns: int, t_to_ns: int) -> NodeInput:
