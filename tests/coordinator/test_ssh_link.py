@@ -115,6 +115,40 @@ async def test_tunnel_streams_samples_with_host_key_checked(
     store.close()
 
 
+@pytest.mark.parametrize("opened", ["agent", "other"])
+async def test_tunnel_mode_runs_under_the_key_restriction_the_docs_give(
+    sshd: dict[str, Any], agent_factory: Any, tmp_path: pathlib.Path, opened: str
+) -> None:
+    """docs/operations.md's ``authorized_keys`` line for a tunnel node: ``restrict`` (no shell, no pty, no
+    forwarding), then forwarding to the agent's port alone. The tunnel streams under it; a line that opens
+    another port leaves the agent unreachable, so the restriction is what lets the tunnel through."""
+    agent = agent_factory("--backend", "sim", "--node", "spark-ssh", "--interval", "0.05")
+    port = agent.port if opened == "agent" else free_port()
+    key = (tmp_path / "client_ed25519.pub").read_text()
+    (tmp_path / "authorized_keys").write_text(f'restrict,port-forwarding,permitopen="127.0.0.1:{port}" {key}')
+    store = Store(tmp_path / "c.db")
+    async with aiohttp.ClientSession() as session:
+        link = SshTunnelLink(
+            spec(sshd, agent.port, sshd["known_hosts"]),
+            store,
+            session,
+            holder="t",
+            desired_interval=lambda: None,
+            probe_every_s=0.5,
+            probes=4,
+            backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
+        )
+        task = asyncio.create_task(link.run())
+        await asyncio.sleep(3.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if opened == "other":  # refused by the key's line, said as one of the two things to check
+            with pytest.raises(LinkError, match=rf'permit it \(permitopen="127\.0\.0\.1:{agent.port}"\)\?$'):
+                await link._connected_session()
+    assert store.count_samples("spark-ssh") >= 10 if opened == "agent" else store.count_samples() == 0
+    store.close()
+
+
 async def test_wrong_host_key_is_refused(
     sshd: dict[str, Any], agent_factory: Any, tmp_path: pathlib.Path
 ) -> None:

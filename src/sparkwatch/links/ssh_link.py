@@ -146,7 +146,8 @@ class SshTunnelLink(WsLink):
                     far = f"127.0.0.1:{self.spec.agent_port}"
                     raise LinkError(
                         f"ssh {self.spec.ssh}: the forward to {far} on the node was closed at once: is the"
-                        " agent listening there (agent_port)?"
+                        " agent listening there (agent_port), and does the key's line in the node's"
+                        f' authorized_keys permit it (permitopen="{far}")?'
                     ) from None
                 finally:
                     listener.close()
