@@ -483,3 +483,25 @@ def test_a_client_key_ssh_cannot_use_is_named_with_its_node_before_dialling(tmp_
         said = str(refused.value)
         assert said.startswith(f"{nodes}: nodes.a.client_keys: {path} is not a private key SSH can use: ")
         assert ("assphrase" in said) == (path == locked) and "\n" not in said
+
+
+def test_a_client_key_others_may_read_is_refused_as_ssh_refuses_it(tmp_path: Path) -> None:
+    """A 0644 key streamed (asyncssh takes it; OpenSSH says "UNPROTECTED PRIVATE KEY FILE" and will not),
+    where a token file in that mode is refused: now the key is too, with the command that mends it."""
+    from sparkwatch.links.asyncssh_quiet import asyncssh
+
+    key = tmp_path / "id_ed25519"
+    asyncssh.generate_private_key("ssh-ed25519").write_private_key(key)
+    nodes = tmp_path / "nodes.toml"
+    nodes.write_text(f'[nodes.a]\nssh = "sw@a"\nclient_keys = ["{key}"]\n')
+    for mode in (0o644, 0o640, 0o604):
+        key.chmod(mode)
+        with pytest.raises(NodesFileError) as refused:
+            check_secret_files(str(nodes), load_nodes_file(nodes))
+        assert str(refused.value) == (
+            f"{nodes}: nodes.a.client_keys: {key} is readable by group or others (mode {mode:04o});"
+            f" run: chmod 600 {key}"
+        )
+    for mode in (0o600, 0o400):
+        key.chmod(mode)
+        check_secret_files(str(nodes), load_nodes_file(nodes))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sparkwatch_agent.shared.auth import loose_mode
+
 #: What the docs and the reasons call the file checked when nodes.toml names none.
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
@@ -61,7 +63,17 @@ def ssh_file_problem(
     for key in client_keys:  # no passphrase can be given: a key SSH cannot use as it is, said now
         if (why := _unusable_key(key)) is not None:
             return "client_keys", f"{key} is not a private key SSH can use: {why}"
+        if (loose := _loose(key)) is not None:  # OpenSSH refuses such a key; asyncssh took it
+            said = f"{key} is readable by group or others (mode {loose:04o}); run: chmod 600 {key}"
+            return "client_keys", said
     return None
+
+
+def _loose(path: Path) -> int | None:
+    try:
+        return loose_mode(path, path.stat().st_mode)
+    except OSError:  # read a moment ago: gone since, which the link will say
+        return None
 
 
 def _unreadable(path: Path) -> str | None:

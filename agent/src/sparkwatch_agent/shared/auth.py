@@ -83,6 +83,13 @@ def _systemd_credential(path: Path) -> bool:
         return False
 
 
+def loose_mode(path: Path, mode: int) -> int | None:
+    """The permission bits of a secret file (``mode``: its st_mode) that group or others may use, or None
+    where only its owner may (a systemd credential's group bits excused: :func:`_systemd_credential`)."""
+    excused = stat.S_IRWXG if _systemd_credential(path) else 0
+    return stat.S_IMODE(mode) if mode & (stat.S_IRWXG | stat.S_IRWXO) & ~excused else None
+
+
 def load_token(path: Path) -> str:
     """Read a token file, refusing group/other-readable files (mode must be 0600 or stricter), except a
     systemd credential (see :func:`_systemd_credential`)."""
@@ -96,11 +103,9 @@ def load_token(path: Path) -> str:
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
         raise TokenFileError(f"token file {path} is a device or socket, not a file")
     # a systemd credential's ACL mask shows as group bits; others' bits are refused everywhere
-    excused = stat.S_IRWXG if _systemd_credential(path) else 0
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) & ~excused:
+    if (loose := loose_mode(path, st.st_mode)) is not None:
         raise TokenFileError(
-            f"token file {path} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):04o});"
-            f" run: chmod 600 {path}"
+            f"token file {path} is accessible by group or others (mode {loose:04o}); run: chmod 600 {path}"
         )
     try:
         token = read_file_text(path).strip()
