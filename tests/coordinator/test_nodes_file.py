@@ -257,6 +257,38 @@ def test_one_meter_named_by_two_nodes_is_refused() -> None:
     assert len(parse_nodes(other_switch)) == 2
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "said"),
+    [
+        ('url = "ws://10.0.0.1:9464"', 'url = "http://10.0.0.1:9464/"', "(http://10.0.0.1:9464/)"),
+        ('url = "wss://Spark-1:443"', 'url = "wss://spark-1"', "(wss://spark-1)"),
+        ('ssh = "ops@h"', 'ssh = "root@H"\nport = 22', "(ssh root@H port 22, agent_port 9464)"),
+        (
+            'ssh = "ops@h"\nmode = "exec"',
+            'ssh = "ops@h"\nmode = "exec"',
+            "(ssh ops@h port 22, exec_command 'sparkwatch-agent stream --stdio')",
+        ),
+    ],
+)
+def test_one_agent_named_by_two_nodes_is_refused(a: str, b: str, said: str) -> None:
+    """A table copied and its url left as it was: both links streamed the one agent, and a standing
+    coordinator summed the machine twice (an operator found it; only `nodes check` said so)."""
+    assert refusal(f"[nodes.a]\n{a}\n[nodes.b]\n{b}\n") == (
+        f"nodes.toml: nodes.b: the agent of nodes.a too {said}: one machine would be measured, and summed,"
+        " as two nodes"
+    )
+
+
+def test_agents_told_apart_by_port_or_command_are_two_nodes() -> None:
+    text = (
+        '[nodes.a]\nurl = "ws://10.0.0.1:9464"\n[nodes.b]\nurl = "ws://10.0.0.1:9465"\n'
+        '[nodes.c]\nssh = "h"\n[nodes.d]\nssh = "h"\nagent_port = 9465\n'
+        '[nodes.e]\nssh = "h"\nmode = "exec"\nexec_command = "sparkwatch-agent stream --stdio --node e"\n'
+        '[nodes.f]\nssh = "h"\nmode = "exec"\nexec_command = "sparkwatch-agent stream --stdio --node f"\n'
+    )
+    assert [n.name for n in parse_nodes(text)] == ["a", "b", "c", "d", "e", "f"]
+
+
 def test_odd_names_are_quoted_as_toml_writes_them() -> None:
     assert refusal('[nodes."spark 2"]\nssh = "h"\nport = "22"\n') == (
         'nodes.toml: nodes."spark 2".port: must be an integer 1–65535, got "22"'

@@ -37,9 +37,18 @@ def _no_traceback(stderr: str) -> None:
 
 
 def test_one_agent_listed_twice_is_refused_and_a_problem(tmp_path: pathlib.Path, agent_factory: Any) -> None:
+    """By one URL, the nodes file is refused as it is read; by two that reach it (an address and a name),
+    the agent's boot id tells the nodes are one, when they are dialled."""
     agent = agent_factory("--backend", "sim", "--node", "left")
-    nodes = nodes_toml(tmp_path, [agent, agent], names=["left", "right"])
+    same = nodes_toml(tmp_path, [agent, agent], names=["left", "right"])
     out = tmp_path / "run.json"
+    refused = sparkwatch("run", "--nodes", str(same), "-o", str(out), "--", "true")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"nodes.right: the agent of nodes.left too (ws://127.0.0.1:{agent.port})" in refused.stderr
+    nodes = tmp_path / "two-ways.toml"
+    nodes.write_text(
+        f'[nodes.left]\nurl = "ws://127.0.0.1:{agent.port}"\n[nodes.right]\nurl = "ws://localhost:{agent.port}"\n'
+    )
     result = sparkwatch("run", "--nodes", str(nodes), "-o", str(out), "--", "true")
     assert result.returncode == 2, result.stderr
     error = [line for line in result.stderr.splitlines() if line.startswith("sparkwatch: error:")]

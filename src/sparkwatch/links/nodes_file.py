@@ -7,14 +7,13 @@ one line naming the file, the node and the key (``nodes.toml: nodes.spark-2.port
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import urlparse
 
 from sparkwatch.engines.spec import EngineSpec, EngineSpecError, parse_engine
+from sparkwatch.links.nodes_shared import SharedError, one_node_per_agent, one_node_per_meter, toml_key
 from sparkwatch.links.ssh_files import ssh_file_problem
 from sparkwatch.meters.spec import MeterSpec, MeterSpecError, parse_meter, toml_shown
 from sparkwatch_agent.shared.strict_text import TextFormatError, loads_toml
@@ -58,7 +57,6 @@ class NodeSpec:
 _SSH_ONLY = ("port", "known_hosts", "client_keys", "mode", "agent_port", "insecure_skip_host_key_check")
 _KEYS = frozenset({"url", "token_file", "ssh", "exec_command", "meter", *_SSH_ONLY})
 _URL_SCHEMES = ("ws", "wss", "http", "https")
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class _Invalid(Exception):
@@ -90,7 +88,7 @@ def parse_nodes_file(text: str | bytes, origin: str = "nodes.toml") -> NodesFile
         raise NodesFileError(f"{origin}: not valid TOML: {exc}") from None
     stray = sorted(set(data) - {"nodes", "engine", "engine_metrics"})
     if stray:
-        keys = ", ".join(_toml_key(k) for k in stray)
+        keys = ", ".join(toml_key(k) for k in stray)
         raise NodesFileError(f"{origin}: unknown top-level keys {keys}: each node is a [nodes.NAME] table")
     engine = _engine(origin, data)
     nodes = data.get("nodes")
@@ -101,21 +99,14 @@ def parse_nodes_file(text: str | bytes, origin: str = "nodes.toml") -> NodesFile
         try:
             specs.append(_node(name, table))
         except _Invalid as exc:
-            where = f"nodes.{_toml_key(name)}" + (f".{exc.key}" if exc.key else "")
+            where = f"nodes.{toml_key(name)}" + (f".{exc.key}" if exc.key else "")
             raise NodesFileError(f"{origin}: {where}: {exc.problem}") from None
-    _one_node_per_meter(origin, specs)
+    try:
+        one_node_per_meter(origin, specs)
+        one_node_per_agent(origin, specs)
+    except SharedError as exc:
+        raise NodesFileError(str(exc)) from None
     return NodesFile(specs, engine)
-
-
-def _one_node_per_meter(origin: str, specs: list[NodeSpec]) -> None:
-    """One meter named by two nodes (one plug in both tables) counted its whole draw under each: refused."""
-    seen: dict[tuple[object, ...], str] = {}
-    for spec in specs:
-        if spec.meter is not None and (first := seen.setdefault(spec.meter.identity, spec.name)) != spec.name:
-            raise NodesFileError(
-                f"{origin}: nodes.{_toml_key(spec.name)}.meter: the meter of nodes.{_toml_key(first)} too"
-                f" ({spec.meter.kind} {spec.meter.url}): its draw would be counted under both nodes"
-            )
 
 
 def _engine(origin: str, data: dict[str, Any]) -> EngineSpec | None:
@@ -192,7 +183,7 @@ def check_secret_files(origin: str, nodes_file: NodesFile) -> None:
     except SecretFileError as exc:
         raise NodesFileError(f"{origin}: engine.bearer_token_file: {exc}") from None
     for node in nodes_file.nodes:
-        where = f"{origin}: nodes.{_toml_key(node.name)}"
+        where = f"{origin}: nodes.{toml_key(node.name)}"
         try:
             if node.token_file is not None:
                 load_token(node.token_file)
@@ -257,9 +248,9 @@ def _known_keys(table: dict[str, Any]) -> None:
     unknown = sorted(set(table) - _KEYS)
     known = ", ".join(sorted(_KEYS))
     if len(unknown) == 1:
-        raise _Invalid(_toml_key(unknown[0]), f"unknown key (the keys are {known})")
+        raise _Invalid(toml_key(unknown[0]), f"unknown key (the keys are {known})")
     if unknown:
-        raise _Invalid(None, f"unknown keys {', '.join(map(_toml_key, unknown))} (the keys are {known})")
+        raise _Invalid(None, f"unknown keys {', '.join(map(toml_key, unknown))} (the keys are {known})")
 
 
 def _check_url(url: Any) -> None:
@@ -385,9 +376,4 @@ def _meter(table: dict[str, Any]) -> MeterSpec | None:
     try:
         return parse_meter(table["meter"])
     except MeterSpecError as exc:
-        raise _Invalid(f"meter.{_toml_key(exc.key)}" if exc.key else "meter", exc.problem) from None
-
-
-def _toml_key(key: str) -> str:
-    """A key as TOML writes it: bare when it can be, else quoted (``nodes."spark 2"``)."""
-    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+        raise _Invalid(f"meter.{toml_key(exc.key)}" if exc.key else "meter", exc.problem) from None
