@@ -50,3 +50,12 @@ def test_a_lock_file_that_is_not_a_file_is_one_line(tmp_path: pathlib.Path) -> N
     os.mkfifo(lock_path(db))
     with pytest.raises(StoreError, match=r"c\.db\.lock is not a regular file$"), writer_lock(db):
         pass
+
+
+def test_a_database_in_a_folder_that_does_not_exist_names_the_folder(tmp_path: pathlib.Path) -> None:
+    """It named the lock file (`…/x.db.lock: No such file or directory`), which the user never gave."""
+    db = tmp_path / "nofolder" / "x.db"
+    with pytest.raises(StoreError) as caught, writer_lock(db):
+        pass
+    assert str(caught.value) == f"cannot use database {db}: its folder {tmp_path / 'nofolder'} does not exist"
+    assert not (tmp_path / "nofolder").exists()

@@ -8,6 +8,7 @@ included. Readers (`export --db`) take no lock."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -58,6 +59,9 @@ def _locked(db_path: Path, path: Path) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     except OSError as exc:
+        if exc.errno == errno.ENOENT and not path.parent.is_dir():  # the lock file was named, not the folder
+            folder = f"its folder {path.parent} does not exist"
+            raise StoreError(f"cannot use database {db_path}: {folder}") from None
         raise StoreError(f"{problem}: {exc.strerror or exc}") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
