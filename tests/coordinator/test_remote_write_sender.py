@@ -18,15 +18,11 @@ import cramjam
 import pytest
 
 from helpers.frames import T0, sample_frame
+from helpers.processes import free_port
 from helpers.write_receiver import HELLO, MESSAGES, Receiver, Sleeps, receiver, until, writer
+from sparkwatch.coordinator.remote_write.answers import refusal_hint, shown_url
 from sparkwatch.coordinator.remote_write.proto import HEADERS
-from sparkwatch.coordinator.remote_write.sender import (
-    LOG_EVERY,
-    LOG_FIRST,
-    RemoteWriter,
-    refusal_hint,
-    shown_url,
-)
+from sparkwatch.coordinator.remote_write.sender import LOG_EVERY, LOG_FIRST, RemoteWriter
 from sparkwatch.coordinator.remote_write.spec import RemoteWriteError, RemoteWriteSpec
 from sparkwatch.core.clock import ClockOffset
 from sparkwatch.links.state import LinkState
@@ -225,6 +221,38 @@ async def test_a_refusal_the_settings_explain_says_which_in_its_warning(
     await w.stop()
     (warning,) = [r.getMessage() for r in caplog.records if "not retried" in r.getMessage()]
     assert f"(HTTP {status}" in warning and hint in warning, warning
+
+
+async def test_a_receiver_nothing_listens_at_is_said_in_the_systems_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It logged aiohttp's ``ClientConnectorError: Cannot connect to host … ssl:default [Connect call
+    failed …]``, where every other part of sparkwatch says ``Connection refused``."""
+    sleeps = Sleeps()
+    w = writer(f"http://127.0.0.1:{free_port()}/api/v1/write", sleeps)
+    w.start()
+    w.offer("n1", HELLO, frames(1, 1))
+    await until(lambda: w.stats.retries >= 1)
+    await w.stop()
+    (failed,) = [r.getMessage() for r in caplog.records if "retrying with backoff" in r.getMessage()]
+    assert failed.endswith("failed (Connection refused); retrying with backoff"), failed
+
+
+async def test_a_sparkwatch_service_given_as_the_receiver_is_named(
+    agent_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent's URL as --remote-write answered 404 with the generic hint; its Server header says what it
+    is, as the CLI says it of a wrong --coordinator."""
+    agent = agent_factory("--backend", "sim", "--node", "n1")
+    w = writer(f"http://127.0.0.1:{agent.port}/api/v1/write", Sleeps())
+    w.start()
+    w.offer("n1", HELLO, frames(1, 1))
+    await until(lambda: w.stats.dropped.get("rejected") == 1)
+    await w.stop()
+    (warning,) = [r.getMessage() for r in caplog.records if "not retried" in r.getMessage()]
+    assert warning.endswith(
+        "(that URL is a sparkwatch-agent, not a remote-write receiver: give the engine's write URL))"
+    ), warning
 
 
 def test_a_refusal_of_credentials_given_is_told_apart_from_none_given() -> None:

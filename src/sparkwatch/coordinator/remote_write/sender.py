@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from typing import Any, Literal, NamedTuple
 
 import aiohttp
 
+from sparkwatch.coordinator.remote_write.answers import not_sent, refusal_hint, retry_after_s, shown_url
 from sparkwatch.coordinator.remote_write.batch import Entry, Held, Part, Stamped, node_parts
 from sparkwatch.coordinator.remote_write.proto import HEADERS, Messages
 from sparkwatch.coordinator.remote_write.series import Key
@@ -39,6 +39,7 @@ from sparkwatch.core.clock import ClockOffset
 from sparkwatch.store.meters import MeterReading
 from sparkwatch.wire import SampleFrame
 from sparkwatch_agent.shared.backoff import ExponentialBackoff
+from sparkwatch_agent.shared.http import other_service
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +80,6 @@ class WriterStats:
 class Refused(NamedTuple):
     status: int
     detail: str
-
-
-def shown_url(url: str) -> str:
-    """The receiver's URL as logs show it: no user information, query or fragment."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class RemoteWriter:
@@ -354,45 +348,15 @@ class RemoteWriter:
                     r.headers.get("Retry-After"),
                     r.headers.get("Location"),
                 )
+                service = other_service(r.headers, "")  # an agent or a coordinator given as the receiver
         except TimeoutError:  # its message is empty
             return "retry", f"no answer within {self._timeout_s:g} s", None, 0
         except (aiohttp.ClientError, OSError) as exc:
-            return "retry", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, None, 0
+            return "retry", not_sent(exc), None, 0
         detail = f"HTTP {status}: {said}" if said else f"HTTP {status}"
-        detail += refusal_hint(status, authorization is not None, location)
+        detail += refusal_hint(status, authorization is not None, location, service)
         if 200 <= status < 300:
             return "sent", detail, None, status
         if status == 429 or status >= 500:
-            return "retry", detail, _seconds(retry_after), status
+            return "retry", detail, retry_after_s(retry_after), status
         return "rejected", detail, None, status
-
-
-def refusal_hint(status: int, authorised: bool, location: str | None = None) -> str:
-    """What a refusal most likely means for the settings (a receiver's body often says nothing)."""
-    if 300 <= status < 400:  # never followed: a redirected POST may lose its body, and a write is no GET
-        where = f" to {shown_url(location)}" if location else ""
-        return f" (the receiver redirects{where}: give --remote-write that URL, e.g. without a trailing /)"
-    if status == 401:
-        if authorised:
-            return " (the receiver refused the credentials given)"
-        return (
-            " (the receiver wants credentials: --remote-write-bearer-token-file, or"
-            " --remote-write-basic-auth-user with --remote-write-basic-auth-password-file)"
-        )
-    if status == 403:
-        return " (the credentials given may not write here)"
-    if status in (404, 405):
-        return (
-            " (no remote-write receiver at this URL: Prometheus takes writes at /api/v1/write only with"
-            " --web.enable-remote-write-receiver; Mimir's is /api/v1/push, Thanos Receive's /api/v1/receive)"
-        )
-    return ""
-
-
-def _seconds(text: str | None) -> float | None:
-    """Retry-After in seconds (the HTTP-date form is not used by remote-write receivers: ignored)."""
-    try:
-        value = float(text) if text is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and value >= 0 else None
