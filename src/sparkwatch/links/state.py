@@ -97,6 +97,11 @@ class LinkState:
             text += f"; retrying in {retry_s:.1f} s"
         log.log(_LEVELS[status] if changed else logging.DEBUG, "%s", text)
 
+    def warn(self, text: str) -> None:
+        """A fact of the link a person should see (an agent that calls itself by another name), logged as
+        its transitions are: a command that says what it found of each node itself quiets them together."""
+        log.warning("%s", text)
+
     def clocked(self, boot: str, offset: ClockOffset) -> None:
         """The link's newest clock estimate, and the agent boot it was measured on."""
         self.offset, self.offset_boot = offset, boot

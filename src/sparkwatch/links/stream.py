@@ -226,7 +226,7 @@ class StreamIngest:
         if state.boot_id not in (None, hello.boot_id):
             log.warning("node %s: agent restarted (boot %s -> %s)", state.node, state.boot_id, hello.boot_id)
         if state.boot_id != hello.boot_id and (warning := misnamed(state.node, hello.data)) is not None:
-            log.warning("%s", warning)  # once per agent boot, not at each reconnection
+            state.warn(warning)  # once per agent boot, not at each reconnection
         state.boot_id = hello.boot_id
         state.hello = hello.data
         if self._on_hello is not None:
