@@ -73,9 +73,7 @@ def test_a_misnamed_agent_is_a_warning_not_a_refusal(tmp_path: pathlib.Path, age
     result = sparkwatch("run", "--nodes", str(nodes), "-o", str(tmp_path / "r.json"), "--", "true")
     assert result.returncode == 0, result.stderr
     # said when the agent says hello (a standing coordinator's log said it only when a run was opened)
-    assert "WARNING sparkwatch.links.state: node spark-1: its agent calls itself 'spark-7'" in (
-        result.stderr
-    )
+    assert "WARNING sparkwatch.links.state: node spark-1: its agent calls itself 'spark-7'" in (result.stderr)
     check = sparkwatch("nodes", "check", "--nodes", str(nodes), "--wait", "10")
     assert "warning spark-1: its agent calls itself 'spark-7'" in check.stdout
     assert "calls itself" not in check.stderr  # said once, in the check's own lines (it was also logged)
