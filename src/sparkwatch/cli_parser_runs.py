@@ -67,7 +67,9 @@ def add_runs_parser(sub: Any) -> None:
         "runs", help="a coordinator's runs by hand: list, show, open, end, export, mark, delete"
     )
     actions = runs.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
-    listing = actions.add_parser("list", help="every run: id, name, state, start, end, windows")
+    listing = actions.add_parser(
+        "list", help="every run: id, name, state, start, end, windows, samples (bytes on disk)"
+    )
     listing.add_argument("--json", action="store_true", help="the API's answer (GET /v1/runs)")
     show = actions.add_parser("show", help="one run's details")
     show.add_argument("run_id", metavar="ID")
