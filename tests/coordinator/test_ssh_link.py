@@ -89,26 +89,35 @@ def spec(sshd: dict[str, Any], agent_port: int, known_hosts: pathlib.Path) -> No
     )
 
 
+async def _tunnel_for(
+    sshd: dict[str, Any], agent_port: int, store: Store, session: aiohttp.ClientSession, seconds: float
+) -> SshTunnelLink:
+    """A tunnel link to the agent at ``agent_port`` on the node, run for ``seconds`` (probing every 0.5 s,
+    redialling within 0.5 s), then stopped."""
+    link = SshTunnelLink(
+        spec(sshd, agent_port, sshd["known_hosts"]),
+        store,
+        session,
+        holder="t",
+        desired_interval=lambda: None,
+        probe_every_s=0.5,
+        probes=4,
+        backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
+    )
+    task = asyncio.create_task(link.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return link
+
+
 async def test_tunnel_streams_samples_with_host_key_checked(
     sshd: dict[str, Any], agent_factory: Any, tmp_path: pathlib.Path
 ) -> None:
     agent = agent_factory("--backend", "sim", "--node", "spark-ssh", "--interval", "0.05")
     store = Store(tmp_path / "c.db")
     async with aiohttp.ClientSession() as session:
-        link = SshTunnelLink(
-            spec(sshd, agent.port, sshd["known_hosts"]),
-            store,
-            session,
-            holder="t",
-            desired_interval=lambda: None,
-            probe_every_s=0.5,
-            probes=4,
-            backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
-        )
-        task = asyncio.create_task(link.run())
-        await asyncio.sleep(3.0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        link = await _tunnel_for(sshd, agent.port, store, session, 3.0)
     _, last = store.latest_boot("spark-ssh") or ("", 0)
     assert last >= 10 and store.count_samples("spark-ssh") == last
     assert link.state.transport == "ssh" and link.state.offset is not None
@@ -128,20 +137,7 @@ async def test_tunnel_mode_runs_under_the_key_restriction_the_docs_give(
     (tmp_path / "authorized_keys").write_text(f'restrict,port-forwarding,permitopen="127.0.0.1:{port}" {key}')
     store = Store(tmp_path / "c.db")
     async with aiohttp.ClientSession() as session:
-        link = SshTunnelLink(
-            spec(sshd, agent.port, sshd["known_hosts"]),
-            store,
-            session,
-            holder="t",
-            desired_interval=lambda: None,
-            probe_every_s=0.5,
-            probes=4,
-            backoff=ExponentialBackoff(initial_s=0.1, maximum_s=0.5),
-        )
-        task = asyncio.create_task(link.run())
-        await asyncio.sleep(3.0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        link = await _tunnel_for(sshd, agent.port, store, session, 3.0)
         if opened == "other":  # refused by the key's line, said as one of the two things to check
             with pytest.raises(LinkError, match=rf'permit it \(permitopen="127\.0\.0\.1:{agent.port}"\)\?$'):
                 await link._connected_session()
