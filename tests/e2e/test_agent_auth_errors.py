@@ -33,11 +33,20 @@ def sparkwatch(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     return result, time.monotonic() - t0
 
 
-def guarded_agent(tmp_path: pathlib.Path, agent_factory: Any) -> tuple[Any, pathlib.Path]:
+def guarded_agent(
+    tmp_path: pathlib.Path, agent_factory: Any, name: str = "sim-1"
+) -> tuple[Any, pathlib.Path]:
     """A sim agent that requires a token, and a file holding a different one."""
     right = token_file(tmp_path / "agent.token", "the-agents-own-token-0123456789")
-    agent = agent_factory("--backend", "sim", "--node", "sim-1", "--token-file", str(right))
+    agent = agent_factory("--backend", "sim", "--node", name, "--token-file", str(right))
     return agent, token_file(tmp_path / "wrong.token", "not-the-agents-token-0123456789")
+
+
+def guarded_agents(tmp_path: pathlib.Path, agent_factory: Any, count: int) -> tuple[list[Any], pathlib.Path]:
+    """``count`` such agents sharing one token (one agent under several node names is refused as the
+    nodes file is read: each node its own)."""
+    agents = [guarded_agent(tmp_path, agent_factory, f"sim-{k + 1}")[0] for k in range(count)]
+    return agents, tmp_path / "wrong.token"
 
 
 def coordinated_agent(tmp_path: pathlib.Path, agent_factory: Any) -> tuple[Coordinator, pathlib.Path]:
@@ -51,12 +60,12 @@ def coordinated_agent(tmp_path: pathlib.Path, agent_factory: Any) -> tuple[Coord
 
 
 def test_nodes_check_names_the_refused_token_file_at_once(tmp_path: pathlib.Path, agent_factory: Any) -> None:
-    agent, wrong = guarded_agent(tmp_path, agent_factory)
+    (one, two), wrong = guarded_agents(tmp_path, agent_factory, 2)
     right = tmp_path / "agent.token"
     nodes = tmp_path / "nodes.toml"
     nodes.write_text(
-        f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{right}"\n'
-        f'[nodes.spark-2]\nurl = "ws://127.0.0.1:{agent.port}"\ntoken_file = "{wrong}"\n'
+        f'[nodes.spark-1]\nurl = "ws://127.0.0.1:{one.port}"\ntoken_file = "{right}"\n'
+        f'[nodes.spark-2]\nurl = "ws://127.0.0.1:{two.port}"\ntoken_file = "{wrong}"\n'
     )
     result, took_s = sparkwatch("nodes", "check", "--nodes", str(nodes), "--wait", str(WAIT_S))
     assert result.returncode == 1, result.stdout + result.stderr
@@ -88,14 +97,14 @@ def test_nodes_check_says_when_no_token_file_was_set(tmp_path: pathlib.Path, age
 
 
 def test_hardware_names_every_refused_node_at_once(tmp_path: pathlib.Path, agent_factory: Any) -> None:
-    agent, wrong = guarded_agent(tmp_path, agent_factory)
+    agents, wrong = guarded_agents(tmp_path, agent_factory, 3)
     right = tmp_path / "agent.token"
     nodes = tmp_path / "nodes.toml"
-    url = f'url = "ws://127.0.0.1:{agent.port}"\n'
+    url = [f'url = "ws://127.0.0.1:{agent.port}"\n' for agent in agents]
     nodes.write_text(
-        f'[nodes.good]\n{url}token_file = "{right}"\n'
-        f'[nodes.wrong]\n{url}token_file = "{wrong}"\n'
-        f"[nodes.none]\n{url}"
+        f'[nodes.good]\n{url[0]}token_file = "{right}"\n'
+        f'[nodes.wrong]\n{url[1]}token_file = "{wrong}"\n'
+        f"[nodes.none]\n{url[2]}"
     )
     result, took_s = sparkwatch("hardware", "--nodes", str(nodes), "--wait", str(WAIT_S))
     assert result.returncode == 2, result.stdout + result.stderr
