@@ -262,7 +262,7 @@ def test_one_meter_named_by_two_nodes_is_refused() -> None:
     [
         ('url = "ws://10.0.0.1:9464"', 'url = "http://10.0.0.1:9464/"', "(http://10.0.0.1:9464/)"),
         ('url = "wss://Spark-1:443"', 'url = "wss://spark-1"', "(wss://spark-1)"),
-        ('ssh = "ops@h"', 'ssh = "root@H"\nport = 22', "(ssh root@H port 22, agent_port 9464)"),
+        ('ssh = "ops@h"', 'ssh = "ops@H"\nport = 22', "(ssh ops@H port 22, agent_port 9464)"),
         (
             'ssh = "ops@h"\nmode = "exec"',
             'ssh = "ops@h"\nmode = "exec"',

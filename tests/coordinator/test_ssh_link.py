@@ -128,13 +128,14 @@ async def test_tunnel_streams_samples_with_host_key_checked(
 async def test_tunnel_mode_runs_under_the_key_restriction_the_docs_give(
     sshd: dict[str, Any], agent_factory: Any, tmp_path: pathlib.Path, opened: str
 ) -> None:
-    """docs/operations.md's ``authorized_keys`` line for a tunnel node: ``restrict`` (no shell, no pty, no
-    forwarding), then forwarding to the agent's port alone. The tunnel streams under it; a line that opens
-    another port leaves the agent unreachable, so the restriction is what lets the tunnel through."""
+    """docs/operations.md's ``authorized_keys`` line for a tunnel node: ``restrict`` (no pty, no forwarding)
+    and ``command=`` (no command), then forwarding to the agent's port alone. The tunnel streams under
+    it; a line that opens another port leaves the agent unreachable, so the line is what lets it through."""
     agent = agent_factory("--backend", "sim", "--node", "spark-ssh", "--interval", "0.05")
     port = agent.port if opened == "agent" else free_port()
     key = (tmp_path / "client_ed25519.pub").read_text()
-    (tmp_path / "authorized_keys").write_text(f'restrict,port-forwarding,permitopen="127.0.0.1:{port}" {key}')
+    options = f'restrict,command="/usr/sbin/nologin",port-forwarding,permitopen="127.0.0.1:{port}"'
+    (tmp_path / "authorized_keys").write_text(f"{options} {key}")
     store = Store(tmp_path / "c.db")
     async with aiohttp.ClientSession() as session:
         link = await _tunnel_for(sshd, agent.port, store, session, 3.0)

@@ -52,10 +52,10 @@ def _agent_identity(spec: NodeSpec) -> tuple[object, ...]:
         parts = urlsplit(spec.http_base)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return ("url", parts.scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/"))
-    host = (spec.ssh or "").rpartition("@")[2].lower()
+    user, _, host = (spec.ssh or "").rpartition("@")  # a gateway may pick the machine by its user
     if spec.mode == "exec":
-        return ("exec", host, spec.ssh_port, spec.exec_command)
-    return ("tunnel", host, spec.ssh_port, spec.agent_port)
+        return ("exec", user, host.lower(), spec.ssh_port, spec.exec_command)
+    return ("tunnel", user, host.lower(), spec.ssh_port, spec.agent_port)
 
 
 def toml_key(key: str) -> str:

@@ -9,6 +9,7 @@ off without a word, where only ``insecure_skip_host_key_check`` may, loudly.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sparkwatch_agent.shared.auth import loose_mode
@@ -70,10 +71,13 @@ def ssh_file_problem(
 
 
 def _loose(path: Path) -> int | None:
+    """As OpenSSH judges a key: only one of our own user's (a root-owned key the service reads by its
+    group, 0640, is used by ssh too)."""
     try:
-        return loose_mode(path, path.stat().st_mode)
+        st = path.stat()
     except OSError:  # read a moment ago: gone since, which the link will say
         return None
+    return loose_mode(path, st.st_mode) if st.st_uid == os.geteuid() else None
 
 
 def _unreadable(path: Path) -> str | None:
