@@ -80,16 +80,11 @@ def child_export(path: pathlib.Path, *, written: bool = False) -> dict[str, Any]
     """``export_run``; ``written``: and what `sparkwatch export -o` does with it (commands/export_cmd.py):
     the export written to a file, and judged for the quality line; where the tree has a window spool, the
     windows tapped into it as the digest's pass makes them, and the file and the judge read it."""
-    from sparkwatch.store import Store
-
     export_run = _export_run()
     spool = _spool(keep=_judged_fields()) if written else None
     base = _rss_mib()
     t0, c0 = time.perf_counter(), _cpu_s()
-    store = Store.read_only(path)
-    tapped = {} if spool is None else {"windows_tap": spool}
-    export = export_run(store, RUN_ID, store.node_names(), time.time_ns, **tapped)
-    store.close()
+    export = _exported(path, export_run, spool)
     if written:
         from sparkwatch.commands.quality import judge
         from sparkwatch.outputs import write_export
@@ -105,6 +100,18 @@ def child_export(path: pathlib.Path, *, written: bool = False) -> dict[str, Any]
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     gated = [n["power_w"]["gated_mean"] for n in export["nodes"]]
     return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": _rss_mib(), "check": gated}
+
+
+def _exported(path: pathlib.Path, export_run: Any, spool: Any) -> dict[str, Any]:
+    """``export_run`` over a read-only store, the windows tapped into ``spool`` where there is one (both
+    found, imports and all, before the caller's clock starts)."""
+    from sparkwatch.store import Store  # imported with export_run's module already
+
+    store = Store.read_only(path)
+    tapped = {} if spool is None else {"windows_tap": spool}
+    export: dict[str, Any] = export_run(store, RUN_ID, store.node_names(), time.time_ns, **tapped)
+    store.close()
+    return export
 
 
 def _spool(**options: Any) -> Any:
@@ -128,16 +135,12 @@ def _judged_fields() -> tuple[str, ...]:
 def child_answer(path: pathlib.Path) -> dict[str, Any]:
     """What the coordinator makes for ``GET /v1/runs/{id}/export`` (see the module docstring)."""
     from sparkwatch.core.json_pieces import json_pieces
-    from sparkwatch.store import Store
 
     export_run = _export_run()
     spool = _spool(wire_form=True)
     base = _rss_mib()
     t0, c0 = time.perf_counter(), _cpu_s()
-    store = Store.read_only(path)
-    tapped = {} if spool is None else {"windows_tap": spool}
-    export = export_run(store, RUN_ID, store.node_names(), time.time_ns, **tapped)
-    store.close()
+    export = _exported(path, export_run, spool)
     if spool is None:
         size = sum(len(piece) for piece in json_pieces(export))
     else:
